@@ -1,0 +1,1 @@
+//! bmcfleet amt provider (in progress).

@@ -1,0 +1,1 @@
+//! bmcfleet ipmi provider (in progress).

@@ -1,0 +1,1 @@
+//! bmcfleet redfish provider (in progress).

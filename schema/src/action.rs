@@ -1,0 +1,379 @@
+//! Batches and the closed set of actions a producer can ask for.
+//!
+//! JSON shape (MessagePack uses the same field names):
+//! ```json
+//! {
+//!   "id": "01JD0XQ5Z8M7J4N3V2T1S0R9QP",
+//!   "bmc": {"address": "10.0.0.5", "protocol": "ipmi",
+//!           "credentials": {"ref": "rack12-bmc"}},
+//!   "actions": [
+//!     {"boot_device": {"device": "pxe", "persistent": false, "efi": true}},
+//!     {"power": "on"}
+//!   ],
+//!   "on_error": "stop",
+//!   "deadline": "5m"
+//! }
+//! ```
+
+use crate::bmc::BmcAddress;
+use crate::secret::Secret;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+use ulid::Ulid;
+
+/// A batch id: a ULID, set by the producer for idempotency or by the gateway.
+pub type BatchId = Ulid;
+
+/// An ordered list of actions for one BMC, executed in order, one batch at a
+/// time per BMC.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Batch {
+    /// Client-chosen id makes a resubmission a no-op (JetStream dedupe window
+    /// plus the status record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<BatchId>,
+    pub bmc: BmcTarget,
+    pub actions: Vec<Action>,
+    #[serde(default)]
+    pub on_error: OnError,
+    /// Time allowed from admission to the end of the last action.
+    #[serde(default, with = "crate::duration::option", skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Duration>,
+}
+
+/// Which BMC, spoken to how.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BmcTarget {
+    pub address: BmcAddress,
+    #[serde(default)]
+    pub protocol: Protocol,
+    pub credentials: Credentials,
+    #[serde(default, skip_serializing_if = "TlsOptions::is_default")]
+    pub tls: TlsOptions,
+    /// Redfish: which ComputerSystem to drive when a BMC exposes several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_id: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    Ipmi,
+    Redfish,
+    Amt,
+    /// Let the worker probe (Redfish, then IPMI, then AMT).
+    #[default]
+    Auto,
+    /// The deterministic test BMC (`bmc-sim`); refused unless the worker
+    /// is started with a sim endpoint.
+    Sim,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Ipmi => "ipmi",
+            Protocol::Redfish => "redfish",
+            Protocol::Amt => "amt",
+            Protocol::Auto => "auto",
+            Protocol::Sim => "sim",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// BMC credentials: a named secret the worker resolves, or inline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Credentials {
+    /// `{"ref": "rack12-bmc"}`: resolved by the worker from its credential store.
+    Ref(String),
+    /// `{"inline": {"username": "admin", "password": "..."}}`.
+    Inline { username: String, password: Secret },
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsOptions {
+    /// Skip certificate verification. Explicit opt-in only.
+    #[serde(default)]
+    pub insecure: bool,
+    /// PEM CA bundle to trust for this BMC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_pem: Option<String>,
+}
+
+impl TlsOptions {
+    fn is_default(&self) -> bool {
+        *self == TlsOptions::default()
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Skip the remaining actions after the first failure.
+    #[default]
+    Stop,
+    /// Run every action whatever happened before.
+    Continue,
+}
+
+/// One thing to do to a BMC. Externally tagged: `{"power": "on"}`,
+/// `"inventory"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Power(PowerOp),
+    BootDevice(BootDeviceRequest),
+    GetBootDevice,
+    User(UserOp),
+    BmcReset(BmcResetKind),
+    NetworkSource(NetworkSourceOp),
+    Raw(RawRequest),
+    VirtualMedia(VirtualMediaOp),
+    Inventory,
+}
+
+impl Action {
+    /// Stable, low-cardinality name for logs, metrics and results.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Power(op) => match op {
+                PowerOp::On => "power_on",
+                PowerOp::Off => "power_off",
+                PowerOp::SoftOff => "power_soft_off",
+                PowerOp::Cycle => "power_cycle",
+                PowerOp::Reset => "power_reset",
+                PowerOp::Status => "power_status",
+                PowerOp::Nmi => "power_nmi",
+            },
+            Action::BootDevice(_) => "boot_device",
+            Action::GetBootDevice => "get_boot_device",
+            Action::User(op) => match op {
+                UserOp::List => "user_list",
+                UserOp::Create(_) => "user_create",
+                UserOp::Update(_) => "user_update",
+                UserOp::Delete { .. } => "user_delete",
+            },
+            Action::BmcReset(_) => "bmc_reset",
+            Action::NetworkSource(NetworkSourceOp::Get) => "network_source_get",
+            Action::NetworkSource(_) => "network_source_set",
+            Action::Raw(_) => "raw",
+            Action::VirtualMedia(VirtualMediaOp::Insert { .. }) => "virtual_media_insert",
+            Action::VirtualMedia(VirtualMediaOp::Eject { .. }) => "virtual_media_eject",
+            Action::Inventory => "inventory",
+        }
+    }
+
+    /// Whether running this action twice has the same effect as once. A
+    /// redelivered batch whose worker died *during* a non-idempotent action
+    /// reports `interrupted` for it instead of running it again.
+    pub fn is_idempotent(&self) -> bool {
+        match self {
+            Action::Power(op) => matches!(op, PowerOp::On | PowerOp::Off | PowerOp::SoftOff | PowerOp::Status),
+            Action::BootDevice(_) | Action::GetBootDevice | Action::Inventory => true,
+            Action::User(op) => matches!(op, UserOp::List | UserOp::Update(_) | UserOp::Delete { .. }),
+            Action::NetworkSource(_) => true,
+            Action::VirtualMedia(_) => true,
+            Action::BmcReset(_) | Action::Raw(_) => false,
+        }
+    }
+
+    /// A copy safe to log: secrets are already `[redacted]` by `Debug`, and
+    /// raw bodies are summarised.
+    pub fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PowerOp {
+    On,
+    /// Hard off.
+    Off,
+    /// ACPI / graceful shutdown.
+    SoftOff,
+    Cycle,
+    /// Hard reset.
+    Reset,
+    Status,
+    /// Diagnostic interrupt.
+    Nmi,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BootDevice {
+    Pxe,
+    Disk,
+    Cdrom,
+    Bios,
+    Safe,
+    /// No override (read back only).
+    None,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootDeviceRequest {
+    pub device: BootDevice,
+    /// Applies to every boot rather than the next one only.
+    #[serde(default)]
+    pub persistent: bool,
+    /// UEFI boot rather than legacy BIOS.
+    #[serde(default)]
+    pub efi: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserRole {
+    Admin,
+    Operator,
+    User,
+    Callback,
+    NoAccess,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserOp {
+    List,
+    Create(UserSpec),
+    /// Changes an existing user; a missing user is an error, never a create.
+    Update(UserUpdate),
+    Delete { name: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSpec {
+    pub name: String,
+    pub password: Secret,
+    pub role: UserRole,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserUpdate {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Secret>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<UserRole>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BmcResetKind {
+    Warm,
+    Cold,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkSourceOp {
+    /// Read the current source and addresses.
+    Get,
+    Dhcp,
+    Static(StaticIpv4),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticIpv4 {
+    pub address: std::net::Ipv4Addr,
+    pub netmask: std::net::Ipv4Addr,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<std::net::Ipv4Addr>,
+}
+
+/// Protocol-specific passthrough, bounded in size by [`crate::Limits`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawRequest {
+    Ipmi(RawIpmi),
+    Redfish(RawRedfish),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIpmi {
+    pub netfn: u8,
+    pub cmd: u8,
+    #[serde(default)]
+    pub data: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedfish {
+    pub method: HttpMethod,
+    /// Must start with `/redfish/v1`.
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    Get,
+    Post,
+    Patch,
+    Put,
+    Delete,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MediaKind {
+    #[default]
+    Cd,
+    Usb,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VirtualMediaOp {
+    Insert {
+        url: String,
+        #[serde(default)]
+        media: MediaKind,
+    },
+    Eject {
+        #[serde(default)]
+        media: MediaKind,
+    },
+}
+
+/// What a worker receives on a job subject: the batch as admitted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    /// The batch, with its id always set.
+    pub batch: Batch,
+    pub id: BatchId,
+    /// Unix milliseconds at admission.
+    pub admitted_at_ms: u64,
+    /// Unix milliseconds after which no further action starts.
+    pub deadline_at_ms: u64,
+}

@@ -1,0 +1,145 @@
+//! Error codes a producer can receive, in a submit reply or in an action
+//! result. Each code is stable and documented here and in the README.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A typed, documented error code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    // --- admission (gateway replies; nothing was stored) ---
+    /// The message is not valid MessagePack/JSON for a batch, or has unknown fields.
+    Malformed,
+    /// The message is larger than the configured limit.
+    TooLarge,
+    /// The batch has no actions.
+    EmptyBatch,
+    /// More actions than the configured limit.
+    TooManyActions,
+    /// The BMC address is not an IP address or hostname.
+    InvalidAddress,
+    /// A field has an invalid value (named in the message).
+    InvalidField,
+    /// Inline credentials were sent to a deployment that refuses them.
+    InlineCredentialsDisabled,
+    /// No batch with that id is known.
+    NotFound,
+    /// The request cannot be honoured in the batch's current state
+    /// (e.g. cancelling a finished batch).
+    Conflict,
+    /// The gateway could not store the batch (NATS unavailable); retry.
+    Unavailable,
+
+    // --- execution (action results) ---
+    /// The named credential is not in the worker's credential store.
+    UnknownCredential,
+    /// No provider for the requested protocol on this worker.
+    UnsupportedProtocol,
+    /// The BMC's provider does not implement this action.
+    Unsupported,
+    /// The BMC rejected the credentials.
+    AuthFailed,
+    /// The BMC authenticated us but refused the operation (privilege).
+    PermissionDenied,
+    /// No answer from the BMC (connection refused, no route, no reply).
+    Unreachable,
+    /// A single BMC call took longer than its timeout.
+    Timeout,
+    /// The batch deadline passed before this action could finish or start.
+    DeadlineExceeded,
+    /// The BMC answered with an error (completion code, HTTP status, WS-Man fault).
+    BmcError,
+    /// The BMC's answer could not be understood.
+    ProtocolError,
+    /// The target of the action does not exist on the BMC (e.g. updating a missing user).
+    TargetNotFound,
+    /// The worker stopped while this non-idempotent action was running; it
+    /// may or may not have taken effect and was not run again.
+    Interrupted,
+    /// The batch was cancelled before this action ran.
+    Cancelled,
+    /// The action was not run because an earlier one failed (`on_error: stop`).
+    Skipped,
+    /// A bug or an unexpected condition in bmcfleet itself.
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        // serde's names, without allocating
+        match self {
+            ErrorCode::Malformed => "malformed",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::EmptyBatch => "empty_batch",
+            ErrorCode::TooManyActions => "too_many_actions",
+            ErrorCode::InvalidAddress => "invalid_address",
+            ErrorCode::InvalidField => "invalid_field",
+            ErrorCode::InlineCredentialsDisabled => "inline_credentials_disabled",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::UnknownCredential => "unknown_credential",
+            ErrorCode::UnsupportedProtocol => "unsupported_protocol",
+            ErrorCode::Unsupported => "unsupported",
+            ErrorCode::AuthFailed => "auth_failed",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::Unreachable => "unreachable",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::DeadlineExceeded => "deadline_exceeded",
+            ErrorCode::BmcError => "bmc_error",
+            ErrorCode::ProtocolError => "protocol_error",
+            ErrorCode::TargetNotFound => "target_not_found",
+            ErrorCode::Interrupted => "interrupted",
+            ErrorCode::Cancelled => "cancelled",
+            ErrorCode::Skipped => "skipped",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// The HTTP-like status used in NATS micro error headers.
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorCode::Malformed
+            | ErrorCode::EmptyBatch
+            | ErrorCode::TooManyActions
+            | ErrorCode::InvalidAddress
+            | ErrorCode::InvalidField => 400,
+            ErrorCode::InlineCredentialsDisabled | ErrorCode::PermissionDenied => 403,
+            ErrorCode::AuthFailed => 401,
+            ErrorCode::NotFound | ErrorCode::TargetNotFound | ErrorCode::UnknownCredential => 404,
+            ErrorCode::Conflict => 409,
+            ErrorCode::TooLarge => 413,
+            ErrorCode::Unsupported | ErrorCode::UnsupportedProtocol => 501,
+            ErrorCode::Unavailable | ErrorCode::Unreachable => 503,
+            ErrorCode::Timeout | ErrorCode::DeadlineExceeded => 504,
+            _ => 500,
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error as it travels: a code to match on and a message for humans.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ErrorBody {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorBody { code, message: message.into() }
+    }
+}
+
+impl fmt::Display for ErrorBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}

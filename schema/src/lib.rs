@@ -1,0 +1,33 @@
+//! # bmcfleet-schema
+//!
+//! The wire contract between producers, the gateway and the workers. Every
+//! other crate speaks through these types; nothing else names a subject.
+//!
+//! # Layout
+//! - [`secret`]: [`Secret`], a string that never prints.
+//! - [`bmc`]: [`BmcAddress`] parsing/normalisation and the subject-safe [`BmcKey`].
+//! - [`action`]: [`Batch`], [`BmcTarget`] and the closed [`Action`] set.
+//! - [`result`]: [`ActionResult`], [`BatchResult`], [`Event`], [`BatchStatus`].
+//! - [`error`]: [`ErrorCode`], the documented codes a producer can receive.
+//! - [`subject`]: subject and stream names, partitioning.
+//! - [`codec`]: MessagePack (default) and JSON encoding.
+//! - [`validate`]: [`Limits`] and batch validation.
+
+pub mod action;
+pub mod bmc;
+pub mod codec;
+pub mod duration;
+pub mod error;
+pub mod result;
+pub mod secret;
+pub mod subject;
+pub mod validate;
+
+pub use action::*;
+pub use bmc::{BmcAddress, BmcKey, Host};
+pub use codec::Encoding;
+pub use error::{ErrorBody, ErrorCode};
+pub use result::*;
+pub use secret::Secret;
+pub use subject::Subjects;
+pub use validate::{Limits, ValidationError};

@@ -1,0 +1,204 @@
+//! Results, events and the per-batch status record.
+
+use crate::action::{BatchId, BootDeviceRequest, NetworkSourceOp, UserRole};
+use crate::error::ErrorBody;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PowerState {
+    On,
+    Off,
+    /// Transitioning or reported as something else by the BMC.
+    Unknown,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    Error,
+}
+
+/// What one action returned.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActionResult {
+    pub index: u32,
+    /// [`crate::Action::kind`].
+    pub action: String,
+    pub outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<ActionData>,
+    /// The provider that ran it (`ipmi`, `redfish`, `amt`, `sim`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    pub duration_ms: u64,
+}
+
+impl ActionResult {
+    pub fn ok(index: u32, action: &str, provider: Option<String>, data: Option<ActionData>, duration_ms: u64) -> Self {
+        ActionResult { index, action: action.into(), outcome: Outcome::Ok, error: None, data, provider, duration_ms }
+    }
+
+    pub fn err(index: u32, action: &str, provider: Option<String>, error: ErrorBody, duration_ms: u64) -> Self {
+        ActionResult { index, action: action.into(), outcome: Outcome::Error, error: Some(error), data: None, provider, duration_ms }
+    }
+
+    pub fn is_ok(&self) -> bool {
+        self.outcome == Outcome::Ok
+    }
+}
+
+/// Data an action returns.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionData {
+    PowerState(PowerState),
+    BootDevice(BootDeviceRequest),
+    Users(Vec<UserInfo>),
+    NetworkSource(NetworkSourceOp),
+    Raw(RawResponse),
+    Inventory(Inventory),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserInfo {
+    /// Slot / account id on the BMC.
+    pub id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<UserRole>,
+    pub enabled: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RawResponse {
+    /// IPMI completion code or HTTP status.
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data: Vec<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manufacturer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<PowerState>,
+    /// Anything else the provider found, as name/value pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra: Vec<(String, String)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchState {
+    /// Admitted, waiting for its BMC's lane.
+    Queued,
+    Running,
+    /// Every action ran and succeeded.
+    Succeeded,
+    /// At least one action failed.
+    Failed,
+    /// Cancelled before it finished.
+    Cancelled,
+}
+
+impl BatchState {
+    pub fn is_final(self) -> bool {
+        matches!(self, BatchState::Succeeded | BatchState::Failed | BatchState::Cancelled)
+    }
+}
+
+/// The final result of a batch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchResult {
+    pub id: BatchId,
+    pub bmc: String,
+    pub state: BatchState,
+    pub results: Vec<ActionResult>,
+    /// The worker that finished the batch.
+    pub worker: String,
+    /// How many times the batch was delivered to a worker.
+    pub deliveries: u64,
+    pub admitted_at_ms: u64,
+    pub finished_at_ms: u64,
+}
+
+/// The status record kept per batch in the status KV bucket; it is also how
+/// a redelivered batch resumes after its last completed action.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchStatus {
+    pub id: BatchId,
+    pub bmc: String,
+    pub state: BatchState,
+    /// Results of the actions finished so far, in order.
+    #[serde(default)]
+    pub results: Vec<ActionResult>,
+    /// Index of an action started but not (yet) finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_progress: Option<u32>,
+    #[serde(default)]
+    pub cancel_requested: bool,
+    pub total_actions: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    pub admitted_at_ms: u64,
+    pub updated_at_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<BatchResult>,
+}
+
+/// Published on `<prefix>.events.<batch-id>` (and kept in the results stream).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub batch: BatchId,
+    pub at_ms: u64,
+    pub event: EventKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    ActionStarted { index: u32, action: String },
+    ActionFinished { result: ActionResult },
+    BatchFinished { result: BatchResult },
+}
+
+/// Reply to `submit` when the producer does not wait.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Accepted {
+    pub id: BatchId,
+    pub stream_sequence: u64,
+    /// True when this id was already admitted (nothing new was queued).
+    pub duplicate: bool,
+    pub subject: String,
+}
+
+/// Every gateway reply: exactly one of the variants.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    Accepted(Accepted),
+    Result(BatchResult),
+    Status(BatchStatus),
+    Cancelled { id: BatchId, state: BatchState },
+    Error(ErrorBody),
+}
+
+/// Request body of `status` and `cancel`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdRequest {
+    pub id: BatchId,
+}

@@ -1,0 +1,255 @@
+//! Admission checks. Everything a gateway refuses is refused here, with a
+//! typed code, before anything is stored.
+
+use crate::action::*;
+use crate::codec::Encoding;
+use crate::error::{ErrorBody, ErrorCode};
+use std::time::Duration;
+
+/// Configurable bounds on what a batch may ask.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most actions in one batch (default 64).
+    pub max_actions: usize,
+    /// Largest encoded submit message in bytes (default 256 KiB).
+    pub max_message_bytes: usize,
+    /// Largest IPMI raw data (default 255 bytes: one IPMI message).
+    pub max_raw_ipmi_bytes: usize,
+    /// Largest Redfish raw JSON body when encoded (default 64 KiB).
+    pub max_raw_body_bytes: usize,
+    /// Deadline applied when the batch has none (default 10 min).
+    pub default_deadline: Duration,
+    /// Longest deadline a batch may ask for (default 24 h).
+    pub max_deadline: Duration,
+    /// Whether inline credentials are accepted (default yes).
+    pub allow_inline_credentials: bool,
+    /// Whether the `sim` protocol is accepted (test deployments only).
+    pub allow_sim: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_actions: 64,
+            max_message_bytes: 256 * 1024,
+            max_raw_ipmi_bytes: 255,
+            max_raw_body_bytes: 64 * 1024,
+            default_deadline: Duration::from_secs(600),
+            max_deadline: Duration::from_secs(24 * 3600),
+            allow_inline_credentials: true,
+            allow_sim: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ValidationError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ValidationError {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ValidationError { code, message: message.into() }
+    }
+}
+
+impl From<ValidationError> for ErrorBody {
+    fn from(e: ValidationError) -> Self {
+        ErrorBody::new(e.code, e.message)
+    }
+}
+
+/// Decode and validate a submitted batch.
+pub fn decode_batch(bytes: &[u8], encoding: Encoding, limits: &Limits) -> Result<Batch, ValidationError> {
+    if bytes.len() > limits.max_message_bytes {
+        return Err(ValidationError::new(
+            ErrorCode::TooLarge,
+            format!("message is {} bytes; the limit is {}", bytes.len(), limits.max_message_bytes),
+        ));
+    }
+    if bytes.is_empty() {
+        return Err(ValidationError::new(ErrorCode::Malformed, "empty message: expected a batch"));
+    }
+    let batch: Batch = encoding.decode(bytes).map_err(|e| {
+        let msg = e.to_string();
+        // serde names an unparsable address through our AddressError text.
+        let code = if msg.contains("invalid BMC address") { ErrorCode::InvalidAddress } else { ErrorCode::Malformed };
+        ValidationError::new(code, msg)
+    })?;
+    validate(&batch, limits)?;
+    Ok(batch)
+}
+
+fn field(msg: impl Into<String>) -> ValidationError {
+    ValidationError::new(ErrorCode::InvalidField, msg)
+}
+
+fn non_empty_name(what: &str, index: usize, name: &str) -> Result<(), ValidationError> {
+    if name.trim().is_empty() {
+        return Err(field(format!("actions[{index}]: {what} needs a non-empty user name")));
+    }
+    if name.len() > 64 || name.chars().any(|c| c.is_control()) {
+        return Err(field(format!("actions[{index}]: user name must be at most 64 printable characters")));
+    }
+    Ok(())
+}
+
+/// Check a decoded batch against the limits.
+pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
+    if batch.actions.is_empty() {
+        return Err(ValidationError::new(ErrorCode::EmptyBatch, "the batch has no actions"));
+    }
+    if batch.actions.len() > limits.max_actions {
+        return Err(ValidationError::new(
+            ErrorCode::TooManyActions,
+            format!("the batch has {} actions; the limit is {}", batch.actions.len(), limits.max_actions),
+        ));
+    }
+    match &batch.bmc.credentials {
+        Credentials::Ref(name) => {
+            if name.is_empty() || name.len() > 128 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b)) {
+                return Err(field("bmc.credentials.ref must be 1-128 characters of [A-Za-z0-9-_./]"));
+            }
+        }
+        Credentials::Inline { username, .. } => {
+            if !limits.allow_inline_credentials {
+                return Err(ValidationError::new(
+                    ErrorCode::InlineCredentialsDisabled,
+                    "this deployment accepts credentials by reference only ({\"ref\": \"name\"})",
+                ));
+            }
+            if username.is_empty() {
+                return Err(field("bmc.credentials.inline.username is empty"));
+            }
+        }
+    }
+    if batch.bmc.protocol == Protocol::Sim && !limits.allow_sim {
+        return Err(field("protocol `sim` is for test deployments and is disabled here"));
+    }
+    if let Some(sys) = &batch.bmc.system_id {
+        if sys.is_empty() || sys.len() > 128 || sys.contains('/') {
+            return Err(field("bmc.system_id must be 1-128 characters without `/`"));
+        }
+    }
+    if let Some(d) = batch.deadline {
+        if d.is_zero() || d > limits.max_deadline {
+            return Err(field(format!(
+                "deadline must be between 1ms and {}",
+                crate::duration::format(limits.max_deadline)
+            )));
+        }
+    }
+    for (i, action) in batch.actions.iter().enumerate() {
+        match action {
+            Action::User(UserOp::Create(spec)) => {
+                non_empty_name("user create", i, &spec.name)?;
+                if spec.password.is_empty() {
+                    return Err(field(format!("actions[{i}]: user create needs a password")));
+                }
+            }
+            Action::User(UserOp::Update(u)) => {
+                non_empty_name("user update", i, &u.name)?;
+                if u.password.is_none() && u.role.is_none() && u.enabled.is_none() {
+                    return Err(field(format!("actions[{i}]: user update changes nothing (give password, role or enabled)")));
+                }
+            }
+            Action::User(UserOp::Delete { name }) => non_empty_name("user delete", i, name)?,
+            Action::BootDevice(req) if req.device == BootDevice::None => {
+                return Err(field(format!("actions[{i}]: boot device `none` can only be read, not set")));
+            }
+            Action::Raw(RawRequest::Ipmi(r)) => {
+                if r.data.len() > limits.max_raw_ipmi_bytes {
+                    return Err(field(format!(
+                        "actions[{i}]: raw IPMI data is {} bytes; the limit is {}",
+                        r.data.len(),
+                        limits.max_raw_ipmi_bytes
+                    )));
+                }
+                if r.netfn > 0x3f || r.netfn % 2 == 1 {
+                    return Err(field(format!("actions[{i}]: raw IPMI netfn must be an even request netfn (0x00-0x3E)")));
+                }
+            }
+            Action::Raw(RawRequest::Redfish(r)) => {
+                if !(r.path == "/redfish/v1" || r.path.starts_with("/redfish/v1/")) || r.path.contains("..") {
+                    return Err(field(format!("actions[{i}]: raw Redfish path must be under /redfish/v1")));
+                }
+                if let Some(body) = &r.body {
+                    let n = serde_json::to_vec(body).map(|v| v.len()).unwrap_or(usize::MAX);
+                    if n > limits.max_raw_body_bytes {
+                        return Err(field(format!(
+                            "actions[{i}]: raw Redfish body is {n} bytes; the limit is {}",
+                            limits.max_raw_body_bytes
+                        )));
+                    }
+                }
+            }
+            Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) => {
+                let u = url::Url::parse(url).map_err(|e| field(format!("actions[{i}]: virtual media url: {e}")))?;
+                if !matches!(u.scheme(), "http" | "https" | "nfs" | "cifs" | "smb") {
+                    return Err(field(format!("actions[{i}]: virtual media url scheme must be http, https, nfs, cifs or smb")));
+                }
+            }
+            Action::NetworkSource(NetworkSourceOp::Static(s)) => {
+                let m = u32::from(s.netmask);
+                if m.leading_ones() + m.trailing_zeros() != 32 {
+                    return Err(field(format!("actions[{i}]: netmask {} is not contiguous", s.netmask)));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(s: &str) -> Result<Batch, ValidationError> {
+        decode_batch(s.as_bytes(), Encoding::Json, &Limits::default())
+    }
+
+    fn code(s: &str) -> ErrorCode {
+        json(s).unwrap_err().code
+    }
+
+    const OK: &str = r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":["inventory"]}"#;
+
+    #[test]
+    fn accepts_a_valid_batch() {
+        json(OK).unwrap();
+    }
+
+    #[test]
+    fn typed_errors() {
+        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[]}"#), ErrorCode::EmptyBatch);
+        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.300","credentials":{"ref":"r"}},"actions":["inventory"]}"#), ErrorCode::InvalidAddress);
+        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":["inventory"],"x":1}"#), ErrorCode::Malformed);
+        assert_eq!(code("{not json"), ErrorCode::Malformed);
+        assert_eq!(code(""), ErrorCode::Malformed);
+        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[{"user":{"update":{"name":"","enabled":true}}}]}"#), ErrorCode::InvalidField);
+        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[{"user":{"update":{"enabled":true}}}]}"#), ErrorCode::Malformed);
+        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[{"raw":{"redfish":{"method":"GET","path":"/etc/passwd"}}}]}"#), ErrorCode::InvalidField);
+        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":["inventory"],"deadline":"30"}"#), ErrorCode::Malformed);
+        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","protocol":"sim","credentials":{"ref":"r"}},"actions":["inventory"]}"#), ErrorCode::InvalidField);
+    }
+
+    #[test]
+    fn too_many_actions_and_too_large() {
+        let actions = vec!["\"inventory\""; 65].join(",");
+        let s = format!(r#"{{"bmc":{{"address":"10.0.0.1","credentials":{{"ref":"r"}}}},"actions":[{actions}]}}"#);
+        assert_eq!(code(&s), ErrorCode::TooManyActions);
+        let limits = Limits { max_message_bytes: 10, ..Limits::default() };
+        assert_eq!(decode_batch(OK.as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::TooLarge);
+    }
+
+    #[test]
+    fn inline_credentials_can_be_refused() {
+        let s = r#"{"bmc":{"address":"10.0.0.1","credentials":{"inline":{"username":"a","password":"p"}}},"actions":["inventory"]}"#;
+        json(s).unwrap();
+        let limits = Limits { allow_inline_credentials: false, ..Limits::default() };
+        assert_eq!(decode_batch(s.as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::InlineCredentialsDisabled);
+    }
+}
