@@ -135,21 +135,41 @@ impl From<ProviderError> for ErrorBody {
 
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 
-/// Per-call context.
+/// Per-call context. Build it with [`Ctx::new`] / [`Ctx::with_timeout`]
+/// (fields may be added).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Ctx {
     /// No BMC call may run past this instant; providers bound their own
     /// timeouts and retransmits by it.
     pub deadline: Instant,
+    /// Which batch/action this call serves, when run by the worker (for
+    /// tracing and for the test BMC's bookkeeping).
+    pub call: Option<CallInfo>,
+}
+
+/// Where a call comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallInfo {
+    pub batch: bmcfleet_schema::BatchId,
+    pub index: u32,
+    /// JetStream delivery count of the batch (1 on first delivery).
+    pub delivery: u64,
+    pub worker: String,
 }
 
 impl Ctx {
     pub fn new(deadline: Instant) -> Self {
-        Ctx { deadline }
+        Ctx { deadline, call: None }
     }
 
     pub fn with_timeout(timeout: Duration) -> Self {
-        Ctx { deadline: Instant::now() + timeout }
+        Ctx::new(Instant::now() + timeout)
+    }
+
+    pub fn with_call(mut self, call: CallInfo) -> Self {
+        self.call = Some(call);
+        self
     }
 
     /// Time left, or a `DeadlineExceeded` error when none is.

@@ -1,0 +1,370 @@
+//! The simulator: per-BMC state, fault injection and an execution log.
+
+use crate::proto::{Call, Request, Response};
+use bmcfleet_schema::{
+    Action, ActionData, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode,
+    Inventory, NetworkSourceOp, PowerOp, PowerState, RawRequest, RawResponse, UserInfo, UserOp,
+    UserRole, VirtualMediaOp,
+};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+/// Simulator settings.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Where to listen (use port 0 for a free port).
+    pub listen: SocketAddr,
+    /// Time every action takes.
+    pub latency: Duration,
+    /// Time an action takes on a `slow-*` BMC.
+    pub slow_latency: Duration,
+    /// The password every BMC accepts; `None` accepts any but `wrong`.
+    pub password: Option<String>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            listen: ([127, 0, 0, 1], 0).into(),
+            latency: Duration::ZERO,
+            slow_latency: Duration::from_secs(2),
+            password: None,
+        }
+    }
+}
+
+/// One executed action, in the order the simulator started them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Global start order.
+    pub seq: u64,
+    pub bmc: String,
+    pub call: Option<Call>,
+    pub action: String,
+    /// How many actions of this BMC were running when this one started
+    /// (including itself). Anything above 1 is a concurrency violation.
+    pub concurrent: usize,
+    pub ok: bool,
+}
+
+#[derive(Clone, Debug)]
+struct User {
+    id: u32,
+    name: String,
+    role: UserRole,
+    enabled: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Bmc {
+    power: PowerState,
+    boot: BootDeviceRequest,
+    users: Vec<User>,
+    net: NetworkSourceOp,
+    media: Option<String>,
+    resets: u32,
+    nmis: u32,
+    in_flight: usize,
+}
+
+impl Default for Bmc {
+    fn default() -> Self {
+        Bmc {
+            power: PowerState::Off,
+            boot: BootDeviceRequest { device: BootDevice::None, persistent: false, efi: false },
+            users: vec![User { id: 2, name: "admin".into(), role: UserRole::Admin, enabled: true }],
+            net: NetworkSourceOp::Dhcp,
+            media: None,
+            resets: 0,
+            nmis: 0,
+            in_flight: 0,
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    bmcs: HashMap<String, Bmc>,
+    log: Vec<LogEntry>,
+    seq: u64,
+    connections: u64,
+}
+
+/// A running simulator. Dropping it stops accepting connections.
+pub struct SimServer {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    stop: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SimServer {
+    pub async fn start(config: SimConfig) -> std::io::Result<SimServer> {
+        let listener = TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let stop = Arc::new(Notify::new());
+        let config = Arc::new(config);
+        let task = {
+            let state = state.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.notified() => break,
+                        accepted = listener.accept() => {
+                            let Ok((socket, _)) = accepted else { continue };
+                            state.lock().unwrap().connections += 1;
+                            tokio::spawn(serve(socket, state.clone(), config.clone()));
+                        }
+                    }
+                }
+            })
+        };
+        Ok(SimServer { addr, state, stop, task })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every action started so far, in start order.
+    pub fn log(&self) -> Vec<LogEntry> {
+        self.state.lock().unwrap().log.clone()
+    }
+
+    pub fn power(&self, bmc: &str) -> Option<PowerState> {
+        self.state.lock().unwrap().bmcs.get(bmc).map(|b| b.power)
+    }
+
+    pub fn boot(&self, bmc: &str) -> Option<BootDeviceRequest> {
+        self.state.lock().unwrap().bmcs.get(bmc).map(|b| b.boot.clone())
+    }
+
+    /// How many TCP connections (sessions) were opened.
+    pub fn connections(&self) -> u64 {
+        self.state.lock().unwrap().connections
+    }
+
+    /// Wait until `pred(log)` holds or `timeout` passes; returns whether it held.
+    pub async fn wait_for(&self, timeout: Duration, pred: impl Fn(&[LogEntry]) -> bool) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            if pred(&self.state.lock().unwrap().log) {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        self.stop.notify_one();
+        self.task.abort();
+    }
+}
+
+async fn serve(socket: TcpStream, state: Arc<Mutex<State>>, config: Arc<SimConfig>) {
+    let _ = socket.set_nodelay(true);
+    let (read, mut write) = socket.into_split();
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let req: Request = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                let resp = Response::Err(ErrorBody::new(ErrorCode::ProtocolError, format!("bad request: {e}")));
+                let _ = send(&mut write, &resp).await;
+                continue;
+            }
+        };
+        if req.host.starts_with("down-") {
+            return;
+        }
+        if req.host.starts_with("hang-") {
+            // Keep the connection open and never answer.
+            std::future::pending::<()>().await;
+        }
+        let auth_ok = match &config.password {
+            Some(p) => req.password.expose() == p,
+            None => req.password.expose() != "wrong",
+        };
+        if !auth_ok {
+            let resp = Response::Err(ErrorBody::new(ErrorCode::AuthFailed, "invalid username or password"));
+            let _ = send(&mut write, &resp).await;
+            continue;
+        }
+        let Some(action) = req.action else {
+            let _ = send(&mut write, &Response::Ok(None)).await;
+            continue;
+        };
+        let seq = {
+            let mut st = state.lock().unwrap();
+            st.seq += 1;
+            let seq = st.seq;
+            let bmc = st.bmcs.entry(req.bmc.clone()).or_default();
+            bmc.in_flight += 1;
+            let concurrent = bmc.in_flight;
+            st.log.push(LogEntry {
+                seq,
+                bmc: req.bmc.clone(),
+                call: req.call.clone(),
+                action: action.kind().to_owned(),
+                concurrent,
+                ok: false,
+            });
+            seq
+        };
+        let latency = if req.host.starts_with("slow-") { config.slow_latency } else { config.latency };
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        let resp = {
+            let mut st = state.lock().unwrap();
+            let bmc = st.bmcs.get_mut(&req.bmc).expect("inserted above");
+            bmc.in_flight -= 1;
+            let resp = execute(bmc, &req.host, &action);
+            if let Some(entry) = st.log.iter_mut().rev().find(|e| e.seq == seq) {
+                entry.ok = matches!(resp, Response::Ok(_));
+            }
+            resp
+        };
+        if send(&mut write, &resp).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn send(write: &mut tokio::net::tcp::OwnedWriteHalf, resp: &Response) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(resp).expect("responses serialise");
+    line.push(b'\n');
+    write.write_all(&line).await
+}
+
+fn bmc_err(code: ErrorCode, msg: impl Into<String>) -> Response {
+    Response::Err(ErrorBody::new(code, msg))
+}
+
+fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
+    let basic = host.starts_with("basic-");
+    if host.starts_with("fail-") {
+        return bmc_err(ErrorCode::BmcError, "simulated BMC failure (completion code 0xff)");
+    }
+    match action {
+        Action::Power(op) => {
+            match op {
+                PowerOp::On => bmc.power = PowerState::On,
+                PowerOp::Off | PowerOp::SoftOff => bmc.power = PowerState::Off,
+                PowerOp::Cycle | PowerOp::Reset => {
+                    if bmc.power == PowerState::Off && *op == PowerOp::Reset {
+                        return bmc_err(ErrorCode::BmcError, "cannot reset: chassis is powered off");
+                    }
+                    bmc.power = PowerState::On;
+                    bmc.resets += 1;
+                    if !bmc.boot.persistent {
+                        bmc.boot.device = BootDevice::None;
+                    }
+                }
+                PowerOp::Nmi => {
+                    if basic {
+                        return bmc_err(ErrorCode::Unsupported, "this BMC does not implement the diagnostic interrupt");
+                    }
+                    bmc.nmis += 1;
+                }
+                PowerOp::Status => {}
+            }
+            Response::Ok(Some(ActionData::PowerState(bmc.power)))
+        }
+        Action::BootDevice(req) => {
+            bmc.boot = req.clone();
+            Response::Ok(None)
+        }
+        Action::GetBootDevice => Response::Ok(Some(ActionData::BootDevice(bmc.boot.clone()))),
+        Action::User(op) => user(bmc, op),
+        Action::BmcReset(kind) => {
+            if basic && *kind == BmcResetKind::Warm {
+                return bmc_err(ErrorCode::Unsupported, "warm reset is not supported");
+            }
+            Response::Ok(None)
+        }
+        Action::NetworkSource(NetworkSourceOp::Get) => Response::Ok(Some(ActionData::NetworkSource(bmc.net.clone()))),
+        Action::NetworkSource(op) => {
+            bmc.net = op.clone();
+            Response::Ok(None)
+        }
+        Action::Raw(RawRequest::Ipmi(r)) => {
+            // Get Device ID answers; everything else is "invalid command".
+            if r.netfn == 0x06 && r.cmd == 0x01 {
+                Response::Ok(Some(ActionData::Raw(RawResponse { status: 0, data: vec![0x20, 0x01, 0x02, 0x03, 0x02], body: None })))
+            } else {
+                Response::Ok(Some(ActionData::Raw(RawResponse { status: 0xC1, data: vec![], body: None })))
+            }
+        }
+        Action::Raw(RawRequest::Redfish(_)) => bmc_err(ErrorCode::Unsupported, "the simulator speaks no Redfish"),
+        Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) => {
+            bmc.media = Some(url.clone());
+            Response::Ok(None)
+        }
+        Action::VirtualMedia(VirtualMediaOp::Eject { .. }) => {
+            bmc.media = None;
+            Response::Ok(None)
+        }
+        Action::Inventory => Response::Ok(Some(ActionData::Inventory(Inventory {
+            manufacturer: Some("bmcfleet".into()),
+            model: Some("bmc-sim".into()),
+            serial: Some(format!("SIM-{}", host)),
+            firmware_version: Some(env!("CARGO_PKG_VERSION").into()),
+            power_state: Some(bmc.power),
+            extra: vec![("resets".into(), bmc.resets.to_string()), ("nmis".into(), bmc.nmis.to_string())],
+        }))),
+    }
+}
+
+fn info(u: &User) -> UserInfo {
+    UserInfo { id: u.id.to_string(), name: u.name.clone(), role: Some(u.role), enabled: u.enabled }
+}
+
+fn user(bmc: &mut Bmc, op: &UserOp) -> Response {
+    match op {
+        UserOp::List => Response::Ok(Some(ActionData::Users(bmc.users.iter().map(info).collect()))),
+        UserOp::Create(spec) => {
+            if bmc.users.iter().any(|u| u.name == spec.name) {
+                return bmc_err(ErrorCode::BmcError, format!("user `{}` already exists", spec.name));
+            }
+            let Some(id) = (2..=16).find(|id| !bmc.users.iter().any(|u| u.id == *id)) else {
+                return bmc_err(ErrorCode::BmcError, "no free user slot");
+            };
+            let u = User { id, name: spec.name.clone(), role: spec.role, enabled: spec.enabled };
+            bmc.users.push(u.clone());
+            Response::Ok(Some(ActionData::Users(vec![info(&u)])))
+        }
+        UserOp::Update(up) => {
+            let Some(u) = bmc.users.iter_mut().find(|u| u.name == up.name) else {
+                return bmc_err(ErrorCode::TargetNotFound, format!("no user named `{}`", up.name));
+            };
+            if let Some(r) = up.role {
+                u.role = r;
+            }
+            if let Some(e) = up.enabled {
+                u.enabled = e;
+            }
+            Response::Ok(Some(ActionData::Users(vec![info(u)])))
+        }
+        UserOp::Delete { name } => {
+            let before = bmc.users.len();
+            bmc.users.retain(|u| &u.name != name);
+            if bmc.users.len() == before {
+                return bmc_err(ErrorCode::TargetNotFound, format!("no user named `{name}`"));
+            }
+            Response::Ok(None)
+        }
+    }
+}
