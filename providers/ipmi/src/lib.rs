@@ -1,1 +1,79 @@
-//! bmcfleet ipmi provider (in progress).
+//! # bmcfleet-ipmi
+//!
+//! The IPMI 2.0 provider: RMCP+ sessions (cipher suite 3) kept open per BMC,
+//! typed IPMI commands behind the `bmcfleet-provider` capability traits.
+//!
+//! # Layout
+//! - [`connector`]: [`IpmiConnector`] (protocol `ipmi`, UDP port 623 unless
+//!   the address names another), [`IpmiConfig`].
+//! - [`session`]: [`IpmiSession`], the typed command layer and every
+//!   capability trait, generic over a [`Transport`].
+//! - [`transport`]: the [`Transport`] trait — one request (netfn, cmd, data)
+//!   in, completion code and data out.
+//! - [`rmcp`]: [`RmcpTransport`], the RMCP+ transport on `ipmi-rs`, one OS
+//!   thread per session (the library is blocking), with the layers ipmi-rs
+//!   lacks (see that module: privilege raise, retransmits, reply matching,
+//!   keep-alive, Close Session, panic containment).
+//! - [`probe`]: session-less Get Channel Authentication Capabilities
+//!   (presence check, IPMI 2.0 check).
+//! - [`cmd`]: command table and pure encoders/decoders; [`fru`]: FRU parsing.
+//! - [`error`]: completion codes → [`bmcfleet_schema::ErrorCode`].
+//! - `testing` (feature `testing`): `IpmiSim` (OpenIPMI `ipmi_sim` launcher)
+//!   and `SpecBmc` (in-process spec responder).
+//!
+//! # Capabilities and their IPMI commands
+//! | capability | IPMI command (netfn / cmd) |
+//! |---|---|
+//! | power status | Get Chassis Status (chassis 0x00 / 0x01), byte 1 bit 0 |
+//! | power on, off, cycle, reset, NMI, soft off | Chassis Control (0x00 / 0x02) with 1, 0, 2, 3, 4 (diagnostic interrupt), 5 (ACPI soft shutdown) |
+//! | boot device set | Set System Boot Options (0x00 / 0x08), parameter 5: valid, persistent (bit 6), EFI (bit 5), selector PXE 1, disk 2, safe 3, CD/DVD 5, BIOS setup 6 |
+//! | boot device get | Get System Boot Options (0x00 / 0x09), parameter 5 (valid bit clear → `none`) |
+//! | users list | Get User Access (app 0x06 / 0x44), Get User Name (0x06 / 0x46) |
+//! | user create | free slot (empty name), Set User Name (0x06 / 0x45), Set User Password (0x06 / 0x47, set), Set User Access (0x06 / 0x43, privilege + IPMI messaging on the LAN channel), Set User Password (enable/disable) |
+//! | user update | existing user only (else `target_not_found`): Set User Password / Set User Access / enable-disable as named |
+//! | user delete | Set User Password (disable), Set User Access (No Access, messaging off), Set User Name (empty) |
+//! | BMC reset | Cold Reset (0x06 / 0x02), Warm Reset (0x06 / 0x03) |
+//! | network source | Get/Set LAN Configuration Parameters (transport 0x0C / 0x02, 0x01): 4 IP source, 3 address, 6 netmask, 12 gateway, 0 set-in-progress |
+//! | raw | any request netfn/cmd, data ≤ 255 bytes, completion code returned as `status` |
+//! | inventory | Get Device ID (0x06 / 0x01), Get Chassis Status, Get FRU Inventory Area Info (storage 0x0A / 0x10), Read FRU Data (0x0A / 0x11): board and product areas |
+//!
+//! Session-level commands: Get Channel Authentication Capabilities
+//! (0x06 / 0x38, before the handshake), Set Session Privilege Level
+//! (0x06 / 0x3B, Administrator), Get Device ID as keep-alive, Get Session
+//! Info (0x06 / 0x3D) + Close Session (0x06 / 0x3C) on close. The LAN
+//! channel for user/LAN commands comes from Get Channel Info (0x06 / 0x42,
+//! channel 0x0E) unless configured.
+//!
+//! # Why ipmi-rs, and where it stops
+//! ipmi-rs 0.6.0 does the RMCP+ handshake and per-message crypto for cipher
+//! suite 3, and parses Get Device ID; everything else is raw messages with
+//! our own typed wrappers (it has no chassis, boot option or user
+//! commands). Its gaps and how this crate covers them are listed in
+//! [`rmcp`]. Cipher suite 17 (SHA-256) is **not** offered: ipmi-rs
+//! hard-wires suite 3 and keeps its crypto private, and `ipmi_sim` does not
+//! support suite 17, so an own implementation could not be tested here.
+//!
+//! # Tested against
+//! `tests/` run every capability against OpenIPMI `ipmi_sim` (cross-checked
+//! with `ipmitool -I lanplus -C 3` both ways). What `ipmi_sim` refuses or
+//! ignores — NMI, warm reset, persistent/EFI boot flags, safe-mode boot,
+//! privilege errors — runs against `testing::SpecBmc`, a responder built
+//! from the IPMI 2.0 spec, over the same `IpmiSession` code.
+
+pub mod cmd;
+pub mod connector;
+pub mod error;
+pub mod fru;
+pub mod probe;
+pub mod rmcp;
+pub mod session;
+pub mod transport;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use connector::{IpmiConfig, IpmiConnector, CAPABILITIES, DEFAULT_PORT};
+pub use error::{TransportError, TransportErrorKind};
+pub use rmcp::{RmcpConfig, RmcpTransport};
+pub use session::IpmiSession;
+pub use transport::{Request, Response, Retry, Transport};

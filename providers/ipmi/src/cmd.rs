@@ -1,0 +1,524 @@
+//! The IPMI commands bmcfleet sends, and pure encoders/decoders for their
+//! data (no I/O here: every function is unit-tested against spec bytes).
+//!
+//! Section numbers refer to the IPMI v2.0 rev 1.1 specification.
+
+use crate::error::{CommandId, SpecificCode};
+use crate::transport::Retry;
+use bmcfleet_provider::ProviderError;
+use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp, UserRole};
+use std::net::Ipv4Addr;
+
+/// A command: its identity, whether a retransmit is safe, and its
+/// command-specific completion codes.
+#[derive(Clone, Copy, Debug)]
+pub struct Command {
+    pub id: CommandId,
+    pub retry: Retry,
+    pub specific: &'static [SpecificCode],
+}
+
+const fn command(name: &'static str, netfn: u8, cmd: u8, retry: Retry) -> Command {
+    Command { id: CommandId { name, netfn, cmd }, retry, specific: &[] }
+}
+
+pub const NETFN_CHASSIS: u8 = 0x00;
+pub const NETFN_APP: u8 = 0x06;
+pub const NETFN_STORAGE: u8 = 0x0A;
+pub const NETFN_TRANSPORT: u8 = 0x0C;
+
+// --- App (netfn 0x06) ---
+/// 20.1 Get Device ID.
+pub const GET_DEVICE_ID: Command = command("Get Device ID", NETFN_APP, 0x01, Retry::Safe);
+/// 20.2 Cold Reset.
+pub const COLD_RESET: Command = command("Cold Reset", NETFN_APP, 0x02, Retry::Once);
+/// 20.3 Warm Reset.
+pub const WARM_RESET: Command = command("Warm Reset", NETFN_APP, 0x03, Retry::Once);
+/// 22.24 Get Channel Info.
+pub const GET_CHANNEL_INFO: Command = command("Get Channel Info", NETFN_APP, 0x42, Retry::Safe);
+/// 22.26 Set User Access.
+pub const SET_USER_ACCESS: Command = command("Set User Access", NETFN_APP, 0x43, Retry::Safe);
+/// 22.27 Get User Access.
+pub const GET_USER_ACCESS: Command = command("Get User Access", NETFN_APP, 0x44, Retry::Safe);
+/// 22.28 Set User Name.
+pub const SET_USER_NAME: Command = command("Set User Name", NETFN_APP, 0x45, Retry::Safe);
+/// 22.29 Get User Name.
+pub const GET_USER_NAME: Command = command("Get User Name", NETFN_APP, 0x46, Retry::Safe);
+/// 22.30 Set User Password (enable, disable, set password).
+pub const SET_USER_PASSWORD: Command = Command {
+    id: CommandId { name: "Set User Password", netfn: NETFN_APP, cmd: 0x47 },
+    retry: Retry::Safe,
+    specific: &[
+        SpecificCode { cc: 0x80, code: ErrorCode::BmcError, meaning: "password test failed" },
+        SpecificCode { cc: 0x81, code: ErrorCode::InvalidField, meaning: "password is longer than the BMC accepts" },
+    ],
+};
+
+// --- Chassis (netfn 0x00) ---
+/// 28.2 Get Chassis Status.
+pub const GET_CHASSIS_STATUS: Command = command("Get Chassis Status", NETFN_CHASSIS, 0x01, Retry::Safe);
+/// 28.3 Chassis Control.
+/// Its only data byte is the function, so "invalid data field" means the
+/// BMC does not implement that function (e.g. `ipmi_sim` and NMI).
+pub const CHASSIS_CONTROL: Command = Command {
+    id: CommandId { name: "Chassis Control", netfn: NETFN_CHASSIS, cmd: 0x02 },
+    retry: Retry::Once,
+    specific: &[SpecificCode {
+        cc: 0xCC,
+        code: ErrorCode::Unsupported,
+        meaning: "invalid data field: the BMC does not implement this chassis control function",
+    }],
+};
+/// 28.12 Set System Boot Options.
+pub const SET_BOOT_OPTIONS: Command = Command {
+    id: CommandId { name: "Set System Boot Options", netfn: NETFN_CHASSIS, cmd: 0x08 },
+    retry: Retry::Safe,
+    specific: &[
+        SpecificCode { cc: 0x80, code: ErrorCode::Unsupported, meaning: "boot option parameter not supported" },
+        SpecificCode { cc: 0x81, code: ErrorCode::BmcError, meaning: "set already in progress by another party" },
+        SpecificCode { cc: 0x82, code: ErrorCode::Unsupported, meaning: "attempt to write a read-only parameter" },
+    ],
+};
+/// 28.13 Get System Boot Options.
+pub const GET_BOOT_OPTIONS: Command = Command {
+    id: CommandId { name: "Get System Boot Options", netfn: NETFN_CHASSIS, cmd: 0x09 },
+    retry: Retry::Safe,
+    specific: &[SpecificCode { cc: 0x80, code: ErrorCode::Unsupported, meaning: "boot option parameter not supported" }],
+};
+
+// --- Storage (netfn 0x0A) ---
+/// 34.1 Get FRU Inventory Area Info.
+pub const GET_FRU_INFO: Command = command("Get FRU Inventory Area Info", NETFN_STORAGE, 0x10, Retry::Safe);
+/// 34.2 Read FRU Data.
+pub const READ_FRU: Command = Command {
+    id: CommandId { name: "Read FRU Data", netfn: NETFN_STORAGE, cmd: 0x11 },
+    retry: Retry::Safe,
+    specific: &[SpecificCode { cc: 0x81, code: ErrorCode::BmcError, meaning: "FRU device busy" }],
+};
+
+// --- Transport (netfn 0x0C) ---
+const LAN_SPECIFIC: &[SpecificCode] = &[
+    SpecificCode { cc: 0x80, code: ErrorCode::Unsupported, meaning: "LAN parameter not supported" },
+    SpecificCode { cc: 0x81, code: ErrorCode::BmcError, meaning: "set already in progress by another party" },
+    SpecificCode { cc: 0x82, code: ErrorCode::Unsupported, meaning: "attempt to write a read-only parameter" },
+    SpecificCode { cc: 0x83, code: ErrorCode::Unsupported, meaning: "attempt to read a write-only parameter" },
+];
+/// 23.1 Set LAN Configuration Parameters.
+pub const SET_LAN_CONFIG: Command = Command {
+    id: CommandId { name: "Set LAN Configuration Parameters", netfn: NETFN_TRANSPORT, cmd: 0x01 },
+    retry: Retry::Safe,
+    specific: LAN_SPECIFIC,
+};
+/// 23.2 Get LAN Configuration Parameters.
+pub const GET_LAN_CONFIG: Command = Command {
+    id: CommandId { name: "Get LAN Configuration Parameters", netfn: NETFN_TRANSPORT, cmd: 0x02 },
+    retry: Retry::Safe,
+    specific: LAN_SPECIFIC,
+};
+
+/// "This channel" in channel-number fields.
+pub const CURRENT_CHANNEL: u8 = 0x0E;
+
+// ---------------------------------------------------------------- chassis
+
+/// Chassis Control data byte for a power operation (28.3); `None` for
+/// [`PowerOp::Status`], which is Get Chassis Status instead.
+pub fn chassis_control_code(op: PowerOp) -> Option<u8> {
+    match op {
+        PowerOp::Off => Some(0x00),
+        PowerOp::On => Some(0x01),
+        PowerOp::Cycle => Some(0x02),
+        PowerOp::Reset => Some(0x03),
+        PowerOp::Nmi => Some(0x04),
+        PowerOp::SoftOff => Some(0x05),
+        PowerOp::Status => None,
+    }
+}
+
+/// Decoded Get Chassis Status response (28.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChassisStatus {
+    pub power_on: bool,
+    pub power_overload: bool,
+    pub interlock: bool,
+    pub power_fault: bool,
+    pub control_fault: bool,
+    /// 0 = stay off, 1 = restore previous, 2 = always on, 3 = unknown.
+    pub restore_policy: u8,
+    pub last_event: u8,
+    pub misc: u8,
+}
+
+pub fn decode_chassis_status(data: &[u8]) -> Option<ChassisStatus> {
+    let current = *data.first()?;
+    Some(ChassisStatus {
+        power_on: current & 0x01 != 0,
+        power_overload: current & 0x02 != 0,
+        interlock: current & 0x04 != 0,
+        power_fault: current & 0x08 != 0,
+        control_fault: current & 0x10 != 0,
+        restore_policy: (current >> 5) & 0x03,
+        last_event: data.get(1).copied().unwrap_or(0),
+        misc: data.get(2).copied().unwrap_or(0),
+    })
+}
+
+pub fn restore_policy_name(policy: u8) -> &'static str {
+    match policy {
+        0 => "always-off",
+        1 => "previous",
+        2 => "always-on",
+        _ => "unknown",
+    }
+}
+
+// ---------------------------------------------------------------- boot
+
+/// Boot option parameter 5, "boot flags" (28.13, table 28-14).
+pub const BOOT_PARAM_FLAGS: u8 = 5;
+
+const BOOT_VALID: u8 = 0x80;
+const BOOT_PERSISTENT: u8 = 0x40;
+const BOOT_EFI: u8 = 0x20;
+
+/// Device selector (boot flags data 2, bits 5:2).
+fn device_selector(device: BootDevice) -> u8 {
+    match device {
+        BootDevice::None => 0x0,
+        BootDevice::Pxe => 0x1,
+        BootDevice::Disk => 0x2,
+        BootDevice::Safe => 0x3,
+        BootDevice::Cdrom => 0x5,
+        BootDevice::Bios => 0x6,
+    }
+}
+
+fn selector_name(selector: u8) -> &'static str {
+    match selector {
+        0x4 => "diagnostic partition",
+        0x7 => "remote floppy/primary removable media",
+        0x8 => "remote CD/DVD",
+        0x9 => "primary remote media",
+        0xB => "remote hard disk",
+        0xF => "floppy/primary removable media",
+        _ => "reserved",
+    }
+}
+
+/// Set System Boot Options request data for parameter 5: valid, one-time or
+/// persistent, legacy or EFI, device selector; bytes 3–5 zero (no CMOS
+/// clear, no lockouts, default verbosity/console redirection).
+pub fn encode_boot_flags(req: &BootDeviceRequest) -> Vec<u8> {
+    let mut b1 = BOOT_VALID;
+    if req.persistent {
+        b1 |= BOOT_PERSISTENT;
+    }
+    if req.efi {
+        b1 |= BOOT_EFI;
+    }
+    vec![BOOT_PARAM_FLAGS, b1, device_selector(req.device) << 2, 0, 0, 0]
+}
+
+/// Get System Boot Options request data for parameter 5.
+pub fn get_boot_flags_request() -> Vec<u8> {
+    vec![BOOT_PARAM_FLAGS, 0, 0]
+}
+
+/// Decodes the Get System Boot Options response for parameter 5.
+///
+/// The spec says the flags apply only while the *valid* bit is set; when it
+/// is clear (expired one-time override, or never set) the result is
+/// `device: None`. The persistent/EFI bits are reported as read.
+pub fn decode_boot_flags(data: &[u8]) -> Result<BootDeviceRequest, ProviderError> {
+    let protocol = |m: String| ProviderError::new(ErrorCode::ProtocolError, m);
+    if data.len() < 4 {
+        return Err(protocol(format!("boot flags response has {} bytes, expected at least 4", data.len())));
+    }
+    if data[1] & 0x7F != BOOT_PARAM_FLAGS {
+        return Err(protocol(format!("asked for boot parameter 5, got {}", data[1] & 0x7F)));
+    }
+    let b1 = data[2];
+    let selector = (data[3] >> 2) & 0x0F;
+    let persistent = b1 & BOOT_PERSISTENT != 0;
+    let efi = b1 & BOOT_EFI != 0;
+    if b1 & BOOT_VALID == 0 {
+        return Ok(BootDeviceRequest { device: BootDevice::None, persistent, efi });
+    }
+    let device = match selector {
+        0x0 => BootDevice::None,
+        0x1 => BootDevice::Pxe,
+        0x2 => BootDevice::Disk,
+        0x3 => BootDevice::Safe,
+        0x5 => BootDevice::Cdrom,
+        0x6 => BootDevice::Bios,
+        other => {
+            return Err(ProviderError::unsupported_op(format!(
+                "the BMC's boot device selector 0x{other:X} ({}) has no bmcfleet equivalent",
+                selector_name(other)
+            )))
+        }
+    };
+    Ok(BootDeviceRequest { device, persistent, efi })
+}
+
+// ---------------------------------------------------------------- users
+
+/// User name field width (22.28).
+pub const USER_NAME_LEN: usize = 16;
+
+pub fn role_privilege(role: UserRole) -> u8 {
+    match role {
+        UserRole::Callback => 0x1,
+        UserRole::User => 0x2,
+        UserRole::Operator => 0x3,
+        UserRole::Admin => 0x4,
+        UserRole::NoAccess => 0xF,
+    }
+}
+
+pub fn privilege_role(privilege: u8) -> Option<UserRole> {
+    match privilege & 0x0F {
+        0x1 => Some(UserRole::Callback),
+        0x2 => Some(UserRole::User),
+        0x3 => Some(UserRole::Operator),
+        0x4 => Some(UserRole::Admin),
+        0xF => Some(UserRole::NoAccess),
+        _ => None,
+    }
+}
+
+/// Validates a user name for the 16-byte IPMI field: 1–16 printable ASCII
+/// characters, no spaces at either end.
+pub fn validate_user_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > USER_NAME_LEN {
+        return Err(format!("an IPMI user name has 1 to {USER_NAME_LEN} characters, got {}", name.len()));
+    }
+    if !name.bytes().all(|b| b.is_ascii_graphic() || b == b' ') || name.trim() != name {
+        return Err("an IPMI user name is printable ASCII without leading or trailing spaces".into());
+    }
+    Ok(())
+}
+
+/// Validates a password: at most 20 bytes (IPMI 2.0), no NUL.
+pub fn validate_password(password: &str) -> Result<(), String> {
+    if password.len() > 20 {
+        return Err(format!("an IPMI 2.0 password has at most 20 bytes, got {}", password.len()));
+    }
+    if password.bytes().any(|b| b == 0) {
+        return Err("an IPMI password cannot contain NUL bytes".into());
+    }
+    Ok(())
+}
+
+pub fn encode_set_user_name(user_id: u8, name: &str) -> Vec<u8> {
+    let mut data = vec![user_id & 0x3F];
+    let mut field = [0u8; USER_NAME_LEN];
+    field[..name.len()].copy_from_slice(name.as_bytes());
+    data.extend_from_slice(&field);
+    data
+}
+
+pub fn decode_user_name(data: &[u8]) -> String {
+    let field = &data[..data.len().min(USER_NAME_LEN)];
+    let end = field.iter().position(|b| *b == 0).unwrap_or(field.len());
+    String::from_utf8_lossy(&field[..end]).into_owned()
+}
+
+/// Set User Password operations (22.30, data byte 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PasswordOp {
+    Disable = 0,
+    Enable = 1,
+    Set = 2,
+}
+
+/// Set User Password request. Passwords longer than 16 bytes use the
+/// 20-byte form (bit 7 of the user id byte).
+pub fn encode_set_user_password(user_id: u8, op: PasswordOp, password: Option<&str>) -> Vec<u8> {
+    let pw = password.unwrap_or("");
+    let wide = pw.len() > 16;
+    let mut data = vec![(user_id & 0x3F) | if wide { 0x80 } else { 0 }, op as u8];
+    if op == PasswordOp::Set {
+        let mut field = vec![0u8; if wide { 20 } else { 16 }];
+        field[..pw.len()].copy_from_slice(pw.as_bytes());
+        data.extend_from_slice(&field);
+    }
+    data
+}
+
+/// Set User Access request: privilege limit and IPMI messaging on `channel`.
+pub fn encode_set_user_access(channel: u8, user_id: u8, privilege: u8, messaging: bool) -> Vec<u8> {
+    // bit 7: change the bits below; bit 4: IPMI messaging; bit 5: link auth.
+    let flags = 0x80 | if messaging { 0x10 } else { 0 };
+    vec![flags | (channel & 0x0F), user_id & 0x3F, privilege & 0x0F]
+}
+
+pub fn encode_get_user_access(channel: u8, user_id: u8) -> Vec<u8> {
+    vec![channel & 0x0F, user_id & 0x3F]
+}
+
+/// Decoded Get User Access response (22.27).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserAccess {
+    pub max_users: u8,
+    /// `Some` when the BMC reports the user's enable status (bits 7:6 of
+    /// byte 2); IPMI 1.5 BMCs and `ipmi_sim` leave it unspecified.
+    pub enabled: Option<bool>,
+    pub ipmi_messaging: bool,
+    pub link_auth: bool,
+    pub callback_only: bool,
+    pub privilege: u8,
+}
+
+pub fn decode_user_access(data: &[u8]) -> Option<UserAccess> {
+    if data.len() < 4 {
+        return None;
+    }
+    Some(UserAccess {
+        max_users: data[0] & 0x3F,
+        enabled: match data[1] >> 6 {
+            0b01 => Some(true),
+            0b10 => Some(false),
+            _ => None,
+        },
+        callback_only: data[3] & 0x40 != 0,
+        link_auth: data[3] & 0x20 != 0,
+        ipmi_messaging: data[3] & 0x10 != 0,
+        privilege: data[3] & 0x0F,
+    })
+}
+
+impl UserAccess {
+    /// Whether the user can log in: the spec's enable status when the BMC
+    /// reports it, else (ipmi_sim, old BMCs) IPMI messaging on the channel.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(self.ipmi_messaging)
+    }
+}
+
+// ---------------------------------------------------------------- LAN
+
+/// LAN configuration parameters (23.2, table 23-4).
+pub const LAN_SET_IN_PROGRESS: u8 = 0;
+pub const LAN_IP_ADDRESS: u8 = 3;
+pub const LAN_IP_SOURCE: u8 = 4;
+pub const LAN_SUBNET_MASK: u8 = 6;
+pub const LAN_DEFAULT_GATEWAY: u8 = 12;
+
+/// IP address source values (parameter 4).
+pub const IP_SOURCE_STATIC: u8 = 0x01;
+pub const IP_SOURCE_DHCP: u8 = 0x02;
+
+pub fn encode_get_lan_param(channel: u8, param: u8) -> Vec<u8> {
+    vec![channel & 0x0F, param, 0, 0]
+}
+
+pub fn encode_set_lan_param(channel: u8, param: u8, value: &[u8]) -> Vec<u8> {
+    let mut data = vec![channel & 0x0F, param];
+    data.extend_from_slice(value);
+    data
+}
+
+/// The parameter bytes of a Get LAN Configuration Parameters response
+/// (after the revision byte).
+pub fn lan_param_value(data: &[u8], len: usize) -> Result<&[u8], String> {
+    data.get(1..1 + len)
+        .ok_or_else(|| format!("LAN parameter response has {} bytes, expected {}", data.len(), len + 1))
+}
+
+pub fn ipv4(bytes: &[u8]) -> Ipv4Addr {
+    Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3])
+}
+
+/// How a parameter 4 value reads: `true` for a dynamically obtained
+/// address (DHCP 2, BIOS/system software 3, other BMC protocol 4), `false`
+/// for static (1) or unspecified (0, treated as static configuration).
+pub fn ip_source_is_dynamic(source: u8) -> bool {
+    matches!(source & 0x0F, 0x02..=0x04)
+}
+
+// ---------------------------------------------------------------- device id
+
+/// Firmware revision text from Get Device ID bytes 3–4 (major binary,
+/// minor BCD), e.g. `9.08`.
+pub fn firmware_revision(data: &[u8]) -> Option<String> {
+    let major = data.get(2)? & 0x7F;
+    let minor = *data.get(3)?;
+    Some(format!("{major}.{:X}{:X}", minor >> 4, minor & 0x0F))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_flags_round_trip_every_device() {
+        for device in [BootDevice::Pxe, BootDevice::Disk, BootDevice::Safe, BootDevice::Cdrom, BootDevice::Bios] {
+            for persistent in [false, true] {
+                for efi in [false, true] {
+                    let req = BootDeviceRequest { device, persistent, efi };
+                    let set = encode_boot_flags(&req);
+                    // Get response: revision, parameter, then the 5 data bytes.
+                    let mut get = vec![0x01, BOOT_PARAM_FLAGS];
+                    get.extend_from_slice(&set[1..]);
+                    assert_eq!(decode_boot_flags(&get).unwrap(), req);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn boot_flags_spec_bytes() {
+        let req = BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: true };
+        assert_eq!(encode_boot_flags(&req), vec![0x05, 0xE0, 0x04, 0, 0, 0]);
+        let req = BootDeviceRequest { device: BootDevice::Bios, persistent: false, efi: false };
+        assert_eq!(encode_boot_flags(&req), vec![0x05, 0x80, 0x18, 0, 0, 0]);
+    }
+
+    #[test]
+    fn invalid_boot_flags_mean_no_override() {
+        // What ipmi_sim answers after `bootdev pxe`: valid bit clear.
+        let got = decode_boot_flags(&[0x01, 0x05, 0x00, 0x04, 0, 0, 0]).unwrap();
+        assert_eq!(got.device, BootDevice::None);
+        assert!(decode_boot_flags(&[0x01, 0x05, 0x80, 0x1C, 0, 0, 0]).is_err()); // remote floppy
+        assert!(decode_boot_flags(&[0x01, 0x04, 0x80]).is_err());
+    }
+
+    #[test]
+    fn user_fields() {
+        assert_eq!(encode_set_user_name(3, "bob").len(), 17);
+        assert_eq!(decode_user_name(&encode_set_user_name(3, "bob")[1..]), "bob");
+        assert!(validate_user_name("").is_err());
+        assert!(validate_user_name("seventeen-chars-x").is_err());
+        assert!(validate_user_name(" bob").is_err());
+        assert!(validate_user_name("ops_admin-1").is_ok());
+        assert!(validate_password(&"x".repeat(21)).is_err());
+        let short = encode_set_user_password(4, PasswordOp::Set, Some("pw"));
+        assert_eq!((short[0], short[1], short.len()), (4, 2, 18));
+        let wide = encode_set_user_password(4, PasswordOp::Set, Some("seventeen-chars-x"));
+        assert_eq!((wide[0], wide.len()), (0x84, 22));
+        assert_eq!(encode_set_user_password(4, PasswordOp::Enable, None), vec![4, 1]);
+        assert_eq!(encode_set_user_access(1, 4, 0x4, true), vec![0x91, 4, 4]);
+        let access = decode_user_access(&[0x0A, 0x42, 0x01, 0x14]).unwrap();
+        assert_eq!(access.enabled, Some(true));
+        assert!(access.ipmi_messaging);
+        assert_eq!(privilege_role(access.privilege), Some(UserRole::Admin));
+        // ipmi_sim style: status unspecified, messaging bit decides.
+        let sim = decode_user_access(&[0x3F, 0x01, 0x00, 0x04]).unwrap();
+        assert!(!sim.is_enabled());
+    }
+
+    #[test]
+    fn firmware_revision_is_bcd_minor() {
+        assert_eq!(firmware_revision(&[0, 0x03, 0x09, 0x08]).unwrap(), "9.08");
+        assert_eq!(firmware_revision(&[0, 0x03, 0x82, 0x45]).unwrap(), "2.45");
+    }
+
+    #[test]
+    fn chassis_status_bits() {
+        let s = decode_chassis_status(&[0x41, 0x10, 0x00, 0x00]).unwrap();
+        assert!(s.power_on);
+        assert_eq!(restore_policy_name(s.restore_policy), "always-on");
+        assert!(decode_chassis_status(&[]).is_none());
+    }
+}

@@ -1,0 +1,123 @@
+//! [`IpmiConnector`]: opens RMCP+ sessions for the worker.
+
+use crate::cmd;
+use crate::rmcp::{RmcpConfig, RmcpTransport};
+use crate::session::IpmiSession;
+use async_trait::async_trait;
+use bmcfleet_provider::{BmcSession, Capability, Connector, Ctx, ProviderError, ResolvedCredentials, Result};
+use bmcfleet_schema::{BmcTarget, ErrorCode, Protocol};
+use std::net::SocketAddr;
+use tracing::Instrument;
+
+/// The IPMI-over-LAN port (RMCP, UDP).
+pub const DEFAULT_PORT: u16 = 623;
+
+/// What every IPMI session offers (a contract test checks this against a
+/// real session's accessors).
+pub const CAPABILITIES: &[Capability] = &[
+    Capability::Power,
+    Capability::BootDevice,
+    Capability::Users,
+    Capability::BmcReset,
+    Capability::NetworkSource,
+    Capability::Raw,
+    Capability::Inventory,
+];
+
+/// Provider configuration.
+#[derive(Clone, Debug, Default)]
+pub struct IpmiConfig {
+    /// Session timing (retransmits, keep-alive).
+    pub rmcp: RmcpConfig,
+    /// LAN channel for user access and LAN configuration commands. `None`:
+    /// the channel the session arrived on (Get Channel Info, channel 0x0E).
+    pub channel: Option<u8>,
+}
+
+/// Opens IPMI 2.0 (RMCP+) sessions.
+#[derive(Clone, Debug, Default)]
+pub struct IpmiConnector {
+    config: IpmiConfig,
+}
+
+impl IpmiConnector {
+    pub fn new(config: IpmiConfig) -> Self {
+        IpmiConnector { config }
+    }
+
+    /// Like [`Connector::connect`], returning the concrete session (tests and
+    /// tools use it to read [`RmcpTransport::handshakes`]).
+    pub async fn open(
+        &self,
+        ctx: &Ctx,
+        target: &BmcTarget,
+        credentials: &ResolvedCredentials,
+    ) -> Result<IpmiSession<RmcpTransport>> {
+        if !matches!(target.protocol, Protocol::Ipmi | Protocol::Auto) {
+            return Err(ProviderError::new(
+                ErrorCode::UnsupportedProtocol,
+                format!("the IPMI provider cannot speak {}", target.protocol),
+            ));
+        }
+        cmd::validate_user_name(&credentials.username)
+            .map_err(|e| ProviderError::new(ErrorCode::InvalidField, format!("credentials: {e}")))?;
+        cmd::validate_password(credentials.password.expose())
+            .map_err(|e| ProviderError::new(ErrorCode::InvalidField, format!("credentials: {e}")))?;
+
+        let bmc = target.address.to_string();
+        let span = tracing::debug_span!("ipmi_connect", bmc = %bmc);
+        async {
+            let peer = resolve(ctx, &target.address.authority(DEFAULT_PORT)).await?;
+            let transport = RmcpTransport::connect(
+                peer,
+                credentials.username.clone(),
+                credentials.password.clone(),
+                self.config.rmcp.clone(),
+                ctx.deadline,
+            )
+            .await?;
+            let session = IpmiSession::new(transport, bmc.clone());
+            Ok(match self.config.channel {
+                Some(channel) => session.with_channel(channel),
+                None => session,
+            })
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+async fn resolve(ctx: &Ctx, authority: &str) -> Result<SocketAddr> {
+    let lookup = tokio::net::lookup_host(authority.to_owned());
+    let addrs = tokio::time::timeout_at(ctx.deadline, lookup)
+        .await
+        .map_err(|_| ProviderError::new(ErrorCode::DeadlineExceeded, format!("resolving {authority} took too long")))?
+        .map_err(|e| ProviderError::new(ErrorCode::Unreachable, format!("cannot resolve {authority}: {e}")))?;
+    let addrs: Vec<SocketAddr> = addrs.collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| ProviderError::new(ErrorCode::Unreachable, format!("{authority} resolves to no address")))
+}
+
+#[async_trait]
+impl Connector for IpmiConnector {
+    fn protocol(&self) -> &'static str {
+        "ipmi"
+    }
+
+    fn declared_capabilities(&self) -> &'static [Capability] {
+        CAPABILITIES
+    }
+
+    async fn connect(
+        &self,
+        ctx: &Ctx,
+        target: &BmcTarget,
+        credentials: &ResolvedCredentials,
+    ) -> Result<Box<dyn BmcSession>> {
+        Ok(Box::new(self.open(ctx, target, credentials).await?))
+    }
+}

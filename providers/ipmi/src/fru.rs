@@ -1,0 +1,196 @@
+//! FRU information parsing (Platform Management FRU Information Storage
+//! Definition v1.0): common header, board info area, product info area.
+
+/// Fields of the board info area (section 11).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BoardInfo {
+    pub manufacturer: Option<String>,
+    pub product: Option<String>,
+    pub serial: Option<String>,
+    pub part_number: Option<String>,
+}
+
+/// Fields of the product info area (section 12).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProductInfo {
+    pub manufacturer: Option<String>,
+    pub name: Option<String>,
+    pub part_number: Option<String>,
+    pub version: Option<String>,
+    pub serial: Option<String>,
+    pub asset_tag: Option<String>,
+}
+
+/// Offsets (in bytes) of the areas named by the common header (section 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommonHeader {
+    pub board: Option<usize>,
+    pub product: Option<usize>,
+}
+
+fn checksum_ok(bytes: &[u8]) -> bool {
+    bytes.iter().fold(0u8, |a, b| a.wrapping_add(*b)) == 0
+}
+
+pub fn parse_header(bytes: &[u8]) -> Result<CommonHeader, String> {
+    if bytes.len() < 8 {
+        return Err("FRU common header is shorter than 8 bytes".into());
+    }
+    let header = &bytes[..8];
+    if header[0] & 0x0F != 0x01 {
+        return Err(format!("unknown FRU format version {}", header[0] & 0x0F));
+    }
+    if !checksum_ok(header) {
+        return Err("FRU common header checksum mismatch".into());
+    }
+    let offset = |b: u8| (b != 0).then_some(usize::from(b) * 8);
+    Ok(CommonHeader { board: offset(header[3]), product: offset(header[4]) })
+}
+
+/// The length in bytes of an area from its first two bytes.
+pub fn area_len(first_two: &[u8]) -> Result<usize, String> {
+    match first_two {
+        [version, len, ..] if version & 0x0F == 0x01 && *len > 0 => Ok(usize::from(*len) * 8),
+        [_, _, ..] => Err("FRU area has an unknown version or zero length".into()),
+        _ => Err("FRU area is truncated".into()),
+    }
+}
+
+/// Decodes one type/length-prefixed field; returns the value (if any) and
+/// the bytes consumed, or `None` at the end-of-fields marker (0xC1).
+fn field(bytes: &[u8]) -> Result<Option<(Option<String>, usize)>, String> {
+    let tl = *bytes.first().ok_or("FRU area ends without the end-of-fields marker")?;
+    if tl == 0xC1 {
+        return Ok(None);
+    }
+    let len = usize::from(tl & 0x3F);
+    let raw = bytes.get(1..1 + len).ok_or("FRU field runs past its area")?;
+    let text = match tl >> 6 {
+        0b11 => String::from_utf8_lossy(raw).into_owned(),
+        0b10 => six_bit_ascii(raw),
+        0b01 => raw
+            .iter()
+            .flat_map(|b| [b >> 4, b & 0x0F])
+            .map(|n| match n {
+                0..=9 => char::from(b'0' + n),
+                0xA => ' ',
+                0xB => '-',
+                0xC => '.',
+                _ => '?',
+            })
+            .collect(),
+        _ => raw.iter().map(|b| format!("{b:02x}")).collect(),
+    };
+    let text = text.trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_string();
+    Ok(Some(((!text.is_empty()).then_some(text), 1 + len)))
+}
+
+/// Packed 6-bit ASCII (FRU spec section 13.2): 4 characters per 3 bytes.
+fn six_bit_ascii(raw: &[u8]) -> String {
+    let mut bits: u32 = 0;
+    let mut nbits = 0;
+    let mut out = String::new();
+    for b in raw {
+        bits |= u32::from(*b) << nbits;
+        nbits += 8;
+        while nbits >= 6 {
+            out.push(char::from(0x20 + (bits & 0x3F) as u8));
+            bits >>= 6;
+            nbits -= 6;
+        }
+    }
+    out
+}
+
+/// Reads the fields of an area starting at `start` (after the fixed bytes).
+fn fields(area: &[u8], start: usize) -> Result<Vec<Option<String>>, String> {
+    if !checksum_ok(area) {
+        return Err("FRU area checksum mismatch".into());
+    }
+    let mut out = Vec::new();
+    let mut at = start;
+    while let Some((value, used)) = field(area.get(at..).unwrap_or(&[]))? {
+        out.push(value);
+        at += used;
+    }
+    Ok(out)
+}
+
+/// Parses a complete board info area (its declared length).
+pub fn parse_board(area: &[u8]) -> Result<BoardInfo, String> {
+    // version, length, language, 3-byte manufacturing date.
+    let mut f = fields(area, 6)?.into_iter();
+    Ok(BoardInfo {
+        manufacturer: f.next().flatten(),
+        product: f.next().flatten(),
+        serial: f.next().flatten(),
+        part_number: f.next().flatten(),
+    })
+}
+
+/// Parses a complete product info area (its declared length).
+pub fn parse_product(area: &[u8]) -> Result<ProductInfo, String> {
+    // version, length, language.
+    let mut f = fields(area, 3)?.into_iter();
+    Ok(ProductInfo {
+        manufacturer: f.next().flatten(),
+        name: f.next().flatten(),
+        part_number: f.next().flatten(),
+        version: f.next().flatten(),
+        serial: f.next().flatten(),
+        asset_tag: f.next().flatten(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The FRU blob in tests/ipmi_sim/bmc.emu.in.
+    pub(crate) const SIM_FRU: [u8; 112] = [
+        0x01, 0x00, 0x00, 0x01, 0x08, 0x00, 0x00, 0xf6, 0x01, 0x07, 0x00, 0x00, 0x00, 0x00, 0xc8, 0x62, 0x6d,
+        0x63, 0x66, 0x6c, 0x65, 0x65, 0x74, 0xcb, 0x53, 0x49, 0x4d, 0x2d, 0x42, 0x4f, 0x41, 0x52, 0x44, 0x2d,
+        0x31, 0xc8, 0x42, 0x52, 0x44, 0x2d, 0x30, 0x30, 0x30, 0x31, 0xc9, 0x50, 0x4e, 0x2d, 0x42, 0x52, 0x44,
+        0x2d, 0x34, 0x32, 0xc0, 0xc1, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x39, 0x01, 0x06, 0x00, 0xc8,
+        0x62, 0x6d, 0x63, 0x66, 0x6c, 0x65, 0x65, 0x74, 0xc8, 0x49, 0x50, 0x4d, 0x49, 0x2d, 0x53, 0x49, 0x4d,
+        0xc8, 0x4d, 0x4f, 0x44, 0x45, 0x4c, 0x2d, 0x58, 0x31, 0xc3, 0x31, 0x2e, 0x30, 0xc8, 0x50, 0x52, 0x44,
+        0x2d, 0x30, 0x30, 0x30, 0x31, 0xc0, 0xc0, 0xc1, 0x00, 0xc4,
+    ];
+
+    #[test]
+    fn parses_the_simulator_fru() {
+        let h = parse_header(&SIM_FRU).unwrap();
+        assert_eq!(h, CommonHeader { board: Some(8), product: Some(64) });
+        let board_len = area_len(&SIM_FRU[8..]).unwrap();
+        let board = parse_board(&SIM_FRU[8..8 + board_len]).unwrap();
+        assert_eq!(board.manufacturer.as_deref(), Some("bmcfleet"));
+        assert_eq!(board.product.as_deref(), Some("SIM-BOARD-1"));
+        assert_eq!(board.serial.as_deref(), Some("BRD-0001"));
+        assert_eq!(board.part_number.as_deref(), Some("PN-BRD-42"));
+        let product_len = area_len(&SIM_FRU[64..]).unwrap();
+        let product = parse_product(&SIM_FRU[64..64 + product_len]).unwrap();
+        assert_eq!(product.name.as_deref(), Some("IPMI-SIM"));
+        assert_eq!(product.part_number.as_deref(), Some("MODEL-X1"));
+        assert_eq!(product.version.as_deref(), Some("1.0"));
+        assert_eq!(product.serial.as_deref(), Some("PRD-0001"));
+        assert_eq!(product.asset_tag, None);
+    }
+
+    #[test]
+    fn rejects_corruption() {
+        let mut bad = SIM_FRU;
+        bad[20] ^= 0x01;
+        assert!(parse_board(&bad[8..64]).is_err());
+        bad[7] ^= 0x01;
+        assert!(parse_header(&bad).is_err());
+    }
+
+    #[test]
+    fn other_encodings() {
+        // "IPMI" in 6-bit ASCII: I=0x29 P=0x30 M=0x2D I=0x29.
+        let packed = [0x29 | (0x30 << 6) as u8, (0x30 >> 2) | ((0x2D & 0x0F) << 4), (0x2D >> 4) | (0x29 << 2)];
+        assert_eq!(six_bit_ascii(&packed), "IPMI");
+        let (v, used) = field(&[0x42, 0x12, 0x3B]).unwrap().unwrap();
+        assert_eq!((v.as_deref(), used), (Some("123-"), 3));
+    }
+}

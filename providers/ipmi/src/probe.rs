@@ -1,0 +1,232 @@
+//! Session-less presence and capability probe: IPMI 1.5-framed *Get
+//! Channel Authentication Capabilities* (App netfn 0x06, cmd 0x38).
+//!
+//! Sent before every RMCP+ handshake, for two reasons ipmi-rs cannot cover:
+//! - it has per-attempt timeouts and retransmits bounded by the caller's
+//!   deadline (ipmi-rs's handshake sends each message once), so "nobody
+//!   answers" becomes a clean `Unreachable` within the deadline;
+//! - it refuses BMCs that do not offer IPMI 2.0 / RMCP+: ipmi-rs would
+//!   silently fall back to an IPMI 1.5 session (MD5 or clear-text password
+//!   authentication, no encryption), which bmcfleet never uses.
+//!
+//! The harness (`testing::IpmiSim`) uses the same probe to wait until a
+//! freshly started simulator answers.
+
+use crate::error::{TransportError, TransportErrorKind};
+use std::io::ErrorKind;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+/// What the BMC said about its LAN channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuthCaps {
+    /// The channel number the request arrived on.
+    pub channel: u8,
+    /// The BMC accepts IPMI 2.0 (RMCP+) sessions.
+    pub ipmi20: bool,
+    /// The BMC accepts IPMI 1.5 sessions.
+    pub ipmi15: bool,
+}
+
+const NETFN_APP: u8 = 0x06;
+const CMD_GET_CHANNEL_AUTH_CAPS: u8 = 0x38;
+const BMC_ADDR: u8 = 0x20;
+const REMOTE_SWID: u8 = 0x81;
+const PRIV_ADMIN: u8 = 0x04;
+
+fn checksum(bytes: &[u8]) -> u8 {
+    bytes.iter().fold(0u8, |a, b| a.wrapping_add(*b)).wrapping_neg()
+}
+
+/// Builds the RMCP/IPMI 1.5 session-less datagram.
+fn encode(rq_seq: u8, extended: bool) -> Vec<u8> {
+    let channel = if extended { 0x8E } else { 0x0E };
+    let mut msg = vec![BMC_ADDR, NETFN_APP << 2];
+    msg.push(checksum(&msg));
+    let body_start = msg.len();
+    msg.extend_from_slice(&[REMOTE_SWID, (rq_seq & 0x3F) << 2, CMD_GET_CHANNEL_AUTH_CAPS, channel, PRIV_ADMIN]);
+    msg.push(checksum(&msg[body_start..]));
+
+    // RMCP header: version 6, reserved, sequence 0xFF (no ack), class IPMI.
+    let mut out = vec![0x06, 0x00, 0xFF, 0x07];
+    // IPMI 1.5 session header: auth type none, sequence 0, session id 0.
+    out.push(0x00);
+    out.extend_from_slice(&[0; 8]);
+    out.push(msg.len() as u8);
+    out.extend_from_slice(&msg);
+    out
+}
+
+/// Parses a reply; `Ok(None)` means "not the reply to this request".
+fn decode(rq_seq: u8, pkt: &[u8]) -> Result<Option<(u8, Vec<u8>)>, String> {
+    if pkt.len() < 4 || pkt[0] != 0x06 || pkt[3] & 0x1F != 0x07 {
+        return Ok(None); // not RMCP/IPMI (e.g. an ASF pong)
+    }
+    let auth_type = *pkt.get(4).ok_or("truncated session header")?;
+    let len_at = match auth_type {
+        0x00 => 13,
+        0x06 => return Err("RMCP+ framed reply to a session-less IPMI 1.5 request".into()),
+        _ => 29,
+    };
+    let len = *pkt.get(len_at).ok_or("truncated session header")? as usize;
+    let msg = pkt.get(len_at + 1..len_at + 1 + len).ok_or("message shorter than its length field")?;
+    if msg.len() < 8 {
+        return Err("IPMI message too short".into());
+    }
+    if checksum(&msg[..2]) != msg[2] || checksum(&msg[3..msg.len() - 1]) != msg[msg.len() - 1] {
+        return Err("IPMI message checksum mismatch".into());
+    }
+    let netfn = msg[1] >> 2;
+    let seq = msg[4] >> 2;
+    if netfn != NETFN_APP | 1 || msg[5] != CMD_GET_CHANNEL_AUTH_CAPS || seq != rq_seq & 0x3F {
+        return Ok(None);
+    }
+    Ok(Some((msg[6], msg[7..msg.len() - 1].to_vec())))
+}
+
+fn io_error(addr: SocketAddr, e: &std::io::Error) -> TransportError {
+    let kind = TransportErrorKind::Unreachable;
+    match e.kind() {
+        ErrorKind::ConnectionRefused => {
+            TransportError::new(kind, format!("{addr}: connection refused (nothing listens on this UDP port)"))
+        }
+        _ => TransportError::new(kind, format!("{addr}: {e}")),
+    }
+}
+
+/// Asks the BMC at `addr` for its channel authentication capabilities,
+/// retransmitting every `attempt_timeout` until `deadline`.
+pub fn channel_auth_caps(
+    addr: SocketAddr,
+    deadline: Instant,
+    attempt_timeout: Duration,
+) -> Result<AuthCaps, TransportError> {
+    let bind: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
+        .parse()
+        .expect("valid wildcard address");
+    let socket = UdpSocket::bind(bind).map_err(|e| io_error(addr, &e))?;
+    socket.connect(addr).map_err(|e| io_error(addr, &e))?;
+
+    let mut extended = true;
+    let mut rq_seq: u8 = 1;
+    let mut buf = [0u8; 512];
+    while Instant::now() < deadline {
+        let packet = encode(rq_seq, extended);
+        socket.send(&packet).map_err(|e| io_error(addr, &e))?;
+        let attempt_end = (Instant::now() + attempt_timeout).min(deadline);
+        loop {
+            let now = Instant::now();
+            if now >= attempt_end {
+                break;
+            }
+            socket
+                .set_read_timeout(Some((attempt_end - now).max(Duration::from_millis(1))))
+                .map_err(|e| io_error(addr, &e))?;
+            let n = match socket.recv(&mut buf) {
+                Ok(n) => n,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error(addr, &e)),
+            };
+            let (cc, data) = match decode(rq_seq, &buf[..n]) {
+                Ok(Some(reply)) => reply,
+                Ok(None) => continue,
+                Err(why) => {
+                    return Err(TransportError::new(TransportErrorKind::Protocol, format!("{addr}: {why}")))
+                }
+            };
+            if cc == 0xCC && extended {
+                // An IPMI 1.5-only BMC rejects the "IPMI 2.0 extended data" bit.
+                extended = false;
+                break;
+            }
+            if cc != 0 {
+                return Err(TransportError::new(
+                    TransportErrorKind::Protocol,
+                    format!("{addr}: Get Channel Authentication Capabilities failed with completion code 0x{cc:02X}"),
+                ));
+            }
+            if data.len() < 4 {
+                return Err(TransportError::new(
+                    TransportErrorKind::Protocol,
+                    format!("{addr}: Get Channel Authentication Capabilities reply too short"),
+                ));
+            }
+            let ext = data[1] & 0x80 != 0;
+            return Ok(AuthCaps {
+                channel: data[0] & 0x0F,
+                ipmi20: ext && data[3] & 0x02 != 0,
+                ipmi15: !ext || data[3] & 0x01 != 0,
+            });
+        }
+        rq_seq = (rq_seq % 0x3F) + 1;
+    }
+    Err(TransportError::new(TransportErrorKind::Unreachable, format!("{addr}: no reply from the BMC")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_bytes_match_the_spec_layout() {
+        let p = encode(1, true);
+        assert_eq!(&p[..4], &[0x06, 0x00, 0xFF, 0x07]);
+        assert_eq!(p[13] as usize, p.len() - 14);
+        let msg = &p[14..];
+        assert_eq!(msg, &[0x20, 0x18, 0xC8, 0x81, 0x04, 0x38, 0x8E, 0x04, checksum(&[0x81, 0x04, 0x38, 0x8E, 0x04])]);
+    }
+
+    fn reply(seq: u8, cc: u8, data: &[u8]) -> Vec<u8> {
+        let mut msg = vec![0x81, 0x07 << 2];
+        msg.push(checksum(&msg));
+        msg.extend_from_slice(&[0x20, seq << 2, 0x38, cc]);
+        msg.extend_from_slice(data);
+        let c = checksum(&msg[3..]);
+        msg.push(c);
+        let mut p = vec![0x06, 0x00, 0xFF, 0x07, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, msg.len() as u8];
+        p.extend_from_slice(&msg);
+        p
+    }
+
+    #[test]
+    fn decodes_reply_and_ignores_other_sequences() {
+        let p = reply(3, 0, &[1, 0x97, 0x04, 0x03, 0, 0, 0, 0]);
+        assert_eq!(decode(3, &p).unwrap(), Some((0, vec![1, 0x97, 0x04, 0x03, 0, 0, 0, 0])));
+        assert_eq!(decode(4, &p).unwrap(), None);
+        let mut bad = p.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert!(decode(3, &bad).is_err());
+    }
+
+    #[test]
+    fn closed_port_is_unreachable_quickly() {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = s.local_addr().unwrap();
+        drop(s);
+        let start = Instant::now();
+        let e = channel_auth_caps(addr, start + Duration::from_secs(5), Duration::from_millis(200)).unwrap_err();
+        assert_eq!(e.kind, TransportErrorKind::Unreachable);
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn silent_peer_is_unreachable_at_the_deadline() {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = s.local_addr().unwrap();
+        let start = Instant::now();
+        let e = channel_auth_caps(addr, start + Duration::from_millis(500), Duration::from_millis(100)).unwrap_err();
+        assert_eq!(e.kind, TransportErrorKind::Unreachable);
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(500) && took < Duration::from_millis(900), "{took:?}");
+        // It retransmitted: several requests are queued on the silent socket.
+        s.set_nonblocking(true).unwrap();
+        let mut n = 0;
+        let mut buf = [0u8; 64];
+        while s.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+        assert!(n >= 4, "{n} requests");
+    }
+}

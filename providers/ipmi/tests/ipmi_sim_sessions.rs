@@ -1,0 +1,268 @@
+//! Sessions and faults against real `ipmi_sim` instances: session reuse,
+//! Close Session, wrong credentials, unreachable or silent BMCs, a BMC that
+//! dies mid-session and comes back, several BMCs side by side.
+
+mod common;
+
+use bmcfleet_ipmi::testing::{IpmiSim, IpmiSimOptions};
+use bmcfleet_provider::{BmcSession, Connector, Ctx, Power, Raw, ResolvedCredentials};
+use bmcfleet_schema::{BmcAddress, ErrorCode, Host, PowerOp, PowerState, RawIpmi, RawRequest, Secret};
+use common::{connector, ctx, open, start_sim};
+use std::net::{Ipv4Addr, UdpSocket};
+use std::time::{Duration, Instant};
+
+/// Active sessions on the BMC, from Get Session Info (app 0x3D, current
+/// session): response byte 3.
+async fn active_sessions(session: &mut bmcfleet_ipmi::IpmiSession<bmcfleet_ipmi::RmcpTransport>) -> u8 {
+    let info = Raw::raw(session, &ctx(), &RawRequest::Ipmi(RawIpmi { netfn: 0x06, cmd: 0x3D, data: vec![0] }))
+        .await
+        .unwrap();
+    assert_eq!(info.status, 0);
+    info.data[2] & 0x3F
+}
+
+#[tokio::test]
+async fn many_calls_cost_one_handshake() {
+    let sim = start_sim();
+    let ctx = ctx();
+    let mut s = open(&sim).await;
+    Power::power(&mut s, &ctx, PowerOp::On).await.unwrap();
+    let started = Instant::now();
+    for _ in 0..100 {
+        assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::On));
+    }
+    let status_rate = 100.0 / started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let device_id = RawRequest::Ipmi(RawIpmi { netfn: 0x06, cmd: 0x01, data: vec![] });
+    for _ in 0..500 {
+        assert_eq!(Raw::raw(&mut s, &ctx, &device_id).await.unwrap().status, 0);
+    }
+    let raw_rate = 500.0 / started.elapsed().as_secs_f64();
+    assert_eq!(s.transport().handshakes(), 1, "one RMCP+ handshake for the whole batch");
+    // ipmi_sim forks the chassis-control shell script for every power status,
+    // which dominates that rate; Get Device ID shows the session's own cost.
+    println!("power status: {status_rate:.0}/s, get device id: {raw_rate:.0}/s on one session");
+    assert!(raw_rate > 200.0, "{raw_rate:.0} requests/s");
+}
+
+#[tokio::test]
+async fn close_sends_close_session() {
+    let sim = start_sim();
+    let mut watcher = open(&sim).await;
+    let baseline = active_sessions(&mut watcher).await;
+    let mut other = open(&sim).await;
+    assert_eq!(active_sessions(&mut watcher).await, baseline + 1);
+    BmcSession::close(&mut other).await;
+    assert_eq!(active_sessions(&mut watcher).await, baseline, "the BMC freed the closed session");
+    assert!(!BmcSession::is_healthy(&other));
+    let e = Power::power(&mut other, &ctx(), PowerOp::Status).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Internal, "a closed session refuses calls: {e}");
+
+    // Dropping a session closes it too (the session thread does it).
+    let dropped = open(&sim).await;
+    assert_eq!(active_sessions(&mut watcher).await, baseline + 1);
+    drop(dropped);
+    assert!(
+        wait_for_sessions(&mut watcher, baseline).await,
+        "dropping a session closes it on the BMC"
+    );
+}
+
+async fn wait_for_sessions(
+    watcher: &mut bmcfleet_ipmi::IpmiSession<bmcfleet_ipmi::RmcpTransport>,
+    expected: u8,
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if active_sessions(watcher).await == expected {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn wrong_password_and_unknown_user_are_auth_failed() {
+    let sim = start_sim();
+    let ctx = ctx();
+    let wrong = ResolvedCredentials { username: "admin".into(), password: Secret::new("not-the-password") };
+    let e = connector().connect(&ctx, &sim.target(), &wrong).await.err().expect("wrong password must fail");
+    assert_eq!(e.code, ErrorCode::AuthFailed, "{e}");
+    assert!(!e.retryable);
+    assert!(!e.message.contains("not-the-password"), "the password never appears: {e}");
+
+    let unknown = ResolvedCredentials { username: "nobody".into(), password: Secret::new("password") };
+    let e = connector().connect(&ctx, &sim.target(), &unknown).await.err().expect("unknown user must fail");
+    assert_eq!(e.code, ErrorCode::AuthFailed, "{e}");
+
+    let too_long = ResolvedCredentials { username: "admin".into(), password: Secret::new("x".repeat(21)) };
+    let e = connector().connect(&ctx, &sim.target(), &too_long).await.err().unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidField);
+
+    // The simulator is fine afterwards.
+    let mut s = open(&sim).await;
+    Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap();
+}
+
+fn loopback(port: u16) -> bmcfleet_schema::BmcTarget {
+    bmcfleet_schema::BmcTarget {
+        address: BmcAddress { host: Host::V4(Ipv4Addr::LOCALHOST), port: Some(port) },
+        protocol: bmcfleet_schema::Protocol::Ipmi,
+        credentials: bmcfleet_schema::Credentials::Ref("unused".into()),
+        tls: Default::default(),
+        system_id: None,
+    }
+}
+
+fn creds() -> ResolvedCredentials {
+    ResolvedCredentials { username: "admin".into(), password: Secret::new("password") }
+}
+
+#[tokio::test]
+async fn closed_port_is_unreachable_at_once() {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    drop(socket);
+    let ctx = Ctx::with_timeout(Duration::from_secs(5));
+    let started = Instant::now();
+    let e = connector().connect(&ctx, &loopback(port), &creds()).await.err().unwrap();
+    assert_eq!(e.code, ErrorCode::Unreachable, "{e}");
+    assert!(e.retryable);
+    assert!(started.elapsed() < Duration::from_secs(1), "refused at once, took {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn silent_bmc_fails_within_the_deadline() {
+    // Bound but never answering: every request is lost.
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let deadline = Duration::from_millis(1500);
+    let ctx = Ctx::with_timeout(deadline);
+    let started = Instant::now();
+    let e = connector().connect(&ctx, &loopback(port), &creds()).await.err().unwrap();
+    let took = started.elapsed();
+    assert!(matches!(e.code, ErrorCode::Unreachable | ErrorCode::Timeout), "{e}");
+    assert!(took <= deadline + Duration::from_millis(100), "took {took:?}");
+    // It retransmitted rather than waiting once.
+    socket.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 256];
+    let mut sent = 0;
+    while socket.recv(&mut buf).is_ok() {
+        sent += 1;
+    }
+    assert!(sent >= 4, "{sent} datagrams");
+}
+
+#[tokio::test]
+async fn deadline_already_passed_is_deadline_exceeded() {
+    let sim = start_sim();
+    let mut s = open(&sim).await;
+    let past = Ctx::new(tokio::time::Instant::now() - Duration::from_millis(1));
+    let e = Power::power(&mut s, &past, PowerOp::Status).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::DeadlineExceeded);
+    assert!(BmcSession::is_healthy(&s));
+}
+
+#[tokio::test]
+async fn bmc_killed_mid_session_then_back() {
+    let mut sim = start_sim();
+    let ctx = ctx();
+    let mut s = open(&sim).await;
+    Power::power(&mut s, &ctx, PowerOp::On).await.unwrap();
+
+    sim.kill();
+    let started = Instant::now();
+    let short = Ctx::with_timeout(Duration::from_secs(3));
+    let e = Power::power(&mut s, &short, PowerOp::Status).await.unwrap_err();
+    assert!(matches!(e.code, ErrorCode::Unreachable | ErrorCode::Timeout), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(!BmcSession::is_healthy(&s), "a dead BMC makes the session unhealthy");
+
+    // Same port, same state: the session re-establishes by itself.
+    sim.restart().unwrap();
+    assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::On));
+    assert!(BmcSession::is_healthy(&s));
+    assert_eq!(s.transport().handshakes(), 2);
+
+    // And a fresh connection works as well.
+    let mut fresh = open(&sim).await;
+    assert_eq!(Power::power(&mut fresh, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::On));
+}
+
+#[tokio::test]
+async fn bmc_restarted_while_idle_is_reestablished_transparently() {
+    // The old session id means nothing to the restarted BMC; an idempotent
+    // request retransmits, re-establishes and succeeds within one call.
+    let mut sim = start_sim();
+    let ctx = ctx();
+    let mut s = open(&sim).await;
+    Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap();
+    sim.restart().unwrap();
+    assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::Off));
+    assert_eq!(s.transport().handshakes(), 2);
+}
+
+#[tokio::test]
+async fn several_simulators_side_by_side() {
+    let sims: Vec<IpmiSim> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                scope.spawn(move || {
+                    IpmiSim::start_with(IpmiSimOptions {
+                        username: format!("admin{i}"),
+                        password: Secret::new(format!("password{i}")),
+                        ..Default::default()
+                    })
+                    .unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ports: Vec<u16> = sims.iter().map(IpmiSim::port).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 4);
+
+    let ctx = ctx();
+    let mut sessions = Vec::new();
+    for sim in &sims {
+        sessions.push(connector().connect(&ctx, &sim.target(), &sim.credentials()).await.unwrap());
+    }
+    sessions[2].power().unwrap().power(&ctx, PowerOp::On).await.unwrap();
+    for (i, (sim, session)) in sims.iter().zip(sessions.iter_mut()).enumerate() {
+        let expected = if i == 2 { PowerState::On } else { PowerState::Off };
+        assert_eq!(session.power().unwrap().power(&ctx, PowerOp::Status).await.unwrap(), Some(expected));
+        assert_eq!(sim.power_on(), i == 2);
+    }
+    // Credentials are per instance.
+    let e = connector().connect(&ctx, &sims[0].target(), &sims[1].credentials()).await.err().unwrap();
+    assert_eq!(e.code, ErrorCode::AuthFailed);
+    for mut s in sessions {
+        s.close().await;
+    }
+}
+
+#[tokio::test]
+async fn idle_session_sends_keepalives() {
+    let sim = start_sim();
+    let fast = bmcfleet_ipmi::IpmiConnector::new(bmcfleet_ipmi::IpmiConfig {
+        rmcp: bmcfleet_ipmi::RmcpConfig {
+            attempt_timeout: Duration::from_millis(300),
+            retries: 2,
+            keepalive_interval: Duration::from_millis(50),
+        },
+        channel: None,
+    });
+    let mut s = fast.open(&ctx(), &sim.target(), &sim.credentials()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.transport().keepalives() < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let sent = s.transport().keepalives();
+    assert!(sent >= 3, "{sent} keep-alives in 5 s with a 50 ms interval");
+    assert!(sent < 100, "keep-alives are paced, not a busy loop: {sent}");
+    Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap();
+    assert_eq!(s.transport().handshakes(), 1);
+}

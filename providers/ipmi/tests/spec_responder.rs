@@ -1,0 +1,262 @@
+//! The typed command layer against `testing::SpecBmc`, the in-process BMC
+//! built from the IPMI 2.0 spec. These are the paths OpenIPMI's `ipmi_sim`
+//! refuses or ignores, so they are tested here instead of skipped:
+//! NMI (ipmi_sim: 0xCC), warm and cold reset (ipmi_sim: 0xC1), persistent
+//! and EFI boot flags (ipmi_sim stores neither), safe-mode boot (ipmi_sim:
+//! 0xFF), privilege errors, and exact request sequences (LAN commit,
+//! user-slot rollback) that a simulator cannot show.
+
+use bmcfleet_ipmi::testing::{Fault, SpecBmc, SpecHandle};
+use bmcfleet_ipmi::{IpmiSession, CAPABILITIES};
+use bmcfleet_provider::{
+    capabilities, BmcReset, BmcSession, BootControl, Ctx, Inventory, NetworkSource, Power, Raw, Users,
+};
+use bmcfleet_schema::{
+    BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, NetworkSourceOp, PowerOp, PowerState, RawIpmi,
+    RawRequest, Secret, StaticIpv4, UserRole, UserSpec, UserUpdate,
+};
+use std::time::Duration;
+
+fn session() -> (IpmiSession<SpecBmc>, SpecHandle) {
+    let bmc = SpecBmc::new();
+    let handle = bmc.handle();
+    (IpmiSession::new(bmc, "spec-bmc"), handle)
+}
+
+fn ctx() -> Ctx {
+    Ctx::with_timeout(Duration::from_secs(5))
+}
+
+#[tokio::test]
+async fn capabilities_are_the_declared_ones() {
+    let (mut s, _) = session();
+    assert_eq!(capabilities(&mut s), CAPABILITIES.to_vec());
+}
+
+#[tokio::test]
+async fn nmi_pulses_a_diagnostic_interrupt() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    // 28.3: a diagnostic interrupt needs a running system.
+    let e = Power::power(&mut s, &ctx, PowerOp::Nmi).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError);
+    assert!(e.message.contains("0xD5"), "{e}");
+    Power::power(&mut s, &ctx, PowerOp::On).await.unwrap();
+    Power::power(&mut s, &ctx, PowerOp::Nmi).await.unwrap();
+    let state = bmc.snapshot();
+    assert_eq!(state.nmis, 1);
+    assert!(state.power_on, "NMI does not change power");
+    assert_eq!(state.calls.last(), Some(&(0x00, 0x02)));
+}
+
+#[tokio::test]
+async fn every_power_operation_maps_to_its_chassis_control_code() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    Power::power(&mut s, &ctx, PowerOp::On).await.unwrap();
+    Power::power(&mut s, &ctx, PowerOp::Cycle).await.unwrap();
+    Power::power(&mut s, &ctx, PowerOp::Reset).await.unwrap();
+    assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::On));
+    Power::power(&mut s, &ctx, PowerOp::SoftOff).await.unwrap();
+    assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::Off));
+    let st = bmc.snapshot();
+    assert_eq!((st.power_cycles, st.hard_resets, st.soft_offs), (1, 1, 1));
+}
+
+#[tokio::test]
+async fn warm_and_cold_reset() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    s.reset_bmc(&ctx, BmcResetKind::Warm).await.unwrap();
+    s.reset_bmc(&ctx, BmcResetKind::Cold).await.unwrap();
+    let st = bmc.snapshot();
+    assert_eq!((st.warm_resets, st.cold_resets), (1, 1));
+    assert_eq!(st.calls, vec![(0x06, 0x03), (0x06, 0x02)]);
+}
+
+#[tokio::test]
+async fn boot_flags_persistent_efi_and_safe_mode_round_trip() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    assert_eq!(s.boot_device(&ctx).await.unwrap().device, BootDevice::None);
+    for device in [BootDevice::Pxe, BootDevice::Disk, BootDevice::Safe, BootDevice::Cdrom, BootDevice::Bios] {
+        for (persistent, efi) in [(false, false), (true, false), (false, true), (true, true)] {
+            let req = BootDeviceRequest { device, persistent, efi };
+            s.set_boot_device(&ctx, &req).await.unwrap();
+            assert_eq!(s.boot_device(&ctx).await.unwrap(), req);
+        }
+    }
+    // Exact spec bytes for "PXE, persistent, UEFI": valid|persistent|EFI, selector 0001b.
+    s.set_boot_device(&ctx, &BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: true })
+        .await
+        .unwrap();
+    assert_eq!(bmc.snapshot().boot_flags, [0xE0, 0x04, 0, 0, 0]);
+    // Safe mode: selector 0011b, legacy, one-time.
+    s.set_boot_device(&ctx, &BootDeviceRequest { device: BootDevice::Safe, persistent: false, efi: false })
+        .await
+        .unwrap();
+    assert_eq!(bmc.snapshot().boot_flags, [0x80, 0x0C, 0, 0, 0]);
+    // An expired one-time override (valid bit cleared by the BMC) reads as none.
+    bmc.update(|st| st.boot_flags[0] &= 0x7F);
+    assert_eq!(s.boot_device(&ctx).await.unwrap().device, BootDevice::None);
+    // A selector bmcfleet cannot express is reported, not guessed.
+    bmc.update(|st| st.boot_flags = [0x80, 0x0F << 2, 0, 0, 0]);
+    let e = s.boot_device(&ctx).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+}
+
+#[tokio::test]
+async fn insufficient_privilege_is_permission_denied() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    bmc.update(|st| st.session_privilege = 2); // User
+    let e = Power::power(&mut s, &ctx, PowerOp::On).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
+    assert!(e.message.contains("0xD4 (insufficient privilege level)"), "{e}");
+    // Reading status needs only User.
+    assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::Off));
+    assert!(!bmc.snapshot().power_on);
+}
+
+#[tokio::test]
+async fn users_with_spec_enable_status() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    let spec = UserSpec { name: "alice".into(), password: Secret::new("a-20-byte-password!!"), role: UserRole::Operator, enabled: false };
+    let created = s.create_user(&ctx, &spec).await.unwrap();
+    assert_eq!((created.id.as_str(), created.enabled, created.role), ("3", false, Some(UserRole::Operator)));
+    let st = bmc.snapshot();
+    let (_, alice) = st.user("alice").unwrap();
+    assert_eq!(alice.password_str(), "a-20-byte-password!!", "20-byte password form");
+    assert_eq!((alice.privilege, alice.enabled, alice.ipmi_messaging), (3, false, false));
+
+    let updated = s
+        .update_user(&ctx, &UserUpdate { name: "alice".into(), password: Some(Secret::new("new")), role: None, enabled: Some(true) })
+        .await
+        .unwrap();
+    assert_eq!((updated.enabled, updated.role), (true, Some(UserRole::Operator)));
+    assert_eq!(bmc.snapshot().user("alice").unwrap().1.password_str(), "new");
+
+    let before = bmc.snapshot().users;
+    let e = s
+        .update_user(&ctx, &UserUpdate { name: "bob".into(), password: Some(Secret::new("x")), role: None, enabled: None })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::TargetNotFound);
+    assert_eq!(bmc.snapshot().users, before, "a missing user is never created");
+
+    s.delete_user(&ctx, "alice").await.unwrap();
+    let st = bmc.snapshot();
+    assert!(st.user("alice").is_none());
+    let slot = &st.users[2];
+    assert_eq!((slot.name.as_str(), slot.enabled, slot.privilege, slot.ipmi_messaging), ("", false, 0xF, false));
+}
+
+#[tokio::test]
+async fn user_creation_validates_and_rolls_back() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    let base = UserSpec { name: "carol".into(), password: Secret::new("pw"), role: UserRole::User, enabled: true };
+    for bad in [
+        UserSpec { name: "".into(), ..base.clone() },
+        UserSpec { name: "a-very-long-user-name".into(), ..base.clone() },
+        UserSpec { password: Secret::new("x".repeat(21)), ..base.clone() },
+    ] {
+        assert_eq!(s.create_user(&ctx, &bad).await.unwrap_err().code, ErrorCode::InvalidField);
+    }
+    // A failure after the name was written clears the slot again.
+    bmc.inject(0x06, 0x43, Fault::CompletionCode(0xFF));
+    let e = s.create_user(&ctx, &base).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError);
+    assert!(bmc.snapshot().user("carol").is_none(), "half-created user removed");
+
+    // Full table: no free slot.
+    bmc.update(|st| {
+        for (i, u) in st.users.iter_mut().enumerate().skip(2) {
+            u.name = format!("u{i}");
+        }
+    });
+    let e = s.create_user(&ctx, &base).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError);
+    assert!(e.message.contains("no free user slot"), "{e}");
+}
+
+#[tokio::test]
+async fn static_network_is_written_between_set_in_progress_and_commit() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    assert!(matches!(NetworkSource::network_source(&mut s, &ctx).await.unwrap(), NetworkSourceOp::Static(_)));
+    bmc.update(|st| st.calls.clear());
+    let addr = StaticIpv4 {
+        address: "203.0.113.9".parse().unwrap(),
+        netmask: "255.255.255.128".parse().unwrap(),
+        gateway: Some("203.0.113.1".parse().unwrap()),
+    };
+    s.set_static(&ctx, &addr).await.unwrap();
+    assert_eq!(NetworkSource::network_source(&mut s, &ctx).await.unwrap(), NetworkSourceOp::Static(addr.clone()));
+    let st = bmc.snapshot();
+    assert_eq!((st.lan.ip_source, st.lan.address, st.lan.set_in_progress), (1, [203, 0, 113, 9], 0));
+
+    s.set_dhcp(&ctx).await.unwrap();
+    assert_eq!(NetworkSource::network_source(&mut s, &ctx).await.unwrap(), NetworkSourceOp::Dhcp);
+
+    // A BMC without a gateway parameter: the error is typed and the
+    // set-in-progress lock is still released (set complete, no commit).
+    bmc.update(|st| {
+        st.lan_unsupported = vec![12];
+        st.calls.clear();
+    });
+    let e = s.set_static(&ctx, &addr).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("LAN parameter not supported"), "{e}");
+    let st = bmc.snapshot();
+    assert_eq!(st.lan.set_in_progress, 0, "lock released");
+    assert_eq!(st.calls.len(), 6, "in progress, source, address, mask, gateway (refused), complete");
+}
+
+#[tokio::test]
+async fn inventory_reads_device_id_chassis_and_fru() {
+    let (mut s, _) = session();
+    let ctx = ctx();
+    let inv = Inventory::inventory(&mut s, &ctx).await.unwrap();
+    assert_eq!(inv.manufacturer.as_deref(), Some("spec"));
+    assert_eq!(inv.model.as_deref(), Some("SPEC-BMC"));
+    assert_eq!(inv.serial.as_deref(), Some("SP-1"));
+    assert_eq!(inv.firmware_version.as_deref(), Some("2.45"));
+    assert_eq!(inv.power_state, Some(PowerState::Off));
+    assert!(inv.extra.contains(&("asset_tag".into(), "TAG-7".into())));
+    assert!(inv.extra.contains(&("power_restore_policy".into(), "previous".into())));
+}
+
+#[tokio::test]
+async fn completion_codes_and_transport_faults_are_typed() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    bmc.inject(0x00, 0x01, Fault::CompletionCode(0xC0));
+    let e = Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap_err();
+    assert_eq!((e.code, e.retryable), (ErrorCode::BmcError, true));
+    assert!(e.message.contains("node busy"), "{e}");
+
+    bmc.inject(0x00, 0x01, Fault::CompletionCode(0xCB));
+    assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap_err().code, ErrorCode::TargetNotFound);
+
+    bmc.inject(0x00, 0x01, Fault::NoReply);
+    let e = Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap_err();
+    assert_eq!((e.code, e.retryable), (ErrorCode::Timeout, true));
+
+    // Raw returns the completion code as data, never as an error.
+    bmc.inject(0x30, 0x01, Fault::CompletionCode(0xD4));
+    let raw = Raw::raw(&mut s, &ctx, &RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 0x01, data: vec![1, 2] })).await.unwrap();
+    assert_eq!(raw.status, 0xD4);
+    let raw = Raw::raw(&mut s, &ctx, &RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 0x02, data: vec![] })).await.unwrap();
+    assert_eq!(raw.status, 0xC1, "unknown OEM command");
+}
+
+#[tokio::test]
+async fn close_reaches_the_transport() {
+    let (mut s, bmc) = session();
+    BmcSession::close(&mut s).await;
+    assert!(bmc.snapshot().closed);
+    let e = Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Internal);
+}
