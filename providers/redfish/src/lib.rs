@@ -1,1 +1,51 @@
-//! bmcfleet redfish provider (in progress).
+//! # bmcfleet-redfish
+//!
+//! The Redfish (DMTF DSP0266) provider: a [`RedfishConnector`] opens a
+//! [`RedfishSession`] per BMC over HTTPS (reqwest + rustls, verification on
+//! by default), authenticates with a SessionService token (HTTP Basic when
+//! the BMC has none), discovers the system and manager once, and implements
+//! every capability trait of `bmcfleet-provider`.
+//!
+//! Vendor differences are handled from what the BMC *advertises* (reset
+//! types, boot override values, transfer parameters, ETags, empty account
+//! slots), never from a vendor name.
+//!
+//! # Layout
+//! - [`connector`]: [`RedfishConnector`] (TLS per BMC, login, discovery).
+//! - [`config`]: [`RedfishConfig`] timeouts and bounds.
+//! - `client`: the per-BMC transport: auth, bounded exchanges, tracing
+//!   spans, Task Monitors, the one safe resend (after a `401` on a token).
+//! - `error`: HTTP/transport → [`bmcfleet_provider::ProviderError`] mapping.
+//! - `discovery`: service root, system/manager choice, reset types.
+//! - [`session`]: [`RedfishSession`] and its accessors.
+//! - one module per capability: `power`, `boot`, `users`, `manager` (BMC
+//!   reset, network source), `virtual_media`, `raw`, `inventory`.
+//! - `tls`: rustls client config (system roots, per-BMC CA, insecure).
+//! - [`testing`] (feature `testing`): `SushyEmulator`, `MockupServer` and
+//!   friends for integration tests in this and other crates.
+
+mod boot;
+mod client;
+pub mod config;
+pub mod connector;
+mod discovery;
+mod error;
+mod inventory;
+mod json;
+mod manager;
+mod power;
+mod raw;
+pub mod session;
+mod tls;
+mod users;
+mod virtual_media;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use client::AuthKind;
+pub use config::RedfishConfig;
+pub use connector::RedfishConnector;
+pub use discovery::ResetAction;
+pub use error::bmc_messages;
+pub use session::RedfishSession;

@@ -1,0 +1,235 @@
+//! Boot override: `Boot.BootSourceOverride{Target,Enabled,Mode}` on the
+//! ComputerSystem, validated against the BMC's allowable values before
+//! anything is sent, PATCHed with `If-Match` when the BMC gives an ETag,
+//! then read back.
+
+use crate::client::Resource;
+use crate::error::{err, status_error, unsupported};
+use crate::json::{allowable, str_of};
+use crate::session::RedfishSession;
+use bmcfleet_provider::{BootControl, Ctx, Result};
+use reqwest::{Method, StatusCode};
+use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode};
+use serde_json::{json, Map, Value};
+
+/// The Redfish `BootSourceOverrideTarget` for a device.
+pub(crate) fn target_for(device: BootDevice) -> Result<Option<&'static str>> {
+    Ok(match device {
+        BootDevice::Pxe => Some("Pxe"),
+        BootDevice::Disk => Some("Hdd"),
+        BootDevice::Cdrom => Some("Cd"),
+        BootDevice::Bios => Some("BiosSetup"),
+        BootDevice::None => None,
+        BootDevice::Safe => {
+            return Err(unsupported("Redfish has no `safe` boot override (it is an IPMI boot flag)"));
+        }
+    })
+}
+
+/// The device for a Redfish target we read back.
+pub(crate) fn device_for(target: &str) -> Result<BootDevice> {
+    Ok(match target {
+        "None" => BootDevice::None,
+        "Pxe" => BootDevice::Pxe,
+        "Hdd" => BootDevice::Disk,
+        "Cd" => BootDevice::Cdrom,
+        "BiosSetup" => BootDevice::Bios,
+        other => {
+            return Err(unsupported(format!(
+                "the BMC reports boot override target `{other}`, which has no bmcfleet boot device"
+            )))
+        }
+    })
+}
+
+/// Build the PATCH body for `req` against the system's `Boot` object.
+pub(crate) fn patch_body(req: &BootDeviceRequest, boot: &Value) -> Result<Value> {
+    let mut b = Map::new();
+    match target_for(req.device)? {
+        None => {
+            b.insert("BootSourceOverrideEnabled".into(), json!("Disabled"));
+        }
+        Some(target) => {
+            if let Some(list) = allowable(boot, "BootSourceOverrideTarget") {
+                if !list.iter().any(|v| v == target) {
+                    return Err(unsupported(format!(
+                        "the BMC does not allow boot override target {target} (allowed: {})",
+                        list.join(", ")
+                    )));
+                }
+            }
+            let enabled = if req.persistent { "Continuous" } else { "Once" };
+            if let Some(list) = allowable(boot, "BootSourceOverrideEnabled") {
+                if !list.iter().any(|v| v == enabled) {
+                    return Err(unsupported(format!(
+                        "the BMC does not allow BootSourceOverrideEnabled={enabled} (allowed: {}){}",
+                        list.join(", "),
+                        if req.persistent { "; persistent boot override is not available" } else { "" }
+                    )));
+                }
+            }
+            b.insert("BootSourceOverrideTarget".into(), json!(target));
+            b.insert("BootSourceOverrideEnabled".into(), json!(enabled));
+            // Only BMCs that model the mode get it; others reject unknown properties.
+            if boot.get("BootSourceOverrideMode").is_some() {
+                let mode = if req.efi { "UEFI" } else { "Legacy" };
+                if let Some(list) = allowable(boot, "BootSourceOverrideMode") {
+                    if !list.iter().any(|v| v == mode) {
+                        return Err(unsupported(format!(
+                            "the BMC does not allow BootSourceOverrideMode={mode} (allowed: {})",
+                            list.join(", ")
+                        )));
+                    }
+                }
+                b.insert("BootSourceOverrideMode".into(), json!(mode));
+            }
+        }
+    }
+    Ok(json!({ "Boot": Value::Object(b) }))
+}
+
+/// Read the override as bmcfleet sees it.
+pub(crate) fn read_override(system: &Value) -> Result<BootDeviceRequest> {
+    let boot = system.get("Boot").cloned().unwrap_or(Value::Null);
+    let enabled = str_of(&boot, "BootSourceOverrideEnabled").unwrap_or("Disabled");
+    let target = str_of(&boot, "BootSourceOverrideTarget").unwrap_or("None");
+    let device = if enabled == "Disabled" { BootDevice::None } else { device_for(target)? };
+    Ok(BootDeviceRequest {
+        device,
+        persistent: enabled == "Continuous",
+        efi: str_of(&boot, "BootSourceOverrideMode") == Some("UEFI"),
+    })
+}
+
+/// Compare what we asked with what the BMC reads back.
+fn verify(sent: &Value, system: &Value) -> std::result::Result<(), String> {
+    let boot = system.get("Boot").cloned().unwrap_or(Value::Null);
+    let sent = &sent["Boot"];
+    for key in ["BootSourceOverrideTarget", "BootSourceOverrideMode"] {
+        if let Some(want) = str_of(sent, key) {
+            let got = str_of(&boot, key).unwrap_or("(absent)");
+            if got != want {
+                return Err(format!("{key} reads back {got}, not {want}"));
+            }
+        }
+    }
+    let got = str_of(&boot, "BootSourceOverrideEnabled").unwrap_or("(absent)");
+    match str_of(sent, "BootSourceOverrideEnabled") {
+        Some(want) if want == got => {}
+        // Some BMCs (sushy-emulator, libvirt-backed ones) store every
+        // override as Continuous: stronger than asked, not wrong.
+        Some("Once") if got == "Continuous" => {
+            tracing::debug!("Boot override asked Once, reads back Continuous.");
+        }
+        Some(want) => return Err(format!("BootSourceOverrideEnabled reads back {got}, not {want}")),
+        None => {}
+    }
+    Ok(())
+}
+
+impl RedfishSession {
+    /// PATCH with the resource's ETag; on `412` (someone changed it since
+    /// we read it) read it again and retry once: a PATCH of the same values
+    /// is idempotent. A `202` is followed to completion.
+    pub(crate) async fn patch_with_etag(&mut self, ctx: &Ctx, current: Resource, body: &Value) -> Result<()> {
+        let path = current.path.clone();
+        let mut reply = self.transport.exchange(ctx, Method::PATCH, &path, Some(body), current.etag.as_deref()).await?;
+        if reply.status == StatusCode::PRECONDITION_FAILED && current.etag.is_some() {
+            tracing::info!(bmc = %self.transport.bmc(), %path, "ETag went stale; reading again and retrying the PATCH once.");
+            let fresh = self.transport.get(ctx, &path).await?;
+            reply = self.transport.exchange(ctx, Method::PATCH, &path, Some(body), fresh.etag.as_deref()).await?;
+        }
+        if reply.status == StatusCode::PRECONDITION_REQUIRED && current.etag.is_none() {
+            let e = status_error("PATCH", &path, reply.status, &reply.body);
+            return Err(err(ErrorCode::BmcError, format!("{}; the BMC gave no ETag on GET to send back", e.message)));
+        }
+        self.transport.complete(ctx, &Method::PATCH, &path, reply).await?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl BootControl for RedfishSession {
+    async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<()> {
+        let path = self.service.system.path.clone();
+        let system = self.transport.get(ctx, &path).await?;
+        let boot = system.body.get("Boot").cloned().ok_or_else(|| {
+            unsupported(format!("system {path} has no Boot object: boot override is not available"))
+        })?;
+        let body = patch_body(req, &boot)?;
+        tracing::info!(bmc = %self.transport.bmc(), device = ?req.device, persistent = req.persistent, efi = req.efi, "Setting the boot override.");
+        self.patch_with_etag(ctx, system, &body).await?;
+        let after = self.transport.get(ctx, &path).await?;
+        verify(&body, &after.body).map_err(|why| {
+            err(ErrorCode::BmcError, format!("the BMC accepted the boot override but {why}"))
+        })
+    }
+
+    async fn boot_device(&mut self, ctx: &Ctx) -> Result<BootDeviceRequest> {
+        let path = self.service.system.path.clone();
+        let system = self.transport.get(ctx, &path).await?;
+        read_override(&system.body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(device: BootDevice, persistent: bool, efi: bool) -> BootDeviceRequest {
+        BootDeviceRequest { device, persistent, efi }
+    }
+
+    #[test]
+    fn body_includes_mode_only_when_modelled() {
+        let with_mode = json!({"BootSourceOverrideMode": "Legacy", "BootSourceOverrideTarget": "None"});
+        assert_eq!(
+            patch_body(&req(BootDevice::Pxe, false, true), &with_mode).unwrap(),
+            json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once", "BootSourceOverrideMode": "UEFI"}})
+        );
+        let without = json!({"BootSourceOverrideTarget": "None"});
+        assert_eq!(
+            patch_body(&req(BootDevice::Disk, true, true), &without).unwrap(),
+            json!({"Boot": {"BootSourceOverrideTarget": "Hdd", "BootSourceOverrideEnabled": "Continuous"}})
+        );
+    }
+
+    #[test]
+    fn validates_against_allowable_values() {
+        // Lenovo XCC (fixture system.lenovo.json): Once/Disabled only.
+        let lenovo = json!({"BootSourceOverrideEnabled@Redfish.AllowableValues": ["Once", "Disabled"],
+                            "BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe", "Cd", "Hdd", "BiosSetup"]});
+        let e = patch_body(&req(BootDevice::Pxe, true, false), &lenovo).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unsupported);
+        assert!(e.message.contains("Continuous"), "{}", e.message);
+        let sushy = json!({"BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Cd", "Hdd"]});
+        assert_eq!(patch_body(&req(BootDevice::Bios, false, false), &sushy).unwrap_err().code, ErrorCode::Unsupported);
+        assert_eq!(patch_body(&req(BootDevice::Safe, false, false), &sushy).unwrap_err().code, ErrorCode::Unsupported);
+        assert_eq!(
+            patch_body(&req(BootDevice::None, false, false), &sushy).unwrap(),
+            json!({"Boot": {"BootSourceOverrideEnabled": "Disabled"}})
+        );
+    }
+
+    #[test]
+    fn reads_back() {
+        let sys = json!({"Boot": {"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "Pxe", "BootSourceOverrideMode": "UEFI"}});
+        assert_eq!(read_override(&sys).unwrap(), req(BootDevice::Pxe, false, true));
+        let off = json!({"Boot": {"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "Hdd"}});
+        assert_eq!(read_override(&off).unwrap().device, BootDevice::None);
+        let usb = json!({"Boot": {"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "UsbCd"}});
+        assert_eq!(read_override(&usb).unwrap_err().code, ErrorCode::Unsupported);
+    }
+
+    #[test]
+    fn verify_tolerates_once_stored_as_continuous() {
+        let sent = json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}});
+        let sushy = json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Continuous"}});
+        assert!(verify(&sent, &sushy).is_ok());
+        let wrong = json!({"Boot": {"BootSourceOverrideTarget": "Hdd", "BootSourceOverrideEnabled": "Once"}});
+        assert!(verify(&sent, &wrong).is_err());
+        let sent_c = json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Continuous"}});
+        let once = json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}});
+        assert!(verify(&sent_c, &once).is_err());
+    }
+}

@@ -1,0 +1,507 @@
+//! One BMC's HTTP conversation: authentication, bounded exchanges, one
+//! tracing span per request, and Task Monitor polling.
+//!
+//! Retry policy: nothing is sent twice except after a `401` on a session
+//! token (the BMC did not process the request; we log in again and resend
+//! once). Every other retry decision belongs to the worker, which knows
+//! whether the action is idempotent.
+
+use crate::config::RedfishConfig;
+use crate::error::{err, protocol, status_error, transport_error};
+use crate::json::{link, norm_path, str_of};
+use bmcfleet_provider::{Ctx, ProviderError, ResolvedCredentials, Result};
+use bmcfleet_schema::{ErrorCode, Secret};
+use bytes::{Bytes, BytesMut};
+use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ETAG, IF_MATCH, LOCATION, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::field::Empty;
+use tracing::Instrument;
+
+/// How requests are authenticated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthKind {
+    /// A Redfish session (`X-Auth-Token`), created once and reused.
+    Session,
+    /// HTTP Basic on every request (no usable SessionService).
+    Basic,
+}
+
+enum Auth {
+    /// Not logged in yet (only the service root is readable).
+    None,
+    Basic,
+    Session {
+        token: Secret,
+        /// The session resource to DELETE on logout.
+        location: Option<String>,
+    },
+}
+
+/// A response as read off the wire (any status).
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// The body as JSON; an empty body is `null`.
+    pub fn json(&self, method: &Method, path: &str) -> Result<Value> {
+        if self.body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&self.body).map_err(|e| {
+            let start: String = String::from_utf8_lossy(&self.body[..self.body.len().min(80)])
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            protocol(format!("{method} {path}: the BMC's answer is not valid JSON ({e}); it starts with {start:?}"))
+        })
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.get(name)?.to_str().ok().map(str::to_owned)
+    }
+
+    pub fn location(&self) -> Option<String> {
+        self.headers.get(LOCATION)?.to_str().ok().map(norm_path)
+    }
+}
+
+/// A resource read with GET.
+#[derive(Clone, Debug)]
+pub(crate) struct Resource {
+    pub path: String,
+    pub body: Value,
+    /// From the `ETag` header, else the body's `@odata.etag`.
+    pub etag: Option<String>,
+}
+
+pub(crate) struct Transport {
+    http: reqwest::Client,
+    /// `https://host:port`
+    base: String,
+    /// The BMC address as the producer wrote it, for spans and messages.
+    bmc: String,
+    username: String,
+    password: Secret,
+    auth: Auth,
+    /// Where sessions are created (from the service root), when there is a SessionService.
+    sessions_path: Option<String>,
+    config: Arc<RedfishConfig>,
+    /// Set after a transport failure (timeout, refused, TLS): the worker
+    /// should reconnect rather than reuse this conversation.
+    broken: bool,
+}
+
+enum ReadError {
+    Http(reqwest::Error),
+    TooLarge(usize),
+}
+
+impl Transport {
+    pub fn new(
+        http: reqwest::Client,
+        base: String,
+        bmc: String,
+        credentials: &ResolvedCredentials,
+        config: Arc<RedfishConfig>,
+    ) -> Self {
+        Transport {
+            http,
+            base,
+            bmc,
+            username: credentials.username.clone(),
+            password: credentials.password.clone(),
+            auth: Auth::None,
+            sessions_path: None,
+            config,
+            broken: false,
+        }
+    }
+
+    pub fn bmc(&self) -> &str {
+        &self.bmc
+    }
+
+    pub fn username(&self) -> &str {
+        &self.username
+    }
+
+    pub fn config(&self) -> &RedfishConfig {
+        &self.config
+    }
+
+    pub fn auth_kind(&self) -> Option<AuthKind> {
+        match self.auth {
+            Auth::None => None,
+            Auth::Basic => Some(AuthKind::Basic),
+            Auth::Session { .. } => Some(AuthKind::Session),
+        }
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// One HTTP exchange, bounded by the config and the action deadline.
+    async fn send_once(
+        &mut self,
+        ctx: &Ctx,
+        method: &Method,
+        path: &str,
+        body: Option<&[u8]>,
+        if_match: Option<&str>,
+        with_auth: bool,
+    ) -> Result<Reply> {
+        let budget = ctx.remaining()?.min(self.config.request_timeout);
+        let url = format!("{}{}", self.base, path);
+        let span = tracing::info_span!(
+            "redfish.http",
+            bmc = %self.bmc,
+            method = %method,
+            path = %path,
+            status = Empty,
+            outcome = Empty,
+        );
+        let mut rb = self.http.request(method.clone(), &url).timeout(budget);
+        if with_auth {
+            rb = match &self.auth {
+                Auth::None => rb,
+                Auth::Basic => rb.basic_auth(&self.username, Some(self.password.expose())),
+                Auth::Session { token, .. } => {
+                    let mut v = HeaderValue::from_str(token.expose())
+                        .map_err(|_| protocol("the BMC issued a session token that is not a valid header value"))?;
+                    v.set_sensitive(true);
+                    rb.header("X-Auth-Token", v)
+                }
+            };
+        }
+        if let Some(b) = body {
+            rb = rb.header(CONTENT_TYPE, "application/json").body(b.to_vec());
+        }
+        if let Some(tag) = if_match {
+            rb = rb.header(IF_MATCH, tag);
+        }
+        let max = self.config.max_response_bytes;
+        let exchange = async move {
+            let mut resp = rb.send().await.map_err(ReadError::Http)?;
+            if let Some(len) = resp.content_length() {
+                if len as usize > max {
+                    return Err(ReadError::TooLarge(len as usize));
+                }
+            }
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            let mut buf = BytesMut::new();
+            while let Some(chunk) = resp.chunk().await.map_err(ReadError::Http)? {
+                if buf.len() + chunk.len() > max {
+                    return Err(ReadError::TooLarge(buf.len() + chunk.len()));
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(Reply { status, headers, body: buf.freeze() })
+        };
+        let (outcome, fatal) = async {
+            let res = tokio::time::timeout(budget, exchange).await;
+            let current = tracing::Span::current();
+            match res {
+                Err(_) => {
+                    current.record("outcome", "timeout");
+                    let e = err(
+                        ErrorCode::Timeout,
+                        format!("{method} {path}: {} did not answer within {budget:?}", self.bmc),
+                    );
+                    (Err(e), true)
+                }
+                Ok(Err(ReadError::TooLarge(n))) => {
+                    current.record("outcome", "protocol_error");
+                    let e = protocol(format!(
+                        "{method} {path}: the answer is larger than {max} bytes ({n} so far); refused"
+                    ));
+                    (Err(e), false)
+                }
+                Ok(Err(ReadError::Http(e))) => {
+                    let (perr, outcome) = transport_error(&self.bmc, method.as_str(), path, &e);
+                    current.record("outcome", outcome);
+                    (Err(perr), outcome != "protocol_error")
+                }
+                Ok(Ok(reply)) => {
+                    current.record("status", reply.status.as_u16());
+                    current.record("outcome", if reply.status.is_success() { "ok" } else { "http_error" });
+                    tracing::debug!(status = reply.status.as_u16(), bytes = reply.body.len(), "Redfish request done.");
+                    (Ok(reply), false)
+                }
+            }
+        }
+        .instrument(span)
+        .await;
+        if fatal {
+            self.broken = true;
+        }
+        outcome
+    }
+
+    /// An authenticated exchange returning any HTTP status. A `401` on a
+    /// session token means the session expired or was revoked: log in again
+    /// and resend once (the BMC did not process the first request).
+    pub async fn exchange(
+        &mut self,
+        ctx: &Ctx,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        if_match: Option<&str>,
+    ) -> Result<Reply> {
+        let bytes = match body {
+            Some(v) => Some(serde_json::to_vec(v).map_err(|e| err(ErrorCode::Internal, format!("encoding a request: {e}")))?),
+            None => None,
+        };
+        let reply = self.send_once(ctx, &method, path, bytes.as_deref(), if_match, true).await?;
+        if reply.status == StatusCode::UNAUTHORIZED && matches!(self.auth, Auth::Session { .. }) {
+            tracing::info!(bmc = %self.bmc, "The BMC rejected the session token; logging in again.");
+            self.auth = Auth::None;
+            self.create_session(ctx).await?;
+            return self.send_once(ctx, &method, path, bytes.as_deref(), if_match, true).await;
+        }
+        Ok(reply)
+    }
+
+    fn check(method: &Method, path: &str, reply: Reply) -> Result<Reply> {
+        if reply.status.is_success() {
+            Ok(reply)
+        } else {
+            Err(status_error(method.as_str(), path, reply.status, &reply.body))
+        }
+    }
+
+    /// GET a resource; non-2xx and non-JSON answers are errors.
+    pub async fn get(&mut self, ctx: &Ctx, path: &str) -> Result<Resource> {
+        let reply = self.exchange(ctx, Method::GET, path, None, None).await?;
+        let reply = Self::check(&Method::GET, path, reply)?;
+        let body = reply.json(&Method::GET, path)?;
+        if !body.is_object() {
+            return Err(protocol(format!("GET {path}: expected a JSON object from the BMC")));
+        }
+        let etag = reply.header(ETAG.as_str()).or_else(|| str_of(&body, "@odata.etag").map(str::to_owned));
+        Ok(Resource { path: path.to_owned(), body, etag })
+    }
+
+    /// POST (actions, collection members); a `202` is followed to completion.
+    pub async fn post(&mut self, ctx: &Ctx, path: &str, body: &Value) -> Result<Reply> {
+        let reply = self.exchange(ctx, Method::POST, path, Some(body), None).await?;
+        let reply = Self::check(&Method::POST, path, reply)?;
+        self.finish(ctx, &Method::POST, path, reply).await
+    }
+
+    /// Check an exchange's status and follow a `202` to completion.
+    pub async fn complete(&mut self, ctx: &Ctx, method: &Method, path: &str, reply: Reply) -> Result<Reply> {
+        let reply = Self::check(method, path, reply)?;
+        self.finish(ctx, method, path, reply).await
+    }
+
+    async fn finish(&mut self, ctx: &Ctx, method: &Method, path: &str, reply: Reply) -> Result<Reply> {
+        if reply.status == StatusCode::ACCEPTED {
+            self.follow_task(ctx, method, path, reply).await
+        } else {
+            Ok(reply)
+        }
+    }
+
+    /// DSP0266 asynchronous operations: a `202` names a Task Monitor
+    /// (`Location`); GET it until it stops answering `202` (or its Task
+    /// reaches a final state), never past the action deadline.
+    async fn follow_task(&mut self, ctx: &Ctx, method: &Method, path: &str, accepted: Reply) -> Result<Reply> {
+        let body = accepted.json(method, path).unwrap_or(Value::Null);
+        let monitor = accepted
+            .location()
+            .or_else(|| str_of(&body, "TaskMonitor").map(norm_path))
+            .or_else(|| str_of(&body, "@odata.id").map(norm_path));
+        let Some(monitor) = monitor else {
+            tracing::debug!(bmc = %self.bmc, %path, "202 Accepted without a task monitor; treating as accepted.");
+            return Ok(accepted);
+        };
+        tracing::debug!(bmc = %self.bmc, %path, %monitor, "Following a Redfish task.");
+        let mut last = accepted;
+        let mut last_state = task_state(&body);
+        loop {
+            let wait = retry_after(&last)
+                .unwrap_or(self.config.task_poll_interval)
+                .clamp(Duration::from_millis(10), Duration::from_secs(30));
+            let still_running = |state: &Option<String>| {
+                err(
+                    ErrorCode::Timeout,
+                    format!(
+                        "{method} {path}: the BMC's task {monitor} was still running at the action deadline{}",
+                        state.as_ref().map(|s| format!(" (state {s})")).unwrap_or_default()
+                    ),
+                )
+            };
+            let remaining = ctx.remaining().map_err(|_| still_running(&last_state))?;
+            if wait >= remaining {
+                tokio::time::sleep(remaining).await;
+                return Err(still_running(&last_state));
+            }
+            tokio::time::sleep(wait).await;
+            let reply = match self.exchange(ctx, Method::GET, &monitor, None, None).await {
+                Err(e) if e.code == ErrorCode::DeadlineExceeded => return Err(still_running(&last_state)),
+                other => other?,
+            };
+            match reply.status {
+                StatusCode::ACCEPTED => {
+                    last_state = task_state(&reply.json(&Method::GET, &monitor).unwrap_or(Value::Null));
+                    last = reply;
+                }
+                s if s.is_success() => {
+                    let v = reply.json(&Method::GET, &monitor).unwrap_or(Value::Null);
+                    match str_of(&v, "TaskState") {
+                        None => return Ok(reply),
+                        Some("Completed") => {
+                            if str_of(&v, "TaskStatus") == Some("Critical") {
+                                return Err(task_failed(method, path, &monitor, "Completed (Critical)", &reply.body));
+                            }
+                            return Ok(reply);
+                        }
+                        Some(state @ ("Exception" | "Killed" | "Cancelled" | "Interrupted")) => {
+                            return Err(task_failed(method, path, &monitor, state, &reply.body));
+                        }
+                        Some(other) => {
+                            last_state = Some(other.to_owned());
+                            last = reply;
+                        }
+                    }
+                }
+                StatusCode::NOT_FOUND => {
+                    return Err(err(
+                        ErrorCode::BmcError,
+                        format!("{method} {path}: the task monitor {monitor} disappeared before reporting completion; the outcome is unknown"),
+                    ))
+                }
+                _ => return Err(status_error("GET", &monitor, reply.status, &reply.body)),
+            }
+        }
+    }
+
+    /// Read the service root. It is unauthenticated by the spec; a BMC that
+    /// wants credentials anyway gets Basic auth.
+    pub async fn service_root(&mut self, ctx: &Ctx) -> Result<Value> {
+        const ROOT: &str = "/redfish/v1/";
+        let reply = self.send_once(ctx, &Method::GET, ROOT, None, None, false).await?;
+        let reply = if reply.status == StatusCode::UNAUTHORIZED {
+            self.auth = Auth::Basic;
+            self.send_once(ctx, &Method::GET, ROOT, None, None, true).await?
+        } else {
+            reply
+        };
+        let reply = Self::check(&Method::GET, ROOT, reply)?;
+        let body = reply.json(&Method::GET, ROOT)?;
+        if !body.is_object() {
+            return Err(protocol("GET /redfish/v1/: the service root is not a JSON object; is this a Redfish service?"));
+        }
+        Ok(body)
+    }
+
+    /// Authenticate: a SessionService session when the root advertises one,
+    /// HTTP Basic otherwise, or when the BMC will not create a session (any
+    /// refusal, `401` included: a BMC without session support may guard the
+    /// path; wrong credentials then fail on the first Basic request, so a
+    /// bad password costs two attempts against the BMC's lockout counter).
+    pub async fn login(&mut self, ctx: &Ctx, root: &Value) -> Result<()> {
+        if matches!(self.auth, Auth::Basic) {
+            // The root itself demanded credentials: stay on Basic.
+            return Ok(());
+        }
+        self.sessions_path = root
+            .get("Links")
+            .and_then(|l| link(l, "Sessions"))
+            .or_else(|| link(root, "SessionService").map(|s| format!("{s}/Sessions")));
+        if self.sessions_path.is_none() {
+            tracing::debug!(bmc = %self.bmc, "No SessionService advertised; using HTTP Basic.");
+            self.auth = Auth::Basic;
+            return Ok(());
+        }
+        self.create_session(ctx).await
+    }
+
+    async fn create_session(&mut self, ctx: &Ctx) -> Result<()> {
+        let Some(path) = self.sessions_path.clone() else {
+            self.auth = Auth::Basic;
+            return Ok(());
+        };
+        let body = json!({"UserName": self.username, "Password": self.password.expose()});
+        let bytes = serde_json::to_vec(&body).map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
+        drop(body);
+        let reply = self.send_once(ctx, &Method::POST, &path, Some(&bytes), None, false).await?;
+        match reply.status {
+            s if s.is_success() => match reply.header("x-auth-token") {
+                Some(token) if !token.is_empty() => {
+                    let location = reply.location().or_else(|| {
+                        reply.json(&Method::POST, &path).ok().and_then(|v| str_of(&v, "@odata.id").map(norm_path))
+                    });
+                    tracing::debug!(bmc = %self.bmc, "Redfish session created.");
+                    self.auth = Auth::Session { token: Secret::new(token), location };
+                }
+                _ => {
+                    tracing::warn!(bmc = %self.bmc, "The BMC created a session without an X-Auth-Token; using HTTP Basic.");
+                    self.auth = Auth::Basic;
+                }
+            },
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                // Either the credentials are wrong, or this BMC has no
+                // session support and guards every unknown path. Basic
+                // tells the two apart on the next request (a wrong password
+                // then fails there with auth_failed).
+                tracing::info!(
+                    bmc = %self.bmc,
+                    status = reply.status.as_u16(),
+                    "The BMC refused to create a session; trying HTTP Basic."
+                );
+                self.auth = Auth::Basic;
+            }
+            s => {
+                tracing::info!(
+                    bmc = %self.bmc,
+                    status = s.as_u16(),
+                    "The BMC did not create a Redfish session; falling back to HTTP Basic."
+                );
+                self.auth = Auth::Basic;
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete the Redfish session, if any. Best effort, bounded.
+    pub async fn logout(&mut self) {
+        let auth = std::mem::replace(&mut self.auth, Auth::None);
+        if let Auth::Session { token, location: Some(location) } = auth {
+            let ctx = Ctx::with_timeout(self.config.close_timeout);
+            self.auth = Auth::Session { token, location: None };
+            match self.send_once(&ctx, &Method::DELETE, &location, None, None, true).await {
+                Ok(r) if r.status.is_success() || r.status == StatusCode::NOT_FOUND => {
+                    tracing::debug!(bmc = %self.bmc, "Redfish session deleted.");
+                }
+                Ok(r) => tracing::info!(bmc = %self.bmc, status = r.status.as_u16(), "The BMC refused to delete the session."),
+                Err(e) => tracing::info!(bmc = %self.bmc, error = %e, "Could not delete the Redfish session."),
+            }
+            self.auth = Auth::None;
+        }
+    }
+}
+
+fn task_state(v: &Value) -> Option<String> {
+    str_of(v, "TaskState").map(str::to_owned)
+}
+
+fn task_failed(method: &Method, path: &str, monitor: &str, state: &str, body: &[u8]) -> ProviderError {
+    let detail = crate::error::bmc_messages(body).map(|m| format!(": {m}")).unwrap_or_default();
+    err(ErrorCode::BmcError, format!("{method} {path}: the BMC's task {monitor} ended {state}{detail}"))
+}
+
+fn retry_after(reply: &Reply) -> Option<Duration> {
+    let v = reply.headers.get(RETRY_AFTER)?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}

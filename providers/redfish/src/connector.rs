@@ -1,0 +1,98 @@
+//! [`RedfishConnector`]: builds a per-BMC HTTPS client (its own TLS trust),
+//! logs in and discovers the service.
+
+use crate::client::Transport;
+use crate::config::RedfishConfig;
+use crate::discovery::Service;
+use crate::error::err;
+use crate::session::RedfishSession;
+use crate::tls::{client_config, SystemRoots};
+use bmcfleet_provider::{BmcSession, Capability, Connector, Ctx, ResolvedCredentials, Result};
+use bmcfleet_schema::{BmcTarget, ErrorCode, Protocol};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Opens Redfish sessions over HTTPS (default port 443).
+#[derive(Debug)]
+pub struct RedfishConnector {
+    config: Arc<RedfishConfig>,
+    /// The host trust store, read once and shared by every BMC without its own CA.
+    system_roots: SystemRoots,
+}
+
+impl Default for RedfishConnector {
+    fn default() -> Self {
+        RedfishConnector::new(RedfishConfig::default())
+    }
+}
+
+/// What every Redfish session implements (a BMC that lacks a service
+/// answers `unsupported` for that action, with the reason).
+const CAPABILITIES: [Capability; 8] = Capability::ALL;
+
+impl RedfishConnector {
+    pub fn new(config: RedfishConfig) -> Self {
+        RedfishConnector { config: Arc::new(config), system_roots: SystemRoots::default() }
+    }
+
+    pub fn config(&self) -> &RedfishConfig {
+        &self.config
+    }
+
+    /// Like [`Connector::connect`], returning the concrete session type.
+    pub async fn open(&self, ctx: &Ctx, target: &BmcTarget, credentials: &ResolvedCredentials) -> Result<RedfishSession> {
+        if !matches!(target.protocol, Protocol::Redfish | Protocol::Auto) {
+            return Err(err(
+                ErrorCode::UnsupportedProtocol,
+                format!("the redfish connector cannot open a {} target", target.protocol),
+            ));
+        }
+        let tls = client_config(&target.tls, &self.system_roots)?;
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        headers.insert("OData-Version", HeaderValue::from_static("4.0"));
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .https_only(true)
+            .http1_only()
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never())
+            .no_proxy()
+            .connect_timeout(self.config.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(2)
+            .tcp_nodelay(true)
+            .user_agent(self.config.user_agent.clone())
+            .default_headers(headers)
+            .build()
+            .map_err(|e| err(ErrorCode::Internal, format!("building the HTTPS client: {e}")))?;
+        let base = format!("https://{}", target.address.authority(443));
+        let mut transport = Transport::new(http, base, target.address.to_string(), credentials, self.config.clone());
+        let root = transport.service_root(ctx).await?;
+        transport.login(ctx, &root).await?;
+        let service = match Service::discover(&mut transport, ctx, &root, target.system_id.as_deref()).await {
+            Ok(s) => s,
+            Err(e) => {
+                transport.logout().await;
+                return Err(e);
+            }
+        };
+        Ok(RedfishSession { transport, service, bmc_address: target.address.clone(), needs_reconnect: false })
+    }
+}
+
+#[async_trait::async_trait]
+impl Connector for RedfishConnector {
+    fn protocol(&self) -> &'static str {
+        "redfish"
+    }
+
+    fn declared_capabilities(&self) -> &'static [Capability] {
+        &CAPABILITIES
+    }
+
+    async fn connect(&self, ctx: &Ctx, target: &BmcTarget, credentials: &ResolvedCredentials) -> Result<Box<dyn BmcSession>> {
+        Ok(Box::new(self.open(ctx, target, credentials).await?))
+    }
+}

@@ -1,0 +1,862 @@
+//! [`MockupServer`]: Redfish mockups served over HTTPS, with state.
+//!
+//! Resources are JSON objects keyed by their `@odata.id`: loaded from a
+//! vendor mockup directory (every `*.json` carrying an `@odata.id`), from
+//! single files, or built in the test from the specification. The server
+//! then behaves like a small BMC:
+//!
+//! - **auth**: the service root is open; everything else needs HTTP Basic
+//!   or an `X-Auth-Token` from the emulated SessionService (POST
+//!   `/redfish/v1/SessionService/Sessions`, DELETE the session to log out);
+//! - **GET** returns the resource (with an `ETag` header when it has an
+//!   `@odata.etag`);
+//! - **PATCH** checks `If-Match` against the ETag (`412` on mismatch, `428`
+//!   when required and missing), checks values against sibling
+//!   `@Redfish.AllowableValues` (`400`), merges, bumps the ETag;
+//! - **POST** to an action `target` checks parameters against the action's
+//!   allowable values and applies `ComputerSystem.Reset` (PowerState),
+//!   `VirtualMedia.InsertMedia`/`EjectMedia`; POST to a collection creates
+//!   a member (`201` + `Location`); **DELETE** removes a member;
+//! - passwords sent in PATCH/POST are never stored in resources;
+//! - **faults** ([`Fault`]) answer before all of that: a status with a
+//!   body, malformed bytes, a hang, or "accept as a task" (`202` + a Task
+//!   Monitor that answers `202` N times, then the final Task).
+//!
+//! Every request is recorded ([`RecordedRequest`]) so tests can assert the
+//! paths, reset types, bodies and headers a provider used.
+
+use super::server::{self, HttpRequest, HttpResponse, Running};
+use super::{credentials, loopback_target, HarnessError, TestPki};
+use base64::Engine;
+use bmcfleet_provider::ResolvedCredentials;
+use bmcfleet_schema::BmcTarget;
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
+const SESSION_SERVICE: &str = "/redfish/v1/SessionService";
+const MONITORS: &str = "/redfish/v1/TaskService/TaskMonitors";
+
+fn norm(p: &str) -> String {
+    let t = p.trim_end_matches('/');
+    if t.is_empty() {
+        "/".to_owned()
+    } else {
+        t.to_owned()
+    }
+}
+
+/// One request the server received.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    pub method: String,
+    /// Path without the query, trailing `/` removed.
+    pub path: String,
+    pub query: Option<String>,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+impl RecordedRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON (`None` when empty or not JSON).
+    pub fn json(&self) -> Option<Value> {
+        serde_json::from_slice(&self.body).ok()
+    }
+
+    pub fn is(&self, method: &str, path: &str) -> bool {
+        self.method.eq_ignore_ascii_case(method) && self.path == norm(path)
+    }
+}
+
+#[derive(Clone, Debug)]
+enum FaultKind {
+    Respond { status: u16, headers: Vec<(String, String)>, body: Bytes },
+    Hang,
+    Task { polls: usize, final_state: String, messages: Vec<String> },
+}
+
+/// An injected behaviour for matching requests, checked before anything else.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    /// `None`: any method.
+    method: Option<String>,
+    path: String,
+    /// `None`: forever.
+    remaining: Option<usize>,
+    kind: FaultKind,
+}
+
+impl Fault {
+    fn new(method: &str, path: &str, kind: FaultKind) -> Fault {
+        let method = (method != "*").then(|| method.to_ascii_uppercase());
+        Fault { method, path: norm(path), remaining: None, kind }
+    }
+
+    /// Answer `status` with a Redfish error body (`error.message` names the fault).
+    /// `method` `"*"` matches any method.
+    pub fn status(method: &str, path: &str, status: u16) -> Fault {
+        let body = json!({"error": {"code": "Base.1.0.GeneralError",
+            "message": format!("injected fault: HTTP {status}"),
+            "@Message.ExtendedInfo": [{"MessageId": "Base.1.0.GeneralError", "Message": format!("injected HTTP {status} for {path}")}]}});
+        Fault::new(
+            method,
+            path,
+            FaultKind::Respond {
+                status,
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
+            },
+        )
+    }
+
+    /// Replace the body with this JSON (e.g. a captured vendor error body).
+    pub fn json(mut self, body: &Value) -> Fault {
+        if let FaultKind::Respond { body: b, .. } = &mut self.kind {
+            *b = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
+        }
+        self
+    }
+
+    /// Replace the body with raw bytes (e.g. malformed JSON).
+    pub fn raw(mut self, body: impl Into<Bytes>) -> Fault {
+        if let FaultKind::Respond { body: b, .. } = &mut self.kind {
+            *b = body.into();
+        }
+        self
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Fault {
+        if let FaultKind::Respond { headers, .. } = &mut self.kind {
+            headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+            headers.push((name.to_ascii_lowercase(), value.to_owned()));
+        }
+        self
+    }
+
+    /// Accept the connection and the request, never answer.
+    pub fn hang(method: &str, path: &str) -> Fault {
+        Fault::new(method, path, FaultKind::Hang)
+    }
+
+    /// Process the request normally, then answer `202 Accepted` with a Task
+    /// Monitor that answers `202` `polls` times and then the final Task in
+    /// `final_state` (`Completed`, `Exception`, ...). `usize::MAX` polls: never done.
+    pub fn task(method: &str, path: &str, polls: usize, final_state: &str) -> Fault {
+        Fault::new(method, path, FaultKind::Task { polls, final_state: final_state.to_owned(), messages: Vec::new() })
+    }
+
+    /// A message the final Task carries.
+    pub fn task_message(mut self, message: &str) -> Fault {
+        if let FaultKind::Task { messages, .. } = &mut self.kind {
+            messages.push(message.to_owned());
+        }
+        self
+    }
+
+    /// Apply to the next `n` matching requests only.
+    pub fn times(mut self, n: usize) -> Fault {
+        self.remaining = Some(n);
+        self
+    }
+
+    fn matches(&self, method: &str, path: &str) -> bool {
+        self.remaining != Some(0)
+            && self.path == path
+            && self.method.as_deref().is_none_or(|m| m.eq_ignore_ascii_case(method))
+    }
+}
+
+struct Monitor {
+    polls_left: usize,
+    final_state: String,
+    messages: Vec<String>,
+    id: String,
+}
+
+struct State {
+    resources: BTreeMap<String, Value>,
+    requests: Vec<RecordedRequest>,
+    faults: Vec<Fault>,
+    username: String,
+    password: String,
+    sessions_enabled: bool,
+    basic_enabled: bool,
+    require_if_match: bool,
+    validate: bool,
+    denied: Vec<(String, String)>,
+    /// token → session path
+    tokens: BTreeMap<String, String>,
+    monitors: BTreeMap<String, Monitor>,
+    counter: u64,
+}
+
+/// Builds a [`MockupServer`].
+pub struct MockupBuilder {
+    resources: BTreeMap<String, Value>,
+    username: String,
+    password: String,
+    sessions: bool,
+    basic: bool,
+    require_if_match: bool,
+    validate: bool,
+    denied: Vec<(String, String)>,
+    pki: Option<TestPki>,
+}
+
+fn read_json(file: &Path) -> Result<Value, HarnessError> {
+    let text = std::fs::read(file).map_err(|e| HarnessError::io(format!("reading {}", file.display()), e))?;
+    serde_json::from_slice(&text).map_err(|e| HarnessError::Fixture(format!("{} is not JSON: {e}", file.display())))
+}
+
+fn collect_json(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), HarnessError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| HarnessError::io(format!("listing {}", dir.display()), e))?;
+    for entry in entries {
+        let p = entry.map_err(|e| HarnessError::io(format!("listing {}", dir.display()), e))?.path();
+        if p.is_dir() {
+            collect_json(&p, out)?;
+        } else if p.extension().is_some_and(|e| e == "json") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+impl Default for MockupBuilder {
+    fn default() -> Self {
+        MockupBuilder {
+            resources: BTreeMap::new(),
+            username: "admin".into(),
+            password: "password".into(),
+            sessions: true,
+            basic: true,
+            require_if_match: false,
+            validate: true,
+            denied: Vec::new(),
+            pki: None,
+        }
+    }
+}
+
+impl MockupBuilder {
+    /// Load every `*.json` under `dir` (recursively) that has an
+    /// `@odata.id`. When two files claim one id, the first in path order
+    /// wins; use [`MockupBuilder::file`] to choose the other.
+    pub fn dir(mut self, dir: impl AsRef<Path>) -> Result<Self, HarnessError> {
+        let mut files = Vec::new();
+        collect_json(dir.as_ref(), &mut files)?;
+        files.sort();
+        for f in files {
+            let v = read_json(&f)?;
+            if let Some(id) = v.get("@odata.id").and_then(Value::as_str) {
+                self.resources.entry(norm(id)).or_insert(v);
+            }
+        }
+        Ok(self)
+    }
+
+    /// Load (and override with) one file, served at its `@odata.id`.
+    pub fn file(mut self, file: impl AsRef<Path>) -> Result<Self, HarnessError> {
+        let v = read_json(file.as_ref())?;
+        let id = v
+            .get("@odata.id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| HarnessError::Fixture(format!("{} has no @odata.id", file.as_ref().display())))?;
+        self.resources.insert(norm(id), v);
+        Ok(self)
+    }
+
+    /// Serve a file at `path` whatever its `@odata.id`.
+    pub fn file_at(mut self, path: &str, file: impl AsRef<Path>) -> Result<Self, HarnessError> {
+        let v = read_json(file.as_ref())?;
+        self.resources.insert(norm(path), v);
+        Ok(self)
+    }
+
+    /// Add or replace a resource (spec-built responders).
+    pub fn resource(mut self, path: &str, value: Value) -> Self {
+        let mut value = value;
+        if value.get("@odata.id").is_none() {
+            value["@odata.id"] = json!(path);
+        }
+        self.resources.insert(norm(path), value);
+        self
+    }
+
+    /// The one account the server accepts (default `admin` / `password`).
+    pub fn credentials(mut self, username: &str, password: &str) -> Self {
+        self.username = username.into();
+        self.password = password.into();
+        self
+    }
+
+    /// Emulate the SessionService (default on). Off: POSTs to the sessions
+    /// collection get `404`, like a BMC without sessions.
+    pub fn sessions(mut self, enabled: bool) -> Self {
+        self.sessions = enabled;
+        self
+    }
+
+    /// Accept HTTP Basic (default on).
+    pub fn basic_auth(mut self, enabled: bool) -> Self {
+        self.basic = enabled;
+        self
+    }
+
+    /// Answer `428` to a PATCH without `If-Match` on a resource with an ETag.
+    pub fn require_if_match(mut self, required: bool) -> Self {
+        self.require_if_match = required;
+        self
+    }
+
+    /// Check PATCH values and action parameters against the advertised
+    /// `@Redfish.AllowableValues` (default on). Turn off to emulate firmware
+    /// whose advertised lists are wrong but which accepts the standard values
+    /// (Supermicro X12 lists `GracefulShutdownGracefulRestart` as one value).
+    pub fn validate_allowable(mut self, on: bool) -> Self {
+        self.validate = on;
+        self
+    }
+
+    /// Answer `405 Method Not Allowed` to `method` on `path`.
+    pub fn deny(mut self, method: &str, path: &str) -> Self {
+        self.denied.push((method.to_ascii_uppercase(), norm(path)));
+        self
+    }
+
+    /// Use this certificate authority (default: a fresh one).
+    pub fn pki(mut self, pki: TestPki) -> Self {
+        self.pki = Some(pki);
+        self
+    }
+
+    pub async fn start(mut self) -> Result<MockupServer, HarnessError> {
+        if self.sessions {
+            self.resources.entry(SESSION_SERVICE.into()).or_insert_with(|| {
+                json!({"@odata.id": SESSION_SERVICE, "@odata.type": "#SessionService.v1_1_8.SessionService",
+                       "Id": "SessionService", "ServiceEnabled": true, "SessionTimeout": 30,
+                       "Sessions": {"@odata.id": SESSIONS}})
+            });
+            self.resources.entry(SESSIONS.into()).or_insert_with(|| {
+                json!({"@odata.id": SESSIONS, "@odata.type": "#SessionCollection.SessionCollection",
+                       "Name": "Session Collection", "Members": [], "Members@odata.count": 0})
+            });
+        }
+        let pki = match self.pki {
+            Some(p) => p,
+            None => TestPki::generate()?,
+        };
+        let state = Arc::new(Mutex::new(State {
+            resources: self.resources,
+            requests: Vec::new(),
+            faults: Vec::new(),
+            username: self.username.clone(),
+            password: self.password.clone(),
+            sessions_enabled: self.sessions,
+            basic_enabled: self.basic,
+            require_if_match: self.require_if_match,
+            validate: self.validate,
+            denied: self.denied,
+            tokens: BTreeMap::new(),
+            monitors: BTreeMap::new(),
+            counter: 0,
+        }));
+        let shared = state.clone();
+        let handler: server::Handler = Arc::new(move |req| {
+            let state = shared.clone();
+            Box::pin(async move {
+                let outcome = lock(&state).handle(req);
+                match outcome {
+                    Some(r) => r,
+                    None => std::future::pending().await,
+                }
+            })
+        });
+        let running = server::start(Some(pki.server_config()?), handler).await?;
+        Ok(MockupServer { running, state, pki, username: self.username, password: self.password })
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn redfish_error(status: u16, id: &str, message: &str) -> HttpResponse {
+    HttpResponse::json(
+        status,
+        &json!({"error": {"code": format!("Base.1.8.{id}"), "message": message,
+            "@Message.ExtendedInfo": [{"MessageId": format!("Base.1.8.{id}"), "Message": message, "Severity": "Critical"}]}}),
+    )
+}
+
+/// Replace every `Password` value by `null` (BMCs never return passwords).
+fn strip_passwords(v: &mut Value) {
+    if let Some(o) = v.as_object_mut() {
+        for (k, val) in o.iter_mut() {
+            if k == "Password" {
+                *val = Value::Null;
+            } else {
+                strip_passwords(val);
+            }
+        }
+    }
+}
+
+fn merge(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(t), Some(p)) => {
+            for (k, v) in p {
+                match t.get_mut(k) {
+                    Some(existing) if existing.is_object() && v.is_object() => merge(existing, v),
+                    _ => {
+                        t.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+/// Check string values of `patch` against `Prop@Redfish.AllowableValues`
+/// siblings in `resource`, recursively.
+fn check_allowable(resource: &Value, patch: &Value) -> Result<(), String> {
+    let Some(p) = patch.as_object() else { return Ok(()) };
+    for (k, v) in p {
+        if v.is_object() {
+            if let Some(sub) = resource.get(k) {
+                check_allowable(sub, v)?;
+            }
+        } else if let Some(s) = v.as_str() {
+            if let Some(list) = resource.get(format!("{k}@Redfish.AllowableValues")).and_then(Value::as_array) {
+                if !list.iter().any(|a| a.as_str() == Some(s)) {
+                    return Err(format!("The value {s} for the property {k} is not in the list of acceptable values."));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl State {
+    fn next(&mut self) -> u64 {
+        self.counter += 1;
+        self.counter
+    }
+
+    fn bump_etag(&mut self, path: &str) {
+        let n = self.next();
+        if let Some(r) = self.resources.get_mut(path) {
+            if r.get("@odata.etag").is_some() {
+                r["@odata.etag"] = json!(format!("W/\"mock-{n}\""));
+            }
+        }
+    }
+
+    fn authorized(&self, req: &HttpRequest) -> bool {
+        if let Some(token) = req.header("x-auth-token") {
+            return self.tokens.contains_key(token);
+        }
+        if !self.basic_enabled {
+            return false;
+        }
+        let Some(h) = req.header("authorization") else { return false };
+        let Some(b64) = h.strip_prefix("Basic ").or_else(|| h.strip_prefix("basic ")) else { return false };
+        let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(b64.trim()) else { return false };
+        let Ok(pair) = String::from_utf8(raw) else { return false };
+        pair.split_once(':').is_some_and(|(u, p)| u == self.username && p == self.password)
+    }
+
+    /// `None`: hang.
+    fn handle(&mut self, req: HttpRequest) -> Option<HttpResponse> {
+        let path = norm(&req.path);
+        let method = req.method.to_ascii_uppercase();
+        self.requests.push(RecordedRequest {
+            method: method.clone(),
+            path: path.clone(),
+            query: req.query.clone(),
+            headers: req.headers.clone(),
+            body: req.body.clone(),
+        });
+
+        let mut as_task = None;
+        if let Some(f) = self.faults.iter_mut().find(|f| f.matches(&method, &path)) {
+            if let Some(n) = &mut f.remaining {
+                *n -= 1;
+            }
+            match f.kind.clone() {
+                FaultKind::Respond { status, headers, body } => return Some(HttpResponse { status, headers, body }),
+                FaultKind::Hang => return None,
+                FaultKind::Task { polls, final_state, messages } => as_task = Some((polls, final_state, messages)),
+            }
+        }
+
+        let open = method == "GET" && (path == "/redfish/v1" || path == "/redfish" || path == "/");
+        let login = method == "POST" && path == SESSIONS && self.sessions_enabled;
+        if !open && !login && !self.authorized(&req) {
+            return Some(
+                redfish_error(401, "NoValidSession", "There is no valid session established with the implementation.")
+                    .with_header("www-authenticate", "Basic realm=\"mockup\""),
+            );
+        }
+        if self.denied.iter().any(|(m, p)| *m == method && *p == path) {
+            return Some(redfish_error(405, "OperationNotAllowed", &format!("{method} is not allowed on {path}")));
+        }
+        if let Some(resp) = self.monitor(&method, &path) {
+            return Some(resp);
+        }
+
+        let body: Option<Value> = if req.body.iter().all(u8::is_ascii_whitespace) {
+            None
+        } else {
+            match serde_json::from_slice(&req.body) {
+                Ok(v) => Some(v),
+                Err(_) => return Some(redfish_error(400, "MalformedJSON", "The request body submitted was malformed JSON.")),
+            }
+        };
+
+        let resp = match method.as_str() {
+            "GET" => self.get(&path),
+            "PATCH" => self.patch(&path, &req, body),
+            "POST" if login => self.login(body),
+            "POST" => self.post(&path, body),
+            "DELETE" => self.delete(&path),
+            _ => redfish_error(405, "OperationNotAllowed", &format!("{method} is not allowed on {path}")),
+        };
+        if let Some((polls, final_state, messages)) = as_task {
+            if (200..300).contains(&resp.status) {
+                let n = self.next();
+                let loc = format!("{MONITORS}/{n}");
+                self.monitors.insert(loc.clone(), Monitor { polls_left: polls, final_state, messages, id: n.to_string() });
+                let task = json!({"@odata.id": format!("/redfish/v1/TaskService/Tasks/{n}"), "Id": n.to_string(),
+                                  "TaskState": "Running", "TaskMonitor": loc});
+                return Some(HttpResponse::json(202, &task).with_header("location", loc));
+            }
+        }
+        Some(resp)
+    }
+
+    fn monitor(&mut self, method: &str, path: &str) -> Option<HttpResponse> {
+        let m = self.monitors.get_mut(path)?;
+        if method != "GET" {
+            return Some(redfish_error(405, "OperationNotAllowed", "task monitors only answer GET"));
+        }
+        let task_path = format!("/redfish/v1/TaskService/Tasks/{}", m.id);
+        if m.polls_left > 0 {
+            m.polls_left -= 1;
+            return Some(HttpResponse::json(
+                202,
+                &json!({"@odata.id": task_path, "Id": m.id, "TaskState": "Running", "PercentComplete": 50}),
+            ));
+        }
+        let status = if m.final_state == "Completed" { "OK" } else { "Critical" };
+        let messages: Vec<Value> = m.messages.iter().map(|t| json!({"MessageId": "Task.1.0.Info", "Message": t})).collect();
+        Some(HttpResponse::json(
+            200,
+            &json!({"@odata.id": task_path, "Id": m.id, "TaskState": m.final_state, "TaskStatus": status,
+                    "PercentComplete": 100, "Messages": messages}),
+        ))
+    }
+
+    fn get(&self, path: &str) -> HttpResponse {
+        match self.resources.get(path) {
+            Some(v) => {
+                let mut r = HttpResponse::json(200, v);
+                if let Some(tag) = v.get("@odata.etag").and_then(Value::as_str) {
+                    r = r.with_header("etag", tag);
+                }
+                r
+            }
+            None => redfish_error(404, "ResourceMissingAtURI", &format!("The resource at the URI {path} was not found.")),
+        }
+    }
+
+    fn patch(&mut self, path: &str, req: &HttpRequest, body: Option<Value>) -> HttpResponse {
+        let Some(current) = self.resources.get(path) else {
+            return redfish_error(404, "ResourceMissingAtURI", &format!("The resource at the URI {path} was not found."));
+        };
+        let Some(body) = body.filter(Value::is_object) else {
+            return redfish_error(400, "MalformedJSON", "PATCH needs a JSON object.");
+        };
+        if let Some(tag) = current.get("@odata.etag").and_then(Value::as_str) {
+            match req.header("if-match") {
+                Some(m) if m == tag || m == "*" => {}
+                Some(_) => {
+                    return redfish_error(412, "PreconditionFailed", "The ETag supplied did not match the ETag required to change this resource.")
+                }
+                None if self.require_if_match => {
+                    return redfish_error(428, "PreconditionRequired", "A precondition header or annotation is required to change this resource.")
+                }
+                None => {}
+            }
+        }
+        if self.validate {
+            if let Err(why) = check_allowable(current, &body) {
+                return redfish_error(400, "PropertyValueNotInList", &why);
+            }
+        }
+        let mut stored = body;
+        strip_passwords(&mut stored);
+        if let Some(r) = self.resources.get_mut(path) {
+            merge(r, &stored);
+        }
+        self.bump_etag(path);
+        HttpResponse::empty(204)
+    }
+
+    fn login(&mut self, body: Option<Value>) -> HttpResponse {
+        let body = body.unwrap_or(Value::Null);
+        let user = body.get("UserName").and_then(Value::as_str);
+        let pass = body.get("Password").and_then(Value::as_str);
+        if user != Some(self.username.as_str()) || pass != Some(self.password.as_str()) {
+            return redfish_error(401, "InsufficientPrivilege", "Invalid username or password.");
+        }
+        let n = self.next();
+        let token = format!("{:016x}{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15), std::process::id() as u64 ^ n << 32);
+        let loc = format!("{SESSIONS}/{n}");
+        self.tokens.insert(token.clone(), loc.clone());
+        let session = json!({"@odata.id": loc, "@odata.type": "#Session.v1_3_0.Session", "Id": n.to_string(),
+                             "Name": "User Session", "UserName": self.username});
+        self.resources.insert(loc.clone(), session.clone());
+        if let Some(coll) = self.resources.get_mut(SESSIONS) {
+            add_member(coll, &loc);
+        }
+        HttpResponse::json(201, &session).with_header("x-auth-token", token).with_header("location", loc)
+    }
+
+    fn find_action(&self, path: &str) -> Option<(String, String, Value)> {
+        for (rpath, r) in &self.resources {
+            let Some(actions) = r.get("Actions").and_then(Value::as_object) else { continue };
+            let mut candidates: Vec<(&String, &Value)> = actions.iter().collect();
+            if let Some(oem) = actions.get("Oem").and_then(Value::as_object) {
+                candidates.extend(oem.iter());
+            }
+            for (name, a) in candidates {
+                if a.get("target").and_then(Value::as_str).map(norm).as_deref() == Some(path) {
+                    return Some((rpath.clone(), name.trim_start_matches('#').to_owned(), a.clone()));
+                }
+            }
+        }
+        None
+    }
+
+    fn post(&mut self, path: &str, body: Option<Value>) -> HttpResponse {
+        if let Some((owner, name, action)) = self.find_action(path) {
+            let body = body.unwrap_or_else(|| json!({}));
+            let Some(params) = body.as_object() else {
+                return redfish_error(400, "MalformedJSON", "Action parameters must be a JSON object.");
+            };
+            for (k, v) in params.iter().filter(|_| self.validate) {
+                if let (Some(s), Some(list)) =
+                    (v.as_str(), action.get(format!("{k}@Redfish.AllowableValues")).and_then(Value::as_array))
+                {
+                    if !list.iter().any(|a| a.as_str() == Some(s)) {
+                        return redfish_error(
+                            400,
+                            "ActionParameterValueNotInList",
+                            &format!("The value {s} for the parameter {k} in the action {name} is not in the list of acceptable values."),
+                        );
+                    }
+                }
+            }
+            return self.apply_action(&owner, &name, params);
+        }
+        if self.resources.get(path).is_some_and(|r| r.get("Members").is_some_and(Value::is_array)) {
+            return self.create_member(path, body);
+        }
+        if self.resources.contains_key(path) {
+            return redfish_error(405, "OperationNotAllowed", &format!("POST is not allowed on {path}"));
+        }
+        redfish_error(404, "ResourceMissingAtURI", &format!("The resource at the URI {path} was not found."))
+    }
+
+    fn apply_action(&mut self, owner: &str, name: &str, params: &Map<String, Value>) -> HttpResponse {
+        let get = |k: &str| params.get(k).cloned();
+        let Some(r) = self.resources.get_mut(owner) else {
+            return redfish_error(404, "ResourceMissingAtURI", "the action's resource vanished");
+        };
+        if name.ends_with(".Reset") && get("ResetType").is_none() && name != "Manager.ResetToDefaults" {
+            return redfish_error(400, "ActionParameterMissing", &format!("The action {name} requires the parameter ResetType to be present in the request body."));
+        }
+        match name {
+            "ComputerSystem.Reset" => {
+                let t = get("ResetType").and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+                let now = r.get("PowerState").and_then(Value::as_str).unwrap_or("Off").to_owned();
+                let next = match t.as_str() {
+                    "On" | "ForceOn" | "ForceRestart" | "GracefulRestart" | "PowerCycle" => "On",
+                    "ForceOff" | "GracefulShutdown" => "Off",
+                    "PushPowerButton" if now == "On" => "Off",
+                    "PushPowerButton" => "On",
+                    _ => now.as_str(),
+                }
+                .to_owned();
+                r["PowerState"] = json!(next);
+            }
+            "VirtualMedia.InsertMedia" => {
+                let Some(image) = get("Image") else {
+                    return redfish_error(400, "ActionParameterMissing", "The action InsertMedia requires the parameter Image.");
+                };
+                r["Image"] = image;
+                r["Inserted"] = get("Inserted").unwrap_or(json!(true));
+                r["WriteProtected"] = get("WriteProtected").unwrap_or(json!(true));
+            }
+            "VirtualMedia.EjectMedia" => {
+                r["Image"] = Value::Null;
+                r["Inserted"] = json!(false);
+            }
+            _ => {}
+        }
+        self.bump_etag(owner);
+        HttpResponse::empty(204)
+    }
+
+    fn create_member(&mut self, coll: &str, body: Option<Value>) -> HttpResponse {
+        let Some(mut body) = body.filter(Value::is_object) else {
+            return redfish_error(400, "MalformedJSON", "POST to a collection needs a JSON object.");
+        };
+        let existing = self.resources.get(coll).map(crate::json::members).unwrap_or_default();
+        let next = existing
+            .iter()
+            .filter_map(|m| crate::json::last_segment(m).parse::<u64>().ok())
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let path = format!("{coll}/{next}");
+        strip_passwords(&mut body);
+        body["@odata.id"] = json!(path);
+        body["Id"] = json!(next.to_string());
+        self.resources.insert(path.clone(), body.clone());
+        if let Some(c) = self.resources.get_mut(coll) {
+            add_member(c, &path);
+        }
+        HttpResponse::json(201, &body).with_header("location", path)
+    }
+
+    fn delete(&mut self, path: &str) -> HttpResponse {
+        if self.resources.remove(path).is_none() {
+            return redfish_error(404, "ResourceMissingAtURI", &format!("The resource at the URI {path} was not found."));
+        }
+        self.tokens.retain(|_, loc| loc != path);
+        for r in self.resources.values_mut() {
+            remove_member(r, path);
+        }
+        HttpResponse::empty(204)
+    }
+}
+
+fn add_member(coll: &mut Value, path: &str) {
+    if let Some(m) = coll.get_mut("Members").and_then(Value::as_array_mut) {
+        m.push(json!({"@odata.id": path}));
+        let n = m.len();
+        coll["Members@odata.count"] = json!(n);
+    }
+}
+
+fn remove_member(coll: &mut Value, path: &str) {
+    let Some(m) = coll.get_mut("Members").and_then(Value::as_array_mut) else { return };
+    let before = m.len();
+    m.retain(|x| x.get("@odata.id").and_then(Value::as_str).map(norm).as_deref() != Some(path));
+    if m.len() != before {
+        let n = m.len();
+        coll["Members@odata.count"] = json!(n);
+    }
+}
+
+/// A running mockup BMC on `https://127.0.0.1:PORT`; stops on `Drop`.
+pub struct MockupServer {
+    running: Running,
+    state: Arc<Mutex<State>>,
+    pki: TestPki,
+    username: String,
+    password: String,
+}
+
+impl MockupServer {
+    pub fn builder() -> MockupBuilder {
+        MockupBuilder::default()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.running.addr
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.running.addr.port())
+    }
+
+    /// The CA that signed the server certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.pki.ca_pem
+    }
+
+    /// A target for this server: inline credentials, its CA as `tls.ca_pem`.
+    pub fn target(&self) -> BmcTarget {
+        loopback_target(self.running.addr, &self.username, &self.password, &self.pki.ca_pem)
+    }
+
+    pub fn credentials(&self) -> ResolvedCredentials {
+        credentials(&self.username, &self.password)
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.state).requests.clone()
+    }
+
+    /// Requests with this method and path.
+    pub fn requests_to(&self, method: &str, path: &str) -> Vec<RecordedRequest> {
+        self.requests().into_iter().filter(|r| r.is(method, path)).collect()
+    }
+
+    /// Requests that changed something (neither GET nor HEAD).
+    pub fn writes(&self) -> Vec<RecordedRequest> {
+        self.requests().into_iter().filter(|r| r.method != "GET" && r.method != "HEAD").collect()
+    }
+
+    pub fn clear_requests(&self) {
+        lock(&self.state).requests.clear();
+    }
+
+    /// The current state of a resource.
+    pub fn resource(&self, path: &str) -> Option<Value> {
+        lock(&self.state).resources.get(&norm(path)).cloned()
+    }
+
+    pub fn set_resource(&self, path: &str, value: Value) {
+        lock(&self.state).resources.insert(norm(path), value);
+    }
+
+    /// Merge `patch` into a resource (test setup; no ETag bump, nothing recorded).
+    pub fn merge_resource(&self, path: &str, patch: &Value) {
+        if let Some(r) = lock(&self.state).resources.get_mut(&norm(path)) {
+            merge(r, patch);
+        }
+    }
+
+    pub fn push_fault(&self, fault: Fault) {
+        lock(&self.state).faults.push(fault);
+    }
+
+    pub fn clear_faults(&self) {
+        lock(&self.state).faults.clear();
+    }
+
+    /// Forget every session token (as a BMC does when sessions time out).
+    pub fn expire_sessions(&self) {
+        lock(&self.state).tokens.clear();
+    }
+
+    /// Session tokens currently valid.
+    pub fn active_sessions(&self) -> usize {
+        lock(&self.state).tokens.len()
+    }
+}

@@ -1,0 +1,143 @@
+//! TLS client configuration per BMC.
+//!
+//! Verification is on by default against the host's trust store. A target
+//! may bring its own CA bundle (`tls.ca_pem`: then *only* those CAs are
+//! trusted for that BMC, which is what a private BMC PKI wants), or opt in
+//! to `tls.insecure` (no certificate check at all; handshake signatures are
+//! still verified). The crypto provider (ring) is passed explicitly: nothing
+//! depends on a process-wide default provider.
+
+use crate::error::invalid;
+use bmcfleet_provider::ProviderError;
+use bmcfleet_schema::TlsOptions;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use std::sync::{Arc, OnceLock};
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The host's trust store, loaded once per connector (not per BMC).
+#[derive(Debug, Default)]
+pub(crate) struct SystemRoots(OnceLock<Arc<RootCertStore>>);
+
+impl SystemRoots {
+    fn get(&self) -> Arc<RootCertStore> {
+        self.0
+            .get_or_init(|| {
+                let found = rustls_native_certs::load_native_certs();
+                if !found.errors.is_empty() {
+                    tracing::warn!(errors = found.errors.len(), "Some system CA certificates could not be loaded.");
+                }
+                let mut store = RootCertStore::empty();
+                let (added, ignored) = store.add_parsable_certificates(found.certs);
+                tracing::debug!(added, ignored, "Loaded the system trust store.");
+                Arc::new(store)
+            })
+            .clone()
+    }
+}
+
+/// Parse a PEM bundle into a root store; at least one certificate is required.
+pub(crate) fn roots_from_pem(pem: &str) -> Result<RootCertStore, ProviderError> {
+    let mut store = RootCertStore::empty();
+    let mut n = 0usize;
+    for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        let cert = cert.map_err(|e| invalid(format!("bmc.tls.ca_pem is not valid PEM: {e}")))?;
+        store
+            .add(cert)
+            .map_err(|e| invalid(format!("bmc.tls.ca_pem holds a certificate that cannot be a trust anchor: {e}")))?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err(invalid("bmc.tls.ca_pem contains no CERTIFICATE block"));
+    }
+    Ok(store)
+}
+
+pub(crate) fn client_config(opts: &TlsOptions, system: &SystemRoots) -> Result<ClientConfig, ProviderError> {
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| invalid(format!("TLS setup failed: {e}")))?;
+    let mut config = if opts.insecure {
+        if opts.ca_pem.is_some() {
+            tracing::warn!("bmc.tls.insecure is set: bmc.tls.ca_pem is ignored and the certificate is not checked.");
+        }
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate { provider }))
+            .with_no_client_auth()
+    } else {
+        let roots = match &opts.ca_pem {
+            Some(pem) => Arc::new(roots_from_pem(pem)?),
+            None => system.get(),
+        };
+        builder.with_root_certificates(roots).with_no_client_auth()
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// `tls.insecure`: any certificate, any name. Signatures over the handshake
+/// are still checked so the session keys belong to whoever holds the key.
+#[derive(Debug)]
+struct AcceptAnyCertificate {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_or_bad_pem_is_refused() {
+        assert!(roots_from_pem("").is_err());
+        assert!(roots_from_pem("-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n").is_err());
+    }
+
+    #[test]
+    fn insecure_config_builds() {
+        let opts = TlsOptions { insecure: true, ca_pem: None };
+        assert!(client_config(&opts, &SystemRoots::default()).is_ok());
+    }
+}

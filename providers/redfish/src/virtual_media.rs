@@ -1,0 +1,297 @@
+//! Virtual media: the ComputerSystem's `VirtualMedia` collection (Redfish
+//! 1.11+, iDRAC 17G, sushy-emulator), else the Manager's (Lenovo XCC,
+//! older iDRAC, Supermicro). Standard `InsertMedia` / `EjectMedia` actions
+//! when the device offers them, a PATCH of `Image`/`Inserted` otherwise.
+//!
+//! Insert is idempotent: the same image already inserted is a no-op, a
+//! different one is ejected first.
+
+use crate::client::Resource;
+use crate::error::{err, unsupported};
+use crate::json::{allowable, members, norm_path, str_of};
+use crate::session::RedfishSession;
+use bmcfleet_provider::{Ctx, Result, VirtualMedia};
+use bmcfleet_schema::{ErrorCode, MediaKind};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Map, Value};
+
+/// Media types that serve a kind, best first.
+fn wanted_types(kind: MediaKind) -> &'static [&'static str] {
+    match kind {
+        MediaKind::Cd => &["CD", "DVD"],
+        MediaKind::Usb => &["USBStick", "Floppy"],
+    }
+}
+
+/// Pick the device for `kind`: by `MediaTypes`, else by id/name.
+pub(crate) fn choose_device(devices: &[Resource], kind: MediaKind) -> Option<usize> {
+    for t in wanted_types(kind) {
+        let hit = devices.iter().position(|d| {
+            d.body
+                .get("MediaTypes")
+                .and_then(Value::as_array)
+                .is_some_and(|l| l.iter().any(|m| m.as_str() == Some(*t)))
+        });
+        if hit.is_some() {
+            return hit;
+        }
+    }
+    let words: &[&str] = match kind {
+        MediaKind::Cd => &["cd", "dvd"],
+        MediaKind::Usb => &["usb", "floppy", "removable"],
+    };
+    devices.iter().position(|d| {
+        d.body.get("MediaTypes").is_none() && {
+            let id = format!(
+                "{} {}",
+                str_of(&d.body, "Id").unwrap_or(""),
+                str_of(&d.body, "Name").unwrap_or("")
+            )
+            .to_ascii_lowercase();
+            words.iter().any(|w| id.contains(w))
+        }
+    })
+}
+
+fn action_target(device: &Value, name: &str) -> Option<String> {
+    device.get("Actions")?.get(name)?.get("target")?.as_str().map(norm_path)
+}
+
+fn is_inserted(device: &Value) -> bool {
+    device.get("Inserted").and_then(Value::as_bool).unwrap_or(false)
+        || str_of(device, "Image").is_some_and(|i| !i.is_empty() && i != "None")
+}
+
+fn protocol_for(url: &str) -> Option<&'static str> {
+    let scheme = url.split(':').next()?.to_ascii_lowercase();
+    Some(match scheme.as_str() {
+        "http" => "HTTP",
+        "https" => "HTTPS",
+        "nfs" => "NFS",
+        "cifs" | "smb" => "CIFS",
+        _ => return None,
+    })
+}
+
+/// The InsertMedia body: the DSP0266 parameters, plus TransferProtocolType /
+/// TransferMethod when the action advertises them (some BMCs require them,
+/// others reject parameters they do not know).
+pub(crate) fn insert_body(url: &str, action: &Value, force_protocol: bool, force_method: bool) -> Result<Value> {
+    let mut m = Map::new();
+    m.insert("Image".into(), json!(url));
+    m.insert("Inserted".into(), json!(true));
+    m.insert("WriteProtected".into(), json!(true));
+    let protocols = allowable(action, "TransferProtocolType");
+    if protocols.is_some() || force_protocol {
+        let p = protocol_for(url).ok_or_else(|| unsupported(format!("cannot tell the transfer protocol of the image URL scheme in {}", redact(url))))?;
+        if let Some(list) = &protocols {
+            if !list.iter().any(|x| x == p) {
+                return Err(unsupported(format!(
+                    "the BMC cannot fetch media over {p} (allowed: {})",
+                    list.join(", ")
+                )));
+            }
+        }
+        m.insert("TransferProtocolType".into(), json!(p));
+    }
+    let methods = allowable(action, "TransferMethod");
+    if methods.is_some() || force_method {
+        let chosen = match &methods {
+            Some(l) if !l.iter().any(|x| x == "Stream") => l.first().cloned().unwrap_or_else(|| "Stream".into()),
+            _ => "Stream".into(),
+        };
+        m.insert("TransferMethod".into(), json!(chosen));
+    }
+    Ok(Value::Object(m))
+}
+
+/// The URL without credentials, for messages and logs.
+pub(crate) fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            if !u.username().is_empty() || u.password().is_some() {
+                let _ = u.set_username("");
+                let _ = u.set_password(None);
+            }
+            u.set_query(None);
+            u.to_string()
+        }
+        Err(_) => "(unparsable URL)".to_owned(),
+    }
+}
+
+impl RedfishSession {
+    async fn media_device(&mut self, ctx: &Ctx, kind: MediaKind) -> Result<Resource> {
+        let mut collections = Vec::new();
+        if let Some(p) = &self.service.system.virtual_media {
+            collections.push(p.clone());
+        }
+        if let Some(p) = self.service.manager.as_ref().and_then(|m| m.virtual_media.clone()) {
+            if !collections.contains(&p) {
+                collections.push(p);
+            }
+        }
+        if collections.is_empty() {
+            return Err(unsupported("neither the system nor its manager exposes VirtualMedia"));
+        }
+        let mut devices = Vec::new();
+        let mut last_err = None;
+        for c in &collections {
+            let list = match self.transport.get(ctx, c).await {
+                Ok(l) => l,
+                Err(e) if e.code == ErrorCode::TargetNotFound => {
+                    last_err = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for m in members(&list.body) {
+                match self.transport.get(ctx, &m).await {
+                    Ok(d) => devices.push(d),
+                    Err(e) if e.code == ErrorCode::TargetNotFound => {
+                        tracing::debug!(bmc = %self.transport.bmc(), device = %m, "Listed media device unreadable; skipped.");
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if choose_device(&devices, kind).is_some() {
+                break;
+            }
+        }
+        match choose_device(&devices, kind) {
+            Some(i) => Ok(devices.swap_remove(i)),
+            None if devices.is_empty() && last_err.is_some() => Err(unsupported(format!(
+                "the BMC's VirtualMedia collection is not implemented ({})",
+                last_err.map(|e| e.message).unwrap_or_default()
+            ))),
+            None => Err(unsupported(format!("the BMC has no virtual media device for {kind:?} media"))),
+        }
+    }
+
+    async fn eject_device(&mut self, ctx: &Ctx, device: Resource) -> Result<()> {
+        if let Some(target) = action_target(&device.body, "#VirtualMedia.EjectMedia") {
+            tracing::info!(bmc = %self.transport.bmc(), device = %device.path, "Ejecting virtual media.");
+            self.transport.post(ctx, &target, &json!({})).await?;
+            Ok(())
+        } else {
+            tracing::info!(bmc = %self.transport.bmc(), device = %device.path, "Ejecting virtual media (PATCH).");
+            self.patch_with_etag(ctx, device, &json!({"Image": null, "Inserted": false})).await
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl VirtualMedia for RedfishSession {
+    async fn insert_media(&mut self, ctx: &Ctx, url: &str, media: MediaKind) -> Result<()> {
+        let mut device = self.media_device(ctx, media).await?;
+        if str_of(&device.body, "Image") == Some(url) && is_inserted(&device.body) {
+            tracing::debug!(bmc = %self.transport.bmc(), device = %device.path, "The image is already inserted.");
+            return Ok(());
+        }
+        if is_inserted(&device.body) {
+            let path = device.path.clone();
+            self.eject_device(ctx, device).await?;
+            device = self.transport.get(ctx, &path).await?;
+        }
+        let path = device.path.clone();
+        match device.body.get("Actions").and_then(|a| a.get("#VirtualMedia.InsertMedia")).cloned() {
+            Some(action) => {
+                let target = action_target(&device.body, "#VirtualMedia.InsertMedia")
+                    .ok_or_else(|| err(ErrorCode::ProtocolError, format!("{path}: InsertMedia has no target")))?;
+                let body = insert_body(url, &action, false, false)?;
+                tracing::info!(bmc = %self.transport.bmc(), device = %path, image = %redact(url), "Inserting virtual media.");
+                let reply = self.transport.exchange(ctx, Method::POST, &target, Some(&body), None).await?;
+                // Some BMCs demand parameters they do not advertise; a 400
+                // naming them means nothing was done, so resend once with them.
+                let reply = if reply.status == StatusCode::BAD_REQUEST {
+                    let text = crate::error::bmc_messages(&reply.body).unwrap_or_default();
+                    let need_protocol = text.contains("TransferProtocolType") && body.get("TransferProtocolType").is_none();
+                    let need_method = text.contains("TransferMethod") && body.get("TransferMethod").is_none();
+                    if need_protocol || need_method {
+                        tracing::info!(bmc = %self.transport.bmc(), "The BMC requires transfer parameters; resending InsertMedia with them.");
+                        let body = insert_body(url, &action, need_protocol, need_method)?;
+                        self.transport.exchange(ctx, Method::POST, &target, Some(&body), None).await?
+                    } else {
+                        reply
+                    }
+                } else {
+                    reply
+                };
+                self.transport.complete(ctx, &Method::POST, &target, reply).await?;
+            }
+            None => {
+                tracing::info!(bmc = %self.transport.bmc(), device = %path, image = %redact(url), "Inserting virtual media (PATCH).");
+                let body = json!({"Image": url, "Inserted": true, "WriteProtected": true});
+                self.patch_with_etag(ctx, device, &body).await?;
+            }
+        }
+        let after = self.transport.get(ctx, &path).await?;
+        match str_of(&after.body, "Image") {
+            Some(img) if img != url => Err(err(
+                ErrorCode::BmcError,
+                format!("the BMC accepted the media insert but {path} reports another image"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    async fn eject_media(&mut self, ctx: &Ctx, media: MediaKind) -> Result<()> {
+        let device = self.media_device(ctx, media).await?;
+        if !is_inserted(&device.body) {
+            tracing::debug!(bmc = %self.transport.bmc(), device = %device.path, "Nothing inserted; nothing to eject.");
+            return Ok(());
+        }
+        self.eject_device(ctx, device).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(id: &str, types: Option<&[&str]>) -> Resource {
+        let mut body = json!({"Id": id, "Name": id});
+        if let Some(t) = types {
+            body["MediaTypes"] = json!(t);
+        }
+        Resource { path: format!("/vm/{id}"), body, etag: None }
+    }
+
+    #[test]
+    fn chooses_by_media_types_then_names() {
+        let sushy = vec![dev("Cd", Some(&["CD", "DVD"])), dev("Floppy", Some(&["Floppy", "USBStick"]))];
+        assert_eq!(choose_device(&sushy, MediaKind::Cd), Some(0));
+        assert_eq!(choose_device(&sushy, MediaKind::Usb), Some(1));
+        let unnamed = vec![dev("RemovableDisk", None), dev("CD1", None)];
+        assert_eq!(choose_device(&unnamed, MediaKind::Cd), Some(1));
+        assert_eq!(choose_device(&unnamed, MediaKind::Usb), Some(0));
+        assert_eq!(choose_device(&[dev("CD", Some(&["CD"]))], MediaKind::Usb), None);
+    }
+
+    #[test]
+    fn insert_body_follows_advertised_parameters() {
+        // iDRAC 17G (fixture virtualmedia_1.json).
+        let idrac = json!({"TransferProtocolType@Redfish.AllowableValues": ["CIFS", "HTTP", "HTTPS", "NFS"],
+                           "TransferMethod@Redfish.AllowableValues": ["Stream"]});
+        assert_eq!(
+            insert_body("http://10.1.1.1/a.iso", &idrac, false, false).unwrap(),
+            json!({"Image": "http://10.1.1.1/a.iso", "Inserted": true, "WriteProtected": true,
+                   "TransferProtocolType": "HTTP", "TransferMethod": "Stream"})
+        );
+        assert_eq!(
+            insert_body("http://10.1.1.1/a.iso", &json!({}), false, false).unwrap(),
+            json!({"Image": "http://10.1.1.1/a.iso", "Inserted": true, "WriteProtected": true})
+        );
+        assert_eq!(
+            insert_body("nfs://10.1.1.1/a.iso", &json!({}), true, false).unwrap()["TransferProtocolType"],
+            "NFS"
+        );
+        let https_only = json!({"TransferProtocolType@Redfish.AllowableValues": ["HTTPS"]});
+        assert_eq!(insert_body("http://h/a.iso", &https_only, false, false).unwrap_err().code, ErrorCode::Unsupported);
+    }
+
+    #[test]
+    fn redacts_credentials() {
+        assert_eq!(redact("http://u:p@host/a.iso?token=x"), "http://host/a.iso");
+    }
+}

@@ -1,0 +1,126 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use bmcfleet_provider::Ctx;
+use bmcfleet_redfish::{RedfishConfig, RedfishConnector};
+use std::time::Duration;
+
+/// Log to the test output when `RUST_LOG` is set.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A connector with short poll intervals (tests wait on real state).
+pub fn connector() -> RedfishConnector {
+    init_tracing();
+    RedfishConnector::new(RedfishConfig {
+        request_timeout: Duration::from_secs(20),
+        task_poll_interval: Duration::from_millis(20),
+        state_poll_interval: Duration::from_millis(200),
+        ..RedfishConfig::default()
+    })
+}
+
+pub fn ctx(secs: u64) -> Ctx {
+    Ctx::with_timeout(Duration::from_secs(secs))
+}
+
+use bmcfleet_redfish::testing::MockupBuilder;
+use serde_json::json;
+
+pub const SYSTEM: &str = "/redfish/v1/Systems/1";
+pub const RESET: &str = "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset";
+pub const MANAGER: &str = "/redfish/v1/Managers/BMC";
+
+/// A minimal service built from DSP0266 (no vendor capture): root, one
+/// system with a reset action and a boot object, one manager. Tests add
+/// what they need on top.
+pub fn spec_service() -> MockupBuilder {
+    MockupBuilder::default()
+        .resource(
+            "/redfish/v1",
+            json!({"@odata.id": "/redfish/v1/", "@odata.type": "#ServiceRoot.v1_15_0.ServiceRoot", "Id": "RootService",
+                   "RedfishVersion": "1.15.0", "Vendor": "Spec",
+                   "Systems": {"@odata.id": "/redfish/v1/Systems"},
+                   "Managers": {"@odata.id": "/redfish/v1/Managers"},
+                   "SessionService": {"@odata.id": "/redfish/v1/SessionService"},
+                   "AccountService": {"@odata.id": "/redfish/v1/AccountService"},
+                   "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}}),
+        )
+        .resource(
+            "/redfish/v1/Systems",
+            json!({"Members": [{"@odata.id": SYSTEM}], "Members@odata.count": 1}),
+        )
+        .resource(
+            SYSTEM,
+            json!({"@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "Id": "1", "Name": "spec system",
+                   "Manufacturer": "Spec", "Model": "S1", "SerialNumber": "SN1", "PowerState": "On",
+                   "Boot": {"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None",
+                            "BootSourceOverrideMode": "UEFI",
+                            "BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe", "Cd", "Hdd", "BiosSetup"]},
+                   "Links": {"ManagedBy": [{"@odata.id": MANAGER}]},
+                   "Actions": {"#ComputerSystem.Reset": {"target": RESET,
+                       "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle", "Nmi"]}}}),
+        )
+        .resource("/redfish/v1/Managers", json!({"Members": [{"@odata.id": MANAGER}], "Members@odata.count": 1}))
+        .resource(
+            MANAGER,
+            json!({"@odata.type": "#Manager.v1_17_0.Manager", "Id": "BMC", "ManagerType": "BMC", "FirmwareVersion": "1.0.0",
+                   "Actions": {"#Manager.Reset": {"target": "/redfish/v1/Managers/BMC/Actions/Manager.Reset",
+                       "ResetType@Redfish.AllowableValues": ["ForceRestart", "GracefulRestart"]}}}),
+        )
+}
+
+/// A standard (POST/DELETE) AccountService with the login account and one more.
+pub fn standard_accounts(builder: MockupBuilder) -> MockupBuilder {
+    builder
+        .resource(
+            "/redfish/v1/AccountService",
+            json!({"@odata.type": "#AccountService.v1_12_0.AccountService", "Id": "AccountService",
+                   "Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"},
+                   "Roles": {"@odata.id": "/redfish/v1/AccountService/Roles"}}),
+        )
+        .resource(
+            "/redfish/v1/AccountService/Accounts",
+            json!({"Members": [{"@odata.id": "/redfish/v1/AccountService/Accounts/1"},
+                               {"@odata.id": "/redfish/v1/AccountService/Accounts/2"}], "Members@odata.count": 2}),
+        )
+        .resource(
+            "/redfish/v1/AccountService/Accounts/1",
+            json!({"Id": "1", "UserName": "admin", "RoleId": "Administrator", "Enabled": true, "Password": null,
+                   "@odata.etag": "W/\"acct-1\""}),
+        )
+        .resource(
+            "/redfish/v1/AccountService/Accounts/2",
+            json!({"Id": "2", "UserName": "viewer", "RoleId": "ReadOnly", "Enabled": true, "Password": null,
+                   "@odata.etag": "W/\"acct-2\""}),
+        )
+}
+
+/// A fixed-slot AccountService like iDRAC's (16 slots, slot 1 reserved and
+/// empty, slot 2 `root`, POST refused), built from its documented behaviour.
+pub fn slot_accounts(builder: MockupBuilder, slots: u32) -> MockupBuilder {
+    let members: Vec<_> = (1..=slots).map(|i| json!({"@odata.id": format!("/redfish/v1/AccountService/Accounts/{i}")})).collect();
+    let mut b = builder
+        .resource(
+            "/redfish/v1/AccountService",
+            json!({"Id": "AccountService", "Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"}}),
+        )
+        .resource("/redfish/v1/AccountService/Accounts", json!({"Members": members, "Members@odata.count": slots}))
+        .deny("POST", "/redfish/v1/AccountService/Accounts");
+    for i in 1..=slots {
+        let (name, enabled, role) = match i {
+            2 => ("root", true, "Administrator"),
+            _ => ("", false, "None"),
+        };
+        b = b.resource(
+            &format!("/redfish/v1/AccountService/Accounts/{i}"),
+            json!({"Id": i.to_string(), "UserName": name, "Enabled": enabled, "RoleId": role, "Password": null}),
+        );
+        b = b.deny("DELETE", &format!("/redfish/v1/AccountService/Accounts/{i}"));
+    }
+    b
+}

@@ -1,0 +1,287 @@
+//! Faults, each a typed error carrying the BMC's own words, within the
+//! action deadline, and never retried when the request may have been
+//! processed. Runs against a service built from DSP0266 (no fixtures
+//! needed), a silent TCP listener, a closed port and untrusted TLS.
+
+mod common;
+
+use bmcfleet_provider::{BmcSession, Ctx};
+use bmcfleet_redfish::testing::{Fault, MockupServer, SilentServer, TestPki};
+use bmcfleet_redfish::{RedfishConfig, RedfishConnector, RedfishSession};
+use bmcfleet_schema::{
+    BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, PowerOp, RawRedfish, RawRequest, TlsOptions, UserUpdate,
+};
+use common::{connector, ctx, spec_service, RESET, SYSTEM};
+use serde_json::json;
+use std::time::Duration;
+use tokio::time::Instant;
+
+async fn open(server: &MockupServer) -> RedfishSession {
+    connector().open(&ctx(10), &server.target(), &server.credentials()).await.expect("connect")
+}
+
+fn ctx_ms(ms: u64) -> Ctx {
+    Ctx::with_timeout(Duration::from_millis(ms))
+}
+
+#[tokio::test]
+async fn wrong_password_is_auth_failed_with_sessions_and_with_basic() {
+    for sessions in [true, false] {
+        let server = spec_service().sessions(sessions).start().await.unwrap();
+        let mut creds = server.credentials();
+        creds.password = "wrong".into();
+        let e = connector().open(&ctx(10), &server.target(), &creds).await.err().expect("must fail");
+        assert_eq!(e.code, ErrorCode::AuthFailed, "sessions={sessions}: {e}");
+        assert!(!e.retryable);
+        assert!(e.message.contains("There is no valid session"), "the BMC's words are missing: {e}");
+        assert_eq!(server.active_sessions(), 0);
+    }
+}
+
+#[tokio::test]
+async fn forbidden_is_permission_denied() {
+    let server = spec_service().start().await.unwrap();
+    server.push_fault(Fault::status("PATCH", SYSTEM, 403));
+    let mut s = open(&server).await;
+    let e = s
+        .boot()
+        .unwrap()
+        .set_boot_device(&ctx(5), &BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
+    assert!(e.message.contains("injected HTTP 403"), "{e}");
+}
+
+#[tokio::test]
+async fn missing_resources_are_target_not_found() {
+    let server = common::standard_accounts(spec_service()).start().await.unwrap();
+    let mut s = open(&server).await;
+    let e = s
+        .raw()
+        .unwrap()
+        .raw(&ctx(5), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/Chassis/9".into(), body: None }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::TargetNotFound, "{e}");
+    assert!(e.message.contains("ResourceMissingAtURI") || e.message.contains("was not found"), "{e}");
+    let upd = UserUpdate { name: "nobody".into(), password: Some("x-long-enough".into()), role: None, enabled: None };
+    let e = s.users().unwrap().update_user(&ctx(5), &upd).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::TargetNotFound, "{e}");
+    assert!(server.writes().iter().all(|r| r.method != "PATCH"), "an update of a missing user wrote something");
+}
+
+#[tokio::test]
+async fn conflict_is_a_bmc_error_sent_once() {
+    let server = spec_service().start().await.unwrap();
+    server.push_fault(Fault::status("POST", RESET, 409).json(
+        &json!({"error": {"code": "Base.1.8.ActionNotSupported", "message": "Reset is not possible while the host is in POST"}}),
+    ));
+    let mut s = open(&server).await;
+    let e = s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert!(e.message.contains("409") && e.message.contains("while the host is in POST"), "{e}");
+    assert!(!e.retryable);
+    assert_eq!(server.requests_to("POST", RESET).len(), 1);
+}
+
+#[tokio::test]
+async fn persistent_etag_mismatch_fails_after_one_fresh_retry() {
+    let server = spec_service().start().await.unwrap();
+    server.merge_resource(SYSTEM, &json!({"@odata.etag": "W/\"v1\""}));
+    server.push_fault(Fault::status("PATCH", SYSTEM, 412));
+    let mut s = open(&server).await;
+    let e = s
+        .boot()
+        .unwrap()
+        .set_boot_device(&ctx(5), &BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert!(e.message.contains("412"), "{e}");
+    let patches = server.requests_to("PATCH", SYSTEM);
+    assert_eq!(patches.len(), 2, "one PATCH, one retry with a fresh ETag, no more");
+    assert!(patches.iter().all(|p| p.header("if-match") == Some("W/\"v1\"")));
+}
+
+#[tokio::test]
+async fn if_match_required_without_an_etag_is_explained() {
+    let server = spec_service().start().await.unwrap();
+    server.push_fault(Fault::status("PATCH", SYSTEM, 428));
+    let mut s = open(&server).await;
+    let e = s
+        .boot()
+        .unwrap()
+        .set_boot_device(&ctx(5), &BootDeviceRequest { device: BootDevice::Disk, persistent: false, efi: true })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert!(e.message.contains("If-Match") && e.message.contains("no ETag"), "{e}");
+}
+
+#[tokio::test]
+async fn server_errors_are_retryable_but_not_retried() {
+    let server = spec_service().start().await.unwrap();
+    let mut s = open(&server).await;
+    server.push_fault(Fault::status("POST", RESET, 500));
+    server.push_fault(Fault::status("GET", SYSTEM, 503).times(1));
+    let e = s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert!(e.retryable && e.message.contains("503"), "{e}");
+    let e = s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert!(e.retryable && e.message.contains("500") && e.message.contains("injected"), "{e}");
+    assert_eq!(server.requests_to("POST", RESET).len(), 1, "a non-idempotent POST was resent");
+    assert!(s.is_healthy(), "an HTTP error is not a broken transport");
+}
+
+#[tokio::test]
+async fn not_implemented_is_unsupported() {
+    let server = spec_service().start().await.unwrap();
+    server.push_fault(Fault::status("POST", RESET, 501));
+    let mut s = open(&server).await;
+    let e = s.power().unwrap().power(&ctx(5), PowerOp::Nmi).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_protocol_error() {
+    let server = spec_service().start().await.unwrap();
+    let mut s = open(&server).await;
+    server.push_fault(Fault::status("GET", SYSTEM, 200).raw(&b"{\"PowerState\": \"On\", oops"[..]));
+    let e = s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
+    assert!(e.message.contains("not valid JSON"), "{e}");
+
+    let server = spec_service().start().await.unwrap();
+    server.push_fault(Fault::status("GET", "/redfish/v1", 200).raw(&b"<html>login</html>"[..]));
+    let e = connector().open(&ctx(5), &server.target(), &server.credentials()).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
+}
+
+#[tokio::test]
+async fn hung_bmc_is_a_timeout_within_the_deadline() {
+    let server = spec_service().start().await.unwrap();
+    let mut s = open(&server).await;
+    server.push_fault(Fault::hang("GET", SYSTEM));
+    let started = Instant::now();
+    let e = s.power().unwrap().power(&ctx_ms(1500), PowerOp::Status).await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
+    assert!(e.retryable);
+    assert!(took >= Duration::from_millis(1400) && took < Duration::from_millis(2500), "took {took:?}");
+    assert!(!s.is_healthy(), "a session on a hung BMC must be replaced");
+}
+
+#[tokio::test]
+async fn silent_listener_is_a_timeout_within_the_deadline() {
+    let silent = SilentServer::start().await.unwrap();
+    let mut target = spec_service().start().await.unwrap().target();
+    target.address = format!("127.0.0.1:{}", silent.addr().port()).parse().unwrap();
+    let started = Instant::now();
+    let e = connector().open(&ctx_ms(1000), &target, &common_creds()).await.err().expect("must fail");
+    let took = started.elapsed();
+    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
+    assert!(took < Duration::from_millis(2000), "took {took:?}");
+    assert!(silent.accepted() >= 1);
+}
+
+fn common_creds() -> bmcfleet_provider::ResolvedCredentials {
+    bmcfleet_redfish::testing::credentials("admin", "password")
+}
+
+#[tokio::test]
+async fn closed_port_is_unreachable() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut target = spec_service().start().await.unwrap().target();
+    target.address = format!("127.0.0.1:{port}").parse().unwrap();
+    let e = connector().open(&ctx(5), &target, &common_creds()).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::Unreachable, "{e}");
+    assert!(e.retryable);
+}
+
+#[tokio::test]
+async fn untrusted_certificate_is_a_tls_error_unless_insecure() {
+    let server = spec_service().start().await.unwrap();
+    // No CA given: the system trust store does not know the test CA.
+    let mut target = server.target();
+    target.tls = TlsOptions::default();
+    let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
+    assert!(e.message.contains("TLS") && e.message.contains("ca_pem"), "{e}");
+    assert!(!e.retryable);
+
+    // Another CA: still refused.
+    target.tls = TlsOptions { insecure: false, ca_pem: Some(TestPki::generate().unwrap().ca_pem) };
+    let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
+    assert!(e.message.contains("TLS"), "{e}");
+    assert!(server.requests().is_empty(), "a request went over an unverified connection");
+
+    // Garbage CA bundle: refused before connecting.
+    target.tls = TlsOptions { insecure: false, ca_pem: Some("not a pem".into()) };
+    let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
+
+    // Explicit opt-in.
+    target.tls = TlsOptions { insecure: true, ca_pem: None };
+    connector().open(&ctx(5), &target, &server.credentials()).await.expect("insecure connects");
+}
+
+#[tokio::test]
+async fn oversized_answer_is_refused() {
+    let server = spec_service().start().await.unwrap();
+    let c = RedfishConnector::new(RedfishConfig { max_response_bytes: 4096, ..RedfishConfig::default() });
+    let mut s = c.open(&ctx(5), &server.target(), &server.credentials()).await.expect("connect");
+    server.push_fault(Fault::status("GET", SYSTEM, 200).raw(vec![b' '; 64 * 1024]));
+    let e = s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
+    assert!(e.message.contains("larger than 4096"), "{e}");
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    let server = spec_service().start().await.unwrap();
+    let mut s = open(&server).await;
+    server.push_fault(Fault::status("GET", SYSTEM, 307).header("location", "https://198.51.100.1/redfish/v1/Systems/1"));
+    let e = s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
+    assert!(e.message.contains("307"), "{e}");
+}
+
+#[tokio::test]
+async fn raw_request_bounds_are_checked_before_sending() {
+    let server = spec_service().start().await.unwrap();
+    let mut s = open(&server).await;
+    server.clear_requests();
+    let big = json!({"Oem": "x".repeat(70 * 1024)});
+    let e = s
+        .raw()
+        .unwrap()
+        .raw(&ctx(5), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Patch, path: SYSTEM.into(), body: Some(big) }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
+    let e = s
+        .raw()
+        .unwrap()
+        .raw(&ctx(5), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/../../etc".into(), body: None }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
+    assert!(server.requests().is_empty(), "a refused raw request was sent");
+}
+
+#[tokio::test]
+async fn expired_deadline_sends_nothing() {
+    let server = spec_service().start().await.unwrap();
+    let mut s = open(&server).await;
+    server.clear_requests();
+    let past = Ctx::new(Instant::now() - Duration::from_millis(1));
+    let e = s.power().unwrap().power(&past, PowerOp::Off).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::DeadlineExceeded, "{e}");
+    assert!(server.requests().is_empty());
+}

@@ -1,0 +1,332 @@
+//! End to end against a real `sushy-emulator` (fake driver, HTTPS with a
+//! per-test CA, Basic auth from a bcrypt htpasswd). State is read back from
+//! the emulator with an independent client; power changes land after a
+//! random 1–11 s, so tests wait on read-back with a deadline.
+//!
+//! Skips (with the reason) when `sushy-emulator` is not installed, unless
+//! `BMCFLEET_REQUIRE_PEERS=1`.
+
+mod common;
+
+use bmcfleet_provider::{capabilities, BmcSession, Connector};
+use bmcfleet_redfish::testing::{FakeSystem, ImageServer, SushyEmulator};
+use bmcfleet_redfish::AuthKind;
+use bmcfleet_schema::{
+    BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, MediaKind, PowerOp, PowerState, RawIpmi, RawRedfish,
+    RawRequest,
+};
+use common::{connector, ctx};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn power_is(want: &'static str) -> impl Fn(&Value) -> bool {
+    move |v| v["PowerState"] == want
+}
+
+macro_rules! emulator {
+    ($builder:expr, $name:expr) => {
+        match SushyEmulator::start_or_skip($builder, $name).await {
+            Some(e) => e,
+            None => return,
+        }
+    };
+}
+
+fn one(power: &str) -> bmcfleet_redfish::testing::SushyBuilder {
+    SushyEmulator::builder().systems(vec![FakeSystem::new("9a1d0c6e-1111-4c3a-9d55-000000000001", "node1", power)])
+}
+
+#[tokio::test]
+async fn discovery_uses_basic_auth_when_there_is_no_session_service() {
+    let emu = emulator!(one("Off"), "discovery_uses_basic_auth_when_there_is_no_session_service");
+    let s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    assert_eq!(s.auth_kind(), Some(AuthKind::Basic));
+    assert_eq!(s.system_path(), emu.system_path(0));
+    assert_eq!(s.manager_path(), Some(emu.system_path(0).replace("Systems", "Managers").as_str()));
+    let reset = s.system_reset().expect("reset action");
+    for t in ["On", "ForceOff", "GracefulShutdown", "ForceRestart", "Nmi"] {
+        assert!(reset.allows(t), "{t} not in {:?}", reset.allowed);
+    }
+}
+
+#[tokio::test]
+async fn connector_declares_what_sessions_implement() {
+    let emu = emulator!(one("Off"), "connector_declares_what_sessions_implement");
+    let c = connector();
+    let mut s = c.connect(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    assert_eq!(c.protocol(), "redfish");
+    assert_eq!(s.provider(), "redfish");
+    assert_eq!(capabilities(s.as_mut()), c.declared_capabilities().to_vec());
+    assert!(s.is_healthy());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn power_on_then_soft_off_with_read_back() {
+    let emu = emulator!(one("Off"), "power_on_then_soft_off_with_read_back");
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let p = s.power().unwrap();
+    assert_eq!(p.power(&ctx(10), PowerOp::Status).await.unwrap(), Some(PowerState::Off));
+
+    assert_eq!(p.power(&ctx(10), PowerOp::On).await.unwrap(), None);
+    emu.wait_for(&emu.system_path(0), WAIT, power_is("On")).await.expect("emulator reports On");
+    assert_eq!(p.power(&ctx(10), PowerOp::Status).await.unwrap(), Some(PowerState::On));
+    // Already on: nothing is sent, the state is reported.
+    assert_eq!(p.power(&ctx(10), PowerOp::On).await.unwrap(), Some(PowerState::On));
+
+    assert_eq!(p.power(&ctx(10), PowerOp::SoftOff).await.unwrap(), None);
+    emu.wait_for(&emu.system_path(0), WAIT, power_is("Off")).await.expect("emulator reports Off");
+    assert_eq!(p.power(&ctx(10), PowerOp::SoftOff).await.unwrap(), Some(PowerState::Off));
+}
+
+#[tokio::test]
+async fn power_off_is_hard_and_idempotent() {
+    let emu = emulator!(one("On"), "power_off_is_hard_and_idempotent");
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let p = s.power().unwrap();
+    assert_eq!(p.power(&ctx(10), PowerOp::Off).await.unwrap(), None);
+    emu.wait_for(&emu.system_path(0), WAIT, power_is("Off")).await.expect("emulator reports Off");
+    assert_eq!(p.power(&ctx(10), PowerOp::Off).await.unwrap(), Some(PowerState::Off));
+}
+
+#[tokio::test]
+async fn power_reset_is_force_restart() {
+    let emu = emulator!(one("On"), "power_reset_is_force_restart");
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    s.power().unwrap().power(&ctx(10), PowerOp::Reset).await.unwrap();
+    // sushy's fake driver drops to Off at once on a restart, then comes back On.
+    let now = emu.get(&emu.system_path(0)).await.unwrap();
+    assert_eq!(now["PowerState"], "Off", "a restart was not received: {now}");
+    emu.wait_for(&emu.system_path(0), WAIT, power_is("On")).await.expect("back On after the restart");
+}
+
+#[tokio::test]
+async fn power_cycle_without_power_cycle_is_off_wait_on() {
+    // sushy lists no PowerCycle: the provider sends ForceOff, waits for Off
+    // on read-back, then On.
+    let emu = emulator!(one("On"), "power_cycle_without_power_cycle_is_off_wait_on");
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    assert!(!s.system_reset().unwrap().allows("PowerCycle"));
+    let started = tokio::time::Instant::now();
+    s.power().unwrap().power(&ctx(45), PowerOp::Cycle).await.expect("cycle");
+    assert!(started.elapsed() >= Duration::from_millis(900), "the provider did not wait for Off");
+    emu.wait_for(&emu.system_path(0), WAIT, power_is("On")).await.expect("back On after the cycle");
+}
+
+#[tokio::test]
+async fn power_cycle_deadline_is_a_timeout_and_on_is_not_sent() {
+    let emu = emulator!(one("On"), "power_cycle_deadline_is_a_timeout_and_on_is_not_sent");
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    // 300 ms is shorter than sushy's smallest power delay (1 s).
+    let e = s.power().unwrap().power(&ctx_ms(300), PowerOp::Cycle).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
+    assert!(e.message.contains("ForceOff"), "{e}");
+    emu.wait_for(&emu.system_path(0), WAIT, power_is("Off")).await.expect("ForceOff landed");
+}
+
+fn ctx_ms(ms: u64) -> bmcfleet_provider::Ctx {
+    bmcfleet_provider::Ctx::with_timeout(Duration::from_millis(ms))
+}
+
+#[tokio::test]
+async fn nmi_is_unsupported_with_the_emulators_words() {
+    let emu = emulator!(one("On"), "nmi_is_unsupported_with_the_emulators_words");
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let e = s.power().unwrap().power(&ctx(10), PowerOp::Nmi).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("HTTP 501"), "{e}");
+    assert!(e.message.to_ascii_lowercase().contains("nmi"), "the BMC's own message is missing: {e}");
+}
+
+#[tokio::test]
+async fn boot_override_is_set_validated_and_read_back() {
+    let emu = emulator!(one("Off"), "boot_override_is_set_validated_and_read_back");
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let b = s.boot().unwrap();
+
+    b.set_boot_device(&ctx(10), &BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true })
+        .await
+        .expect("pxe");
+    let sys = emu.get(&emu.system_path(0)).await.unwrap();
+    assert_eq!(sys["Boot"]["BootSourceOverrideTarget"], "Pxe");
+    assert_eq!(sys["Boot"]["BootSourceOverrideMode"], "UEFI");
+    let got = b.boot_device(&ctx(10)).await.unwrap();
+    assert_eq!(got.device, BootDevice::Pxe);
+    assert!(got.efi);
+    // sushy stores every override as Continuous.
+    assert!(got.persistent);
+
+    b.set_boot_device(&ctx(10), &BootDeviceRequest { device: BootDevice::Disk, persistent: true, efi: false })
+        .await
+        .expect("disk");
+    let sys = emu.get(&emu.system_path(0)).await.unwrap();
+    assert_eq!(sys["Boot"]["BootSourceOverrideTarget"], "Hdd");
+    assert_eq!(sys["Boot"]["BootSourceOverrideMode"], "Legacy");
+
+    b.set_boot_device(&ctx(10), &BootDeviceRequest { device: BootDevice::Cdrom, persistent: true, efi: false })
+        .await
+        .expect("cd");
+    assert_eq!(b.boot_device(&ctx(10)).await.unwrap().device, BootDevice::Cdrom);
+
+    // sushy accepts any target; we refuse what it does not advertise.
+    let e = b
+        .set_boot_device(&ctx(10), &BootDeviceRequest { device: BootDevice::Bios, persistent: false, efi: false })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("BiosSetup"), "{e}");
+    let e = b
+        .set_boot_device(&ctx(10), &BootDeviceRequest { device: BootDevice::Safe, persistent: false, efi: false })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    let sys = emu.get(&emu.system_path(0)).await.unwrap();
+    assert_eq!(sys["Boot"]["BootSourceOverrideTarget"], "Cd", "a refused override reached the emulator");
+}
+
+#[tokio::test]
+async fn virtual_media_insert_and_eject_cd_and_usb() {
+    let emu = emulator!(one("Off"), "virtual_media_insert_and_eject_cd_and_usb");
+    let image = ImageServer::start("boot.iso", vec![0u8; 64 * 1024]).await.unwrap();
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let cd = format!("{}/VirtualMedia/Cd", emu.system_path(0));
+    let floppy = format!("{}/VirtualMedia/Floppy", emu.system_path(0));
+    let vm = s.virtual_media().unwrap();
+
+    vm.insert_media(&ctx(20), &image.url(), MediaKind::Cd).await.expect("insert cd");
+    let dev = emu.get(&cd).await.unwrap();
+    assert_eq!(dev["Inserted"], true, "{dev}");
+    assert_eq!(dev["Image"], image.url());
+    assert_eq!(image.downloads(), 1, "the emulator did not fetch the image");
+
+    // Same image again: nothing to do.
+    vm.insert_media(&ctx(20), &image.url(), MediaKind::Cd).await.expect("insert cd again");
+    assert_eq!(image.downloads(), 1, "an already inserted image was inserted again");
+
+    vm.insert_media(&ctx(20), &image.url(), MediaKind::Usb).await.expect("insert usb");
+    assert_eq!(emu.get(&floppy).await.unwrap()["Inserted"], true);
+
+    vm.eject_media(&ctx(20), MediaKind::Cd).await.expect("eject cd");
+    assert_eq!(emu.get(&cd).await.unwrap()["Inserted"], false);
+    assert_eq!(emu.get(&floppy).await.unwrap()["Inserted"], true, "ejecting the CD touched the USB device");
+    vm.eject_media(&ctx(20), MediaKind::Usb).await.expect("eject usb");
+    assert_eq!(emu.get(&floppy).await.unwrap()["Inserted"], false);
+    // Nothing inserted: eject is a no-op.
+    vm.eject_media(&ctx(20), MediaKind::Cd).await.expect("eject again");
+}
+
+#[tokio::test]
+async fn inventory_reads_system_and_manager() {
+    let emu = emulator!(one("Off"), "inventory_reads_system_and_manager");
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let inv = s.inventory().unwrap().inventory(&ctx(10)).await.unwrap();
+    assert_eq!(inv.manufacturer.as_deref(), Some("Sushy Emulator"));
+    assert_eq!(inv.firmware_version.as_deref(), Some("1.00"));
+    assert_eq!(inv.power_state, Some(PowerState::Off));
+    assert!(inv.extra.iter().any(|(k, v)| k == "uuid" && v == &emu.systems()[0].uuid), "{:?}", inv.extra);
+}
+
+#[tokio::test]
+async fn raw_passthrough_reads_and_writes() {
+    let emu = emulator!(one("Off"), "raw_passthrough_reads_and_writes");
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let raw = s.raw().unwrap();
+    let r = raw
+        .raw(&ctx(10), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/Systems".into(), body: None }))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.as_ref().unwrap()["Members@odata.count"], 1);
+
+    let r = raw
+        .raw(
+            &ctx(10),
+            &RawRequest::Redfish(RawRedfish {
+                method: HttpMethod::Patch,
+                path: emu.system_path(0),
+                body: Some(json!({"Boot": {"BootSourceOverrideTarget": "Pxe"}})),
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 204);
+    assert_eq!(emu.get(&emu.system_path(0)).await.unwrap()["Boot"]["BootSourceOverrideTarget"], "Pxe");
+
+    let e = raw
+        .raw(&ctx(10), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/Nope".into(), body: None }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::TargetNotFound, "{e}");
+    let e = raw
+        .raw(&ctx(10), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/etc/passwd".into(), body: None }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
+    let e = raw.raw(&ctx(10), &RawRequest::Ipmi(RawIpmi { netfn: 6, cmd: 1, data: vec![] })).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
+}
+
+#[tokio::test]
+async fn services_sushy_lacks_are_unsupported() {
+    let emu = emulator!(one("Off"), "services_sushy_lacks_are_unsupported");
+    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let e = s.users().unwrap().list_users(&ctx(10)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("AccountService"), "{e}");
+    let e = s.bmc_reset().unwrap().reset_bmc(&ctx(10), BmcResetKind::Warm).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("Manager.Reset"), "{e}");
+    let e = s.network_source().unwrap().network_source(&ctx(10)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("EthernetInterfaces"), "{e}");
+    // And the emulator really has no AccountService.
+    let e = s
+        .raw()
+        .unwrap()
+        .raw(&ctx(10), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/AccountService".into(), body: None }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::TargetNotFound, "{e}");
+}
+
+#[tokio::test]
+async fn wrong_password_is_auth_failed() {
+    let emu = emulator!(one("Off"), "wrong_password_is_auth_failed");
+    let mut creds = emu.credentials();
+    creds.password = "not-the-password".into();
+    let e = connector().open(&ctx(20), &emu.target(), &creds).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::AuthFailed, "{e}");
+    assert!(!e.retryable);
+    assert!(e.message.contains("HTTP 401"), "{e}");
+}
+
+#[tokio::test]
+async fn several_systems_are_chosen_by_system_id() {
+    let builder = SushyEmulator::builder().systems(vec![
+        FakeSystem::new("9a1d0c6e-2222-4c3a-9d55-00000000000a", "alpha", "Off"),
+        FakeSystem::new("9a1d0c6e-2222-4c3a-9d55-00000000000b", "bravo", "Off"),
+    ]);
+    let emu = emulator!(builder, "several_systems_are_chosen_by_system_id");
+    let c = connector();
+    let e = c.open(&ctx(20), &emu.target(), &emu.credentials()).await.err().expect("ambiguous");
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
+    assert!(e.message.contains(&emu.systems()[0].uuid) && e.message.contains(&emu.systems()[1].uuid), "{e}");
+
+    let mut target = emu.target();
+    target.system_id = Some("bravo".into()); // by Name
+    let mut s = c.open(&ctx(20), &target, &emu.credentials()).await.expect("connect bravo");
+    assert_eq!(s.system_path(), emu.system_path(1));
+    s.power().unwrap().power(&ctx(10), PowerOp::On).await.unwrap();
+    emu.wait_for(&emu.system_path(1), WAIT, power_is("On")).await.expect("bravo On");
+    assert_eq!(emu.get(&emu.system_path(0)).await.unwrap()["PowerState"], "Off", "alpha was touched");
+
+    target.system_id = Some(emu.systems()[0].uuid.clone()); // by URI id
+    let s = c.open(&ctx(20), &target, &emu.credentials()).await.expect("connect alpha");
+    assert_eq!(s.system_path(), emu.system_path(0));
+
+    target.system_id = Some("charlie".into());
+    let e = c.open(&ctx(20), &target, &emu.credentials()).await.err().expect("unknown system");
+    assert_eq!(e.code, ErrorCode::TargetNotFound, "{e}");
+}
