@@ -1,0 +1,206 @@
+//! The WS-Man client: requests in, instances out, faults as [`AmtError`].
+//!
+//! Every call runs in a `wsman` tracing span with `bmc`, `action` (e.g.
+//! `Get AMT_GeneralSettings`) and `outcome` (`ok` or the error code).
+//! Bodies and credentials are never logged.
+
+use crate::digest::random_hex;
+use crate::error::AmtError;
+use crate::transport::Transport;
+use crate::wsman::request::Property;
+use crate::wsman::{ns, Envelope, Param, Request, ReturnValue};
+use crate::xml::Element;
+use bmcfleet_provider::Ctx;
+use std::time::Duration;
+use tracing::Instrument;
+
+/// Longest `wsman:OperationTimeout` we ask for, whatever the deadline.
+const MAX_OPERATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pull rounds before an enumeration is declared runaway.
+const MAX_PULLS: usize = 64;
+
+pub struct WsmanClient {
+    transport: Transport,
+    /// The BMC address, for spans and messages.
+    bmc: String,
+    /// False after an error that makes the connection suspect.
+    healthy: bool,
+}
+
+/// A `wsa:MessageID` (`uuid:` + random version-4 UUID).
+fn message_id() -> String {
+    let h = random_hex(16);
+    let variant = ['8', '9', 'a', 'b'][usize::from(h.as_bytes()[16] % 4)];
+    format!("uuid:{}-{}-4{}-{}{}-{}", &h[0..8], &h[8..12], &h[13..16], variant, &h[17..20], &h[20..32])
+}
+
+impl WsmanClient {
+    pub fn new(transport: Transport, bmc: String) -> Self {
+        WsmanClient { transport, bmc, healthy: true }
+    }
+
+    pub fn is_healthy(&self) -> bool {
+        self.healthy
+    }
+
+    pub fn bmc(&self) -> &str {
+        &self.bmc
+    }
+
+    /// Send one request and return the (non-fault) envelope.
+    pub async fn call(&mut self, ctx: &Ctx, req: &Request) -> Result<Envelope, AmtError> {
+        let action = req.describe();
+        let span = tracing::info_span!(
+            "wsman",
+            bmc = %self.bmc,
+            action = %action,
+            outcome = tracing::field::Empty
+        );
+        async {
+            let result = self.call_inner(ctx, req).await;
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(e) => e.code().as_str(),
+            };
+            tracing::Span::current().record("outcome", outcome);
+            match &result {
+                Ok(_) => tracing::debug!(outcome, "WS-Man call succeeded."),
+                Err(e) => tracing::debug!(outcome, error = %e, "WS-Man call failed."),
+            }
+            result
+        }
+        .instrument(span)
+        .await
+        .map_err(|e| self.note(e))
+    }
+
+    fn note(&mut self, e: AmtError) -> AmtError {
+        if e.breaks_session() {
+            self.healthy = false;
+        }
+        e
+    }
+
+    async fn call_inner(&mut self, ctx: &Ctx, req: &Request) -> Result<Envelope, AmtError> {
+        let remaining = ctx.remaining().map_err(|_| AmtError::DeadlineExceeded)?;
+        let body = req.to_xml(&message_id(), remaining.min(MAX_OPERATION_TIMEOUT));
+        let reply = self.transport.post(ctx.deadline, body).await?;
+        let ok_status = (200..300).contains(&reply.status);
+        let text = match std::str::from_utf8(&reply.body) {
+            Ok(t) => t,
+            Err(_) if ok_status => {
+                return Err(AmtError::Protocol(format!("{}: the response is not UTF-8", req.describe())))
+            }
+            Err(_) => return Err(AmtError::Http { status: reply.status, message: "(binary body)".into() }),
+        };
+        match Envelope::parse(text) {
+            Ok(env) => {
+                if let Some(f) = env.fault() {
+                    return Err(AmtError::Fault(Box::new(f)));
+                }
+                if !ok_status {
+                    return Err(AmtError::Http {
+                        status: reply.status,
+                        message: "a SOAP envelope without a fault".into(),
+                    });
+                }
+                Ok(env)
+            }
+            Err(e) if ok_status => Err(AmtError::Protocol(format!("{}: {e}", req.describe()))),
+            Err(_) => Err(AmtError::Http { status: reply.status, message: snippet(text) }),
+        }
+    }
+
+    /// Get one instance of `class` (`AMT_…`/`CIM_…`).
+    pub async fn get(&mut self, ctx: &Ctx, class: &str, selectors: &[(&str, &str)]) -> Result<Element, AmtError> {
+        let req = Request::get(ns::class_uri(class), selectors);
+        let env = self.call(ctx, &req).await?;
+        env.body_element(class)
+            .cloned()
+            .ok_or_else(|| AmtError::Protocol(format!("{}: the response holds no {class} instance", req.describe())))
+    }
+
+    /// Put an instance of `class`; returns the instance the BMC answered with, if any.
+    pub async fn put(
+        &mut self,
+        ctx: &Ctx,
+        class: &str,
+        selectors: &[(&str, &str)],
+        properties: Vec<Property>,
+    ) -> Result<Option<Element>, AmtError> {
+        let req = Request::put(ns::class_uri(class), selectors, class, properties);
+        let env = self.call(ctx, &req).await?;
+        Ok(env.body_element(class).cloned())
+    }
+
+    /// Every instance of `class` (Enumerate, then Pull until EndOfSequence).
+    pub async fn enumerate(&mut self, ctx: &Ctx, class: &str) -> Result<Vec<Element>, AmtError> {
+        let uri = ns::class_uri(class);
+        let req = Request::enumerate(&uri);
+        let env = self.call(ctx, &req).await?;
+        let mut context = env
+            .enumeration_context()
+            .ok_or_else(|| AmtError::Protocol(format!("{}: no EnumerationContext", req.describe())))?;
+        let mut items = Vec::new();
+        for _ in 0..MAX_PULLS {
+            let req = Request::pull(&uri, &context);
+            let env = self.call(ctx, &req).await?;
+            let page = env
+                .pull_page()
+                .ok_or_else(|| AmtError::Protocol(format!("{}: no PullResponse", req.describe())))?;
+            items.extend(page.items);
+            if page.end_of_sequence {
+                return Ok(items);
+            }
+            context = page
+                .context
+                .ok_or_else(|| AmtError::Protocol(format!("{}: neither EndOfSequence nor a context", req.describe())))?;
+        }
+        Err(AmtError::Protocol(format!("{class}: the enumeration did not end after {MAX_PULLS} pulls")))
+    }
+
+    /// Invoke `class.method`; fails unless `ReturnValue` is 0 (or 4096, job started).
+    pub async fn invoke(
+        &mut self,
+        ctx: &Ctx,
+        class: &str,
+        selectors: &[(&str, &str)],
+        method: &'static str,
+        params: Vec<Param>,
+    ) -> Result<(), AmtError> {
+        let req = Request::invoke(ns::class_uri(class), selectors, method, params);
+        let env = self.call(ctx, &req).await?;
+        let name = format!("{class}.{method}");
+        match env.return_value(method) {
+            None => Err(AmtError::Protocol(format!("{name}: the response holds no {method}_OUTPUT/ReturnValue"))),
+            Some(Err(t)) => Err(AmtError::Protocol(format!("{name}: ReturnValue `{t}` is not a number"))),
+            Some(Ok(v)) if ReturnValue::is_success(v) => Ok(()),
+            Some(Ok(v)) => Err(AmtError::ReturnValue(ReturnValue { method: name, value: v })),
+        }
+    }
+}
+
+/// The start of a non-XML error body, for messages.
+fn snippet(text: &str) -> String {
+    let t: String = text.chars().filter(|c| !c.is_control()).take(160).collect();
+    if t.trim().is_empty() {
+        "(empty body)".into()
+    } else {
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_ids_are_v4_uuids() {
+        let a = message_id();
+        assert_eq!(a.len(), "uuid:".len() + 36);
+        let parts: Vec<&str> = a["uuid:".len()..].split('-').collect();
+        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![8, 4, 4, 4, 12]);
+        assert!(parts[2].starts_with('4'));
+        assert_ne!(a, message_id());
+    }
+}

@@ -1,0 +1,118 @@
+//! rustls client configuration for AMT's TLS port (16993).
+//!
+//! The crypto provider is chosen here (ring), never taken from a
+//! process-wide default. Trust is per BMC:
+//! - `tls.ca_pem`: only the given CA certificates are trusted (AMT certs are
+//!   issued by the operator's provisioning CA, never by public roots);
+//! - `tls.insecure`: no verification at all (explicit opt-in; handshake
+//!   signatures are still checked so the session key is bound to the cert
+//!   the BMC presented).
+
+use crate::error::AmtError;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use std::sync::Arc;
+
+/// How the BMC's certificate is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trust {
+    /// Trust only these CA certificates (PEM).
+    CaPem(String),
+    /// Accept any certificate (explicit opt-in).
+    Insecure,
+    /// Plain HTTP: no certificate is ever presented. The config built for it
+    /// trusts nothing, so a misrouted https URL cannot succeed.
+    Nothing,
+}
+
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A client config for `trust`, HTTP/1.1 only (AMT speaks nothing else).
+pub fn client_config(trust: &Trust) -> Result<ClientConfig, AmtError> {
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| AmtError::Config(format!("TLS setup: {e}")))?;
+    let mut config = match trust {
+        Trust::CaPem(pem) => {
+            let mut roots = RootCertStore::empty();
+            let mut n = 0;
+            for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let cert = cert.map_err(|e| AmtError::Config(format!("tls.ca_pem is not valid PEM: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| AmtError::Config(format!("tls.ca_pem holds an unusable certificate: {e}")))?;
+                n += 1;
+            }
+            if n == 0 {
+                return Err(AmtError::Config("tls.ca_pem holds no CERTIFICATE block".into()));
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        Trust::Insecure => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider.signature_verification_algorithms)))
+            .with_no_client_auth(),
+        Trust::Nothing => builder.with_root_certificates(RootCertStore::empty()).with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// `tls.insecure`: any certificate, but real handshake signature checks.
+#[derive(Debug)]
+struct AcceptAnyCert(WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for AcceptAnyCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_ca_pem_is_a_config_error() {
+        for pem in ["", "hello", "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n"] {
+            assert!(matches!(client_config(&Trust::CaPem(pem.into())), Err(AmtError::Config(_))), "{pem:?}");
+        }
+        client_config(&Trust::Insecure).unwrap();
+        client_config(&Trust::Nothing).unwrap();
+    }
+}

@@ -1,0 +1,357 @@
+//! A small namespace-aware XML tree over `quick-xml`, and an escaping writer.
+//!
+//! WS-Man envelopes are small (a few KiB) and we need random access to them
+//! (header, body, fault, nested references), so responses are read into an
+//! [`Element`] tree. Every element and attribute name is resolved to its
+//! namespace URI while reading: prefixes (`a:`, `g:`, `h:` …) are
+//! meaningless and differ between firmware versions.
+//!
+//! Requests are written with [`XmlWriter`], which only ever hands values to
+//! `quick-xml` as text or attribute values, so they are always escaped.
+
+use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
+use quick_xml::name::{QName, ResolveResult};
+use quick_xml::reader::NsReader;
+use std::fmt;
+
+/// Deepest element nesting accepted (a WS-Man envelope needs about 10).
+const MAX_DEPTH: usize = 64;
+/// Most elements accepted in one document.
+const MAX_ELEMENTS: usize = 200_000;
+
+/// Why a document could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed XML: {0}")]
+pub struct XmlError(pub String);
+
+/// One attribute, its name resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// Namespace URI; `None` for unprefixed attributes (they are in no namespace).
+    pub ns: Option<String>,
+    pub name: String,
+    pub value: String,
+}
+
+/// One element with its namespace resolved.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Element {
+    /// Namespace URI, `None` when the element is in no namespace.
+    pub ns: Option<String>,
+    /// Local name.
+    pub name: String,
+    pub attrs: Vec<Attr>,
+    pub children: Vec<Element>,
+    /// Character data directly inside this element (entities resolved).
+    pub text: String,
+    /// When the text is a `prefix:local` QName whose prefix was in scope,
+    /// its resolved form (SOAP fault codes are QNames in text).
+    pub text_qname: Option<(String, String)>,
+}
+
+impl Element {
+    pub fn is(&self, ns: &str, name: &str) -> bool {
+        self.name == name && self.ns.as_deref() == Some(ns)
+    }
+
+    /// First child with this namespace and local name.
+    pub fn child(&self, ns: &str, name: &str) -> Option<&Element> {
+        self.children.iter().find(|c| c.is(ns, name))
+    }
+
+    /// First child with this local name, whatever its namespace.
+    pub fn child_local(&self, name: &str) -> Option<&Element> {
+        self.children.iter().find(|c| c.name == name)
+    }
+
+    /// All children with this local name, whatever their namespace.
+    pub fn children_local<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Element> + 'a {
+        self.children.iter().filter(move |c| c.name == name)
+    }
+
+    /// Value of an unqualified attribute.
+    pub fn attr(&self, name: &str) -> Option<&str> {
+        self.attrs.iter().find(|a| a.ns.is_none() && a.name == name).map(|a| a.value.as_str())
+    }
+
+    /// Text with XML whitespace trimmed.
+    pub fn text_trim(&self) -> &str {
+        self.text.trim_matches(|c| matches!(c, ' ' | '\t' | '\r' | '\n'))
+    }
+
+    /// Trimmed text of the first child with this local name.
+    pub fn child_text(&self, name: &str) -> Option<&str> {
+        self.child_local(name).map(Element::text_trim)
+    }
+
+    /// Whether `xsi:nil="true"` is set.
+    pub fn is_nil(&self) -> bool {
+        self.attrs
+            .iter()
+            .any(|a| a.ns.as_deref() == Some(crate::wsman::ns::XSI) && a.name == "nil" && a.value.trim() == "true")
+    }
+}
+
+fn err(msg: impl fmt::Display) -> XmlError {
+    XmlError(msg.to_string())
+}
+
+fn owned_ns(r: &ResolveResult<'_>) -> Result<Option<String>, XmlError> {
+    match r {
+        ResolveResult::Bound(ns) => Ok(Some(ns.into_inner().to_owned())),
+        ResolveResult::Unbound => Ok(None),
+        ResolveResult::Unknown(p) => Err(err(format_args!("undeclared namespace prefix `{p}`"))),
+    }
+}
+
+fn predefined_entity(name: &str) -> Option<char> {
+    Some(match name {
+        "lt" => '<',
+        "gt" => '>',
+        "amp" => '&',
+        "apos" => '\'',
+        "quot" => '"',
+        _ => return None,
+    })
+}
+
+fn looks_like_qname(s: &str) -> Option<(&str, &str)> {
+    let (p, l) = s.split_once(':')?;
+    let ok = |x: &str| {
+        !x.is_empty()
+            && x.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+            && x.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    };
+    (ok(p) && ok(l)).then_some((p, l))
+}
+
+/// Parse a whole document into its root element.
+///
+/// Refuses DTDs (SOAP forbids them, and they are the usual entity-expansion
+/// vector), undeclared prefixes, mismatched end tags and unknown entities.
+pub fn parse(input: &str) -> Result<Element, XmlError> {
+    let input = input.strip_prefix('\u{feff}').unwrap_or(input);
+    let mut reader = NsReader::from_str(input);
+    reader.config_mut().check_end_names = true;
+    let mut stack: Vec<Element> = Vec::new();
+    let mut root: Option<Element> = None;
+    let mut count = 0usize;
+
+    loop {
+        let (resolved, event) = reader.read_resolved_event().map_err(err)?;
+        match event {
+            Event::Start(ref e) | Event::Empty(ref e) => {
+                if root.is_some() {
+                    return Err(err("content after the root element"));
+                }
+                count += 1;
+                if count > MAX_ELEMENTS {
+                    return Err(err("too many elements"));
+                }
+                if stack.len() >= MAX_DEPTH {
+                    return Err(err("elements nested too deeply"));
+                }
+                let ns = owned_ns(&resolved)?;
+                let name = e.local_name().into_inner().to_owned();
+                let mut attrs = Vec::new();
+                for a in e.attributes() {
+                    let a = a.map_err(err)?;
+                    if a.key.0 == "xmlns" || a.key.0.starts_with("xmlns:") {
+                        continue;
+                    }
+                    let (ans, local) = reader.resolver().resolve_attribute(a.key);
+                    let value = a.normalized_value(quick_xml::XmlVersion::Implicit1_0).map_err(err)?.into_owned();
+                    attrs.push(Attr { ns: owned_ns(&ans)?, name: local.into_inner().to_owned(), value });
+                }
+                let el = Element { ns, name, attrs, ..Element::default() };
+                if matches!(event, Event::Empty(_)) {
+                    attach(&mut stack, &mut root, el);
+                } else {
+                    stack.push(el);
+                }
+            }
+            Event::End(_) => {
+                let mut el = stack.pop().ok_or_else(|| err("unexpected end tag"))?;
+                // Resolve a QName in text while this element's bindings are in scope.
+                if let Some((p, l)) = looks_like_qname(el.text_trim()) {
+                    if let (ResolveResult::Bound(ns), _) =
+                        reader.resolver().resolve(QName(&format!("{p}:{l}")), true)
+                    {
+                        el.text_qname = Some((ns.into_inner().to_owned(), l.to_owned()));
+                    }
+                }
+                attach(&mut stack, &mut root, el);
+            }
+            Event::Text(t) => {
+                let content = t.xml10_content();
+                match stack.last_mut() {
+                    Some(top) => top.text.push_str(&content),
+                    None if content.trim().is_empty() => {}
+                    None => return Err(err("text outside the root element")),
+                }
+            }
+            Event::CData(c) => {
+                let s = c.xml10_content();
+                match stack.last_mut() {
+                    Some(top) => top.text.push_str(&s),
+                    None => return Err(err("CDATA outside the root element")),
+                }
+            }
+            Event::GeneralRef(r) => {
+                let ch = match r.resolve_char_ref().map_err(err)? {
+                    Some(c) => c,
+                    None => predefined_entity(&r).ok_or_else(|| err(format_args!("unknown entity `&{};`", &*r)))?,
+                };
+                match stack.last_mut() {
+                    Some(top) => top.text.push(ch),
+                    None => return Err(err("reference outside the root element")),
+                }
+            }
+            Event::DocType(_) => return Err(err("DTDs are not allowed")),
+            Event::Decl(_) | Event::PI(_) | Event::Comment(_) => {}
+            Event::Eof => break,
+        }
+    }
+    if !stack.is_empty() {
+        return Err(err("document ended inside an element"));
+    }
+    root.ok_or_else(|| err("no root element"))
+}
+
+fn attach(stack: &mut [Element], root: &mut Option<Element>, el: Element) {
+    match stack.last_mut() {
+        Some(parent) => parent.children.push(el),
+        None => *root = Some(el),
+    }
+}
+
+/// Writes XML through `quick-xml` events: names are ours (static), every
+/// value goes through `quick-xml`'s escaping.
+pub struct XmlWriter {
+    w: quick_xml::Writer<Vec<u8>>,
+}
+
+impl Default for XmlWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl XmlWriter {
+    pub fn new() -> Self {
+        XmlWriter { w: quick_xml::Writer::new(Vec::with_capacity(2048)) }
+    }
+
+    fn write(&mut self, e: Event<'_>) {
+        // Writing into a Vec cannot fail.
+        self.w.write_event(e).expect("writing XML into memory");
+    }
+
+    pub fn decl(&mut self) {
+        self.write(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)));
+    }
+
+    /// `<name attrs…>`; attribute values are escaped.
+    pub fn start(&mut self, name: &str, attrs: &[(&str, &str)]) {
+        let mut s = BytesStart::new(name);
+        for a in attrs {
+            s.push_attribute(*a);
+        }
+        self.write(Event::Start(s));
+    }
+
+    pub fn end(&mut self, name: &str) {
+        self.write(Event::End(BytesEnd::new(name)));
+    }
+
+    /// `<name attrs…/>`.
+    pub fn empty(&mut self, name: &str, attrs: &[(&str, &str)]) {
+        let mut s = BytesStart::new(name);
+        for a in attrs {
+            s.push_attribute(*a);
+        }
+        self.write(Event::Empty(s));
+    }
+
+    /// Escaped character data.
+    pub fn text(&mut self, text: &str) {
+        self.write(Event::Text(BytesText::new(text)));
+    }
+
+    /// `<name attrs…>text</name>` with `text` escaped.
+    pub fn text_element(&mut self, name: &str, attrs: &[(&str, &str)], text: &str) {
+        self.start(name, attrs);
+        self.text(text);
+        self.end(name);
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.w.into_inner()
+    }
+
+    pub fn into_string(self) -> String {
+        // Only &str ever went in.
+        String::from_utf8(self.into_bytes()).expect("XML written from &str is UTF-8")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_namespaces_not_prefixes() {
+        let doc = r#"<a:E xmlns:a="urn:x" xmlns="urn:d"><b xmlns:q="urn:q" q:at="1" plain="2">t</b><a:c/></a:E>"#;
+        let root = parse(doc).unwrap();
+        assert!(root.is("urn:x", "E"));
+        let b = root.child("urn:d", "b").unwrap();
+        assert_eq!(b.text, "t");
+        assert_eq!(b.attr("plain"), Some("2"));
+        assert_eq!(b.attrs.iter().find(|a| a.name == "at").unwrap().ns.as_deref(), Some("urn:q"));
+        assert!(root.child("urn:x", "c").is_some());
+    }
+
+    #[test]
+    fn entities_and_char_refs_resolve() {
+        let root = parse("<r>a &amp; b &lt;c&gt; &#x41;&#66; &quot;&apos;</r>").unwrap();
+        assert_eq!(root.text, "a & b <c> AB \"'");
+    }
+
+    #[test]
+    fn qname_text_is_resolved_in_scope() {
+        let root = parse(r#"<r xmlns:p="urn:p"><v>p:Sender</v><w>nope:X</w></r>"#).unwrap();
+        assert_eq!(root.children[0].text_qname, Some(("urn:p".into(), "Sender".into())));
+        assert_eq!(root.children[1].text_qname, None);
+    }
+
+    #[test]
+    fn rejects_bad_documents() {
+        for bad in [
+            "",
+            "<a>",
+            "<a></b>",
+            "<a><b></a>",
+            "<p:a/>",
+            "<a>&ent;</a>",
+            "<!DOCTYPE a [<!ENTITY x \"y\">]><a>&x;</a>",
+            "<a/><b/>",
+            "not xml at all",
+            "<a attr=\"unterminated></a>",
+        ] {
+            assert!(parse(bad).is_err(), "accepted {bad:?}");
+        }
+        let deep = "<a>".repeat(MAX_DEPTH + 1) + &"</a>".repeat(MAX_DEPTH + 1);
+        assert!(parse(&deep).is_err());
+    }
+
+    #[test]
+    fn writer_escapes_text_and_attributes() {
+        let mut w = XmlWriter::new();
+        w.text_element("Selector", &[("Name", "a\"b<c&")], "x</w:Selector><evil/>&");
+        let s = w.into_string();
+        assert!(!s.contains("<evil/>"), "{s}");
+        let back = parse(&s).unwrap();
+        assert_eq!(back.text, "x</w:Selector><evil/>&");
+        assert_eq!(back.attr("Name"), Some("a\"b<c&"));
+    }
+}

@@ -1,0 +1,38 @@
+//! Shared helpers.
+
+use bmcfleet_amt::testing::{AmtFixtureServer, ServerOptions};
+use bmcfleet_amt::{AmtConnector, AmtSession};
+use bmcfleet_provider::{Ctx, ProviderError};
+use std::time::Duration;
+
+/// A generous per-test deadline: tests that are about timing set their own.
+pub fn ctx() -> Ctx {
+    Ctx::with_timeout(Duration::from_secs(15))
+}
+
+/// Start a server, or `None` (reason printed) when the fixtures are absent.
+pub async fn server(opts: ServerOptions) -> Option<AmtFixtureServer> {
+    AmtFixtureServer::start_or_skip(opts).await
+}
+
+pub async fn open(server: &AmtFixtureServer) -> Result<AmtSession, ProviderError> {
+    AmtConnector::default().open(&ctx(), &server.target(), &server.credentials()).await
+}
+
+pub async fn session(server: &AmtFixtureServer) -> AmtSession {
+    open(server).await.expect("session against the fixture server")
+}
+
+/// `let server = skip_without_fixtures!(opts);`
+#[macro_export]
+macro_rules! skip_without_fixtures {
+    ($opts:expr) => {
+        match $crate::common::server($opts).await {
+            Some(s) => s,
+            None => return,
+        }
+    };
+    () => {
+        skip_without_fixtures!(bmcfleet_amt::testing::ServerOptions::default())
+    };
+}

@@ -1,0 +1,95 @@
+//! Fault envelopes, return values and broken answers become typed errors
+//! carrying AMT's own words.
+
+use crate::common::{ctx, session};
+use crate::skip_without_fixtures;
+use bmcfleet_amt::testing::{Class, FaultNs, Injection, Op};
+use bmcfleet_provider::{BmcSession, BootControl, Power};
+use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp};
+
+const PXE: BootDeviceRequest = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false };
+
+#[tokio::test]
+async fn captured_destination_unreachable() {
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    server.inject(Op::Get(Class::BootCapabilities), Injection::DestinationUnreachable);
+    let e = s.set_boot_device(&ctx(), &PXE).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unreachable);
+    assert!(!e.retryable, "AMT answers the same to the same request");
+    assert!(e.message.contains("wsa:DestinationUnreachable"), "{}", e.message);
+    assert!(
+        e.message.contains("No route can be determined to reach the destination role defined by the WSAddressing To."),
+        "AMT's own text: {}",
+        e.message
+    );
+    assert!(s.is_healthy(), "a fault is an answer: the session stays usable");
+}
+
+#[tokio::test]
+async fn captured_chunked_already_exists_fault() {
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    server.inject(
+        Op::Put(Class::BootSettingData),
+        Injection::Transcript("http/amt15-400-chunked-fault-AlreadyExists.http".into()),
+    );
+    let e = s.set_boot_device(&ctx(), &PXE).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError);
+    assert!(e.message.contains("wsman:AlreadyExists"), "{}", e.message);
+    assert!(e.message.contains("The sender attempted to create a resource which already exists."), "{}", e.message);
+    // The transcript closed the connection; the next call reconnects.
+    s.set_boot_device(&ctx(), &PXE).await.unwrap();
+}
+
+#[tokio::test]
+async fn spec_faults_map_to_codes() {
+    let cases = [
+        (FaultNs::WsMan, "AccessDenied", ErrorCode::PermissionDenied, false),
+        (FaultNs::WsMan, "TimedOut", ErrorCode::Timeout, true),
+        (FaultNs::WsMan, "Concurrency", ErrorCode::BmcError, true),
+        (FaultNs::Addressing, "ActionNotSupported", ErrorCode::Unsupported, false),
+        (FaultNs::WsMan, "InternalError", ErrorCode::BmcError, false),
+    ];
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    for (namespace, subcode, code, retryable) in cases {
+        let reason = format!("Reason for {subcode}.");
+        server.inject(
+            Op::Pull(Class::AssociatedPowerManagementService),
+            Injection::Fault { namespace, subcode: subcode.into(), reason: reason.clone() },
+        );
+        let e = Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap_err();
+        assert_eq!((e.code, e.retryable), (code, retryable), "{subcode}: {}", e.message);
+        assert!(e.message.contains(&reason) && e.message.contains(subcode), "{}", e.message);
+    }
+}
+
+#[tokio::test]
+async fn malformed_and_non_soap_answers_are_protocol_errors() {
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    for inj in [Injection::MalformedXml, Injection::NotSoap] {
+        server.inject(Op::Pull(Class::AssociatedPowerManagementService), inj.clone());
+        let e = Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::ProtocolError, "{inj:?}: {}", e.message);
+        assert!(e.message.contains("Pull CIM_AssociatedPowerManagementService"), "{}", e.message);
+    }
+    // A wrong-but-well-formed answer: a method response missing ReturnValue.
+    server.inject(Op::RequestPowerStateChange, Injection::NotSoap);
+    let e = Power::power(&mut s, &ctx(), PowerOp::Off).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::ProtocolError);
+}
+
+#[tokio::test]
+async fn http_errors_without_soap() {
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    server.inject(Op::Get(Class::BootCapabilities), Injection::HttpStatus(503));
+    let e = s.set_boot_device(&ctx(), &PXE).await.unwrap_err();
+    assert_eq!((e.code, e.retryable), (ErrorCode::BmcError, true), "{}", e.message);
+    assert!(e.message.contains("503"));
+    server.inject(Op::Get(Class::BootCapabilities), Injection::HttpStatus(403));
+    let e = s.set_boot_device(&ctx(), &PXE).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied);
+}

@@ -1,0 +1,76 @@
+//! Slow and absent peers: typed errors within the action deadline.
+
+use crate::common::{ctx, session};
+use crate::skip_without_fixtures;
+use bmcfleet_amt::testing::{Class, Injection, Op};
+use bmcfleet_amt::AmtConnector;
+use bmcfleet_provider::{BmcSession, BootControl, Ctx, Power, ResolvedCredentials};
+use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp, Secret};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const DEADLINE: Duration = Duration::from_millis(400);
+/// Scheduling slack allowed past the deadline.
+const SLACK: Duration = Duration::from_millis(750);
+
+#[tokio::test]
+async fn a_server_that_never_answers_times_out_at_the_deadline() {
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    server.inject(Op::Pull(Class::AssociatedPowerManagementService), Injection::Stall);
+    let started = Instant::now();
+    let e = Power::power(&mut s, &Ctx::with_timeout(DEADLINE), PowerOp::Status).await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(e.code, ErrorCode::Timeout, "{}", e.message);
+    assert!(e.retryable);
+    assert!(took >= DEADLINE && took < DEADLINE + SLACK, "took {took:?}");
+    assert!(!s.is_healthy(), "a timed-out session is not reused");
+}
+
+#[tokio::test]
+async fn a_body_that_stops_half_way_times_out() {
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    server.inject(Op::Get(Class::BootSettingData), Injection::StallMidBody);
+    let started = Instant::now();
+    let e = s
+        .set_boot_device(
+            &Ctx::with_timeout(DEADLINE),
+            &BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Timeout, "{}", e.message);
+    assert!(started.elapsed() < DEADLINE + SLACK);
+    assert!(!server.ops().contains(&Op::Put(Class::BootSettingData)));
+}
+
+#[tokio::test]
+async fn a_passed_deadline_sends_nothing() {
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    server.clear_log();
+    let e = Power::power(&mut s, &Ctx::new(Instant::now()), PowerOp::Status).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::DeadlineExceeded);
+    assert!(server.requests().is_empty());
+}
+
+/// No fixtures needed: nothing listens on the port.
+#[tokio::test]
+async fn refused_connection_is_unreachable() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }; // closed again here
+    let target = bmcfleet_schema::BmcTarget {
+        address: format!("127.0.0.1:{port}").parse().unwrap(),
+        protocol: bmcfleet_schema::Protocol::Amt,
+        credentials: bmcfleet_schema::Credentials::Ref("x".into()),
+        tls: Default::default(),
+        system_id: None,
+    };
+    let creds = ResolvedCredentials { username: "admin".into(), password: Secret::new("x") };
+    let e = AmtConnector::default().open(&ctx(), &target, &creds).await.err().expect("nothing listens");
+    assert_eq!(e.code, ErrorCode::Unreachable, "{}", e.message);
+    assert!(e.retryable);
+}

@@ -1,0 +1,51 @@
+//! TLS (AMT port 16993 style) with a per-BMC CA, an untrusted certificate,
+//! and the explicit insecure opt-in.
+
+use crate::common::{ctx, open};
+use crate::skip_without_fixtures;
+use bmcfleet_amt::testing::{unrelated_ca_pem, ServerOptions};
+use bmcfleet_amt::AmtConnector;
+use bmcfleet_provider::Power;
+use bmcfleet_schema::{ErrorCode, PowerOp, PowerState, TlsOptions};
+
+fn tls() -> ServerOptions {
+    ServerOptions { tls: true, ..ServerOptions::default() }
+}
+
+#[tokio::test]
+async fn trusted_ca_works() {
+    let server = skip_without_fixtures!(tls());
+    assert!(server.target().tls.ca_pem.is_some());
+    let mut s = open(&server).await.expect("TLS session with the server's CA");
+    assert_eq!(Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap(), Some(PowerState::On));
+}
+
+#[tokio::test]
+async fn untrusted_certificate_is_refused_before_any_request() {
+    let server = skip_without_fixtures!(tls());
+    let mut target = server.target();
+    target.tls = TlsOptions { insecure: false, ca_pem: Some(unrelated_ca_pem().unwrap()) };
+    let e = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{}", e.message);
+    assert!(!e.retryable);
+    assert!(e.message.contains("TLS") && e.message.contains("tls.ca_pem"), "{}", e.message);
+    assert!(server.requests().is_empty(), "no HTTP request crossed an untrusted channel");
+}
+
+#[tokio::test]
+async fn insecure_opt_in_accepts_any_certificate() {
+    let server = skip_without_fixtures!(tls());
+    let mut target = server.target();
+    target.tls = TlsOptions { insecure: true, ca_pem: None };
+    let mut s = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.unwrap();
+    assert_eq!(Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap(), Some(PowerState::On));
+}
+
+#[tokio::test]
+async fn plain_http_to_a_tls_port_fails_cleanly() {
+    let server = skip_without_fixtures!(tls());
+    let mut target = server.target();
+    target.tls = TlsOptions::default();
+    let e = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.err().expect("must fail");
+    assert!(matches!(e.code, ErrorCode::Unreachable | ErrorCode::ProtocolError), "{e}");
+}
