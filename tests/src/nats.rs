@@ -35,10 +35,12 @@ impl NatsServer {
     pub fn start_with(extra: &[&str]) -> NatsServer {
         let store = tempfile::tempdir().expect("temp dir");
         let log = store.path().join("nats.log");
+        // Port 0 until the server picks its own (`-1`) and logs it: no port races
+        // between tests running in parallel.
         let mut s = NatsServer {
             child: None,
-            port: crate::free_port(),
-            monitor_port: crate::free_port(),
+            port: 0,
+            monitor_port: 0,
             log,
             store,
             extra: extra.iter().map(|s| s.to_string()).collect(),
@@ -49,8 +51,9 @@ impl NatsServer {
 
     fn spawn(&mut self) {
         let store = self.store.path().join("js");
+        let port = |p: u16| if p == 0 { "-1".to_owned() } else { p.to_string() };
         let mut cmd = Command::new(nats_server_binary());
-        cmd.args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-m", &self.monitor_port.to_string()])
+        cmd.args(["-js", "-a", "127.0.0.1", "-p", &port(self.port), "-m", &port(self.monitor_port)])
             .arg("-sd")
             .arg(&store)
             .args(&self.extra)
@@ -62,11 +65,23 @@ impl NatsServer {
         self.wait_ready();
     }
 
-    fn wait_ready(&self) {
+    /// Read the ports from the log, then wait for JetStream to be healthy.
+    fn wait_ready(&mut self) {
         let end = Instant::now() + Duration::from_secs(15);
         loop {
-            if healthz(self.monitor_port) {
-                return;
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let find = |marker: &str| {
+                log.lines()
+                    .find_map(|l| l.split_once(marker).map(|(_, rest)| rest.trim()))
+                    .and_then(|addr| addr.rsplit(':').next())
+                    .and_then(|p| p.parse::<u16>().ok())
+            };
+            if let (Some(client), Some(monitor)) = (find("Listening for client connections on "), find("Starting http monitor on ")) {
+                self.port = client;
+                self.monitor_port = monitor;
+                if healthz(self.monitor_port) {
+                    return;
+                }
             }
             if Instant::now() > end {
                 panic!("nats-server did not become ready; log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());

@@ -147,3 +147,39 @@ pub async fn stream_messages(client: &async_nats::Client, stream: &str) -> u64 {
         Err(_) => 0,
     }
 }
+
+/// Collects final results from the events subjects.
+pub struct ResultCollector {
+    sub: async_nats::Subscriber,
+    pub results: std::collections::HashMap<BatchId, bmcfleet_schema::BatchResult>,
+}
+
+impl ResultCollector {
+    /// Subscribe before submitting so no result is missed.
+    pub async fn start(client: &async_nats::Client, subjects: &Subjects) -> Self {
+        let sub = client.subscribe(subjects.events_all()).await.expect("subscribe events");
+        client.flush().await.expect("flush");
+        ResultCollector { sub, results: Default::default() }
+    }
+
+    /// Wait until results for all `ids` arrived, or panic after `timeout`.
+    pub async fn wait_all(&mut self, ids: &[BatchId], timeout: Duration) {
+        use futures::StreamExt;
+        let end = tokio::time::Instant::now() + timeout;
+        while ids.iter().any(|id| !self.results.contains_key(id)) {
+            let msg = match tokio::time::timeout_at(end, self.sub.next()).await {
+                Ok(Some(m)) => m,
+                Ok(None) => panic!("event subscription closed"),
+                Err(_) => {
+                    let missing = ids.iter().filter(|id| !self.results.contains_key(id)).count();
+                    panic!("timed out: {missing} of {} batches have no final result", ids.len());
+                }
+            };
+            if let Ok(ev) = Encoding::MessagePack.decode::<bmcfleet_schema::Event>(&msg.payload) {
+                if let bmcfleet_schema::EventKind::BatchFinished { result } = ev.event {
+                    self.results.insert(result.id, result);
+                }
+            }
+        }
+    }
+}

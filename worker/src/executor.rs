@@ -87,7 +87,11 @@ pub async fn execute(shared: &Shared, job: &Job, trace: Option<&HeaderMap>, slot
             Err(Stop) => Outcome::HandBack,
         };
     }
-    match run.actions(slot).await.and(run.finish().await) {
+    let ran = async {
+        run.actions(slot).await?;
+        run.finish().await
+    };
+    match ran.await {
         Ok(()) => Outcome::Done,
         Err(Stop) => Outcome::HandBack,
     }
@@ -267,6 +271,14 @@ impl<'a> Run<'a> {
             let provider = slot.provider().map(str::to_owned);
             let result = match outcome {
                 Ok(data) => ActionResult::ok(i as u32, action.kind(), provider, data, ms),
+                // A call cut short by the batch deadline is the deadline's doing.
+                Err(e) if e.code == ErrorCode::Timeout && now_ms() >= self.job.deadline_at_ms => ActionResult::err(
+                    i as u32,
+                    action.kind(),
+                    provider,
+                    ErrorBody::new(ErrorCode::DeadlineExceeded, format!("the batch deadline passed during the action ({})", e.message)),
+                    ms,
+                ),
                 Err(e) => ActionResult::err(i as u32, action.kind(), provider, e.into(), ms),
             };
             tracing::info!(
@@ -305,6 +317,7 @@ impl<'a> Run<'a> {
     }
 
     async fn finish(&mut self) -> Result<(), Stop> {
+        assert_eq!(self.status.results.len(), self.job.batch.actions.len(), "a batch finishes with one result per action");
         let state = if self.status.results.iter().any(|r| r.error.as_ref().is_some_and(|e| e.code == ErrorCode::Cancelled)) {
             BatchState::Cancelled
         } else if self.failed() {
