@@ -150,9 +150,16 @@ pub struct BatchStatus {
     pub in_progress: Option<u32>,
     #[serde(default)]
     pub cancel_requested: bool,
-    pub total_actions: u32,
+    /// The kinds ([`crate::Action::kind`]) of the batch's actions, in order.
+    pub actions: Vec<String>,
+    /// Sequence of the job in the jobs stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_sequence: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
+    /// How many times a worker started (or resumed) the batch.
+    #[serde(default)]
+    pub deliveries: u64,
     pub admitted_at_ms: u64,
     pub updated_at_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,44 @@
+//! Publishing batch events durably (into the events stream) with a
+//! `Nats-Msg-Id`, so a re-published event after a crash is stored once.
+
+use async_nats::jetstream::Context;
+use async_nats::HeaderMap;
+use bmcfleet_schema::subject::{CONTENT_TYPE, EVENT_HEADER};
+use bmcfleet_schema::{Encoding, Event, EventKind, Subjects};
+
+pub fn kind_name(kind: &EventKind) -> &'static str {
+    match kind {
+        EventKind::ActionStarted { .. } => "action_started",
+        EventKind::ActionFinished { .. } => "action_finished",
+        EventKind::BatchFinished { .. } => "batch_finished",
+    }
+}
+
+/// The dedupe id of an event: one per action start/finish, one final.
+pub fn msg_id(event: &Event) -> String {
+    match &event.event {
+        EventKind::ActionStarted { index, .. } => format!("{}.{index}.started", event.batch),
+        EventKind::ActionFinished { result } => format!("{}.{}.finished", event.batch, result.index),
+        EventKind::BatchFinished { .. } => format!("{}.final", event.batch),
+    }
+}
+
+/// Headers for an event; `extra` (trace context) is copied in.
+pub fn headers(event: &Event, extra: Option<&HeaderMap>) -> HeaderMap {
+    let mut h = extra.cloned().unwrap_or_default();
+    h.insert(CONTENT_TYPE, Encoding::MessagePack.content_type());
+    h.insert(EVENT_HEADER, kind_name(&event.event));
+    h.insert(async_nats::header::NATS_MESSAGE_ID, msg_id(event).as_str());
+    h
+}
+
+/// Publish and wait for the stream's acknowledgement.
+pub async fn publish(js: &Context, subjects: &Subjects, event: &Event, extra: Option<&HeaderMap>) -> Result<(), String> {
+    let body = Encoding::MessagePack.encode(event).map_err(|e| e.to_string())?;
+    js.publish_with_headers(subjects.events(&event.batch), headers(event, extra), body.into())
+        .await
+        .map_err(|e| e.to_string())?
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}

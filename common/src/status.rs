@@ -1,0 +1,57 @@
+//! The batch status record (KV `<S>_BATCHES`, key = batch id), read and
+//! written with compare-and-set so that gateway (cancel) and worker
+//! (progress) never overwrite each other.
+
+use async_nats::jetstream::kv;
+use bmcfleet_schema::{BatchId, BatchStatus, Encoding};
+use bytes::Bytes;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("status store: {0}")]
+    Store(String),
+    #[error("status record of {0} is corrupt: {1}")]
+    Corrupt(BatchId, String),
+    /// Someone else wrote the record since we read it.
+    #[error("status record changed concurrently")]
+    Conflict,
+}
+
+/// A status record with the revision it was read at.
+#[derive(Clone, Debug)]
+pub struct Versioned {
+    pub status: BatchStatus,
+    pub revision: u64,
+}
+
+pub async fn load(kv: &kv::Store, id: &BatchId) -> Result<Option<Versioned>, StatusError> {
+    let entry = kv.entry(id.to_string()).await.map_err(|e| StatusError::Store(e.to_string()))?;
+    let Some(entry) = entry else { return Ok(None) };
+    if entry.operation != kv::Operation::Put {
+        return Ok(None);
+    }
+    let status = Encoding::MessagePack
+        .decode::<BatchStatus>(&entry.value)
+        .map_err(|e| StatusError::Corrupt(*id, e.to_string()))?;
+    Ok(Some(Versioned { status, revision: entry.revision }))
+}
+
+fn encode(status: &BatchStatus) -> Result<Bytes, StatusError> {
+    Encoding::MessagePack.encode(status).map(Bytes::from).map_err(|e| StatusError::Store(e.to_string()))
+}
+
+/// Create the record; `Conflict` when it already exists.
+pub async fn create(kv: &kv::Store, status: &BatchStatus) -> Result<u64, StatusError> {
+    kv.create(status.id.to_string(), encode(status)?).await.map_err(|e| match e.kind() {
+        kv::CreateErrorKind::AlreadyExists => StatusError::Conflict,
+        _ => StatusError::Store(e.to_string()),
+    })
+}
+
+/// Replace the record read at `revision`; `Conflict` when it changed since.
+pub async fn update(kv: &kv::Store, status: &BatchStatus, revision: u64) -> Result<u64, StatusError> {
+    kv.update(status.id.to_string(), encode(status)?, revision).await.map_err(|e| match e.kind() {
+        kv::UpdateErrorKind::WrongLastRevision => StatusError::Conflict,
+        _ => StatusError::Store(e.to_string()),
+    })
+}

@@ -1,0 +1,175 @@
+//! The JetStream resources of a deployment, defined once.
+//!
+//! | resource          | kind | retention / TTL                  | written by        |
+//! |-------------------|------|----------------------------------|-------------------|
+//! | `<S>_JOBS`        | stream, `<p>.jobs.>` | work-queue, file, dedupe window | gateway publishes, workers ack |
+//! | `<S>_EVENTS`      | stream, `<p>.events.>` | limits, `events_max_age`     | workers           |
+//! | `<S>_BATCHES`     | KV   | `status_max_age`                 | gateway + workers (CAS) |
+//! | `<S>_LEASES`      | KV   | `lease_ttl` (expiry = lease loss)| workers (CAS)     |
+//! | `<S>_WORKERS`     | KV   | `presence_ttl`                   | workers           |
+//!
+//! The jobs stream records the partition count in its metadata
+//! (`bmcfleet.partitions`); a component configured with another count
+//! refuses to start instead of publishing to partitions nobody consumes.
+
+use async_nats::jetstream::{self, kv, stream, Context};
+use bmcfleet_schema::Subjects;
+use std::collections::HashMap;
+use std::time::Duration;
+
+pub const PARTITIONS_KEY: &str = "bmcfleet.partitions";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("JetStream {what}: {message}")]
+    JetStream { what: String, message: String },
+    #[error(
+        "the jobs stream {stream} was created with {existing} partitions but this process is configured with {configured}; \
+         use the same --partitions everywhere (see README \"Resizing partitions\")"
+    )]
+    PartitionMismatch { stream: String, existing: String, configured: u16 },
+}
+
+fn js_err(what: impl Into<String>, e: impl std::fmt::Display) -> SetupError {
+    SetupError::JetStream { what: what.into(), message: e.to_string() }
+}
+
+/// Settings of the gateway-owned resources.
+#[derive(Clone, Debug)]
+pub struct StreamSettings {
+    pub replicas: usize,
+    /// JetStream duplicate window of the jobs stream (batch id dedupe).
+    pub dedupe_window: Duration,
+    /// How long events stay in the events stream.
+    pub events_max_age: Duration,
+    /// How long batch status records are kept.
+    pub status_max_age: Duration,
+    /// Largest message the jobs stream accepts.
+    pub max_message_bytes: i32,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        StreamSettings {
+            replicas: 1,
+            dedupe_window: Duration::from_secs(600),
+            events_max_age: Duration::from_secs(24 * 3600),
+            status_max_age: Duration::from_secs(7 * 24 * 3600),
+            max_message_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// Handles to the shared resources.
+#[derive(Clone)]
+pub struct Resources {
+    pub js: Context,
+    pub jobs: stream::Stream,
+    pub events: stream::Stream,
+    pub batches: kv::Store,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Create or update to this configuration (the gateway, which owns it).
+    Update,
+    /// Create when missing, otherwise use as found (workers, bmcctl).
+    UseExisting,
+}
+
+fn jobs_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
+    stream::Config {
+        name: s.jobs_stream(),
+        description: Some("bmcfleet action batches, one subject per BMC".into()),
+        subjects: vec![s.jobs_all()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        num_replicas: set.replicas,
+        duplicate_window: set.dedupe_window,
+        max_message_size: set.max_message_bytes,
+        discard: stream::DiscardPolicy::New,
+        metadata: HashMap::from([(PARTITIONS_KEY.to_owned(), s.partitions.to_string())]),
+        ..Default::default()
+    }
+}
+
+fn events_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
+    stream::Config {
+        name: s.events_stream(),
+        description: Some("bmcfleet per-batch events and results".into()),
+        subjects: vec![s.events_all()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        num_replicas: set.replicas,
+        max_age: set.events_max_age,
+        duplicate_window: set.dedupe_window.min(set.events_max_age),
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
+fn batches_config(s: &Subjects, set: &StreamSettings) -> kv::Config {
+    kv::Config {
+        bucket: s.batches_bucket(),
+        description: "bmcfleet batch status and per-action progress".into(),
+        history: 1,
+        max_age: set.status_max_age,
+        storage: stream::StorageType::File,
+        num_replicas: set.replicas,
+        ..Default::default()
+    }
+}
+
+async fn stream(js: &Context, config: stream::Config, mode: Mode) -> Result<stream::Stream, SetupError> {
+    let name = config.name.clone();
+    match mode {
+        Mode::Update => {
+            js.create_or_update_stream(config).await.map_err(|e| js_err(format!("stream {name}"), e))?;
+        }
+        Mode::UseExisting => {
+            js.get_or_create_stream(config).await.map_err(|e| js_err(format!("stream {name}"), e))?;
+        }
+    }
+    js.get_stream(&name).await.map_err(|e| js_err(format!("stream {name}"), e))
+}
+
+/// Key-value bucket, created when missing; with `Mode::Update` its config is
+/// brought up to date.
+pub async fn bucket(js: &Context, config: kv::Config, mode: Mode) -> Result<kv::Store, SetupError> {
+    let name = config.bucket.clone();
+    let what = || format!("bucket {name}");
+    match js.get_key_value(&name).await {
+        Ok(store) if mode == Mode::UseExisting => Ok(store),
+        Ok(_) => {
+            js.update_key_value(config).await.map_err(|e| js_err(what(), e))?;
+            js.get_key_value(&name).await.map_err(|e| js_err(what(), e))
+        }
+        Err(_) => match js.create_key_value(config).await {
+            Ok(store) => Ok(store),
+            // Lost a creation race with another process: use theirs.
+            Err(e) => js.get_key_value(&name).await.map_err(|_| js_err(what(), e)),
+        },
+    }
+}
+
+/// Ensure the jobs/events streams and the status bucket exist.
+pub async fn ensure(client: async_nats::Client, subjects: &Subjects, settings: &StreamSettings, mode: Mode) -> Result<Resources, SetupError> {
+    let js = jetstream::new(client);
+    let mut jobs = stream(&js, jobs_config(subjects, settings), mode).await?;
+    let existing = jobs
+        .info()
+        .await
+        .map_err(|e| js_err("jobs stream info", e))?
+        .config
+        .metadata
+        .get(PARTITIONS_KEY)
+        .cloned();
+    match existing {
+        Some(p) if p == subjects.partitions.to_string() => {}
+        Some(p) => return Err(SetupError::PartitionMismatch { stream: subjects.jobs_stream(), existing: p, configured: subjects.partitions }),
+        None => return Err(SetupError::PartitionMismatch { stream: subjects.jobs_stream(), existing: "an unknown number of".into(), configured: subjects.partitions }),
+    }
+    let events = stream(&js, events_config(subjects, settings), mode).await?;
+    let batches = bucket(&js, batches_config(subjects, settings), mode).await?;
+    Ok(Resources { js, jobs, events, batches })
+}

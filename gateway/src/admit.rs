@@ -1,0 +1,274 @@
+//! Request handlers: submit, status, cancel.
+
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::service::Request;
+use async_nats::HeaderMap;
+use bmcfleet_common::runtime::now_ms;
+use bmcfleet_common::status::{self, StatusError};
+use bmcfleet_common::streams::Resources;
+use bmcfleet_common::events;
+use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
+use bmcfleet_schema::validate::decode_batch;
+use bmcfleet_schema::{
+    Accepted, ActionResult, BatchId, BatchResult, BatchState, BatchStatus, Encoding, ErrorBody, ErrorCode, Event,
+    EventKind, IdRequest, Job, Limits, Reply, Subjects,
+};
+use futures::StreamExt;
+use std::time::Duration;
+
+/// Trace-context headers copied from a request onto the job.
+pub const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
+
+#[derive(Clone, Copy, Debug)]
+pub enum Endpoint {
+    Submit,
+    Status,
+    Cancel,
+}
+
+/// Shared state of the request handlers.
+pub struct Gateway {
+    client: async_nats::Client,
+    res: Resources,
+    subjects: Subjects,
+    limits: Limits,
+    max_wait: Duration,
+}
+
+fn header<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
+    headers.and_then(|h| h.get(name)).map(|v| v.as_str())
+}
+
+fn truthy(v: Option<&str>) -> bool {
+    matches!(v.map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("1" | "true" | "yes" | "on"))
+}
+
+fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
+    Reply::Error(ErrorBody::new(code, message))
+}
+
+impl Gateway {
+    pub fn new(client: async_nats::Client, res: Resources, subjects: Subjects, limits: Limits, max_wait: Duration) -> Self {
+        Gateway { client, res, subjects, limits, max_wait }
+    }
+
+    /// Handle one request and reply to it (always exactly one reply).
+    pub async fn handle(&self, endpoint: Endpoint, request: Request) {
+        let headers = request.message.headers.as_ref();
+        let (encoding, reply) = match Encoding::from_content_type(header(headers, CONTENT_TYPE)) {
+            Err(e) => (Encoding::Json, error(ErrorCode::Malformed, e.to_string())),
+            Ok(enc) => {
+                let reply = match endpoint {
+                    Endpoint::Submit => self.submit(enc, &request.message.payload, headers).await,
+                    Endpoint::Status => self.status(enc, &request.message.payload).await,
+                    Endpoint::Cancel => self.cancel(enc, &request.message.payload).await,
+                };
+                (enc, reply)
+            }
+        };
+        let mut out = HeaderMap::new();
+        out.insert(CONTENT_TYPE, encoding.content_type());
+        if let Reply::Error(e) = &reply {
+            tracing::info!(endpoint = ?endpoint, code = %e.code, message = %e.message, "Request refused.");
+            out.insert(async_nats::service::NATS_SERVICE_ERROR, e.message.as_str());
+            out.insert(async_nats::service::NATS_SERVICE_ERROR_CODE, e.code.status().to_string().as_str());
+        }
+        let body = match encoding.encode(&reply) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(error = %e, "Cannot encode a reply.");
+                return;
+            }
+        };
+        if let Err(e) = request.respond_with_headers(Ok(body.into()), out).await {
+            tracing::warn!(error = %e, "Cannot send a reply.");
+        }
+    }
+
+    /// Validate, queue, and reply `Accepted` (or the final result when the
+    /// request carries `Bmcfleet-Wait: true`).
+    pub async fn submit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>) -> Reply {
+        let mut batch = match decode_batch(payload, enc, &self.limits) {
+            Ok(b) => b,
+            Err(e) => return Reply::Error(e.into()),
+        };
+        let wait = truthy(header(headers, WAIT_HEADER));
+        let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
+        let key = batch.bmc.address.key();
+        let subject = self.subjects.job(&key);
+        let admitted_at_ms = now_ms();
+        let deadline = batch.deadline.unwrap_or(self.limits.default_deadline);
+        let job = Job { id, admitted_at_ms, deadline_at_ms: admitted_at_ms + deadline.as_millis() as u64, batch };
+
+        // A batch id seen before (even past the JetStream dedupe window) is not queued again.
+        let known = match status::load(&self.res.batches, &id).await {
+            Ok(v) => v,
+            Err(e) => return error(ErrorCode::Unavailable, format!("cannot read batch status: {e}")),
+        };
+        let mut events = None;
+        if wait {
+            match self.client.subscribe(self.subjects.events(&id)).await {
+                Ok(s) => events = Some(s),
+                Err(e) => return error(ErrorCode::Unavailable, format!("cannot subscribe to results: {e}")),
+            }
+        }
+        let accepted = match known {
+            Some(v) => Accepted { id, stream_sequence: v.status.stream_sequence.unwrap_or(0), duplicate: true, subject: subject.clone() },
+            None => match self.publish(&job, &subject, headers).await {
+                Ok(a) => a,
+                Err(reply) => return reply,
+            },
+        };
+        tracing::info!(
+            batch = %id, bmc = %key, subject = %subject, seq = accepted.stream_sequence, duplicate = accepted.duplicate,
+            actions = ?job.batch.actions, credentials = ?job.batch.bmc.credentials, "Batch admitted."
+        );
+        let Some(mut events) = events else { return Reply::Accepted(accepted) };
+
+        // Waiting: the final result may already be there (a duplicate).
+        if let Ok(Some(v)) = status::load(&self.res.batches, &id).await {
+            if let (true, Some(r)) = (v.status.state.is_final(), v.status.result) {
+                return Reply::Result(r);
+            }
+        }
+        let remaining = Duration::from_millis(job.deadline_at_ms.saturating_sub(now_ms()));
+        // A little grace so the worker's own deadline_exceeded result wins the race.
+        let limit = remaining.min(self.max_wait) + Duration::from_secs(2);
+        let outcome = tokio::time::timeout(limit, async {
+            while let Some(msg) = events.next().await {
+                if let Ok(ev) = Encoding::MessagePack.decode::<Event>(&msg.payload) {
+                    if let EventKind::BatchFinished { result } = ev.event {
+                        return Some(result);
+                    }
+                }
+            }
+            None
+        })
+        .await;
+        let _ = events.unsubscribe().await;
+        match outcome {
+            Ok(Some(result)) => Reply::Result(result),
+            Ok(None) => error(ErrorCode::Unavailable, "lost the result subscription; query status"),
+            Err(_) => error(
+                ErrorCode::Timeout,
+                format!("batch {id} is still queued or running after {}; query status", bmcfleet_schema::duration::format(limit)),
+            ),
+        }
+    }
+
+    async fn publish(&self, job: &Job, subject: &str, req_headers: Option<&HeaderMap>) -> Result<Accepted, Reply> {
+        let body = Encoding::MessagePack
+            .encode(job)
+            .map_err(|e| error(ErrorCode::Internal, format!("cannot encode the job: {e}")))?;
+        let mut h = HeaderMap::new();
+        h.insert(async_nats::header::NATS_MESSAGE_ID, job.id.to_string().as_str());
+        h.insert(CONTENT_TYPE, Encoding::MessagePack.content_type());
+        for name in TRACE_HEADERS {
+            if let Some(v) = header(req_headers, name) {
+                h.insert(name, v);
+            }
+        }
+        let ack = async {
+            self.res.js.publish_with_headers(subject.to_owned(), h, body.into()).await?.await
+        }
+        .await
+        .map_err(|e| {
+            let code = match e.kind() {
+                PublishErrorKind::MaxPayloadExceeded => ErrorCode::TooLarge,
+                _ => ErrorCode::Unavailable,
+            };
+            error(code, format!("could not queue the batch: {e}"))
+        })?;
+        let record = BatchStatus {
+            id: job.id,
+            bmc: job.batch.bmc.address.key().to_string(),
+            state: BatchState::Queued,
+            results: vec![],
+            in_progress: None,
+            cancel_requested: false,
+            actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
+            stream_sequence: Some(ack.sequence),
+            worker: None,
+            deliveries: 0,
+            admitted_at_ms: job.admitted_at_ms,
+            updated_at_ms: now_ms(),
+            result: None,
+        };
+        // The worker may already have written a newer record: creating fails then, which is right.
+        match status::create(&self.res.batches, &record).await {
+            Ok(_) | Err(StatusError::Conflict) => {}
+            Err(e) => tracing::warn!(batch = %job.id, error = %e, "Cannot record queued status; the worker will."),
+        }
+        Ok(Accepted { id: job.id, stream_sequence: ack.sequence, duplicate: ack.duplicate, subject: subject.to_owned() })
+    }
+
+    pub async fn status(&self, enc: Encoding, payload: &[u8]) -> Reply {
+        let req: IdRequest = match enc.decode(payload) {
+            Ok(r) => r,
+            Err(e) => return error(ErrorCode::Malformed, format!("expected {{\"id\": \"<ULID>\"}}: {e}")),
+        };
+        match status::load(&self.res.batches, &req.id).await {
+            Ok(Some(v)) => Reply::Status(v.status),
+            Ok(None) => error(ErrorCode::NotFound, format!("no batch {} is known", req.id)),
+            Err(e) => error(ErrorCode::Unavailable, e.to_string()),
+        }
+    }
+
+    /// Cancel a queued batch outright, or ask a running one to stop after its
+    /// current action.
+    pub async fn cancel(&self, enc: Encoding, payload: &[u8]) -> Reply {
+        let req: IdRequest = match enc.decode(payload) {
+            Ok(r) => r,
+            Err(e) => return error(ErrorCode::Malformed, format!("expected {{\"id\": \"<ULID>\"}}: {e}")),
+        };
+        for _ in 0..16 {
+            let v = match status::load(&self.res.batches, &req.id).await {
+                Ok(Some(v)) => v,
+                Ok(None) => return error(ErrorCode::NotFound, format!("no batch {} is known", req.id)),
+                Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
+            };
+            let mut s = v.status;
+            if s.state.is_final() {
+                return error(ErrorCode::Conflict, format!("batch {} already finished ({:?})", req.id, s.state));
+            }
+            let now = now_ms();
+            s.updated_at_ms = now;
+            s.cancel_requested = true;
+            let queued = s.state == BatchState::Queued;
+            if queued {
+                let results: Vec<ActionResult> = s
+                    .actions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, kind)| ActionResult::err(i as u32, kind, None, ErrorBody::new(ErrorCode::Cancelled, "cancelled before it ran"), 0))
+                    .collect();
+                s.state = BatchState::Cancelled;
+                s.result = Some(BatchResult {
+                    id: s.id,
+                    bmc: s.bmc.clone(),
+                    state: BatchState::Cancelled,
+                    results,
+                    worker: "gateway".into(),
+                    deliveries: 0,
+                    admitted_at_ms: s.admitted_at_ms,
+                    finished_at_ms: now,
+                });
+            }
+            match status::update(&self.res.batches, &s, v.revision).await {
+                Ok(_) => {
+                    if let (true, Some(result)) = (queued, s.result.clone()) {
+                        let ev = Event { batch: s.id, at_ms: now, event: EventKind::BatchFinished { result } };
+                        if let Err(e) = events::publish(&self.res.js, &self.subjects, &ev, None).await {
+                            tracing::warn!(batch = %s.id, error = %e, "Cannot publish the cancellation event.");
+                        }
+                    }
+                    tracing::info!(batch = %s.id, state = ?s.state, "Cancel requested.");
+                    return Reply::Cancelled { id: s.id, state: s.state };
+                }
+                Err(StatusError::Conflict) => continue,
+                Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
+            }
+        }
+        error(ErrorCode::Unavailable, "the batch status kept changing; try again")
+    }
+}

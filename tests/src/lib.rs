@@ -1,0 +1,42 @@
+//! # bmcfleet-tests
+//!
+//! Harness for end-to-end tests against real components: a `nats-server`
+//! with JetStream on a free loopback port and a temporary store, the
+//! `bmc-gateway` / `bmc-worker` binaries as separate OS processes (so they
+//! can be SIGKILLed), and simulated BMCs. Everything is stopped on `Drop`.
+//!
+//! The binaries must be built first (`cargo build --workspace --bins`, which
+//! the README's test command does).
+
+pub mod nats;
+pub mod process;
+pub mod producer;
+
+pub use nats::NatsServer;
+pub use process::{bin, Process};
+pub use producer::Producer;
+
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (the kernel's choice, released for reuse).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().unwrap().port()
+}
+
+/// Poll `check` until it returns `Some`, or panic with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() > end {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

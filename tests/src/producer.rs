@@ -1,0 +1,185 @@
+//! A producer's view: submit batches, read replies, and a fleet launcher.
+
+use crate::{NatsServer, Process};
+use async_nats::HeaderMap;
+use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
+use bmcfleet_schema::{Batch, BatchId, Encoding, IdRequest, Reply, Subjects};
+use std::time::Duration;
+
+/// Talks to the gateway like a producer would.
+#[derive(Clone)]
+pub struct Producer {
+    pub client: async_nats::Client,
+    pub prefix: String,
+}
+
+impl Producer {
+    pub fn new(client: async_nats::Client) -> Self {
+        Producer { client, prefix: "bmcfleet".into() }
+    }
+
+    /// Send raw bytes to an endpoint with headers; decode the reply.
+    pub async fn raw(&self, endpoint: &str, headers: HeaderMap, body: Vec<u8>, timeout: Duration) -> (HeaderMap, Reply) {
+        let subject = format!("{}.{endpoint}", self.prefix);
+        let req = async_nats::Request::new().headers(headers.clone()).payload(body.into()).timeout(Some(timeout));
+        let msg = self.client.send_request(subject, req).await.expect("gateway reply");
+        let enc = Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))
+            .expect("reply content type");
+        let reply = enc.decode::<Reply>(&msg.payload).expect("decodable reply");
+        (msg.headers.unwrap_or_default(), reply)
+    }
+
+    pub async fn submit(&self, batch: &Batch, wait: bool) -> Reply {
+        let mut h = HeaderMap::new();
+        if wait {
+            h.insert(WAIT_HEADER, "true");
+        }
+        let body = Encoding::MessagePack.encode(batch).unwrap();
+        self.raw("submit", h, body, Duration::from_secs(120)).await.1
+    }
+
+    pub async fn submit_json(&self, json: &str, wait: bool) -> Reply {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, "application/json");
+        if wait {
+            h.insert(WAIT_HEADER, "true");
+        }
+        self.raw("submit", h, json.as_bytes().to_vec(), Duration::from_secs(120)).await.1
+    }
+
+    pub async fn status(&self, id: BatchId) -> Reply {
+        let body = Encoding::MessagePack.encode(&IdRequest { id }).unwrap();
+        self.raw("status", HeaderMap::new(), body, Duration::from_secs(10)).await.1
+    }
+
+    pub async fn cancel(&self, id: BatchId) -> Reply {
+        let body = Encoding::MessagePack.encode(&IdRequest { id }).unwrap();
+        self.raw("cancel", HeaderMap::new(), body, Duration::from_secs(10)).await.1
+    }
+}
+
+/// Topology shared by the gateway and workers a test starts.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    pub partitions: u16,
+    pub lease_ttl: &'static str,
+    pub rebalance: &'static str,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Topology { partitions: 8, lease_ttl: "3s", rebalance: "1s" }
+    }
+}
+
+impl Topology {
+    pub fn subjects(&self) -> Subjects {
+        Subjects::new("bmc", "BMCFLEET", self.partitions)
+    }
+
+    pub fn common_args(&self, nats: &NatsServer) -> Vec<String> {
+        vec!["--nats-url".into(), nats.url(), "--partitions".into(), self.partitions.to_string(), "--log-format".into(), "json".into()]
+    }
+
+    pub fn gateway(&self, nats: &NatsServer, extra: &[&str]) -> Process {
+        let mut args = self.common_args(nats);
+        args.extend(["--allow-sim".into(), "true".into()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Process::spawn("bmc-gateway", &args, &[])
+    }
+
+    pub fn worker(&self, nats: &NatsServer, id: &str, sim: std::net::SocketAddr, extra: &[&str]) -> Process {
+        let mut args = self.common_args(nats);
+        args.extend([
+            "--worker-id".into(),
+            id.into(),
+            "--lease-ttl".into(),
+            self.lease_ttl.into(),
+            "--rebalance-interval".into(),
+            self.rebalance.into(),
+            "--sim-endpoint".into(),
+            sim.to_string(),
+            "--ack-wait".into(),
+            "5s".into(),
+            "--drain-timeout".into(),
+            "5s".into(),
+        ]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Process::spawn(&format!("bmc-worker:{id}"), &args, &[])
+    }
+}
+
+/// Wait until the gateway answers on its service subjects.
+pub async fn wait_gateway(p: &Producer) {
+    crate::eventually(Duration::from_secs(20), "gateway service", || {
+        let c = p.client.clone();
+        let subject = format!("{}.status", p.prefix);
+        async move {
+            let req = async_nats::Request::new().payload(b"{}".to_vec().into()).timeout(Some(Duration::from_millis(500)));
+            c.send_request(subject, req).await.ok().map(|_| ())
+        }
+    })
+    .await
+}
+
+/// Wait until every partition has a lease (i.e. workers are consuming).
+pub async fn wait_partitions_owned(client: &async_nats::Client, subjects: &Subjects) {
+    use futures::TryStreamExt;
+    let js = async_nats::jetstream::new(client.clone());
+    let total = subjects.partitions as usize;
+    crate::eventually(Duration::from_secs(30), "all partitions leased", || {
+        let js = js.clone();
+        let bucket = subjects.leases_bucket();
+        async move {
+            let kv = js.get_key_value(bucket).await.ok()?;
+            let keys: Vec<String> = kv.keys().await.ok()?.try_collect().await.ok()?;
+            (keys.len() == total).then_some(())
+        }
+    })
+    .await
+}
+
+/// Messages currently in a stream.
+pub async fn stream_messages(client: &async_nats::Client, stream: &str) -> u64 {
+    let js = async_nats::jetstream::new(client.clone());
+    match js.get_stream(stream).await {
+        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+/// Collects final results from the events subjects.
+pub struct ResultCollector {
+    sub: async_nats::Subscriber,
+    pub results: std::collections::HashMap<BatchId, bmcfleet_schema::BatchResult>,
+}
+
+impl ResultCollector {
+    /// Subscribe before submitting so no result is missed.
+    pub async fn start(client: &async_nats::Client, subjects: &Subjects) -> Self {
+        let sub = client.subscribe(subjects.events_all()).await.expect("subscribe events");
+        client.flush().await.expect("flush");
+        ResultCollector { sub, results: Default::default() }
+    }
+
+    /// Wait until results for all `ids` arrived, or panic after `timeout`.
+    pub async fn wait_all(&mut self, ids: &[BatchId], timeout: Duration) {
+        use futures::StreamExt;
+        let end = tokio::time::Instant::now() + timeout;
+        while ids.iter().any(|id| !self.results.contains_key(id)) {
+            let msg = match tokio::time::timeout_at(end, self.sub.next()).await {
+                Ok(Some(m)) => m,
+                Ok(None) => panic!("event subscription closed"),
+                Err(_) => {
+                    let missing = ids.iter().filter(|id| !self.results.contains_key(id)).count();
+                    panic!("timed out: {missing} of {} batches have no final result", ids.len());
+                }
+            };
+            if let Ok(ev) = Encoding::MessagePack.decode::<bmcfleet_schema::Event>(&msg.payload) {
+                if let bmcfleet_schema::EventKind::BatchFinished { result } = ev.event {
+                    self.results.insert(result.id, result);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! End to end through a real nats-server, gateway and worker processes, with
+//! the simulated BMC fleet recording what every worker did.
+
+use bmcfleet_schema::*;
+use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_tests::producer::{stream_messages, wait_gateway, wait_partitions_owned, Topology};
+use bmcfleet_tests::{NatsServer, Producer};
+use std::time::Duration;
+
+fn batch(address: &str, actions: Vec<Action>) -> Batch {
+    Batch {
+        id: None,
+        bmc: BmcTarget {
+            address: address.parse().unwrap(),
+            protocol: Protocol::Sim,
+            credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw-in-line") },
+            tls: TlsOptions::default(),
+            system_id: None,
+        },
+        actions,
+        on_error: OnError::Stop,
+        deadline: Some(Duration::from_secs(60)),
+    }
+}
+
+struct Env {
+    nats: NatsServer,
+    sim: SimServer,
+    topo: Topology,
+    producer: Producer,
+    _gateway: bmcfleet_tests::Process,
+    _workers: Vec<bmcfleet_tests::Process>,
+}
+
+async fn env(workers: usize) -> Env {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let gateway = topo.gateway(&nats, &[]);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let workers = (0..workers).map(|i| topo.worker(&nats, &format!("w{i}"), sim.addr(), &[])).collect();
+    wait_partitions_owned(&producer.client, &topo.subjects()).await;
+    Env { nats, sim, topo, producer, _gateway: gateway, _workers: workers }
+}
+
+#[tokio::test]
+async fn submit_and_wait_returns_the_final_result() {
+    let e = env(1).await;
+    let b = batch(
+        "10.0.0.5",
+        vec![
+            Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true }),
+            Action::Power(PowerOp::On),
+            Action::Power(PowerOp::Status),
+        ],
+    );
+    let reply = e.producer.submit(&b, true).await;
+    let Reply::Result(r) = reply else { panic!("expected a result, got {reply:?}") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    assert_eq!(r.results.len(), 3);
+    assert_eq!(r.results[2].data, Some(ActionData::PowerState(PowerState::On)));
+    assert!(r.results.iter().all(|a| a.provider.as_deref() == Some("sim")));
+    assert_eq!(e.sim.power("v4-10-0-0-5"), Some(PowerState::On));
+    let boot = e.sim.boot("v4-10-0-0-5").unwrap();
+    assert_eq!((boot.device, boot.efi), (BootDevice::Pxe, true));
+    // The status endpoint serves the same final result.
+    let Reply::Status(s) = e.producer.status(r.id).await else { panic!("status") };
+    assert_eq!(s.state, BatchState::Succeeded);
+    assert_eq!(s.result.unwrap(), r);
+    // Work-queue: the finished job is gone from the jobs stream.
+    let subjects = e.topo.subjects();
+    bmcfleet_tests::eventually(Duration::from_secs(10), "job acknowledged", || {
+        let c = e.producer.client.clone();
+        let s = subjects.jobs_stream();
+        async move { (stream_messages(&c, &s).await == 0).then_some(()) }
+    })
+    .await;
+    drop(e.nats);
+}
+
+use bmcfleet_sim::LogEntry;
+use bmcfleet_tests::producer::ResultCollector;
+use std::collections::HashMap;
+
+/// Submit batches one by one (so submission order is well defined) and
+/// return their ids per BMC key in submission order.
+async fn submit_all(p: &Producer, batches: Vec<Batch>) -> (Vec<BatchId>, HashMap<String, Vec<BatchId>>) {
+    let mut all = vec![];
+    let mut per_bmc: HashMap<String, Vec<BatchId>> = HashMap::new();
+    for b in batches {
+        let key = b.bmc.address.key().to_string();
+        let Reply::Accepted(a) = p.submit(&b, false).await else { panic!("not accepted") };
+        assert!(!a.duplicate);
+        all.push(a.id);
+        per_bmc.entry(key).or_default().push(a.id);
+    }
+    (all, per_bmc)
+}
+
+/// Per BMC: the batches the simulator saw form contiguous runs in submission
+/// order, and no action overlapped another on the same BMC.
+fn assert_ordered(log: &[LogEntry], per_bmc: &HashMap<String, Vec<BatchId>>) {
+    let mut seen: HashMap<&str, Vec<BatchId>> = HashMap::new();
+    for e in log {
+        assert_eq!(e.concurrent, 1, "BMC {} ran two actions at once: {e:?}", e.bmc);
+        let call = e.call.as_ref().expect("worker calls carry call info");
+        let runs = seen.entry(e.bmc.as_str()).or_default();
+        if runs.last() != Some(&call.batch) {
+            assert!(!runs.contains(&call.batch), "BMC {}: batch {} resumed after another batch ran", e.bmc, call.batch);
+            runs.push(call.batch);
+        }
+    }
+    for (bmc, submitted) in per_bmc {
+        let ran = seen.get(bmc.as_str()).cloned().unwrap_or_default();
+        for id in submitted.iter().filter(|id| !ran.contains(id)) {
+            let entries: Vec<_> = log.iter().filter(|e| e.call.as_ref().is_some_and(|c| c.batch == *id)).collect();
+            eprintln!("batch {id} of {bmc} missing from the run order; its log entries: {entries:?}");
+        }
+        assert_eq!(&ran, submitted, "BMC {bmc}: execution order differs from submission order");
+    }
+}
+
+fn mixed_actions(i: usize) -> Vec<Action> {
+    match i % 4 {
+        0 => vec![Action::Power(PowerOp::On)],
+        1 => vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false }), Action::Power(PowerOp::Cycle)],
+        2 => vec![Action::Power(PowerOp::Status), Action::Power(PowerOp::Off), Action::Power(PowerOp::On)],
+        _ => vec![Action::Inventory],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_bmc_order_holds_across_three_workers() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig { latency: Duration::from_millis(1), ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &[]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let _ws: Vec<_> = (0..3).map(|i| topo.worker(&nats, &format!("w{i}"), sim.addr(), &[])).collect();
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let mut results = ResultCollector::start(&p.client, &topo.subjects()).await;
+
+    // 2,000 batches over 50 BMCs, interleaved.
+    let batches: Vec<Batch> = (0..2000).map(|i| batch(&format!("10.1.0.{}", i % 50 + 1), mixed_actions(i / 50))).collect();
+    let (ids, per_bmc) = submit_all(&p, batches).await;
+    results.wait_all(&ids, Duration::from_secs(240)).await;
+
+    assert!(results.results.values().all(|r| r.state == BatchState::Succeeded), "every batch succeeds");
+    let log = sim.log();
+    for (bmc, submitted) in &per_bmc {
+        for id in submitted {
+            if !log.iter().any(|e| e.call.as_ref().is_some_and(|c| c.batch == *id)) {
+                eprintln!("batch {id} of {bmc} never reached the simulator; result: {:?}", results.results.get(id));
+            }
+        }
+    }
+    assert_ordered(&log, &per_bmc);
+    // Exactly once: every action of every batch ran once.
+    let mut count: HashMap<(BatchId, u32), usize> = HashMap::new();
+    for e in &log {
+        let c = e.call.as_ref().unwrap();
+        *count.entry((c.batch, c.index)).or_default() += 1;
+    }
+    let expected: usize = results.results.values().map(|r| r.results.len()).sum();
+    assert_eq!(count.len(), expected);
+    assert!(count.values().all(|n| *n == 1), "an action ran twice");
+    // Work was spread: more than one worker executed batches.
+    let workers: std::collections::HashSet<_> = results.results.values().map(|r| r.worker.clone()).collect();
+    assert!(workers.len() >= 2, "all batches ran on {workers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_a_worker_loses_nothing_and_keeps_order() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig { latency: Duration::from_millis(5), ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &[]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let mut ws: Vec<_> = (0..3).map(|i| topo.worker(&nats, &format!("w{i}"), sim.addr(), &[])).collect();
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let mut results = ResultCollector::start(&p.client, &topo.subjects()).await;
+
+    let batches: Vec<Batch> = (0..600).map(|i| batch(&format!("10.2.0.{}", i % 20 + 1), mixed_actions(i / 20))).collect();
+    let (ids, per_bmc) = submit_all(&p, batches).await;
+    // Kill w0 once it has demonstrably been executing.
+    assert!(
+        sim.wait_for(Duration::from_secs(60), |log| log.iter().filter(|e| e.call.as_ref().is_some_and(|c| c.worker == "w0")).count() > 20).await,
+        "w0 never executed anything"
+    );
+    ws[0].kill();
+    results.wait_all(&ids, Duration::from_secs(240)).await;
+
+    let log = sim.log();
+    assert_ordered(&log, &per_bmc);
+    // Nothing lost: every batch has a final result; the only failures are
+    // non-idempotent actions interrupted by the kill, never re-run.
+    let mut interrupted = 0;
+    for r in results.results.values() {
+        for a in &r.results {
+            if let Some(e) = &a.error {
+                assert!(matches!(e.code, ErrorCode::Interrupted | ErrorCode::Skipped), "unexpected failure {a:?}");
+                interrupted += usize::from(e.code == ErrorCode::Interrupted);
+            }
+        }
+    }
+    let mut runs: HashMap<(BatchId, u32), Vec<&LogEntry>> = HashMap::new();
+    for e in &log {
+        let c = e.call.as_ref().unwrap();
+        runs.entry((c.batch, c.index)).or_default().push(e);
+    }
+    let mut reruns = 0;
+    for ((batch_id, index), entries) in &runs {
+        if entries.len() > 1 {
+            reruns += 1;
+            // Only an action in flight on the killed worker may run again, and only if idempotent.
+            assert_eq!(entries.len(), 2, "{batch_id}/{index} ran {} times", entries.len());
+            assert_eq!(entries[0].call.as_ref().unwrap().worker, "w0", "a re-run must follow the killed worker");
+            assert_ne!(entries[0].action, "power_cycle", "a non-idempotent action ran twice");
+        }
+    }
+    // At most one action per BMC lane was in flight on w0 when it died.
+    assert!(reruns + interrupted <= 20, "reruns {reruns} + interrupted {interrupted} exceed the lanes in flight");
+    eprintln!("failover: {} batches, {reruns} idempotent re-runs, {interrupted} interrupted", ids.len());
+}
+
+#[tokio::test]
+async fn the_same_batch_id_executes_once() {
+    let e = env(1).await;
+    let mut b = batch("10.3.0.1", vec![Action::Power(PowerOp::Cycle)]);
+    let id = ulid::Ulid::new();
+    b.id = Some(id);
+    let Reply::Accepted(first) = e.producer.submit(&b, false).await else { panic!("first submit") };
+    let Reply::Accepted(second) = e.producer.submit(&b, false).await else { panic!("second submit") };
+    assert_eq!((first.id, second.id), (id, id));
+    assert!(!first.duplicate && second.duplicate);
+    // Waiting on a third copy returns the one result.
+    let Reply::Result(r) = e.producer.submit(&b, true).await else { panic!("wait") };
+    assert_eq!(r.state, BatchState::Succeeded);
+    // Once finished and acknowledged, the id is still remembered (status record).
+    let Reply::Accepted(late) = e.producer.submit(&b, false).await else { panic!("late submit") };
+    assert!(late.duplicate);
+    let runs = e.sim.log().iter().filter(|x| x.call.as_ref().is_some_and(|c| c.batch == id)).count();
+    assert_eq!(runs, 1, "power cycle ran {runs} times");
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_typed_error_and_nothing_is_stored() {
+    use async_nats::HeaderMap;
+    let nats = NatsServer::start();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &["--max-message-bytes", "4096"]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let json = || {
+        let mut h = HeaderMap::new();
+        h.insert("Content-Type", "application/json");
+        h
+    };
+    let cases: Vec<(&str, HeaderMap, Vec<u8>, ErrorCode)> = vec![
+        ("malformed msgpack", HeaderMap::new(), vec![0xc1, 0x00, 0xff], ErrorCode::Malformed),
+        ("malformed json", json(), b"{\"bmc\": ".to_vec(), ErrorCode::Malformed),
+        ("unknown field", json(), br#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":["inventory"],"priority":9}"#.to_vec(), ErrorCode::Malformed),
+        ("oversized", json(), vec![b' '; 5000], ErrorCode::TooLarge),
+        ("invalid address", json(), br#"{"bmc":{"address":"300.1.1.1","credentials":{"ref":"r"}},"actions":["inventory"]}"#.to_vec(), ErrorCode::InvalidAddress),
+        ("empty batch", json(), br#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[]}"#.to_vec(), ErrorCode::EmptyBatch),
+        ("update without name", json(), br#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[{"user":{"update":{"name":" ","enabled":false}}}]}"#.to_vec(), ErrorCode::InvalidField),
+        ("unknown content type", {
+            let mut h = HeaderMap::new();
+            h.insert("Content-Type", "text/xml");
+            h
+        }, b"<batch/>".to_vec(), ErrorCode::Malformed),
+    ];
+    for (what, headers, body, code) in cases {
+        let (h, reply) = p.raw("submit", headers, body, Duration::from_secs(10)).await;
+        let Reply::Error(err) = reply else { panic!("{what}: expected an error, got {reply:?}") };
+        assert_eq!(err.code, code, "{what}: {err}");
+        assert!(!err.message.is_empty());
+        assert_eq!(h.get("Nats-Service-Error-Code").map(|v| v.as_str().to_owned()), Some(code.status().to_string()), "{what}");
+    }
+    let subjects = topo.subjects();
+    assert_eq!(stream_messages(&p.client, &subjects.jobs_stream()).await, 0, "a refused batch was queued");
+    assert_eq!(stream_messages(&p.client, &format!("KV_{}", subjects.batches_bucket())).await, 0, "a refused batch left a status");
+    // A status query for an unknown id is a typed not_found.
+    let Reply::Error(e) = p.status(ulid::Ulid::new()).await else { panic!("status of unknown id") };
+    assert_eq!(e.code, ErrorCode::NotFound);
+}
+
+#[tokio::test]
+async fn failures_are_typed_results_and_the_lane_goes_on() {
+    let e = env(1).await;
+    // Unknown credential reference.
+    let mut b = batch("10.4.0.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]);
+    b.bmc.credentials = Credentials::Ref("no-such-cred".into());
+    let Reply::Result(r) = e.producer.submit(&b, true).await else { panic!("result") };
+    assert_eq!(r.state, BatchState::Failed);
+    assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::UnknownCredential);
+    assert_eq!(r.results[1].error.as_ref().unwrap().code, ErrorCode::Skipped);
+    // Wrong password, then the same BMC works with the right one.
+    let mut b = batch("10.4.0.2", vec![Action::Power(PowerOp::On)]);
+    b.bmc.credentials = Credentials::Inline { username: "admin".into(), password: Secret::new("wrong") };
+    let Reply::Result(r) = e.producer.submit(&b, true).await else { panic!("result") };
+    assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::AuthFailed);
+    let Reply::Result(r) = e.producer.submit(&batch("10.4.0.2", vec![Action::Power(PowerOp::On)]), true).await else { panic!() };
+    assert_eq!(r.state, BatchState::Succeeded);
+    // on_error: continue runs past a failure; unsupported operations are typed.
+    let mut b = batch("basic-1.lab", vec![Action::Power(PowerOp::Nmi), Action::Power(PowerOp::Status)]);
+    b.on_error = OnError::Continue;
+    let Reply::Result(r) = e.producer.submit(&b, true).await else { panic!() };
+    assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::Unsupported);
+    assert!(r.results[1].is_ok());
+    // A missing user is never created by an update.
+    let upd = Action::User(UserOp::Update(UserUpdate { name: "ghost".into(), password: Some("x".into()), role: None, enabled: None }));
+    let Reply::Result(r) = e.producer.submit(&batch("10.4.0.3", vec![upd, Action::User(UserOp::List)]), true).await else { panic!() };
+    assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::TargetNotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_bmc_hits_its_deadline_without_stalling_others() {
+    let e = env(1).await;
+    let mut hung = batch("hang-7.lab", vec![Action::Power(PowerOp::Status), Action::Power(PowerOp::On)]);
+    hung.deadline = Some(Duration::from_secs(3));
+    let p2 = e.producer.clone();
+    let hung_result = tokio::spawn(async move { p2.submit(&hung, true).await });
+    // Meanwhile other BMCs (likely on the same worker and partition) keep working.
+    for i in 0..20 {
+        let Reply::Result(r) = e.producer.submit(&batch(&format!("10.5.0.{i}"), vec![Action::Power(PowerOp::On)]), true).await else { panic!() };
+        assert_eq!(r.state, BatchState::Succeeded);
+    }
+    let Reply::Result(r) = hung_result.await.unwrap() else { panic!("hung batch result") };
+    assert_eq!(r.state, BatchState::Failed);
+    let codes: Vec<_> = r.results.iter().map(|a| a.error.as_ref().unwrap().code).collect();
+    assert_eq!(codes, vec![ErrorCode::DeadlineExceeded, ErrorCode::Skipped]);
+}
+
+#[tokio::test]
+async fn cancel_a_queued_and_a_running_batch() {
+    let e = env(1).await;
+    // A slow BMC keeps batch 1 busy; batch 2 waits behind it in the lane.
+    let b1 = batch("slow-1.lab", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status), Action::Power(PowerOp::Status)]);
+    let b2 = batch("slow-1.lab", vec![Action::Power(PowerOp::Off)]);
+    let Reply::Accepted(a1) = e.producer.submit(&b1, false).await else { panic!() };
+    let Reply::Accepted(a2) = e.producer.submit(&b2, false).await else { panic!() };
+    let mut results = ResultCollector::start(&e.producer.client, &e.topo.subjects()).await;
+    assert!(e.sim.wait_for(Duration::from_secs(20), |log| log.iter().any(|x| x.call.as_ref().is_some_and(|c| c.batch == a1.id))).await);
+    let Reply::Cancelled { state, .. } = e.producer.cancel(a2.id).await else { panic!("cancel queued") };
+    assert_eq!(state, BatchState::Cancelled);
+    let Reply::Cancelled { state, .. } = e.producer.cancel(a1.id).await else { panic!("cancel running") };
+    assert_eq!(state, BatchState::Running);
+    results.wait_all(&[a1.id, a2.id], Duration::from_secs(30)).await;
+    let r1 = &results.results[&a1.id];
+    assert_eq!(r1.state, BatchState::Cancelled);
+    assert!(r1.results[0].is_ok(), "the running action finished");
+    assert_eq!(r1.results.last().unwrap().error.as_ref().unwrap().code, ErrorCode::Cancelled);
+    assert_eq!(results.results[&a2.id].state, BatchState::Cancelled);
+    // Batch 2 never touched the BMC, and cancelling a finished batch is a conflict.
+    assert!(!e.sim.log().iter().any(|x| x.call.as_ref().is_some_and(|c| c.batch == a2.id)));
+    let Reply::Error(err) = e.producer.cancel(a1.id).await else { panic!() };
+    assert_eq!(err.code, ErrorCode::Conflict);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_partitions_back_and_work_completes() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig { latency: Duration::from_millis(20), ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &[]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let mut w0 = topo.worker(&nats, "w0", sim.addr(), &[]);
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let mut results = ResultCollector::start(&p.client, &topo.subjects()).await;
+    let batches: Vec<Batch> = (0..100).map(|i| batch(&format!("10.6.0.{}", i % 10), mixed_actions(i / 10))).collect();
+    let (ids, per_bmc) = submit_all(&p, batches).await;
+    let _w1 = topo.worker(&nats, "w1", sim.addr(), &[]);
+    assert!(sim.wait_for(Duration::from_secs(30), |log| log.len() > 10).await);
+    let status = w0.terminate(Duration::from_secs(20)).expect("w0 exits on SIGTERM within the drain timeout");
+    assert!(status.success(), "w0 exit status {status:?}");
+    results.wait_all(&ids, Duration::from_secs(60)).await;
+    assert!(results.results.values().all(|r| r.state == BatchState::Succeeded), "a graceful hand-over interrupts nothing");
+    let log = sim.log();
+    for id in &ids {
+        if !log.iter().any(|e| e.call.as_ref().is_some_and(|c| c.batch == *id)) {
+            eprintln!("batch {id} never reached the simulator; result: {:?}", results.results.get(id));
+            for l in w0.log_text().lines().chain(_w1.log_text().lines()).filter(|l| l.contains(&id.to_string())) {
+                eprintln!("  {l}");
+            }
+        }
+    }
+    assert_ordered(&log, &per_bmc);
+}
+
+#[test]
+fn environment_variables_are_validated_exactly_like_flags() {
+    use bmcfleet_tests::Process;
+    let cases: [(&str, &str, &str, &str); 4] = [
+        ("bmc-gateway", "--max-wait", "BMCFLEET_MAX_WAIT", "30"),
+        ("bmc-gateway", "--nats-url", "BMCFLEET_NATS_URL", "http://127.0.0.1:4222"),
+        ("bmc-worker", "--lease-ttl", "BMCFLEET_LEASE_TTL", "15"),
+        ("bmc-worker", "--partitions", "BMCFLEET_PARTITIONS", "0"),
+    ];
+    for (bin, flag, var, bad) in cases {
+        let mut by_flag = Process::spawn(bin, &[flag.into(), bad.into()], &[]);
+        let mut by_env = Process::spawn(bin, &[], &[(var, bad.into())]);
+        let (s1, s2) = (by_flag.wait(), by_env.wait());
+        assert_eq!(s1.code(), Some(2), "{bin} {flag} {bad}: {}", by_flag.log_text());
+        assert_eq!(s2.code(), Some(2), "{bin} {var}={bad}: {}", by_env.log_text());
+        let (l1, l2) = (by_flag.log_text(), by_env.log_text());
+        // Same parser, same complaint (clap names the flag in both).
+        let reason = |l: &str| l.lines().find(|x| x.starts_with("error:")).map(|x| x.split(": ").last().unwrap_or("").to_owned());
+        assert_eq!(reason(&l1), reason(&l2), "{bin}: flag said {l1:?}, env said {l2:?}");
+        assert!(l1.contains(flag) && l2.contains(flag), "{l1}\n{l2}");
+    }
+}

@@ -1,0 +1,83 @@
+//! Worker configuration: every flag has a `BMCFLEET_*` environment twin.
+
+use bmcfleet_common::config::{positive_duration, LogArgs, NatsArgs, TopologyArgs};
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Executes each BMC's batches strictly in order, one at a time, across a fleet of workers.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "bmc-worker", version)]
+pub struct Config {
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+
+    /// Unique name of this worker (default: host name, pid and a random suffix).
+    #[arg(long, env = "BMCFLEET_WORKER_ID", value_parser = bmcfleet_common::config::token)]
+    pub worker_id: Option<String>,
+    /// Partition lease time-to-live: a dead worker's partitions move after at most this (plus one rebalance interval).
+    #[arg(long, env = "BMCFLEET_LEASE_TTL", default_value = "15s", value_parser = positive_duration)]
+    pub lease_ttl: Duration,
+    /// How often leases are renewed and ownership is rebalanced (at most a third of the lease TTL).
+    #[arg(long, env = "BMCFLEET_REBALANCE_INTERVAL", default_value = "3s", value_parser = positive_duration)]
+    pub rebalance_interval: Duration,
+    /// JetStream ack wait of the partition consumers (in-progress acks keep long batches alive).
+    #[arg(long, env = "BMCFLEET_ACK_WAIT", default_value = "30s", value_parser = positive_duration)]
+    pub ack_wait: Duration,
+    /// Batches held (delivered, unacknowledged) per partition.
+    #[arg(long, env = "BMCFLEET_MAX_INFLIGHT_PER_PARTITION", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_inflight_per_partition: u32,
+    /// Batches executing at once on this worker (across all BMCs).
+    #[arg(long, env = "BMCFLEET_MAX_CONCURRENT_BATCHES", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_concurrent_batches: u32,
+    /// Longest single action (further bounded by the batch deadline).
+    #[arg(long, env = "BMCFLEET_ACTION_TIMEOUT", default_value = "2m", value_parser = positive_duration)]
+    pub action_timeout: Duration,
+    /// Idle time after which a BMC's lane and session are dropped.
+    #[arg(long, env = "BMCFLEET_LANE_IDLE_TIMEOUT", default_value = "60s", value_parser = positive_duration)]
+    pub lane_idle_timeout: Duration,
+    /// Time allowed on SIGTERM for running actions to finish before they are handed back.
+    #[arg(long, env = "BMCFLEET_DRAIN_TIMEOUT", default_value = "30s", value_parser = positive_duration)]
+    pub drain_timeout: Duration,
+    /// JSON file of named BMC credentials: {"name": {"username": "...", "password": "..."}}.
+    #[arg(long, env = "BMCFLEET_CREDENTIALS_FILE")]
+    pub credentials_file: Option<PathBuf>,
+    /// Address of a `bmc-sim` server; enables the `sim` protocol (tests and demos).
+    #[arg(long, env = "BMCFLEET_SIM_ENDPOINT")]
+    pub sim_endpoint: Option<SocketAddr>,
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.rebalance_interval * 3 > self.lease_ttl {
+            return Err(format!(
+                "--rebalance-interval ({}) must be at most a third of --lease-ttl ({}) so leases are renewed in time",
+                bmcfleet_schema::duration::format(self.rebalance_interval),
+                bmcfleet_schema::duration::format(self.lease_ttl)
+            ));
+        }
+        if self.ack_wait < Duration::from_secs(1) {
+            return Err("--ack-wait must be at least 1s".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_must_outlive_renewals() {
+        let c = Config::try_parse_from(["w", "--lease-ttl", "5s", "--rebalance-interval", "2s"]).unwrap();
+        assert!(c.validate().is_err());
+        let c = Config::try_parse_from(["w", "--lease-ttl", "6s", "--rebalance-interval", "2s"]).unwrap();
+        c.validate().unwrap();
+        assert!(Config::try_parse_from(["w", "--lease-ttl", "6"]).is_err());
+    }
+}

@@ -1,0 +1,363 @@
+//! Executing one batch: resume from the status record, run the remaining
+//! actions in order, record progress after each, publish events, and finish
+//! with the final result. Exactly-once per action is enforced here:
+//! - a finished action is recorded (CAS) before the next one starts, so a
+//!   redelivered batch resumes after it;
+//! - a non-idempotent action is marked `in_progress` (CAS) before it runs; if
+//!   the worker dies during it, the next owner reports `interrupted` instead
+//!   of running it again;
+//! - every write is a compare-and-set on the record's revision, and a record
+//!   taken over by another worker stops this one (fencing at the data level).
+
+use crate::fence::Fence;
+use crate::session::{perform, SessionSlot};
+use crate::Shared;
+use async_nats::HeaderMap;
+use bmcfleet_common::events;
+use bmcfleet_common::runtime::now_ms;
+use bmcfleet_common::status::{self, StatusError};
+use bmcfleet_provider::{CallInfo, Ctx, ProviderError};
+use bmcfleet_schema::{
+    ActionResult, BatchResult, BatchState, BatchStatus, ErrorBody, ErrorCode, Event, EventKind, Job, OnError,
+};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How a delivery ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The final result is stored and published: acknowledge the message.
+    Done,
+    /// Stopped early (lease lost or draining): leave the message unacknowledged
+    /// for the partition's next owner, who resumes from the status record.
+    HandBack,
+}
+
+struct Stop;
+
+struct Run<'a> {
+    shared: &'a Shared,
+    job: &'a Job,
+    fence: &'a Fence,
+    trace: Option<&'a HeaderMap>,
+    status: BatchStatus,
+    revision: u64,
+}
+
+fn fresh_status(shared: &Shared, job: &Job) -> BatchStatus {
+    BatchStatus {
+        id: job.id,
+        bmc: job.batch.bmc.address.key().to_string(),
+        state: BatchState::Running,
+        results: vec![],
+        in_progress: None,
+        cancel_requested: false,
+        actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
+        stream_sequence: None,
+        worker: Some(shared.worker_id.clone()),
+        deliveries: 1,
+        admitted_at_ms: job.admitted_at_ms,
+        updated_at_ms: now_ms(),
+        result: None,
+    }
+}
+
+/// Back off on store errors while the lease holds.
+async fn pause(fence: &Fence, attempt: u32) -> Result<(), Stop> {
+    if !fence.valid() {
+        return Err(Stop);
+    }
+    let d = Duration::from_millis((50u64 << attempt.min(5)).min(2000));
+    tokio::select! {
+        _ = tokio::time::sleep(d) => Ok(()),
+        _ = fence.lost.cancelled() => Err(Stop),
+    }
+}
+
+/// Execute (or resume) one batch.
+pub async fn execute(shared: &Shared, job: &Job, trace: Option<&HeaderMap>, slot: &mut SessionSlot, fence: &Fence) -> Outcome {
+    let Some(mut run) = Run::begin(shared, job, fence, trace).await else {
+        return Outcome::HandBack;
+    };
+    if run.status.state.is_final() {
+        // Finished before (the ack was lost): publish the result again; the
+        // events stream drops the duplicate by its message id.
+        return match run.publish_final().await {
+            Ok(()) => Outcome::Done,
+            Err(Stop) => Outcome::HandBack,
+        };
+    }
+    let ran = async {
+        run.actions(slot).await?;
+        run.finish().await
+    };
+    match ran.await {
+        Ok(()) => Outcome::Done,
+        Err(Stop) => Outcome::HandBack,
+    }
+}
+
+impl<'a> Run<'a> {
+    /// Load or create the status record and claim it for this worker.
+    async fn begin(shared: &'a Shared, job: &'a Job, fence: &'a Fence, trace: Option<&'a HeaderMap>) -> Option<Run<'a>> {
+        let kv = &shared.res.batches;
+        let mut attempt = 0;
+        loop {
+            let step = match status::load(kv, &job.id).await {
+                Ok(None) => {
+                    let s = fresh_status(shared, job);
+                    status::create(kv, &s).await.map(|rev| Some((s, rev)))
+                }
+                Ok(Some(v)) if v.status.state.is_final() => Ok(Some((v.status, v.revision))),
+                Ok(Some(v)) => {
+                    let mut s = v.status;
+                    if s.state == BatchState::Running && s.worker.as_deref() != Some(&shared.worker_id) {
+                        tracing::info!(batch = %job.id, previous = ?s.worker, done = s.results.len(), "Resuming a batch from another worker.");
+                    }
+                    s.state = BatchState::Running;
+                    s.worker = Some(shared.worker_id.clone());
+                    s.deliveries += 1;
+                    s.updated_at_ms = now_ms();
+                    status::update(kv, &s, v.revision).await.map(|rev| Some((s, rev)))
+                }
+                Err(StatusError::Corrupt(id, e)) => {
+                    tracing::error!(batch = %id, error = %e, "Corrupt status record; starting the batch afresh.");
+                    let s = fresh_status(shared, job);
+                    kv.put(id.to_string(), bmcfleet_schema::Encoding::MessagePack.encode(&s).unwrap_or_default().into())
+                        .await
+                        .map(|rev| Some((s, rev)))
+                        .map_err(|e| StatusError::Store(e.to_string()))
+                }
+                Err(e) => Err(e),
+            };
+            match step {
+                Ok(Some((status, revision))) => return Some(Run { shared, job, fence, trace, status, revision }),
+                Ok(None) => unreachable!(),
+                Err(StatusError::Conflict) => continue,
+                Err(e) => {
+                    tracing::warn!(batch = %job.id, error = %e, "Cannot read or claim the status record; retrying.");
+                    pause(fence, attempt).await.ok()?;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// Write the record (CAS). On a conflict, merge what others may change
+    /// (the cancel flag) unless another worker took the batch over.
+    async fn save(&mut self) -> Result<(), Stop> {
+        let kv = &self.shared.res.batches;
+        let mut attempt = 0;
+        loop {
+            self.status.updated_at_ms = now_ms();
+            match status::update(kv, &self.status, self.revision).await {
+                Ok(rev) => {
+                    self.revision = rev;
+                    return Ok(());
+                }
+                Err(StatusError::Conflict) => match status::load(kv, &self.job.id).await {
+                    Ok(Some(theirs)) => {
+                        if theirs.status.worker.as_deref() != Some(&self.shared.worker_id) || theirs.status.state.is_final() {
+                            tracing::warn!(batch = %self.job.id, now = ?theirs.status.worker, "Batch taken over by another worker; stopping.");
+                            return Err(Stop);
+                        }
+                        self.status.cancel_requested |= theirs.status.cancel_requested;
+                        self.revision = theirs.revision;
+                    }
+                    Ok(None) => {
+                        tracing::warn!(batch = %self.job.id, "Status record vanished; stopping.");
+                        return Err(Stop);
+                    }
+                    Err(e) => {
+                        tracing::warn!(batch = %self.job.id, error = %e, "Cannot reload the status record.");
+                        pause(self.fence, attempt).await?;
+                        attempt += 1;
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(batch = %self.job.id, error = %e, "Cannot save progress; retrying.");
+                    pause(self.fence, attempt).await?;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    fn publish_soon(&self, event: EventKind) {
+        let ev = Event { batch: self.job.id, at_ms: now_ms(), event };
+        let headers = events::headers(&ev, self.trace);
+        let subject = self.shared.subjects.events(&self.job.id);
+        let client = self.shared.client.clone();
+        if let Ok(body) = bmcfleet_schema::Encoding::MessagePack.encode(&ev) {
+            // Core publish: the events stream stores it; no need to wait.
+            tokio::spawn(async move {
+                let _ = client.publish_with_headers(subject, headers, body.into()).await;
+            });
+        }
+    }
+
+    fn push(&mut self, result: ActionResult) {
+        self.status.results.push(result.clone());
+        self.publish_soon(EventKind::ActionFinished { result });
+    }
+
+    fn fill_remaining(&mut self, code: ErrorCode, message: &str) {
+        let start = self.status.results.len();
+        for (i, action) in self.job.batch.actions.iter().enumerate().skip(start) {
+            self.push(ActionResult::err(i as u32, action.kind(), None, ErrorBody::new(code, message), 0));
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.status.results.iter().any(|r| !r.is_ok())
+    }
+
+    async fn actions(&mut self, slot: &mut SessionSlot) -> Result<(), Stop> {
+        let batch = &self.job.batch;
+        let key = batch.bmc.address.key();
+        // A non-idempotent action that a previous owner started but never recorded.
+        if let Some(i) = self.status.in_progress.take() {
+            let i = i as usize;
+            if i == self.status.results.len() && i < batch.actions.len() && !batch.actions[i].is_idempotent() {
+                let kind = batch.actions[i].kind();
+                tracing::warn!(batch = %self.job.id, bmc = %key, index = i, action = kind, "Not re-running an interrupted non-idempotent action.");
+                self.push(ActionResult::err(
+                    i as u32,
+                    kind,
+                    None,
+                    ErrorBody::new(ErrorCode::Interrupted, "a worker stopped while this action ran; it may or may not have taken effect, so it was not run again"),
+                    0,
+                ));
+            }
+            self.save().await?;
+        }
+        let creds = self.shared.credentials.resolve(&batch.bmc.credentials);
+        while self.status.results.len() < batch.actions.len() {
+            let i = self.status.results.len();
+            let action = &batch.actions[i];
+            if self.status.cancel_requested {
+                self.fill_remaining(ErrorCode::Cancelled, "the batch was cancelled before this action ran");
+                break;
+            }
+            if self.failed() && batch.on_error == OnError::Stop {
+                self.fill_remaining(ErrorCode::Skipped, "not run: an earlier action failed (on_error: stop)");
+                break;
+            }
+            if now_ms() >= self.job.deadline_at_ms {
+                self.fill_remaining(ErrorCode::DeadlineExceeded, "the batch deadline passed before this action could start");
+                break;
+            }
+            if !self.fence.may_act() {
+                return Err(Stop);
+            }
+            if !action.is_idempotent() {
+                self.status.in_progress = Some(i as u32);
+                self.save().await?;
+            }
+            self.publish_soon(EventKind::ActionStarted { index: i as u32, action: action.kind().to_owned() });
+            let left = Duration::from_millis(self.job.deadline_at_ms.saturating_sub(now_ms()));
+            let ctx = Ctx::new(Instant::now() + left.min(self.shared.action_timeout)).with_call(CallInfo {
+                batch: self.job.id,
+                index: i as u32,
+                delivery: self.status.deliveries,
+                worker: self.shared.worker_id.clone(),
+            });
+            let started = Instant::now();
+            let outcome = tokio::select! {
+                r = self.attempt(slot, &ctx, action, &creds) => r,
+                _ = self.fence.lost.cancelled() => return Err(Stop),
+            };
+            let ms = started.elapsed().as_millis() as u64;
+            let provider = slot.provider().map(str::to_owned);
+            let result = match outcome {
+                Ok(data) => ActionResult::ok(i as u32, action.kind(), provider, data, ms),
+                // A call cut short by the batch deadline is the deadline's doing.
+                Err(e) if e.code == ErrorCode::Timeout && now_ms() >= self.job.deadline_at_ms => ActionResult::err(
+                    i as u32,
+                    action.kind(),
+                    provider,
+                    ErrorBody::new(ErrorCode::DeadlineExceeded, format!("the batch deadline passed during the action ({})", e.message)),
+                    ms,
+                ),
+                Err(e) => ActionResult::err(i as u32, action.kind(), provider, e.into(), ms),
+            };
+            tracing::info!(
+                batch = %self.job.id, bmc = %key, index = i, action = action.kind(), params = ?action,
+                outcome = ?result.outcome, error = ?result.error, duration_ms = ms, "Action finished."
+            );
+            self.status.in_progress = None;
+            self.push(result);
+            self.save().await?;
+        }
+        Ok(())
+    }
+
+    async fn attempt(
+        &self,
+        slot: &mut SessionSlot,
+        ctx: &Ctx,
+        action: &bmcfleet_schema::Action,
+        creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
+    ) -> Result<Option<bmcfleet_schema::ActionData>, ProviderError> {
+        let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
+        let work = async {
+            let (session, caps) = slot.get(&self.shared.registry, ctx, &self.job.batch.bmc, creds).await?;
+            perform(session, caps, ctx, action).await
+        };
+        let left = ctx.deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, work).await {
+            Ok(r) => r,
+            Err(_) => {
+                // The provider overran its deadline: the session's state is unknown.
+                slot.close().await;
+                let code = if now_ms() >= self.job.deadline_at_ms { ErrorCode::DeadlineExceeded } else { ErrorCode::Timeout };
+                Err(ProviderError::new(code, format!("no answer within {}", bmcfleet_schema::duration::format(left))))
+            }
+        }
+    }
+
+    async fn finish(&mut self) -> Result<(), Stop> {
+        assert_eq!(self.status.results.len(), self.job.batch.actions.len(), "a batch finishes with one result per action");
+        let state = if self.status.results.iter().any(|r| r.error.as_ref().is_some_and(|e| e.code == ErrorCode::Cancelled)) {
+            BatchState::Cancelled
+        } else if self.failed() {
+            BatchState::Failed
+        } else {
+            BatchState::Succeeded
+        };
+        let now = now_ms();
+        self.status.state = state;
+        self.status.result = Some(BatchResult {
+            id: self.job.id,
+            bmc: self.status.bmc.clone(),
+            state,
+            results: self.status.results.clone(),
+            worker: self.shared.worker_id.clone(),
+            deliveries: self.status.deliveries,
+            admitted_at_ms: self.job.admitted_at_ms,
+            finished_at_ms: now,
+        });
+        self.save().await?;
+        tracing::info!(batch = %self.job.id, bmc = %self.status.bmc, state = ?state, "Batch finished.");
+        self.publish_final().await
+    }
+
+    /// Publish the stored final result durably (retried while the lease holds).
+    async fn publish_final(&mut self) -> Result<(), Stop> {
+        let Some(result) = self.status.result.clone() else {
+            return Ok(());
+        };
+        let ev = Event { batch: self.job.id, at_ms: now_ms(), event: EventKind::BatchFinished { result } };
+        let mut attempt = 0;
+        loop {
+            match events::publish(&self.shared.res.js, &self.shared.subjects, &ev, self.trace).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!(batch = %self.job.id, error = %e, "Cannot publish the final result; retrying.");
+                    pause(self.fence, attempt).await?;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+}

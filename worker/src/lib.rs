@@ -1,0 +1,119 @@
+//! # bmcfleet-worker
+//!
+//! Executes action batches so that each BMC's batches run strictly in
+//! stream order, one at a time, on exactly one worker, while different BMCs
+//! run in parallel.
+//!
+//! # Layout
+//! - [`config`]: flags and environment.
+//! - [`membership`]: presence, partition leases, balancing, graceful hand-over.
+//! - [`fence`]: the local view of a lease that stops an owner in time.
+//! - [`partition`]: a partition's consumer, dispatcher and per-BMC lanes.
+//! - [`executor`]: one batch: resume, run, record progress, publish results.
+//! - [`session`]: a lane's BMC session and action dispatch onto capabilities.
+//! - [`registry`]: available providers; [`credentials`]: named credentials.
+
+pub mod config;
+pub mod credentials;
+pub mod executor;
+pub mod fence;
+pub mod membership;
+pub mod partition;
+pub mod registry;
+pub mod session;
+
+pub use config::Config;
+
+use anyhow::Context as _;
+use bmcfleet_common::streams::{self, Mode, Resources, StreamSettings};
+use bmcfleet_schema::Subjects;
+use credentials::CredentialStore;
+use registry::Registry;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// What every partition, lane and executor of this worker shares.
+pub struct Shared {
+    pub worker_id: String,
+    pub client: async_nats::Client,
+    pub res: Resources,
+    pub subjects: Subjects,
+    pub registry: Registry,
+    pub credentials: CredentialStore,
+    pub action_timeout: Duration,
+    /// Worker-wide bound on batches executing at once.
+    pub permits: Arc<Semaphore>,
+}
+
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect::<String>())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into());
+    let suffix = ulid::Ulid::new().to_string();
+    format!("{host}-{}-{}", std::process::id(), &suffix[suffix.len() - 6..]).to_ascii_lowercase()
+}
+
+/// The providers this build offers, given the configuration.
+pub fn registry(config: &Config) -> Registry {
+    let mut r = Registry::default();
+    if let Some(endpoint) = config.sim_endpoint {
+        r = r.with(Arc::new(bmcfleet_sim::SimConnector::new(endpoint)));
+    }
+    r
+}
+
+/// Run the worker until `shutdown` resolves, then hand its partitions back.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    let worker_id = config.worker_id.clone().unwrap_or_else(default_worker_id);
+    let subjects = config.topology.subjects();
+    let credentials = match &config.credentials_file {
+        Some(path) => CredentialStore::load(path).map_err(anyhow::Error::msg)?,
+        None => CredentialStore::default(),
+    };
+    let registry = registry(&config);
+    let client = bmcfleet_common::nats::connect(&config.nats, &format!("bmc-worker {worker_id}")).await?;
+    let settings = StreamSettings { replicas: config.topology.replicas as usize, ..StreamSettings::default() };
+    let res = streams::ensure(client.clone(), &subjects, &settings, Mode::UseExisting)
+        .await
+        .context("setting up JetStream streams and buckets")?;
+    let providers = registry.describe();
+    tracing::info!(worker = %worker_id, providers = ?providers, credentials = credentials.len(), "Worker starting.");
+    let shared = Arc::new(Shared {
+        worker_id,
+        client: client.clone(),
+        res,
+        subjects,
+        registry,
+        credentials,
+        action_timeout: config.action_timeout,
+        permits: Arc::new(Semaphore::new(config.max_concurrent_batches as usize)),
+    });
+    let membership = membership::Membership::new(
+        shared.clone(),
+        config.lease_ttl,
+        config.rebalance_interval,
+        config.topology.replicas as usize,
+        partition::Settings {
+            ack_wait: config.ack_wait,
+            max_inflight: config.max_inflight_per_partition,
+            lane_idle_timeout: config.lane_idle_timeout,
+            drain_timeout: config.drain_timeout,
+        },
+        providers,
+    )
+    .await?;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(membership.run(stop.clone()));
+    shutdown.await;
+    stop.cancel();
+    task.await.context("membership task")?;
+    client.flush().await.ok();
+    tracing::info!("Worker stopped.");
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! One owned partition: its JetStream consumer, the dispatcher that routes
+//! each job to its BMC's lane in stream order, and the lanes.
+//!
+//! On taking a partition the owner deletes and re-creates the partition's
+//! durable consumer. The job stream is a work queue (acknowledged jobs are
+//! gone), so the new consumer starts at the oldest unfinished job: jobs the
+//! previous owner held but never acknowledged come first, in order, with no
+//! wait for their ack timer. Deleting the consumer also fences the previous
+//! owner: its late acknowledgements and pulls go nowhere.
+//!
+//! A lane runs one BMC's batches one after the other. Lanes of different
+//! BMCs run concurrently, bounded by the worker-wide permit count. Idle lanes
+//! are dropped (and their BMC sessions closed) after the idle timeout.
+
+use crate::executor::{execute, Outcome};
+use crate::fence::Fence;
+use crate::session::SessionSlot;
+use crate::Shared;
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+use async_nats::jetstream::{self, AckKind};
+use bmcfleet_schema::{BmcKey, Encoding, Job};
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Settings of a partition runner.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub ack_wait: Duration,
+    pub max_inflight: u32,
+    pub lane_idle_timeout: Duration,
+    pub drain_timeout: Duration,
+}
+
+struct Delivery {
+    seq: u64,
+    msg: jetstream::Message,
+    job: Job,
+}
+
+struct Lane {
+    tx: mpsc::UnboundedSender<Delivery>,
+    pending: usize,
+    last_active: Instant,
+}
+
+/// Run partition `p` until its fence is drained or lost.
+pub async fn run(shared: Arc<Shared>, p: u16, fence: Fence, settings: Settings) {
+    let consumer = match open_consumer(&shared, p, &fence, &settings).await {
+        Some(c) => c,
+        None => return,
+    };
+    tracing::info!(partition = p, "Partition started.");
+    let messages = consumer
+        .stream()
+        .max_messages_per_batch(settings.max_inflight.min(256) as usize)
+        .heartbeat(Duration::from_secs(5))
+        .messages()
+        .await;
+    let mut messages = match messages {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(partition = p, error = %e, "Cannot pull from the partition consumer.");
+            fence.drain.cancel();
+            return;
+        }
+    };
+
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(BmcKey, u64)>();
+    let mut lanes: HashMap<BmcKey, Lane> = HashMap::new();
+    let mut held: HashMap<u64, jetstream::Message> = HashMap::new();
+    let mut lane_tasks = tokio::task::JoinSet::new();
+    let mut progress = tokio::time::interval((settings.ack_wait / 3).max(Duration::from_millis(300)));
+    let mut sweep = tokio::time::interval((settings.lane_idle_timeout / 2).max(Duration::from_millis(100)));
+
+    loop {
+        tokio::select! {
+            biased;
+            _ = fence.lost.cancelled() => break,
+            _ = fence.drain.cancelled() => break,
+            Some((key, seq)) = done_rx.recv() => {
+                held.remove(&seq);
+                if let Some(lane) = lanes.get_mut(&key) {
+                    lane.pending = lane.pending.saturating_sub(1);
+                    lane.last_active = Instant::now();
+                }
+            }
+            _ = progress.tick() => {
+                // Keep held jobs (queued behind a busy lane, or running) from being redelivered.
+                for msg in held.values() {
+                    let _ = msg.ack_with(AckKind::Progress).await;
+                }
+            }
+            Some(_) = lane_tasks.join_next() => {}
+            _ = sweep.tick() => {
+                let idle = settings.lane_idle_timeout;
+                lanes.retain(|_, lane| lane.pending > 0 || lane.last_active.elapsed() < idle);
+            }
+            next = messages.next() => {
+                let msg = match next {
+                    Some(Ok(m)) => m,
+                    Some(Err(e)) => {
+                        use async_nats::jetstream::consumer::pull::MessagesErrorKind as K;
+                        match e.kind() {
+                            K::ConsumerDeleted | K::PushBasedConsumer => {
+                                tracing::warn!(partition = p, error = %e, "Partition consumer gone; handing the partition back.");
+                                break;
+                            }
+                            _ => {
+                                tracing::debug!(partition = p, error = %e, "Pull stream hiccup.");
+                                continue;
+                            }
+                        }
+                    }
+                    None => break,
+                };
+                let Ok(info) = msg.info() else {
+                    tracing::error!(partition = p, subject = %msg.subject, "Message without JetStream metadata; terminating it.");
+                    let _ = msg.ack_with(AckKind::Term).await;
+                    continue;
+                };
+                let seq = info.stream_sequence;
+                if held.contains_key(&seq) {
+                    continue; // a redelivery of a job we already hold
+                }
+                let job = match decode(&shared, &msg) {
+                    Ok(job) => job,
+                    Err(why) => {
+                        tracing::error!(partition = p, seq, subject = %msg.subject, reason = %why, "Unusable job; terminating it (it will not run).");
+                        let _ = msg.ack_with(AckKind::Term).await;
+                        continue;
+                    }
+                };
+                let key = job.batch.bmc.address.key();
+                let lane = lanes.entry(key.clone()).or_insert_with(|| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone()));
+                    Lane { tx, pending: 0, last_active: Instant::now() }
+                });
+                lane.pending += 1;
+                held.insert(seq, msg.clone());
+                if lane.tx.send(Delivery { seq, msg, job }).is_err() {
+                    // The lane stopped (handed back): stop the partition, keep order.
+                    held.remove(&seq);
+                    break;
+                }
+            }
+        }
+    }
+
+    // Stop: no new pulls, lanes finish their current action then hand back.
+    drop(messages);
+    fence.drain.cancel();
+    lanes.clear();
+    let drained = tokio::time::timeout(settings.drain_timeout, async {
+        while lane_tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(partition = p, "Lanes did not finish in the drain timeout; aborting them.");
+        fence.lost.cancel();
+        while lane_tasks.join_next().await.is_some() {}
+    }
+    tracing::info!(partition = p, "Partition stopped.");
+}
+
+fn decode(shared: &Shared, msg: &jetstream::Message) -> Result<Job, String> {
+    let job: Job = Encoding::MessagePack.decode(&msg.payload).map_err(|e| e.to_string())?;
+    let (_, key) = shared
+        .subjects
+        .key_of_job_subject(&msg.subject)
+        .ok_or_else(|| format!("subject {} is not a job subject", msg.subject))?;
+    if key != job.batch.bmc.address.key() || job.batch.id != Some(job.id) {
+        return Err("job does not match its subject".into());
+    }
+    Ok(job)
+}
+
+async fn open_consumer(shared: &Shared, p: u16, fence: &Fence, settings: &Settings) -> Option<async_nats::jetstream::consumer::Consumer<pull::Config>> {
+    let name = shared.subjects.partition_consumer(p);
+    let config = pull::Config {
+        durable_name: Some(name.clone()),
+        description: Some(format!("bmcfleet partition {p}, owned by {}", shared.worker_id)),
+        filter_subject: shared.subjects.jobs_partition(p),
+        deliver_policy: DeliverPolicy::All,
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: settings.ack_wait,
+        max_deliver: -1,
+        max_ack_pending: settings.max_inflight as i64,
+        ..Default::default()
+    };
+    let mut attempt = 0u32;
+    loop {
+        if !fence.may_act() {
+            return None;
+        }
+        let stream = &shared.res.jobs;
+        let _ = stream.delete_consumer(&name).await;
+        match stream.create_consumer(config.clone()).await {
+            Ok(c) => return Some(c),
+            Err(e) => {
+                tracing::warn!(partition = p, error = %e, "Cannot create the partition consumer; retrying.");
+                attempt += 1;
+                let d = Duration::from_millis((100u64 << attempt.min(4)).min(2000));
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = fence.lost.cancelled() => return None,
+                    _ = fence.drain.cancelled() => return None,
+                }
+            }
+        }
+    }
+}
+
+/// One BMC's lane: its batches, one at a time, in order.
+async fn lane(
+    shared: Arc<Shared>,
+    key: BmcKey,
+    mut rx: mpsc::UnboundedReceiver<Delivery>,
+    fence: Fence,
+    done: mpsc::UnboundedSender<(BmcKey, u64)>,
+) {
+    let mut slot = SessionSlot::default();
+    while let Some(d) = rx.recv().await {
+        if !fence.may_act() {
+            break;
+        }
+        let permit = tokio::select! {
+            p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),
+            _ = fence.drain.cancelled() => break,
+            _ = fence.lost.cancelled() => break,
+        };
+        let outcome = execute(&shared, &d.job, d.msg.headers.as_ref(), &mut slot, &fence).await;
+        drop(permit);
+        match outcome {
+            Outcome::Done => {
+                if let Err(e) = d.msg.ack().await {
+                    tracing::warn!(bmc = %key, batch = %d.job.id, error = %e, "Cannot acknowledge a finished job; it will be redelivered and recognised as done.");
+                }
+                let _ = done.send((key.clone(), d.seq));
+            }
+            Outcome::HandBack => {
+                tracing::info!(bmc = %key, batch = %d.job.id, "Handing the batch back unfinished.");
+                if !fence.drain.is_cancelled() && !fence.lost.is_cancelled() {
+                    // Something else owns this batch now: stop the whole partition so
+                    // it is re-taken with a fresh consumer and order is kept.
+                    fence.lost.cancel();
+                }
+                break;
+            }
+        }
+    }
+    slot.close().await;
+}
