@@ -47,9 +47,23 @@ pub struct Config {
     /// JSON file of named BMC credentials: {"name": {"username": "...", "password": "..."}}.
     #[arg(long, env = "BMCFLEET_CREDENTIALS_FILE")]
     pub credentials_file: Option<PathBuf>,
+    /// Protocols this worker speaks (comma-separated; `sim` also needs --sim-endpoint).
+    #[arg(long, env = "BMCFLEET_PROTOCOLS", value_delimiter = ',', default_value = "ipmi,redfish,amt", value_parser = protocol)]
+    pub protocols: Vec<bmcfleet_schema::Protocol>,
     /// Address of a `bmc-sim` server; enables the `sim` protocol (tests and demos).
     #[arg(long, env = "BMCFLEET_SIM_ENDPOINT")]
     pub sim_endpoint: Option<SocketAddr>,
+}
+
+fn protocol(s: &str) -> Result<bmcfleet_schema::Protocol, String> {
+    use bmcfleet_schema::Protocol::*;
+    match s.trim() {
+        "ipmi" => Ok(Ipmi),
+        "redfish" => Ok(Redfish),
+        "amt" => Ok(Amt),
+        "sim" => Ok(Sim),
+        other => Err(format!("unknown protocol `{other}` (ipmi, redfish, amt, sim)")),
+    }
 }
 
 impl Config {

@@ -60,7 +60,16 @@ fn default_worker_id() -> String {
 
 /// The providers this build offers, given the configuration.
 pub fn registry(config: &Config) -> Registry {
+    use bmcfleet_schema::Protocol;
     let mut r = Registry::default();
+    for p in &config.protocols {
+        r = match p {
+            Protocol::Ipmi => r.with(Arc::new(bmcfleet_ipmi::IpmiConnector::new(bmcfleet_ipmi::IpmiConfig::default()))),
+            Protocol::Redfish => r.with(Arc::new(bmcfleet_redfish::RedfishConnector::new(bmcfleet_redfish::RedfishConfig::default()))),
+            Protocol::Amt => r.with(Arc::new(bmcfleet_amt::AmtConnector::new(bmcfleet_amt::AmtConfig::default()))),
+            Protocol::Sim | Protocol::Auto => r,
+        };
+    }
     if let Some(endpoint) = config.sim_endpoint {
         r = r.with(Arc::new(bmcfleet_sim::SimConnector::new(endpoint)));
     }

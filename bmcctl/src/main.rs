@@ -1,0 +1,365 @@
+//! `bmcctl`: a command-line producer for bmcfleet.
+//!
+//! Exit codes: 0 success (accepted, or finished successfully with `--wait`),
+//! 1 the batch finished with a failure, 2 usage error, 3 the gateway refused
+//! the request or could not be reached.
+
+use anyhow::Context;
+use async_nats::HeaderMap;
+use bmcfleet_common::config::{duration, NatsArgs};
+use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
+use bmcfleet_schema::*;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use futures::StreamExt;
+use std::io::Read;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Command-line producer for bmcfleet: ordered out-of-band BMC actions.
+#[derive(Parser, Debug)]
+#[command(name = "bmcctl", version)]
+struct Cli {
+    #[command(flatten)]
+    nats: NatsArgs,
+    /// Subject prefix of the gateway service.
+    #[arg(long, env = "BMCFLEET_SERVICE_PREFIX", default_value = "bmcfleet", global = true)]
+    service_prefix: String,
+    /// Subject prefix of job and event subjects (for `watch`).
+    #[arg(long, env = "BMCFLEET_SUBJECT_PREFIX", default_value = "bmc", global = true)]
+    subject_prefix: String,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Power control: on, off, soft-off, cycle, reset, status, nmi.
+    Power {
+        op: PowerArg,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Set the next boot device.
+    Boot {
+        device: BootArg,
+        /// Boot from it every time, not just next time.
+        #[arg(long, conflicts_with = "once")]
+        persistent: bool,
+        /// Next boot only (the default).
+        #[arg(long)]
+        once: bool,
+        /// UEFI boot (default legacy BIOS).
+        #[arg(long)]
+        efi: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Read the BMC's inventory.
+    Inventory {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Submit a batch from a JSON file (`-` for standard input).
+    Submit {
+        file: String,
+        /// Wait for the final result.
+        #[arg(long)]
+        wait: bool,
+        /// Request timeout when waiting.
+        #[arg(long, default_value = "15m", value_parser = duration)]
+        timeout: Duration,
+    },
+    /// Show a batch's status.
+    Status { id: ulid::Ulid },
+    /// Cancel a batch (queued: at once; running: after its current action).
+    Cancel { id: ulid::Ulid },
+    /// Stream events (all batches, or one batch until it finishes).
+    Watch {
+        /// Only this batch.
+        id: Option<ulid::Ulid>,
+    },
+}
+
+#[derive(Args, Debug)]
+struct Target {
+    /// BMC address: IP, [IPv6]:port or hostname[:port].
+    #[arg(long)]
+    bmc: BmcAddress,
+    /// Protocol to speak.
+    #[arg(long, value_enum, default_value = "auto")]
+    protocol: ProtocolArg,
+    /// Named credential known to the workers.
+    #[arg(long, conflicts_with_all = ["user", "password_env"])]
+    cred: Option<String>,
+    /// BMC user name (with --password-env).
+    #[arg(long, requires = "password_env")]
+    user: Option<String>,
+    /// Environment variable holding the BMC password.
+    #[arg(long, requires = "user")]
+    password_env: Option<String>,
+    /// Wait for the final result.
+    #[arg(long)]
+    wait: bool,
+    /// Batch deadline.
+    #[arg(long, default_value = "5m", value_parser = duration)]
+    deadline: Duration,
+    /// Skip TLS verification of the BMC (Redfish/AMT).
+    #[arg(long)]
+    insecure: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum PowerArg {
+    On,
+    Off,
+    SoftOff,
+    Cycle,
+    Reset,
+    Status,
+    Nmi,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum BootArg {
+    Pxe,
+    Disk,
+    Cdrom,
+    Bios,
+    Safe,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum ProtocolArg {
+    Auto,
+    Ipmi,
+    Redfish,
+    Amt,
+    Sim,
+}
+
+impl Target {
+    fn batch(&self, actions: Vec<Action>) -> anyhow::Result<Batch> {
+        let credentials = match (&self.cred, &self.user, &self.password_env) {
+            (Some(name), _, _) => Credentials::Ref(name.clone()),
+            (None, Some(user), Some(var)) => {
+                let pw = std::env::var(var).with_context(|| format!("environment variable {var} (the BMC password) is not set"))?;
+                Credentials::Inline { username: user.clone(), password: Secret::new(pw) }
+            }
+            _ => anyhow::bail!("give --cred NAME, or --user and --password-env"),
+        };
+        Ok(Batch {
+            id: None,
+            bmc: BmcTarget {
+                address: self.bmc.clone(),
+                protocol: match self.protocol {
+                    ProtocolArg::Auto => Protocol::Auto,
+                    ProtocolArg::Ipmi => Protocol::Ipmi,
+                    ProtocolArg::Redfish => Protocol::Redfish,
+                    ProtocolArg::Amt => Protocol::Amt,
+                    ProtocolArg::Sim => Protocol::Sim,
+                },
+                credentials,
+                tls: TlsOptions { insecure: self.insecure, ca_pem: None },
+                system_id: None,
+            },
+            actions,
+            on_error: OnError::Stop,
+            deadline: Some(self.deadline),
+        })
+    }
+}
+
+struct Client {
+    nats: async_nats::Client,
+    prefix: String,
+    json: bool,
+}
+
+impl Client {
+    async fn request(&self, endpoint: &str, headers: HeaderMap, body: Vec<u8>, timeout: Duration) -> anyhow::Result<Reply> {
+        let req = async_nats::Request::new().headers(headers).payload(body.into()).timeout(Some(timeout));
+        let msg = self
+            .nats
+            .send_request(format!("{}.{endpoint}", self.prefix), req)
+            .await
+            .map_err(|e| anyhow::anyhow!("no answer from the gateway on {}.{endpoint}: {e}", self.prefix))?;
+        let enc = Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))?;
+        Ok(enc.decode(&msg.payload)?)
+    }
+
+    fn print(&self, reply: &Reply) -> ExitCode {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(reply).unwrap_or_default());
+        } else {
+            print_human(reply);
+        }
+        match reply {
+            Reply::Error(_) => ExitCode::from(3),
+            Reply::Result(r) if r.state != BatchState::Succeeded => ExitCode::from(1),
+            _ => ExitCode::SUCCESS,
+        }
+    }
+}
+
+fn headers(wait: bool) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(CONTENT_TYPE, Encoding::Json.content_type());
+    if wait {
+        h.insert(WAIT_HEADER, "true");
+    }
+    h
+}
+
+fn data_text(d: &ActionData) -> String {
+    match d {
+        ActionData::PowerState(s) => format!("power={}", serde_json::to_value(s).unwrap_or_default().as_str().unwrap_or("?")),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+fn print_result(r: &BatchResult) {
+    println!("batch {} on {}: {:?} (worker {}, delivery {})", r.id, r.bmc, r.state, r.worker, r.deliveries);
+    for a in &r.results {
+        let detail = match (&a.error, &a.data) {
+            (Some(e), _) => format!("{}: {}", e.code, e.message),
+            (None, Some(d)) => data_text(d),
+            (None, None) => String::new(),
+        };
+        println!(
+            "  {:>2} {:<22} {:<5} {:>6}ms {:<8} {}",
+            a.index,
+            a.action,
+            if a.is_ok() { "ok" } else { "ERROR" },
+            a.duration_ms,
+            a.provider.as_deref().unwrap_or("-"),
+            detail
+        );
+    }
+}
+
+fn print_human(reply: &Reply) {
+    match reply {
+        Reply::Accepted(a) => println!(
+            "accepted {}{} (stream sequence {}, subject {})",
+            a.id,
+            if a.duplicate { " (already known: not queued again)" } else { "" },
+            a.stream_sequence,
+            a.subject
+        ),
+        Reply::Result(r) => print_result(r),
+        Reply::Status(s) => {
+            println!("batch {} on {}: {:?}, {} of {} actions done", s.id, s.bmc, s.state, s.results.len(), s.actions.len());
+            if let Some(r) = &s.result {
+                print_result(r);
+            }
+        }
+        Reply::Cancelled { id, state } => println!("cancel requested for {id}: now {state:?}"),
+        Reply::Error(e) => eprintln!("error: {}: {}", e.code, e.message),
+    }
+}
+
+async fn watch(client: &Client, subject_prefix: &str, id: Option<ulid::Ulid>) -> anyhow::Result<ExitCode> {
+    let subject = match id {
+        Some(id) => format!("{subject_prefix}.events.{id}"),
+        None => format!("{subject_prefix}.events.>"),
+    };
+    let mut sub = client.nats.subscribe(subject).await?;
+    while let Some(msg) = sub.next().await {
+        let Ok(ev) = Encoding::MessagePack.decode::<Event>(&msg.payload) else { continue };
+        if client.json {
+            println!("{}", serde_json::to_string(&ev).unwrap_or_default());
+        } else {
+            match &ev.event {
+                EventKind::ActionStarted { index, action } => println!("{} #{index} {action} started", ev.batch),
+                EventKind::ActionFinished { result } => println!(
+                    "{} #{} {} {}{}",
+                    ev.batch,
+                    result.index,
+                    result.action,
+                    if result.is_ok() { "ok" } else { "failed" },
+                    result.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+                ),
+                EventKind::BatchFinished { result } => print_result(result),
+            }
+        }
+        if let (Some(_), EventKind::BatchFinished { result }) = (id, &ev.event) {
+            return Ok(if result.state == BatchState::Succeeded { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn power_op(op: PowerArg) -> PowerOp {
+    match op {
+        PowerArg::On => PowerOp::On,
+        PowerArg::Off => PowerOp::Off,
+        PowerArg::SoftOff => PowerOp::SoftOff,
+        PowerArg::Cycle => PowerOp::Cycle,
+        PowerArg::Reset => PowerOp::Reset,
+        PowerArg::Status => PowerOp::Status,
+        PowerArg::Nmi => PowerOp::Nmi,
+    }
+}
+
+fn boot_device(d: BootArg) -> BootDevice {
+    match d {
+        BootArg::Pxe => BootDevice::Pxe,
+        BootArg::Disk => BootDevice::Disk,
+        BootArg::Cdrom => BootDevice::Cdrom,
+        BootArg::Bios => BootDevice::Bios,
+        BootArg::Safe => BootDevice::Safe,
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let nats = bmcfleet_common::nats::connect(&cli.nats, "bmcctl").await?;
+    let client = Client { nats, prefix: cli.service_prefix.clone(), json: cli.json };
+    let id_body = |id: &ulid::Ulid| serde_json::to_vec(&IdRequest { id: *id });
+    let (target, actions) = match &cli.command {
+        Command::Power { op, target } => (target, vec![Action::Power(power_op(*op))]),
+        Command::Boot { device, persistent, efi, target, .. } => (
+            target,
+            vec![Action::BootDevice(BootDeviceRequest { device: boot_device(*device), persistent: *persistent, efi: *efi })],
+        ),
+        Command::Inventory { target } => (target, vec![Action::Inventory]),
+        Command::Submit { file, wait, timeout } => {
+            let mut text = String::new();
+            if file == "-" {
+                std::io::stdin().read_to_string(&mut text)?;
+            } else {
+                text = std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?;
+            }
+            // Sent as the producer wrote it: the gateway validates and answers with typed errors.
+            let reply = client.request("submit", headers(*wait), text.into_bytes(), *timeout).await?;
+            return Ok(client.print(&reply));
+        }
+        Command::Status { id } => {
+            let reply = client.request("status", headers(false), id_body(id)?, Duration::from_secs(10)).await?;
+            return Ok(client.print(&reply));
+        }
+        Command::Cancel { id } => {
+            let reply = client.request("cancel", headers(false), id_body(id)?, Duration::from_secs(10)).await?;
+            return Ok(client.print(&reply));
+        }
+        Command::Watch { id } => return watch(&client, &cli.subject_prefix, *id).await,
+    };
+    let batch = target.batch(actions)?;
+    let timeout = target.deadline + Duration::from_secs(10);
+    let reply = client.request("submit", headers(target.wait), Encoding::Json.encode(&batch)?, timeout).await?;
+    Ok(client.print(&reply))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(3)
+        }
+    }
+}
