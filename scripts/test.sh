@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what the tests need, builds the binaries the
+# end-to-end tests start, and runs every test against the real peers
+# (nats-server, ipmi_sim + ipmitool, sushy-emulator, captured AMT/Redfish data).
+set -euo pipefail
+source "$(dirname "$0")/setup.sh"
+cd "$ROOT"
+# The peers are installed above: a test that cannot find one fails instead of skipping.
+export BMCFLEET_REQUIRE_PEERS=1
+cargo build --workspace --bins --all-features
+cargo test --workspace --all-features -- --test-threads="${BMCFLEET_TEST_THREADS:-4}"
