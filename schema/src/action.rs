@@ -323,7 +323,7 @@ pub struct RawIpmi {
     pub data: Vec<u8>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedfish {
     pub method: HttpMethod,
@@ -331,6 +331,35 @@ pub struct RawRedfish {
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<serde_json::Value>,
+}
+
+/// Logs show the body with the values of secret-looking keys (password,
+/// token, secret, key) replaced by `[redacted]`.
+impl std::fmt::Debug for RawRedfish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawRedfish")
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("body", &self.body.as_ref().map(redact_json))
+            .finish()
+    }
+}
+
+fn redact_json(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let l = k.to_ascii_lowercase();
+                    let secret = ["password", "token", "secret", "key", "community"].iter().any(|s| l.contains(s));
+                    (k.clone(), if secret { Value::String("[redacted]".into()) } else { redact_json(v) })
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(redact_json).collect()),
+        other => other.clone(),
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -67,6 +67,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn raw_redfish_bodies_are_redacted_in_debug() {
+        let a = crate::Action::Raw(crate::RawRequest::Redfish(crate::RawRedfish {
+            method: crate::HttpMethod::Patch,
+            path: "/redfish/v1/AccountService/Accounts/3".into(),
+            body: Some(serde_json::json!({"UserName": "ops", "Password": "hunter2", "Oem": [{"AuthToken": "t0k"}]})),
+        }));
+        let d = format!("{a:?}");
+        assert!(!d.contains("hunter2") && !d.contains("t0k"), "{d}");
+        assert!(d.contains("ops"));
+    }
+
+    #[test]
     fn never_prints() {
         let s = Secret::new("hunter2");
         assert_eq!(format!("{s:?}"), "[redacted]");

@@ -89,6 +89,14 @@ impl Topology {
     }
 
     pub fn worker(&self, nats: &NatsServer, id: &str, sim: std::net::SocketAddr, extra: &[&str]) -> Process {
+        let sim = sim.to_string();
+        let mut all = vec!["--sim-endpoint", sim.as_str()];
+        all.extend_from_slice(extra);
+        self.worker_plain(nats, id, &all)
+    }
+
+    /// A worker with only the real providers (and whatever `extra` adds).
+    pub fn worker_plain(&self, nats: &NatsServer, id: &str, extra: &[&str]) -> Process {
         let mut args = self.common_args(nats);
         args.extend([
             "--worker-id".into(),
@@ -97,8 +105,6 @@ impl Topology {
             self.lease_ttl.into(),
             "--rebalance-interval".into(),
             self.rebalance.into(),
-            "--sim-endpoint".into(),
-            sim.to_string(),
             "--ack-wait".into(),
             "5s".into(),
             "--drain-timeout".into(),
@@ -182,4 +188,40 @@ impl ResultCollector {
             }
         }
     }
+}
+
+/// NATS + gateway + workers with the real providers: the usual stack of a
+/// provider end-to-end test.
+pub struct Stack {
+    pub producer: Producer,
+    pub topology: Topology,
+    pub workers: Vec<Process>,
+    pub gateway: Process,
+    pub nats: NatsServer,
+}
+
+impl Stack {
+    pub async fn start(workers: usize, worker_args: &[&str]) -> Stack {
+        let nats = NatsServer::start();
+        let topology = Topology::default();
+        let gateway = topology.gateway(&nats, &[]);
+        let producer = Producer::new(nats.client().await);
+        wait_gateway(&producer).await;
+        let workers = (0..workers).map(|i| topology.worker_plain(&nats, &format!("w{i}"), worker_args)).collect();
+        wait_partitions_owned(&producer.client, &topology.subjects()).await;
+        Stack { producer, topology, workers, gateway, nats }
+    }
+
+    /// Submit, wait, and return the final result (panics on any other reply).
+    pub async fn run(&self, batch: &Batch) -> bmcfleet_schema::BatchResult {
+        match self.producer.submit(batch, true).await {
+            Reply::Result(r) => r,
+            other => panic!("expected a final result, got {other:?}"),
+        }
+    }
+}
+
+/// A batch for `target` (on_error: continue, 60 s deadline).
+pub fn batch_for(target: bmcfleet_schema::BmcTarget, actions: Vec<bmcfleet_schema::Action>) -> Batch {
+    Batch { id: None, bmc: target, actions, on_error: bmcfleet_schema::OnError::Continue, deadline: Some(Duration::from_secs(60)) }
 }

@@ -1,0 +1,158 @@
+//! IPMI end to end: producer → gateway → JetStream → worker → OpenIPMI
+//! `ipmi_sim` over RMCP+, with state cross-checked by `ipmitool -I lanplus`.
+//!
+//! ipmi_sim refuses NMI (0xCC), BMC warm/cold reset (0xC1) and safe-mode
+//! boot, and ignores the persistent/EFI boot flags; here those paths are
+//! asserted to come back as typed errors. Their success paths are tested
+//! against the spec-built responder in providers/ipmi/tests/spec_responder.rs.
+
+use bmcfleet_ipmi::testing::IpmiSim;
+use bmcfleet_schema::*;
+use bmcfleet_tests::producer::{batch_for, Stack};
+use std::time::Duration;
+
+fn code(r: &ActionResult) -> Option<ErrorCode> {
+    r.error.as_ref().map(|e| e.code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_capability_through_the_pipeline_agrees_with_ipmitool() {
+    let bmc = IpmiSim::start().expect("ipmi_sim (Debian package openipmi) must be installed");
+    let other = IpmiSim::start().expect("second ipmi_sim");
+    let stack = Stack::start(1, &[]).await;
+
+    // Boot PXE then power on: the order the mission exists for.
+    let r = stack
+        .run(&batch_for(
+            bmc.target(),
+            vec![
+                Action::Power(PowerOp::Off),
+                Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false }),
+                Action::Power(PowerOp::On),
+                Action::Power(PowerOp::Status),
+            ],
+        ))
+        .await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
+    assert_eq!(r.results[3].data, Some(ActionData::PowerState(PowerState::On)));
+    assert!(r.results.iter().all(|a| a.provider.as_deref() == Some("ipmi")));
+    assert!(bmc.power_on());
+    assert!(bmc.ipmitool(&["power", "status"]).unwrap().contains("is on"));
+    let bootparam = bmc.ipmitool(&["chassis", "bootparam", "get", "5"]).unwrap();
+    assert!(bootparam.contains("PXE"), "ipmitool bootparam: {bootparam}");
+    let log = bmc.chassis_log();
+    let pxe = log.iter().position(|l| l.contains("boot pxe")).expect("boot device set");
+    let on = log.iter().rposition(|l| l.contains("power 1")).expect("powered on");
+    assert!(pxe < on, "boot device must be set before power on: {log:?}");
+
+    // Vice versa: ipmitool changes state, bmcfleet reads it.
+    bmc.ipmitool(&["power", "off"]).unwrap();
+    let r = stack.run(&batch_for(bmc.target(), vec![Action::Power(PowerOp::Status)])).await;
+    assert_eq!(r.results[0].data, Some(ActionData::PowerState(PowerState::Off)));
+
+    // Users: create, update, list; updating a missing user never creates it.
+    let r = stack
+        .run(&batch_for(
+            bmc.target(),
+            vec![
+                Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: "ops-pass-1".into(), role: UserRole::Operator, enabled: true })),
+                Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: None, role: Some(UserRole::Admin), enabled: None })),
+                Action::User(UserOp::Update(UserUpdate { name: "ghost".into(), password: None, role: None, enabled: Some(true) })),
+                Action::User(UserOp::List),
+            ],
+        ))
+        .await;
+    assert!(r.results[0].is_ok() && r.results[1].is_ok(), "{r:#?}");
+    assert_eq!(code(&r.results[2]), Some(ErrorCode::TargetNotFound));
+    let Some(ActionData::Users(users)) = &r.results[3].data else { panic!("user list") };
+    assert!(users.iter().any(|u| u.name == "ops"));
+    assert!(!users.iter().any(|u| u.name == "ghost"));
+    let listed = bmc.ipmitool(&["user", "list", "1"]).unwrap();
+    assert!(listed.contains("ops") && !listed.contains("ghost"), "{listed}");
+    let r = stack.run(&batch_for(bmc.target(), vec![Action::User(UserOp::Delete { name: "ops".into() })])).await;
+    assert!(r.results[0].is_ok(), "{r:#?}");
+    assert!(!bmc.ipmitool(&["user", "list", "1"]).unwrap().contains("ops"));
+
+    // Network source, raw, inventory.
+    let r = stack
+        .run(&batch_for(
+            bmc.target(),
+            vec![
+                Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 {
+                    address: [192, 0, 2, 10].into(),
+                    netmask: [255, 255, 255, 0].into(),
+                    gateway: Some([192, 0, 2, 1].into()),
+                })),
+                Action::NetworkSource(NetworkSourceOp::Get),
+                Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x06, cmd: 0x01, data: vec![] })),
+                Action::Inventory,
+            ],
+        ))
+        .await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
+    let lan = bmc.ipmitool(&["lan", "print", "1"]).unwrap();
+    assert!(lan.contains("Static Address") && lan.contains("192.0.2.10"), "{lan}");
+    let Some(ActionData::Raw(raw)) = &r.results[2].data else { panic!("raw") };
+    assert_eq!(raw.status, 0);
+    assert!(!raw.data.is_empty());
+    let Some(ActionData::Inventory(inv)) = &r.results[3].data else { panic!("inventory") };
+    assert!(inv.manufacturer.is_some() || inv.firmware_version.is_some(), "{inv:?}");
+    let r = stack.run(&batch_for(bmc.target(), vec![Action::NetworkSource(NetworkSourceOp::Dhcp)])).await;
+    assert!(r.results[0].is_ok());
+    assert!(bmc.ipmitool(&["lan", "print", "1"]).unwrap().contains("DHCP Address"));
+
+    // What ipmi_sim refuses comes back typed; the batch goes on (on_error: continue).
+    let r = stack
+        .run(&batch_for(
+            bmc.target(),
+            vec![Action::Power(PowerOp::Nmi), Action::BmcReset(BmcResetKind::Warm), Action::Power(PowerOp::Status)],
+        ))
+        .await;
+    assert!(code(&r.results[0]).is_some() && code(&r.results[1]).is_some(), "{r:#?}");
+    assert_eq!(code(&r.results[1]), Some(ErrorCode::Unsupported));
+    assert!(r.results[2].is_ok());
+
+    // The other BMC was never touched and works independently.
+    assert!(!other.power_on());
+    let r = stack.run(&batch_for(other.target(), vec![Action::Power(PowerOp::On)])).await;
+    assert!(r.results[0].is_ok());
+    assert!(other.power_on());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_are_typed_and_the_lane_goes_on() {
+    let mut bmc = IpmiSim::start().expect("ipmi_sim");
+    let stack = Stack::start(1, &[]).await;
+
+    // Wrong password.
+    let mut t = bmc.target();
+    t.credentials = Credentials::Inline { username: bmc.username().into(), password: Secret::new("not-the-password") };
+    let r = stack.run(&batch_for(t, vec![Action::Power(PowerOp::Status)])).await;
+    assert_eq!(code(&r.results[0]), Some(ErrorCode::AuthFailed), "{r:#?}");
+    // The next batch for the same BMC runs normally.
+    let r = stack.run(&batch_for(bmc.target(), vec![Action::Power(PowerOp::Status)])).await;
+    assert!(r.results[0].is_ok(), "{r:#?}");
+
+    // The BMC stops answering mid-session: typed error within the deadline,
+    // then the lane reconnects once it is back.
+    bmc.kill();
+    let mut b = batch_for(bmc.target(), vec![Action::Power(PowerOp::Status)]);
+    b.deadline = Some(Duration::from_secs(8));
+    let started = std::time::Instant::now();
+    let r = stack.run(&b).await;
+    let c = code(&r.results[0]);
+    assert!(matches!(c, Some(ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::DeadlineExceeded)), "{r:#?}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    bmc.restart().expect("restart ipmi_sim");
+    let r = stack.run(&batch_for(bmc.target(), vec![Action::Power(PowerOp::Status)])).await;
+    assert!(r.results[0].is_ok(), "after restart: {r:#?}");
+
+    // An address where nothing listens.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut t = bmc.target();
+    t.address = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut b = batch_for(t, vec![Action::Power(PowerOp::Status)]);
+    b.deadline = Some(Duration::from_secs(5));
+    let r = stack.run(&b).await;
+    assert!(matches!(code(&r.results[0]), Some(ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::DeadlineExceeded)), "{r:#?}");
+}
