@@ -8,6 +8,7 @@
 //! The binaries must be built first (`cargo build --workspace --bins`, which
 //! the README's test command does).
 
+pub mod checks;
 pub mod nats;
 pub mod process;
 pub mod producer;

@@ -225,3 +225,37 @@ impl Stack {
 pub fn batch_for(target: bmcfleet_schema::BmcTarget, actions: Vec<bmcfleet_schema::Action>) -> Batch {
     Batch { id: None, bmc: target, actions, on_error: bmcfleet_schema::OnError::Continue, deadline: Some(Duration::from_secs(60)) }
 }
+
+/// Final results read from the status records (robust across NATS restarts,
+/// where a live subscription may miss events). Polls until every id is final.
+pub async fn wait_final_statuses(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    ids: &[BatchId],
+    timeout: Duration,
+) -> std::collections::HashMap<BatchId, bmcfleet_schema::BatchResult> {
+    let js = async_nats::jetstream::new(client.clone());
+    let end = tokio::time::Instant::now() + timeout;
+    let mut done = std::collections::HashMap::new();
+    loop {
+        if let Ok(kv) = js.get_key_value(subjects.batches_bucket()).await {
+            for id in ids {
+                if done.contains_key(id) {
+                    continue;
+                }
+                if let Ok(Some(v)) = bmcfleet_common::status::load(&kv, id).await {
+                    if let (true, Some(r)) = (v.status.state.is_final(), v.status.result) {
+                        done.insert(*id, r);
+                    }
+                }
+            }
+        }
+        if done.len() == ids.len() {
+            return done;
+        }
+        if tokio::time::Instant::now() > end {
+            panic!("timed out: {} of {} batches have no final status", ids.len() - done.len(), ids.len());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -8,19 +8,9 @@ use bmcfleet_tests::{NatsServer, Producer};
 use std::time::Duration;
 
 fn batch(address: &str, actions: Vec<Action>) -> Batch {
-    Batch {
-        id: None,
-        bmc: BmcTarget {
-            address: address.parse().unwrap(),
-            protocol: Protocol::Sim,
-            credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw-in-line") },
-            tls: TlsOptions::default(),
-            system_id: None,
-        },
-        actions,
-        on_error: OnError::Stop,
-        deadline: Some(Duration::from_secs(60)),
-    }
+    let mut b = sim_batch(address, actions);
+    b.deadline = Some(Duration::from_secs(60));
+    b
 }
 
 struct Env {
@@ -79,56 +69,9 @@ async fn submit_and_wait_returns_the_final_result() {
     drop(e.nats);
 }
 
-use bmcfleet_sim::LogEntry;
+use bmcfleet_tests::checks::{assert_exactly_once, assert_ordered, mixed_actions, sim_batch, submit_all};
 use bmcfleet_tests::producer::ResultCollector;
 use std::collections::HashMap;
-
-/// Submit batches one by one (so submission order is well defined) and
-/// return their ids per BMC key in submission order.
-async fn submit_all(p: &Producer, batches: Vec<Batch>) -> (Vec<BatchId>, HashMap<String, Vec<BatchId>>) {
-    let mut all = vec![];
-    let mut per_bmc: HashMap<String, Vec<BatchId>> = HashMap::new();
-    for b in batches {
-        let key = b.bmc.address.key().to_string();
-        let Reply::Accepted(a) = p.submit(&b, false).await else { panic!("not accepted") };
-        assert!(!a.duplicate);
-        all.push(a.id);
-        per_bmc.entry(key).or_default().push(a.id);
-    }
-    (all, per_bmc)
-}
-
-/// Per BMC: the batches the simulator saw form contiguous runs in submission
-/// order, and no action overlapped another on the same BMC.
-fn assert_ordered(log: &[LogEntry], per_bmc: &HashMap<String, Vec<BatchId>>) {
-    let mut seen: HashMap<&str, Vec<BatchId>> = HashMap::new();
-    for e in log {
-        assert_eq!(e.concurrent, 1, "BMC {} ran two actions at once: {e:?}", e.bmc);
-        let call = e.call.as_ref().expect("worker calls carry call info");
-        let runs = seen.entry(e.bmc.as_str()).or_default();
-        if runs.last() != Some(&call.batch) {
-            assert!(!runs.contains(&call.batch), "BMC {}: batch {} resumed after another batch ran", e.bmc, call.batch);
-            runs.push(call.batch);
-        }
-    }
-    for (bmc, submitted) in per_bmc {
-        let ran = seen.get(bmc.as_str()).cloned().unwrap_or_default();
-        for id in submitted.iter().filter(|id| !ran.contains(id)) {
-            let entries: Vec<_> = log.iter().filter(|e| e.call.as_ref().is_some_and(|c| c.batch == *id)).collect();
-            eprintln!("batch {id} of {bmc} missing from the run order; its log entries: {entries:?}");
-        }
-        assert_eq!(&ran, submitted, "BMC {bmc}: execution order differs from submission order");
-    }
-}
-
-fn mixed_actions(i: usize) -> Vec<Action> {
-    match i % 4 {
-        0 => vec![Action::Power(PowerOp::On)],
-        1 => vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false }), Action::Power(PowerOp::Cycle)],
-        2 => vec![Action::Power(PowerOp::Status), Action::Power(PowerOp::Off), Action::Power(PowerOp::On)],
-        _ => vec![Action::Inventory],
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_bmc_order_holds_across_three_workers() {
@@ -195,32 +138,11 @@ async fn sigkill_of_a_worker_loses_nothing_and_keeps_order() {
 
     let log = sim.log();
     assert_ordered(&log, &per_bmc);
-    // Nothing lost: every batch has a final result; the only failures are
-    // non-idempotent actions interrupted by the kill, never re-run.
-    let mut interrupted = 0;
-    for r in results.results.values() {
-        for a in &r.results {
-            if let Some(e) = &a.error {
-                assert!(matches!(e.code, ErrorCode::Interrupted | ErrorCode::Skipped), "unexpected failure {a:?}");
-                interrupted += usize::from(e.code == ErrorCode::Interrupted);
-            }
-        }
-    }
-    let mut runs: HashMap<(BatchId, u32), Vec<&LogEntry>> = HashMap::new();
-    for e in &log {
-        let c = e.call.as_ref().unwrap();
-        runs.entry((c.batch, c.index)).or_default().push(e);
-    }
-    let mut reruns = 0;
-    for ((batch_id, index), entries) in &runs {
-        if entries.len() > 1 {
-            reruns += 1;
-            // Only an action in flight on the killed worker may run again, and only if idempotent.
-            assert_eq!(entries.len(), 2, "{batch_id}/{index} ran {} times", entries.len());
-            assert_eq!(entries[0].call.as_ref().unwrap().worker, "w0", "a re-run must follow the killed worker");
-            assert_ne!(entries[0].action, "power_cycle", "a non-idempotent action ran twice");
-        }
-    }
+    // Nothing lost, and only an action in flight on w0 when it died may run
+    // again (idempotent) or be reported interrupted (non-idempotent).
+    let killed = std::collections::HashSet::from(["w0".to_string()]);
+    let cost = assert_exactly_once(&log, &ids, &results.results, &killed);
+    let (reruns, interrupted) = (cost.reruns, cost.interrupted);
     // At most one action per BMC lane was in flight on w0 when it died.
     assert!(reruns + interrupted <= 20, "reruns {reruns} + interrupted {interrupted} exceed the lanes in flight");
     eprintln!("failover: {} batches, {reruns} idempotent re-runs, {interrupted} interrupted", ids.len());
