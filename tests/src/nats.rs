@@ -10,6 +10,7 @@ pub struct NatsServer {
     pub monitor_port: u16,
     store: tempfile::TempDir,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
     log: PathBuf,
 }
 
@@ -33,6 +34,11 @@ impl NatsServer {
 
     /// Start with extra command-line arguments (e.g. `-c config`).
     pub fn start_with(extra: &[&str]) -> NatsServer {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Start with extra arguments and environment (config files expand `$VARS`).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> NatsServer {
         let store = tempfile::tempdir().expect("temp dir");
         let log = store.path().join("nats.log");
         // Port 0 until the server picks its own (`-1`) and logs it: no port races
@@ -44,6 +50,7 @@ impl NatsServer {
             log,
             store,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         };
         s.spawn();
         s
@@ -57,6 +64,7 @@ impl NatsServer {
             .arg("-sd")
             .arg(&store)
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&self.log).expect("log file"));
@@ -92,6 +100,11 @@ impl NatsServer {
 
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub fn store_dir(&self) -> &Path {
