@@ -163,6 +163,7 @@ impl Transport {
         let span = tracing::info_span!(
             "redfish.http",
             bmc = %self.bmc,
+            protocol = "redfish",
             method = %method,
             path = %path,
             status = Empty,

@@ -128,6 +128,9 @@ impl RedfishSession {
                 Ok(s) if s == want => return Ok(()),
                 Ok(_) => {}
                 Err(e) if e.code == ErrorCode::DeadlineExceeded => return Err(too_late()),
+                // A read-back cut short by the deadline is the same story: the
+                // first half was sent, the second was not.
+                Err(e) if e.code == ErrorCode::Timeout && ctx.remaining().is_err() => return Err(too_late()),
                 Err(e) => return Err(e),
             }
             let remaining = ctx.remaining().map_err(|_| too_late())?;

@@ -285,3 +285,41 @@ async fn expired_deadline_sends_nothing() {
     assert_eq!(e.code, ErrorCode::DeadlineExceeded, "{e}");
     assert!(server.requests().is_empty());
 }
+
+/// A service without `PowerCycle`: the provider cycles as ForceOff, wait
+/// for Off, On. This BMC accepts ForceOff but keeps reporting On (as a
+/// wedged host does), so the deadline fires while waiting: a typed timeout
+/// that says ForceOff was sent, and On is never sent.
+#[tokio::test]
+async fn power_cycle_deadline_is_a_timeout_and_on_is_not_sent() {
+    let mut system = spec_service().start().await.unwrap().resource(SYSTEM).unwrap();
+    system["Actions"]["#ComputerSystem.Reset"]["ResetType@Redfish.AllowableValues"] = json!(["On", "ForceOff", "GracefulShutdown", "ForceRestart"]);
+    let server = spec_service().resource(SYSTEM, system.clone()).start().await.unwrap();
+    let mut s = open(&server).await;
+    // Every read of the system says On, whatever the reset did.
+    server.push_fault(Fault::status("GET", SYSTEM, 200).json(&system));
+    let started = Instant::now();
+    let e = s.power().unwrap().power(&ctx_ms(1200), PowerOp::Cycle).await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
+    assert!(e.message.contains("ForceOff was accepted"), "{e}");
+    assert!(took < Duration::from_millis(2200), "took {took:?}");
+    let resets: Vec<String> = server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].to_string()).collect();
+    assert_eq!(resets, vec!["\"ForceOff\"".to_owned()], "only ForceOff may be sent");
+}
+
+/// The same with the read-back itself hanging past the deadline.
+#[tokio::test]
+async fn power_cycle_with_a_hung_read_back_is_a_timeout_naming_force_off() {
+    let mut system = spec_service().start().await.unwrap().resource(SYSTEM).unwrap();
+    system["Actions"]["#ComputerSystem.Reset"]["ResetType@Redfish.AllowableValues"] = json!(["On", "ForceOff"]);
+    let server = spec_service().resource(SYSTEM, system).start().await.unwrap();
+    let mut s = open(&server).await;
+    // The first read (state before the cycle) answers; the next ones hang.
+    server.push_fault(Fault::hang("GET", SYSTEM).after(1));
+    let e = s.power().unwrap().power(&ctx_ms(1200), PowerOp::Cycle).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
+    assert!(e.message.contains("ForceOff was accepted"), "{e}");
+    let resets: Vec<String> = server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].to_string()).collect();
+    assert_eq!(resets, vec!["\"ForceOff\"".to_owned()], "only ForceOff may be sent");
+}

@@ -93,13 +93,15 @@ pub struct Fault {
     path: String,
     /// `None`: forever.
     remaining: Option<usize>,
+    /// Matching requests to let through before the fault applies.
+    skip: usize,
     kind: FaultKind,
 }
 
 impl Fault {
     fn new(method: &str, path: &str, kind: FaultKind) -> Fault {
         let method = (method != "*").then(|| method.to_ascii_uppercase());
-        Fault { method, path: norm(path), remaining: None, kind }
+        Fault { method, path: norm(path), remaining: None, skip: 0, kind }
     }
 
     /// Answer `status` with a Redfish error body (`error.message` names the fault).
@@ -160,6 +162,12 @@ impl Fault {
         if let FaultKind::Task { messages, .. } = &mut self.kind {
             messages.push(message.to_owned());
         }
+        self
+    }
+
+    /// Let the first `n` matching requests through (served normally).
+    pub fn after(mut self, n: usize) -> Fault {
+        self.skip = n;
         self
     }
 
@@ -489,7 +497,15 @@ impl State {
         });
 
         let mut as_task = None;
-        if let Some(f) = self.faults.iter_mut().find(|f| f.matches(&method, &path)) {
+        let fault = self.faults.iter_mut().find(|f| f.matches(&method, &path)).and_then(|f| {
+            if f.skip > 0 {
+                f.skip -= 1;
+                None
+            } else {
+                Some(f)
+            }
+        });
+        if let Some(f) = fault {
             if let Some(n) = &mut f.remaining {
                 *n -= 1;
             }
