@@ -30,12 +30,15 @@ wait_for_line "$WORK/sim.log" "listening on"
 SIM="$(sed -n 's/.*listening on \(.*\)$/\1/p' "$WORK/sim.log" | head -1)"
 echo "demo: simulated BMC fleet (bmc-sim) on $SIM"
 
-"$BIN/bmc-gateway" --allow-sim true >"$WORK/gateway.log" 2>&1 &
+"$BIN/bmc-gateway" --allow-sim true --metrics-addr 127.0.0.1:0 >"$WORK/gateway.log" 2>&1 &
 pids+=($!)
-"$BIN/bmc-worker" --sim-endpoint "$SIM" --worker-id demo-worker >"$WORK/worker.log" 2>&1 &
+"$BIN/bmc-worker" --sim-endpoint "$SIM" --worker-id demo-worker --metrics-addr 127.0.0.1:0 >"$WORK/worker.log" 2>&1 &
 pids+=($!)
 wait_for_line "$WORK/gateway.log" "Gateway ready"
 echo "demo: bmc-gateway and bmc-worker started"
+for c in gateway worker; do
+  echo "demo: $c metrics: http://$(sed -n 's/.*Metrics listening on \([0-9.:]*\)\..*/\1/p' "$WORK/$c.log" | head -1)/metrics"
+done
 
 cat >"$WORK/batch.json" <<'JSON'
 {

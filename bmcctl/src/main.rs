@@ -6,7 +6,7 @@
 
 use anyhow::Context;
 use async_nats::HeaderMap;
-use bmcfleet_common::config::{duration, NatsArgs};
+use bmcfleet_common::config::{duration, LogArgs, LogFormat, NatsArgs, OtelArgs};
 use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::*;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -14,6 +14,7 @@ use futures::StreamExt;
 use std::io::Read;
 use std::process::ExitCode;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Command-line producer for bmcfleet: ordered out-of-band BMC actions.
 #[derive(Parser, Debug)]
@@ -21,6 +22,11 @@ use std::time::Duration;
 struct Cli {
     #[command(flatten)]
     nats: NatsArgs,
+    #[command(flatten)]
+    otel: OtelArgs,
+    /// Start a W3C trace for the request (`traceparent` header) and print its trace id on stderr.
+    #[arg(long, global = true)]
+    trace: bool,
     /// Subject prefix of the gateway service.
     #[arg(long, env = "BMCFLEET_SERVICE_PREFIX", default_value = "bmcfleet", global = true)]
     service_prefix: String,
@@ -176,10 +182,13 @@ struct Client {
     nats: async_nats::Client,
     prefix: String,
     json: bool,
+    /// Trace-context headers added to every request (`--trace`).
+    trace: HeaderMap,
 }
 
 impl Client {
-    async fn request(&self, endpoint: &str, headers: HeaderMap, body: Vec<u8>, timeout: Duration) -> anyhow::Result<Reply> {
+    async fn request(&self, endpoint: &str, mut headers: HeaderMap, body: Vec<u8>, timeout: Duration) -> anyhow::Result<Reply> {
+        bmcfleet_common::telemetry::merge(&mut headers, &self.trace);
         let req = async_nats::Request::new().headers(headers).payload(body.into()).timeout(Some(timeout));
         let msg = self
             .nats
@@ -267,6 +276,22 @@ async fn watch(client: &Client, subject_prefix: &str, id: Option<ulid::Ulid>) ->
         None => format!("{subject_prefix}.events.>"),
     };
     let mut sub = client.nats.subscribe(subject).await?;
+    // Subscribed first, so nothing is missed: a batch that already finished is reported from its status.
+    if let Some(id) = id {
+        client.nats.flush().await?;
+        let body = serde_json::to_vec(&IdRequest { id })?;
+        if let Reply::Status(s) = client.request("status", headers(false), body, Duration::from_secs(10)).await? {
+            if let (true, Some(result)) = (s.state.is_final(), s.result) {
+                if client.json {
+                    let ev = Event { batch: id, at_ms: result.finished_at_ms, event: EventKind::BatchFinished { result: result.clone() } };
+                    println!("{}", serde_json::to_string(&ev).unwrap_or_default());
+                } else {
+                    print_result(&result);
+                }
+                return Ok(if result.state == BatchState::Succeeded { ExitCode::SUCCESS } else { ExitCode::from(1) });
+            }
+        }
+    }
     while let Some(msg) = sub.next().await {
         let Ok(ev) = Encoding::MessagePack.decode::<Event>(&msg.payload) else { continue };
         if client.json {
@@ -316,7 +341,8 @@ fn boot_device(d: BootArg) -> BootDevice {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let nats = bmcfleet_common::nats::connect(&cli.nats, "bmcctl").await?;
-    let client = Client { nats, prefix: cli.service_prefix.clone(), json: cli.json };
+    let trace = if cli.trace { start_trace() } else { HeaderMap::new() };
+    let client = Client { nats, prefix: cli.service_prefix.clone(), json: cli.json, trace };
     let id_body = |id: &ulid::Ulid| serde_json::to_vec(&IdRequest { id: *id });
     let (target, actions) = match &cli.command {
         Command::Power { op, target } => (target, vec![Action::Power(power_op(*op))]),
@@ -352,10 +378,38 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(client.print(&reply))
 }
 
+/// Trace headers for `--trace`: the current (exported) span's context when an
+/// OTLP endpoint is configured, else a fresh sampled `traceparent`. Prints the trace id.
+fn start_trace() -> HeaderMap {
+    let mut h = bmcfleet_common::telemetry::trace_headers(&tracing::Span::current(), None);
+    let trace_id = match h.get("traceparent").and_then(|v| v.as_str().split('-').nth(1).map(str::to_owned)) {
+        Some(id) => id,
+        None => {
+            let (traceparent, id) = bmcfleet_common::telemetry::new_traceparent();
+            h.insert("traceparent", traceparent.as_str());
+            id
+        }
+    };
+    eprintln!("trace id: {trace_id}");
+    h
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli).await {
+    // Spans are exported only when an OTLP endpoint is configured; logs go to stderr at `warn`.
+    let log = LogArgs { log_format: LogFormat::Pretty, log: "warn".into() };
+    let telemetry = match bmcfleet_common::telemetry::init(&log, &cli.otel, "bmcctl") {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let span = tracing::info_span!("bmcctl.request", otel.kind = "client");
+    let result = run(cli).instrument(span).await;
+    telemetry.shutdown(Duration::from_secs(5)).await;
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -21,6 +21,18 @@ pub fn positive_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Where the metrics endpoint listens; `None` when turned off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetricsAddr(pub Option<std::net::SocketAddr>);
+
+/// A socket address, or `off` for no endpoint.
+pub fn metrics_addr(s: &str) -> Result<MetricsAddr, String> {
+    match s.trim() {
+        "off" | "none" => Ok(MetricsAddr(None)),
+        a => a.parse().map(|a| MetricsAddr(Some(a))).map_err(|e| format!("`{a}`: {e}; expected IP:PORT (e.g. 0.0.0.0:9090) or `off`")),
+    }
+}
+
 /// Parse a NATS server URL (or a comma-separated list of them).
 pub fn nats_url(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {
@@ -134,6 +146,72 @@ pub struct LogArgs {
     pub log: String,
 }
 
+/// Wire protocol of the OTLP trace exporter (the values of `OTEL_EXPORTER_OTLP_PROTOCOL`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP over gRPC (usually port 4317).
+    #[value(name = "grpc")]
+    Grpc,
+    /// OTLP over HTTP with protobuf bodies (usually port 4318, `/v1/traces`).
+    #[value(name = "http/protobuf")]
+    HttpProtobuf,
+}
+
+/// An OTLP endpoint: an absolute `http://` or `https://` URL.
+/// Empty means "not set" (export off), as OpenTelemetry SDKs treat it.
+pub fn otlp_endpoint(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .ok_or_else(|| format!("`{s}`: an OTLP endpoint is an http:// or https:// URL"))?;
+    if rest.is_empty() || rest.starts_with('/') || rest.contains(char::is_whitespace) {
+        return Err(format!("`{s}` has no host"));
+    }
+    Ok(s.to_owned())
+}
+
+/// OpenTelemetry trace export (OTLP). Off unless an endpoint is given; the
+/// environment variables are the standard OpenTelemetry ones.
+#[derive(Args, Debug, Clone)]
+pub struct OtelArgs {
+    /// OTLP collector endpoint (base URL; `/v1/traces` is appended for http/protobuf). Unset: no export.
+    #[arg(long = "otlp-endpoint", env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_parser = otlp_endpoint)]
+    pub endpoint: Option<String>,
+    /// OTLP protocol.
+    #[arg(long = "otlp-protocol", env = "OTEL_EXPORTER_OTLP_PROTOCOL", value_enum, default_value = "http/protobuf")]
+    pub protocol: OtlpProtocol,
+    /// `service.name` of exported spans (default: the binary's name).
+    #[arg(long = "otel-service-name", env = "OTEL_SERVICE_NAME")]
+    pub service_name: Option<String>,
+    /// Which spans are exported (tracing env-filter syntax; independent of --log).
+    #[arg(long = "otel-filter", env = "BMCFLEET_OTEL_FILTER", default_value = "info,bmcfleet_ipmi=debug,bmcfleet_redfish=debug,bmcfleet_amt=debug")]
+    pub filter: String,
+}
+
+impl Default for OtelArgs {
+    fn default() -> Self {
+        OtelArgs {
+            endpoint: None,
+            protocol: OtlpProtocol::HttpProtobuf,
+            service_name: None,
+            filter: "info".into(),
+        }
+    }
+}
+
+/// The HTTP endpoint serving `/metrics`, `/healthz` and `/readyz`.
+#[derive(Args, Debug, Clone)]
+pub struct MetricsArgs {
+    /// Address of the metrics and health HTTP server (port 0: any free port,
+    /// logged at start; `off`: no endpoint). Failing to bind stops the process.
+    #[arg(long = "metrics-addr", env = "BMCFLEET_METRICS_ADDR", default_value = "0.0.0.0:9090", value_parser = metrics_addr)]
+    pub addr: MetricsAddr,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,12 +223,33 @@ mod tests {
         nats: NatsArgs,
         #[command(flatten)]
         topo: TopologyArgs,
+        #[command(flatten)]
+        otel: OtelArgs,
+        #[command(flatten)]
+        metrics: MetricsArgs,
+    }
+
+    #[test]
+    fn otel_and_metrics() {
+        let t = T::try_parse_from(["t"]).unwrap();
+        assert!(t.otel.endpoint.is_none(), "export is off by default");
+        assert_eq!(t.otel.protocol, OtlpProtocol::HttpProtobuf);
+        assert_eq!(t.metrics.addr.0.unwrap().port(), 9090);
+        let t = T::try_parse_from(["t", "--otlp-endpoint", "http://127.0.0.1:4317", "--otlp-protocol", "grpc", "--metrics-addr", "127.0.0.1:0"]).unwrap();
+        assert_eq!(t.otel.protocol, OtlpProtocol::Grpc);
+        assert_eq!(t.metrics.addr.0.unwrap().port(), 0);
+        assert!(T::try_parse_from(["t", "--otlp-endpoint", "127.0.0.1:4317"]).is_err());
+        assert!(T::try_parse_from(["t", "--otlp-protocol", "http/json"]).is_err());
+        assert!(T::try_parse_from(["t", "--metrics-addr", "9090"]).is_err());
     }
 
     #[test]
     fn parsers() {
         assert!(duration("15").is_err());
         assert!(positive_duration("0s").is_err());
+        assert_eq!(metrics_addr("off").unwrap(), MetricsAddr(None));
+        assert_eq!(metrics_addr("127.0.0.1:0").unwrap(), MetricsAddr(Some("127.0.0.1:0".parse().unwrap())));
+        assert!(metrics_addr("localhost:9090").unwrap_err().contains("IP:PORT"));
         assert!(nats_url("nats://127.0.0.1:4222").is_ok());
         assert!(nats_url("127.0.0.1:4222,nats://b:4222").is_ok());
         assert!(nats_url("http://x").is_err());

@@ -8,11 +8,15 @@
 //! - [`nats`]: connecting with credentials/TLS.
 //! - [`streams`]: the streams and KV buckets, created idempotently by one
 //!   definition so gateway and workers always agree.
-//! - [`runtime`]: logging set-up, shutdown signal, clocks.
+//! - [`runtime`]: shutdown signal, clocks.
+//! - [`telemetry`]: logs, OTLP span export, W3C trace context over NATS headers.
+//! - [`serve`]: the `/metrics`, `/healthz`, `/readyz` HTTP endpoint.
 
 pub mod config;
 pub mod events;
 pub mod nats;
 pub mod runtime;
+pub mod serve;
 pub mod status;
 pub mod streams;
+pub mod telemetry;

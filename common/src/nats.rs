@@ -8,6 +8,8 @@ use std::time::Duration;
 pub enum ConnectError {
     #[error("cannot read NATS credentials file {path}: {source}")]
     Creds { path: String, source: std::io::Error },
+    #[error("invalid NATS server address `{url}`: {source}")]
+    Url { url: String, source: std::io::Error },
     #[error("cannot connect to NATS at {url}: {source}")]
     Connect { url: String, source: async_nats::ConnectError },
     #[error("NATS at {url} did not answer within {timeout:?}")]
@@ -43,9 +45,34 @@ pub async fn connect(args: &NatsArgs, name: &str) -> Result<async_nats::Client, 
             }
         });
     let url = args.url.clone();
-    match tokio::time::timeout(args.connect_timeout, opts.connect(url.as_str())).await {
+    let servers = server_addrs(&url)?;
+    match tokio::time::timeout(args.connect_timeout, opts.connect(servers)).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(source)) => Err(ConnectError::Connect { url, source }),
         Err(_) => Err(ConnectError::Timeout { url, timeout: args.connect_timeout }),
+    }
+}
+
+/// Split a comma-separated list of NATS URLs into server addresses, so a
+/// client can start from any node of a cluster.
+pub fn server_addrs(urls: &str) -> Result<Vec<async_nats::ServerAddr>, ConnectError> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| u.parse::<async_nats::ServerAddr>().map_err(|source| ConnectError::Url { url: u.to_owned(), source }))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_comma_separated_list_is_every_server() {
+        let got = server_addrs("nats://127.0.0.1:4222, 127.0.0.1:4223,tls://a.example:4224").unwrap();
+        let ports: Vec<u16> = got.iter().map(|a| a.port()).collect();
+        assert_eq!(ports, vec![4222, 4223, 4224]);
+        assert!(got[2].tls_required());
+        assert!(server_addrs("nats://bad host:1").is_err());
     }
 }

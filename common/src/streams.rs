@@ -25,7 +25,7 @@ pub enum SetupError {
     JetStream { what: String, message: String },
     #[error(
         "the jobs stream {stream} was created with {existing} partitions but this process is configured with {configured}; \
-         use the same --partitions everywhere (see README \"Resizing partitions\")"
+         use the same --partitions everywhere (see docs/PRODUCTION.md, \"Resizing partitions\")"
     )]
     PartitionMismatch { stream: String, existing: String, configured: u16 },
 }
@@ -152,24 +152,60 @@ pub async fn bucket(js: &Context, config: kv::Config, mode: Mode) -> Result<kv::
     }
 }
 
+fn check_partitions(subjects: &Subjects, metadata: &HashMap<String, String>) -> Result<(), SetupError> {
+    match metadata.get(PARTITIONS_KEY) {
+        Some(p) if *p == subjects.partitions.to_string() => Ok(()),
+        Some(p) => Err(SetupError::PartitionMismatch { stream: subjects.jobs_stream(), existing: p.clone(), configured: subjects.partitions }),
+        None => Err(SetupError::PartitionMismatch {
+            stream: subjects.jobs_stream(),
+            existing: "an unknown number of".into(),
+            configured: subjects.partitions,
+        }),
+    }
+}
+
 /// Ensure the jobs/events streams and the status bucket exist.
+///
+/// An existing jobs stream is checked for its partition count *before*
+/// anything is updated, so a gateway started with another `--partitions`
+/// refuses to start instead of rewriting the deployment's partitioning
+/// under workers that still consume the old one.
 pub async fn ensure(client: async_nats::Client, subjects: &Subjects, settings: &StreamSettings, mode: Mode) -> Result<Resources, SetupError> {
     let js = jetstream::new(client);
-    let mut jobs = stream(&js, jobs_config(subjects, settings), mode).await?;
-    let existing = jobs
-        .info()
-        .await
-        .map_err(|e| js_err("jobs stream info", e))?
-        .config
-        .metadata
-        .get(PARTITIONS_KEY)
-        .cloned();
-    match existing {
-        Some(p) if p == subjects.partitions.to_string() => {}
-        Some(p) => return Err(SetupError::PartitionMismatch { stream: subjects.jobs_stream(), existing: p, configured: subjects.partitions }),
-        None => return Err(SetupError::PartitionMismatch { stream: subjects.jobs_stream(), existing: "an unknown number of".into(), configured: subjects.partitions }),
+    if let Ok(mut existing) = js.get_stream(subjects.jobs_stream()).await {
+        let info = existing.info().await.map_err(|e| js_err("jobs stream info", e))?;
+        check_partitions(subjects, &info.config.metadata)?;
     }
+    let mut jobs = stream(&js, jobs_config(subjects, settings), mode).await?;
+    let info = jobs.info().await.map_err(|e| js_err("jobs stream info", e))?;
+    check_partitions(subjects, &info.config.metadata)?;
     let events = stream(&js, events_config(subjects, settings), mode).await?;
     let batches = bucket(&js, batches_config(subjects, settings), mode).await?;
     Ok(Resources { js, jobs, events, batches })
+}
+
+/// [`ensure`], retried with capped exponential backoff while JetStream is not
+/// ready yet (a cluster still electing its meta leader, a server starting).
+/// A partition mismatch is a configuration error and is returned at once.
+pub async fn ensure_with_retry(
+    client: async_nats::Client,
+    subjects: &Subjects,
+    settings: &StreamSettings,
+    mode: Mode,
+    give_up_after: Duration,
+) -> Result<Resources, SetupError> {
+    let deadline = tokio::time::Instant::now() + give_up_after;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match ensure(client.clone(), subjects, settings, mode).await {
+            Ok(r) => return Ok(r),
+            Err(e @ SetupError::PartitionMismatch { .. }) => return Err(e),
+            Err(e) if tokio::time::Instant::now() + delay >= deadline => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?delay, "JetStream is not ready; retrying stream setup.");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
 }

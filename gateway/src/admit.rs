@@ -7,6 +7,7 @@ use bmcfleet_common::runtime::now_ms;
 use bmcfleet_common::status::{self, StatusError};
 use bmcfleet_common::streams::Resources;
 use bmcfleet_common::events;
+use bmcfleet_common::telemetry;
 use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::validate::decode_batch;
 use bmcfleet_schema::{
@@ -15,9 +16,11 @@ use bmcfleet_schema::{
 };
 use futures::StreamExt;
 use std::time::Duration;
+use tracing::field::Empty;
+use tracing::Instrument;
 
-/// Trace-context headers copied from a request onto the job.
-pub const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
+/// Trace-context headers read from a request; the job carries the admit span's context.
+pub const TRACE_HEADERS: [&str; 2] = telemetry::TRACE_HEADERS;
 
 #[derive(Clone, Copy, Debug)]
 pub enum Endpoint {
@@ -33,6 +36,14 @@ pub struct Gateway {
     subjects: Subjects,
     limits: Limits,
     max_wait: Duration,
+    metrics: crate::metrics::Metrics,
+}
+
+/// What admission produced: the queued job, the reply, and (when waiting) the results subscription.
+struct Admission {
+    job: Job,
+    accepted: Accepted,
+    events: Option<async_nats::Subscriber>,
 }
 
 fn header<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
@@ -49,14 +60,26 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
 
 impl Gateway {
     pub fn new(client: async_nats::Client, res: Resources, subjects: Subjects, limits: Limits, max_wait: Duration) -> Self {
-        Gateway { client, res, subjects, limits, max_wait }
+        let metrics = crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
+        Gateway { client, res, subjects, limits, max_wait, metrics }
+    }
+
+    /// Count admissions and refusals on these (registered) metrics.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Handle one request and reply to it (always exactly one reply).
     pub async fn handle(&self, endpoint: Endpoint, request: Request) {
         let headers = request.message.headers.as_ref();
         let (encoding, reply) = match Encoding::from_content_type(header(headers, CONTENT_TYPE)) {
-            Err(e) => (Encoding::Json, error(ErrorCode::Malformed, e.to_string())),
+            Err(e) => {
+                if matches!(endpoint, Endpoint::Submit) {
+                    self.metrics.rejected(ErrorCode::Malformed);
+                }
+                (Encoding::Json, error(ErrorCode::Malformed, e.to_string()))
+            }
             Ok(enc) => {
                 let reply = match endpoint {
                     Endpoint::Submit => self.submit(enc, &request.message.payload, headers).await,
@@ -86,43 +109,47 @@ impl Gateway {
     }
 
     /// Validate, queue, and reply `Accepted` (or the final result when the
-    /// request carries `Bmcfleet-Wait: true`).
+    /// request carries `Bmcfleet-Wait: true`). Admission runs in a
+    /// `gateway.admit` span that continues the producer's trace (W3C
+    /// `traceparent` in the request headers); the job carries its context.
     pub async fn submit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>) -> Reply {
-        let mut batch = match decode_batch(payload, enc, &self.limits) {
-            Ok(b) => b,
-            Err(e) => return Reply::Error(e.into()),
-        };
-        let wait = truthy(header(headers, WAIT_HEADER));
-        let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
-        let key = batch.bmc.address.key();
-        let subject = self.subjects.job(&key);
-        let admitted_at_ms = now_ms();
-        let deadline = batch.deadline.unwrap_or(self.limits.default_deadline);
-        let job = Job { id, admitted_at_ms, deadline_at_ms: admitted_at_ms + deadline.as_millis() as u64, batch };
-
-        // A batch id seen before (even past the JetStream dedupe window) is not queued again.
-        let known = match status::load(&self.res.batches, &id).await {
-            Ok(v) => v,
-            Err(e) => return error(ErrorCode::Unavailable, format!("cannot read batch status: {e}")),
-        };
-        let mut events = None;
-        if wait {
-            match self.client.subscribe(self.subjects.events(&id)).await {
-                Ok(s) => events = Some(s),
-                Err(e) => return error(ErrorCode::Unavailable, format!("cannot subscribe to results: {e}")),
-            }
-        }
-        let accepted = match known {
-            Some(v) => Accepted { id, stream_sequence: v.status.stream_sequence.unwrap_or(0), duplicate: true, subject: subject.clone() },
-            None => match self.publish(&job, &subject, headers).await {
-                Ok(a) => a,
-                Err(reply) => return reply,
-            },
-        };
-        tracing::info!(
-            batch = %id, bmc = %key, subject = %subject, seq = accepted.stream_sequence, duplicate = accepted.duplicate,
-            actions = ?job.batch.actions, credentials = ?job.batch.bmc.credentials, "Batch admitted."
+        let span = tracing::info_span!(
+            "gateway.admit",
+            otel.kind = "server",
+            batch = Empty,
+            bmc = Empty,
+            protocol = Empty,
+            actions = Empty,
+            subject = Empty,
+            duplicate = Empty,
+            outcome = Empty,
+            error.code = Empty,
         );
+        telemetry::set_parent(&span, headers);
+        let started = std::time::Instant::now();
+        let admission = match self.admit(enc, payload, headers).instrument(span.clone()).await {
+            Ok(a) => a,
+            Err(reply) => {
+                if let Reply::Error(e) = &reply {
+                    span.record("outcome", "rejected");
+                    span.record("error.code", e.code.as_str());
+                    self.metrics.rejected(e.code);
+                }
+                return reply;
+            }
+        };
+        span.record("outcome", "accepted");
+        self.metrics.admit_seconds.observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .admitted
+            .get_or_create(&crate::metrics::Admitted {
+                protocol: admission.job.batch.bmc.protocol.to_string(),
+                duplicate: admission.accepted.duplicate.to_string(),
+            })
+            .inc();
+        drop(span);
+        let Admission { job, accepted, events } = admission;
+        let id = job.id;
         let Some(mut events) = events else { return Reply::Accepted(accepted) };
 
         // Waiting: the final result may already be there (a duplicate).
@@ -156,6 +183,47 @@ impl Gateway {
         }
     }
 
+    /// Decode, validate, dedupe and queue (durably) one batch.
+    async fn admit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>) -> Result<Admission, Reply> {
+        let mut batch = decode_batch(payload, enc, &self.limits).map_err(|e| Reply::Error(e.into()))?;
+        let wait = truthy(header(headers, WAIT_HEADER));
+        let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
+        let key = batch.bmc.address.key();
+        let subject = self.subjects.job(&key);
+        let span = tracing::Span::current();
+        span.record("batch", tracing::field::display(id));
+        span.record("bmc", tracing::field::display(&key));
+        span.record("protocol", tracing::field::display(batch.bmc.protocol));
+        span.record("actions", batch.actions.len());
+        span.record("subject", subject.as_str());
+        let admitted_at_ms = now_ms();
+        let deadline = batch.deadline.unwrap_or(self.limits.default_deadline);
+        let job = Job { id, admitted_at_ms, deadline_at_ms: admitted_at_ms + deadline.as_millis() as u64, batch };
+
+        // A batch id seen before (even past the JetStream dedupe window) is not queued again.
+        let known = status::load(&self.res.batches, &id)
+            .await
+            .map_err(|e| error(ErrorCode::Unavailable, format!("cannot read batch status: {e}")))?;
+        let mut events = None;
+        if wait {
+            match self.client.subscribe(self.subjects.events(&id)).await {
+                Ok(s) => events = Some(s),
+                Err(e) => return Err(error(ErrorCode::Unavailable, format!("cannot subscribe to results: {e}"))),
+            }
+        }
+        let accepted = match known {
+            Some(v) => Accepted { id, stream_sequence: v.status.stream_sequence.unwrap_or(0), duplicate: true, subject: subject.clone() },
+            None => self.publish(&job, &subject, headers).await?,
+        };
+        span.record("duplicate", accepted.duplicate);
+        tracing::info!(
+            batch = %id, bmc = %key, protocol = %job.batch.bmc.protocol, subject = %subject, seq = accepted.stream_sequence,
+            duplicate = accepted.duplicate, deadline_ms = deadline.as_millis() as u64, on_error = ?job.batch.on_error,
+            actions = ?job.batch.actions, credentials = ?job.batch.bmc.credentials, "Batch admitted."
+        );
+        Ok(Admission { job, accepted, events })
+    }
+
     async fn publish(&self, job: &Job, subject: &str, req_headers: Option<&HeaderMap>) -> Result<Accepted, Reply> {
         let body = Encoding::MessagePack
             .encode(job)
@@ -163,11 +231,8 @@ impl Gateway {
         let mut h = HeaderMap::new();
         h.insert(async_nats::header::NATS_MESSAGE_ID, job.id.to_string().as_str());
         h.insert(CONTENT_TYPE, Encoding::MessagePack.content_type());
-        for name in TRACE_HEADERS {
-            if let Some(v) = header(req_headers, name) {
-                h.insert(name, v);
-            }
-        }
+        // The admit span's context when spans are exported, else the producer's unchanged.
+        telemetry::merge(&mut h, &telemetry::trace_headers(&tracing::Span::current(), req_headers));
         let ack = async {
             self.res.js.publish_with_headers(subject.to_owned(), h, body.into()).await?.await
         }

@@ -1,6 +1,6 @@
 //! Gateway configuration: every flag has a `BMCFLEET_*` environment twin.
 
-use bmcfleet_common::config::{duration, positive_duration, LogArgs, NatsArgs, TopologyArgs};
+use bmcfleet_common::config::{duration, positive_duration, LogArgs, MetricsArgs, NatsArgs, OtelArgs, TopologyArgs};
 use bmcfleet_common::streams::StreamSettings;
 use bmcfleet_schema::Limits;
 use clap::builder::BoolishValueParser;
@@ -17,6 +17,10 @@ pub struct Config {
     pub topology: TopologyArgs,
     #[command(flatten)]
     pub log: LogArgs,
+    #[command(flatten)]
+    pub otel: OtelArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 
     /// Subject prefix of the service endpoints (`<prefix>.submit`, `.status`, `.cancel`).
     #[arg(long, env = "BMCFLEET_SERVICE_PREFIX", default_value = "bmcfleet", value_parser = service_prefix)]

@@ -9,10 +9,12 @@
 //! # Layout
 //! - [`config`]: flags and environment.
 //! - [`admit`]: the request handlers (pure logic over NATS handles).
+//! - [`metrics`]: admission metrics (served on `/metrics`).
 //! - [`run`]: start-up, the service loop and shutdown.
 
 pub mod admit;
 pub mod config;
+pub mod metrics;
 
 pub use config::Config;
 
@@ -22,6 +24,7 @@ use async_nats::service::ServiceExt;
 use bmcfleet_common::streams::{self, Mode};
 use futures::StreamExt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
@@ -32,11 +35,25 @@ pub const SERVICE_NAME: &str = "bmcfleet-gateway";
 /// Run the gateway until `shutdown` resolves; in-flight requests finish first.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let subjects = config.topology.subjects();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = metrics::Metrics::register(&mut registry);
+    // Ready once connected to NATS with the service started (and while the connection holds).
+    let client_cell: Arc<std::sync::OnceLock<async_nats::Client>> = Arc::default();
+    let started = Arc::new(AtomicBool::new(false));
+    let ready = {
+        let (client_cell, started) = (client_cell.clone(), started.clone());
+        Arc::new(move || {
+            started.load(Ordering::SeqCst)
+                && client_cell.get().is_some_and(|c| c.connection_state() == async_nats::connection::State::Connected)
+        })
+    };
+    let server = bmcfleet_common::serve::start_unless_off(config.metrics.addr.0, registry, ready).await?;
     let client = bmcfleet_common::nats::connect(&config.nats, SERVICE_NAME).await?;
-    let resources = streams::ensure(client.clone(), &subjects, &config.stream_settings(), Mode::Update)
+    let _ = client_cell.set(client.clone());
+    let resources = streams::ensure_with_retry(client.clone(), &subjects, &config.stream_settings(), Mode::Update, std::time::Duration::from_secs(60))
         .await
         .context("setting up JetStream streams and buckets")?;
-    let gateway = Arc::new(Gateway::new(client.clone(), resources, subjects, config.limits(), config.max_wait));
+    let gateway = Arc::new(Gateway::new(client.clone(), resources, subjects, config.limits(), config.max_wait).with_metrics(metrics));
 
     let service = client
         .service_builder()
@@ -48,6 +65,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let mut submit = group.endpoint("submit").await.map_err(|e| anyhow::anyhow!("submit endpoint: {e}"))?;
     let mut status = group.endpoint("status").await.map_err(|e| anyhow::anyhow!("status endpoint: {e}"))?;
     let mut cancel = group.endpoint("cancel").await.map_err(|e| anyhow::anyhow!("cancel endpoint: {e}"))?;
+    started.store(true, Ordering::SeqCst);
     tracing::info!(prefix = %config.service_prefix, partitions = config.topology.partitions, "Gateway ready.");
 
     let permits = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
@@ -71,7 +89,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     tracing::info!("Gateway stopping; finishing in-flight requests.");
     tracker.close();
     tracker.wait().await;
+    started.store(false, Ordering::SeqCst);
     let _ = service.stop().await;
     client.flush().await.ok();
+    if let Some(server) = server {
+        server.stop().await;
+    }
     Ok(())
 }

@@ -6,6 +6,8 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    bmcfleet_common::runtime::init_logging(&config.log).map_err(anyhow::Error::msg)?;
-    bmcfleet_gateway::run(config, bmcfleet_common::runtime::shutdown_signal()).await
+    let telemetry = bmcfleet_common::telemetry::init(&config.log, &config.otel, "bmc-gateway").map_err(anyhow::Error::msg)?;
+    let result = bmcfleet_gateway::run(config, bmcfleet_common::runtime::shutdown_signal()).await;
+    telemetry.shutdown(std::time::Duration::from_secs(5)).await;
+    result
 }

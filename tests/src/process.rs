@@ -36,6 +36,9 @@ impl Process {
         let mut cmd = Command::new(bin(binary));
         cmd.args(args)
             .env_remove("RUST_LOG")
+            // Many processes share this host: metrics on any free loopback port
+            // unless the caller asks for another address.
+            .env("BMCFLEET_METRICS_ADDR", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"));

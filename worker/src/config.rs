@@ -1,6 +1,6 @@
 //! Worker configuration: every flag has a `BMCFLEET_*` environment twin.
 
-use bmcfleet_common::config::{positive_duration, LogArgs, NatsArgs, TopologyArgs};
+use bmcfleet_common::config::{positive_duration, LogArgs, MetricsArgs, NatsArgs, OtelArgs, TopologyArgs};
 use clap::Parser;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,6 +16,10 @@ pub struct Config {
     pub topology: TopologyArgs,
     #[command(flatten)]
     pub log: LogArgs,
+    #[command(flatten)]
+    pub otel: OtelArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 
     /// Unique name of this worker (default: host name, pid and a random suffix).
     #[arg(long, env = "BMCFLEET_WORKER_ID", value_parser = bmcfleet_common::config::token)]

@@ -14,6 +14,7 @@ use crate::session::{perform, SessionSlot};
 use crate::Shared;
 use async_nats::HeaderMap;
 use bmcfleet_common::events;
+use bmcfleet_common::telemetry;
 use bmcfleet_common::runtime::now_ms;
 use bmcfleet_common::status::{self, StatusError};
 use bmcfleet_provider::{CallInfo, Ctx, ProviderError};
@@ -22,6 +23,8 @@ use bmcfleet_schema::{
 };
 use std::time::Duration;
 use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::Instrument;
 
 /// How a delivery ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -79,6 +82,8 @@ pub async fn execute(shared: &Shared, job: &Job, trace: Option<&HeaderMap>, slot
     let Some(mut run) = Run::begin(shared, job, fence, trace).await else {
         return Outcome::HandBack;
     };
+    tracing::Span::current().record("attempt", run.status.deliveries);
+    run.count_delivery();
     if run.status.state.is_final() {
         // Finished before (the ack was lost): publish the result again; the
         // events stream drops the duplicate by its message id.
@@ -98,6 +103,26 @@ pub async fn execute(shared: &Shared, job: &Job, trace: Option<&HeaderMap>, slot
 }
 
 impl<'a> Run<'a> {
+    /// Metrics of this delivery: a redelivery, or (first run) the time the batch queued.
+    fn count_delivery(&self) {
+        let m = &self.shared.metrics;
+        let s = &self.status;
+        let kind = match (s.state.is_final(), s.deliveries) {
+            (true, d) if d >= 1 => Some("redelivered"),
+            (false, d) if d > 1 => Some(if s.results.is_empty() { "redelivered" } else { "resumed" }),
+            (false, _) => {
+                let partition = self.job.batch.bmc.address.key().partition(self.shared.subjects.partitions);
+                let waited = now_ms().saturating_sub(self.job.admitted_at_ms) as f64 / 1000.0;
+                m.queue_wait_seconds.get_or_create(&crate::metrics::Metrics::partition_label(partition)).observe(waited);
+                None
+            }
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            m.redeliveries.get_or_create(&crate::metrics::KindLabels { kind: kind.into() }).inc();
+        }
+    }
+
     /// Load or create the status record and claim it for this worker.
     async fn begin(shared: &'a Shared, job: &'a Job, fence: &'a Fence, trace: Option<&'a HeaderMap>) -> Option<Run<'a>> {
         let kv = &shared.res.batches;
@@ -185,7 +210,8 @@ impl<'a> Run<'a> {
 
     fn publish_soon(&self, event: EventKind) {
         let ev = Event { batch: self.job.id, at_ms: now_ms(), event };
-        let headers = events::headers(&ev, self.trace);
+        let trace = telemetry::trace_headers(&tracing::Span::current(), self.trace);
+        let headers = events::headers(&ev, Some(&trace));
         let subject = self.shared.subjects.events(&self.job.id);
         let client = self.shared.client.clone();
         if let Ok(body) = bmcfleet_schema::Encoding::MessagePack.encode(&ev) {
@@ -197,6 +223,7 @@ impl<'a> Run<'a> {
     }
 
     fn push(&mut self, result: ActionResult) {
+        self.shared.metrics.action(&result, &self.job.batch.bmc.protocol.to_string());
         self.status.results.push(result.clone());
         self.publish_soon(EventKind::ActionFinished { result });
     }
@@ -254,7 +281,20 @@ impl<'a> Run<'a> {
                 self.status.in_progress = Some(i as u32);
                 self.save().await?;
             }
-            self.publish_soon(EventKind::ActionStarted { index: i as u32, action: action.kind().to_owned() });
+            let span = tracing::info_span!(
+                "worker.action",
+                batch = %self.job.id,
+                bmc = %key,
+                protocol = %batch.bmc.protocol,
+                index = i,
+                action = action.kind(),
+                attempt = self.status.deliveries,
+                provider = Empty,
+                outcome = Empty,
+                error.code = Empty,
+                duration_ms = Empty,
+            );
+            span.in_scope(|| self.publish_soon(EventKind::ActionStarted { index: i as u32, action: action.kind().to_owned() }));
             let left = Duration::from_millis(self.job.deadline_at_ms.saturating_sub(now_ms()));
             let ctx = Ctx::new(Instant::now() + left.min(self.shared.action_timeout)).with_call(CallInfo {
                 batch: self.job.id,
@@ -264,7 +304,7 @@ impl<'a> Run<'a> {
             });
             let started = Instant::now();
             let outcome = tokio::select! {
-                r = self.attempt(slot, &ctx, action, &creds) => r,
+                r = self.attempt(slot, &ctx, action, &creds).instrument(span.clone()) => r,
                 _ = self.fence.lost.cancelled() => return Err(Stop),
             };
             let ms = started.elapsed().as_millis() as u64;
@@ -281,12 +321,20 @@ impl<'a> Run<'a> {
                 ),
                 Err(e) => ActionResult::err(i as u32, action.kind(), provider, e.into(), ms),
             };
-            tracing::info!(
-                batch = %self.job.id, bmc = %key, index = i, action = action.kind(), params = ?action,
-                outcome = ?result.outcome, error = ?result.error, duration_ms = ms, "Action finished."
-            );
+            span.record("provider", result.provider.as_deref().unwrap_or("-"));
+            span.record("outcome", result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("ok"));
+            if let Some(e) = &result.error {
+                span.record("error.code", e.code.as_str());
+            }
+            span.record("duration_ms", ms);
             self.status.in_progress = None;
-            self.push(result);
+            span.in_scope(|| {
+                tracing::info!(
+                    batch = %self.job.id, bmc = %key, index = i, action = action.kind(), params = ?action,
+                    outcome = ?result.outcome, error = ?result.error, duration_ms = ms, "Action finished."
+                );
+                self.push(result);
+            });
             self.save().await?;
         }
         Ok(())
@@ -300,12 +348,29 @@ impl<'a> Run<'a> {
         creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
     ) -> Result<Option<bmcfleet_schema::ActionData>, ProviderError> {
         let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
+        let protocol = self.job.batch.bmc.protocol.to_string();
+        // One span per action's BMC work (session set-up and the provider's calls,
+        // which open their own per-request spans beneath it).
+        let span = tracing::info_span!(
+            "bmc.call",
+            otel.kind = "client",
+            bmc = %self.job.batch.bmc.address.key(),
+            protocol = %protocol,
+            provider = Empty,
+            action = action.kind(),
+            attempt = ctx.call.as_ref().map(|c| c.delivery).unwrap_or(0),
+            outcome = Empty,
+            error.code = Empty,
+        );
         let work = async {
             let (session, caps) = slot.get(&self.shared.registry, ctx, &self.job.batch.bmc, creds).await?;
+            tracing::Span::current().record("provider", session.provider());
             perform(session, caps, ctx, action).await
-        };
+        }
+        .instrument(span.clone());
         let left = ctx.deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, work).await {
+        let started = Instant::now();
+        let result = match tokio::time::timeout(left, work).await {
             Ok(r) => r,
             Err(_) => {
                 // The provider overran its deadline: the session's state is unknown.
@@ -313,7 +378,18 @@ impl<'a> Run<'a> {
                 let code = if now_ms() >= self.job.deadline_at_ms { ErrorCode::DeadlineExceeded } else { ErrorCode::Timeout };
                 Err(ProviderError::new(code, format!("no answer within {}", bmcfleet_schema::duration::format(left))))
             }
-        }
+        };
+        let provider = slot.provider().map(str::to_owned).unwrap_or(protocol);
+        self.shared
+            .metrics
+            .bmc_call_seconds
+            .get_or_create(&crate::metrics::ProtocolLabels { protocol: provider })
+            .observe(started.elapsed().as_secs_f64());
+        match &result {
+            Ok(_) => span.record("outcome", "ok"),
+            Err(e) => span.record("outcome", e.code.as_str()).record("error.code", e.code.as_str()),
+        };
+        result
     }
 
     async fn finish(&mut self) -> Result<(), Stop> {
@@ -338,6 +414,8 @@ impl<'a> Run<'a> {
             finished_at_ms: now,
         });
         self.save().await?;
+        self.shared.metrics.batches_finished.get_or_create(&crate::metrics::StateLabels { state: format!("{state:?}").to_lowercase() }).inc();
+        tracing::Span::current().record("state", tracing::field::debug(state));
         tracing::info!(batch = %self.job.id, bmc = %self.status.bmc, state = ?state, "Batch finished.");
         self.publish_final().await
     }
@@ -348,9 +426,10 @@ impl<'a> Run<'a> {
             return Ok(());
         };
         let ev = Event { batch: self.job.id, at_ms: now_ms(), event: EventKind::BatchFinished { result } };
+        let trace = telemetry::trace_headers(&tracing::Span::current(), self.trace);
         let mut attempt = 0;
         loop {
-            match events::publish(&self.shared.res.js, &self.shared.subjects, &ev, self.trace).await {
+            match events::publish(&self.shared.res.js, &self.shared.subjects, &ev, Some(&trace)).await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     tracing::warn!(batch = %self.job.id, error = %e, "Cannot publish the final result; retrying.");

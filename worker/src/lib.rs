@@ -12,12 +12,14 @@
 //! - [`executor`]: one batch: resume, run, record progress, publish results.
 //! - [`session`]: a lane's BMC session and action dispatch onto capabilities.
 //! - [`registry`]: available providers; [`credentials`]: named credentials.
+//! - [`metrics`]: what the worker counts (served on `/metrics`).
 
 pub mod config;
 pub mod credentials;
 pub mod executor;
 pub mod fence;
 pub mod membership;
+pub mod metrics;
 pub mod partition;
 pub mod registry;
 pub mod session;
@@ -30,6 +32,7 @@ use bmcfleet_schema::Subjects;
 use credentials::CredentialStore;
 use registry::Registry;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -46,6 +49,8 @@ pub struct Shared {
     pub action_timeout: Duration,
     /// Worker-wide bound on batches executing at once.
     pub permits: Arc<Semaphore>,
+    /// Counters and histograms served on `/metrics`.
+    pub metrics: metrics::Metrics,
 }
 
 fn default_worker_id() -> String {
@@ -86,9 +91,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         None => CredentialStore::default(),
     };
     let registry = registry(&config);
+    let mut prometheus = prometheus_client::registry::Registry::default();
+    let metrics = metrics::Metrics::register(&mut prometheus);
+    // Ready while connected to NATS with the membership loop running.
+    let client_cell: Arc<std::sync::OnceLock<async_nats::Client>> = Arc::default();
+    let running = Arc::new(AtomicBool::new(false));
+    let ready = {
+        let (client_cell, running) = (client_cell.clone(), running.clone());
+        Arc::new(move || {
+            running.load(Ordering::SeqCst)
+                && client_cell.get().is_some_and(|c| c.connection_state() == async_nats::connection::State::Connected)
+        })
+    };
+    let server = bmcfleet_common::serve::start_unless_off(config.metrics.addr.0, prometheus, ready).await?;
     let client = bmcfleet_common::nats::connect(&config.nats, &format!("bmc-worker {worker_id}")).await?;
+    let _ = client_cell.set(client.clone());
     let settings = StreamSettings { replicas: config.topology.replicas as usize, ..StreamSettings::default() };
-    let res = streams::ensure(client.clone(), &subjects, &settings, Mode::UseExisting)
+    let res = streams::ensure_with_retry(client.clone(), &subjects, &settings, Mode::UseExisting, std::time::Duration::from_secs(60))
         .await
         .context("setting up JetStream streams and buckets")?;
     let providers = registry.describe();
@@ -102,6 +121,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         credentials,
         action_timeout: config.action_timeout,
         permits: Arc::new(Semaphore::new(config.max_concurrent_batches as usize)),
+        metrics,
     });
     let membership = membership::Membership::new(
         shared.clone(),
@@ -119,10 +139,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .await?;
     let stop = CancellationToken::new();
     let task = tokio::spawn(membership.run(stop.clone()));
+    running.store(true, Ordering::SeqCst);
     shutdown.await;
+    running.store(false, Ordering::SeqCst);
     stop.cancel();
     task.await.context("membership task")?;
     client.flush().await.ok();
+    if let Some(server) = server {
+        server.stop().await;
+    }
     tracing::info!("Worker stopped.");
     Ok(())
 }

@@ -159,6 +159,8 @@ impl Membership {
                 let key = self.shared.subjects.lease_key(p);
                 let _ = self.leases.delete_expect_revision(&key, Some(o.revision)).await;
             }
+            self.shared.metrics.lease(if o.fence.lost.is_cancelled() { "lost" } else { "released" });
+            self.shared.metrics.partitions_owned.set(self.owned.len() as i64);
             tracing::info!(partition = p, "Partition released.");
         }
     }
@@ -234,6 +236,8 @@ impl Membership {
                     let task = tokio::spawn(partition::run(self.shared.clone(), p, fence.clone(), self.settings.clone()));
                     tracing::info!(partition = p, share, live, "Partition acquired.");
                     self.owned.insert(p, Owned { revision, fence, task, releasing: false });
+                    self.shared.metrics.lease("acquired");
+                    self.shared.metrics.partitions_owned.set(self.owned.len() as i64);
                     want -= 1;
                 }
                 Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 /// Settings of a partition runner.
 #[derive(Clone, Debug)]
@@ -233,7 +234,28 @@ async fn lane(
             _ = fence.drain.cancelled() => break,
             _ = fence.lost.cancelled() => break,
         };
-        let outcome = execute(&shared, &d.job, d.msg.headers.as_ref(), &mut slot, &fence).await;
+        let partition = key.partition(shared.subjects.partitions);
+        let span = tracing::info_span!(
+            "worker.execute",
+            otel.kind = "consumer",
+            batch = %d.job.id,
+            bmc = %key,
+            protocol = %d.job.batch.bmc.protocol,
+            partition,
+            worker = %shared.worker_id,
+            stream_seq = d.seq,
+            actions = d.job.batch.actions.len(),
+            attempt = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            state = tracing::field::Empty,
+        );
+        // Continue the producer → gateway trace carried in the job's headers.
+        bmcfleet_common::telemetry::set_parent(&span, d.msg.headers.as_ref());
+        let in_flight = shared.metrics.lanes_in_flight.get_or_create(&crate::metrics::Metrics::partition_label(partition)).clone();
+        in_flight.inc();
+        let outcome = execute(&shared, &d.job, d.msg.headers.as_ref(), &mut slot, &fence).instrument(span.clone()).await;
+        in_flight.dec();
+        span.record("outcome", if outcome == Outcome::Done { "done" } else { "handed_back" });
         drop(permit);
         match outcome {
             Outcome::Done => {

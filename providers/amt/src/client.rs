@@ -53,6 +53,7 @@ impl WsmanClient {
         let span = tracing::info_span!(
             "wsman",
             bmc = %self.bmc,
+            protocol = "amt",
             action = %action,
             outcome = tracing::field::Empty
         );

@@ -65,7 +65,7 @@ impl IpmiConnector {
             .map_err(|e| ProviderError::new(ErrorCode::InvalidField, format!("credentials: {e}")))?;
 
         let bmc = target.address.to_string();
-        let span = tracing::debug_span!("ipmi_connect", bmc = %bmc);
+        let span = tracing::debug_span!("ipmi_connect", bmc = %bmc, protocol = "ipmi");
         async {
             let peer = resolve(ctx, &target.address.authority(DEFAULT_PORT)).await?;
             let transport = RmcpTransport::connect(

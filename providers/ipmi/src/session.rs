@@ -66,6 +66,7 @@ impl<T: Transport> IpmiSession<T> {
         let span = tracing::debug_span!(
             "ipmi_call",
             bmc = %self.bmc,
+            protocol = "ipmi",
             netfn = id.netfn,
             cmd = id.cmd,
             command = id.name,

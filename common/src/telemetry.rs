@@ -1,0 +1,198 @@
+//! Tracing set-up for the binaries: structured logs (JSON or pretty) and,
+//! when an OTLP endpoint is configured, span export over OTLP (gRPC or
+//! HTTP/protobuf). W3C trace context (`traceparent`, `tracestate`) travels in
+//! NATS headers: [`set_parent`] continues a producer's trace, [`trace_headers`]
+//! hands the current span's context on.
+//!
+//! With no endpoint configured no OpenTelemetry layer is installed at all, so
+//! spans cost what plain `tracing` spans cost; trace headers are then passed
+//! through unchanged, so a trace still connects across processes that do export.
+
+use crate::config::{LogArgs, LogFormat, OtelArgs, OtlpProtocol};
+use async_nats::HeaderMap;
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use std::time::Duration;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// The W3C trace-context headers carried on requests, jobs and events.
+pub const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
+
+/// The installed telemetry; [`Telemetry::shutdown`] flushes exported spans.
+#[must_use = "call shutdown() before exiting so buffered spans are exported"]
+pub struct Telemetry {
+    /// Present only when spans are exported.
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Whether spans are exported over OTLP.
+    pub fn exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// Export what is buffered and stop the exporter (bounded by `timeout`).
+    pub async fn shutdown(self, timeout: Duration) {
+        let Some(provider) = self.provider else { return };
+        // The batch exporter blocks while it flushes: keep that off the async workers.
+        let done = tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(timeout)).await;
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("OpenTelemetry: flushing spans at shutdown failed: {e}"),
+            Err(e) => eprintln!("OpenTelemetry: the flush task failed: {e}"),
+        }
+    }
+}
+
+fn exporter(otel: &OtelArgs, endpoint: &str) -> Result<opentelemetry_otlp::SpanExporter, String> {
+    use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
+    // reqwest is built with rustls and no default crypto provider; another
+    // part of the process may have installed one already, which is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let built = match otel.protocol {
+        OtlpProtocol::HttpProtobuf => SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            // OTEL_EXPORTER_OTLP_ENDPOINT is a base URL: the signal path is appended (OTLP spec).
+            .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
+            .build(),
+        OtlpProtocol::Grpc => SpanExporter::builder().with_tonic().with_endpoint(endpoint).build(),
+    };
+    built.map_err(|e| format!("cannot set up the OTLP exporter for {endpoint}: {e}"))
+}
+
+/// Install the global subscriber (call once, from `main`, inside the Tokio
+/// runtime). `service` is the default `service.name`.
+pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, String> {
+    let filter = EnvFilter::try_new(&log.log).map_err(|e| format!("invalid log filter `{}`: {e}", log.log))?;
+    let fmt = match log.log_format {
+        LogFormat::Json => tracing_subscriber::fmt::layer().json().flatten_event(true).with_writer(std::io::stderr).boxed(),
+        LogFormat::Pretty => tracing_subscriber::fmt::layer().compact().with_writer(std::io::stderr).boxed(),
+    }
+    .with_filter(filter);
+    let (layer, provider) = match otel.endpoint.as_deref().filter(|e| !e.is_empty()) {
+        None => (None, None),
+        Some(endpoint) => {
+            let span_filter =
+                EnvFilter::try_new(&otel.filter).map_err(|e| format!("invalid OpenTelemetry filter `{}`: {e}", otel.filter))?;
+            let name = otel.service_name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| service.to_owned());
+            let provider = SdkTracerProvider::builder()
+                .with_batch_exporter(exporter(otel, endpoint)?)
+                .with_resource(Resource::builder().with_service_name(name).build())
+                .build();
+            let tracer = provider.tracer("bmcfleet");
+            let layer = tracing_opentelemetry::layer().with_tracer(tracer).with_filter(span_filter);
+            (Some(layer), Some(provider))
+        }
+    };
+    tracing_subscriber::registry().with(fmt).with(layer).try_init().map_err(|e| e.to_string())?;
+    if let (Some(endpoint), true) = (&otel.endpoint, provider.is_some()) {
+        tracing::info!(endpoint = %endpoint, protocol = ?otel.protocol, "Exporting spans over OTLP.");
+    }
+    Ok(Telemetry { provider })
+}
+
+struct HeaderExtractor<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(|v| v.as_str())
+    }
+    fn keys(&self) -> Vec<&str> {
+        TRACE_HEADERS.iter().copied().filter(|k| self.0.get(*k).is_some()).collect()
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key, value.as_str());
+    }
+}
+
+/// The remote trace context in `headers` (W3C `traceparent`/`tracestate`),
+/// if there is a valid one.
+pub fn extract(headers: Option<&HeaderMap>) -> Option<opentelemetry::Context> {
+    let cx = TraceContextPropagator::new().extract(&HeaderExtractor(headers?));
+    cx.span().span_context().is_valid().then_some(cx)
+}
+
+/// Make `span` a child of the trace in `headers` (no-op without one, or when
+/// spans are not exported).
+pub fn set_parent(span: &tracing::Span, headers: Option<&HeaderMap>) {
+    if let Some(cx) = extract(headers) {
+        let _ = span.set_parent(cx);
+    }
+}
+
+/// The trace context to send on: `span`'s own when spans are exported,
+/// otherwise the trace headers of `incoming` unchanged (so the trace still
+/// connects across processes that do export).
+pub fn trace_headers(span: &tracing::Span, incoming: Option<&HeaderMap>) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    let cx = span.context();
+    if cx.span().span_context().is_valid() {
+        TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(&mut out));
+    } else if let Some(h) = incoming {
+        for name in TRACE_HEADERS {
+            if let Some(v) = h.get(name) {
+                out.insert(name, v.as_str());
+            }
+        }
+    }
+    out
+}
+
+/// Copy `from`'s entries into `into` (trace headers onto a message's own).
+pub fn merge(into: &mut HeaderMap, from: &HeaderMap) {
+    for (name, values) in from.iter() {
+        for v in values {
+            into.insert(name.clone(), v.clone());
+        }
+    }
+}
+
+/// A fresh W3C `traceparent` (sampled) for a producer starting a trace, and its trace id.
+pub fn new_traceparent() -> (String, String) {
+    use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
+    let ids = RandomIdGenerator::default();
+    let trace_id = ids.new_trace_id().to_string();
+    (format!("00-{trace_id}-{}-01", ids.new_span_id()), trace_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparent_round_trip() {
+        let (tp, trace_id) = new_traceparent();
+        assert_eq!(tp.len(), 55, "{tp}");
+        let mut h = HeaderMap::new();
+        h.insert("traceparent", tp.as_str());
+        h.insert("tracestate", "vendor=x");
+        let cx = extract(Some(&h)).expect("valid context");
+        assert_eq!(cx.span().span_context().trace_id().to_string(), trace_id);
+        assert!(cx.span().span_context().is_remote());
+        // Without an exporting subscriber the incoming headers pass through.
+        let out = trace_headers(&tracing::Span::none(), Some(&h));
+        assert_eq!(out.get("traceparent").map(|v| v.as_str()), Some(tp.as_str()));
+        assert_eq!(out.get("tracestate").map(|v| v.as_str()), Some("vendor=x"));
+    }
+
+    #[test]
+    fn invalid_traceparent_is_ignored() {
+        let mut h = HeaderMap::new();
+        h.insert("traceparent", "00-00000000000000000000000000000000-0000000000000000-01");
+        assert!(extract(Some(&h)).is_none());
+        assert!(extract(None).is_none());
+        assert_ne!(new_traceparent().1, new_traceparent().1);
+    }
+}

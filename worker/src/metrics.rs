@@ -1,0 +1,120 @@
+//! The worker's Prometheus metrics, registered on a registry handed in.
+
+use bmcfleet_schema::ActionResult;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    /// Action kind (`power_on`, `boot_device`, …).
+    pub action: String,
+    /// Provider that ran it, else the batch's protocol.
+    pub protocol: String,
+    /// `ok` or the error code.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProtocolLabels {
+    pub protocol: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    pub partition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeLabels {
+    /// `acquired`, `lost` or `released`.
+    pub change: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `resumed` (some actions were done before) or `redelivered` (none were).
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency() -> Histogram {
+    // 1 ms … ~65 s
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+fn wait() -> Histogram {
+    // 1 ms … ~9 h
+    Histogram::new(exponential_buckets(0.001, 2.5, 18))
+}
+
+/// Everything the worker counts.
+#[derive(Clone)]
+pub struct Metrics {
+    pub actions: Family<ActionLabels, Counter>,
+    pub bmc_call_seconds: HistogramFamily<ProtocolLabels>,
+    pub queue_wait_seconds: HistogramFamily<PartitionLabels>,
+    pub lanes_in_flight: Family<PartitionLabels, Gauge>,
+    pub partitions_owned: Gauge,
+    pub lease_changes: Family<ChangeLabels, Counter>,
+    pub redeliveries: Family<KindLabels, Counter>,
+    pub batches_finished: Family<StateLabels, Counter>,
+}
+
+impl Default for Metrics {
+    /// Metrics on no registry (for code paths and tests that do not serve them).
+    fn default() -> Self {
+        Metrics::register(&mut Registry::default())
+    }
+}
+
+impl Metrics {
+    /// Create the metrics and register them under `bmcfleet_`.
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            actions: Family::default(),
+            bmc_call_seconds: Family::new_with_constructor(latency as fn() -> Histogram),
+            queue_wait_seconds: Family::new_with_constructor(wait as fn() -> Histogram),
+            lanes_in_flight: Family::default(),
+            partitions_owned: Gauge::default(),
+            lease_changes: Family::default(),
+            redeliveries: Family::default(),
+            batches_finished: Family::default(),
+        };
+        let r = registry.sub_registry_with_prefix("bmcfleet");
+        r.register("actions", "Action results, by action kind, protocol and outcome (ok or error code)", m.actions.clone());
+        r.register("bmc_call_duration_seconds", "Time spent in BMC calls for one action (session set-up included), by protocol", m.bmc_call_seconds.clone());
+        r.register("queue_wait_seconds", "Time from admission to the start of a batch's first run, by partition", m.queue_wait_seconds.clone());
+        r.register("lanes_in_flight", "BMC lanes executing a batch right now, by partition", m.lanes_in_flight.clone());
+        r.register("partitions_owned", "Partitions this worker owns", m.partitions_owned.clone());
+        r.register("lease_changes", "Partition lease changes (acquired, lost, released)", m.lease_changes.clone());
+        r.register("redeliveries", "Batches delivered again (resumed after finished actions, or redelivered before any)", m.redeliveries.clone());
+        r.register("batches_finished", "Batches finished by this worker, by final state", m.batches_finished.clone());
+        m
+    }
+
+    pub fn action(&self, result: &ActionResult, protocol: &str) {
+        let outcome = result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("ok");
+        let protocol = result.provider.as_deref().unwrap_or(protocol);
+        self.actions
+            .get_or_create(&ActionLabels { action: result.action.clone(), protocol: protocol.to_owned(), outcome: outcome.to_owned() })
+            .inc();
+    }
+
+    pub fn lease(&self, change: &str) {
+        self.lease_changes.get_or_create(&ChangeLabels { change: change.to_owned() }).inc();
+    }
+
+    pub fn partition_label(p: u16) -> PartitionLabels {
+        PartitionLabels { partition: p.to_string() }
+    }
+}
