@@ -18,6 +18,7 @@ command -v ipmi_sim >/dev/null || apt_packages+=(openipmi)
 command -v ipmitool >/dev/null || apt_packages+=(ipmitool)
 command -v ipmipower >/dev/null || apt_packages+=(freeipmi-tools)
 command -v openssl >/dev/null || apt_packages+=(openssl)
+command -v npm >/dev/null || apt_packages+=(npm)
 command -v cc >/dev/null || apt_packages+=(build-essential)
 python3 -c 'import venv, ensurepip' 2>/dev/null || apt_packages+=(python3-venv)
 if [ "${#apt_packages[@]}" -gt 0 ]; then

@@ -9,3 +9,5 @@ cd "$ROOT"
 export BMCFLEET_REQUIRE_PEERS=1
 cargo build --workspace --bins --all-features
 cargo test --workspace --all-features -- --test-threads="${BMCFLEET_TEST_THREADS:-4}"
+# Container, compose and Kubernetes manifests (no Docker engine or cluster needed).
+"$ROOT/deploy/validate.sh"

@@ -9,6 +9,7 @@
 //! the README's test command does).
 
 pub mod checks;
+pub mod cluster;
 pub mod nats;
 pub mod otlp;
 pub mod process;
