@@ -1,1 +1,224 @@
-fn main() {}
+//! `bmc-bench`: parse the command line, run the chosen benchmarks, print
+//! their tables, and (for `all --out`) write docs/BENCHMARKS.md.
+
+use anyhow::Context as _;
+use bmcfleet_bench::{ipmi, ordering, pipeline, redfish, report, scale};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Side-by-side benchmarks of bmcfleet; prints medians, p99 and ratios.
+#[derive(Parser, Debug)]
+#[command(name = "bmc-bench", version)]
+struct Cli {
+    /// Repetitions per measurement (medians are reported).
+    #[arg(long, env = "BMC_BENCH_REPS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50), global = true)]
+    reps: u32,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Raw JetStream round trip vs bmcfleet submit → result.
+    Pipeline(PipelineArgs),
+    /// Native IPMI provider vs ipmitool vs FreeIPMI against ipmi_sim.
+    Ipmi(IpmiArgs),
+    /// Redfish provider vs python sushy against sushy-emulator.
+    Redfish(RedfishArgs),
+    /// 10,000 BMCs, 64 partitions, 1 and 3 workers: throughput, memory, rebalance, backlog drain.
+    Scale(ScaleArgs),
+    /// Strict per-BMC ordering vs an unordered consumer on the same stream.
+    Ordering(OrderingArgs),
+    /// Every benchmark, then the results document.
+    All(AllArgs),
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    let d = bmcfleet_schema::duration::parse(s)?;
+    if d.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(d)
+}
+
+#[derive(Args, Debug, Clone)]
+struct PipelineArgs {
+    /// Closed-loop concurrencies (the last is the throughput goal's moderate load).
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    concurrency: Vec<usize>,
+    /// Open-loop arrival rate for the added-latency goal (requests per second).
+    #[arg(long, default_value_t = 200.0)]
+    open_rate: f64,
+    /// Measurement window per run.
+    #[arg(long, default_value = "4s", value_parser = duration)]
+    duration: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+struct IpmiArgs {
+    /// ipmi_sim instances in the fleet case.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=50))]
+    fleet: u32,
+    /// Measurement window per client and case.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    duration: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+struct RedfishArgs {
+    /// Power-status measurement window.
+    #[arg(long, default_value = "3s", value_parser = duration)]
+    duration: Duration,
+    /// 5-action batches timed per repetition and client.
+    #[arg(long, default_value_t = 20)]
+    batches: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ScaleArgs {
+    #[arg(long, default_value_t = 10_000)]
+    bmcs: usize,
+    #[arg(long, default_value_t = 64)]
+    partitions: u16,
+    /// Worker counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,3")]
+    workers: Vec<usize>,
+    /// Batches queued before the drain test's worker starts.
+    #[arg(long, default_value_t = 100_000)]
+    queued: usize,
+    /// Worker --lane-idle-timeout.
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    lane_idle: Duration,
+    /// Worker --lease-ttl.
+    #[arg(long, default_value = "6s", value_parser = duration)]
+    lease_ttl: Duration,
+    /// Worker --rebalance-interval.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    rebalance: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+struct OrderingArgs {
+    /// Batches per drain.
+    #[arg(long, default_value_t = 5000)]
+    batches: usize,
+    /// Workloads: distinct BMCs the batches are spread over.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10")]
+    bmcs: Vec<usize>,
+    /// Time each simulated action takes.
+    #[arg(long, default_value = "1ms", value_parser = duration)]
+    sim_latency: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+struct AllArgs {
+    /// Write the results document here (e.g. docs/BENCHMARKS.md).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Smaller sizes and shorter windows (a smoke run; its figures are not for publication).
+    #[arg(long)]
+    quick: bool,
+}
+
+fn pipeline_opts(a: &PipelineArgs, reps: usize) -> pipeline::Options {
+    pipeline::Options { concurrency: a.concurrency.clone(), open_rate: a.open_rate, duration: a.duration, reps, ..pipeline::Options::default() }
+}
+
+fn ipmi_opts(a: &IpmiArgs, reps: usize) -> ipmi::Options {
+    ipmi::Options { fleet: a.fleet as usize, duration: a.duration, reps }
+}
+
+fn redfish_opts(a: &RedfishArgs, reps: usize) -> redfish::Options {
+    redfish::Options { duration: a.duration, batches: a.batches, reps }
+}
+
+fn scale_opts(a: &ScaleArgs, reps: usize) -> scale::Options {
+    scale::Options {
+        bmcs: a.bmcs,
+        partitions: a.partitions,
+        workers: a.workers.clone(),
+        queued: a.queued,
+        lane_idle: a.lane_idle,
+        lease_ttl: a.lease_ttl,
+        rebalance: a.rebalance,
+        reps,
+        ..scale::Options::default()
+    }
+}
+
+fn ordering_opts(a: &OrderingArgs, reps: usize) -> ordering::Options {
+    ordering::Options { batches: a.batches, bmc_counts: a.bmcs.clone(), sim_latency: a.sim_latency, reps, ..ordering::Options::default() }
+}
+
+/// Parse a subcommand's defaults (so `all` uses exactly what the subcommands would).
+fn defaults<T: Args + clap::FromArgMatches>(extra: &[&str]) -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults"));
+    let matches = cmd.get_matches_from(std::iter::once("defaults").chain(extra.iter().copied()));
+    T::from_arg_matches(&matches).expect("defaults parse")
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let reps = cli.reps as usize;
+    let started = Instant::now();
+    // The program by name only (its build directory says nothing about the run).
+    let command_line = std::env::args()
+        .enumerate()
+        .map(|(i, a)| if i == 0 { std::path::Path::new(&a).file_name().map_or(a.clone(), |n| n.to_string_lossy().into_owned()) } else { a })
+        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let sections = match &cli.command {
+        Command::Pipeline(a) => vec![pipeline::run(&pipeline_opts(a, reps)).await?],
+        Command::Ipmi(a) => vec![ipmi::run(&ipmi_opts(a, reps)).await?],
+        Command::Redfish(a) => vec![redfish::run(&redfish_opts(a, reps)).await?],
+        Command::Scale(a) => vec![scale::run(&scale_opts(a, reps)).await?],
+        Command::Ordering(a) => vec![ordering::run(&ordering_opts(a, reps)).await?],
+        Command::All(all) => {
+            let q = all.quick;
+            let (p, i, r, s, o): (PipelineArgs, IpmiArgs, RedfishArgs, ScaleArgs, OrderingArgs) = if q {
+                (
+                    defaults(&["--duration", "1s"]),
+                    defaults(&["--fleet", "4", "--duration", "500ms"]),
+                    defaults(&["--duration", "1s", "--batches", "5"]),
+                    defaults(&["--bmcs", "1000", "--queued", "5000", "--lane-idle", "5s"]),
+                    defaults(&["--batches", "500"]),
+                )
+            } else {
+                (defaults(&[]), defaults(&[]), defaults(&[]), defaults(&[]), defaults(&[]))
+            };
+            let reps = if q { 1 } else { reps };
+            // Describe the machine before the run loads it.
+            let mut machine = report::machine();
+            if q {
+                machine.push(("mode".into(), "**quick smoke run — reduced sizes, 1 repetition; not representative**".into()));
+            }
+            let mut out = vec![];
+            out.push(pipeline::run(&pipeline_opts(&p, reps)).await.context("pipeline benchmark")?);
+            print!("{}", out.last().expect("section").to_text());
+            out.push(ipmi::run(&ipmi_opts(&i, reps)).await.context("ipmi benchmark")?);
+            print!("{}", out.last().expect("section").to_text());
+            out.push(redfish::run(&redfish_opts(&r, reps)).await.context("redfish benchmark")?);
+            print!("{}", out.last().expect("section").to_text());
+            out.push(scale::run(&scale_opts(&s, reps)).await.context("scale benchmark")?);
+            print!("{}", out.last().expect("section").to_text());
+            out.push(ordering::run(&ordering_opts(&o, reps)).await.context("ordering benchmark")?);
+            print!("{}", out.last().expect("section").to_text());
+            if let Some(path) = &all.out {
+                let doc = report::document(&machine, &command_line, &out, started.elapsed());
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                }
+                std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("wrote {}", path.display());
+            }
+            return Ok(());
+        }
+    };
+    for s in &sections {
+        print!("{}", s.to_text());
+    }
+    Ok(())
+}
