@@ -93,6 +93,7 @@ struct State {
     log: Vec<LogEntry>,
     seq: u64,
     connections: u64,
+    closed: u64,
 }
 
 /// A running simulator. Dropping it stops accepting connections.
@@ -120,7 +121,12 @@ impl SimServer {
                         accepted = listener.accept() => {
                             let Ok((socket, _)) = accepted else { continue };
                             state.lock().unwrap().connections += 1;
-                            tokio::spawn(serve(socket, state.clone(), config.clone()));
+                            let state = state.clone();
+                            let config = config.clone();
+                            tokio::spawn(async move {
+                                serve(socket, state.clone(), config).await;
+                                state.lock().unwrap().closed += 1;
+                            });
                         }
                     }
                 }
@@ -149,6 +155,11 @@ impl SimServer {
     /// How many TCP connections (sessions) were opened.
     pub fn connections(&self) -> u64 {
         self.state.lock().unwrap().connections
+    }
+
+    /// How many sessions were closed (by the client, or on a fault).
+    pub fn closed_connections(&self) -> u64 {
+        self.state.lock().unwrap().closed
     }
 
     /// Wait until `pred(log)` holds or `timeout` passes; returns whether it held.

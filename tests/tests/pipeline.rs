@@ -336,3 +336,98 @@ fn environment_variables_are_validated_exactly_like_flags() {
         assert!(l1.contains(flag) && l2.contains(flag), "{l1}\n{l2}");
     }
 }
+
+#[tokio::test]
+async fn the_gateway_is_a_discoverable_micro_service() {
+    let e = env(1).await;
+    let reply = e.producer.client.request("$SRV.INFO.bmcfleet-gateway", "".into()).await.expect("service info");
+    let info: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(info["name"], "bmcfleet-gateway");
+    let subjects: Vec<&str> = info["endpoints"].as_array().unwrap().iter().map(|e| e["subject"].as_str().unwrap()).collect();
+    for s in ["bmcfleet.submit", "bmcfleet.status", "bmcfleet.cancel"] {
+        assert!(subjects.contains(&s), "{subjects:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_longer_than_ack_wait_is_not_redelivered() {
+    // Workers run with --ack-wait 5s; this batch takes about 8 s (4 actions × 2 s on a slow-* BMC).
+    let e = env(1).await;
+    let b = batch("slow-9.lab", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Cycle), Action::Power(PowerOp::Status), Action::Inventory]);
+    let Reply::Result(r) = e.producer.submit(&b, true).await else { panic!("result") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    assert_eq!(r.deliveries, 1, "in-progress acks keep a long batch from being redelivered");
+    let runs = e.sim.log().iter().filter(|x| x.call.as_ref().is_some_and(|c| c.batch == r.id)).count();
+    assert_eq!(runs, 4);
+}
+
+#[tokio::test]
+async fn idle_lanes_are_evicted_and_their_sessions_closed() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &[]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let _w = topo.worker(&nats, "w0", sim.addr(), &["--lane-idle-timeout", "1s"]);
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    for i in 0..5 {
+        let Reply::Result(r) = p.submit(&batch(&format!("10.11.0.{i}"), vec![Action::Power(PowerOp::Status)]), true).await else { panic!() };
+        assert_eq!(r.state, BatchState::Succeeded);
+    }
+    assert_eq!(sim.connections(), 5, "one session per BMC lane");
+    // Each idle lane is dropped and closes its BMC session.
+    bmcfleet_tests::eventually(Duration::from_secs(15), "idle lanes evicted", || {
+        let closed = sim.closed_connections();
+        async move { (closed == 5).then_some(()) }
+    })
+    .await;
+    // A new batch for an evicted BMC opens a new session.
+    let Reply::Result(r) = p.submit(&batch("10.11.0.0", vec![Action::Power(PowerOp::Status)]), true).await else { panic!() };
+    assert_eq!(r.state, BatchState::Succeeded);
+    assert_eq!(sim.connections(), 6);
+}
+
+#[tokio::test]
+async fn bmcctl_submits_waits_and_reports() {
+    let e = env(1).await;
+    // Async process handling: the simulated BMC runs on this test's runtime.
+    let url = e.nats.url();
+    let bmcctl = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(bmcfleet_tests::bin("bmcctl"));
+        cmd.args(["--nats-url", &url]).args(args).env("BMC_PW", "from-the-environment");
+        async move {
+            let out = cmd.output().await.unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    };
+    let (code, out, err) = bmcctl(&["power", "on", "--bmc", "10.12.0.1", "--protocol", "sim", "--user", "admin", "--password-env", "BMC_PW", "--wait"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("Succeeded") && out.contains("power_on"), "{out}");
+    assert_eq!(e.sim.power("v4-10-12-0-1"), Some(PowerState::On));
+    assert!(!out.contains("from-the-environment") && !err.contains("from-the-environment"));
+
+    let (code, out, _) = bmcctl(&["--json", "boot", "pxe", "--once", "--efi", "--bmc", "10.12.0.1", "--protocol", "sim", "--user", "admin", "--password-env", "BMC_PW"]).await;
+    assert_eq!(code, Some(0));
+    let reply: Reply = serde_json::from_str(&out).expect("--json prints a reply");
+    let Reply::Accepted(a) = reply else { panic!("{out}") };
+    let (code, out, _) = bmcctl(&["watch", &a.id.to_string()]).await;
+    // The batch may have finished before watch subscribed: status is the reliable read.
+    let _ = (code, out);
+    let (code, out, _) = bmcctl(&["status", &a.id.to_string()]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&a.id.to_string()));
+
+    // A failing batch exits 1; a refused one exits 3 with the typed error.
+    let dir = tempfile::tempdir().unwrap();
+    let failing = dir.path().join("fail.json");
+    std::fs::write(&failing, r#"{"bmc":{"address":"10.12.0.2","protocol":"sim","credentials":{"ref":"no-such"}},"actions":[{"power":"on"}]}"#).unwrap();
+    let (code, out, _) = bmcctl(&["submit", failing.to_str().unwrap(), "--wait"]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("unknown_credential"), "{out}");
+    let refused = dir.path().join("bad.json");
+    std::fs::write(&refused, r#"{"bmc":{"address":"10.12.0.300","credentials":{"ref":"r"}},"actions":["inventory"]}"#).unwrap();
+    let (code, _, err) = bmcctl(&["submit", refused.to_str().unwrap()]).await;
+    assert_eq!(code, Some(3));
+    assert!(err.contains("invalid_address"), "{err}");
+}
