@@ -266,3 +266,64 @@ async fn idle_session_sends_keepalives() {
     Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap();
     assert_eq!(s.transport().handshakes(), 1);
 }
+
+/// A UDP relay between the provider and a real `ipmi_sim` that rewrites the
+/// RMCP+ status code of the Open Session Response (IPMI 2.0 §13.18, payload
+/// type 0x11) to `status`: how a BMC that offers none of our cipher suites
+/// answers. Everything else passes through unchanged. Returns the relay's port
+/// and a counter of the responses it rewrote.
+fn open_session_rewriter(bmc: std::net::SocketAddr, status: u8) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let back = UdpSocket::bind("127.0.0.1:0").unwrap();
+    back.connect(bmc).unwrap();
+    let port = front.local_addr().unwrap().port();
+    let rewritten = std::sync::Arc::new(AtomicUsize::new(0));
+    let client = std::sync::Arc::new(std::sync::Mutex::new(None::<std::net::SocketAddr>));
+    {
+        let (front, back, client) = (front.try_clone().unwrap(), back.try_clone().unwrap(), client.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1024];
+            while let Ok((n, from)) = front.recv_from(&mut buf) {
+                *client.lock().unwrap() = Some(from);
+                let _ = back.send(&buf[..n]);
+            }
+        });
+    }
+    {
+        let rewritten = rewritten.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = back.recv(&mut buf) {
+                // RMCP header (4) | auth type 0x06 | payload type | session id (4)
+                // | sequence (4) | payload length (2) | tag | status code ...
+                if n > 17 && buf[4] == 0x06 && buf[5] & 0x3F == 0x11 {
+                    buf[17] = status;
+                    rewritten.fetch_add(1, Ordering::SeqCst);
+                }
+                if let Some(to) = *client.lock().unwrap() {
+                    let _ = front.send_to(&buf[..n], to);
+                }
+            }
+        });
+    }
+    (port, rewritten)
+}
+
+#[tokio::test]
+async fn unsupported_cipher_suite_is_a_typed_unsupported_error() {
+    let sim = start_sim();
+    // 0x1D: "no Cipher Suite match with proposed security algorithms".
+    let (port, rewritten) = open_session_rewriter(sim.socket_addr(), 0x1D);
+    let started = Instant::now();
+    let e = connector().connect(&ctx(), &loopback(port), &sim.credentials()).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(!e.retryable, "a cipher suite mismatch is an answer, not a transient fault: {e}");
+    assert!(e.message.contains("cipher suite 3"), "the message names what bmcfleet offers: {e}");
+    assert!(rewritten.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the Open Session Response went through the relay");
+    assert!(started.elapsed() < Duration::from_secs(3), "answered, not timed out: {:?}", started.elapsed());
+    // The same relay without rewriting would work: the fault is the status code alone.
+    let (port, _) = open_session_rewriter(sim.socket_addr(), 0x00);
+    let mut s = connector().connect(&ctx(), &loopback(port), &sim.credentials()).await.expect("status 0 through the relay");
+    s.power().unwrap().power(&ctx(), PowerOp::Status).await.unwrap();
+}
