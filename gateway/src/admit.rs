@@ -152,10 +152,14 @@ impl Gateway {
         let id = job.id;
         let Some(mut events) = events else { return Reply::Accepted(accepted) };
 
-        // Waiting: the final result may already be there (a duplicate).
-        if let Ok(Some(v)) = status::load(&self.res.batches, &id).await {
-            if let (true, Some(r)) = (v.status.state.is_final(), v.status.result) {
-                return Reply::Result(r);
+        // Waiting on a duplicate: its final result may have been stored before
+        // we subscribed. A batch queued just now cannot have finished before
+        // the subscription (made before publishing), so only duplicates look.
+        if accepted.duplicate {
+            if let Ok(Some(v)) = status::load(&self.res.batches, &id).await {
+                if let (true, Some(r)) = (v.status.state.is_final(), v.status.result) {
+                    return Reply::Result(r);
+                }
             }
         }
         let remaining = Duration::from_millis(job.deadline_at_ms.saturating_sub(now_ms()));

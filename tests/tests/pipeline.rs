@@ -164,6 +164,10 @@ async fn the_same_batch_id_executes_once() {
     // Once finished and acknowledged, the id is still remembered (status record).
     let Reply::Accepted(late) = e.producer.submit(&b, false).await else { panic!("late submit") };
     assert!(late.duplicate);
+    // Waiting on a copy of a finished batch answers from its status record
+    // (no result event will come again).
+    let Reply::Result(again) = e.producer.submit(&b, true).await else { panic!("wait on a finished duplicate") };
+    assert_eq!((again.id, again.state), (id, BatchState::Succeeded));
     let runs = e.sim.log().iter().filter(|x| x.call.as_ref().is_some_and(|c| c.batch == id)).count();
     assert_eq!(runs, 1, "power cycle ran {runs} times");
 }
