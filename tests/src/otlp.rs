@@ -1,7 +1,8 @@
-//! An in-test OTLP/HTTP collector: accepts `POST /v1/traces` with protobuf
-//! bodies (decoded with `opentelemetry-proto`), keeps every span, and answers
-//! like a real collector. The processes under test export to
-//! [`OtlpCollector::endpoint`] with `--otlp-endpoint`.
+//! An in-test OTLP collector, over HTTP/protobuf (`POST /v1/traces`) or gRPC
+//! (HTTP/2, `TraceService/Export` with length-prefixed protobuf frames and a
+//! `grpc-status` trailer), decoding with `opentelemetry-proto`, keeping every
+//! span and answering like a real collector. The processes under test export
+//! to [`OtlpCollector::endpoint`] with `--otlp-endpoint`.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -84,9 +85,44 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+type ReplyBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+
+/// The gRPC method the OTLP trace exporter calls.
+const GRPC_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// The one message of a unary gRPC request body: a 5-byte prefix (compressed
+/// flag, big-endian length) and the protobuf. Compressed messages are refused
+/// (the exporter does not compress unless configured to).
+fn grpc_message(body: &Bytes) -> Option<Bytes> {
+    let (&flag, rest) = body.split_first()?;
+    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    (flag == 0 && rest.len() == 4 + len).then(|| body.slice(5..5 + len))
+}
+
+/// A unary gRPC answer: HTTP 200, the framed response, `grpc-status` in the
+/// trailers (0, or 3 INVALID_ARGUMENT when the request did not decode).
+fn grpc_reply(ok: bool, message: Vec<u8>) -> hyper::Response<ReplyBody> {
+    use hyper::body::Frame;
+    let mut framed = Vec::with_capacity(5 + message.len());
+    framed.push(0);
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&message);
+    let mut trailers = hyper::HeaderMap::new();
+    trailers.insert("grpc-status", if ok { "0" } else { "3" }.parse().unwrap());
+    let mut frames = vec![];
+    if ok {
+        frames.push(Ok(Frame::data(Bytes::from(framed))));
+    }
+    frames.push(Ok(Frame::trailers(trailers)));
+    let body = http_body_util::StreamBody::new(futures::stream::iter(frames)).boxed();
+    hyper::Response::builder().status(200).header("content-type", "application/grpc").body(body).unwrap()
+}
+
 /// The collector; stops when dropped.
 pub struct OtlpCollector {
     pub addr: SocketAddr,
+    /// Speaks OTLP/gRPC (else OTLP/HTTP).
+    pub grpc: bool,
     spans: Arc<Mutex<Vec<Span>>>,
     /// Raw request bodies as received (for redaction checks over everything exported).
     raw: Arc<Mutex<Vec<Bytes>>>,
@@ -94,8 +130,17 @@ pub struct OtlpCollector {
 }
 
 impl OtlpCollector {
-    /// Listen on a free loopback port.
+    /// OTLP/HTTP (protobuf) on a free loopback port.
     pub async fn start() -> OtlpCollector {
+        Self::start_with(false).await
+    }
+
+    /// OTLP/gRPC on a free loopback port.
+    pub async fn start_grpc() -> OtlpCollector {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(grpc: bool) -> OtlpCollector {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind collector");
         let addr = listener.local_addr().unwrap();
         let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
@@ -111,31 +156,47 @@ impl OtlpCollector {
                         async move {
                             let path = req.uri().path().to_owned();
                             let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                            let (status, reply) = if path != "/v1/traces" {
-                                (404, Bytes::new())
-                            } else {
-                                match ExportTraceServiceRequest::decode(body.clone()) {
-                                    Ok(decoded) => {
-                                        raw.lock().unwrap().push(body);
-                                        spans.lock().unwrap().extend(spans_of(&decoded));
-                                        (200, Bytes::from(ExportTraceServiceResponse::default().encode_to_vec()))
-                                    }
-                                    Err(_) => (400, Bytes::new()),
+                            let keep = |message: Bytes| match ExportTraceServiceRequest::decode(message.clone()) {
+                                Ok(decoded) => {
+                                    raw.lock().unwrap().push(message);
+                                    spans.lock().unwrap().extend(spans_of(&decoded));
+                                    true
                                 }
+                                Err(_) => false,
                             };
-                            let resp = hyper::Response::builder()
-                                .status(status)
-                                .header("content-type", "application/x-protobuf")
-                                .body(Full::new(reply))
-                                .unwrap();
-                            Ok::<_, std::convert::Infallible>(resp)
+                            let reply = ExportTraceServiceResponse::default().encode_to_vec();
+                            Ok::<_, std::convert::Infallible>(if grpc {
+                                grpc_reply(path == GRPC_EXPORT_PATH && grpc_message(&body).is_some_and(keep), reply)
+                            } else {
+                                let status = match (path == "/v1/traces", path == "/v1/traces" && keep(body)) {
+                                    (false, _) => 404,
+                                    (true, true) => 200,
+                                    (true, false) => 400,
+                                };
+                                let body: ReplyBody = Full::new(if status == 200 { Bytes::from(reply) } else { Bytes::new() })
+                                    .map_err(|never| match never {})
+                                    .boxed();
+                                hyper::Response::builder().status(status).header("content-type", "application/x-protobuf").body(body).unwrap()
+                            })
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                    let io = TokioIo::new(stream);
+                    if grpc {
+                        let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                            .serve_connection(io, service)
+                            .await;
+                    } else {
+                        let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                    }
                 });
             }
         });
-        OtlpCollector { addr, spans, raw, task }
+        OtlpCollector { addr, grpc, spans, raw, task }
+    }
+
+    /// The `--otlp-protocol` value for this collector.
+    pub fn protocol(&self) -> &'static str {
+        if self.grpc { "grpc" } else { "http/protobuf" }
     }
 
     /// The base URL to give `--otlp-endpoint`.

@@ -34,7 +34,14 @@ async fn env(collector: Option<&OtlpCollector>, log: &str) -> Env {
     let mut env: Vec<(&str, String)> = vec![("OTEL_BSP_SCHEDULE_DELAY", "100".into())];
     let mut otel = vec![];
     if let Some(c) = collector {
-        otel = vec!["--otlp-endpoint".to_string(), c.endpoint(), "--otel-filter".into(), TRACE_ALL.into()];
+        otel = vec![
+            "--otlp-endpoint".to_string(),
+            c.endpoint(),
+            "--otlp-protocol".into(),
+            c.protocol().into(),
+            "--otel-filter".into(),
+            TRACE_ALL.into(),
+        ];
     } else {
         env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", String::new()));
     }
@@ -127,7 +134,16 @@ fn one<'a>(spans: &'a [Span], name: &str) -> &'a Span {
 
 #[tokio::test]
 async fn one_batch_is_one_connected_trace_across_processes() {
-    let collector = OtlpCollector::start().await;
+    connected_trace(OtlpCollector::start().await).await;
+}
+
+/// The same trace exported over OTLP/gRPC (HTTP/2) instead of HTTP/protobuf.
+#[tokio::test]
+async fn the_trace_is_exported_over_grpc_too() {
+    connected_trace(OtlpCollector::start_grpc().await).await;
+}
+
+async fn connected_trace(collector: OtlpCollector) {
     let e = env(Some(&collector), "info").await;
     let mut events = e.producer.client.subscribe("bmc.events.>").await.unwrap();
     e.producer.client.flush().await.unwrap();
