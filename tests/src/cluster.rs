@@ -128,14 +128,7 @@ impl NatsCluster {
             if let Some(status) = node.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 panic!("nats-server {} exited ({status}) while starting; log:\n{}", node.name, node.log_text());
             }
-            let log = node.log_text();
-            let find = |marker: &str| {
-                log.lines()
-                    .find_map(|l| l.split_once(marker).map(|(_, rest)| rest.trim()))
-                    .and_then(|addr| addr.rsplit(':').next())
-                    .and_then(|p| p.parse::<u16>().ok())
-            };
-            if let (Some(client), Some(monitor)) = (find("Listening for client connections on "), find("Starting http monitor on ")) {
+            if let Some((client, monitor)) = crate::nats::ports_from_log(&node.log_text()) {
                 node.port = client;
                 node.monitor_port = monitor;
                 if http_get(monitor, "/healthz?js-enabled-only=true").is_some_and(|(code, _)| code == 200) {

@@ -78,13 +78,7 @@ impl NatsServer {
         let end = Instant::now() + Duration::from_secs(15);
         loop {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let find = |marker: &str| {
-                log.lines()
-                    .find_map(|l| l.split_once(marker).map(|(_, rest)| rest.trim()))
-                    .and_then(|addr| addr.rsplit(':').next())
-                    .and_then(|p| p.parse::<u16>().ok())
-            };
-            if let (Some(client), Some(monitor)) = (find("Listening for client connections on "), find("Starting http monitor on ")) {
+            if let Some((client, monitor)) = ports_from_log(&log) {
                 self.port = client;
                 self.monitor_port = monitor;
                 if healthz(self.monitor_port) {
@@ -147,4 +141,15 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The client and HTTP monitor ports a nats-server logged at start.
+pub fn ports_from_log(log: &str) -> Option<(u16, u16)> {
+    let find = |marker: &str| {
+        log.lines()
+            .find_map(|l| l.split_once(marker).map(|(_, rest)| rest.trim()))
+            .and_then(|addr| addr.rsplit(':').next())
+            .and_then(|p| p.parse::<u16>().ok())
+    };
+    Some((find("Listening for client connections on ")?, find("Starting http monitor on ")?))
 }
