@@ -110,6 +110,13 @@ impl Fleet {
         if let Some(sim) = self.options.sim {
             args.extend(["--sim-endpoint".into(), sim.to_string()]);
         }
+        // Per-BMC pacing (default 50ms between call starts) is a protection
+        // policy, not pipeline cost: the benchmarks measure the pipeline with
+        // it off unless a benchmark's own worker_args or `extra` set it.
+        let flag = "--bmc-min-interval";
+        if !self.options.worker_args.iter().chain(extra).any(|a| a == flag || a.starts_with("--bmc-min-interval=")) {
+            args.extend([flag.into(), "0s".into()]);
+        }
         args.extend(self.options.worker_args.iter().cloned());
         args.extend(extra.iter().cloned());
         let child = Child::spawn(&workspace_bin("bmc-worker")?, &format!("bmc-worker:{id}"), &args, &[])?;

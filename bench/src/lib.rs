@@ -16,11 +16,12 @@
 //! - [`stats`]: medians, percentiles, rates, number formatting.
 //! - [`report`]: tables, goals, findings; terminal text and Markdown.
 //! - one module per benchmark: [`pipeline`], [`ipmi`], [`redfish`],
-//!   [`scale`], [`ordering`].
+//!   [`scale`], [`ordering`], [`isolation`].
 
 pub mod fleet;
 pub mod harness;
 pub mod ipmi;
+pub mod isolation;
 pub mod ordering;
 pub mod pipeline;
 pub mod proc;

@@ -2,7 +2,7 @@
 //! their tables, and (for `all --out`) write docs/BENCHMARKS.md.
 
 use anyhow::Context as _;
-use bmcfleet_bench::{ipmi, ordering, pipeline, redfish, report, scale};
+use bmcfleet_bench::{ipmi, isolation, ordering, pipeline, redfish, report, scale};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -30,6 +30,8 @@ enum Command {
     Scale(ScaleArgs),
     /// Strict per-BMC ordering vs an unordered consumer on the same stream.
     Ordering(OrderingArgs),
+    /// Healthy BMCs' latency alone vs next to a hung and a slow BMC on the same partition.
+    Isolation(IsolationArgs),
     /// Every benchmark, then the results document.
     All(AllArgs),
 }
@@ -112,6 +114,19 @@ struct OrderingArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+struct IsolationArgs {
+    /// Healthy BMCs, each with one batch in flight.
+    #[arg(long, default_value_t = 20)]
+    healthy: usize,
+    /// Measurement window per phase.
+    #[arg(long, default_value = "4s", value_parser = duration)]
+    duration: Duration,
+    /// Time each action on the slow BMC takes.
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    slow_latency: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
 struct AllArgs {
     /// Write the results document here (e.g. docs/BENCHMARKS.md).
     #[arg(long)]
@@ -151,6 +166,10 @@ fn ordering_opts(a: &OrderingArgs, reps: usize) -> ordering::Options {
     ordering::Options { batches: a.batches, bmc_counts: a.bmcs.clone(), sim_latency: a.sim_latency, reps, ..ordering::Options::default() }
 }
 
+fn isolation_opts(a: &IsolationArgs, reps: usize) -> isolation::Options {
+    isolation::Options { healthy: a.healthy, duration: a.duration, slow_latency: a.slow_latency, reps, ..isolation::Options::default() }
+}
+
 /// Parse a subcommand's defaults (so `all` uses exactly what the subcommands would).
 fn defaults<T: Args + clap::FromArgMatches>(extra: &[&str]) -> T {
     let cmd = T::augment_args(clap::Command::new("defaults"));
@@ -176,6 +195,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Redfish(a) => vec![redfish::run(&redfish_opts(a, reps)).await?],
         Command::Scale(a) => vec![scale::run(&scale_opts(a, reps)).await?],
         Command::Ordering(a) => vec![ordering::run(&ordering_opts(a, reps)).await?],
+        Command::Isolation(a) => vec![isolation::run(&isolation_opts(a, reps)).await?],
         Command::All(all) => {
             let q = all.quick;
             let (p, i, r, s, o): (PipelineArgs, IpmiArgs, RedfishArgs, ScaleArgs, OrderingArgs) = if q {
@@ -189,6 +209,7 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 (defaults(&[]), defaults(&[]), defaults(&[]), defaults(&[]), defaults(&[]))
             };
+            let iso: IsolationArgs = if q { defaults(&["--duration", "1s"]) } else { defaults(&[]) };
             let reps = if q { 1 } else { reps };
             // Describe the machine before the run loads it.
             let mut machine = report::machine();
@@ -205,6 +226,8 @@ async fn main() -> anyhow::Result<()> {
             out.push(scale::run(&scale_opts(&s, reps)).await.context("scale benchmark")?);
             print!("{}", out.last().expect("section").to_text());
             out.push(ordering::run(&ordering_opts(&o, reps)).await.context("ordering benchmark")?);
+            print!("{}", out.last().expect("section").to_text());
+            out.push(isolation::run(&isolation_opts(&iso, reps)).await.context("isolation benchmark")?);
             print!("{}", out.last().expect("section").to_text());
             if let Some(path) = &all.out {
                 let doc = report::document(&machine, &command_line, &out, started.elapsed());

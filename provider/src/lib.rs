@@ -100,12 +100,18 @@ pub struct ProviderError {
     /// Whether sending the same request again may succeed (packet loss, 5xx).
     /// Never true for auth failures.
     pub retryable: bool,
+    /// The request provably never reached the BMC (the connection was
+    /// refused or no session could be opened before it was sent). Only then
+    /// may the worker retry a non-idempotent action. `false` (the default)
+    /// means "it may have been sent": the conservative answer whenever a
+    /// provider cannot tell, e.g. a UDP request that got no reply.
+    pub not_sent: bool,
 }
 
 impl ProviderError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         let retryable = matches!(code, ErrorCode::Timeout | ErrorCode::Unreachable);
-        ProviderError { code, message: message.into(), retryable }
+        ProviderError { code, message: message.into(), retryable, not_sent: false }
     }
 
     pub fn unsupported(cap: Capability, protocol: &str) -> Self {
@@ -123,6 +129,12 @@ impl ProviderError {
 
     pub fn with_retryable(mut self, retryable: bool) -> Self {
         self.retryable = retryable;
+        self
+    }
+
+    /// Mark the error as raised before the request left (see [`ProviderError::not_sent`]).
+    pub fn not_sent(mut self) -> Self {
+        self.not_sent = true;
         self
     }
 }

@@ -57,6 +57,11 @@ pub enum ErrorCode {
     /// The worker stopped while this non-idempotent action was running; it
     /// may or may not have taken effect and was not run again.
     Interrupted,
+    /// The worker did not call the BMC: its circuit breaker is open after
+    /// repeated timeouts or unreachable errors, so the action failed at once
+    /// instead of waiting for its deadline. The message says when the next
+    /// probe is allowed; retry after that.
+    CircuitOpen,
     /// The batch was cancelled before this action ran.
     Cancelled,
     /// The action was not run because an earlier one failed (`on_error: stop`).
@@ -91,6 +96,7 @@ impl ErrorCode {
             ErrorCode::ProtocolError => "protocol_error",
             ErrorCode::TargetNotFound => "target_not_found",
             ErrorCode::Interrupted => "interrupted",
+            ErrorCode::CircuitOpen => "circuit_open",
             ErrorCode::Cancelled => "cancelled",
             ErrorCode::Skipped => "skipped",
             ErrorCode::Internal => "internal",
@@ -111,7 +117,7 @@ impl ErrorCode {
             ErrorCode::Conflict => 409,
             ErrorCode::TooLarge => 413,
             ErrorCode::Unsupported | ErrorCode::UnsupportedProtocol => 501,
-            ErrorCode::Unavailable | ErrorCode::Unreachable => 503,
+            ErrorCode::Unavailable | ErrorCode::Unreachable | ErrorCode::CircuitOpen => 503,
             ErrorCode::Timeout | ErrorCode::DeadlineExceeded => 504,
             _ => 500,
         }
@@ -141,5 +147,18 @@ impl ErrorBody {
 impl fmt::Display for ErrorBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn circuit_open_is_a_documented_unavailable() {
+        let c = ErrorCode::CircuitOpen;
+        assert_eq!(c.as_str(), "circuit_open");
+        assert_eq!(serde_json::to_string(&c).unwrap(), "\"circuit_open\"");
+        assert_eq!(c.status(), 503);
     }
 }

@@ -22,6 +22,9 @@
 //! - `down-*`: closes the connection (→ `unreachable`).
 //! - password `wrong`: `auth_failed`.
 //! - `power nmi` and `bmc_reset warm` are unsupported on hosts named `basic-*`.
+//! - at run time, per BMC key ([`server::SimServer::inject`]): refuse the next
+//!   N logins, lose the replies of the next N actions (executed, unanswered),
+//!   or hang. Every request received is recorded ([`server::SimServer::calls`]).
 //!
 //! # Layout
 //! - [`proto`]: the wire messages.
@@ -33,4 +36,4 @@ pub mod proto;
 pub mod server;
 
 pub use client::SimConnector;
-pub use server::{LogEntry, SimConfig, SimServer};
+pub use server::{CallRecord, Faults, LogEntry, SimConfig, SimServer};

@@ -1,4 +1,10 @@
 //! The simulator: per-BMC state, fault injection and an execution log.
+//!
+//! Faults come from the BMC's host name (`hang-*`, `slow-*`, `down-*`,
+//! `fail-*`, `basic-*`) or are injected at run time per BMC key with
+//! [`SimServer::inject`] ([`Faults`]: refuse the next N logins, lose the
+//! replies of the next N actions, hang). [`SimServer::calls`] lists every
+//! request a BMC received, faults included, with its arrival time.
 
 use crate::proto::{Call, Request, Response};
 use bmcfleet_schema::{
@@ -52,6 +58,33 @@ pub struct LogEntry {
     pub ok: bool,
 }
 
+/// One request as the simulator received it, before any fault applied:
+/// session logins (no action) and actions alike.
+#[derive(Clone, Debug)]
+pub struct CallRecord {
+    pub bmc: String,
+    /// The action's kind, or `None` for a session login.
+    pub action: Option<String>,
+    pub call: Option<Call>,
+    /// When the request arrived.
+    pub at: Instant,
+}
+
+/// Faults injected into one BMC at run time (see [`SimServer::inject`]).
+/// Counted faults apply to the next requests of their kind and are used up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The next N logins are refused: the connection closes before any
+    /// action could be sent (the client sees `unreachable`, nothing sent).
+    pub refuse_logins: u32,
+    /// The next N actions are executed but their replies are lost: the
+    /// connection closes without an answer (the client sees `unreachable`;
+    /// the action did take effect).
+    pub lose_replies: u32,
+    /// Every request is read and never answered, until cleared.
+    pub hang: bool,
+}
+
 #[derive(Clone, Debug)]
 struct User {
     id: u32,
@@ -94,6 +127,8 @@ struct State {
     seq: u64,
     connections: u64,
     closed: u64,
+    calls: Vec<CallRecord>,
+    faults: HashMap<String, Faults>,
 }
 
 /// A running simulator. Dropping it stops accepting connections.
@@ -152,6 +187,16 @@ impl SimServer {
         self.state.lock().unwrap().bmcs.get(bmc).map(|b| b.boot.clone())
     }
 
+    /// Inject faults into one BMC (by key, e.g. `v4-10-0-0-1`), replacing its previous ones.
+    pub fn inject(&self, bmc: &str, faults: Faults) {
+        self.state.lock().unwrap().faults.insert(bmc.to_owned(), faults);
+    }
+
+    /// Every request one BMC received (logins and actions), in arrival order.
+    pub fn calls(&self, bmc: &str) -> Vec<CallRecord> {
+        self.state.lock().unwrap().calls.iter().filter(|c| c.bmc == bmc).cloned().collect()
+    }
+
     /// How many TCP connections (sessions) were opened.
     pub fn connections(&self) -> u64 {
         self.state.lock().unwrap().connections
@@ -197,10 +242,32 @@ async fn serve(socket: TcpStream, state: Arc<Mutex<State>>, config: Arc<SimConfi
                 continue;
             }
         };
-        if req.host.starts_with("down-") {
+        enum Injected {
+            None,
+            Refuse,
+            LoseReply,
+            Hang,
+        }
+        let injected = {
+            let mut st = state.lock().unwrap();
+            st.calls.push(CallRecord { bmc: req.bmc.clone(), action: req.action.as_ref().map(|a| a.kind().to_owned()), call: req.call.clone(), at: Instant::now() });
+            match st.faults.get_mut(&req.bmc) {
+                Some(f) if f.hang => Injected::Hang,
+                Some(f) if req.action.is_none() && f.refuse_logins > 0 => {
+                    f.refuse_logins -= 1;
+                    Injected::Refuse
+                }
+                Some(f) if req.action.is_some() && f.lose_replies > 0 => {
+                    f.lose_replies -= 1;
+                    Injected::LoseReply
+                }
+                _ => Injected::None,
+            }
+        };
+        if req.host.starts_with("down-") || matches!(injected, Injected::Refuse) {
             return;
         }
-        if req.host.starts_with("hang-") {
+        if req.host.starts_with("hang-") || matches!(injected, Injected::Hang) {
             // Keep the connection open and never answer.
             std::future::pending::<()>().await;
         }
@@ -248,6 +315,9 @@ async fn serve(socket: TcpStream, state: Arc<Mutex<State>>, config: Arc<SimConfi
             }
             resp
         };
+        if matches!(injected, Injected::LoseReply) {
+            return; // executed, but the reply never leaves
+        }
         if send(&mut write, &resp).await.is_err() {
             return;
         }

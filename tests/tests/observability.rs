@@ -364,6 +364,10 @@ fn grafana_dashboard_covers_the_metrics() {
         "bmcfleet_lanes_in_flight",
         "bmcfleet_lease_changes_total",
         "bmcfleet_redeliveries_total",
+        "bmcfleet_bmc_retries_total",
+        "bmcfleet_breakers_open",
+        "bmcfleet_breaker_opens_total",
+        "bmcfleet_breaker_rejections_total",
     ] {
         assert!(exprs.iter().any(|e| e.contains(metric)), "no panel queries {metric}");
     }

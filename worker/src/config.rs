@@ -1,6 +1,6 @@
 //! Worker configuration: every flag has a `BMCFLEET_*` environment twin.
 
-use bmcfleet_common::config::{positive_duration, LogArgs, MetricsArgs, NatsArgs, OtelArgs, TopologyArgs};
+use bmcfleet_common::config::{duration, positive_duration, LogArgs, MetricsArgs, NatsArgs, OtelArgs, TopologyArgs};
 use clap::Parser;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -48,6 +48,24 @@ pub struct Config {
     /// Time allowed on SIGTERM for running actions to finish before they are handed back.
     #[arg(long, env = "BMCFLEET_DRAIN_TIMEOUT", default_value = "30s", value_parser = positive_duration)]
     pub drain_timeout: Duration,
+    /// Extra attempts of an action's BMC call after a retryable failure (timeout,
+    /// unreachable, HTTP 5xx, busy), never past the deadline; a non-idempotent
+    /// action is retried only when the request provably never left. 0: no retries.
+    #[arg(long, env = "BMCFLEET_RETRY_MAX", default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub retry_max: u32,
+    /// Wait before the first retry; doubled for each further one (capped at 5s), with jitter.
+    #[arg(long, env = "BMCFLEET_RETRY_BACKOFF", default_value = "200ms", value_parser = positive_duration)]
+    pub retry_backoff: Duration,
+    /// Consecutive calls without an answer (timeouts, unreachable) that open a
+    /// BMC's circuit breaker; its actions then fail fast with `circuit_open`. 0: never.
+    #[arg(long, env = "BMCFLEET_BREAKER_THRESHOLD", default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub breaker_threshold: u32,
+    /// How long an open breaker fails actions fast before one probe call may run.
+    #[arg(long, env = "BMCFLEET_BREAKER_COOLDOWN", default_value = "30s", value_parser = positive_duration)]
+    pub breaker_cooldown: Duration,
+    /// Minimum time between the starts of two calls (actions or retries) to the same BMC. 0s: off.
+    #[arg(long, env = "BMCFLEET_BMC_MIN_INTERVAL", default_value = "50ms", value_parser = duration)]
+    pub bmc_min_interval: Duration,
     /// JSON file of named BMC credentials: {"name": {"username": "...", "password": "..."}}.
     #[arg(long, env = "BMCFLEET_CREDENTIALS_FILE")]
     pub credentials_file: Option<PathBuf>,
@@ -82,7 +100,40 @@ impl Config {
         if self.ack_wait < Duration::from_secs(1) {
             return Err("--ack-wait must be at least 1s".into());
         }
+        let fmt = bmcfleet_schema::duration::format;
+        if self.retry_backoff >= self.action_timeout {
+            return Err(format!(
+                "--retry-backoff ({}) must be shorter than --action-timeout ({}), or no retry could ever start",
+                fmt(self.retry_backoff),
+                fmt(self.action_timeout)
+            ));
+        }
+        if self.bmc_min_interval >= self.action_timeout {
+            return Err(format!(
+                "--bmc-min-interval ({}) must be shorter than --action-timeout ({})",
+                fmt(self.bmc_min_interval),
+                fmt(self.action_timeout)
+            ));
+        }
+        if self.bmc_min_interval >= self.lane_idle_timeout {
+            return Err(format!(
+                "--bmc-min-interval ({}) must be shorter than --lane-idle-timeout ({}): the last start is kept by the lane",
+                fmt(self.bmc_min_interval),
+                fmt(self.lane_idle_timeout)
+            ));
+        }
         Ok(())
+    }
+
+    /// The retry, breaker and pacing settings.
+    pub fn guard(&self) -> crate::guard::Settings {
+        crate::guard::Settings {
+            retry_max: self.retry_max,
+            retry_backoff: self.retry_backoff,
+            breaker_threshold: self.breaker_threshold,
+            breaker_cooldown: self.breaker_cooldown,
+            min_interval: self.bmc_min_interval,
+        }
     }
 }
 
@@ -97,5 +148,40 @@ mod tests {
         let c = Config::try_parse_from(["w", "--lease-ttl", "6s", "--rebalance-interval", "2s"]).unwrap();
         c.validate().unwrap();
         assert!(Config::try_parse_from(["w", "--lease-ttl", "6"]).is_err());
+    }
+
+    #[test]
+    fn resilience_flags_parse_and_validate() {
+        let c = Config::try_parse_from(["w"]).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.guard(), crate::guard::Settings::default(), "the documented defaults");
+        let c = Config::try_parse_from([
+            "w", "--retry-max", "0", "--retry-backoff", "50ms", "--breaker-threshold", "0", "--breaker-cooldown", "2s",
+            "--bmc-min-interval", "0s",
+        ])
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!((c.retry_max, c.breaker_threshold, c.bmc_min_interval), (0, 0, Duration::ZERO));
+        // Durations need a unit; counts have bounds; zero is refused where it makes no sense.
+        for bad in [
+            &["--retry-backoff", "200"][..],
+            &["--retry-backoff", "0s"],
+            &["--retry-max", "11"],
+            &["--retry-max", "-1"],
+            &["--breaker-threshold", "1001"],
+            &["--breaker-cooldown", "0s"],
+            &["--breaker-cooldown", "30"],
+            &["--bmc-min-interval", "50"],
+        ] {
+            assert!(Config::try_parse_from(["w"].iter().chain(bad.iter())).is_err(), "{bad:?} accepted");
+        }
+        // Cross-checks at start, with a message naming both flags.
+        let c = Config::try_parse_from(["w", "--retry-backoff", "5s", "--action-timeout", "5s"]).unwrap();
+        assert!(c.validate().unwrap_err().contains("--retry-backoff"));
+        let c = Config::try_parse_from(["w", "--bmc-min-interval", "2s", "--lane-idle-timeout", "1s"]).unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("--bmc-min-interval") && e.contains("--lane-idle-timeout"), "{e}");
+        let c = Config::try_parse_from(["w", "--bmc-min-interval", "3m"]).unwrap();
+        assert!(c.validate().unwrap_err().contains("--action-timeout"));
     }
 }

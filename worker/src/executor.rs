@@ -10,6 +10,7 @@
 //!   taken over by another worker stops this one (fencing at the data level).
 
 use crate::fence::Fence;
+use crate::guard::{self, Admission, BmcGuard, RetryPolicy, Transition};
 use crate::session::{perform, SessionSlot};
 use crate::Shared;
 use async_nats::HeaderMap;
@@ -78,7 +79,14 @@ async fn pause(fence: &Fence, attempt: u32) -> Result<(), Stop> {
 }
 
 /// Execute (or resume) one batch.
-pub async fn execute(shared: &Shared, job: &Job, trace: Option<&HeaderMap>, slot: &mut SessionSlot, fence: &Fence) -> Outcome {
+pub async fn execute(
+    shared: &Shared,
+    job: &Job,
+    trace: Option<&HeaderMap>,
+    slot: &mut SessionSlot,
+    guard: &mut BmcGuard,
+    fence: &Fence,
+) -> Outcome {
     let Some(mut run) = Run::begin(shared, job, fence, trace).await else {
         return Outcome::HandBack;
     };
@@ -93,7 +101,7 @@ pub async fn execute(shared: &Shared, job: &Job, trace: Option<&HeaderMap>, slot
         };
     }
     let ran = async {
-        run.actions(slot).await?;
+        run.actions(slot, guard).await?;
         run.finish().await
     };
     match ran.await {
@@ -239,7 +247,7 @@ impl<'a> Run<'a> {
         self.status.results.iter().any(|r| !r.is_ok())
     }
 
-    async fn actions(&mut self, slot: &mut SessionSlot) -> Result<(), Stop> {
+    async fn actions(&mut self, slot: &mut SessionSlot, guard: &mut BmcGuard) -> Result<(), Stop> {
         let batch = &self.job.batch;
         let key = batch.bmc.address.key();
         // A non-idempotent action that a previous owner started but never recorded.
@@ -304,7 +312,7 @@ impl<'a> Run<'a> {
             });
             let started = Instant::now();
             let outcome = tokio::select! {
-                r = self.attempt(slot, &ctx, action, &creds).instrument(span.clone()) => r,
+                r = self.attempt(slot, guard, &ctx, action, &creds).instrument(span.clone()) => r,
                 _ = self.fence.lost.cancelled() => return Err(Stop),
             };
             let ms = started.elapsed().as_millis() as u64;
@@ -340,17 +348,98 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// An action's BMC work under the lane's guard: the circuit breaker may
+    /// refuse it at once, calls to the BMC are paced, and a retryable failure
+    /// is retried (bounded, with backoff, never past the action's deadline,
+    /// and for a non-idempotent action only when the request never left).
     async fn attempt(
         &self,
         slot: &mut SessionSlot,
+        guard: &mut BmcGuard,
         ctx: &Ctx,
         action: &bmcfleet_schema::Action,
         creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
     ) -> Result<Option<bmcfleet_schema::ActionData>, ProviderError> {
         let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
+        let settings = &self.shared.guard;
+        let policy = RetryPolicy { max: settings.retry_max, backoff: settings.retry_backoff };
+        let key = self.job.batch.bmc.address.key();
         let protocol = self.job.batch.bmc.protocol.to_string();
-        // One span per action's BMC work (session set-up and the provider's calls,
-        // which open their own per-request spans beneath it).
+        let mut retry = 0u32;
+        loop {
+            let now = Instant::now();
+            let probe = match guard.breaker.admit(now) {
+                Admission::Call => false,
+                Admission::Probe => {
+                    tracing::info!(bmc = %key, action = action.kind(), "Circuit breaker half-open: probing the BMC.");
+                    true
+                }
+                Admission::Refused { until } => {
+                    let provider = slot.provider().map(str::to_owned).unwrap_or_else(|| protocol.clone());
+                    self.shared.metrics.breaker_rejections.get_or_create(&crate::metrics::ProtocolLabels { protocol: provider }).inc();
+                    return Err(guard.breaker.refusal(until, now));
+                }
+            };
+            // Pacing: at least --bmc-min-interval between two call starts; the wait counts against the deadline.
+            if let Some(at) = guard.pacer.next_start().filter(|at| *at > now) {
+                if at >= ctx.deadline {
+                    tokio::time::sleep_until(ctx.deadline).await;
+                    return Err(ProviderError::new(
+                        ErrorCode::Timeout,
+                        "the action deadline passed while waiting for this BMC's minimum interval between calls (--bmc-min-interval)",
+                    )
+                    .not_sent());
+                }
+                tokio::time::sleep_until(at).await;
+            }
+            guard.pacer.started(Instant::now());
+            let result = self.call(slot, ctx, action, creds, &protocol, retry).await;
+            let transition = guard.breaker.record(Instant::now(), result.as_ref().map(drop));
+            match transition {
+                Some(Transition::Opened | Transition::Reopened) => tracing::warn!(
+                    bmc = %key, threshold = settings.breaker_threshold, probe,
+                    cooldown = %bmcfleet_schema::duration::format(settings.breaker_cooldown),
+                    "Circuit breaker opened: this BMC's actions fail fast until the cooldown passes."
+                ),
+                Some(Transition::Closed) => tracing::info!(bmc = %key, "Circuit breaker closed: the BMC answered."),
+                None => {}
+            }
+            let e = match result {
+                Ok(data) => return Ok(data),
+                Err(e) => e,
+            };
+            let open = !matches!(guard.breaker.state(), guard::BreakerState::Closed);
+            if probe || open || !policy.should_retry(action, &e, retry) {
+                return Err(e);
+            }
+            retry += 1;
+            let delay = policy.delay(retry, guard::jitter_unit());
+            if Instant::now() + delay >= ctx.deadline {
+                tracing::info!(bmc = %key, action = action.kind(), error = %e, "Not retrying: the action deadline would pass first.");
+                return Err(e);
+            }
+            tracing::info!(
+                bmc = %key, action = action.kind(), retry, of = policy.max, delay_ms = delay.as_millis() as u64,
+                error.code = e.code.as_str(), error = %e, "Retrying the BMC call."
+            );
+            let provider = slot.provider().map(str::to_owned).unwrap_or_else(|| protocol.clone());
+            self.shared.metrics.bmc_retries.get_or_create(&crate::metrics::ProtocolLabels { protocol: provider }).inc();
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// One call: session set-up (when needed) and the action, in one `bmc.call` span.
+    async fn call(
+        &self,
+        slot: &mut SessionSlot,
+        ctx: &Ctx,
+        action: &bmcfleet_schema::Action,
+        creds: &bmcfleet_provider::ResolvedCredentials,
+        protocol: &str,
+        retry: u32,
+    ) -> Result<Option<bmcfleet_schema::ActionData>, ProviderError> {
+        // One span per call (session set-up and the provider's calls, which
+        // open their own per-request spans beneath it); retries get their own.
         let span = tracing::info_span!(
             "bmc.call",
             otel.kind = "client",
@@ -359,11 +448,13 @@ impl<'a> Run<'a> {
             provider = Empty,
             action = action.kind(),
             attempt = ctx.call.as_ref().map(|c| c.delivery).unwrap_or(0),
+            retry,
             outcome = Empty,
             error.code = Empty,
         );
         let work = async {
-            let (session, caps) = slot.get(&self.shared.registry, ctx, &self.job.batch.bmc, creds).await?;
+            // A session that cannot be opened never carried the action.
+            let (session, caps) = slot.get(&self.shared.registry, ctx, &self.job.batch.bmc, creds).await.map_err(ProviderError::not_sent)?;
             tracing::Span::current().record("provider", session.provider());
             perform(session, caps, ctx, action).await
         }
@@ -379,7 +470,7 @@ impl<'a> Run<'a> {
                 Err(ProviderError::new(code, format!("no answer within {}", bmcfleet_schema::duration::format(left))))
             }
         };
-        let provider = slot.provider().map(str::to_owned).unwrap_or(protocol);
+        let provider = slot.provider().map(str::to_owned).unwrap_or_else(|| protocol.to_owned());
         self.shared
             .metrics
             .bmc_call_seconds

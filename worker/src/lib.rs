@@ -11,6 +11,7 @@
 //! - [`partition`]: a partition's consumer, dispatcher and per-BMC lanes.
 //! - [`executor`]: one batch: resume, run, record progress, publish results.
 //! - [`session`]: a lane's BMC session and action dispatch onto capabilities.
+//! - [`guard`]: per-BMC retries with backoff, circuit breaker and pacing.
 //! - [`registry`]: available providers; [`credentials`]: named credentials.
 //! - [`metrics`]: what the worker counts (served on `/metrics`).
 
@@ -18,6 +19,7 @@ pub mod config;
 pub mod credentials;
 pub mod executor;
 pub mod fence;
+pub mod guard;
 pub mod membership;
 pub mod metrics;
 pub mod partition;
@@ -47,6 +49,8 @@ pub struct Shared {
     pub registry: Registry,
     pub credentials: CredentialStore,
     pub action_timeout: Duration,
+    /// Retries, circuit breaker and pacing (applied per BMC lane).
+    pub guard: guard::Settings,
     /// Worker-wide bound on batches executing at once.
     pub permits: Arc<Semaphore>,
     /// Counters and histograms served on `/metrics`.
@@ -120,6 +124,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         registry,
         credentials,
         action_timeout: config.action_timeout,
+        guard: config.guard(),
         permits: Arc::new(Semaphore::new(config.max_concurrent_batches as usize)),
         metrics,
     });

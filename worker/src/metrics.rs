@@ -68,6 +68,12 @@ pub struct Metrics {
     pub lease_changes: Family<ChangeLabels, Counter>,
     pub redeliveries: Family<KindLabels, Counter>,
     pub batches_finished: Family<StateLabels, Counter>,
+    /// Retries of BMC calls (an action's second and later attempts).
+    pub bmc_retries: Family<ProtocolLabels, Counter>,
+    /// Circuit breakers and how often they opened (shared by every lane's breaker).
+    pub breakers: crate::guard::BreakerMetrics,
+    /// Actions refused at once by an open breaker.
+    pub breaker_rejections: Family<ProtocolLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -89,6 +95,9 @@ impl Metrics {
             lease_changes: Family::default(),
             redeliveries: Family::default(),
             batches_finished: Family::default(),
+            bmc_retries: Family::default(),
+            breakers: crate::guard::BreakerMetrics::default(),
+            breaker_rejections: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("bmcfleet");
         r.register("actions", "Action results, by action kind, protocol and outcome (ok or error code)", m.actions.clone());
@@ -99,6 +108,10 @@ impl Metrics {
         r.register("lease_changes", "Partition lease changes (acquired, lost, released)", m.lease_changes.clone());
         r.register("redeliveries", "Batches delivered again (resumed after finished actions, or redelivered before any)", m.redeliveries.clone());
         r.register("batches_finished", "Batches finished by this worker, by final state", m.batches_finished.clone());
+        r.register("bmc_retries", "Retried BMC calls (retryable failures, within the action deadline), by protocol", m.bmc_retries.clone());
+        r.register("breakers_open", "BMC circuit breakers on this worker that are open or half-open", m.breakers.open.clone());
+        r.register("breaker_opens", "Times a BMC circuit breaker opened (or reopened after a failed probe)", m.breakers.opened.clone());
+        r.register("breaker_rejections", "Actions failed fast with circuit_open, by protocol", m.breaker_rejections.clone());
         m
     }
 

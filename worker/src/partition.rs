@@ -225,6 +225,8 @@ async fn lane(
     done: mpsc::UnboundedSender<(BmcKey, u64)>,
 ) {
     let mut slot = SessionSlot::default();
+    // Retries, breaker and pacing state of this BMC live and die with its lane.
+    let mut guard = crate::guard::BmcGuard::new(&shared.guard, shared.metrics.breakers.clone());
     while let Some(d) = rx.recv().await {
         if !fence.may_act() {
             break;
@@ -253,7 +255,7 @@ async fn lane(
         bmcfleet_common::telemetry::set_parent(&span, d.msg.headers.as_ref());
         let in_flight = shared.metrics.lanes_in_flight.get_or_create(&crate::metrics::Metrics::partition_label(partition)).clone();
         in_flight.inc();
-        let outcome = execute(&shared, &d.job, d.msg.headers.as_ref(), &mut slot, &fence).instrument(span.clone()).await;
+        let outcome = execute(&shared, &d.job, d.msg.headers.as_ref(), &mut slot, &mut guard, &fence).instrument(span.clone()).await;
         in_flight.dec();
         span.record("outcome", if outcome == Outcome::Done { "done" } else { "handed_back" });
         drop(permit);

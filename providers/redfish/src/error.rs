@@ -13,7 +13,8 @@
 //! | 3xx (redirects are not followed)  | `protocol_error`    | no        |
 //! | body not JSON / too large         | `protocol_error`    | no        |
 //! | TLS handshake / certificate       | `protocol_error` ("TLS ...") | no |
-//! | connect refused / reset           | `unreachable`       | yes       |
+//! | connect refused (nothing sent)    | `unreachable`, `not_sent` | yes |
+//! | connection reset after sending    | `unreachable`       | yes       |
 //! | no answer in time                 | `timeout`           | yes       |
 //!
 //! Messages always carry the BMC's own words: `error.message` and every
@@ -161,7 +162,8 @@ pub(crate) fn transport_error(bmc: &str, method: &str, path: &str, e: &reqwest::
         );
     }
     if e.is_connect() {
-        return (err(ErrorCode::Unreachable, format!("cannot connect to {bmc}: {chain}")), "unreachable");
+        // No connection, so no request: safe to resend even a non-idempotent one.
+        return (err(ErrorCode::Unreachable, format!("cannot connect to {bmc}: {chain}")).not_sent(), "unreachable");
     }
     if e.is_body() || e.is_decode() {
         return (
