@@ -343,7 +343,13 @@ impl<'a> Run<'a> {
                 );
                 self.push(result);
             });
-            self.save().await?;
+            // After the last action, `finish` records the result and the final
+            // state in one write: a crash before it leaves exactly what a crash
+            // before this progress write would (the action is redone if
+            // idempotent, reported interrupted if not).
+            if self.status.results.len() < batch.actions.len() {
+                self.save().await?;
+            }
         }
         Ok(())
     }
