@@ -258,7 +258,7 @@ impl<'a> Run<'a> {
             }
             self.save().await?;
         }
-        let creds = self.shared.credentials.resolve(&batch.bmc.credentials);
+        let creds = self.shared.credentials.resolve(&batch.bmc.credentials).await;
         while self.status.results.len() < batch.actions.len() {
             let i = self.status.results.len();
             let action = &batch.actions[i];
@@ -347,6 +347,9 @@ impl<'a> Run<'a> {
         action: &bmcfleet_schema::Action,
         creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
     ) -> Result<Option<bmcfleet_schema::ActionData>, ProviderError> {
+        if let bmcfleet_schema::Action::Raw(raw) = action {
+            self.shared.raw_policy.check(raw.into()).map_err(|why| ProviderError::new(ErrorCode::RawNotAllowed, why))?;
+        }
         let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
         let protocol = self.job.batch.bmc.protocol.to_string();
         // One span per action's BMC work (session set-up and the provider's calls,
