@@ -82,13 +82,14 @@ impl SealingKeys {
     }
 
     /// Add the seed in a file (first non-empty line). The file must not be
-    /// readable by group or others.
+    /// readable by others (group read is allowed: Kubernetes mounts Secrets
+    /// owned by the pod's fsGroup).
     pub fn add_file(&mut self, path: &Path) -> Result<String, String> {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
             let meta = std::fs::metadata(path).map_err(|e| format!("sealing key file {}: {e}", path.display()))?;
-            if meta.permissions().mode() & 0o077 != 0 {
+            if meta.permissions().mode() & 0o007 != 0 {
                 return Err(format!(
                     "sealing key file {} is readable by others (mode {:o}); chmod 600 it",
                     path.display(),
