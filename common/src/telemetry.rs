@@ -69,8 +69,21 @@ fn exporter(otel: &OtelArgs, endpoint: &str) -> Result<opentelemetry_otlp::SpanE
 
 /// Install the global subscriber (call once, from `main`, inside the Tokio
 /// runtime). `service` is the default `service.name`.
+/// async-nats logs every message it reads, payload included, at trace level:
+/// a producer's submit request with an inline password, a credential read
+/// from the bucket. Cap it at debug unless the filter names it explicitly.
+pub fn capped(filter: &str) -> String {
+    if filter.contains("async_nats") {
+        filter.to_owned()
+    } else if filter.trim().is_empty() {
+        "async_nats=debug".to_owned()
+    } else {
+        format!("{filter},async_nats=debug")
+    }
+}
+
 pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, String> {
-    let filter = EnvFilter::try_new(&log.log).map_err(|e| format!("invalid log filter `{}`: {e}", log.log))?;
+    let filter = EnvFilter::try_new(capped(&log.log)).map_err(|e| format!("invalid log filter `{}`: {e}", log.log))?;
     let fmt = match log.log_format {
         LogFormat::Json => tracing_subscriber::fmt::layer().json().flatten_event(true).with_writer(std::io::stderr).boxed(),
         LogFormat::Pretty => tracing_subscriber::fmt::layer().compact().with_writer(std::io::stderr).boxed(),
@@ -80,7 +93,7 @@ pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, 
         None => (None, None),
         Some(endpoint) => {
             let span_filter =
-                EnvFilter::try_new(&otel.filter).map_err(|e| format!("invalid OpenTelemetry filter `{}`: {e}", otel.filter))?;
+                EnvFilter::try_new(capped(&otel.filter)).map_err(|e| format!("invalid OpenTelemetry filter `{}`: {e}", otel.filter))?;
             let name = otel.service_name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| service.to_owned());
             let provider = SdkTracerProvider::builder()
                 .with_batch_exporter(exporter(otel, endpoint)?)
@@ -169,6 +182,13 @@ pub fn new_traceparent() -> (String, String) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn async_nats_payload_traces_are_capped() {
+        assert_eq!(super::capped("trace"), "trace,async_nats=debug");
+        assert_eq!(super::capped(""), "async_nats=debug");
+        assert_eq!(super::capped("info,async_nats=trace"), "info,async_nats=trace");
+    }
+
     use super::*;
 
     #[test]

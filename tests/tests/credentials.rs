@@ -1,0 +1,267 @@
+//! Credentials by reference and sealed inline credentials, and the raw
+//! passthrough policy, through real processes: nats-server (JetStream file
+//! store in a temp dir), bmc-gateway, bmc-worker, bmcctl and bmc-sim (which
+//! checks the password it is given).
+//!
+//! The leak test reads every byte nats-server stored and every log line the
+//! processes wrote, and looks for the password (and its base64).
+
+use base64::Engine as _;
+use bmcfleet_schema::*;
+use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_tests::checks::sim_batch;
+use bmcfleet_tests::producer::{stream_messages, wait_gateway, wait_partitions_owned, SealingKey, Topology};
+use bmcfleet_tests::{bin, NatsServer, Process, Producer};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// `bmcctl` against `nats`, with `stdin` piped in; returns (success, stdout, stderr).
+fn bmcctl(nats: &NatsServer, args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new(bin("bmcctl"))
+        .args(["--nats-url", &nats.url()])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn bmcctl");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn with_creds(mut b: Batch, credentials: Credentials) -> Batch {
+    b.bmc.credentials = credentials;
+    b
+}
+
+fn inline(password: &str) -> Credentials {
+    Credentials::Inline { username: "admin".into(), password: Secret::new(password) }
+}
+
+async fn run(p: &Producer, b: &Batch) -> BatchResult {
+    match p.submit(b, true).await {
+        Reply::Result(r) => r,
+        other => panic!("expected a result, got {other:?}"),
+    }
+}
+
+fn refused(reply: Reply) -> ErrorBody {
+    match reply {
+        Reply::Error(e) => e,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A gateway (default flags plus `gateway_args`), one worker, a sim BMC fleet accepting `password`.
+struct Env {
+    sim: SimServer,
+    producer: Producer,
+    topo: Topology,
+    gateway: Process,
+    worker: Process,
+    nats: NatsServer,
+}
+
+async fn env(password: Option<&str>, nats_args: &[&str], gateway_args: &[&str], worker_args: &[&str]) -> Env {
+    let nats = NatsServer::start_with(nats_args);
+    let sim = SimServer::start(SimConfig { password: password.map(str::to_owned), ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let gateway = topo.gateway(&nats, gateway_args);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let worker = topo.worker(&nats, "w0", sim.addr(), worker_args);
+    wait_partitions_owned(&producer.client, &topo.subjects()).await;
+    Env { sim, producer, topo, gateway, worker, nats }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_credentials_are_refused_by_default_and_nothing_is_stored() {
+    // `--inline-credentials` not given: the default is off.
+    let nats = NatsServer::start();
+    let topo = Topology::default();
+    let args = topo.common_args(&nats).into_iter().chain(["--allow-sim".into(), "true".into()]).collect::<Vec<_>>();
+    let _gateway = Process::spawn("bmc-gateway", &args, &[]);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let jobs = topo.subjects().jobs_stream();
+    let password = format!("pw-off-{}", ulid::Ulid::new());
+    let b = sim_batch("10.9.0.1", vec![Action::Power(PowerOp::On)]);
+    let e = refused(producer.submit(&with_creds(b.clone(), inline(&password)), false).await);
+    assert_eq!(e.code, ErrorCode::InlineCredentialsDisabled, "{e:?}");
+    // A pre-sealed box is refused too when inline credentials are off.
+    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &bmcfleet_common::sealing::public_key(&topo.sealing.public).unwrap()).unwrap();
+    let e = refused(producer.submit(&with_creds(b.clone(), Credentials::Sealed(sealed)), false).await);
+    assert_eq!(e.code, ErrorCode::InlineCredentialsDisabled, "{e:?}");
+    assert_eq!(stream_messages(&producer.client, &jobs).await, 0, "a refused batch reached the jobs stream");
+    // References are what such a deployment takes.
+    let Reply::Accepted(a) = producer.submit(&with_creds(b, Credentials::Ref("rack12".into())), false).await else { panic!("a ref batch") };
+    assert!(!a.duplicate);
+    assert_eq!(stream_messages(&producer.client, &jobs).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_never_reach_nats_storage_or_logs() {
+    // A unique password: nothing else can contain it by chance.
+    let password = format!("pw-{}-leak", ulid::Ulid::new());
+    let e = env(Some(&password), &["-D"], &["--log", "trace"], &["--log", "trace", "--credentials-cache-ttl", "0s"]).await;
+    let p = &e.producer;
+
+    // The sim checks the password: a wrong one fails, so success below means
+    // the worker opened the box and sent the right one.
+    let r = run(p, &with_creds(sim_batch("10.9.1.9", vec![Action::Power(PowerOp::On)]), inline("not-it"))).await;
+    assert_eq!(r.results[0].error.as_ref().map(|e| e.code), Some(ErrorCode::AuthFailed), "{r:?}");
+
+    // 1. Inline credentials, sealed by the gateway.
+    let mut ids = vec![];
+    for i in 0..4 {
+        let b = with_creds(sim_batch(&format!("10.9.1.{i}"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), inline(&password));
+        let r = run(p, &b).await;
+        assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+        ids.push(r.id);
+    }
+    // 2. Sealed by the producer itself (the gateway never sees the password).
+    let key = bmcfleet_common::sealing::public_key(&e.topo.sealing.public).unwrap();
+    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &key).unwrap();
+    let r = run(p, &with_creds(sim_batch("10.9.1.5", vec![Action::Power(PowerOp::On)]), Credentials::Sealed(sealed))).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    // 3. A named credential in the KV bucket, written by bmcctl.
+    let (ok, out, err) = bmcctl(&e.nats, &["cred", "put", "rack9", "--username", "admin", "--password-stdin", "--workers-public-key", &e.topo.sealing.public], &format!("{password}\n"));
+    assert!(ok, "{out}{err}");
+    let r = run(p, &with_creds(sim_batch("10.9.1.6", vec![Action::Power(PowerOp::On), Action::Inventory]), Credentials::Ref("rack9".into()))).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    ids.push(r.id);
+    assert_eq!(e.sim.log().iter().filter(|l| l.ok).count(), 4 * 2 + 1 + 2, "every action reached the sim with the right password");
+
+    // Wait until the jobs were acknowledged (removed from the work queue), then
+    // stop everything cleanly so all of it is on disk.
+    let mut e = e;
+    let jobs = e.topo.subjects().jobs_stream();
+    bmcfleet_tests::eventually(Duration::from_secs(20), "jobs acknowledged", || {
+        let c = e.producer.client.clone();
+        let jobs = jobs.clone();
+        async move { (stream_messages(&c, &jobs).await == 0).then_some(()) }
+    })
+    .await;
+    e.worker.terminate(Duration::from_secs(15));
+    e.gateway.terminate(Duration::from_secs(15));
+    e.nats.stop();
+
+    let b64 = base64::engine::general_purpose::STANDARD.encode(password.as_bytes());
+    let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(password.as_bytes());
+    let needles = [password.as_bytes().to_vec(), b64.as_bytes().to_vec(), b64url.as_bytes().to_vec()];
+    // (a) every byte JetStream stored.
+    let files = e.nats.store_files();
+    assert!(files.len() > 5, "expected stream and bucket files under the store: {files:?}");
+    let all: Vec<u8> = files.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+    // The scan does see what was stored: batch ids (status records), the
+    // credential's name and username, and the sealed boxes' header.
+    for id in &ids {
+        assert!(find(&all, id.to_string().as_bytes()), "batch {id} is not in the store: the scan reads the wrong place");
+    }
+    assert!(find(&all, b"rack9") && find(&all, b"eGt2M"), "no sealed credential (base64 of `xkv1`...) in the store");
+    for (path, bytes) in &files {
+        for n in &needles {
+            assert!(!find(bytes, n), "the password is stored in plain text in {}", path.display());
+        }
+    }
+    // (b) every log, at trace level for gateway and worker, debug for NATS.
+    let logs = [("gateway", e.gateway.log_text()), ("worker", e.worker.log_text()), ("nats", e.nats.log())];
+    assert!(logs[1].1.contains("Action finished.") && logs[0].1.contains("Batch admitted."), "logs are not at the expected level");
+    for (name, text) in &logs {
+        for n in &needles {
+            if let Some(line) = text.lines().find(|l| find(l.as_bytes(), n)) {
+                panic!("the password is in the {name} log: {}", &line[..line.len().min(1500)]);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_from_the_bucket_rotate_without_restart() {
+    let e = env(Some("right-pw"), &[], &[], &["--credentials-cache-ttl", "0s"]).await;
+    let p = &e.producer;
+    let put = |name: &str, pw: &str| bmcctl(&e.nats, &["cred", "put", name, "--username", "admin", "--password-stdin", "--workers-public-key", &e.topo.sealing.public], &format!("{pw}\n"));
+    let batch = |addr: &str, name: &str| with_creds(sim_batch(addr, vec![Action::Power(PowerOp::On)]), Credentials::Ref(name.into()));
+    let code = |r: &BatchResult| r.results[0].error.as_ref().map(|e| e.code);
+
+    // No bucket yet: unknown.
+    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    assert_eq!(code(&r), Some(ErrorCode::UnknownCredential), "{r:?}");
+    assert!(put("rack1", "right-pw").0);
+    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    // Rotated (here: to a password the BMC refuses): the next batch uses it, no restart.
+    assert!(put("rack1", "old-pw").0);
+    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    assert_eq!(code(&r), Some(ErrorCode::AuthFailed), "{r:?}");
+    // Sealed to a key the workers do not hold: typed error, the worker carries on.
+    let other = SealingKey::generate();
+    assert!(bmcctl(&e.nats, &["cred", "put", "rack2", "--username", "admin", "--password-stdin", "--workers-public-key", &other.public], "right-pw\n").0);
+    let r = run(p, &batch("10.9.2.2", "rack2")).await;
+    assert_eq!(code(&r), Some(ErrorCode::CredentialUnavailable), "{r:?}");
+    // Listing shows names only; deleting makes a name unknown.
+    let (ok, out, _) = bmcctl(&e.nats, &["cred", "list"], "");
+    assert!(ok && out.lines().collect::<Vec<_>>() == ["rack1", "rack2"], "{out}");
+    assert!(!out.contains("pw"));
+    assert!(bmcctl(&e.nats, &["cred", "delete", "rack1"], "").0);
+    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    assert_eq!(code(&r), Some(ErrorCode::UnknownCredential), "{r:?}");
+    // bmcctl refuses bad input before writing anything.
+    assert!(!put("bad name", "x").0);
+    assert!(!bmcctl(&e.nats, &["cred", "put", "rack3", "--username", "admin", "--password-stdin", "--workers-public-key", "Xnope"], "x\n").0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_sealed_to_another_key_fails_the_batch_not_the_worker() {
+    // The gateway seals to a key the worker does not hold (a botched rotation).
+    let other = SealingKey::generate();
+    let mut e = env(None, &[], &["--inline-credentials", "sealed", "--workers-public-key", &other.public], &[]).await;
+    let r = run(&e.producer, &with_creds(sim_batch("10.9.3.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), inline("pw"))).await;
+    assert_eq!(r.state, BatchState::Failed);
+    let err = r.results[0].error.as_ref().unwrap();
+    assert_eq!(err.code, ErrorCode::CredentialUnavailable, "{r:?}");
+    assert!(err.message.contains(&other.public), "{err:?}");
+    assert!(e.sim.log().is_empty(), "nothing reached the BMC");
+    assert!(e.worker.try_wait().is_none(), "the worker is still running");
+    // Holding both seeds (rotation), the worker opens it.
+    let both = e.topo.worker(&e.nats, "w1", e.sim.addr(), &["--sealing-key-file", &other.seed_file.display().to_string()]);
+    e.worker.terminate(Duration::from_secs(15));
+    wait_partitions_owned(&e.producer.client, &e.topo.subjects()).await;
+    let r = run(&e.producer, &with_creds(sim_batch("10.9.3.2", vec![Action::Power(PowerOp::On)]), inline("pw"))).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    assert_eq!(r.worker, "w1");
+    drop(both);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_policy_refuses_at_admission_and_in_the_worker() {
+    // The gateway allows every IPMI raw request but one netfn; the worker keeps the default policy.
+    let e = env(None, &[], &["--raw-policy", "deny ipmi:netfn=0x30; allow ipmi:*; allow redfish:*:*"], &[]).await;
+    let p = &e.producer;
+    let jobs = e.topo.subjects().jobs_stream();
+    let raw = |netfn: u8| Action::Raw(RawRequest::Ipmi(RawIpmi { netfn, cmd: 0x01, data: vec![] }));
+
+    let r = run(p, &sim_batch("10.9.4.1", vec![raw(0x06)])).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    let before = stream_messages(&p.client, &jobs).await;
+    let Reply::Error(err) = p.submit(&sim_batch("10.9.4.1", vec![Action::Power(PowerOp::Status), raw(0x30)]), true).await else {
+        panic!("expected a refusal")
+    };
+    assert_eq!(err.code, ErrorCode::RawNotAllowed);
+    assert!(err.message.contains("actions[1]") && err.message.contains("deny ipmi:netfn=0x30"), "{err:?}");
+    assert_eq!(stream_messages(&p.client, &jobs).await, before, "a refused batch was stored");
+
+    // Firmware netfn: the gateway's policy lets it through, the worker's default refuses it.
+    let r = run(p, &sim_batch("10.9.4.2", vec![raw(0x08)])).await;
+    let err = r.results[0].error.as_ref().expect("refused by the worker");
+    assert_eq!(err.code, ErrorCode::RawNotAllowed, "{r:?}");
+    assert!(err.message.contains("deny ipmi:netfn=0x08-0x09"), "{err:?}");
+    assert!(!e.sim.log().iter().any(|l| l.bmc == "v4-10-9-4-2"), "the refused raw request reached the BMC");
+}
