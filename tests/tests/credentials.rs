@@ -64,7 +64,7 @@ struct Env {
     sim: SimServer,
     producer: Producer,
     topo: Topology,
-    gateway: Process,
+    _gateway: Process,
     worker: Process,
     nats: NatsServer,
 }
@@ -78,7 +78,7 @@ async fn env(password: Option<&str>, nats_args: &[&str], gateway_args: &[&str], 
     wait_gateway(&producer).await;
     let worker = topo.worker(&nats, "w0", sim.addr(), worker_args);
     wait_partitions_owned(&producer.client, &topo.subjects()).await;
-    Env { sim, producer, topo, gateway, worker, nats }
+    Env { sim, producer, topo, _gateway: gateway, worker, nats }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,74 +106,98 @@ async fn inline_credentials_are_refused_by_default_and_nothing_is_stored() {
     assert_eq!(stream_messages(&producer.client, &jobs).await, 1);
 }
 
+/// The password or its base64 forms anywhere in `files`: the path, else `None`.
+fn leaked(files: &[(std::path::PathBuf, Vec<u8>)], needles: &[Vec<u8>]) -> Option<std::path::PathBuf> {
+    files.iter().find(|(_, bytes)| needles.iter().any(|n| find(bytes, n))).map(|(p, _)| p.clone())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_never_reach_nats_storage_or_logs() {
     // A unique password: nothing else can contain it by chance.
     let password = format!("pw-{}-leak", ulid::Ulid::new());
-    let e = env(Some(&password), &["-D"], &["--log", "trace"], &["--log", "trace", "--credentials-cache-ttl", "0s"]).await;
-    let p = &e.producer;
-
-    // The sim checks the password: a wrong one fails, so success below means
-    // the worker opened the box and sent the right one.
-    let r = run(p, &with_creds(sim_batch("10.9.1.9", vec![Action::Power(PowerOp::On)]), inline("not-it"))).await;
-    assert_eq!(r.results[0].error.as_ref().map(|e| e.code), Some(ErrorCode::AuthFailed), "{r:?}");
-
-    // 1. Inline credentials, sealed by the gateway.
-    let mut ids = vec![];
-    for i in 0..4 {
-        let b = with_creds(sim_batch(&format!("10.9.1.{i}"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), inline(&password));
-        let r = run(p, &b).await;
-        assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
-        ids.push(r.id);
-    }
-    // 2. Sealed by the producer itself (the gateway never sees the password).
-    let key = bmcfleet_common::sealing::public_key(&e.topo.sealing.public).unwrap();
-    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &key).unwrap();
-    let r = run(p, &with_creds(sim_batch("10.9.1.5", vec![Action::Power(PowerOp::On)]), Credentials::Sealed(sealed))).await;
-    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
-    // 3. A named credential in the KV bucket, written by bmcctl.
-    let (ok, out, err) = bmcctl(&e.nats, &["cred", "put", "rack9", "--username", "admin", "--password-stdin", "--workers-public-key", &e.topo.sealing.public], &format!("{password}\n"));
-    assert!(ok, "{out}{err}");
-    let r = run(p, &with_creds(sim_batch("10.9.1.6", vec![Action::Power(PowerOp::On), Action::Inventory]), Credentials::Ref("rack9".into()))).await;
-    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
-    ids.push(r.id);
-    assert_eq!(e.sim.log().iter().filter(|l| l.ok).count(), 4 * 2 + 1 + 2, "every action reached the sim with the right password");
-
-    // Wait until the jobs were acknowledged (removed from the work queue), then
-    // stop everything cleanly so all of it is on disk.
-    let mut e = e;
-    let jobs = e.topo.subjects().jobs_stream();
-    bmcfleet_tests::eventually(Duration::from_secs(20), "jobs acknowledged", || {
-        let c = e.producer.client.clone();
-        let jobs = jobs.clone();
-        async move { (stream_messages(&c, &jobs).await == 0).then_some(()) }
-    })
-    .await;
-    e.worker.terminate(Duration::from_secs(15));
-    e.gateway.terminate(Duration::from_secs(15));
-    e.nats.stop();
-
     let b64 = base64::engine::general_purpose::STANDARD.encode(password.as_bytes());
     let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(password.as_bytes());
     let needles = [password.as_bytes().to_vec(), b64.as_bytes().to_vec(), b64url.as_bytes().to_vec()];
-    // (a) every byte JetStream stored.
-    let files = e.nats.store_files();
-    assert!(files.len() > 5, "expected stream and bucket files under the store: {files:?}");
+    let trace = ["--log", "trace"];
+    let mut nats = NatsServer::start_with(&["-D"]);
+    // The sim checks the password: success below means the worker opened the box and sent the right one.
+    let sim = SimServer::start(SimConfig { password: Some(password.clone()), ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let mut logs = vec![];
+
+    // Phase 1: no worker yet, so every job stays in the jobs stream.
+    let mut gateway = topo.gateway(&nats, &trace);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let accept = |reply: Reply| match reply {
+        Reply::Accepted(a) => a.id,
+        other => panic!("expected Accepted, got {other:?}"),
+    };
+    let mut ids = vec![];
+    // 1. Inline credentials, sealed by the gateway.
+    for i in 0..4 {
+        let b = with_creds(sim_batch(&format!("10.9.1.{i}"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), inline(&password));
+        ids.push(accept(producer.submit(&b, false).await));
+    }
+    // 2. Sealed by the producer itself (the gateway never sees the password).
+    let key = bmcfleet_common::sealing::public_key(&topo.sealing.public).unwrap();
+    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &key).unwrap();
+    ids.push(accept(producer.submit(&with_creds(sim_batch("10.9.1.5", vec![Action::Power(PowerOp::On)]), Credentials::Sealed(sealed)), false).await));
+    // 3. A named credential in the KV bucket, written by bmcctl.
+    let (ok, out, err) = bmcctl(&nats, &["cred", "put", "rack9", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], &format!("{password}\n"));
+    assert!(ok, "{out}{err}");
+    ids.push(accept(producer.submit(&with_creds(sim_batch("10.9.1.6", vec![Action::Power(PowerOp::On), Action::Inventory]), Credentials::Ref("rack9".into())), false).await));
+    // 4. A wrong password, to show the sim does check.
+    let wrong = accept(producer.submit(&with_creds(sim_batch("10.9.1.9", vec![Action::Power(PowerOp::On)]), inline("not-it")), false).await);
+    assert_eq!(stream_messages(&producer.client, &topo.subjects().jobs_stream()).await, 7);
+
+    // (a) what JetStream stored, with the jobs still queued (stopped cleanly so all of it is on disk).
+    gateway.terminate(Duration::from_secs(15));
+    logs.push(("gateway", gateway.log_text()));
+    drop(producer);
+    nats.stop();
+    let files = nats.store_files();
     let all: Vec<u8> = files.iter().flat_map(|(_, b)| b.iter().copied()).collect();
-    // The scan does see what was stored: batch ids (status records), the
-    // credential's name and username, and the sealed boxes' header.
+    // The scan sees the queued jobs (their addresses), the sealed boxes
+    // (base64 of the `xkv1` header) and the credential's name.
+    for i in [0, 1, 2, 3, 5, 6, 9] {
+        assert!(find(&all, format!("10.9.1.{i}").as_bytes()), "job for 10.9.1.{i} not found: the scan reads the wrong place");
+    }
+    assert!(find(&all, b"rack9") && find(&all, b"eGt2M"), "no sealed credential in the store");
+    if let Some(path) = leaked(&files, &needles) {
+        panic!("the password is stored in plain text in {}", path.display());
+    }
+
+    // Phase 2: run them; the worker opens the boxes and the sim accepts the password.
+    nats.restart();
+    let mut gateway = topo.gateway(&nats, &trace);
+    let mut worker = topo.worker(&nats, "w0", sim.addr(), &trace);
+    let client = nats.client().await;
+    let results = bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), &[ids.clone(), vec![wrong]].concat(), Duration::from_secs(60)).await;
     for id in &ids {
-        assert!(find(&all, id.to_string().as_bytes()), "batch {id} is not in the store: the scan reads the wrong place");
+        assert_eq!(results[id].state, BatchState::Succeeded, "{:?}", results[id]);
     }
-    assert!(find(&all, b"rack9") && find(&all, b"eGt2M"), "no sealed credential (base64 of `xkv1`...) in the store");
-    for (path, bytes) in &files {
-        for n in &needles {
-            assert!(!find(bytes, n), "the password is stored in plain text in {}", path.display());
-        }
+    assert_eq!(results[&wrong].results[0].error.as_ref().map(|e| e.code), Some(ErrorCode::AuthFailed), "{:?}", results[&wrong]);
+    assert_eq!(sim.log().iter().filter(|l| l.ok).count(), 4 * 2 + 1 + 2, "every action reached the sim with the right password");
+
+    // (a) again after execution, (b) every log: trace level for gateway and worker, debug for NATS.
+    bmcfleet_tests::eventually(Duration::from_secs(20), "jobs acknowledged", || {
+        let (c, jobs) = (client.clone(), topo.subjects().jobs_stream());
+        async move { (stream_messages(&c, &jobs).await == 0).then_some(()) }
+    })
+    .await;
+    worker.terminate(Duration::from_secs(15));
+    gateway.terminate(Duration::from_secs(15));
+    drop(client);
+    nats.stop();
+    if let Some(path) = leaked(&nats.store_files(), &needles) {
+        panic!("the password is stored in plain text in {}", path.display());
     }
-    // (b) every log, at trace level for gateway and worker, debug for NATS.
-    let logs = [("gateway", e.gateway.log_text()), ("worker", e.worker.log_text()), ("nats", e.nats.log())];
-    assert!(logs[1].1.contains("Action finished.") && logs[0].1.contains("Batch admitted."), "logs are not at the expected level");
+    logs.extend([("gateway", gateway.log_text()), ("worker", worker.log_text()), ("nats", nats.log())]);
+    assert!(logs[2].1.contains("Action finished.") && logs[0].1.contains("Batch admitted."), "logs are not at the expected level");
+    // (`--log trace`; async-nats is capped at debug because it traces payloads.)
+    assert!(logs[2].1.contains("\"level\":\"DEBUG\""), "the worker log is not verbose");
+    assert!(logs[3].1.contains("[DBG]"), "the NATS log is not at debug level: {}", &logs[3].1[..logs[3].1.len().min(2000)]);
     for (name, text) in &logs {
         for n in &needles {
             if let Some(line) = text.lines().find(|l| find(l.as_bytes(), n)) {
