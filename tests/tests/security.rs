@@ -163,14 +163,14 @@ async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
     let worker_js = async_nats::jetstream::new(worker_client.clone());
     let kv = worker_js.get_key_value(&bucket).await.expect("workers read the bucket");
     assert!(kv.get("rack7").await.unwrap().is_some());
-    assert!(tokio::time::timeout(Duration::from_secs(5), kv.put("rack7", "forged".into())).await.map(|r| r.is_err()).unwrap_or(true));
-    assert!(tokio::time::timeout(Duration::from_secs(5), kv.purge("rack7")).await.map(|r| r.is_err()).unwrap_or(true));
+    assert!(tokio::time::timeout(Duration::from_secs(2), kv.put("rack7", "forged".into())).await.map(|r| r.is_err()).unwrap_or(true));
+    assert!(tokio::time::timeout(Duration::from_secs(2), kv.purge("rack7")).await.map(|r| r.is_err()).unwrap_or(true));
     assert!(kv.get("rack7").await.unwrap().is_some_and(|v| !v.is_empty() && &v[..] != b"forged"), "a worker changed a credential");
 
     // Producers and the gateway cannot read it, by any JetStream path.
     for client in [&producer_client, &gateway_client] {
         let js = async_nats::jetstream::new(client.clone());
-        let short = Duration::from_secs(5);
+        let short = Duration::from_secs(2);
         assert!(tokio::time::timeout(short, js.get_key_value(&bucket)).await.map(|r| r.is_err()).unwrap_or(true), "bucket info readable");
         let stream = format!("KV_{bucket}");
         assert!(tokio::time::timeout(short, js.get_stream(&stream)).await.map(|r| r.is_err()).unwrap_or(true), "stream info readable");
