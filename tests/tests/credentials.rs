@@ -289,3 +289,23 @@ async fn raw_policy_refuses_at_admission_and_in_the_worker() {
     assert!(err.message.contains("deny ipmi:netfn=0x08-0x09"), "{err:?}");
     assert!(!e.sim.log().iter().any(|l| l.bmc == "v4-10-9-4-2"), "the refused raw request reached the BMC");
 }
+
+#[test]
+fn keygen_writes_a_private_seed_and_prints_the_public_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("workers.xkey");
+    let keygen = || Command::new(bin("bmcctl")).args(["keygen", "--out"]).arg(&path).env_remove("RUST_LOG").output().unwrap();
+    let out = keygen();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let public = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(bmcfleet_common::sealing::public_key(&public).is_ok(), "{public}");
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    let seed = std::fs::read_to_string(&path).unwrap();
+    assert!(seed.starts_with("SX") && !String::from_utf8_lossy(&out.stderr).contains(seed.trim()));
+    let mut keys = bmcfleet_common::sealing::SealingKeys::default();
+    assert_eq!(keys.add_file(&path).unwrap(), public, "the seed and the printed key are one pair");
+    // Never overwrites an existing seed.
+    assert!(!keygen().status.success());
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), seed);
+}
