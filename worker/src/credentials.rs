@@ -110,14 +110,14 @@ impl CredentialStore {
                     return Ok(c.clone());
                 }
                 match &self.bucket {
-                    Some(bucket) => self.from_bucket(bucket, name).await,
+                    Some(bucket) => self.resolve_in_bucket(bucket, name).await,
                     None => Err(ErrorBody::new(ErrorCode::UnknownCredential, format!("credential `{name}` is not known to this worker"))),
                 }
             }
         }
     }
 
-    async fn from_bucket(&self, bucket: &Bucket, name: &str) -> Result<ResolvedCredentials, ErrorBody> {
+    async fn resolve_in_bucket(&self, bucket: &Bucket, name: &str) -> Result<ResolvedCredentials, ErrorBody> {
         if let Some((at, c)) = bucket.cache.lock().expect("cache lock").get(name) {
             if at.elapsed() < bucket.ttl {
                 return Ok(c.clone());
