@@ -309,3 +309,69 @@ fn keygen_writes_a_private_seed_and_prints_the_public_key() {
     assert!(!keygen().status.success());
     assert_eq!(std::fs::read_to_string(&path).unwrap(), seed);
 }
+
+/// The same leak check against a real BMC: OpenIPMI `ipmi_sim` only
+/// completes the RMCP+ handshake with the right password, so a successful
+/// action shows the worker opened the box.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipmi_password_is_sealed_end_to_end_against_ipmi_sim() {
+    use bmcfleet_ipmi::testing::{IpmiSim, IpmiSimOptions};
+    // IPMI passwords are at most 16 bytes: a ULID's random tail makes it unique.
+    let ulid = ulid::Ulid::new().to_string();
+    let password = format!("q{}", &ulid[ulid.len() - 15..]);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(password.as_bytes());
+    let needles = [password.as_bytes().to_vec(), b64.trim_end_matches('=').as_bytes().to_vec()];
+    let bmc = IpmiSim::start_with(IpmiSimOptions { password: Secret::new(&password), ..IpmiSimOptions::default() })
+        .expect("ipmi_sim (Debian package openipmi) must be installed");
+    let trace = ["--log", "trace"];
+    let mut nats = NatsServer::start_with(&["-D"]);
+    let topo = Topology::default();
+
+    // Queued with no worker: the job sits in the stream, sealed.
+    let mut gateway = topo.gateway(&nats, &trace);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let batch = bmcfleet_tests::producer::batch_for(bmc.target(), vec![Action::Power(PowerOp::Status), Action::Inventory]);
+    let Reply::Accepted(a) = producer.submit(&batch, false).await else { panic!("not accepted") };
+    gateway.terminate(Duration::from_secs(15));
+    let mut logs = vec![("gateway", gateway.log_text())];
+    drop(producer);
+    nats.stop();
+    let files = nats.store_files();
+    let all: Vec<u8> = files.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+    assert!(find(&all, a.id.to_string().as_bytes()) && find(&all, b"eGt2M"), "the queued, sealed job is not in the store");
+    if let Some(path) = leaked(&files, &needles) {
+        panic!("the IPMI password is stored in plain text in {}", path.display());
+    }
+
+    // Run it against ipmi_sim.
+    nats.restart();
+    let mut gateway = topo.gateway(&nats, &trace);
+    let mut worker = topo.worker_plain(&nats, "w0", &trace);
+    let client = nats.client().await;
+    let results = bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), &[a.id], Duration::from_secs(60)).await;
+    let r = &results[&a.id];
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    assert_eq!(r.results[0].provider.as_deref(), Some("ipmi"));
+    bmcfleet_tests::eventually(Duration::from_secs(20), "job acknowledged", || {
+        let (c, jobs) = (client.clone(), topo.subjects().jobs_stream());
+        async move { (stream_messages(&c, &jobs).await == 0).then_some(()) }
+    })
+    .await;
+    worker.terminate(Duration::from_secs(15));
+    gateway.terminate(Duration::from_secs(15));
+    drop(client);
+    nats.stop();
+    if let Some(path) = leaked(&nats.store_files(), &needles) {
+        panic!("the IPMI password is stored in plain text in {}", path.display());
+    }
+    logs.extend([("gateway", gateway.log_text()), ("worker", worker.log_text()), ("nats", nats.log())]);
+    assert!(logs[2].1.contains("BMC session opened."), "no IPMI session in the worker log");
+    for (name, text) in &logs {
+        for n in &needles {
+            if let Some(line) = text.lines().find(|l| find(l.as_bytes(), n)) {
+                panic!("the IPMI password is in the {name} log: {}", &line[..line.len().min(1500)]);
+            }
+        }
+    }
+}
