@@ -195,7 +195,7 @@ async fn passwords_never_reach_nats_storage_or_logs() {
     }
     logs.extend([("gateway", gateway.log_text()), ("worker", worker.log_text()), ("nats", nats.log())]);
     assert!(logs[2].1.contains("Action finished.") && logs[0].1.contains("Batch admitted."), "logs are not at the expected level");
-    // (`--log trace`; async-nats is capped at debug because it traces payloads.)
+    // (`--log trace`; async-nats's trace events are dropped because they hold payloads.)
     assert!(logs[2].1.contains("\"level\":\"DEBUG\""), "the worker log is not verbose");
     assert!(logs[3].1.contains("[DBG]"), "the NATS log is not at debug level: {}", &logs[3].1[..logs[3].1.len().min(2000)]);
     for (name, text) in &logs {
