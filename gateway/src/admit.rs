@@ -11,7 +11,7 @@ use bmcfleet_common::telemetry;
 use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::validate::decode_batch;
 use bmcfleet_schema::{
-    Accepted, ActionResult, BatchId, Credentials, BatchResult, BatchState, BatchStatus, Encoding, ErrorBody, ErrorCode, Event,
+    Accepted, ActionResult, BatchId, BatchResult, BatchState, BatchStatus, Credentials, Encoding, ErrorBody, ErrorCode, Event,
     EventKind, IdRequest, Job, Limits, Reply, Subjects,
 };
 use futures::StreamExt;
