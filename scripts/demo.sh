@@ -30,9 +30,16 @@ wait_for_line "$WORK/sim.log" "listening on"
 SIM="$(sed -n 's/.*listening on \(.*\)$/\1/p' "$WORK/sim.log" | head -1)"
 echo "demo: simulated BMC fleet (bmc-sim) on $SIM"
 
-"$BIN/bmc-gateway" --allow-sim true --metrics-addr 127.0.0.1:0 >"$WORK/gateway.log" 2>&1 &
+# The workers' sealing key: the gateway seals the batch's inline password to
+# its public half, so the job stream never holds the password in clear.
+PUBLIC_KEY="$("$BIN/bmcctl" keygen --out "$WORK/workers.xkey" 2>/dev/null)"
+echo "demo: workers' sealing key $PUBLIC_KEY (seed in $WORK/workers.xkey, mode 0600)"
+
+"$BIN/bmc-gateway" --allow-sim true --inline-credentials sealed --workers-public-key "$PUBLIC_KEY" \
+  --metrics-addr 127.0.0.1:0 >"$WORK/gateway.log" 2>&1 &
 pids+=($!)
-"$BIN/bmc-worker" --sim-endpoint "$SIM" --worker-id demo-worker --metrics-addr 127.0.0.1:0 >"$WORK/worker.log" 2>&1 &
+"$BIN/bmc-worker" --sim-endpoint "$SIM" --worker-id demo-worker --sealing-key-file "$WORK/workers.xkey" \
+  --metrics-addr 127.0.0.1:0 >"$WORK/worker.log" 2>&1 &
 pids+=($!)
 wait_for_line "$WORK/gateway.log" "Gateway ready"
 echo "demo: bmc-gateway and bmc-worker started"

@@ -41,6 +41,9 @@ pub struct Fleet {
     pub client: async_nats::Client,
     pub subjects: Subjects,
     pub options: FleetOptions,
+    /// The workers' sealing key pair (seed, public key): the gateway seals
+    /// the benchmark's inline credentials to it.
+    sealing: (Secret, String),
     /// Dropped last: the server outlives its clients.
     pub nats: Nats,
 }
@@ -74,9 +77,11 @@ impl Fleet {
         let subjects = Subjects::new("bmc", "BMCFLEET", options.partitions);
         let mut args = common_args(&nats, options.partitions);
         args.extend(["--allow-sim".into(), "true".into()]);
-        let gateway = Child::spawn(&workspace_bin("bmc-gateway")?, "bmc-gateway", &args, &[])?;
+        let sealing = bmcfleet_common::sealing::generate();
+        let env = [("BMCFLEET_INLINE_CREDENTIALS", "sealed".to_owned()), ("BMCFLEET_WORKERS_PUBLIC_KEY", sealing.1.clone())];
+        let gateway = Child::spawn(&workspace_bin("bmc-gateway")?, "bmc-gateway", &args, &env)?;
         let client = nats.client().await?;
-        let mut fleet = Fleet { workers: BTreeMap::new(), gateway, client, subjects, options, nats };
+        let mut fleet = Fleet { workers: BTreeMap::new(), gateway, client, subjects, options, sealing, nats };
         fleet.wait_gateway().await?;
         Ok(fleet)
     }
@@ -94,6 +99,13 @@ impl Fleet {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The workers' sealing key, to open sealed credentials outside a worker.
+    pub fn sealing_keys(&self) -> anyhow::Result<bmcfleet_common::sealing::SealingKeys> {
+        let mut keys = bmcfleet_common::sealing::SealingKeys::default();
+        keys.add_seed(&self.sealing.0).map_err(anyhow::Error::msg)?;
+        Ok(keys)
     }
 
     /// Start a worker named `id`.
@@ -119,7 +131,8 @@ impl Fleet {
         }
         args.extend(self.options.worker_args.iter().cloned());
         args.extend(extra.iter().cloned());
-        let child = Child::spawn(&workspace_bin("bmc-worker")?, &format!("bmc-worker:{id}"), &args, &[])?;
+        let env = [("BMCFLEET_SEALING_KEY", self.sealing.0.expose().to_owned())];
+        let child = Child::spawn(&workspace_bin("bmc-worker")?, &format!("bmc-worker:{id}"), &args, &env)?;
         self.workers.insert(id.to_owned(), child);
         Ok(())
     }

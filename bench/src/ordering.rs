@@ -16,6 +16,7 @@ use crate::stats::{median, num, ops, ratio, steady_rate};
 use anyhow::{bail, Context as _};
 use async_nats::jetstream::{self, consumer::pull};
 use bmcfleet_provider::{BmcSession, CallInfo, Connector, Ctx, ResolvedCredentials};
+use bmcfleet_common::sealing::SealingKeys;
 use bmcfleet_schema::{Action, Batch, BatchId, Credentials, Encoding, Job, PowerOp};
 use bmcfleet_sim::{SimConfig, SimConnector, SimServer};
 use futures::StreamExt;
@@ -70,9 +71,11 @@ struct Drain {
     overlapping: usize,
 }
 
-fn creds(job: &Job) -> anyhow::Result<ResolvedCredentials> {
+fn creds(job: &Job, keys: &SealingKeys) -> anyhow::Result<ResolvedCredentials> {
     match &job.batch.bmc.credentials {
         Credentials::Inline { username, password } => Ok(ResolvedCredentials { username: username.clone(), password: password.clone() }),
+        // The gateway seals inline passwords: open them as a worker does.
+        Credentials::Sealed(s) => Ok(ResolvedCredentials { username: s.username.clone(), password: keys.open(s)? }),
         Credentials::Ref(r) => bail!("credential reference {r} in a bench job"),
     }
 }
@@ -96,6 +99,7 @@ type SessionPool = HashMap<String, Vec<Box<dyn BmcSession>>>;
 /// A consumer in the bench process, ordered (per-BMC lanes) or not.
 async fn baseline(fleet: &Fleet, sim: &SimServer, n: usize, ordered: bool, inflight: usize, tag: &str) -> anyhow::Result<Vec<Instant>> {
     let client = fleet.nats.client().await?;
+    let keys = Arc::new(fleet.sealing_keys()?);
     let js = jetstream::new(client);
     let stream = js.get_stream(fleet.subjects.jobs_stream()).await?;
     let name = "bench-baseline";
@@ -128,14 +132,14 @@ async fn baseline(fleet: &Fleet, sim: &SimServer, n: usize, ordered: bool, infli
         if ordered {
             let tx = lanes.entry(key).or_insert_with(|| {
                 let (tx, mut rx) = mpsc::unbounded_channel::<(jetstream::Message, Job)>();
-                let (connector, done, sem, tag) = (connector.clone(), done.clone(), sem.clone(), tag.to_owned());
+                let (connector, done, sem, tag, keys) = (connector.clone(), done.clone(), sem.clone(), tag.to_owned(), keys.clone());
                 tasks.spawn(async move {
                     let mut session: Option<Box<dyn BmcSession>> = None;
                     while let Some((msg, job)) = rx.recv().await {
                         let _permit = sem.acquire().await.expect("semaphore open");
                         if session.is_none() {
                             let ctx = Ctx::with_timeout(Duration::from_secs(30));
-                            session = Some(connector.connect(&ctx, &job.batch.bmc, &creds(&job)?).await?);
+                            session = Some(connector.connect(&ctx, &job.batch.bmc, &creds(&job, &keys)?).await?);
                         }
                         run_job(session.as_mut().expect("opened"), &job, &tag).await?;
                         msg.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;
@@ -148,12 +152,12 @@ async fn baseline(fleet: &Fleet, sim: &SimServer, n: usize, ordered: bool, infli
             tx.send((msg, job)).map_err(|_| anyhow::anyhow!("lane stopped"))?;
         } else {
             let permit = sem.clone().acquire_owned().await.expect("semaphore open");
-            let (connector, done, pool, tag) = (connector.clone(), done.clone(), pool.clone(), tag.to_owned());
+            let (connector, done, pool, tag, keys) = (connector.clone(), done.clone(), pool.clone(), tag.to_owned(), keys.clone());
             tasks.spawn(async move {
                 let pooled = pool.lock().expect("pool lock").get_mut(&key).and_then(Vec::pop);
                 let mut session = match pooled {
                     Some(s) => s,
-                    None => connector.connect(&Ctx::with_timeout(Duration::from_secs(30)), &job.batch.bmc, &creds(&job)?).await?,
+                    None => connector.connect(&Ctx::with_timeout(Duration::from_secs(30)), &job.batch.bmc, &creds(&job, &keys)?).await?,
                 };
                 run_job(&mut session, &job, &tag).await?;
                 msg.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;

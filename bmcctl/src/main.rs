@@ -33,6 +33,9 @@ struct Cli {
     /// Subject prefix of job and event subjects (for `watch`).
     #[arg(long, env = "BMCFLEET_SUBJECT_PREFIX", default_value = "bmc", global = true)]
     subject_prefix: String,
+    /// Stem of stream and bucket names (for `cred`).
+    #[arg(long, env = "BMCFLEET_STREAM", default_value = "BMCFLEET", global = true)]
+    stream: String,
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -87,6 +90,42 @@ enum Command {
         /// Only this batch.
         id: Option<ulid::Ulid>,
     },
+    /// Create a workers' sealing key pair: the seed (SX...) goes to a new file
+    /// with mode 0600 (give it to the workers: --sealing-key-file), the public
+    /// key (X...) is printed (give it to the gateways and `cred put`).
+    Keygen {
+        /// Where to write the seed; must not exist.
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Named BMC credentials in the credentials KV bucket, sealed to the workers' key.
+    Cred {
+        #[command(subcommand)]
+        op: CredOp,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CredOp {
+    /// Seal a credential to the workers' public key and store it (replaces an existing one).
+    Put {
+        name: String,
+        #[arg(long)]
+        username: String,
+        /// Read the password from standard input (one line).
+        #[arg(long, required = true)]
+        password_stdin: bool,
+        /// The workers' public sealing key (X...).
+        #[arg(long, env = "BMCFLEET_WORKERS_PUBLIC_KEY")]
+        workers_public_key: String,
+        /// JetStream replicas when the bucket is created.
+        #[arg(long, env = "BMCFLEET_REPLICAS", default_value_t = 1)]
+        replicas: usize,
+    },
+    /// Remove a credential (purged: no sealed copy stays in the bucket).
+    Delete { name: String },
+    /// List credential names (never values).
+    List,
 }
 
 #[derive(Args, Debug)]
@@ -339,8 +378,81 @@ fn boot_device(d: BootArg) -> BootDevice {
     }
 }
 
+/// `bmcctl keygen`: no NATS needed.
+fn keygen(out: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let (seed, public) = bmcfleet_common::sealing::generate();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .with_context(|| format!("cannot create {} (it must not exist)", out.display()))?;
+    writeln!(f, "{}", seed.expose())?;
+    f.sync_all()?;
+    println!("{public}");
+    eprintln!("seed written to {} (mode 0600): give it to the workers (--sealing-key-file); the public key above goes to the gateways (--workers-public-key)", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn credential_name(name: &str) -> anyhow::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..");
+    anyhow::ensure!(ok, "credential names are 1-128 characters of [A-Za-z0-9-_./], not starting or ending with `.`");
+    Ok(())
+}
+
+/// `bmcctl cred ...` against the credentials bucket.
+async fn cred(nats: async_nats::Client, stream: &str, op: &CredOp) -> anyhow::Result<ExitCode> {
+    use bmcfleet_common::streams;
+    use futures::TryStreamExt;
+    let subjects = Subjects::new("bmc", stream, 1);
+    let js = async_nats::jetstream::new(nats);
+    let bucket = subjects.credentials_bucket();
+    match op {
+        CredOp::Put { name, username, workers_public_key, replicas, .. } => {
+            credential_name(name)?;
+            let key = bmcfleet_common::sealing::public_key(workers_public_key).map_err(anyhow::Error::msg)?;
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).context("reading the password from standard input")?;
+            let password = Secret::new(line.trim_end_matches(['\r', '\n']));
+            anyhow::ensure!(!password.is_empty(), "empty password on standard input");
+            let sealed = bmcfleet_common::sealing::seal(username, &password, &key).map_err(anyhow::Error::msg)?;
+            let kv = streams::bucket(&js, streams::credentials_config(&subjects, *replicas), streams::Mode::UseExisting).await?;
+            kv.put(name.as_str(), serde_json::to_vec(&sealed)?.into()).await.with_context(|| format!("writing {name} to {bucket}"))?;
+            println!("stored {name} in {bucket} (sealed to {})", sealed.key);
+        }
+        CredOp::Delete { name } => {
+            credential_name(name)?;
+            let kv = js.get_key_value(&bucket).await.with_context(|| format!("bucket {bucket}"))?;
+            kv.purge(name.as_str()).await.with_context(|| format!("deleting {name} from {bucket}"))?;
+            println!("deleted {name} from {bucket}");
+        }
+        CredOp::List => {
+            let kv = js.get_key_value(&bucket).await.with_context(|| format!("bucket {bucket}"))?;
+            let mut names: Vec<String> = kv.keys().await?.try_collect().await?;
+            names.sort();
+            for n in names {
+                println!("{n}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Keygen { out } = &cli.command {
+        return keygen(out);
+    }
     let nats = bmcfleet_common::nats::connect(&cli.nats, "bmcctl").await?;
+    if let Command::Cred { op } = &cli.command {
+        return cred(nats, &cli.stream, op).await;
+    }
     let trace = if cli.trace { start_trace() } else { HeaderMap::new() };
     let client = Client { nats, prefix: cli.service_prefix.clone(), json: cli.json, trace };
     let id_body = |id: &ulid::Ulid| serde_json::to_vec(&IdRequest { id: *id });
@@ -371,6 +483,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return Ok(client.print(&reply));
         }
         Command::Watch { id } => return watch(&client, &cli.subject_prefix, *id).await,
+        Command::Keygen { .. } | Command::Cred { .. } => unreachable!("handled above"),
     };
     let batch = target.batch(actions)?;
     let timeout = target.deadline + Duration::from_secs(10);

@@ -9,6 +9,7 @@
 //! - [`streams`]: the streams and KV buckets, created idempotently by one
 //!   definition so gateway and workers always agree.
 //! - [`runtime`]: shutdown signal, clocks.
+//! - [`sealing`]: sealing BMC passwords to the workers' xkey, and opening them.
 //! - [`telemetry`]: logs, OTLP span export, W3C trace context over NATS headers.
 //! - [`serve`]: the `/metrics`, `/healthz`, `/readyz` HTTP endpoint.
 
@@ -16,6 +17,7 @@ pub mod config;
 pub mod events;
 pub mod nats;
 pub mod runtime;
+pub mod sealing;
 pub mod serve;
 pub mod status;
 pub mod streams;

@@ -7,6 +7,7 @@
 //! | `<S>_BATCHES`     | KV   | `status_max_age`                 | gateway + workers (CAS) |
 //! | `<S>_LEASES`      | KV   | `lease_ttl` (expiry = lease loss)| workers (CAS)     |
 //! | `<S>_WORKERS`     | KV   | `presence_ttl`                   | workers           |
+//! | `<S>_CREDENTIALS` | KV   | none; values sealed to the workers' key | operators (`bmcctl cred`); workers read |
 //!
 //! The jobs stream records the partition count in its metadata
 //! (`bmcfleet.partitions`); a component configured with another count
@@ -116,6 +117,18 @@ fn batches_config(s: &Subjects, set: &StreamSettings) -> kv::Config {
         max_age: set.status_max_age,
         storage: stream::StorageType::File,
         num_replicas: set.replicas,
+        ..Default::default()
+    }
+}
+
+/// The credentials bucket (created by `bmcctl cred put`; workers only read it).
+pub fn credentials_config(s: &Subjects, replicas: usize) -> kv::Config {
+    kv::Config {
+        bucket: s.credentials_bucket(),
+        description: "bmcfleet named BMC credentials, sealed to the workers' xkey".into(),
+        history: 1,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
         ..Default::default()
     }
 }

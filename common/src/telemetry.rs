@@ -67,15 +67,25 @@ fn exporter(otel: &OtelArgs, endpoint: &str) -> Result<opentelemetry_otlp::SpanE
     built.map_err(|e| format!("cannot set up the OTLP exporter for {endpoint}: {e}"))
 }
 
+/// async-nats logs every message it reads, payload included, at trace level
+/// (a producer's submit request with an inline password, a credential read
+/// from the bucket): such events are dropped unless the filter names
+/// `async_nats` explicitly. Other levels are left to the filter.
+pub fn keeps(filter: &str, meta: &tracing::Metadata<'_>) -> bool {
+    filter.contains("async_nats") || !(*meta.level() == tracing::Level::TRACE && meta.target().starts_with("async_nats"))
+}
+
 /// Install the global subscriber (call once, from `main`, inside the Tokio
 /// runtime). `service` is the default `service.name`.
 pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, String> {
     let filter = EnvFilter::try_new(&log.log).map_err(|e| format!("invalid log filter `{}`: {e}", log.log))?;
+    let log_filter = log.log.clone();
     let fmt = match log.log_format {
         LogFormat::Json => tracing_subscriber::fmt::layer().json().flatten_event(true).with_writer(std::io::stderr).boxed(),
         LogFormat::Pretty => tracing_subscriber::fmt::layer().compact().with_writer(std::io::stderr).boxed(),
     }
-    .with_filter(filter);
+    .with_filter(filter)
+    .with_filter(tracing_subscriber::filter::filter_fn(move |meta| keeps(&log_filter, meta)));
     let (layer, provider) = match otel.endpoint.as_deref().filter(|e| !e.is_empty()) {
         None => (None, None),
         Some(endpoint) => {
@@ -87,7 +97,11 @@ pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, 
                 .with_resource(Resource::builder().with_service_name(name).build())
                 .build();
             let tracer = provider.tracer("bmcfleet");
-            let layer = tracing_opentelemetry::layer().with_tracer(tracer).with_filter(span_filter);
+            let otel_filter = otel.filter.clone();
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_filter(span_filter)
+                .with_filter(tracing_subscriber::filter::filter_fn(move |meta| keeps(&otel_filter, meta)));
             (Some(layer), Some(provider))
         }
     };
@@ -169,6 +183,27 @@ pub fn new_traceparent() -> (String, String) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn async_nats_payload_traces_are_dropped() {
+        use tracing::callsite::Identifier;
+        use tracing::metadata::Kind;
+        struct Cs;
+        impl tracing::callsite::Callsite for Cs {
+            fn set_interest(&self, _: tracing::subscriber::Interest) {}
+            fn metadata(&self) -> &tracing::Metadata<'_> {
+                unimplemented!()
+            }
+        }
+        static CS: Cs = Cs;
+        let meta = |level, target| {
+            tracing::Metadata::new("e", target, level, None, None, None, tracing::field::FieldSet::new(&[], Identifier(&CS)), Kind::EVENT)
+        };
+        assert!(!super::keeps("trace", &meta(tracing::Level::TRACE, "async_nats::connection")));
+        assert!(super::keeps("trace", &meta(tracing::Level::DEBUG, "async_nats::connection")));
+        assert!(super::keeps("trace", &meta(tracing::Level::TRACE, "bmcfleet_worker")));
+        assert!(super::keeps("info,async_nats=trace", &meta(tracing::Level::TRACE, "async_nats::connection")));
+    }
+
     use super::*;
 
     #[test]

@@ -11,7 +11,7 @@ use bmcfleet_common::telemetry;
 use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::validate::decode_batch;
 use bmcfleet_schema::{
-    Accepted, ActionResult, BatchId, BatchResult, BatchState, BatchStatus, Encoding, ErrorBody, ErrorCode, Event,
+    Accepted, ActionResult, BatchId, BatchResult, BatchState, BatchStatus, Credentials, Encoding, ErrorBody, ErrorCode, Event,
     EventKind, IdRequest, Job, Limits, Reply, Subjects,
 };
 use futures::StreamExt;
@@ -37,6 +37,8 @@ pub struct Gateway {
     limits: Limits,
     max_wait: Duration,
     metrics: crate::metrics::Metrics,
+    /// The workers' public key when inline credentials are sealed (`None`: refused by `limits`).
+    seal_to: Option<nkeys::XKey>,
 }
 
 /// What admission produced: the queued job, the reply, and (when waiting) the results subscription.
@@ -61,7 +63,8 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
 impl Gateway {
     pub fn new(client: async_nats::Client, res: Resources, subjects: Subjects, limits: Limits, max_wait: Duration) -> Self {
         let metrics = crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
-        Gateway { client, res, subjects, limits, max_wait, metrics }
+        let seal_to = limits.sealing_key.as_deref().map(|k| bmcfleet_common::sealing::public_key(k).expect("validated at start"));
+        Gateway { client, res, subjects, limits, max_wait, metrics, seal_to }
     }
 
     /// Count admissions and refusals on these (registered) metrics.
@@ -190,6 +193,14 @@ impl Gateway {
     /// Decode, validate, dedupe and queue (durably) one batch.
     async fn admit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>) -> Result<Admission, Reply> {
         let mut batch = decode_batch(payload, enc, &self.limits).map_err(|e| Reply::Error(e.into()))?;
+        // Inline passwords never reach the job stream: seal them for the workers.
+        if let Credentials::Inline { username, password } = &batch.bmc.credentials {
+            let Some(key) = &self.seal_to else {
+                return Err(error(ErrorCode::InlineCredentialsDisabled, "this deployment accepts credentials by reference only"));
+            };
+            let sealed = bmcfleet_common::sealing::seal(username, password, key).map_err(|e| error(ErrorCode::Internal, e))?;
+            batch.bmc.credentials = Credentials::Sealed(sealed);
+        }
         let wait = truthy(header(headers, WAIT_HEADER));
         let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
         let key = batch.bmc.address.key();

@@ -2,7 +2,7 @@
 
 use bmcfleet_common::config::{duration, positive_duration, LogArgs, MetricsArgs, NatsArgs, OtelArgs, TopologyArgs};
 use bmcfleet_common::streams::StreamSettings;
-use bmcfleet_schema::Limits;
+use bmcfleet_schema::{Limits, RawPolicy};
 use clap::builder::BoolishValueParser;
 use clap::Parser;
 use std::time::Duration;
@@ -37,9 +37,18 @@ pub struct Config {
     /// Longest deadline a batch may ask for.
     #[arg(long, env = "BMCFLEET_MAX_DEADLINE", default_value = "24h", value_parser = positive_duration)]
     pub max_deadline: Duration,
-    /// Accept inline BMC credentials (otherwise only `{"ref": name}`).
-    #[arg(long, env = "BMCFLEET_ALLOW_INLINE_CREDENTIALS", default_value = "true", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
-    pub allow_inline_credentials: bool,
+    /// Inline BMC credentials: `off` refuses them (`inline_credentials_disabled`);
+    /// `sealed` seals each password to --workers-public-key before the job is
+    /// stored, and also accepts credentials producers sealed to that key.
+    #[arg(long, env = "BMCFLEET_INLINE_CREDENTIALS", default_value = "off", value_enum)]
+    pub inline_credentials: InlineCredentials,
+    /// The workers' public sealing key (`X...`, from `bmcctl keygen`); required with `--inline-credentials sealed`.
+    #[arg(long, env = "BMCFLEET_WORKERS_PUBLIC_KEY", value_parser = workers_public_key, required_if_eq("inline_credentials", "sealed"))]
+    pub workers_public_key: Option<String>,
+    /// Which raw passthrough requests are admitted: rules separated by `;`
+    /// (e.g. `deny ipmi:netfn=0x08; allow ipmi:*`), `default`, `off`, or `@FILE`.
+    #[arg(long, env = "BMCFLEET_RAW_POLICY", default_value = "default")]
+    pub raw_policy: RawPolicy,
     /// Accept the `sim` protocol (test and demo deployments only).
     #[arg(long, env = "BMCFLEET_ALLOW_SIM", default_value = "false", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub allow_sim: bool,
@@ -60,6 +69,19 @@ pub struct Config {
     pub max_concurrent_requests: u32,
 }
 
+/// What the gateway does with inline credentials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InlineCredentials {
+    /// Refuse them: producers name credentials (`{"ref": name}`).
+    Off,
+    /// Seal the password to the workers' public key before storing the job.
+    Sealed,
+}
+
+fn workers_public_key(s: &str) -> Result<String, String> {
+    bmcfleet_common::sealing::public_key(s).map(|k| k.public_key())
+}
+
 fn service_prefix(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
         && s.split('.').all(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
@@ -77,7 +99,12 @@ impl Config {
             max_message_bytes: self.max_message_bytes as usize,
             default_deadline: self.default_deadline,
             max_deadline: self.max_deadline,
-            allow_inline_credentials: self.allow_inline_credentials,
+            allow_inline_credentials: self.inline_credentials == InlineCredentials::Sealed,
+            sealing_key: match self.inline_credentials {
+                InlineCredentials::Sealed => self.workers_public_key.clone(),
+                InlineCredentials::Off => None,
+            },
+            raw_policy: self.raw_policy.clone(),
             allow_sim: self.allow_sim,
             ..Limits::default()
         }
@@ -101,10 +128,34 @@ mod tests {
 
     #[test]
     fn boolish_flags() {
-        let c = Config::try_parse_from(["g", "--allow-sim", "1", "--allow-inline-credentials", "no"]).unwrap();
+        let c = Config::try_parse_from(["g", "--allow-sim", "1"]).unwrap();
         assert!(c.allow_sim);
-        assert!(!c.allow_inline_credentials);
         assert!(Config::try_parse_from(["g", "--allow-sim", "maybe"]).is_err());
+    }
+
+    #[test]
+    fn inline_credentials_are_off_unless_sealed_to_a_valid_key() {
+        let c = Config::try_parse_from(["g"]).unwrap();
+        assert_eq!(c.inline_credentials, InlineCredentials::Off);
+        assert!(!c.limits().allow_inline_credentials && c.limits().sealing_key.is_none());
+        // sealed needs the workers' public key, in the right format.
+        assert!(Config::try_parse_from(["g", "--inline-credentials", "sealed"]).is_err());
+        let (seed, public) = bmcfleet_common::sealing::generate();
+        assert!(Config::try_parse_from(["g", "--inline-credentials", "sealed", "--workers-public-key", seed.expose()]).is_err());
+        assert!(Config::try_parse_from(["g", "--inline-credentials", "sealed", "--workers-public-key", "Xnope"]).is_err());
+        assert!(Config::try_parse_from(["g", "--inline-credentials", "plain"]).is_err());
+        let c = Config::try_parse_from(["g", "--inline-credentials", "sealed", "--workers-public-key", &public]).unwrap();
+        assert!(c.limits().allow_inline_credentials);
+        assert_eq!(c.limits().sealing_key.as_deref(), Some(public.as_str()));
+    }
+
+    #[test]
+    fn raw_policy_flag() {
+        assert_eq!(Config::try_parse_from(["g"]).unwrap().raw_policy, RawPolicy::default());
+        assert_eq!(Config::try_parse_from(["g", "--raw-policy", "off"]).unwrap().raw_policy, RawPolicy::off());
+        assert!(Config::try_parse_from(["g", "--raw-policy", "allow everything"]).is_err());
+        let c = Config::try_parse_from(["g", "--raw-policy", "deny ipmi:netfn=0x2c,cmd=0x01; allow ipmi:*"]).unwrap();
+        assert!(c.raw_policy.check(bmcfleet_schema::raw_policy::RawTarget::Ipmi { netfn: 0x2c, cmd: 0x01 }).is_err());
     }
 
     #[test]

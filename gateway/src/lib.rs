@@ -66,7 +66,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let mut status = group.endpoint("status").await.map_err(|e| anyhow::anyhow!("status endpoint: {e}"))?;
     let mut cancel = group.endpoint("cancel").await.map_err(|e| anyhow::anyhow!("cancel endpoint: {e}"))?;
     started.store(true, Ordering::SeqCst);
-    tracing::info!(prefix = %config.service_prefix, partitions = config.topology.partitions, "Gateway ready.");
+    tracing::info!(
+        prefix = %config.service_prefix, partitions = config.topology.partitions, inline_credentials = ?config.inline_credentials,
+        workers_public_key = config.workers_public_key.as_deref().unwrap_or("-"), raw_policy = %config.raw_policy.describe(), "Gateway ready."
+    );
 
     let permits = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
     let tracker = TaskTracker::new();

@@ -90,14 +90,37 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// BMC credentials: a named secret the worker resolves, or inline.
+/// BMC credentials: a named secret the worker resolves, inline, or sealed
+/// to the workers' key.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Credentials {
-    /// `{"ref": "rack12-bmc"}`: resolved by the worker from its credential store.
+    /// `{"ref": "rack12-bmc"}`: resolved by the worker from its credentials
+    /// file, then from the credentials KV bucket.
     Ref(String),
-    /// `{"inline": {"username": "admin", "password": "..."}}`.
+    /// `{"inline": {"username": "admin", "password": "..."}}`: accepted by a
+    /// gateway with `--inline-credentials sealed`, which seals the password
+    /// before the job is stored; never stored in this form.
     Inline { username: String, password: Secret },
+    /// `{"sealed": {"username", "key", "sender", "sealed"}}`: the password in
+    /// a curve25519 sealed box that only the workers can open. What the jobs
+    /// stream carries for inline credentials.
+    Sealed(SealedCredentials),
+}
+
+/// A password sealed (NATS xkeys `xkv1` box: X25519 + XSalsa20-Poly1305) to
+/// the workers' public key by a one-off sender key. Also the value format of
+/// the credentials KV bucket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealedCredentials {
+    pub username: String,
+    /// The recipient's (workers') public xkey, `X...`: picks the seed to open it with.
+    pub key: String,
+    /// The one-off sender public xkey, `X...`.
+    pub sender: String,
+    /// The sealed password, standard base64.
+    pub sealed: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -370,6 +393,18 @@ pub enum HttpMethod {
     Patch,
     Put,
     Delete,
+}
+
+impl HttpMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpMethod::Get => "GET",
+            HttpMethod::Post => "POST",
+            HttpMethod::Patch => "PATCH",
+            HttpMethod::Put => "PUT",
+            HttpMethod::Delete => "DELETE",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -105,6 +105,18 @@ mod tests {
     }
 
     #[test]
+    fn sealed_credentials_wire_shape() {
+        let j = r#"{"sealed":{"username":"admin","key":"XKEY","sender":"XSENDER","sealed":"eGt2MQ=="}}"#;
+        let c: Credentials = Encoding::Json.decode(j.as_bytes()).unwrap();
+        let Credentials::Sealed(s) = &c else { panic!("{c:?}") };
+        assert_eq!((s.username.as_str(), s.key.as_str(), s.sender.as_str(), s.sealed.as_str()), ("admin", "XKEY", "XSENDER", "eGt2MQ=="));
+        for enc in [Encoding::MessagePack, Encoding::Json] {
+            assert_eq!(enc.decode::<Credentials>(&enc.encode(&c).unwrap()).unwrap(), c);
+        }
+        assert!(Encoding::Json.decode::<Credentials>(br#"{"sealed":{"username":"a","key":"X","sender":"X","sealed":"","extra":1}}"#).is_err());
+    }
+
+    #[test]
     fn human_json_is_accepted() {
         let j = r#"{"bmc":{"address":"bmc1.example","credentials":{"ref":"rack12"}},
                     "actions":[{"boot_device":{"device":"pxe"}},{"power":"on"},"inventory"],

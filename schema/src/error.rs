@@ -21,8 +21,13 @@ pub enum ErrorCode {
     InvalidAddress,
     /// A field has an invalid value (named in the message).
     InvalidField,
-    /// Inline credentials were sent to a deployment that refuses them.
+    /// Inline (or pre-sealed) credentials were sent to a deployment that
+    /// refuses them (`--inline-credentials off`, the default).
     InlineCredentialsDisabled,
+    /// A raw passthrough request that the deployment's raw policy denies
+    /// (the message names the rule). Also an action result when a worker's
+    /// own policy refuses it.
+    RawNotAllowed,
     /// No batch with that id is known.
     NotFound,
     /// The request cannot be honoured in the batch's current state
@@ -32,8 +37,12 @@ pub enum ErrorCode {
     Unavailable,
 
     // --- execution (action results) ---
-    /// The named credential is not in the worker's credential store.
+    /// The named credential is not in the worker's credentials file or bucket.
     UnknownCredential,
+    /// The worker cannot open the batch's sealed credentials (no sealing key
+    /// with that public key, or a corrupt or tampered box), or cannot read
+    /// the credentials bucket.
+    CredentialUnavailable,
     /// No provider for the requested protocol on this worker.
     UnsupportedProtocol,
     /// The BMC's provider does not implement this action.
@@ -81,10 +90,12 @@ impl ErrorCode {
             ErrorCode::InvalidAddress => "invalid_address",
             ErrorCode::InvalidField => "invalid_field",
             ErrorCode::InlineCredentialsDisabled => "inline_credentials_disabled",
+            ErrorCode::RawNotAllowed => "raw_not_allowed",
             ErrorCode::NotFound => "not_found",
             ErrorCode::Conflict => "conflict",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::UnknownCredential => "unknown_credential",
+            ErrorCode::CredentialUnavailable => "credential_unavailable",
             ErrorCode::UnsupportedProtocol => "unsupported_protocol",
             ErrorCode::Unsupported => "unsupported",
             ErrorCode::AuthFailed => "auth_failed",
@@ -111,7 +122,7 @@ impl ErrorCode {
             | ErrorCode::TooManyActions
             | ErrorCode::InvalidAddress
             | ErrorCode::InvalidField => 400,
-            ErrorCode::InlineCredentialsDisabled | ErrorCode::PermissionDenied => 403,
+            ErrorCode::InlineCredentialsDisabled | ErrorCode::PermissionDenied | ErrorCode::RawNotAllowed => 403,
             ErrorCode::AuthFailed => 401,
             ErrorCode::NotFound | ErrorCode::TargetNotFound | ErrorCode::UnknownCredential => 404,
             ErrorCode::Conflict => 409,

@@ -12,11 +12,13 @@
 //! - [`subject`]: subject and stream names, partitioning.
 //! - [`codec`]: MessagePack (default) and JSON encoding.
 //! - [`validate`]: [`Limits`] and batch validation.
+//! - [`raw_policy`]: [`RawPolicy`], which raw passthrough requests a deployment allows.
 
 pub mod action;
 pub mod bmc;
 pub mod codec;
 pub mod duration;
+pub mod raw_policy;
 pub mod error;
 pub mod result;
 pub mod secret;
@@ -30,4 +32,5 @@ pub use error::{ErrorBody, ErrorCode};
 pub use result::*;
 pub use secret::Secret;
 pub use subject::Subjects;
+pub use raw_policy::RawPolicy;
 pub use validate::{Limits, ValidationError};

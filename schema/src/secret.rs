@@ -6,8 +6,9 @@ use std::fmt;
 /// A secret value. `Debug` and `Display` print `[redacted]`; the only way to
 /// read it is [`Secret::expose`], which makes every use greppable.
 ///
-/// It serialises as a plain string because the wire must carry it (inline
-/// credentials); the wire is not a log.
+/// It serialises as a plain string because a producer's request must carry
+/// it (inline credentials, new BMC user passwords); the wire is not a log.
+/// Inline credentials are sealed by the gateway before anything is stored.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct Secret(String);
 
@@ -47,6 +48,14 @@ impl From<&str> for Secret {
 impl From<String> for Secret {
     fn from(s: String) -> Self {
         Secret(s)
+    }
+}
+
+/// For flags and environment variables holding a secret (clap parses through `FromStr`).
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
     }
 }
 

@@ -81,6 +81,11 @@ impl Subjects {
         format!("{}_WORKERS", self.stream)
     }
 
+    /// KV bucket of named BMC credentials, each value sealed to the workers' key.
+    pub fn credentials_bucket(&self) -> String {
+        format!("{}_CREDENTIALS", self.stream)
+    }
+
     pub fn partition_consumer(&self, partition: u16) -> String {
         format!("part-{partition}")
     }

@@ -21,8 +21,14 @@ pub struct Limits {
     pub default_deadline: Duration,
     /// Longest deadline a batch may ask for (default 24 h).
     pub max_deadline: Duration,
-    /// Whether inline credentials are accepted (default yes).
+    /// Whether inline credentials are accepted (default no; a gateway
+    /// accepts them only when it can seal them for the workers).
     pub allow_inline_credentials: bool,
+    /// The workers' public xkey (`X...`): pre-sealed credentials must be
+    /// sealed to it. `None` refuses `sealed` credentials.
+    pub sealing_key: Option<String>,
+    /// Which raw passthrough requests are allowed.
+    pub raw_policy: crate::RawPolicy,
     /// Whether the `sim` protocol is accepted (test deployments only).
     pub allow_sim: bool,
 }
@@ -36,7 +42,9 @@ impl Default for Limits {
             max_raw_body_bytes: 64 * 1024,
             default_deadline: Duration::from_secs(600),
             max_deadline: Duration::from_secs(24 * 3600),
-            allow_inline_credentials: true,
+            allow_inline_credentials: false,
+            sealing_key: None,
+            raw_policy: crate::RawPolicy::default(),
             allow_sim: false,
         }
     }
@@ -124,6 +132,23 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                 return Err(field("bmc.credentials.inline.username is empty"));
             }
         }
+        Credentials::Sealed(s) => {
+            let Some(key) = &limits.sealing_key else {
+                return Err(ValidationError::new(
+                    ErrorCode::InlineCredentialsDisabled,
+                    "this deployment accepts credentials by reference only ({\"ref\": \"name\"})",
+                ));
+            };
+            if &s.key != key {
+                return Err(field(format!("bmc.credentials.sealed.key must be the workers' public key {key}")));
+            }
+            if s.username.is_empty() {
+                return Err(field("bmc.credentials.sealed.username is empty"));
+            }
+            if s.sealed.is_empty() || s.sealed.len() > 4096 || !s.sender.starts_with('X') || s.sender.len() != 56 {
+                return Err(field("bmc.credentials.sealed needs a sender public key (X...) and a sealed box of at most 4 KiB"));
+            }
+        }
     }
     if batch.bmc.protocol == Protocol::Sim && !limits.allow_sim {
         return Err(field("protocol `sim` is for test deployments and is disabled here"));
@@ -199,6 +224,9 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
             }
             _ => {}
         }
+        if let Action::Raw(raw) = action {
+            limits.raw_policy.check(raw.into()).map_err(|why| ValidationError::new(ErrorCode::RawNotAllowed, format!("actions[{i}]: {why}")))?;
+        }
     }
     Ok(())
 }
@@ -246,10 +274,42 @@ mod tests {
     }
 
     #[test]
-    fn inline_credentials_can_be_refused() {
+    fn inline_credentials_are_refused_by_default() {
         let s = r#"{"bmc":{"address":"10.0.0.1","credentials":{"inline":{"username":"a","password":"p"}}},"actions":["inventory"]}"#;
-        json(s).unwrap();
-        let limits = Limits { allow_inline_credentials: false, ..Limits::default() };
-        assert_eq!(decode_batch(s.as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::InlineCredentialsDisabled);
+        assert_eq!(code(s), ErrorCode::InlineCredentialsDisabled);
+        let limits = Limits { allow_inline_credentials: true, ..Limits::default() };
+        decode_batch(s.as_bytes(), Encoding::Json, &limits).unwrap();
+    }
+
+    #[test]
+    fn sealed_credentials_must_be_sealed_to_the_workers_key() {
+        let key = format!("X{}", "A".repeat(55));
+        let other = format!("X{}", "B".repeat(55));
+        let s = |k: &str| {
+            format!(
+                r#"{{"bmc":{{"address":"10.0.0.1","credentials":{{"sealed":{{"username":"a","key":"{k}","sender":"{other}","sealed":"eGt2MQ=="}}}}}},"actions":["inventory"]}}"#
+            )
+        };
+        assert_eq!(code(&s(&key)), ErrorCode::InlineCredentialsDisabled);
+        let limits = Limits { sealing_key: Some(key.clone()), ..Limits::default() };
+        decode_batch(s(&key).as_bytes(), Encoding::Json, &limits).unwrap();
+        let e = decode_batch(s(&other).as_bytes(), Encoding::Json, &limits).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidField);
+        assert!(e.message.contains(&key), "{e}");
+    }
+
+    #[test]
+    fn raw_policy_is_enforced_at_admission() {
+        let ipmi = |netfn: u8| {
+            format!(r#"{{"bmc":{{"address":"10.0.0.1","credentials":{{"ref":"r"}}}},"actions":["inventory",{{"raw":{{"ipmi":{{"netfn":{netfn},"cmd":1}}}}}}]}}"#)
+        };
+        json(&ipmi(6)).unwrap();
+        let e = json(&ipmi(8)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::RawNotAllowed);
+        assert!(e.message.starts_with("actions[1]") && e.message.contains("deny ipmi:netfn=0x08-0x09"), "{e}");
+        let limits = Limits { raw_policy: crate::RawPolicy::off(), ..Limits::default() };
+        assert_eq!(decode_batch(ipmi(6).as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::RawNotAllowed);
+        let upd = r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[{"raw":{"redfish":{"method":"POST","path":"/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate","body":{}}}}]}"#;
+        assert_eq!(code(upd), ErrorCode::RawNotAllowed);
     }
 }

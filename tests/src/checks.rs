@@ -8,7 +8,8 @@ use bmcfleet_sim::LogEntry;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-/// A batch for a simulated BMC with inline credentials.
+/// A batch for a simulated BMC with inline credentials (the test gateways
+/// seal them: see [`crate::producer::Topology`]).
 pub fn sim_batch(address: &str, actions: Vec<Action>) -> Batch {
     Batch {
         id: None,

@@ -264,6 +264,7 @@ impl NatsCluster {
     pub fn gateway(&self, topo: &Topology, replicas: u8, extra: &[&str]) -> Process {
         let mut args = self.common_args(topo, replicas);
         args.extend(["--allow-sim".into(), "true".into()]);
+        args.extend(topo.gateway_sealing_args(extra));
         args.extend(extra.iter().map(|s| s.to_string()));
         Process::spawn("bmc-gateway", &args, &Self::env())
     }
@@ -285,6 +286,7 @@ impl NatsCluster {
             "--drain-timeout".into(),
             "5s".into(),
         ]);
+        args.extend(topo.sealing.worker_args());
         args.extend(extra.iter().map(|s| s.to_string()));
         Process::spawn(&format!("bmc-worker:{id}"), &args, &Self::env())
     }

@@ -117,6 +117,40 @@ impl NatsServer {
         }
     }
 
+    /// SIGTERM: a clean shutdown that flushes the file store; waits for the exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let end = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < end {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Every file under the store directory, as (path, bytes).
+    pub fn store_files(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+            let Ok(entries) = std::fs::read_dir(dir) else { return };
+            for e in entries.flatten() {
+                let path = e.path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if let Ok(bytes) = std::fs::read(&path) {
+                    out.push((path, bytes));
+                }
+            }
+        }
+        let mut out = vec![];
+        walk(&self.store.path().join("js"), &mut out);
+        out
+    }
+
     /// Start it again on the same ports and store.
     pub fn restart(&mut self) {
         self.kill();

@@ -58,17 +58,51 @@ impl Producer {
     }
 }
 
-/// Topology shared by the gateway and workers a test starts.
+/// A workers' sealing key pair for one test stack: the seed in a 0600 file
+/// (for workers), the public key (for the gateway and `bmcctl cred put`).
+#[derive(Clone, Debug)]
+pub struct SealingKey {
+    pub public: String,
+    pub seed_file: std::path::PathBuf,
+    _dir: std::sync::Arc<tempfile::TempDir>,
+}
+
+impl SealingKey {
+    pub fn generate() -> SealingKey {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (seed, public) = bmcfleet_common::sealing::generate();
+        let seed_file = dir.path().join("workers.xkey");
+        std::fs::write(&seed_file, format!("{}\n", seed.expose())).expect("write seed");
+        std::fs::set_permissions(&seed_file, std::fs::Permissions::from_mode(0o600)).expect("chmod seed");
+        SealingKey { public, seed_file, _dir: std::sync::Arc::new(dir) }
+    }
+
+    /// Gateway flags: seal inline credentials to this key.
+    pub fn gateway_args(&self) -> Vec<String> {
+        vec!["--inline-credentials".into(), "sealed".into(), "--workers-public-key".into(), self.public.clone()]
+    }
+
+    /// Worker flags: open boxes sealed to this key.
+    pub fn worker_args(&self) -> Vec<String> {
+        vec!["--sealing-key-file".into(), self.seed_file.display().to_string()]
+    }
+}
+
+/// Topology shared by the gateway and workers a test starts, with one
+/// sealing key pair: gateways seal inline credentials to it (unless a test
+/// passes its own `--inline-credentials`), workers hold its seed.
 #[derive(Clone, Debug)]
 pub struct Topology {
     pub partitions: u16,
     pub lease_ttl: &'static str,
     pub rebalance: &'static str,
+    pub sealing: SealingKey,
 }
 
 impl Default for Topology {
     fn default() -> Self {
-        Topology { partitions: 8, lease_ttl: "3s", rebalance: "1s" }
+        Topology { partitions: 8, lease_ttl: "3s", rebalance: "1s", sealing: SealingKey::generate() }
     }
 }
 
@@ -81,9 +115,19 @@ impl Topology {
         vec!["--nats-url".into(), nats.url(), "--partitions".into(), self.partitions.to_string(), "--log-format".into(), "json".into()]
     }
 
+    /// Sealing flags for a gateway unless `extra` chooses its own inline mode.
+    pub fn gateway_sealing_args(&self, extra: &[&str]) -> Vec<String> {
+        if extra.contains(&"--inline-credentials") {
+            vec![]
+        } else {
+            self.sealing.gateway_args()
+        }
+    }
+
     pub fn gateway(&self, nats: &NatsServer, extra: &[&str]) -> Process {
         let mut args = self.common_args(nats);
         args.extend(["--allow-sim".into(), "true".into()]);
+        args.extend(self.gateway_sealing_args(extra));
         args.extend(extra.iter().map(|s| s.to_string()));
         Process::spawn("bmc-gateway", &args, &[])
     }
@@ -110,6 +154,7 @@ impl Topology {
             "--drain-timeout".into(),
             "5s".into(),
         ]);
+        args.extend(self.sealing.worker_args());
         args.extend(extra.iter().map(|s| s.to_string()));
         Process::spawn(&format!("bmc-worker:{id}"), &args, &[])
     }

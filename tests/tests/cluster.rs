@@ -212,7 +212,7 @@ async fn r3_cluster_loses_no_batch_when_a_nats_node_and_a_worker_die() {
     let sim = SimServer::start(SimConfig { latency: Duration::from_millis(50), ..SimConfig::default() }).await.unwrap();
     // Leases outlive a JetStream leader election of the lease bucket more often
     // than not; a lease lost anyway is a (safe) hand-over, which the checks allow.
-    let topo = Topology { partitions: 8, lease_ttl: "6s", rebalance: "2s" };
+    let topo = Topology { partitions: 8, lease_ttl: "6s", rebalance: "2s", ..Topology::default() };
     let subjects = topo.subjects();
 
     let mut gateway = cluster.gateway(&topo, 3, &[]);

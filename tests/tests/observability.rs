@@ -52,14 +52,17 @@ async fn env(collector: Option<&OtlpCollector>, log: &str) -> Env {
         a.extend(extra.iter().map(|s| s.to_string()));
         a
     };
-    let gateway = Process::spawn("bmc-gateway", &common(&["--allow-sim", "true"]), &env);
+    let mut gateway_args = common(&["--allow-sim", "true"]);
+    gateway_args.extend(topo.sealing.gateway_args());
+    let gateway = Process::spawn("bmc-gateway", &gateway_args, &env);
     let producer = Producer::new(nats.client().await);
     wait_gateway(&producer).await;
     let sim_addr = sim.addr().to_string();
-    let worker_args = common(&[
+    let mut worker_args = common(&[
         "--worker-id", "w0", "--lease-ttl", topo.lease_ttl, "--rebalance-interval", topo.rebalance, "--ack-wait", "5s",
         "--drain-timeout", "5s", "--sim-endpoint", &sim_addr,
     ]);
+    worker_args.extend(topo.sealing.worker_args());
     let worker = Process::spawn("bmc-worker:w0", &worker_args, &env);
     wait_partitions_owned(&producer.client, &topo.subjects()).await;
     Env { sim, producer, gateway, worker, _nats: nats }

@@ -10,11 +10,12 @@ use bmcfleet_tests::{NatsServer, Process, Producer};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const PASSWORDS: [(&str, &str); 4] = [
+const PASSWORDS: [(&str, &str); 5] = [
     ("BMCFLEET_NATS_GATEWAY_PASSWORD", "gw-secret-1"),
     ("BMCFLEET_NATS_WORKER_PASSWORD", "wk-secret-2"),
     ("BMCFLEET_NATS_PRODUCER_PASSWORD", "pr-secret-3"),
     ("BMCFLEET_NATS_SYS_PASSWORD", "sys-secret-4"),
+    ("BMCFLEET_NATS_ADMIN_PASSWORD", "adm-secret-5"),
 ];
 
 fn config_path() -> String {
@@ -119,4 +120,82 @@ async fn gateway_and_worker_speak_tls_to_nats() {
     assert!(!status.success());
     let log = untrusting.log_text();
     assert!(log.contains("cannot connect to NATS") || log.contains("did not answer"), "{log}");
+}
+
+/// `bmcctl` as a NATS user, password on stdin.
+fn bmcctl_as(nats: &NatsServer, user: &str, password: &str, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
+        .args(["--nats-url", &nats.url(), "--nats-user", user, "--nats-password", password])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
+    let config = config_path();
+    let nats = NatsServer::start_with_env(&["-c", &config], &PASSWORDS);
+    let sim = SimServer::start(SimConfig { password: Some("bmc-pw-77".into()), ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &["--nats-user", "gateway", "--nats-password", PASSWORDS[0].1]);
+    let _w = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
+    let (producer_client, _) = connect(&nats, "producer", PASSWORDS[2].1).await;
+    let producer = Producer::new(producer_client.clone());
+    wait_gateway(&producer).await;
+    let (gateway_client, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
+    wait_partitions_owned(&gateway_client, &topo.subjects()).await;
+    let bucket = topo.subjects().credentials_bucket();
+    let put = |user: &str, pw: &str| {
+        bmcctl_as(&nats, user, pw, &["cred", "put", "rack7", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "bmc-pw-77\n")
+    };
+
+    // Neither the gateway nor a worker may write credentials; the admin user may.
+    assert!(!put("gateway", PASSWORDS[0].1).status.success());
+    let out = put("admin", PASSWORDS[4].1);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (worker_client, _) = connect(&nats, "worker", PASSWORDS[1].1).await;
+    let worker_js = async_nats::jetstream::new(worker_client.clone());
+    let kv = worker_js.get_key_value(&bucket).await.expect("workers read the bucket");
+    assert!(kv.get("rack7").await.unwrap().is_some());
+    assert!(tokio::time::timeout(Duration::from_secs(2), kv.put("rack7", "forged".into())).await.map(|r| r.is_err()).unwrap_or(true));
+    assert!(tokio::time::timeout(Duration::from_secs(2), kv.purge("rack7")).await.map(|r| r.is_err()).unwrap_or(true));
+    assert!(kv.get("rack7").await.unwrap().is_some_and(|v| !v.is_empty() && &v[..] != b"forged"), "a worker changed a credential");
+
+    // Producers and the gateway cannot read it, by any JetStream path.
+    for client in [&producer_client, &gateway_client] {
+        let js = async_nats::jetstream::new(client.clone());
+        let short = Duration::from_secs(2);
+        assert!(tokio::time::timeout(short, js.get_key_value(&bucket)).await.map(|r| r.is_err()).unwrap_or(true), "bucket info readable");
+        let stream = format!("KV_{bucket}");
+        assert!(tokio::time::timeout(short, js.get_stream(&stream)).await.map(|r| r.is_err()).unwrap_or(true), "stream info readable");
+        // Direct get and message get, as raw API requests: refused (no reply or an error, never the value).
+        for subject in [format!("$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.rack7"), format!("$JS.API.STREAM.MSG.GET.{stream}")] {
+            let req = async_nats::Request::new().payload(br#"{"last_by_subj":"$KV.BMCFLEET_CREDENTIALS.rack7"}"#.to_vec().into()).timeout(Some(short));
+            if let Ok(msg) = client.send_request(subject.clone(), req).await {
+                let status = msg.status.map(|s| s.as_u16()).unwrap_or(200);
+                assert!(status >= 400 || String::from_utf8_lossy(&msg.payload).contains("error"), "{subject} answered {status}");
+            }
+        }
+        // A consumer on the bucket's stream cannot be created either.
+        let req = async_nats::Request::new().payload(br#"{"stream_name":"KV_BMCFLEET_CREDENTIALS","config":{"ack_policy":"none","deliver_policy":"all"}}"#.to_vec().into()).timeout(Some(short));
+        if let Ok(msg) = client.send_request(format!("$JS.API.CONSUMER.CREATE.{stream}"), req).await {
+            assert!(String::from_utf8_lossy(&msg.payload).contains("error"), "consumer created: {:?}", msg.payload);
+        }
+    }
+    // Producers cannot subscribe to the bucket's subjects.
+    let (prod2, prod2_errors) = connect(&nats, "producer", PASSWORDS[2].1).await;
+    prod2.subscribe(format!("$KV.{bucket}.>")).await.unwrap();
+    wait_error(&prod2_errors, "Permissions Violation for Subscription").await;
+
+    // And the worker uses it, under these permissions, end to end.
+    let mut b = sim_batch("10.7.2.1", vec![Action::Power(PowerOp::On)]);
+    b.bmc.credentials = Credentials::Ref("rack7".into());
+    let Reply::Result(r) = producer.submit(&b, true).await else { panic!("submit") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 }

@@ -1,6 +1,7 @@
 //! Worker configuration: every flag has a `BMCFLEET_*` environment twin.
 
 use bmcfleet_common::config::{duration, positive_duration, LogArgs, MetricsArgs, NatsArgs, OtelArgs, TopologyArgs};
+use bmcfleet_schema::{RawPolicy, Secret};
 use clap::Parser;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -69,6 +70,21 @@ pub struct Config {
     /// JSON file of named BMC credentials: {"name": {"username": "...", "password": "..."}}.
     #[arg(long, env = "BMCFLEET_CREDENTIALS_FILE")]
     pub credentials_file: Option<PathBuf>,
+    /// File holding an xkey seed (`SX...`, from `bmcctl keygen`, mode 0600) that opens
+    /// sealed credentials. Repeat (or comma-separate in the environment) to hold
+    /// several during a key rotation: a box names the public key it was sealed to.
+    #[arg(long, env = "BMCFLEET_SEALING_KEY_FILE", value_delimiter = ',')]
+    pub sealing_key_file: Vec<PathBuf>,
+    /// An xkey seed (`SX...`) given directly; prefer the environment variable over the flag.
+    #[arg(long, env = "BMCFLEET_SEALING_KEY", hide_env_values = true)]
+    pub sealing_key: Option<Secret>,
+    /// How long a credential read from the credentials bucket is reused before it is read again.
+    #[arg(long, env = "BMCFLEET_CREDENTIALS_CACHE_TTL", default_value = "10s", value_parser = bmcfleet_common::config::duration)]
+    pub credentials_cache_ttl: Duration,
+    /// Which raw passthrough requests this worker sends (checked again after the gateway):
+    /// rules separated by `;`, `default`, `off`, or `@FILE`.
+    #[arg(long, env = "BMCFLEET_RAW_POLICY", default_value = "default")]
+    pub raw_policy: RawPolicy,
     /// Protocols this worker speaks (comma-separated; `sim` also needs --sim-endpoint).
     #[arg(long, env = "BMCFLEET_PROTOCOLS", value_delimiter = ',', default_value = "ipmi,redfish,amt", value_parser = protocol)]
     pub protocols: Vec<bmcfleet_schema::Protocol>,
@@ -183,5 +199,13 @@ mod tests {
         assert!(e.contains("--bmc-min-interval") && e.contains("--lane-idle-timeout"), "{e}");
         let c = Config::try_parse_from(["w", "--bmc-min-interval", "3m"]).unwrap();
         assert!(c.validate().unwrap_err().contains("--action-timeout"));
+    }
+
+    #[test]
+    fn sealing_keys_repeat_and_never_print() {
+        let c = Config::try_parse_from(["w", "--sealing-key-file", "/a", "--sealing-key-file", "/b", "--sealing-key", "SXsecret"]).unwrap();
+        assert_eq!(c.sealing_key_file.len(), 2);
+        assert!(!format!("{c:?}").contains("SXsecret"));
+        assert_eq!(c.raw_policy, RawPolicy::default());
     }
 }

@@ -1,11 +1,22 @@
 //! Resolving a batch's credentials: named references from the worker's
-//! credential file, or inline values.
+//! credentials file, then from the credentials KV bucket (values sealed to
+//! the workers' key); sealed inline credentials opened with the worker's
+//! sealing keys.
+//!
+//! Bucket entries are cached for `--credentials-cache-ttl` (default 10s):
+//! a credential rotated with `bmcctl cred put` is used by every worker at
+//! most that long after the write, with no restart. Only successful look-ups
+//! are cached, so a newly added name works on the next batch.
 
+use async_nats::jetstream::{self, kv};
+use bmcfleet_common::sealing::{OpenError, SealingKeys};
 use bmcfleet_provider::ResolvedCredentials;
-use bmcfleet_schema::{Credentials, ErrorBody, ErrorCode, Secret};
+use bmcfleet_schema::{Credentials, ErrorBody, ErrorCode, SealedCredentials, Secret};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -14,16 +25,35 @@ struct Entry {
     password: Secret,
 }
 
-/// Named credentials known to this worker.
+/// The credentials bucket, read lazily (it may be created after the worker starts).
+struct Bucket {
+    js: jetstream::Context,
+    name: String,
+    ttl: Duration,
+    store: tokio::sync::Mutex<Option<kv::Store>>,
+    cache: Mutex<HashMap<String, (Instant, ResolvedCredentials)>>,
+}
+
+/// Named credentials and sealing keys known to this worker.
 #[derive(Default)]
 pub struct CredentialStore {
     named: HashMap<String, ResolvedCredentials>,
+    keys: SealingKeys,
+    bucket: Option<Bucket>,
 }
 
 impl std::fmt::Debug for CredentialStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CredentialStore").field("names", &self.named.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("CredentialStore")
+            .field("names", &self.named.keys().collect::<Vec<_>>())
+            .field("keys", &self.keys)
+            .field("bucket", &self.bucket.as_ref().map(|b| &b.name))
+            .finish()
     }
+}
+
+fn unavailable(message: impl Into<String>) -> ErrorBody {
+    ErrorBody::new(ErrorCode::CredentialUnavailable, message)
 }
 
 impl CredentialStore {
@@ -36,7 +66,19 @@ impl CredentialStore {
             .into_iter()
             .map(|(k, e)| (k, ResolvedCredentials { username: e.username, password: e.password }))
             .collect();
-        Ok(CredentialStore { named })
+        Ok(CredentialStore { named, ..Default::default() })
+    }
+
+    /// Open sealed credentials with these keys.
+    pub fn with_keys(mut self, keys: SealingKeys) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// Resolve names missing from the file in this KV bucket.
+    pub fn with_bucket(mut self, js: jetstream::Context, name: String, ttl: Duration) -> Self {
+        self.bucket = Some(Bucket { js, name, ttl, store: Default::default(), cache: Default::default() });
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -47,35 +89,124 @@ impl CredentialStore {
         self.named.is_empty()
     }
 
-    pub fn resolve(&self, creds: &Credentials) -> Result<ResolvedCredentials, ErrorBody> {
+    fn open(&self, sealed: &SealedCredentials, what: &str) -> Result<ResolvedCredentials, ErrorBody> {
+        match self.keys.open(sealed) {
+            Ok(password) => Ok(ResolvedCredentials { username: sealed.username.clone(), password }),
+            Err(e @ OpenError::UnknownKey(_)) if self.keys.is_empty() => {
+                Err(unavailable(format!("{what}: {e} (start workers with --sealing-key-file)")))
+            }
+            Err(e) => Err(unavailable(format!("{what}: {e}"))),
+        }
+    }
+
+    pub async fn resolve(&self, creds: &Credentials) -> Result<ResolvedCredentials, ErrorBody> {
         match creds {
             Credentials::Inline { username, password } => {
                 Ok(ResolvedCredentials { username: username.clone(), password: password.clone() })
             }
-            Credentials::Ref(name) => self.named.get(name).cloned().ok_or_else(|| {
-                ErrorBody::new(ErrorCode::UnknownCredential, format!("credential `{name}` is not known to this worker"))
-            }),
+            Credentials::Sealed(sealed) => self.open(sealed, "sealed credentials"),
+            Credentials::Ref(name) => {
+                if let Some(c) = self.named.get(name) {
+                    return Ok(c.clone());
+                }
+                match &self.bucket {
+                    Some(bucket) => self.resolve_in_bucket(bucket, name).await,
+                    None => Err(ErrorBody::new(ErrorCode::UnknownCredential, format!("credential `{name}` is not known to this worker"))),
+                }
+            }
         }
     }
+
+    async fn resolve_in_bucket(&self, bucket: &Bucket, name: &str) -> Result<ResolvedCredentials, ErrorBody> {
+        if let Some((at, c)) = bucket.cache.lock().expect("cache lock").get(name) {
+            if at.elapsed() < bucket.ttl {
+                return Ok(c.clone());
+            }
+        }
+        let unknown = || {
+            ErrorBody::new(
+                ErrorCode::UnknownCredential,
+                format!("credential `{name}` is neither in this worker's credentials file nor in bucket {}", bucket.name),
+            )
+        };
+        let store = {
+            let mut slot = bucket.store.lock().await;
+            match &*slot {
+                Some(s) => s.clone(),
+                None => match tokio::time::timeout(Duration::from_secs(5), bucket.js.get_key_value(&bucket.name)).await {
+                    Ok(Ok(s)) => slot.insert(s).clone(),
+                    Ok(Err(e)) if error_chain(&e).contains("not found") => {
+                        tracing::debug!(bucket = %bucket.name, error = %e, "No credentials bucket.");
+                        return Err(unknown());
+                    }
+                    Ok(Err(e)) => return Err(unavailable(format!("cannot open credentials bucket {}: {e}", bucket.name))),
+                    Err(_) => return Err(unavailable(format!("credentials bucket {} did not answer", bucket.name))),
+                },
+            }
+        };
+        let entry = match tokio::time::timeout(Duration::from_secs(5), store.get(name)).await {
+            Ok(Ok(Some(bytes))) => bytes,
+            Ok(Ok(None)) => return Err(unknown()),
+            Ok(Err(e)) => return Err(unavailable(format!("cannot read credential `{name}` from {}: {e}", bucket.name))),
+            Err(_) => return Err(unavailable(format!("credentials bucket {} did not answer", bucket.name))),
+        };
+        let sealed: SealedCredentials = serde_json::from_slice(&entry)
+            .map_err(|e| unavailable(format!("credential `{name}` in {} is not a sealed credential: {e}", bucket.name)))?;
+        let c = self.open(&sealed, &format!("credential `{name}`"))?;
+        bucket.cache.lock().expect("cache lock").insert(name.to_owned(), (Instant::now(), c.clone()));
+        Ok(c)
+    }
+}
+
+/// An error with its sources, to tell "no such bucket" from NATS trouble.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn loads_and_resolves_without_leaking() {
+    #[tokio::test]
+    async fn loads_and_resolves_without_leaking() {
         let dir = std::env::temp_dir().join(format!("bmcfleet-creds-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("c.json");
         std::fs::write(&path, r#"{"rack12": {"username": "root", "password": "s3cret"}}"#).unwrap();
         let store = CredentialStore::load(&path).unwrap();
-        let c = store.resolve(&Credentials::Ref("rack12".into())).unwrap();
+        let c = store.resolve(&Credentials::Ref("rack12".into())).await.unwrap();
         assert_eq!(c.username, "root");
         assert_eq!(c.password.expose(), "s3cret");
         assert!(!format!("{store:?} {c:?}").contains("s3cret"));
-        assert_eq!(store.resolve(&Credentials::Ref("nope".into())).unwrap_err().code, ErrorCode::UnknownCredential);
+        assert_eq!(store.resolve(&Credentials::Ref("nope".into())).await.unwrap_err().code, ErrorCode::UnknownCredential);
         std::fs::write(&path, r#"{"x": {"username": "u"}}"#).unwrap();
         assert!(CredentialStore::load(&path).is_err());
+    }
+
+    #[tokio::test]
+    async fn sealed_credentials_open_with_the_matching_key_only() {
+        let (seed, public) = bmcfleet_common::sealing::generate();
+        let key = bmcfleet_common::sealing::public_key(&public).unwrap();
+        let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key).unwrap();
+        let none = CredentialStore::default();
+        let e = none.resolve(&Credentials::Sealed(sealed.clone())).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::CredentialUnavailable);
+        assert!(e.message.contains("--sealing-key-file"), "{e}");
+        let mut keys = SealingKeys::default();
+        keys.add_seed(&seed).unwrap();
+        let store = CredentialStore::default().with_keys(keys);
+        let c = store.resolve(&Credentials::Sealed(sealed.clone())).await.unwrap();
+        assert_eq!((c.username.as_str(), c.password.expose()), ("admin", "hunter2"));
+        let forged = SealedCredentials { sealed: "eGt2MQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".into(), ..sealed };
+        let e = store.resolve(&Credentials::Sealed(forged)).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::CredentialUnavailable);
+        assert!(!e.message.contains("hunter2"));
     }
 }

@@ -266,7 +266,7 @@ impl<'a> Run<'a> {
             }
             self.save().await?;
         }
-        let creds = self.shared.credentials.resolve(&batch.bmc.credentials);
+        let creds = self.shared.credentials.resolve(&batch.bmc.credentials).await;
         while self.status.results.len() < batch.actions.len() {
             let i = self.status.results.len();
             let action = &batch.actions[i];
@@ -366,6 +366,9 @@ impl<'a> Run<'a> {
         action: &bmcfleet_schema::Action,
         creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
     ) -> Result<Option<bmcfleet_schema::ActionData>, ProviderError> {
+        if let bmcfleet_schema::Action::Raw(raw) = action {
+            self.shared.raw_policy.check(raw.into()).map_err(|why| ProviderError::new(ErrorCode::RawNotAllowed, why))?;
+        }
         let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
         let settings = &self.shared.guard;
         let policy = RetryPolicy { max: settings.retry_max, backoff: settings.retry_backoff };

@@ -48,6 +48,8 @@ pub struct Shared {
     pub subjects: Subjects,
     pub registry: Registry,
     pub credentials: CredentialStore,
+    /// Raw passthrough requests this worker sends (checked again after the gateway).
+    pub raw_policy: bmcfleet_schema::RawPolicy,
     pub action_timeout: Duration,
     /// Retries, circuit breaker and pacing (applied per BMC lane).
     pub guard: guard::Settings,
@@ -94,6 +96,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         Some(path) => CredentialStore::load(path).map_err(anyhow::Error::msg)?,
         None => CredentialStore::default(),
     };
+    let mut keys = bmcfleet_common::sealing::SealingKeys::default();
+    for path in &config.sealing_key_file {
+        keys.add_file(path).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(seed) = &config.sealing_key {
+        keys.add_seed(seed).map_err(|e| anyhow::anyhow!("BMCFLEET_SEALING_KEY: {e}"))?;
+    }
+    let sealing_keys = keys.public_keys();
     let registry = registry(&config);
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut prometheus);
@@ -114,8 +124,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let res = streams::ensure_with_retry(client.clone(), &subjects, &settings, Mode::UseExisting, std::time::Duration::from_secs(60))
         .await
         .context("setting up JetStream streams and buckets")?;
+    let credentials = credentials.with_keys(keys).with_bucket(
+        async_nats::jetstream::new(client.clone()),
+        subjects.credentials_bucket(),
+        config.credentials_cache_ttl,
+    );
     let providers = registry.describe();
-    tracing::info!(worker = %worker_id, providers = ?providers, credentials = credentials.len(), "Worker starting.");
+    tracing::info!(
+        worker = %worker_id, providers = ?providers, credentials = credentials.len(), sealing_keys = ?sealing_keys,
+        raw_policy = %config.raw_policy.describe(), "Worker starting."
+    );
     let shared = Arc::new(Shared {
         worker_id,
         client: client.clone(),
@@ -123,6 +141,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         subjects,
         registry,
         credentials,
+        raw_policy: config.raw_policy.clone(),
         action_timeout: config.action_timeout,
         guard: config.guard(),
         permits: Arc::new(Semaphore::new(config.max_concurrent_batches as usize)),

@@ -36,7 +36,11 @@ impl SessionSlot {
         target: &BmcTarget,
         creds: &ResolvedCredentials,
     ) -> Result<(&mut dyn BmcSession, &[Capability]), ProviderError> {
-        let identity = Identity { target: target.clone(), username: creds.username.clone(), password: creds.password.clone() };
+        // Compare what the credentials resolve to, not their form: a sealed
+        // password is a new box in every batch.
+        let mut same_target = target.clone();
+        same_target.credentials = bmcfleet_schema::Credentials::Ref(String::new());
+        let identity = Identity { target: same_target, username: creds.username.clone(), password: creds.password.clone() };
         let reuse = matches!(&self.open, Some(o) if o.identity == identity && o.session.is_healthy());
         if !reuse {
             self.close().await;

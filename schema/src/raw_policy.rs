@@ -1,0 +1,361 @@
+//! Which raw passthrough requests a deployment allows.
+//!
+//! A policy is an ordered list of rules; the **first rule that matches**
+//! decides, and a request no rule matches is **denied**. The gateway checks
+//! it at admission (a refused batch is never stored) and the worker again
+//! before it sends anything (defence in depth). A refusal is
+//! [`ErrorCode::RawNotAllowed`](crate::ErrorCode::RawNotAllowed) naming the rule.
+//!
+//! Syntax (`--raw-policy`): rules separated by `;` or newlines, `#` starts a
+//! comment; `default` inserts the default rules, `off` denies every raw
+//! request. A value starting with `@` names a file holding the rules.
+//!
+//! ```text
+//! allow ipmi:*                          every IPMI raw request
+//! deny  ipmi:netfn=0x08-0x09            Firmware netfn (requests are even: 0x08)
+//! deny  ipmi:netfn=0x2c,cmd=0x2e-0x34   PICMG HPM.1 firmware upgrade commands
+//! allow ipmi:netfn=0x06,cmd=0x01        one command (numbers: hex 0x.. or decimal)
+//! deny  redfish:POST|PATCH:*/UpdateService*   methods `*` or `A|B`, path glob
+//! allow redfish:GET:/redfish/v1/*
+//! ```
+//!
+//! Redfish paths match case-insensitively (BMCs differ), `*` matches any run
+//! of characters including `/`, and the path is compared without its query.
+
+use std::fmt;
+
+/// The default rules: IPMI firmware netfns and HPM.1 upgrade commands and
+/// every write to a Redfish update service (standard or OEM) are denied;
+/// everything else is allowed.
+pub const DEFAULT_RULES: &str = "deny ipmi:netfn=0x08-0x09; \
+     deny ipmi:netfn=0x2c,cmd=0x2e-0x34; \
+     allow ipmi:*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*updateservice*; \
+     allow redfish:*:*";
+
+/// An inclusive range of byte values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Range(u8, u8);
+
+impl Range {
+    fn contains(self, v: u8) -> bool {
+        self.0 <= v && v <= self.1
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Matcher {
+    Ipmi { netfn: Option<Range>, cmd: Option<Range> },
+    /// Methods upper-case (empty = any), the path glob lower-case.
+    Redfish { methods: Vec<String>, path: String },
+}
+
+/// One `allow` / `deny` rule, kept with its text for messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    allow: bool,
+    matcher: Matcher,
+    text: String,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// An ordered list of rules (first match decides, no match denies).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawPolicy {
+    rules: Vec<Rule>,
+}
+
+impl Default for RawPolicy {
+    fn default() -> Self {
+        RawPolicy::parse(DEFAULT_RULES).expect("the default raw policy parses")
+    }
+}
+
+/// What a raw request is, for matching.
+#[derive(Clone, Copy, Debug)]
+pub enum RawTarget<'a> {
+    Ipmi { netfn: u8, cmd: u8 },
+    Redfish { method: &'a str, path: &'a str },
+}
+
+impl fmt::Display for RawTarget<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RawTarget::Ipmi { netfn, cmd } => write!(f, "raw IPMI netfn {netfn:#04x} cmd {cmd:#04x}"),
+            RawTarget::Redfish { method, path } => write!(f, "raw Redfish {method} {path}"),
+        }
+    }
+}
+
+impl<'a> From<&'a crate::RawRequest> for RawTarget<'a> {
+    fn from(r: &'a crate::RawRequest) -> Self {
+        match r {
+            crate::RawRequest::Ipmi(i) => RawTarget::Ipmi { netfn: i.netfn, cmd: i.cmd },
+            crate::RawRequest::Redfish(r) => RawTarget::Redfish { method: r.method.as_str(), path: &r.path },
+        }
+    }
+}
+
+fn number(s: &str) -> Result<u8, String> {
+    let s = s.trim();
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u8::from_str_radix(hex, 16),
+        None => s.parse::<u8>(),
+    };
+    parsed.map_err(|_| format!("`{s}` is not a number from 0 to 255 (decimal or 0x..)"))
+}
+
+fn range(s: &str) -> Result<Range, String> {
+    match s.split_once('-') {
+        Some((a, b)) => {
+            let (a, b) = (number(a)?, number(b)?);
+            if a > b {
+                return Err(format!("range `{s}` is empty"));
+            }
+            Ok(Range(a, b))
+        }
+        None => number(s).map(|n| Range(n, n)),
+    }
+}
+
+fn glob(pattern: &str, text: &str) -> bool {
+    // Iterative wildcard match: `*` is any run of characters.
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && p[pi] != b'*' && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some(pi);
+            pi += 1;
+            mark = ti;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+fn rule(text: &str) -> Result<Rule, String> {
+    let (verb, rest) = text.split_once(char::is_whitespace).ok_or_else(|| format!("rule `{text}`: expected `allow` or `deny` and a target"))?;
+    let allow = match verb {
+        "allow" => true,
+        "deny" => false,
+        other => return Err(format!("rule `{text}`: `{other}` is not `allow` or `deny`")),
+    };
+    let target = rest.trim();
+    let bad = |why: &str| format!("rule `{text}`: {why}");
+    let matcher = if let Some(spec) = target.strip_prefix("ipmi:") {
+        let (mut netfn, mut cmd) = (None, None);
+        if spec.trim() != "*" {
+            for part in spec.split(',') {
+                let (k, v) = part.split_once('=').ok_or_else(|| bad("IPMI targets are `*` or `netfn=N[-M][,cmd=N[-M]]`"))?;
+                let r = range(v).map_err(|e| bad(&e))?;
+                match k.trim() {
+                    "netfn" => netfn = Some(r),
+                    "cmd" => cmd = Some(r),
+                    other => return Err(bad(&format!("unknown IPMI field `{other}` (netfn, cmd)"))),
+                }
+            }
+        }
+        Matcher::Ipmi { netfn, cmd }
+    } else if let Some(spec) = target.strip_prefix("redfish:") {
+        let (methods, path) = spec.split_once(':').ok_or_else(|| bad("Redfish targets are `METHOD:PATH` (METHOD `*` or `GET|POST|...`)"))?;
+        let methods = if methods.trim() == "*" {
+            vec![]
+        } else {
+            methods
+                .split('|')
+                .map(|m| {
+                    let m = m.trim().to_ascii_uppercase();
+                    if ["GET", "POST", "PATCH", "PUT", "DELETE"].contains(&m.as_str()) {
+                        Ok(m)
+                    } else {
+                        Err(bad(&format!("unknown HTTP method `{m}`")))
+                    }
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let path = path.trim();
+        if path.is_empty() {
+            return Err(bad("empty path pattern"));
+        }
+        Matcher::Redfish { methods, path: path.to_ascii_lowercase() }
+    } else {
+        return Err(bad("the target must start with `ipmi:` or `redfish:`"));
+    };
+    Ok(Rule { allow, matcher, text: format!("{verb} {target}") })
+}
+
+impl RawPolicy {
+    /// A policy that denies every raw request.
+    pub fn off() -> Self {
+        RawPolicy { rules: vec![] }
+    }
+
+    /// Parse rules (see the module documentation). `@FILE` is not resolved
+    /// here: see [`RawPolicy::from_arg`].
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let lines: Vec<&str> =
+            text.split(['\n', ';']).map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).collect();
+        match lines.as_slice() {
+            [] => return Err("the raw policy has no rules: use `off` to deny every raw request".into()),
+            ["off"] => return Ok(RawPolicy::off()),
+            _ if lines.contains(&"off") => return Err("`off` cannot be combined with other rules".into()),
+            _ => {}
+        }
+        let mut rules = vec![];
+        for line in lines {
+            match line {
+                "default" => rules.extend(RawPolicy::default().rules),
+                _ => rules.push(rule(line)?),
+            }
+        }
+        Ok(RawPolicy { rules })
+    }
+
+    /// A command-line value: rules, or `@FILE` to read them from a file.
+    pub fn from_arg(arg: &str) -> Result<Self, String> {
+        match arg.strip_prefix('@') {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read raw policy file {path}: {e}"))?;
+                RawPolicy::parse(&text).map_err(|e| format!("raw policy file {path}: {e}"))
+            }
+            None => RawPolicy::parse(arg),
+        }
+    }
+
+    /// `Ok(())` when allowed, else the reason (naming the deciding rule).
+    pub fn check(&self, target: RawTarget<'_>) -> Result<(), String> {
+        for r in &self.rules {
+            let hit = match (&r.matcher, target) {
+                (Matcher::Ipmi { netfn, cmd }, RawTarget::Ipmi { netfn: n, cmd: c }) => {
+                    netfn.is_none_or(|x| x.contains(n)) && cmd.is_none_or(|x| x.contains(c))
+                }
+                (Matcher::Redfish { methods, path }, RawTarget::Redfish { method, path: p }) => {
+                    let p = p.split(['?', '#']).next().unwrap_or("").to_ascii_lowercase();
+                    (methods.is_empty() || methods.iter().any(|m| m.eq_ignore_ascii_case(method))) && glob(path, &p)
+                }
+                _ => false,
+            };
+            if hit {
+                return if r.allow { Ok(()) } else { Err(format!("{target} is denied by the raw policy rule `{r}`")) };
+            }
+        }
+        if self.rules.is_empty() {
+            Err(format!("{target} is refused: raw passthrough is off in this deployment"))
+        } else {
+            Err(format!("{target} is refused: no raw policy rule allows it"))
+        }
+    }
+
+    /// The rules, for logs.
+    pub fn describe(&self) -> String {
+        if self.rules.is_empty() {
+            "off".into()
+        } else {
+            self.rules.iter().map(|r| r.text.as_str()).collect::<Vec<_>>().join("; ")
+        }
+    }
+}
+
+impl std::str::FromStr for RawPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        RawPolicy::from_arg(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ipmi(netfn: u8, cmd: u8) -> RawTarget<'static> {
+        RawTarget::Ipmi { netfn, cmd }
+    }
+
+    fn rf<'a>(method: &'a str, path: &'a str) -> RawTarget<'a> {
+        RawTarget::Redfish { method, path }
+    }
+
+    #[test]
+    fn default_denies_firmware_and_allows_the_rest() {
+        let p = RawPolicy::default();
+        assert!(p.check(ipmi(0x06, 0x01)).is_ok());
+        assert!(p.check(ipmi(0x30, 0x01)).is_ok());
+        let e = p.check(ipmi(0x08, 0x00)).unwrap_err();
+        assert!(e.contains("deny ipmi:netfn=0x08-0x09") && e.contains("netfn 0x08"), "{e}");
+        assert!(p.check(ipmi(0x2c, 0x31)).unwrap_err().contains("cmd=0x2e-0x34"));
+        assert!(p.check(ipmi(0x2c, 0x01)).is_ok());
+        assert!(p.check(rf("GET", "/redfish/v1/UpdateService")).is_ok());
+        assert!(p.check(rf("POST", "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate")).is_err());
+        assert!(p.check(rf("POST", "/redfish/v1/updateservice/actions/x")).is_err(), "case-insensitive");
+        assert!(p.check(rf("POST", "/redfish/v1/Managers/1/Oem/Dell/DellUpdateService/Actions/Install")).is_err());
+        assert!(p.check(rf("PATCH", "/redfish/v1/Systems/1")).is_ok());
+    }
+
+    #[test]
+    fn first_match_decides_and_no_match_denies() {
+        let p = RawPolicy::parse("allow ipmi:netfn=0x06,cmd=0x01\ndeny ipmi:netfn=0x06 # the rest of App\nallow redfish:GET:/redfish/v1/*").unwrap();
+        assert!(p.check(ipmi(0x06, 0x01)).is_ok());
+        assert!(p.check(ipmi(0x06, 0x02)).unwrap_err().contains("deny ipmi:netfn=0x06"));
+        assert!(p.check(ipmi(0x00, 0x02)).unwrap_err().contains("no raw policy rule allows it"));
+        assert!(p.check(rf("GET", "/redfish/v1/Systems/1?$expand=.")).is_ok());
+        assert!(p.check(rf("DELETE", "/redfish/v1/Systems/1")).is_err());
+    }
+
+    #[test]
+    fn off_denies_everything() {
+        let p = RawPolicy::parse("off").unwrap();
+        assert_eq!(p, RawPolicy::off());
+        assert!(p.check(ipmi(0x06, 0x01)).unwrap_err().contains("raw passthrough is off"));
+        assert!(p.check(rf("GET", "/redfish/v1")).is_err());
+        assert_eq!(p.describe(), "off");
+    }
+
+    #[test]
+    fn default_can_be_extended() {
+        let p = RawPolicy::parse("deny redfish:*:/redfish/v1/AccountService*; default").unwrap();
+        assert!(p.check(rf("GET", "/redfish/v1/AccountService/Accounts")).is_err());
+        assert!(p.check(ipmi(0x08, 0x01)).is_err());
+        assert!(p.check(ipmi(0x06, 0x01)).is_ok());
+    }
+
+    #[test]
+    fn parse_errors_are_clear() {
+        for bad in [
+            "permit ipmi:*",
+            "allow",
+            "allow snmp:*",
+            "allow ipmi:netfn=0x100",
+            "allow ipmi:netfn=9-3",
+            "allow ipmi:lun=1",
+            "allow redfish:GET",
+            "allow redfish:FETCH:/x",
+            "",
+            "off; allow ipmi:*",
+        ] {
+            assert!(RawPolicy::parse(bad).is_err(), "{bad:?} parsed");
+        }
+        assert!(RawPolicy::from_arg("@/nonexistent/policy").unwrap_err().contains("cannot read"));
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob("/redfish/v1/*", "/redfish/v1/systems/1"));
+        assert!(glob("*updateservice*", "/redfish/v1/updateservice"));
+        assert!(!glob("/redfish/v1/systems", "/redfish/v1/systems/1"));
+        assert!(glob("a*b*c", "axxbyyc"));
+        assert!(!glob("a*b*c", "axxbyy"));
+    }
+}

@@ -1,0 +1,377 @@
+//! Credentials by reference and sealed inline credentials, and the raw
+//! passthrough policy, through real processes: nats-server (JetStream file
+//! store in a temp dir), bmc-gateway, bmc-worker, bmcctl and bmc-sim (which
+//! checks the password it is given).
+//!
+//! The leak test reads every byte nats-server stored and every log line the
+//! processes wrote, and looks for the password (and its base64).
+
+use base64::Engine as _;
+use bmcfleet_schema::*;
+use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_tests::checks::sim_batch;
+use bmcfleet_tests::producer::{stream_messages, wait_gateway, wait_partitions_owned, SealingKey, Topology};
+use bmcfleet_tests::{bin, NatsServer, Process, Producer};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// `bmcctl` against `nats`, with `stdin` piped in; returns (success, stdout, stderr).
+fn bmcctl(nats: &NatsServer, args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new(bin("bmcctl"))
+        .args(["--nats-url", &nats.url()])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn bmcctl");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn with_creds(mut b: Batch, credentials: Credentials) -> Batch {
+    b.bmc.credentials = credentials;
+    b
+}
+
+fn inline(password: &str) -> Credentials {
+    Credentials::Inline { username: "admin".into(), password: Secret::new(password) }
+}
+
+async fn run(p: &Producer, b: &Batch) -> BatchResult {
+    match p.submit(b, true).await {
+        Reply::Result(r) => r,
+        other => panic!("expected a result, got {other:?}"),
+    }
+}
+
+fn refused(reply: Reply) -> ErrorBody {
+    match reply {
+        Reply::Error(e) => e,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A gateway (default flags plus `gateway_args`), one worker, a sim BMC fleet accepting `password`.
+struct Env {
+    sim: SimServer,
+    producer: Producer,
+    topo: Topology,
+    _gateway: Process,
+    worker: Process,
+    nats: NatsServer,
+}
+
+async fn env(password: Option<&str>, nats_args: &[&str], gateway_args: &[&str], worker_args: &[&str]) -> Env {
+    let nats = NatsServer::start_with(nats_args);
+    let sim = SimServer::start(SimConfig { password: password.map(str::to_owned), ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let gateway = topo.gateway(&nats, gateway_args);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let worker = topo.worker(&nats, "w0", sim.addr(), worker_args);
+    wait_partitions_owned(&producer.client, &topo.subjects()).await;
+    Env { sim, producer, topo, _gateway: gateway, worker, nats }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_credentials_are_refused_by_default_and_nothing_is_stored() {
+    // `--inline-credentials` not given: the default is off.
+    let nats = NatsServer::start();
+    let topo = Topology::default();
+    let args = topo.common_args(&nats).into_iter().chain(["--allow-sim".into(), "true".into()]).collect::<Vec<_>>();
+    let _gateway = Process::spawn("bmc-gateway", &args, &[]);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let jobs = topo.subjects().jobs_stream();
+    let password = format!("pw-off-{}", ulid::Ulid::new());
+    let b = sim_batch("10.9.0.1", vec![Action::Power(PowerOp::On)]);
+    let e = refused(producer.submit(&with_creds(b.clone(), inline(&password)), false).await);
+    assert_eq!(e.code, ErrorCode::InlineCredentialsDisabled, "{e:?}");
+    // A pre-sealed box is refused too when inline credentials are off.
+    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &bmcfleet_common::sealing::public_key(&topo.sealing.public).unwrap()).unwrap();
+    let e = refused(producer.submit(&with_creds(b.clone(), Credentials::Sealed(sealed)), false).await);
+    assert_eq!(e.code, ErrorCode::InlineCredentialsDisabled, "{e:?}");
+    assert_eq!(stream_messages(&producer.client, &jobs).await, 0, "a refused batch reached the jobs stream");
+    // References are what such a deployment takes.
+    let Reply::Accepted(a) = producer.submit(&with_creds(b, Credentials::Ref("rack12".into())), false).await else { panic!("a ref batch") };
+    assert!(!a.duplicate);
+    assert_eq!(stream_messages(&producer.client, &jobs).await, 1);
+}
+
+/// The password or its base64 forms anywhere in `files`: the path, else `None`.
+fn leaked(files: &[(std::path::PathBuf, Vec<u8>)], needles: &[Vec<u8>]) -> Option<std::path::PathBuf> {
+    files.iter().find(|(_, bytes)| needles.iter().any(|n| find(bytes, n))).map(|(p, _)| p.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_never_reach_nats_storage_or_logs() {
+    // A unique password: nothing else can contain it by chance.
+    let password = format!("pw-{}-leak", ulid::Ulid::new());
+    let b64 = base64::engine::general_purpose::STANDARD.encode(password.as_bytes());
+    let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(password.as_bytes());
+    let needles = [password.as_bytes().to_vec(), b64.as_bytes().to_vec(), b64url.as_bytes().to_vec()];
+    let trace = ["--log", "trace"];
+    let mut nats = NatsServer::start_with(&["-D"]);
+    // The sim checks the password: success below means the worker opened the box and sent the right one.
+    let sim = SimServer::start(SimConfig { password: Some(password.clone()), ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let mut logs = vec![];
+
+    // Phase 1: no worker yet, so every job stays in the jobs stream.
+    let mut gateway = topo.gateway(&nats, &trace);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let accept = |reply: Reply| match reply {
+        Reply::Accepted(a) => a.id,
+        other => panic!("expected Accepted, got {other:?}"),
+    };
+    let mut ids = vec![];
+    // 1. Inline credentials, sealed by the gateway.
+    for i in 0..4 {
+        let b = with_creds(sim_batch(&format!("10.9.1.{i}"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), inline(&password));
+        ids.push(accept(producer.submit(&b, false).await));
+    }
+    // 2. Sealed by the producer itself (the gateway never sees the password).
+    let key = bmcfleet_common::sealing::public_key(&topo.sealing.public).unwrap();
+    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &key).unwrap();
+    ids.push(accept(producer.submit(&with_creds(sim_batch("10.9.1.5", vec![Action::Power(PowerOp::On)]), Credentials::Sealed(sealed)), false).await));
+    // 3. A named credential in the KV bucket, written by bmcctl.
+    let (ok, out, err) = bmcctl(&nats, &["cred", "put", "rack9", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], &format!("{password}\n"));
+    assert!(ok, "{out}{err}");
+    ids.push(accept(producer.submit(&with_creds(sim_batch("10.9.1.6", vec![Action::Power(PowerOp::On), Action::Inventory]), Credentials::Ref("rack9".into())), false).await));
+    // 4. A wrong password, to show the sim does check.
+    let wrong = accept(producer.submit(&with_creds(sim_batch("10.9.1.9", vec![Action::Power(PowerOp::On)]), inline("not-it")), false).await);
+    assert_eq!(stream_messages(&producer.client, &topo.subjects().jobs_stream()).await, 7);
+
+    // (a) what JetStream stored, with the jobs still queued (stopped cleanly so all of it is on disk).
+    gateway.terminate(Duration::from_secs(15));
+    logs.push(("gateway", gateway.log_text()));
+    drop(producer);
+    nats.stop();
+    let files = nats.store_files();
+    let all: Vec<u8> = files.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+    // The scan sees the queued jobs (their addresses), the sealed boxes
+    // (base64 of the `xkv1` header) and the credential's name.
+    for i in [0, 1, 2, 3, 5, 6, 9] {
+        assert!(find(&all, format!("10.9.1.{i}").as_bytes()), "job for 10.9.1.{i} not found: the scan reads the wrong place");
+    }
+    assert!(find(&all, b"rack9") && find(&all, b"eGt2M"), "no sealed credential in the store");
+    if let Some(path) = leaked(&files, &needles) {
+        panic!("the password is stored in plain text in {}", path.display());
+    }
+
+    // Phase 2: run them; the worker opens the boxes and the sim accepts the password.
+    nats.restart();
+    let mut gateway = topo.gateway(&nats, &trace);
+    let mut worker = topo.worker(&nats, "w0", sim.addr(), &trace);
+    let client = nats.client().await;
+    let results = bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), &[ids.clone(), vec![wrong]].concat(), Duration::from_secs(60)).await;
+    for id in &ids {
+        assert_eq!(results[id].state, BatchState::Succeeded, "{:?}", results[id]);
+    }
+    assert_eq!(results[&wrong].results[0].error.as_ref().map(|e| e.code), Some(ErrorCode::AuthFailed), "{:?}", results[&wrong]);
+    assert_eq!(sim.log().iter().filter(|l| l.ok).count(), 4 * 2 + 1 + 2, "every action reached the sim with the right password");
+
+    // (a) again after execution, (b) every log: trace level for gateway and worker, debug for NATS.
+    bmcfleet_tests::eventually(Duration::from_secs(20), "jobs acknowledged", || {
+        let (c, jobs) = (client.clone(), topo.subjects().jobs_stream());
+        async move { (stream_messages(&c, &jobs).await == 0).then_some(()) }
+    })
+    .await;
+    worker.terminate(Duration::from_secs(15));
+    gateway.terminate(Duration::from_secs(15));
+    drop(client);
+    nats.stop();
+    if let Some(path) = leaked(&nats.store_files(), &needles) {
+        panic!("the password is stored in plain text in {}", path.display());
+    }
+    logs.extend([("gateway", gateway.log_text()), ("worker", worker.log_text()), ("nats", nats.log())]);
+    assert!(logs[2].1.contains("Action finished.") && logs[0].1.contains("Batch admitted."), "logs are not at the expected level");
+    // (`--log trace`; async-nats's trace events are dropped because they hold payloads.)
+    assert!(logs[2].1.contains("\"level\":\"DEBUG\""), "the worker log is not verbose");
+    assert!(logs[3].1.contains("[DBG]"), "the NATS log is not at debug level: {}", &logs[3].1[..logs[3].1.len().min(2000)]);
+    for (name, text) in &logs {
+        for n in &needles {
+            if let Some(line) = text.lines().find(|l| find(l.as_bytes(), n)) {
+                panic!("the password is in the {name} log: {}", &line[..line.len().min(1500)]);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_from_the_bucket_rotate_without_restart() {
+    let e = env(Some("right-pw"), &[], &[], &["--credentials-cache-ttl", "0s"]).await;
+    let p = &e.producer;
+    let put = |name: &str, pw: &str| bmcctl(&e.nats, &["cred", "put", name, "--username", "admin", "--password-stdin", "--workers-public-key", &e.topo.sealing.public], &format!("{pw}\n"));
+    let batch = |addr: &str, name: &str| with_creds(sim_batch(addr, vec![Action::Power(PowerOp::On)]), Credentials::Ref(name.into()));
+    let code = |r: &BatchResult| r.results[0].error.as_ref().map(|e| e.code);
+
+    // No bucket yet: unknown.
+    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    assert_eq!(code(&r), Some(ErrorCode::UnknownCredential), "{r:?}");
+    assert!(put("rack1", "right-pw").0);
+    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    // Rotated (here: to a password the BMC refuses): the next batch uses it, no restart.
+    assert!(put("rack1", "old-pw").0);
+    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    assert_eq!(code(&r), Some(ErrorCode::AuthFailed), "{r:?}");
+    // Sealed to a key the workers do not hold: typed error, the worker carries on.
+    let other = SealingKey::generate();
+    assert!(bmcctl(&e.nats, &["cred", "put", "rack2", "--username", "admin", "--password-stdin", "--workers-public-key", &other.public], "right-pw\n").0);
+    let r = run(p, &batch("10.9.2.2", "rack2")).await;
+    assert_eq!(code(&r), Some(ErrorCode::CredentialUnavailable), "{r:?}");
+    // Listing shows names only; deleting makes a name unknown.
+    let (ok, out, _) = bmcctl(&e.nats, &["cred", "list"], "");
+    assert!(ok && out.lines().collect::<Vec<_>>() == ["rack1", "rack2"], "{out}");
+    assert!(!out.contains("pw"));
+    assert!(bmcctl(&e.nats, &["cred", "delete", "rack1"], "").0);
+    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    assert_eq!(code(&r), Some(ErrorCode::UnknownCredential), "{r:?}");
+    // bmcctl refuses bad input before writing anything.
+    assert!(!put("bad name", "x").0);
+    assert!(!bmcctl(&e.nats, &["cred", "put", "rack3", "--username", "admin", "--password-stdin", "--workers-public-key", "Xnope"], "x\n").0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_sealed_to_another_key_fails_the_batch_not_the_worker() {
+    // The gateway seals to a key the worker does not hold (a botched rotation).
+    let other = SealingKey::generate();
+    let mut e = env(None, &[], &["--inline-credentials", "sealed", "--workers-public-key", &other.public], &[]).await;
+    let r = run(&e.producer, &with_creds(sim_batch("10.9.3.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), inline("pw"))).await;
+    assert_eq!(r.state, BatchState::Failed);
+    let err = r.results[0].error.as_ref().unwrap();
+    assert_eq!(err.code, ErrorCode::CredentialUnavailable, "{r:?}");
+    assert!(err.message.contains(&other.public), "{err:?}");
+    assert!(e.sim.log().is_empty(), "nothing reached the BMC");
+    assert!(e.worker.try_wait().is_none(), "the worker is still running");
+    // Holding both seeds (rotation), the worker opens it.
+    let both = e.topo.worker(&e.nats, "w1", e.sim.addr(), &["--sealing-key-file", &other.seed_file.display().to_string()]);
+    e.worker.terminate(Duration::from_secs(15));
+    wait_partitions_owned(&e.producer.client, &e.topo.subjects()).await;
+    let r = run(&e.producer, &with_creds(sim_batch("10.9.3.2", vec![Action::Power(PowerOp::On)]), inline("pw"))).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    assert_eq!(r.worker, "w1");
+    drop(both);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_policy_refuses_at_admission_and_in_the_worker() {
+    // The gateway allows every IPMI raw request but one netfn; the worker keeps the default policy.
+    let e = env(None, &[], &["--raw-policy", "deny ipmi:netfn=0x30; allow ipmi:*; allow redfish:*:*"], &[]).await;
+    let p = &e.producer;
+    let jobs = e.topo.subjects().jobs_stream();
+    let raw = |netfn: u8| Action::Raw(RawRequest::Ipmi(RawIpmi { netfn, cmd: 0x01, data: vec![] }));
+
+    let r = run(p, &sim_batch("10.9.4.1", vec![raw(0x06)])).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    let before = stream_messages(&p.client, &jobs).await;
+    let Reply::Error(err) = p.submit(&sim_batch("10.9.4.1", vec![Action::Power(PowerOp::Status), raw(0x30)]), true).await else {
+        panic!("expected a refusal")
+    };
+    assert_eq!(err.code, ErrorCode::RawNotAllowed);
+    assert!(err.message.contains("actions[1]") && err.message.contains("deny ipmi:netfn=0x30"), "{err:?}");
+    assert_eq!(stream_messages(&p.client, &jobs).await, before, "a refused batch was stored");
+
+    // Firmware netfn: the gateway's policy lets it through, the worker's default refuses it.
+    let r = run(p, &sim_batch("10.9.4.2", vec![raw(0x08)])).await;
+    let err = r.results[0].error.as_ref().expect("refused by the worker");
+    assert_eq!(err.code, ErrorCode::RawNotAllowed, "{r:?}");
+    assert!(err.message.contains("deny ipmi:netfn=0x08-0x09"), "{err:?}");
+    assert!(!e.sim.log().iter().any(|l| l.bmc == "v4-10-9-4-2"), "the refused raw request reached the BMC");
+}
+
+#[test]
+fn keygen_writes_a_private_seed_and_prints_the_public_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("workers.xkey");
+    let keygen = || Command::new(bin("bmcctl")).args(["keygen", "--out"]).arg(&path).env_remove("RUST_LOG").output().unwrap();
+    let out = keygen();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let public = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(bmcfleet_common::sealing::public_key(&public).is_ok(), "{public}");
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    let seed = std::fs::read_to_string(&path).unwrap();
+    assert!(seed.starts_with("SX") && !String::from_utf8_lossy(&out.stderr).contains(seed.trim()));
+    let mut keys = bmcfleet_common::sealing::SealingKeys::default();
+    assert_eq!(keys.add_file(&path).unwrap(), public, "the seed and the printed key are one pair");
+    // Never overwrites an existing seed.
+    assert!(!keygen().status.success());
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), seed);
+}
+
+/// The same leak check against a real BMC: OpenIPMI `ipmi_sim` only
+/// completes the RMCP+ handshake with the right password, so a successful
+/// action shows the worker opened the box.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipmi_password_is_sealed_end_to_end_against_ipmi_sim() {
+    use bmcfleet_ipmi::testing::{IpmiSim, IpmiSimOptions};
+    // IPMI passwords are at most 16 bytes: a ULID's random tail makes it unique.
+    let ulid = ulid::Ulid::new().to_string();
+    let password = format!("q{}", &ulid[ulid.len() - 15..]);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(password.as_bytes());
+    let needles = [password.as_bytes().to_vec(), b64.trim_end_matches('=').as_bytes().to_vec()];
+    let bmc = IpmiSim::start_with(IpmiSimOptions { password: Secret::new(&password), ..IpmiSimOptions::default() })
+        .expect("ipmi_sim (Debian package openipmi) must be installed");
+    let trace = ["--log", "trace"];
+    let mut nats = NatsServer::start_with(&["-D"]);
+    let topo = Topology::default();
+
+    // Queued with no worker: the job sits in the stream, sealed.
+    let mut gateway = topo.gateway(&nats, &trace);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let batch = bmcfleet_tests::producer::batch_for(bmc.target(), vec![Action::Power(PowerOp::Status), Action::Inventory]);
+    let Reply::Accepted(a) = producer.submit(&batch, false).await else { panic!("not accepted") };
+    gateway.terminate(Duration::from_secs(15));
+    let mut logs = vec![("gateway", gateway.log_text())];
+    drop(producer);
+    nats.stop();
+    let files = nats.store_files();
+    let all: Vec<u8> = files.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+    assert!(find(&all, a.id.to_string().as_bytes()) && find(&all, b"eGt2M"), "the queued, sealed job is not in the store");
+    if let Some(path) = leaked(&files, &needles) {
+        panic!("the IPMI password is stored in plain text in {}", path.display());
+    }
+
+    // Run it against ipmi_sim.
+    nats.restart();
+    let mut gateway = topo.gateway(&nats, &trace);
+    let mut worker = topo.worker_plain(&nats, "w0", &trace);
+    let client = nats.client().await;
+    let results = bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), &[a.id], Duration::from_secs(60)).await;
+    let r = &results[&a.id];
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    assert_eq!(r.results[0].provider.as_deref(), Some("ipmi"));
+    bmcfleet_tests::eventually(Duration::from_secs(20), "job acknowledged", || {
+        let (c, jobs) = (client.clone(), topo.subjects().jobs_stream());
+        async move { (stream_messages(&c, &jobs).await == 0).then_some(()) }
+    })
+    .await;
+    worker.terminate(Duration::from_secs(15));
+    gateway.terminate(Duration::from_secs(15));
+    drop(client);
+    nats.stop();
+    if let Some(path) = leaked(&nats.store_files(), &needles) {
+        panic!("the IPMI password is stored in plain text in {}", path.display());
+    }
+    logs.extend([("gateway", gateway.log_text()), ("worker", worker.log_text()), ("nats", nats.log())]);
+    assert!(logs[2].1.contains("BMC session opened."), "no IPMI session in the worker log");
+    for (name, text) in &logs {
+        for n in &needles {
+            if let Some(line) = text.lines().find(|l| find(l.as_bytes(), n)) {
+                panic!("the IPMI password is in the {name} log: {}", &line[..line.len().min(1500)]);
+            }
+        }
+    }
+}
