@@ -18,6 +18,8 @@ pub mod bmc;
 pub mod codec;
 pub mod duration;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod result;
 pub mod secret;
 pub mod subject;

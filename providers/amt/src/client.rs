@@ -86,30 +86,7 @@ impl WsmanClient {
         let remaining = ctx.remaining().map_err(|_| AmtError::DeadlineExceeded)?;
         let body = req.to_xml(&message_id(), remaining.min(MAX_OPERATION_TIMEOUT));
         let reply = self.transport.post(ctx.deadline, body).await?;
-        let ok_status = (200..300).contains(&reply.status);
-        let text = match std::str::from_utf8(&reply.body) {
-            Ok(t) => t,
-            Err(_) if ok_status => {
-                return Err(AmtError::Protocol(format!("{}: the response is not UTF-8", req.describe())))
-            }
-            Err(_) => return Err(AmtError::Http { status: reply.status, message: "(binary body)".into() }),
-        };
-        match Envelope::parse(text) {
-            Ok(env) => {
-                if let Some(f) = env.fault() {
-                    return Err(AmtError::Fault(Box::new(f)));
-                }
-                if !ok_status {
-                    return Err(AmtError::Http {
-                        status: reply.status,
-                        message: "a SOAP envelope without a fault".into(),
-                    });
-                }
-                Ok(env)
-            }
-            Err(e) if ok_status => Err(AmtError::Protocol(format!("{}: {e}", req.describe()))),
-            Err(_) => Err(AmtError::Http { status: reply.status, message: snippet(text) }),
-        }
+        read_reply(&req.describe(), reply.status, &reply.body)
     }
 
     /// Get one instance of `class` (`AMT_…`/`CIM_…`).
@@ -178,6 +155,31 @@ impl WsmanClient {
             Some(Ok(v)) if ReturnValue::is_success(v) => Ok(()),
             Some(Ok(v)) => Err(AmtError::ReturnValue(ReturnValue { method: name, value: v })),
         }
+    }
+}
+
+/// The envelope of an HTTP reply to `what` (a request's description), or
+/// the error it stands for: a fault, a non-2xx status, a body that is not
+/// a SOAP envelope. Pure: the fuzz target `wsman_xml` drives it directly.
+pub fn read_reply(what: &str, status: u16, body: &[u8]) -> Result<Envelope, AmtError> {
+    let ok_status = (200..300).contains(&status);
+    let text = match std::str::from_utf8(body) {
+        Ok(t) => t,
+        Err(_) if ok_status => return Err(AmtError::Protocol(format!("{what}: the response is not UTF-8"))),
+        Err(_) => return Err(AmtError::Http { status, message: "(binary body)".into() }),
+    };
+    match Envelope::parse(text) {
+        Ok(env) => {
+            if let Some(f) = env.fault() {
+                return Err(AmtError::Fault(Box::new(f)));
+            }
+            if !ok_status {
+                return Err(AmtError::Http { status, message: "a SOAP envelope without a fault".into() });
+            }
+            Ok(env)
+        }
+        Err(e) if ok_status => Err(AmtError::Protocol(format!("{what}: {e}"))),
+        Err(_) => Err(AmtError::Http { status, message: snippet(text) }),
     }
 }
 
