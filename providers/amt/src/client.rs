@@ -206,4 +206,27 @@ mod tests {
         assert!(parts[2].starts_with('4'));
         assert_ne!(a, message_id());
     }
+
+    const ENV: &str = r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Body>BODY</s:Body></s:Envelope>"#;
+
+    #[test]
+    fn replies_map_to_envelopes_or_typed_errors() {
+        let ok = ENV.replace("BODY", "<x:Y xmlns:x=\"urn:x\">1</x:Y>");
+        assert!(read_reply("Get Y", 200, ok.as_bytes()).unwrap().body_element("Y").is_some());
+        let fault = ENV.replace(
+            "BODY",
+            "<s:Fault><s:Code><s:Value>s:Sender</s:Value></s:Code><s:Reason><s:Text>no</s:Text></s:Reason></s:Fault>",
+        );
+        // A fault wins over the status, whatever it is.
+        assert!(matches!(read_reply("Get Y", 400, fault.as_bytes()), Err(AmtError::Fault(_))));
+        assert!(matches!(read_reply("Get Y", 200, fault.as_bytes()), Err(AmtError::Fault(_))));
+        assert!(matches!(read_reply("Get Y", 500, ok.as_bytes()), Err(AmtError::Http { status: 500, .. })));
+        assert!(matches!(read_reply("Get Y", 200, b"<html>"), Err(AmtError::Protocol(m)) if m.starts_with("Get Y: ")));
+        assert!(matches!(read_reply("Get Y", 200, &[0xff, 0xfe]), Err(AmtError::Protocol(_))));
+        match read_reply("Get Y", 503, b"\x01busy\n") {
+            Err(AmtError::Http { status: 503, message }) => assert_eq!(message, "busy"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(read_reply("Get Y", 401, &[0xff]), Err(AmtError::Http { status: 401, .. })));
+    }
 }

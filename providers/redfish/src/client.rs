@@ -524,3 +524,44 @@ pub(crate) fn retry_after(reply: &Reply) -> Option<Duration> {
     let v = reply.headers.get(RETRY_AFTER)?.to_str().ok()?;
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(status: u16, body: &str, location: Option<&str>) -> Reply {
+        let mut headers = HeaderMap::new();
+        if let Some(l) = location {
+            headers.insert(LOCATION, HeaderValue::from_str(l).unwrap());
+        }
+        Reply { status: StatusCode::from_u16(status).unwrap(), headers, body: Bytes::copy_from_slice(body.as_bytes()) }
+    }
+
+    fn poll(status: u16, body: &str) -> Result<Poll> {
+        read_poll(&Method::POST, "/redfish/v1/x", "/redfish/v1/TaskService/Tasks/1", &reply(status, body, None))
+    }
+
+    #[test]
+    fn task_monitor_replies() {
+        assert_eq!(poll(202, r#"{"TaskState":"Running"}"#).unwrap(), Poll::Running(Some("Running".into())));
+        assert_eq!(poll(202, "").unwrap(), Poll::Running(None));
+        assert_eq!(poll(200, r#"{"TaskState":"Starting"}"#).unwrap(), Poll::Running(Some("Starting".into())));
+        assert_eq!(poll(200, r#"{"TaskState":"Completed"}"#).unwrap(), Poll::Finished);
+        assert_eq!(poll(204, "").unwrap(), Poll::Finished);
+        assert_eq!(poll(200, "not json").unwrap(), Poll::Finished);
+        let e = poll(200, r#"{"TaskState":"Completed","TaskStatus":"Critical"}"#).unwrap_err();
+        assert!(e.message.contains("Completed (Critical)"), "{e}");
+        assert_eq!(poll(200, r#"{"TaskState":"Killed"}"#).unwrap_err().code, ErrorCode::BmcError);
+        assert_eq!(poll(404, "").unwrap_err().code, ErrorCode::BmcError);
+        assert_eq!(poll(500, "").unwrap_err().code, ErrorCode::BmcError);
+    }
+
+    #[test]
+    fn task_monitor_location() {
+        let body = json!({"TaskMonitor": "/redfish/v1/TaskMonitors/9", "@odata.id": "/redfish/v1/TaskService/Tasks/9"});
+        let with_header = reply(202, "", Some("https://bmc/redfish/v1/TaskService/Tasks/7/"));
+        assert_eq!(task_monitor(&with_header, &body).as_deref(), Some("/redfish/v1/TaskService/Tasks/7"));
+        assert_eq!(task_monitor(&reply(202, "", None), &body).as_deref(), Some("/redfish/v1/TaskMonitors/9"));
+        assert_eq!(task_monitor(&reply(202, "", None), &Value::Null), None);
+    }
+}

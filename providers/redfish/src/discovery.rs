@@ -314,4 +314,20 @@ mod tests {
         let open = ResetAction { target: "/x".into(), allowed: None };
         assert_eq!(open.pick(&["On", "ForceOn"]), Some("On"));
     }
+
+    #[test]
+    fn reads_actions_and_action_info() {
+        let system = serde_json::json!({"Actions": {"#ComputerSystem.Reset": {
+            "target": "https://bmc/redfish/v1/Systems/1/Actions/ComputerSystem.Reset/",
+            "@Redfish.ActionInfo": "/redfish/v1/Systems/1/ResetActionInfo"}}});
+        let (target, inline, info) = action_of(&system, "#ComputerSystem.Reset").unwrap();
+        assert_eq!(target, "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset");
+        assert_eq!((inline, info.as_deref()), (None, Some("/redfish/v1/Systems/1/ResetActionInfo")));
+        assert!(action_of(&system, "#Manager.Reset").is_none());
+        let info = serde_json::json!({"Parameters": [{"Name": "Other"}, {"Name": "ResetType", "AllowableValues": ["On", 3, "ForceOff"]}]});
+        assert_eq!(action_info_allowed(&info), Some(s(&["On", "ForceOff"])));
+        assert_eq!(action_info_allowed(&serde_json::json!({"Parameters": {}})), None);
+        let root = RootInfo::from_root(&serde_json::json!({"Oem": {"Supermicro": {}}, "Systems": {"@odata.id": "/redfish/v1/Systems/"}}));
+        assert_eq!((root.vendor.as_deref(), root.systems.as_deref()), (Some("Supermicro"), Some("/redfish/v1/Systems")));
+    }
 }
