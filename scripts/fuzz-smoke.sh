@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A short real fuzzing run of every cargo-fuzz target (see fuzz/README.md):
-# installs cargo-fuzz if missing, builds the targets with AddressSanitizer
+# installs cargo-fuzz if missing, builds the targets with AddressSanitizer and
+# debug assertions (so integer overflow panics too)
 # on the stable toolchain (RUSTC_BOOTSTRAP=1 unlocks the nightly flags
 # cargo-fuzz passes), and fuzzes each target for FUZZ_SECONDS (default 20)
 # from the committed seeds. Fails on the first crash, leak, timeout or OOM;
@@ -19,14 +20,14 @@ fi
 
 targets=(batch_decode ipmi_response wsman_xml redfish_json)
 # One build for all targets, so each run below starts fuzzing at once.
-cargo fuzz build -O
+cargo fuzz build -O -a
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 for t in "${targets[@]}"; do
     mkdir -p "$work/$t"
     echo "fuzz-smoke: $t for ${SECONDS_PER_TARGET}s"
-    cargo fuzz run -O "$t" "$work/$t" "fuzz/corpus/$t" -- \
+    cargo fuzz run -O -a "$t" "$work/$t" "fuzz/corpus/$t" -- \
         -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 2>"$work/$t.log" || {
         tail -n 60 "$work/$t.log"
         echo "fuzz-smoke: $t FAILED (reproducer in fuzz/artifacts/$t/)"
