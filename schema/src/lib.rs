@@ -20,6 +20,8 @@ pub mod codec;
 pub mod duration;
 pub mod raw_policy;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod result;
 pub mod secret;
 pub mod subject;

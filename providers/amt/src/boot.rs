@@ -203,19 +203,25 @@ pub async fn get(client: &mut WsmanClient, ctx: &Ctx) -> Result<BootDeviceReques
     let settings = client.get(ctx, "AMT_BootSettingData", &[]).await?;
     let ordered = client.enumerate(ctx, "CIM_OrderedComponent").await?;
     let source = forced_source(&ordered);
-    let device = match source.as_deref() {
+    let device = device_of(&settings, source.as_deref());
+    if let (BootDevice::None, Some(other)) = (device, source.as_deref()) {
+        tracing::debug!(bmc = %client.bmc(), source = other, "Boot source without a bmcfleet name.");
+    }
+    Ok(BootDeviceRequest { device, persistent: false, efi: false })
+}
+
+/// The one-time boot device that `AMT_BootSettingData` and the forced boot
+/// source (see [`forced_source`]) stand for.
+pub fn device_of(settings: &Element, source: Option<&str>) -> BootDevice {
+    match source {
         Some(names::SOURCE_PXE) => BootDevice::Pxe,
         Some(names::SOURCE_CD) => BootDevice::Cdrom,
-        Some(names::SOURCE_HDD) if prop_bool(&settings, "UseSafeMode") == Some(true) => BootDevice::Safe,
+        Some(names::SOURCE_HDD) if prop_bool(settings, "UseSafeMode") == Some(true) => BootDevice::Safe,
         Some(names::SOURCE_HDD) => BootDevice::Disk,
-        Some(other) => {
-            tracing::debug!(bmc = %client.bmc(), source = other, "Boot source without a bmcfleet name.");
-            BootDevice::None
-        }
-        None if prop_bool(&settings, "BIOSSetup") == Some(true) => BootDevice::Bios,
+        Some(_) => BootDevice::None,
+        None if prop_bool(settings, "BIOSSetup") == Some(true) => BootDevice::Bios,
         None => BootDevice::None,
-    };
-    Ok(BootDeviceRequest { device, persistent: false, efi: false })
+    }
 }
 
 #[cfg(test)]

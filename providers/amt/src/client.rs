@@ -86,30 +86,7 @@ impl WsmanClient {
         let remaining = ctx.remaining().map_err(|_| AmtError::DeadlineExceeded)?;
         let body = req.to_xml(&message_id(), remaining.min(MAX_OPERATION_TIMEOUT));
         let reply = self.transport.post(ctx.deadline, body).await?;
-        let ok_status = (200..300).contains(&reply.status);
-        let text = match std::str::from_utf8(&reply.body) {
-            Ok(t) => t,
-            Err(_) if ok_status => {
-                return Err(AmtError::Protocol(format!("{}: the response is not UTF-8", req.describe())))
-            }
-            Err(_) => return Err(AmtError::Http { status: reply.status, message: "(binary body)".into() }),
-        };
-        match Envelope::parse(text) {
-            Ok(env) => {
-                if let Some(f) = env.fault() {
-                    return Err(AmtError::Fault(Box::new(f)));
-                }
-                if !ok_status {
-                    return Err(AmtError::Http {
-                        status: reply.status,
-                        message: "a SOAP envelope without a fault".into(),
-                    });
-                }
-                Ok(env)
-            }
-            Err(e) if ok_status => Err(AmtError::Protocol(format!("{}: {e}", req.describe()))),
-            Err(_) => Err(AmtError::Http { status: reply.status, message: snippet(text) }),
-        }
+        read_reply(&req.describe(), reply.status, &reply.body)
     }
 
     /// Get one instance of `class` (`AMT_…`/`CIM_…`).
@@ -181,6 +158,31 @@ impl WsmanClient {
     }
 }
 
+/// The envelope of an HTTP reply to `what` (a request's description), or
+/// the error it stands for: a fault, a non-2xx status, a body that is not
+/// a SOAP envelope. Pure: the fuzz target `wsman_xml` drives it directly.
+pub fn read_reply(what: &str, status: u16, body: &[u8]) -> Result<Envelope, AmtError> {
+    let ok_status = (200..300).contains(&status);
+    let text = match std::str::from_utf8(body) {
+        Ok(t) => t,
+        Err(_) if ok_status => return Err(AmtError::Protocol(format!("{what}: the response is not UTF-8"))),
+        Err(_) => return Err(AmtError::Http { status, message: "(binary body)".into() }),
+    };
+    match Envelope::parse(text) {
+        Ok(env) => {
+            if let Some(f) = env.fault() {
+                return Err(AmtError::Fault(Box::new(f)));
+            }
+            if !ok_status {
+                return Err(AmtError::Http { status, message: "a SOAP envelope without a fault".into() });
+            }
+            Ok(env)
+        }
+        Err(e) if ok_status => Err(AmtError::Protocol(format!("{what}: {e}"))),
+        Err(_) => Err(AmtError::Http { status, message: snippet(text) }),
+    }
+}
+
 /// The start of a non-XML error body, for messages.
 fn snippet(text: &str) -> String {
     let t: String = text.chars().filter(|c| !c.is_control()).take(160).collect();
@@ -203,5 +205,28 @@ mod tests {
         assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![8, 4, 4, 4, 12]);
         assert!(parts[2].starts_with('4'));
         assert_ne!(a, message_id());
+    }
+
+    const ENV: &str = r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Body>BODY</s:Body></s:Envelope>"#;
+
+    #[test]
+    fn replies_map_to_envelopes_or_typed_errors() {
+        let ok = ENV.replace("BODY", "<x:Y xmlns:x=\"urn:x\">1</x:Y>");
+        assert!(read_reply("Get Y", 200, ok.as_bytes()).unwrap().body_element("Y").is_some());
+        let fault = ENV.replace(
+            "BODY",
+            "<s:Fault><s:Code><s:Value>s:Sender</s:Value></s:Code><s:Reason><s:Text>no</s:Text></s:Reason></s:Fault>",
+        );
+        // A fault wins over the status, whatever it is.
+        assert!(matches!(read_reply("Get Y", 400, fault.as_bytes()), Err(AmtError::Fault(_))));
+        assert!(matches!(read_reply("Get Y", 200, fault.as_bytes()), Err(AmtError::Fault(_))));
+        assert!(matches!(read_reply("Get Y", 500, ok.as_bytes()), Err(AmtError::Http { status: 500, .. })));
+        assert!(matches!(read_reply("Get Y", 200, b"<html>"), Err(AmtError::Protocol(m)) if m.starts_with("Get Y: ")));
+        assert!(matches!(read_reply("Get Y", 200, &[0xff, 0xfe]), Err(AmtError::Protocol(_))));
+        match read_reply("Get Y", 503, b"\x01busy\n") {
+            Err(AmtError::Http { status: 503, message }) => assert_eq!(message, "busy"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(read_reply("Get Y", 401, &[0xff]), Err(AmtError::Http { status: 401, .. })));
     }
 }

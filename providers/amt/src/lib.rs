@@ -42,6 +42,8 @@ pub mod client;
 pub mod connector;
 pub mod digest;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod inventory;
 pub mod power;
 pub mod session;

@@ -99,6 +99,13 @@ impl PowerStatus {
 /// Read `CIM_AssociatedPowerManagementService` for the managed host.
 pub async fn status(client: &mut WsmanClient, ctx: &Ctx) -> Result<PowerStatus, AmtError> {
     let items = client.enumerate(ctx, "CIM_AssociatedPowerManagementService").await?;
+    status_from(&items)
+}
+
+/// The managed host's power state among enumerated
+/// `CIM_AssociatedPowerManagementService` instances (the one whose
+/// `UserOfService` names the host, else the first).
+pub fn status_from(items: &[crate::xml::Element]) -> Result<PowerStatus, AmtError> {
     let is_host = |i: &crate::xml::Element| {
         i.child_local("UserOfService").is_some_and(|u| {
             epr_resource_uri(u).is_some_and(|r| r.ends_with("/CIM_ComputerSystem"))

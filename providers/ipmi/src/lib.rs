@@ -64,6 +64,8 @@ pub mod cmd;
 pub mod connector;
 pub mod error;
 pub mod fru;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod probe;
 pub mod rmcp;
 pub mod session;

@@ -58,7 +58,7 @@ fn encode(rq_seq: u8, extended: bool) -> Vec<u8> {
 }
 
 /// Parses a reply; `Ok(None)` means "not the reply to this request".
-fn decode(rq_seq: u8, pkt: &[u8]) -> Result<Option<(u8, Vec<u8>)>, String> {
+pub(crate) fn decode(rq_seq: u8, pkt: &[u8]) -> Result<Option<(u8, Vec<u8>)>, String> {
     if pkt.len() < 4 || pkt[0] != 0x06 || pkt[3] & 0x1F != 0x07 {
         return Ok(None); // not RMCP/IPMI (e.g. an ASF pong)
     }

@@ -318,11 +318,7 @@ impl Transport {
     /// reaches a final state), never past the action deadline.
     async fn follow_task(&mut self, ctx: &Ctx, method: &Method, path: &str, accepted: Reply) -> Result<Reply> {
         let body = accepted.json(method, path).unwrap_or(Value::Null);
-        let monitor = accepted
-            .location()
-            .or_else(|| str_of(&body, "TaskMonitor").map(norm_path))
-            .or_else(|| str_of(&body, "@odata.id").map(norm_path));
-        let Some(monitor) = monitor else {
+        let Some(monitor) = task_monitor(&accepted, &body) else {
             tracing::debug!(bmc = %self.bmc, %path, "202 Accepted without a task monitor; treating as accepted.");
             return Ok(accepted);
         };
@@ -352,37 +348,12 @@ impl Transport {
                 Err(e) if e.code == ErrorCode::DeadlineExceeded => return Err(still_running(&last_state)),
                 other => other?,
             };
-            match reply.status {
-                StatusCode::ACCEPTED => {
-                    last_state = task_state(&reply.json(&Method::GET, &monitor).unwrap_or(Value::Null));
+            match read_poll(method, path, &monitor, &reply)? {
+                Poll::Running(state) => {
+                    last_state = state;
                     last = reply;
                 }
-                s if s.is_success() => {
-                    let v = reply.json(&Method::GET, &monitor).unwrap_or(Value::Null);
-                    match str_of(&v, "TaskState") {
-                        None => return Ok(reply),
-                        Some("Completed") => {
-                            if str_of(&v, "TaskStatus") == Some("Critical") {
-                                return Err(task_failed(method, path, &monitor, "Completed (Critical)", &reply.body));
-                            }
-                            return Ok(reply);
-                        }
-                        Some(state @ ("Exception" | "Killed" | "Cancelled" | "Interrupted")) => {
-                            return Err(task_failed(method, path, &monitor, state, &reply.body));
-                        }
-                        Some(other) => {
-                            last_state = Some(other.to_owned());
-                            last = reply;
-                        }
-                    }
-                }
-                StatusCode::NOT_FOUND => {
-                    return Err(err(
-                        ErrorCode::BmcError,
-                        format!("{method} {path}: the task monitor {monitor} disappeared before reporting completion; the outcome is unknown"),
-                    ))
-                }
-                _ => return Err(status_error("GET", &monitor, reply.status, &reply.body)),
+                Poll::Finished => return Ok(reply),
             }
         }
     }
@@ -493,6 +464,53 @@ impl Transport {
     }
 }
 
+/// Where a `202 Accepted` says to poll: `Location`, else the body's
+/// `TaskMonitor`, else the Task's own `@odata.id`.
+pub(crate) fn task_monitor(accepted: &Reply, body: &Value) -> Option<String> {
+    accepted
+        .location()
+        .or_else(|| str_of(body, "TaskMonitor").map(norm_path))
+        .or_else(|| str_of(body, "@odata.id").map(norm_path))
+}
+
+/// What one Task Monitor reply says.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Poll {
+    /// Still running, in this `TaskState` if the BMC names it.
+    Running(Option<String>),
+    /// Done: the reply is the operation's result.
+    Finished,
+}
+
+/// Read one Task Monitor reply to `method path` polled at `monitor`: still
+/// running, finished, or the error the task ended in.
+pub(crate) fn read_poll(method: &Method, path: &str, monitor: &str, reply: &Reply) -> Result<Poll> {
+    match reply.status {
+        StatusCode::ACCEPTED => Ok(Poll::Running(task_state(&reply.json(&Method::GET, monitor).unwrap_or(Value::Null)))),
+        s if s.is_success() => {
+            let v = reply.json(&Method::GET, monitor).unwrap_or(Value::Null);
+            match str_of(&v, "TaskState") {
+                None => Ok(Poll::Finished),
+                Some("Completed") => {
+                    if str_of(&v, "TaskStatus") == Some("Critical") {
+                        return Err(task_failed(method, path, monitor, "Completed (Critical)", &reply.body));
+                    }
+                    Ok(Poll::Finished)
+                }
+                Some(state @ ("Exception" | "Killed" | "Cancelled" | "Interrupted")) => {
+                    Err(task_failed(method, path, monitor, state, &reply.body))
+                }
+                Some(other) => Ok(Poll::Running(Some(other.to_owned()))),
+            }
+        }
+        StatusCode::NOT_FOUND => Err(err(
+            ErrorCode::BmcError,
+            format!("{method} {path}: the task monitor {monitor} disappeared before reporting completion; the outcome is unknown"),
+        )),
+        _ => Err(status_error("GET", monitor, reply.status, &reply.body)),
+    }
+}
+
 fn task_state(v: &Value) -> Option<String> {
     str_of(v, "TaskState").map(str::to_owned)
 }
@@ -502,7 +520,48 @@ fn task_failed(method: &Method, path: &str, monitor: &str, state: &str, body: &[
     err(ErrorCode::BmcError, format!("{method} {path}: the BMC's task {monitor} ended {state}{detail}"))
 }
 
-fn retry_after(reply: &Reply) -> Option<Duration> {
+pub(crate) fn retry_after(reply: &Reply) -> Option<Duration> {
     let v = reply.headers.get(RETRY_AFTER)?.to_str().ok()?;
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(status: u16, body: &str, location: Option<&str>) -> Reply {
+        let mut headers = HeaderMap::new();
+        if let Some(l) = location {
+            headers.insert(LOCATION, HeaderValue::from_str(l).unwrap());
+        }
+        Reply { status: StatusCode::from_u16(status).unwrap(), headers, body: Bytes::copy_from_slice(body.as_bytes()) }
+    }
+
+    fn poll(status: u16, body: &str) -> Result<Poll> {
+        read_poll(&Method::POST, "/redfish/v1/x", "/redfish/v1/TaskService/Tasks/1", &reply(status, body, None))
+    }
+
+    #[test]
+    fn task_monitor_replies() {
+        assert_eq!(poll(202, r#"{"TaskState":"Running"}"#).unwrap(), Poll::Running(Some("Running".into())));
+        assert_eq!(poll(202, "").unwrap(), Poll::Running(None));
+        assert_eq!(poll(200, r#"{"TaskState":"Starting"}"#).unwrap(), Poll::Running(Some("Starting".into())));
+        assert_eq!(poll(200, r#"{"TaskState":"Completed"}"#).unwrap(), Poll::Finished);
+        assert_eq!(poll(204, "").unwrap(), Poll::Finished);
+        assert_eq!(poll(200, "not json").unwrap(), Poll::Finished);
+        let e = poll(200, r#"{"TaskState":"Completed","TaskStatus":"Critical"}"#).unwrap_err();
+        assert!(e.message.contains("Completed (Critical)"), "{e}");
+        assert_eq!(poll(200, r#"{"TaskState":"Killed"}"#).unwrap_err().code, ErrorCode::BmcError);
+        assert_eq!(poll(404, "").unwrap_err().code, ErrorCode::BmcError);
+        assert_eq!(poll(500, "").unwrap_err().code, ErrorCode::BmcError);
+    }
+
+    #[test]
+    fn task_monitor_location() {
+        let body = json!({"TaskMonitor": "/redfish/v1/TaskMonitors/9", "@odata.id": "/redfish/v1/TaskService/Tasks/9"});
+        let with_header = reply(202, "", Some("https://bmc/redfish/v1/TaskService/Tasks/7/"));
+        assert_eq!(task_monitor(&with_header, &body).as_deref(), Some("/redfish/v1/TaskService/Tasks/7"));
+        assert_eq!(task_monitor(&reply(202, "", None), &body).as_deref(), Some("/redfish/v1/TaskMonitors/9"));
+        assert_eq!(task_monitor(&reply(202, "", None), &Value::Null), None);
+    }
 }

@@ -135,9 +135,10 @@ pub(crate) struct Service {
     pub manager: Option<ManagerInfo>,
 }
 
-impl Service {
-    pub async fn discover(t: &mut Transport, ctx: &Ctx, root: &Value, system_id: Option<&str>) -> Result<Service> {
-        let root_info = RootInfo {
+impl RootInfo {
+    /// What the service root says (vendor, links), as read.
+    pub fn from_root(root: &Value) -> RootInfo {
+        RootInfo {
             vendor: string_of(root, "Vendor").or_else(|| {
                 root.get("Oem").and_then(Value::as_object).and_then(|o| o.keys().next().cloned())
             }),
@@ -146,7 +147,13 @@ impl Service {
             systems: link(root, "Systems"),
             managers: link(root, "Managers"),
             account_service: link(root, "AccountService"),
-        };
+        }
+    }
+}
+
+impl Service {
+    pub async fn discover(t: &mut Transport, ctx: &Ctx, root: &Value, system_id: Option<&str>) -> Result<Service> {
+        let root_info = RootInfo::from_root(root);
         let systems = root_info
             .systems
             .clone()
@@ -248,27 +255,35 @@ async fn choose_manager(t: &mut Transport, ctx: &Ctx, system: &(String, Value), 
 /// `Actions[name]` with its ResetType allowable values, inline or through
 /// `@Redfish.ActionInfo`.
 async fn reset_action(t: &mut Transport, ctx: &Ctx, resource: &Value, name: &str) -> Option<ResetAction> {
-    let action = resource.get("Actions")?.get(name)?;
-    let target = norm_path(str_of(action, "target")?);
-    let mut allowed = allowable(action, "ResetType");
+    let (target, mut allowed, info) = action_of(resource, name)?;
     if allowed.is_none() {
-        if let Some(info) = str_of(action, "@Redfish.ActionInfo").map(norm_path) {
+        if let Some(info) = info {
             match t.get(ctx, &info).await {
-                Ok(r) => {
-                    allowed = r
-                        .body
-                        .get("Parameters")
-                        .and_then(Value::as_array)
-                        .and_then(|ps| ps.iter().find(|p| str_of(p, "Name") == Some("ResetType")))
-                        .and_then(|p| p.get("AllowableValues"))
-                        .and_then(Value::as_array)
-                        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect());
-                }
+                Ok(r) => allowed = action_info_allowed(&r.body),
                 Err(e) => tracing::debug!(bmc = %t.bmc(), %info, error = %e, "ActionInfo unreadable."),
             }
         }
     }
     Some(ResetAction { target, allowed: allowed.map(normalise_reset_types) })
+}
+
+/// `Actions[name]` of a resource: its target, its inline `ResetType`
+/// allowable values, and its `@Redfish.ActionInfo` link.
+pub(crate) fn action_of(resource: &Value, name: &str) -> Option<(String, Option<Vec<String>>, Option<String>)> {
+    let action = resource.get("Actions")?.get(name)?;
+    let target = norm_path(str_of(action, "target")?);
+    let info = str_of(action, "@Redfish.ActionInfo").map(norm_path);
+    Some((target, allowable(action, "ResetType"), info))
+}
+
+/// The `ResetType` allowable values an ActionInfo resource lists.
+pub(crate) fn action_info_allowed(info: &Value) -> Option<Vec<String>> {
+    info.get("Parameters")
+        .and_then(Value::as_array)
+        .and_then(|ps| ps.iter().find(|p| str_of(p, "Name") == Some("ResetType")))
+        .and_then(|p| p.get("AllowableValues"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
 }
 
 #[cfg(test)]
@@ -298,5 +313,21 @@ mod tests {
         assert_eq!(a.pick(&["PowerCycle"]), None);
         let open = ResetAction { target: "/x".into(), allowed: None };
         assert_eq!(open.pick(&["On", "ForceOn"]), Some("On"));
+    }
+
+    #[test]
+    fn reads_actions_and_action_info() {
+        let system = serde_json::json!({"Actions": {"#ComputerSystem.Reset": {
+            "target": "https://bmc/redfish/v1/Systems/1/Actions/ComputerSystem.Reset/",
+            "@Redfish.ActionInfo": "/redfish/v1/Systems/1/ResetActionInfo"}}});
+        let (target, inline, info) = action_of(&system, "#ComputerSystem.Reset").unwrap();
+        assert_eq!(target, "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset");
+        assert_eq!((inline, info.as_deref()), (None, Some("/redfish/v1/Systems/1/ResetActionInfo")));
+        assert!(action_of(&system, "#Manager.Reset").is_none());
+        let info = serde_json::json!({"Parameters": [{"Name": "Other"}, {"Name": "ResetType", "AllowableValues": ["On", 3, "ForceOff"]}]});
+        assert_eq!(action_info_allowed(&info), Some(s(&["On", "ForceOff"])));
+        assert_eq!(action_info_allowed(&serde_json::json!({"Parameters": {}})), None);
+        let root = RootInfo::from_root(&serde_json::json!({"Oem": {"Supermicro": {}}, "Systems": {"@odata.id": "/redfish/v1/Systems/"}}));
+        assert_eq!((root.vendor.as_deref(), root.systems.as_deref()), (Some("Supermicro"), Some("/redfish/v1/Systems")));
     }
 }

@@ -30,6 +30,8 @@ pub mod config;
 pub mod connector;
 mod discovery;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod inventory;
 mod json;
 mod manager;

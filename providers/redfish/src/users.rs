@@ -50,7 +50,7 @@ pub(crate) struct Account {
 }
 
 impl Account {
-    fn from(resource: Resource) -> Account {
+    pub(crate) fn from(resource: Resource) -> Account {
         let id = str_of(&resource.body, "Id")
             .map(str::to_owned)
             .unwrap_or_else(|| crate::json::last_segment(&resource.path).to_owned());
@@ -58,11 +58,11 @@ impl Account {
         Account { resource, id, user_name }
     }
 
-    fn is_empty_slot(&self) -> bool {
+    pub(crate) fn is_empty_slot(&self) -> bool {
         self.user_name.trim().is_empty()
     }
 
-    fn info(&self) -> UserInfo {
+    pub(crate) fn info(&self) -> UserInfo {
         UserInfo {
             id: self.id.clone(),
             name: self.user_name.clone(),

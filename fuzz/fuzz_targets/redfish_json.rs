@@ -1,0 +1,4 @@
+//! `redfish_json`: see `bmcfleet_redfish::fuzzing::redfish_json` for what it drives and checks.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bmcfleet_redfish::fuzzing::redfish_json(data));

@@ -1,0 +1,43 @@
+//! Entry point for the `batch_decode` fuzz target (`fuzz/`) and for the
+//! corpus replay test (`tests/tests/fuzz_corpus.rs`). Not a public API.
+//!
+//! [`batch_decode`] runs the gateway's admission decode of producer input,
+//! [`decode_batch`] (MessagePack or JSON, then [`crate::validate::validate`]),
+//! and checks what the gateway relies on for every batch it admits:
+//! - it re-encodes in both encodings and decodes to the same batch, which
+//!   still validates (the gateway re-encodes it into the job message);
+//! - its BMC key makes a job subject from which the worker recovers the
+//!   same key and partition.
+//!
+//! Input layout: `[flags, message…]`; flags bit 0 picks JSON, bit 1 allows
+//! the `sim` protocol, bit 2 refuses inline credentials.
+
+use crate::codec::Encoding;
+use crate::validate::{decode_batch, validate, Limits};
+use crate::{Batch, Subjects};
+
+/// One fuzz input: see the module docs for the layout.
+pub fn batch_decode(data: &[u8]) {
+    let [flags, message @ ..] = data else { return };
+    let encoding = if flags & 1 != 0 { Encoding::Json } else { Encoding::MessagePack };
+    let limits = Limits { allow_sim: flags & 2 != 0, allow_inline_credentials: flags & 4 == 0, ..Limits::default() };
+    let Ok(batch) = decode_batch(message, encoding, &limits) else { return };
+    for enc in [Encoding::MessagePack, Encoding::Json] {
+        let bytes = enc.encode(&batch).unwrap_or_else(|e| panic!("an admitted batch does not encode as {enc:?}: {e}"));
+        let back: Batch = enc
+            .decode(&bytes)
+            .unwrap_or_else(|e| panic!("an admitted batch does not decode from its own {enc:?}: {e}"));
+        assert_eq!(back, batch, "{enc:?} round trip changed the batch");
+        if let Err(e) = validate(&back, &limits) {
+            panic!("a round-tripped batch no longer validates: {e}");
+        }
+    }
+    let subjects = Subjects::default();
+    let key = batch.bmc.address.key();
+    let subject = subjects.job(&key);
+    assert_eq!(
+        subjects.key_of_job_subject(&subject),
+        Some((key.partition(16), key.clone())),
+        "job subject {subject} does not give back its key"
+    );
+}
