@@ -11,3 +11,6 @@ cargo build --workspace --bins --all-features
 cargo test --workspace --all-features -- --test-threads="${BMCFLEET_TEST_THREADS:-4}"
 # Container, compose and Kubernetes manifests (no Docker engine or cluster needed).
 "$ROOT/deploy/validate.sh"
+# A short real fuzzing run of every cargo-fuzz target (the committed corpora
+# are also replayed by `cargo test` above, in tests/tests/fuzz_corpus.rs).
+FUZZ_SECONDS="${FUZZ_SECONDS:-15}" "$ROOT/scripts/fuzz-smoke.sh"
