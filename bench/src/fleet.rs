@@ -2,7 +2,7 @@
 //! any number of workers as separate processes, plus the producer's side
 //! (submit, collect final results, read partition leases).
 
-use crate::harness::{poll, workspace_bin, Child, Nats};
+use crate::harness::{workspace_bin, Child, Nats};
 use anyhow::{bail, Context as _};
 use async_nats::HeaderMap;
 use bmcfleet_schema::subject::{CONTENT_TYPE, EVENT_HEADER, WAIT_HEADER};
@@ -242,9 +242,17 @@ pub struct Finished {
 }
 
 /// Collects `BatchFinished` events from the events subjects.
+///
+/// A core subscription can lose messages under load (a slow consumer), so
+/// when results stop arriving while some are missing, the collector reads
+/// the missing batches' status records: a final record is counted (with its
+/// own finish time) and reported as recovered, a record that is not final
+/// is reported with its state when the wait gives up.
 pub struct Collector {
     finished: Arc<Mutex<HashMap<BatchId, Finished>>>,
     task: tokio::task::JoinHandle<()>,
+    client: async_nats::Client,
+    bucket: String,
 }
 
 impl Collector {
@@ -267,7 +275,32 @@ impl Collector {
                 }
             }
         });
-        Ok(Collector { finished, task })
+        Ok(Collector { finished, task, client: client.clone(), bucket: subjects.batches_bucket() })
+    }
+
+    /// Status records of `missing` (at most 1,000): final ones are added to
+    /// the finished set; returns a description of the others.
+    async fn recover(&self, missing: &[BatchId]) -> anyhow::Result<(usize, Vec<String>)> {
+        let kv = async_nats::jetstream::new(self.client.clone()).get_key_value(&self.bucket).await.context("status bucket")?;
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+        let (mut recovered, mut pending) = (0, vec![]);
+        for id in missing.iter().take(1000) {
+            let status = match kv.get(id.to_string()).await.context("status read")? {
+                Some(bytes) => Encoding::MessagePack.decode::<bmcfleet_schema::BatchStatus>(&bytes).ok(),
+                None => None,
+            };
+            match status {
+                Some(bmcfleet_schema::BatchStatus { result: Some(r), .. }) => {
+                    let ago = Duration::from_millis(now_ms.saturating_sub(r.finished_at_ms));
+                    let at = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
+                    self.finished.lock().expect("collector lock").entry(*id).or_insert(Finished { at, state: r.state, worker: r.worker });
+                    recovered += 1;
+                }
+                Some(s) => pending.push(format!("{id}: {:?} on {:?}, {} of {} actions done, {} deliveries", s.state, s.worker, s.results.len(), s.actions.len(), s.deliveries)),
+                None => pending.push(format!("{id}: no status record")),
+            }
+        }
+        Ok((recovered, pending))
     }
 
     /// How many of `ids` have finished.
@@ -279,12 +312,41 @@ impl Collector {
     /// Wait until every id in `ids` finished; returns their records in order.
     pub async fn wait_all(&self, ids: &[BatchId], timeout: Duration) -> anyhow::Result<Vec<Finished>> {
         let every = Duration::from_millis(if ids.len() > 20_000 { 100 } else { 10 });
-        poll(timeout, every, "final results", || async {
-            let f = self.finished.lock().expect("collector lock");
-            ids.iter().map(|id| f.get(id).cloned()).collect::<Option<Vec<_>>>()
-        })
-        .await
-        .with_context(|| format!("{} of {} batches finished", self.count(ids), ids.len()))
+        let end = Instant::now() + timeout;
+        let (mut seen, mut since) = (0, Instant::now());
+        let mut pending = vec![];
+        loop {
+            let (done, missing): (Vec<Option<Finished>>, Vec<BatchId>) = {
+                let f = self.finished.lock().expect("collector lock");
+                let done: Vec<Option<Finished>> = ids.iter().map(|id| f.get(id).cloned()).collect();
+                let missing = ids.iter().zip(&done).filter(|(_, d)| d.is_none()).map(|(id, _)| *id).collect();
+                (done, missing)
+            };
+            if missing.is_empty() {
+                return Ok(done.into_iter().flatten().collect());
+            }
+            let count = ids.len() - missing.len();
+            if count != seen {
+                (seen, since) = (count, Instant::now());
+            } else if since.elapsed() >= Duration::from_secs(5) && missing.len() <= 1000 {
+                // Stalled with a few missing: events lost, or batches stuck?
+                let (recovered, still) = self.recover(&missing).await?;
+                if recovered > 0 {
+                    eprintln!("collector: {recovered} final result(s) read from status records (their events were not received)");
+                }
+                pending = still;
+                since = Instant::now();
+                continue;
+            }
+            if Instant::now() >= end {
+                bail!(
+                    "{count} of {} batches finished; timed out after {timeout:?} waiting for final results; not final: {}",
+                    ids.len(),
+                    if pending.is_empty() { "(not checked)".to_owned() } else { pending.join("; ") }
+                );
+            }
+            tokio::time::sleep(every).await;
+        }
     }
 }
 
