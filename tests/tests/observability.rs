@@ -8,6 +8,7 @@ use bmcfleet_schema::subject::WAIT_HEADER;
 use bmcfleet_schema::*;
 use bmcfleet_sim::{SimConfig, SimServer};
 use bmcfleet_tests::cluster::http_get;
+use bmcfleet_tests::metrics::{metrics_port, scrape, value};
 use bmcfleet_tests::otlp::{OtlpCollector, Span};
 use bmcfleet_tests::producer::{wait_gateway, wait_partitions_owned, Topology};
 use bmcfleet_tests::{NatsServer, Process, Producer};
@@ -91,42 +92,6 @@ async fn run(p: &Producer, b: &Batch, extra: HeaderMap) -> BatchResult {
         Reply::Result(r) => r,
         other => panic!("expected a result, got {other:?}"),
     }
-}
-
-/// The port a process logged as `Metrics listening on <addr>`.
-async fn metrics_port(p: &Process) -> u16 {
-    bmcfleet_tests::eventually(Duration::from_secs(20), "the metrics address in the log", || {
-        let log = p.log_text();
-        async move {
-            log.lines().find_map(|l| {
-                let rest = l.split_once("Metrics listening on ")?.1;
-                let addr: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']')).collect();
-                addr.trim_end_matches('.').parse::<std::net::SocketAddr>().ok().map(|a| a.port())
-            })
-        }
-    })
-    .await
-}
-
-/// Scrape `/metrics` and parse it with a Prometheus text-format parser.
-fn scrape(port: u16) -> prometheus_parse::Scrape {
-    let (code, body) = http_get(port, "/metrics").expect("GET /metrics");
-    assert_eq!(code, 200, "{body}");
-    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).expect("parsable metrics")
-}
-
-/// A sample's value (counter or gauge), or a histogram's count; 0 when absent.
-fn value(s: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
-    use prometheus_parse::Value;
-    s.samples
-        .iter()
-        .filter(|x| x.metric == metric && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
-        .map(|x| match &x.value {
-            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
-            Value::Histogram(b) => b.iter().find(|c| c.less_than.is_infinite()).map(|c| c.count).unwrap_or(0.0),
-            Value::Summary(_) => 0.0,
-        })
-        .sum()
 }
 
 fn one<'a>(spans: &'a [Span], name: &str) -> &'a Span {

@@ -19,7 +19,7 @@
 use bmcfleet_schema::*;
 use bmcfleet_sim::{Faults, SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
-use bmcfleet_tests::cluster::http_get;
+use bmcfleet_tests::metrics::{metrics_port, scrape, value};
 use bmcfleet_tests::producer::{wait_gateway, wait_partitions_owned, ResultCollector, Topology};
 use bmcfleet_tests::{NatsServer, Process, Producer};
 use std::time::Duration;
@@ -72,40 +72,6 @@ fn batch(address: &str, actions: Vec<Action>) -> Batch {
 
 fn code(r: &ActionResult) -> Option<ErrorCode> {
     r.error.as_ref().map(|e| e.code)
-}
-
-/// The port a process logged as `Metrics listening on <addr>`.
-async fn metrics_port(p: &Process) -> u16 {
-    bmcfleet_tests::eventually(Duration::from_secs(20), "the metrics address in the log", || {
-        let log = p.log_text();
-        async move {
-            log.lines().find_map(|l| {
-                let rest = l.split_once("Metrics listening on ")?.1;
-                let addr: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']')).collect();
-                addr.trim_end_matches('.').parse::<std::net::SocketAddr>().ok().map(|a| a.port())
-            })
-        }
-    })
-    .await
-}
-
-fn scrape(port: u16) -> prometheus_parse::Scrape {
-    let (code, body) = http_get(port, "/metrics").expect("GET /metrics");
-    assert_eq!(code, 200, "{body}");
-    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).expect("parsable metrics")
-}
-
-/// A counter's or gauge's value; 0 when absent.
-fn value(s: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
-    use prometheus_parse::Value;
-    s.samples
-        .iter()
-        .filter(|x| x.metric == metric && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
-        .map(|x| match &x.value {
-            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
-            _ => 0.0,
-        })
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
