@@ -111,6 +111,33 @@ fn leaked(files: &[(std::path::PathBuf, Vec<u8>)], needles: &[Vec<u8>]) -> Optio
     files.iter().find(|(_, bytes)| needles.iter().any(|n| find(bytes, n))).map(|(p, _)| p.clone())
 }
 
+/// After execution: wait until every job is acknowledged, stop the worker,
+/// the gateway and nats-server, fail if `what` (any of `needles`) is in any
+/// store file, and return the three processes' logs for the log scan.
+async fn drain_stop_and_scan(
+    client: async_nats::Client,
+    topo: &Topology,
+    worker: &mut Process,
+    gateway: &mut Process,
+    nats: &mut NatsServer,
+    needles: &[Vec<u8>],
+    what: &str,
+) -> [(&'static str, String); 3] {
+    bmcfleet_tests::eventually(Duration::from_secs(20), "jobs acknowledged", || {
+        let (c, jobs) = (client.clone(), topo.subjects().jobs_stream());
+        async move { (stream_messages(&c, &jobs).await == 0).then_some(()) }
+    })
+    .await;
+    worker.terminate(Duration::from_secs(15));
+    gateway.terminate(Duration::from_secs(15));
+    drop(client);
+    nats.stop();
+    if let Some(path) = leaked(&nats.store_files(), needles) {
+        panic!("{what} is stored in plain text in {}", path.display());
+    }
+    [("gateway", gateway.log_text()), ("worker", worker.log_text()), ("nats", nats.log())]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_never_reach_nats_storage_or_logs() {
     // A unique password: nothing else can contain it by chance.
@@ -181,19 +208,7 @@ async fn passwords_never_reach_nats_storage_or_logs() {
     assert_eq!(sim.log().iter().filter(|l| l.ok).count(), 4 * 2 + 1 + 2, "every action reached the sim with the right password");
 
     // (a) again after execution, (b) every log: trace level for gateway and worker, debug for NATS.
-    bmcfleet_tests::eventually(Duration::from_secs(20), "jobs acknowledged", || {
-        let (c, jobs) = (client.clone(), topo.subjects().jobs_stream());
-        async move { (stream_messages(&c, &jobs).await == 0).then_some(()) }
-    })
-    .await;
-    worker.terminate(Duration::from_secs(15));
-    gateway.terminate(Duration::from_secs(15));
-    drop(client);
-    nats.stop();
-    if let Some(path) = leaked(&nats.store_files(), &needles) {
-        panic!("the password is stored in plain text in {}", path.display());
-    }
-    logs.extend([("gateway", gateway.log_text()), ("worker", worker.log_text()), ("nats", nats.log())]);
+    logs.extend(drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "the password").await);
     assert!(logs[2].1.contains("Action finished.") && logs[0].1.contains("Batch admitted."), "logs are not at the expected level");
     // (`--log trace`; async-nats's trace events are dropped because they hold payloads.)
     assert!(logs[2].1.contains("\"level\":\"DEBUG\""), "the worker log is not verbose");
@@ -353,19 +368,7 @@ async fn ipmi_password_is_sealed_end_to_end_against_ipmi_sim() {
     let r = &results[&a.id];
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
     assert_eq!(r.results[0].provider.as_deref(), Some("ipmi"));
-    bmcfleet_tests::eventually(Duration::from_secs(20), "job acknowledged", || {
-        let (c, jobs) = (client.clone(), topo.subjects().jobs_stream());
-        async move { (stream_messages(&c, &jobs).await == 0).then_some(()) }
-    })
-    .await;
-    worker.terminate(Duration::from_secs(15));
-    gateway.terminate(Duration::from_secs(15));
-    drop(client);
-    nats.stop();
-    if let Some(path) = leaked(&nats.store_files(), &needles) {
-        panic!("the IPMI password is stored in plain text in {}", path.display());
-    }
-    logs.extend([("gateway", gateway.log_text()), ("worker", worker.log_text()), ("nats", nats.log())]);
+    logs.extend(drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "the IPMI password").await);
     assert!(logs[2].1.contains("BMC session opened."), "no IPMI session in the worker log");
     for (name, text) in &logs {
         for n in &needles {
