@@ -236,9 +236,10 @@ struct Env {
     _sim: SimServer,
 }
 
-async fn env(o: &Options, workers: usize) -> anyhow::Result<Env> {
+/// NATS, the gateway, the simulator and a result collector; no worker yet.
+async fn deployment(o: &Options) -> anyhow::Result<Env> {
     let sim = SimServer::start(SimConfig::default()).await.context("simulator")?;
-    let mut fleet = Fleet::start(FleetOptions {
+    let fleet = Fleet::start(FleetOptions {
         partitions: o.partitions,
         sim: Some(sim.addr()),
         lease_ttl: dur(o.lease_ttl),
@@ -247,6 +248,12 @@ async fn env(o: &Options, workers: usize) -> anyhow::Result<Env> {
     })
     .await?;
     let collector = Collector::start(&fleet.client, &fleet.subjects).await?;
+    Ok(Env { fleet, collector, _sim: sim })
+}
+
+/// [`deployment`] with `workers` workers owning the partitions.
+async fn env(o: &Options, workers: usize) -> anyhow::Result<Env> {
+    let Env { mut fleet, collector, _sim: sim } = deployment(o).await?;
     let ids: Vec<String> = (0..workers).map(|i| format!("w{i}")).collect();
     for id in &ids {
         fleet.spawn_worker(id, &[])?;
@@ -441,16 +448,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
 
     // Backlog drain.
     {
-        let sim = SimServer::start(SimConfig::default()).await.context("simulator")?;
-        let mut fleet = Fleet::start(FleetOptions {
-            partitions: o.partitions,
-            sim: Some(sim.addr()),
-            lease_ttl: dur(o.lease_ttl),
-            rebalance: dur(o.rebalance),
-            worker_args: vec!["--lane-idle-timeout".into(), dur(o.lane_idle)],
-        })
-        .await?;
-        let collector = Collector::start(&fleet.client, &fleet.subjects).await?;
+        let Env { mut fleet, collector, _sim: sim } = deployment(o).await?;
         let batches: Vec<Batch> = (0..o.queued).map(|i| status_batch(i % o.bmcs)).collect::<anyhow::Result<_>>()?;
         let ids: Vec<BatchId> = batches.iter().filter_map(|b| b.id).collect();
         let (admission, _) = fleet.submit_all(Arc::new(batches), o.submit_concurrency).await?;
