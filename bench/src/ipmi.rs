@@ -235,8 +235,9 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
              (clients interleaved within each repetition)."
         ),
         "Power status is Get Chassis Status. ipmi_sim does not know the power state itself: for every power read it \
-         forks and runs the chassis_control program (tests/ipmi_sim/chassis_control, a shell script), so power status \
-         measures the simulator's fork+exec more than any client. Get Device ID is answered by ipmi_sim directly and \
+         forks and runs the chassis_control program (tests/ipmi_sim/chassis_control, a /bin/sh script whose reads use \
+         only shell builtins, so one fork+exec per read), so power status is bounded by the simulator's fork+exec more \
+         than by any client. Get Device ID is answered by ipmi_sim directly and \
          shows the clients' own costs. CPU columns: user+system CPU per successful operation of the client side (the \
          bench process plus the tool processes it ran) and of the BMC side (all ipmi_sim processes plus the \
          chassis_control processes they ran)."
