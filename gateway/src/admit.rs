@@ -38,7 +38,7 @@ pub struct Gateway {
     max_wait: Duration,
     metrics: crate::metrics::Metrics,
     /// The workers' public key when inline credentials are sealed (`None`: refused by `limits`).
-    seal_to: Option<nkeys::XKey>,
+    seal_to: Option<bmcfleet_common::sealing::Sealer>,
 }
 
 /// What admission produced: the queued job, the reply, and (when waiting) the results subscription.
@@ -63,7 +63,7 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
 impl Gateway {
     pub fn new(client: async_nats::Client, res: Resources, subjects: Subjects, limits: Limits, max_wait: Duration) -> Self {
         let metrics = crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
-        let seal_to = limits.sealing_key.as_deref().map(|k| bmcfleet_common::sealing::public_key(k).expect("validated at start"));
+        let seal_to = limits.sealing_key.as_deref().map(|k| bmcfleet_common::sealing::Sealer::new(k).expect("validated at start"));
         Gateway { client, res, subjects, limits, max_wait, metrics, seal_to }
     }
 
@@ -195,10 +195,10 @@ impl Gateway {
         let mut batch = decode_batch(payload, enc, &self.limits).map_err(|e| Reply::Error(e.into()))?;
         // Inline passwords never reach the job stream: seal them for the workers.
         if let Credentials::Inline { username, password } = &batch.bmc.credentials {
-            let Some(key) = &self.seal_to else {
+            let Some(sealer) = &self.seal_to else {
                 return Err(error(ErrorCode::InlineCredentialsDisabled, "this deployment accepts credentials by reference only"));
             };
-            let sealed = bmcfleet_common::sealing::seal(username, password, key).map_err(|e| error(ErrorCode::Internal, e))?;
+            let sealed = sealer.seal(username, password).map_err(|e| error(ErrorCode::Internal, e))?;
             batch.bmc.credentials = Credentials::Sealed(sealed);
         }
         let wait = truthy(header(headers, WAIT_HEADER));
