@@ -109,7 +109,8 @@ pub enum Credentials {
 }
 
 /// A password sealed (NATS xkeys `xkv1` box: X25519 + XSalsa20-Poly1305) to
-/// the workers' public key by a one-off sender key. Also the value format of
+/// the workers' public key by a sender key that is never stored (one-off for
+/// `bmcctl`; a gateway's lives in its memory for at most 10 minutes). Also the value format of
 /// the credentials KV bucket.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -117,7 +118,7 @@ pub struct SealedCredentials {
     pub username: String,
     /// The recipient's (workers') public xkey, `X...`: picks the seed to open it with.
     pub key: String,
-    /// The one-off sender public xkey, `X...`.
+    /// The sender's public xkey, `X...`.
     pub sender: String,
     /// The sealed password, standard base64.
     pub sealed: String,
