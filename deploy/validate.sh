@@ -111,7 +111,8 @@ k8s_nats() {
 }
 
 shell_scripts() {
-  "$SHELLCHECK" "$DEPLOY/validate.sh" "$DEPLOY/compose/sushy/entrypoint.sh"
+  "$SHELLCHECK" "$DEPLOY/validate.sh" "$DEPLOY/compose/sushy/entrypoint.sh" "$DEPLOY/docker/smoke.sh" \
+    "$DEPLOY/docker/offline-bases.sh" "$DEPLOY/compose-smoke.sh"
 }
 
 # The validator must fail on known-bad input, with every expected complaint.
