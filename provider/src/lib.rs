@@ -158,6 +158,11 @@ pub struct Ctx {
     /// Which batch/action this call serves, when run by the worker (for
     /// tracing and for the test BMC's bookkeeping).
     pub call: Option<CallInfo>,
+    /// Set when a request of this action has been handed to a transport
+    /// (shared by clones; [`Ctx::for_attempt`] starts afresh). An action of
+    /// several requests whose second one fails to connect has still sent
+    /// the first, so its error must not claim `not_sent`.
+    sent: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Where a call comes from.
@@ -172,7 +177,29 @@ pub struct CallInfo {
 
 impl Ctx {
     pub fn new(deadline: Instant) -> Self {
-        Ctx { deadline, call: None }
+        Ctx { deadline, call: None, sent: Default::default() }
+    }
+
+    /// The same deadline and call, with nothing sent yet: one attempt of an
+    /// action (the worker builds one per attempt, after opening the session).
+    pub fn for_attempt(&self) -> Ctx {
+        Ctx { deadline: self.deadline, call: self.call.clone(), sent: Default::default() }
+    }
+
+    /// Providers call this right before handing a request to the wire and
+    /// pass the error of that request through [`Ctx::settle`].
+    /// Returns whether an earlier request of this attempt was sent.
+    pub fn note_sending(&self) -> bool {
+        self.sent.swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// `e` as the action's error: `not_sent` only holds when no earlier
+    /// request of the attempt was sent (`sent_before` from [`Ctx::note_sending`]).
+    pub fn settle(&self, sent_before: bool, mut e: ProviderError) -> ProviderError {
+        if sent_before {
+            e.not_sent = false;
+        }
+        e
     }
 
     pub fn with_timeout(timeout: Duration) -> Self {
@@ -344,4 +371,25 @@ pub trait Connector: Send + Sync {
         target: &BmcTarget,
         credentials: &ResolvedCredentials,
     ) -> Result<Box<dyn BmcSession>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_sent_holds_only_for_an_attempts_first_request() {
+        let ctx = Ctx::with_timeout(Duration::from_secs(5));
+        let refused = || ProviderError::new(ErrorCode::Unreachable, "refused").not_sent();
+        let first = ctx.note_sending();
+        assert!(!first);
+        assert!(ctx.settle(first, refused()).not_sent, "nothing went out before the first request");
+        let clone = ctx.clone();
+        let second = clone.note_sending();
+        assert!(second, "clones share the action's record");
+        assert!(!ctx.settle(second, refused()).not_sent, "the first request went out");
+        let fresh = ctx.for_attempt();
+        assert_eq!((fresh.deadline, fresh.call.clone()), (ctx.deadline, ctx.call.clone()));
+        assert!(!fresh.note_sending(), "a new attempt starts with nothing sent");
+    }
 }

@@ -465,7 +465,9 @@ impl<'a> Run<'a> {
             // A session that cannot be opened never carried the action.
             let (session, caps) = slot.get(&self.shared.registry, ctx, &self.job.batch.bmc, creds).await.map_err(ProviderError::not_sent)?;
             tracing::Span::current().record("provider", session.provider());
-            perform(session, caps, ctx, action).await
+            // What the session open sent is not the action's: "not sent"
+            // is judged from the action's own first request on.
+            perform(session, caps, &ctx.for_attempt(), action).await
         }
         .instrument(span.clone());
         let left = ctx.deadline.saturating_duration_since(Instant::now());

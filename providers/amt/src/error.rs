@@ -22,7 +22,11 @@ pub enum AmtError {
     /// A non-2xx answer that is not a SOAP fault.
     #[error("the BMC answered HTTP {status}: {message}")]
     Http { status: u16, message: String },
-    /// TCP connection failed (refused, no route, reset).
+    /// No connection could be made (refused, no route): nothing was sent.
+    #[error("cannot connect to the BMC: {0}")]
+    ConnectFailed(String),
+    /// The connection failed after it was made (reset, closed mid-answer):
+    /// the BMC may have received the request.
     #[error("cannot reach the BMC: {0}")]
     Unreachable(String),
     /// The TLS handshake failed (untrusted certificate, name mismatch, no common cipher).
@@ -56,7 +60,7 @@ impl AmtError {
             AmtError::AuthFailed(_) => ErrorCode::AuthFailed,
             AmtError::Http { status: 403, .. } => ErrorCode::PermissionDenied,
             AmtError::Http { .. } => ErrorCode::BmcError,
-            AmtError::Unreachable(_) => ErrorCode::Unreachable,
+            AmtError::ConnectFailed(_) | AmtError::Unreachable(_) => ErrorCode::Unreachable,
             // No dedicated wire code for TLS failures (yet): the BMC's
             // answer could not be accepted.
             AmtError::Tls(_) => ErrorCode::ProtocolError,
@@ -75,7 +79,7 @@ impl AmtError {
             AmtError::Fault(f) => f.classify().1,
             AmtError::ReturnValue(r) => r.retryable(),
             AmtError::Http { status, .. } => matches!(status, 502..=504),
-            AmtError::Unreachable(_) | AmtError::Timeout(_) => true,
+            AmtError::ConnectFailed(_) | AmtError::Unreachable(_) | AmtError::Timeout(_) => true,
             AmtError::AuthFailed(_)
             | AmtError::Tls(_)
             | AmtError::DeadlineExceeded
@@ -88,13 +92,27 @@ impl AmtError {
 
     /// Whether the session should be dropped and a new one opened.
     pub fn breaks_session(&self) -> bool {
-        matches!(self, AmtError::Unreachable(_) | AmtError::Tls(_) | AmtError::Timeout(_) | AmtError::AuthFailed(_))
+        matches!(
+            self,
+            AmtError::ConnectFailed(_) | AmtError::Unreachable(_) | AmtError::Tls(_) | AmtError::Timeout(_) | AmtError::AuthFailed(_)
+        )
+    }
+
+    /// Whether the request certainly never reached the BMC (so even a
+    /// non-idempotent one may be resent).
+    pub fn not_sent(&self) -> bool {
+        matches!(self, AmtError::ConnectFailed(_))
     }
 }
 
 impl From<AmtError> for ProviderError {
     fn from(e: AmtError) -> Self {
-        ProviderError::new(e.code(), e.to_string()).with_retryable(e.retryable())
+        let p = ProviderError::new(e.code(), e.to_string()).with_retryable(e.retryable());
+        if e.not_sent() {
+            p.not_sent()
+        } else {
+            p
+        }
     }
 }
 
@@ -113,5 +131,12 @@ mod tests {
         assert!(e.message.contains("X.Y returned ReturnValue 2"), "{}", e.message);
         let e: ProviderError = AmtError::Http { status: 403, message: "no".into() }.into();
         assert_eq!(e.code, ErrorCode::PermissionDenied);
+        // Only a connection that was never made proves the request was not sent.
+        let e: ProviderError = AmtError::ConnectFailed("refused".into()).into();
+        assert_eq!((e.code, e.retryable, e.not_sent), (ErrorCode::Unreachable, true, true));
+        let e: ProviderError = AmtError::Unreachable("reset".into()).into();
+        assert_eq!((e.code, e.retryable, e.not_sent), (ErrorCode::Unreachable, true, false));
+        let e: ProviderError = AmtError::Timeout("slow".into()).into();
+        assert!(!e.not_sent);
     }
 }

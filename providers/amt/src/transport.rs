@@ -232,7 +232,8 @@ fn map_reqwest(e: reqwest::Error) -> AmtError {
         return AmtError::Timeout(format!("the BMC did not answer in time: {text}"));
     }
     if e.is_connect() {
-        return AmtError::Unreachable(text);
+        // No connection, so no request.
+        return AmtError::ConnectFailed(text);
     }
     if e.is_body() || e.is_decode() {
         use std::io::ErrorKind::*;

@@ -55,11 +55,21 @@ pub enum TransportErrorKind {
 pub struct TransportError {
     pub kind: TransportErrorKind,
     pub message: String,
+    /// The request certainly never left this machine (the session could
+    /// not be established, or the deadline had passed before sending), so
+    /// even a non-idempotent one may be resent.
+    pub not_sent: bool,
 }
 
 impl TransportError {
     pub fn new(kind: TransportErrorKind, message: impl Into<String>) -> Self {
-        TransportError { kind, message: message.into() }
+        TransportError { kind, message: message.into(), not_sent: false }
+    }
+
+    /// Mark the error as raised before the request was sent.
+    pub fn not_sent(mut self) -> Self {
+        self.not_sent = true;
+        self
     }
 
     /// Whether the session that produced this error must be dropped
@@ -93,7 +103,12 @@ impl From<TransportError> for ProviderError {
             e.kind,
             TransportErrorKind::Unreachable | TransportErrorKind::Timeout | TransportErrorKind::Busy
         );
-        ProviderError::new(code, e.message).with_retryable(retryable)
+        let p = ProviderError::new(code, e.message).with_retryable(retryable);
+        if e.not_sent {
+            p.not_sent()
+        } else {
+            p
+        }
     }
 }
 

@@ -469,15 +469,19 @@ impl Engine {
             return Err(TransportError::new(
                 TransportErrorKind::DeadlineExceeded,
                 format!("{peer}: the deadline passed before the request was sent"),
-            ));
+            )
+            .not_sent());
         }
         let mut fresh = false;
+        let mut sent = false;
         loop {
             if self.session.as_ref().is_none_or(|s| s.dirty) {
-                self.ensure_session(deadline)?;
+                // No session, so this request has not been sent (yet).
+                self.ensure_session(deadline).map_err(|e| if sent { e } else { e.not_sent() })?;
                 fresh = true;
             }
             let session = self.session.as_mut().expect("session established above");
+            sent = true;
             match exchange(session, &self.config, request, deadline) {
                 Exchange::Reply(response) => {
                     session.last_used = StdInstant::now();

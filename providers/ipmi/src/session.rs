@@ -73,13 +73,14 @@ impl<T: Transport> IpmiSession<T> {
             outcome = tracing::field::Empty,
         );
         let request = Request { netfn: id.netfn, cmd: id.cmd, data, retry: command.retry };
+        let sent_before = ctx.note_sending();
         let result = self.transport.call(ctx.deadline, &request).instrument(span.clone()).await;
         match &result {
             Ok(r) if r.cc == 0 => span.record("outcome", "ok"),
             Ok(r) => span.record("outcome", format!("cc 0x{:02X}", r.cc)),
             Err(e) => span.record("outcome", format!("{:?}", e.kind)),
         };
-        result.map_err(ProviderError::from)
+        result.map_err(|e| ctx.settle(sent_before, ProviderError::from(e)))
     }
 
     /// Sends one command and requires completion code 0; returns the data.

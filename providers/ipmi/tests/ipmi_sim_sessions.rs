@@ -170,6 +170,9 @@ async fn bmc_killed_mid_session_then_back() {
     let ctx = ctx();
     let mut s = open(&sim).await;
     Power::power(&mut s, &ctx, PowerOp::On).await.unwrap();
+    // One action of several requests: its first went out before the BMC died.
+    let several = Ctx::with_timeout(Duration::from_secs(10));
+    Power::power(&mut s, &several, PowerOp::Status).await.unwrap();
 
     sim.kill();
     let started = Instant::now();
@@ -178,6 +181,17 @@ async fn bmc_killed_mid_session_then_back() {
     assert!(matches!(e.code, ErrorCode::Unreachable | ErrorCode::Timeout), "{e}");
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(!BmcSession::is_healthy(&s), "a dead BMC makes the session unhealthy");
+    assert!(!e.not_sent, "the read went out on the established session: {e:?}");
+    // No session now: the next request needs a handshake first, which fails,
+    // so it never left and even a non-idempotent one may be resent.
+    let e = Power::power(&mut s, &Ctx::with_timeout(Duration::from_secs(3)), PowerOp::Off).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unreachable, "{e}");
+    assert!(e.not_sent && e.retryable, "no session, so nothing was sent: {e:?}");
+    // The same failure inside the action that already sent a request: the
+    // action may have taken partial effect, so not "not sent".
+    let e = Power::power(&mut s, &several, PowerOp::Off).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unreachable, "{e}");
+    assert!(!e.not_sent, "an earlier request of this action was sent: {e:?}");
 
     // Same port, same state: the session re-establishes by itself.
     sim.restart().unwrap();

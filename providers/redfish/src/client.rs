@@ -189,6 +189,7 @@ impl Transport {
             rb = rb.header(IF_MATCH, tag);
         }
         let max = self.config.max_response_bytes;
+        let sent_before = ctx.note_sending();
         let exchange = async move {
             let mut resp = rb.send().await.map_err(ReadError::Http)?;
             if let Some(len) = resp.content_length() {
@@ -244,7 +245,7 @@ impl Transport {
         if fatal {
             self.broken = true;
         }
-        outcome
+        outcome.map_err(|e| ctx.settle(sent_before, e))
     }
 
     /// An authenticated exchange returning any HTTP status. A `401` on a

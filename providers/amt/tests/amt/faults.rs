@@ -93,3 +93,16 @@ async fn http_errors_without_soap() {
     let e = s.set_boot_device(&ctx(), &PXE).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::PermissionDenied);
 }
+
+#[tokio::test]
+async fn a_bmc_that_refuses_connections_is_unreachable_and_nothing_was_sent() {
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    // The BMC goes away: its port refuses new connections (and the kept-alive
+    // one is closed), so the power-on request never leaves this machine.
+    server.shutdown().await;
+    let e = Power::power(&mut s, &ctx(), PowerOp::On).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unreachable, "{}", e.message);
+    assert!(e.retryable && e.not_sent, "a refused connection proves nothing was sent: {e:?}");
+    assert!(e.message.contains("cannot connect"), "{}", e.message);
+}
