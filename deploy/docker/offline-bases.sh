@@ -16,6 +16,11 @@
 #
 # Usage: deploy/docker/offline-bases.sh      (root; needs debootstrap, docker)
 #   DOCKER=/usr/bin/docker    a client with BuildKit   MIRROR=URL  Debian mirror
+#   TARGET_ARCH=arm64         only replace debian:bookworm-slim with an arm64
+#       build (debootstrap under qemu-user-static + binfmt-support), after a
+#       plain run, for `docker build --platform linux/arm64`: the builder stage
+#       stays on this machine's architecture (the rust stand-in) and
+#       cross-compiles. A plain run restores the native base.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -28,16 +33,33 @@ build() { DOCKER_BUILDKIT=1 docker build --network host -q -t "$1" "$2" >/dev/nu
 WORK="$(mktemp -d /var/tmp/bmcfleet-bases.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 
-echo "offline-bases: debootstrap bookworm from $MIRROR"
-debootstrap --variant=minbase bookworm "$WORK/rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
-  { tail -20 "$WORK/debootstrap.log" >&2; exit 1; }
-rm -f "$WORK"/rootfs/var/cache/apt/archives/*.deb
-if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
-  mkdir -p "$WORK/rootfs/usr/local/share/ca-certificates"
-  cp /usr/local/share/ca-certificates/*.crt "$WORK/rootfs/usr/local/share/ca-certificates/"
+# debian:bookworm-slim for one architecture, as a FROM-scratch build (so the
+# image records that architecture).
+debian_base() { # ARCH
+  local root="$WORK/rootfs-$1"
+  echo "offline-bases: debootstrap bookworm ($1) from $MIRROR"
+  debootstrap --arch="$1" --variant=minbase bookworm "$root" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
+    { tail -20 "$WORK/debootstrap.log" >&2; exit 1; }
+  rm -f "$root"/var/cache/apt/archives/*.deb
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  fi
+  mkdir -p "$WORK/base-$1"
+  tar -C "$root" -cf "$WORK/base-$1/rootfs.tar" .
+  rm -rf "$root"
+  printf 'FROM scratch\nADD rootfs.tar /\nCMD ["bash"]\n' >"$WORK/base-$1/Dockerfile"
+  DOCKER_BUILDKIT=1 docker build -q --platform "linux/$1" -t debian:bookworm-slim "$WORK/base-$1" >/dev/null
+  rm -rf "$WORK/base-$1"
+  echo "offline-bases: built debian:bookworm-slim ($1)"
+}
+
+native="$(dpkg --print-architecture)"
+if [ -n "${TARGET_ARCH:-}" ] && [ "$TARGET_ARCH" != "$native" ]; then
+  debian_base "$TARGET_ARCH"
+  exit 0
 fi
-tar -C "$WORK/rootfs" -c . | docker import -c 'CMD ["bash"]' - debian:bookworm-slim >/dev/null
-echo "offline-bases: imported debian:bookworm-slim"
+debian_base "$native"
 
 toolchain="$(rustup show active-toolchain | cut -d' ' -f1)"
 mkdir -p "$WORK/rust"

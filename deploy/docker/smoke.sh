@@ -66,7 +66,8 @@ for b in bmc-gateway bmc-worker bmcctl bmc-sim; do
   say "$v (runs as uid $uid)"
 done
 pid1="$(docker run --rm "$IMAGE" cat /proc/1/cmdline | tr '\0' ' ')"
-case "$pid1" in /usr/bin/tini*) ;; *) fail "PID 1 is '$pid1', want tini" ;; esac
+# (A foreign-architecture image runs under QEMU: binfmt puts its interpreter first.)
+case "$pid1" in /usr/bin/tini\ * | *qemu*\ /usr/bin/tini\ *) ;; *) fail "PID 1 is '$pid1', want tini" ;; esac
 say "PID 1: $pid1"
 
 # --- 2. end to end from the image -------------------------------------------
