@@ -60,7 +60,7 @@ async fn producers_cannot_bypass_the_gateway() {
     let producer = Producer::new(producer_client.clone());
     wait_gateway(&producer).await;
     let _w: Process = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
-    let (admin, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
+    let (admin, admin_errors) = connect(&nats, "gateway", PASSWORDS[0].1).await;
     wait_partitions_owned(&admin, &topo.subjects()).await;
 
     // The sanctioned path works end to end under these permissions.
@@ -90,6 +90,27 @@ async fn producers_cannot_bypass_the_gateway() {
     wait_error(&worker_errors, "Permissions Violation for Publish").await;
 
     assert_eq!(stream_messages(&admin, &jobs).await, before, "a forged job reached the stream");
+
+    // The gateway's user sets streams up but cannot destroy queued work or
+    // history: deleting or purging a stream, or one of its messages, is refused.
+    let events = topo.subjects().events_stream();
+    let events_before = stream_messages(&admin, &events).await;
+    assert!(events_before > 0, "the batch above stored events");
+    for (api, body) in [
+        (format!("$JS.API.STREAM.PURGE.{events}"), "{}"),
+        (format!("$JS.API.STREAM.MSG.DELETE.{events}"), r#"{"seq":1}"#),
+        (format!("$JS.API.STREAM.DELETE.{events}"), ""),
+        (format!("$JS.API.STREAM.DELETE.{jobs}"), ""),
+    ] {
+        let req = async_nats::Request::new().payload(body.as_bytes().to_vec().into()).timeout(Some(Duration::from_secs(2)));
+        if let Ok(answer) = admin.send_request(api.clone(), req).await {
+            assert!(String::from_utf8_lossy(&answer.payload).contains("error"), "{api} was allowed: {:?}", answer.payload);
+        }
+    }
+    let e = wait_error(&admin_errors, "Permissions Violation for Publish").await;
+    assert!(e.contains("$JS.API.STREAM."), "{e}");
+    assert_eq!(stream_messages(&admin, &events).await, events_before, "events were deleted");
+    assert!(async_nats::jetstream::new(admin.clone()).get_stream(&jobs).await.is_ok(), "the job stream is gone");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
