@@ -74,6 +74,10 @@ enum Command {
     /// Submit a batch from a JSON file (`-` for standard input).
     Submit {
         file: String,
+        /// Seal an inline password to the workers' public key (X...) here,
+        /// so it does not travel in clear even to the gateway.
+        #[arg(long, env = "BMCFLEET_WORKERS_PUBLIC_KEY", value_parser = workers_key)]
+        workers_public_key: Option<String>,
         /// Wait for the final result.
         #[arg(long)]
         wait: bool,
@@ -154,6 +158,27 @@ struct Target {
     /// Skip TLS verification of the BMC (Redfish/AMT).
     #[arg(long)]
     insecure: bool,
+    /// Seal the password (--password-env) to the workers' public key (X...)
+    /// here, so it does not travel in clear even to the gateway.
+    #[arg(long, env = "BMCFLEET_WORKERS_PUBLIC_KEY", value_parser = workers_key)]
+    workers_public_key: Option<String>,
+}
+
+/// A workers' public key (`X...`), checked at parse time like every flag.
+fn workers_key(s: &str) -> Result<String, String> {
+    bmcfleet_common::sealing::public_key(s).map(|k| k.public_key())
+}
+
+/// Replace inline credentials by a box sealed to `key`; others unchanged.
+fn seal_inline(credentials: Credentials, key: Option<&str>) -> anyhow::Result<Credentials> {
+    match (credentials, key) {
+        (Credentials::Inline { username, password }, Some(key)) => {
+            let key = bmcfleet_common::sealing::public_key(key).map_err(anyhow::Error::msg)?;
+            let sealed = bmcfleet_common::sealing::seal(&username, &password, &key).map_err(anyhow::Error::msg)?;
+            Ok(Credentials::Sealed(sealed))
+        }
+        (c, _) => Ok(c),
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -195,6 +220,7 @@ impl Target {
             }
             _ => anyhow::bail!("give --cred NAME, or --user and --password-env"),
         };
+        let credentials = seal_inline(credentials, self.workers_public_key.as_deref())?;
         Ok(Batch {
             id: None,
             bmc: BmcTarget {
@@ -463,15 +489,32 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             vec![Action::BootDevice(BootDeviceRequest { device: boot_device(*device), persistent: *persistent, efi: *efi })],
         ),
         Command::Inventory { target } => (target, vec![Action::Inventory]),
-        Command::Submit { file, wait, timeout } => {
+        Command::Submit { file, wait, timeout, workers_public_key } => {
             let mut text = String::new();
             if file == "-" {
                 std::io::stdin().read_to_string(&mut text)?;
             } else {
                 text = std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?;
             }
-            // Sent as the producer wrote it: the gateway validates and answers with typed errors.
-            let reply = client.request("submit", headers(*wait), text.into_bytes(), *timeout).await?;
+            // Sent as the producer wrote it (the gateway validates and answers
+            // with typed errors), except that an inline password is sealed
+            // first when the workers' key is given: then a batch that does not
+            // parse is refused here rather than sent with a password in clear.
+            let payload = match workers_public_key {
+                Some(key) => {
+                    let mut batch: Batch = Encoding::Json
+                        .decode(text.as_bytes())
+                        .with_context(|| format!("{file} is not a batch (needed to seal its password)"))?;
+                    if matches!(batch.bmc.credentials, Credentials::Inline { .. }) {
+                        batch.bmc.credentials = seal_inline(batch.bmc.credentials, Some(key))?;
+                        Encoding::Json.encode(&batch)?
+                    } else {
+                        text.into_bytes()
+                    }
+                }
+                None => text.into_bytes(),
+            };
+            let reply = client.request("submit", headers(*wait), payload, *timeout).await?;
             return Ok(client.print(&reply));
         }
         Command::Status { id } => {

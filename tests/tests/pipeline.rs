@@ -5,6 +5,7 @@ use bmcfleet_schema::*;
 use bmcfleet_sim::{SimConfig, SimServer};
 use bmcfleet_tests::producer::{stream_messages, wait_gateway, wait_partitions_owned, Topology};
 use bmcfleet_tests::{NatsServer, Producer};
+use futures::StreamExt as _;
 use std::time::Duration;
 
 fn batch(address: &str, actions: Vec<Action>) -> Batch {
@@ -405,11 +406,43 @@ async fn bmcctl_submits_waits_and_reports() {
             (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
         }
     };
+    // A copy of every submit request as it travels from bmcctl to the gateway.
+    let mut submits = e.nats.client().await.subscribe("bmcfleet.submit").await.unwrap();
     let (code, out, err) = bmcctl(&["power", "on", "--bmc", "10.12.0.1", "--protocol", "sim", "--user", "admin", "--password-env", "BMC_PW", "--wait"]).await;
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("Succeeded") && out.contains("power_on"), "{out}");
     assert_eq!(e.sim.power("v4-10-12-0-1"), Some(PowerState::On));
     assert!(!out.contains("from-the-environment") && !err.contains("from-the-environment"));
+    let seen = tokio::time::timeout(Duration::from_secs(5), submits.next()).await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&seen.payload).contains("from-the-environment"), "inline: in clear up to the gateway");
+
+    // With the workers' key, bmcctl seals the password itself: the request
+    // carries only the box, and the batch still runs (the worker opens it).
+    let public = e.topo.sealing.public.clone();
+    for args in [
+        vec!["power", "off", "--bmc", "10.12.0.1", "--protocol", "sim", "--user", "admin", "--password-env", "BMC_PW", "--wait", "--workers-public-key", &public],
+        vec!["submit", "-", "--wait", "--workers-public-key", &public],
+    ] {
+        let mut cmd = tokio::process::Command::new(bmcfleet_tests::bin("bmcctl"));
+        cmd.args(["--nats-url", &url]).args(&args).env("BMC_PW", "from-the-environment");
+        cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let body = r#"{"bmc":{"address":"10.12.0.1","protocol":"sim","credentials":{"inline":{"username":"admin","password":"from-the-environment"}}},"actions":[{"power":"on"}]}"#;
+        use tokio::io::AsyncWriteExt;
+        child.stdin.take().unwrap().write_all(body.as_bytes()).await.unwrap();
+        let out = child.wait_with_output().await.unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("Succeeded"), "{text}");
+        let seen = tokio::time::timeout(Duration::from_secs(5), submits.next()).await.unwrap().unwrap();
+        let payload = String::from_utf8_lossy(&seen.payload);
+        assert!(!payload.contains("from-the-environment") && payload.contains("sealed") && payload.contains(&public), "{payload}");
+    }
+    assert_eq!(e.sim.power("v4-10-12-0-1"), Some(PowerState::On), "off, then on again");
+    // A key that is not a workers' public key is refused when parsing flags.
+    let (code, _, err) = bmcctl(&["power", "on", "--bmc", "10.12.0.1", "--user", "admin", "--password-env", "BMC_PW", "--workers-public-key", "SXnope"]).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a public xkey"), "{err}");
 
     let (code, out, _) = bmcctl(&["--json", "boot", "pxe", "--once", "--efi", "--bmc", "10.12.0.1", "--protocol", "sim", "--user", "admin", "--password-env", "BMC_PW"]).await;
     assert_eq!(code, Some(0));
