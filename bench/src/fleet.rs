@@ -2,7 +2,7 @@
 //! any number of workers as separate processes, plus the producer's side
 //! (submit, collect final results, read partition leases).
 
-use crate::harness::{workspace_bin, Child, Nats};
+use crate::harness::{self, workspace_bin, Bench as _, Child, Nats};
 use anyhow::{bail, Context as _};
 use async_nats::HeaderMap;
 use bmcfleet_schema::subject::{CONTENT_TYPE, EVENT_HEADER, WAIT_HEADER};
@@ -79,7 +79,7 @@ impl Fleet {
         args.extend(["--allow-sim".into(), "true".into()]);
         let sealing = bmcfleet_common::sealing::generate();
         let env = [("BMCFLEET_INLINE_CREDENTIALS", "sealed".to_owned()), ("BMCFLEET_WORKERS_PUBLIC_KEY", sealing.1.clone())];
-        let gateway = Child::spawn(&workspace_bin("bmc-gateway")?, "bmc-gateway", &args, &env)?;
+        let gateway = harness::spawn(&workspace_bin("bmc-gateway")?, "bmc-gateway", &args, &env)?;
         let client = nats.client().await?;
         let mut fleet = Fleet { workers: BTreeMap::new(), gateway, client, subjects, options, sealing, nats };
         fleet.wait_gateway().await?;
@@ -132,7 +132,7 @@ impl Fleet {
         args.extend(self.options.worker_args.iter().cloned());
         args.extend(extra.iter().cloned());
         let env = [("BMCFLEET_SEALING_KEY", self.sealing.0.expose().to_owned())];
-        let child = Child::spawn(&workspace_bin("bmc-worker")?, &format!("bmc-worker:{id}"), &args, &env)?;
+        let child = harness::spawn(&workspace_bin("bmc-worker")?, &format!("bmc-worker:{id}"), &args, &env)?;
         self.workers.insert(id.to_owned(), child);
         Ok(())
     }

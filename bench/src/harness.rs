@@ -6,8 +6,6 @@
 //! stray process behind.
 
 use anyhow::{bail, Context as _};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -63,123 +61,61 @@ pub fn repo_tools_bin() -> PathBuf {
 }
 
 /// Poll `check` every `every` until it returns `Some`, or fail after `timeout`.
-pub async fn poll<T, F, Fut>(timeout: Duration, every: Duration, what: &str, mut check: F) -> anyhow::Result<T>
+pub async fn poll<T, F, Fut>(timeout: Duration, every: Duration, what: &str, check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let end = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() >= end {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(every).await;
+    match bmcfleet_tests::poll_until(timeout, every, check).await {
+        Some(v) => Ok(v),
+        None => bail!("timed out after {timeout:?} waiting for {what}"),
     }
 }
 
-/// A child process with its stderr in a log file; SIGKILLed on drop.
-pub struct Child {
-    child: Option<std::process::Child>,
-    pub name: String,
-    log: PathBuf,
-    /// Owns the log directory (removed on drop).
-    _dir: tempfile::TempDir,
+/// A child process with its stderr in a log file; SIGKILLed on drop (the
+/// test harness's process type; what the benchmarks add is in [`Bench`]).
+pub type Child = bmcfleet_tests::Process;
+
+/// Start `program` as `name`, its stderr in a log in a new temporary directory.
+pub fn spawn(program: &Path, name: &str, args: &[String], env: &[(&str, String)]) -> anyhow::Result<Child> {
+    let dir = tempfile::Builder::new().prefix("bmc-bench-").tempdir().context("temporary directory")?;
+    let log = dir.path().join(format!("{}.log", name.replace([':', '/'], "_")));
+    Child::start(program, name, args, env, log, Some(dir)).with_context(|| format!("starting {} ({})", name, program.display()))
 }
 
-impl Child {
-    pub fn spawn(program: &Path, name: &str, args: &[String], env: &[(&str, String)]) -> anyhow::Result<Child> {
-        let dir = tempfile::Builder::new().prefix("bmc-bench-").tempdir().context("temporary directory")?;
-        let log = dir.path().join(format!("{}.log", name.replace([':', '/'], "_")));
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .env_remove("RUST_LOG")
-            // Many processes share this host: metrics on any free loopback port
-            // unless the caller asks for another address.
-            .env("BMCFLEET_METRICS_ADDR", "127.0.0.1:0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).context("log file")?);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().with_context(|| format!("starting {} ({})", name, program.display()))?;
-        Ok(Child { child: Some(child), name: name.to_owned(), log, _dir: dir })
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
-    }
-
-    pub fn signal(&self, sig: Signal) {
-        if let Some(pid) = self.pid() {
-            let _ = kill(Pid::from_raw(pid as i32), sig);
-        }
-    }
-
-    /// SIGKILL and reap.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
+/// What the benchmarks read of their children.
+pub trait Bench {
     /// Poll for exit until `timeout`; `None` if still running.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let end = Instant::now() + timeout;
-        loop {
-            let c = self.child.as_mut()?;
-            if let Ok(Some(status)) = c.try_wait() {
-                self.child = None;
-                return Some(status);
-            }
-            if Instant::now() >= end {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    fn wait_exit(&mut self, timeout: Duration) -> impl std::future::Future<Output = Option<ExitStatus>> + Send;
+    /// Fails with the log tail when the process already exited.
+    fn ensure_running(&mut self) -> anyhow::Result<()>;
+    fn rss_kib(&self) -> Option<u64>;
+    fn sockets(&self) -> Option<usize>;
+}
+
+impl Bench for Child {
+    async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.pid()?;
+        bmcfleet_tests::poll_until(timeout, Duration::from_millis(10), || {
+            let s = self.reap();
+            async move { s }
+        })
+        .await
     }
 
-    /// Fails with the log tail when the process already exited.
-    pub fn ensure_running(&mut self) -> anyhow::Result<()> {
-        if let Some(c) = self.child.as_mut() {
-            if let Ok(Some(status)) = c.try_wait() {
-                bail!("{} exited ({status}); log tail:\n{}", self.name, self.log_tail(30));
-            }
+    fn ensure_running(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.try_wait() {
+            bail!("{} exited ({status}); log tail:\n{}", self.name, self.log_tail(30));
         }
         Ok(())
     }
 
-    pub fn rss_kib(&self) -> Option<u64> {
+    fn rss_kib(&self) -> Option<u64> {
         self.pid().and_then(rss_kib)
     }
 
-    pub fn sockets(&self) -> Option<usize> {
+    fn sockets(&self) -> Option<usize> {
         self.pid().and_then(socket_count)
-    }
-
-    /// Bytes written to the log so far.
-    pub fn log_bytes(&self) -> u64 {
-        std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0)
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub fn log_tail(&self, lines: usize) -> String {
-        let text = self.log_text();
-        let v: Vec<&str> = text.lines().collect();
-        v[v.len().saturating_sub(lines)..].join("\n")
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -255,7 +191,7 @@ impl Nats {
             .map(|s| s.to_string())
             .chain([store.path().join("js").display().to_string()])
             .collect();
-        let mut child = Child::spawn(&bin, "nats-server", &args, &[])?;
+        let mut child = spawn(&bin, "nats-server", &args, &[])?;
         // The server picks its own ports (-1) and logs them: no port races.
         let (port, monitor_port) = {
             let end = Instant::now() + Duration::from_secs(15);

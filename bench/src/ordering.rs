@@ -11,6 +11,7 @@
 //! its jobs out of order or two at once.
 
 use crate::fleet::{sim_address, sim_batch, Collector, Fleet, FleetOptions};
+use crate::harness::Bench as _;
 use crate::report::{Section, Table};
 use crate::stats::{median, num, ops, ratio, steady_rate};
 use anyhow::{bail, Context as _};

@@ -4,6 +4,7 @@
 //! SIGKILL), and a 100,000-batch backlog drained with RSS sampled throughout.
 
 use crate::fleet::{sim_address, sim_batch, Collector, Fleet, FleetOptions};
+use crate::harness::Bench as _;
 use crate::report::{Section, Table};
 use crate::stats::{median, mib, num, ops, rate, secs, steady_rate};
 use anyhow::{bail, Context as _};

@@ -28,7 +28,20 @@ pub fn free_port() -> u16 {
 }
 
 /// Poll `check` until it returns `Some`, or panic with `what` after `timeout`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    match poll_until(timeout, Duration::from_millis(50), check).await {
+        Some(v) => v,
+        None => panic!("timed out after {timeout:?} waiting for {what}"),
+    }
+}
+
+/// Poll `check` every `every` until it returns `Some`; `None` once
+/// `timeout` has passed (checked once more at the end).
+pub async fn poll_until<T, F, Fut>(timeout: Duration, every: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -36,11 +49,11 @@ where
     let end = Instant::now() + timeout;
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Some(v);
         }
-        if Instant::now() > end {
-            panic!("timed out after {timeout:?} waiting for {what}");
+        if Instant::now() >= end {
+            return None;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(every).await;
     }
 }

@@ -2,7 +2,7 @@
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// Path of a workspace binary (`bmc-gateway`, `bmc-worker`, `bmcctl`, `bmc-sim`)
@@ -33,7 +33,21 @@ impl Process {
     /// Spawn with the log at a given path (kept after the process ends).
     pub fn spawn_logged(name: &str, args: &[String], env: &[(&str, String)], log: PathBuf, dir: Option<tempfile::TempDir>) -> Process {
         let binary = name.split(':').next().unwrap_or(name);
-        let mut cmd = Command::new(bin(binary));
+        Self::start(&bin(binary), name, args, env, log, dir).unwrap_or_else(|e| panic!("spawn {name}: {e}"))
+    }
+
+    /// Start `program` as `name` with its stderr in `log` (`dir`, if given,
+    /// is kept alive with the process): the fallible form, for callers that
+    /// report errors instead of panicking (the benchmarks).
+    pub fn start(
+        program: &Path,
+        name: &str,
+        args: &[String],
+        env: &[(&str, String)],
+        log: PathBuf,
+        dir: Option<tempfile::TempDir>,
+    ) -> std::io::Result<Process> {
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .env_remove("RUST_LOG")
             // Many processes share this host: metrics on any free loopback port
@@ -41,12 +55,12 @@ impl Process {
             .env("BMCFLEET_METRICS_ADDR", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"));
+            .stderr(std::fs::File::create(&log)?);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        Process { child: Some(child), name: name.to_owned(), log, _dir: dir }
+        let child = cmd.spawn()?;
+        Ok(Process { child: Some(child), name: name.to_owned(), log, _dir: dir })
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -88,6 +102,14 @@ impl Process {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// As [`Process::try_wait`], and once it exited forget it: no later
+    /// signal can reach another process that reuses its pid.
+    pub fn reap(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.try_wait()?;
+        self.child = None;
+        Some(status)
+    }
+
     /// Wait for exit (for processes expected to stop by themselves).
     pub fn wait(&mut self) -> std::process::ExitStatus {
         self.child.take().expect("running").wait().expect("wait")
@@ -95,6 +117,18 @@ impl Process {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last `lines` lines of the log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = self.log_text();
+        let v: Vec<&str> = text.lines().collect();
+        v[v.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Bytes written to the log so far.
+    pub fn log_bytes(&self) -> u64 {
+        std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0)
     }
 }
 
