@@ -207,15 +207,32 @@ pub async fn ensure_with_retry(
     mode: Mode,
     give_up_after: Duration,
 ) -> Result<Resources, SetupError> {
+    retry_setup("stream setup", give_up_after, |e| matches!(e, SetupError::PartitionMismatch { .. }), || {
+        ensure(client.clone(), subjects, settings, mode)
+    })
+    .await
+}
+
+/// Run a start-up step against JetStream until it succeeds, with capped
+/// exponential backoff (100 ms doubling to 5 s), for at most
+/// `give_up_after`: a fresh cluster answers "no suitable peers", timeouts or
+/// "no responders" until its meta and stream leaders exist. An error for
+/// which `fatal` holds (a configuration error) is returned at once.
+pub async fn retry_setup<T, E, F, Fut>(what: &str, give_up_after: Duration, fatal: impl Fn(&E) -> bool, mut step: F) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
     let deadline = tokio::time::Instant::now() + give_up_after;
     let mut delay = Duration::from_millis(100);
     loop {
-        match ensure(client.clone(), subjects, settings, mode).await {
-            Ok(r) => return Ok(r),
-            Err(e @ SetupError::PartitionMismatch { .. }) => return Err(e),
+        match step().await {
+            Ok(v) => return Ok(v),
+            Err(e) if fatal(&e) => return Err(e),
             Err(e) if tokio::time::Instant::now() + delay >= deadline => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?delay, "JetStream is not ready; retrying stream setup.");
+                tracing::warn!(error = %e, retry_in = ?delay, "JetStream is not ready; retrying {what}.");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }

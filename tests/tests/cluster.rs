@@ -194,7 +194,12 @@ impl Drop for LogsOnPanic {
         if std::thread::panicking() {
             for (name, path) in &self.logs {
                 let text = std::fs::read_to_string(path).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                // Without backtrace frames, so an error's own message shows.
+                let is_frame = |l: &str| {
+                    let t = l.trim_start();
+                    t.starts_with("at ") || t.split_once(": ").is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+                };
+                let tail: Vec<&str> = text.lines().filter(|l| !is_frame(l)).rev().take(40).collect();
                 eprintln!("--- last lines of {name} ---");
                 for l in tail.into_iter().rev() {
                     eprintln!("{l}");

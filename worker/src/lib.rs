@@ -147,20 +147,25 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         permits: Arc::new(Semaphore::new(config.max_concurrent_batches as usize)),
         metrics,
     });
-    let membership = membership::Membership::new(
-        shared.clone(),
-        config.lease_ttl,
-        config.rebalance_interval,
-        config.topology.replicas as usize,
-        partition::Settings {
-            ack_wait: config.ack_wait,
-            max_inflight: config.max_inflight_per_partition,
-            lane_idle_timeout: config.lane_idle_timeout,
-            drain_timeout: config.drain_timeout,
-        },
-        providers,
-    )
-    .await?;
+    // The lease and presence buckets, like the streams: a fresh cluster may
+    // refuse them for a while.
+    let membership = streams::retry_setup("the partition lease buckets", std::time::Duration::from_secs(60), |_| false, || {
+        membership::Membership::new(
+            shared.clone(),
+            config.lease_ttl,
+            config.rebalance_interval,
+            config.topology.replicas as usize,
+            partition::Settings {
+                ack_wait: config.ack_wait,
+                max_inflight: config.max_inflight_per_partition,
+                lane_idle_timeout: config.lane_idle_timeout,
+                drain_timeout: config.drain_timeout,
+            },
+            providers.clone(),
+        )
+    })
+    .await
+    .context("setting up the partition lease buckets")?;
     let stop = CancellationToken::new();
     let task = tokio::spawn(membership.run(stop.clone()));
     running.store(true, Ordering::SeqCst);
