@@ -150,7 +150,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
          repetition, then the median is taken."
             .into(),
     ];
-    let sim = SimServer::start(SimConfig { latency: o.sim_latency, slow_latency: o.slow_latency, ..SimConfig::default() })
+    let sim = SimServer::start(SimConfig { latency: o.sim_latency, slow_latency: o.slow_latency, record_calls: true, ..SimConfig::default() })
         .await
         .context("starting the simulator")?;
     // The fleet starts workers with --bmc-min-interval 0s.

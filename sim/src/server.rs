@@ -31,6 +31,10 @@ pub struct SimConfig {
     pub slow_latency: Duration,
     /// The password every BMC accepts; `None` accepts any but `wrong`.
     pub password: Option<String>,
+    /// Keep a [`CallRecord`] of every request for [`SimServer::calls`]
+    /// (tests that count calls); off by default, as the record grows with
+    /// every request for the server's whole life.
+    pub record_calls: bool,
 }
 
 impl Default for SimConfig {
@@ -40,6 +44,7 @@ impl Default for SimConfig {
             latency: Duration::ZERO,
             slow_latency: Duration::from_secs(2),
             password: None,
+            record_calls: false,
         }
     }
 }
@@ -192,7 +197,8 @@ impl SimServer {
         self.state.lock().unwrap().faults.insert(bmc.to_owned(), faults);
     }
 
-    /// Every request one BMC received (logins and actions), in arrival order.
+    /// Every request one BMC received (logins and actions), in arrival order;
+    /// empty unless the server was started with [`SimConfig::record_calls`].
     pub fn calls(&self, bmc: &str) -> Vec<CallRecord> {
         self.state.lock().unwrap().calls.iter().filter(|c| c.bmc == bmc).cloned().collect()
     }
@@ -250,7 +256,9 @@ async fn serve(socket: TcpStream, state: Arc<Mutex<State>>, config: Arc<SimConfi
         }
         let injected = {
             let mut st = state.lock().unwrap();
-            st.calls.push(CallRecord { bmc: req.bmc.clone(), action: req.action.as_ref().map(|a| a.kind().to_owned()), call: req.call.clone(), at: Instant::now() });
+            if config.record_calls {
+                st.calls.push(CallRecord { bmc: req.bmc.clone(), action: req.action.as_ref().map(|a| a.kind().to_owned()), call: req.call.clone(), at: Instant::now() });
+            }
             match st.faults.get_mut(&req.bmc) {
                 Some(f) if f.hang => Injected::Hang,
                 Some(f) if req.action.is_none() && f.refuse_logins > 0 => {

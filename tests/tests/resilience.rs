@@ -35,7 +35,7 @@ struct Env {
 
 async fn env(worker_args: &[&str]) -> Env {
     let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let sim = SimServer::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.unwrap();
     let topo = Topology { partitions: 1, ..Topology::default() };
     let gateway = topo.gateway(&nats, &[]);
     let producer = Producer::new(nats.client().await);
