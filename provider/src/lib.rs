@@ -133,8 +133,13 @@ impl ProviderError {
     }
 
     /// Mark the error as raised before the request left (see [`ProviderError::not_sent`]).
-    pub fn not_sent(mut self) -> Self {
-        self.not_sent = true;
+    pub fn not_sent(self) -> Self {
+        self.with_not_sent(true)
+    }
+
+    /// Set [`ProviderError::not_sent`] from a provider's own knowledge.
+    pub fn with_not_sent(mut self, not_sent: bool) -> Self {
+        self.not_sent = not_sent;
         self
     }
 }
@@ -195,11 +200,9 @@ impl Ctx {
 
     /// `e` as the action's error: `not_sent` only holds when no earlier
     /// request of the attempt was sent (`sent_before` from [`Ctx::note_sending`]).
-    pub fn settle(&self, sent_before: bool, mut e: ProviderError) -> ProviderError {
-        if sent_before {
-            e.not_sent = false;
-        }
-        e
+    pub fn settle(&self, sent_before: bool, e: ProviderError) -> ProviderError {
+        let not_sent = e.not_sent && !sent_before;
+        e.with_not_sent(not_sent)
     }
 
     pub fn with_timeout(timeout: Duration) -> Self {

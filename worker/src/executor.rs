@@ -78,6 +78,12 @@ async fn pause(fence: &Fence, attempt: u32) -> Result<(), Stop> {
     }
 }
 
+/// The metrics label of a lane's calls: the provider of its session, else
+/// the batch's protocol (no session yet, e.g. `auto` before discovery).
+fn protocol_label(slot: &SessionSlot, protocol: &str) -> crate::metrics::ProtocolLabels {
+    crate::metrics::ProtocolLabels { protocol: slot.provider().unwrap_or(protocol).to_owned() }
+}
+
 /// Execute (or resume) one batch.
 pub async fn execute(
     shared: &Shared,
@@ -384,8 +390,7 @@ impl<'a> Run<'a> {
                     true
                 }
                 Admission::Refused { until } => {
-                    let provider = slot.provider().map(str::to_owned).unwrap_or_else(|| protocol.clone());
-                    self.shared.metrics.breaker_rejections.get_or_create(&crate::metrics::ProtocolLabels { protocol: provider }).inc();
+                    self.shared.metrics.breaker_rejections.get_or_create(&protocol_label(slot, &protocol)).inc();
                     return Err(guard.breaker.refusal(until, now));
                 }
             };
@@ -431,8 +436,7 @@ impl<'a> Run<'a> {
                 bmc = %key, action = action.kind(), retry, of = policy.max, delay_ms = delay.as_millis() as u64,
                 error.code = e.code.as_str(), error = %e, "Retrying the BMC call."
             );
-            let provider = slot.provider().map(str::to_owned).unwrap_or_else(|| protocol.clone());
-            self.shared.metrics.bmc_retries.get_or_create(&crate::metrics::ProtocolLabels { protocol: provider }).inc();
+            self.shared.metrics.bmc_retries.get_or_create(&protocol_label(slot, &protocol)).inc();
             tokio::time::sleep(delay).await;
         }
     }
@@ -481,12 +485,7 @@ impl<'a> Run<'a> {
                 Err(ProviderError::new(code, format!("no answer within {}", bmcfleet_schema::duration::format(left))))
             }
         };
-        let provider = slot.provider().map(str::to_owned).unwrap_or_else(|| protocol.to_owned());
-        self.shared
-            .metrics
-            .bmc_call_seconds
-            .get_or_create(&crate::metrics::ProtocolLabels { protocol: provider })
-            .observe(started.elapsed().as_secs_f64());
+        self.shared.metrics.bmc_call_seconds.get_or_create(&protocol_label(slot, protocol)).observe(started.elapsed().as_secs_f64());
         match &result {
             Ok(_) => span.record("outcome", "ok"),
             Err(e) => span.record("outcome", e.code.as_str()).record("error.code", e.code.as_str()),

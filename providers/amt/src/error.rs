@@ -107,12 +107,7 @@ impl AmtError {
 
 impl From<AmtError> for ProviderError {
     fn from(e: AmtError) -> Self {
-        let p = ProviderError::new(e.code(), e.to_string()).with_retryable(e.retryable());
-        if e.not_sent() {
-            p.not_sent()
-        } else {
-            p
-        }
+        ProviderError::new(e.code(), e.to_string()).with_retryable(e.retryable()).with_not_sent(e.not_sent())
     }
 }
 

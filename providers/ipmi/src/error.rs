@@ -103,12 +103,7 @@ impl From<TransportError> for ProviderError {
             e.kind,
             TransportErrorKind::Unreachable | TransportErrorKind::Timeout | TransportErrorKind::Busy
         );
-        let p = ProviderError::new(code, e.message).with_retryable(retryable);
-        if e.not_sent {
-            p.not_sent()
-        } else {
-            p
-        }
+        ProviderError::new(code, e.message).with_retryable(retryable).with_not_sent(e.not_sent)
     }
 }
 
