@@ -8,7 +8,7 @@ use async_nats::HeaderMap;
 use bmcfleet_schema::subject::{CONTENT_TYPE, EVENT_HEADER, WAIT_HEADER};
 use bmcfleet_schema::{
     Action, Batch, BatchId, BatchResult, BatchState, BmcTarget, Credentials, Encoding, Event, EventKind, OnError,
-    Protocol, Reply, Secret, Subjects, TlsOptions,
+    PowerOp, Protocol, Reply, Secret, Subjects, TlsOptions,
 };
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
@@ -231,6 +231,16 @@ pub async fn submit(client: &async_nats::Client, batch: &Batch, wait: bool) -> a
     let msg = client.send_request("bmcfleet.submit", req).await.context("gateway request")?;
     let enc = Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))?;
     Ok(enc.decode::<Reply>(&msg.payload)?)
+}
+
+/// One bmcfleet submit → result: a `power status` batch for simulated BMC
+/// number `bmc`, waited for; an error unless it succeeded.
+pub async fn status_round_trip(client: &async_nats::Client, bmc: usize) -> anyhow::Result<()> {
+    let batch = sim_batch(&sim_address(bmc), vec![Action::Power(PowerOp::Status)])?;
+    match submit(client, &batch, true).await? {
+        Reply::Result(r) if r.state == BatchState::Succeeded => Ok(()),
+        other => bail!("the power-status batch for BMC {} failed: {other:?}", sim_address(bmc)),
+    }
 }
 
 /// A final result as the collector saw it.

@@ -17,7 +17,7 @@
 //! each phase (medians over repetitions) and their ratio, with the goal that
 //! the healthy p99 with faulty peers stays within 2× of the baseline.
 
-use crate::fleet::{sim_address, sim_batch, submit, Fleet, FleetOptions};
+use crate::fleet::{sim_batch, status_round_trip, submit, Fleet, FleetOptions};
 use crate::report::{Section, Table};
 use crate::stats::{median, ms, ops, rate, ratio, Latency};
 use anyhow::{bail, Context as _};
@@ -69,12 +69,9 @@ async fn healthy_loops(client: &async_nats::Client, healthy: usize, window: Dura
         tasks.spawn(async move {
             let mut samples = vec![];
             while Instant::now() < end {
-                let b = sim_batch(&sim_address(1000 + i), vec![Action::Power(PowerOp::Status)])?;
                 let t = Instant::now();
-                match submit(&client, &b, true).await? {
-                    Reply::Result(r) if r.state == BatchState::Succeeded => samples.push(t.elapsed()),
-                    other => bail!("a healthy BMC's batch failed: {other:?}"),
-                }
+                status_round_trip(&client, 1000 + i).await.context("a healthy BMC's batch")?;
+                samples.push(t.elapsed());
             }
             Ok::<_, anyhow::Error>(samples)
         });

@@ -14,14 +14,14 @@
 //! repetition, closed loop at fixed concurrencies and open loop at a fixed
 //! arrival rate.
 
-use crate::fleet::{sim_address, sim_batch, submit, Fleet, FleetOptions};
+use crate::fleet::{sim_address, sim_batch, status_round_trip, Fleet, FleetOptions};
 use crate::proc::{CpuMeter, Meter};
 use crate::report::{Section, Table};
 use crate::stats::{median, ms, ops, rate, ratio, Latency};
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::pull, stream};
 use async_nats::HeaderMap;
-use bmcfleet_schema::{Action, BatchState, Encoding, Job, PowerOp, Reply};
+use bmcfleet_schema::{Action, Encoding, Job, PowerOp};
 use bmcfleet_sim::{SimConfig, SimServer};
 use futures::StreamExt;
 use std::collections::HashMap;
@@ -137,15 +137,6 @@ impl Drop for Raw {
     }
 }
 
-/// bmcfleet submit → result with an instant BMC.
-async fn bmcfleet_round_trip(client: &async_nats::Client, bmc: usize) -> anyhow::Result<()> {
-    let batch = sim_batch(&sim_address(bmc), vec![Action::Power(PowerOp::Status)])?;
-    match submit(client, &batch, true).await? {
-        Reply::Result(r) if r.state == BatchState::Succeeded => Ok(()),
-        other => bail!("bmcfleet round trip failed: {other:?}"),
-    }
-}
-
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Side {
     Raw,
@@ -198,7 +189,7 @@ impl Ctx {
     async fn op(self: &Arc<Self>, side: Side, slot: usize) -> anyhow::Result<()> {
         match side {
             Side::Raw => self.raw.round_trip(slot).await,
-            Side::Bmcfleet => bmcfleet_round_trip(&self.fleet.client, 1000 + slot).await,
+            Side::Bmcfleet => status_round_trip(&self.fleet.client, 1000 + slot).await,
         }
     }
 }
