@@ -168,10 +168,12 @@ impl OtlpCollector {
                             Ok::<_, std::convert::Infallible>(if grpc {
                                 grpc_reply(path == GRPC_EXPORT_PATH && grpc_message(&body).is_some_and(keep), reply)
                             } else {
-                                let status = match (path == "/v1/traces", path == "/v1/traces" && keep(body)) {
-                                    (false, _) => 404,
-                                    (true, true) => 200,
-                                    (true, false) => 400,
+                                let status = if path != "/v1/traces" {
+                                    404
+                                } else if keep(body) {
+                                    200
+                                } else {
+                                    400
                                 };
                                 let body: ReplyBody = Full::new(if status == 200 { Bytes::from(reply) } else { Bytes::new() })
                                     .map_err(|never| match never {})

@@ -111,6 +111,17 @@ fn leaked(files: &[(std::path::PathBuf, Vec<u8>)], needles: &[Vec<u8>]) -> Optio
     files.iter().find(|(_, bytes)| needles.iter().any(|n| find(bytes, n))).map(|(p, _)| p.clone())
 }
 
+/// Fail, quoting the line, if `what` (any of `needles`) is in any of the named logs.
+fn assert_not_in_logs(logs: &[(&str, String)], needles: &[Vec<u8>], what: &str) {
+    for (name, text) in logs {
+        for n in needles {
+            if let Some(line) = text.lines().find(|l| find(l.as_bytes(), n)) {
+                panic!("{what} is in the {name} log: {}", &line[..line.len().min(1500)]);
+            }
+        }
+    }
+}
+
 /// After execution: wait until every job is acknowledged, stop the worker,
 /// the gateway and nats-server, fail if `what` (any of `needles`) is in any
 /// store file, and return the three processes' logs for the log scan.
@@ -213,13 +224,7 @@ async fn passwords_never_reach_nats_storage_or_logs() {
     // (`--log trace`; async-nats's trace events are dropped because they hold payloads.)
     assert!(logs[2].1.contains("\"level\":\"DEBUG\""), "the worker log is not verbose");
     assert!(logs[3].1.contains("[DBG]"), "the NATS log is not at debug level: {}", &logs[3].1[..logs[3].1.len().min(2000)]);
-    for (name, text) in &logs {
-        for n in &needles {
-            if let Some(line) = text.lines().find(|l| find(l.as_bytes(), n)) {
-                panic!("the password is in the {name} log: {}", &line[..line.len().min(1500)]);
-            }
-        }
-    }
+    assert_not_in_logs(&logs, &needles, "the password");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,11 +375,5 @@ async fn ipmi_password_is_sealed_end_to_end_against_ipmi_sim() {
     assert_eq!(r.results[0].provider.as_deref(), Some("ipmi"));
     logs.extend(drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "the IPMI password").await);
     assert!(logs[2].1.contains("BMC session opened."), "no IPMI session in the worker log");
-    for (name, text) in &logs {
-        for n in &needles {
-            if let Some(line) = text.lines().find(|l| find(l.as_bytes(), n)) {
-                panic!("the IPMI password is in the {name} log: {}", &line[..line.len().min(1500)]);
-            }
-        }
-    }
+    assert_not_in_logs(&logs, &needles, "the IPMI password");
 }
