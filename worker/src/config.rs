@@ -117,26 +117,14 @@ impl Config {
             return Err("--ack-wait must be at least 1s".into());
         }
         let fmt = bmcfleet_schema::duration::format;
-        if self.retry_backoff >= self.action_timeout {
-            return Err(format!(
-                "--retry-backoff ({}) must be shorter than --action-timeout ({}), or no retry could ever start",
-                fmt(self.retry_backoff),
-                fmt(self.action_timeout)
-            ));
-        }
-        if self.bmc_min_interval >= self.action_timeout {
-            return Err(format!(
-                "--bmc-min-interval ({}) must be shorter than --action-timeout ({})",
-                fmt(self.bmc_min_interval),
-                fmt(self.action_timeout)
-            ));
-        }
-        if self.bmc_min_interval >= self.lane_idle_timeout {
-            return Err(format!(
-                "--bmc-min-interval ({}) must be shorter than --lane-idle-timeout ({}): the last start is kept by the lane",
-                fmt(self.bmc_min_interval),
-                fmt(self.lane_idle_timeout)
-            ));
+        for (short, short_flag, long, long_flag, why) in [
+            (self.retry_backoff, "--retry-backoff", self.action_timeout, "--action-timeout", ", or no retry could ever start"),
+            (self.bmc_min_interval, "--bmc-min-interval", self.action_timeout, "--action-timeout", ""),
+            (self.bmc_min_interval, "--bmc-min-interval", self.lane_idle_timeout, "--lane-idle-timeout", ": the last start is kept by the lane"),
+        ] {
+            if short >= long {
+                return Err(format!("{short_flag} ({}) must be shorter than {long_flag} ({}){why}", fmt(short), fmt(long)));
+            }
         }
         Ok(())
     }
