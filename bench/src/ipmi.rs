@@ -11,7 +11,7 @@ use crate::proc::{CpuMeter, Meter};
 use crate::report::{Section, Table};
 use crate::stats::{median, num, ops, ratio};
 use anyhow::{bail, Context as _};
-use bmcfleet_ipmi::testing::IpmiSim;
+use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_ipmi::{IpmiConnector, IpmiSession, RmcpTransport};
 use bmcfleet_provider::{BmcSession, Ctx};
 use bmcfleet_schema::{PowerOp, RawIpmi, RawRequest};
@@ -205,7 +205,7 @@ impl Fleet {
 
 /// Wall time of one run of the chassis_control program, as ipmi_sim runs it per power read.
 async fn chassis_control_cost(sim: &IpmiSim, runs: usize) -> anyhow::Result<f64> {
-    let script = bmcfleet_ipmi::testing::template_dir().join("chassis_control");
+    let script = bmcfleet_testing::ipmi::template_dir().join("chassis_control");
     let mut times = vec![];
     for _ in 0..runs {
         let t0 = Instant::now();

@@ -22,7 +22,7 @@ use crate::report::{Section, Table};
 use crate::stats::{median, ms, ops, rate, ratio, Latency};
 use anyhow::{bail, Context as _};
 use bmcfleet_schema::{Action, BatchState, ErrorCode, PowerOp, Reply};
-use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_testing::{SimConfig, SimServer};
 use std::time::{Duration, Instant};
 
 /// Settings of the isolation benchmark.

@@ -22,7 +22,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::pull, stream};
 use async_nats::HeaderMap;
 use bmcfleet_schema::{Action, Encoding, Job, PowerOp};
-use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_testing::{SimConfig, SimServer};
 use futures::StreamExt;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

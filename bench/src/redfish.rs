@@ -11,7 +11,7 @@ use crate::report::{Section, Table};
 use crate::stats::{median, ms, num, ops, percentile_sorted, ratio};
 use anyhow::{bail, Context as _};
 use bmcfleet_provider::{BmcSession, Ctx};
-use bmcfleet_redfish::testing::{FakeSystem, SushyEmulator};
+use bmcfleet_testing::redfish::{FakeSystem, SushyEmulator};
 use bmcfleet_redfish::{RedfishConnector, RedfishSession};
 use bmcfleet_schema::{Action, Batch, BatchState, BootDevice, BootDeviceRequest, OnError, PowerOp, Reply};
 use std::path::PathBuf;

@@ -9,7 +9,7 @@ use crate::report::{Section, Table};
 use crate::stats::{median, mib, num, ops, rate, secs, steady_rate};
 use anyhow::{bail, Context as _};
 use bmcfleet_schema::{Action, Batch, BatchId, BatchState, PowerOp};
-use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_testing::{SimConfig, SimServer};
 use nix::sys::signal::Signal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

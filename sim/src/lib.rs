@@ -1,7 +1,9 @@
 //! # bmcfleet-sim
 //!
-//! A deterministic simulated BMC fleet (`bmc-sim`) and the worker-side
-//! provider that talks to it (protocol `sim`).
+//! The worker-side provider (protocol `sim`) for the deterministic simulated
+//! BMC fleet, and the wire protocol they share. The simulator itself (the
+//! `bmc-sim` server and binary) lives in the `bmcfleet-testing` crate, so
+//! no production binary contains it.
 //!
 //! The simulator is a separate server (in the test process, or the `bmc-sim`
 //! binary) reached over loopback TCP, so that a test can observe what every
@@ -18,22 +20,19 @@
 //!
 //! # Faults, chosen by the BMC's hostname
 //! - `hang-*`: accepts the connection, never answers.
-//! - `slow-*`: answers after [`SimConfig::slow_latency`].
+//! - `slow-*`: answers after the simulator's `slow_latency`.
 //! - `down-*`: closes the connection (→ `unreachable`).
 //! - password `wrong`: `auth_failed`.
 //! - `power nmi` and `bmc_reset warm` are unsupported on hosts named `basic-*`.
-//! - at run time, per BMC key ([`server::SimServer::inject`]): refuse the next
+//! - at run time, per BMC key (`SimServer::inject`): refuse the next
 //!   N logins, lose the replies of the next N actions (executed, unanswered),
-//!   or hang. Every request received is recorded ([`server::SimServer::calls`]).
+//!   or hang. Every request received can be recorded (`SimServer::calls`).
 //!
 //! # Layout
 //! - [`proto`]: the wire messages.
-//! - [`server`]: [`server::SimServer`], state and the execution log.
 //! - [`client`]: [`client::SimConnector`], the `sim` provider.
 
 pub mod client;
 pub mod proto;
-pub mod server;
 
 pub use client::SimConnector;
-pub use server::{CallRecord, Faults, LogEntry, SimConfig, SimServer};

@@ -4,7 +4,7 @@
 
 use crate::Producer;
 use bmcfleet_schema::*;
-use bmcfleet_sim::LogEntry;
+use bmcfleet_testing::LogEntry;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 

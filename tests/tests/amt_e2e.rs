@@ -3,7 +3,7 @@
 //! responses (../shared/fixtures/amt, or $BMCFLEET_FIXTURES/amt) and keeps
 //! power and boot state, so the order of operations can be asserted.
 
-use bmcfleet_amt::testing::{AmtEvent, AmtFixtureServer, ServerOptions};
+use bmcfleet_testing::amt::{AmtEvent, AmtFixtureServer, ServerOptions};
 use bmcfleet_schema::*;
 use bmcfleet_tests::producer::{batch_for, Stack};
 

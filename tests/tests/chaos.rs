@@ -9,7 +9,7 @@
 //! `BMCFLEET_CHAOS_KILLS` (default 20).
 
 use bmcfleet_schema::*;
-use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::{assert_exactly_once, assert_ordered, mixed_actions, sim_batch, submit_all};
 use bmcfleet_tests::producer::{wait_final_statuses, wait_gateway, wait_partitions_owned, Topology};
 use bmcfleet_tests::{NatsServer, Process, Producer};

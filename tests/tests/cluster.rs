@@ -10,7 +10,7 @@
 //! cluster durably stored.
 
 use bmcfleet_schema::*;
-use bmcfleet_sim::{LogEntry, SimConfig, SimServer};
+use bmcfleet_testing::{LogEntry, SimConfig, SimServer};
 use bmcfleet_tests::checks::{assert_ordered, mixed_actions, sim_batch};
 use bmcfleet_tests::cluster::NatsCluster;
 use bmcfleet_tests::producer::{wait_partitions_owned, Topology};

@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 
 type Entry = fn(&[u8]);
 
-const TARGETS: [(&str, Entry); 4] = [
+const TARGETS: [(&str, Entry); 5] = [
     ("batch_decode", bmcfleet_schema::fuzzing::batch_decode),
     ("ipmi_response", bmcfleet_ipmi::fuzzing::ipmi_response),
     ("wsman_xml", bmcfleet_amt::fuzzing::wsman_xml),
     ("redfish_json", bmcfleet_redfish::fuzzing::redfish_json),
+    ("redfish_path", bmcfleet_schema::fuzzing::redfish_path),
 ];
 
 fn fuzz_dir() -> PathBuf {
@@ -63,6 +64,11 @@ fn wsman_xml_corpus() {
 #[test]
 fn redfish_json_corpus() {
     replay(TARGETS[3].0, TARGETS[3].1);
+}
+
+#[test]
+fn redfish_path_corpus() {
+    replay(TARGETS[4].0, TARGETS[4].1);
 }
 
 /// The cargo-fuzz crate and this test agree on the target names.

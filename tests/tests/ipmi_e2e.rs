@@ -6,7 +6,7 @@
 //! asserted to come back as typed errors. Their success paths are tested
 //! against the spec-built responder in providers/ipmi/tests/spec_responder.rs.
 
-use bmcfleet_ipmi::testing::IpmiSim;
+use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_schema::*;
 use bmcfleet_tests::producer::{batch_for, Stack};
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! 501 for Nmi: those come back as typed errors here and are tested for
 //! success against vendor mockups in providers/redfish/tests/mockups.rs.
 
-use bmcfleet_redfish::testing::{FakeSystem, ImageServer, SushyEmulator};
+use bmcfleet_testing::redfish::{FakeSystem, ImageServer, SushyEmulator};
 use bmcfleet_schema::*;
 use bmcfleet_tests::producer::{batch_for, Stack};
 use std::time::Duration;

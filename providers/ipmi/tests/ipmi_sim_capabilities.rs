@@ -9,7 +9,7 @@
 
 mod common;
 
-use bmcfleet_ipmi::testing::wait_until;
+use bmcfleet_testing::ipmi::wait_until;
 use bmcfleet_ipmi::CAPABILITIES;
 use bmcfleet_provider::{capabilities, BootControl, Connector, Inventory, NetworkSource, Power, Raw, Users};
 use bmcfleet_schema::{

@@ -4,7 +4,7 @@
 
 mod common;
 
-use bmcfleet_ipmi::testing::{IpmiSim, IpmiSimOptions};
+use bmcfleet_testing::ipmi::{IpmiSim, IpmiSimOptions};
 use bmcfleet_provider::{BmcSession, Connector, Ctx, Power, Raw, ResolvedCredentials};
 use bmcfleet_schema::{BmcAddress, ErrorCode, Host, PowerOp, PowerState, RawIpmi, RawRequest, Secret};
 use common::{connector, ctx, open, start_sim};
@@ -340,4 +340,93 @@ async fn unsupported_cipher_suite_is_a_typed_unsupported_error() {
     let (port, _) = open_session_rewriter(sim.socket_addr(), 0x00);
     let mut s = connector().connect(&ctx(), &loopback(port), &sim.credentials()).await.expect("status 0 through the relay");
     s.power().unwrap().power(&ctx(), PowerOp::Status).await.unwrap();
+}
+
+/// A worker's fence as a switch: open, or closed (the lease is gone).
+#[derive(Debug)]
+struct SwitchGate(std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl bmcfleet_provider::SendGate for SwitchGate {
+    async fn admit(&self, _for_action: bool) -> bmcfleet_provider::Result<()> {
+        if self.holds() {
+            Ok(())
+        } else {
+            Err(bmcfleet_provider::ProviderError::new(ErrorCode::Interrupted, "fenced").not_sent())
+        }
+    }
+
+    fn holds(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A UDP relay in front of ipmi_sim counting the datagrams the client sends.
+async fn counting_relay(bmc: std::net::SocketAddr) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let front = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let back = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    back.connect(bmc).await.unwrap();
+    let port = front.local_addr().unwrap().port();
+    let sent = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = sent.clone();
+    tokio::spawn(async move {
+        let (mut a, mut b) = ([0u8; 2048], [0u8; 2048]);
+        let mut client = None;
+        loop {
+            tokio::select! {
+                Ok((n, from)) = front.recv_from(&mut a) => {
+                    client = Some(from);
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let _ = back.send(&a[..n]).await;
+                }
+                Ok(n) = back.recv(&mut b) => {
+                    if let Some(c) = client {
+                        let _ = front.send_to(&b[..n], c).await;
+                    }
+                }
+            }
+        }
+    });
+    (port, sent)
+}
+
+/// A worker that lost its lease sends nothing more through an open IPMI
+/// session: no command, no retransmit, no re-established session and no
+/// Close Session. With the gate open, the same close does reach the BMC.
+#[tokio::test]
+async fn a_closed_send_gate_silences_the_session() {
+    use std::sync::atomic::Ordering;
+    let sim = start_sim();
+    let (port, sent) = counting_relay(std::net::SocketAddr::from(([127, 0, 0, 1], sim.port()))).await;
+    let creds = sim.credentials();
+    let open_session = |gate: std::sync::Arc<SwitchGate>| {
+        let creds = creds.clone();
+        async move {
+            let ctx = Ctx::with_timeout(Duration::from_secs(10)).with_gate(gate);
+            connector().connect(&ctx, &loopback(port), &creds).await.expect("session")
+        }
+    };
+
+    // Control: with the gate open, commands and the logout reach the BMC.
+    let gate = std::sync::Arc::new(SwitchGate(true.into()));
+    let mut s = open_session(gate.clone()).await;
+    let attempt = Ctx::with_timeout(Duration::from_secs(10)).with_gate(gate.clone()).for_attempt();
+    s.power().unwrap().power(&attempt, PowerOp::Status).await.unwrap();
+    let before_close = sent.load(Ordering::SeqCst);
+    s.close().await;
+    assert!(sent.load(Ordering::SeqCst) > before_close, "Close Session went out");
+
+    // Fenced: nothing leaves, and the action is told it was not sent.
+    let gate = std::sync::Arc::new(SwitchGate(true.into()));
+    let mut s = open_session(gate.clone()).await;
+    let attempt = Ctx::with_timeout(Duration::from_secs(10)).with_gate(gate.clone()).for_attempt();
+    s.power().unwrap().power(&attempt, PowerOp::Status).await.unwrap();
+    gate.0.store(false, Ordering::SeqCst);
+    let quiet = sent.load(Ordering::SeqCst);
+    let e = s.power().unwrap().power(&attempt, PowerOp::On).await.unwrap_err();
+    assert_eq!((e.code, e.not_sent), (ErrorCode::Interrupted, true), "{e}");
+    s.close().await;
+    drop(s);
+    assert_eq!(sent.load(Ordering::SeqCst), quiet, "a fenced-off session sent a datagram");
 }

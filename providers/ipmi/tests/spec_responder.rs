@@ -6,7 +6,7 @@
 //! 0xFF), privilege errors, and exact request sequences (LAN commit,
 //! user-slot rollback) that a simulator cannot show.
 
-use bmcfleet_ipmi::testing::{Fault, SpecBmc, SpecHandle};
+use bmcfleet_testing::ipmi::{Fault, SpecBmc, SpecHandle};
 use bmcfleet_ipmi::{IpmiSession, CAPABILITIES};
 use bmcfleet_provider::{
     capabilities, BmcReset, BmcSession, BootControl, Ctx, Inventory, NetworkSource, Power, Raw, Users,

@@ -6,7 +6,7 @@
 mod common;
 
 use bmcfleet_provider::{BmcSession, Ctx};
-use bmcfleet_redfish::testing::{Fault, MockupServer, SilentServer, TestPki};
+use bmcfleet_testing::redfish::{Fault, MockupServer, SilentServer, TestPki};
 use bmcfleet_redfish::{RedfishConfig, RedfishConnector, RedfishSession};
 use bmcfleet_schema::{
     BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, PowerOp, RawRedfish, RawRequest, TlsOptions, UserUpdate,
@@ -187,7 +187,7 @@ async fn silent_listener_is_a_timeout_within_the_deadline() {
 }
 
 fn common_creds() -> bmcfleet_provider::ResolvedCredentials {
-    bmcfleet_redfish::testing::credentials("admin", "password")
+    bmcfleet_testing::redfish::credentials("admin", "password")
 }
 
 #[tokio::test]
@@ -322,4 +322,24 @@ async fn power_cycle_with_a_hung_read_back_is_a_timeout_naming_force_off() {
     assert!(e.message.contains("ForceOff was accepted"), "{e}");
     let resets: Vec<String> = server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].to_string()).collect();
     assert_eq!(resets, vec!["\"ForceOff\"".to_owned()], "only ForceOff may be sent");
+}
+
+/// A service root whose session link points at another host (spelled as a
+/// URL parser would read it): the credentials never reach that host, the
+/// link is read as a path on the BMC, and a link that leaves the BMC fails
+/// with `protocol_error` and sends nothing there.
+#[tokio::test]
+async fn links_supplied_by_the_bmc_never_lead_to_another_host() {
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    elsewhere.set_nonblocking(true).unwrap();
+    let other = elsewhere.local_addr().unwrap();
+    for link in [format!("@{other}/x"), format!("//{other}/x"), format!("https://{other}/x"), format!("\\\\{other}\\x")] {
+        let root = json!({"@odata.id": "/redfish/v1/", "RedfishVersion": "1.15.0",
+                          "Systems": {"@odata.id": "/redfish/v1/Systems"},
+                          "SessionService": {"@odata.id": "/redfish/v1/SessionService"},
+                          "Links": {"Sessions": {"@odata.id": link}}});
+        let server = spec_service().resource("/redfish/v1", root).start().await.unwrap();
+        let _ = connector().open(&ctx(5), &server.target(), &server.credentials()).await;
+        assert!(elsewhere.accept().is_err(), "{link}: the worker connected to {other}");
+    }
 }

@@ -11,8 +11,8 @@
 mod common;
 
 use bmcfleet_provider::BmcSession;
-use bmcfleet_redfish::testing::fixtures::redfish_mockup_or_skip;
-use bmcfleet_redfish::testing::{Fault, MockupBuilder, MockupServer, RecordedRequest};
+use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
+use bmcfleet_testing::redfish::{Fault, MockupBuilder, MockupServer, RecordedRequest};
 use bmcfleet_redfish::{AuthKind, RedfishSession};
 use bmcfleet_schema::{
     BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, MediaKind, NetworkSourceOp, PowerOp, PowerState, StaticIpv4,

@@ -9,7 +9,7 @@
 mod common;
 
 use bmcfleet_provider::{capabilities, BmcSession, Connector};
-use bmcfleet_redfish::testing::{FakeSystem, ImageServer, SushyEmulator};
+use bmcfleet_testing::redfish::{FakeSystem, ImageServer, SushyEmulator};
 use bmcfleet_redfish::AuthKind;
 use bmcfleet_schema::{
     BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, MediaKind, PowerOp, PowerState, RawIpmi, RawRedfish,
@@ -34,7 +34,7 @@ macro_rules! emulator {
     };
 }
 
-fn one(power: &str) -> bmcfleet_redfish::testing::SushyBuilder {
+fn one(power: &str) -> bmcfleet_testing::redfish::SushyBuilder {
     SushyEmulator::builder().systems(vec![FakeSystem::new("9a1d0c6e-1111-4c3a-9d55-000000000001", "node1", power)])
 }
 

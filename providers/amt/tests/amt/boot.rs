@@ -3,7 +3,7 @@
 
 use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
-use bmcfleet_amt::testing::{AmtEvent, Class, Injection, Op, ServerOptions};
+use bmcfleet_testing::amt::{AmtEvent, Class, Injection, Op, ServerOptions};
 use bmcfleet_provider::{BmcSession, BootControl, Power};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp};
 

@@ -1,6 +1,6 @@
 //! Shared helpers.
 
-use bmcfleet_amt::testing::{AmtFixtureServer, ServerOptions};
+use bmcfleet_testing::amt::{AmtFixtureServer, ServerOptions};
 use bmcfleet_amt::{AmtConnector, AmtSession};
 use bmcfleet_provider::{Ctx, ProviderError};
 use std::time::Duration;
@@ -33,6 +33,6 @@ macro_rules! skip_without_fixtures {
         }
     };
     () => {
-        skip_without_fixtures!(bmcfleet_amt::testing::ServerOptions::default())
+        skip_without_fixtures!(bmcfleet_testing::amt::ServerOptions::default())
     };
 }

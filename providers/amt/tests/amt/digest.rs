@@ -2,7 +2,7 @@
 
 use crate::common::{ctx, open, session};
 use crate::skip_without_fixtures;
-use bmcfleet_amt::testing::{DigestMode, ServerOptions};
+use bmcfleet_testing::amt::{DigestMode, ServerOptions};
 use bmcfleet_provider::{BmcSession, Power, ResolvedCredentials};
 use bmcfleet_amt::AmtConnector;
 use bmcfleet_schema::{ErrorCode, PowerOp, Secret};

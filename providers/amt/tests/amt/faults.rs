@@ -3,7 +3,7 @@
 
 use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
-use bmcfleet_amt::testing::{Class, FaultNs, Injection, Op};
+use bmcfleet_testing::amt::{Class, FaultNs, Injection, Op};
 use bmcfleet_provider::{BmcSession, BootControl, Power};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp};
 

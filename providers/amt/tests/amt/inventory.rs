@@ -3,7 +3,7 @@
 
 use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
-use bmcfleet_amt::testing::{Class, Injection, Op, CHASSIS_MANUFACTURER, CHASSIS_MODEL, CHASSIS_SERIAL, PLATFORM_GUID};
+use bmcfleet_testing::amt::{Class, Injection, Op, CHASSIS_MANUFACTURER, CHASSIS_MODEL, CHASSIS_SERIAL, PLATFORM_GUID};
 use bmcfleet_provider::{BmcSession, Inventory};
 use bmcfleet_schema::{ErrorCode, PowerState};
 

@@ -2,7 +2,7 @@
 //! (captured AMT responses behind real Digest authentication).
 //!
 //! Every test that needs the captured fixtures prints why it skips when
-//! the folder is absent (see `bmcfleet_amt::testing::fixtures_root`).
+//! the folder is absent (see `bmcfleet_testing::amt::fixtures_root`).
 
 mod common;
 

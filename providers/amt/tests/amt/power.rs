@@ -2,7 +2,7 @@
 
 use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
-use bmcfleet_amt::testing::{AmtEvent, Class, Injection, Op, ServerOptions};
+use bmcfleet_testing::amt::{AmtEvent, Class, Injection, Op, ServerOptions};
 use bmcfleet_provider::{BmcSession, Power};
 use bmcfleet_schema::{ErrorCode, PowerOp, PowerState};
 

@@ -2,7 +2,7 @@
 
 use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
-use bmcfleet_amt::testing::{Class, Injection, Op};
+use bmcfleet_testing::amt::{Class, Injection, Op};
 use bmcfleet_amt::AmtConnector;
 use bmcfleet_provider::{BmcSession, BootControl, Ctx, Power, ResolvedCredentials};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp, Secret};

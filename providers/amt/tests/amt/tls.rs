@@ -3,7 +3,7 @@
 
 use crate::common::{ctx, open};
 use crate::skip_without_fixtures;
-use bmcfleet_amt::testing::{unrelated_ca_pem, ServerOptions};
+use bmcfleet_testing::amt::{unrelated_ca_pem, ServerOptions};
 use bmcfleet_amt::AmtConnector;
 use bmcfleet_provider::Power;
 use bmcfleet_schema::{ErrorCode, PowerOp, PowerState, TlsOptions};

@@ -4,7 +4,7 @@
 //! provider builds.
 
 use bmcfleet_amt::digest::{Algorithm, Challenge};
-use bmcfleet_amt::testing::{fixtures_root, http::Transcript};
+use bmcfleet_testing::amt::{fixtures_root, http::Transcript};
 use bmcfleet_amt::wsman::{ns, Envelope, Epr, Param, Request};
 use bmcfleet_amt::xml::{self, Element};
 use bmcfleet_schema::ErrorCode;

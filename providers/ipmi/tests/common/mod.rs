@@ -1,7 +1,7 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
-use bmcfleet_ipmi::testing::IpmiSim;
+use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_ipmi::{IpmiConfig, IpmiConnector, IpmiSession, RmcpConfig, RmcpTransport};
 use bmcfleet_provider::Ctx;
 use std::time::Duration;

@@ -28,7 +28,7 @@ pub fn ctx(secs: u64) -> Ctx {
     Ctx::with_timeout(Duration::from_secs(secs))
 }
 
-use bmcfleet_redfish::testing::MockupBuilder;
+use bmcfleet_testing::redfish::MockupBuilder;
 use serde_json::json;
 
 pub const SYSTEM: &str = "/redfish/v1/Systems/1";

@@ -38,7 +38,7 @@ pub fn generate() -> Result<TlsMaterial, HarnessError> {
     let leaf_key = KeyPair::generate().map_err(tls_err)?;
     let leaf_cert = leaf.signed_by(&leaf_key, &ca).map_err(tls_err)?;
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-    let server_config = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+    let server_config = rustls::ServerConfig::builder_with_provider(bmcfleet_provider::tls::crypto_provider())
         .with_safe_default_protocol_versions()
         .map_err(tls_err)?
         .with_no_client_auth()

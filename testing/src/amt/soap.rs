@@ -1,8 +1,8 @@
 //! SOAP on the server side: reading requests, rewriting captured
 //! responses, and building the responses no capture exists for.
 
-use crate::wsman::{ns, response};
-use crate::xml::{self, Element, XmlWriter};
+use bmcfleet_amt::wsman::{ns, response};
+use bmcfleet_amt::xml::{self, Element, XmlWriter};
 use quick_xml::events::{BytesText, Event};
 use quick_xml::reader::Reader;
 
@@ -231,7 +231,7 @@ mod tests {
     #[test]
     fn built_faults_read_back() {
         let f = fault_envelope("uuid:2", "uuid:1", (ns::WSMAN, "AccessDenied"), "no", Some("urn:detail"));
-        let env = crate::wsman::Envelope::parse(&f).unwrap();
+        let env = bmcfleet_amt::wsman::Envelope::parse(&f).unwrap();
         let fault = env.fault().unwrap();
         assert_eq!(fault.name().local, "AccessDenied");
         assert_eq!(fault.name().ns.as_deref(), Some(ns::WSMAN));

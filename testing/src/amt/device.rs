@@ -19,8 +19,8 @@
 use super::fixtures::Fixtures;
 use super::soap::{amt_envelope, amt_message_id, child_text, fault_envelope, read_epr, replace_values, Reject, SoapRequest};
 use super::{AmtEvent, BootState, Class, Injection, Op, RecordedRequest};
-use crate::wsman::{names, ns};
-use crate::xml::{self, Element};
+use bmcfleet_amt::wsman::{names, ns};
+use bmcfleet_amt::xml::{self, Element};
 use std::collections::HashMap;
 
 /// AMT_BootSettingData properties a Put cannot change.
@@ -132,10 +132,10 @@ fn ok(body: String) -> Reply {
 
 impl Device {
     pub fn new(fixtures: Fixtures, power: u16) -> Result<Device, String> {
-        let settings_doc = crate::wsman::Envelope::parse(&fixtures.boot_setting_data_get).map_err(|e| e.to_string())?;
+        let settings_doc = bmcfleet_amt::wsman::Envelope::parse(&fixtures.boot_setting_data_get).map_err(|e| e.to_string())?;
         let inst = settings_doc.body_element("AMT_BootSettingData").ok_or("no AMT_BootSettingData in the capture")?;
         let settings = inst.children.iter().map(|c| (c.name.clone(), c.text_trim().to_owned())).collect();
-        let src = crate::wsman::Envelope::parse(&fixtures.boot_source_pull).map_err(|e| e.to_string())?;
+        let src = bmcfleet_amt::wsman::Envelope::parse(&fixtures.boot_source_pull).map_err(|e| e.to_string())?;
         let sources = src
             .pull_page()
             .ok_or("no PullResponse in the boot source capture")?
@@ -143,7 +143,7 @@ impl Device {
             .iter()
             .filter_map(|i| i.child_text("InstanceID").map(str::to_owned))
             .collect();
-        let en = crate::wsman::Envelope::parse(&fixtures.power_assoc_enumerate).map_err(|e| e.to_string())?;
+        let en = bmcfleet_amt::wsman::Envelope::parse(&fixtures.power_assoc_enumerate).map_err(|e| e.to_string())?;
         let power_context = en.enumeration_context().ok_or("no context in the enumerate capture")?;
         // Every capture must be well-formed before the server starts.
         for doc in [
@@ -155,7 +155,7 @@ impl Device {
             &fixtures.set_boot_config_role,
             &fixtures.fault_destination_unreachable,
         ] {
-            crate::wsman::Envelope::parse(doc).map_err(|e| e.to_string())?;
+            bmcfleet_amt::wsman::Envelope::parse(doc).map_err(|e| e.to_string())?;
         }
         Ok(Device {
             fixtures,

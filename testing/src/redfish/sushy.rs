@@ -13,6 +13,7 @@
 //! `Once` boot overrides read back as `Continuous`; AccountService,
 //! SessionService and Manager.Reset are not implemented.
 
+use rustls::pki_types::pem::PemObject;
 use super::{credentials, env_flag, loopback_target, HarnessError, TestPki};
 use bmcfleet_provider::ResolvedCredentials;
 use bmcfleet_schema::BmcTarget;
@@ -249,7 +250,11 @@ impl SushyEmulator {
 
 /// An HTTPS client trusting only `pki`'s CA, independent of the provider.
 fn reader(pki: &TestPki) -> Result<reqwest::Client, HarnessError> {
-        let roots = crate::tls::roots_from_pem(&pki.ca_pem).map_err(|e| HarnessError::Pki(e.message))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
+            let cert = cert.map_err(|e| HarnessError::Pki(e.to_string()))?;
+            roots.add(cert).map_err(|e| HarnessError::Pki(e.to_string()))?;
+        }
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])

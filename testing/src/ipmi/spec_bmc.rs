@@ -16,11 +16,10 @@
 //!   Session Privilege Level.
 //!
 //! State is shared through [`SpecHandle`], so a test keeps a handle, moves
-//! the `SpecBmc` into an [`crate::IpmiSession`], and asserts what the
+//! the `SpecBmc` into an `bmcfleet_ipmi::IpmiSession`, and asserts what the
 //! "machine" did. Faults can be injected per command ([`Fault`]).
 
-use crate::error::{TransportError, TransportErrorKind};
-use crate::transport::{Request, Response, Transport};
+use bmcfleet_ipmi::{Request, Response, Transport, TransportError, TransportErrorKind};
 use async_trait::async_trait;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};

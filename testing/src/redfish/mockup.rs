@@ -739,10 +739,10 @@ impl State {
         let Some(mut body) = body.filter(Value::is_object) else {
             return redfish_error(400, "MalformedJSON", "POST to a collection needs a JSON object.");
         };
-        let existing = self.resources.get(coll).map(crate::json::members).unwrap_or_default();
+        let existing = self.resources.get(coll).map(members).unwrap_or_default();
         let next = existing
             .iter()
-            .filter_map(|m| crate::json::last_segment(m).parse::<u64>().ok())
+            .filter_map(|m| m.rsplit('/').next().unwrap_or(m).parse::<u64>().ok())
             .max()
             .unwrap_or(0)
             + 1;
@@ -875,4 +875,13 @@ impl MockupServer {
     pub fn active_sessions(&self) -> usize {
         lock(&self.state).tokens.len()
     }
+}
+
+/// The `@odata.id`s of a collection's `Members` (the double's own reading,
+/// independent of the provider's parser).
+fn members(v: &Value) -> Vec<String> {
+    v.get("Members")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|m| m.get("@odata.id")?.as_str().map(|s| s.trim_end_matches('/').to_owned())).collect())
+        .unwrap_or_default()
 }

@@ -1,4 +1,4 @@
-//! `AmtFixtureServer`: an in-test Intel AMT peer (feature `testing`).
+//! `AmtFixtureServer`: an in-test Intel AMT peer.
 //!
 //! No AMT emulator exists, so this server plays one from real captures
 //! (`<fixtures>/amt/`, see its SOURCES.md). It listens on a free loopback
@@ -14,7 +14,7 @@
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use bmcfleet_amt::testing::{AmtEvent, AmtFixtureServer, ServerOptions};
+//! use bmcfleet_testing::amt::{AmtEvent, AmtFixtureServer, ServerOptions};
 //! let Some(server) = AmtFixtureServer::start_or_skip(ServerOptions::default()).await else {
 //!     return; // fixtures absent: the reason was printed
 //! };
@@ -137,7 +137,7 @@ impl Class {
     }
 
     pub fn uri(self) -> String {
-        crate::wsman::ns::class_uri(self.name())
+        bmcfleet_amt::wsman::ns::class_uri(self.name())
     }
 
     pub fn from_uri(uri: &str) -> Option<Class> {
@@ -172,7 +172,7 @@ pub enum FaultNs {
 
 impl FaultNs {
     fn uri(self) -> &'static str {
-        use crate::wsman::ns;
+        use bmcfleet_amt::wsman::ns;
         match self {
             FaultNs::Addressing => ns::WSA,
             FaultNs::WsMan => ns::WSMAN,
@@ -564,8 +564,8 @@ fn process(shared: &Shared, req: &http::HttpRequest) -> Outcome {
         selectors: Vec::new(),
         op: None,
     };
-    if req.target != crate::transport::WSMAN_PATH || req.method != "POST" {
-        let status = if req.target != crate::transport::WSMAN_PATH { 404 } else { 405 };
+    if req.target != bmcfleet_amt::transport::WSMAN_PATH || req.method != "POST" {
+        let status = if req.target != bmcfleet_amt::transport::WSMAN_PATH { 404 } else { 405 };
         record.status = status;
         g.requests.push(record);
         let bytes = http::render(status, reason(status), &[("Server", http::AMT_SERVER.into())], b"", Framing::ContentLength);

@@ -1,7 +1,7 @@
 //! `bmc-sim`: run the simulated BMC fleet as a server (demo and manual tests).
 
 use anyhow::Context;
-use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_testing::{SimConfig, SimServer};
 use clap::Parser;
 use std::net::SocketAddr;
 use std::time::Duration;

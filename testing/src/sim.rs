@@ -6,7 +6,7 @@
 //! replies of the next N actions, hang). [`SimServer::calls`] lists every
 //! request a BMC received, faults included, with its arrival time.
 
-use crate::proto::{Call, Request, Response};
+use bmcfleet_sim::proto::{Call, Request, Response};
 use bmcfleet_schema::{
     Action, ActionData, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode,
     Inventory, NetworkSourceOp, PowerOp, PowerState, RawRequest, RawResponse, UserInfo, UserOp,

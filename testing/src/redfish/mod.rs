@@ -1,4 +1,4 @@
-//! Test harness for Redfish end-to-end tests (feature `testing`).
+//! Test harness for Redfish end-to-end tests.
 //!
 //! Everything listens on 127.0.0.1 only, on a free port, and is torn down
 //! on `Drop`. Nothing waits with fixed sleeps: readiness is polled against a

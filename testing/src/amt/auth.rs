@@ -8,7 +8,7 @@
 //! - The challenge is written like AMT writes it:
 //!   `Digest realm="Digest:…", nonce="…",stale="false",qop="auth"`.
 
-use crate::digest::{compute_response, parse_auth_header, random_hex, Algorithm, ResponseInput};
+use bmcfleet_amt::digest::{compute_response, parse_auth_header, random_hex, Algorithm, ResponseInput};
 use std::collections::HashMap;
 
 /// Which Digest algorithms the server offers.
@@ -176,7 +176,7 @@ impl DigestServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest::{Challenge, DigestState};
+    use bmcfleet_amt::digest::{Challenge, DigestState};
     use bmcfleet_schema::Secret;
 
     fn server(mode: DigestMode) -> DigestServer {

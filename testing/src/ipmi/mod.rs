@@ -1,4 +1,4 @@
-//! Test support (crate feature `testing`).
+//! IPMI test support: the `ipmi_sim` launcher and the spec responder.
 //!
 //! - [`IpmiSim`]: a real OpenIPMI `ipmi_sim` BMC on a free loopback UDP port,
 //!   with its own `lan.conf`, command file and chassis-control program
@@ -15,7 +15,8 @@
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use bmcfleet_ipmi::{testing::IpmiSim, IpmiConnector};
+//! use bmcfleet_ipmi::IpmiConnector;
+//! use bmcfleet_testing::ipmi::IpmiSim;
 //! use bmcfleet_provider::{Connector, Ctx};
 //! use std::time::Duration;
 //!
@@ -34,7 +35,7 @@ mod spec_bmc;
 
 pub use spec_bmc::{Fault, SpecBmc, SpecHandle, SpecLan, SpecState, SpecUser, LAN_CHANNEL, MAX_USERS};
 
-use crate::probe;
+use bmcfleet_ipmi::probe;
 use bmcfleet_provider::ResolvedCredentials;
 use bmcfleet_schema::{BmcAddress, BmcTarget, Credentials, Host, Protocol, Secret, TlsOptions};
 use std::fs;
@@ -86,7 +87,7 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 pub fn template_dir() -> PathBuf {
     std::env::var_os("BMCFLEET_IPMI_SIM_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/ipmi_sim"))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/ipmi_sim"))
 }
 
 /// Options for [`IpmiSim::start_with`].

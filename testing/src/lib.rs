@@ -1,0 +1,27 @@
+//! # bmcfleet-testing
+//!
+//! Harnesses and test doubles, kept out of every production crate: the
+//! gateway, worker and bmcctl depend on this crate at most as a
+//! dev-dependency, so no release binary contains a simulator.
+//!
+//! # Layout
+//! - [`amt`]: `AmtFixtureServer`, a Digest-enforcing WS-Management peer
+//!   answering with captured Intel AMT exchanges (HTTP or TLS), with faults.
+//! - [`ipmi`]: `IpmiSim` (OpenIPMI `ipmi_sim` on a free loopback port, with
+//!   templates from `tests/ipmi_sim`) and `SpecBmc` (an in-process IPMI 2.0
+//!   responder behind the IPMI provider's `Transport`).
+//! - [`redfish`]: `SushyEmulator` (a real sushy-emulator), `MockupServer`
+//!   (vendor mockups and spec-built resources over HTTPS, with faults),
+//!   `ImageServer`, `SilentServer`, a per-test PKI, and where the shared
+//!   fixtures are.
+//! - [`sim`]: the `bmc-sim` server, a deterministic simulated BMC fleet
+//!   with fault injection and an execution log, reached over loopback by the
+//!   worker's `sim` provider (`bmcfleet_sim`); the `bmc-sim` binary runs it
+//!   for demos and compose.
+
+pub mod amt;
+pub mod ipmi;
+pub mod redfish;
+pub mod sim;
+
+pub use sim::{CallRecord, Faults, LogEntry, SimConfig, SimServer};
