@@ -15,81 +15,25 @@
 //! once per lane, not per action) and closes it when the lane is evicted.
 //!
 //! # Layout
-//! - [`Capability`] and one trait per capability: [`Power`], [`BootControl`],
-//!   [`Users`], [`BmcReset`], [`NetworkSource`], [`Raw`], [`VirtualMedia`],
-//!   [`Inventory`].
+//! - [`capability`]: every capability declared once (its trait, the actions
+//!   it serves, how they dispatch); [`Capability`], [`BmcSession`],
+//!   [`capabilities`] and [`perform`] are derived from that one table.
 //! - [`ProviderError`]: the single error type, carrying a wire [`ErrorCode`].
 //! - [`Ctx`]: per-call context (deadline).
 
-use async_trait::async_trait;
-use bmcfleet_schema::{
-    BmcResetKind, BmcTarget, BootDeviceRequest, ErrorBody, ErrorCode, Inventory as InventoryData,
-    MediaKind, NetworkSourceOp, PowerOp, PowerState, RawRequest, RawResponse, Secret, StaticIpv4,
-    UserInfo, UserSpec, UserUpdate,
+pub mod capability;
+pub mod tls;
+
+pub use capability::{
+    capabilities, perform, ActionExecutor, BmcReset, BmcSession, BootControl, Capability, Inventory, NetworkSource, Power, Raw,
+    Users, VirtualMedia,
 };
+
+use async_trait::async_trait;
+use bmcfleet_schema::{BmcTarget, ErrorBody, ErrorCode, Secret};
 use std::fmt;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// What a BMC can be asked to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Capability {
-    Power,
-    BootDevice,
-    Users,
-    BmcReset,
-    NetworkSource,
-    Raw,
-    VirtualMedia,
-    Inventory,
-}
-
-impl Capability {
-    pub const ALL: [Capability; 8] = [
-        Capability::Power,
-        Capability::BootDevice,
-        Capability::Users,
-        Capability::BmcReset,
-        Capability::NetworkSource,
-        Capability::Raw,
-        Capability::VirtualMedia,
-        Capability::Inventory,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Capability::Power => "power",
-            Capability::BootDevice => "boot_device",
-            Capability::Users => "users",
-            Capability::BmcReset => "bmc_reset",
-            Capability::NetworkSource => "network_source",
-            Capability::Raw => "raw",
-            Capability::VirtualMedia => "virtual_media",
-            Capability::Inventory => "inventory",
-        }
-    }
-
-    /// The capability an action needs.
-    pub fn of(action: &bmcfleet_schema::Action) -> Capability {
-        use bmcfleet_schema::Action::*;
-        match action {
-            Power(_) => Capability::Power,
-            BootDevice(_) | GetBootDevice => Capability::BootDevice,
-            User(_) => Capability::Users,
-            BmcReset(_) => Capability::BmcReset,
-            NetworkSource(_) => Capability::NetworkSource,
-            Raw(_) => Capability::Raw,
-            VirtualMedia(_) => Capability::VirtualMedia,
-            Inventory => Capability::Inventory,
-        }
-    }
-}
-
-impl fmt::Display for Capability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A provider failure: a wire code plus the BMC's own words.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -112,13 +56,6 @@ impl ProviderError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         let retryable = matches!(code, ErrorCode::Timeout | ErrorCode::Unreachable);
         ProviderError { code, message: message.into(), retryable, not_sent: false }
-    }
-
-    pub fn unsupported(cap: Capability, protocol: &str) -> Self {
-        ProviderError::new(
-            ErrorCode::Unsupported,
-            format!("the {protocol} provider does not implement {cap}"),
-        )
     }
 
     /// An operation within a capability the BMC/provider cannot do (e.g.
@@ -152,6 +89,28 @@ impl From<ProviderError> for ErrorBody {
 
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 
+/// The last check before a request leaves for a BMC.
+///
+/// The worker installs one per action attempt ([`Ctx::with_gate`]): it
+/// answers `Err` once the worker no longer holds the lease of the BMC's
+/// partition, so a worker that froze or lost NATS sends nothing after its
+/// successor may have started. Providers never call it directly: they call
+/// [`Ctx::sending`] immediately before every request they hand to a socket
+/// (session set-up, each request of an action, each re-established session).
+#[async_trait]
+pub trait SendGate: Send + Sync + fmt::Debug {
+    /// May a request leave now? `for_action` is false for the session
+    /// set-up the worker does before an attempt ([`Ctx::for_attempt`] turns
+    /// it on): only an action's own requests can change the machine.
+    async fn admit(&self, for_action: bool) -> Result<()>;
+
+    /// Whether requests may still leave, without waiting or writing
+    /// anything: for what a provider sends on its own (keep-alives,
+    /// retransmits, re-establishing or closing a session), including from
+    /// threads outside the runtime.
+    fn holds(&self) -> bool;
+}
+
 /// Per-call context. Build it with [`Ctx::new`] / [`Ctx::with_timeout`]
 /// (fields may be added).
 #[derive(Clone, Debug)]
@@ -168,6 +127,11 @@ pub struct Ctx {
     /// several requests whose second one fails to connect has still sent
     /// the first, so its error must not claim `not_sent`.
     sent: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Consulted before every request ([`Ctx::sending`]); none outside the worker.
+    gate: Option<std::sync::Arc<dyn SendGate>>,
+    /// Whether requests made with this context are the action's own
+    /// (after [`Ctx::for_attempt`]) rather than session set-up.
+    for_action: bool,
 }
 
 /// Where a call comes from.
@@ -182,24 +146,42 @@ pub struct CallInfo {
 
 impl Ctx {
     pub fn new(deadline: Instant) -> Self {
-        Ctx { deadline, call: None, sent: Default::default() }
+        Ctx { deadline, call: None, sent: Default::default(), gate: None, for_action: false }
     }
 
-    /// The same deadline and call, with nothing sent yet: one attempt of an
-    /// action (the worker builds one per attempt, after opening the session).
+    /// The same deadline, call and gate, with nothing sent yet: one attempt
+    /// of an action (the worker builds one per attempt, after opening the
+    /// session); its requests are the action's own.
     pub fn for_attempt(&self) -> Ctx {
-        Ctx { deadline: self.deadline, call: self.call.clone(), sent: Default::default() }
+        Ctx { deadline: self.deadline, call: self.call.clone(), sent: Default::default(), gate: self.gate.clone(), for_action: true }
     }
 
-    /// Providers call this right before handing a request to the wire and
-    /// pass the error of that request through [`Ctx::settle`].
-    /// Returns whether an earlier request of this attempt was sent.
-    pub fn note_sending(&self) -> bool {
-        self.sent.swap(true, std::sync::atomic::Ordering::SeqCst)
+    /// The gate, for a provider that sends on its own later (keep-alives,
+    /// logout) and must ask [`SendGate::holds`] first.
+    pub fn send_gate(&self) -> Option<std::sync::Arc<dyn SendGate>> {
+        self.gate.clone()
+    }
+
+    /// Check every request against `gate` before it leaves.
+    pub fn with_gate(mut self, gate: std::sync::Arc<dyn SendGate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Providers call this immediately before handing a request to the wire
+    /// (after any wait of their own) and pass the error of that request
+    /// through [`Ctx::settle`]. An `Err` from the gate means: send nothing,
+    /// return that error. Otherwise returns whether an earlier request of
+    /// this attempt was sent.
+    pub async fn sending(&self) -> Result<bool> {
+        if let Some(gate) = &self.gate {
+            gate.admit(self.for_action).await?;
+        }
+        Ok(self.sent.swap(true, std::sync::atomic::Ordering::SeqCst))
     }
 
     /// `e` as the action's error: `not_sent` only holds when no earlier
-    /// request of the attempt was sent (`sent_before` from [`Ctx::note_sending`]).
+    /// request of the attempt was sent (`sent_before` from [`Ctx::sending`]).
     pub fn settle(&self, sent_before: bool, e: ProviderError) -> ProviderError {
         let not_sent = e.not_sent && !sent_before;
         e.with_not_sent(not_sent)
@@ -232,133 +214,6 @@ pub struct ResolvedCredentials {
     pub password: Secret,
 }
 
-#[async_trait]
-pub trait Power: Send {
-    /// Performs `op`; returns the power state for [`PowerOp::Status`] (and
-    /// may return it for other ops when the BMC reports it for free).
-    async fn power(&mut self, ctx: &Ctx, op: PowerOp) -> Result<Option<PowerState>>;
-}
-
-#[async_trait]
-pub trait BootControl: Send {
-    async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<()>;
-    async fn boot_device(&mut self, ctx: &Ctx) -> Result<BootDeviceRequest>;
-}
-
-#[async_trait]
-pub trait Users: Send {
-    async fn list_users(&mut self, ctx: &Ctx) -> Result<Vec<UserInfo>>;
-    async fn create_user(&mut self, ctx: &Ctx, spec: &UserSpec) -> Result<UserInfo>;
-    /// Must fail with [`ErrorCode::TargetNotFound`] when the user does not exist.
-    async fn update_user(&mut self, ctx: &Ctx, update: &UserUpdate) -> Result<UserInfo>;
-    /// Must fail with [`ErrorCode::TargetNotFound`] when the user does not exist.
-    async fn delete_user(&mut self, ctx: &Ctx, name: &str) -> Result<()>;
-}
-
-#[async_trait]
-pub trait BmcReset: Send {
-    async fn reset_bmc(&mut self, ctx: &Ctx, kind: BmcResetKind) -> Result<()>;
-}
-
-#[async_trait]
-pub trait NetworkSource: Send {
-    /// Returns `Dhcp` or `Static(..)` with the current address.
-    async fn network_source(&mut self, ctx: &Ctx) -> Result<NetworkSourceOp>;
-    async fn set_dhcp(&mut self, ctx: &Ctx) -> Result<()>;
-    async fn set_static(&mut self, ctx: &Ctx, addr: &StaticIpv4) -> Result<()>;
-}
-
-#[async_trait]
-pub trait Raw: Send {
-    /// Must refuse (with `InvalidField`/`Unsupported`) a request of another protocol.
-    async fn raw(&mut self, ctx: &Ctx, req: &RawRequest) -> Result<RawResponse>;
-}
-
-#[async_trait]
-pub trait VirtualMedia: Send {
-    async fn insert_media(&mut self, ctx: &Ctx, url: &str, media: MediaKind) -> Result<()>;
-    async fn eject_media(&mut self, ctx: &Ctx, media: MediaKind) -> Result<()>;
-}
-
-#[async_trait]
-pub trait Inventory: Send {
-    async fn inventory(&mut self, ctx: &Ctx) -> Result<InventoryData>;
-}
-
-/// An open, authenticated conversation with one BMC.
-///
-/// Accessors default to `None` (capability not implemented). Implement the
-/// ones the provider supports by returning `Some(self)`.
-#[async_trait]
-pub trait BmcSession: Send {
-    /// Provider name reported in results (`ipmi`, `redfish`, `amt`, `sim`).
-    fn provider(&self) -> &'static str;
-
-    fn power(&mut self) -> Option<&mut dyn Power> {
-        None
-    }
-    fn boot(&mut self) -> Option<&mut dyn BootControl> {
-        None
-    }
-    fn users(&mut self) -> Option<&mut dyn Users> {
-        None
-    }
-    fn bmc_reset(&mut self) -> Option<&mut dyn BmcReset> {
-        None
-    }
-    fn network_source(&mut self) -> Option<&mut dyn NetworkSource> {
-        None
-    }
-    fn raw(&mut self) -> Option<&mut dyn Raw> {
-        None
-    }
-    fn virtual_media(&mut self) -> Option<&mut dyn VirtualMedia> {
-        None
-    }
-    fn inventory(&mut self) -> Option<&mut dyn Inventory> {
-        None
-    }
-
-    /// Whether the session is still worth reusing (false after a fatal
-    /// transport error; the worker then reconnects).
-    fn is_healthy(&self) -> bool {
-        true
-    }
-
-    /// Close the session on the BMC (logout, Close Session). Best effort.
-    async fn close(&mut self) {}
-}
-
-/// The capabilities a session implements, derived from its accessors.
-pub fn capabilities(session: &mut dyn BmcSession) -> Vec<Capability> {
-    let mut caps = Vec::new();
-    if session.power().is_some() {
-        caps.push(Capability::Power);
-    }
-    if session.boot().is_some() {
-        caps.push(Capability::BootDevice);
-    }
-    if session.users().is_some() {
-        caps.push(Capability::Users);
-    }
-    if session.bmc_reset().is_some() {
-        caps.push(Capability::BmcReset);
-    }
-    if session.network_source().is_some() {
-        caps.push(Capability::NetworkSource);
-    }
-    if session.raw().is_some() {
-        caps.push(Capability::Raw);
-    }
-    if session.virtual_media().is_some() {
-        caps.push(Capability::VirtualMedia);
-    }
-    if session.inventory().is_some() {
-        caps.push(Capability::Inventory);
-    }
-    caps
-}
-
 /// Opens sessions for one protocol.
 #[async_trait]
 pub trait Connector: Send + Sync {
@@ -380,19 +235,54 @@ pub trait Connector: Send + Sync {
 mod tests {
     use super::*;
 
-    #[test]
-    fn not_sent_holds_only_for_an_attempts_first_request() {
+    #[tokio::test]
+    async fn not_sent_holds_only_for_an_attempts_first_request() {
         let ctx = Ctx::with_timeout(Duration::from_secs(5));
         let refused = || ProviderError::new(ErrorCode::Unreachable, "refused").not_sent();
-        let first = ctx.note_sending();
+        let first = ctx.sending().await.unwrap();
         assert!(!first);
         assert!(ctx.settle(first, refused()).not_sent, "nothing went out before the first request");
         let clone = ctx.clone();
-        let second = clone.note_sending();
+        let second = clone.sending().await.unwrap();
         assert!(second, "clones share the action's record");
         assert!(!ctx.settle(second, refused()).not_sent, "the first request went out");
         let fresh = ctx.for_attempt();
         assert_eq!((fresh.deadline, fresh.call.clone()), (ctx.deadline, ctx.call.clone()));
-        assert!(!fresh.note_sending(), "a new attempt starts with nothing sent");
+        assert!(!fresh.sending().await.unwrap(), "a new attempt starts with nothing sent");
+    }
+
+    /// Records what it was asked and refuses after `open` requests.
+    #[derive(Debug, Default)]
+    struct CountingGate {
+        asked: std::sync::Mutex<Vec<bool>>,
+        open: usize,
+    }
+
+    #[async_trait]
+    impl SendGate for CountingGate {
+        async fn admit(&self, for_action: bool) -> Result<()> {
+            let mut asked = self.asked.lock().unwrap();
+            asked.push(for_action);
+            if asked.len() > self.open {
+                return Err(ProviderError::new(ErrorCode::Interrupted, "fenced").not_sent());
+            }
+            Ok(())
+        }
+
+        fn holds(&self) -> bool {
+            self.asked.lock().unwrap().len() < self.open
+        }
+    }
+
+    #[tokio::test]
+    async fn the_gate_is_asked_before_every_request_and_can_refuse() {
+        let gate = std::sync::Arc::new(CountingGate { open: 2, ..Default::default() });
+        let setup = Ctx::with_timeout(Duration::from_secs(5)).with_gate(gate.clone());
+        assert!(!setup.sending().await.unwrap(), "session set-up request admitted");
+        let attempt = setup.for_attempt();
+        assert!(!attempt.sending().await.unwrap(), "the attempt's first request admitted, nothing of the attempt sent before");
+        let refused = attempt.sending().await.unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Interrupted);
+        assert_eq!(*gate.asked.lock().unwrap(), vec![false, true, true], "set-up, then the action's own requests");
     }
 }

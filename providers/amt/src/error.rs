@@ -44,6 +44,10 @@ pub enum AmtError {
     /// The target's options cannot be honoured (e.g. bad CA PEM, TLS port without trust settings).
     #[error("{0}")]
     Config(String),
+    /// The worker's send gate refused the request: nothing was sent (see
+    /// `bmcfleet_provider::SendGate`).
+    #[error("{0}")]
+    Fenced(ProviderError),
     /// AMT does not offer this operation.
     #[error("{0}")]
     Unsupported(String),
@@ -70,6 +74,7 @@ impl AmtError {
             AmtError::Config(_) => ErrorCode::InvalidField,
             AmtError::Unsupported(_) => ErrorCode::Unsupported,
             AmtError::InvalidState(_) => ErrorCode::BmcError,
+            AmtError::Fenced(e) => e.code,
         }
     }
 
@@ -86,7 +91,8 @@ impl AmtError {
             | AmtError::Protocol(_)
             | AmtError::Config(_)
             | AmtError::Unsupported(_)
-            | AmtError::InvalidState(_) => false,
+            | AmtError::InvalidState(_)
+            | AmtError::Fenced(_) => false,
         }
     }
 
@@ -101,7 +107,7 @@ impl AmtError {
     /// Whether the request certainly never reached the BMC (so even a
     /// non-idempotent one may be resent).
     pub fn not_sent(&self) -> bool {
-        matches!(self, AmtError::ConnectFailed(_))
+        matches!(self, AmtError::ConnectFailed(_) | AmtError::Fenced(_))
     }
 }
 

@@ -20,8 +20,8 @@
 //! - [`xml`]: namespace-aware XML tree and escaping writer over `quick-xml`.
 //! - [`tls`]: rustls configs (per-BMC CA or explicit insecure).
 //! - [`error`]: [`AmtError`], its wire code and retry decision.
-//! - `testing` (feature `testing`): `AmtFixtureServer`, a Digest-enforcing
-//!   WS-Man peer answering with captured AMT responses.
+//! - Test doubles live in `bmcfleet-testing` (`amt::AmtFixtureServer`, a Digest-enforcing
+//!   WS-Man peer answering with captured AMT responses).
 //!
 //! # Errors
 //!
@@ -42,6 +42,9 @@ pub mod client;
 pub mod connector;
 pub mod digest;
 pub mod error;
+/// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
+/// the `fuzzing` feature, so release builds do not contain them.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod inventory;
@@ -52,8 +55,6 @@ pub mod transport;
 pub mod wsman;
 pub mod xml;
 
-#[cfg(feature = "testing")]
-pub mod testing;
 
 pub use connector::{AmtConfig, AmtConnector};
 pub use error::AmtError;

@@ -26,17 +26,7 @@ impl BmcSession for AmtSession {
         "amt"
     }
 
-    fn power(&mut self) -> Option<&mut dyn Power> {
-        Some(self)
-    }
-
-    fn boot(&mut self) -> Option<&mut dyn BootControl> {
-        Some(self)
-    }
-
-    fn inventory(&mut self) -> Option<&mut dyn Inventory> {
-        Some(self)
-    }
+    bmcfleet_provider::offer!(power, boot, inventory);
 
     fn is_healthy(&self) -> bool {
         self.client.is_healthy()

@@ -9,12 +9,10 @@
 //!   the BMC presented).
 
 use crate::error::AmtError;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use bmcfleet_provider::tls::{accept_any_certificate, crypto_provider};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use std::sync::Arc;
+use rustls::pki_types::CertificateDer;
+use rustls::{ClientConfig, RootCertStore};
 
 /// How the BMC's certificate is checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,13 +26,9 @@ pub enum Trust {
     Nothing,
 }
 
-pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 /// A client config for `trust`, HTTP/1.1 only (AMT speaks nothing else).
 pub fn client_config(trust: &Trust) -> Result<ClientConfig, AmtError> {
-    let provider = provider();
+    let provider = crypto_provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| AmtError::Config(format!("TLS setup: {e}")))?;
@@ -56,51 +50,12 @@ pub fn client_config(trust: &Trust) -> Result<ClientConfig, AmtError> {
         }
         Trust::Insecure => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider.signature_verification_algorithms)))
+            .with_custom_certificate_verifier(accept_any_certificate(&provider))
             .with_no_client_auth(),
         Trust::Nothing => builder.with_root_certificates(RootCertStore::empty()).with_no_client_auth(),
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
-}
-
-/// `tls.insecure`: any certificate, but real handshake signature checks.
-#[derive(Debug)]
-struct AcceptAnyCert(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for AcceptAnyCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
-    }
 }
 
 #[cfg(test)]

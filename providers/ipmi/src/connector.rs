@@ -1,7 +1,8 @@
 //! [`IpmiConnector`]: opens RMCP+ sessions for the worker.
 
 use crate::cmd;
-use crate::rmcp::{RmcpConfig, RmcpTransport};
+use crate::config::IpmiConfig;
+use crate::rmcp::RmcpTransport;
 use crate::session::IpmiSession;
 use async_trait::async_trait;
 use bmcfleet_provider::{BmcSession, Capability, Connector, Ctx, ProviderError, ResolvedCredentials, Result};
@@ -23,16 +24,6 @@ pub const CAPABILITIES: &[Capability] = &[
     Capability::Raw,
     Capability::Inventory,
 ];
-
-/// Provider configuration.
-#[derive(Clone, Debug, Default)]
-pub struct IpmiConfig {
-    /// Session timing (retransmits, keep-alive).
-    pub rmcp: RmcpConfig,
-    /// LAN channel for user access and LAN configuration commands. `None`:
-    /// the channel the session arrived on (Get Channel Info, channel 0x0E).
-    pub channel: Option<u8>,
-}
 
 /// Opens IPMI 2.0 (RMCP+) sessions.
 #[derive(Clone, Debug, Default)]
@@ -68,12 +59,15 @@ impl IpmiConnector {
         let span = tracing::debug_span!("ipmi_connect", bmc = %bmc, protocol = "ipmi");
         async {
             let peer = resolve(ctx, &target.address.authority(DEFAULT_PORT)).await?;
+            // The worker's fence, before the handshake's first packet.
+            ctx.sending().await?;
             let transport = RmcpTransport::connect(
                 peer,
                 credentials.username.clone(),
                 credentials.password.clone(),
                 self.config.rmcp.clone(),
                 ctx.deadline,
+                ctx.send_gate(),
             )
             .await?;
             let session = IpmiSession::new(transport, bmc.clone());

@@ -3,23 +3,26 @@
 //! The IPMI 2.0 provider: RMCP+ sessions (cipher suite 3) kept open per BMC,
 //! typed IPMI commands behind the `bmcfleet-provider` capability traits.
 //!
-//! # Layout
-//! - [`connector`]: [`IpmiConnector`] (protocol `ipmi`, UDP port 623 unless
-//!   the address names another), [`IpmiConfig`].
-//! - [`session`]: [`IpmiSession`], the typed command layer and every
-//!   capability trait, generic over a [`Transport`].
-//! - [`transport`]: the [`Transport`] trait — one request (netfn, cmd, data)
+//! # Layout (the same anatomy as every provider; modules are private, the
+//! crate root re-exports what others use)
+//! - `config`: [`IpmiConfig`]; `connector`: [`IpmiConnector`] (protocol
+//!   `ipmi`, UDP port 623 unless the address names another).
+//! - `session`: [`IpmiSession`], the typed command layer and the capability
+//!   accessors, generic over a [`Transport`]; one module per capability
+//!   implements it: `power`, `boot`, `users`, `manager` (BMC reset, network
+//!   source), `raw`, `inventory`.
+//! - `transport`: the [`Transport`] trait — one request (netfn, cmd, data)
 //!   in, completion code and data out.
-//! - [`rmcp`]: [`RmcpTransport`], the RMCP+ transport on `ipmi-rs`, one OS
+//! - `rmcp`: [`RmcpTransport`], the RMCP+ transport on `ipmi-rs`, one OS
 //!   thread per session (the library is blocking), with the layers ipmi-rs
 //!   lacks (see that module: privilege raise, retransmits, reply matching,
 //!   keep-alive, Close Session, panic containment).
 //! - [`probe`]: session-less Get Channel Authentication Capabilities
-//!   (presence check, IPMI 2.0 check).
-//! - [`cmd`]: command table and pure encoders/decoders; [`fru`]: FRU parsing.
-//! - [`error`]: completion codes → [`bmcfleet_schema::ErrorCode`].
-//! - `testing` (feature `testing`): `IpmiSim` (OpenIPMI `ipmi_sim` launcher)
-//!   and `SpecBmc` (in-process spec responder).
+//!   (presence check, IPMI 2.0 check; public for the `ipmi_sim` harness).
+//! - `cmd`: command table and pure encoders/decoders; `fru`: FRU parsing.
+//! - `error`: completion codes → [`bmcfleet_schema::ErrorCode`] ([`TransportError`]).
+//! - Test doubles live in `bmcfleet-testing` (`ipmi::IpmiSim`, the OpenIPMI
+//!   `ipmi_sim` launcher, and `ipmi::SpecBmc`, an in-process spec responder).
 //!
 //! # Capabilities and their IPMI commands
 //! | capability | IPMI command (netfn / cmd) |
@@ -49,7 +52,7 @@
 //! suite 3, and parses Get Device ID; everything else is raw messages with
 //! our own typed wrappers (it has no chassis, boot option or user
 //! commands). Its gaps and how this crate covers them are listed in
-//! [`rmcp`]. Cipher suite 17 (SHA-256) is **not** offered: ipmi-rs
+//! `rmcp`. Cipher suite 17 (SHA-256) is **not** offered: ipmi-rs
 //! hard-wires suite 3 and keeps its crypto private, and `ipmi_sim` does not
 //! support suite 17, so an own implementation could not be tested here.
 //!
@@ -57,24 +60,35 @@
 //! `tests/` run every capability against OpenIPMI `ipmi_sim` (cross-checked
 //! with `ipmitool -I lanplus -C 3` both ways). What `ipmi_sim` refuses or
 //! ignores — NMI, warm reset, persistent/EFI boot flags, safe-mode boot,
-//! privilege errors — runs against `testing::SpecBmc`, a responder built
+//! privilege errors — runs against `bmcfleet_testing::ipmi::SpecBmc`, a responder built
 //! from the IPMI 2.0 spec, over the same `IpmiSession` code.
 
-pub mod cmd;
-pub mod connector;
-pub mod error;
-pub mod fru;
+mod cmd;
+mod config;
+mod connector;
+mod error;
+mod fru;
+/// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
+/// the `fuzzing` feature, so release builds do not contain them.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod probe;
-pub mod rmcp;
-pub mod session;
-pub mod transport;
+mod rmcp;
+mod session;
+mod transport;
 
-#[cfg(feature = "testing")]
-pub mod testing;
+// One module per capability (implementations on `IpmiSession`).
+mod boot;
+mod inventory;
+mod manager;
+mod power;
+mod raw;
+mod users;
 
-pub use connector::{IpmiConfig, IpmiConnector, CAPABILITIES, DEFAULT_PORT};
+
+pub use config::IpmiConfig;
+pub use connector::{IpmiConnector, CAPABILITIES, DEFAULT_PORT};
 pub use error::{TransportError, TransportErrorKind};
 pub use rmcp::{RmcpConfig, RmcpTransport};
 pub use session::IpmiSession;

@@ -9,7 +9,7 @@
 //!   silently fall back to an IPMI 1.5 session (MD5 or clear-text password
 //!   authentication, no encryption), which bmcfleet never uses.
 //!
-//! The harness (`testing::IpmiSim`) uses the same probe to wait until a
+//! The harness (`bmcfleet_testing::ipmi::IpmiSim`) uses the same probe to wait until a
 //! freshly started simulator answers.
 
 use crate::error::{TransportError, TransportErrorKind};

@@ -143,6 +143,7 @@ impl RmcpTransport {
         password: Secret,
         config: RmcpConfig,
         deadline: Instant,
+        gate: Option<Arc<dyn bmcfleet_provider::SendGate>>,
     ) -> Result<RmcpTransport, TransportError> {
         let (jobs, rx) = mpsc::channel();
         let healthy = Arc::new(AtomicBool::new(true));
@@ -156,6 +157,7 @@ impl RmcpTransport {
             session: None,
             handshakes: handshakes.clone(),
             keepalives: keepalives.clone(),
+            gate,
         };
         std::thread::Builder::new()
             .name(format!("ipmi-session {peer}"))
@@ -319,6 +321,10 @@ struct Engine {
     session: Option<Session>,
     handshakes: Arc<AtomicU64>,
     keepalives: Arc<AtomicU64>,
+    /// The worker's fence, asked before what the thread sends on its own
+    /// (keep-alives, a re-established session, Close Session) and before
+    /// each request it sends; none outside the worker.
+    gate: Option<Arc<dyn bmcfleet_provider::SendGate>>,
 }
 
 /// How one request/response exchange ended.
@@ -364,7 +370,17 @@ impl Engine {
 
     /// Sends a Get Device ID on an idle session; drops the session when the
     /// BMC does not answer (the next call re-establishes it).
+    /// Whether the worker still holds the BMC's lease (always, outside the worker).
+    fn may_send(&self) -> bool {
+        holds(&self.gate)
+    }
+
     fn keepalive(&mut self) {
+        if !self.may_send() {
+            // Fenced off: forget the session without a word to the BMC.
+            self.session = None;
+            return;
+        }
         let deadline = StdInstant::now() + self.config.attempt_timeout * (self.config.retries + 1);
         let Some(session) = self.session.as_mut() else { return };
         if session.dirty {
@@ -372,7 +388,7 @@ impl Engine {
             return;
         }
         let request = Request { netfn: NETFN_APP, cmd: CMD_GET_DEVICE_ID, data: vec![], retry: Retry::Safe };
-        match exchange(session, &self.config, &request, deadline) {
+        match exchange(session, &self.config, &request, deadline, &self.gate) {
             Exchange::Reply(_) => {
                 session.last_used = StdInstant::now();
                 self.keepalives.fetch_add(1, Ordering::Relaxed);
@@ -433,7 +449,7 @@ impl Engine {
             data: vec![PRIV_ADMIN],
             retry: Retry::Safe,
         };
-        match exchange(&mut session, &self.config, &raise, deadline) {
+        match exchange(&mut session, &self.config, &raise, deadline, &self.gate) {
             Exchange::Reply(r) if r.cc == 0 => {}
             Exchange::Reply(r) => {
                 let meaning = match r.cc {
@@ -475,6 +491,10 @@ impl Engine {
         let mut fresh = false;
         let mut sent = false;
         loop {
+            if !self.may_send() {
+                let e = TransportError::new(TransportErrorKind::Closed, format!("{peer}: this worker no longer holds the BMC's lease"));
+                return Err(if sent { e } else { e.not_sent() });
+            }
             if self.session.as_ref().is_none_or(|s| s.dirty) {
                 // No session, so this request has not been sent (yet).
                 self.ensure_session(deadline).map_err(|e| if sent { e } else { e.not_sent() })?;
@@ -482,7 +502,7 @@ impl Engine {
             }
             let session = self.session.as_mut().expect("session established above");
             sent = true;
-            match exchange(session, &self.config, request, deadline) {
+            match exchange(session, &self.config, request, deadline, &self.gate) {
                 Exchange::Reply(response) => {
                     session.last_used = StdInstant::now();
                     if request.netfn == NETFN_APP
@@ -526,13 +546,17 @@ impl Engine {
     /// or by handle (from Get Session Info) when the id is unknown.
     fn close_session(&mut self) {
         let Some(mut session) = self.session.take() else { return };
+        if !self.may_send() {
+            tracing::debug!(bmc = %self.peer, "Not closing the IPMI session: this worker no longer holds the BMC's lease.");
+            return;
+        }
         let deadline = StdInstant::now() + self.config.attempt_timeout * 2;
         let data = match session.id {
             Some(id) => id.to_le_bytes().to_vec(),
             None => {
                 let info =
                     Request { netfn: NETFN_APP, cmd: CMD_GET_SESSION_INFO, data: vec![0x00], retry: Retry::Safe };
-                match exchange(&mut session, &self.config, &info, deadline) {
+                match exchange(&mut session, &self.config, &info, deadline, &self.gate) {
                     Exchange::Reply(r) if r.cc == 0 && !r.data.is_empty() => vec![0, 0, 0, 0, r.data[0]],
                     _ => {
                         tracing::debug!(bmc = %self.peer, "Get Session Info failed; leaving the session to expire.");
@@ -542,7 +566,7 @@ impl Engine {
             }
         };
         let close = Request { netfn: NETFN_APP, cmd: CMD_CLOSE_SESSION, data, retry: Retry::Once };
-        match exchange(&mut session, &self.config, &close, deadline) {
+        match exchange(&mut session, &self.config, &close, deadline, &self.gate) {
             Exchange::Reply(r) if r.cc == 0 => tracing::debug!(bmc = %self.peer, "IPMI session closed."),
             Exchange::Reply(r) => {
                 tracing::debug!(bmc = %self.peer, cc = r.cc, "Close Session refused; leaving the session to expire.")
@@ -584,7 +608,20 @@ fn refused(peer: SocketAddr) -> TransportError {
 
 /// Sends `request` (retransmitting when it is idempotent) and waits for the
 /// matching reply.
-fn exchange(session: &mut Session, config: &RmcpConfig, request: &Request, deadline: StdInstant) -> Exchange {
+/// Whether the worker's fence (if any) still lets requests leave.
+fn holds(gate: &Option<Arc<dyn bmcfleet_provider::SendGate>>) -> bool {
+    gate.as_ref().is_none_or(|g| g.holds())
+}
+
+/// One request and its reply, with retransmits for an idempotent request;
+/// each retransmit asks the worker's fence first (`gate`).
+fn exchange(
+    session: &mut Session,
+    config: &RmcpConfig,
+    request: &Request,
+    deadline: StdInstant,
+    gate: &Option<Arc<dyn bmcfleet_provider::SendGate>>,
+) -> Exchange {
     let (sends, wait) = match request.retry {
         Retry::Safe => (config.retries + 1, config.attempt_timeout),
         Retry::Once => (1, config.attempt_timeout * (config.retries + 1)),
@@ -594,6 +631,9 @@ fn exchange(session: &mut Session, config: &RmcpConfig, request: &Request, deadl
         let now = StdInstant::now();
         if now >= deadline {
             break;
+        }
+        if attempt > 0 && !holds(gate) {
+            break; // fenced off: no retransmit
         }
         if attempt > 0 || session.dirty {
             // More than one reply may now arrive.
@@ -736,6 +776,7 @@ mod tests {
             session: None,
             handshakes: Arc::default(),
             keepalives: Arc::default(),
+            gate: None,
         }
     }
 

@@ -4,7 +4,7 @@
 //! the completion code and response data. The typed command layer
 //! ([`crate::IpmiSession`]) only ever talks to this trait, so the same code
 //! runs over RMCP+ ([`crate::RmcpTransport`]) and over the in-process
-//! spec responder used by tests (`testing::SpecBmc`).
+//! spec responder used by tests (`bmcfleet_testing::ipmi::SpecBmc`).
 
 use crate::error::TransportError;
 use async_trait::async_trait;

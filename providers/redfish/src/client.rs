@@ -159,7 +159,9 @@ impl Transport {
         with_auth: bool,
     ) -> Result<Reply> {
         let budget = ctx.remaining()?.min(self.config.request_timeout);
-        let url = format!("{}{}", self.base, path);
+        // Every path, ours or a link the BMC supplied, is resolved as a URL
+        // against the BMC's base and must stay on the BMC (nothing is sent otherwise).
+        let url = resolve(&self.base, path)?;
         let span = tracing::info_span!(
             "redfish.http",
             bmc = %self.bmc,
@@ -169,7 +171,7 @@ impl Transport {
             status = Empty,
             outcome = Empty,
         );
-        let mut rb = self.http.request(method.clone(), &url).timeout(budget);
+        let mut rb = self.http.request(method.clone(), url).timeout(budget);
         if with_auth {
             rb = match &self.auth {
                 Auth::None => rb,
@@ -189,7 +191,7 @@ impl Transport {
             rb = rb.header(IF_MATCH, tag);
         }
         let max = self.config.max_response_bytes;
-        let sent_before = ctx.note_sending();
+        let sent_before = ctx.sending().await?;
         let exchange = async move {
             let mut resp = rb.send().await.map_err(ReadError::Http)?;
             if let Some(len) = resp.content_length() {
@@ -526,9 +528,52 @@ pub(crate) fn retry_after(reply: &Reply) -> Option<Duration> {
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
+/// The URL of `path` (one of ours, or a link, `Location` or action target
+/// the BMC supplied) resolved against the BMC's base `https://host:port` the
+/// way a URL parser reads it. It must keep the base's scheme, host and port
+/// and carry no user info: a BMC cannot send the worker, and the
+/// credentials it carries, to another host. Refused: `protocol_error`,
+/// nothing sent.
+pub(crate) fn resolve(base: &str, path: &str) -> Result<url::Url> {
+    let base = url::Url::parse(base).map_err(|e| protocol(format!("the BMC's base {base:?} is not a URL: {e}")))?;
+    let url = base.join(path).map_err(|e| protocol(format!("{path:?} is not a URL on the BMC: {e}")))?;
+    let same = url.scheme() == base.scheme() && url.host() == base.host() && url.port_or_known_default() == base.port_or_known_default();
+    if !same || !url.username().is_empty() || url.password().is_some() {
+        return Err(protocol(format!(
+            "{path:?} points away from the BMC (to {}); refused, nothing was sent",
+            url.origin().ascii_serialization()
+        )));
+    }
+    Ok(url)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_stay_on_the_bmc() {
+        let base = "https://10.0.0.5:8443";
+        for ok in ["/redfish/v1/Systems", "/redfish/v1/SessionService/Sessions", "https://10.0.0.5:8443/redfish/v1/x", "@10.9.9.9:8443/x", "redfish/v1/y"] {
+            let url = resolve(base, ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+            assert_eq!((url.host_str(), url.port_or_known_default()), (Some("10.0.0.5"), Some(8443)), "{ok} -> {url}");
+        }
+        for bad in [
+            "//10.9.9.9:8443/x",
+            "https://10.9.9.9:8443/x",
+            "http://10.0.0.5:8443/x",
+            "https://10.0.0.5:9443/x",
+            "https://10.0.0.5/x",
+            "https://user:pw@10.0.0.5:8443/x",
+            "\\\\10.9.9.9\\x",
+            "\t//10.9.9.9/x",
+            "https:\\\\10.9.9.9/x",
+            "//10.0.0.5.evil.example:8443/x",
+        ] {
+            let e = resolve(base, bad).map(|u| u.to_string()).unwrap_err();
+            assert_eq!(e.code, ErrorCode::ProtocolError, "{bad}");
+        }
+    }
 
     fn reply(status: u16, body: &str, location: Option<&str>) -> Reply {
         let mut headers = HeaderMap::new();

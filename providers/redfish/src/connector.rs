@@ -29,7 +29,8 @@ impl Default for RedfishConnector {
 
 /// What every Redfish session implements (a BMC that lacks a service
 /// answers `unsupported` for that action, with the reason).
-const CAPABILITIES: [Capability; 8] = Capability::ALL;
+/// Redfish offers every capability.
+const CAPABILITIES: &[Capability] = Capability::ALL;
 
 impl RedfishConnector {
     pub fn new(config: RedfishConfig) -> Self {
@@ -89,7 +90,7 @@ impl Connector for RedfishConnector {
     }
 
     fn declared_capabilities(&self) -> &'static [Capability] {
-        &CAPABILITIES
+        CAPABILITIES
     }
 
     async fn connect(&self, ctx: &Ctx, target: &BmcTarget, credentials: &ResolvedCredentials) -> Result<Box<dyn BmcSession>> {

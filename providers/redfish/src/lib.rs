@@ -21,8 +21,8 @@
 //! - one module per capability: `power`, `boot`, `users`, `manager` (BMC
 //!   reset, network source), `virtual_media`, `raw`, `inventory`.
 //! - `tls`: rustls client config (system roots, per-BMC CA, insecure).
-//! - [`testing`] (feature `testing`): `SushyEmulator`, `MockupServer` and
-//!   friends for integration tests in this and other crates.
+//! - Test doubles (`SushyEmulator`, `MockupServer` and friends) live in
+//!   `bmcfleet-testing` (`redfish`).
 
 mod boot;
 mod client;
@@ -30,6 +30,9 @@ pub mod config;
 pub mod connector;
 mod discovery;
 mod error;
+/// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
+/// the `fuzzing` feature, so release builds do not contain them.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod inventory;
@@ -42,8 +45,6 @@ mod tls;
 mod users;
 mod virtual_media;
 
-#[cfg(feature = "testing")]
-pub mod testing;
 
 pub use client::AuthKind;
 pub use config::RedfishConfig;

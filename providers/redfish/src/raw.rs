@@ -10,27 +10,15 @@ use bmcfleet_schema::{HttpMethod, RawRedfish, RawRequest, RawResponse};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// Longest raw path accepted.
-const MAX_PATH: usize = 2048;
-
+/// Only the canonical spelling of a path is sent
+/// (`bmcfleet_schema::raw_policy::canonical_redfish_path`): the one the raw
+/// policy matched, whatever another spelling would mean to this BMC.
 pub(crate) fn validate_path(path: &str) -> Result<()> {
-    let under = path == "/redfish/v1" || path.starts_with("/redfish/v1/") || path.starts_with("/redfish/v1?");
-    if !under {
-        return Err(invalid(format!("raw Redfish path must be under /redfish/v1, got {path:?}")));
+    match bmcfleet_schema::raw_policy::canonical_redfish_path(path) {
+        Ok(canonical) if canonical == path => Ok(()),
+        Ok(canonical) => Err(invalid(format!("raw Redfish path {path:?} is not canonical: send {canonical:?}"))),
+        Err(why) => Err(invalid(format!("raw Redfish path {path:?} is not a plain resource path: {why}"))),
     }
-    if path.len() > MAX_PATH {
-        return Err(invalid(format!("raw Redfish path is longer than {MAX_PATH} bytes")));
-    }
-    let (p, _query) = path.split_once('?').unwrap_or((path, ""));
-    if p.split('/').any(|seg| seg == ".." || seg == ".")
-        || p.contains("//")
-        || path.contains('#')
-        || path.chars().any(|c| c.is_control() || c.is_whitespace())
-        || p.to_ascii_lowercase().contains("%2e")
-    {
-        return Err(invalid(format!("raw Redfish path {path:?} is not a plain resource path")));
-    }
-    Ok(())
 }
 
 fn method_of(m: HttpMethod) -> Method {
@@ -103,6 +91,8 @@ mod tests {
         for bad in [
             "/redfish/v10", "/etc/passwd", "/redfish/v1/../x", "/redfish/v1//x", "/redfish/v1/a b",
             "redfish/v1", "/redfish/v1/%2e%2e/x", "/redfish/v1/x#y", "http://evil/redfish/v1",
+            // Other spellings of a canonical path are not sent either.
+            "/redfish/v1/", "/redfish/v1/Update%53ervice", "/redfish/v1/Systems;jsessionid=1",
         ] {
             assert!(validate_path(bad).is_err(), "{bad}");
         }

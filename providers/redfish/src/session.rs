@@ -4,7 +4,7 @@
 
 use crate::client::{AuthKind, Transport};
 use crate::discovery::{ResetAction, Service};
-use bmcfleet_provider::{BmcReset, BmcSession, BootControl, Inventory, NetworkSource, Power, Raw, Users, VirtualMedia};
+use bmcfleet_provider::BmcSession;
 use bmcfleet_schema::BmcAddress;
 
 /// An open Redfish session. Obtain one with
@@ -60,30 +60,7 @@ impl BmcSession for RedfishSession {
         "redfish"
     }
 
-    fn power(&mut self) -> Option<&mut dyn Power> {
-        Some(self)
-    }
-    fn boot(&mut self) -> Option<&mut dyn BootControl> {
-        Some(self)
-    }
-    fn users(&mut self) -> Option<&mut dyn Users> {
-        Some(self)
-    }
-    fn bmc_reset(&mut self) -> Option<&mut dyn BmcReset> {
-        Some(self)
-    }
-    fn network_source(&mut self) -> Option<&mut dyn NetworkSource> {
-        Some(self)
-    }
-    fn raw(&mut self) -> Option<&mut dyn Raw> {
-        Some(self)
-    }
-    fn virtual_media(&mut self) -> Option<&mut dyn VirtualMedia> {
-        Some(self)
-    }
-    fn inventory(&mut self) -> Option<&mut dyn Inventory> {
-        Some(self)
-    }
+    bmcfleet_provider::offer!(power, boot, users, bmc_reset, network_source, raw, virtual_media, inventory);
 
     fn is_healthy(&self) -> bool {
         !self.transport.is_broken() && !self.needs_reconnect

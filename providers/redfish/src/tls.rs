@@ -10,16 +10,11 @@
 use crate::error::invalid;
 use bmcfleet_provider::ProviderError;
 use bmcfleet_schema::TlsOptions;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
+use bmcfleet_provider::tls::{accept_any_certificate, crypto_provider};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::CertificateDer;
+use rustls::{ClientConfig, RootCertStore};
 use std::sync::{Arc, OnceLock};
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
 
 /// The host's trust store, loaded once per connector (not per BMC).
 #[derive(Debug, Default)]
@@ -60,7 +55,7 @@ pub(crate) fn roots_from_pem(pem: &str) -> Result<RootCertStore, ProviderError> 
 }
 
 pub(crate) fn client_config(opts: &TlsOptions, system: &SystemRoots) -> Result<ClientConfig, ProviderError> {
-    let provider = provider();
+    let provider = crypto_provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| invalid(format!("TLS setup failed: {e}")))?;
@@ -70,7 +65,7 @@ pub(crate) fn client_config(opts: &TlsOptions, system: &SystemRoots) -> Result<C
         }
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate { provider }))
+            .with_custom_certificate_verifier(accept_any_certificate(&provider))
             .with_no_client_auth()
     } else {
         let roots = match &opts.ca_pem {
@@ -81,48 +76,6 @@ pub(crate) fn client_config(opts: &TlsOptions, system: &SystemRoots) -> Result<C
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
-}
-
-/// `tls.insecure`: any certificate, any name. Signatures over the handshake
-/// are still checked so the session keys belong to whoever holds the key.
-#[derive(Debug)]
-struct AcceptAnyCertificate {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,267 @@
+//! Capabilities, each declared **once**, in the table at the bottom of this
+//! file: its [`Capability`] variant and wire name, the [`BmcSession`]
+//! accessor, and the module that holds its trait and says which actions it
+//! serves and how an action calls the trait. Everything else is derived
+//! from that table: [`Capability::ALL`], [`Capability::as_str`],
+//! [`Capability::of`], the accessors' defaults, [`capabilities`] (what a
+//! session offers) and [`perform`] (the dispatch of an action, with the
+//! `unsupported` answer when a session lacks the capability).
+//!
+//! Adding a capability: the action (and its data) in `bmcfleet_schema`, one
+//! module here with the trait, `handles` and `perform`, one line in the
+//! table; then each provider that can do it implements the trait and
+//! returns `Some(self)` from the accessor. A session that executes actions
+//! natively (the simulator) needs nothing ([`BmcSession::actions`]).
+
+mod bmc_reset;
+mod boot;
+mod inventory;
+mod network_source;
+mod power;
+mod raw;
+mod users;
+mod virtual_media;
+
+pub use bmc_reset::BmcReset;
+pub use boot::BootControl;
+pub use inventory::Inventory;
+pub use network_source::NetworkSource;
+pub use power::Power;
+pub use raw::Raw;
+pub use users::Users;
+pub use virtual_media::VirtualMedia;
+
+use crate::{Ctx, ProviderError, Result};
+use async_trait::async_trait;
+use bmcfleet_schema::{Action, ActionData, ErrorCode};
+
+/// A session that executes [`Action`]s itself rather than through the
+/// capability traits (the simulator, which speaks actions on its wire): it
+/// offers every capability.
+#[async_trait]
+pub trait ActionExecutor: Send {
+    async fn execute(&mut self, ctx: &Ctx, action: &Action) -> Result<Option<ActionData>>;
+}
+
+macro_rules! capabilities {
+    ($d:tt $( $(#[$doc:meta])* $variant:ident = $name:literal, $accessor:ident: $module:ident::$trait:ident; )+) => {
+        /// Implements the named [`BmcSession`] accessors as `Some(self)`,
+        /// inside `impl BmcSession for …`: `bmcfleet_provider::offer!(power, boot);`.
+        /// The session type implements each named capability's trait.
+        #[macro_export]
+        macro_rules! offer {
+            ($d($d name:ident),+ $d(,)?) => { $d( $crate::offer!(@ $d name); )+ };
+            $(
+                (@ $accessor) => {
+                    fn $accessor(&mut self) -> Option<&mut dyn $crate::capability::$trait> {
+                        Some(self)
+                    }
+                };
+            )+
+        }
+
+        /// What a BMC can be asked to do.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Capability {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl Capability {
+            /// Every capability, in declaration order.
+            pub const ALL: &'static [Capability] = &[$( Capability::$variant, )+];
+
+            /// The wire name (`power`, `boot_device`, ...).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( Capability::$variant => $name, )+
+                }
+            }
+
+            /// The capability an action needs.
+            pub fn of(action: &Action) -> Capability {
+                $( if $module::handles(action) { return Capability::$variant; } )+
+                unreachable!("no capability serves {}: declare it in provider/src/capability", action.kind())
+            }
+        }
+
+        /// An open, authenticated conversation with one BMC.
+        ///
+        /// Capability accessors default to `None` (not implemented);
+        /// a provider returns `Some(self)` for what it implements.
+        #[async_trait]
+        pub trait BmcSession: Send {
+            /// Provider name reported in results (`ipmi`, `redfish`, `amt`, `sim`).
+            fn provider(&self) -> &'static str;
+
+            $(
+                fn $accessor(&mut self) -> Option<&mut dyn $trait> {
+                    None
+                }
+            )+
+
+            /// A session that executes actions natively (see [`ActionExecutor`]).
+            fn actions(&mut self) -> Option<&mut dyn ActionExecutor> {
+                None
+            }
+
+            /// Whether the session is still worth reusing (false after a fatal
+            /// transport error; the worker then reconnects).
+            fn is_healthy(&self) -> bool {
+                true
+            }
+
+            /// Close the session on the BMC (logout, Close Session). Best effort.
+            async fn close(&mut self) {}
+        }
+
+        /// The capabilities a session implements, derived from its accessors.
+        pub fn capabilities(session: &mut dyn BmcSession) -> Vec<Capability> {
+            if session.actions().is_some() {
+                return Capability::ALL.to_vec();
+            }
+            let mut caps = Vec::new();
+            $( if session.$accessor().is_some() { caps.push(Capability::$variant); } )+
+            caps
+        }
+
+        /// Run one action on a session; `unsupported` (naming what the
+        /// session offers) when it lacks the capability.
+        pub async fn perform(session: &mut dyn BmcSession, ctx: &Ctx, action: &Action) -> Result<Option<ActionData>> {
+            if let Some(executor) = session.actions() {
+                return executor.execute(ctx, action).await;
+            }
+            $(
+                if $module::handles(action) {
+                    return match session.$accessor() {
+                        Some(cap) => $module::perform(cap, ctx, action).await,
+                        None => Err(unsupported(Capability::$variant, session)),
+                    };
+                }
+            )+
+            unreachable!("no capability serves {}: declare it in provider/src/capability", action.kind())
+        }
+    };
+}
+
+fn unsupported(cap: Capability, session: &mut dyn BmcSession) -> ProviderError {
+    let offers: Vec<&str> = capabilities(session).iter().map(|c| c.as_str()).collect();
+    ProviderError::new(
+        ErrorCode::Unsupported,
+        format!("the {} provider does not implement {cap} (it offers: {})", session.provider(), offers.join(", ")),
+    )
+}
+
+impl std::fmt::Display for Capability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+capabilities! { $
+    Power = "power", power: power::Power;
+    BootDevice = "boot_device", boot: boot::BootControl;
+    Users = "users", users: users::Users;
+    BmcReset = "bmc_reset", bmc_reset: bmc_reset::BmcReset;
+    NetworkSource = "network_source", network_source: network_source::NetworkSource;
+    Raw = "raw", raw: raw::Raw;
+    VirtualMedia = "virtual_media", virtual_media: virtual_media::VirtualMedia;
+    Inventory = "inventory", inventory: inventory::Inventory;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bmcfleet_schema::*;
+
+    /// One action of every kind. The `match` has no wildcard: a new action
+    /// variant does not compile here until it has an example.
+    fn examples() -> Vec<Action> {
+        let all = vec![
+            Action::Power(PowerOp::On),
+            Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true }),
+            Action::GetBootDevice,
+            Action::User(UserOp::List),
+            Action::BmcReset(BmcResetKind::Cold),
+            Action::NetworkSource(NetworkSourceOp::Get),
+            Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 6, cmd: 1, data: vec![] })),
+            Action::VirtualMedia(VirtualMediaOp::Eject { media: MediaKind::Cd }),
+            Action::Inventory,
+        ];
+        for a in &all {
+            match a {
+                Action::Power(_)
+                | Action::BootDevice(_)
+                | Action::GetBootDevice
+                | Action::User(_)
+                | Action::BmcReset(_)
+                | Action::NetworkSource(_)
+                | Action::Raw(_)
+                | Action::VirtualMedia(_)
+                | Action::Inventory => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_action_is_served_by_exactly_one_capability() {
+        let handled = |a: &Action| {
+            [
+                power::handles(a),
+                boot::handles(a),
+                users::handles(a),
+                bmc_reset::handles(a),
+                network_source::handles(a),
+                raw::handles(a),
+                virtual_media::handles(a),
+                inventory::handles(a),
+            ]
+            .iter()
+            .filter(|h| **h)
+            .count()
+        };
+        for a in examples() {
+            assert_eq!(handled(&a), 1, "{}", a.kind());
+        }
+        let used: std::collections::BTreeSet<Capability> = examples().iter().map(Capability::of).collect();
+        assert_eq!(used.into_iter().collect::<Vec<_>>(), Capability::ALL, "every capability serves some action");
+    }
+
+    #[test]
+    fn names_are_the_wire_names() {
+        let names: Vec<&str> = Capability::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names, ["power", "boot_device", "users", "bmc_reset", "network_source", "raw", "virtual_media", "inventory"]);
+    }
+
+    /// A session offering power only.
+    struct PowerOnly;
+
+    #[async_trait]
+    impl Power for PowerOnly {
+        async fn power(&mut self, _ctx: &Ctx, _op: PowerOp) -> Result<Option<PowerState>> {
+            Ok(Some(PowerState::On))
+        }
+    }
+
+    #[async_trait]
+    impl BmcSession for PowerOnly {
+        fn provider(&self) -> &'static str {
+            "test"
+        }
+        // (`offer!` cannot be used by path inside this crate; providers use it.)
+        fn power(&mut self) -> Option<&mut dyn Power> {
+            Some(self)
+        }
+    }
+
+    #[tokio::test]
+    async fn dispatch_and_unsupported_are_derived() {
+        let mut s = PowerOnly;
+        let ctx = Ctx::with_timeout(std::time::Duration::from_secs(1));
+        assert_eq!(capabilities(&mut s), [Capability::Power]);
+        assert_eq!(perform(&mut s, &ctx, &Action::Power(PowerOp::Status)).await.unwrap(), Some(ActionData::PowerState(PowerState::On)));
+        let e = perform(&mut s, &ctx, &Action::Inventory).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unsupported);
+        assert_eq!(e.message, "the test provider does not implement inventory (it offers: power)");
+    }
+}

@@ -1,0 +1,186 @@
+//! Inventory: Get Device ID and the FRU (board and product areas).
+
+use crate::cmd;
+use crate::error::completion_code_error;
+use crate::fru;
+use crate::session::{protocol, IpmiSession};
+use crate::transport::Transport;
+use async_trait::async_trait;
+use bmcfleet_provider::{Ctx, Inventory, Result};
+use bmcfleet_schema::{Inventory as InventoryData, PowerState};
+
+impl<T: Transport> IpmiSession<T> {
+    /// Reads `len` bytes of FRU device 0 from `offset`, in chunks the BMC
+    /// accepts (32 bytes, smaller when it says the request is too large).
+    async fn read_fru(
+        &mut self,
+        ctx: &Ctx,
+        offset: usize,
+        len: usize,
+        words: bool,
+    ) -> Result<Vec<u8>> {
+        let unit = if words { 2 } else { 1 };
+        let mut out = Vec::with_capacity(len);
+        let mut chunk: usize = 32;
+        while out.len() < len {
+            let at = (offset + out.len()) / unit;
+            let want = (len - out.len()).min(chunk).div_ceil(unit);
+            let at16 =
+                u16::try_from(at).map_err(|_| protocol(cmd::READ_FRU.id, "offset past 64 KiB"))?;
+            let [lo, hi] = at16.to_le_bytes();
+            let response = self
+                .send(ctx, &cmd::READ_FRU, vec![0, lo, hi, want as u8])
+                .await?;
+            match response.cc {
+                0 => {}
+                0xC7..=0xCA if chunk > 8 => {
+                    chunk /= 2;
+                    continue;
+                }
+                cc => {
+                    return Err(completion_code_error(
+                        cmd::READ_FRU.id,
+                        cc,
+                        cmd::READ_FRU.specific,
+                    ))
+                }
+            }
+            let count = usize::from(*response.data.first().unwrap_or(&0)) * unit;
+            let bytes = response.data.get(1..1 + count).unwrap_or(&[]);
+            if bytes.is_empty() {
+                return Err(protocol(cmd::READ_FRU.id, "the BMC returned no data"));
+            }
+            out.extend_from_slice(bytes);
+        }
+        out.truncate(len);
+        Ok(out)
+    }
+
+    /// Board and product info of FRU device 0, as name/value pairs and the
+    /// parsed areas. A BMC without FRU data yields nothing.
+    async fn fru_info(
+        &mut self,
+        ctx: &Ctx,
+        extra: &mut Vec<(String, String)>,
+    ) -> Result<(Option<fru::BoardInfo>, Option<fru::ProductInfo>)> {
+        let info = self.send(ctx, &cmd::GET_FRU_INFO, vec![0]).await?;
+        if info.cc != 0 || info.data.len() < 3 {
+            return Ok((None, None));
+        }
+        let size = usize::from(u16::from_le_bytes([info.data[0], info.data[1]]));
+        let words = info.data[2] & 0x01 != 0;
+        let header = match fru::parse_header(&self.read_fru(ctx, 0, 8.min(size), words).await?) {
+            Ok(h) => h,
+            Err(e) => {
+                extra.push(("fru_error".into(), e));
+                return Ok((None, None));
+            }
+        };
+        let mut board = None;
+        let mut product = None;
+        for (offset, is_board) in [(header.board, true), (header.product, false)] {
+            let Some(offset) = offset.filter(|o| o + 2 <= size) else {
+                continue;
+            };
+            let len = match fru::area_len(&self.read_fru(ctx, offset, 2, words).await?) {
+                Ok(len) if offset + len <= size => len,
+                Ok(_) => {
+                    extra.push(("fru_error".into(), "FRU area runs past the FRU size".into()));
+                    continue;
+                }
+                Err(e) => {
+                    extra.push(("fru_error".into(), e));
+                    continue;
+                }
+            };
+            let area = self.read_fru(ctx, offset, len, words).await?;
+            let parsed = if is_board {
+                fru::parse_board(&area).map(|b| board = Some(b))
+            } else {
+                fru::parse_product(&area).map(|p| product = Some(p))
+            };
+            if let Err(e) = parsed {
+                extra.push(("fru_error".into(), e));
+            }
+        }
+        Ok((board, product))
+    }
+}
+
+#[async_trait]
+impl<T: Transport> Inventory for IpmiSession<T> {
+    /// Get Device ID (app 0x01), Get Chassis Status (chassis 0x01), and FRU
+    /// device 0 via Get FRU Inventory Area Info (storage 0x10) and Read FRU
+    /// Data (storage 0x11): board and product info areas. Chassis status and
+    /// FRU are optional: a BMC that refuses them still yields an inventory.
+    async fn inventory(&mut self, ctx: &Ctx) -> Result<InventoryData> {
+        let data = self.exec(ctx, &cmd::GET_DEVICE_ID, vec![]).await?;
+        let device = ipmi_rs::app::DeviceId::from_data(&data)
+            .ok_or_else(|| protocol(cmd::GET_DEVICE_ID.id, "response too short"))?;
+        let mut extra: Vec<(String, String)> = vec![
+            ("device_id".into(), device.device_id.to_string()),
+            ("device_revision".into(), device.device_revision.to_string()),
+            (
+                "ipmi_version".into(),
+                format!("{}.{}", device.major_version, device.minor_version),
+            ),
+            ("manufacturer_id".into(), device.manufacturer_id.to_string()),
+            ("product_id".into(), device.product_id.to_string()),
+        ];
+        if let Some(aux) = device.aux_revision {
+            extra.push((
+                "aux_firmware_revision".into(),
+                aux.iter().map(|b| format!("{b:02x}")).collect(),
+            ));
+        }
+
+        let mut power_state = None;
+        let status = self.send(ctx, &cmd::GET_CHASSIS_STATUS, vec![]).await?;
+        if let Some(s) = (status.cc == 0)
+            .then(|| cmd::decode_chassis_status(&status.data))
+            .flatten()
+        {
+            power_state = Some(if s.power_on {
+                PowerState::On
+            } else {
+                PowerState::Off
+            });
+            extra.push((
+                "power_restore_policy".into(),
+                cmd::restore_policy_name(s.restore_policy).into(),
+            ));
+            extra.push(("power_fault".into(), s.power_fault.to_string()));
+            extra.push(("power_overload".into(), s.power_overload.to_string()));
+            extra.push(("chassis_intrusion".into(), (s.misc & 0x01 != 0).to_string()));
+        }
+
+        let (board, product) = if device.fru_inventory_support {
+            self.fru_info(ctx, &mut extra).await?
+        } else {
+            (None, None)
+        };
+        let board = board.unwrap_or_default();
+        let product = product.unwrap_or_default();
+        for (key, value) in [
+            ("board_manufacturer", &board.manufacturer),
+            ("board_product", &board.product),
+            ("board_serial", &board.serial),
+            ("board_part_number", &board.part_number),
+            ("product_part_number", &product.part_number),
+            ("product_version", &product.version),
+            ("asset_tag", &product.asset_tag),
+        ] {
+            if let Some(v) = value {
+                extra.push((key.into(), v.clone()));
+            }
+        }
+        Ok(InventoryData {
+            manufacturer: product.manufacturer.or(board.manufacturer),
+            model: product.name.or(board.product),
+            serial: product.serial.or(board.serial),
+            firmware_version: cmd::firmware_revision(&data),
+            power_state,
+            extra,
+        })
+    }
+}

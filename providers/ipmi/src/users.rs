@@ -1,0 +1,248 @@
+//! Users: the user slots of the LAN channel (name, password, access, enable).
+
+use crate::cmd::{self, PasswordOp, UserAccess};
+use crate::session::{invalid, protocol, IpmiSession};
+use crate::transport::Transport;
+use async_trait::async_trait;
+use bmcfleet_provider::{Ctx, ProviderError, Result, Users};
+use bmcfleet_schema::{ErrorCode, UserInfo, UserRole, UserSpec, UserUpdate};
+
+impl<T: Transport> IpmiSession<T> {
+    async fn user_access(&mut self, ctx: &Ctx, channel: u8, id: u8) -> Result<UserAccess> {
+        let data = self
+            .exec(
+                ctx,
+                &cmd::GET_USER_ACCESS,
+                cmd::encode_get_user_access(channel, id),
+            )
+            .await?;
+        cmd::decode_user_access(&data)
+            .ok_or_else(|| protocol(cmd::GET_USER_ACCESS.id, "response too short"))
+    }
+
+    /// Every slot's name (`None` where the BMC refuses to name the slot),
+    /// from id 2 (id 1 is the fixed anonymous user) to the BMC's maximum.
+    async fn user_names(&mut self, ctx: &Ctx, channel: u8) -> Result<Vec<(u8, Option<String>)>> {
+        let max = self.user_access(ctx, channel, 1).await?.max_users;
+        let mut names = Vec::with_capacity(usize::from(max));
+        for id in 2..=max {
+            match self.exec(ctx, &cmd::GET_USER_NAME, vec![id]).await {
+                Ok(data) => names.push((id, Some(cmd::decode_user_name(&data)))),
+                Err(e) if matches!(e.code, ErrorCode::InvalidField | ErrorCode::TargetNotFound) => {
+                    names.push((id, None))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(names)
+    }
+
+    async fn find_user(&mut self, ctx: &Ctx, channel: u8, name: &str) -> Result<Option<u8>> {
+        let names = self.user_names(ctx, channel).await?;
+        Ok(names
+            .into_iter()
+            .find(|(_, n)| n.as_deref() == Some(name))
+            .map(|(id, _)| id))
+    }
+
+    async fn user_info(
+        &mut self,
+        ctx: &Ctx,
+        channel: u8,
+        id: u8,
+        name: String,
+    ) -> Result<UserInfo> {
+        let access = self.user_access(ctx, channel, id).await?;
+        Ok(UserInfo {
+            id: id.to_string(),
+            name,
+            role: cmd::privilege_role(access.privilege),
+            enabled: access.is_enabled(),
+        })
+    }
+
+    async fn set_enabled(
+        &mut self,
+        ctx: &Ctx,
+        channel: u8,
+        id: u8,
+        privilege: u8,
+        enabled: bool,
+    ) -> Result<()> {
+        self.exec(
+            ctx,
+            &cmd::SET_USER_ACCESS,
+            cmd::encode_set_user_access(channel, id, privilege, enabled),
+        )
+        .await?;
+        let op = if enabled {
+            PasswordOp::Enable
+        } else {
+            PasswordOp::Disable
+        };
+        self.exec(
+            ctx,
+            &cmd::SET_USER_PASSWORD,
+            cmd::encode_set_user_password(id, op, None),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn create_in_slot(
+        &mut self,
+        ctx: &Ctx,
+        channel: u8,
+        id: u8,
+        spec: &UserSpec,
+    ) -> Result<()> {
+        self.exec(
+            ctx,
+            &cmd::SET_USER_NAME,
+            cmd::encode_set_user_name(id, &spec.name),
+        )
+        .await?;
+        self.exec(
+            ctx,
+            &cmd::SET_USER_PASSWORD,
+            cmd::encode_set_user_password(id, PasswordOp::Set, Some(spec.password.expose())),
+        )
+        .await?;
+        self.set_enabled(
+            ctx,
+            channel,
+            id,
+            cmd::role_privilege(spec.role),
+            spec.enabled,
+        )
+        .await
+    }
+
+    async fn clear_slot(&mut self, ctx: &Ctx, channel: u8, id: u8) -> Result<()> {
+        self.exec(
+            ctx,
+            &cmd::SET_USER_PASSWORD,
+            cmd::encode_set_user_password(id, PasswordOp::Disable, None),
+        )
+        .await?;
+        self.exec(
+            ctx,
+            &cmd::SET_USER_ACCESS,
+            cmd::encode_set_user_access(
+                channel,
+                id,
+                cmd::role_privilege(UserRole::NoAccess),
+                false,
+            ),
+        )
+        .await?;
+        self.exec(ctx, &cmd::SET_USER_NAME, cmd::encode_set_user_name(id, ""))
+            .await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<T: Transport> Users for IpmiSession<T> {
+    /// Get User Access (app 0x44) for the slot count, then Get User Name
+    /// (app 0x46) and Get User Access for every named slot.
+    async fn list_users(&mut self, ctx: &Ctx) -> Result<Vec<UserInfo>> {
+        let channel = self.channel(ctx).await?;
+        let mut users = Vec::new();
+        for (id, name) in self.user_names(ctx, channel).await? {
+            if let Some(name) = name.filter(|n| !n.is_empty()) {
+                users.push(self.user_info(ctx, channel, id, name).await?);
+            }
+        }
+        Ok(users)
+    }
+
+    /// Picks the first slot without a name, then Set User Name (app 0x45),
+    /// Set User Password (app 0x47, set), Set User Access (app 0x43:
+    /// privilege, IPMI messaging) and Set User Password (enable/disable).
+    /// A failure part-way clears the slot again.
+    async fn create_user(&mut self, ctx: &Ctx, spec: &UserSpec) -> Result<UserInfo> {
+        cmd::validate_user_name(&spec.name).map_err(invalid)?;
+        cmd::validate_password(spec.password.expose()).map_err(invalid)?;
+        let channel = self.channel(ctx).await?;
+        let names = self.user_names(ctx, channel).await?;
+        if let Some((id, _)) = names
+            .iter()
+            .find(|(_, n)| n.as_deref() == Some(spec.name.as_str()))
+        {
+            return Err(ProviderError::new(
+                ErrorCode::Conflict,
+                format!("a user named {:?} already exists in slot {id}", spec.name),
+            ));
+        }
+        let id = names
+            .iter()
+            .find(|(_, n)| n.as_deref() == Some(""))
+            .map(|(id, _)| *id)
+            .ok_or_else(|| {
+                ProviderError::new(
+                    ErrorCode::BmcError,
+                    format!("no free user slot (all {} slots are named)", names.len()),
+                )
+            })?;
+        if let Err(e) = self.create_in_slot(ctx, channel, id, spec).await {
+            if let Err(cleanup) = self.clear_slot(ctx, channel, id).await {
+                tracing::warn!(bmc = %self.bmc, slot = id, error = %cleanup, "Could not clear a half-created user slot.");
+            }
+            return Err(e);
+        }
+        self.user_info(ctx, channel, id, spec.name.clone()).await
+    }
+
+    /// Finds the user by name (TargetNotFound when missing: never creates),
+    /// then changes only what the update names.
+    async fn update_user(&mut self, ctx: &Ctx, update: &UserUpdate) -> Result<UserInfo> {
+        if let Some(pw) = &update.password {
+            cmd::validate_password(pw.expose()).map_err(invalid)?;
+        }
+        let channel = self.channel(ctx).await?;
+        let id = self
+            .find_user(ctx, channel, &update.name)
+            .await?
+            .ok_or_else(|| {
+                ProviderError::new(
+                    ErrorCode::TargetNotFound,
+                    format!("no user named {:?} on the BMC", update.name),
+                )
+            })?;
+        if let Some(pw) = &update.password {
+            self.exec(
+                ctx,
+                &cmd::SET_USER_PASSWORD,
+                cmd::encode_set_user_password(id, PasswordOp::Set, Some(pw.expose())),
+            )
+            .await?;
+        }
+        if update.role.is_some() || update.enabled.is_some() {
+            let current = self.user_access(ctx, channel, id).await?;
+            let privilege = match update.role {
+                Some(role) => cmd::role_privilege(role),
+                None if cmd::privilege_role(current.privilege).is_some() => current.privilege,
+                None => cmd::role_privilege(UserRole::NoAccess),
+            };
+            let enabled = update.enabled.unwrap_or_else(|| current.is_enabled());
+            self.set_enabled(ctx, channel, id, privilege, enabled)
+                .await?;
+        }
+        self.user_info(ctx, channel, id, update.name.clone()).await
+    }
+
+    /// Disable (Set User Password, disable), privilege No Access with IPMI
+    /// messaging off (Set User Access), and an empty name (Set User Name):
+    /// the slot is free again.
+    async fn delete_user(&mut self, ctx: &Ctx, name: &str) -> Result<()> {
+        let channel = self.channel(ctx).await?;
+        let id = self.find_user(ctx, channel, name).await?.ok_or_else(|| {
+            ProviderError::new(
+                ErrorCode::TargetNotFound,
+                format!("no user named {name:?} on the BMC"),
+            )
+        })?;
+        self.clear_slot(ctx, channel, id).await
+    }
+}
