@@ -105,27 +105,47 @@ pub struct NatsArgs {
     pub connect_timeout: Duration,
 }
 
-/// Subject/stream layout; must be identical on gateway and workers.
+/// Subject/stream layout; must be identical on gateway, workers and bmcctl.
+/// (`global`: bmcctl accepts them after a subcommand too.)
 #[derive(Args, Debug, Clone)]
 pub struct TopologyArgs {
     /// Subject prefix (`<prefix>.jobs.…`, `<prefix>.events.…`).
-    #[arg(long, env = "BMCFLEET_SUBJECT_PREFIX", default_value = "bmc", value_parser = token)]
+    #[arg(long, env = "BMCFLEET_SUBJECT_PREFIX", default_value = "bmc", value_parser = token, global = true)]
     pub subject_prefix: String,
     /// Stem of stream and bucket names (`<stem>_JOBS`, …).
-    #[arg(long, env = "BMCFLEET_STREAM", default_value = "BMCFLEET", value_parser = token)]
+    #[arg(long, env = "BMCFLEET_STREAM", default_value = "BMCFLEET", value_parser = token, global = true)]
     pub stream: String,
     /// Number of job partitions (the unit of worker ownership). Changing it
     /// on a live deployment needs the resize procedure in the README.
-    #[arg(long, env = "BMCFLEET_PARTITIONS", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    #[arg(long, env = "BMCFLEET_PARTITIONS", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096), global = true)]
     pub partitions: u16,
     /// JetStream replicas for streams and buckets (1 or 3 in a cluster).
-    #[arg(long, env = "BMCFLEET_REPLICAS", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5))]
+    #[arg(long, env = "BMCFLEET_REPLICAS", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5), global = true)]
     pub replicas: u8,
 }
 
 impl TopologyArgs {
     pub fn subjects(&self) -> Subjects {
         Subjects::new(self.subject_prefix.clone(), self.stream.clone(), self.partitions)
+    }
+}
+
+/// Where producers reach the gateway's micro service (gateway and bmcctl).
+#[derive(Args, Debug, Clone)]
+pub struct ServiceArgs {
+    /// Subject prefix of the service endpoints (`<prefix>.submit`, `.status`, `.cancel`).
+    #[arg(long, env = "BMCFLEET_SERVICE_PREFIX", default_value = "bmcfleet", value_parser = service_prefix, global = true)]
+    pub service_prefix: String,
+}
+
+/// A service prefix: dot-separated tokens of `[A-Za-z0-9_-]`.
+pub fn service_prefix(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.split('.').all(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("`{s}` must be dot-separated tokens of [A-Za-z0-9_-]"))
     }
 }
 

@@ -50,21 +50,45 @@ pub enum OpenError {
     Invalid(String),
 }
 
-/// A public xkey (`X...`), checked.
-pub fn public_key(s: &str) -> Result<XKey, String> {
-    let s = s.trim();
-    if !s.starts_with('X') {
-        return Err(format!("`{s}` is not a public xkey (X...; `bmcctl keygen` prints one)"));
-    }
-    XKey::from_public_key(s).map_err(|e| format!("`{s}` is not a valid public xkey: {e}"))
+/// A key, a seed or a key file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("`{0}` is not a public xkey (X...; `bmcctl keygen` prints one)")]
+    NotPublic(String),
+    #[error("`{key}` is not a valid public xkey: {reason}")]
+    InvalidPublic { key: String, reason: String },
+    #[error("a sealing key seed starts with SX (`bmcctl keygen` writes one)")]
+    NotSeed,
+    #[error("invalid sealing key seed: {0}")]
+    InvalidSeed(String),
+    #[error("not an nkey: {0}")]
+    Encoding(String),
+    #[error("sealing key file {}: {source}", path.display())]
+    Unreadable { path: std::path::PathBuf, source: std::io::Error },
+    #[error("sealing key file {} is readable by others (mode {mode:o}); chmod 600 it", path.display())]
+    Exposed { path: std::path::PathBuf, mode: u32 },
+    #[error("sealing key file {}: {source}", path.display())]
+    InFile { path: std::path::PathBuf, source: Box<KeyError> },
+    /// The cipher refused (never expected with valid keys).
+    #[error("cannot seal: {0}")]
+    Seal(String),
 }
 
-fn seed(s: &str) -> Result<XKey, String> {
+/// A public xkey (`X...`), checked.
+pub fn public_key(s: &str) -> Result<XKey, KeyError> {
+    let s = s.trim();
+    if !s.starts_with('X') {
+        return Err(KeyError::NotPublic(s.to_owned()));
+    }
+    XKey::from_public_key(s).map_err(|e| KeyError::InvalidPublic { key: s.to_owned(), reason: e.to_string() })
+}
+
+fn seed(s: &str) -> Result<XKey, KeyError> {
     let s = s.trim();
     if !s.starts_with("SX") {
-        return Err("a sealing key seed starts with SX (`bmcctl keygen` writes one)".into());
+        return Err(KeyError::NotSeed);
     }
-    XKey::from_seed(s).map_err(|e| format!("invalid sealing key seed: {e}"))
+    XKey::from_seed(s).map_err(|e| KeyError::InvalidSeed(e.to_string()))
 }
 
 /// A new key pair: (seed `SX...`, public key `X...`).
@@ -75,27 +99,27 @@ pub fn generate() -> (Secret, String) {
 
 /// The 32 raw bytes inside an nkeys-encoded key (base32 of prefix bytes,
 /// the key and a CRC16, already checked by `nkeys`).
-fn raw_key(encoded: &str, prefix_len: usize) -> Result<[u8; 32], String> {
-    let bytes = data_encoding::BASE32_NOPAD.decode(encoded.as_bytes()).map_err(|e| format!("not an nkey: {e}"))?;
+fn raw_key(encoded: &str, prefix_len: usize) -> Result<[u8; 32], KeyError> {
+    let bytes = data_encoding::BASE32_NOPAD.decode(encoded.as_bytes()).map_err(|e| KeyError::Encoding(e.to_string()))?;
     bytes
         .get(prefix_len..prefix_len + 32)
         .and_then(|b| <[u8; 32]>::try_from(b).ok())
-        .ok_or_else(|| "not an nkey: wrong length".to_owned())
+        .ok_or_else(|| KeyError::Encoding("wrong length".to_owned()))
 }
 
-fn raw_public(key: &XKey) -> Result<crypto_box::PublicKey, String> {
+fn raw_public(key: &XKey) -> Result<crypto_box::PublicKey, KeyError> {
     raw_key(&key.public_key(), 1).map(crypto_box::PublicKey::from)
 }
 
-fn raw_secret(key: &XKey) -> Result<crypto_box::SecretKey, String> {
-    let seed = key.seed().map_err(|e| format!("not a seed: {e}"))?;
+fn raw_secret(key: &XKey) -> Result<crypto_box::SecretKey, KeyError> {
+    let seed = key.seed().map_err(|e| KeyError::InvalidSeed(e.to_string()))?;
     raw_key(&seed, 2).map(crypto_box::SecretKey::from)
 }
 
 /// `xkv1 ‖ nonce ‖ box`, as `nkeys::XKey::seal` writes it.
-fn seal_with(agreed: &SalsaBox, plain: &[u8]) -> Result<Vec<u8>, String> {
+fn seal_with(agreed: &SalsaBox, plain: &[u8]) -> Result<Vec<u8>, KeyError> {
     let nonce = SalsaBox::generate_nonce(&mut OsRng);
-    let boxed = agreed.encrypt(&nonce, plain).map_err(|_| "cannot seal".to_owned())?;
+    let boxed = agreed.encrypt(&nonce, plain).map_err(|_| KeyError::Seal("the cipher refused".to_owned()))?;
     let mut out = Vec::with_capacity(XKV1.len() + NONCE_LEN + boxed.len());
     out.extend_from_slice(XKV1);
     out.extend_from_slice(&nonce);
@@ -105,9 +129,9 @@ fn seal_with(agreed: &SalsaBox, plain: &[u8]) -> Result<Vec<u8>, String> {
 
 /// Seal `password` to `recipient` (the workers' public key) with a one-off
 /// sender key (two X25519 operations; a gateway uses a [`Sealer`]).
-pub fn seal(username: &str, password: &Secret, recipient: &XKey) -> Result<SealedCredentials, String> {
+pub fn seal(username: &str, password: &Secret, recipient: &XKey) -> Result<SealedCredentials, KeyError> {
     let sender = XKey::new();
-    let sealed = sender.seal(password.expose().as_bytes(), recipient).map_err(|e| format!("cannot seal: {e}"))?;
+    let sealed = sender.seal(password.expose().as_bytes(), recipient).map_err(|e| KeyError::Seal(e.to_string()))?;
     Ok(SealedCredentials {
         username: username.to_owned(),
         key: recipient.public_key(),
@@ -152,12 +176,12 @@ impl std::fmt::Debug for Sealer {
 
 impl Sealer {
     /// A sealer for `recipient`, a public xkey (`X...`).
-    pub fn new(recipient: &str) -> Result<Sealer, String> {
+    pub fn new(recipient: &str) -> Result<Sealer, KeyError> {
         Sealer::with_rotation(recipient, SENDER_KEY_LIFETIME, SENDER_KEY_MAX_USES)
     }
 
     /// As [`Sealer::new`], replacing the sender key after `lifetime` or `max_uses` boxes.
-    pub fn with_rotation(recipient: &str, lifetime: Duration, max_uses: u64) -> Result<Sealer, String> {
+    pub fn with_rotation(recipient: &str, lifetime: Duration, max_uses: u64) -> Result<Sealer, KeyError> {
         let key = public_key(recipient)?;
         Ok(Sealer {
             recipient: key.public_key(),
@@ -174,7 +198,7 @@ impl Sealer {
     }
 
     /// Seal one password.
-    pub fn seal(&self, username: &str, password: &Secret) -> Result<SealedCredentials, String> {
+    pub fn seal(&self, username: &str, password: &Secret) -> Result<SealedCredentials, KeyError> {
         let (sender, agreed) = {
             let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
             let stale = current.as_ref().is_none_or(|k| k.uses >= self.max_uses || k.born.elapsed() >= self.lifetime);
@@ -206,7 +230,7 @@ impl std::fmt::Debug for SealingKeys {
 
 impl SealingKeys {
     /// Add a seed (`SX...`).
-    pub fn add_seed(&mut self, seed_text: &Secret) -> Result<String, String> {
+    pub fn add_seed(&mut self, seed_text: &Secret) -> Result<String, KeyError> {
         let k = seed(seed_text.expose())?;
         let public = k.public_key();
         self.keys.insert(public.clone(), k);
@@ -216,22 +240,19 @@ impl SealingKeys {
     /// Add the seed in a file (first non-empty line). The file must not be
     /// readable by others (group read is allowed: Kubernetes mounts Secrets
     /// owned by the pod's fsGroup).
-    pub fn add_file(&mut self, path: &Path) -> Result<String, String> {
+    pub fn add_file(&mut self, path: &Path) -> Result<String, KeyError> {
+        let unreadable = |source| KeyError::Unreadable { path: path.to_owned(), source };
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let meta = std::fs::metadata(path).map_err(|e| format!("sealing key file {}: {e}", path.display()))?;
-            if meta.permissions().mode() & 0o007 != 0 {
-                return Err(format!(
-                    "sealing key file {} is readable by others (mode {:o}); chmod 600 it",
-                    path.display(),
-                    meta.permissions().mode() & 0o777
-                ));
+            let mode = std::fs::metadata(path).map_err(unreadable)?.permissions().mode();
+            if mode & 0o007 != 0 {
+                return Err(KeyError::Exposed { path: path.to_owned(), mode: mode & 0o777 });
             }
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("sealing key file {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(unreadable)?;
         let line = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or("");
-        self.add_seed(&Secret::new(line)).map_err(|e| format!("sealing key file {}: {e}", path.display()))
+        self.add_seed(&Secret::new(line)).map_err(|e| KeyError::InFile { path: path.to_owned(), source: Box::new(e) })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -265,8 +286,8 @@ impl SealingKeys {
         if let Some(b) = self.agreed.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
             return Ok(b.clone());
         }
-        let sender_key = public_key(sender).map_err(OpenError::Invalid)?;
-        let agreed = Arc::new(SalsaBox::new(&raw_public(&sender_key).map_err(OpenError::Invalid)?, &raw_secret(key).map_err(OpenError::Invalid)?));
+        let sender_key = public_key(sender).map_err(|e| OpenError::Invalid(e.to_string()))?;
+        let agreed = Arc::new(SalsaBox::new(&raw_public(&sender_key).map_err(|e| OpenError::Invalid(e.to_string()))?, &raw_secret(key).map_err(|e| OpenError::Invalid(e.to_string()))?));
         let mut cache = self.agreed.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= OPEN_CACHE_ENTRIES {
             // One-off senders (`bmcctl`) fill it; gateways' keys come right back.
@@ -391,7 +412,7 @@ mod tests {
         std::fs::write(&path, format!("{}\n", seed1.expose())).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(keys.add_file(&path).unwrap_err().contains("chmod 600"));
+        assert!(keys.add_file(&path).unwrap_err().to_string().contains("chmod 600"));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(keys.add_file(&path).unwrap(), pub1);
         assert!(!format!("{keys:?}").contains(seed1.expose()));

@@ -22,6 +22,39 @@ use tokio_util::sync::CancellationToken;
 /// Answers `/readyz`: true when the process can do its work.
 pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// The readiness of a gateway or worker: connected to NATS (and the
+/// connection holds) while its main loop runs.
+#[derive(Default)]
+pub struct Ready {
+    client: std::sync::OnceLock<async_nats::Client>,
+    running: std::sync::atomic::AtomicBool,
+}
+
+impl Ready {
+    pub fn new() -> Arc<Ready> {
+        Arc::default()
+    }
+
+    /// The check `/readyz` answers with.
+    pub fn check(self: &Arc<Self>) -> Readiness {
+        let me = self.clone();
+        Arc::new(move || {
+            me.running.load(std::sync::atomic::Ordering::SeqCst)
+                && me.client.get().is_some_and(|c| c.connection_state() == async_nats::connection::State::Connected)
+        })
+    }
+
+    /// The NATS connection whose state counts (set once, when connected).
+    pub fn connected(&self, client: &async_nats::Client) {
+        let _ = self.client.set(client.clone());
+    }
+
+    /// Whether the main loop runs.
+    pub fn running(&self, running: bool) {
+        self.running.store(running, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Content type of the OpenMetrics text exposition `prometheus-client` writes.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 

@@ -1,6 +1,7 @@
 //! The batch status record (KV `<S>_BATCHES`, key = batch id), read and
 //! written with compare-and-set so that gateway (cancel) and worker
-//! (progress) never overwrite each other.
+//! (progress) never overwrite each other. What a write may change is
+//! `bmcfleet_schema::lifecycle`'s; this module only stores it.
 
 use async_nats::jetstream::kv;
 use bmcfleet_schema::{BatchId, BatchStatus, Encoding};
@@ -10,8 +11,10 @@ use bytes::Bytes;
 pub enum StatusError {
     #[error("status store: {0}")]
     Store(String),
-    #[error("status record of {0} is corrupt: {1}")]
-    Corrupt(BatchId, String),
+    /// The record cannot be decoded; `revision` lets a writer replace it
+    /// with compare-and-set (never a blind put).
+    #[error("status record of {id} is corrupt: {reason}")]
+    Corrupt { id: BatchId, revision: u64, reason: String },
     /// Someone else wrote the record since we read it.
     #[error("status record changed concurrently")]
     Conflict,
@@ -32,7 +35,7 @@ pub async fn load(kv: &kv::Store, id: &BatchId) -> Result<Option<Versioned>, Sta
     }
     let status = Encoding::MessagePack
         .decode::<BatchStatus>(&entry.value)
-        .map_err(|e| StatusError::Corrupt(*id, e.to_string()))?;
+        .map_err(|e| StatusError::Corrupt { id: *id, revision: entry.revision, reason: e.to_string() })?;
     Ok(Some(Versioned { status, revision: entry.revision }))
 }
 

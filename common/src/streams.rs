@@ -225,8 +225,10 @@ where
     Fut: std::future::Future<Output = Result<T, E>>,
 {
     let deadline = tokio::time::Instant::now() + give_up_after;
-    let mut delay = Duration::from_millis(100);
+    let backoff = crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let mut retry = 0;
     loop {
+        let delay = backoff.delay(retry);
         match step().await {
             Ok(v) => return Ok(v),
             Err(e) if fatal(&e) => return Err(e),
@@ -234,7 +236,7 @@ where
             Err(e) => {
                 tracing::warn!(error = %e, retry_in = ?delay, "JetStream is not ready; retrying {what}.");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
+                retry += 1;
             }
         }
     }

@@ -59,6 +59,7 @@ pub struct BmcTarget {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
     Ipmi,
@@ -220,6 +221,7 @@ impl Action {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum PowerOp {
     On,
@@ -236,6 +238,7 @@ pub enum PowerOp {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum BootDevice {
     Pxe,
@@ -244,6 +247,7 @@ pub enum BootDevice {
     Bios,
     Safe,
     /// No override (read back only).
+    #[cfg_attr(feature = "clap", value(skip))]
     None,
 }
 

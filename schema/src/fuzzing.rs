@@ -41,3 +41,28 @@ pub fn batch_decode(data: &[u8]) {
         "job subject {subject} does not give back its key"
     );
 }
+
+/// The `redfish_path` target: [`crate::raw_policy::canonical_redfish_path`]
+/// on any text. A canonical path is a fixed point, stays under
+/// `/redfish/v1`, holds no escape, dot segment, doubled or trailing slash,
+/// and the default raw policy judges it exactly as it judges the input (the
+/// policy matches the canonical form); a path that has none is refused.
+pub fn redfish_path(data: &[u8]) {
+    use crate::raw_policy::{canonical_redfish_path, RawPolicy, RawTarget};
+    let Ok(given) = std::str::from_utf8(data) else { return };
+    let policy = RawPolicy::default();
+    let judge = |method: &'static str, path: &str| policy.check(RawTarget::Redfish { method, path }).is_ok();
+    match canonical_redfish_path(given) {
+        Err(_) => assert!(!judge("POST", given) && !judge("GET", given), "{given:?} has no canonical form but was allowed"),
+        Ok(c) => {
+            assert_eq!(canonical_redfish_path(&c).as_deref(), Ok(c.as_str()), "{given:?}: {c:?} is not a fixed point");
+            let path = c.split('?').next().unwrap_or_default();
+            assert!(path == "/redfish/v1" || path.starts_with("/redfish/v1/"), "{c:?} left /redfish/v1");
+            assert!(!path.contains("//") && !path.contains('%') && !path.ends_with('/'), "{c:?} is not plain");
+            assert!(!path.split('/').any(|s| s == "." || s == ".."), "{c:?} has a dot segment");
+            for m in ["GET", "POST", "PATCH", "DELETE"] {
+                assert_eq!(judge(m, given), judge(m, &c), "{m} {given:?} and {m} {c:?} are judged differently");
+            }
+        }
+    }
+}

@@ -18,8 +18,12 @@ pub mod action;
 pub mod bmc;
 pub mod codec;
 pub mod duration;
+pub mod lifecycle;
 pub mod raw_policy;
 pub mod error;
+/// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
+/// the `fuzzing` feature, so release builds do not contain them.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod result;

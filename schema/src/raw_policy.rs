@@ -19,16 +19,80 @@
 //! allow redfish:GET:/redfish/v1/*
 //! ```
 //!
-//! Redfish paths match case-insensitively (BMCs differ), `*` matches any run
-//! of characters including `/`, and the path is compared without its query.
+//! Redfish paths are matched in their canonical form
+//! ([`canonical_redfish_path`]: percent-decoded once, repeated slashes
+//! collapsed, no dot segments, no trailing slash; a spelling that cannot be
+//! made canonical is refused), case-insensitively (BMCs differ), without
+//! their query; `*` matches any run of characters including `/`. The
+//! canonical form is also what is sent, so the path a rule saw is the path
+//! the BMC gets, however a server would read another spelling.
+//!
+//! IPMI requests that carry another request (Send Message, app 0x34, used to
+//! bridge to other controllers) are denied by the default rules: the policy
+//! cannot see the inner command.
 
 use std::fmt;
 
-/// The default rules: IPMI firmware netfns and HPM.1 upgrade commands and
-/// every write to a Redfish update service (standard or OEM) are denied;
-/// everything else is allowed.
+/// Longest raw Redfish path (with its query) accepted.
+pub const MAX_REDFISH_PATH: usize = 1024;
+
+/// The one spelling of a raw Redfish path that is matched and sent: percent
+/// escapes decoded (once), repeated slashes collapsed, no `.` or `..`
+/// segment, no trailing slash, under `/redfish/v1`; the query is kept as
+/// given. Refused (`Err`, the reason): anything a server could read as
+/// another path: a `%` left after decoding (double encoding), a backslash,
+/// `;` (path parameters), control characters, spaces, non-ASCII, `#`, a dot
+/// segment, or a path outside `/redfish/v1`.
+pub fn canonical_redfish_path(path: &str) -> Result<String, String> {
+    if path.len() > MAX_REDFISH_PATH {
+        return Err(format!("longer than {MAX_REDFISH_PATH} bytes"));
+    }
+    let plain = |c: char| c.is_ascii() && !c.is_ascii_control() && !matches!(c, ' ' | '\\' | ';' | '#');
+    if !path.chars().all(plain) {
+        return Err("a control character, space, backslash, `;`, `#` or non-ASCII character".into());
+    }
+    let (p, query) = match path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path, None),
+    };
+    let bytes = p.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+            decoded.push(hex.ok_or("a `%` that is not a percent escape")?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let decoded = String::from_utf8(decoded).map_err(|_| "a percent escape that is not UTF-8".to_owned())?;
+    if !decoded.chars().all(|c| plain(c) && c != '%' && c != '?') {
+        return Err("a percent escape of `%`, `?`, `#`, `;`, a backslash, a space or a control character".into());
+    }
+    let segments: Vec<&str> = decoded.split('/').filter(|s| !s.is_empty()).collect();
+    if segments.iter().any(|s| *s == "." || *s == "..") {
+        return Err("a `.` or `..` segment".into());
+    }
+    let canonical = format!("/{}", segments.join("/"));
+    if !(canonical == "/redfish/v1" || canonical.starts_with("/redfish/v1/")) {
+        return Err("not under /redfish/v1".into());
+    }
+    Ok(match query {
+        Some(q) if !q.is_empty() => format!("{canonical}?{q}"),
+        _ => canonical,
+    })
+}
+
+/// The default rules: IPMI firmware netfns, HPM.1 upgrade commands, Send
+/// Message (bridging: the inner request is not visible) and every write to
+/// a Redfish update service (standard or OEM) are denied; everything else is
+/// allowed.
 pub const DEFAULT_RULES: &str = "deny ipmi:netfn=0x08-0x09; \
      deny ipmi:netfn=0x2c,cmd=0x2e-0x34; \
+     deny ipmi:netfn=0x06,cmd=0x34; \
      allow ipmi:*; \
      deny redfish:POST|PATCH|PUT|DELETE:*updateservice*; \
      allow redfish:*:*";
@@ -243,7 +307,11 @@ impl RawPolicy {
                     netfn.is_none_or(|x| x.contains(n)) && cmd.is_none_or(|x| x.contains(c))
                 }
                 (Matcher::Redfish { methods, path }, RawTarget::Redfish { method, path: p }) => {
-                    let p = p.split(['?', '#']).next().unwrap_or("").to_ascii_lowercase();
+                    let p = match canonical_redfish_path(p) {
+                        Ok(c) => c,
+                        Err(why) => return Err(format!("{target} is refused: its path cannot be made canonical ({why})")),
+                    };
+                    let p = p.split('?').next().unwrap_or("").to_ascii_lowercase();
                     (methods.is_empty() || methods.iter().any(|m| m.eq_ignore_ascii_case(method))) && glob(path, &p)
                 }
                 _ => false,
@@ -279,6 +347,88 @@ impl std::str::FromStr for RawPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redfish_paths_have_one_spelling() {
+        for (given, canonical) in [
+            ("/redfish/v1", "/redfish/v1"),
+            ("/redfish/v1/", "/redfish/v1"),
+            ("//redfish//v1///Systems/", "/redfish/v1/Systems"),
+            ("/redfish/v1/Update%53ervice/Actions", "/redfish/v1/UpdateService/Actions"),
+            ("/redfish/v1/Systems?$expand=.", "/redfish/v1/Systems?$expand=."),
+            ("/redfish/v1/Systems/1%2FBios", "/redfish/v1/Systems/1/Bios"),
+        ] {
+            assert_eq!(canonical_redfish_path(given).as_deref(), Ok(canonical), "{given}");
+        }
+        for bad in [
+            "/redfish/v1/./UpdateService",
+            "/redfish/v1/Systems/../UpdateService",
+            "/redfish/v1/%2e%2e/x",
+            "/redfish/v1/Update%2553ervice",
+            "/redfish/v1/UpdateService;x=1",
+            "/redfish/v1\\UpdateService",
+            "/redfish/v1/Update Service",
+            "/redfish/v1/a#b",
+            "/redfish/v1/%zz",
+            "/redfish/v1/%3F",
+            "/redfish/v1/%c3%a9",
+            "/redfish/v2/Systems",
+            "/etc/passwd",
+            "/redfish/v1/\u{7f}",
+        ] {
+            assert!(canonical_redfish_path(bad).is_err(), "{bad} accepted as {:?}", canonical_redfish_path(bad));
+        }
+    }
+
+    #[test]
+    fn every_spelling_of_an_update_service_write_is_denied() {
+        let p = RawPolicy::default();
+        for path in [
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            "/redfish/v1/Update%53ervice/Actions/SimpleUpdate",
+            "/redfish/v1/%55pdateService",
+            "//redfish/v1//updateservice/",
+            "/REDFISH/v1/x/..", // refused: not canonical
+            "/redfish/v1/Oem/Hpe/%75%70%64%61%74%65%73%65%72%76%69%63%65",
+        ] {
+            assert!(p.check(rf("POST", path)).is_err(), "POST {path} allowed");
+        }
+        assert!(p.check(rf("GET", "/redfish/v1/Update%53ervice")).is_ok(), "reads stay allowed");
+        assert!(p.check(ipmi(0x06, 0x34)).unwrap_err().contains("netfn=0x06,cmd=0x34"), "Send Message bridges: denied");
+        assert!(p.check(ipmi(0x06, 0x01)).is_ok());
+    }
+
+    proptest::proptest! {
+        /// Canonical paths are fixed points, and however a denied path is
+        /// re-spelled (escapes, doubled slashes, case), it is refused or
+        /// still denied: canonicalising never widens access.
+        #[test]
+        fn canonicalising_is_idempotent_and_never_widens(
+            segs in proptest::collection::vec("[A-Za-z0-9$._-]{1,8}", 0..4),
+            escape in proptest::collection::vec(proptest::bool::ANY, 64),
+            doubled in proptest::collection::vec(proptest::bool::ANY, 8),
+            upper in proptest::bool::ANY,
+        ) {
+            let denied = format!("/redfish/v1/{}UpdateService", segs.iter().map(|s| format!("{s}/")).collect::<String>());
+            let mut spelled = String::new();
+            for (i, c) in denied.chars().enumerate() {
+                if c == '/' && doubled.get(i % 8).copied().unwrap_or(false) {
+                    spelled.push('/');
+                }
+                if c != '/' && escape[i % 64] {
+                    spelled.push_str(&format!("%{:02X}", c as u32));
+                } else if upper && c.is_ascii_alphabetic() && i > 12 {
+                    spelled.push(c.to_ascii_uppercase());
+                } else {
+                    spelled.push(c);
+                }
+            }
+            if let Ok(c) = canonical_redfish_path(&spelled) {
+                proptest::prop_assert_eq!(canonical_redfish_path(&c), Ok(c.clone()));
+            }
+            proptest::prop_assert!(RawPolicy::default().check(rf("POST", &spelled)).is_err(), "POST {} allowed", spelled);
+        }
+    }
 
     fn ipmi(netfn: u8, cmd: u8) -> RawTarget<'static> {
         RawTarget::Ipmi { netfn, cmd }

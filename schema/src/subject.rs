@@ -10,7 +10,7 @@
 //! | batch status KV            | `<STREAM>_BATCHES`                               |
 //! | partition lease KV         | `<STREAM>_LEASES`                                |
 //! | worker presence KV         | `<STREAM>_WORKERS`                               |
-//! | partition consumer         | `part-<partition>` on the job stream             |
+//! | partition consumer         | `part-<partition>-<lease epoch>` on the job stream |
 //!
 //! `<prefix>` defaults to `bmc`, `<STREAM>` to `BMCFLEET`.
 
@@ -86,8 +86,18 @@ impl Subjects {
         format!("{}_CREDENTIALS", self.stream)
     }
 
-    pub fn partition_consumer(&self, partition: u16) -> String {
-        format!("part-{partition}")
+    /// The consumer of one owner of a partition: named after the lease
+    /// epoch (the lease's creating revision), so an earlier owner's late
+    /// pulls and acks never reach it.
+    pub fn partition_consumer(&self, partition: u16, epoch: u64) -> String {
+        format!("part-{partition}-{epoch}")
+    }
+
+    /// Whether `name` is a consumer of `partition` (any epoch, or the
+    /// epoch-less name of earlier releases).
+    pub fn is_partition_consumer(&self, partition: u16, name: &str) -> bool {
+        let base = format!("part-{partition}");
+        name == base || name.strip_prefix(&base).and_then(|r| r.strip_prefix('-')).is_some_and(|e| !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()))
     }
 
     pub fn lease_key(&self, partition: u16) -> String {
@@ -102,17 +112,38 @@ impl Subjects {
     }
 }
 
+/// The gateway micro service's endpoints (`<service-prefix>.<endpoint>`).
+pub const ENDPOINTS: [&str; 3] = ["submit", "status", "cancel"];
+
+/// The subject of a gateway endpoint (one of [`ENDPOINTS`]).
+pub fn service_subject(service_prefix: &str, endpoint: &str) -> String {
+    format!("{service_prefix}.{endpoint}")
+}
+
 /// Header carrying the encoding of a message body.
 pub const CONTENT_TYPE: &str = "Content-Type";
 /// Header on a submit request asking the gateway to reply with the final result.
 pub const WAIT_HEADER: &str = "Bmcfleet-Wait";
 /// Header naming the event kind on event messages.
 pub const EVENT_HEADER: &str = "Bmcfleet-Event";
+/// Header naming the worker that published an event.
+pub const WORKER_HEADER: &str = "Bmcfleet-Worker";
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::BmcAddress;
+
+    #[test]
+    fn partition_consumers_are_named_per_epoch() {
+        let s = Subjects::new("bmc", "BMCFLEET", 64);
+        assert_eq!(s.partition_consumer(1, 42), "part-1-42");
+        assert!(s.is_partition_consumer(1, "part-1-42"));
+        assert!(s.is_partition_consumer(1, "part-1"), "the epoch-less name of earlier releases");
+        for other in ["part-10-42", "part-10", "part-1-", "part-1-x", "part-1-4-2", "part-2-42"] {
+            assert!(!s.is_partition_consumer(1, other), "{other} is not partition 1's");
+        }
+    }
 
     #[test]
     fn job_subject_round_trips() {

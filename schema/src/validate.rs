@@ -6,6 +6,22 @@ use crate::codec::Encoding;
 use crate::error::{ErrorBody, ErrorCode};
 use std::time::Duration;
 
+/// The one rule for credential names, wherever one is given (a batch's
+/// `{"ref": …}`, `bmcctl cred`): a key the credentials KV bucket can hold.
+pub fn credential_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..");
+    if ok {
+        Ok(())
+    } else {
+        Err("credential names are 1-128 characters of [A-Za-z0-9-_./], not starting or ending with `.` and without `..`".into())
+    }
+}
+
 /// Configurable bounds on what a batch may ask.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -80,14 +96,27 @@ pub fn decode_batch(bytes: &[u8], encoding: Encoding, limits: &Limits) -> Result
     if bytes.is_empty() {
         return Err(ValidationError::new(ErrorCode::Malformed, "empty message: expected a batch"));
     }
-    let batch: Batch = encoding.decode(bytes).map_err(|e| {
+    let mut batch: Batch = encoding.decode(bytes).map_err(|e| {
         let msg = e.to_string();
         // serde names an unparsable address through our AddressError text.
         let code = if msg.contains("invalid BMC address") { ErrorCode::InvalidAddress } else { ErrorCode::Malformed };
         ValidationError::new(code, msg)
     })?;
+    canonicalize(&mut batch)?;
     validate(&batch, limits)?;
     Ok(batch)
+}
+
+/// Raw Redfish paths in their one canonical spelling: what the raw policy
+/// matches is exactly what is stored and sent.
+fn canonicalize(batch: &mut Batch) -> Result<(), ValidationError> {
+    for (i, action) in batch.actions.iter_mut().enumerate() {
+        if let Action::Raw(RawRequest::Redfish(r)) = action {
+            r.path = crate::raw_policy::canonical_redfish_path(&r.path)
+                .map_err(|why| field(format!("actions[{i}]: raw Redfish path {:?} is not a plain resource path: {why}", r.path)))?;
+        }
+    }
+    Ok(())
 }
 
 fn field(msg: impl Into<String>) -> ValidationError {
@@ -117,9 +146,7 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
     }
     match &batch.bmc.credentials {
         Credentials::Ref(name) => {
-            if name.is_empty() || name.len() > 128 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b)) {
-                return Err(field("bmc.credentials.ref must be 1-128 characters of [A-Za-z0-9-_./]"));
-            }
+            credential_name(name).map_err(|why| field(format!("bmc.credentials.ref: {why}")))?;
         }
         Credentials::Inline { username, .. } => {
             if !limits.allow_inline_credentials {
@@ -248,6 +275,18 @@ mod tests {
     #[test]
     fn accepts_a_valid_batch() {
         json(OK).unwrap();
+    }
+
+    #[test]
+    fn one_rule_for_credential_names() {
+        for ok in ["rack12-bmc", "site/fra1/r12", "a", "A_b.c-d", &"x".repeat(128)] {
+            credential_name(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in ["", ".hidden", "trailing.", "a..b", "sp ace", "star*", &"x".repeat(129)] {
+            assert!(credential_name(bad).is_err(), "{bad:?} accepted");
+            let batch = OK.replace(r#"{"ref":"r"}"#, &format!(r#"{{"ref":{}}}"#, serde_json::to_string(bad).unwrap()));
+            assert_eq!(code(&batch), ErrorCode::InvalidField, "{bad:?} admitted");
+        }
     }
 
     #[test]

@@ -1,0 +1,203 @@
+//! The batch status lifecycle, in one place: every change a gateway or a
+//! worker makes to a [`BatchStatus`] is one of these transitions (pure
+//! functions, time passed in); `bmcfleet_common::status` stores them with
+//! compare-and-set.
+//!
+//! ```text
+//! (none) ──queued──▶ Queued ──claim──▶ Running ──finish──▶ Succeeded | Failed | Cancelled
+//!   │                  │                 │  ▲ claim (redelivery, another worker)
+//!   └─────running──────┼────────────────▶┘  │
+//!                      └──cancel──▶ Cancelled (queued: at once)
+//!                         cancel on Running: cancel_requested, the worker finishes it
+//! unreadable record ──interrupted──▶ Failed (every action `interrupted`, none run again)
+//! ```
+
+use crate::action::Job;
+use crate::error::{ErrorBody, ErrorCode};
+use crate::result::{ActionResult, BatchResult, BatchState, BatchStatus};
+
+/// What a cancel request did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cancel {
+    /// The batch was queued: it is now finished as `Cancelled`.
+    Finished,
+    /// The batch is running: its worker stops after the current action.
+    Requested,
+}
+
+impl BatchStatus {
+    fn new(job: &Job, state: BatchState, now_ms: u64) -> BatchStatus {
+        BatchStatus {
+            id: job.id,
+            bmc: job.batch.bmc.address.key().to_string(),
+            state,
+            results: vec![],
+            in_progress: None,
+            cancel_requested: false,
+            actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
+            stream_sequence: None,
+            worker: None,
+            deliveries: 0,
+            admitted_at_ms: job.admitted_at_ms,
+            updated_at_ms: now_ms,
+            result: None,
+        }
+    }
+
+    /// The gateway queued `job` at `stream_sequence`.
+    pub fn queued(job: &Job, stream_sequence: u64, now_ms: u64) -> BatchStatus {
+        BatchStatus { stream_sequence: Some(stream_sequence), ..BatchStatus::new(job, BatchState::Queued, now_ms) }
+    }
+
+    /// A worker starts `job` and finds no record (the gateway's write was lost or is late).
+    pub fn running(job: &Job, worker: &str, now_ms: u64) -> BatchStatus {
+        let mut s = BatchStatus::new(job, BatchState::Queued, now_ms);
+        s.claim(worker, now_ms);
+        s
+    }
+
+    /// A worker starts (or resumes) the batch: one more delivery.
+    pub fn claim(&mut self, worker: &str, now_ms: u64) {
+        self.state = BatchState::Running;
+        self.worker = Some(worker.to_owned());
+        self.deliveries += 1;
+        self.updated_at_ms = now_ms;
+    }
+
+    /// A producer asks to cancel. `Err` with the final state when the batch
+    /// already finished.
+    pub fn cancel(&mut self, now_ms: u64) -> Result<Cancel, BatchState> {
+        if self.state.is_final() {
+            return Err(self.state);
+        }
+        self.updated_at_ms = now_ms;
+        self.cancel_requested = true;
+        if self.state != BatchState::Queued {
+            return Ok(Cancel::Requested);
+        }
+        let results = self
+            .actions
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| ActionResult::err(i as u32, kind, None, ErrorBody::new(ErrorCode::Cancelled, "cancelled before it ran"), 0))
+            .collect();
+        self.close(results, "gateway", now_ms);
+        Ok(Cancel::Finished)
+    }
+
+    /// The worker has a result for every action: the batch's final state
+    /// follows from them (any `cancelled` → Cancelled, any failure → Failed).
+    pub fn finish(&mut self, worker: &str, now_ms: u64) -> &BatchResult {
+        assert_eq!(self.results.len(), self.actions.len(), "a batch finishes with one result per action");
+        let results = std::mem::take(&mut self.results);
+        self.close(results, worker, now_ms)
+    }
+
+    /// The stored record cannot be read: whether and how far the batch ran
+    /// is unknown, so no action of it runs again. It finishes as Failed with
+    /// every action `interrupted`.
+    pub fn unreadable(job: &Job, worker: &str, now_ms: u64) -> BatchStatus {
+        let mut s = BatchStatus::running(job, worker, now_ms);
+        let results = s
+            .actions
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| {
+                let why = "the batch's status record was unreadable: whether this action ran is unknown, so it was not run (again)";
+                ActionResult::err(i as u32, kind, None, ErrorBody::new(ErrorCode::Interrupted, why), 0)
+            })
+            .collect();
+        s.close(results, worker, now_ms);
+        s
+    }
+
+    fn close(&mut self, results: Vec<ActionResult>, worker: &str, now_ms: u64) -> &BatchResult {
+        let code = |r: &ActionResult| r.error.as_ref().map(|e| e.code);
+        let state = if results.iter().any(|r| code(r) == Some(ErrorCode::Cancelled)) {
+            BatchState::Cancelled
+        } else if results.iter().any(|r| !r.is_ok()) {
+            BatchState::Failed
+        } else {
+            BatchState::Succeeded
+        };
+        self.state = state;
+        self.in_progress = None;
+        self.updated_at_ms = now_ms;
+        self.result = Some(BatchResult {
+            id: self.id,
+            bmc: self.bmc.clone(),
+            state,
+            results: results.clone(),
+            worker: worker.to_owned(),
+            deliveries: self.deliveries,
+            admitted_at_ms: self.admitted_at_ms,
+            finished_at_ms: now_ms,
+        });
+        self.results = results;
+        self.result.as_ref().expect("set above")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::action::{Action, Batch, BmcTarget, Credentials, OnError, PowerOp, Protocol, TlsOptions};
+
+    fn job() -> Job {
+        let batch = Batch {
+            id: Some(ulid::Ulid::new()),
+            bmc: BmcTarget {
+                address: "10.0.0.1".parse().unwrap(),
+                protocol: Protocol::Ipmi,
+                credentials: Credentials::Ref("r".into()),
+                tls: TlsOptions::default(),
+                system_id: None,
+            },
+            actions: vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Cycle)],
+            on_error: OnError::Stop,
+            deadline: None,
+        };
+        Job { id: batch.id.unwrap(), admitted_at_ms: 1, deadline_at_ms: 1_000, batch }
+    }
+
+    #[test]
+    fn queued_claimed_finished() {
+        let j = job();
+        let mut s = BatchStatus::queued(&j, 7, 2);
+        assert_eq!((s.state, s.stream_sequence, s.deliveries), (BatchState::Queued, Some(7), 0));
+        assert_eq!(s.actions, ["power_on", "power_cycle"]);
+        s.claim("w1", 3);
+        s.claim("w2", 4);
+        assert_eq!((s.state, s.worker.as_deref(), s.deliveries), (BatchState::Running, Some("w2"), 2));
+        s.results = vec![
+            ActionResult::ok(0, "power_on", None, None, 1),
+            ActionResult::err(1, "power_cycle", None, ErrorBody::new(ErrorCode::BmcError, "no"), 1),
+        ];
+        let r = s.finish("w2", 5).clone();
+        assert_eq!((r.state, r.worker.as_str(), r.deliveries, r.finished_at_ms), (BatchState::Failed, "w2", 2, 5));
+        assert_eq!(s.state, BatchState::Failed);
+        assert_eq!(s.cancel(6), Err(BatchState::Failed), "a finished batch cannot be cancelled");
+    }
+
+    #[test]
+    fn cancel_finishes_a_queued_batch_and_flags_a_running_one() {
+        let j = job();
+        let mut queued = BatchStatus::queued(&j, 1, 2);
+        assert_eq!(queued.cancel(3), Ok(Cancel::Finished));
+        let r = queued.result.as_ref().unwrap();
+        assert_eq!((r.state, r.worker.as_str(), r.results.len()), (BatchState::Cancelled, "gateway", 2));
+        assert!(r.results.iter().all(|a| a.error.as_ref().unwrap().code == ErrorCode::Cancelled));
+        let mut running = BatchStatus::running(&j, "w1", 2);
+        assert_eq!((running.state, running.deliveries), (BatchState::Running, 1));
+        assert_eq!(running.cancel(3), Ok(Cancel::Requested));
+        assert!(running.cancel_requested && running.result.is_none() && running.state == BatchState::Running);
+    }
+
+    #[test]
+    fn an_unreadable_record_runs_nothing_again() {
+        let s = BatchStatus::unreadable(&job(), "w1", 9);
+        let r = s.result.as_ref().unwrap();
+        assert_eq!((s.state, r.state), (BatchState::Failed, BatchState::Failed));
+        assert!(r.results.iter().all(|a| a.error.as_ref().unwrap().code == ErrorCode::Interrupted), "{r:?}");
+    }
+}
