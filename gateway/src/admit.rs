@@ -9,9 +9,10 @@ use bmcfleet_common::streams::Resources;
 use bmcfleet_common::events;
 use bmcfleet_common::telemetry;
 use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
+use bmcfleet_schema::lifecycle::Cancel;
 use bmcfleet_schema::validate::decode_batch;
 use bmcfleet_schema::{
-    Accepted, ActionResult, BatchId, BatchResult, BatchState, BatchStatus, Credentials, Encoding, ErrorBody, ErrorCode, Event,
+    Accepted, BatchId, BatchStatus, Credentials, Encoding, ErrorBody, ErrorCode, Event,
     EventKind, IdRequest, Job, Limits, Reply, Subjects,
 };
 use futures::StreamExt;
@@ -39,6 +40,8 @@ pub struct Gateway {
     metrics: crate::metrics::Metrics,
     /// The workers' public key when inline credentials are sealed (`None`: refused by `limits`).
     seal_to: Option<bmcfleet_common::sealing::Sealer>,
+    /// Cancelled when the gateway stops: waiting submits answer at once.
+    stopping: tokio_util::sync::CancellationToken,
 }
 
 /// What admission produced: the queued job, the reply, and (when waiting) the results subscription.
@@ -64,13 +67,32 @@ impl Gateway {
     pub fn new(client: async_nats::Client, res: Resources, subjects: Subjects, limits: Limits, max_wait: Duration) -> Self {
         let metrics = crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
         let seal_to = limits.sealing_key.as_deref().map(|k| bmcfleet_common::sealing::Sealer::new(k).expect("validated at start"));
-        Gateway { client, res, subjects, limits, max_wait, metrics, seal_to }
+        Gateway { client, res, subjects, limits, max_wait, metrics, seal_to, stopping: Default::default() }
     }
 
     /// Count admissions and refusals on these (registered) metrics.
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
         self.metrics = metrics;
         self
+    }
+
+    /// Cancel to make every waiting submit answer now (the gateway stops).
+    pub fn stopping(&self) -> tokio_util::sync::CancellationToken {
+        self.stopping.clone()
+    }
+
+    /// Whether a request is a submit that waits for the batch's result.
+    pub fn waits(endpoint: Endpoint, request: &Request) -> bool {
+        matches!(endpoint, Endpoint::Submit) && truthy(header(request.message.headers.as_ref(), WAIT_HEADER))
+    }
+
+    /// Answer `unavailable` at once (no capacity for this request now).
+    pub async fn refuse(&self, endpoint: Endpoint, request: Request, why: String) {
+        if matches!(endpoint, Endpoint::Submit) {
+            self.metrics.rejected(ErrorCode::Unavailable);
+        }
+        let encoding = Encoding::from_content_type(header(request.message.headers.as_ref(), CONTENT_TYPE)).unwrap_or(Encoding::Json);
+        self.respond(endpoint, request, encoding, error(ErrorCode::Unavailable, why)).await;
     }
 
     /// Handle one request and reply to it (always exactly one reply).
@@ -92,6 +114,10 @@ impl Gateway {
                 (enc, reply)
             }
         };
+        self.respond(endpoint, request, encoding, reply).await;
+    }
+
+    async fn respond(&self, endpoint: Endpoint, request: Request, encoding: Encoding, reply: Reply) {
         let mut out = HeaderMap::new();
         out.insert(CONTENT_TYPE, encoding.content_type());
         if let Reply::Error(e) = &reply {
@@ -168,7 +194,7 @@ impl Gateway {
         let remaining = Duration::from_millis(job.deadline_at_ms.saturating_sub(now_ms()));
         // A little grace so the worker's own deadline_exceeded result wins the race.
         let limit = remaining.min(self.max_wait) + Duration::from_secs(2);
-        let outcome = tokio::time::timeout(limit, async {
+        let finished = async {
             while let Some(msg) = events.next().await {
                 if let Ok(ev) = Encoding::MessagePack.decode::<Event>(&msg.payload) {
                     if let EventKind::BatchFinished { result } = ev.event {
@@ -177,8 +203,14 @@ impl Gateway {
                 }
             }
             None
-        })
-        .await;
+        };
+        let outcome = tokio::select! {
+            outcome = tokio::time::timeout(limit, finished) => outcome,
+            _ = self.stopping.cancelled() => {
+                let _ = events.unsubscribe().await;
+                return error(ErrorCode::Unavailable, format!("the gateway is stopping; batch {id} stays queued: query its status"));
+            }
+        };
         let _ = events.unsubscribe().await;
         match outcome {
             Ok(Some(result)) => Reply::Result(result),
@@ -198,7 +230,7 @@ impl Gateway {
             let Some(sealer) = &self.seal_to else {
                 return Err(error(ErrorCode::InlineCredentialsDisabled, "this deployment accepts credentials by reference only"));
             };
-            let sealed = sealer.seal(username, password).map_err(|e| error(ErrorCode::Internal, e))?;
+            let sealed = sealer.seal(username, password).map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
             batch.bmc.credentials = Credentials::Sealed(sealed);
         }
         let wait = truthy(header(headers, WAIT_HEADER));
@@ -259,21 +291,7 @@ impl Gateway {
             };
             error(code, format!("could not queue the batch: {e}"))
         })?;
-        let record = BatchStatus {
-            id: job.id,
-            bmc: job.batch.bmc.address.key().to_string(),
-            state: BatchState::Queued,
-            results: vec![],
-            in_progress: None,
-            cancel_requested: false,
-            actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
-            stream_sequence: Some(ack.sequence),
-            worker: None,
-            deliveries: 0,
-            admitted_at_ms: job.admitted_at_ms,
-            updated_at_ms: now_ms(),
-            result: None,
-        };
+        let record = BatchStatus::queued(job, ack.sequence, now_ms());
         // The worker may already have written a newer record: creating fails then, which is right.
         match status::create(&self.res.batches, &record).await {
             Ok(_) | Err(StatusError::Conflict) => {}
@@ -308,32 +326,11 @@ impl Gateway {
                 Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
             };
             let mut s = v.status;
-            if s.state.is_final() {
-                return error(ErrorCode::Conflict, format!("batch {} already finished ({:?})", req.id, s.state));
-            }
             let now = now_ms();
-            s.updated_at_ms = now;
-            s.cancel_requested = true;
-            let queued = s.state == BatchState::Queued;
-            if queued {
-                let results: Vec<ActionResult> = s
-                    .actions
-                    .iter()
-                    .enumerate()
-                    .map(|(i, kind)| ActionResult::err(i as u32, kind, None, ErrorBody::new(ErrorCode::Cancelled, "cancelled before it ran"), 0))
-                    .collect();
-                s.state = BatchState::Cancelled;
-                s.result = Some(BatchResult {
-                    id: s.id,
-                    bmc: s.bmc.clone(),
-                    state: BatchState::Cancelled,
-                    results,
-                    worker: "gateway".into(),
-                    deliveries: 0,
-                    admitted_at_ms: s.admitted_at_ms,
-                    finished_at_ms: now,
-                });
-            }
+            let queued = match s.cancel(now) {
+                Err(state) => return error(ErrorCode::Conflict, format!("batch {} already finished ({state:?})", req.id)),
+                Ok(outcome) => outcome == Cancel::Finished,
+            };
             match status::update(&self.res.batches, &s, v.revision).await {
                 Ok(_) => {
                     if let (true, Some(result)) = (queued, s.result.clone()) {

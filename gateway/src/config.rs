@@ -22,9 +22,8 @@ pub struct Config {
     #[command(flatten)]
     pub metrics: MetricsArgs,
 
-    /// Subject prefix of the service endpoints (`<prefix>.submit`, `.status`, `.cancel`).
-    #[arg(long, env = "BMCFLEET_SERVICE_PREFIX", default_value = "bmcfleet", value_parser = service_prefix)]
-    pub service_prefix: String,
+    #[command(flatten)]
+    pub service: bmcfleet_common::config::ServiceArgs,
     /// Most actions in one batch.
     #[arg(long, env = "BMCFLEET_MAX_ACTIONS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_actions: u32,
@@ -64,9 +63,17 @@ pub struct Config {
     /// Longest time a waiting submit is held open.
     #[arg(long, env = "BMCFLEET_MAX_WAIT", default_value = "15m", value_parser = duration)]
     pub max_wait: Duration,
-    /// Requests handled at once.
+    /// Short requests (submit without waiting, status, cancel) handled at
+    /// once; past it a request is answered `unavailable` at once.
     #[arg(long, env = "BMCFLEET_MAX_CONCURRENT_REQUESTS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_requests: u32,
+    /// Waiting submits (`Bmcfleet-Wait: true`) held open at once, apart from
+    /// short requests; past it a waiting submit is answered `unavailable`.
+    #[arg(long, env = "BMCFLEET_MAX_WAITING_SUBMITS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_waiting_submits: u32,
+    /// Waiting submits one client (one connection's reply inbox) may hold at once.
+    #[arg(long, env = "BMCFLEET_MAX_WAITING_PER_CLIENT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_waiting_per_client: u32,
 }
 
 /// What the gateway does with inline credentials.
@@ -79,20 +86,23 @@ pub enum InlineCredentials {
 }
 
 fn workers_public_key(s: &str) -> Result<String, String> {
-    bmcfleet_common::sealing::public_key(s).map(|k| k.public_key())
-}
-
-fn service_prefix(s: &str) -> Result<String, String> {
-    let ok = !s.is_empty()
-        && s.split('.').all(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
-    if ok {
-        Ok(s.to_owned())
-    } else {
-        Err(format!("`{s}` must be dot-separated tokens of [A-Za-z0-9_-]"))
-    }
+    bmcfleet_common::sealing::public_key(s).map(|k| k.public_key()).map_err(|e| e.to_string())
 }
 
 impl Config {
+    /// Checks across flags (each flag alone is checked by its parser).
+    pub fn validate(&self) -> Result<(), String> {
+        let fmt = bmcfleet_schema::duration::format;
+        if self.default_deadline > self.max_deadline {
+            return Err(format!(
+                "--default-deadline ({}) must not exceed --max-deadline ({}), or a batch that names no deadline would get one no batch may ask for",
+                fmt(self.default_deadline),
+                fmt(self.max_deadline)
+            ));
+        }
+        Ok(())
+    }
+
     pub fn limits(&self) -> Limits {
         Limits {
             max_actions: self.max_actions as usize,
@@ -156,6 +166,15 @@ mod tests {
         assert!(Config::try_parse_from(["g", "--raw-policy", "allow everything"]).is_err());
         let c = Config::try_parse_from(["g", "--raw-policy", "deny ipmi:netfn=0x2c,cmd=0x01; allow ipmi:*"]).unwrap();
         assert!(c.raw_policy.check(bmcfleet_schema::raw_policy::RawTarget::Ipmi { netfn: 0x2c, cmd: 0x01 }).is_err());
+    }
+
+    #[test]
+    fn flags_are_checked_against_each_other() {
+        let c = Config::try_parse_from(["g", "--default-deadline", "3h", "--max-deadline", "1h"]).unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("--default-deadline (3h) must not exceed --max-deadline (1h)"), "{e}");
+        Config::try_parse_from(["g", "--default-deadline", "1h", "--max-deadline", "1h"]).unwrap().validate().unwrap();
+        Config::try_parse_from(["g"]).unwrap().validate().unwrap();
     }
 
     #[test]

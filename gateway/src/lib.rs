@@ -14,6 +14,7 @@
 
 pub mod admit;
 pub mod config;
+pub mod budget;
 pub mod metrics;
 
 pub use config::Config;
@@ -24,35 +25,31 @@ use async_nats::service::ServiceExt;
 use bmcfleet_common::streams::{self, Mode};
 use futures::StreamExt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
+
+/// How long a stopping gateway lets in-flight requests finish (waiting
+/// submits are answered at once).
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The micro-service name producers discover.
 pub const SERVICE_NAME: &str = "bmcfleet-gateway";
 
 /// Run the gateway until `shutdown` resolves; in-flight requests finish first.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
     let subjects = config.topology.subjects();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     // Ready once connected to NATS with the service started (and while the connection holds).
-    let client_cell: Arc<std::sync::OnceLock<async_nats::Client>> = Arc::default();
-    let started = Arc::new(AtomicBool::new(false));
-    let ready = {
-        let (client_cell, started) = (client_cell.clone(), started.clone());
-        Arc::new(move || {
-            started.load(Ordering::SeqCst)
-                && client_cell.get().is_some_and(|c| c.connection_state() == async_nats::connection::State::Connected)
-        })
-    };
-    let server = bmcfleet_common::serve::start_unless_off(config.metrics.addr.0, registry, ready).await?;
+    let ready = bmcfleet_common::serve::Ready::new();
+    let server = bmcfleet_common::serve::start_unless_off(config.metrics.addr.0, registry, ready.check()).await?;
     let client = bmcfleet_common::nats::connect(&config.nats, SERVICE_NAME).await?;
-    let _ = client_cell.set(client.clone());
+    ready.connected(&client);
     let resources = streams::ensure_with_retry(client.clone(), &subjects, &config.stream_settings(), Mode::Update, std::time::Duration::from_secs(60))
         .await
         .context("setting up JetStream streams and buckets")?;
+    let backlog = tokio::spawn(watch_backlog(resources.jobs.clone(), metrics.jobs_backlog.clone()));
     let gateway = Arc::new(Gateway::new(client.clone(), resources, subjects, config.limits(), config.max_wait).with_metrics(metrics));
 
     let service = client
@@ -61,17 +58,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .start(SERVICE_NAME, env!("CARGO_PKG_VERSION"))
         .await
         .map_err(|e| anyhow::anyhow!("cannot start the micro service: {e}"))?;
-    let group = service.group(&config.service_prefix);
+    let group = service.group(&config.service.service_prefix);
     let mut submit = group.endpoint("submit").await.map_err(|e| anyhow::anyhow!("submit endpoint: {e}"))?;
     let mut status = group.endpoint("status").await.map_err(|e| anyhow::anyhow!("status endpoint: {e}"))?;
     let mut cancel = group.endpoint("cancel").await.map_err(|e| anyhow::anyhow!("cancel endpoint: {e}"))?;
-    started.store(true, Ordering::SeqCst);
+    ready.running(true);
     tracing::info!(
-        prefix = %config.service_prefix, partitions = config.topology.partitions, inline_credentials = ?config.inline_credentials,
+        prefix = %config.service.service_prefix, partitions = config.topology.partitions, inline_credentials = ?config.inline_credentials,
         workers_public_key = config.workers_public_key.as_deref().unwrap_or("-"), raw_policy = %config.raw_policy.describe(), "Gateway ready."
     );
 
-    let permits = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
+    let budgets = budget::Budgets::new(
+        config.max_concurrent_requests as usize,
+        config.max_waiting_submits as usize,
+        config.max_waiting_per_client as usize,
+    );
     let tracker = TaskTracker::new();
     tokio::pin!(shutdown);
     loop {
@@ -82,21 +83,51 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             r = cancel.next() => (r, admit::Endpoint::Cancel),
         };
         let Some(request) = request else { break };
-        let permit = permits.clone().acquire_owned().await.expect("semaphore never closes");
-        let gateway = gateway.clone();
-        tracker.spawn(async move {
-            gateway.handle(which, request).await;
-            drop(permit);
-        });
+        // Never wait for capacity here: a full budget is an `unavailable`
+        // answer now, and the loop stays free for status, cancel and SIGTERM.
+        let reply = request.message.reply.as_ref().map(|r| r.as_str());
+        match budgets.admit(Gateway::waits(which, &request), reply) {
+            Ok(permit) => {
+                let gateway = gateway.clone();
+                tracker.spawn(async move {
+                    gateway.handle(which, request).await;
+                    drop(permit);
+                });
+            }
+            Err(why) => gateway.refuse(which, request, why).await,
+        }
     }
+    backlog.abort();
     tracing::info!("Gateway stopping; finishing in-flight requests.");
+    gateway.stopping().cancel();
     tracker.close();
-    tracker.wait().await;
-    started.store(false, Ordering::SeqCst);
-    let _ = service.stop().await;
-    client.flush().await.ok();
+    if tokio::time::timeout(STOP_GRACE, tracker.wait()).await.is_err() {
+        tracing::warn!("Some requests did not finish in time; stopping anyway.");
+    }
+    ready.running(false);
+    let _ = tokio::time::timeout(STOP_GRACE, service.stop()).await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), client.flush()).await;
     if let Some(server) = server {
         server.stop().await;
     }
     Ok(())
 }
+
+/// Keep `gauge` at the job stream's message count (one stream-info request
+/// every [`BACKLOG_EVERY`]; a failed read keeps the last value).
+async fn watch_backlog(mut jobs: async_nats::jetstream::stream::Stream, gauge: prometheus_client::metrics::gauge::Gauge) {
+    let mut tick = tokio::time::interval(BACKLOG_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match jobs.info().await {
+            Ok(info) => {
+                gauge.set(i64::try_from(info.state.messages).unwrap_or(i64::MAX));
+            }
+            Err(e) => tracing::debug!(error = %e, "Cannot read the job stream's size."),
+        }
+    }
+}
+
+/// How often the gateway reads the job backlog for `bmcfleet_jobs_backlog`.
+const BACKLOG_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
