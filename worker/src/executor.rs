@@ -7,21 +7,32 @@
 //!   the worker dies during it, the next owner reports `interrupted` instead
 //!   of running it again;
 //! - every write is a compare-and-set on the record's revision, and a record
-//!   taken over by another worker stops this one (fencing at the data level).
+//!   taken over by another worker stops this one (fencing at the data level);
+//! - nothing leaves for the BMC, the record or the events stream unless the
+//!   partition's lease is still held at that moment ([`Fence::valid`]): each
+//!   BMC request passes the attempt's [`ActionGate`] right before it is sent,
+//!   after pacing, backoff and session set-up. A non-idempotent action's
+//!   `in_progress` marker is written by that gate before the action's first
+//!   request, so an action fenced off before it sent anything is handed back
+//!   untouched (the next owner runs it) rather than reported interrupted.
 
 use crate::fence::Fence;
 use crate::guard::{self, Admission, BmcGuard, RetryPolicy, Transition};
-use crate::session::{perform, SessionSlot};
+use crate::session::SessionSlot;
 use crate::Shared;
 use async_nats::HeaderMap;
+use bmcfleet_common::backoff::Backoff;
 use bmcfleet_common::events;
 use bmcfleet_common::telemetry;
 use bmcfleet_common::runtime::now_ms;
 use bmcfleet_common::status::{self, StatusError};
-use bmcfleet_provider::{CallInfo, Ctx, ProviderError};
+use bmcfleet_provider::{CallInfo, Ctx, ProviderError, SendGate};
+use bmcfleet_schema::subject::WORKER_HEADER;
 use bmcfleet_schema::{
-    ActionResult, BatchResult, BatchState, BatchStatus, ErrorBody, ErrorCode, Event, EventKind, Job, OnError,
+    ActionResult, BatchId, BatchState, BatchStatus, ErrorBody, ErrorCode, Event, EventKind, Job, OnError,
 };
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::field::Empty;
@@ -48,33 +59,137 @@ struct Run<'a> {
     revision: u64,
 }
 
-fn fresh_status(shared: &Shared, job: &Job) -> BatchStatus {
-    BatchStatus {
-        id: job.id,
-        bmc: job.batch.bmc.address.key().to_string(),
-        state: BatchState::Running,
-        results: vec![],
-        in_progress: None,
-        cancel_requested: false,
-        actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
-        stream_sequence: None,
-        worker: Some(shared.worker_id.clone()),
-        deliveries: 1,
-        admitted_at_ms: job.admitted_at_ms,
-        updated_at_ms: now_ms(),
-        result: None,
-    }
-}
-
 /// Back off on store errors while the lease holds.
 async fn pause(fence: &Fence, attempt: u32) -> Result<(), Stop> {
     if !fence.valid() {
         return Err(Stop);
     }
-    let d = Duration::from_millis((50u64 << attempt.min(5)).min(2000));
+    let d = Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).delay(attempt);
     tokio::select! {
         _ = tokio::time::sleep(d) => Ok(()),
         _ = fence.lost.cancelled() => Err(Stop),
+    }
+}
+
+/// Write `status` over the record at `revision` (CAS) while the lease holds.
+/// On a conflict, merge what others may change (the cancel flag) unless
+/// another worker took the batch over or finished it.
+async fn save_record(
+    kv: &async_nats::jetstream::kv::Store,
+    worker: &str,
+    fence: &Fence,
+    status: &mut BatchStatus,
+    revision: &mut u64,
+) -> Result<(), Stop> {
+    let id = status.id;
+    let mut attempt = 0;
+    loop {
+        if !fence.valid() {
+            return Err(Stop);
+        }
+        status.updated_at_ms = now_ms();
+        match status::update(kv, status, *revision).await {
+            Ok(rev) => {
+                *revision = rev;
+                return Ok(());
+            }
+            Err(StatusError::Conflict) => match status::load(kv, &id).await {
+                Ok(Some(theirs)) => {
+                    if theirs.status.worker.as_deref() != Some(worker) || theirs.status.state.is_final() {
+                        tracing::warn!(batch = %id, now = ?theirs.status.worker, "Batch taken over by another worker; stopping.");
+                        return Err(Stop);
+                    }
+                    status.cancel_requested |= theirs.status.cancel_requested;
+                    *revision = theirs.revision;
+                }
+                Ok(None) => {
+                    tracing::warn!(batch = %id, "Status record vanished; stopping.");
+                    return Err(Stop);
+                }
+                Err(e) => {
+                    tracing::warn!(batch = %id, error = %e, "Cannot reload the status record.");
+                    pause(fence, attempt).await?;
+                    attempt += 1;
+                }
+            },
+            Err(e) => {
+                tracing::warn!(batch = %id, error = %e, "Cannot save progress; retrying.");
+                pause(fence, attempt).await?;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// The send gate of one action attempt (see the module doc): asked by the
+/// provider immediately before each request leaves.
+#[derive(Debug)]
+struct ActionGate {
+    fence: Fence,
+    kv: async_nats::jetstream::kv::Store,
+    worker: String,
+    batch: BatchId,
+    /// The `in_progress` marker of a non-idempotent action: written before
+    /// its first request, then handed back to the run with the new revision.
+    marker: tokio::sync::Mutex<Marker>,
+    /// Set when the gate refused a request: the worker no longer holds the lease.
+    refused: AtomicBool,
+}
+
+#[derive(Debug)]
+enum Marker {
+    /// Idempotent action, or the marker was taken back.
+    None,
+    /// To be written (CAS at `revision`) before the action's first request.
+    Pending { status: Box<BatchStatus>, revision: u64 },
+    /// Written: the record is now at `revision`.
+    Written { status: Box<BatchStatus>, revision: u64 },
+}
+
+impl ActionGate {
+    fn refuse(&self) -> ProviderError {
+        self.refused.store(true, Ordering::SeqCst);
+        tracing::warn!(batch = %self.batch, "Not sending: this worker no longer holds the lease of the BMC's partition.");
+        ProviderError::new(ErrorCode::Interrupted, "this worker no longer holds the lease of the BMC's partition; nothing was sent").not_sent()
+    }
+
+    fn refused(&self) -> bool {
+        self.refused.load(Ordering::SeqCst)
+    }
+
+    /// The written marker, if the action got as far as its first request.
+    async fn take_written(&self) -> Option<(BatchStatus, u64)> {
+        match std::mem::replace(&mut *self.marker.lock().await, Marker::None) {
+            Marker::Written { status, revision } => Some((*status, revision)),
+            _ => None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl SendGate for ActionGate {
+    async fn admit(&self, for_action: bool) -> bmcfleet_provider::Result<()> {
+        if for_action {
+            let mut marker = self.marker.lock().await;
+            if let Marker::Pending { status, revision } = &mut *marker {
+                if save_record(&self.kv, &self.worker, &self.fence, status, revision).await.is_err() {
+                    return Err(self.refuse());
+                }
+                *marker = match std::mem::replace(&mut *marker, Marker::None) {
+                    Marker::Pending { status, revision } => Marker::Written { status, revision },
+                    other => other,
+                };
+            }
+        }
+        // The last thing before the request leaves, on the monotonic clock.
+        if !self.fence.valid() {
+            return Err(self.refuse());
+        }
+        Ok(())
+    }
+
+    fn holds(&self) -> bool {
+        self.fence.valid()
     }
 }
 
@@ -142,9 +257,12 @@ impl<'a> Run<'a> {
         let kv = &shared.res.batches;
         let mut attempt = 0;
         loop {
+            if !fence.valid() {
+                return None;
+            }
             let step = match status::load(kv, &job.id).await {
                 Ok(None) => {
-                    let s = fresh_status(shared, job);
+                    let s = BatchStatus::running(job, &shared.worker_id, now_ms());
                     status::create(kv, &s).await.map(|rev| Some((s, rev)))
                 }
                 Ok(Some(v)) if v.status.state.is_final() => Ok(Some((v.status, v.revision))),
@@ -153,19 +271,15 @@ impl<'a> Run<'a> {
                     if s.state == BatchState::Running && s.worker.as_deref() != Some(&shared.worker_id) {
                         tracing::info!(batch = %job.id, previous = ?s.worker, done = s.results.len(), "Resuming a batch from another worker.");
                     }
-                    s.state = BatchState::Running;
-                    s.worker = Some(shared.worker_id.clone());
-                    s.deliveries += 1;
-                    s.updated_at_ms = now_ms();
+                    s.claim(&shared.worker_id, now_ms());
                     status::update(kv, &s, v.revision).await.map(|rev| Some((s, rev)))
                 }
-                Err(StatusError::Corrupt(id, e)) => {
-                    tracing::error!(batch = %id, error = %e, "Corrupt status record; starting the batch afresh.");
-                    let s = fresh_status(shared, job);
-                    kv.put(id.to_string(), bmcfleet_schema::Encoding::MessagePack.encode(&s).unwrap_or_default().into())
-                        .await
-                        .map(|rev| Some((s, rev)))
-                        .map_err(|e| StatusError::Store(e.to_string()))
+                Err(StatusError::Corrupt { id, revision, reason }) => {
+                    // Unknown how far it ran: finish it interrupted (no action
+                    // runs again), replacing exactly the record that was read.
+                    tracing::error!(batch = %id, error = %reason, "Corrupt status record; finishing the batch as interrupted without running anything.");
+                    let s = BatchStatus::unreadable(job, &shared.worker_id, now_ms());
+                    status::update(kv, &s, revision).await.map(|rev| Some((s, rev)))
                 }
                 Err(e) => Err(e),
             };
@@ -182,56 +296,32 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Write the record (CAS). On a conflict, merge what others may change
-    /// (the cancel flag) unless another worker took the batch over.
+    /// Write the record (CAS) while the lease holds; see [`save_record`].
     async fn save(&mut self) -> Result<(), Stop> {
-        let kv = &self.shared.res.batches;
-        let mut attempt = 0;
-        loop {
-            self.status.updated_at_ms = now_ms();
-            match status::update(kv, &self.status, self.revision).await {
-                Ok(rev) => {
-                    self.revision = rev;
-                    return Ok(());
-                }
-                Err(StatusError::Conflict) => match status::load(kv, &self.job.id).await {
-                    Ok(Some(theirs)) => {
-                        if theirs.status.worker.as_deref() != Some(&self.shared.worker_id) || theirs.status.state.is_final() {
-                            tracing::warn!(batch = %self.job.id, now = ?theirs.status.worker, "Batch taken over by another worker; stopping.");
-                            return Err(Stop);
-                        }
-                        self.status.cancel_requested |= theirs.status.cancel_requested;
-                        self.revision = theirs.revision;
-                    }
-                    Ok(None) => {
-                        tracing::warn!(batch = %self.job.id, "Status record vanished; stopping.");
-                        return Err(Stop);
-                    }
-                    Err(e) => {
-                        tracing::warn!(batch = %self.job.id, error = %e, "Cannot reload the status record.");
-                        pause(self.fence, attempt).await?;
-                        attempt += 1;
-                    }
-                },
-                Err(e) => {
-                    tracing::warn!(batch = %self.job.id, error = %e, "Cannot save progress; retrying.");
-                    pause(self.fence, attempt).await?;
-                    attempt += 1;
-                }
-            }
-        }
+        save_record(&self.shared.res.batches, &self.shared.worker_id, self.fence, &mut self.status, &mut self.revision).await
+    }
+
+    /// Headers of this worker's events: trace context and who published it.
+    fn event_headers(&self) -> HeaderMap {
+        let mut h = telemetry::trace_headers(&tracing::Span::current(), self.trace);
+        h.insert(WORKER_HEADER, self.shared.worker_id.as_str());
+        h
     }
 
     fn publish_soon(&self, event: EventKind) {
+        // Stamped before the fence check: an event is never stamped later
+        // than the last moment this worker was seen to hold the lease.
         let ev = Event { batch: self.job.id, at_ms: now_ms(), event };
-        let trace = telemetry::trace_headers(&tracing::Span::current(), self.trace);
-        let headers = events::headers(&ev, Some(&trace));
+        let headers = events::headers(&ev, Some(&self.event_headers()));
         let subject = self.shared.subjects.events(&self.job.id);
         let client = self.shared.client.clone();
+        let fence = self.fence.clone();
         if let Ok(body) = bmcfleet_schema::Encoding::MessagePack.encode(&ev) {
             // Core publish: the events stream stores it; no need to wait.
             tokio::spawn(async move {
-                let _ = client.publish_with_headers(subject, headers, body.into()).await;
+                if fence.valid() {
+                    let _ = client.publish_with_headers(subject, headers, body.into()).await;
+                }
             });
         }
     }
@@ -291,10 +381,21 @@ impl<'a> Run<'a> {
             if !self.fence.may_act() {
                 return Err(Stop);
             }
-            if !action.is_idempotent() {
-                self.status.in_progress = Some(i as u32);
-                self.save().await?;
-            }
+            let marker = if action.is_idempotent() {
+                Marker::None
+            } else {
+                let mut status = self.status.clone();
+                status.in_progress = Some(i as u32);
+                Marker::Pending { status: Box::new(status), revision: self.revision }
+            };
+            let gate = Arc::new(ActionGate {
+                fence: self.fence.clone(),
+                kv: self.shared.res.batches.clone(),
+                worker: self.shared.worker_id.clone(),
+                batch: self.job.id,
+                marker: tokio::sync::Mutex::new(marker),
+                refused: AtomicBool::new(false),
+            });
             let span = tracing::info_span!(
                 "worker.action",
                 batch = %self.job.id,
@@ -315,12 +416,24 @@ impl<'a> Run<'a> {
                 index: i as u32,
                 delivery: self.status.deliveries,
                 worker: self.shared.worker_id.clone(),
-            });
+            })
+            .with_gate(gate.clone());
             let started = Instant::now();
             let outcome = tokio::select! {
-                r = self.attempt(slot, guard, &ctx, action, &creds).instrument(span.clone()) => r,
+                r = self.attempt(slot, guard, &ctx, action, &creds, &gate).instrument(span.clone()) => r,
                 _ = self.fence.lost.cancelled() => return Err(Stop),
             };
+            if let Some((marked, revision)) = gate.take_written().await {
+                self.revision = revision;
+                self.status.in_progress = marked.in_progress;
+                self.status.cancel_requested |= marked.cancel_requested;
+            }
+            if gate.refused() {
+                // Fenced off: before the first request the action is handed
+                // back untouched; after it, the marker makes the next owner
+                // report it interrupted (non-idempotent) or run it again.
+                return Err(Stop);
+            }
             let ms = started.elapsed().as_millis() as u64;
             let provider = slot.provider().map(str::to_owned);
             let result = match outcome {
@@ -371,6 +484,7 @@ impl<'a> Run<'a> {
         ctx: &Ctx,
         action: &bmcfleet_schema::Action,
         creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
+        gate: &ActionGate,
     ) -> Result<Option<bmcfleet_schema::ActionData>, ProviderError> {
         if let bmcfleet_schema::Action::Raw(raw) = action {
             self.shared.raw_policy.check(raw.into()).map_err(|why| ProviderError::new(ErrorCode::RawNotAllowed, why))?;
@@ -420,6 +534,7 @@ impl<'a> Run<'a> {
             }
             let e = match result {
                 Ok(data) => return Ok(data),
+                Err(e) if gate.refused() => return Err(e),
                 Err(e) => e,
             };
             let open = !matches!(guard.breaker.state(), guard::BreakerState::Closed);
@@ -467,11 +582,11 @@ impl<'a> Run<'a> {
         );
         let work = async {
             // A session that cannot be opened never carried the action.
-            let (session, caps) = slot.get(&self.shared.registry, ctx, &self.job.batch.bmc, creds).await.map_err(ProviderError::not_sent)?;
+            let session = slot.get(&self.shared.registry, ctx, &self.job.batch.bmc, creds).await.map_err(ProviderError::not_sent)?;
             tracing::Span::current().record("provider", session.provider());
             // What the session open sent is not the action's: "not sent"
             // is judged from the action's own first request on.
-            perform(session, caps, &ctx.for_attempt(), action).await
+            bmcfleet_provider::perform(session, &ctx.for_attempt(), action).await
         }
         .instrument(span.clone());
         let left = ctx.deadline.saturating_duration_since(Instant::now());
@@ -480,7 +595,7 @@ impl<'a> Run<'a> {
             Ok(r) => r,
             Err(_) => {
                 // The provider overran its deadline: the session's state is unknown.
-                slot.close().await;
+                slot.close_if(self.fence.valid()).await;
                 let code = if now_ms() >= self.job.deadline_at_ms { ErrorCode::DeadlineExceeded } else { ErrorCode::Timeout };
                 Err(ProviderError::new(code, format!("no answer within {}", bmcfleet_schema::duration::format(left))))
             }
@@ -494,26 +609,7 @@ impl<'a> Run<'a> {
     }
 
     async fn finish(&mut self) -> Result<(), Stop> {
-        assert_eq!(self.status.results.len(), self.job.batch.actions.len(), "a batch finishes with one result per action");
-        let state = if self.status.results.iter().any(|r| r.error.as_ref().is_some_and(|e| e.code == ErrorCode::Cancelled)) {
-            BatchState::Cancelled
-        } else if self.failed() {
-            BatchState::Failed
-        } else {
-            BatchState::Succeeded
-        };
-        let now = now_ms();
-        self.status.state = state;
-        self.status.result = Some(BatchResult {
-            id: self.job.id,
-            bmc: self.status.bmc.clone(),
-            state,
-            results: self.status.results.clone(),
-            worker: self.shared.worker_id.clone(),
-            deliveries: self.status.deliveries,
-            admitted_at_ms: self.job.admitted_at_ms,
-            finished_at_ms: now,
-        });
+        let state = self.status.finish(&self.shared.worker_id, now_ms()).state;
         self.save().await?;
         self.shared.metrics.batches_finished.get_or_create(&crate::metrics::StateLabels { state: format!("{state:?}").to_lowercase() }).inc();
         tracing::Span::current().record("state", tracing::field::debug(state));
@@ -527,10 +623,13 @@ impl<'a> Run<'a> {
             return Ok(());
         };
         let ev = Event { batch: self.job.id, at_ms: now_ms(), event: EventKind::BatchFinished { result } };
-        let trace = telemetry::trace_headers(&tracing::Span::current(), self.trace);
+        let headers = self.event_headers();
         let mut attempt = 0;
         loop {
-            match events::publish(&self.shared.res.js, &self.shared.subjects, &ev, Some(&trace)).await {
+            if !self.fence.valid() {
+                return Err(Stop);
+            }
+            match events::publish(&self.shared.res.js, &self.shared.subjects, &ev, Some(&headers)).await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     tracing::warn!(batch = %self.job.id, error = %e, "Cannot publish the final result; retrying.");

@@ -2,6 +2,15 @@
 //! partition's lease. The lease's local validity ends a safety margin
 //! before the server can expire it, so an old owner always stops before a
 //! new owner can start.
+//!
+//! Validity is time on the monotonic clock, so it runs out while a process
+//! is frozen (SIGSTOP, a VM pause) or cut off from NATS, with no help from
+//! a lease round trip. That only protects what asks it *at the moment it
+//! acts*: every request to a BMC asks right before it leaves (the
+//! executor's send gate, through `bmcfleet_provider::Ctx::sending`), and so
+//! does every status write and event. What no client-side check can close
+//! is the instant between the check and the socket write: a process frozen
+//! exactly there sends that one request when it resumes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,7 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Shared between a partition's lanes and the lease keeper.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Fence {
     base: Instant,
     /// Milliseconds after `base` until which the lease is known to be ours.
@@ -22,14 +31,16 @@ pub struct Fence {
 }
 
 impl Fence {
-    pub fn new(valid_for: Duration) -> Self {
+    /// A fence for a lease whose acquiring request was sent at `sent_at`
+    /// and holds for `valid_for` from then (not from when the answer came).
+    pub fn new(sent_at: Instant, valid_for: Duration) -> Self {
         let f = Fence {
-            base: Instant::now(),
+            base: sent_at,
             valid_until_ms: Arc::new(AtomicU64::new(0)),
             lost: CancellationToken::new(),
             drain: CancellationToken::new(),
         };
-        f.extend_from(Instant::now(), valid_for);
+        f.extend_from(sent_at, valid_for);
         f
     }
 
@@ -48,7 +59,8 @@ impl Fence {
         now < self.valid_until_ms.load(Ordering::SeqCst)
     }
 
-    /// Whether the lease is still (locally) valid.
+    /// Whether the lease is still (locally) valid: asked immediately before
+    /// anything leaves for a BMC, the status record or the events stream.
     pub fn valid(&self) -> bool {
         let now = Instant::now().saturating_duration_since(self.base).as_millis() as u64;
         !self.lost.is_cancelled() && now < self.valid_until_ms.load(Ordering::SeqCst)
@@ -61,7 +73,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn validity_runs_out_without_renewal() {
-        let f = Fence::new(Duration::from_secs(10));
+        let f = Fence::new(Instant::now(), Duration::from_secs(10));
         assert!(f.may_act());
         tokio::time::advance(Duration::from_secs(9)).await;
         assert!(f.may_act());
@@ -70,8 +82,19 @@ mod tests {
         assert!(f.may_act());
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(!f.may_act() && !f.valid());
-        let g = Fence::new(Duration::from_secs(10));
+        let g = Fence::new(Instant::now(), Duration::from_secs(10));
         g.drain.cancel();
         assert!(!g.may_act() && g.valid());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn validity_counts_from_when_the_lease_request_was_sent() {
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_secs(3)).await; // a slow answer
+        let f = Fence::new(sent, Duration::from_secs(10));
+        tokio::time::advance(Duration::from_millis(6_999)).await;
+        assert!(f.valid());
+        tokio::time::advance(Duration::from_millis(2)).await;
+        assert!(!f.valid(), "10 s after the request was sent, not after the answer");
     }
 }

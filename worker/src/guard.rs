@@ -81,8 +81,7 @@ impl RetryPolicy {
     /// uniform draw in the upper half) so lanes that failed together do not
     /// retry together. `unit` is a uniform number in [0, 1).
     pub fn delay(&self, retry: u32, unit: f64) -> Duration {
-        let exp = self.backoff.saturating_mul(1u32 << retry.saturating_sub(1).min(16));
-        let capped = exp.min(MAX_BACKOFF.max(self.backoff));
+        let capped = bmcfleet_common::backoff::Backoff::new(self.backoff, MAX_BACKOFF.max(self.backoff)).delay(retry.saturating_sub(1));
         capped / 2 + capped.mul_f64(unit.clamp(0.0, 1.0) / 2.0)
     }
 }

@@ -34,7 +34,6 @@ use bmcfleet_schema::Subjects;
 use credentials::CredentialStore;
 use registry::Registry;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -98,7 +97,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     };
     let mut keys = bmcfleet_common::sealing::SealingKeys::default();
     for path in &config.sealing_key_file {
-        keys.add_file(path).map_err(anyhow::Error::msg)?;
+        keys.add_file(path)?;
     }
     if let Some(seed) = &config.sealing_key {
         keys.add_seed(seed).map_err(|e| anyhow::anyhow!("BMCFLEET_SEALING_KEY: {e}"))?;
@@ -108,18 +107,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut prometheus);
     // Ready while connected to NATS with the membership loop running.
-    let client_cell: Arc<std::sync::OnceLock<async_nats::Client>> = Arc::default();
-    let running = Arc::new(AtomicBool::new(false));
-    let ready = {
-        let (client_cell, running) = (client_cell.clone(), running.clone());
-        Arc::new(move || {
-            running.load(Ordering::SeqCst)
-                && client_cell.get().is_some_and(|c| c.connection_state() == async_nats::connection::State::Connected)
-        })
-    };
-    let server = bmcfleet_common::serve::start_unless_off(config.metrics.addr.0, prometheus, ready).await?;
+    let ready = bmcfleet_common::serve::Ready::new();
+    let server = bmcfleet_common::serve::start_unless_off(config.metrics.addr.0, prometheus, ready.check()).await?;
     let client = bmcfleet_common::nats::connect(&config.nats, &format!("bmc-worker {worker_id}")).await?;
-    let _ = client_cell.set(client.clone());
+    ready.connected(&client);
     let settings = StreamSettings { replicas: config.topology.replicas as usize, ..StreamSettings::default() };
     let res = streams::ensure_with_retry(client.clone(), &subjects, &settings, Mode::UseExisting, std::time::Duration::from_secs(60))
         .await
@@ -168,12 +159,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .context("setting up the partition lease buckets")?;
     let stop = CancellationToken::new();
     let task = tokio::spawn(membership.run(stop.clone()));
-    running.store(true, Ordering::SeqCst);
+    ready.running(true);
     shutdown.await;
-    running.store(false, Ordering::SeqCst);
+    ready.running(false);
     stop.cancel();
     task.await.context("membership task")?;
-    client.flush().await.ok();
+    // Bounded: with NATS gone a flush would wait for the reconnection.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), client.flush()).await;
     if let Some(server) = server {
         server.stop().await;
     }

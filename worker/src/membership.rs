@@ -31,6 +31,32 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// How much longer than `--drain-timeout` a stop may take (releasing leases,
+/// presence), however NATS behaves.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// A lease or presence bucket operation failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct MembershipError {
+    /// What was being done.
+    what: &'static str,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl MembershipError {
+    fn new(what: &'static str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        MembershipError { what, source: source.into() }
+    }
+}
+
+/// Every key of a bucket.
+async fn keys_of(store: &kv::Store, what: &'static str) -> Result<Vec<String>, MembershipError> {
+    let keys = store.keys().await.map_err(|e| MembershipError::new(what, e))?;
+    keys.try_collect().await.map_err(|e| MembershipError::new(what, e))
+}
+
 /// What a worker publishes about itself in the presence bucket.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct WorkerInfo {
@@ -86,14 +112,17 @@ impl Membership {
         replicas: usize,
         settings: Settings,
         providers: Vec<ProviderInfo>,
-    ) -> anyhow::Result<Membership> {
+    ) -> Result<Membership, MembershipError> {
         use bmcfleet_common::streams::{bucket, Mode};
         let js = &shared.res.js;
-        let leases = bucket(js, kv_config(shared.subjects.leases_bucket(), "bmcfleet partition leases", ttl, replicas), Mode::UseExisting).await?;
-        let presence = bucket(js, kv_config(shared.subjects.workers_bucket(), "bmcfleet live workers", ttl, replicas), Mode::UseExisting).await?;
-        let mut lease_status = leases.status().await?;
+        let leases = bucket(js, kv_config(shared.subjects.leases_bucket(), "bmcfleet partition leases", ttl, replicas), Mode::UseExisting)
+            .await
+            .map_err(|e| MembershipError::new("setting up the lease bucket", e))?;
+        let presence = bucket(js, kv_config(shared.subjects.workers_bucket(), "bmcfleet live workers", ttl, replicas), Mode::UseExisting)
+            .await
+            .map_err(|e| MembershipError::new("setting up the presence bucket", e))?;
+        let lease_status = leases.status().await.map_err(|e| MembershipError::new("reading the lease bucket's settings", e))?;
         let existing = lease_status.info.config.max_age;
-        let _ = &mut lease_status;
         let ttl = if existing != ttl && !existing.is_zero() {
             tracing::warn!(configured = ?ttl, bucket = ?existing, "Lease TTL differs from the lease bucket's; using the bucket's so all workers agree.");
             existing
@@ -132,11 +161,19 @@ impl Membership {
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            self.reap().await;
-            self.renew().await;
-            self.heartbeat().await;
-            if let Err(e) = self.balance().await {
-                tracing::warn!(error = %e, "Rebalance failed; will retry.");
+            // A stop cuts a round short: with NATS unreachable each lease
+            // operation waits for its request timeout.
+            let round = async {
+                self.reap().await;
+                self.renew().await;
+                self.heartbeat().await;
+                if let Err(e) = self.balance().await {
+                    tracing::warn!(error = %e, "Rebalance failed; will retry.");
+                }
+            };
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = round => {}
             }
         }
         self.shutdown().await;
@@ -193,12 +230,12 @@ impl Membership {
         }
     }
 
-    async fn live_workers(&self) -> anyhow::Result<usize> {
-        let keys: Vec<String> = self.presence.keys().await?.try_collect().await?;
+    async fn live_workers(&self) -> Result<usize, MembershipError> {
+        let keys = keys_of(&self.presence, "listing live workers").await?;
         Ok(keys.len().max(1))
     }
 
-    async fn balance(&mut self) -> anyhow::Result<()> {
+    async fn balance(&mut self) -> Result<(), MembershipError> {
         let total = self.shared.subjects.partitions as usize;
         let live = self.live_workers().await?;
         let share = total.div_ceil(live);
@@ -216,7 +253,7 @@ impl Membership {
         if want == 0 {
             return Ok(());
         }
-        let taken: HashSet<String> = self.leases.keys().await?.try_collect().await?;
+        let taken: HashSet<String> = keys_of(&self.leases, "listing leases").await?.into_iter().collect();
         // Start the scan at a worker-specific offset so workers don't all race for partition 0.
         let offset = bmcfleet_schema::BmcKey::from_token(&self.shared.worker_id).map(|k| k.partition(total as u16)).unwrap_or(0);
         for i in 0..total {
@@ -231,9 +268,9 @@ impl Membership {
             let sent = Instant::now();
             match self.leases.create(&key, self.lease_value()).await {
                 Ok(revision) => {
-                    let fence = Fence::new(self.valid_for());
-                    fence.extend_from(sent, self.valid_for());
-                    let task = tokio::spawn(partition::run(self.shared.clone(), p, fence.clone(), self.settings.clone()));
+                    let fence = Fence::new(sent, self.valid_for());
+                    // The lease's creating revision names this ownership (its epoch).
+                    let task = tokio::spawn(partition::run(self.shared.clone(), p, revision, fence.clone(), self.settings.clone()));
                     tracing::info!(partition = p, share, live, "Partition acquired.");
                     self.owned.insert(p, Owned { revision, fence, task, releasing: false });
                     self.shared.metrics.lease("acquired");
@@ -241,16 +278,33 @@ impl Membership {
                     want -= 1;
                 }
                 Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(MembershipError::new("creating a lease", e)),
             }
         }
         Ok(())
     }
 
-    /// Graceful stop: drain every partition (keeping leases renewed while
-    /// lanes finish their current action), then delete the leases.
+    /// Graceful stop, bounded by the drain timeout plus [`SHUTDOWN_GRACE`]
+    /// whatever NATS does: past it, every partition stops at once and the
+    /// leases are left to expire on the server.
     async fn shutdown(&mut self) {
         tracing::info!(partitions = ?self.owned(), "Worker stopping; handing partitions back.");
+        let limit = self.settings.drain_timeout + SHUTDOWN_GRACE;
+        if tokio::time::timeout(limit, self.hand_back()).await.is_err() {
+            tracing::warn!(
+                limit = %bmcfleet_schema::duration::format(limit),
+                "Could not hand the partitions back in time (is NATS reachable?); stopping now, the leases expire on the server."
+            );
+            for o in self.owned.values() {
+                o.fence.lost.cancel();
+                o.task.abort();
+            }
+        }
+    }
+
+    /// Drain every partition (keeping leases renewed while lanes finish
+    /// their current action), then delete the leases.
+    async fn hand_back(&mut self) {
         for o in self.owned.values() {
             o.fence.drain.cancel();
         }

@@ -1,12 +1,17 @@
 //! One owned partition: its JetStream consumer, the dispatcher that routes
 //! each job to its BMC's lane in stream order, and the lanes.
 //!
-//! On taking a partition the owner deletes and re-creates the partition's
-//! durable consumer. The job stream is a work queue (acknowledged jobs are
-//! gone), so the new consumer starts at the oldest unfinished job: jobs the
-//! previous owner held but never acknowledged come first, in order, with no
-//! wait for their ack timer. Deleting the consumer also fences the previous
-//! owner: its late acknowledgements and pulls go nowhere.
+//! On taking a partition the owner deletes every earlier consumer of the
+//! partition and creates its own, named after its lease epoch (the lease's
+//! creating revision): `part-<partition>-<epoch>`. The job stream is a work
+//! queue (acknowledged jobs are gone), so the new consumer starts at the
+//! oldest unfinished job: jobs the previous owner held but never
+//! acknowledged come first, in order, with no wait for their ack timer.
+//! Because the name is new, the previous owner's late pulls and
+//! acknowledgements (from a process that froze and resumed, or whose
+//! connection delivers them late) address a consumer that no longer exists
+//! and go nowhere; under the old name they would be served by the successor
+//! and take jobs out of order.
 //!
 //! A lane runs one BMC's batches one after the other. Lanes of different
 //! BMCs run concurrently, bounded by the worker-wide permit count. Idle lanes
@@ -19,7 +24,7 @@ use crate::Shared;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::{self, AckKind};
 use bmcfleet_schema::{BmcKey, Encoding, Job};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,8 +54,8 @@ struct Lane {
 }
 
 /// Run partition `p` until its fence is drained or lost.
-pub async fn run(shared: Arc<Shared>, p: u16, fence: Fence, settings: Settings) {
-    let consumer = match open_consumer(&shared, p, &fence, &settings).await {
+pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings: Settings) {
+    let consumer = match open_consumer(&shared, p, epoch, &fence, &settings).await {
         Some(c) => c,
         None => return,
     };
@@ -118,6 +123,9 @@ pub async fn run(shared: Arc<Shared>, p: u16, fence: Fence, settings: Settings) 
                     }
                     None => break,
                 };
+                if !fence.valid() {
+                    break; // not ours any more: leave it for the next owner
+                }
                 let Ok(info) = msg.info() else {
                     tracing::error!(partition = p, subject = %msg.subject, "Message without JetStream metadata; terminating it.");
                     let _ = msg.ack_with(AckKind::Term).await;
@@ -180,8 +188,14 @@ fn decode(shared: &Shared, msg: &jetstream::Message) -> Result<Job, String> {
     Ok(job)
 }
 
-async fn open_consumer(shared: &Shared, p: u16, fence: &Fence, settings: &Settings) -> Option<async_nats::jetstream::consumer::Consumer<pull::Config>> {
-    let name = shared.subjects.partition_consumer(p);
+async fn open_consumer(
+    shared: &Shared,
+    p: u16,
+    epoch: u64,
+    fence: &Fence,
+    settings: &Settings,
+) -> Option<async_nats::jetstream::consumer::Consumer<pull::Config>> {
+    let name = shared.subjects.partition_consumer(p, epoch);
     let config = pull::Config {
         durable_name: Some(name.clone()),
         description: Some(format!("bmcfleet partition {p}, owned by {}", shared.worker_id)),
@@ -199,13 +213,22 @@ async fn open_consumer(shared: &Shared, p: u16, fence: &Fence, settings: &Settin
             return None;
         }
         let stream = &shared.res.jobs;
-        let _ = stream.delete_consumer(&name).await;
+        // A work-queue stream allows one consumer per subject: remove every
+        // earlier owner's (and a leftover of ours from a failed attempt).
+        match stream.consumer_names().try_collect::<Vec<String>>().await {
+            Ok(names) => {
+                for old in names.iter().filter(|n| shared.subjects.is_partition_consumer(p, n)) {
+                    let _ = stream.delete_consumer(old).await;
+                }
+            }
+            Err(e) => tracing::warn!(partition = p, error = %e, "Cannot list the job stream's consumers."),
+        }
         match stream.create_consumer(config.clone()).await {
             Ok(c) => return Some(c),
             Err(e) => {
                 tracing::warn!(partition = p, error = %e, "Cannot create the partition consumer; retrying.");
                 attempt += 1;
-                let d = Duration::from_millis((100u64 << attempt.min(4)).min(2000));
+                let d = bmcfleet_common::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(2)).delay(attempt);
                 tokio::select! {
                     _ = tokio::time::sleep(d) => {}
                     _ = fence.lost.cancelled() => return None,
@@ -277,5 +300,6 @@ async fn lane(
             }
         }
     }
-    slot.close().await;
+    // Logging out is a request too: not after the lease is gone.
+    slot.close_if(fence.valid()).await;
 }
