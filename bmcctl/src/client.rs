@@ -1,0 +1,83 @@
+//! Talking to the gateway's micro service: one request, one decoded reply,
+//! and the exit code a reply means.
+
+use async_nats::HeaderMap;
+use bmcfleet_schema::subject::{service_subject, CONTENT_TYPE, WAIT_HEADER};
+use bmcfleet_schema::{BatchState, Encoding, Reply};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// A connection to the gateway, with how to print what it answers.
+pub struct Client {
+    pub nats: async_nats::Client,
+    /// The gateway's service prefix (`--service-prefix`).
+    prefix: String,
+    /// `--json`: machine-readable output.
+    pub json: bool,
+    /// Trace-context headers added to every request (`--trace`).
+    trace: HeaderMap,
+}
+
+impl Client {
+    pub fn new(nats: async_nats::Client, prefix: &str, json: bool, trace: HeaderMap) -> Client {
+        Client { nats, prefix: prefix.to_owned(), json, trace }
+    }
+
+    /// Send `body` (JSON) to one endpoint and decode the reply.
+    pub async fn request(&self, endpoint: &str, wait: bool, body: Vec<u8>, timeout: Duration) -> anyhow::Result<Reply> {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, Encoding::Json.content_type());
+        if wait {
+            headers.insert(WAIT_HEADER, "true");
+        }
+        bmcfleet_common::telemetry::merge(&mut headers, &self.trace);
+        let subject = service_subject(&self.prefix, endpoint);
+        let req = async_nats::Request::new().headers(headers).payload(body.into()).timeout(Some(timeout));
+        let msg = self
+            .nats
+            .send_request(subject.clone(), req)
+            .await
+            .map_err(|e| anyhow::anyhow!("no answer from the gateway on {subject}: {e}"))?;
+        let enc = Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))?;
+        Ok(enc.decode(&msg.payload)?)
+    }
+
+    /// Print a reply (text or `--json`) and return its exit code.
+    pub fn print(&self, reply: &Reply) -> ExitCode {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(reply).unwrap_or_default());
+        } else {
+            crate::output::reply(reply);
+        }
+        match reply {
+            Reply::Error(_) => ExitCode::from(3),
+            Reply::Result(r) => finished(r.state),
+            _ => ExitCode::SUCCESS,
+        }
+    }
+}
+
+/// The exit code of a finished batch: 0 only when it succeeded.
+pub fn finished(state: BatchState) -> ExitCode {
+    if state == BatchState::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Trace headers for `--trace`: the current (exported) span's context when an
+/// OTLP endpoint is configured, else a fresh sampled `traceparent`. Prints the trace id.
+pub fn start_trace() -> HeaderMap {
+    let mut h = bmcfleet_common::telemetry::trace_headers(&tracing::Span::current(), None);
+    let trace_id = match h.get("traceparent").and_then(|v| v.as_str().split('-').nth(1).map(str::to_owned)) {
+        Some(id) => id,
+        None => {
+            let (traceparent, id) = bmcfleet_common::telemetry::new_traceparent();
+            h.insert("traceparent", traceparent.as_str());
+            id
+        }
+    };
+    eprintln!("trace id: {trace_id}");
+    h
+}

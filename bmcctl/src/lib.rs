@@ -1,0 +1,47 @@
+//! # bmcctl
+//!
+//! A command-line producer for bmcfleet: builds batches from flags (or reads
+//! one from a file), sends them to the gateway's micro service, and prints
+//! the reply; also follows events, and manages the workers' sealing key and
+//! the named credentials bucket.
+//!
+//! Exit codes: 0 success (accepted, or finished successfully with `--wait`),
+//! 1 the batch finished with a failure, 2 usage error, 3 the gateway refused
+//! the request or could not be reached.
+//!
+//! # Layout
+//! - [`cli`]: the command line (clap derive). NATS, telemetry, topology and
+//!   service flags are the shared groups of `bmcfleet_common::config`; value
+//!   enums are the schema's own (`PowerOp`, `BootDevice`, `Protocol`).
+//! - [`client`]: requests to the gateway, replies, exit codes.
+//! - [`output`]: how replies, results and events read on a terminal.
+//! - [`cmd`]: one module per command.
+
+pub mod cli;
+pub mod client;
+pub mod cmd;
+pub mod output;
+
+use cli::{Cli, Command};
+use std::process::ExitCode;
+
+/// Run one command line to its exit code.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Keygen { out } = &cli.command {
+        return cmd::keygen::run(out);
+    }
+    let nats = bmcfleet_common::nats::connect(&cli.nats, "bmcctl").await?;
+    if let Command::Cred { op } = &cli.command {
+        return cmd::cred::run(nats, &cli.topology, op).await;
+    }
+    let trace = if cli.trace { client::start_trace() } else { async_nats::HeaderMap::new() };
+    let client = client::Client::new(nats, &cli.service.service_prefix, cli.json, trace);
+    match &cli.command {
+        Command::Power { .. } | Command::Boot { .. } | Command::Inventory { .. } => cmd::action::run(&client, &cli.command).await,
+        Command::Submit(args) => cmd::submit::run(&client, args).await,
+        Command::Status { id } => cmd::status::status(&client, *id).await,
+        Command::Cancel { id } => cmd::status::cancel(&client, *id).await,
+        Command::Watch { id } => cmd::watch::run(&client, &cli.topology.subjects(), *id).await,
+        Command::Keygen { .. } | Command::Cred { .. } => unreachable!("handled above"),
+    }
+}
