@@ -15,6 +15,7 @@ pub mod nats;
 pub mod otlp;
 pub mod process;
 pub mod producer;
+pub mod proxy;
 
 pub use nats::NatsServer;
 pub use process::{bin, Process};

@@ -112,7 +112,12 @@ impl Topology {
     }
 
     pub fn common_args(&self, nats: &NatsServer) -> Vec<String> {
-        vec!["--nats-url".into(), nats.url(), "--partitions".into(), self.partitions.to_string(), "--log-format".into(), "json".into()]
+        self.common_args_at(&nats.url())
+    }
+
+    /// Flags every process of the topology shares, with NATS at `nats_url`.
+    pub fn common_args_at(&self, nats_url: &str) -> Vec<String> {
+        vec!["--nats-url".into(), nats_url.into(), "--partitions".into(), self.partitions.to_string(), "--log-format".into(), "json".into()]
     }
 
     /// Sealing flags for a gateway unless `extra` chooses its own inline mode.
@@ -141,7 +146,12 @@ impl Topology {
 
     /// A worker with only the real providers (and whatever `extra` adds).
     pub fn worker_plain(&self, nats: &NatsServer, id: &str, extra: &[&str]) -> Process {
-        let mut args = self.common_args(nats);
+        self.worker_at(&nats.url(), id, extra)
+    }
+
+    /// As [`Topology::worker_plain`], reaching NATS at `nats_url` (e.g. through a relay).
+    pub fn worker_at(&self, nats_url: &str, id: &str, extra: &[&str]) -> Process {
+        let mut args = self.common_args_at(nats_url);
         args.extend([
             "--worker-id".into(),
             id.into(),

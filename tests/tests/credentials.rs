@@ -8,7 +8,7 @@
 
 use base64::Engine as _;
 use bmcfleet_schema::*;
-use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
 use bmcfleet_tests::producer::{stream_messages, wait_gateway, wait_partitions_owned, SealingKey, Topology};
 use bmcfleet_tests::{bin, NatsServer, Process, Producer};
@@ -335,7 +335,7 @@ fn keygen_writes_a_private_seed_and_prints_the_public_key() {
 /// action shows the worker opened the box.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipmi_password_is_sealed_end_to_end_against_ipmi_sim() {
-    use bmcfleet_ipmi::testing::{IpmiSim, IpmiSimOptions};
+    use bmcfleet_testing::ipmi::{IpmiSim, IpmiSimOptions};
     // IPMI passwords are at most 16 bytes: a ULID's random tail makes it unique.
     let ulid = ulid::Ulid::new().to_string();
     let password = format!("q{}", &ulid[ulid.len() - 15..]);

@@ -6,7 +6,7 @@
 use async_nats::HeaderMap;
 use bmcfleet_schema::subject::WAIT_HEADER;
 use bmcfleet_schema::*;
-use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::cluster::http_get;
 use bmcfleet_tests::metrics::{metrics_port, scrape, value};
 use bmcfleet_tests::otlp::{OtlpCollector, Span};
@@ -236,6 +236,29 @@ async fn metrics_count_what_was_executed() {
     drop(e.sim);
 }
 
+/// The autoscaling signal: the gateway's `bmcfleet_jobs_backlog` follows the
+/// job stream (queued jobs count while no worker runs, and drop to zero
+/// once a worker finished them).
+#[tokio::test]
+async fn gateway_exports_the_job_backlog_for_autoscaling() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let gateway = topo.gateway(&nats, &[]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let port = metrics_port(&gateway).await;
+    for i in 0..5 {
+        let b = batch(target(&format!("10.9.4.{}", i % 2 + 1), "pw"), vec![Action::Power(PowerOp::Status)]);
+        let Reply::Accepted(_) = p.submit(&b, false).await else { panic!("not accepted") };
+    }
+    let backlog = || value(&scrape(port), "bmcfleet_jobs_backlog", &[]);
+    let within = Duration::from_secs(15); // the gateway reads the stream every 5 s
+    bmcfleet_tests::eventually(within, "a backlog of 5 jobs", || async { (backlog() == 5.0).then_some(()) }).await;
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
+    bmcfleet_tests::eventually(within + Duration::from_secs(20), "the backlog drained", || async { (backlog() == 0.0).then_some(()) }).await;
+}
+
 #[tokio::test]
 async fn secrets_never_reach_logs_or_spans() {
     const INLINE: &str = "pw-inline-S3cr3t-7731";
@@ -336,6 +359,7 @@ fn grafana_dashboard_covers_the_metrics() {
         "bmcfleet_breakers_open",
         "bmcfleet_breaker_opens_total",
         "bmcfleet_breaker_rejections_total",
+        "bmcfleet_jobs_backlog",
     ] {
         assert!(exprs.iter().any(|e| e.contains(metric)), "no panel queries {metric}");
     }

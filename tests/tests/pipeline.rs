@@ -2,7 +2,7 @@
 //! the simulated BMC fleet recording what every worker did.
 
 use bmcfleet_schema::*;
-use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::producer::{stream_messages, wait_gateway, wait_partitions_owned, Topology};
 use bmcfleet_tests::{NatsServer, Producer};
 use futures::StreamExt as _;
@@ -320,6 +320,15 @@ async fn sigterm_hands_partitions_back_and_work_completes() {
 }
 
 #[test]
+fn contradictory_gateway_flags_stop_it_at_start() {
+    use bmcfleet_tests::Process;
+    let mut g = Process::spawn("bmc-gateway", &["--default-deadline".into(), "3h".into()], &[("BMCFLEET_MAX_DEADLINE", "1h".into())]);
+    let status = g.wait();
+    assert_eq!(status.code(), Some(2), "{}", g.log_text());
+    assert!(g.log_text().contains("--default-deadline (3h) must not exceed --max-deadline (1h)"), "{}", g.log_text());
+}
+
+#[test]
 fn environment_variables_are_validated_exactly_like_flags() {
     use bmcfleet_tests::Process;
     let cases: [(&str, &str, &str, &str); 4] = [
@@ -467,4 +476,29 @@ async fn bmcctl_submits_waits_and_reports() {
     let (code, _, err) = bmcctl(&["submit", refused.to_str().unwrap()]).await;
     assert_eq!(code, Some(3));
     assert!(err.contains("invalid_address"), "{err}");
+}
+
+/// A status record that cannot be read is never overwritten blindly: how
+/// far the batch ran is unknown, so the worker finishes it with every action
+/// `interrupted`, runs none of them, and replaces exactly the record it read.
+#[tokio::test]
+async fn a_corrupt_status_record_finishes_the_batch_interrupted_and_runs_nothing() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &[]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    // No worker yet: the batch stays queued while its record is damaged.
+    let Reply::Accepted(a) = p.submit(&sim_batch("10.6.9.1", vec![Action::Power(PowerOp::Cycle)]), false).await else { panic!("not accepted") };
+    let js = async_nats::jetstream::new(p.client.clone());
+    let kv = js.get_key_value(topo.subjects().batches_bucket()).await.unwrap();
+    kv.put(a.id.to_string(), "not a status record".into()).await.unwrap();
+    let _w = topo.worker(&nats, "w0", sim.addr(), &[]);
+    let results = bmcfleet_tests::producer::wait_final_statuses(&p.client, &topo.subjects(), &[a.id], Duration::from_secs(60)).await;
+    let r = &results[&a.id];
+    assert_eq!(r.state, BatchState::Failed, "{r:?}");
+    assert!(r.results.iter().all(|x| x.error.as_ref().is_some_and(|e| e.code == ErrorCode::Interrupted)), "{r:?}");
+    assert!(sim.log().is_empty(), "the power cycle ran: {:?}", sim.log());
+    assert!(sim.calls("v4-10-6-9-1").is_empty(), "the BMC was contacted: {:?}", sim.calls("v4-10-6-9-1"));
 }

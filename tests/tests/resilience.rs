@@ -17,7 +17,7 @@
 //! one consumer and one worker.
 
 use bmcfleet_schema::*;
-use bmcfleet_sim::{Faults, SimConfig, SimServer};
+use bmcfleet_testing::{Faults, SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
 use bmcfleet_tests::metrics::{metrics_port, scrape, value};
 use bmcfleet_tests::producer::{wait_gateway, wait_partitions_owned, ResultCollector, Topology};
@@ -290,4 +290,33 @@ fn resilience_flags_are_validated_with_their_environment_twins() {
     let mut p = Process::spawn("bmc-worker", &["--bmc-min-interval".into(), "2s".into(), "--lane-idle-timeout".into(), "1s".into()], &[]);
     assert_eq!(p.wait().code(), Some(2));
     assert!(p.log_text().contains("--bmc-min-interval (2s) must be shorter than --lane-idle-timeout (1s)"), "{}", p.log_text());
+}
+
+/// SIGTERM while NATS is gone: the worker still exits within its drain
+/// timeout plus a small constant (it cannot renew or release its leases;
+/// they expire on the server), with a lane busy on a BMC that never answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stops_within_its_drain_timeout_when_nats_is_gone() {
+    let mut nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &[]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    // Topology workers drain for at most 5 s (--drain-timeout 5s).
+    let mut w = topo.worker(&nats, "w0", sim.addr(), &["--action-timeout", "60s"]);
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let Reply::Accepted(_) = p.submit(&sim_batch("hang-1.example", vec![Action::Power(PowerOp::Status)]), false).await else { panic!("not accepted") };
+    bmcfleet_tests::eventually(Duration::from_secs(20), "the hung BMC's lane busy", || {
+        let key = "hang-1.example".parse::<BmcAddress>().unwrap().key().to_string();
+        let busy = !sim.calls(&key).is_empty(); // the login hangs: the lane is busy
+        async move { busy.then_some(()) }
+    })
+    .await;
+    nats.kill();
+    let started = std::time::Instant::now();
+    let status = w.terminate(Duration::from_secs(60));
+    let took = started.elapsed();
+    assert!(status.is_some(), "the worker did not exit within 60 s of SIGTERM with NATS gone:\n{}", w.log_tail(30));
+    assert!(took < Duration::from_secs(5 + 6), "took {took:?} (drain timeout 5 s + 6 s):\n{}", w.log_tail(30));
 }

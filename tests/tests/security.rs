@@ -3,7 +3,7 @@
 
 use async_nats::ConnectOptions;
 use bmcfleet_schema::*;
-use bmcfleet_sim::{SimConfig, SimServer};
+use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
 use bmcfleet_tests::producer::{stream_messages, wait_gateway, wait_partitions_owned, Topology};
 use bmcfleet_tests::{NatsServer, Process, Producer};
@@ -115,7 +115,7 @@ async fn producers_cannot_bypass_the_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_and_worker_speak_tls_to_nats() {
-    let pki = bmcfleet_redfish::testing::TestPki::generate().unwrap();
+    let pki = bmcfleet_testing::redfish::TestPki::generate().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = pki.write_to(dir.path()).unwrap();
     let ca = dir.path().join("ca.pem");

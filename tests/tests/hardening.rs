@@ -1,0 +1,111 @@
+//! Hostile or careless producers against real processes (issue 16): one
+//! producer holding many waiting submits cannot freeze the gateway for
+//! status, cancel, other submits or a stop.
+
+use bmcfleet_schema::*;
+use bmcfleet_tests::checks::sim_batch;
+use bmcfleet_tests::metrics::{metrics_port, scrape, value};
+use bmcfleet_tests::producer::{wait_gateway, Topology};
+use bmcfleet_tests::{NatsServer, Producer};
+use std::time::Duration;
+
+fn unavailable(r: &Reply) -> Option<&str> {
+    match r {
+        Reply::Error(e) if e.code == ErrorCode::Unavailable => Some(e.message.as_str()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_submits_cannot_starve_the_gateway() {
+    let nats = NatsServer::start();
+    let topo = Topology::default();
+    let mut gw = topo.gateway(&nats, &["--max-concurrent-requests", "32", "--max-waiting-per-client", "48"]);
+    let a = Producer::new(nats.client().await);
+    wait_gateway(&a).await;
+
+    // No worker runs: every waiting submit stays open. Client A asks for 64.
+    let mut waiters = tokio::task::JoinSet::new();
+    for i in 0..64 {
+        let a = a.clone();
+        waiters.spawn(async move { a.submit(&sim_batch(&format!("10.16.5.{}", i % 50 + 1), vec![Action::Power(PowerOp::On)]), true).await });
+    }
+    // The 16 beyond A's share are refused at once, not queued behind the others.
+    let mut refused = 0;
+    while refused < 16 {
+        let r = tokio::time::timeout(Duration::from_secs(20), waiters.join_next()).await.expect("a refusal within 20 s").unwrap().unwrap();
+        let why = unavailable(&r).unwrap_or_else(|| panic!("expected a refusal, got {r:?}"));
+        assert!(why.contains("limit per client"), "{why}");
+        refused += 1;
+    }
+
+    // Meanwhile A itself still gets answers for everything else, promptly.
+    let status = tokio::time::timeout(Duration::from_secs(3), a.status(ulid::Ulid::new())).await.expect("status answered");
+    assert!(matches!(&status, Reply::Error(e) if e.code == ErrorCode::NotFound), "{status:?}");
+    let queued = tokio::time::timeout(Duration::from_secs(3), a.submit(&sim_batch("10.16.6.1", vec![Action::Power(PowerOp::On)]), false))
+        .await
+        .expect("a plain submit answered");
+    assert!(matches!(queued, Reply::Accepted(_)), "{queued:?}");
+
+    // Another client's waiting submit is admitted (it waits, it is not refused).
+    let b = Producer::new(nats.client().await);
+    let b_wait = tokio::spawn(async move { b.submit(&sim_batch("10.16.7.1", vec![Action::Power(PowerOp::On)]), true).await });
+
+    // Admitted so far: A's 48 waiting submits, its plain one, and B's.
+    let port = metrics_port(&gw).await;
+    bmcfleet_tests::eventually(Duration::from_secs(20), "B's waiting submit admitted", || async {
+        (value(&scrape(port), "bmcfleet_batches_admitted_total", &[]) == 50.0).then_some(())
+    })
+    .await;
+
+    // SIGTERM: the gateway answers every waiting submit and exits promptly.
+    let started = std::time::Instant::now();
+    let exit = gw.terminate(Duration::from_secs(20));
+    assert!(exit.is_some_and(|s| s.success()), "the gateway did not stop cleanly within 20 s: {exit:?}\n{}", gw.log_tail(20));
+    assert!(started.elapsed() < Duration::from_secs(8), "stopping took {:?}", started.elapsed());
+    let b_reply = b_wait.await.unwrap();
+    assert!(unavailable(&b_reply).is_some_and(|m| m.contains("stopping")), "B was admitted and told the gateway stops: {b_reply:?}");
+    let mut answered = 0;
+    while let Some(r) = waiters.join_next().await {
+        let r = r.unwrap();
+        assert!(unavailable(&r).is_some_and(|m| m.contains("stopping")), "{r:?}");
+        answered += 1;
+    }
+    assert_eq!(answered, 48, "every admitted waiting submit of A got an answer");
+}
+
+/// The raw policy cannot be bypassed by spelling a path differently: every
+/// spelling of a write to the update service is refused at admission with
+/// nothing stored, and what is stored (and later sent) is the canonical path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_redfish_paths_are_judged_and_stored_in_their_canonical_form() {
+    let nats = NatsServer::start();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &[]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let jobs = topo.subjects().jobs_stream();
+    let raw = |method: HttpMethod, path: &str| {
+        sim_batch("10.16.8.1", vec![Action::Raw(RawRequest::Redfish(RawRedfish { method, path: path.into(), body: None }))])
+    };
+    let before = bmcfleet_tests::producer::stream_messages(&p.client, &jobs).await;
+    for path in [
+        "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        "/redfish/v1/Update%53ervice/Actions/UpdateService.SimpleUpdate",
+        "//redfish/v1//updateservice/",
+        "/redfish/v1/Update%2553ervice",
+        "/redfish/v1/Systems/../UpdateService",
+        "/redfish/v1/UpdateService;x=1",
+    ] {
+        let Reply::Error(e) = p.submit(&raw(HttpMethod::Post, path), false).await else { panic!("POST {path} admitted") };
+        assert!(matches!(e.code, ErrorCode::RawNotAllowed | ErrorCode::InvalidField), "POST {path}: {e:?}");
+    }
+    assert_eq!(bmcfleet_tests::producer::stream_messages(&p.client, &jobs).await, before, "a refused batch was stored");
+
+    let Reply::Accepted(a) = p.submit(&raw(HttpMethod::Get, "//redfish/v1//%53ystems/"), false).await else { panic!("GET refused") };
+    let js = async_nats::jetstream::new(p.client.clone());
+    let stored = js.get_stream(&jobs).await.unwrap().get_raw_message(a.stream_sequence).await.unwrap();
+    let job: Job = Encoding::MessagePack.decode(&stored.payload).unwrap();
+    let Action::Raw(RawRequest::Redfish(r)) = &job.batch.actions[0] else { panic!("{job:?}") };
+    assert_eq!(r.path, "/redfish/v1/Systems", "the stored (and sent) path is the canonical one");
+}
