@@ -261,19 +261,37 @@ async function validateK8s(file, args) {
     }
     if (target.spec.replicas !== undefined) problem(name(target), "sets spec.replicas although KEDA scales it (every apply would fight the autoscaler)");
     const partitions = Number(env.BMCFLEET_PARTITIONS);
-    const stream = `${env.BMCFLEET_STREAM}_JOBS`;
-    const consumers = new Set();
+    // The backlog comes from the gateways' /metrics: partition consumers are
+    // renamed at every lease epoch, so no trigger may name one.
+    const gatewayServices = byKind("Service").filter((svc) =>
+      deployments.some((d) => d.metadata.name !== target.metadata.name && matches({ matchLabels: svc.spec.selector }, d.spec.template.metadata?.labels ?? {})),
+    );
+    let backlog = 0;
     for (const t of so.spec.triggers ?? []) {
-      if (t.type !== "nats-jetstream") continue;
       const m = t.metadata ?? {};
-      for (const k of ["natsServerMonitoringEndpoint", "account", "stream", "consumer"]) if (!m[k]) problem(where, `trigger ${t.name}: metadata.${k} missing`);
-      if (m.stream !== stream) problem(where, `trigger ${t.name}: stream ${m.stream}, but the jobs stream is ${stream}`);
-      const c = /^part-(\d+)$/.exec(m.consumer ?? "");
-      if (!c || Number(c[1]) >= partitions) problem(where, `trigger ${t.name}: consumer ${m.consumer} is not a partition consumer part-0..part-${partitions - 1}`);
-      else if (consumers.has(Number(c[1]))) problem(where, `consumer ${m.consumer} has two triggers`);
-      else consumers.add(Number(c[1]));
+      if (t.type === "nats-jetstream") {
+        problem(where, `trigger ${t.name}: nats-jetstream reads a named consumer (${m.consumer}), but partition consumers are renamed at every lease epoch; scale on bmcfleet_jobs_backlog (metrics-api)`);
+        continue;
+      }
+      if (t.type !== "metrics-api") continue;
+      if (m.format !== "prometheus") problem(where, `trigger ${t.name}: format ${m.format}, expected prometheus`);
+      if (m.valueLocation !== "bmcfleet_jobs_backlog") problem(where, `trigger ${t.name}: valueLocation ${m.valueLocation}, expected bmcfleet_jobs_backlog`);
+      if (!m.targetValue) problem(where, `trigger ${t.name}: metadata.targetValue missing`);
+      let url;
+      try {
+        url = new URL(m.url ?? "");
+      } catch {
+        problem(where, `trigger ${t.name}: url ${m.url} is not a URL`);
+        continue;
+      }
+      const host = url.hostname.split(".")[0];
+      const svc = gatewayServices.find((s) => s.metadata.name === host);
+      if (!svc) problem(where, `trigger ${t.name}: ${url.hostname} is no Service of the gateway here`);
+      else if (!(svc.spec.ports ?? []).some((p) => String(p.port) === (url.port || "80"))) problem(where, `trigger ${t.name}: Service ${host} has no port ${url.port || "80"}`);
+      if (url.pathname !== "/metrics") problem(where, `trigger ${t.name}: path ${url.pathname}, expected /metrics`);
+      backlog++;
     }
-    if (consumers.size !== partitions) problem(where, `${consumers.size} partition consumers have triggers; BMCFLEET_PARTITIONS=${partitions} needs one each (part-0..part-${partitions - 1})`);
+    if (backlog !== 1) problem(where, `${backlog} metrics-api triggers on bmcfleet_jobs_backlog (expected exactly 1)`);
     if (so.spec.maxReplicaCount > partitions) problem(where, `maxReplicaCount ${so.spec.maxReplicaCount} exceeds the partition count ${partitions}: extra workers would own nothing`);
     const formula = so.spec.advanced?.scalingModifiers?.formula;
     if (formula) {
