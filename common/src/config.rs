@@ -105,6 +105,29 @@ pub struct NatsArgs {
     pub connect_timeout: Duration,
 }
 
+/// The flags every long-running service (gateway, worker) shares: NATS,
+/// topology, logging, tracing and metrics.
+#[derive(Args, Debug, Clone)]
+pub struct ProcessArgs {
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(flatten)]
+    pub otel: OtelArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+/// A service's whole configuration: parsed by clap, then cross-checked.
+pub trait ServiceConfig: clap::Parser {
+    /// Checks across flags (clap checks each flag alone); the message names the flags.
+    fn validate(&self) -> Result<(), String>;
+    fn process(&self) -> &ProcessArgs;
+}
+
 /// Subject/stream layout; must be identical on gateway, workers and bmcctl.
 /// (`global`: bmcctl accepts them after a subcommand too.)
 #[derive(Args, Debug, Clone)]

@@ -1,6 +1,7 @@
 //! Logging, shutdown and clocks.
 
-use crate::config::{LogArgs, LogFormat};
+use crate::config::{LogArgs, LogFormat, ServiceConfig};
+use crate::telemetry::Telemetry;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tracing_subscriber::EnvFilter;
 
@@ -13,6 +14,19 @@ pub fn init_logging(args: &LogArgs) -> Result<(), String> {
         LogFormat::Pretty => builder.compact().try_init(),
     };
     result.map_err(|e| e.to_string())
+}
+
+/// A binary's start: parse the flags and environment (a bad value, or a
+/// failed cross-flag check, prints a clear message and exits with code 2,
+/// like every clap error), then install logging and tracing for `service`.
+pub fn start<C: ServiceConfig>(service: &str) -> Result<(C, Telemetry), String> {
+    let config = C::parse();
+    if let Err(e) = config.validate() {
+        C::command().error(clap::error::ErrorKind::ArgumentConflict, e).exit();
+    }
+    let process = config.process();
+    let telemetry = crate::telemetry::init(&process.log, &process.otel, service)?;
+    Ok((config, telemetry))
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -1,6 +1,6 @@
 //! Gateway configuration: every flag has a `BMCFLEET_*` environment twin.
 
-use bmcfleet_common::config::{duration, positive_duration, LogArgs, MetricsArgs, NatsArgs, OtelArgs, TopologyArgs};
+use bmcfleet_common::config::{duration, positive_duration, ProcessArgs, ServiceConfig};
 use bmcfleet_common::streams::StreamSettings;
 use bmcfleet_schema::{Limits, RawPolicy};
 use clap::builder::BoolishValueParser;
@@ -12,15 +12,7 @@ use std::time::Duration;
 #[command(name = "bmc-gateway", version)]
 pub struct Config {
     #[command(flatten)]
-    pub nats: NatsArgs,
-    #[command(flatten)]
-    pub topology: TopologyArgs,
-    #[command(flatten)]
-    pub log: LogArgs,
-    #[command(flatten)]
-    pub otel: OtelArgs,
-    #[command(flatten)]
-    pub metrics: MetricsArgs,
+    pub process: ProcessArgs,
 
     #[command(flatten)]
     pub service: bmcfleet_common::config::ServiceArgs,
@@ -89,9 +81,11 @@ fn workers_public_key(s: &str) -> Result<String, String> {
     bmcfleet_common::sealing::public_key(s).map(|k| k.public_key()).map_err(|e| e.to_string())
 }
 
-impl Config {
-    /// Checks across flags (each flag alone is checked by its parser).
-    pub fn validate(&self) -> Result<(), String> {
+impl ServiceConfig for Config {
+    fn process(&self) -> &ProcessArgs {
+        &self.process
+    }
+    fn validate(&self) -> Result<(), String> {
         let fmt = bmcfleet_schema::duration::format;
         if self.default_deadline > self.max_deadline {
             return Err(format!(
@@ -102,7 +96,9 @@ impl Config {
         }
         Ok(())
     }
+}
 
+impl Config {
     pub fn limits(&self) -> Limits {
         Limits {
             max_actions: self.max_actions as usize,
@@ -122,7 +118,7 @@ impl Config {
 
     pub fn stream_settings(&self) -> StreamSettings {
         StreamSettings {
-            replicas: self.topology.replicas as usize,
+            replicas: self.process.topology.replicas as usize,
             dedupe_window: self.dedupe_window,
             events_max_age: self.events_max_age,
             status_max_age: self.status_max_age,

@@ -37,14 +37,14 @@ pub const SERVICE_NAME: &str = "bmcfleet-gateway";
 
 /// Run the gateway until `shutdown` resolves; in-flight requests finish first.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    config.validate().map_err(anyhow::Error::msg)?;
-    let subjects = config.topology.subjects();
+    bmcfleet_common::config::ServiceConfig::validate(&config).map_err(anyhow::Error::msg)?;
+    let subjects = config.process.topology.subjects();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     // Ready once connected to NATS with the service started (and while the connection holds).
     let ready = bmcfleet_common::serve::Ready::new();
-    let server = bmcfleet_common::serve::start_unless_off(config.metrics.addr.0, registry, ready.check()).await?;
-    let client = bmcfleet_common::nats::connect(&config.nats, SERVICE_NAME).await?;
+    let server = bmcfleet_common::serve::start_unless_off(config.process.metrics.addr.0, registry, ready.check()).await?;
+    let client = bmcfleet_common::nats::connect(&config.process.nats, SERVICE_NAME).await?;
     ready.connected(&client);
     let resources = streams::ensure_with_retry(client.clone(), &subjects, &config.stream_settings(), Mode::Update, std::time::Duration::from_secs(60))
         .await
@@ -64,7 +64,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let mut cancel = group.endpoint("cancel").await.map_err(|e| anyhow::anyhow!("cancel endpoint: {e}"))?;
     ready.running(true);
     tracing::info!(
-        prefix = %config.service.service_prefix, partitions = config.topology.partitions, inline_credentials = ?config.inline_credentials,
+        prefix = %config.service.service_prefix, partitions = config.process.topology.partitions, inline_credentials = ?config.inline_credentials,
         workers_public_key = config.workers_public_key.as_deref().unwrap_or("-"), raw_policy = %config.raw_policy.describe(), "Gateway ready."
     );
 

@@ -1,6 +1,6 @@
 //! Worker configuration: every flag has a `BMCFLEET_*` environment twin.
 
-use bmcfleet_common::config::{duration, positive_duration, LogArgs, MetricsArgs, NatsArgs, OtelArgs, TopologyArgs};
+use bmcfleet_common::config::{duration, positive_duration, ProcessArgs, ServiceConfig};
 use bmcfleet_schema::{RawPolicy, Secret};
 use clap::Parser;
 use std::net::SocketAddr;
@@ -12,15 +12,7 @@ use std::time::Duration;
 #[command(name = "bmc-worker", version)]
 pub struct Config {
     #[command(flatten)]
-    pub nats: NatsArgs,
-    #[command(flatten)]
-    pub topology: TopologyArgs,
-    #[command(flatten)]
-    pub log: LogArgs,
-    #[command(flatten)]
-    pub otel: OtelArgs,
-    #[command(flatten)]
-    pub metrics: MetricsArgs,
+    pub process: ProcessArgs,
 
     /// Unique name of this worker (default: host name, pid and a random suffix).
     #[arg(long, env = "BMCFLEET_WORKER_ID", value_parser = bmcfleet_common::config::token)]
@@ -104,8 +96,11 @@ fn protocol(s: &str) -> Result<bmcfleet_schema::Protocol, String> {
     }
 }
 
-impl Config {
-    pub fn validate(&self) -> Result<(), String> {
+impl ServiceConfig for Config {
+    fn process(&self) -> &ProcessArgs {
+        &self.process
+    }
+    fn validate(&self) -> Result<(), String> {
         if self.rebalance_interval * 3 > self.lease_ttl {
             return Err(format!(
                 "--rebalance-interval ({}) must be at most a third of --lease-ttl ({}) so leases are renewed in time",
@@ -128,7 +123,9 @@ impl Config {
         }
         Ok(())
     }
+}
 
+impl Config {
     /// The retry, breaker and pacing settings.
     pub fn guard(&self) -> crate::guard::Settings {
         crate::guard::Settings {

@@ -88,9 +88,9 @@ pub fn registry(config: &Config) -> Registry {
 
 /// Run the worker until `shutdown` resolves, then hand its partitions back.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    config.validate().map_err(anyhow::Error::msg)?;
+    bmcfleet_common::config::ServiceConfig::validate(&config).map_err(anyhow::Error::msg)?;
     let worker_id = config.worker_id.clone().unwrap_or_else(default_worker_id);
-    let subjects = config.topology.subjects();
+    let subjects = config.process.topology.subjects();
     let credentials = match &config.credentials_file {
         Some(path) => CredentialStore::load(path).map_err(anyhow::Error::msg)?,
         None => CredentialStore::default(),
@@ -108,10 +108,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let metrics = metrics::Metrics::register(&mut prometheus);
     // Ready while connected to NATS with the membership loop running.
     let ready = bmcfleet_common::serve::Ready::new();
-    let server = bmcfleet_common::serve::start_unless_off(config.metrics.addr.0, prometheus, ready.check()).await?;
-    let client = bmcfleet_common::nats::connect(&config.nats, &format!("bmc-worker {worker_id}")).await?;
+    let server = bmcfleet_common::serve::start_unless_off(config.process.metrics.addr.0, prometheus, ready.check()).await?;
+    let client = bmcfleet_common::nats::connect(&config.process.nats, &format!("bmc-worker {worker_id}")).await?;
     ready.connected(&client);
-    let settings = StreamSettings { replicas: config.topology.replicas as usize, ..StreamSettings::default() };
+    let settings = StreamSettings { replicas: config.process.topology.replicas as usize, ..StreamSettings::default() };
     let res = streams::ensure_with_retry(client.clone(), &subjects, &settings, Mode::UseExisting, std::time::Duration::from_secs(60))
         .await
         .context("setting up JetStream streams and buckets")?;
@@ -145,7 +145,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             shared.clone(),
             config.lease_ttl,
             config.rebalance_interval,
-            config.topology.replicas as usize,
+            config.process.topology.replicas as usize,
             partition::Settings {
                 ack_wait: config.ack_wait,
                 max_inflight: config.max_inflight_per_partition,

@@ -1,17 +1,11 @@
 //! `bmc-worker`: parse configuration, then hand over to [`bmcfleet_worker::run`].
 
-use bmcfleet_worker::Config;
-use clap::{CommandFactory, Parser};
+use bmcfleet_common::runtime;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
-    // Cross-flag checks fail like parse errors: a clear message and exit code 2.
-    if let Err(e) = config.validate() {
-        Config::command().error(clap::error::ErrorKind::ArgumentConflict, e).exit();
-    }
-    let telemetry = bmcfleet_common::telemetry::init(&config.log, &config.otel, "bmc-worker").map_err(anyhow::Error::msg)?;
-    let result = bmcfleet_worker::run(config, bmcfleet_common::runtime::shutdown_signal()).await;
+    let (config, telemetry) = runtime::start::<bmcfleet_worker::Config>("bmc-worker").map_err(anyhow::Error::msg)?;
+    let result = bmcfleet_worker::run(config, runtime::shutdown_signal()).await;
     telemetry.shutdown(std::time::Duration::from_secs(5)).await;
     result
 }

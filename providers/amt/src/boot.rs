@@ -31,7 +31,7 @@
 //! `CIM_BootSourceSetting` with the lowest non-zero `AssignedSequence` is the
 //! forced source. Read-back always reports `persistent: false, efi: false`.
 
-use crate::client::WsmanClient;
+use crate::wsman::client::WsmanClient;
 use crate::error::AmtError;
 use crate::wsman::request::{is_safe_name, Property};
 use crate::wsman::response::{epr_resource_uri, epr_selectors, prop, prop_bool};

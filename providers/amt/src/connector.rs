@@ -18,7 +18,8 @@
 //! With both options set, `ca_pem` wins (verification is kept).
 //! [`AmtConfig::require_tls`] refuses plain HTTP altogether.
 
-use crate::client::WsmanClient;
+use crate::config::AmtConfig;
+use crate::wsman::client::WsmanClient;
 use crate::error::AmtError;
 use crate::session::AmtSession;
 use crate::tls::Trust;
@@ -26,27 +27,9 @@ use crate::transport::{Transport, TransportOptions, WSMAN_PATH};
 use async_trait::async_trait;
 use bmcfleet_provider::{BmcSession, Capability, Connector, Ctx, ProviderError, ResolvedCredentials};
 use bmcfleet_schema::BmcTarget;
-use std::time::Duration;
 
 pub const HTTP_PORT: u16 = 16992;
 pub const TLS_PORT: u16 = 16993;
-
-/// Connector settings.
-#[derive(Clone, Debug)]
-pub struct AmtConfig {
-    /// Refuse plain HTTP (Digest over HTTP exposes the hash exchange).
-    pub require_tls: bool,
-    /// Upper bound for the TCP (and TLS) connect; the action deadline bounds it too.
-    pub connect_timeout: Duration,
-    /// Largest response body accepted.
-    pub max_response_bytes: usize,
-}
-
-impl Default for AmtConfig {
-    fn default() -> Self {
-        AmtConfig { require_tls: false, connect_timeout: Duration::from_secs(10), max_response_bytes: 4 * 1024 * 1024 }
-    }
-}
 
 /// The `amt` provider.
 #[derive(Clone, Debug, Default)]

@@ -12,7 +12,7 @@
 //! Input layout: `[status_selector, body…]`.
 
 use crate::boot::{self, device_of, forced_source, settings_for};
-use crate::client::read_reply;
+use crate::wsman::client::read_reply;
 use crate::digest::{parse_auth_header, Challenge};
 use crate::power::{self, status_from};
 use crate::wsman::response::{epr_resource_uri, epr_selectors, prop_bool, props};

@@ -13,7 +13,7 @@
 //! (older firmware lacks some) leaves its fields empty. Transport and
 //! authentication errors always fail the action.
 
-use crate::client::WsmanClient;
+use crate::wsman::client::WsmanClient;
 use crate::error::AmtError;
 use crate::power;
 use crate::wsman::response::{epr_selectors, prop};

@@ -9,19 +9,22 @@
 //! (PXE, disk, CD/DVD, BIOS setup, safe mode) and inventory.
 //!
 //! # Layout
-//! - [`connector`]: [`AmtConnector`], [`AmtConfig`], HTTP/TLS port selection.
-//! - [`session`]: [`AmtSession`] and its capability trait impls.
-//! - [`power`], [`boot`], [`inventory`]: one file per capability, with
-//!   the AMT value tables and call sequences in their docs.
-//! - [`client`]: the WS-Man client (spans, faults, Enumerate/Pull, Invoke).
-//! - [`wsman`]: envelope building and reading, fault mapping.
-//! - [`transport`]: HTTP POST with Digest rounds, bounded by the deadline.
-//! - [`digest`]: RFC 7616 challenge parsing and response computation.
+//! Private modules, the same anatomy as every provider:
+//! - `config`: [`AmtConfig`]; `connector`: [`AmtConnector`], HTTP/TLS port
+//!   selection; `session`: [`AmtSession`] and its capability trait impls.
+//! - `power`, `boot`, `inventory`: one file per capability, with the AMT
+//!   value tables and call sequences in their docs.
+//! - `transport`: HTTP POST with Digest rounds, bounded by the deadline;
+//!   `tls`: rustls configs (per-BMC CA or explicit insecure).
+//! - `error`: [`AmtError`], its wire code and retry decision.
+//!
+//! Public because the test double (`bmcfleet-testing`'s `amt::AmtFixtureServer`,
+//! a Digest-enforcing WS-Man peer answering with captured AMT responses) must
+//! speak exactly the same wire formats:
+//! - [`wsman`]: envelope building and reading, fault mapping (its private
+//!   `client` runs Enumerate/Pull, Get, Put and Invoke with spans);
+//! - [`digest`]: RFC 7616 challenge parsing and response computation;
 //! - [`xml`]: namespace-aware XML tree and escaping writer over `quick-xml`.
-//! - [`tls`]: rustls configs (per-BMC CA or explicit insecure).
-//! - [`error`]: [`AmtError`], its wire code and retry decision.
-//! - Test doubles live in `bmcfleet-testing` (`amt::AmtFixtureServer`, a Digest-enforcing
-//!   WS-Man peer answering with captured AMT responses).
 //!
 //! # Errors
 //!
@@ -37,25 +40,26 @@
 //! | `ReturnValue` ≠ 0                         | `bmc_error`         |
 //! | persistent boot, NMI/soft-off not offered | `unsupported`       |
 
-pub mod boot;
-pub mod client;
-pub mod connector;
+mod boot;
+mod config;
+mod connector;
 pub mod digest;
-pub mod error;
+mod error;
 /// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
 /// the `fuzzing` feature, so release builds do not contain them.
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod inventory;
-pub mod power;
-pub mod session;
-pub mod tls;
-pub mod transport;
+mod inventory;
+mod power;
+mod session;
+mod tls;
+mod transport;
 pub mod wsman;
 pub mod xml;
 
-
-pub use connector::{AmtConfig, AmtConnector};
+pub use config::AmtConfig;
+pub use connector::{AmtConnector, HTTP_PORT, TLS_PORT};
 pub use error::AmtError;
 pub use session::AmtSession;
+pub use transport::WSMAN_PATH;

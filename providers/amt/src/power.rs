@@ -33,7 +33,7 @@
 //! | 3, 4              | Sleep - Light / Deep (S1, S3) | `unknown` |
 //! | others            | transitions (cycle, reset…) | `unknown` |
 
-use crate::client::WsmanClient;
+use crate::wsman::client::WsmanClient;
 use crate::error::AmtError;
 use crate::wsman::response::{epr_resource_uri, epr_selectors, prop, props};
 use crate::wsman::{names, ns, Epr, Param};

@@ -4,7 +4,7 @@
 //! lane's later actions skip the 401 round trip. It implements
 //! [`Power`], [`BootControl`] and [`Inventory`].
 
-use crate::client::WsmanClient;
+use crate::wsman::client::WsmanClient;
 use crate::{boot, inventory, power};
 use async_trait::async_trait;
 use bmcfleet_provider::{BmcSession, BootControl, Ctx, Inventory, Power, Result};

@@ -84,10 +84,6 @@ impl Transport {
         })
     }
 
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// POST `body`; the whole exchange (all rounds, body read) ends by `deadline`.
     pub async fn post(&mut self, deadline: Instant, body: Vec<u8>) -> Result<HttpReply, AmtError> {
         match tokio::time::timeout_at(deadline, self.exchange(body)).await {

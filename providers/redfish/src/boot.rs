@@ -3,7 +3,7 @@
 //! anything is sent, PATCHed with `If-Match` when the BMC gives an ETag,
 //! then read back.
 
-use crate::client::Resource;
+use crate::transport::Resource;
 use crate::error::{err, status_error, unsupported};
 use crate::json::{allowable, str_of};
 use crate::session::RedfishSession;

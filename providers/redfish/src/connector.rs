@@ -1,7 +1,7 @@
 //! [`RedfishConnector`]: builds a per-BMC HTTPS client (its own TLS trust),
 //! logs in and discovers the service.
 
-use crate::client::Transport;
+use crate::transport::Transport;
 use crate::config::RedfishConfig;
 use crate::discovery::Service;
 use crate::error::err;

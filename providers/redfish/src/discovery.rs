@@ -5,7 +5,7 @@
 //! Only *structure* is cached (paths, action targets, allowable values).
 //! State (power, boot override, media) is read fresh for every action.
 
-use crate::client::Transport;
+use crate::transport::Transport;
 use crate::error::{err, invalid};
 use crate::json::{allowable, last_segment, link, links, members, norm_path, str_of, string_of};
 use bmcfleet_provider::{Ctx, Result};

@@ -14,7 +14,7 @@
 //! first line.
 
 use crate::boot::{device_for, patch_body, read_override, target_for};
-use crate::client::{read_poll, retry_after, task_monitor, Reply, Resource};
+use crate::transport::{read_poll, retry_after, task_monitor, Reply, Resource};
 use crate::discovery::{action_info_allowed, action_of, normalise_reset_types, ResetAction, RootInfo};
 use crate::error::{bmc_messages, status_error};
 use crate::inventory::from_resources;

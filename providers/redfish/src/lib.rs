@@ -11,13 +11,13 @@
 //! slots), never from a vendor name.
 //!
 //! # Layout
-//! - [`connector`]: [`RedfishConnector`] (TLS per BMC, login, discovery).
-//! - [`config`]: [`RedfishConfig`] timeouts and bounds.
-//! - `client`: the per-BMC transport: auth, bounded exchanges, tracing
+//! - `connector`: [`RedfishConnector`] (TLS per BMC, login, discovery).
+//! - `config`: [`RedfishConfig`] timeouts and bounds.
+//! - `transport`: the per-BMC transport: auth, bounded exchanges, tracing
 //!   spans, Task Monitors, the one safe resend (after a `401` on a token).
 //! - `error`: HTTP/transport → [`bmcfleet_provider::ProviderError`] mapping.
 //! - `discovery`: service root, system/manager choice, reset types.
-//! - [`session`]: [`RedfishSession`] and its accessors.
+//! - `session`: [`RedfishSession`] and its accessors.
 //! - one module per capability: `power`, `boot`, `users`, `manager` (BMC
 //!   reset, network source), `virtual_media`, `raw`, `inventory`.
 //! - `tls`: rustls client config (system roots, per-BMC CA, insecure).
@@ -25,9 +25,8 @@
 //!   `bmcfleet-testing` (`redfish`).
 
 mod boot;
-mod client;
-pub mod config;
-pub mod connector;
+mod config;
+mod connector;
 mod discovery;
 mod error;
 /// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
@@ -40,15 +39,15 @@ mod json;
 mod manager;
 mod power;
 mod raw;
-pub mod session;
+mod session;
 mod tls;
+mod transport;
 mod users;
 mod virtual_media;
 
-
-pub use client::AuthKind;
 pub use config::RedfishConfig;
 pub use connector::RedfishConnector;
 pub use discovery::ResetAction;
 pub use error::bmc_messages;
 pub use session::RedfishSession;
+pub use transport::AuthKind;

@@ -1,7 +1,7 @@
 //! Manager capabilities: BMC reset (`Manager.Reset`) and the BMC's own
 //! network source (`Manager.EthernetInterfaces`: DHCPv4 / static IPv4).
 
-use crate::client::Resource;
+use crate::transport::Resource;
 use crate::discovery::ManagerInfo;
 use crate::error::{err, unsupported};
 use crate::json::{members, str_of};

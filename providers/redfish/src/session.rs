@@ -2,7 +2,7 @@
 //! service structure discovered at connect time. The capability traits are
 //! implemented in their own modules (`power.rs`, `boot.rs`, ...).
 
-use crate::client::{AuthKind, Transport};
+use crate::transport::{AuthKind, Transport};
 use crate::discovery::{ResetAction, Service};
 use bmcfleet_provider::BmcSession;
 use bmcfleet_schema::BmcAddress;

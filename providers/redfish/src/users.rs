@@ -12,7 +12,7 @@
 //! reserved anonymous user). Update never creates: a missing user is
 //! `target_not_found`.
 
-use crate::client::Resource;
+use crate::transport::Resource;
 use crate::error::{err, invalid, unsupported};
 use crate::json::{link, members, str_of};
 use crate::session::RedfishSession;

@@ -6,7 +6,7 @@
 //! Insert is idempotent: the same image already inserted is a no-op, a
 //! different one is ejected first.
 
-use crate::client::Resource;
+use crate::transport::Resource;
 use crate::error::{err, unsupported};
 use crate::json::{allowable, members, norm_path, str_of};
 use crate::session::RedfishSession;

@@ -20,6 +20,12 @@ async fn open(server: &MockupServer) -> RedfishSession {
     connector().open(&ctx(10), &server.target(), &server.credentials()).await.expect("connect")
 }
 
+/// A one-time UEFI boot override, as most faults below are met.
+async fn set_boot(s: &mut RedfishSession, device: BootDevice) -> Result<(), bmcfleet_provider::ProviderError> {
+    let request = BootDeviceRequest { device, persistent: false, efi: true };
+    s.boot().unwrap().set_boot_device(&ctx(5), &request).await
+}
+
 fn ctx_ms(ms: u64) -> Ctx {
     Ctx::with_timeout(Duration::from_millis(ms))
 }
@@ -43,12 +49,7 @@ async fn forbidden_is_permission_denied() {
     let server = spec_service().start().await.unwrap();
     server.push_fault(Fault::status("PATCH", SYSTEM, 403));
     let mut s = open(&server).await;
-    let e = s
-        .boot()
-        .unwrap()
-        .set_boot_device(&ctx(5), &BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true })
-        .await
-        .unwrap_err();
+    let e = set_boot(&mut s, BootDevice::Pxe).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
     assert!(e.message.contains("injected HTTP 403"), "{e}");
 }
@@ -57,12 +58,7 @@ async fn forbidden_is_permission_denied() {
 async fn missing_resources_are_target_not_found() {
     let server = common::standard_accounts(spec_service()).start().await.unwrap();
     let mut s = open(&server).await;
-    let e = s
-        .raw()
-        .unwrap()
-        .raw(&ctx(5), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/Chassis/9".into(), body: None }))
-        .await
-        .unwrap_err();
+    let e = common::raw_get(&mut s, "/redfish/v1/Chassis/9").await.unwrap_err();
     assert_eq!(e.code, ErrorCode::TargetNotFound, "{e}");
     assert!(e.message.contains("ResourceMissingAtURI") || e.message.contains("was not found"), "{e}");
     let upd = UserUpdate { name: "nobody".into(), password: Some("x-long-enough".into()), role: None, enabled: None };
@@ -91,12 +87,7 @@ async fn persistent_etag_mismatch_fails_after_one_fresh_retry() {
     server.merge_resource(SYSTEM, &json!({"@odata.etag": "W/\"v1\""}));
     server.push_fault(Fault::status("PATCH", SYSTEM, 412));
     let mut s = open(&server).await;
-    let e = s
-        .boot()
-        .unwrap()
-        .set_boot_device(&ctx(5), &BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true })
-        .await
-        .unwrap_err();
+    let e = set_boot(&mut s, BootDevice::Pxe).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     assert!(e.message.contains("412"), "{e}");
     let patches = server.requests_to("PATCH", SYSTEM);
@@ -109,12 +100,7 @@ async fn if_match_required_without_an_etag_is_explained() {
     let server = spec_service().start().await.unwrap();
     server.push_fault(Fault::status("PATCH", SYSTEM, 428));
     let mut s = open(&server).await;
-    let e = s
-        .boot()
-        .unwrap()
-        .set_boot_device(&ctx(5), &BootDeviceRequest { device: BootDevice::Disk, persistent: false, efi: true })
-        .await
-        .unwrap_err();
+    let e = set_boot(&mut s, BootDevice::Disk).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     assert!(e.message.contains("If-Match") && e.message.contains("no ETag"), "{e}");
 }
@@ -265,12 +251,7 @@ async fn raw_request_bounds_are_checked_before_sending() {
         .await
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
-    let e = s
-        .raw()
-        .unwrap()
-        .raw(&ctx(5), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/../../etc".into(), body: None }))
-        .await
-        .unwrap_err();
+    let e = common::raw_get(&mut s, "/redfish/v1/../../etc").await.unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
     assert!(server.requests().is_empty(), "a refused raw request was sent");
 }

@@ -32,6 +32,16 @@ macro_rules! fixture {
     };
 }
 
+/// The fixture's mockup served and a session opened on it (or the test skipped).
+macro_rules! session {
+    ($builder:ident, $vendor:expr, $test:expr) => {{
+        let dir = fixture!($vendor, $test);
+        let server = $builder(&dir).start().await.unwrap();
+        let s = open(&server).await;
+        (server, s)
+    }};
+}
+
 async fn open(server: &MockupServer) -> RedfishSession {
     connector().open(&ctx(10), &server.target(), &server.credentials()).await.expect("connect")
 }
@@ -61,9 +71,7 @@ fn dell(dir: &Path) -> MockupBuilder {
 
 #[tokio::test]
 async fn dell_logs_in_with_a_session_reuses_the_token_and_logs_out() {
-    let dir = fixture!("dell", "dell_logs_in_with_a_session_reuses_the_token_and_logs_out");
-    let server = dell(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(dell, "dell", "dell_logs_in_with_a_session_reuses_the_token_and_logs_out");
     assert_eq!(s.auth_kind(), Some(AuthKind::Session));
     assert_eq!(s.system_path(), DELL_SYSTEM);
     assert_eq!(s.manager_path(), Some("/redfish/v1/Managers/iDRAC.Embedded.1"));
@@ -87,9 +95,7 @@ async fn dell_logs_in_with_a_session_reuses_the_token_and_logs_out() {
 
 #[tokio::test]
 async fn dell_power_uses_advertised_reset_types() {
-    let dir = fixture!("dell", "dell_power_uses_advertised_reset_types");
-    let server = dell(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(dell, "dell", "dell_power_uses_advertised_reset_types");
     let p = s.power().unwrap();
     // The capture reports On: `on` sends nothing.
     assert_eq!(p.power(&ctx(5), PowerOp::On).await.unwrap(), Some(PowerState::On));
@@ -115,9 +121,7 @@ async fn dell_power_uses_advertised_reset_types() {
 
 #[tokio::test]
 async fn dell_boot_override_patch_and_read_back() {
-    let dir = fixture!("dell", "dell_boot_override_patch_and_read_back");
-    let server = dell(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(dell, "dell", "dell_boot_override_patch_and_read_back");
     let req = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true };
     s.boot().unwrap().set_boot_device(&ctx(5), &req).await.unwrap();
     assert_eq!(
@@ -137,9 +141,7 @@ async fn dell_boot_override_patch_and_read_back() {
 
 #[tokio::test]
 async fn dell_bmc_reset_cold_falls_back_to_graceful_restart() {
-    let dir = fixture!("dell", "dell_bmc_reset_cold_falls_back_to_graceful_restart");
-    let server = dell(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(dell, "dell", "dell_bmc_reset_cold_falls_back_to_graceful_restart");
     assert!(s.is_healthy());
     s.bmc_reset().unwrap().reset_bmc(&ctx(5), BmcResetKind::Cold).await.unwrap();
     assert_eq!(
@@ -247,9 +249,7 @@ fn lenovo(dir: &Path) -> MockupBuilder {
 
 #[tokio::test]
 async fn lenovo_cycle_without_power_cycle_is_force_off_then_on() {
-    let dir = fixture!("lenovo", "lenovo_cycle_without_power_cycle_is_force_off_then_on");
-    let server = lenovo(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(lenovo, "lenovo", "lenovo_cycle_without_power_cycle_is_force_off_then_on");
     s.power().unwrap().power(&ctx(5), PowerOp::Cycle).await.unwrap();
     assert_eq!(
         writes(&server),
@@ -264,9 +264,7 @@ async fn lenovo_cycle_without_power_cycle_is_force_off_then_on() {
 
 #[tokio::test]
 async fn lenovo_boot_refuses_persistent_before_sending() {
-    let dir = fixture!("lenovo", "lenovo_boot_refuses_persistent_before_sending");
-    let server = lenovo(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(lenovo, "lenovo", "lenovo_boot_refuses_persistent_before_sending");
     let b = s.boot().unwrap();
     let e = b
         .set_boot_device(&ctx(5), &BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: false })
@@ -289,9 +287,7 @@ async fn lenovo_boot_refuses_persistent_before_sending() {
 
 #[tokio::test]
 async fn lenovo_virtual_media_without_actions_is_patched_on_the_manager() {
-    let dir = fixture!("lenovo", "lenovo_virtual_media_without_actions_is_patched_on_the_manager");
-    let server = lenovo(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(lenovo, "lenovo", "lenovo_virtual_media_without_actions_is_patched_on_the_manager");
     let url = "https://192.0.2.10/isos/install.iso";
     let cd = "/redfish/v1/Managers/1/VirtualMedia/CD";
     s.virtual_media().unwrap().insert_media(&ctx(5), url, MediaKind::Cd).await.unwrap();
@@ -340,9 +336,7 @@ fn supermicro(dir: &Path) -> MockupBuilder {
 
 #[tokio::test]
 async fn supermicro_concatenated_reset_types_are_split() {
-    let dir = fixture!("supermicro", "supermicro_concatenated_reset_types_are_split");
-    let server = supermicro(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(supermicro, "supermicro", "supermicro_concatenated_reset_types_are_split");
     let reset = s.system_reset().unwrap();
     assert!(reset.allows("GracefulShutdown") && reset.allows("GracefulRestart"), "{:?}", reset.allowed);
     s.power().unwrap().power(&ctx(5), PowerOp::SoftOff).await.unwrap();
@@ -440,9 +434,7 @@ fn dmtf(dir: &Path) -> MockupBuilder {
 
 #[tokio::test]
 async fn dmtf_reset_is_force_restart_and_cycle_is_off_then_on() {
-    let dir = fixture!("dmtf-public-rackmount1", "dmtf_reset_is_force_restart_and_cycle_is_off_then_on");
-    let server = dmtf(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(dmtf, "dmtf-public-rackmount1", "dmtf_reset_is_force_restart_and_cycle_is_off_then_on");
     s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap();
     s.power().unwrap().power(&ctx(5), PowerOp::Cycle).await.unwrap();
     assert_eq!(
@@ -462,9 +454,7 @@ async fn dmtf_reset_is_force_restart_and_cycle_is_off_then_on() {
 
 #[tokio::test]
 async fn dmtf_inventory() {
-    let dir = fixture!("dmtf-public-rackmount1", "dmtf_inventory");
-    let server = dmtf(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (_server, mut s) = session!(dmtf, "dmtf-public-rackmount1", "dmtf_inventory");
     let inv = s.inventory().unwrap().inventory(&ctx(5)).await.unwrap();
     assert_eq!(inv.manufacturer.as_deref(), Some("Contoso"));
     assert_eq!(inv.model.as_deref(), Some("3500"));
@@ -493,9 +483,7 @@ async fn dmtf_basic_auth_when_sessions_are_not_implemented() {
 
 #[tokio::test]
 async fn dmtf_expired_session_is_renewed_once() {
-    let dir = fixture!("dmtf-public-rackmount1", "dmtf_expired_session_is_renewed_once");
-    let server = dmtf(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(dmtf, "dmtf-public-rackmount1", "dmtf_expired_session_is_renewed_once");
     server.expire_sessions();
     s.power().unwrap().power(&ctx(5), PowerOp::Nmi).await.unwrap();
     assert_eq!(server.requests_to("POST", "/redfish/v1/SessionService/Sessions").len(), 2);
@@ -506,9 +494,7 @@ async fn dmtf_expired_session_is_renewed_once() {
 
 #[tokio::test]
 async fn dmtf_virtual_media_replaces_an_inserted_image() {
-    let dir = fixture!("dmtf-public-rackmount1", "dmtf_virtual_media_replaces_an_inserted_image");
-    let server = dmtf(&dir).start().await.unwrap();
-    let mut s = open(&server).await;
+    let (server, mut s) = session!(dmtf, "dmtf-public-rackmount1", "dmtf_virtual_media_replaces_an_inserted_image");
     let url = "http://192.0.2.10/new.iso";
     s.virtual_media().unwrap().insert_media(&ctx(5), url, MediaKind::Cd).await.unwrap();
     assert_eq!(

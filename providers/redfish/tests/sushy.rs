@@ -272,12 +272,7 @@ async fn services_sushy_lacks_are_unsupported() {
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
     assert!(e.message.contains("EthernetInterfaces"), "{e}");
     // And the emulator really has no AccountService.
-    let e = s
-        .raw()
-        .unwrap()
-        .raw(&ctx(10), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/AccountService".into(), body: None }))
-        .await
-        .unwrap_err();
+    let e = common::raw_get(&mut s, "/redfish/v1/AccountService").await.unwrap_err();
     assert_eq!(e.code, ErrorCode::TargetNotFound, "{e}");
 }
 

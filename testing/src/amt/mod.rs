@@ -564,8 +564,8 @@ fn process(shared: &Shared, req: &http::HttpRequest) -> Outcome {
         selectors: Vec::new(),
         op: None,
     };
-    if req.target != bmcfleet_amt::transport::WSMAN_PATH || req.method != "POST" {
-        let status = if req.target != bmcfleet_amt::transport::WSMAN_PATH { 404 } else { 405 };
+    if req.target != bmcfleet_amt::WSMAN_PATH || req.method != "POST" {
+        let status = if req.target != bmcfleet_amt::WSMAN_PATH { 404 } else { 405 };
         record.status = status;
         g.requests.push(record);
         let bytes = http::render(status, reason(status), &[("Server", http::AMT_SERVER.into())], b"", Framing::ContentLength);

@@ -4,7 +4,9 @@
 //! - [`request`]: envelope building ([`Request`]) with the `quick-xml` writer.
 //! - [`response`]: envelope reading ([`Envelope`]), pull items, `ReturnValue`.
 //! - [`fault`]: SOAP faults and method return values, and what they mean.
+//! - `client`: the WS-Man client (spans, faults, Enumerate/Pull, Invoke).
 
+pub(crate) mod client;
 pub mod fault;
 pub mod request;
 pub mod response;

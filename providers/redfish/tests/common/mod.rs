@@ -28,6 +28,17 @@ pub fn ctx(secs: u64) -> Ctx {
     Ctx::with_timeout(Duration::from_secs(secs))
 }
 
+/// A raw `GET path` through the session's raw capability.
+pub async fn raw_get(
+    s: &mut bmcfleet_redfish::RedfishSession,
+    path: &str,
+) -> Result<bmcfleet_schema::RawResponse, bmcfleet_provider::ProviderError> {
+    use bmcfleet_provider::BmcSession;
+    use bmcfleet_schema::{HttpMethod, RawRedfish, RawRequest};
+    let request = RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: path.into(), body: None });
+    s.raw().unwrap().raw(&ctx(10), &request).await
+}
+
 use bmcfleet_testing::redfish::MockupBuilder;
 use serde_json::json;
 
