@@ -43,7 +43,7 @@ pub struct Fleet {
     pub options: FleetOptions,
     /// The workers' sealing key pair (seed, public key): the gateway seals
     /// the benchmark's inline credentials to it.
-    sealing: (Secret, String),
+    pub sealing: (Secret, String),
     /// Dropped last: the server outlives its clients.
     pub nats: Nats,
 }
@@ -52,13 +52,14 @@ pub struct Fleet {
 pub fn sim_batch(address: &str, actions: Vec<Action>) -> anyhow::Result<Batch> {
     Ok(Batch {
         id: Some(ulid::Ulid::new()),
-        bmc: BmcTarget {
+        machine: None,
+        bmc: Some(BmcTarget {
             address: address.parse().with_context(|| format!("address {address}"))?,
             protocol: Protocol::Sim,
             credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("bench") },
             tls: TlsOptions::default(),
             system_id: None,
-        },
+        }),
         actions,
         on_error: OnError::Stop,
         deadline: Some(Duration::from_secs(600)),
@@ -217,7 +218,17 @@ impl Fleet {
 }
 
 fn common_args(nats: &Nats, partitions: u16) -> Vec<String> {
-    vec!["--nats-url".into(), nats.url(), "--partitions".into(), partitions.to_string(), "--log-format".into(), "json".into()]
+    vec![
+        "--nats-url".into(),
+        nats.url(),
+        "--partitions".into(),
+        partitions.to_string(),
+        "--log-format".into(),
+        "json".into(),
+        // The simulated BMCs' made-up addresses.
+        "--ad-hoc-targets".into(),
+        "10.0.0.0/8".into(),
+    ]
 }
 
 /// Submit through the gateway's micro service.

@@ -89,7 +89,7 @@ async fn phase(fleet: &Fleet, sim: &SimServer, o: &Options, faulty: Option<usize
         // A hung BMC: one action that waits for its deadline, past the window.
         let mut hung = sim_batch(&format!("hang-{rep}.bench"), vec![Action::Power(PowerOp::Status)])?;
         hung.deadline = Some(o.duration + Duration::from_secs(2));
-        let hung_key = hung.bmc.address.key().to_string();
+        let hung_key = hung.bmc.as_ref().expect("ad hoc").address.key().to_string();
         let client = fleet.client.clone();
         peers.spawn(async move {
             match submit(&client, &hung, true).await? {
@@ -103,7 +103,7 @@ async fn phase(fleet: &Fleet, sim: &SimServer, o: &Options, faulty: Option<usize
         });
         // A slow BMC: a closed loop of slow actions for the whole window.
         let slow = format!("slow-{rep}.bench");
-        let slow_key = sim_batch(&slow, vec![])?.bmc.address.key().to_string();
+        let slow_key = slow.parse::<bmcfleet_schema::BmcAddress>()?.key().to_string();
         let client = fleet.client.clone();
         let end = Instant::now() + o.duration;
         peers.spawn(async move {

@@ -74,7 +74,7 @@ struct Drain {
 }
 
 fn creds(job: &Job, keys: &SealingKeys) -> anyhow::Result<ResolvedCredentials> {
-    match &job.batch.bmc.credentials {
+    match &job.target.credentials {
         Credentials::Inline { username, password } => Ok(ResolvedCredentials { username: username.clone(), password: password.clone() }),
         // The gateway seals inline passwords: open them as a worker does.
         Credentials::Sealed(s) => Ok(ResolvedCredentials { username: s.username.clone(), password: keys.open(s)? }),
@@ -130,7 +130,7 @@ async fn baseline(fleet: &Fleet, sim: &SimServer, n: usize, ordered: bool, infli
             .context("consumer ended")?
             .map_err(|e| anyhow::anyhow!("pull: {e}"))?;
         let job: Job = Encoding::MessagePack.decode(&msg.payload)?;
-        let key = job.batch.bmc.address.key().to_string();
+        let key = job.key().to_string();
         if ordered {
             let tx = lanes.entry(key).or_insert_with(|| {
                 let (tx, mut rx) = mpsc::unbounded_channel::<(jetstream::Message, Job)>();
@@ -141,7 +141,7 @@ async fn baseline(fleet: &Fleet, sim: &SimServer, n: usize, ordered: bool, infli
                         let _permit = sem.acquire().await.expect("semaphore open");
                         if session.is_none() {
                             let ctx = Ctx::with_timeout(Duration::from_secs(30));
-                            session = Some(connector.connect(&ctx, &job.batch.bmc, &creds(&job, &keys)?).await?);
+                            session = Some(connector.connect(&ctx, &job.target, &creds(&job, &keys)?).await?);
                         }
                         run_job(session.as_mut().expect("opened"), &job, &tag).await?;
                         msg.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;
@@ -159,7 +159,7 @@ async fn baseline(fleet: &Fleet, sim: &SimServer, n: usize, ordered: bool, infli
                 let pooled = pool.lock().expect("pool lock").get_mut(&key).and_then(Vec::pop);
                 let mut session = match pooled {
                     Some(s) => s,
-                    None => connector.connect(&Ctx::with_timeout(Duration::from_secs(30)), &job.batch.bmc, &creds(&job, &keys)?).await?,
+                    None => connector.connect(&Ctx::with_timeout(Duration::from_secs(30)), &job.target, &creds(&job, &keys)?).await?,
                 };
                 run_job(&mut session, &job, &tag).await?;
                 msg.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;

@@ -111,7 +111,9 @@ impl Raw {
         });
         // A job-sized payload: exactly what the gateway would queue for one batch.
         let batch = sim_batch(&sim_address(1), vec![Action::Power(PowerOp::Status)])?;
-        let job = Job { id: batch.id.expect("id"), admitted_at_ms: 0, deadline_at_ms: u64::MAX / 2, batch };
+        let mut batch = batch;
+        let target = batch.bmc.take().expect("an ad hoc sim batch");
+        let job = Job { id: batch.id.expect("id"), admitted_at_ms: 0, deadline_at_ms: u64::MAX / 2, batch, target };
         let payload = Encoding::MessagePack.encode(&job)?.into();
         Ok(Raw { js, next: AtomicU64::new(0), pending, payload, tasks: vec![responder, dispatcher] })
     }

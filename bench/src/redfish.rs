@@ -210,9 +210,11 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     let mut fleet = Fleet::start(FleetOptions::default()).await?;
     fleet.spawn_worker("w0", &["--protocols".into(), "redfish".into()])?;
     fleet.wait_owned_by(&["w0"], 1, Duration::from_secs(30)).await?;
+    let machine = bmcfleet_tests::producer::register_machine(&fleet.client, &fleet.subjects, &fleet.sealing.1, &emu.target()).await;
     let pipeline_batch = || Batch {
         id: Some(ulid::Ulid::new()),
-        bmc: emu.target(),
+        machine: Some(machine.clone()),
+        bmc: None,
         actions: actions(),
         on_error: OnError::Stop,
         deadline: Some(Duration::from_secs(60)),

@@ -82,6 +82,33 @@ pub enum Command {
         #[command(subcommand)]
         op: CredOp,
     },
+    /// The machine registry (operators only).
+    Machine {
+        #[command(subcommand)]
+        op: MachineOp,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MachineOp {
+    /// Make the registry match a machine file (YAML/JSON): add and change
+    /// what differs, remove what the file lacks with --prune. Idempotent.
+    Apply {
+        #[arg(short = 'f', long)]
+        file: String,
+        /// Also remove registered machines the file does not name.
+        #[arg(long)]
+        prune: bool,
+        /// Show the changes without writing them.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Show one machine's record.
+    Get { name: String },
+    /// List machines.
+    Ls,
+    /// Remove a machine (its batches then fail with machine_not_found).
+    Rm { name: String },
 }
 
 #[derive(Args, Debug)]
@@ -123,9 +150,13 @@ pub enum CredOp {
 /// The BMC an action command addresses, and how.
 #[derive(Args, Debug)]
 pub struct Target {
-    /// BMC address: IP, [IPv6]:port or hostname[:port].
+    /// A registered machine (instead of --bmc and credentials).
+    #[arg(long, conflicts_with_all = ["bmc", "cred", "user", "password_env", "insecure"], required_unless_present = "bmc")]
+    pub machine: Option<String>,
+    /// BMC address of an ad hoc target (where the deployment allows them):
+    /// IP, [IPv6]:port or hostname[:port].
     #[arg(long)]
-    pub bmc: BmcAddress,
+    pub bmc: Option<BmcAddress>,
     /// Protocol to speak.
     #[arg(long, value_enum, default_value = "auto")]
     pub protocol: Protocol,

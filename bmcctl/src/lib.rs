@@ -34,6 +34,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Cred { op } = &cli.command {
         return cmd::cred::run(nats, &cli.topology, op).await;
     }
+    if let Command::Machine { op } = &cli.command {
+        return cmd::machine::run(nats, &cli.topology, op).await;
+    }
     let trace = if cli.trace { client::start_trace() } else { async_nats::HeaderMap::new() };
     let client = client::Client::new(nats, &cli.service.service_prefix, cli.json, trace);
     match &cli.command {
@@ -42,6 +45,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { id } => cmd::status::status(&client, *id).await,
         Command::Cancel { id } => cmd::status::cancel(&client, *id).await,
         Command::Watch { id } => cmd::watch::run(&client, &cli.topology.subjects(), *id).await,
-        Command::Keygen { .. } | Command::Cred { .. } => unreachable!("handled above"),
+        Command::Keygen { .. } | Command::Cred { .. } | Command::Machine { .. } => unreachable!("handled above"),
     }
 }

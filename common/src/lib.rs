@@ -17,6 +17,7 @@ pub mod backoff;
 pub mod config;
 pub mod events;
 pub mod nats;
+pub mod registry;
 pub mod runtime;
 pub mod sealing;
 pub mod serve;

@@ -8,6 +8,7 @@
 //! | `<S>_LEASES`      | KV   | `lease_ttl` (expiry = lease loss)| workers (CAS)     |
 //! | `<S>_WORKERS`     | KV   | `presence_ttl`                   | workers           |
 //! | `<S>_CREDENTIALS` | KV   | none; values sealed to the workers' key | operators (`bmcctl cred`); workers read |
+//! | `<S>_MACHINES`    | KV   | none; history 5                  | operators (`bmcctl machine`); gateways and workers watch |
 //!
 //! The jobs stream records the partition count in its metadata
 //! (`bmcfleet.partitions`); a component configured with another count
@@ -117,6 +118,19 @@ fn batches_config(s: &Subjects, set: &StreamSettings) -> kv::Config {
         max_age: set.status_max_age,
         storage: stream::StorageType::File,
         num_replicas: set.replicas,
+        ..Default::default()
+    }
+}
+
+/// The machine registry (created by the gateway, or `bmcctl machine`;
+/// written by operators only, watched by gateways and workers).
+pub fn machines_config(s: &Subjects, replicas: usize) -> kv::Config {
+    kv::Config {
+        bucket: s.machines_bucket(),
+        description: "bmcfleet machine registry: operator-owned BMC targets".into(),
+        history: 5,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
         ..Default::default()
     }
 }

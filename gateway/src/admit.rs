@@ -10,9 +10,10 @@ use bmcfleet_common::events;
 use bmcfleet_common::telemetry;
 use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::lifecycle::Cancel;
-use bmcfleet_schema::validate::decode_batch;
+use bmcfleet_common::registry::{Lookup, Registry};
+use bmcfleet_schema::validate::{check_target, decode_batch};
 use bmcfleet_schema::{
-    Accepted, BatchId, BatchStatus, Credentials, Encoding, ErrorBody, ErrorCode, Event,
+    Accepted, BatchId, BatchStatus, BmcTarget, Credentials, Encoding, ErrorBody, ErrorCode, Event,
     EventKind, IdRequest, Job, Limits, Reply, Subjects,
 };
 use futures::StreamExt;
@@ -36,6 +37,8 @@ pub struct Gateway {
     res: Resources,
     subjects: Subjects,
     limits: Limits,
+    /// The machine registry (a watched copy: no round trip per batch).
+    registry: Registry,
     max_wait: Duration,
     metrics: crate::metrics::Metrics,
     /// The workers' public key when inline credentials are sealed (`None`: refused by `limits`).
@@ -64,10 +67,17 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
 }
 
 impl Gateway {
-    pub fn new(client: async_nats::Client, res: Resources, subjects: Subjects, limits: Limits, max_wait: Duration) -> Self {
+    pub fn new(
+        client: async_nats::Client,
+        res: Resources,
+        subjects: Subjects,
+        limits: Limits,
+        registry: Registry,
+        max_wait: Duration,
+    ) -> Self {
         let metrics = crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
         let seal_to = limits.sealing_key.as_deref().map(|k| bmcfleet_common::sealing::Sealer::new(k).expect("validated at start"));
-        Gateway { client, res, subjects, limits, max_wait, metrics, seal_to, stopping: Default::default() }
+        Gateway { client, res, subjects, limits, registry, max_wait, metrics, seal_to, stopping: Default::default() }
     }
 
     /// Count admissions and refusals on these (registered) metrics.
@@ -172,7 +182,7 @@ impl Gateway {
         self.metrics
             .admitted
             .get_or_create(&crate::metrics::Admitted {
-                protocol: admission.job.batch.bmc.protocol.to_string(),
+                protocol: admission.job.target.protocol.to_string(),
                 duplicate: admission.accepted.duplicate.to_string(),
             })
             .inc();
@@ -225,27 +235,31 @@ impl Gateway {
     /// Decode, validate, dedupe and queue (durably) one batch.
     async fn admit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>) -> Result<Admission, Reply> {
         let mut batch = decode_batch(payload, enc, &self.limits).map_err(|e| Reply::Error(e.into()))?;
+        let mut target = self.target(&mut batch).await?;
         // Inline passwords never reach the job stream: seal them for the workers.
-        if let Credentials::Inline { username, password } = &batch.bmc.credentials {
+        if let Credentials::Inline { username, password } = &target.credentials {
             let Some(sealer) = &self.seal_to else {
-                return Err(error(ErrorCode::InlineCredentialsDisabled, "this deployment accepts credentials by reference only"));
+                return Err(error(ErrorCode::InlineCredentialsDisabled, "this deployment accepts no inline credentials: name a registered machine"));
             };
             let sealed = sealer.seal(username, password).map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
-            batch.bmc.credentials = Credentials::Sealed(sealed);
+            target.credentials = Credentials::Sealed(sealed);
         }
         let wait = truthy(header(headers, WAIT_HEADER));
         let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
-        let key = batch.bmc.address.key();
+        let key = match &batch.machine {
+            Some(name) => bmcfleet_schema::BmcKey::machine(name),
+            None => target.address.key(),
+        };
         let subject = self.subjects.job(&key);
         let span = tracing::Span::current();
         span.record("batch", tracing::field::display(id));
         span.record("bmc", tracing::field::display(&key));
-        span.record("protocol", tracing::field::display(batch.bmc.protocol));
+        span.record("protocol", tracing::field::display(target.protocol));
         span.record("actions", batch.actions.len());
         span.record("subject", subject.as_str());
         let admitted_at_ms = now_ms();
         let deadline = batch.deadline.unwrap_or(self.limits.default_deadline);
-        let job = Job { id, admitted_at_ms, deadline_at_ms: admitted_at_ms + deadline.as_millis() as u64, batch };
+        let job = Job { id, admitted_at_ms, deadline_at_ms: admitted_at_ms + deadline.as_millis() as u64, batch, target };
 
         // A batch id seen before (even past the JetStream dedupe window) is not queued again.
         let known = status::load(&self.res.batches, &id)
@@ -263,12 +277,43 @@ impl Gateway {
             None => self.publish(&job, &subject, headers).await?,
         };
         span.record("duplicate", accepted.duplicate);
+        // Action kinds only: parameters may carry secrets (raw data, media URLs, new passwords).
+        let kinds: Vec<&str> = job.batch.actions.iter().map(|a| a.kind()).collect();
         tracing::info!(
-            batch = %id, bmc = %key, protocol = %job.batch.bmc.protocol, subject = %subject, seq = accepted.stream_sequence,
-            duplicate = accepted.duplicate, deadline_ms = deadline.as_millis() as u64, on_error = ?job.batch.on_error,
-            actions = ?job.batch.actions, credentials = ?job.batch.bmc.credentials, "Batch admitted."
+            batch = %id, bmc = %key, machine = job.batch.machine.as_deref().unwrap_or("-"), protocol = %job.target.protocol,
+            subject = %subject, seq = accepted.stream_sequence, duplicate = accepted.duplicate,
+            deadline_ms = deadline.as_millis() as u64, on_error = ?job.batch.on_error, actions = ?kinds,
+            credentials = job.target.credentials.kind(), "Batch admitted."
         );
         Ok(Admission { job, accepted, events })
+    }
+
+    /// Where the batch goes: its machine's registered target, or the ad hoc
+    /// target (taken out of the batch: the job carries it once), which may
+    /// not be a registered machine's address.
+    async fn target(&self, batch: &mut bmcfleet_schema::Batch) -> Result<BmcTarget, Reply> {
+        let target = match (&batch.machine, batch.bmc.take()) {
+            (Some(name), _) => match self.registry.get_fresh(name).await {
+                Lookup::Found(m) => m.target(),
+                Lookup::NotFound => return Err(error(ErrorCode::MachineNotFound, format!("no machine named `{name}` is registered"))),
+                Lookup::Invalid(why) => {
+                    return Err(error(ErrorCode::MachineNotFound, format!("the record of machine `{name}` is unusable: {why}")))
+                }
+                Lookup::Conflict(why) => return Err(error(ErrorCode::Conflict, why)),
+            },
+            (None, Some(target)) => {
+                if let Some(machine) = self.registry.machine_at(&target.address) {
+                    return Err(error(
+                        ErrorCode::TargetForbidden,
+                        format!("{} is registered as machine `{machine}`: name the machine instead", target.address.host_string()),
+                    ));
+                }
+                target
+            }
+            (None, None) => return Err(error(ErrorCode::InvalidField, "the batch names no target")),
+        };
+        check_target(&target, &self.limits).map_err(|e| Reply::Error(e.into()))?;
+        Ok(target)
     }
 
     async fn publish(&self, job: &Job, subject: &str, req_headers: Option<&HeaderMap>) -> Result<Accepted, Reply> {

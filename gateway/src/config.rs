@@ -2,6 +2,7 @@
 
 use bmcfleet_common::config::{duration, positive_duration, ProcessArgs, ServiceConfig};
 use bmcfleet_common::streams::StreamSettings;
+use bmcfleet_schema::machine::AdHocPolicy;
 use bmcfleet_schema::{Limits, RawPolicy};
 use clap::builder::BoolishValueParser;
 use clap::Parser;
@@ -40,6 +41,12 @@ pub struct Config {
     /// (e.g. `deny ipmi:netfn=0x08; allow ipmi:*`), `default`, `off`, or `@FILE`.
     #[arg(long, env = "BMCFLEET_RAW_POLICY", default_value = "default")]
     pub raw_policy: RawPolicy,
+    /// Address ranges a batch may target itself instead of naming a
+    /// registered machine (comma-separated CIDRs), or `off` (the default).
+    /// Loopback, link-local and metadata addresses need a range listed
+    /// inside them. Workers check the same list after name resolution.
+    #[arg(long, env = "BMCFLEET_AD_HOC_TARGETS", default_value = "off", value_parser = AdHocPolicy::parse)]
+    pub ad_hoc_targets: AdHocPolicy,
     /// Accept the `sim` protocol (test and demo deployments only).
     #[arg(long, env = "BMCFLEET_ALLOW_SIM", default_value = "false", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub allow_sim: bool,
@@ -112,6 +119,7 @@ impl Config {
             },
             raw_policy: self.raw_policy.clone(),
             allow_sim: self.allow_sim,
+            ad_hoc: self.ad_hoc_targets.clone(),
             ..Limits::default()
         }
     }

@@ -22,6 +22,7 @@ pub use config::Config;
 use admit::Gateway;
 use anyhow::Context as _;
 use async_nats::service::ServiceExt;
+use bmcfleet_common::registry::Registry;
 use bmcfleet_common::streams::{self, Mode};
 use futures::StreamExt;
 use std::future::Future;
@@ -50,7 +51,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .await
         .context("setting up JetStream streams and buckets")?;
     let backlog = tokio::spawn(watch_backlog(resources.jobs.clone(), metrics.jobs_backlog.clone()));
-    let gateway = Arc::new(Gateway::new(client.clone(), resources, subjects, config.limits(), config.max_wait).with_metrics(metrics));
+    let stop_registry = tokio_util::sync::CancellationToken::new();
+    let replicas = usize::from(config.process.topology.replicas);
+    let machines = streams::retry_setup("machine registry", std::time::Duration::from_secs(60), |_| false, || {
+        Registry::start(&resources.js, &subjects, replicas, stop_registry.child_token())
+    })
+    .await
+    .context("reading the machine registry")?;
+    tracing::info!(machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets, "Machine registry loaded.");
+    let gateway = Arc::new(Gateway::new(client.clone(), resources, subjects, config.limits(), machines, config.max_wait).with_metrics(metrics));
 
     let service = client
         .service_builder()
@@ -98,6 +107,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         }
     }
     backlog.abort();
+    stop_registry.cancel();
     tracing::info!("Gateway stopping; finishing in-flight requests.");
     gateway.stopping().cancel();
     tracker.close();

@@ -4,8 +4,7 @@
 //! ```json
 //! {
 //!   "id": "01JD0XQ5Z8M7J4N3V2T1S0R9QP",
-//!   "bmc": {"address": "10.0.0.5", "protocol": "ipmi",
-//!           "credentials": {"ref": "rack12-bmc"}},
+//!   "machine": "rack12-node3",
 //!   "actions": [
 //!     {"boot_device": {"device": "pxe", "persistent": false, "efi": true}},
 //!     {"power": "on"}
@@ -14,8 +13,12 @@
 //!   "deadline": "5m"
 //! }
 //! ```
+//!
+//! The target is a registered machine (`"machine"`), or, where the operator
+//! allows ad hoc targets, `"bmc": {"address": "10.0.0.5", "protocol":
+//! "ipmi", "credentials": {"inline": {...}}}` (see [`crate::machine`]).
 
-use crate::bmc::BmcAddress;
+use crate::bmc::{BmcAddress, BmcKey};
 use crate::secret::Secret;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -34,7 +37,12 @@ pub struct Batch {
     /// plus the status record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<BatchId>,
-    pub bmc: BmcTarget,
+    /// The registered machine to act on (exactly one of `machine` and `bmc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+    /// An ad hoc target, where the deployment allows them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bmc: Option<BmcTarget>,
     pub actions: Vec<Action>,
     #[serde(default)]
     pub on_error: OnError,
@@ -107,6 +115,17 @@ pub enum Credentials {
     /// a curve25519 sealed box that only the workers can open. What the jobs
     /// stream carries for inline credentials.
     Sealed(SealedCredentials),
+}
+
+impl Credentials {
+    /// `ref`, `inline` or `sealed`: what logs may say about credentials.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Credentials::Ref(_) => "ref",
+            Credentials::Inline { .. } => "inline",
+            Credentials::Sealed(_) => "sealed",
+        }
+    }
 }
 
 /// A password sealed (NATS xkeys `xkv1` box: X25519 + XSalsa20-Poly1305) to
@@ -441,8 +460,22 @@ pub struct Job {
     /// The batch, with its id always set.
     pub batch: Batch,
     pub id: BatchId,
+    /// Where the batch goes: the machine's registered target as the gateway
+    /// found it, or the ad hoc target. A worker re-reads a machine's target
+    /// from its own copy of the registry and never trusts this one for it.
+    pub target: BmcTarget,
     /// Unix milliseconds at admission.
     pub admitted_at_ms: u64,
     /// Unix milliseconds after which no further action starts.
     pub deadline_at_ms: u64,
+}
+
+impl Job {
+    /// The ordering key: the machine's, or the ad hoc address's.
+    pub fn key(&self) -> BmcKey {
+        match &self.batch.machine {
+            Some(name) => BmcKey::machine(name),
+            None => self.target.address.key(),
+        }
+    }
 }

@@ -185,6 +185,15 @@ impl BmcAddress {
         BmcKey(k)
     }
 
+    /// The address when it is a literal IP (names are resolved by the worker).
+    pub fn ip(&self) -> Option<IpAddr> {
+        match &self.host {
+            Host::V4(ip) => Some(IpAddr::V4(*ip)),
+            Host::V6(ip) => Some(IpAddr::V6(*ip)),
+            Host::Name(_) => None,
+        }
+    }
+
     /// True for 127.0.0.0/8 and ::1.
     pub fn is_loopback(&self) -> bool {
         match &self.host {
@@ -216,6 +225,13 @@ pub struct BmcKey(String);
 impl BmcKey {
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The key of a registered machine: `m-<name>` (machine names are
+    /// lower-case DNS labels, so this never meets an address key, which
+    /// starts `v4-`, `v6-` or `h-`).
+    pub fn machine(name: &str) -> BmcKey {
+        BmcKey(format!("m-{name}"))
     }
 
     /// Re-validate a key read from a subject.

@@ -73,13 +73,14 @@ mod tests {
     fn sample() -> Batch {
         Batch {
             id: Some(ulid::Ulid::from_parts(1_700_000_000_000, 42)),
-            bmc: BmcTarget {
+            machine: None,
+            bmc: Some(BmcTarget {
                 address: "10.0.0.5:623".parse().unwrap(),
                 protocol: Protocol::Ipmi,
                 credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
                 tls: TlsOptions { insecure: true, ca_pem: None },
                 system_id: None,
-            },
+            }),
             actions: vec![
                 Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true }),
                 Action::Power(PowerOp::On),
@@ -117,12 +118,21 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_names_a_machine() {
+        let b: Batch = Encoding::Json.decode(br#"{"machine":"rack12-node3","actions":[{"power":"on"}]}"#).unwrap();
+        assert_eq!((b.machine.as_deref(), b.bmc.is_none()), (Some("rack12-node3"), true));
+        for enc in [Encoding::MessagePack, Encoding::Json] {
+            assert_eq!(enc.decode::<Batch>(&enc.encode(&b).unwrap()).unwrap(), b);
+        }
+    }
+
+    #[test]
     fn human_json_is_accepted() {
         let j = r#"{"bmc":{"address":"bmc1.example","credentials":{"ref":"rack12"}},
                     "actions":[{"boot_device":{"device":"pxe"}},{"power":"on"},"inventory"],
                     "deadline":"5m"}"#;
         let b: Batch = Encoding::Json.decode(j.as_bytes()).unwrap();
-        assert_eq!(b.bmc.protocol, Protocol::Auto);
+        assert_eq!(b.bmc.unwrap().protocol, Protocol::Auto);
         assert_eq!(b.actions.len(), 3);
         assert_eq!(b.deadline, Some(Duration::from_secs(300)));
         assert_eq!(b.on_error, OnError::Stop);
@@ -195,13 +205,14 @@ mod tests {
                              cont in any::<bool>()) {
             let b = Batch {
                 id: None,
-                bmc: BmcTarget {
+                machine: None,
+                bmc: Some(BmcTarget {
                     address: "10.1.2.3".parse().unwrap(),
                     protocol: Protocol::Redfish,
                     credentials: Credentials::Inline { username: user, password: pw.into() },
                     tls: TlsOptions::default(),
                     system_id: Some("1".into()),
-                },
+                }),
                 actions,
                 on_error: if cont { OnError::Continue } else { OnError::Stop },
                 deadline: Some(Duration::from_secs(secs)),

@@ -30,6 +30,15 @@ pub enum ErrorCode {
     RawNotAllowed,
     /// No batch with that id is known.
     NotFound,
+    /// The batch names a machine the registry does not hold (at admission,
+    /// or when the worker runs it after the machine was removed).
+    MachineNotFound,
+    /// The batch's target is not allowed: ad hoc targets are off or the
+    /// address is outside the ranges the operator allows (checked again by
+    /// the worker after name resolution), a named credential without a
+    /// machine, producer TLS options that would weaken verification, or the
+    /// address of a registered machine (use the machine).
+    TargetForbidden,
     /// The request cannot be honoured in the batch's current state
     /// (e.g. cancelling a finished batch).
     Conflict,
@@ -92,6 +101,8 @@ impl ErrorCode {
             ErrorCode::InlineCredentialsDisabled => "inline_credentials_disabled",
             ErrorCode::RawNotAllowed => "raw_not_allowed",
             ErrorCode::NotFound => "not_found",
+            ErrorCode::MachineNotFound => "machine_not_found",
+            ErrorCode::TargetForbidden => "target_forbidden",
             ErrorCode::Conflict => "conflict",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::UnknownCredential => "unknown_credential",
@@ -122,9 +133,9 @@ impl ErrorCode {
             | ErrorCode::TooManyActions
             | ErrorCode::InvalidAddress
             | ErrorCode::InvalidField => 400,
-            ErrorCode::InlineCredentialsDisabled | ErrorCode::PermissionDenied | ErrorCode::RawNotAllowed => 403,
+            ErrorCode::InlineCredentialsDisabled | ErrorCode::PermissionDenied | ErrorCode::RawNotAllowed | ErrorCode::TargetForbidden => 403,
             ErrorCode::AuthFailed => 401,
-            ErrorCode::NotFound | ErrorCode::TargetNotFound | ErrorCode::UnknownCredential => 404,
+            ErrorCode::NotFound | ErrorCode::TargetNotFound | ErrorCode::UnknownCredential | ErrorCode::MachineNotFound => 404,
             ErrorCode::Conflict => 409,
             ErrorCode::TooLarge => 413,
             ErrorCode::Unsupported | ErrorCode::UnsupportedProtocol => 501,

@@ -10,7 +10,8 @@
 //!   same key and partition.
 //!
 //! Input layout: `[flags, message…]`; flags bit 0 picks JSON, bit 1 allows
-//! the `sim` protocol, bit 2 refuses inline credentials.
+//! the `sim` protocol, bit 2 refuses inline credentials, bit 3 turns ad hoc
+//! targets off (otherwise every public address is allowed).
 
 use crate::codec::Encoding;
 use crate::validate::{decode_batch, validate, Limits};
@@ -20,7 +21,13 @@ use crate::{Batch, Subjects};
 pub fn batch_decode(data: &[u8]) {
     let [flags, message @ ..] = data else { return };
     let encoding = if flags & 1 != 0 { Encoding::Json } else { Encoding::MessagePack };
-    let limits = Limits { allow_sim: flags & 2 != 0, allow_inline_credentials: flags & 4 == 0, ..Limits::default() };
+    let ad_hoc = if flags & 8 == 0 { "0.0.0.0/0,::/0" } else { "off" };
+    let limits = Limits {
+        allow_sim: flags & 2 != 0,
+        allow_inline_credentials: flags & 4 == 0,
+        ad_hoc: crate::machine::AdHocPolicy::parse(ad_hoc).expect("valid ranges"),
+        ..Limits::default()
+    };
     let Ok(batch) = decode_batch(message, encoding, &limits) else { return };
     for enc in [Encoding::MessagePack, Encoding::Json] {
         let bytes = enc.encode(&batch).unwrap_or_else(|e| panic!("an admitted batch does not encode as {enc:?}: {e}"));
@@ -33,7 +40,11 @@ pub fn batch_decode(data: &[u8]) {
         }
     }
     let subjects = Subjects::default();
-    let key = batch.bmc.address.key();
+    let key = match (&batch.machine, &batch.bmc) {
+        (Some(name), _) => crate::BmcKey::machine(name),
+        (None, Some(t)) => t.address.key(),
+        (None, None) => panic!("an admitted batch has no target"),
+    };
     let subject = subjects.job(&key);
     assert_eq!(
         subjects.key_of_job_subject(&subject),

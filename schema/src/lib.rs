@@ -7,6 +7,7 @@
 //! - [`secret`]: [`Secret`], a string that never prints.
 //! - [`bmc`]: [`BmcAddress`] parsing/normalisation and the subject-safe [`BmcKey`].
 //! - [`action`]: [`Batch`], [`BmcTarget`] and the closed [`Action`] set.
+//! - [`machine`]: [`Machine`], the operator's registry record, and [`machine::AdHocPolicy`].
 //! - [`result`]: [`ActionResult`], [`BatchResult`], [`Event`], [`BatchStatus`].
 //! - [`error`]: [`ErrorCode`], the documented codes a producer can receive.
 //! - [`subject`]: subject and stream names, partitioning.
@@ -19,6 +20,7 @@ pub mod bmc;
 pub mod codec;
 pub mod duration;
 pub mod lifecycle;
+pub mod machine;
 pub mod raw_policy;
 pub mod error;
 /// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
@@ -34,6 +36,7 @@ pub mod validate;
 pub use action::*;
 pub use bmc::{BmcAddress, BmcKey, Host};
 pub use codec::Encoding;
+pub use machine::Machine;
 pub use error::{ErrorBody, ErrorCode};
 pub use result::*;
 pub use secret::Secret;

@@ -29,7 +29,7 @@ impl BatchStatus {
     fn new(job: &Job, state: BatchState, now_ms: u64) -> BatchStatus {
         BatchStatus {
             id: job.id,
-            bmc: job.batch.bmc.address.key().to_string(),
+            bmc: job.key().to_string(),
             state,
             results: vec![],
             in_progress: None,
@@ -146,18 +146,20 @@ mod tests {
     fn job() -> Job {
         let batch = Batch {
             id: Some(ulid::Ulid::new()),
-            bmc: BmcTarget {
-                address: "10.0.0.1".parse().unwrap(),
-                protocol: Protocol::Ipmi,
-                credentials: Credentials::Ref("r".into()),
-                tls: TlsOptions::default(),
-                system_id: None,
-            },
+            machine: Some("m1".into()),
+            bmc: None,
             actions: vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Cycle)],
             on_error: OnError::Stop,
             deadline: None,
         };
-        Job { id: batch.id.unwrap(), admitted_at_ms: 1, deadline_at_ms: 1_000, batch }
+        let target = BmcTarget {
+            address: "10.0.0.1".parse().unwrap(),
+            protocol: Protocol::Ipmi,
+            credentials: Credentials::Ref("r".into()),
+            tls: TlsOptions::default(),
+            system_id: None,
+        };
+        Job { id: batch.id.unwrap(), admitted_at_ms: 1, deadline_at_ms: 1_000, batch, target }
     }
 
     #[test]

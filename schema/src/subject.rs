@@ -10,6 +10,7 @@
 //! | batch status KV            | `<STREAM>_BATCHES`                               |
 //! | partition lease KV         | `<STREAM>_LEASES`                                |
 //! | worker presence KV         | `<STREAM>_WORKERS`                               |
+//! | machine registry KV        | `<STREAM>_MACHINES`                              |
 //! | partition consumer         | `part-<partition>-<lease epoch>` on the job stream |
 //!
 //! `<prefix>` defaults to `bmc`, `<STREAM>` to `BMCFLEET`.
@@ -79,6 +80,11 @@ impl Subjects {
 
     pub fn workers_bucket(&self) -> String {
         format!("{}_WORKERS", self.stream)
+    }
+
+    /// KV bucket of the machine registry (key: machine name, value: JSON [`crate::Machine`]).
+    pub fn machines_bucket(&self) -> String {
+        format!("{}_MACHINES", self.stream)
     }
 
     /// KV bucket of named BMC credentials, each value sealed to the workers' key.

@@ -47,6 +47,8 @@ pub struct Limits {
     pub raw_policy: crate::RawPolicy,
     /// Whether the `sim` protocol is accepted (test deployments only).
     pub allow_sim: bool,
+    /// Which addresses a batch may name itself (default: none).
+    pub ad_hoc: crate::machine::AdHocPolicy,
 }
 
 impl Default for Limits {
@@ -62,6 +64,7 @@ impl Default for Limits {
             sealing_key: None,
             raw_policy: crate::RawPolicy::default(),
             allow_sim: false,
+            ad_hoc: crate::machine::AdHocPolicy::default(),
         }
     }
 }
@@ -133,26 +136,34 @@ fn non_empty_name(what: &str, index: usize, name: &str) -> Result<(), Validation
     Ok(())
 }
 
-/// Check a decoded batch against the limits.
-pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
-    if batch.actions.is_empty() {
-        return Err(ValidationError::new(ErrorCode::EmptyBatch, "the batch has no actions"));
+fn forbidden(msg: impl Into<String>) -> ValidationError {
+    ValidationError::new(ErrorCode::TargetForbidden, msg)
+}
+
+/// An ad hoc target: allowed ranges (literal addresses here; the worker
+/// checks again after resolving a name), the producer's own credentials
+/// only, and no weakening of TLS verification.
+fn ad_hoc(target: &BmcTarget, limits: &Limits) -> Result<(), ValidationError> {
+    if limits.ad_hoc.is_off() {
+        return Err(forbidden("ad hoc targets are off in this deployment: name a registered machine ({\"machine\": \"NAME\"})"));
     }
-    if batch.actions.len() > limits.max_actions {
-        return Err(ValidationError::new(
-            ErrorCode::TooManyActions,
-            format!("the batch has {} actions; the limit is {}", batch.actions.len(), limits.max_actions),
+    if let Some(ip) = target.address.ip() {
+        limits.ad_hoc.check(ip).map_err(|why| forbidden(format!("bmc.address: {why}")))?;
+    }
+    if target.tls.insecure || target.tls.ca_pem.is_some() {
+        return Err(forbidden(
+            "bmc.tls: an ad hoc target is verified against the system roots; only an operator's machine record may trust another CA or skip verification",
         ));
     }
-    match &batch.bmc.credentials {
-        Credentials::Ref(name) => {
-            credential_name(name).map_err(|why| field(format!("bmc.credentials.ref: {why}")))?;
+    match &target.credentials {
+        Credentials::Ref(_) => {
+            return Err(forbidden("bmc.credentials.ref: a named credential is usable only through the registered machine it is bound to"));
         }
         Credentials::Inline { username, .. } => {
             if !limits.allow_inline_credentials {
                 return Err(ValidationError::new(
                     ErrorCode::InlineCredentialsDisabled,
-                    "this deployment accepts credentials by reference only ({\"ref\": \"name\"})",
+                    "this deployment accepts no inline credentials: name a registered machine",
                 ));
             }
             if username.is_empty() {
@@ -163,7 +174,7 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
             let Some(key) = &limits.sealing_key else {
                 return Err(ValidationError::new(
                     ErrorCode::InlineCredentialsDisabled,
-                    "this deployment accepts credentials by reference only ({\"ref\": \"name\"})",
+                    "this deployment accepts no sealed credentials: name a registered machine",
                 ));
             };
             if &s.key != key {
@@ -177,13 +188,41 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
             }
         }
     }
-    if batch.bmc.protocol == Protocol::Sim && !limits.allow_sim {
+    check_target(target, limits)
+}
+
+/// Checks of a target wherever it came from (ad hoc, or a machine record).
+pub fn check_target(target: &BmcTarget, limits: &Limits) -> Result<(), ValidationError> {
+    if target.protocol == Protocol::Sim && !limits.allow_sim {
         return Err(field("protocol `sim` is for test deployments and is disabled here"));
     }
-    if let Some(sys) = &batch.bmc.system_id {
+    if let Some(sys) = &target.system_id {
         if sys.is_empty() || sys.len() > 128 || sys.contains('/') {
             return Err(field("bmc.system_id must be 1-128 characters without `/`"));
         }
+    }
+    Ok(())
+}
+
+/// Check a decoded batch against the limits.
+pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
+    if batch.actions.is_empty() {
+        return Err(ValidationError::new(ErrorCode::EmptyBatch, "the batch has no actions"));
+    }
+    if batch.actions.len() > limits.max_actions {
+        return Err(ValidationError::new(
+            ErrorCode::TooManyActions,
+            format!("the batch has {} actions; the limit is {}", batch.actions.len(), limits.max_actions),
+        ));
+    }
+    match (&batch.machine, &batch.bmc) {
+        (Some(name), None) => {
+            if !crate::machine::valid_name(name) {
+                return Err(field(format!("machine: names are {}", crate::machine::NAME_RULE)));
+            }
+        }
+        (None, Some(target)) => ad_hoc(target, limits)?,
+        _ => return Err(field("give exactly one of `machine` (a registered machine) and `bmc` (an ad hoc target)")),
     }
     if let Some(d) = batch.deadline {
         if d.is_zero() || d > limits.max_deadline {
@@ -270,7 +309,19 @@ mod tests {
         json(s).unwrap_err().code
     }
 
-    const OK: &str = r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":["inventory"]}"#;
+    const OK: &str = r#"{"machine":"m1","actions":["inventory"]}"#;
+
+    /// A deployment that allows ad hoc targets in 10.0.0.0/8.
+    fn ad_hoc_limits() -> Limits {
+        Limits { ad_hoc: crate::machine::AdHocPolicy::parse("10.0.0.0/8").unwrap(), allow_inline_credentials: true, ..Limits::default() }
+    }
+
+    const INLINE: &str = r#"{"inline":{"username":"a","password":"p"}}"#;
+
+    fn ad_hoc(target: &str) -> Result<Batch, ValidationError> {
+        let s = format!(r#"{{"bmc":{target},"actions":["inventory"]}}"#);
+        decode_batch(s.as_bytes(), Encoding::Json, &ad_hoc_limits())
+    }
 
     #[test]
     fn accepts_a_valid_batch() {
@@ -284,40 +335,64 @@ mod tests {
         }
         for bad in ["", ".hidden", "trailing.", "a..b", "sp ace", "star*", &"x".repeat(129)] {
             assert!(credential_name(bad).is_err(), "{bad:?} accepted");
-            let batch = OK.replace(r#"{"ref":"r"}"#, &format!(r#"{{"ref":{}}}"#, serde_json::to_string(bad).unwrap()));
-            assert_eq!(code(&batch), ErrorCode::InvalidField, "{bad:?} admitted");
         }
     }
 
     #[test]
     fn typed_errors() {
-        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[]}"#), ErrorCode::EmptyBatch);
+        assert_eq!(code(r#"{"machine":"m1","actions":[]}"#), ErrorCode::EmptyBatch);
         assert_eq!(code(r#"{"bmc":{"address":"10.0.0.300","credentials":{"ref":"r"}},"actions":["inventory"]}"#), ErrorCode::InvalidAddress);
-        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":["inventory"],"x":1}"#), ErrorCode::Malformed);
+        assert_eq!(code(r#"{"machine":"Rack 12","actions":["inventory"]}"#), ErrorCode::InvalidField);
+        assert_eq!(code(r#"{"actions":["inventory"]}"#), ErrorCode::InvalidField);
+        assert_eq!(code(r#"{"machine":"m1","actions":["inventory"],"x":1}"#), ErrorCode::Malformed);
         assert_eq!(code("{not json"), ErrorCode::Malformed);
         assert_eq!(code(""), ErrorCode::Malformed);
-        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[{"user":{"update":{"name":"","enabled":true}}}]}"#), ErrorCode::InvalidField);
-        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[{"user":{"update":{"enabled":true}}}]}"#), ErrorCode::Malformed);
-        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[{"raw":{"redfish":{"method":"GET","path":"/etc/passwd"}}}]}"#), ErrorCode::InvalidField);
-        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":["inventory"],"deadline":"30"}"#), ErrorCode::Malformed);
-        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.1","protocol":"sim","credentials":{"ref":"r"}},"actions":["inventory"]}"#), ErrorCode::InvalidField);
+        assert_eq!(code(r#"{"machine":"m1","actions":[{"user":{"update":{"name":"","enabled":true}}}]}"#), ErrorCode::InvalidField);
+        assert_eq!(code(r#"{"machine":"m1","actions":[{"user":{"update":{"enabled":true}}}]}"#), ErrorCode::Malformed);
+        assert_eq!(code(r#"{"machine":"m1","actions":[{"raw":{"redfish":{"method":"GET","path":"/etc/passwd"}}}]}"#), ErrorCode::InvalidField);
+        assert_eq!(code(r#"{"machine":"m1","actions":["inventory"],"deadline":"30"}"#), ErrorCode::Malformed);
+        assert_eq!(ad_hoc(&format!(r#"{{"address":"10.0.0.1","protocol":"sim","credentials":{INLINE}}}"#)).unwrap_err().code, ErrorCode::InvalidField);
     }
 
     #[test]
     fn too_many_actions_and_too_large() {
         let actions = vec!["\"inventory\""; 65].join(",");
-        let s = format!(r#"{{"bmc":{{"address":"10.0.0.1","credentials":{{"ref":"r"}}}},"actions":[{actions}]}}"#);
+        let s = format!(r#"{{"machine":"m1","actions":[{actions}]}}"#);
         assert_eq!(code(&s), ErrorCode::TooManyActions);
         let limits = Limits { max_message_bytes: 10, ..Limits::default() };
         assert_eq!(decode_batch(OK.as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::TooLarge);
     }
 
     #[test]
+    fn ad_hoc_targets_are_off_by_default_and_bounded_when_on() {
+        let s = format!(r#"{{"bmc":{{"address":"10.0.0.1","credentials":{INLINE}}},"actions":["inventory"]}}"#);
+        let e = decode_batch(s.as_bytes(), Encoding::Json, &Limits { allow_inline_credentials: true, ..Limits::default() }).unwrap_err();
+        assert_eq!(e.code, ErrorCode::TargetForbidden, "{e}");
+        ad_hoc(&format!(r#"{{"address":"10.0.0.1","credentials":{INLINE}}}"#)).unwrap();
+        // Hostnames pass here; the worker checks what they resolve to.
+        ad_hoc(&format!(r#"{{"address":"bmc1.example","credentials":{INLINE}}}"#)).unwrap();
+        for (target, says) in [
+            (r#"{"address":"10.0.0.1","credentials":{"ref":"rack12"}}"#.to_owned(), "named credential"),
+            (format!(r#"{{"address":"192.168.1.1","credentials":{INLINE}}}"#), "outside"),
+            (format!(r#"{{"address":"127.0.0.1","credentials":{INLINE}}}"#), "outside"),
+            (format!(r#"{{"address":"[::ffff:127.0.0.1]:443","credentials":{INLINE}}}"#), "outside"),
+            (format!(r#"{{"address":"10.0.0.1","credentials":{INLINE},"tls":{{"insecure":true}}}}"#), "bmc.tls"),
+            (format!(r#"{{"address":"10.0.0.1","credentials":{INLINE},"tls":{{"ca_pem":"x"}}}}"#), "bmc.tls"),
+        ] {
+            let e = ad_hoc(&target).unwrap_err();
+            assert_eq!(e.code, ErrorCode::TargetForbidden, "{target}: {e}");
+            assert!(e.message.contains(says), "{target}: {e}");
+        }
+        let both = r#"{"machine":"m1","bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":["inventory"]}"#;
+        assert_eq!(code(both), ErrorCode::InvalidField);
+    }
+
+    #[test]
     fn inline_credentials_are_refused_by_default() {
-        let s = r#"{"bmc":{"address":"10.0.0.1","credentials":{"inline":{"username":"a","password":"p"}}},"actions":["inventory"]}"#;
-        assert_eq!(code(s), ErrorCode::InlineCredentialsDisabled);
-        let limits = Limits { allow_inline_credentials: true, ..Limits::default() };
-        decode_batch(s.as_bytes(), Encoding::Json, &limits).unwrap();
+        let s = format!(r#"{{"bmc":{{"address":"10.0.0.1","credentials":{INLINE}}},"actions":["inventory"]}}"#);
+        let limits = Limits { allow_inline_credentials: false, ..ad_hoc_limits() };
+        assert_eq!(decode_batch(s.as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::InlineCredentialsDisabled);
+        decode_batch(s.as_bytes(), Encoding::Json, &ad_hoc_limits()).unwrap();
     }
 
     #[test]
@@ -329,8 +404,9 @@ mod tests {
                 r#"{{"bmc":{{"address":"10.0.0.1","credentials":{{"sealed":{{"username":"a","key":"{k}","sender":"{other}","sealed":"eGt2MQ=="}}}}}},"actions":["inventory"]}}"#
             )
         };
-        assert_eq!(code(&s(&key)), ErrorCode::InlineCredentialsDisabled);
-        let limits = Limits { sealing_key: Some(key.clone()), ..Limits::default() };
+        let refusing = ad_hoc_limits();
+        assert_eq!(decode_batch(s(&key).as_bytes(), Encoding::Json, &refusing).unwrap_err().code, ErrorCode::InlineCredentialsDisabled);
+        let limits = Limits { sealing_key: Some(key.clone()), ..ad_hoc_limits() };
         decode_batch(s(&key).as_bytes(), Encoding::Json, &limits).unwrap();
         let e = decode_batch(s(&other).as_bytes(), Encoding::Json, &limits).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidField);
@@ -340,7 +416,7 @@ mod tests {
     #[test]
     fn raw_policy_is_enforced_at_admission() {
         let ipmi = |netfn: u8| {
-            format!(r#"{{"bmc":{{"address":"10.0.0.1","credentials":{{"ref":"r"}}}},"actions":["inventory",{{"raw":{{"ipmi":{{"netfn":{netfn},"cmd":1}}}}}}]}}"#)
+            format!(r#"{{"machine":"m1","actions":["inventory",{{"raw":{{"ipmi":{{"netfn":{netfn},"cmd":1}}}}}}]}}"#)
         };
         json(&ipmi(6)).unwrap();
         let e = json(&ipmi(8)).unwrap_err();
@@ -348,7 +424,7 @@ mod tests {
         assert!(e.message.starts_with("actions[1]") && e.message.contains("deny ipmi:netfn=0x08-0x09"), "{e}");
         let limits = Limits { raw_policy: crate::RawPolicy::off(), ..Limits::default() };
         assert_eq!(decode_batch(ipmi(6).as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::RawNotAllowed);
-        let upd = r#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[{"raw":{"redfish":{"method":"POST","path":"/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate","body":{}}}}]}"#;
+        let upd = r#"{"machine":"m1","actions":[{"raw":{"redfish":{"method":"POST","path":"/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate","body":{}}}}]}"#;
         assert_eq!(code(upd), ErrorCode::RawNotAllowed);
     }
 }

@@ -13,13 +13,14 @@ use std::time::Duration;
 pub fn sim_batch(address: &str, actions: Vec<Action>) -> Batch {
     Batch {
         id: None,
-        bmc: BmcTarget {
+        machine: None,
+        bmc: Some(BmcTarget {
             address: address.parse().expect("valid address"),
             protocol: Protocol::Sim,
             credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw-in-line") },
             tls: TlsOptions::default(),
             system_id: None,
-        },
+        }),
         actions,
         on_error: OnError::Stop,
         deadline: Some(Duration::from_secs(600)),
@@ -50,7 +51,7 @@ pub async fn submit_all(p: &Producer, batches: Vec<Batch>) -> (Vec<BatchId>, Per
     let mut groups: Vec<(String, Vec<Batch>)> = vec![];
     let mut index: HashMap<String, usize> = HashMap::new();
     for b in batches {
-        let key = b.bmc.address.key().to_string();
+        let key = b.bmc.as_ref().map(|t| t.address.key().to_string()).or_else(|| b.machine.as_ref().map(|m| BmcKey::machine(m).to_string())).unwrap_or_default();
         let i = *index.entry(key.clone()).or_insert_with(|| {
             groups.push((key.clone(), vec![]));
             groups.len() - 1

@@ -264,6 +264,7 @@ impl NatsCluster {
     pub fn gateway(&self, topo: &Topology, replicas: u8, extra: &[&str]) -> Process {
         let mut args = self.common_args(topo, replicas);
         args.extend(["--allow-sim".into(), "true".into()]);
+        args.extend(["--ad-hoc-targets".into(), crate::producer::TEST_AD_HOC_TARGETS.into()]);
         args.extend(topo.gateway_sealing_args(extra));
         args.extend(extra.iter().map(|s| s.to_string()));
         Process::spawn("bmc-gateway", &args, &Self::env())
@@ -281,6 +282,8 @@ impl NatsCluster {
             topo.rebalance.into(),
             "--sim-endpoint".into(),
             sim.to_string(),
+            "--ad-hoc-targets".into(),
+            crate::producer::TEST_AD_HOC_TARGETS.into(),
             "--ack-wait".into(),
             "5s".into(),
             "--drain-timeout".into(),

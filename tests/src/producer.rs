@@ -58,6 +58,20 @@ impl Producer {
     }
 }
 
+/// Ad hoc target ranges of test deployments: the simulated BMCs' made-up
+/// 10/8 addresses and loopback (listed explicitly, as production must).
+pub const TEST_AD_HOC_TARGETS: &str = "10.0.0.0/8,127.0.0.0/8,::1/128";
+
+/// Drop the default `--ad-hoc-targets` when `extra` gives its own.
+fn own_ad_hoc(mut args: Vec<String>, extra: &[&str]) -> Vec<String> {
+    if extra.contains(&"--ad-hoc-targets") {
+        if let Some(i) = args.iter().position(|a| a == "--ad-hoc-targets") {
+            args.drain(i..i + 2);
+        }
+    }
+    args
+}
+
 /// A workers' sealing key pair for one test stack: the seed in a 0600 file
 /// (for workers), the public key (for the gateway and `bmcctl cred put`).
 #[derive(Clone, Debug)]
@@ -117,9 +131,111 @@ impl Topology {
 
     /// Flags every process of the topology shares, with NATS at `nats_url`.
     pub fn common_args_at(&self, nats_url: &str) -> Vec<String> {
-        vec!["--nats-url".into(), nats_url.into(), "--partitions".into(), self.partitions.to_string(), "--log-format".into(), "json".into()]
+        let mut args: Vec<String> =
+            vec!["--nats-url".into(), nats_url.into(), "--partitions".into(), self.partitions.to_string(), "--log-format".into(), "json".into()];
+        args.extend(["--ad-hoc-targets".into(), TEST_AD_HOC_TARGETS.into()]);
+        args
     }
 
+    /// Register `target` as a machine (operator writes: the test NATS has
+    /// no accounts): its inline password sealed to the workers' key in the
+    /// credentials bucket under `machine/<name>`, then the machine record.
+    /// The name is derived from the whole target, so distinct targets at one
+    /// host are distinct machines: the previous machine at that host is
+    /// removed first (one BMC is one machine).
+    pub async fn register_machine(&self, client: &async_nats::Client, target: &bmcfleet_schema::BmcTarget) -> String {
+        register_machine(client, &self.subjects(), &self.sealing.public, target).await
+    }
+}
+
+/// Register a `sim` machine at `address` bound to the named credential
+/// `credential` (written with `client`, which needs the operator's rights),
+/// and return a batch of `actions` for it.
+pub async fn ref_machine_batch(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    address: &str,
+    credential: &str,
+    actions: Vec<bmcfleet_schema::Action>,
+) -> Batch {
+    use bmcfleet_common::streams::{bucket, machines_config, Mode};
+    let address: bmcfleet_schema::BmcAddress = address.parse().expect("address");
+    let name = format!("sim-{}", address.key().as_str().to_ascii_lowercase().replace('_', "-"));
+    let machine = bmcfleet_schema::Machine {
+        name: name.clone(),
+        address,
+        protocol: bmcfleet_schema::Protocol::Sim,
+        credentials: credential.into(),
+        tls: Default::default(),
+        system_id: None,
+        labels: Default::default(),
+        tenant: bmcfleet_schema::machine::DEFAULT_TENANT.into(),
+    };
+    let js = async_nats::jetstream::new(client.clone());
+    let machines = bucket(&js, machines_config(subjects, 1), Mode::UseExisting).await.expect("machines bucket");
+    bmcfleet_common::registry::put(&machines, &machine).await.expect("put machine");
+    Batch {
+        id: None,
+        machine: Some(name),
+        bmc: None,
+        actions,
+        on_error: bmcfleet_schema::OnError::Stop,
+        deadline: Some(Duration::from_secs(600)),
+    }
+}
+
+/// [`Topology::register_machine`] for any deployment: `workers_key` is the
+/// workers' public sealing key.
+pub async fn register_machine(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    workers_key: &str,
+    target: &bmcfleet_schema::BmcTarget,
+) -> String {
+    {
+        use bmcfleet_common::streams::{bucket, credentials_config, machines_config, Mode};
+        let js = async_nats::jetstream::new(client.clone());
+        let json = serde_json::to_vec(target).expect("encode target");
+        let digest = json.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100000001b3));
+        let name = format!("t-{digest:016x}");
+        let credential = format!("machine/{name}");
+        let sealed = match &target.credentials {
+            bmcfleet_schema::Credentials::Inline { username, password } => {
+                bmcfleet_common::sealing::Sealer::new(workers_key).expect("key").seal(username, password).expect("seal")
+            }
+            bmcfleet_schema::Credentials::Sealed(s) => s.clone(),
+            bmcfleet_schema::Credentials::Ref(r) => panic!("register_machine needs the password, not the reference {r}"),
+        };
+        let creds = bucket(&js, credentials_config(subjects, 1), Mode::UseExisting).await.expect("credentials bucket");
+        creds.put(&credential, serde_json::to_vec(&sealed).unwrap().into()).await.expect("put credential");
+        let machines = bucket(&js, machines_config(subjects, 1), Mode::UseExisting).await.expect("machines bucket");
+        let host = target.address.host_string();
+        {
+            use futures::TryStreamExt;
+            let keys: Vec<String> = machines.keys().await.expect("keys").try_collect().await.expect("keys");
+            for k in keys.into_iter().filter(|k| *k != name) {
+                let Ok(Some(v)) = machines.get(&k).await else { continue };
+                if serde_json::from_slice::<bmcfleet_schema::Machine>(&v).is_ok_and(|m| m.host_identity() == host) {
+                    machines.delete(&k).await.expect("delete machine");
+                }
+            }
+        }
+        let machine = bmcfleet_schema::Machine {
+            name: name.clone(),
+            address: target.address.clone(),
+            protocol: target.protocol,
+            credentials: credential,
+            tls: target.tls.clone(),
+            system_id: target.system_id.clone(),
+            labels: Default::default(),
+            tenant: bmcfleet_schema::machine::DEFAULT_TENANT.into(),
+        };
+        bmcfleet_common::registry::put(&machines, &machine).await.expect("put machine");
+        name
+    }
+}
+
+impl Topology {
     /// Sealing flags for a gateway unless `extra` chooses its own inline mode.
     pub fn gateway_sealing_args(&self, extra: &[&str]) -> Vec<String> {
         if extra.contains(&"--inline-credentials") {
@@ -134,7 +250,7 @@ impl Topology {
         args.extend(["--allow-sim".into(), "true".into()]);
         args.extend(self.gateway_sealing_args(extra));
         args.extend(extra.iter().map(|s| s.to_string()));
-        Process::spawn("bmc-gateway", &args, &[])
+        Process::spawn("bmc-gateway", &own_ad_hoc(args, extra), &[])
     }
 
     pub fn worker(&self, nats: &NatsServer, id: &str, sim: std::net::SocketAddr, extra: &[&str]) -> Process {
@@ -166,6 +282,7 @@ impl Topology {
         ]);
         args.extend(self.sealing.worker_args());
         args.extend(extra.iter().map(|s| s.to_string()));
+        let args = own_ad_hoc(args, extra);
         Process::spawn(&format!("bmc-worker:{id}"), &args, &[])
     }
 }
@@ -267,9 +384,15 @@ impl Stack {
         Stack { producer, topology, workers, gateway, nats }
     }
 
-    /// Submit, wait, and return the final result (panics on any other reply).
+    /// Submit, wait, and return the final result (panics on any other
+    /// reply). A batch with an ad hoc target runs on a machine registered
+    /// for that target: real BMCs are reached through the registry.
     pub async fn run(&self, batch: &Batch) -> bmcfleet_schema::BatchResult {
-        match self.producer.submit(batch, true).await {
+        let mut batch = batch.clone();
+        if let Some(target) = batch.bmc.take() {
+            batch.machine = Some(self.topology.register_machine(&self.producer.client, &target).await);
+        }
+        match self.producer.submit(&batch, true).await {
             Reply::Result(r) => r,
             other => panic!("expected a final result, got {other:?}"),
         }
@@ -278,7 +401,14 @@ impl Stack {
 
 /// A batch for `target` (on_error: continue, 60 s deadline).
 pub fn batch_for(target: bmcfleet_schema::BmcTarget, actions: Vec<bmcfleet_schema::Action>) -> Batch {
-    Batch { id: None, bmc: target, actions, on_error: bmcfleet_schema::OnError::Continue, deadline: Some(Duration::from_secs(60)) }
+    Batch {
+        id: None,
+        machine: None,
+        bmc: Some(target),
+        actions,
+        on_error: bmcfleet_schema::OnError::Continue,
+        deadline: Some(Duration::from_secs(60)),
+    }
 }
 
 /// Final results read from the status records (robust across NATS restarts,

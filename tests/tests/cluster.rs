@@ -70,7 +70,7 @@ async fn submit_all(p: Producer, batches: Vec<Batch>) -> Submitted {
         assert_eq!(accepted.id, id);
         out.duplicates += usize::from(accepted.duplicate);
         out.ids.push(id);
-        out.per_bmc.entry(b.bmc.address.key().to_string()).or_default().push(id);
+        out.per_bmc.entry(b.bmc.as_ref().unwrap().address.key().to_string()).or_default().push(id);
         out.actions.insert(id, b.actions.clone());
     }
     out

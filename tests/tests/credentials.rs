@@ -33,7 +33,7 @@ fn bmcctl(nats: &NatsServer, args: &[&str], stdin: &str) -> (bool, String, Strin
 }
 
 fn with_creds(mut b: Batch, credentials: Credentials) -> Batch {
-    b.bmc.credentials = credentials;
+    b.bmc.as_mut().expect("an ad hoc batch").credentials = credentials;
     b
 }
 
@@ -101,7 +101,8 @@ async fn inline_credentials_are_refused_by_default_and_nothing_is_stored() {
     assert_eq!(e.code, ErrorCode::InlineCredentialsDisabled, "{e:?}");
     assert_eq!(stream_messages(&producer.client, &jobs).await, 0, "a refused batch reached the jobs stream");
     // References are what such a deployment takes.
-    let Reply::Accepted(a) = producer.submit(&with_creds(b, Credentials::Ref("rack12".into())), false).await else { panic!("a ref batch") };
+    let b = bmcfleet_tests::producer::ref_machine_batch(&producer.client, &topo.subjects(), "10.9.0.1", "rack12", b.actions).await;
+    let Reply::Accepted(a) = producer.submit(&b, false).await else { panic!("a ref batch") };
     assert!(!a.duplicate);
     assert_eq!(stream_messages(&producer.client, &jobs).await, 1);
 }
@@ -184,7 +185,8 @@ async fn passwords_never_reach_nats_storage_or_logs() {
     // 3. A named credential in the KV bucket, written by bmcctl.
     let (ok, out, err) = bmcctl(&nats, &["cred", "put", "rack9", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], &format!("{password}\n"));
     assert!(ok, "{out}{err}");
-    ids.push(accept(producer.submit(&with_creds(sim_batch("10.9.1.6", vec![Action::Power(PowerOp::On), Action::Inventory]), Credentials::Ref("rack9".into())), false).await));
+    let b = bmcfleet_tests::producer::ref_machine_batch(&producer.client, &topo.subjects(), "10.9.1.6", "rack9", vec![Action::Power(PowerOp::On), Action::Inventory]).await;
+    ids.push(accept(producer.submit(&b, false).await));
     // 4. A wrong password, to show the sim does check.
     let wrong = accept(producer.submit(&with_creds(sim_batch("10.9.1.9", vec![Action::Power(PowerOp::On)]), inline("not-it")), false).await);
     assert_eq!(stream_messages(&producer.client, &topo.subjects().jobs_stream()).await, 7);
@@ -232,30 +234,35 @@ async fn credentials_from_the_bucket_rotate_without_restart() {
     let e = env(Some("right-pw"), &[], &[], &["--credentials-cache-ttl", "0s"]).await;
     let p = &e.producer;
     let put = |name: &str, pw: &str| bmcctl(&e.nats, &["cred", "put", name, "--username", "admin", "--password-stdin", "--workers-public-key", &e.topo.sealing.public], &format!("{pw}\n"));
-    let batch = |addr: &str, name: &str| with_creds(sim_batch(addr, vec![Action::Power(PowerOp::On)]), Credentials::Ref(name.into()));
+    let subjects = e.topo.subjects();
+    let (client, subjects) = (&p.client, &subjects);
+    let batch = |addr: &str, name: &str| {
+        let (addr, name) = (addr.to_owned(), name.to_owned());
+        async move { bmcfleet_tests::producer::ref_machine_batch(client, subjects, &addr, &name, vec![Action::Power(PowerOp::On)]).await }
+    };
     let code = |r: &BatchResult| r.results[0].error.as_ref().map(|e| e.code);
 
     // No bucket yet: unknown.
-    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    let r = run(p, &batch("10.9.2.1", "rack1").await).await;
     assert_eq!(code(&r), Some(ErrorCode::UnknownCredential), "{r:?}");
     assert!(put("rack1", "right-pw").0);
-    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    let r = run(p, &batch("10.9.2.1", "rack1").await).await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
     // Rotated (here: to a password the BMC refuses): the next batch uses it, no restart.
     assert!(put("rack1", "old-pw").0);
-    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    let r = run(p, &batch("10.9.2.1", "rack1").await).await;
     assert_eq!(code(&r), Some(ErrorCode::AuthFailed), "{r:?}");
     // Sealed to a key the workers do not hold: typed error, the worker carries on.
     let other = SealingKey::generate();
     assert!(bmcctl(&e.nats, &["cred", "put", "rack2", "--username", "admin", "--password-stdin", "--workers-public-key", &other.public], "right-pw\n").0);
-    let r = run(p, &batch("10.9.2.2", "rack2")).await;
+    let r = run(p, &batch("10.9.2.2", "rack2").await).await;
     assert_eq!(code(&r), Some(ErrorCode::CredentialUnavailable), "{r:?}");
     // Listing shows names only; deleting makes a name unknown.
     let (ok, out, _) = bmcctl(&e.nats, &["cred", "list"], "");
     assert!(ok && out.lines().collect::<Vec<_>>() == ["rack1", "rack2"], "{out}");
     assert!(!out.contains("pw"));
     assert!(bmcctl(&e.nats, &["cred", "delete", "rack1"], "").0);
-    let r = run(p, &batch("10.9.2.1", "rack1")).await;
+    let r = run(p, &batch("10.9.2.1", "rack1").await).await;
     assert_eq!(code(&r), Some(ErrorCode::UnknownCredential), "{r:?}");
     // bmcctl refuses bad input before writing anything.
     assert!(!put("bad name", "x").0);

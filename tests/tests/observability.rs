@@ -80,7 +80,7 @@ fn target(address: &str, password: &str) -> BmcTarget {
 }
 
 fn batch(target: BmcTarget, actions: Vec<Action>) -> Batch {
-    Batch { id: None, bmc: target, actions, on_error: OnError::Stop, deadline: Some(Duration::from_secs(60)) }
+    Batch { id: None, machine: None, bmc: Some(target), actions, on_error: OnError::Stop, deadline: Some(Duration::from_secs(60)) }
 }
 
 /// Submit and wait for the final result, with optional extra request headers.

@@ -219,15 +219,21 @@ async fn bad_input_gets_a_typed_error_and_nothing_is_stored() {
 async fn failures_are_typed_results_and_the_lane_goes_on() {
     let e = env(1).await;
     // Unknown credential reference.
-    let mut b = batch("10.4.0.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]);
-    b.bmc.credentials = Credentials::Ref("no-such-cred".into());
+    let b = bmcfleet_tests::producer::ref_machine_batch(
+        &e.producer.client,
+        &e.topo.subjects(),
+        "10.4.0.1",
+        "no-such-cred",
+        vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)],
+    )
+    .await;
     let Reply::Result(r) = e.producer.submit(&b, true).await else { panic!("result") };
     assert_eq!(r.state, BatchState::Failed);
     assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::UnknownCredential);
     assert_eq!(r.results[1].error.as_ref().unwrap().code, ErrorCode::Skipped);
     // Wrong password, then the same BMC works with the right one.
     let mut b = batch("10.4.0.2", vec![Action::Power(PowerOp::On)]);
-    b.bmc.credentials = Credentials::Inline { username: "admin".into(), password: Secret::new("wrong") };
+    b.bmc.as_mut().unwrap().credentials = Credentials::Inline { username: "admin".into(), password: Secret::new("wrong") };
     let Reply::Result(r) = e.producer.submit(&b, true).await else { panic!("result") };
     assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::AuthFailed);
     let Reply::Result(r) = e.producer.submit(&batch("10.4.0.2", vec![Action::Power(PowerOp::On)]), true).await else { panic!() };

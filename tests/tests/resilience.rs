@@ -131,7 +131,7 @@ async fn auth_failures_are_never_retried_and_do_not_trip_the_breaker() {
     let e = env(&["--retry-backoff", "50ms", "--breaker-threshold", "1"]).await;
     let bmc = "v4-10-22-0-1";
     let mut wrong = batch("10.22.0.1", vec![Action::Power(PowerOp::Status)]);
-    wrong.bmc.credentials = Credentials::Inline { username: "admin".into(), password: Secret::new("wrong") };
+    wrong.bmc.as_mut().unwrap().credentials = Credentials::Inline { username: "admin".into(), password: Secret::new("wrong") };
     for n in 1..=3 {
         let r = e.run(&wrong).await;
         assert_eq!(code(&r.results[0]), Some(ErrorCode::AuthFailed), "{r:#?}");

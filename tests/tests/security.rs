@@ -215,8 +215,9 @@ async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
     wait_error(&prod2_errors, "Permissions Violation for Subscription").await;
 
     // And the worker uses it, under these permissions, end to end.
-    let mut b = sim_batch("10.7.2.1", vec![Action::Power(PowerOp::On)]);
-    b.bmc.credentials = Credentials::Ref("rack7".into());
+    // Through a machine the operator registers: a named credential is usable only that way.
+    let (admin, _) = connect(&nats, "admin", PASSWORDS[4].1).await;
+    let b = bmcfleet_tests::producer::ref_machine_batch(&admin, &topo.subjects(), "10.7.2.1", "rack7", vec![Action::Power(PowerOp::On)]).await;
     let Reply::Result(r) = producer.submit(&b, true).await else { panic!("submit") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 }

@@ -1,6 +1,7 @@
 //! Worker configuration: every flag has a `BMCFLEET_*` environment twin.
 
 use bmcfleet_common::config::{duration, positive_duration, ProcessArgs, ServiceConfig};
+use bmcfleet_schema::machine::AdHocPolicy;
 use bmcfleet_schema::{RawPolicy, Secret};
 use clap::Parser;
 use std::net::SocketAddr;
@@ -77,6 +78,12 @@ pub struct Config {
     /// rules separated by `;`, `default`, `off`, or `@FILE`.
     #[arg(long, env = "BMCFLEET_RAW_POLICY", default_value = "default")]
     pub raw_policy: RawPolicy,
+    /// Address ranges ad hoc batches (an address instead of a machine) may
+    /// reach, checked after name resolution (comma-separated CIDRs), or
+    /// `off` (the default). Loopback, link-local and metadata addresses need
+    /// a range listed inside them.
+    #[arg(long, env = "BMCFLEET_AD_HOC_TARGETS", default_value = "off", value_parser = AdHocPolicy::parse)]
+    pub ad_hoc_targets: AdHocPolicy,
     /// Protocols this worker speaks (comma-separated; `sim` also needs --sim-endpoint).
     #[arg(long, env = "BMCFLEET_PROTOCOLS", value_delimiter = ',', default_value = "ipmi,redfish,amt", value_parser = protocol)]
     pub protocols: Vec<bmcfleet_schema::Protocol>,

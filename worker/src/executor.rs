@@ -57,6 +57,9 @@ struct Run<'a> {
     trace: Option<&'a HeaderMap>,
     status: BatchStatus,
     revision: u64,
+    /// Where the actions go: for a machine, its record in this worker's
+    /// copy of the registry (never the job's copy); see [`Run::target`].
+    target: bmcfleet_schema::BmcTarget,
 }
 
 /// Back off on store errors while the lease holds.
@@ -240,7 +243,7 @@ impl<'a> Run<'a> {
             (true, d) if d >= 1 => Some("redelivered"),
             (false, d) if d > 1 => Some(if s.results.is_empty() { "redelivered" } else { "resumed" }),
             (false, _) => {
-                let partition = self.job.batch.bmc.address.key().partition(self.shared.subjects.partitions);
+                let partition = self.job.key().partition(self.shared.subjects.partitions);
                 let waited = now_ms().saturating_sub(self.job.admitted_at_ms) as f64 / 1000.0;
                 m.queue_wait_seconds.get_or_create(&crate::metrics::Metrics::partition_label(partition)).observe(waited);
                 None
@@ -284,7 +287,7 @@ impl<'a> Run<'a> {
                 Err(e) => Err(e),
             };
             match step {
-                Ok(Some((status, revision))) => return Some(Run { shared, job, fence, trace, status, revision }),
+                Ok(Some((status, revision))) => return Some(Run { shared, job, fence, trace, status, revision, target: job.target.clone() }),
                 Ok(None) => unreachable!(),
                 Err(StatusError::Conflict) => continue,
                 Err(e) => {
@@ -327,7 +330,7 @@ impl<'a> Run<'a> {
     }
 
     fn push(&mut self, result: ActionResult) {
-        self.shared.metrics.action(&result, &self.job.batch.bmc.protocol.to_string());
+        self.shared.metrics.action(&result, &self.target.protocol.to_string());
         self.status.results.push(result.clone());
         self.publish_soon(EventKind::ActionFinished { result });
     }
@@ -345,7 +348,7 @@ impl<'a> Run<'a> {
 
     async fn actions(&mut self, slot: &mut SessionSlot, guard: &mut BmcGuard) -> Result<(), Stop> {
         let batch = &self.job.batch;
-        let key = batch.bmc.address.key();
+        let key = self.job.key();
         // A non-idempotent action that a previous owner started but never recorded.
         if let Some(i) = self.status.in_progress.take() {
             let i = i as usize;
@@ -362,7 +365,17 @@ impl<'a> Run<'a> {
             }
             self.save().await?;
         }
-        let creds = self.shared.credentials.resolve(&batch.bmc.credentials).await;
+        if self.status.results.len() < batch.actions.len() {
+            match self.shared.targets.resolve(self.job).await {
+                Ok(target) => self.target = target,
+                Err(e) => {
+                    tracing::warn!(batch = %self.job.id, bmc = %key, code = %e.code, error = %e.message, "Refusing the batch's target; nothing is sent.");
+                    self.fill_remaining(e.code, &e.message);
+                    return Ok(());
+                }
+            }
+        }
+        let creds = self.shared.credentials.resolve(&self.target.credentials).await;
         while self.status.results.len() < batch.actions.len() {
             let i = self.status.results.len();
             let action = &batch.actions[i];
@@ -400,7 +413,7 @@ impl<'a> Run<'a> {
                 "worker.action",
                 batch = %self.job.id,
                 bmc = %key,
-                protocol = %batch.bmc.protocol,
+                protocol = %self.target.protocol,
                 index = i,
                 action = action.kind(),
                 attempt = self.status.deliveries,
@@ -492,8 +505,8 @@ impl<'a> Run<'a> {
         let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
         let settings = &self.shared.guard;
         let policy = RetryPolicy { max: settings.retry_max, backoff: settings.retry_backoff };
-        let key = self.job.batch.bmc.address.key();
-        let protocol = self.job.batch.bmc.protocol.to_string();
+        let key = self.job.key();
+        let protocol = self.target.protocol.to_string();
         let mut retry = 0u32;
         loop {
             let now = Instant::now();
@@ -571,7 +584,7 @@ impl<'a> Run<'a> {
         let span = tracing::info_span!(
             "bmc.call",
             otel.kind = "client",
-            bmc = %self.job.batch.bmc.address.key(),
+            bmc = %self.job.key(),
             protocol = %protocol,
             provider = Empty,
             action = action.kind(),
@@ -582,7 +595,7 @@ impl<'a> Run<'a> {
         );
         let work = async {
             // A session that cannot be opened never carried the action.
-            let session = slot.get(&self.shared.registry, ctx, &self.job.batch.bmc, creds).await.map_err(ProviderError::not_sent)?;
+            let session = slot.get(&self.shared.registry, ctx, &self.target, creds).await.map_err(ProviderError::not_sent)?;
             tracing::Span::current().record("provider", session.provider());
             // What the session open sent is not the action's: "not sent"
             // is judged from the action's own first request on.

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod partition;
 pub mod registry;
 pub mod session;
+pub mod targets;
 
 pub use config::Config;
 
@@ -47,6 +48,8 @@ pub struct Shared {
     pub subjects: Subjects,
     pub registry: Registry,
     pub credentials: CredentialStore,
+    /// The machine registry and the ad hoc ranges: where actions may go.
+    pub targets: targets::Targets,
     /// Raw passthrough requests this worker sends (checked again after the gateway).
     pub raw_policy: bmcfleet_schema::RawPolicy,
     pub action_timeout: Duration,
@@ -120,10 +123,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         subjects.credentials_bucket(),
         config.credentials_cache_ttl,
     );
+    let stop = CancellationToken::new();
+    let replicas = usize::from(config.process.topology.replicas);
+    let machines = streams::retry_setup("machine registry", std::time::Duration::from_secs(60), |_| false, || {
+        bmcfleet_common::registry::Registry::start(&res.js, &subjects, replicas, stop.child_token())
+    })
+    .await
+    .context("reading the machine registry")?;
     let providers = registry.describe();
     tracing::info!(
         worker = %worker_id, providers = ?providers, credentials = credentials.len(), sealing_keys = ?sealing_keys,
-        raw_policy = %config.raw_policy.describe(), "Worker starting."
+        raw_policy = %config.raw_policy.describe(), machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets,
+        "Worker starting."
     );
     let shared = Arc::new(Shared {
         worker_id,
@@ -132,6 +143,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         subjects,
         registry,
         credentials,
+        targets: targets::Targets { machines, ad_hoc: config.ad_hoc_targets.clone() },
         raw_policy: config.raw_policy.clone(),
         action_timeout: config.action_timeout,
         guard: config.guard(),
@@ -157,7 +169,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     })
     .await
     .context("setting up the partition lease buckets")?;
-    let stop = CancellationToken::new();
     let task = tokio::spawn(membership.run(stop.clone()));
     ready.running(true);
     shutdown.await;

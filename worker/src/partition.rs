@@ -143,7 +143,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                         continue;
                     }
                 };
-                let key = job.batch.bmc.address.key();
+                let key = job.key();
                 let lane = lanes.entry(key.clone()).or_insert_with(|| {
                     let (tx, rx) = mpsc::unbounded_channel();
                     lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone()));
@@ -182,7 +182,7 @@ fn decode(shared: &Shared, msg: &jetstream::Message) -> Result<Job, String> {
         .subjects
         .key_of_job_subject(&msg.subject)
         .ok_or_else(|| format!("subject {} is not a job subject", msg.subject))?;
-    if key != job.batch.bmc.address.key() || job.batch.id != Some(job.id) {
+    if key != job.key() || job.batch.id != Some(job.id) {
         return Err("job does not match its subject".into());
     }
     Ok(job)
@@ -265,7 +265,7 @@ async fn lane(
             otel.kind = "consumer",
             batch = %d.job.id,
             bmc = %key,
-            protocol = %d.job.batch.bmc.protocol,
+            protocol = %d.job.target.protocol,
             partition,
             worker = %shared.worker_id,
             stream_seq = d.seq,

@@ -10,6 +10,15 @@ use std::time::Duration;
 impl Target {
     /// The batch of `actions` for this target.
     pub fn batch(&self, actions: Vec<Action>) -> anyhow::Result<Batch> {
+        let (machine, bmc) = match (&self.machine, &self.bmc) {
+            (Some(name), _) => (Some(name.clone()), None),
+            (None, Some(address)) => (None, Some(self.ad_hoc(address)?)),
+            (None, None) => anyhow::bail!("give --machine NAME, or --bmc ADDRESS with credentials"),
+        };
+        Ok(Batch { id: None, machine, bmc, actions, on_error: OnError::Stop, deadline: Some(self.deadline) })
+    }
+
+    fn ad_hoc(&self, address: &bmcfleet_schema::BmcAddress) -> anyhow::Result<BmcTarget> {
         let credentials = match (&self.cred, &self.user, &self.password_env) {
             (Some(name), _, _) => Credentials::Ref(name.clone()),
             (None, Some(user), Some(var)) => {
@@ -19,18 +28,12 @@ impl Target {
             _ => anyhow::bail!("give --cred NAME, or --user and --password-env"),
         };
         let credentials = super::seal_inline(credentials, self.workers_public_key.as_deref())?;
-        Ok(Batch {
-            id: None,
-            bmc: BmcTarget {
-                address: self.bmc.clone(),
-                protocol: self.protocol,
-                credentials,
-                tls: TlsOptions { insecure: self.insecure, ca_pem: None },
-                system_id: None,
-            },
-            actions,
-            on_error: OnError::Stop,
-            deadline: Some(self.deadline),
+        Ok(BmcTarget {
+            address: address.clone(),
+            protocol: self.protocol,
+            credentials,
+            tls: TlsOptions { insecure: self.insecure, ca_pem: None },
+            system_id: None,
         })
     }
 }
@@ -72,9 +75,9 @@ mod tests {
     fn flags_become_the_batch() {
         let b = batch_of(&["boot", "pxe", "--persistent", "--bmc", "10.0.0.5", "--protocol", "redfish", "--cred", "rack12", "--insecure", "--deadline", "30s"]).unwrap();
         assert_eq!(b.actions, vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: false })]);
-        assert_eq!(b.bmc.protocol, Protocol::Redfish);
-        assert_eq!(b.bmc.credentials, Credentials::Ref("rack12".into()));
-        assert!(b.bmc.tls.insecure);
+        assert_eq!(b.bmc.as_ref().unwrap().protocol, Protocol::Redfish);
+        assert_eq!(b.bmc.as_ref().unwrap().credentials, Credentials::Ref("rack12".into()));
+        assert!(b.bmc.as_ref().unwrap().tls.insecure);
         assert_eq!(b.deadline, Some(Duration::from_secs(30)));
         let b = batch_of(&["power", "cycle", "--bmc", "[fe80::1]:623", "--cred", "r"]).unwrap();
         assert_eq!(b.actions, vec![Action::Power(PowerOp::Cycle)]);
@@ -85,10 +88,10 @@ mod tests {
         let var = "BMCCTL_TEST_PASSWORD_SEALED";
         std::env::set_var(var, "s3cret");
         let b = batch_of(&["power", "on", "--bmc", "h", "--user", "admin", "--password-env", var]).unwrap();
-        assert!(matches!(&b.bmc.credentials, Credentials::Inline { username, password } if username == "admin" && password.expose() == "s3cret"));
+        assert!(matches!(&b.bmc.as_ref().unwrap().credentials, Credentials::Inline { username, password } if username == "admin" && password.expose() == "s3cret"));
         let (_, public) = bmcfleet_common::sealing::generate();
         let b = batch_of(&["power", "on", "--bmc", "h", "--user", "admin", "--password-env", var, "--workers-public-key", &public]).unwrap();
-        let Credentials::Sealed(sealed) = &b.bmc.credentials else { panic!("not sealed: {:?}", b.bmc.credentials) };
+        let Credentials::Sealed(sealed) = &b.bmc.as_ref().unwrap().credentials else { panic!("not sealed: {:?}", b.bmc) };
         assert!(!serde_json::to_string(sealed).unwrap().contains("s3cret"));
         let missing = batch_of(&["power", "on", "--bmc", "h", "--user", "admin", "--password-env", "BMCCTL_TEST_UNSET_VARIABLE"]).unwrap_err();
         assert!(missing.to_string().contains("BMCCTL_TEST_UNSET_VARIABLE"), "{missing}");

@@ -3,6 +3,7 @@
 pub mod action;
 pub mod cred;
 pub mod keygen;
+pub mod machine;
 pub mod status;
 pub mod submit;
 pub mod watch;

@@ -14,10 +14,10 @@ use std::process::ExitCode;
 pub fn payload(text: String, file: &str, workers_public_key: Option<&str>) -> anyhow::Result<Vec<u8>> {
     let Some(key) = workers_public_key else { return Ok(text.into_bytes()) };
     let mut batch: Batch = Encoding::Json.decode(text.as_bytes()).with_context(|| format!("{file} is not a batch (needed to seal its password)"))?;
-    if !matches!(batch.bmc.credentials, Credentials::Inline { .. }) {
+    let Some(target) = batch.bmc.as_mut().filter(|t| matches!(t.credentials, Credentials::Inline { .. })) else {
         return Ok(text.into_bytes());
-    }
-    batch.bmc.credentials = super::seal_inline(batch.bmc.credentials, Some(key))?;
+    };
+    target.credentials = super::seal_inline(target.credentials.clone(), Some(key))?;
     Ok(Encoding::Json.encode(&batch)?)
 }
 

@@ -1,0 +1,171 @@
+//! `bmcctl machine apply|get|ls|rm`: the machine registry, written by
+//! operators (the NATS user needs write access to `<STREAM>_MACHINES`).
+//!
+//! # Machine file
+//! YAML (or JSON, which is YAML) with a `machines` list, each entry a
+//! [`Machine`] record:
+//! ```yaml
+//! machines:
+//!   - name: rack12-node3
+//!     address: 10.0.12.3
+//!     protocol: redfish
+//!     credentials: rack12-bmc      # a named credential (bmcctl cred put)
+//!     tls: {ca_pem: "-----BEGIN CERTIFICATE-----..."}
+//!     labels: {rack: "12", site: fra1}
+//!     tenant: default
+//! ```
+//! `apply` is declarative and idempotent: it prints what it adds, changes
+//! and (with `--prune`) removes, and writes only those; applying the same
+//! file twice changes nothing. The whole file is checked first (unknown
+//! fields, bad values with the entry's name, duplicate names or hosts,
+//! within the file and against machines it keeps); nothing is written
+//! unless all of it is valid.
+
+use crate::cli::MachineOp;
+use anyhow::{bail, Context};
+use bmcfleet_common::config::TopologyArgs;
+use bmcfleet_common::streams;
+use bmcfleet_schema::Machine;
+use futures::TryStreamExt;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MachineFile {
+    machines: Vec<Machine>,
+}
+
+/// Parse and check a machine file (no NATS needed).
+pub fn parse_file(text: &str, file: &str) -> anyhow::Result<Vec<Machine>> {
+    let parsed: MachineFile = serde_norway::from_str(text).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let mut names = BTreeMap::new();
+    let mut hosts = BTreeMap::new();
+    for (i, m) in parsed.machines.iter().enumerate() {
+        m.validate().map_err(|e| anyhow::anyhow!("{file}: machines[{i}]: {e}"))?;
+        if let Some(j) = names.insert(m.name.clone(), i) {
+            bail!("{file}: machines[{i}]: the name `{}` is also used by machines[{j}]", m.name);
+        }
+        if let Some(other) = hosts.insert(m.host_identity(), m.name.clone()) {
+            bail!("{file}: machines[{i}] (`{}`): host {} is also machine `{other}`; one BMC is one machine", m.name, m.host_identity());
+        }
+    }
+    Ok(parsed.machines)
+}
+
+async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::Result<BTreeMap<String, Machine>> {
+    let keys: Vec<String> = kv.keys().await?.try_collect().await?;
+    let mut all = BTreeMap::new();
+    for k in keys {
+        if let Some(v) = kv.get(&k).await? {
+            match serde_json::from_slice::<Machine>(&v) {
+                Ok(m) => {
+                    all.insert(k, m);
+                }
+                Err(e) => eprintln!("warning: the stored record of `{k}` is unreadable ({e}); apply replaces it if the file names it"),
+            }
+        }
+    }
+    Ok(all)
+}
+
+pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &MachineOp) -> anyhow::Result<ExitCode> {
+    let subjects = topology.subjects();
+    let js = async_nats::jetstream::new(nats);
+    let bucket = subjects.machines_bucket();
+    let kv = streams::bucket(&js, streams::machines_config(&subjects, usize::from(topology.replicas)), streams::Mode::UseExisting)
+        .await
+        .with_context(|| format!("bucket {bucket}"))?;
+    match op {
+        MachineOp::Apply { file, prune, dry_run } => {
+            let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?;
+            let wanted = parse_file(&text, file)?;
+            let stored = load_all(&kv).await?;
+            let wanted_names: BTreeMap<&str, &Machine> = wanted.iter().map(|m| (m.name.as_str(), m)).collect();
+            // Hosts of machines that stay must not collide with the file's.
+            for (name, m) in &stored {
+                if !*prune && !wanted_names.contains_key(name.as_str()) {
+                    if let Some(w) = wanted.iter().find(|w| w.host_identity() == m.host_identity()) {
+                        bail!("{file}: `{}` is at host {}, which is registered machine `{name}` (remove it or use --prune)", w.name, m.host_identity());
+                    }
+                }
+            }
+            let (mut added, mut changed, mut removed) = (0, 0, 0);
+            for m in &wanted {
+                match stored.get(&m.name) {
+                    Some(old) if old == m => continue,
+                    Some(_) => {
+                        println!("~ {}", m.name);
+                        changed += 1;
+                    }
+                    None => {
+                        println!("+ {}", m.name);
+                        added += 1;
+                    }
+                }
+                if !dry_run {
+                    bmcfleet_common::registry::put(&kv, m).await.map_err(anyhow::Error::msg).with_context(|| format!("writing {}", m.name))?;
+                }
+            }
+            if *prune {
+                for name in stored.keys().filter(|n| !wanted_names.contains_key(n.as_str())) {
+                    println!("- {name}");
+                    removed += 1;
+                    if !dry_run {
+                        kv.delete(name.as_str()).await.with_context(|| format!("removing {name}"))?;
+                    }
+                }
+            }
+            let verb = if *dry_run { "would apply" } else { "applied" };
+            println!("{verb}: {added} added, {changed} changed, {removed} removed, {} unchanged", wanted.len() - added - changed);
+        }
+        MachineOp::Get { name } => match kv.get(name.as_str()).await? {
+            Some(v) => {
+                let m: Machine = serde_json::from_slice(&v).with_context(|| format!("the stored record of {name}"))?;
+                println!("{}", serde_json::to_string_pretty(&m)?);
+            }
+            None => {
+                eprintln!("machine_not_found: no machine named `{name}` is registered");
+                return Ok(ExitCode::from(4));
+            }
+        },
+        MachineOp::Ls => {
+            println!("{:<32} {:<28} {:<8} {:<10} LABELS", "NAME", "ADDRESS", "PROTOCOL", "TENANT");
+            for m in load_all(&kv).await?.values() {
+                let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                println!("{:<32} {:<28} {:<8} {:<10} {}", m.name, m.address, m.protocol, m.tenant, labels.join(","));
+            }
+        }
+        MachineOp::Rm { name } => {
+            if kv.get(name.as_str()).await?.is_none() {
+                eprintln!("machine_not_found: no machine named `{name}` is registered");
+                return Ok(ExitCode::from(4));
+            }
+            kv.delete(name.as_str()).await.with_context(|| format!("removing {name}"))?;
+            println!("removed {name}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machine_files_are_checked_whole_with_the_entry_named() {
+        let ok = "machines:\n  - {name: a, address: 10.0.0.1, credentials: c}\n  - {name: b, address: 10.0.0.2, protocol: ipmi, credentials: c, labels: {rack: '12'}}\n";
+        assert_eq!(parse_file(ok, "m.yaml").unwrap().len(), 2);
+        for (text, says) in [
+            ("machines:\n  - {name: a, address: 10.0.0.1, credentials: c, pasword: x}\n", "unknown field"),
+            ("machines:\n  - {name: A B, address: 10.0.0.1, credentials: c}\n", "machines[0]"),
+            ("machines:\n  - {name: a, address: 10.0.0.300, credentials: c}\n", "invalid BMC address"),
+            ("machines:\n  - {name: a, address: 10.0.0.1, credentials: c}\n  - {name: a, address: 10.0.0.2, credentials: c}\n", "also used"),
+            ("machines:\n  - {name: a, address: 10.0.0.1, credentials: c}\n  - {name: b, address: '10.0.0.1:623', credentials: c}\n", "one BMC is one machine"),
+        ] {
+            let e = parse_file(text, "m.yaml").unwrap_err().to_string();
+            assert!(e.contains(says) && e.starts_with("m.yaml"), "{text}: {e}");
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The machine registry as gateways and workers see it: an in-memory copy
+//! of the `<STREAM>_MACHINES` bucket, kept current by a KV watch, so a
+//! lookup never costs a NATS round trip.
+//!
+//! # Who writes what
+//! Only operators write the bucket (`bmcctl machine`; NATS permissions in
+//! `deploy/nats/bmcfleet.conf`). Readers still treat each value as input:
+//! a record that does not decode or validate is held as [`Lookup::Invalid`]
+//! and refused, never used, and two machines at one host are both refused
+//! ([`Lookup::Conflict`]) until the operator fixes one.
+//!
+//! # Staying current
+//! The watch starts with the last value of every key and then follows
+//! changes. When it ends (NATS reconnects, the server restarts) it is opened
+//! again and the copy is rebuilt from scratch, then swapped in whole, so a
+//! deletion missed while disconnected is never kept.
+
+use crate::streams::{bucket, machines_config, Mode, SetupError};
+use async_nats::jetstream::kv::{Operation, Store};
+use async_nats::jetstream::Context;
+use bmcfleet_schema::{BmcAddress, Machine, Subjects};
+use futures::StreamExt;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Longest wait for the first complete copy at start.
+const INITIAL_SYNC: Duration = Duration::from_secs(30);
+
+/// What the registry says about a name.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lookup {
+    Found(Arc<Machine>),
+    NotFound,
+    /// The stored record is unusable (the reason, for the operator).
+    Invalid(String),
+    /// Another machine is registered at the same host.
+    Conflict(String),
+}
+
+#[derive(Default)]
+struct Copy {
+    machines: HashMap<String, Arc<Machine>>,
+    invalid: HashMap<String, String>,
+    /// Host identity -> machine names.
+    hosts: HashMap<String, BTreeSet<String>>,
+}
+
+impl Copy {
+    fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+        self.remove(key);
+        let Some(bytes) = value else { return };
+        match serde_json::from_slice::<Machine>(bytes).map_err(|e| e.to_string()).and_then(|m| {
+            m.validate().map_err(|e| e.to_string())?;
+            if m.name != key {
+                return Err(format!("the record under key `{key}` names machine `{}`", m.name));
+            }
+            Ok(m)
+        }) {
+            Ok(m) => {
+                self.hosts.entry(m.host_identity()).or_default().insert(m.name.clone());
+                self.machines.insert(m.name.clone(), Arc::new(m));
+            }
+            Err(why) => {
+                tracing::warn!(machine = key, error = %why, "Unusable machine record; batches for it are refused.");
+                self.invalid.insert(key.to_owned(), why);
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        self.invalid.remove(key);
+        if let Some(old) = self.machines.remove(key) {
+            let host = old.host_identity();
+            if let Some(names) = self.hosts.get_mut(&host) {
+                names.remove(key);
+                if names.is_empty() {
+                    self.hosts.remove(&host);
+                }
+            }
+        }
+    }
+}
+
+/// A live, read-only copy of the machine registry.
+#[derive(Clone)]
+pub struct Registry {
+    copy: Arc<RwLock<Copy>>,
+    store: Option<Store>,
+    stop: CancellationToken,
+}
+
+impl Registry {
+    /// Open (creating when missing) the registry bucket, load it completely
+    /// and keep following it until [`Registry::stop`] or the token is cancelled.
+    pub async fn start(js: &Context, subjects: &Subjects, replicas: usize, stop: CancellationToken) -> Result<Registry, SetupError> {
+        let store = bucket(js, machines_config(subjects, replicas), Mode::UseExisting).await?;
+        let registry = Registry { copy: Arc::default(), store: Some(store.clone()), stop };
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(follow(store, registry.copy.clone(), registry.stop.clone(), synced_tx));
+        match tokio::time::timeout(INITIAL_SYNC, synced_rx).await {
+            Ok(Ok(())) => Ok(registry),
+            _ => Err(SetupError::JetStream {
+                what: format!("bucket {}", subjects.machines_bucket()),
+                message: format!("could not read the machine registry within {INITIAL_SYNC:?}"),
+            }),
+        }
+    }
+
+    /// Stop following the bucket.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// [`Registry::get`], reading the bucket itself when the copy has no
+    /// usable answer (a machine registered a moment ago, or a conflict that
+    /// a change not yet seen may have resolved): what an operator just
+    /// wrote is honoured at once. Costs a round trip per name involved, only
+    /// on that path.
+    pub async fn get_fresh(&self, name: &str) -> Lookup {
+        let first = self.get(name);
+        let Some(store) = &self.store else { return first };
+        let names: Vec<String> = match &first {
+            Lookup::Found(_) | Lookup::Invalid(_) => return first,
+            Lookup::NotFound => vec![name.to_owned()],
+            Lookup::Conflict(_) => {
+                let copy = self.copy.read().expect("registry lock");
+                let host = copy.machines.get(name).map(|m| m.host_identity()).unwrap_or_default();
+                copy.hosts.get(&host).into_iter().flatten().cloned().collect()
+            }
+        };
+        if !names.iter().all(|n| bmcfleet_schema::machine::valid_name(n)) {
+            return first;
+        }
+        for n in names {
+            match store.entry(&n).await {
+                Ok(entry) => {
+                    let value = entry.as_ref().filter(|e| matches!(e.operation, Operation::Put)).map(|e| e.value.to_vec());
+                    self.copy.write().expect("registry lock").apply(&n, value.as_deref());
+                }
+                Err(e) => {
+                    tracing::warn!(machine = n, error = %e, "Cannot read the machine registry; using the cached copy.");
+                    return first;
+                }
+            }
+        }
+        self.get(name)
+    }
+
+    pub fn get(&self, name: &str) -> Lookup {
+        let copy = self.copy.read().expect("registry lock");
+        if let Some(why) = copy.invalid.get(name) {
+            return Lookup::Invalid(why.clone());
+        }
+        let Some(m) = copy.machines.get(name) else { return Lookup::NotFound };
+        let others: Vec<&String> = copy.hosts.get(&m.host_identity()).into_iter().flatten().filter(|n| *n != name).collect();
+        match others.first() {
+            Some(other) => Lookup::Conflict(format!(
+                "machines `{name}` and `{other}` are registered at the same host {}; one BMC is one machine",
+                m.host_identity()
+            )),
+            None => Lookup::Found(m.clone()),
+        }
+    }
+
+    /// The machine registered at this address's host, if any.
+    pub fn machine_at(&self, address: &BmcAddress) -> Option<String> {
+        let copy = self.copy.read().expect("registry lock");
+        copy.hosts.get(&address.host_string()).and_then(|names| names.iter().next().cloned())
+    }
+
+    /// How many usable records the copy holds.
+    pub fn len(&self) -> usize {
+        self.copy.read().expect("registry lock").machines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Watch the bucket until stopped; rebuild the copy after every reconnect.
+async fn follow(store: Store, shared: Arc<RwLock<Copy>>, stop: CancellationToken, synced: tokio::sync::oneshot::Sender<()>) {
+    let mut synced = Some(synced);
+    let backoff = crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let mut failures = 0;
+    loop {
+        let outcome = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = follow_once(&store, &shared, &mut synced) => r,
+        };
+        if let Err(e) = outcome {
+            tracing::warn!(error = %e, "Machine registry watch ended; reopening it.");
+        }
+        failures += 1;
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(backoff.delay(failures.min(10))) => {}
+        }
+    }
+}
+
+/// One watch: a fresh copy is built from the current values, swapped in
+/// once complete, then changes are applied until the watch ends.
+async fn follow_once(store: &Store, shared: &RwLock<Copy>, synced: &mut Option<tokio::sync::oneshot::Sender<()>>) -> Result<(), String> {
+    let values = store.status().await.map_err(|e| e.to_string())?.values();
+    let mut watch = store.watch_with_history(">").await.map_err(|e| e.to_string())?;
+    let mut fresh = Some(Copy::default());
+    let publish = |fresh: &mut Option<Copy>, synced: &mut Option<tokio::sync::oneshot::Sender<()>>| {
+        if let Some(copy) = fresh.take() {
+            *shared.write().expect("registry lock") = copy;
+            if let Some(tx) = synced.take() {
+                let _ = tx.send(());
+            }
+        }
+    };
+    if values == 0 {
+        publish(&mut fresh, synced);
+    }
+    while let Some(entry) = watch.next().await {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let value = matches!(entry.operation, Operation::Put).then_some(&entry.value[..]);
+        match fresh.as_mut() {
+            Some(copy) => copy.apply(&entry.key, value),
+            None => shared.write().expect("registry lock").apply(&entry.key, value),
+        }
+        if entry.delta == 0 {
+            publish(&mut fresh, synced);
+        }
+    }
+    Err("the watch stream closed".into())
+}
+
+/// Write a machine record (operators; `bmcctl machine`). Validated first.
+pub async fn put(store: &Store, machine: &Machine) -> Result<u64, String> {
+    machine.validate().map_err(|e| e.to_string())?;
+    let bytes = serde_json::to_vec(machine).map_err(|e| e.to_string())?;
+    store.put(&machine.name, bytes.into()).await.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: &str, address: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({"name": name, "address": address, "credentials": "c"})).unwrap()
+    }
+
+    #[test]
+    fn the_copy_refuses_what_it_cannot_trust() {
+        let r = Registry { copy: Arc::default(), store: None, stop: CancellationToken::new() };
+        {
+            let mut c = r.copy.write().unwrap();
+            c.apply("a", Some(&record("a", "10.0.0.1")));
+            c.apply("b", Some(&record("b", "10.0.0.2:623")));
+            c.apply("bad", Some(b"{not json"));
+            c.apply("x", Some(&record("y", "10.0.0.9")));
+        }
+        assert!(matches!(r.get("a"), Lookup::Found(m) if m.address.to_string() == "10.0.0.1"));
+        assert_eq!(r.get("nope"), Lookup::NotFound);
+        assert!(matches!(r.get("bad"), Lookup::Invalid(_)));
+        assert!(matches!(r.get("x"), Lookup::Invalid(why) if why.contains("names machine `y`")));
+        // A second machine at b's host: both refused until one goes.
+        r.copy.write().unwrap().apply("c", Some(&record("c", "10.0.0.2")));
+        assert!(matches!(r.get("b"), Lookup::Conflict(_)));
+        assert!(matches!(r.get("c"), Lookup::Conflict(why) if why.contains("`b`")));
+        r.copy.write().unwrap().apply("c", None);
+        assert!(matches!(r.get("b"), Lookup::Found(_)));
+        assert_eq!(r.machine_at(&"10.0.0.2:443".parse().unwrap()).as_deref(), Some("b"));
+        assert_eq!(r.len(), 2);
+    }
+}

@@ -1,0 +1,365 @@
+//! The machine registry's records, and the rules for targets a batch names
+//! itself ("ad hoc" targets).
+//!
+//! # Trust
+//! A [`Machine`] is written by an operator (`bmcctl machine`, NATS user with
+//! write access to `<STREAM>_MACHINES`); gateways and workers only read it.
+//! It binds an address, a protocol, TLS settings and a **named credential**
+//! together: a batch says `{"machine": "rack12-node3"}` and nothing else
+//! about where or how, so a producer can never aim the operator's credential
+//! at a host of its choosing.
+//!
+//! A batch that names its own target (`{"bmc": {...}}`) is refused unless the
+//! operator lists the address ranges it may reach ([`AdHocPolicy`]); such a
+//! batch may only carry the producer's own (inline or sealed) credentials,
+//! never a named one, and may not weaken TLS verification.
+
+use crate::action::{BmcTarget, Credentials, Protocol, TlsOptions};
+use crate::bmc::{BmcAddress, BmcKey};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The tenant of machines that name none.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// One BMC, as the operator registered it. Key in the registry: `name`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Machine {
+    /// 1-63 characters of `[a-z0-9-]`, starting and ending with a letter or
+    /// digit (a DNS label): safe in subjects and KV keys.
+    pub name: String,
+    pub address: BmcAddress,
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// The named credential (credentials file or bucket) used for this
+    /// machine, and only through it.
+    pub credentials: String,
+    /// Set by the operator: a CA bundle to trust, or (explicitly) no
+    /// verification. Default: the system roots.
+    #[serde(default, skip_serializing_if = "is_default_tls")]
+    pub tls: TlsOptions,
+    /// Redfish: the ComputerSystem to drive when the BMC has several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_id: Option<String>,
+    /// Free-form operator labels (`rack=12`, `site=fra1`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// The tenant owning the machine (same rule as names).
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+}
+
+fn default_tenant() -> String {
+    DEFAULT_TENANT.into()
+}
+
+fn is_default_tls(t: &TlsOptions) -> bool {
+    *t == TlsOptions::default()
+}
+
+/// Why a machine record is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("machine `{name}`: {reason}")]
+pub struct MachineError {
+    pub name: String,
+    pub reason: String,
+}
+
+/// The rule for machine and tenant names: a DNS label (1-63 of `[a-z0-9-]`,
+/// no leading or trailing `-`).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// What [`valid_name`] requires, for messages.
+pub const NAME_RULE: &str = "1-63 characters of [a-z0-9-], not starting or ending with `-`";
+
+impl Machine {
+    /// Check a record (what `bmcctl` writes and what readers accept).
+    pub fn validate(&self) -> Result<(), MachineError> {
+        let bad = |reason: String| MachineError { name: self.name.chars().take(80).collect(), reason };
+        if !valid_name(&self.name) {
+            return Err(bad(format!("the name must be {NAME_RULE}")));
+        }
+        if !valid_name(&self.tenant) {
+            return Err(bad(format!("the tenant must be {NAME_RULE}")));
+        }
+        crate::validate::credential_name(&self.credentials).map_err(|why| bad(format!("credentials: {why}")))?;
+        if let Some(sys) = &self.system_id {
+            if sys.is_empty() || sys.len() > 128 || sys.contains('/') {
+                return Err(bad("system_id must be 1-128 characters without `/`".into()));
+            }
+        }
+        for (k, v) in &self.labels {
+            let key_ok = !k.is_empty() && k.len() <= 63 && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
+            if !key_ok || v.len() > 63 || v.chars().any(|c| c.is_control()) {
+                return Err(bad(format!("label `{}`: keys are 1-63 of [A-Za-z0-9-_./], values at most 63 printable characters", k.chars().take(80).collect::<String>())));
+            }
+        }
+        if self.labels.len() > 64 {
+            return Err(bad("at most 64 labels".into()));
+        }
+        Ok(())
+    }
+
+    /// How the worker reaches the machine: its address, protocol and TLS,
+    /// with its named credential.
+    pub fn target(&self) -> BmcTarget {
+        BmcTarget {
+            address: self.address.clone(),
+            protocol: self.protocol,
+            credentials: Credentials::Ref(self.credentials.clone()),
+            tls: self.tls.clone(),
+            system_id: self.system_id.clone(),
+        }
+    }
+
+    /// The ordering key of the machine's batches.
+    pub fn key(&self) -> BmcKey {
+        BmcKey::machine(&self.name)
+    }
+
+    /// The address as registered, without the port: two machines may not
+    /// share one (one physical BMC is one machine).
+    pub fn host_identity(&self) -> String {
+        self.address.host_string()
+    }
+}
+
+/// An IP range: `10.0.0.0/8`, `fd00::/8`, or one address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    net: IpAddr,
+    len: u8,
+}
+
+impl Cidr {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.net, canonical_ip(ip)) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = if self.len == 0 { 0 } else { u32::MAX << (32 - u32::from(self.len)) };
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = if self.len == 0 { 0 } else { u128::MAX << (128 - u32::from(self.len)) };
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether every address of `self` lies in `other`.
+    fn within(&self, other: &Cidr) -> bool {
+        self.len >= other.len && other.contains(self.net)
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let (ip, len) = match s.split_once('/') {
+            Some((ip, len)) => (ip, Some(len)),
+            None => (s, None),
+        };
+        let ip: IpAddr = ip.parse().map_err(|_| format!("`{s}` is not an IP address or CIDR range"))?;
+        let ip = canonical_ip(ip);
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        let len = match len {
+            None => max,
+            Some(l) => l.parse::<u8>().ok().filter(|l| *l <= max).ok_or_else(|| format!("`{s}`: prefix length must be 0-{max}"))?,
+        };
+        let cidr = Cidr { net: ip, len };
+        if !cidr.contains(ip) || mask_host_bits(ip, len) != ip {
+            return Err(format!("`{s}` has host bits set; write the network address"));
+        }
+        Ok(cidr)
+    }
+}
+
+fn mask_host_bits(ip: IpAddr, len: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(a) => {
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
+            IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
+        }
+        IpAddr::V6(a) => {
+            let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+            IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
+        }
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.net, self.len)
+    }
+}
+
+/// IPv4-mapped and -compatible IPv6 addresses are judged as IPv4.
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+/// Address blocks a worker must never reach unless a listed range lies
+/// entirely inside the block (listing `127.0.0.0/8` allows loopback;
+/// `0.0.0.0/0` does not): loopback, unspecified, "this network",
+/// link-local (including the 169.254.169.254 cloud metadata service),
+/// multicast and broadcast, and the IPv6 metadata and unique-local
+/// well-knowns.
+const SENSITIVE: &[&str] = &[
+    "127.0.0.0/8",
+    "0.0.0.0/8",
+    "169.254.0.0/16",
+    "224.0.0.0/4",
+    "255.255.255.255/32",
+    "100.100.100.200/32",
+    "::1/128",
+    "::/128",
+    "fe80::/10",
+    "ff00::/8",
+    "fd00:ec2::254/128",
+];
+
+/// Which ad hoc targets (a batch naming an address instead of a machine)
+/// are allowed. Empty (the default): none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AdHocPolicy {
+    ranges: Vec<Cidr>,
+}
+
+impl AdHocPolicy {
+    /// `off`, or a comma-separated list of ranges.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.is_empty() || text == "off" {
+            return Ok(AdHocPolicy::default());
+        }
+        let ranges = text.split(',').map(|r| r.parse::<Cidr>()).collect::<Result<Vec<_>, _>>()?;
+        Ok(AdHocPolicy { ranges })
+    }
+
+    pub fn is_off(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// `Ok` when `ip` may be reached, else why not.
+    pub fn check(&self, ip: IpAddr) -> Result<(), String> {
+        let ip = canonical_ip(ip);
+        if self.is_off() {
+            return Err("ad hoc targets are off in this deployment: name a registered machine (`{\"machine\": \"NAME\"}`)".into());
+        }
+        let sensitive: Vec<Cidr> = SENSITIVE.iter().map(|s| s.parse().expect("valid constant")).collect();
+        let allowed = self.ranges.iter().any(|r| {
+            r.contains(ip) && sensitive.iter().filter(|s| s.contains(ip)).all(|s| r.within(s))
+        });
+        if allowed {
+            Ok(())
+        } else {
+            Err(format!("{ip} is outside the address ranges this deployment allows for ad hoc targets ({self})"))
+        }
+    }
+}
+
+impl fmt::Display for AdHocPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_off() {
+            return f.write_str("off");
+        }
+        let list: Vec<String> = self.ranges.iter().map(|r| r.to_string()).collect();
+        f.write_str(&list.join(","))
+    }
+}
+
+impl std::str::FromStr for AdHocPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        AdHocPolicy::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine() -> Machine {
+        serde_json::from_value(serde_json::json!({
+            "name": "rack12-node3", "address": "10.0.12.3", "protocol": "redfish", "credentials": "rack12-bmc",
+            "labels": {"rack": "12"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_machine_binds_its_credential_to_its_address() {
+        let m = machine();
+        m.validate().unwrap();
+        assert_eq!(m.tenant, DEFAULT_TENANT);
+        let t = m.target();
+        assert_eq!(t.address.to_string(), "10.0.12.3");
+        assert_eq!(t.credentials, Credentials::Ref("rack12-bmc".into()));
+        assert_eq!(m.key().as_str(), "m-rack12-node3");
+    }
+
+    #[test]
+    fn bad_records_are_refused_with_the_field() {
+        for (field, value, says) in [
+            ("name", serde_json::json!("Rack 12"), "name"),
+            ("name", serde_json::json!("-x"), "name"),
+            ("tenant", serde_json::json!("a.b"), "tenant"),
+            ("credentials", serde_json::json!("../x"), "credentials"),
+            ("labels", serde_json::json!({"rack": "1\n2"}), "label"),
+        ] {
+            let mut v = serde_json::to_value(machine()).unwrap();
+            v[field] = value;
+            let m: Machine = serde_json::from_value(v).unwrap();
+            let e = m.validate().unwrap_err();
+            assert!(e.reason.contains(says), "{field}: {e}");
+        }
+        let mut v = serde_json::to_value(machine()).unwrap();
+        v["password"] = "x".into();
+        assert!(serde_json::from_value::<Machine>(v).is_err(), "unknown fields are refused");
+    }
+
+    #[test]
+    fn ranges_parse_strictly() {
+        assert!("10.0.0.0/8".parse::<Cidr>().is_ok());
+        assert!("10.0.0.1/8".parse::<Cidr>().is_err(), "host bits");
+        assert!("10.0.0.0/33".parse::<Cidr>().is_err());
+        assert!("fd00::/8".parse::<Cidr>().is_ok());
+        assert!("nope".parse::<Cidr>().is_err());
+        assert_eq!(AdHocPolicy::parse("off").unwrap(), AdHocPolicy::default());
+    }
+
+    #[test]
+    fn ad_hoc_targets_stay_inside_the_listed_ranges() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(AdHocPolicy::default().check(ip("10.0.0.5")).is_err(), "off by default");
+        let p = AdHocPolicy::parse("10.0.0.0/8, 0.0.0.0/0").unwrap();
+        assert!(p.check(ip("10.1.2.3")).is_ok());
+        // A catch-all range never opens loopback, link-local, metadata or the unspecified address.
+        for bad in ["127.0.0.1", "169.254.169.254", "0.0.0.0", "::1", "::ffff:127.0.0.1", "fe80::1", "224.0.0.1", "100.100.100.200"] {
+            assert!(p.check(ip(bad)).is_err(), "{bad}");
+        }
+        let v6only = AdHocPolicy::parse("fd00::/8").unwrap();
+        assert!(v6only.check(ip("10.0.0.1")).is_err());
+        // Listing loopback explicitly allows it (tests, a BMC proxy on the host).
+        let lo = AdHocPolicy::parse("127.0.0.0/8").unwrap();
+        assert!(lo.check(ip("127.0.0.1")).is_ok());
+        assert!(lo.check(ip("::ffff:127.0.0.1")).is_ok(), "mapped addresses are judged as IPv4");
+        assert!(lo.check(ip("10.0.0.1")).is_err());
+    }
+}

@@ -1,0 +1,142 @@
+//! The machine registry and the trust model, against real processes
+//! (nats-server, gateway, worker, bmc-sim):
+//! - a named credential never reaches a host the producer chose: the
+//!   gateway refuses a batch that aims it anywhere (with or without
+//!   producer TLS options), and the listener the producer controls sees no
+//!   connection at all;
+//! - batches name machines; an unknown one is `machine_not_found`, nothing
+//!   is queued; a machine registered a moment ago is honoured at once;
+//! - an ad hoc target at a registered machine's address is refused;
+//! - the worker checks ad hoc targets again after name resolution: a name
+//!   resolving into a range it does not allow is refused and nothing is sent.
+
+use bmcfleet_schema::*;
+use bmcfleet_testing::{SimConfig, SimServer};
+use bmcfleet_tests::producer::{ref_machine_batch, stream_messages, wait_gateway, wait_partitions_owned, Topology};
+use bmcfleet_tests::{NatsServer, Process, Producer};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+struct Env {
+    producer: Producer,
+    topo: Topology,
+    sim: SimServer,
+    _gateway: Process,
+    _worker: Process,
+    _nats: NatsServer,
+}
+
+async fn env(worker_args: &[&str]) -> Env {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig { password: Some("pw-in-line".into()), ..SimConfig::default() }).await.unwrap();
+    let topo = Topology::default();
+    let gateway = topo.gateway(&nats, &[]);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let worker = topo.worker(&nats, "w0", sim.addr(), worker_args);
+    wait_partitions_owned(&producer.client, &topo.subjects()).await;
+    Env { producer, topo, sim, _gateway: gateway, _worker: worker, _nats: nats }
+}
+
+/// A loopback TCP listener standing for a host the producer controls: counts connections.
+async fn attacker_listener() -> (u16, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((_conn, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    (port, seen)
+}
+
+fn refused(reply: Reply) -> ErrorBody {
+    match reply {
+        Reply::Error(e) => e,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_credential_never_reaches_a_host_the_producer_chose() {
+    let e = env(&[]).await;
+    let p = &e.producer;
+    // The operator's machine, bound to its credential "rack12".
+    let (ok, _, err) = bmcctl_cred_put(&e, "rack12", "pw-in-line");
+    assert!(ok, "{err}");
+    let good = ref_machine_batch(&p.client, &e.topo.subjects(), "10.30.0.1", "rack12", vec![Action::Power(PowerOp::On)]).await;
+    let Reply::Result(r) = p.submit(&good, true).await else { panic!("a machine batch runs") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+
+    let (port, seen) = attacker_listener().await;
+    let jobs = e.topo.subjects().jobs_stream();
+    let queued = stream_messages(&p.client, &jobs).await;
+    for tls in ["", r#","tls":{"insecure":true}"#, r#","tls":{"ca_pem":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}"#] {
+        let json = format!(r#"{{"bmc":{{"address":"127.0.0.1:{port}","protocol":"redfish","credentials":{{"ref":"rack12"}}{tls}}},"actions":[{{"power":"status"}}]}}"#);
+        let err = refused(p.submit_json(&json, true).await);
+        assert_eq!(err.code, ErrorCode::TargetForbidden, "{tls}: {err:?}");
+    }
+    // Also aimed at the machine's own name but another host: there is no such field to aim with.
+    let json = r#"{"machine":"sim-v4-10-30-0-1","bmc":{"address":"127.0.0.1:1","credentials":{"ref":"rack12"}},"actions":["inventory"]}"#;
+    assert_eq!(refused(p.submit_json(json, true).await).code, ErrorCode::InvalidField);
+    assert_eq!(stream_messages(&p.client, &jobs).await, queued, "a refused batch was queued");
+    assert_eq!(seen.load(Ordering::SeqCst), 0, "the producer's listener was contacted");
+}
+
+fn bmcctl_cred_put(e: &Env, name: &str, password: &str) -> (bool, String, String) {
+    use std::io::Write;
+    let url = e._nats.url();
+    let mut child = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
+        .args(["--nats-url", &url, "cred", "put", name, "--username", "admin", "--password-stdin", "--workers-public-key", &e.topo.sealing.public])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn bmcctl");
+    child.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_name_registered_machines() {
+    let e = env(&[]).await;
+    let p = &e.producer;
+    let jobs = e.topo.subjects().jobs_stream();
+    let err = refused(p.submit_json(r#"{"machine":"nobody-here","actions":[{"power":"on"}]}"#, false).await);
+    assert_eq!(err.code, ErrorCode::MachineNotFound, "{err:?}");
+    assert_eq!(stream_messages(&p.client, &jobs).await, 0);
+
+    // Registered a moment ago (no wait for the watch): honoured at once, by gateway and worker.
+    let target = bmcfleet_tests::checks::sim_batch("10.31.0.1", vec![]).bmc.unwrap();
+    let name = e.topo.register_machine(&p.client, &target).await;
+    let json = format!(r#"{{"machine":"{name}","actions":[{{"power":"on"}},{{"power":"status"}}]}}"#);
+    let Reply::Result(r) = p.submit_json(&json, true).await else { panic!("result") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    assert_eq!(e.sim.power("v4-10-31-0-1"), Some(PowerState::On), "the machine's BMC was driven");
+
+    // An ad hoc batch at the machine's address is refused: name the machine.
+    let err = refused(p.submit(&bmcfleet_tests::checks::sim_batch("10.31.0.1", vec![Action::Power(PowerOp::Off)]), false).await);
+    assert_eq!(err.code, ErrorCode::TargetForbidden, "{err:?}");
+    assert!(err.message.contains(&name), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_checks_what_a_name_resolves_to() {
+    // The gateway allows loopback (and passes names on); this worker only 10/8.
+    let e = env(&["--ad-hoc-targets", "10.0.0.0/8"]).await;
+    let p = &e.producer;
+    let r = match p.submit(&bmcfleet_tests::checks::sim_batch("localhost", vec![Action::Power(PowerOp::On)]), true).await {
+        Reply::Result(r) => r,
+        other => panic!("{other:?}"),
+    };
+    let err = r.results[0].error.as_ref().expect("refused");
+    assert_eq!(err.code, ErrorCode::TargetForbidden, "{r:?}");
+    assert!(err.message.contains("127.0.0.1") || err.message.contains("::1"), "{err:?}");
+    assert!(e.sim.log().iter().all(|l| l.bmc != "h-localhost"), "the BMC behind the name was called");
+    // An address inside the worker's ranges runs.
+    let Reply::Result(r) = p.submit(&bmcfleet_tests::checks::sim_batch("10.32.0.1", vec![Action::Power(PowerOp::On)]), true).await else { panic!() };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+}

@@ -1,0 +1,86 @@
+//! Where a batch's actions may go, decided by the worker itself.
+//!
+//! The gateway already refused what it could, but the worker holds the
+//! credentials, so it checks again with its own information:
+//! - a batch for a machine uses the machine's record from this worker's
+//!   copy of the registry (never the target the job carries), so a named
+//!   credential only ever reaches the address the operator bound it to;
+//! - an ad hoc batch (an address in the batch) must fall inside the
+//!   worker's `--ad-hoc-targets` ranges *after* name resolution (a name
+//!   resolving to loopback or a metadata address is refused), may not use a
+//!   named credential or producer TLS options, and may not be the address
+//!   of a registered machine.
+//!
+//! A refusal fails every action of the batch before anything is sent.
+//!
+//! Gap: the provider resolves a name again when it connects, so a DNS
+//! answer that changes between the two lookups (rebinding) is not caught
+//! here; operators who enable ad hoc targets should give addresses, not
+//! names, or run the worker with a resolver they control.
+
+use bmcfleet_common::registry::{Lookup, Registry};
+use bmcfleet_schema::machine::AdHocPolicy;
+use bmcfleet_schema::{BmcTarget, Credentials, ErrorBody, ErrorCode, Job};
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// Longest wait for a name to resolve.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Targets {
+    pub machines: Registry,
+    pub ad_hoc: AdHocPolicy,
+}
+
+fn forbidden(message: impl Into<String>) -> ErrorBody {
+    ErrorBody::new(ErrorCode::TargetForbidden, message)
+}
+
+impl Targets {
+    /// The target to use for `job`, or why nothing may be sent.
+    pub async fn resolve(&self, job: &Job) -> Result<BmcTarget, ErrorBody> {
+        if let Some(name) = &job.batch.machine {
+            return match self.machines.get_fresh(name).await {
+                Lookup::Found(m) => Ok(m.target()),
+                Lookup::NotFound => Err(ErrorBody::new(ErrorCode::MachineNotFound, format!("machine `{name}` is not registered (any more)"))),
+                Lookup::Invalid(why) => Err(ErrorBody::new(ErrorCode::MachineNotFound, format!("the record of machine `{name}` is unusable: {why}"))),
+                Lookup::Conflict(why) => Err(forbidden(why)),
+            };
+        }
+        let t = &job.target;
+        if matches!(t.credentials, Credentials::Ref(_)) {
+            return Err(forbidden("a named credential is usable only through the registered machine it is bound to"));
+        }
+        if t.tls.insecure || t.tls.ca_pem.is_some() {
+            return Err(forbidden("an ad hoc target is verified against the system roots; TLS options belong to machine records"));
+        }
+        if let Some(machine) = self.machines.machine_at(&t.address) {
+            return Err(forbidden(format!("{} is registered as machine `{machine}`: name the machine instead", t.address.host_string())));
+        }
+        for ip in self.addresses(t).await? {
+            self.ad_hoc.check(ip).map_err(|why| forbidden(format!("{}: {why}", t.address.host_string())))?;
+        }
+        Ok(t.clone())
+    }
+
+    /// Every address the target's host stands for.
+    async fn addresses(&self, t: &BmcTarget) -> Result<Vec<IpAddr>, ErrorBody> {
+        if let Some(ip) = t.address.ip() {
+            return Ok(vec![ip]);
+        }
+        if self.ad_hoc.is_off() {
+            return Err(forbidden("ad hoc targets are off on this worker (--ad-hoc-targets)"));
+        }
+        let host = t.address.host_string();
+        let lookup = tokio::net::lookup_host((host.as_str(), t.address.port.unwrap_or(1)));
+        let ips: Vec<IpAddr> = match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
+            Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
+            Ok(Err(e)) => return Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} does not resolve: {e}"))),
+            Err(_) => return Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} did not resolve within {RESOLVE_TIMEOUT:?}"))),
+        };
+        if ips.is_empty() {
+            return Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} resolves to no address")));
+        }
+        Ok(ips)
+    }
+}
