@@ -47,10 +47,23 @@ for c in gateway worker; do
   echo "demo: $c metrics: http://$(sed -n 's/.*Metrics listening on \([0-9.:]*\)\..*/\1/p' "$WORK/$c.log" | head -1)/metrics"
 done
 
+# The operator registers the machine and its credential (sealed to the
+# workers' key); producers then name the machine, nothing else.
+echo "demo-password" | "$BIN/bmcctl" cred put demo-bmc --username admin --password-stdin --workers-public-key "$PUBLIC_KEY"
+cat >"$WORK/machines.yaml" <<'YAML'
+machines:
+  - name: demo-node1
+    address: 10.0.0.5
+    protocol: sim
+    credentials: demo-bmc
+    labels: {rack: "1", role: demo}
+YAML
+"$BIN/bmcctl" machine apply -f "$WORK/machines.yaml"
+"$BIN/bmcctl" machine ls
+
 cat >"$WORK/batch.json" <<'JSON'
 {
-  "bmc": {"address": "10.0.0.5", "protocol": "sim",
-          "credentials": {"inline": {"username": "admin", "password": "demo-password"}}},
+  "machine": "demo-node1",
   "actions": [
     {"boot_device": {"device": "pxe", "persistent": false, "efi": true}},
     {"power": "on"},

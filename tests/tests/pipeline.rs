@@ -189,11 +189,11 @@ async fn bad_input_gets_a_typed_error_and_nothing_is_stored() {
     let cases: Vec<(&str, HeaderMap, Vec<u8>, ErrorCode)> = vec![
         ("malformed msgpack", HeaderMap::new(), vec![0xc1, 0x00, 0xff], ErrorCode::Malformed),
         ("malformed json", json(), b"{\"bmc\": ".to_vec(), ErrorCode::Malformed),
-        ("unknown field", json(), br#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":["inventory"],"priority":9}"#.to_vec(), ErrorCode::Malformed),
+        ("unknown field", json(), br#"{"machine":"m1","actions":["inventory"],"priority":9}"#.to_vec(), ErrorCode::Malformed),
         ("oversized", json(), vec![b' '; 5000], ErrorCode::TooLarge),
         ("invalid address", json(), br#"{"bmc":{"address":"300.1.1.1","credentials":{"ref":"r"}},"actions":["inventory"]}"#.to_vec(), ErrorCode::InvalidAddress),
-        ("empty batch", json(), br#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[]}"#.to_vec(), ErrorCode::EmptyBatch),
-        ("update without name", json(), br#"{"bmc":{"address":"10.0.0.1","credentials":{"ref":"r"}},"actions":[{"user":{"update":{"name":" ","enabled":false}}}]}"#.to_vec(), ErrorCode::InvalidField),
+        ("empty batch", json(), br#"{"machine":"m1","actions":[]}"#.to_vec(), ErrorCode::EmptyBatch),
+        ("update without name", json(), br#"{"machine":"m1","actions":[{"user":{"update":{"name":" ","enabled":false}}}]}"#.to_vec(), ErrorCode::InvalidField),
         ("unknown content type", {
             let mut h = HeaderMap::new();
             h.insert("Content-Type", "text/xml");
@@ -473,10 +473,10 @@ async fn bmcctl_submits_waits_and_reports() {
     // A failing batch exits 1; a refused one exits 3 with the typed error.
     let dir = tempfile::tempdir().unwrap();
     let failing = dir.path().join("fail.json");
-    std::fs::write(&failing, r#"{"bmc":{"address":"10.12.0.2","protocol":"sim","credentials":{"ref":"no-such"}},"actions":[{"power":"on"}]}"#).unwrap();
+    std::fs::write(&failing, r#"{"bmc":{"address":"basic-2.lab","protocol":"sim","credentials":{"inline":{"username":"admin","password":"pw"}}},"actions":[{"power":"nmi"}]}"#).unwrap();
     let (code, out, _) = bmcctl(&["submit", failing.to_str().unwrap(), "--wait"]).await;
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("unknown_credential"), "{out}");
+    assert!(out.contains("unsupported"), "{out}");
     let refused = dir.path().join("bad.json");
     std::fs::write(&refused, r#"{"bmc":{"address":"10.12.0.300","credentials":{"ref":"r"}},"actions":["inventory"]}"#).unwrap();
     let (code, _, err) = bmcctl(&["submit", refused.to_str().unwrap()]).await;

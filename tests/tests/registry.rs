@@ -128,7 +128,10 @@ async fn the_worker_checks_what_a_name_resolves_to() {
     // The gateway allows loopback (and passes names on); this worker only 10/8.
     let e = env(&["--ad-hoc-targets", "10.0.0.0/8"]).await;
     let p = &e.producer;
-    let r = match p.submit(&bmcfleet_tests::checks::sim_batch("localhost", vec![Action::Power(PowerOp::On)]), true).await {
+    let mut b = bmcfleet_tests::checks::sim_batch("localhost", vec![Action::Power(PowerOp::On)]);
+    // A real protocol: sim names are labels and are never resolved.
+    b.bmc.as_mut().unwrap().protocol = Protocol::Ipmi;
+    let r = match p.submit(&b, true).await {
         Reply::Result(r) => r,
         other => panic!("{other:?}"),
     };

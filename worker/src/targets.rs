@@ -68,6 +68,11 @@ impl Targets {
         if let Some(ip) = t.address.ip() {
             return Ok(vec![ip]);
         }
+        // A `sim` target's name only labels a simulated BMC behind
+        // --sim-endpoint: it is never resolved or contacted.
+        if t.protocol == bmcfleet_schema::Protocol::Sim && !self.ad_hoc.is_off() {
+            return Ok(vec![]);
+        }
         if self.ad_hoc.is_off() {
             return Err(forbidden("ad hoc targets are off on this worker (--ad-hoc-targets)"));
         }
