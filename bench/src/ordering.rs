@@ -77,7 +77,10 @@ fn creds(job: &Job, keys: &SealingKeys) -> anyhow::Result<ResolvedCredentials> {
     match &job.target.credentials {
         Credentials::Inline { username, password } => Ok(ResolvedCredentials { username: username.clone(), password: password.clone() }),
         // The gateway seals inline passwords: open them as a worker does.
-        Credentials::Sealed(s) => Ok(ResolvedCredentials { username: s.username.clone(), password: keys.open(s)? }),
+        Credentials::Sealed(s) => {
+            let context = bmcfleet_common::sealing::Binding::target(&job.key(), 0).context;
+            Ok(ResolvedCredentials { username: s.username.clone(), password: keys.open(s, &context, bmcfleet_common::runtime::now_ms())? })
+        }
         Credentials::Ref(r) => bail!("credential reference {r} in a bench job"),
     }
 }

@@ -19,6 +19,18 @@
 //! ([`SealingKeys::open`]), so opening a box is one XSalsa20-Poly1305 pass.
 //! Boxes keep the nkeys `xkv1` format either way: `nkeys::XKey::open` opens
 //! a `Sealer`'s box and [`SealingKeys::open`] opens one made by `nkeys`.
+//!
+//! # Bound boxes
+//! What is sealed is not the bare password but the password *with its use*
+//! ([`Binding`]): the context (`bmc:<target key>` for a batch's target,
+//! `cred:<name>` for a named credential in the bucket), the user name and,
+//! for boxes that travel in batches, an expiry. The worker opens a box only
+//! for the use it was sealed for ([`SealingKeys::open`] with the expected
+//! context), so a box captured from one batch and resubmitted against
+//! another host, for another user or after its expiry opens to nothing
+//! (`credential_unavailable`, nothing sent). Boxes from before binding (the
+//! bare password) are accepted only as named credentials in the bucket,
+//! which the machine registry binds to their machines, and never in a batch.
 
 use base64::Engine as _;
 use bmcfleet_schema::{Secret, SealedCredentials};
@@ -32,6 +44,8 @@ use std::time::{Duration, Instant};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 const XKV1: &[u8] = b"xkv1";
+/// Start of a bound plaintext (then JSON [`Bound`]).
+const BOUND_V1: &[u8] = b"bmcfleet-bound-1\n";
 const NONCE_LEN: usize = 24;
 
 /// How long a [`Sealer`] uses one sender key.
@@ -48,6 +62,52 @@ pub enum OpenError {
     UnknownKey(String),
     #[error("the sealed box is malformed or was not sealed to this key: {0}")]
     Invalid(String),
+    #[error("the sealed box is for another use ({0}); a box opens only for the target, user and credential it was sealed for")]
+    WrongUse(String),
+    #[error("the sealed box expired {0} ms ago")]
+    Expired(u64),
+    #[error("the sealed box is not bound to a use (sealed by an older bmcctl or gateway); seal it again")]
+    Unbound,
+}
+
+/// The one use a sealed box may be opened for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    pub context: String,
+    /// Unix ms after which the box does not open (`None`: rotated by the operator).
+    pub expires_at_ms: Option<u64>,
+}
+
+impl Binding {
+    /// A BMC password for the target whose ordering key is `key`, until `expires_at_ms`.
+    pub fn target(key: &bmcfleet_schema::BmcKey, expires_at_ms: u64) -> Binding {
+        Binding { context: format!("bmc:{key}"), expires_at_ms: Some(expires_at_ms) }
+    }
+
+    /// A named credential in the credentials bucket.
+    pub fn credential(name: &str) -> Binding {
+        Binding { context: format!("cred:{name}"), expires_at_ms: None }
+    }
+
+    /// A secret parameter (`field`) of action `index` of batch `batch`, until `expires_at_ms`.
+    pub fn param(batch: &str, index: u32, field: &str, expires_at_ms: u64) -> Binding {
+        Binding { context: format!("param:{batch}:{index}:{field}"), expires_at_ms: Some(expires_at_ms) }
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Bound {
+    ctx: String,
+    user: String,
+    exp: Option<u64>,
+    secret: String,
+}
+
+fn bound_plaintext(username: &str, password: &Secret, binding: &Binding) -> Vec<u8> {
+    let bound = Bound { ctx: binding.context.clone(), user: username.to_owned(), exp: binding.expires_at_ms, secret: password.expose().to_owned() };
+    let mut plain = BOUND_V1.to_vec();
+    plain.extend_from_slice(&serde_json::to_vec(&bound).expect("plain JSON"));
+    plain
 }
 
 /// A key, a seed or a key file that cannot be used.
@@ -127,11 +187,11 @@ fn seal_with(agreed: &SalsaBox, plain: &[u8]) -> Result<Vec<u8>, KeyError> {
     Ok(out)
 }
 
-/// Seal `password` to `recipient` (the workers' public key) with a one-off
-/// sender key (two X25519 operations; a gateway uses a [`Sealer`]).
-pub fn seal(username: &str, password: &Secret, recipient: &XKey) -> Result<SealedCredentials, KeyError> {
+/// Seal `password` for `binding` to `recipient` (the workers' public key)
+/// with a one-off sender key (two X25519 operations; a gateway uses a [`Sealer`]).
+pub fn seal(username: &str, password: &Secret, recipient: &XKey, binding: &Binding) -> Result<SealedCredentials, KeyError> {
     let sender = XKey::new();
-    let sealed = sender.seal(password.expose().as_bytes(), recipient).map_err(|e| KeyError::Seal(e.to_string()))?;
+    let sealed = sender.seal(&bound_plaintext(username, password, binding), recipient).map_err(|e| KeyError::Seal(e.to_string()))?;
     Ok(SealedCredentials {
         username: username.to_owned(),
         key: recipient.public_key(),
@@ -197,8 +257,8 @@ impl Sealer {
         &self.recipient
     }
 
-    /// Seal one password.
-    pub fn seal(&self, username: &str, password: &Secret) -> Result<SealedCredentials, KeyError> {
+    /// Seal one password for `binding`.
+    pub fn seal(&self, username: &str, password: &Secret, binding: &Binding) -> Result<SealedCredentials, KeyError> {
         let (sender, agreed) = {
             let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
             let stale = current.as_ref().is_none_or(|k| k.uses >= self.max_uses || k.born.elapsed() >= self.lifetime);
@@ -209,7 +269,7 @@ impl Sealer {
             k.uses += 1;
             (k.public.clone(), k.agreed.clone())
         };
-        let sealed = seal_with(&agreed, password.expose().as_bytes())?;
+        let sealed = seal_with(&agreed, &bound_plaintext(username, password, binding))?;
         Ok(SealedCredentials { username: username.to_owned(), key: self.recipient.clone(), sender, sealed: B64.encode(sealed) })
     }
 }
@@ -266,8 +326,41 @@ impl SealingKeys {
         v
     }
 
-    /// Open a sealed password.
-    pub fn open(&self, s: &SealedCredentials) -> Result<Secret, OpenError> {
+    /// Open a box sealed for `context` (see [`Binding`]) and `s.username`,
+    /// unless it expired before `now_ms`.
+    pub fn open(&self, s: &SealedCredentials, context: &str, now_ms: u64) -> Result<Secret, OpenError> {
+        let plain = self.open_raw(s)?;
+        let json = plain.strip_prefix(BOUND_V1).ok_or(OpenError::Unbound)?;
+        let bound: Bound = serde_json::from_slice(json).map_err(|_| OpenError::Invalid("the bound plaintext is malformed".into()))?;
+        if bound.ctx != context {
+            return Err(OpenError::WrongUse(format!("sealed for `{}`, used for `{context}`", bound.ctx)));
+        }
+        if bound.user != s.username {
+            return Err(OpenError::WrongUse("sealed for another user name".into()));
+        }
+        if let Some(exp) = bound.exp {
+            if now_ms > exp {
+                return Err(OpenError::Expired(now_ms - exp));
+            }
+        }
+        Ok(Secret::new(bound.secret))
+    }
+
+    /// Open the named credential `name` from the bucket: bound to
+    /// `cred:<name>`, or a bare password sealed before binding existed (the
+    /// registry binds named credentials to their machines).
+    pub fn open_named(&self, s: &SealedCredentials, name: &str) -> Result<Secret, OpenError> {
+        match self.open(s, &Binding::credential(name).context, 0) {
+            Err(OpenError::Unbound) => {
+                let plain = self.open_raw(s)?;
+                String::from_utf8(plain).map(Secret::new).map_err(|_| OpenError::Invalid("the password is not UTF-8".into()))
+            }
+            other => other,
+        }
+    }
+
+    /// The plaintext of a box.
+    fn open_raw(&self, s: &SealedCredentials) -> Result<Vec<u8>, OpenError> {
         let key = self.keys.get(&s.key).ok_or_else(|| OpenError::UnknownKey(s.key.clone()))?;
         let boxed = B64.decode(s.sealed.as_bytes()).map_err(|e| OpenError::Invalid(format!("not base64: {e}")))?;
         let rest = boxed.strip_prefix(XKV1).ok_or_else(|| OpenError::Invalid("not an xkv1 box".into()))?;
@@ -276,8 +369,7 @@ impl SealingKeys {
         }
         let (nonce, boxed) = rest.split_at(NONCE_LEN);
         let agreed = self.agreed(key, &s.key, &s.sender)?;
-        let plain = agreed.decrypt(nonce.into(), boxed).map_err(|_| OpenError::Invalid("cannot decrypt the box".into()))?;
-        String::from_utf8(plain).map(Secret::new).map_err(|_| OpenError::Invalid("the password is not UTF-8".into()))
+        agreed.decrypt(nonce.into(), boxed).map_err(|_| OpenError::Invalid("cannot decrypt the box".into()))
     }
 
     /// The key agreement of `recipient` (held here as `key`) and `sender`, cached.
@@ -302,24 +394,73 @@ impl SealingKeys {
 mod tests {
     use super::*;
 
+    const CTX: &str = "bmc:v4-10-0-0-1";
+
+    fn b() -> Binding {
+        Binding { context: CTX.into(), expires_at_ms: None }
+    }
+
+    /// Open for the use every test seals for.
+    trait OpenFor {
+        fn open_for(&self, s: &SealedCredentials) -> Result<Secret, OpenError>;
+    }
+
+    impl OpenFor for SealingKeys {
+        fn open_for(&self, s: &SealedCredentials) -> Result<Secret, OpenError> {
+            self.open(s, CTX, 0)
+        }
+    }
+
+    #[test]
+    fn a_box_opens_only_for_its_use() {
+        let (seed, public) = generate();
+        let mut keys = SealingKeys::default();
+        keys.add_seed(&seed).unwrap();
+        let key = public_key(&public).unwrap();
+        let bound = Binding { context: CTX.into(), expires_at_ms: Some(1_000) };
+        let s = seal("admin", &Secret::new("hunter2"), &key, &bound).unwrap();
+        assert_eq!(keys.open(&s, CTX, 999).unwrap().expose(), "hunter2");
+        // Replayed against another target, for another user, or late.
+        assert!(matches!(keys.open(&s, "bmc:v4-127-0-0-1", 999), Err(OpenError::WrongUse(_))));
+        let other_user = SealedCredentials { username: "root".into(), ..s.clone() };
+        assert!(matches!(keys.open(&other_user, CTX, 999), Err(OpenError::WrongUse(_))));
+        assert!(matches!(keys.open(&s, CTX, 1_001), Err(OpenError::Expired(1))));
+        // A named credential's box is not a batch's, and the other way round.
+        let named = seal("admin", &Secret::new("pw"), &key, &Binding::credential("rack12")).unwrap();
+        assert_eq!(keys.open_named(&named, "rack12").unwrap().expose(), "pw");
+        assert!(keys.open_named(&named, "rack13").is_err());
+        assert!(matches!(keys.open(&named, CTX, 0), Err(OpenError::WrongUse(_))));
+        assert!(keys.open_named(&s, "rack12").is_err());
+        // A bare (pre-binding) box: only as a named credential.
+        let sender = XKey::new();
+        let bare = SealedCredentials {
+            username: "admin".into(),
+            key: public.clone(),
+            sender: sender.public_key(),
+            sealed: B64.encode(sender.seal(b"old-pw", &key).unwrap()),
+        };
+        assert!(matches!(keys.open(&bare, CTX, 0), Err(OpenError::Unbound)));
+        assert_eq!(keys.open_named(&bare, "rack12").unwrap().expose(), "old-pw");
+    }
+
     #[test]
     fn seal_and_open_with_rotation() {
         let (seed1, pub1) = generate();
         let (seed2, pub2) = generate();
         let mut keys = SealingKeys::default();
         assert_eq!(keys.add_seed(&seed1).unwrap(), pub1);
-        let s = seal("admin", &Secret::new("hunter2"), &public_key(&pub1).unwrap()).unwrap();
+        let s = seal("admin", &Secret::new("hunter2"), &public_key(&pub1).unwrap(), &b()).unwrap();
         assert_eq!(s.key, pub1);
         assert!(!s.sealed.contains("hunter2") && !format!("{s:?}").contains("hunter2"));
-        assert_eq!(keys.open(&s).unwrap().expose(), "hunter2");
+        assert_eq!(keys.open_for(&s).unwrap().expose(), "hunter2");
         // Sealed to a key this worker does not hold yet, then after rotation.
-        let s2 = seal("admin", &Secret::new("pw2"), &public_key(&pub2).unwrap()).unwrap();
-        assert!(matches!(keys.open(&s2), Err(OpenError::UnknownKey(_))));
+        let s2 = seal("admin", &Secret::new("pw2"), &public_key(&pub2).unwrap(), &b()).unwrap();
+        assert!(matches!(keys.open_for(&s2), Err(OpenError::UnknownKey(_))));
         keys.add_seed(&seed2).unwrap();
-        assert_eq!(keys.open(&s2).unwrap().expose(), "pw2");
-        assert_eq!(keys.open(&s).unwrap().expose(), "hunter2", "old boxes still open");
+        assert_eq!(keys.open_for(&s2).unwrap().expose(), "pw2");
+        assert_eq!(keys.open_for(&s).unwrap().expose(), "hunter2", "old boxes still open");
         // Two seals of one password differ (fresh sender and nonce).
-        assert_ne!(seal("admin", &Secret::new("hunter2"), &public_key(&pub1).unwrap()).unwrap().sealed, s.sealed);
+        assert_ne!(seal("admin", &Secret::new("hunter2"), &public_key(&pub1).unwrap(), &b()).unwrap().sealed, s.sealed);
     }
 
     #[test]
@@ -330,32 +471,33 @@ mod tests {
         let worker = XKey::from_seed(seed.expose()).unwrap();
         let sealer = Sealer::with_rotation(&public, Duration::from_secs(3600), 3).unwrap();
         assert_eq!(sealer.recipient(), public);
-        let boxes: Vec<_> = (0..4).map(|i| sealer.seal("admin", &Secret::new(format!("pw{i}"))).unwrap()).collect();
+        let boxes: Vec<_> = (0..4).map(|i| sealer.seal("admin", &Secret::new(format!("pw{i}")), &b()).unwrap()).collect();
         for (i, b) in boxes.iter().enumerate() {
             assert_eq!(b.key, public);
-            assert_eq!(keys.open(b).unwrap().expose(), format!("pw{i}"));
+            assert_eq!(keys.open_for(b).unwrap().expose(), format!("pw{i}"));
             // nkeys itself opens a Sealer's box: the format is xkv1.
             let raw = B64.decode(&b.sealed).unwrap();
             let sender = XKey::from_public_key(&b.sender).unwrap();
-            assert_eq!(worker.open(&raw, &sender).unwrap(), format!("pw{i}").into_bytes());
+            let plain = worker.open(&raw, &sender).unwrap();
+            assert!(plain.starts_with(BOUND_V1) && plain.ends_with(format!("\"pw{i}\"}}").as_bytes()), "{}", String::from_utf8_lossy(&plain));
         }
         // One sender key for max_uses boxes, then a new one; a fresh nonce per box.
         assert!(boxes[0].sender == boxes[1].sender && boxes[1].sender == boxes[2].sender);
         assert_ne!(boxes[2].sender, boxes[3].sender);
-        let again = sealer.seal("admin", &Secret::new("pw0")).unwrap();
+        let again = sealer.seal("admin", &Secret::new("pw0"), &b()).unwrap();
         assert_eq!(again.sender, boxes[3].sender);
         assert_ne!(again.sealed, boxes[0].sealed);
         // A zero lifetime means a new sender key for every box.
         let short = Sealer::with_rotation(&public, Duration::ZERO, 1000).unwrap();
-        let (a, b) = (short.seal("u", &Secret::new("x")).unwrap(), short.seal("u", &Secret::new("x")).unwrap());
-        assert_ne!(a.sender, b.sender);
-        assert_eq!(keys.open(&b).unwrap().expose(), "x");
+        let (first, second) = (short.seal("u", &Secret::new("x"), &b()).unwrap(), short.seal("u", &Secret::new("x"), &b()).unwrap());
+        assert_ne!(first.sender, second.sender);
+        assert_eq!(keys.open_for(&second).unwrap().expose(), "x");
         // nkeys' own one-off seal opens here too (cached agreement or not).
         let recipient = public_key(&public).unwrap();
         for _ in 0..2 {
-            let s = seal("admin", &Secret::new("hunter2"), &recipient).unwrap();
-            assert_eq!(keys.open(&s).unwrap().expose(), "hunter2");
-            assert_eq!(keys.open(&s).unwrap().expose(), "hunter2");
+            let s = seal("admin", &Secret::new("hunter2"), &recipient, &b()).unwrap();
+            assert_eq!(keys.open_for(&s).unwrap().expose(), "hunter2");
+            assert_eq!(keys.open_for(&s).unwrap().expose(), "hunter2");
         }
         assert!(Sealer::new(seed.expose()).is_err());
     }
@@ -367,12 +509,12 @@ mod tests {
         let mut keys = SealingKeys::default();
         keys.add_seed(&seed1).unwrap();
         keys.add_seed(&seed2).unwrap();
-        let s1 = Sealer::new(&pub1).unwrap().seal("a", &Secret::new("one")).unwrap();
-        assert_eq!(keys.open(&s1).unwrap().expose(), "one");
+        let s1 = Sealer::new(&pub1).unwrap().seal("a", &Secret::new("one"), &b()).unwrap();
+        assert_eq!(keys.open_for(&s1).unwrap().expose(), "one");
         // Same sender, box relabelled as sealed to the other key: refused.
         let relabelled = SealedCredentials { key: pub2.clone(), ..s1.clone() };
-        assert!(matches!(keys.open(&relabelled), Err(OpenError::Invalid(_))));
-        assert_eq!(keys.open(&s1).unwrap().expose(), "one");
+        assert!(matches!(keys.open_for(&relabelled), Err(OpenError::Invalid(_))));
+        assert_eq!(keys.open_for(&s1).unwrap().expose(), "one");
     }
 
     #[test]
@@ -380,7 +522,7 @@ mod tests {
         let (seed1, pub1) = generate();
         let mut keys = SealingKeys::default();
         keys.add_seed(&seed1).unwrap();
-        let good = seal("admin", &Secret::new("hunter2"), &public_key(&pub1).unwrap()).unwrap();
+        let good = seal("admin", &Secret::new("hunter2"), &public_key(&pub1).unwrap(), &b()).unwrap();
         let mut raw = B64.decode(&good.sealed).unwrap();
         let last = raw.len() - 1;
         raw[last] ^= 1;
@@ -392,7 +534,7 @@ mod tests {
             SealedCredentials { sender: "Xnope".into(), ..good.clone() },
             SealedCredentials { sender: generate().1, ..good.clone() },
         ] {
-            assert!(matches!(keys.open(&bad), Err(OpenError::Invalid(_))), "{bad:?}");
+            assert!(matches!(keys.open_for(&bad), Err(OpenError::Invalid(_))), "{bad:?}");
         }
     }
 

@@ -11,12 +11,14 @@ use bmcfleet_common::telemetry;
 use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::lifecycle::Cancel;
 use bmcfleet_common::registry::{Lookup, Registry};
+use bmcfleet_common::sealing::Binding;
 use bmcfleet_schema::validate::{check_target, decode_batch};
 use bmcfleet_schema::{
-    Accepted, BatchId, BatchStatus, BmcTarget, Credentials, Encoding, ErrorBody, ErrorCode, Event,
+    Accepted, BatchId, BatchStatus, BmcTarget, Credentials, SealedParam, Encoding, ErrorBody, ErrorCode, Event,
     EventKind, IdRequest, Job, Limits, Reply, Subjects,
 };
 use futures::StreamExt;
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::field::Empty;
 use tracing::Instrument;
@@ -43,6 +45,8 @@ pub struct Gateway {
     metrics: crate::metrics::Metrics,
     /// The workers' public key when inline credentials are sealed (`None`: refused by `limits`).
     seal_to: Option<bmcfleet_common::sealing::Sealer>,
+    /// The workers' public key for secret action parameters (whenever one is configured).
+    params_sealer: Option<Arc<bmcfleet_common::sealing::Sealer>>,
     /// Cancelled when the gateway stops: waiting submits answer at once.
     stopping: tokio_util::sync::CancellationToken,
 }
@@ -77,7 +81,13 @@ impl Gateway {
     ) -> Self {
         let metrics = crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
         let seal_to = limits.sealing_key.as_deref().map(|k| bmcfleet_common::sealing::Sealer::new(k).expect("validated at start"));
-        Gateway { client, res, subjects, limits, registry, max_wait, metrics, seal_to, stopping: Default::default() }
+        Gateway { client, res, subjects, limits, registry, max_wait, metrics, seal_to, params_sealer: None, stopping: Default::default() }
+    }
+
+    /// Seal secret action parameters to the workers' public key `key` (`X...`).
+    pub fn with_params_key(mut self, key: Option<&str>) -> Result<Self, bmcfleet_common::sealing::KeyError> {
+        self.params_sealer = key.map(bmcfleet_common::sealing::Sealer::new).transpose()?.map(Arc::new);
+        Ok(self)
     }
 
     /// Count admissions and refusals on these (registered) metrics.
@@ -236,14 +246,6 @@ impl Gateway {
     async fn admit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>) -> Result<Admission, Reply> {
         let mut batch = decode_batch(payload, enc, &self.limits).map_err(|e| Reply::Error(e.into()))?;
         let mut target = self.target(&mut batch).await?;
-        // Inline passwords never reach the job stream: seal them for the workers.
-        if let Credentials::Inline { username, password } = &target.credentials {
-            let Some(sealer) = &self.seal_to else {
-                return Err(error(ErrorCode::InlineCredentialsDisabled, "this deployment accepts no inline credentials: name a registered machine"));
-            };
-            let sealed = sealer.seal(username, password).map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
-            target.credentials = Credentials::Sealed(sealed);
-        }
         let wait = truthy(header(headers, WAIT_HEADER));
         let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
         let key = match &batch.machine {
@@ -251,15 +253,27 @@ impl Gateway {
             None => target.address.key(),
         };
         let subject = self.subjects.job(&key);
+        let admitted_at_ms = now_ms();
+        let deadline = batch.deadline.unwrap_or(self.limits.default_deadline);
+        let deadline_at_ms = admitted_at_ms + deadline.as_millis() as u64;
+        // Inline passwords never reach the job stream: seal them for the
+        // workers, bound to this target and to the batch's deadline.
+        if let Credentials::Inline { username, password } = &target.credentials {
+            let Some(sealer) = &self.seal_to else {
+                return Err(error(ErrorCode::InlineCredentialsDisabled, "this deployment accepts no inline credentials: name a registered machine"));
+            };
+            let binding = Binding::target(&key, deadline_at_ms);
+            let sealed = sealer.seal(username, password, &binding).map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+            target.credentials = Credentials::Sealed(sealed);
+        }
+        let sealed_params = self.seal_params(&mut batch, &id.to_string(), deadline_at_ms).map_err(Reply::Error)?;
         let span = tracing::Span::current();
         span.record("batch", tracing::field::display(id));
         span.record("bmc", tracing::field::display(&key));
         span.record("protocol", tracing::field::display(target.protocol));
         span.record("actions", batch.actions.len());
         span.record("subject", subject.as_str());
-        let admitted_at_ms = now_ms();
-        let deadline = batch.deadline.unwrap_or(self.limits.default_deadline);
-        let job = Job { id, admitted_at_ms, deadline_at_ms: admitted_at_ms + deadline.as_millis() as u64, batch, target };
+        let job = Job { id, admitted_at_ms, deadline_at_ms, batch, target, sealed_params };
 
         // A batch id seen before (even past the JetStream dedupe window) is not queued again.
         let known = status::load(&self.res.batches, &id)
@@ -286,6 +300,23 @@ impl Gateway {
             credentials = job.target.credentials.kind(), "Batch admitted."
         );
         Ok(Admission { job, accepted, events })
+    }
+
+    /// Take every secret parameter (new users' passwords, media URLs with
+    /// credentials or signed queries) out of the actions, sealed to the
+    /// workers and bound to this batch, action and field. Without a workers'
+    /// key (`--workers-public-key`) they stay in the job (warned at start).
+    fn seal_params(&self, batch: &mut bmcfleet_schema::Batch, id: &str, expires_at_ms: u64) -> Result<Vec<SealedParam>, ErrorBody> {
+        let Some(sealer) = &self.params_sealer else { return Ok(vec![]) };
+        let mut out = vec![];
+        for (i, action) in batch.actions.iter_mut().enumerate() {
+            let Some((field, value)) = action.secret_param() else { continue };
+            let binding = Binding::param(id, i as u32, field.as_str(), expires_at_ms);
+            let sealed = sealer.seal("", &bmcfleet_schema::Secret::new(value), &binding).map_err(|e| ErrorBody::new(ErrorCode::Internal, e.to_string()))?;
+            action.hide_secret_param();
+            out.push(SealedParam { action: i as u32, field, sealed });
+        }
+        Ok(out)
     }
 
     /// Where the batch goes: its machine's registered target, or the ad hoc

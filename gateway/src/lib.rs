@@ -59,7 +59,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .await
     .context("reading the machine registry")?;
     tracing::info!(machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets, "Machine registry loaded.");
-    let gateway = Arc::new(Gateway::new(client.clone(), resources, subjects, config.limits(), machines, config.max_wait).with_metrics(metrics));
+    if config.workers_public_key.is_none() {
+        tracing::warn!(
+            "No --workers-public-key: new users' passwords and media URLs with credentials travel in the job stream in clear; \
+             give the workers' public key to seal them."
+        );
+    }
+    let gateway = Gateway::new(client.clone(), resources, subjects, config.limits(), machines, config.max_wait)
+        .with_metrics(metrics)
+        .with_params_key(config.workers_public_key.as_deref())
+        .context("--workers-public-key")?;
+    let gateway = Arc::new(gateway);
 
     let service = client
         .service_builder()

@@ -187,7 +187,44 @@ pub enum Action {
     Inventory,
 }
 
+/// A URL as logs may show it: scheme, host, port and path; no user info,
+/// query or fragment (they carry credentials and signatures).
+pub fn loggable_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => {
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            let hidden = if u.username().is_empty() && u.password().is_none() && u.query().is_none() && u.fragment().is_none() { "" } else { " [credentials and query hidden]" };
+            format!("{}://{}{port}{}{hidden}", u.scheme(), u.host_str().unwrap_or(""), u.path())
+        }
+        Err(_) => "[unparsable URL hidden]".into(),
+    }
+}
+
 impl Action {
+    /// The parameters logs may show: no password, no raw request data or
+    /// body, no credentials or query string of a media URL.
+    pub fn loggable(&self) -> String {
+        match self {
+            Action::Power(op) => format!("{op:?}"),
+            Action::BootDevice(b) => format!("{:?} persistent={} efi={}", b.device, b.persistent, b.efi),
+            Action::GetBootDevice | Action::Inventory => String::new(),
+            Action::User(UserOp::List) => String::new(),
+            Action::User(UserOp::Create(u)) => format!("name={} role={:?} enabled={}", u.name, u.role, u.enabled),
+            Action::User(UserOp::Update(u)) => {
+                format!("name={} password={} role={:?} enabled={:?}", u.name, if u.password.is_some() { "[changed]" } else { "-" }, u.role, u.enabled)
+            }
+            Action::User(UserOp::Delete { name }) => format!("name={name}"),
+            Action::BmcReset(k) => format!("{k:?}"),
+            Action::NetworkSource(op) => format!("{op:?}"),
+            Action::Raw(RawRequest::Ipmi(r)) => format!("netfn=0x{:02x} cmd=0x{:02x} data=[{} bytes]", r.netfn, r.cmd, r.data.len()),
+            Action::Raw(RawRequest::Redfish(r)) => {
+                format!("{} {} body={}", r.method.as_str(), r.path.split('?').next().unwrap_or(""), if r.body.is_some() { "[hidden]" } else { "-" })
+            }
+            Action::VirtualMedia(VirtualMediaOp::Insert { url, media }) => format!("{media:?} {}", loggable_url(url)),
+            Action::VirtualMedia(VirtualMediaOp::Eject { media }) => format!("{media:?}"),
+        }
+    }
+
     /// Stable, low-cardinality name for logs, metrics and results.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -468,6 +505,80 @@ pub struct Job {
     pub admitted_at_ms: u64,
     /// Unix milliseconds after which no further action starts.
     pub deadline_at_ms: u64,
+    /// Secrets taken out of the actions by the gateway (new users'
+    /// passwords, media URLs with credentials or signed queries), each
+    /// sealed to the workers' key and bound to its batch, action and field;
+    /// the actions hold a placeholder in their place.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sealed_params: Vec<SealedParam>,
+}
+
+/// One secret action parameter, sealed (see [`Job::sealed_params`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealedParam {
+    /// Index of the action in the batch.
+    pub action: u32,
+    pub field: ParamField,
+    pub sealed: SealedCredentials,
+}
+
+/// Which parameter of an action a [`SealedParam`] replaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParamField {
+    /// `user.create.password` or `user.update.password`.
+    Password,
+    /// `virtual_media.insert.url`.
+    Url,
+}
+
+impl ParamField {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParamField::Password => "password",
+            ParamField::Url => "url",
+        }
+    }
+}
+
+impl Action {
+    /// The secret parameter this action carries, if any: (field, value).
+    /// A media URL counts when it has user info or a query string.
+    pub fn secret_param(&self) -> Option<(ParamField, String)> {
+        match self {
+            Action::User(UserOp::Create(u)) => Some((ParamField::Password, u.password.expose().to_owned())),
+            Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })) => Some((ParamField::Password, p.expose().to_owned())),
+            Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) => {
+                let u = url::Url::parse(url).ok()?;
+                (!u.username().is_empty() || u.password().is_some() || u.query().is_some()).then(|| (ParamField::Url, url.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Put `value` back as the `field` parameter (the worker, after opening it).
+    /// `false` when the action has no such parameter.
+    pub fn set_secret_param(&mut self, field: ParamField, value: String) -> bool {
+        match (self, field) {
+            (Action::User(UserOp::Create(u)), ParamField::Password) => u.password = Secret::new(value),
+            (Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })), ParamField::Password) => *p = Secret::new(value),
+            (Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }), ParamField::Url) => *url = value,
+            _ => return false,
+        }
+        true
+    }
+
+    /// Replace the secret parameter by what logs may show (`[sealed]` for a
+    /// password, the URL without credentials and query).
+    pub fn hide_secret_param(&mut self) {
+        let Some((field, value)) = self.secret_param() else { return };
+        let shown = match field {
+            ParamField::Url => loggable_url(&value),
+            ParamField::Password => "[sealed]".into(),
+        };
+        self.set_secret_param(field, shown);
+    }
 }
 
 impl Job {
@@ -477,5 +588,30 @@ impl Job {
             Some(name) => BmcKey::machine(name),
             None => self.target.address.key(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logs_never_see_parameters_that_carry_secrets() {
+        let url = Action::VirtualMedia(VirtualMediaOp::Insert { url: "https://u:p4ss@img.example/x.iso?sig=S3CR".into(), media: MediaKind::Cd });
+        let raw = Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 1, data: vec![0xde, 0xad] }));
+        let body = Action::Raw(RawRequest::Redfish(RawRedfish {
+            method: HttpMethod::Post,
+            path: "/redfish/v1/x?token=T0K".into(),
+            body: Some(serde_json::json!({"Password": "p4ss"})),
+        }));
+        let user = Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: "p4ss".into(), role: UserRole::Admin, enabled: true }));
+        for a in [url, raw, body, user] {
+            let shown = a.loggable();
+            for secret in ["p4ss", "S3CR", "T0K", "222", "173", "dead"] {
+                assert!(!shown.contains(secret), "{shown}");
+            }
+        }
+        assert_eq!(loggable_url("http://img.example:8080/a.iso"), "http://img.example:8080/a.iso");
+        assert!(loggable_url("https://u:p@h/x").ends_with("[credentials and query hidden]"));
     }
 }

@@ -159,7 +159,7 @@ mod tests {
             tls: TlsOptions::default(),
             system_id: None,
         };
-        Job { id: batch.id.unwrap(), admitted_at_ms: 1, deadline_at_ms: 1_000, batch, target }
+        Job { id: batch.id.unwrap(), admitted_at_ms: 1, deadline_at_ms: 1_000, batch, target, sealed_params: vec![] }
     }
 
     #[test]

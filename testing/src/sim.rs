@@ -96,6 +96,8 @@ struct User {
     name: String,
     role: UserRole,
     enabled: bool,
+    /// What the last create or update set (tests check it arrived whole).
+    password: String,
 }
 
 #[derive(Clone, Debug)]
@@ -115,7 +117,7 @@ impl Default for Bmc {
         Bmc {
             power: PowerState::Off,
             boot: BootDeviceRequest { device: BootDevice::None, persistent: false, efi: false },
-            users: vec![User { id: 2, name: "admin".into(), role: UserRole::Admin, enabled: true }],
+            users: vec![User { id: 2, name: "admin".into(), role: UserRole::Admin, enabled: true, password: String::new() }],
             net: NetworkSourceOp::Dhcp,
             media: None,
             resets: 0,
@@ -186,6 +188,16 @@ impl SimServer {
 
     pub fn power(&self, bmc: &str) -> Option<PowerState> {
         self.state.lock().unwrap().bmcs.get(bmc).map(|b| b.power)
+    }
+
+    /// The inserted virtual media URL of one BMC.
+    pub fn media(&self, bmc: &str) -> Option<String> {
+        self.state.lock().unwrap().bmcs.get(bmc).and_then(|b| b.media.clone())
+    }
+
+    /// The password one BMC user was last given.
+    pub fn user_password(&self, bmc: &str, user: &str) -> Option<String> {
+        self.state.lock().unwrap().bmcs.get(bmc).and_then(|b| b.users.iter().find(|u| u.name == user).map(|u| u.password.clone()))
     }
 
     pub fn boot(&self, bmc: &str) -> Option<BootDeviceRequest> {
@@ -431,7 +443,7 @@ fn user(bmc: &mut Bmc, op: &UserOp) -> Response {
             let Some(id) = (2..=16).find(|id| !bmc.users.iter().any(|u| u.id == *id)) else {
                 return bmc_err(ErrorCode::BmcError, "no free user slot");
             };
-            let u = User { id, name: spec.name.clone(), role: spec.role, enabled: spec.enabled };
+            let u = User { id, name: spec.name.clone(), role: spec.role, enabled: spec.enabled, password: spec.password.expose().to_owned() };
             bmc.users.push(u.clone());
             Response::Ok(Some(ActionData::Users(vec![info(&u)])))
         }
@@ -444,6 +456,9 @@ fn user(bmc: &mut Bmc, op: &UserOp) -> Response {
             }
             if let Some(e) = up.enabled {
                 u.enabled = e;
+            }
+            if let Some(p) = &up.password {
+                u.password = p.expose().to_owned();
             }
             Response::Ok(Some(ActionData::Users(vec![info(u)])))
         }

@@ -201,9 +201,12 @@ pub async fn register_machine(
         let credential = format!("machine/{name}");
         let sealed = match &target.credentials {
             bmcfleet_schema::Credentials::Inline { username, password } => {
-                bmcfleet_common::sealing::Sealer::new(workers_key).expect("key").seal(username, password).expect("seal")
+                bmcfleet_common::sealing::Sealer::new(workers_key)
+                    .expect("key")
+                    .seal(username, password, &bmcfleet_common::sealing::Binding::credential(&credential))
+                    .expect("seal")
             }
-            bmcfleet_schema::Credentials::Sealed(s) => s.clone(),
+            bmcfleet_schema::Credentials::Sealed(_) => panic!("register_machine needs the password to seal it for the credential"),
             bmcfleet_schema::Credentials::Ref(r) => panic!("register_machine needs the password, not the reference {r}"),
         };
         let creds = bucket(&js, credentials_config(subjects, 1), Mode::UseExisting).await.expect("credentials bucket");

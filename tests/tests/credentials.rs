@@ -96,7 +96,8 @@ async fn inline_credentials_are_refused_by_default_and_nothing_is_stored() {
     let e = refused(producer.submit(&with_creds(b.clone(), inline(&password)), false).await);
     assert_eq!(e.code, ErrorCode::InlineCredentialsDisabled, "{e:?}");
     // A pre-sealed box is refused too when inline credentials are off.
-    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &bmcfleet_common::sealing::public_key(&topo.sealing.public).unwrap()).unwrap();
+    let binding = bmcfleet_common::sealing::Binding::target(&"10.9.0.1".parse::<BmcAddress>().unwrap().key(), u64::MAX);
+    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &bmcfleet_common::sealing::public_key(&topo.sealing.public).unwrap(), &binding).unwrap();
     let e = refused(producer.submit(&with_creds(b.clone(), Credentials::Sealed(sealed)), false).await);
     assert_eq!(e.code, ErrorCode::InlineCredentialsDisabled, "{e:?}");
     assert_eq!(stream_messages(&producer.client, &jobs).await, 0, "a refused batch reached the jobs stream");
@@ -180,7 +181,8 @@ async fn passwords_never_reach_nats_storage_or_logs() {
     }
     // 2. Sealed by the producer itself (the gateway never sees the password).
     let key = bmcfleet_common::sealing::public_key(&topo.sealing.public).unwrap();
-    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &key).unwrap();
+    let binding = bmcfleet_common::sealing::Binding::target(&"10.9.1.5".parse::<BmcAddress>().unwrap().key(), bmcfleet_common::runtime::now_ms() + 600_000);
+    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &key, &binding).unwrap();
     ids.push(accept(producer.submit(&with_creds(sim_batch("10.9.1.5", vec![Action::Power(PowerOp::On)]), Credentials::Sealed(sealed)), false).await));
     // 3. A named credential in the KV bucket, written by bmcctl.
     let (ok, out, err) = bmcctl(&nats, &["cred", "put", "rack9", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], &format!("{password}\n"));
@@ -227,6 +229,53 @@ async fn passwords_never_reach_nats_storage_or_logs() {
     assert!(logs[2].1.contains("\"level\":\"DEBUG\""), "the worker log is not verbose");
     assert!(logs[3].1.contains("[DBG]"), "the NATS log is not at debug level: {}", &logs[3].1[..logs[3].1.len().min(2000)]);
     assert_not_in_logs(&logs, &needles, "the password");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_parameters_never_reach_nats_storage_or_logs() {
+    // A new user's password (create, then update) and a media URL's password and signature.
+    let tag = ulid::Ulid::new().to_string();
+    let secrets: Vec<String> = ["create", "update", "urlpw", "urlsig"].iter().map(|k| format!("{k}-{tag}")).collect();
+    let url = format!("https://media:{}@img.example/boot.iso?X-Amz-Signature={}", secrets[2], secrets[3]);
+    let needles: Vec<Vec<u8>> = secrets.iter().map(|s| s.as_bytes().to_vec()).collect();
+    let trace = ["--log", "trace"];
+    let mut nats = NatsServer::start_with(&["-D"]);
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+
+    // Queued, with no worker yet: what JetStream holds.
+    let mut gateway = topo.gateway(&nats, &trace);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let actions = vec![
+        Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: secrets[0].clone().into(), role: UserRole::Operator, enabled: true })),
+        Action::VirtualMedia(VirtualMediaOp::Insert { url: url.clone(), media: MediaKind::Cd }),
+        Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: Some(secrets[1].clone().into()), role: None, enabled: None })),
+    ];
+    let Reply::Accepted(a) = producer.submit(&with_creds(sim_batch("10.9.5.1", actions), inline("pw")), false).await else { panic!("accepted") };
+    gateway.terminate(Duration::from_secs(15));
+    let mut logs = vec![("gateway", gateway.log_text())];
+    drop(producer);
+    nats.stop();
+    let files = nats.store_files();
+    let all: Vec<u8> = files.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+    assert!(find(&all, b"10.9.5.1") && find(&all, b"img.example"), "the queued job is not where the scan reads");
+    if let Some(path) = leaked(&files, &needles) {
+        panic!("a secret parameter is stored in plain text in {}", path.display());
+    }
+
+    // Run it: the worker opens the parameters and the BMC gets them whole.
+    nats.restart();
+    let mut gateway = topo.gateway(&nats, &trace);
+    let mut worker = topo.worker(&nats, "w0", sim.addr(), &trace);
+    let client = nats.client().await;
+    let results = bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), &[a.id], Duration::from_secs(60)).await;
+    assert_eq!(results[&a.id].state, BatchState::Succeeded, "{:?}", results[&a.id]);
+    assert_eq!(sim.media("v4-10-9-5-1").as_deref(), Some(url.as_str()), "the media URL arrived whole");
+    assert_eq!(sim.user_password("v4-10-9-5-1", "ops").as_deref(), Some(secrets[1].as_str()), "the updated password arrived");
+    logs.extend(drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "a secret parameter").await);
+    assert!(logs[2].1.contains("Action finished.") && logs[2].1.contains("img.example"), "the worker log does not show the actions");
+    assert_not_in_logs(&logs, &needles, "a secret parameter");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

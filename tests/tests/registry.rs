@@ -143,3 +143,33 @@ async fn the_worker_checks_what_a_name_resolves_to() {
     let Reply::Result(r) = p.submit(&bmcfleet_tests::checks::sim_batch("10.32.0.1", vec![Action::Power(PowerOp::On)]), true).await else { panic!() };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_box_opens_only_for_the_target_it_was_sealed_for() {
+    use bmcfleet_common::sealing::{public_key, seal, Binding};
+    let e = env(&[]).await;
+    let p = &e.producer;
+    let key = public_key(&e.topo.sealing.public).unwrap();
+    let victim: BmcAddress = "10.33.0.1".parse().unwrap();
+    let far = bmcfleet_common::runtime::now_ms() + 600_000;
+    let sealed = seal("admin", &Secret::new("pw-in-line"), &key, &Binding::target(&victim.key(), far)).unwrap();
+    let with_box = |address: &str| {
+        let mut b = bmcfleet_tests::checks::sim_batch(address, vec![Action::Power(PowerOp::On)]);
+        b.bmc.as_mut().unwrap().credentials = Credentials::Sealed(sealed.clone());
+        b
+    };
+    // The victim's own batch works.
+    let Reply::Result(r) = p.submit(&with_box("10.33.0.1"), true).await else { panic!() };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    // The captured box against the attacker's target: nothing is sent.
+    let Reply::Result(r) = p.submit(&with_box("10.33.0.66"), true).await else { panic!() };
+    let err = r.results[0].error.as_ref().expect("refused");
+    assert_eq!(err.code, ErrorCode::CredentialUnavailable, "{r:?}");
+    assert!(e.sim.log().iter().all(|l| l.bmc != "v4-10-33-0-66"), "the attacker's BMC was called");
+    // Expired boxes do not open either.
+    let old = seal("admin", &Secret::new("pw-in-line"), &key, &Binding::target(&victim.key(), 1)).unwrap();
+    let mut late = with_box("10.33.0.1");
+    late.bmc.as_mut().unwrap().credentials = Credentials::Sealed(old);
+    let Reply::Result(r) = p.submit(&late, true).await else { panic!() };
+    assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::CredentialUnavailable, "{r:?}");
+}

@@ -52,6 +52,15 @@ impl std::fmt::Debug for CredentialStore {
     }
 }
 
+/// How far a sealer's clock may be behind this worker's.
+const CLOCK_SKEW_MS: u64 = 60_000;
+
+/// What a box is opened for.
+enum Use<'a> {
+    Named(&'a str),
+    Target(&'a str),
+}
+
 fn unavailable(message: impl Into<String>) -> ErrorBody {
     ErrorBody::new(ErrorCode::CredentialUnavailable, message)
 }
@@ -89,8 +98,15 @@ impl CredentialStore {
         self.named.is_empty()
     }
 
-    fn open(&self, sealed: &SealedCredentials, what: &str) -> Result<ResolvedCredentials, ErrorBody> {
-        match self.keys.open(sealed) {
+    /// Open a box for its use: `named` for a bucket entry, else the
+    /// batch's target (`context`). Expiry is judged with [`CLOCK_SKEW`] of
+    /// tolerance for the sealer's clock.
+    fn open(&self, sealed: &SealedCredentials, what: &str, use_: Use<'_>) -> Result<ResolvedCredentials, ErrorBody> {
+        let opened = match use_ {
+            Use::Named(name) => self.keys.open_named(sealed, name),
+            Use::Target(context) => self.keys.open(sealed, context, bmcfleet_common::runtime::now_ms().saturating_sub(CLOCK_SKEW_MS)),
+        };
+        match opened {
             Ok(password) => Ok(ResolvedCredentials { username: sealed.username.clone(), password }),
             Err(e @ OpenError::UnknownKey(_)) if self.keys.is_empty() => {
                 Err(unavailable(format!("{what}: {e} (start workers with --sealing-key-file)")))
@@ -99,12 +115,22 @@ impl CredentialStore {
         }
     }
 
-    pub async fn resolve(&self, creds: &Credentials) -> Result<ResolvedCredentials, ErrorBody> {
+    /// A secret action parameter sealed for `context` (see
+    /// `bmcfleet_common::sealing::Binding::param`).
+    pub fn open_param(&self, sealed: &SealedCredentials, context: &str) -> Result<Secret, ErrorBody> {
+        self.open(sealed, "a sealed action parameter", Use::Target(context)).map(|c| c.password)
+    }
+
+    /// The credentials of a batch whose target has the ordering key `key`.
+    pub async fn resolve(&self, creds: &Credentials, key: &bmcfleet_schema::BmcKey) -> Result<ResolvedCredentials, ErrorBody> {
         match creds {
             Credentials::Inline { username, password } => {
                 Ok(ResolvedCredentials { username: username.clone(), password: password.clone() })
             }
-            Credentials::Sealed(sealed) => self.open(sealed, "sealed credentials"),
+            Credentials::Sealed(sealed) => {
+                let context = bmcfleet_common::sealing::Binding::target(key, 0).context;
+                self.open(sealed, "sealed credentials", Use::Target(&context))
+            }
             Credentials::Ref(name) => {
                 if let Some(c) = self.named.get(name) {
                     return Ok(c.clone());
@@ -152,7 +178,7 @@ impl CredentialStore {
         };
         let sealed: SealedCredentials = serde_json::from_slice(&entry)
             .map_err(|e| unavailable(format!("credential `{name}` in {} is not a sealed credential: {e}", bucket.name)))?;
-        let c = self.open(&sealed, &format!("credential `{name}`"))?;
+        let c = self.open(&sealed, &format!("credential `{name}`"), Use::Named(name))?;
         bucket.cache.lock().expect("cache lock").insert(name.to_owned(), (Instant::now(), c.clone()));
         Ok(c)
     }
@@ -174,6 +200,10 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
+    fn test_key() -> bmcfleet_schema::BmcKey {
+        bmcfleet_schema::BmcKey::machine("m1")
+    }
+
     #[tokio::test]
     async fn loads_and_resolves_without_leaking() {
         let dir = std::env::temp_dir().join(format!("bmcfleet-creds-{}", std::process::id()));
@@ -181,31 +211,42 @@ mod tests {
         let path = dir.join("c.json");
         std::fs::write(&path, r#"{"rack12": {"username": "root", "password": "s3cret"}}"#).unwrap();
         let store = CredentialStore::load(&path).unwrap();
-        let c = store.resolve(&Credentials::Ref("rack12".into())).await.unwrap();
+        let c = store.resolve(&Credentials::Ref("rack12".into()), &test_key()).await.unwrap();
         assert_eq!(c.username, "root");
         assert_eq!(c.password.expose(), "s3cret");
         assert!(!format!("{store:?} {c:?}").contains("s3cret"));
-        assert_eq!(store.resolve(&Credentials::Ref("nope".into())).await.unwrap_err().code, ErrorCode::UnknownCredential);
+        assert_eq!(store.resolve(&Credentials::Ref("nope".into()), &test_key()).await.unwrap_err().code, ErrorCode::UnknownCredential);
         std::fs::write(&path, r#"{"x": {"username": "u"}}"#).unwrap();
         assert!(CredentialStore::load(&path).is_err());
     }
 
     #[tokio::test]
     async fn sealed_credentials_open_with_the_matching_key_only() {
+        use bmcfleet_common::sealing::Binding;
         let (seed, public) = bmcfleet_common::sealing::generate();
         let key = bmcfleet_common::sealing::public_key(&public).unwrap();
-        let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key).unwrap();
+        let far = bmcfleet_common::runtime::now_ms() + 3_600_000;
+        let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key, &Binding::target(&test_key(), far)).unwrap();
         let none = CredentialStore::default();
-        let e = none.resolve(&Credentials::Sealed(sealed.clone())).await.unwrap_err();
+        let e = none.resolve(&Credentials::Sealed(sealed.clone()), &test_key()).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::CredentialUnavailable);
         assert!(e.message.contains("--sealing-key-file"), "{e}");
         let mut keys = SealingKeys::default();
         keys.add_seed(&seed).unwrap();
         let store = CredentialStore::default().with_keys(keys);
-        let c = store.resolve(&Credentials::Sealed(sealed.clone())).await.unwrap();
+        let c = store.resolve(&Credentials::Sealed(sealed.clone()), &test_key()).await.unwrap();
         assert_eq!((c.username.as_str(), c.password.expose()), ("admin", "hunter2"));
+        // The same box in a batch for another target opens to nothing.
+        let elsewhere = bmcfleet_schema::BmcKey::machine("m2");
+        let e = store.resolve(&Credentials::Sealed(sealed.clone()), &elsewhere).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::CredentialUnavailable);
+        assert!(e.message.contains("another use"), "{e}");
+        // Past its expiry (beyond the clock-skew tolerance): refused.
+        let old = bmcfleet_common::runtime::now_ms() - CLOCK_SKEW_MS - 1_000;
+        let late = bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key, &Binding::target(&test_key(), old)).unwrap();
+        assert_eq!(store.resolve(&Credentials::Sealed(late), &test_key()).await.unwrap_err().code, ErrorCode::CredentialUnavailable);
         let forged = SealedCredentials { sealed: "eGt2MQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".into(), ..sealed };
-        let e = store.resolve(&Credentials::Sealed(forged)).await.unwrap_err();
+        let e = store.resolve(&Credentials::Sealed(forged), &test_key()).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::CredentialUnavailable);
         assert!(!e.message.contains("hunter2"));
     }

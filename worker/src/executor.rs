@@ -375,7 +375,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        let creds = self.shared.credentials.resolve(&self.target.credentials).await;
+        let creds = self.shared.credentials.resolve(&self.target.credentials, &self.job.key()).await;
         while self.status.results.len() < batch.actions.len() {
             let i = self.status.results.len();
             let action = &batch.actions[i];
@@ -432,8 +432,12 @@ impl<'a> Run<'a> {
             })
             .with_gate(gate.clone());
             let started = Instant::now();
+            let work = async {
+                let action = self.with_secrets(i, action)?;
+                self.attempt(slot, guard, &ctx, &action, &creds, &gate).await
+            };
             let outcome = tokio::select! {
-                r = self.attempt(slot, guard, &ctx, action, &creds, &gate).instrument(span.clone()) => r,
+                r = work.instrument(span.clone()) => r,
                 _ = self.fence.lost.cancelled() => return Err(Stop),
             };
             if let Some((marked, revision)) = gate.take_written().await {
@@ -470,7 +474,7 @@ impl<'a> Run<'a> {
             self.status.in_progress = None;
             span.in_scope(|| {
                 tracing::info!(
-                    batch = %self.job.id, bmc = %key, index = i, action = action.kind(), params = ?action,
+                    batch = %self.job.id, bmc = %key, index = i, action = action.kind(), params = %action.loggable(),
                     outcome = ?result.outcome, error = ?result.error, duration_ms = ms, "Action finished."
                 );
                 self.push(result);
@@ -484,6 +488,25 @@ impl<'a> Run<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The action with its sealed parameters (if any) opened and put back;
+    /// a parameter that does not open fails the action before anything is sent.
+    fn with_secrets<'b>(&self, i: usize, action: &'b bmcfleet_schema::Action) -> Result<std::borrow::Cow<'b, bmcfleet_schema::Action>, ProviderError> {
+        let mut params = self.job.sealed_params.iter().filter(|p| p.action as usize == i).peekable();
+        if params.peek().is_none() {
+            return Ok(std::borrow::Cow::Borrowed(action));
+        }
+        let mut action = action.clone();
+        let batch = self.job.id.to_string();
+        for p in params {
+            let context = bmcfleet_common::sealing::Binding::param(&batch, i as u32, p.field.as_str(), 0).context;
+            let value = self.shared.credentials.open_param(&p.sealed, &context).map_err(|e| ProviderError::new(e.code, e.message).not_sent())?;
+            if !action.set_secret_param(p.field, value.expose().to_owned()) {
+                return Err(ProviderError::new(ErrorCode::Internal, format!("a sealed {} for an action without one", p.field.as_str())).not_sent());
+            }
+        }
+        Ok(std::borrow::Cow::Owned(action))
     }
 
     /// An action's BMC work under the lane's guard: the circuit breaker may

@@ -27,7 +27,7 @@ impl Target {
             }
             _ => anyhow::bail!("give --cred NAME, or --user and --password-env"),
         };
-        let credentials = super::seal_inline(credentials, self.workers_public_key.as_deref())?;
+        let credentials = super::seal_inline(credentials, self.workers_public_key.as_deref(), address, self.deadline)?;
         Ok(BmcTarget {
             address: address.clone(),
             protocol: self.protocol,

@@ -22,7 +22,8 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &CredOp)
             std::io::stdin().read_line(&mut line).context("reading the password from standard input")?;
             let password = Secret::new(line.trim_end_matches(['\r', '\n']));
             anyhow::ensure!(!password.is_empty(), "empty password on standard input");
-            let sealed = bmcfleet_common::sealing::seal(username, &password, &key).map_err(anyhow::Error::msg)?;
+            let binding = bmcfleet_common::sealing::Binding::credential(name);
+            let sealed = bmcfleet_common::sealing::seal(username, &password, &key, &binding).map_err(anyhow::Error::msg)?;
             let config = streams::credentials_config(&subjects, usize::from(topology.replicas));
             let kv = streams::bucket(&js, config, streams::Mode::UseExisting).await?;
             kv.put(name.as_str(), serde_json::to_vec(&sealed)?.into()).await.with_context(|| format!("writing {name} to {bucket}"))?;

@@ -17,7 +17,9 @@ pub fn payload(text: String, file: &str, workers_public_key: Option<&str>) -> an
     let Some(target) = batch.bmc.as_mut().filter(|t| matches!(t.credentials, Credentials::Inline { .. })) else {
         return Ok(text.into_bytes());
     };
-    target.credentials = super::seal_inline(target.credentials.clone(), Some(key))?;
+    // The gateway applies its default deadline (10 min unless configured) to a batch without one.
+    let deadline = batch.deadline.unwrap_or(std::time::Duration::from_secs(600));
+    target.credentials = super::seal_inline(target.credentials.clone(), Some(key), &target.address, deadline)?;
     Ok(Encoding::Json.encode(&batch)?)
 }
 
