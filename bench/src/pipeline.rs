@@ -113,7 +113,7 @@ impl Raw {
         let batch = sim_batch(&sim_address(1), vec![Action::Power(PowerOp::Status)])?;
         let mut batch = batch;
         let target = batch.bmc.take().expect("an ad hoc sim batch");
-        let job = Job { id: batch.id.expect("id"), admitted_at_ms: 0, deadline_at_ms: u64::MAX / 2, batch, target, sealed_params: vec![] };
+        let job = Job { id: batch.id.expect("id"), admitted_at_ms: 0, deadline_at_ms: u64::MAX / 2, batch, target, tenant: "default".into(), sealed_params: vec![] };
         let payload = Encoding::MessagePack.encode(&job)?.into();
         Ok(Raw { js, next: AtomicU64::new(0), pending, payload, tasks: vec![responder, dispatcher] })
     }

@@ -32,10 +32,10 @@ pub fn headers(event: &Event, extra: Option<&HeaderMap>) -> HeaderMap {
     h
 }
 
-/// Publish and wait for the stream's acknowledgement.
-pub async fn publish(js: &Context, subjects: &Subjects, event: &Event, extra: Option<&HeaderMap>) -> Result<(), String> {
+/// Publish an event of a batch of `tenant` and wait for the stream's acknowledgement.
+pub async fn publish(js: &Context, subjects: &Subjects, tenant: &str, event: &Event, extra: Option<&HeaderMap>) -> Result<(), String> {
     let body = Encoding::MessagePack.encode(event).map_err(|e| e.to_string())?;
-    js.publish_with_headers(subjects.events(&event.batch), headers(event, extra), body.into())
+    js.publish_with_headers(subjects.events(tenant, &event.batch), headers(event, extra), body.into())
         .await
         .map_err(|e| e.to_string())?
         .await

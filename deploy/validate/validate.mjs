@@ -389,7 +389,16 @@ function validateNatsValues(file, confFile) {
       if (a[u] !== b[u]) problem(where, `account ${acc} user ${u}: permissions differ from ${confFile} (${a[u] ?? "absent"} vs ${b[u] ?? "absent"})`);
     }
     if ((def.jetstream ?? "") !== (accounts[acc]?.jetstream ?? "")) problem(where, `account ${acc}: jetstream setting differs from ${confFile}`);
+    // Exports and imports decide what tenants reach: they must agree too.
+    for (const side of ["exports", "imports"]) {
+      // Key order and number-vs-string spellings aside.
+      const deep = (v) =>
+        Array.isArray(v) ? v.map(deep) : v && typeof v === "object" ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, deep(v[k])])) : String(v);
+      const canon = (list) => JSON.stringify((list ?? []).map((e) => JSON.stringify(deep(e))).sort());
+      if (canon(def[side]) !== canon(accounts[acc]?.[side])) problem(where, `account ${acc}: ${side} differ from ${confFile}`);
+    }
   }
+  for (const acc of Object.keys(accounts)) if (!(acc in (conf.accounts ?? {}))) problem(where, `account ${acc} is not in ${confFile}`);
   if (conf.system_account !== c.merge?.system_account) problem(where, `system_account differs from ${confFile}`);
   return `${Object.keys(accounts).length} accounts in step with ${confFile.split("/").slice(-2).join("/")}`;
 }

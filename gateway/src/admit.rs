@@ -8,7 +8,7 @@ use bmcfleet_common::status::{self, StatusError};
 use bmcfleet_common::streams::Resources;
 use bmcfleet_common::events;
 use bmcfleet_common::telemetry;
-use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
+use bmcfleet_schema::subject::{CONTENT_TYPE, REQUEST_INFO_HEADER, WAIT_HEADER};
 use bmcfleet_schema::lifecycle::Cancel;
 use bmcfleet_common::registry::{Lookup, Registry};
 use bmcfleet_common::sealing::Binding;
@@ -56,6 +56,41 @@ struct Admission {
     job: Job,
     accepted: Accepted,
     events: Option<async_nats::Subscriber>,
+}
+
+/// Who sent a request: an operator (a client of the gateway's own NATS
+/// account: no request-info header), or a tenant (another account, which
+/// reaches the service through an import; nats-server names the account in
+/// `Nats-Request-Info`, which the client cannot forge across the import).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Requester {
+    Operator,
+    Tenant(String),
+}
+
+impl Requester {
+    /// From the request's headers; `Err` when the header is there but names
+    /// no usable tenant (refused: never treated as an operator).
+    pub fn of(headers: Option<&HeaderMap>) -> Result<Requester, String> {
+        let Some(info) = header(headers, REQUEST_INFO_HEADER) else { return Ok(Requester::Operator) };
+        let account = bmcfleet_schema::subject::request_account(info)?;
+        if !bmcfleet_schema::machine::valid_name(&account) {
+            return Err(format!(
+                "the requesting NATS account `{}` is not a tenant name ({}); name tenant accounts that way",
+                account.chars().take(64).collect::<String>(),
+                bmcfleet_schema::machine::NAME_RULE
+            ));
+        }
+        Ok(Requester::Tenant(account))
+    }
+
+    /// Whether this requester may see a batch of `tenant`.
+    fn sees(&self, tenant: &str) -> bool {
+        match self {
+            Requester::Operator => true,
+            Requester::Tenant(t) => t == tenant,
+        }
+    }
 }
 
 fn header<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
@@ -126,10 +161,13 @@ impl Gateway {
                 (Encoding::Json, error(ErrorCode::Malformed, e.to_string()))
             }
             Ok(enc) => {
-                let reply = match endpoint {
-                    Endpoint::Submit => self.submit(enc, &request.message.payload, headers).await,
-                    Endpoint::Status => self.status(enc, &request.message.payload).await,
-                    Endpoint::Cancel => self.cancel(enc, &request.message.payload).await,
+                let reply = match Requester::of(headers) {
+                    Err(why) => error(ErrorCode::PermissionDenied, why),
+                    Ok(who) => match endpoint {
+                        Endpoint::Submit => self.submit(enc, &request.message.payload, headers, &who).await,
+                        Endpoint::Status => self.status(enc, &request.message.payload, &who).await,
+                        Endpoint::Cancel => self.cancel(enc, &request.message.payload, &who).await,
+                    },
                 };
                 (enc, reply)
             }
@@ -161,7 +199,7 @@ impl Gateway {
     /// request carries `Bmcfleet-Wait: true`). Admission runs in a
     /// `gateway.admit` span that continues the producer's trace (W3C
     /// `traceparent` in the request headers); the job carries its context.
-    pub async fn submit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>) -> Reply {
+    pub async fn submit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>, who: &Requester) -> Reply {
         let span = tracing::info_span!(
             "gateway.admit",
             otel.kind = "server",
@@ -176,7 +214,7 @@ impl Gateway {
         );
         telemetry::set_parent(&span, headers);
         let started = std::time::Instant::now();
-        let admission = match self.admit(enc, payload, headers).instrument(span.clone()).await {
+        let admission = match self.admit(enc, payload, headers, who).instrument(span.clone()).await {
             Ok(a) => a,
             Err(reply) => {
                 if let Reply::Error(e) = &reply {
@@ -243,9 +281,9 @@ impl Gateway {
     }
 
     /// Decode, validate, dedupe and queue (durably) one batch.
-    async fn admit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>) -> Result<Admission, Reply> {
+    async fn admit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>, who: &Requester) -> Result<Admission, Reply> {
         let mut batch = decode_batch(payload, enc, &self.limits).map_err(|e| Reply::Error(e.into()))?;
-        let mut target = self.target(&mut batch).await?;
+        let (mut target, tenant) = self.target(&mut batch, who).await?;
         let wait = truthy(header(headers, WAIT_HEADER));
         let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
         let key = match &batch.machine {
@@ -273,7 +311,7 @@ impl Gateway {
         span.record("protocol", tracing::field::display(target.protocol));
         span.record("actions", batch.actions.len());
         span.record("subject", subject.as_str());
-        let job = Job { id, admitted_at_ms, deadline_at_ms, batch, target, sealed_params };
+        let job = Job { id, admitted_at_ms, deadline_at_ms, batch, target, tenant, sealed_params };
 
         // A batch id seen before (even past the JetStream dedupe window) is not queued again.
         let known = status::load(&self.res.batches, &id)
@@ -281,12 +319,16 @@ impl Gateway {
             .map_err(|e| error(ErrorCode::Unavailable, format!("cannot read batch status: {e}")))?;
         let mut events = None;
         if wait {
-            match self.client.subscribe(self.subjects.events(&id)).await {
+            match self.client.subscribe(self.subjects.events(&job.tenant, &id)).await {
                 Ok(s) => events = Some(s),
                 Err(e) => return Err(error(ErrorCode::Unavailable, format!("cannot subscribe to results: {e}"))),
             }
         }
         let accepted = match known {
+            // Another tenant's id: refused without saying anything about that batch.
+            Some(v) if v.status.tenant != job.tenant => {
+                return Err(error(ErrorCode::InvalidField, "id: this batch id cannot be used; leave it out or choose another"));
+            }
             Some(v) => Accepted { id, stream_sequence: v.status.stream_sequence.unwrap_or(0), duplicate: true, subject: subject.clone() },
             None => self.publish(&job, &subject, headers).await?,
         };
@@ -322,11 +364,15 @@ impl Gateway {
     /// Where the batch goes: its machine's registered target, or the ad hoc
     /// target (taken out of the batch: the job carries it once), which may
     /// not be a registered machine's address.
-    async fn target(&self, batch: &mut bmcfleet_schema::Batch) -> Result<BmcTarget, Reply> {
-        let target = match (&batch.machine, batch.bmc.take()) {
+    async fn target(&self, batch: &mut bmcfleet_schema::Batch, who: &Requester) -> Result<(BmcTarget, String), Reply> {
+        let not_found = |name: &str| error(ErrorCode::MachineNotFound, format!("no machine named `{name}` is registered"));
+        let (target, tenant) = match (&batch.machine, batch.bmc.take()) {
             (Some(name), _) => match self.registry.get_fresh(name).await {
-                Lookup::Found(m) => m.target(),
-                Lookup::NotFound => return Err(error(ErrorCode::MachineNotFound, format!("no machine named `{name}` is registered"))),
+                // Another tenant's machine answers exactly like a missing one.
+                Lookup::Found(m) if !who.sees(&m.tenant) => return Err(not_found(name)),
+                Lookup::Found(m) => (m.target(), m.tenant.clone()),
+                Lookup::NotFound => return Err(not_found(name)),
+                Lookup::Invalid(_) | Lookup::Conflict(_) if *who != Requester::Operator => return Err(not_found(name)),
                 Lookup::Invalid(why) => {
                     return Err(error(ErrorCode::MachineNotFound, format!("the record of machine `{name}` is unusable: {why}")))
                 }
@@ -334,17 +380,22 @@ impl Gateway {
             },
             (None, Some(target)) => {
                 if let Some(machine) = self.registry.machine_at(&target.address) {
-                    return Err(error(
-                        ErrorCode::TargetForbidden,
-                        format!("{} is registered as machine `{machine}`: name the machine instead", target.address.host_string()),
-                    ));
+                    let message = match who {
+                        Requester::Operator => format!("{} is registered as machine `{machine}`: name the machine instead", target.address.host_string()),
+                        Requester::Tenant(_) => format!("{} is a registered machine's address: name the machine instead", target.address.host_string()),
+                    };
+                    return Err(error(ErrorCode::TargetForbidden, message));
                 }
-                target
+                let tenant = match who {
+                    Requester::Operator => bmcfleet_schema::machine::DEFAULT_TENANT.to_owned(),
+                    Requester::Tenant(t) => t.clone(),
+                };
+                (target, tenant)
             }
             (None, None) => return Err(error(ErrorCode::InvalidField, "the batch names no target")),
         };
         check_target(&target, &self.limits).map_err(|e| Reply::Error(e.into()))?;
-        Ok(target)
+        Ok((target, tenant))
     }
 
     async fn publish(&self, job: &Job, subject: &str, req_headers: Option<&HeaderMap>) -> Result<Accepted, Reply> {
@@ -376,13 +427,15 @@ impl Gateway {
         Ok(Accepted { id: job.id, stream_sequence: ack.sequence, duplicate: ack.duplicate, subject: subject.to_owned() })
     }
 
-    pub async fn status(&self, enc: Encoding, payload: &[u8]) -> Reply {
+    pub async fn status(&self, enc: Encoding, payload: &[u8], who: &Requester) -> Reply {
         let req: IdRequest = match enc.decode(payload) {
             Ok(r) => r,
             Err(e) => return error(ErrorCode::Malformed, format!("expected {{\"id\": \"<ULID>\"}}: {e}")),
         };
         match status::load(&self.res.batches, &req.id).await {
-            Ok(Some(v)) => Reply::Status(v.status),
+            // Another tenant's batch answers exactly like an unknown one.
+            Ok(Some(v)) if who.sees(&v.status.tenant) => Reply::Status(v.status),
+            Ok(Some(_)) => error(ErrorCode::NotFound, format!("no batch {} is known", req.id)),
             Ok(None) => error(ErrorCode::NotFound, format!("no batch {} is known", req.id)),
             Err(e) => error(ErrorCode::Unavailable, e.to_string()),
         }
@@ -390,15 +443,15 @@ impl Gateway {
 
     /// Cancel a queued batch outright, or ask a running one to stop after its
     /// current action.
-    pub async fn cancel(&self, enc: Encoding, payload: &[u8]) -> Reply {
+    pub async fn cancel(&self, enc: Encoding, payload: &[u8], who: &Requester) -> Reply {
         let req: IdRequest = match enc.decode(payload) {
             Ok(r) => r,
             Err(e) => return error(ErrorCode::Malformed, format!("expected {{\"id\": \"<ULID>\"}}: {e}")),
         };
         for _ in 0..16 {
             let v = match status::load(&self.res.batches, &req.id).await {
-                Ok(Some(v)) => v,
-                Ok(None) => return error(ErrorCode::NotFound, format!("no batch {} is known", req.id)),
+                Ok(Some(v)) if who.sees(&v.status.tenant) => v,
+                Ok(_) => return error(ErrorCode::NotFound, format!("no batch {} is known", req.id)),
                 Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
             };
             let mut s = v.status;
@@ -411,7 +464,7 @@ impl Gateway {
                 Ok(_) => {
                     if let (true, Some(result)) = (queued, s.result.clone()) {
                         let ev = Event { batch: s.id, at_ms: now, event: EventKind::BatchFinished { result } };
-                        if let Err(e) = events::publish(&self.res.js, &self.subjects, &ev, None).await {
+                        if let Err(e) = events::publish(&self.res.js, &self.subjects, &s.tenant, &ev, None).await {
                             tracing::warn!(batch = %s.id, error = %e, "Cannot publish the cancellation event.");
                         }
                     }

@@ -505,6 +505,9 @@ pub struct Job {
     pub admitted_at_ms: u64,
     /// Unix milliseconds after which no further action starts.
     pub deadline_at_ms: u64,
+    /// The tenant the batch belongs to (its events go to its subject).
+    #[serde(default = "crate::machine::default_tenant")]
+    pub tenant: String,
     /// Secrets taken out of the actions by the gateway (new users'
     /// passwords, media URLs with credentials or signed queries), each
     /// sealed to the workers' key and bound to its batch, action and field;

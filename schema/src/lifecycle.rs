@@ -30,6 +30,7 @@ impl BatchStatus {
         BatchStatus {
             id: job.id,
             bmc: job.key().to_string(),
+            tenant: job.tenant.clone(),
             state,
             results: vec![],
             in_progress: None,
@@ -159,7 +160,7 @@ mod tests {
             tls: TlsOptions::default(),
             system_id: None,
         };
-        Job { id: batch.id.unwrap(), admitted_at_ms: 1, deadline_at_ms: 1_000, batch, target, sealed_params: vec![] }
+        Job { id: batch.id.unwrap(), admitted_at_ms: 1, deadline_at_ms: 1_000, batch, target, tenant: "t1".into(), sealed_params: vec![] }
     }
 
     #[test]

@@ -52,7 +52,8 @@ pub struct Machine {
     pub tenant: String,
 }
 
-fn default_tenant() -> String {
+/// [`DEFAULT_TENANT`], for serde defaults.
+pub fn default_tenant() -> String {
     DEFAULT_TENANT.into()
 }
 

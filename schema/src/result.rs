@@ -141,6 +141,9 @@ pub struct BatchResult {
 pub struct BatchStatus {
     pub id: BatchId,
     pub bmc: String,
+    /// The tenant that owns the batch: only it (and operators) may read or cancel it.
+    #[serde(default = "crate::machine::default_tenant")]
+    pub tenant: String,
     pub state: BatchState,
     /// Results of the actions finished so far, in order.
     #[serde(default)]

@@ -3,7 +3,7 @@
 //! | what                       | subject / name                                   |
 //! |----------------------------|--------------------------------------------------|
 //! | jobs for one BMC           | `<prefix>.jobs.<partition>.<bmc-key>`            |
-//! | events of one batch        | `<prefix>.events.<batch-id>`                     |
+//! | events of one batch        | `<prefix>.events.<tenant>.<batch-id>`            |
 //! | gateway micro service      | `<service-prefix>.submit` / `.status` / `.cancel`|
 //! | job stream                 | `<STREAM>_JOBS` (work-queue, file)               |
 //! | event stream               | `<STREAM>_EVENTS` (limits, file)                 |
@@ -54,8 +54,20 @@ impl Subjects {
         format!("{}.jobs.{}.>", self.prefix, partition)
     }
 
-    pub fn events(&self, id: &BatchId) -> String {
-        format!("{}.events.{}", self.prefix, id)
+    /// Events of one batch of `tenant` (`<prefix>.events.<tenant>.<batch>`):
+    /// the tenant token lets NATS export each tenant only its own events.
+    pub fn events(&self, tenant: &str, id: &BatchId) -> String {
+        format!("{}.events.{}.{}", self.prefix, tenant, id)
+    }
+
+    /// Events of one batch, whatever its tenant (a subscription filter).
+    pub fn events_of_batch(&self, id: &BatchId) -> String {
+        format!("{}.events.*.{}", self.prefix, id)
+    }
+
+    /// Every event of one tenant (what its account may import).
+    pub fn tenant_events(&self, tenant: &str) -> String {
+        format!("{}.events.{}.>", self.prefix, tenant)
     }
 
     pub fn events_all(&self) -> String {
@@ -134,6 +146,19 @@ pub const WAIT_HEADER: &str = "Bmcfleet-Wait";
 pub const EVENT_HEADER: &str = "Bmcfleet-Event";
 /// Header naming the worker that published an event.
 pub const WORKER_HEADER: &str = "Bmcfleet-Worker";
+/// Set by nats-server on a request that crossed a service import from
+/// another account: JSON whose `acc` names the requesting account (the
+/// tenant). A client cannot forge it across the import.
+pub const REQUEST_INFO_HEADER: &str = "Nats-Request-Info";
+
+/// The requesting account named by a [`REQUEST_INFO_HEADER`] value.
+pub fn request_account(header: &str) -> Result<String, String> {
+    #[derive(serde::Deserialize)]
+    struct Info {
+        acc: String,
+    }
+    serde_json::from_str::<Info>(header).map(|i| i.acc).map_err(|e| format!("unreadable {REQUEST_INFO_HEADER} header: {e}"))
+}
 
 #[cfg(test)]
 mod tests {

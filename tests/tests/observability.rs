@@ -319,7 +319,10 @@ async fn secrets_never_reach_logs_or_spans() {
             }
         }
     }
-    assert!(all.iter().any(|s| s.events.iter().any(|(_, a)| a.values().any(|v| v.contains("[redacted]")))), "span events carry the redacted parameters");
+    assert!(
+        all.iter().any(|s| s.events.iter().any(|(_, a)| a.values().any(|v| v.contains("AccountService")))),
+        "span events carry the parameters logs may show"
+    );
     for body in collector.raw_bodies() {
         for secret in [INLINE, RAW, NEW_USER] {
             assert!(!body.windows(secret.len()).any(|w| w == secret.as_bytes()), "secret in an OTLP export");

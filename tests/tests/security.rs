@@ -10,12 +10,14 @@ use bmcfleet_tests::{NatsServer, Process, Producer};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const PASSWORDS: [(&str, &str); 5] = [
+const PASSWORDS: [(&str, &str); 7] = [
     ("BMCFLEET_NATS_GATEWAY_PASSWORD", "gw-secret-1"),
     ("BMCFLEET_NATS_WORKER_PASSWORD", "wk-secret-2"),
     ("BMCFLEET_NATS_PRODUCER_PASSWORD", "pr-secret-3"),
     ("BMCFLEET_NATS_SYS_PASSWORD", "sys-secret-4"),
     ("BMCFLEET_NATS_ADMIN_PASSWORD", "adm-secret-5"),
+    ("BMCFLEET_NATS_TENANT_A_PASSWORD", "ta-secret-6"),
+    ("BMCFLEET_NATS_TENANT_B_PASSWORD", "tb-secret-7"),
 ];
 
 fn config_path() -> String {
@@ -220,4 +222,110 @@ async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
     let b = bmcfleet_tests::producer::ref_machine_batch(&admin, &topo.subjects(), "10.7.2.1", "rack7", vec![Action::Power(PowerOp::On)]).await;
     let Reply::Result(r) = producer.submit(&b, true).await else { panic!("submit") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+}
+
+/// A machine of `tenant` at `address` (sim), written by the operator.
+async fn put_machine(admin: &async_nats::Client, topo: &Topology, name: &str, address: &str, tenant: &str, credential: &str) {
+    use bmcfleet_common::streams::{bucket, machines_config, Mode};
+    let js = async_nats::jetstream::new(admin.clone());
+    let kv = bucket(&js, machines_config(&topo.subjects(), 1), Mode::UseExisting).await.unwrap();
+    let machine = Machine {
+        name: name.into(),
+        address: address.parse().unwrap(),
+        protocol: Protocol::Sim,
+        credentials: credential.into(),
+        tls: TlsOptions::default(),
+        system_id: None,
+        labels: Default::default(),
+        tenant: tenant.into(),
+    };
+    bmcfleet_common::registry::put(&kv, &machine).await.unwrap();
+}
+
+fn not_found(reply: Reply) -> ErrorBody {
+    match reply {
+        Reply::Error(e) => e,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_see_only_their_own_machines_batches_and_events() {
+    let config = config_path();
+    let nats = NatsServer::start_with_env(&["-c", &config], &PASSWORDS);
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &["--nats-user", "gateway", "--nats-password", PASSWORDS[0].1]);
+    let _w = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
+    let (admin, _) = connect(&nats, "admin", PASSWORDS[4].1).await;
+    let (a_client, _) = connect(&nats, "producer-a", PASSWORDS[5].1).await;
+    let (b_client, b_errors) = connect(&nats, "producer-b", PASSWORDS[6].1).await;
+    let (a, b) = (Producer::new(a_client.clone()), Producer::new(b_client.clone()));
+    wait_gateway(&a).await;
+    let (gw_client, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
+    wait_partitions_owned(&gw_client, &topo.subjects()).await;
+    let put = bmcctl_as(&nats, "admin", PASSWORDS[4].1, &["cred", "put", "rack-a", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "pw-a\n");
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    put_machine(&admin, &topo, "a-node1", "10.40.0.1", "tenant-a", "rack-a").await;
+
+    // B listens to everything it may: its own events and every inbox of its account.
+    let mut b_events = b_client.subscribe("bmc.events.tenant-b.>").await.unwrap();
+    let mut b_inboxes = b_client.subscribe("_INBOX.>").await.unwrap();
+    let mut a_events = a_client.subscribe("bmc.events.tenant-a.>").await.unwrap();
+    b_client.flush().await.unwrap();
+    a_client.flush().await.unwrap();
+
+    // A runs a batch on its machine and sees its events.
+    let batch = |machine: &str| Batch {
+        id: None,
+        machine: Some(machine.into()),
+        bmc: None,
+        actions: vec![Action::Power(PowerOp::On)],
+        on_error: OnError::Stop,
+        deadline: Some(Duration::from_secs(60)),
+    };
+    let Reply::Result(r) = a.submit(&batch("a-node1"), true).await else { panic!("tenant A's batch") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    let id = r.id;
+    let first = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut a_events)).await.expect("A sees its events").unwrap();
+    assert!(first.subject.as_str().ends_with(&id.to_string()), "{}", first.subject);
+    let Reply::Status(s) = a.status(id).await else { panic!("A reads its batch") };
+    assert_eq!(s.tenant, "tenant-a");
+
+    // B: another tenant's batch and machine answer exactly like missing ones.
+    let unknown = ulid::Ulid::new();
+    for (mine, theirs) in [(b.status(unknown).await, b.status(id).await), (b.cancel(unknown).await, b.cancel(id).await)] {
+        let (mine, theirs) = (not_found(mine), not_found(theirs));
+        assert_eq!(theirs.code, ErrorCode::NotFound, "{theirs:?}");
+        assert_eq!(theirs.message.replace(&id.to_string(), "ID"), mine.message.replace(&unknown.to_string(), "ID"), "the answers differ");
+    }
+    let theirs = not_found(b.submit(&batch("a-node1"), false).await);
+    let missing = not_found(b.submit(&batch("nobody"), false).await);
+    assert_eq!(theirs.code, ErrorCode::MachineNotFound);
+    assert_eq!(theirs.message.replace("a-node1", "X"), missing.message.replace("nobody", "X"));
+    // Reusing A's batch id gets nothing of A's batch.
+    let mut replay = batch("nobody");
+    replay.id = Some(id);
+    assert_eq!(not_found(b.submit(&replay, true).await).code, ErrorCode::MachineNotFound);
+    // A forged request-info header names tenant A: the server replaces it on the import.
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(bmcfleet_schema::subject::REQUEST_INFO_HEADER, r#"{"acc":"tenant-a"}"#);
+    let body = Encoding::MessagePack.encode(&IdRequest { id }).unwrap();
+    let (_, forged) = b.raw("status", h, body, Duration::from_secs(10)).await;
+    assert_eq!(not_found(forged).code, ErrorCode::NotFound, "a forged header was believed");
+    // Subscribing to A's events is refused by the server.
+    b_client.subscribe("bmc.events.tenant-a.>").await.unwrap();
+    b_client.flush().await.unwrap();
+    wait_error(&b_errors, "Permissions Violation for Subscription").await;
+
+    // Nothing of A's batch reached any of B's subscriptions (B's own replies did).
+    b_client.flush().await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(300), futures::StreamExt::next(&mut b_events)).await.is_err(), "B received an event");
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), futures::StreamExt::next(&mut b_inboxes)).await {
+        let text = String::from_utf8_lossy(&m.payload);
+        assert!(!text.contains("power_on") && !text.contains("a-node1\"") && !text.contains("Succeeded"), "B's inbox saw {text}");
+    }
+    // Operators see every tenant's batch.
+    let op = Producer::new(admin.clone());
+    assert!(matches!(op.status(id).await, Reply::Status(_)));
 }

@@ -316,7 +316,7 @@ impl<'a> Run<'a> {
         // than the last moment this worker was seen to hold the lease.
         let ev = Event { batch: self.job.id, at_ms: now_ms(), event };
         let headers = events::headers(&ev, Some(&self.event_headers()));
-        let subject = self.shared.subjects.events(&self.job.id);
+        let subject = self.shared.subjects.events(&self.job.tenant, &self.job.id);
         let client = self.shared.client.clone();
         let fence = self.fence.clone();
         if let Ok(body) = bmcfleet_schema::Encoding::MessagePack.encode(&ev) {
@@ -665,7 +665,7 @@ impl<'a> Run<'a> {
             if !self.fence.valid() {
                 return Err(Stop);
             }
-            match events::publish(&self.shared.res.js, &self.shared.subjects, &ev, Some(&headers)).await {
+            match events::publish(&self.shared.res.js, &self.shared.subjects, &self.job.tenant, &ev, Some(&headers)).await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     tracing::warn!(batch = %self.job.id, error = %e, "Cannot publish the final result; retrying.");

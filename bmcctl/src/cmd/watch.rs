@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 pub async fn run(client: &Client, subjects: &Subjects, id: Option<ulid::Ulid>) -> anyhow::Result<ExitCode> {
     let subject = match id {
-        Some(id) => subjects.events(&id),
+        Some(id) => subjects.events_of_batch(&id),
         None => subjects.events_all(),
     };
     let mut sub = client.nats.subscribe(subject).await?;
