@@ -87,6 +87,12 @@ pub enum Command {
         #[command(subcommand)]
         op: MachineOp,
     },
+    /// The audit log: admitted batches and registry changes, with who made them.
+    Audit {
+        /// How far back.
+        #[arg(long, default_value = "24h", value_parser = duration)]
+        since: Duration,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -35,7 +35,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return cmd::cred::run(nats, &cli.topology, op).await;
     }
     if let Command::Machine { op } = &cli.command {
-        return cmd::machine::run(nats, &cli.topology, op).await;
+        let actor = format!("operator:{}", cli.nats.user.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into()));
+        return cmd::machine::run(nats, &cli.topology, op, &actor).await;
+    }
+    if let Command::Audit { since } = &cli.command {
+        return cmd::audit::run(nats, &cli.topology, *since, cli.json).await;
     }
     let trace = if cli.trace { client::start_trace() } else { async_nats::HeaderMap::new() };
     let client = client::Client::new(nats, &cli.service.service_prefix, cli.json, trace);
@@ -45,6 +49,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { id } => cmd::status::status(&client, *id).await,
         Command::Cancel { id } => cmd::status::cancel(&client, *id).await,
         Command::Watch { id } => cmd::watch::run(&client, &cli.topology.subjects(), *id).await,
-        Command::Keygen { .. } | Command::Cred { .. } | Command::Machine { .. } => unreachable!("handled above"),
+        Command::Keygen { .. } | Command::Cred { .. } | Command::Machine { .. } | Command::Audit { .. } => unreachable!("handled above"),
     }
 }

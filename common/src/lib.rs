@@ -13,6 +13,7 @@
 //! - [`telemetry`]: logs, OTLP span export, W3C trace context over NATS headers.
 //! - [`serve`]: the `/metrics`, `/healthz`, `/readyz` HTTP endpoint.
 
+pub mod audit;
 pub mod backoff;
 pub mod config;
 pub mod events;

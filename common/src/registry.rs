@@ -83,12 +83,22 @@ impl Copy {
     }
 }
 
+/// One change of the bucket seen live (after the initial load).
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub machine: String,
+    pub revision: u64,
+    /// The new record; `None` for a removal.
+    pub value: Option<Vec<u8>>,
+}
+
 /// A live, read-only copy of the machine registry.
 #[derive(Clone)]
 pub struct Registry {
     copy: Arc<RwLock<Copy>>,
     store: Option<Store>,
     stop: CancellationToken,
+    changes: tokio::sync::broadcast::Sender<Change>,
 }
 
 impl Registry {
@@ -96,9 +106,10 @@ impl Registry {
     /// and keep following it until [`Registry::stop`] or the token is cancelled.
     pub async fn start(js: &Context, subjects: &Subjects, replicas: usize, stop: CancellationToken) -> Result<Registry, SetupError> {
         let store = bucket(js, machines_config(subjects, replicas), Mode::UseExisting).await?;
-        let registry = Registry { copy: Arc::default(), store: Some(store.clone()), stop };
+        let (changes, _) = tokio::sync::broadcast::channel(1024);
+        let registry = Registry { copy: Arc::default(), store: Some(store.clone()), stop, changes };
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(follow(store, registry.copy.clone(), registry.stop.clone(), synced_tx));
+        tokio::spawn(follow(store, registry.copy.clone(), registry.stop.clone(), synced_tx, registry.changes.clone()));
         match tokio::time::timeout(INITIAL_SYNC, synced_rx).await {
             Ok(Ok(())) => Ok(registry),
             _ => Err(SetupError::JetStream {
@@ -106,6 +117,11 @@ impl Registry {
                 message: format!("could not read the machine registry within {INITIAL_SYNC:?}"),
             }),
         }
+    }
+
+    /// Live changes from now on (for the audit log).
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<Change> {
+        self.changes.subscribe()
     }
 
     /// Stop following the bucket.
@@ -181,14 +197,20 @@ impl Registry {
 }
 
 /// Watch the bucket until stopped; rebuild the copy after every reconnect.
-async fn follow(store: Store, shared: Arc<RwLock<Copy>>, stop: CancellationToken, synced: tokio::sync::oneshot::Sender<()>) {
+async fn follow(
+    store: Store,
+    shared: Arc<RwLock<Copy>>,
+    stop: CancellationToken,
+    synced: tokio::sync::oneshot::Sender<()>,
+    changes: tokio::sync::broadcast::Sender<Change>,
+) {
     let mut synced = Some(synced);
     let backoff = crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let mut failures = 0;
     loop {
         let outcome = tokio::select! {
             _ = stop.cancelled() => return,
-            r = follow_once(&store, &shared, &mut synced) => r,
+            r = follow_once(&store, &shared, &mut synced, &changes) => r,
         };
         if let Err(e) = outcome {
             tracing::warn!(error = %e, "Machine registry watch ended; reopening it.");
@@ -203,7 +225,12 @@ async fn follow(store: Store, shared: Arc<RwLock<Copy>>, stop: CancellationToken
 
 /// One watch: a fresh copy is built from the current values, swapped in
 /// once complete, then changes are applied until the watch ends.
-async fn follow_once(store: &Store, shared: &RwLock<Copy>, synced: &mut Option<tokio::sync::oneshot::Sender<()>>) -> Result<(), String> {
+async fn follow_once(
+    store: &Store,
+    shared: &RwLock<Copy>,
+    synced: &mut Option<tokio::sync::oneshot::Sender<()>>,
+    changes: &tokio::sync::broadcast::Sender<Change>,
+) -> Result<(), String> {
     let values = store.status().await.map_err(|e| e.to_string())?.values();
     let mut watch = store.watch_with_history(">").await.map_err(|e| e.to_string())?;
     let mut fresh = Some(Copy::default());
@@ -223,7 +250,10 @@ async fn follow_once(store: &Store, shared: &RwLock<Copy>, synced: &mut Option<t
         let value = matches!(entry.operation, Operation::Put).then_some(&entry.value[..]);
         match fresh.as_mut() {
             Some(copy) => copy.apply(&entry.key, value),
-            None => shared.write().expect("registry lock").apply(&entry.key, value),
+            None => {
+                shared.write().expect("registry lock").apply(&entry.key, value);
+                let _ = changes.send(Change { machine: entry.key.clone(), revision: entry.revision, value: value.map(<[u8]>::to_vec) });
+            }
         }
         if entry.delta == 0 {
             publish(&mut fresh, synced);
@@ -249,7 +279,7 @@ mod tests {
 
     #[test]
     fn the_copy_refuses_what_it_cannot_trust() {
-        let r = Registry { copy: Arc::default(), store: None, stop: CancellationToken::new() };
+        let r = Registry { copy: Arc::default(), store: None, stop: CancellationToken::new(), changes: tokio::sync::broadcast::channel(1).0 };
         {
             let mut c = r.copy.write().unwrap();
             c.apply("a", Some(&record("a", "10.0.0.1")));

@@ -9,6 +9,7 @@
 //! | `<S>_WORKERS`     | KV   | `presence_ttl`                   | workers           |
 //! | `<S>_CREDENTIALS` | KV   | none; values sealed to the workers' key | operators (`bmcctl cred`); workers read |
 //! | `<S>_MACHINES`    | KV   | none; history 5                  | operators (`bmcctl machine`); gateways and workers watch |
+//! | `<S>_AUDIT`       | stream, `<p>.audit.>` | limits, `audit_max_age`  | gateways (admitted batches, registry changes), `bmcctl machine` |
 //!
 //! The jobs stream records the partition count in its metadata
 //! (`bmcfleet.partitions`); a component configured with another count
@@ -48,6 +49,8 @@ pub struct StreamSettings {
     pub status_max_age: Duration,
     /// Largest message the jobs stream accepts.
     pub max_message_bytes: i32,
+    /// How long audit records are kept.
+    pub audit_max_age: Duration,
 }
 
 impl Default for StreamSettings {
@@ -58,6 +61,7 @@ impl Default for StreamSettings {
             events_max_age: Duration::from_secs(24 * 3600),
             status_max_age: Duration::from_secs(7 * 24 * 3600),
             max_message_bytes: 1024 * 1024,
+            audit_max_age: Duration::from_secs(90 * 24 * 3600),
         }
     }
 }
@@ -69,6 +73,7 @@ pub struct Resources {
     pub jobs: stream::Stream,
     pub events: stream::Stream,
     pub batches: kv::Store,
+    pub audit: stream::Stream,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +111,20 @@ fn events_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
         max_age: set.events_max_age,
         duplicate_window: set.dedupe_window.min(set.events_max_age),
         allow_direct: true,
+        ..Default::default()
+    }
+}
+
+fn audit_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
+    stream::Config {
+        name: s.audit_stream(),
+        description: Some("bmcfleet audit log: admitted batches and machine registry changes".into()),
+        subjects: vec![s.audit_all()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        num_replicas: set.replicas,
+        max_age: set.audit_max_age,
+        duplicate_window: set.dedupe_window.min(set.audit_max_age),
         ..Default::default()
     }
 }
@@ -208,7 +227,8 @@ pub async fn ensure(client: async_nats::Client, subjects: &Subjects, settings: &
     check_partitions(subjects, &info.config.metadata)?;
     let events = stream(&js, events_config(subjects, settings), mode).await?;
     let batches = bucket(&js, batches_config(subjects, settings), mode).await?;
-    Ok(Resources { js, jobs, events, batches })
+    let audit = stream(&js, audit_config(subjects, settings), mode).await?;
+    Ok(Resources { js, jobs, events, batches, audit })
 }
 
 /// [`ensure`], retried with capped exponential backoff while JetStream is not

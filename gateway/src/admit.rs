@@ -12,6 +12,7 @@ use bmcfleet_schema::subject::{CONTENT_TYPE, REQUEST_INFO_HEADER, WAIT_HEADER};
 use bmcfleet_schema::lifecycle::Cancel;
 use bmcfleet_common::registry::{Lookup, Registry};
 use bmcfleet_common::sealing::Binding;
+use bmcfleet_schema::audit::{AuditEvent, AuditRecord};
 use bmcfleet_schema::validate::{check_target, decode_batch};
 use bmcfleet_schema::{
     Accepted, BatchId, BatchStatus, BmcTarget, Credentials, SealedParam, Encoding, ErrorBody, ErrorCode, Event,
@@ -333,6 +334,21 @@ impl Gateway {
             None => self.publish(&job, &subject, headers).await?,
         };
         span.record("duplicate", accepted.duplicate);
+        if !accepted.duplicate {
+            let actor = match who {
+                Requester::Operator => "operator".to_owned(),
+                Requester::Tenant(t) => format!("tenant:{t}"),
+            };
+            let what = AuditEvent::BatchAdmitted {
+                batch: id,
+                tenant: job.tenant.clone(),
+                target: key.to_string(),
+                machine: job.batch.machine.clone(),
+                actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
+            };
+            let record = AuditRecord { at_ms: job.admitted_at_ms, actor, what };
+            bmcfleet_common::audit::write_soon(&self.res.js, self.subjects.audit_batch(&job.tenant), record, Some(format!("batch.{id}")));
+        }
         // Action kinds only: parameters may carry secrets (raw data, media URLs, new passwords).
         let kinds: Vec<&str> = job.batch.actions.iter().map(|a| a.kind()).collect();
         tracing::info!(

@@ -59,6 +59,9 @@ pub struct Config {
     /// How long batch status records are kept (also how long a resubmitted id stays a no-op).
     #[arg(long, env = "BMCFLEET_STATUS_MAX_AGE", default_value = "7d", value_parser = positive_duration)]
     pub status_max_age: Duration,
+    /// How long audit records (admitted batches, registry changes) are kept.
+    #[arg(long, env = "BMCFLEET_AUDIT_MAX_AGE", default_value = "90d", value_parser = positive_duration)]
+    pub audit_max_age: Duration,
     /// Longest time a waiting submit is held open.
     #[arg(long, env = "BMCFLEET_MAX_WAIT", default_value = "15m", value_parser = duration)]
     pub max_wait: Duration,
@@ -132,6 +135,7 @@ impl Config {
             status_max_age: self.status_max_age,
             // Room for the job envelope around the largest accepted batch.
             max_message_bytes: (self.max_message_bytes as i32).saturating_add(64 * 1024),
+            audit_max_age: self.audit_max_age,
         }
     }
 }

@@ -59,6 +59,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .await
     .context("reading the machine registry")?;
     tracing::info!(machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets, "Machine registry loaded.");
+    let auditor = tokio::spawn(audit_registry(machines.changes(), resources.js.clone(), subjects.audit_registry()));
     if config.workers_public_key.is_none() {
         tracing::warn!(
             "No --workers-public-key: new users' passwords and media URLs with credentials travel in the job stream in clear; \
@@ -117,6 +118,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         }
     }
     backlog.abort();
+    auditor.abort();
     stop_registry.cancel();
     tracing::info!("Gateway stopping; finishing in-flight requests.");
     gateway.stopping().cancel();
@@ -131,6 +133,27 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         server.stop().await;
     }
     Ok(())
+}
+
+/// Record every registry change this gateway sees (every gateway does: the
+/// stream keeps one record per revision by its message id).
+async fn audit_registry(
+    mut changes: tokio::sync::broadcast::Receiver<bmcfleet_common::registry::Change>,
+    js: async_nats::jetstream::Context,
+    subject: String,
+) {
+    loop {
+        let change = match changes.recv().await {
+            Ok(c) => c,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                tracing::error!(missed = n, "Registry changes came faster than the audit log took them; some are not recorded.");
+                continue;
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        let record = bmcfleet_common::audit::registry_change(&change);
+        bmcfleet_common::audit::write_soon(&js, subject.clone(), record, Some(format!("registry.{}", change.revision)));
+    }
 }
 
 /// Keep `gauge` at the job stream's message count (one stream-info request

@@ -16,6 +16,7 @@
 //! - [`raw_policy`]: [`RawPolicy`], which raw passthrough requests a deployment allows.
 
 pub mod action;
+pub mod audit;
 pub mod bmc;
 pub mod codec;
 pub mod duration;

@@ -11,6 +11,7 @@
 //! | partition lease KV         | `<STREAM>_LEASES`                                |
 //! | worker presence KV         | `<STREAM>_WORKERS`                               |
 //! | machine registry KV        | `<STREAM>_MACHINES`                              |
+//! | audit stream               | `<STREAM>_AUDIT`, `<prefix>.audit.>`             |
 //! | partition consumer         | `part-<partition>-<lease epoch>` on the job stream |
 //!
 //! `<prefix>` defaults to `bmc`, `<STREAM>` to `BMCFLEET`.
@@ -92,6 +93,26 @@ impl Subjects {
 
     pub fn workers_bucket(&self) -> String {
         format!("{}_WORKERS", self.stream)
+    }
+
+    /// Audit stream name.
+    pub fn audit_stream(&self) -> String {
+        format!("{}_AUDIT", self.stream)
+    }
+
+    /// Every audit subject (stream filter).
+    pub fn audit_all(&self) -> String {
+        format!("{}.audit.>", self.prefix)
+    }
+
+    /// Audit records of admitted batches of `tenant`.
+    pub fn audit_batch(&self, tenant: &str) -> String {
+        format!("{}.audit.batch.{}", self.prefix, tenant)
+    }
+
+    /// Audit records of registry changes.
+    pub fn audit_registry(&self) -> String {
+        format!("{}.audit.registry", self.prefix)
     }
 
     /// KV bucket of the machine registry (key: machine name, value: JSON [`crate::Machine`]).

@@ -173,3 +173,61 @@ async fn a_captured_box_opens_only_for_the_target_it_was_sealed_for() {
     let Reply::Result(r) = p.submit(&late, true).await else { panic!() };
     assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::CredentialUnavailable, "{r:?}");
 }
+
+fn bmcctl(e: &Env, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
+        .args(["--nats-url", &e._nats.url()])
+        .args(args)
+        .env("USER", "alice")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run bmcctl");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_apply_is_declarative_checked_and_audited() {
+    let e = env(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("machines.yaml");
+    let f = file.to_str().unwrap();
+    std::fs::write(&file, "machines:\n  - {name: web-1, address: 10.50.0.1, protocol: sim, credentials: rack50, labels: {rack: '50'}}\n  - {name: web-2, address: 10.50.0.2, protocol: sim, credentials: rack50}\n").unwrap();
+    let (ok, out, err) = bmcctl(&e, &["machine", "apply", "-f", f]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("+ web-1") && out.contains("+ web-2") && out.contains("2 added"), "{out}");
+    // The same file again changes nothing.
+    let (ok, out, _) = bmcctl(&e, &["machine", "apply", "-f", f]);
+    assert!(ok && out.contains("0 added, 0 changed, 0 removed, 2 unchanged"), "{out}");
+    // A bad file is refused whole, naming the entry; nothing is written.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "machines:\n  - {name: web-3, address: 10.50.0.3, credentials: rack50}\n  - {name: web-4, address: '10.50.0.3:623', credentials: rack50}\n").unwrap();
+    let (ok, _, err) = bmcctl(&e, &["machine", "apply", "-f", bad.to_str().unwrap()]);
+    assert!(!ok && err.contains("machines[1]") && err.contains("one BMC is one machine"), "{err}");
+    let (_, ls, _) = bmcctl(&e, &["machine", "ls"]);
+    assert!(!ls.contains("web-3"), "a refused file wrote something: {ls}");
+    // Change one, prune the other.
+    std::fs::write(&file, "machines:\n  - {name: web-1, address: 10.50.0.1, protocol: sim, credentials: rack50, labels: {rack: '51'}}\n").unwrap();
+    let (ok, out, _) = bmcctl(&e, &["machine", "apply", "-f", f, "--prune"]);
+    assert!(ok && out.contains("~ web-1") && out.contains("- web-2"), "{out}");
+    let (ok, got, _) = bmcctl(&e, &["machine", "get", "web-1"]);
+    assert!(ok && got.contains("\"51\""), "{got}");
+
+    // A batch by an operator, then the audit log shows who did what.
+    let json = r#"{"machine":"web-1","actions":[{"power":"status"}]}"#;
+    let Reply::Accepted(a) = e.producer.submit_json(json, false).await else { panic!("accepted") };
+    let log = bmcfleet_tests::eventually(std::time::Duration::from_secs(10), "audit records", || {
+        let (_, out, _) = bmcctl(&e, &["--json", "audit", "--since", "1h"]);
+        let records: Vec<bmcfleet_schema::audit::AuditRecord> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        async move { records.iter().any(|r| matches!(&r.what, bmcfleet_schema::audit::AuditEvent::BatchAdmitted { batch, .. } if *batch == a.id)).then_some(records) }
+    })
+    .await;
+    use bmcfleet_schema::audit::AuditEvent;
+    let by = |actor: &str, pred: &dyn Fn(&AuditEvent) -> bool| log.iter().any(|r| r.actor == actor && pred(&r.what));
+    assert!(by("operator:alice", &|w| matches!(w, AuditEvent::MachinePut { machine, .. } if machine == "web-2")), "{log:#?}");
+    assert!(by("operator:alice", &|w| matches!(w, AuditEvent::MachineRemoved { machine, .. } if machine == "web-2")), "{log:#?}");
+    assert!(by("registry", &|w| matches!(w, AuditEvent::MachineRemoved { machine, .. } if machine == "web-2")), "{log:#?}");
+    assert!(by("operator", &|w| matches!(w, AuditEvent::BatchAdmitted { machine: Some(m), actions, .. } if m == "web-1" && actions == &["power_status"])), "{log:#?}");
+    // One record per registry revision, however many gateways saw it.
+    let puts = log.iter().filter(|r| r.actor == "registry" && matches!(&r.what, AuditEvent::MachinePut { machine, .. } if machine == "web-1")).count();
+    assert_eq!(puts, 2, "{log:#?}");
+}

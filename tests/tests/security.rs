@@ -325,7 +325,15 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
         let text = String::from_utf8_lossy(&m.payload);
         assert!(!text.contains("power_on") && !text.contains("a-node1\"") && !text.contains("Succeeded"), "B's inbox saw {text}");
     }
-    // Operators see every tenant's batch.
+    // Operators see every tenant's batch, and the audit log says who admitted it.
     let op = Producer::new(admin.clone());
     assert!(matches!(op.status(id).await, Reply::Status(_)));
+    let audit = bmcfleet_tests::eventually(Duration::from_secs(10), "the audit record", || {
+        let out = bmcctl_as(&nats, "admin", PASSWORDS[4].1, &["--json", "audit"], "");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        async move { text.contains(&id.to_string()).then_some(text) }
+    })
+    .await;
+    let line = audit.lines().find(|l| l.contains(&id.to_string())).unwrap();
+    assert!(line.contains(r#""actor":"tenant:tenant-a""#) && line.contains(r#""tenant":"tenant-a""#), "{line}");
 }

@@ -25,6 +25,7 @@ use crate::cli::MachineOp;
 use anyhow::{bail, Context};
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_common::streams;
+use bmcfleet_schema::audit::{AuditEvent, AuditRecord};
 use bmcfleet_schema::Machine;
 use futures::TryStreamExt;
 use serde::Deserialize;
@@ -70,7 +71,15 @@ async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::Result<BTree
     Ok(all)
 }
 
-pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &MachineOp) -> anyhow::Result<ExitCode> {
+/// Record who changed the registry (the gateways record every revision too).
+async fn audit(js: &async_nats::jetstream::Context, subjects: &bmcfleet_schema::Subjects, actor: &str, what: AuditEvent) {
+    let record = AuditRecord { at_ms: bmcfleet_common::runtime::now_ms(), actor: actor.to_owned(), what };
+    if let Err(e) = bmcfleet_common::audit::write(js, subjects.audit_registry(), &record, None).await {
+        eprintln!("warning: the change is made but not in the audit log: {e}");
+    }
+}
+
+pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &MachineOp, actor: &str) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
     let js = async_nats::jetstream::new(nats);
     let bucket = subjects.machines_bucket();
@@ -105,7 +114,9 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
                     }
                 }
                 if !dry_run {
-                    bmcfleet_common::registry::put(&kv, m).await.map_err(anyhow::Error::msg).with_context(|| format!("writing {}", m.name))?;
+                    let revision = bmcfleet_common::registry::put(&kv, m).await.map_err(anyhow::Error::msg).with_context(|| format!("writing {}", m.name))?;
+                    let record = serde_json::to_value(m)?;
+                    audit(&js, &subjects, actor, AuditEvent::MachinePut { machine: m.name.clone(), revision, record }).await;
                 }
             }
             if *prune {
@@ -113,7 +124,8 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
                     println!("- {name}");
                     removed += 1;
                     if !dry_run {
-                        kv.delete(name.as_str()).await.with_context(|| format!("removing {name}"))?;
+                        let revision = kv.delete(name.as_str()).await.map(|_| 0).with_context(|| format!("removing {name}"))?;
+                        audit(&js, &subjects, actor, AuditEvent::MachineRemoved { machine: name.clone(), revision }).await;
                     }
                 }
             }
@@ -143,6 +155,7 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
                 return Ok(ExitCode::from(4));
             }
             kv.delete(name.as_str()).await.with_context(|| format!("removing {name}"))?;
+            audit(&js, &subjects, actor, AuditEvent::MachineRemoved { machine: name.clone(), revision: 0 }).await;
             println!("removed {name}");
         }
     }

@@ -1,6 +1,7 @@
 //! One module per command.
 
 pub mod action;
+pub mod audit;
 pub mod cred;
 pub mod keygen;
 pub mod machine;

@@ -1,0 +1,46 @@
+//! `bmcctl audit [--since DURATION]`: the audit log (admitted batches and
+//! machine registry changes, with who made them), oldest first.
+
+use anyhow::Context;
+use async_nats::jetstream::consumer::{pull, DeliverPolicy};
+use bmcfleet_common::config::TopologyArgs;
+use bmcfleet_schema::audit::AuditRecord;
+use futures::StreamExt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, since: Duration, json: bool) -> anyhow::Result<ExitCode> {
+    let subjects = topology.subjects();
+    let js = async_nats::jetstream::new(nats);
+    let name = subjects.audit_stream();
+    let mut stream = js.get_stream(&name).await.with_context(|| format!("the audit stream {name} (the gateway creates it)"))?;
+    let last = stream.info().await?.state.last_sequence;
+    if last == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let start = time::OffsetDateTime::now_utc() - since;
+    let consumer = stream
+        .create_consumer(pull::OrderedConfig { deliver_policy: DeliverPolicy::ByStartTime { start_time: start }, ..Default::default() })
+        .await?;
+    let mut messages = consumer.messages().await?;
+    loop {
+        let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), messages.next()).await else { break };
+        let msg = msg?;
+        let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(last);
+        match serde_json::from_slice::<AuditRecord>(&msg.payload) {
+            Ok(r) if json => println!("{}", serde_json::to_string(&r)?),
+            Ok(r) => {
+                let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(r.at_ms) * 1_000_000)
+                    .ok()
+                    .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+                    .unwrap_or_default();
+                println!("{at}  {}", r.describe());
+            }
+            Err(e) => eprintln!("record {seq} is unreadable: {e}"),
+        }
+        if seq >= last {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
