@@ -109,6 +109,18 @@ pub enum MachineOp {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Register one machine (refused if the name or its host is taken).
+    Add {
+        name: String,
+        #[command(flatten)]
+        fields: MachineFields,
+    },
+    /// Change fields of a registered machine (only those given).
+    Set {
+        name: String,
+        #[command(flatten)]
+        fields: MachineFields,
+    },
     /// Show one machine's record.
     Get { name: String },
     /// List machines.
@@ -151,6 +163,35 @@ pub enum CredOp {
     Delete { name: String },
     /// List credential names (never values).
     List,
+}
+
+/// Fields of a machine record on the command line (`machine add` needs
+/// `--address` and `--credentials`).
+#[derive(Args, Debug, Default)]
+pub struct MachineFields {
+    /// BMC address: IP, [IPv6]:port or hostname[:port].
+    #[arg(long)]
+    pub address: Option<BmcAddress>,
+    #[arg(long, value_enum)]
+    pub protocol: Option<Protocol>,
+    /// The named credential (`bmcctl cred put`) used for this machine only.
+    #[arg(long)]
+    pub credentials: Option<String>,
+    /// The tenant owning it (default `default`).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Redfish: the ComputerSystem to drive.
+    #[arg(long)]
+    pub system_id: Option<String>,
+    /// A CA bundle file to trust for this BMC's TLS.
+    #[arg(long)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Skip TLS verification for this BMC (explicit, operator only).
+    #[arg(long)]
+    pub insecure: Option<bool>,
+    /// A label `key=value` (repeatable; `key=` removes it).
+    #[arg(long = "label")]
+    pub labels: Vec<String>,
 }
 
 /// The BMC an action command addresses, and how.

@@ -212,6 +212,19 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     let (ok, got, _) = bmcctl(&e, &["machine", "get", "web-1"]);
     assert!(ok && got.contains("\"51\""), "{got}");
 
+    // One machine at a time.
+    let (ok, out, err) = bmcctl(&e, &["machine", "add", "web-9", "--address", "10.50.0.9", "--protocol", "sim", "--credentials", "rack50", "--label", "rack=59"]);
+    assert!(ok, "{out}{err}");
+    let (ok, _, err) = bmcctl(&e, &["machine", "add", "web-9", "--address", "10.50.0.19", "--credentials", "rack50"]);
+    assert!(!ok && err.contains("already registered"), "{err}");
+    let (ok, _, err) = bmcctl(&e, &["machine", "add", "web-10", "--address", "10.50.0.1:623", "--credentials", "rack50"]);
+    assert!(!ok && err.contains("already machine `web-1`"), "{err}");
+    let (ok, _, err) = bmcctl(&e, &["machine", "set", "web-9", "--label", "rack=60", "--tenant", "Bad Tenant"]);
+    assert!(!ok && err.contains("tenant"), "{err}");
+    let (ok, _, _) = bmcctl(&e, &["machine", "set", "web-9", "--label", "rack=60"]);
+    let (_, got, _) = bmcctl(&e, &["machine", "get", "web-9"]);
+    assert!(ok && got.contains("\"60\""), "{got}");
+
     // A batch by an operator, then the audit log shows who did what.
     let json = r#"{"machine":"web-1","actions":[{"power":"status"}]}"#;
     let Reply::Accepted(a) = e.producer.submit_json(json, false).await else { panic!("accepted") };

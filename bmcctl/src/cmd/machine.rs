@@ -55,6 +55,59 @@ pub fn parse_file(text: &str, file: &str) -> anyhow::Result<Vec<Machine>> {
     Ok(parsed.machines)
 }
 
+impl crate::cli::MachineFields {
+    /// Apply the given fields to `m`.
+    fn apply_to(&self, m: &mut Machine) -> anyhow::Result<()> {
+        if let Some(a) = &self.address {
+            m.address = a.clone();
+        }
+        if let Some(p) = self.protocol {
+            m.protocol = p;
+        }
+        if let Some(c) = &self.credentials {
+            m.credentials = c.clone();
+        }
+        if let Some(t) = &self.tenant {
+            m.tenant = t.clone();
+        }
+        if let Some(s) = &self.system_id {
+            m.system_id = Some(s.clone());
+        }
+        if let Some(path) = &self.ca_file {
+            m.tls.ca_pem = Some(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?);
+        }
+        if let Some(i) = self.insecure {
+            m.tls.insecure = i;
+        }
+        for l in &self.labels {
+            let (k, v) = l.split_once('=').with_context(|| format!("label `{l}`: write key=value"))?;
+            if v.is_empty() {
+                m.labels.remove(k);
+            } else {
+                m.labels.insert(k.to_owned(), v.to_owned());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Write one record after the same checks as `apply` (valid, host not taken by another machine).
+async fn put_one(
+    kv: &async_nats::jetstream::kv::Store,
+    js: &async_nats::jetstream::Context,
+    subjects: &bmcfleet_schema::Subjects,
+    actor: &str,
+    m: &Machine,
+) -> anyhow::Result<()> {
+    m.validate()?;
+    if let Some(other) = load_all(kv).await?.values().find(|o| o.name != m.name && o.host_identity() == m.host_identity()) {
+        bail!("host {} is already machine `{}`; one BMC is one machine", m.host_identity(), other.name);
+    }
+    let revision = bmcfleet_common::registry::put(kv, m).await.map_err(anyhow::Error::msg)?;
+    audit(js, subjects, actor, AuditEvent::MachinePut { machine: m.name.clone(), revision, record: serde_json::to_value(m)? }).await;
+    Ok(())
+}
+
 async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::Result<BTreeMap<String, Machine>> {
     let keys: Vec<String> = kv.keys().await?.try_collect().await?;
     let mut all = BTreeMap::new();
@@ -131,6 +184,37 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
             }
             let verb = if *dry_run { "would apply" } else { "applied" };
             println!("{verb}: {added} added, {changed} changed, {removed} removed, {} unchanged", wanted.len() - added - changed);
+        }
+        MachineOp::Add { name, fields } => {
+            if kv.get(name.as_str()).await?.is_some() {
+                bail!("machine `{name}` is already registered (use `machine set`)");
+            }
+            let (Some(address), Some(credentials)) = (&fields.address, &fields.credentials) else {
+                bail!("machine add needs --address and --credentials");
+            };
+            let mut m = Machine {
+                name: name.clone(),
+                address: address.clone(),
+                protocol: Default::default(),
+                credentials: credentials.clone(),
+                tls: Default::default(),
+                system_id: None,
+                labels: Default::default(),
+                tenant: bmcfleet_schema::machine::DEFAULT_TENANT.into(),
+            };
+            fields.apply_to(&mut m)?;
+            put_one(&kv, &js, &subjects, actor, &m).await?;
+            println!("added {name}");
+        }
+        MachineOp::Set { name, fields } => {
+            let Some(v) = kv.get(name.as_str()).await? else {
+                eprintln!("machine_not_found: no machine named `{name}` is registered");
+                return Ok(ExitCode::from(4));
+            };
+            let mut m: Machine = serde_json::from_slice(&v).with_context(|| format!("the stored record of {name}"))?;
+            fields.apply_to(&mut m)?;
+            put_one(&kv, &js, &subjects, actor, &m).await?;
+            println!("changed {name}");
         }
         MachineOp::Get { name } => match kv.get(name.as_str()).await? {
             Some(v) => {
