@@ -189,6 +189,9 @@ pub struct MachineFields {
     /// Skip TLS verification for this BMC (explicit, operator only).
     #[arg(long)]
     pub insecure: Option<bool>,
+    /// Trust exactly the certificate with this SHA-256 fingerprint (hex).
+    #[arg(long)]
+    pub pin_sha256: Option<String>,
     /// A label `key=value` (repeatable; `key=` removes it).
     #[arg(long = "label")]
     pub labels: Vec<String>,

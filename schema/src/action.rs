@@ -153,11 +153,32 @@ pub struct TlsOptions {
     /// PEM CA bundle to trust for this BMC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_pem: Option<String>,
+    /// Trust exactly the certificate with this SHA-256 fingerprint (64 hex
+    /// digits, `:` separators allowed), whoever issued it and whatever name
+    /// it carries: what a self-signed BMC certificate needs instead of
+    /// `insecure`. Takes precedence over `ca_pem` and `insecure`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_sha256: Option<String>,
 }
 
 impl TlsOptions {
     fn is_default(&self) -> bool {
         *self == TlsOptions::default()
+    }
+
+    /// The pinned fingerprint as bytes, if one is set and well formed.
+    pub fn pin(&self) -> Result<Option<[u8; 32]>, String> {
+        let Some(text) = &self.pin_sha256 else { return Ok(None) };
+        let hex: String = text.chars().filter(|c| *c != ':' && !c.is_whitespace()).collect();
+        let bad = || "tls.pin_sha256 must be a SHA-256 fingerprint: 64 hex digits (`:` separators allowed)".to_owned();
+        if hex.len() != 64 {
+            return Err(bad());
+        }
+        let mut out = [0u8; 32];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16).map_err(|_| bad())?;
+        }
+        Ok(Some(out))
     }
 }
 

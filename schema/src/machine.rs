@@ -93,6 +93,7 @@ impl Machine {
             return Err(bad(format!("the tenant must be {NAME_RULE}")));
         }
         crate::validate::credential_name(&self.credentials).map_err(|why| bad(format!("credentials: {why}")))?;
+        self.tls.pin().map_err(bad)?;
         if let Some(sys) = &self.system_id {
             if sys.is_empty() || sys.len() > 128 || sys.contains('/') {
                 return Err(bad("system_id must be 1-128 characters without `/`".into()));
@@ -309,6 +310,9 @@ mod tests {
         let m = machine();
         m.validate().unwrap();
         assert_eq!(m.tenant, DEFAULT_TENANT);
+        let pinned = Machine { tls: TlsOptions { pin_sha256: Some("AB:".repeat(31) + "AB"), ..TlsOptions::default() }, ..m.clone() };
+        pinned.validate().unwrap();
+        assert_eq!(pinned.tls.pin().unwrap(), Some([0xab; 32]));
         let t = m.target();
         assert_eq!(t.address.to_string(), "10.0.12.3");
         assert_eq!(t.credentials, Credentials::Ref("rack12-bmc".into()));
@@ -323,6 +327,7 @@ mod tests {
             ("tenant", serde_json::json!("a.b"), "tenant"),
             ("credentials", serde_json::json!("../x"), "credentials"),
             ("labels", serde_json::json!({"rack": "1\n2"}), "label"),
+            ("tls", serde_json::json!({"pin_sha256": "12:34"}), "pin_sha256"),
         ] {
             let mut v = serde_json::to_value(machine()).unwrap();
             v[field] = value;

@@ -150,7 +150,7 @@ fn ad_hoc(target: &BmcTarget, limits: &Limits) -> Result<(), ValidationError> {
     if let Some(ip) = target.address.ip() {
         limits.ad_hoc.check(ip).map_err(|why| forbidden(format!("bmc.address: {why}")))?;
     }
-    if target.tls.insecure || target.tls.ca_pem.is_some() {
+    if target.tls != TlsOptions::default() {
         return Err(forbidden(
             "bmc.tls: an ad hoc target is verified against the system roots; only an operator's machine record may trust another CA or skip verification",
         ));
@@ -378,6 +378,7 @@ mod tests {
             (format!(r#"{{"address":"[::ffff:127.0.0.1]:443","credentials":{INLINE}}}"#), "outside"),
             (format!(r#"{{"address":"10.0.0.1","credentials":{INLINE},"tls":{{"insecure":true}}}}"#), "bmc.tls"),
             (format!(r#"{{"address":"10.0.0.1","credentials":{INLINE},"tls":{{"ca_pem":"x"}}}}"#), "bmc.tls"),
+            (format!(r#"{{"address":"10.0.0.1","credentials":{INLINE},"tls":{{"pin_sha256":"{}"}}}}"#, "ab".repeat(32)), "bmc.tls"),
         ] {
             let e = ad_hoc(&target).unwrap_err();
             assert_eq!(e.code, ErrorCode::TargetForbidden, "{target}: {e}");

@@ -51,7 +51,7 @@ impl Targets {
         if matches!(t.credentials, Credentials::Ref(_)) {
             return Err(forbidden("a named credential is usable only through the registered machine it is bound to"));
         }
-        if t.tls.insecure || t.tls.ca_pem.is_some() {
+        if t.tls != bmcfleet_schema::TlsOptions::default() {
             return Err(forbidden("an ad hoc target is verified against the system roots; TLS options belong to machine records"));
         }
         if let Some(machine) = self.machines.machine_at(&t.address) {

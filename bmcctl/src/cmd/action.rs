@@ -32,7 +32,7 @@ impl Target {
             address: address.clone(),
             protocol: self.protocol,
             credentials,
-            tls: TlsOptions { insecure: self.insecure, ca_pem: None },
+            tls: TlsOptions { insecure: self.insecure, ca_pem: None, pin_sha256: None },
             system_id: None,
         })
     }

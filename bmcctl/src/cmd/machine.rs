@@ -79,6 +79,9 @@ impl crate::cli::MachineFields {
         if let Some(i) = self.insecure {
             m.tls.insecure = i;
         }
+        if let Some(pin) = &self.pin_sha256 {
+            m.tls.pin_sha256 = Some(pin.clone());
+        }
         for l in &self.labels {
             let (k, v) = l.split_once('=').with_context(|| format!("label `{l}`: write key=value"))?;
             if v.is_empty() {

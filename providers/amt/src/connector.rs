@@ -73,7 +73,8 @@ impl AmtConnector {
 /// The `/wsman` URL and certificate trust for a target (table in the module docs).
 pub fn endpoint(target: &BmcTarget, require_tls: bool) -> Result<(String, Trust), AmtError> {
     let tls_opts = &target.tls;
-    let wants_tls = tls_opts.ca_pem.is_some() || tls_opts.insecure;
+    let pin = tls_opts.pin().map_err(AmtError::Config)?;
+    let wants_tls = tls_opts.ca_pem.is_some() || tls_opts.insecure || pin.is_some();
     let port = target.address.port;
     let tls = match port {
         Some(HTTP_PORT) if wants_tls => {
@@ -95,10 +96,11 @@ pub fn endpoint(target: &BmcTarget, require_tls: bool) -> Result<(String, Trust)
     }
     let (scheme, default_port) = if tls { ("https", TLS_PORT) } else { ("http", HTTP_PORT) };
     let url = format!("{scheme}://{}{WSMAN_PATH}", target.address.authority(default_port));
-    let trust = match (&tls_opts.ca_pem, tls_opts.insecure, tls) {
+    let trust = match (&tls_opts.ca_pem, pin, tls) {
         (_, _, false) => Trust::Nothing,
-        (Some(pem), _, true) => Trust::CaPem(pem.clone()),
-        (None, _, true) => Trust::Insecure,
+        (_, Some(sha256), true) => Trust::Pinned(sha256),
+        (Some(pem), None, true) => Trust::CaPem(pem.clone()),
+        (None, None, true) => Trust::Insecure,
     };
     Ok((url, trust))
 }
@@ -133,7 +135,7 @@ mod tests {
             address: addr.parse().unwrap(),
             protocol: Protocol::Amt,
             credentials: Credentials::Ref("x".into()),
-            tls: TlsOptions { insecure, ca_pem: ca.map(str::to_owned) },
+            tls: TlsOptions { insecure, ca_pem: ca.map(str::to_owned), pin_sha256: None },
             system_id: None,
         }
     }

@@ -9,7 +9,7 @@
 //!   the BMC presented).
 
 use crate::error::AmtError;
-use bmcfleet_provider::tls::{accept_any_certificate, crypto_provider};
+use bmcfleet_provider::tls::{accept_any_certificate, crypto_provider, pinned_certificate};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore};
@@ -21,6 +21,8 @@ pub enum Trust {
     CaPem(String),
     /// Accept any certificate (explicit opt-in).
     Insecure,
+    /// Exactly the certificate with this SHA-256 fingerprint.
+    Pinned([u8; 32]),
     /// Plain HTTP: no certificate is ever presented. The config built for it
     /// trusts nothing, so a misrouted https URL cannot succeed.
     Nothing,
@@ -48,6 +50,10 @@ pub fn client_config(trust: &Trust) -> Result<ClientConfig, AmtError> {
             }
             builder.with_root_certificates(roots).with_no_client_auth()
         }
+        Trust::Pinned(sha256) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(pinned_certificate(&provider, *sha256))
+            .with_no_client_auth(),
         Trust::Insecure => builder
             .dangerous()
             .with_custom_certificate_verifier(accept_any_certificate(&provider))

@@ -4,13 +4,14 @@
 //! may bring its own CA bundle (`tls.ca_pem`: then *only* those CAs are
 //! trusted for that BMC, which is what a private BMC PKI wants), or opt in
 //! to `tls.insecure` (no certificate check at all; handshake signatures are
-//! still verified). The crypto provider (ring) is passed explicitly: nothing
+//! still verified), or pin the BMC's certificate (`tls.pin_sha256`: exactly
+//! that certificate, whoever issued it). The crypto provider (ring) is passed explicitly: nothing
 //! depends on a process-wide default provider.
 
 use crate::error::invalid;
 use bmcfleet_provider::ProviderError;
 use bmcfleet_schema::TlsOptions;
-use bmcfleet_provider::tls::{accept_any_certificate, crypto_provider};
+use bmcfleet_provider::tls::{accept_any_certificate, crypto_provider, pinned_certificate};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore};
@@ -59,7 +60,10 @@ pub(crate) fn client_config(opts: &TlsOptions, system: &SystemRoots) -> Result<C
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| invalid(format!("TLS setup failed: {e}")))?;
-    let mut config = if opts.insecure {
+    let pin = opts.pin().map_err(invalid)?;
+    let mut config = if let Some(sha256) = pin {
+        builder.dangerous().with_custom_certificate_verifier(pinned_certificate(&provider, sha256)).with_no_client_auth()
+    } else if opts.insecure {
         if opts.ca_pem.is_some() {
             tracing::warn!("bmc.tls.insecure is set: bmc.tls.ca_pem is ignored and the certificate is not checked.");
         }
@@ -90,7 +94,7 @@ mod tests {
 
     #[test]
     fn insecure_config_builds() {
-        let opts = TlsOptions { insecure: true, ca_pem: None };
+        let opts = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None };
         assert!(client_config(&opts, &SystemRoots::default()).is_ok());
     }
 }

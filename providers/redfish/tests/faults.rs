@@ -201,19 +201,19 @@ async fn untrusted_certificate_is_a_tls_error_unless_insecure() {
     assert!(!e.retryable);
 
     // Another CA: still refused.
-    target.tls = TlsOptions { insecure: false, ca_pem: Some(TestPki::generate().unwrap().ca_pem) };
+    target.tls = TlsOptions { insecure: false, ca_pem: Some(TestPki::generate().unwrap().ca_pem), pin_sha256: None };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
     assert!(e.message.contains("TLS"), "{e}");
     assert!(server.requests().is_empty(), "a request went over an unverified connection");
 
     // Garbage CA bundle: refused before connecting.
-    target.tls = TlsOptions { insecure: false, ca_pem: Some("not a pem".into()) };
+    target.tls = TlsOptions { insecure: false, ca_pem: Some("not a pem".into()), pin_sha256: None };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
 
     // Explicit opt-in.
-    target.tls = TlsOptions { insecure: true, ca_pem: None };
+    target.tls = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None };
     connector().open(&ctx(5), &target, &server.credentials()).await.expect("insecure connects");
 }
 
@@ -323,4 +323,32 @@ async fn links_supplied_by_the_bmc_never_lead_to_another_host() {
         let _ = connector().open(&ctx(5), &server.target(), &server.credentials()).await;
         assert!(elsewhere.accept().is_err(), "{link}: the worker connected to {other}");
     }
+}
+
+#[tokio::test]
+async fn a_pinned_certificate_is_the_only_one_trusted() {
+    use rustls::pki_types::pem::PemObject;
+    use sha2::Digest;
+    let pki = TestPki::generate().unwrap();
+    let server = spec_service().pki(pki.clone()).start().await.unwrap();
+    let leaf = rustls::pki_types::CertificateDer::from_pem_slice(pki.cert_pem.as_bytes()).unwrap();
+    let digest = sha2::Sha256::digest(leaf.as_ref());
+    let hex: Vec<String> = digest.iter().map(|b| format!("{b:02X}")).collect();
+    let mut target = server.target();
+    // The pin alone (no CA): the self-signed-style case it exists for.
+    target.tls = TlsOptions { insecure: false, ca_pem: None, pin_sha256: Some(hex.join(":")) };
+    connector().open(&ctx(5), &target, &server.credentials()).await.expect("the pinned certificate connects");
+    // Another fingerprint, even with the right CA: refused before any request.
+    server.clear_requests();
+    let mut other = digest.to_vec();
+    other[0] ^= 1;
+    let other: String = other.iter().map(|b| format!("{b:02x}")).collect();
+    target.tls = TlsOptions { insecure: true, ca_pem: Some(pki.ca_pem.clone()), pin_sha256: Some(other) };
+    let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
+    assert!(server.requests().is_empty(), "a request went to a BMC whose certificate is not the pinned one");
+    // A malformed pin is a configuration error.
+    target.tls = TlsOptions { insecure: false, ca_pem: None, pin_sha256: Some("abc".into()) };
+    let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
 }

@@ -377,7 +377,7 @@ impl AmtFixtureServer {
                 username: self.options.username.clone(),
                 password: Secret::new(self.options.password.clone()),
             },
-            tls: TlsOptions { insecure: false, ca_pem: self.ca_pem.clone() },
+            tls: TlsOptions { insecure: false, ca_pem: self.ca_pem.clone(), pin_sha256: None },
             system_id: None,
         }
     }

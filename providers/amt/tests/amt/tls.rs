@@ -24,7 +24,7 @@ async fn trusted_ca_works() {
 async fn untrusted_certificate_is_refused_before_any_request() {
     let server = skip_without_fixtures!(tls());
     let mut target = server.target();
-    target.tls = TlsOptions { insecure: false, ca_pem: Some(unrelated_ca_pem().unwrap()) };
+    target.tls = TlsOptions { insecure: false, ca_pem: Some(unrelated_ca_pem().unwrap()), pin_sha256: None };
     let e = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::ProtocolError, "{}", e.message);
     assert!(!e.retryable);
@@ -36,7 +36,7 @@ async fn untrusted_certificate_is_refused_before_any_request() {
 async fn insecure_opt_in_accepts_any_certificate() {
     let server = skip_without_fixtures!(tls());
     let mut target = server.target();
-    target.tls = TlsOptions { insecure: true, ca_pem: None };
+    target.tls = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None };
     let mut s = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.unwrap();
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap(), Some(PowerState::On));
 }
