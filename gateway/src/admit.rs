@@ -46,6 +46,8 @@ pub struct Gateway {
     metrics: crate::metrics::Metrics,
     /// The workers' public key when inline credentials are sealed (`None`: refused by `limits`).
     seal_to: Option<bmcfleet_common::sealing::Sealer>,
+    /// Audit records of admitted batches, written in few messages.
+    audit: bmcfleet_common::audit::Batcher,
     /// The workers' public key for secret action parameters (whenever one is configured).
     params_sealer: Option<Arc<bmcfleet_common::sealing::Sealer>>,
     /// Cancelled when the gateway stops: waiting submits answer at once.
@@ -113,11 +115,12 @@ impl Gateway {
         subjects: Subjects,
         limits: Limits,
         registry: Registry,
+        audit: bmcfleet_common::audit::Batcher,
         max_wait: Duration,
     ) -> Self {
         let metrics = crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
         let seal_to = limits.sealing_key.as_deref().map(|k| bmcfleet_common::sealing::Sealer::new(k).expect("validated at start"));
-        Gateway { client, res, subjects, limits, registry, max_wait, metrics, seal_to, params_sealer: None, stopping: Default::default() }
+        Gateway { client, res, subjects, limits, registry, audit, max_wait, metrics, seal_to, params_sealer: None, stopping: Default::default() }
     }
 
     /// Seal secret action parameters to the workers' public key `key` (`X...`).
@@ -347,7 +350,7 @@ impl Gateway {
                 actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
             };
             let record = AuditRecord { at_ms: job.admitted_at_ms, actor, what };
-            bmcfleet_common::audit::write_soon(&self.res.js, self.subjects.audit_batch(&job.tenant), record, Some(format!("batch.{id}")));
+            self.audit.record(self.subjects.audit_batch(&job.tenant), record).await;
         }
         // Action kinds only: parameters may carry secrets (raw data, media URLs, new passwords).
         let kinds: Vec<&str> = job.batch.actions.iter().map(|a| a.kind()).collect();

@@ -66,7 +66,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
              give the workers' public key to seal them."
         );
     }
-    let gateway = Gateway::new(client.clone(), resources, subjects, config.limits(), machines, config.max_wait)
+    let (audit, audit_writer) = bmcfleet_common::audit::Batcher::start(resources.js.clone());
+    let gateway = Gateway::new(client.clone(), resources, subjects, config.limits(), machines, audit, config.max_wait)
         .with_metrics(metrics)
         .with_params_key(config.workers_public_key.as_deref())
         .context("--workers-public-key")?;
@@ -127,6 +128,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         tracing::warn!("Some requests did not finish in time; stopping anyway.");
     }
     ready.running(false);
+    // The last audit records: the writer ends once the gateway (its last sender) is gone.
+    drop(gateway);
+    if tokio::time::timeout(STOP_GRACE, audit_writer).await.is_err() {
+        tracing::warn!("Some audit records may not be stored: the writer did not finish in time.");
+    }
     let _ = tokio::time::timeout(STOP_GRACE, service.stop()).await;
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), client.flush()).await;
     if let Some(server) = server {

@@ -7,7 +7,8 @@
 //! | the registry changed    | `<prefix>.audit.registry`        | every gateway watching it (deduplicated by revision) |
 //! | an operator changed it  | `<prefix>.audit.registry`        | `bmcctl machine`, with the operator's identity |
 //!
-//! Records hold no secret: action kinds, never parameters; machine records
+//! Each stream message holds a JSON array of records (a gateway batches
+//! them). Records hold no secret: action kinds, never parameters; machine records
 //! hold no password (only a credential's name).
 
 use crate::action::BatchId;

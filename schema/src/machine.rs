@@ -264,10 +264,9 @@ impl AdHocPolicy {
         if self.is_off() {
             return Err("ad hoc targets are off in this deployment: name a registered machine (`{\"machine\": \"NAME\"}`)".into());
         }
-        let sensitive: Vec<Cidr> = SENSITIVE.iter().map(|s| s.parse().expect("valid constant")).collect();
-        let allowed = self.ranges.iter().any(|r| {
-            r.contains(ip) && sensitive.iter().filter(|s| s.contains(ip)).all(|s| r.within(s))
-        });
+        static BLOCKS: std::sync::LazyLock<Vec<Cidr>> =
+            std::sync::LazyLock::new(|| SENSITIVE.iter().map(|s| s.parse().expect("valid constant")).collect());
+        let allowed = self.ranges.iter().any(|r| r.contains(ip) && BLOCKS.iter().filter(|s| s.contains(ip)).all(|s| r.within(s)));
         if allowed {
             Ok(())
         } else {

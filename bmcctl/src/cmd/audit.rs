@@ -27,16 +27,21 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, since: Durat
         let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), messages.next()).await else { break };
         let msg = msg?;
         let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(last);
-        match serde_json::from_slice::<AuditRecord>(&msg.payload) {
-            Ok(r) if json => println!("{}", serde_json::to_string(&r)?),
-            Ok(r) => {
-                let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(r.at_ms) * 1_000_000)
-                    .ok()
-                    .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-                    .unwrap_or_default();
-                println!("{at}  {}", r.describe());
+        match serde_json::from_slice::<Vec<AuditRecord>>(&msg.payload) {
+            Ok(records) => {
+                for r in records {
+                    if json {
+                        println!("{}", serde_json::to_string(&r)?);
+                    } else {
+                        let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(r.at_ms) * 1_000_000)
+                            .ok()
+                            .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+                            .unwrap_or_default();
+                        println!("{at}  {}", r.describe());
+                    }
+                }
             }
-            Err(e) => eprintln!("record {seq} is unreadable: {e}"),
+            Err(e) => eprintln!("message {seq} is unreadable: {e}"),
         }
         if seq >= last {
             break;
