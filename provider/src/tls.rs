@@ -18,23 +18,29 @@ pub fn crypto_provider() -> Arc<CryptoProvider> {
 /// still checked with `provider`'s algorithms, so the session keys belong to
 /// whoever holds the key of the certificate the BMC presented.
 pub fn accept_any_certificate(provider: &CryptoProvider) -> Arc<dyn ServerCertVerifier> {
-    Arc::new(AcceptAnyCertificate(provider.signature_verification_algorithms))
+    Arc::new(Verifier { check: Check::Any, algorithms: provider.signature_verification_algorithms })
 }
 
 /// `tls.pin_sha256`: exactly the certificate whose DER encoding has this
 /// SHA-256 digest (any issuer, any name: the pin is the trust), with the
 /// handshake signatures checked as always.
 pub fn pinned_certificate(provider: &CryptoProvider, sha256: [u8; 32]) -> Arc<dyn ServerCertVerifier> {
-    Arc::new(Pinned { sha256, algorithms: AcceptAnyCertificate(provider.signature_verification_algorithms) })
+    Arc::new(Verifier { check: Check::Pinned(sha256), algorithms: provider.signature_verification_algorithms })
 }
 
 #[derive(Debug)]
-struct Pinned {
-    sha256: [u8; 32],
-    algorithms: AcceptAnyCertificate,
+enum Check {
+    Any,
+    Pinned([u8; 32]),
 }
 
-impl ServerCertVerifier for Pinned {
+#[derive(Debug)]
+struct Verifier {
+    check: Check,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -43,13 +49,18 @@ impl ServerCertVerifier for Pinned {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        use sha2::Digest;
-        let got: [u8; 32] = sha2::Sha256::digest(end_entity.as_ref()).into();
-        // Not secret, but compared without an early exit anyway.
-        if got.iter().zip(self.sha256.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0 {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General("the BMC's certificate does not match tls.pin_sha256".into()))
+        match &self.check {
+            Check::Any => Ok(ServerCertVerified::assertion()),
+            Check::Pinned(want) => {
+                use sha2::Digest;
+                let got: [u8; 32] = sha2::Sha256::digest(end_entity.as_ref()).into();
+                // Not secret, but compared without an early exit anyway.
+                if got.iter().zip(want.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0 {
+                    Ok(ServerCertVerified::assertion())
+                } else {
+                    Err(rustls::Error::General("the BMC's certificate does not match tls.pin_sha256".into()))
+                }
+            }
         }
     }
 
@@ -59,7 +70,7 @@ impl ServerCertVerifier for Pinned {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.algorithms.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -68,48 +79,10 @@ impl ServerCertVerifier for Pinned {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.algorithms.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_verify_schemes()
-    }
-}
-
-#[derive(Debug)]
-struct AcceptAnyCertificate(rustls::crypto::WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
+        self.algorithms.supported_schemes()
     }
 }

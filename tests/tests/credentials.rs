@@ -151,6 +151,41 @@ async fn drain_stop_and_scan(
     [("gateway", gateway.log_text()), ("worker", worker.log_text()), ("nats", nats.log())]
 }
 
+/// With the jobs still queued (no worker ran them): stop the gateway and
+/// nats-server cleanly so everything is on disk, check the scan sees each of
+/// `present` (so it reads the right place), fail if `what` (any of
+/// `needles`) is there, and return the gateway's log.
+fn stop_and_scan_queued(gateway: &mut Process, nats: &mut NatsServer, present: &[&[u8]], needles: &[Vec<u8>], what: &str) -> String {
+    gateway.terminate(Duration::from_secs(15));
+    let log = gateway.log_text();
+    nats.stop();
+    let files = nats.store_files();
+    let all: Vec<u8> = files.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+    for p in present {
+        assert!(find(&all, p), "{} not found in the store: the scan reads the wrong place", String::from_utf8_lossy(p));
+    }
+    if let Some(path) = leaked(&files, needles) {
+        panic!("{what} is stored in plain text in {}", path.display());
+    }
+    log
+}
+
+/// Restart nats-server with a gateway and a worker, and wait for `ids` to finish.
+async fn run_queued(
+    topo: &Topology,
+    nats: &mut NatsServer,
+    sim: &SimServer,
+    args: &[&str],
+    ids: &[BatchId],
+) -> (Process, Process, async_nats::Client, std::collections::HashMap<BatchId, BatchResult>) {
+    nats.restart();
+    let gateway = topo.gateway(nats, args);
+    let worker = topo.worker(nats, "w0", sim.addr(), args);
+    let client = nats.client().await;
+    let results = bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), ids, Duration::from_secs(60)).await;
+    (gateway, worker, client, results)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_never_reach_nats_storage_or_logs() {
     // A unique password: nothing else can contain it by chance.
@@ -193,29 +228,16 @@ async fn passwords_never_reach_nats_storage_or_logs() {
     let wrong = accept(producer.submit(&with_creds(sim_batch("10.9.1.9", vec![Action::Power(PowerOp::On)]), inline("not-it")), false).await);
     assert_eq!(stream_messages(&producer.client, &topo.subjects().jobs_stream()).await, 7);
 
-    // (a) what JetStream stored, with the jobs still queued (stopped cleanly so all of it is on disk).
-    gateway.terminate(Duration::from_secs(15));
-    logs.push(("gateway", gateway.log_text()));
+    // (a) what JetStream stored, with the jobs still queued: the jobs (their
+    // addresses), the sealed boxes (base64 of the `xkv1` header) and the credential's name.
     drop(producer);
-    nats.stop();
-    let files = nats.store_files();
-    let all: Vec<u8> = files.iter().flat_map(|(_, b)| b.iter().copied()).collect();
-    // The scan sees the queued jobs (their addresses), the sealed boxes
-    // (base64 of the `xkv1` header) and the credential's name.
-    for i in [0, 1, 2, 3, 5, 6, 9] {
-        assert!(find(&all, format!("10.9.1.{i}").as_bytes()), "job for 10.9.1.{i} not found: the scan reads the wrong place");
-    }
-    assert!(find(&all, b"rack9") && find(&all, b"eGt2M"), "no sealed credential in the store");
-    if let Some(path) = leaked(&files, &needles) {
-        panic!("the password is stored in plain text in {}", path.display());
-    }
+    let addresses: Vec<String> = [0, 1, 2, 3, 5, 6, 9].iter().map(|i| format!("10.9.1.{i}")).collect();
+    let mut present: Vec<&[u8]> = addresses.iter().map(|a| a.as_bytes()).collect();
+    present.extend([&b"rack9"[..], &b"eGt2M"[..]]);
+    logs.push(("gateway", stop_and_scan_queued(&mut gateway, &mut nats, &present, &needles, "the password")));
 
     // Phase 2: run them; the worker opens the boxes and the sim accepts the password.
-    nats.restart();
-    let mut gateway = topo.gateway(&nats, &trace);
-    let mut worker = topo.worker(&nats, "w0", sim.addr(), &trace);
-    let client = nats.client().await;
-    let results = bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), &[ids.clone(), vec![wrong]].concat(), Duration::from_secs(60)).await;
+    let (mut gateway, mut worker, client, results) = run_queued(&topo, &mut nats, &sim, &trace, &[ids.clone(), vec![wrong]].concat()).await;
     for id in &ids {
         assert_eq!(results[id].state, BatchState::Succeeded, "{:?}", results[id]);
     }
@@ -253,23 +275,12 @@ async fn secret_parameters_never_reach_nats_storage_or_logs() {
         Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: Some(secrets[1].clone().into()), role: None, enabled: None })),
     ];
     let Reply::Accepted(a) = producer.submit(&with_creds(sim_batch("10.9.5.1", actions), inline("pw")), false).await else { panic!("accepted") };
-    gateway.terminate(Duration::from_secs(15));
-    let mut logs = vec![("gateway", gateway.log_text())];
     drop(producer);
-    nats.stop();
-    let files = nats.store_files();
-    let all: Vec<u8> = files.iter().flat_map(|(_, b)| b.iter().copied()).collect();
-    assert!(find(&all, b"10.9.5.1") && find(&all, b"img.example"), "the queued job is not where the scan reads");
-    if let Some(path) = leaked(&files, &needles) {
-        panic!("a secret parameter is stored in plain text in {}", path.display());
-    }
+    let gateway_log = stop_and_scan_queued(&mut gateway, &mut nats, &[b"10.9.5.1", b"img.example"], &needles, "a secret parameter");
+    let mut logs = vec![("gateway", gateway_log)];
 
     // Run it: the worker opens the parameters and the BMC gets them whole.
-    nats.restart();
-    let mut gateway = topo.gateway(&nats, &trace);
-    let mut worker = topo.worker(&nats, "w0", sim.addr(), &trace);
-    let client = nats.client().await;
-    let results = bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), &[a.id], Duration::from_secs(60)).await;
+    let (mut gateway, mut worker, client, results) = run_queued(&topo, &mut nats, &sim, &trace, &[a.id]).await;
     assert_eq!(results[&a.id].state, BatchState::Succeeded, "{:?}", results[&a.id]);
     assert_eq!(sim.media("v4-10-9-5-1").as_deref(), Some(url.as_str()), "the media URL arrived whole");
     assert_eq!(sim.user_password("v4-10-9-5-1", "ops").as_deref(), Some(secrets[1].as_str()), "the updated password arrived");
