@@ -321,7 +321,8 @@ mod tests {
             "target": "https://bmc/redfish/v1/Systems/1/Actions/ComputerSystem.Reset/",
             "@Redfish.ActionInfo": "/redfish/v1/Systems/1/ResetActionInfo"}}});
         let (target, inline, info) = action_of(&system, "#ComputerSystem.Reset").unwrap();
-        assert_eq!(target, "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset");
+        // An absolute target stays whole: the transport sends it only if it is on the BMC.
+        assert_eq!(target, "https://bmc/redfish/v1/Systems/1/Actions/ComputerSystem.Reset");
         assert_eq!((inline, info.as_deref()), (None, Some("/redfish/v1/Systems/1/ResetActionInfo")));
         assert!(action_of(&system, "#Manager.Reset").is_none());
         let info = serde_json::json!({"Parameters": [{"Name": "Other"}, {"Name": "ResetType", "AllowableValues": ["On", 3, "ForceOff"]}]});

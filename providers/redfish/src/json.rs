@@ -2,13 +2,13 @@
 
 use serde_json::Value;
 
-/// Normalise an `@odata.id` / action target to a path: absolute URLs lose
-/// their scheme and authority, a trailing `/` is dropped (except for `/`).
+/// Normalise an `@odata.id` / action target: the fragment and a trailing
+/// `/` are dropped (except for `/`). An absolute URL is kept whole: the
+/// transport resolves every link against the BMC's base and refuses one that
+/// leaves it (`protocol_error`, nothing sent), so a hostile BMC's link to
+/// another host fails instead of being quietly rewritten onto the BMC.
 pub(crate) fn norm_path(p: &str) -> String {
-    let mut p = p.trim();
-    if let Some(rest) = p.strip_prefix("https://").or_else(|| p.strip_prefix("http://")) {
-        p = rest.find('/').map(|i| &rest[i..]).unwrap_or("/");
-    }
+    let p = p.trim();
     let p = p.split('#').next().unwrap_or(p);
     let trimmed = p.trim_end_matches('/');
     if trimmed.is_empty() {
@@ -63,7 +63,8 @@ mod tests {
     #[test]
     fn normalises_paths() {
         assert_eq!(norm_path("/redfish/v1/"), "/redfish/v1");
-        assert_eq!(norm_path("https://10.0.0.1/redfish/v1/Systems/1"), "/redfish/v1/Systems/1");
+        // Kept whole: the transport decides whether it stays on the BMC.
+        assert_eq!(norm_path("https://10.0.0.1/redfish/v1/Systems/1/"), "https://10.0.0.1/redfish/v1/Systems/1");
         assert_eq!(norm_path("/redfish/v1/Chassis/1/Thermal#/Fans/0"), "/redfish/v1/Chassis/1/Thermal");
         assert_eq!(norm_path("/"), "/");
     }

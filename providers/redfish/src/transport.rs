@@ -606,7 +606,7 @@ mod tests {
     fn task_monitor_location() {
         let body = json!({"TaskMonitor": "/redfish/v1/TaskMonitors/9", "@odata.id": "/redfish/v1/TaskService/Tasks/9"});
         let with_header = reply(202, "", Some("https://bmc/redfish/v1/TaskService/Tasks/7/"));
-        assert_eq!(task_monitor(&with_header, &body).as_deref(), Some("/redfish/v1/TaskService/Tasks/7"));
+        assert_eq!(task_monitor(&with_header, &body).as_deref(), Some("https://bmc/redfish/v1/TaskService/Tasks/7"));
         assert_eq!(task_monitor(&reply(202, "", None), &body).as_deref(), Some("/redfish/v1/TaskMonitors/9"));
         assert_eq!(task_monitor(&reply(202, "", None), &Value::Null), None);
     }

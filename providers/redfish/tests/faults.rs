@@ -326,6 +326,21 @@ async fn links_supplied_by_the_bmc_never_lead_to_another_host() {
 }
 
 #[tokio::test]
+async fn a_collection_member_on_another_host_fails_and_nothing_is_sent_there() {
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    elsewhere.set_nonblocking(true).unwrap();
+    let other = elsewhere.local_addr().unwrap();
+    for member in [format!("https://{other}/redfish/v1/Systems/1"), format!("//{other}/redfish/v1/Systems/1")] {
+        let systems = json!({"Members": [{"@odata.id": member}], "Members@odata.count": 1});
+        let server = spec_service().resource("/redfish/v1/Systems", systems).start().await.unwrap();
+        let e = connector().open(&ctx(5), &server.target(), &server.credentials()).await.err().expect("must fail");
+        assert_eq!(e.code, ErrorCode::ProtocolError, "{member}: {e}");
+        assert!(e.message.contains("points away from the BMC"), "{member}: {e}");
+        assert!(elsewhere.accept().is_err(), "{member}: the worker connected to {other}");
+    }
+}
+
+#[tokio::test]
 async fn a_pinned_certificate_is_the_only_one_trusted() {
     use rustls::pki_types::pem::PemObject;
     use sha2::Digest;
