@@ -50,3 +50,52 @@ pub async fn shutdown_signal() {
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
+
+/// The open-file limits after [`raise_fd_limit`]: (soft before, soft now, hard).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FdLimit {
+    pub before: u64,
+    pub now: u64,
+    pub hard: u64,
+}
+
+/// Raise this process's soft limit on open files to its hard limit (every
+/// BMC session and connection holds a descriptor).
+pub fn raise_fd_limit() -> std::io::Result<FdLimit> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    let (cur, max) = (lim.current, lim.maximum);
+    let before = cur.unwrap_or(u64::MAX);
+    if cur.is_some() && cur != max {
+        setrlimit(Resource::Nofile, Rlimit { current: max, maximum: max })?;
+    }
+    let now = getrlimit(Resource::Nofile);
+    Ok(FdLimit { before, now: now.current.unwrap_or(u64::MAX), hard: now.maximum.unwrap_or(u64::MAX) })
+}
+
+/// Whether an error's text says the process ran out of file descriptors
+/// (EMFILE or ENFILE, as `std::io::Error` and the libraries built on it
+/// print them).
+pub fn is_fd_exhaustion(message: &str) -> bool {
+    message.contains("os error 24") || message.contains("os error 23") || message.contains("Too many open files")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soft_open_files_limit_is_raised_to_the_hard_one() {
+        let l = raise_fd_limit().unwrap();
+        assert_eq!(l.now, l.hard);
+        assert!(l.now >= l.before);
+    }
+
+    #[test]
+    fn descriptor_exhaustion_is_recognised_in_error_chains() {
+        let e = std::io::Error::from_raw_os_error(24);
+        assert!(is_fd_exhaustion(&format!("connect to 10.0.0.1:443: {e}")));
+        assert!(is_fd_exhaustion(&std::io::Error::from_raw_os_error(23).to_string()));
+        assert!(!is_fd_exhaustion("connection refused (os error 111)"));
+    }
+}

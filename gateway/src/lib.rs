@@ -40,6 +40,9 @@ pub const SERVICE_NAME: &str = "bmcfleet-gateway";
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     bmcfleet_common::config::ServiceConfig::validate(&config).map_err(anyhow::Error::msg)?;
     let subjects = config.process.topology.subjects();
+    if let Err(e) = bmcfleet_common::runtime::raise_fd_limit() {
+        tracing::warn!(error = %e, "Cannot raise the open-files limit.");
+    }
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     // Ready once connected to NATS with the service started (and while the connection holds).

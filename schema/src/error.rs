@@ -84,6 +84,10 @@ pub enum ErrorCode {
     Cancelled,
     /// The action was not run because an earlier one failed (`on_error: stop`).
     Skipped,
+    /// The worker ran out of a local resource (file descriptors) while
+    /// calling the BMC: not a BMC fault; the operator must raise the limit
+    /// (retryable).
+    WorkerExhausted,
     /// A bug or an unexpected condition in bmcfleet itself.
     Internal,
 }
@@ -121,6 +125,7 @@ impl ErrorCode {
             ErrorCode::CircuitOpen => "circuit_open",
             ErrorCode::Cancelled => "cancelled",
             ErrorCode::Skipped => "skipped",
+            ErrorCode::WorkerExhausted => "worker_exhausted",
             ErrorCode::Internal => "internal",
         }
     }
@@ -139,7 +144,7 @@ impl ErrorCode {
             ErrorCode::Conflict => 409,
             ErrorCode::TooLarge => 413,
             ErrorCode::Unsupported | ErrorCode::UnsupportedProtocol => 501,
-            ErrorCode::Unavailable | ErrorCode::Unreachable | ErrorCode::CircuitOpen => 503,
+            ErrorCode::Unavailable | ErrorCode::Unreachable | ErrorCode::CircuitOpen | ErrorCode::WorkerExhausted => 503,
             ErrorCode::Timeout | ErrorCode::DeadlineExceeded => 504,
             _ => 500,
         }

@@ -109,3 +109,44 @@ async fn raw_redfish_paths_are_judged_and_stored_in_their_canonical_form() {
     let Action::Raw(RawRequest::Redfish(r)) = &job.batch.actions[0] else { panic!("{job:?}") };
     assert_eq!(r.path, "/redfish/v1/Systems", "the stored (and sent) path is the canonical one");
 }
+
+/// Issue 16 item 7: a worker out of file descriptors says so (its own
+/// error code, a metric, an error log) instead of blaming the BMCs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_descriptors_is_the_workers_fault_not_the_bmcs() {
+    use bmcfleet_tests::producer::{batch_for, Stack};
+    let stack = Stack::start(1, &["--protocols", "redfish", "--metrics-addr", "127.0.0.1:0", "--lane-idle-timeout", "10m"]).await;
+    let worker = &stack.workers[0];
+    assert!(worker.log_text().contains("Open-files limit"), "the worker does not log its descriptor budget");
+    // Leave the worker a handful of descriptors beyond what it holds now.
+    let pid = worker.pid().expect("worker pid");
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let limit = open + 6;
+    // The soft limit only (`N:`), so it can be raised back without privileges.
+    let prlimit = |soft: String| {
+        let status = std::process::Command::new("prlimit").args(["--pid", &pid.to_string(), &format!("--nofile={soft}:")]).status().expect("prlimit");
+        assert!(status.success());
+    };
+    prlimit(limit.to_string());
+
+    // Distinct Redfish BMCs, one batch each: every lane keeps its session (a
+    // connection) open, so descriptors run out after a few.
+    let mut servers = vec![];
+    let mut codes = vec![];
+    for _ in 0..16 {
+        let server = bmcfleet_testing::redfish::spec::spec_service().start().await.unwrap();
+        let r = stack.run(&batch_for(server.target(), vec![Action::Power(PowerOp::Status)])).await;
+        codes.push(r.results[0].error.as_ref().map(|e| e.code));
+        servers.push(server);
+    }
+    assert!(codes.iter().take(2).all(|c| c.is_none()), "the first BMCs should work: {codes:?}");
+    assert!(codes.contains(&Some(ErrorCode::WorkerExhausted)), "{codes:?}");
+    assert!(!codes.contains(&Some(ErrorCode::Unreachable)), "descriptor exhaustion was blamed on a BMC: {codes:?}");
+    // Room again, to read the metrics.
+    let hard = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let hard = hard.lines().find(|l| l.starts_with("Max open files")).and_then(|l| l.split_whitespace().nth(4)).unwrap().to_owned();
+    prlimit(hard);
+    let metrics = scrape(metrics_port(worker).await);
+    assert!(value(&metrics, "bmcfleet_fd_exhausted_total", &[]) >= 1.0);
+    assert!(worker.log_text().contains("ran out of file descriptors"));
+}

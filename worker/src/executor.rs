@@ -558,6 +558,18 @@ impl<'a> Run<'a> {
             }
             guard.pacer.started(Instant::now());
             let result = self.call(slot, ctx, action, creds, &protocol, retry).await;
+            // Out of descriptors is this worker's fault, never the BMC's: a
+            // distinct error, a metric and an alarm, and the breaker is not fed.
+            if let Err(e) = &result {
+                if bmcfleet_common::runtime::is_fd_exhaustion(&e.message) {
+                    self.shared.metrics.worker_exhausted.inc();
+                    tracing::error!(bmc = %key, action = action.kind(), error = %e, "This worker ran out of file descriptors; raise its open-files limit (not a BMC fault).");
+                    return Err(ProviderError::new(
+                        ErrorCode::WorkerExhausted,
+                        format!("the worker ran out of file descriptors while calling the BMC (not a BMC fault): {}", e.message),
+                    ));
+                }
+            }
             let transition = guard.breaker.record(Instant::now(), result.as_ref().map(drop));
             match transition {
                 Some(Transition::Opened | Transition::Reopened) => tracing::warn!(

@@ -106,6 +106,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         keys.add_seed(seed).map_err(|e| anyhow::anyhow!("BMCFLEET_SEALING_KEY: {e}"))?;
     }
     let sealing_keys = keys.public_keys();
+    match bmcfleet_common::runtime::raise_fd_limit() {
+        Ok(l) => tracing::info!(before = l.before, now = l.now, hard = l.hard, "Open-files limit: each BMC session and connection holds one."),
+        Err(e) => tracing::warn!(error = %e, "Cannot read or raise the open-files limit."),
+    }
     let registry = registry(&config);
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut prometheus);

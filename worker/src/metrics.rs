@@ -70,6 +70,8 @@ pub struct Metrics {
     pub batches_finished: Family<StateLabels, Counter>,
     /// Retries of BMC calls (an action's second and later attempts).
     pub bmc_retries: Family<ProtocolLabels, Counter>,
+    /// BMC calls that failed because this worker ran out of file descriptors.
+    pub worker_exhausted: Counter,
     /// Circuit breakers and how often they opened (shared by every lane's breaker).
     pub breakers: crate::guard::BreakerMetrics,
     /// Actions refused at once by an open breaker.
@@ -96,6 +98,7 @@ impl Metrics {
             redeliveries: Family::default(),
             batches_finished: Family::default(),
             bmc_retries: Family::default(),
+            worker_exhausted: Counter::default(),
             breakers: crate::guard::BreakerMetrics::default(),
             breaker_rejections: Family::default(),
         };
@@ -108,6 +111,7 @@ impl Metrics {
         r.register("lease_changes", "Partition lease changes (acquired, lost, released)", m.lease_changes.clone());
         r.register("redeliveries", "Batches delivered again (resumed after finished actions, or redelivered before any)", m.redeliveries.clone());
         r.register("batches_finished", "Batches finished by this worker, by final state", m.batches_finished.clone());
+        r.register("fd_exhausted", "BMC calls that failed because this worker ran out of file descriptors (raise its limit)", m.worker_exhausted.clone());
         r.register("bmc_retries", "Retried BMC calls (retryable failures, within the action deadline), by protocol", m.bmc_retries.clone());
         r.register("breakers_open", "BMC circuit breakers on this worker that are open or half-open", m.breakers.open.clone());
         r.register("breaker_opens", "Times a BMC circuit breaker opened (or reopened after a failed probe)", m.breakers.opened.clone());

@@ -30,6 +30,7 @@ mod mockup;
 mod pki;
 mod server;
 mod silent;
+pub mod spec;
 mod sushy;
 
 pub use image::ImageServer;
