@@ -150,3 +150,24 @@ async fn running_out_of_descriptors_is_the_workers_fault_not_the_bmcs() {
     assert!(value(&metrics, "bmcfleet_fd_exhausted_total", &[]) >= 1.0);
     assert!(worker.log_text().contains("ran out of file descriptors"));
 }
+
+/// Issue 16 item 1: with `protocol: auto`, a Redfish service that answers
+/// with a certificate the worker cannot verify ends the probe: the password
+/// is not then offered over IPMI or to AMT over plain HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_stops_at_the_first_service_that_answers() {
+    use bmcfleet_tests::producer::{batch_for, Stack};
+    let stack = Stack::start(1, &[]).await;
+    let server = bmcfleet_testing::redfish::spec::spec_service().start().await.unwrap();
+    let mut target = server.target();
+    target.protocol = Protocol::Auto;
+    // The system roots do not know the test CA: the TLS handshake fails.
+    target.tls = TlsOptions::default();
+    let r = stack.run(&batch_for(target, vec![Action::Power(PowerOp::Status)])).await;
+    let e = r.results[0].error.as_ref().expect("refused");
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{r:?}");
+    let log = stack.workers[0].log_text();
+    let tried: Vec<&str> = log.lines().filter(|l| l.contains("BMC session failed to open.")).collect();
+    assert_eq!(tried.len(), 1, "more than one protocol was tried: {tried:#?}");
+    assert!(tried[0].contains("redfish"), "{tried:#?}");
+}

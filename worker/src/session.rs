@@ -70,8 +70,12 @@ impl SessionSlot {
                     }
                     Err(e) => {
                         tracing::info!(bmc = %target.address.key(), provider = c.protocol(), error = %e, "BMC session failed to open.");
-                        // An auth failure is an answer: do not probe further with the same password.
-                        let stop = e.code == ErrorCode::AuthFailed;
+                        // Probing goes on only while nothing answers. A service
+                        // that answered (a TLS failure, refused credentials,
+                        // any protocol or BMC error) ends it: the credentials
+                        // are never offered to a weaker protocol after a
+                        // stronger one refused them or could not be verified.
+                        let stop = !matches!(e.code, ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::TargetNotFound);
                         last = Some(e);
                         if stop {
                             break;
