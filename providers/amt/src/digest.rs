@@ -4,7 +4,8 @@
 //!   Digest challenge we support wins (SHA-512-256 > SHA-256 > MD5, each
 //!   with its `-sess` variant). AMT offers MD5 with `qop="auth"`.
 //! - Only `qop=auth` is used (`auth-int` is never needed for WS-Man); a
-//!   challenge without `qop` is answered the RFC 2069 way.
+//!   challenge without `qop` (RFC 2069 mode, crackable offline from one
+//!   observed exchange) is refused.
 //! - A nonce is reused for later requests with an increasing nonce count
 //!   (`nc`) and a fresh client nonce each time, which saves AMT a 401
 //!   round trip per call.
@@ -209,6 +210,11 @@ impl Challenge {
             }
             None => false,
         };
+        // RFC 2069 mode (no qop): no client nonce, so an observer can
+        // precompute and crack the response offline; refused.
+        if !qop_auth {
+            return None;
+        }
         Some(Challenge {
             realm: p.get("realm")?.to_owned(),
             nonce: p.get("nonce")?.to_owned(),
@@ -436,9 +442,9 @@ mod tests {
         assert_eq!(c.algorithm, Algorithm::Sha256);
         assert!(c.stale && c.algorithm_given);
         // Both in one header value, with a Basic challenge too.
-        let c = Challenge::select([r#"Basic realm="x", Digest realm="r", nonce="a\"b", algorithm=MD5"#]).unwrap();
+        let c = Challenge::select([r#"Basic realm="x", Digest realm="r", nonce="a\"b", algorithm=MD5, qop="auth""#]).unwrap();
         assert_eq!(c.nonce, "a\"b");
-        assert!(!c.qop_auth);
+        assert!(c.qop_auth);
     }
 
     #[test]
@@ -448,6 +454,10 @@ mod tests {
         assert!(Challenge::select([r#"Digest realm="x", nonce="y", algorithm=SHA-1"#]).is_err());
         assert!(Challenge::select([r#"Digest realm="x", nonce="y", qop="auth-int""#]).is_err());
         assert!(Challenge::select([r#"Digest nonce="y""#]).is_err());
+        // RFC 2069 mode (no qop, no client nonce) is crackable offline: refused, whatever the algorithm.
+        for no_qop in [r#"Digest realm="x", nonce="y""#, r#"Digest realm="x", nonce="y", algorithm=MD5"#, r#"Digest realm="x", nonce="y", algorithm=SHA-256"#] {
+            assert!(matches!(Challenge::select([no_qop]), Err(ChallengeError::Unsupported(_))), "{no_qop}");
+        }
     }
 
     #[test]
