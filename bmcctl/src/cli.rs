@@ -192,6 +192,9 @@ pub struct MachineFields {
     /// Trust exactly the certificate with this SHA-256 fingerprint (hex).
     #[arg(long)]
     pub pin_sha256: Option<String>,
+    /// Intel AMT: allow plain HTTP (16992) for this machine.
+    #[arg(long)]
+    pub allow_plain_http: Option<bool>,
     /// A label `key=value` (repeatable; `key=` removes it).
     #[arg(long = "label")]
     pub labels: Vec<String>,

@@ -159,6 +159,11 @@ pub struct TlsOptions {
     /// `insecure`. Takes precedence over `ca_pem` and `insecure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin_sha256: Option<String>,
+    /// Intel AMT only: allow plain HTTP (port 16992). Off by default: Digest
+    /// over HTTP lets an observer record the exchange; an operator allows it
+    /// per machine where the network is trusted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_plain_http: bool,
 }
 
 impl TlsOptions {

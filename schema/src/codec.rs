@@ -78,7 +78,7 @@ mod tests {
                 address: "10.0.0.5:623".parse().unwrap(),
                 protocol: Protocol::Ipmi,
                 credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
-                tls: TlsOptions { insecure: true, ca_pem: None, pin_sha256: None },
+                tls: TlsOptions { insecure: true, ca_pem: None, pin_sha256: None, allow_plain_http: false },
                 system_id: None,
             }),
             actions: vec![

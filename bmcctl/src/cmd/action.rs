@@ -32,7 +32,7 @@ impl Target {
             address: address.clone(),
             protocol: self.protocol,
             credentials,
-            tls: TlsOptions { insecure: self.insecure, ca_pem: None, pin_sha256: None },
+            tls: TlsOptions { insecure: self.insecure, ca_pem: None, pin_sha256: None, allow_plain_http: false },
             system_id: None,
         })
     }

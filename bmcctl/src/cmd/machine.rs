@@ -82,6 +82,9 @@ impl crate::cli::MachineFields {
         if let Some(pin) = &self.pin_sha256 {
             m.tls.pin_sha256 = Some(pin.clone());
         }
+        if let Some(allow) = self.allow_plain_http {
+            m.tls.allow_plain_http = allow;
+        }
         for l in &self.labels {
             let (k, v) = l.split_once('=').with_context(|| format!("label `{l}`: write key=value"))?;
             if v.is_empty() {

@@ -89,10 +89,11 @@ pub fn endpoint(target: &BmcTarget, require_tls: bool) -> Result<(String, Trust)
         }
         _ => wants_tls,
     };
-    if require_tls && !tls {
-        return Err(AmtError::Config(
-            "this worker requires TLS for AMT: give tls.ca_pem (or tls.insecure) and use port 16993".into(),
-        ));
+    if !tls && (require_tls || !tls_opts.allow_plain_http) {
+        let why = if require_tls { "this worker requires TLS for AMT" } else { "AMT over plain HTTP lets an observer record the Digest exchange" };
+        return Err(AmtError::Config(format!(
+            "{why}: give the machine tls.ca_pem (or tls.pin_sha256) and use port 16993, or allow plain HTTP for this machine (tls.allow_plain_http)"
+        )));
     }
     let (scheme, default_port) = if tls { ("https", TLS_PORT) } else { ("http", HTTP_PORT) };
     let url = format!("{scheme}://{}{WSMAN_PATH}", target.address.authority(default_port));
@@ -135,7 +136,7 @@ mod tests {
             address: addr.parse().unwrap(),
             protocol: Protocol::Amt,
             credentials: Credentials::Ref("x".into()),
-            tls: TlsOptions { insecure, ca_pem: ca.map(str::to_owned), pin_sha256: None },
+            tls: TlsOptions { insecure, ca_pem: ca.map(str::to_owned), pin_sha256: None, allow_plain_http: true },
             system_id: None,
         }
     }
@@ -153,5 +154,12 @@ mod tests {
         assert_eq!(e("nuc-3.lab:8080", None, false).unwrap().0, "http://nuc-3.lab:8080/wsman");
         assert!(matches!(endpoint(&target("10.0.0.5", None, false), true), Err(AmtError::Config(_))));
         assert!(endpoint(&target("10.0.0.5", None, true), true).is_ok());
+        // Plain HTTP only where the machine's record allows it.
+        let mut strict = target("10.0.0.5", None, false);
+        strict.tls.allow_plain_http = false;
+        let e = endpoint(&strict, false).unwrap_err();
+        assert!(e.to_string().contains("allow_plain_http"), "{e}");
+        strict.tls.insecure = true;
+        assert_eq!(endpoint(&strict, false).unwrap().1, Trust::Insecure);
     }
 }

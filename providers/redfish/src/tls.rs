@@ -94,7 +94,7 @@ mod tests {
 
     #[test]
     fn insecure_config_builds() {
-        let opts = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None };
+        let opts = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None, allow_plain_http: false };
         assert!(client_config(&opts, &SystemRoots::default()).is_ok());
     }
 }

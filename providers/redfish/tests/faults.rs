@@ -201,19 +201,19 @@ async fn untrusted_certificate_is_a_tls_error_unless_insecure() {
     assert!(!e.retryable);
 
     // Another CA: still refused.
-    target.tls = TlsOptions { insecure: false, ca_pem: Some(TestPki::generate().unwrap().ca_pem), pin_sha256: None };
+    target.tls = TlsOptions { insecure: false, ca_pem: Some(TestPki::generate().unwrap().ca_pem), pin_sha256: None, allow_plain_http: false };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
     assert!(e.message.contains("TLS"), "{e}");
     assert!(server.requests().is_empty(), "a request went over an unverified connection");
 
     // Garbage CA bundle: refused before connecting.
-    target.tls = TlsOptions { insecure: false, ca_pem: Some("not a pem".into()), pin_sha256: None };
+    target.tls = TlsOptions { insecure: false, ca_pem: Some("not a pem".into()), pin_sha256: None, allow_plain_http: false };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
 
     // Explicit opt-in.
-    target.tls = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None };
+    target.tls = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None, allow_plain_http: false };
     connector().open(&ctx(5), &target, &server.credentials()).await.expect("insecure connects");
 }
 
@@ -351,19 +351,19 @@ async fn a_pinned_certificate_is_the_only_one_trusted() {
     let hex: Vec<String> = digest.iter().map(|b| format!("{b:02X}")).collect();
     let mut target = server.target();
     // The pin alone (no CA): the self-signed-style case it exists for.
-    target.tls = TlsOptions { insecure: false, ca_pem: None, pin_sha256: Some(hex.join(":")) };
+    target.tls = TlsOptions { insecure: false, ca_pem: None, pin_sha256: Some(hex.join(":")), allow_plain_http: false };
     connector().open(&ctx(5), &target, &server.credentials()).await.expect("the pinned certificate connects");
     // Another fingerprint, even with the right CA: refused before any request.
     server.clear_requests();
     let mut other = digest.to_vec();
     other[0] ^= 1;
     let other: String = other.iter().map(|b| format!("{b:02x}")).collect();
-    target.tls = TlsOptions { insecure: true, ca_pem: Some(pki.ca_pem.clone()), pin_sha256: Some(other) };
+    target.tls = TlsOptions { insecure: true, ca_pem: Some(pki.ca_pem.clone()), pin_sha256: Some(other), allow_plain_http: false };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
     assert!(server.requests().is_empty(), "a request went to a BMC whose certificate is not the pinned one");
     // A malformed pin is a configuration error.
-    target.tls = TlsOptions { insecure: false, ca_pem: None, pin_sha256: Some("abc".into()) };
+    target.tls = TlsOptions { insecure: false, ca_pem: None, pin_sha256: Some("abc".into()), allow_plain_http: false };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
 }

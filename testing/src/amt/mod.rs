@@ -368,7 +368,7 @@ impl AmtFixtureServer {
     }
 
     /// A target for this server: `127.0.0.1:<port>`, protocol `amt`, inline
-    /// credentials, and `tls.ca_pem` in TLS mode.
+    /// credentials, and `tls.ca_pem` in TLS mode (`tls.allow_plain_http` in HTTP mode).
     pub fn target(&self) -> BmcTarget {
         BmcTarget {
             address: format!("127.0.0.1:{}", self.addr.port()).parse().expect("loopback address parses"),
@@ -377,7 +377,8 @@ impl AmtFixtureServer {
                 username: self.options.username.clone(),
                 password: Secret::new(self.options.password.clone()),
             },
-            tls: TlsOptions { insecure: false, ca_pem: self.ca_pem.clone(), pin_sha256: None },
+            // Plain HTTP is what an operator must allow for the machine.
+            tls: TlsOptions { insecure: false, allow_plain_http: self.ca_pem.is_none(), ca_pem: self.ca_pem.clone(), pin_sha256: None },
             system_id: None,
         }
     }

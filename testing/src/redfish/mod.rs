@@ -88,7 +88,7 @@ pub fn loopback_target(addr: SocketAddr, username: &str, password: &str, ca_pem:
         address: format!("127.0.0.1:{}", addr.port()).parse::<BmcAddress>().expect("loopback address parses"),
         protocol: Protocol::Redfish,
         credentials: Credentials::Inline { username: username.to_owned(), password: Secret::new(password) },
-        tls: TlsOptions { insecure: false, ca_pem: Some(ca_pem.to_owned()), pin_sha256: None },
+        tls: TlsOptions { insecure: false, ca_pem: Some(ca_pem.to_owned()), pin_sha256: None, allow_plain_http: false },
         system_id: None,
     }
 }

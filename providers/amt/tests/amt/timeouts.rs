@@ -66,7 +66,7 @@ async fn refused_connection_is_unreachable() {
         address: format!("127.0.0.1:{port}").parse().unwrap(),
         protocol: bmcfleet_schema::Protocol::Amt,
         credentials: bmcfleet_schema::Credentials::Ref("x".into()),
-        tls: Default::default(),
+        tls: bmcfleet_schema::TlsOptions { allow_plain_http: true, ..Default::default() },
         system_id: None,
     };
     let creds = ResolvedCredentials { username: "admin".into(), password: Secret::new("x") };

@@ -24,7 +24,7 @@ async fn trusted_ca_works() {
 async fn untrusted_certificate_is_refused_before_any_request() {
     let server = skip_without_fixtures!(tls());
     let mut target = server.target();
-    target.tls = TlsOptions { insecure: false, ca_pem: Some(unrelated_ca_pem().unwrap()), pin_sha256: None };
+    target.tls = TlsOptions { insecure: false, ca_pem: Some(unrelated_ca_pem().unwrap()), pin_sha256: None, allow_plain_http: false };
     let e = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::ProtocolError, "{}", e.message);
     assert!(!e.retryable);
@@ -36,7 +36,7 @@ async fn untrusted_certificate_is_refused_before_any_request() {
 async fn insecure_opt_in_accepts_any_certificate() {
     let server = skip_without_fixtures!(tls());
     let mut target = server.target();
-    target.tls = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None };
+    target.tls = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None, allow_plain_http: false };
     let mut s = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.unwrap();
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap(), Some(PowerState::On));
 }
@@ -45,7 +45,13 @@ async fn insecure_opt_in_accepts_any_certificate() {
 async fn plain_http_to_a_tls_port_fails_cleanly() {
     let server = skip_without_fixtures!(tls());
     let mut target = server.target();
+    // Without the machine's allowance plain HTTP is refused before connecting.
     target.tls = TlsOptions::default();
+    let e = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.err().expect("must fail");
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
+    assert!(server.requests().is_empty(), "plain HTTP reached the BMC");
+    // Allowed, it still fails cleanly against a TLS port.
+    target.tls = TlsOptions { allow_plain_http: true, ..TlsOptions::default() };
     let e = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.err().expect("must fail");
     assert!(matches!(e.code, ErrorCode::Unreachable | ErrorCode::ProtocolError), "{e}");
 }
