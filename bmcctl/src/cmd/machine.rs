@@ -236,7 +236,7 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
             println!("{:<32} {:<28} {:<8} {:<10} LABELS", "NAME", "ADDRESS", "PROTOCOL", "TENANT");
             for m in load_all(&kv).await?.values() {
                 let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                println!("{:<32} {:<28} {:<8} {:<10} {}", m.name, m.address, m.protocol, m.tenant, labels.join(","));
+                println!("{:<32} {:<28} {:<8} {:<10} {}", m.name, m.address.to_string(), m.protocol.to_string(), m.tenant, labels.join(","));
             }
         }
         MachineOp::Rm { name } => {
