@@ -182,8 +182,14 @@ impl Registry {
 
     /// The machine registered at this address's host, if any.
     pub fn machine_at(&self, address: &BmcAddress) -> Option<String> {
+        self.machine_at_host(&address.host_string())
+    }
+
+    /// The machine registered at `host` (a name, or an IP in its canonical
+    /// text form), if any.
+    pub fn machine_at_host(&self, host: &str) -> Option<String> {
         let copy = self.copy.read().expect("registry lock");
-        copy.hosts.get(&address.host_string()).and_then(|names| names.iter().next().cloned())
+        copy.hosts.get(host).and_then(|names| names.iter().next().cloned())
     }
 
     /// How many usable records the copy holds.

@@ -244,3 +244,19 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     let puts = log.iter().filter(|r| r.actor == "registry" && matches!(&r.what, AuditEvent::MachinePut { machine, .. } if machine == "web-1")).count();
     assert_eq!(puts, 2, "{log:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_resolving_to_a_registered_machine_is_that_machine() {
+    // A producer cannot reach a registered BMC (another tenant's, say)
+    // through a hostname of its own that resolves to it.
+    let e = env(&[]).await;
+    let p = &e.producer;
+    let registered = bmcfleet_tests::checks::sim_batch("127.0.0.1", vec![]).bmc.unwrap();
+    e.topo.register_machine(&p.client, &registered).await;
+    let mut b = bmcfleet_tests::checks::sim_batch("localhost", vec![Action::Power(PowerOp::Status)]);
+    b.bmc.as_mut().unwrap().protocol = Protocol::Ipmi;
+    let Reply::Result(r) = p.submit(&b, true).await else { panic!("a result") };
+    let err = r.results[0].error.as_ref().expect("refused");
+    assert_eq!(err.code, ErrorCode::TargetForbidden, "{r:?}");
+    assert!(err.message.contains("registered machine"), "{err:?}");
+}

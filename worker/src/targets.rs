@@ -59,6 +59,10 @@ impl Targets {
         }
         for ip in self.addresses(t).await? {
             self.ad_hoc.check(ip).map_err(|why| forbidden(format!("{}: {why}", t.address.host_string())))?;
+            // A name that resolves to a registered machine is that machine.
+            if t.address.ip().is_none() && self.machines.machine_at_host(&ip.to_string()).is_some() {
+                return Err(forbidden(format!("{} resolves to a registered machine's address: name the machine instead", t.address.host_string())));
+            }
         }
         Ok(t.clone())
     }
