@@ -575,6 +575,29 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever a BMC writes as a link, a URL it resolves to stays on
+        /// the BMC: same scheme, host and port, no user info. (Links built
+        /// from URL-ish pieces, so the parser's edge cases come up often.)
+        #[test]
+        fn no_link_leaves_the_bmc(
+            parts in proptest::collection::vec(proptest::sample::select(vec![
+                "/", "//", "\\", "@", ":", "https:", "http:", "10.9.9.9", "10.0.0.5", ":8443", ":443", "evil.example",
+                "%2f", "%40", "..", ".", "?", "#", "redfish", "v1", "\t", " ", "user:pw@", "[::1]", "%00",
+            ]), 0..8),
+            tail in "[a-zA-Z0-9/._%@:-]{0,12}",
+        ) {
+            let link = format!("{}{tail}", parts.concat());
+            let base = "https://10.0.0.5:8443";
+            if let Ok(url) = resolve(base, &link) {
+                proptest::prop_assert_eq!(url.scheme(), "https", "{}", link);
+                proptest::prop_assert_eq!(url.host_str(), Some("10.0.0.5"), "{} -> {}", link, url);
+                proptest::prop_assert_eq!(url.port_or_known_default(), Some(8443), "{} -> {}", link, url);
+                proptest::prop_assert!(url.username().is_empty() && url.password().is_none(), "{} -> {}", link, url);
+            }
+        }
+    }
+
     fn reply(status: u16, body: &str, location: Option<&str>) -> Reply {
         let mut headers = HeaderMap::new();
         if let Some(l) = location {
