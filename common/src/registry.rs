@@ -170,12 +170,9 @@ impl Registry {
             return Lookup::Invalid(why.clone());
         }
         let Some(m) = copy.machines.get(name) else { return Lookup::NotFound };
-        let others: Vec<&String> = copy.hosts.get(&m.host_identity()).into_iter().flatten().filter(|n| *n != name).collect();
-        match others.first() {
-            Some(other) => Lookup::Conflict(format!(
-                "machines `{name}` and `{other}` are registered at the same host {}; one BMC is one machine",
-                m.host_identity()
-            )),
+        let host = m.host_identity();
+        match copy.hosts.get(&host).and_then(|names| names.iter().find(|n| *n != name)) {
+            Some(other) => Lookup::Conflict(format!("machines `{name}` and `{other}` are registered at the same host {host}; one BMC is one machine")),
             None => Lookup::Found(m.clone()),
         }
     }

@@ -290,10 +290,7 @@ impl Gateway {
         let (mut target, tenant) = self.target(&mut batch, who).await?;
         let wait = truthy(header(headers, WAIT_HEADER));
         let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
-        let key = match &batch.machine {
-            Some(name) => bmcfleet_schema::BmcKey::machine(name),
-            None => target.address.key(),
-        };
+        let key = bmcfleet_schema::ordering_key(batch.machine.as_deref(), &target.address);
         let subject = self.subjects.job(&key);
         let admitted_at_ms = now_ms();
         let deadline = batch.deadline.unwrap_or(self.limits.default_deadline);

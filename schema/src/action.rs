@@ -610,13 +610,29 @@ impl Action {
     }
 }
 
+/// The ordering key of a batch for `machine`, else for the ad hoc `address`.
+pub fn ordering_key(machine: Option<&str>, address: &BmcAddress) -> BmcKey {
+    match machine {
+        Some(name) => BmcKey::machine(name),
+        None => address.key(),
+    }
+}
+
+impl Batch {
+    /// The ordering key as the batch states it (`None`: it names no target).
+    pub fn key(&self) -> Option<BmcKey> {
+        match (&self.machine, &self.bmc) {
+            (Some(name), _) => Some(BmcKey::machine(name)),
+            (None, Some(t)) => Some(t.address.key()),
+            (None, None) => None,
+        }
+    }
+}
+
 impl Job {
     /// The ordering key: the machine's, or the ad hoc address's.
     pub fn key(&self) -> BmcKey {
-        match &self.batch.machine {
-            Some(name) => BmcKey::machine(name),
-            None => self.target.address.key(),
-        }
+        ordering_key(self.batch.machine.as_deref(), &self.target.address)
     }
 }
 

@@ -40,11 +40,7 @@ pub fn batch_decode(data: &[u8]) {
         }
     }
     let subjects = Subjects::default();
-    let key = match (&batch.machine, &batch.bmc) {
-        (Some(name), _) => crate::BmcKey::machine(name),
-        (None, Some(t)) => t.address.key(),
-        (None, None) => panic!("an admitted batch has no target"),
-    };
+    let key = batch.key().expect("an admitted batch names a target");
     let subject = subjects.job(&key);
     assert_eq!(
         subjects.key_of_job_subject(&subject),

@@ -135,6 +135,21 @@ impl Machine {
     }
 }
 
+/// What an ad hoc target may never carry, whoever checks it (the gateway at
+/// admission, the worker again before sending): a named credential (usable
+/// only through its machine) or TLS options (they belong to machine records).
+pub fn ad_hoc_refusal(target: &BmcTarget) -> Option<&'static str> {
+    if target.tls != TlsOptions::default() {
+        return Some(
+            "bmc.tls: an ad hoc target is verified against the system roots; only an operator's machine record may trust another CA, pin a certificate, skip verification or allow plain HTTP",
+        );
+    }
+    if matches!(target.credentials, Credentials::Ref(_)) {
+        return Some("bmc.credentials.ref: a named credential is usable only through the registered machine it is bound to");
+    }
+    None
+}
+
 /// An IP range: `10.0.0.0/8`, `fd00::/8`, or one address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cidr {

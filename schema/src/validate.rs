@@ -150,15 +150,12 @@ fn ad_hoc(target: &BmcTarget, limits: &Limits) -> Result<(), ValidationError> {
     if let Some(ip) = target.address.ip() {
         limits.ad_hoc.check(ip).map_err(|why| forbidden(format!("bmc.address: {why}")))?;
     }
-    if target.tls != TlsOptions::default() {
-        return Err(forbidden(
-            "bmc.tls: an ad hoc target is verified against the system roots; only an operator's machine record may trust another CA or skip verification",
-        ));
+    if let Some(why) = crate::machine::ad_hoc_refusal(target) {
+        return Err(forbidden(why));
     }
     match &target.credentials {
-        Credentials::Ref(_) => {
-            return Err(forbidden("bmc.credentials.ref: a named credential is usable only through the registered machine it is bound to"));
-        }
+        // Already refused by `ad_hoc_refusal`; kept closed here too.
+        Credentials::Ref(_) => return Err(forbidden("bmc.credentials.ref: a named credential needs a registered machine")),
         Credentials::Inline { username, .. } => {
             if !limits.allow_inline_credentials {
                 return Err(ValidationError::new(

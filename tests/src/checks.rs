@@ -51,7 +51,7 @@ pub async fn submit_all(p: &Producer, batches: Vec<Batch>) -> (Vec<BatchId>, Per
     let mut groups: Vec<(String, Vec<Batch>)> = vec![];
     let mut index: HashMap<String, usize> = HashMap::new();
     for b in batches {
-        let key = b.bmc.as_ref().map(|t| t.address.key().to_string()).or_else(|| b.machine.as_ref().map(|m| BmcKey::machine(m).to_string())).unwrap_or_default();
+        let key = b.key().map(|k| k.to_string()).unwrap_or_default();
         let i = *index.entry(key.clone()).or_insert_with(|| {
             groups.push((key.clone(), vec![]));
             groups.len() - 1

@@ -20,7 +20,7 @@
 
 use bmcfleet_common::registry::{Lookup, Registry};
 use bmcfleet_schema::machine::AdHocPolicy;
-use bmcfleet_schema::{BmcTarget, Credentials, ErrorBody, ErrorCode, Job};
+use bmcfleet_schema::{BmcTarget, ErrorBody, ErrorCode, Job};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -48,11 +48,8 @@ impl Targets {
             };
         }
         let t = &job.target;
-        if matches!(t.credentials, Credentials::Ref(_)) {
-            return Err(forbidden("a named credential is usable only through the registered machine it is bound to"));
-        }
-        if t.tls != bmcfleet_schema::TlsOptions::default() {
-            return Err(forbidden("an ad hoc target is verified against the system roots; TLS options belong to machine records"));
+        if let Some(why) = bmcfleet_schema::machine::ad_hoc_refusal(t) {
+            return Err(forbidden(why));
         }
         if let Some(machine) = self.machines.machine_at(&t.address) {
             return Err(forbidden(format!("{} is registered as machine `{machine}`: name the machine instead", t.address.host_string())));
