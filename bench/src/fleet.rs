@@ -26,11 +26,13 @@ pub struct FleetOptions {
     pub rebalance: String,
     /// Extra worker flags (e.g. `--lane-idle-timeout 20s`).
     pub worker_args: Vec<String>,
+    /// The gateway's `--max-queued-per-bmc`.
+    pub max_queued_per_bmc: u32,
 }
 
 impl Default for FleetOptions {
     fn default() -> Self {
-        FleetOptions { partitions: 16, sim: None, lease_ttl: "15s".into(), rebalance: "3s".into(), worker_args: vec![] }
+        FleetOptions { partitions: 16, sim: None, lease_ttl: "15s".into(), rebalance: "3s".into(), worker_args: vec![], max_queued_per_bmc: 1024 }
     }
 }
 
@@ -78,6 +80,9 @@ impl Fleet {
         let subjects = Subjects::new("bmc", "BMCFLEET", options.partitions);
         let mut args = common_args(&nats, options.partitions);
         args.extend(["--allow-sim".into(), "true".into()]);
+        // The ordering workloads queue up to 500 batches per BMC before the
+        // workers start (hence 1024 by default); `isolation` uses the default cap.
+        args.extend(["--max-queued-per-bmc".into(), options.max_queued_per_bmc.to_string()]);
         let sealing = bmcfleet_common::sealing::generate();
         let env = [("BMCFLEET_INLINE_CREDENTIALS", "sealed".to_owned()), ("BMCFLEET_WORKERS_PUBLIC_KEY", sealing.1.clone())];
         let gateway = harness::spawn(&workspace_bin("bmc-gateway")?, "bmc-gateway", &args, &env)?;
@@ -240,6 +245,24 @@ pub async fn submit(client: &async_nats::Client, batch: &Batch, wait: bool) -> a
     let body = Encoding::MessagePack.encode(batch)?;
     let req = async_nats::Request::new().headers(h).payload(body.into()).timeout(Some(Duration::from_secs(120)));
     let msg = client.send_request("bmcfleet.submit", req).await.context("gateway request")?;
+    let enc = Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))?;
+    Ok(enc.decode::<Reply>(&msg.payload)?)
+}
+
+/// Ask the gateway to cancel batch `id`.
+pub async fn cancel(client: &async_nats::Client, id: BatchId) -> anyhow::Result<Reply> {
+    by_id(client, "bmcfleet.cancel", id).await
+}
+
+/// Ask the gateway for batch `id`'s status.
+pub async fn status(client: &async_nats::Client, id: BatchId) -> anyhow::Result<Reply> {
+    by_id(client, "bmcfleet.status", id).await
+}
+
+async fn by_id(client: &async_nats::Client, subject: &'static str, id: BatchId) -> anyhow::Result<Reply> {
+    let body = Encoding::MessagePack.encode(&bmcfleet_schema::IdRequest { id })?;
+    let req = async_nats::Request::new().payload(body.into()).timeout(Some(Duration::from_secs(30)));
+    let msg = client.send_request(subject, req).await.context("gateway request")?;
     let enc = Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))?;
     Ok(enc.decode::<Reply>(&msg.payload)?)
 }

@@ -9,15 +9,19 @@
 //! - **baseline**: healthy BMCs alone;
 //! - **with faulty peers**: the same, while a hung BMC (accepts, never
 //!   answers) holds one action until its deadline (longer than the window)
-//!   and a slow BMC answers each action only after a delay, in a closed loop.
+//!   and a slow BMC answers each action only after a delay, in a closed loop;
+//! - **next to a backlog**: the same, while a slow BMC has a full queue:
+//!   64-action batches submitted until the gateway answers `bmc_queue_full`
+//!   (the default `--max-queued-per-bmc`), all held by the same partition.
 //!
 //! The phases alternate within each repetition; the hung batch's result is
 //! awaited before the next baseline starts, and each repetition uses fresh
 //! faulty BMCs (so no circuit breaker carries over). Reported: p50/p99 of
 //! each phase (medians over repetitions) and their ratio, with the goal that
-//! the healthy p99 with faulty peers stays within 2× of the baseline.
+//! the healthy p99 with faulty peers, and next to a backlog, stays within 2×
+//! of the baseline.
 
-use crate::fleet::{sim_batch, status_round_trip, submit, Fleet, FleetOptions};
+use crate::fleet::{cancel, sim_batch, status, status_round_trip, submit, Fleet, FleetOptions};
 use crate::report::{Section, Table};
 use crate::stats::{median, ms, ops, rate, ratio, Latency};
 use anyhow::{bail, Context as _};
@@ -83,9 +87,46 @@ async fn healthy_loops(client: &async_nats::Client, healthy: usize, window: Dura
     Ok((all, started.elapsed()))
 }
 
-async fn phase(fleet: &Fleet, sim: &SimServer, o: &Options, faulty: Option<usize>) -> anyhow::Result<Phase> {
+/// The faulty peers of a phase (each repetition uses fresh BMCs).
+#[derive(Clone, Copy)]
+enum Faults {
+    None,
+    /// A hung and a slow BMC, in closed loops.
+    HungAndSlow(usize),
+    /// A slow BMC whose queue is full.
+    Backlog(usize),
+}
+
+/// Fill a slow BMC's queue with 64-action batches until the gateway refuses
+/// the next with `bmc_queue_full`; the ids queued.
+async fn fill_backlog(fleet: &Fleet, bmc: &str) -> anyhow::Result<Vec<bmcfleet_schema::BatchId>> {
+    let mut ids = Vec::new();
+    loop {
+        let b = sim_batch(bmc, vec![Action::Power(PowerOp::Status); 64])?;
+        match submit(&fleet.client, &b, false).await? {
+            Reply::Accepted(a) => ids.push(a.id),
+            Reply::Error(e) if e.code == ErrorCode::BmcQueueFull => return Ok(ids),
+            other => bail!("filling the backlog: {other:?}"),
+        }
+        if ids.len() > 100_000 {
+            bail!("the gateway never refused a batch for a full BMC queue");
+        }
+    }
+}
+
+async fn phase(fleet: &Fleet, sim: &SimServer, o: &Options, faults: Faults) -> anyhow::Result<Phase> {
     let mut peers = tokio::task::JoinSet::new();
-    if let Some(rep) = faulty {
+    let mut backlog = Vec::new();
+    if let Faults::Backlog(rep) = faults {
+        let slow = format!("slow-backlog-{rep}.bench");
+        let slow_key = slow.parse::<bmcfleet_schema::BmcAddress>()?.key().to_string();
+        backlog = fill_backlog(fleet, &slow).await?;
+        crate::harness::poll(Duration::from_secs(30), Duration::from_millis(5), "the backlogged BMC's first request", || async {
+            sim.calls(&slow_key).iter().any(|c| c.action.is_some()).then_some(())
+        })
+        .await?;
+    }
+    if let Faults::HungAndSlow(rep) = faults {
         // A hung BMC: one action that waits for its deadline, past the window.
         let mut hung = sim_batch(&format!("hang-{rep}.bench"), vec![Action::Power(PowerOp::Status)])?;
         hung.deadline = Some(o.duration + Duration::from_secs(2));
@@ -126,6 +167,23 @@ async fn phase(fleet: &Fleet, sim: &SimServer, o: &Options, faulty: Option<usize
     while let Some(r) = peers.join_next().await {
         r.context("faulty peer")??;
     }
+    // Clear the backlog before the next phase: cancelled batches are skipped.
+    for id in &backlog {
+        match cancel(&fleet.client, *id).await? {
+            Reply::Cancelled { .. } => {}
+            Reply::Error(e) if e.code == ErrorCode::Conflict => {} // finished already
+            other => bail!("cancelling the backlog: {other:?}"),
+        }
+    }
+    if let Some(last) = backlog.last() {
+        crate::harness::poll(Duration::from_secs(120), Duration::from_millis(20), "the cancelled backlog to drain", || async {
+            match status(&fleet.client, *last).await.ok()? {
+                Reply::Status(s) if s.state.is_final() => Some(()),
+                _ => None,
+            }
+        })
+        .await?;
+    }
     Ok(Phase { latency: Latency::of(&samples), rate: rate(samples.len(), elapsed) })
 }
 
@@ -139,7 +197,9 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
          the gateway. **Baseline**: healthy BMCs alone. **With faulty peers**: the same, while a hung BMC (accepts \
          the connection, never answers) holds one action until its batch deadline, which is longer than the window, \
          and a slow BMC answers every action after a fixed delay, in a closed loop. Measurement starts once both \
-         faulty BMCs have received a request."
+         faulty BMCs have received a request. **Next to a backlog**: the same, after a slow BMC's queue was filled \
+         with 64-action batches until the gateway answered `bmc_queue_full` (the default `--max-queued-per-bmc` 64); \
+         measurement starts once its first action reached the simulator, and the backlog is cancelled afterwards."
             .into(),
         "The two phases alternate within each repetition (after a warm-up); each repetition uses fresh faulty BMCs \
          and waits for the hung batch's timeout before the next baseline. The worker runs with \
@@ -151,25 +211,33 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         .await
         .context("starting the simulator")?;
     // The fleet starts workers with --bmc-min-interval 0s.
-    let mut fleet = Fleet::start(FleetOptions { partitions: 1, sim: Some(sim.addr()), ..FleetOptions::default() }).await?;
+    let mut fleet = Fleet::start(FleetOptions {
+            partitions: 1,
+            sim: Some(sim.addr()),
+            max_queued_per_bmc: bmcfleet_common::streams::DEFAULT_MAX_QUEUED_PER_BMC as u32,
+            ..FleetOptions::default()
+        }).await?;
     fleet.spawn_worker("w0", &[])?;
     fleet.wait_owned_by(&["w0"], 1, Duration::from_secs(30)).await?;
     healthy_loops(&fleet.client, o.healthy, o.warmup).await.context("warm-up")?;
 
-    let (mut base, mut faulty) = (vec![], vec![]);
+    let (mut base, mut faulty, mut backlog) = (vec![], vec![], vec![]);
     for rep in 0..o.reps.max(1) {
-        base.push(phase(&fleet, &sim, o, None).await.context("baseline phase")?);
-        faulty.push(phase(&fleet, &sim, o, Some(rep)).await.context("phase with faulty peers")?);
+        base.push(phase(&fleet, &sim, o, Faults::None).await.context("baseline phase")?);
+        faulty.push(phase(&fleet, &sim, o, Faults::HungAndSlow(rep)).await.context("phase with faulty peers")?);
+        backlog.push(phase(&fleet, &sim, o, Faults::Backlog(rep)).await.context("phase next to a backlog")?);
         eprintln!(
-            "isolation rep {}: healthy p99 {} ms alone, {} ms with a hung and a slow peer",
+            "isolation rep {}: healthy p99 {} ms alone, {} ms with a hung and a slow peer, {} ms next to a full slow queue",
             rep + 1,
             ms(base[rep].latency.p99_ms),
-            ms(faulty[rep].latency.p99_ms)
+            ms(faulty[rep].latency.p99_ms),
+            ms(backlog[rep].latency.p99_ms)
         );
     }
     let med = |v: &[Phase], f: fn(&Phase) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
     let (b50, b99, brate) = (med(&base, |p| p.latency.p50_ms), med(&base, |p| p.latency.p99_ms), med(&base, |p| p.rate));
     let (f50, f99, frate) = (med(&faulty, |p| p.latency.p50_ms), med(&faulty, |p| p.latency.p99_ms), med(&faulty, |p| p.rate));
+    let (l50, l99, lrate) = (med(&backlog, |p| p.latency.p50_ms), med(&backlog, |p| p.latency.p99_ms), med(&backlog, |p| p.rate));
     let samples = |v: &[Phase]| v.iter().map(|p| p.latency.samples).sum::<usize>();
 
     let mut t = Table::new(
@@ -184,12 +252,20 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     t.row(vec!["baseline (healthy only)".into(), ms(b50), ms(b99), ops(brate), samples(&base).to_string()]);
     t.row(vec!["with a hung and a slow BMC".into(), ms(f50), ms(f99), ops(frate), samples(&faulty).to_string()]);
     t.row(vec!["ratio (faulty / baseline)".into(), ratio(f50 / b50), ratio(f99 / b99), ratio(frate / brate), String::new()]);
+    t.row(vec!["next to a slow BMC with a full queue".into(), ms(l50), ms(l99), ops(lrate), samples(&backlog).to_string()]);
+    t.row(vec!["ratio (backlog / baseline)".into(), ratio(l50 / b50), ratio(l99 / b99), ratio(lrate / brate), String::new()]);
     section.tables.push(t);
     section.goal(
         "healthy BMCs' p99 latency with a hung and a slow BMC on the same partition and worker",
         "≤ 2× baseline p99",
         ratio(f99 / b99),
         f99 / b99 <= 2.0,
+    );
+    section.goal(
+        "healthy BMCs' p99 latency next to a slow BMC whose queue is full (64-action batches up to the default per-BMC cap)",
+        "≤ 2× baseline p99",
+        ratio(l99 / b99),
+        l99 / b99 <= 2.0,
     );
     section.findings.push(format!(
         "A hung BMC waiting for its deadline and a slow BMC in a closed loop change healthy neighbours' p50 by {} and p99 by {}; \

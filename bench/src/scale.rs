@@ -246,6 +246,7 @@ async fn deployment(o: &Options) -> anyhow::Result<Env> {
         lease_ttl: dur(o.lease_ttl),
         rebalance: dur(o.rebalance),
         worker_args: vec!["--lane-idle-timeout".into(), dur(o.lane_idle)],
+        ..FleetOptions::default()
     })
     .await?;
     let collector = Collector::start(&fleet.client, &fleet.subjects).await?;

@@ -2,7 +2,7 @@
 //!
 //! | resource          | kind | retention / TTL                  | written by        |
 //! |-------------------|------|----------------------------------|-------------------|
-//! | `<S>_JOBS`        | stream, `<p>.jobs.>` | work-queue, file, dedupe window | gateway publishes, workers ack |
+//! | `<S>_JOBS`        | stream, `<p>.jobs.>` | work-queue, file, dedupe window, per-BMC cap (discard new per subject) | gateway publishes, workers ack |
 //! | `<S>_EVENTS`      | stream, `<p>.events.>` | limits, `events_max_age`     | workers           |
 //! | `<S>_BATCHES`     | KV   | `status_max_age`                 | gateway + workers (CAS) |
 //! | `<S>_LEASES`      | KV   | `lease_ttl` (expiry = lease loss)| workers (CAS)     |
@@ -16,11 +16,25 @@
 //! refuses to start instead of publishing to partitions nobody consumes.
 
 use async_nats::jetstream::{self, kv, stream, Context};
+use futures::StreamExt;
 use bmcfleet_schema::Subjects;
 use std::collections::HashMap;
 use std::time::Duration;
 
 pub const PARTITIONS_KEY: &str = "bmcfleet.partitions";
+
+/// Default of `--max-queued-per-bmc`.
+pub const DEFAULT_MAX_QUEUED_PER_BMC: i64 = 64;
+
+/// A BMC may hold at most this share (1/N) of its partition's delivered,
+/// unacknowledged jobs: workers hold at least N × the per-BMC queue cap.
+pub const BMC_SHARE_DIVISOR: i64 = 4;
+
+/// The most jobs of one BMC the jobs stream holds (its per-subject limit),
+/// as found on the stream; `None` when unlimited.
+pub fn max_queued_per_bmc(info: &stream::Config) -> Option<i64> {
+    (info.max_messages_per_subject > 0).then_some(info.max_messages_per_subject)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -51,6 +65,9 @@ pub struct StreamSettings {
     pub max_message_bytes: i32,
     /// How long audit records are kept.
     pub audit_max_age: Duration,
+    /// Most batches queued for one BMC (one jobs subject): JetStream refuses
+    /// a further publish to that subject, so nothing is stored.
+    pub max_queued_per_bmc: i64,
 }
 
 impl Default for StreamSettings {
@@ -62,6 +79,7 @@ impl Default for StreamSettings {
             status_max_age: Duration::from_secs(7 * 24 * 3600),
             max_message_bytes: 1024 * 1024,
             audit_max_age: Duration::from_secs(90 * 24 * 3600),
+            max_queued_per_bmc: DEFAULT_MAX_QUEUED_PER_BMC,
         }
     }
 }
@@ -95,6 +113,10 @@ fn jobs_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
         duplicate_window: set.dedupe_window,
         max_message_size: set.max_message_bytes,
         discard: stream::DiscardPolicy::New,
+        // One subject per BMC: JetStream itself refuses a job beyond the cap
+        // for that BMC (and only that BMC), storing nothing.
+        max_messages_per_subject: set.max_queued_per_bmc,
+        discard_new_per_subject: true,
         metadata: HashMap::from([(PARTITIONS_KEY.to_owned(), s.partitions.to_string())]),
         ..Default::default()
     }
@@ -210,6 +232,34 @@ fn check_partitions(subjects: &Subjects, metadata: &HashMap<String, String>) -> 
     }
 }
 
+/// The per-BMC cap to set on an existing jobs stream. JetStream enforces a
+/// lowered per-subject limit by deleting the oldest messages, which in a work
+/// queue are jobs nobody ran: so the cap is never set below the longest queue
+/// the stream holds now (with a warning saying so); the configured cap takes
+/// effect at the next start after those queues drained.
+async fn safe_cap(jobs: &stream::Stream, existing: &stream::Config, configured: i64) -> Result<i64, SetupError> {
+    let current = existing.max_messages_per_subject;
+    if current > 0 && current <= configured {
+        return Ok(configured); // raising (or keeping) the cap deletes nothing
+    }
+    let mut longest = 0i64;
+    let mut subjects = jobs.info_with_subjects(">").await.map_err(|e| js_err("jobs stream subjects", e))?;
+    while let Some(entry) = subjects.next().await {
+        let (_, count) = entry.map_err(|e| js_err("jobs stream subjects", e))?;
+        longest = longest.max(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+    if longest > configured {
+        tracing::warn!(
+            configured,
+            longest_queue = longest,
+            "A BMC has more batches queued than --max-queued-per-bmc; the jobs stream's cap is kept at that queue's \
+             length so no queued batch is deleted. Restart the gateway once the queue drained to apply the cap."
+        );
+        return Ok(longest);
+    }
+    Ok(configured)
+}
+
 /// Ensure the jobs/events streams and the status bucket exist.
 ///
 /// An existing jobs stream is checked for its partition count *before*
@@ -218,11 +268,15 @@ fn check_partitions(subjects: &Subjects, metadata: &HashMap<String, String>) -> 
 /// under workers that still consume the old one.
 pub async fn ensure(client: async_nats::Client, subjects: &Subjects, settings: &StreamSettings, mode: Mode) -> Result<Resources, SetupError> {
     let js = jetstream::new(client);
+    let mut jobs_settings = settings.clone();
     if let Ok(mut existing) = js.get_stream(subjects.jobs_stream()).await {
-        let info = existing.info().await.map_err(|e| js_err("jobs stream info", e))?;
-        check_partitions(subjects, &info.config.metadata)?;
+        let config = existing.info().await.map_err(|e| js_err("jobs stream info", e))?.config.clone();
+        check_partitions(subjects, &config.metadata)?;
+        if mode == Mode::Update {
+            jobs_settings.max_queued_per_bmc = safe_cap(&existing, &config, settings.max_queued_per_bmc).await?;
+        }
     }
-    let mut jobs = stream(&js, jobs_config(subjects, settings), mode).await?;
+    let mut jobs = stream(&js, jobs_config(subjects, &jobs_settings), mode).await?;
     let info = jobs.info().await.map_err(|e| js_err("jobs stream info", e))?;
     check_partitions(subjects, &info.config.metadata)?;
     let events = stream(&js, events_config(subjects, settings), mode).await?;

@@ -428,6 +428,12 @@ impl Gateway {
         }
         .await
         .map_err(|e| {
+            if per_bmc_cap_reached(&e) {
+                return error(
+                    ErrorCode::BmcQueueFull,
+                    format!("{} already has as many batches queued as this deployment allows (--max-queued-per-bmc); nothing was stored: retry once some have run", job.key()),
+                );
+            }
             let code = match e.kind() {
                 PublishErrorKind::MaxPayloadExceeded => ErrorCode::TooLarge,
                 _ => ErrorCode::Unavailable,
@@ -493,4 +499,14 @@ impl Gateway {
         }
         error(ErrorCode::Unavailable, "the batch status kept changing; try again")
     }
+}
+
+/// Whether JetStream refused a job because its BMC's subject holds the most
+/// messages allowed (`max_messages_per_subject` with discard-new per subject).
+fn per_bmc_cap_reached(e: &async_nats::jetstream::context::PublishError) -> bool {
+    let Some(js) = std::error::Error::source(e).and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>()) else {
+        return false;
+    };
+    js.error_code() == async_nats::jetstream::ErrorCode::STREAM_STORE_FAILED
+        && js.to_string().to_ascii_lowercase().contains("maximum messages per subject")
 }

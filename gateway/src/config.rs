@@ -50,6 +50,11 @@ pub struct Config {
     /// Accept the `sim` protocol (test and demo deployments only).
     #[arg(long, env = "BMCFLEET_ALLOW_SIM", default_value = "false", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub allow_sim: bool,
+    /// Most batches queued (not yet finished) for one BMC; a further submit is
+    /// refused with `bmc_queue_full` and nothing is stored. Enforced by the jobs
+    /// stream itself (a per-subject limit), so every gateway agrees.
+    #[arg(long, env = "BMCFLEET_MAX_QUEUED_PER_BMC", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_queued_per_bmc: u32,
     /// JetStream duplicate window for batch ids.
     #[arg(long, env = "BMCFLEET_DEDUPE_WINDOW", default_value = "10m", value_parser = positive_duration)]
     pub dedupe_window: Duration,
@@ -136,6 +141,7 @@ impl Config {
             // Room for the job envelope around the largest accepted batch.
             max_message_bytes: (self.max_message_bytes as i32).saturating_add(64 * 1024),
             audit_max_age: self.audit_max_age,
+            max_queued_per_bmc: i64::from(self.max_queued_per_bmc),
         }
     }
 }

@@ -44,6 +44,10 @@ pub enum ErrorCode {
     Conflict,
     /// The gateway could not store the batch (NATS unavailable); retry.
     Unavailable,
+    /// The target BMC already has as many batches queued as the deployment
+    /// allows (`--max-queued-per-bmc`, enforced by JetStream itself); nothing
+    /// was stored. Retry once some of them have run.
+    BmcQueueFull,
 
     // --- execution (action results) ---
     /// The named credential is not in the worker's credentials file or bucket.
@@ -109,6 +113,7 @@ impl ErrorCode {
             ErrorCode::TargetForbidden => "target_forbidden",
             ErrorCode::Conflict => "conflict",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::BmcQueueFull => "bmc_queue_full",
             ErrorCode::UnknownCredential => "unknown_credential",
             ErrorCode::CredentialUnavailable => "credential_unavailable",
             ErrorCode::UnsupportedProtocol => "unsupported_protocol",
@@ -142,6 +147,7 @@ impl ErrorCode {
             ErrorCode::AuthFailed => 401,
             ErrorCode::NotFound | ErrorCode::TargetNotFound | ErrorCode::UnknownCredential | ErrorCode::MachineNotFound => 404,
             ErrorCode::Conflict => 409,
+            ErrorCode::BmcQueueFull => 429,
             ErrorCode::TooLarge => 413,
             ErrorCode::Unsupported | ErrorCode::UnsupportedProtocol => 501,
             ErrorCode::Unavailable | ErrorCode::Unreachable | ErrorCode::CircuitOpen | ErrorCode::WorkerExhausted => 503,

@@ -171,3 +171,120 @@ async fn auto_stops_at_the_first_service_that_answers() {
     assert_eq!(tried.len(), 1, "more than one protocol was tried: {tried:#?}");
     assert!(tried[0].contains("redfish"), "{tried:#?}");
 }
+
+/// The state of batch `id` as the gateway reports it.
+async fn state_of(p: &Producer, id: BatchId) -> Option<BatchStatus> {
+    match p.status(id).await {
+        Reply::Status(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// Issue 16 item 4: a slow BMC cannot stall its partition. Its queue is
+/// capped by the jobs stream itself (`bmc_queue_full`, nothing stored), its
+/// queued jobs hold at most a quarter of the partition's delivered slots (a
+/// healthy BMC queued behind them runs at once), and its consistently slow
+/// answers open its breaker so the rest of its queue fails fast.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
+    let nats = NatsServer::start();
+    // One partition: the slow and the healthy BMC share it.
+    let topo = Topology { partitions: 1, ..Topology::default() };
+    let slow_latency = Duration::from_secs(4);
+    let sim = bmcfleet_testing::sim::SimServer::start(bmcfleet_testing::sim::SimConfig {
+        latency: Duration::from_millis(1),
+        slow_latency,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let _gw = topo.gateway(&nats, &["--max-queued-per-bmc", "4"]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let jobs = topo.subjects().jobs_stream();
+    let status = || vec![Action::Power(PowerOp::Status)];
+
+    // No worker yet: the slow BMC's queue fills up to its cap.
+    let mut slow_ids = Vec::new();
+    for _ in 0..4 {
+        let Reply::Accepted(a) = p.submit(&sim_batch("slow-1.test", status()), false).await else { panic!("refused below the cap") };
+        slow_ids.push(a.id);
+    }
+    let stored = bmcfleet_tests::producer::stream_messages(&p.client, &jobs).await;
+    let mut over = sim_batch("slow-1.test", status());
+    let over_id = BatchId::new();
+    over.id = Some(over_id);
+    match p.submit(&over, false).await {
+        Reply::Error(e) => {
+            assert_eq!(e.code, ErrorCode::BmcQueueFull, "{e:?}");
+            assert!(e.message.contains("--max-queued-per-bmc"), "{}", e.message);
+        }
+        other => panic!("a fifth batch for a BMC capped at four was {other:?}"),
+    }
+    assert_eq!(bmcfleet_tests::producer::stream_messages(&p.client, &jobs).await, stored, "a refused batch was stored");
+    assert!(matches!(p.status(over_id).await, Reply::Error(e) if e.code == ErrorCode::NotFound), "no status record for a refused batch");
+    // The cap is per BMC: another BMC's batch (queued behind the slow ones) is admitted.
+    let Reply::Accepted(healthy) = p.submit(&sim_batch("10.16.9.1", status()), false).await else { panic!("a healthy BMC's batch was refused") };
+
+    // A worker configured to hold 2 jobs per partition would take two of the
+    // slow BMC's four and wait on them; the per-BMC share raises it to 16.
+    let _w = topo.worker(
+        &nats,
+        "w1",
+        sim.addr(),
+        &["--max-inflight-per-partition", "2", "--slow-call-threshold", "1s", "--breaker-threshold", "2", "--retry-max", "0"],
+    );
+    let done = bmcfleet_tests::eventually(Duration::from_secs(30), "the healthy BMC's batch finished", || async {
+        state_of(&p, healthy.id).await.filter(|s| s.state.is_final())
+    })
+    .await;
+    assert_eq!(done.state, BatchState::Succeeded, "{done:?}");
+    let first_slow = state_of(&p, slow_ids[0]).await.expect("the first slow batch has a status");
+    assert!(
+        !first_slow.state.is_final(),
+        "the healthy batch waited behind the slow BMC's first batch ({} per action): {first_slow:?}",
+        bmcfleet_schema::duration::format(slow_latency)
+    );
+
+    // Two slow answers open the breaker: the slow BMC's other batches fail at once.
+    let mut finals = Vec::new();
+    for id in &slow_ids {
+        finals.push(
+            bmcfleet_tests::eventually(Duration::from_secs(60), "a slow batch finished", || async {
+                state_of(&p, *id).await.filter(|s| s.state.is_final())
+            })
+            .await,
+        );
+    }
+    assert_eq!(finals[0].state, BatchState::Succeeded, "{:?}", finals[0]);
+    assert_eq!(finals[1].state, BatchState::Succeeded, "{:?}", finals[1]);
+    for s in &finals[2..] {
+        let code = s.results.first().and_then(|r| r.error.as_ref()).map(|e| e.code);
+        assert_eq!(code, Some(ErrorCode::CircuitOpen), "{s:?}");
+        assert!(s.results[0].error.as_ref().unwrap().message.contains("answered only after"), "{s:?}");
+    }
+}
+
+/// Lowering `--max-queued-per-bmc` never deletes queued batches: JetStream
+/// enforces a lowered per-subject limit by dropping the oldest messages, so
+/// the gateway keeps the cap at the longest queue it finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lowering_the_per_bmc_cap_never_deletes_queued_batches() {
+    let nats = NatsServer::start();
+    let topo = Topology::default();
+    let mut gw = topo.gateway(&nats, &["--max-queued-per-bmc", "8"]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let jobs = topo.subjects().jobs_stream();
+    for _ in 0..5 {
+        assert!(matches!(p.submit(&sim_batch("10.16.10.1", vec![Action::Power(PowerOp::On)]), false).await, Reply::Accepted(_)));
+    }
+    assert!(gw.terminate(Duration::from_secs(20)).is_some_and(|s| s.success()));
+
+    let gw = topo.gateway(&nats, &["--max-queued-per-bmc", "2"]);
+    wait_gateway(&p).await;
+    assert_eq!(bmcfleet_tests::producer::stream_messages(&p.client, &jobs).await, 5, "queued batches were deleted");
+    let over = p.submit(&sim_batch("10.16.10.1", vec![Action::Power(PowerOp::On)]), false).await;
+    assert!(matches!(&over, Reply::Error(e) if e.code == ErrorCode::BmcQueueFull), "{over:?}");
+    assert!(gw.log_text().contains("kept at that queue's length"), "{}", gw.log_tail(20));
+}

@@ -27,7 +27,9 @@ pub struct Config {
     /// JetStream ack wait of the partition consumers (in-progress acks keep long batches alive).
     #[arg(long, env = "BMCFLEET_ACK_WAIT", default_value = "30s", value_parser = positive_duration)]
     pub ack_wait: Duration,
-    /// Batches held (delivered, unacknowledged) per partition.
+    /// Batches held (delivered, unacknowledged) per partition; raised to four
+    /// times the jobs stream's per-BMC cap (`--max-queued-per-bmc` of the
+    /// gateway) when lower, so one BMC holds at most a quarter of them.
     #[arg(long, env = "BMCFLEET_MAX_INFLIGHT_PER_PARTITION", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_inflight_per_partition: u32,
     /// Batches executing at once on this worker (across all BMCs).
@@ -57,6 +59,12 @@ pub struct Config {
     /// How long an open breaker fails actions fast before one probe call may run.
     #[arg(long, env = "BMCFLEET_BREAKER_COOLDOWN", default_value = "30s", value_parser = positive_duration)]
     pub breaker_cooldown: Duration,
+    /// A BMC call (an action, with session set-up) answered only after this long
+    /// counts towards opening the BMC's breaker like one without an answer, so
+    /// a BMC that answers but consistently too slowly fails fast instead of
+    /// holding its lane. 0s: off.
+    #[arg(long, env = "BMCFLEET_SLOW_CALL_THRESHOLD", default_value = "30s", value_parser = duration)]
+    pub slow_call_threshold: Duration,
     /// Minimum time between the starts of two calls (actions or retries) to the same BMC. 0s: off.
     #[arg(long, env = "BMCFLEET_BMC_MIN_INTERVAL", default_value = "50ms", value_parser = duration)]
     pub bmc_min_interval: Duration,
@@ -140,6 +148,7 @@ impl Config {
             retry_backoff: self.retry_backoff,
             breaker_threshold: self.breaker_threshold,
             breaker_cooldown: self.breaker_cooldown,
+            slow_call: self.slow_call_threshold,
             min_interval: self.bmc_min_interval,
         }
     }

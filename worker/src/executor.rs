@@ -556,8 +556,10 @@ impl<'a> Run<'a> {
                 }
                 tokio::time::sleep_until(at).await;
             }
-            guard.pacer.started(Instant::now());
+            let started = Instant::now();
+            guard.pacer.started(started);
             let result = self.call(slot, ctx, action, creds, &protocol, retry).await;
+            let took = started.elapsed();
             // Out of descriptors is this worker's fault, never the BMC's: a
             // distinct error, a metric and an alarm, and the breaker is not fed.
             if let Err(e) = &result {
@@ -570,7 +572,7 @@ impl<'a> Run<'a> {
                     ));
                 }
             }
-            let transition = guard.breaker.record(Instant::now(), result.as_ref().map(drop));
+            let transition = guard.breaker.record(Instant::now(), result.as_ref().map(drop), took);
             match transition {
                 Some(Transition::Opened | Transition::Reopened) => tracing::warn!(
                     bmc = %key, threshold = settings.breaker_threshold, probe,

@@ -10,10 +10,14 @@
 //!   how long to wait before each retry (capped exponential backoff with
 //!   jitter). The caller never waits past the action's deadline.
 //! - [`Breaker`]: after `threshold` consecutive calls without an answer
-//!   (timeouts, unreachable) the breaker opens for `cooldown`; actions then
-//!   fail at once with `circuit_open`. After the cooldown one call (the
-//!   probe, without retries) decides: an answer closes it, silence reopens it.
-//!   Answers, errors included (auth failures, BMC errors), count as health.
+//!   (timeouts, unreachable) or answered only after `slow_call` or longer,
+//!   the breaker opens for `cooldown`; actions then fail at once with
+//!   `circuit_open`. After the cooldown one call (the probe, without
+//!   retries) decides: a prompt answer closes it, silence or slowness reopens
+//!   it. Prompt answers, errors included (auth failures, BMC errors), count
+//!   as health. Counting slow calls keeps a BMC that does answer, but
+//!   consistently too slowly, from holding its lane (and its queue's share of
+//!   the partition) for hours.
 //! - [`Pacer`]: at least `min_interval` between the starts of two calls to
 //!   the same BMC (retries included).
 
@@ -38,6 +42,9 @@ pub struct Settings {
     pub breaker_threshold: u32,
     /// How long an open breaker fails actions fast before one probe may run.
     pub breaker_cooldown: Duration,
+    /// A call answered only after this long counts towards opening the
+    /// breaker like one without an answer (0: off).
+    pub slow_call: Duration,
     /// Minimum time between the starts of two calls to one BMC (0: off).
     pub min_interval: Duration,
 }
@@ -49,6 +56,7 @@ impl Default for Settings {
             retry_backoff: Duration::from_millis(200),
             breaker_threshold: 5,
             breaker_cooldown: Duration::from_secs(30),
+            slow_call: Duration::from_secs(30),
             min_interval: Duration::from_millis(50),
         }
     }
@@ -139,6 +147,7 @@ pub struct BreakerMetrics {
 pub struct Breaker {
     threshold: u32,
     cooldown: Duration,
+    slow_call: Duration,
     failures: u32,
     state: BreakerState,
     /// The failure that opened it (for the fast-fail message).
@@ -148,7 +157,13 @@ pub struct Breaker {
 
 impl Breaker {
     pub fn new(threshold: u32, cooldown: Duration, metrics: BreakerMetrics) -> Breaker {
-        Breaker { threshold, cooldown, failures: 0, state: BreakerState::Closed, last_error: None, metrics }
+        Breaker { threshold, cooldown, slow_call: Duration::ZERO, failures: 0, state: BreakerState::Closed, last_error: None, metrics }
+    }
+
+    /// Count calls that took `slow_call` or longer like unanswered ones (zero: off).
+    pub fn with_slow_call(mut self, slow_call: Duration) -> Breaker {
+        self.slow_call = slow_call;
+        self
     }
 
     pub fn state(&self) -> BreakerState {
@@ -167,27 +182,37 @@ impl Breaker {
         }
     }
 
-    /// Record the outcome of a call: `Ok` or an error that is an answer
-    /// close the breaker; a no-answer failure counts towards opening it.
-    pub fn record(&mut self, now: Instant, outcome: Result<(), &ProviderError>) -> Option<Transition> {
-        match outcome {
-            Err(e) if no_answer(e) => {
+    /// Record the outcome of a call that took `took`: `Ok` or an error that
+    /// is an answer close the breaker when prompt; a no-answer failure or a
+    /// slow call counts towards opening it.
+    pub fn record(&mut self, now: Instant, outcome: Result<(), &ProviderError>, took: Duration) -> Option<Transition> {
+        let failure = match outcome {
+            Err(e) if no_answer(e) => Some(e.to_string()),
+            _ if !self.slow_call.is_zero() && took >= self.slow_call => Some(format!(
+                "answered only after {} (the slow-call threshold is {})",
+                bmcfleet_schema::duration::format(Duration::from_millis(took.as_millis() as u64)),
+                bmcfleet_schema::duration::format(self.slow_call)
+            )),
+            _ => None,
+        };
+        match failure {
+            Some(why) => {
                 self.failures = self.failures.saturating_add(1);
                 let was = self.state;
                 match was {
                     BreakerState::HalfOpen => {
-                        self.open(now, e);
+                        self.open(now, why);
                         Some(Transition::Reopened)
                     }
                     BreakerState::Closed if self.threshold > 0 && self.failures >= self.threshold => {
                         self.metrics.open.inc();
-                        self.open(now, e);
+                        self.open(now, why);
                         Some(Transition::Opened)
                     }
                     _ => None,
                 }
             }
-            _ => {
+            None => {
                 self.failures = 0;
                 let was = std::mem::replace(&mut self.state, BreakerState::Closed);
                 self.last_error = None;
@@ -199,10 +224,10 @@ impl Breaker {
         }
     }
 
-    fn open(&mut self, now: Instant, e: &ProviderError) {
+    fn open(&mut self, now: Instant, why: String) {
         self.metrics.opened.inc();
         self.state = BreakerState::Open { until: now + self.cooldown };
-        self.last_error = Some(e.to_string());
+        self.last_error = Some(why);
     }
 
     /// The error of an action refused while open.
@@ -212,7 +237,7 @@ impl Breaker {
             ErrorCode::CircuitOpen,
             format!(
                 "not sent: this BMC's circuit breaker is open after {} consecutive calls without an answer \
-                 (last: {}); the next call may probe it in {}",
+                 or answered too slowly (last: {}); the next call may probe it in {}",
                 self.failures,
                 self.last_error.as_deref().unwrap_or("unknown"),
                 bmcfleet_schema::duration::format(Duration::from_millis((left.as_millis() as u64).max(1)))
@@ -264,7 +289,7 @@ pub struct BmcGuard {
 impl BmcGuard {
     pub fn new(settings: &Settings, metrics: BreakerMetrics) -> BmcGuard {
         BmcGuard {
-            breaker: Breaker::new(settings.breaker_threshold, settings.breaker_cooldown, metrics),
+            breaker: Breaker::new(settings.breaker_threshold, settings.breaker_cooldown, metrics).with_slow_call(settings.slow_call),
             pacer: Pacer::new(settings.min_interval),
         }
     }
@@ -326,13 +351,13 @@ mod tests {
         let t0 = Instant::now();
         let timeout = err(ErrorCode::Timeout);
         assert_eq!(b.admit(t0), Admission::Call);
-        assert_eq!(b.record(t0, Err(&timeout)), None);
-        assert_eq!(b.record(t0, Err(&timeout)), None);
+        assert_eq!(b.record(t0, Err(&timeout), Duration::ZERO), None);
+        assert_eq!(b.record(t0, Err(&timeout), Duration::ZERO), None);
         // An answer (even an error) resets the count.
-        assert_eq!(b.record(t0, Err(&err(ErrorCode::BmcError))), None);
-        assert_eq!(b.record(t0, Err(&timeout)), None);
-        assert_eq!(b.record(t0, Err(&err(ErrorCode::Unreachable))), None);
-        assert_eq!(b.record(t0, Err(&timeout)), Some(Transition::Opened));
+        assert_eq!(b.record(t0, Err(&err(ErrorCode::BmcError)), Duration::ZERO), None);
+        assert_eq!(b.record(t0, Err(&timeout), Duration::ZERO), None);
+        assert_eq!(b.record(t0, Err(&err(ErrorCode::Unreachable)), Duration::ZERO), None);
+        assert_eq!(b.record(t0, Err(&timeout), Duration::ZERO), Some(Transition::Opened));
         assert_eq!((m.open.get(), m.opened.get()), (1, 1));
         let until = t0 + Duration::from_secs(30);
         assert_eq!(b.admit(t0 + Duration::from_secs(29)), Admission::Refused { until });
@@ -342,13 +367,13 @@ mod tests {
         // After the cooldown: one probe; silence reopens.
         let t1 = t0 + Duration::from_secs(30);
         assert_eq!(b.admit(t1), Admission::Probe);
-        assert_eq!(b.record(t1, Err(&timeout)), Some(Transition::Reopened));
+        assert_eq!(b.record(t1, Err(&timeout), Duration::ZERO), Some(Transition::Reopened));
         assert!(matches!(b.admit(t1), Admission::Refused { .. }));
         assert_eq!((m.open.get(), m.opened.get()), (1, 2));
         // An answer to the next probe closes it.
         let t2 = t1 + Duration::from_secs(30);
         assert_eq!(b.admit(t2), Admission::Probe);
-        assert_eq!(b.record(t2, Ok(())), Some(Transition::Closed));
+        assert_eq!(b.record(t2, Ok(()), Duration::ZERO), Some(Transition::Closed));
         assert_eq!(b.admit(t2), Admission::Call);
         assert_eq!(m.open.get(), 0);
     }
@@ -358,21 +383,47 @@ mod tests {
         let mut b = Breaker::new(1, Duration::from_secs(1), BreakerMetrics::default());
         let now = Instant::now();
         for _ in 0..10 {
-            assert_eq!(b.record(now, Err(&err(ErrorCode::AuthFailed))), None);
+            assert_eq!(b.record(now, Err(&err(ErrorCode::AuthFailed)), Duration::ZERO), None);
         }
         assert_eq!(b.state(), BreakerState::Closed);
         let mut off = Breaker::new(0, Duration::from_secs(1), BreakerMetrics::default());
         for _ in 0..100 {
-            assert_eq!(off.record(now, Err(&err(ErrorCode::Timeout))), None);
+            assert_eq!(off.record(now, Err(&err(ErrorCode::Timeout)), Duration::ZERO), None);
         }
         assert_eq!(off.admit(now), Admission::Call);
+    }
+
+    #[test]
+    fn consistently_slow_answers_open_the_breaker_like_silence() {
+        let slow = Duration::from_secs(10);
+        let mut b = Breaker::new(3, Duration::from_secs(30), BreakerMetrics::default()).with_slow_call(slow);
+        let t0 = Instant::now();
+        assert_eq!(b.record(t0, Ok(()), slow), None);
+        // A prompt answer in between resets the count.
+        assert_eq!(b.record(t0, Ok(()), slow - Duration::from_millis(1)), None);
+        assert_eq!(b.record(t0, Ok(()), slow), None);
+        assert_eq!(b.record(t0, Err(&err(ErrorCode::BmcError)), Duration::from_secs(11)), None, "a slow error answer counts too");
+        assert_eq!(b.record(t0, Err(&err(ErrorCode::Timeout)), Duration::from_secs(1)), Some(Transition::Opened));
+        let until = t0 + Duration::from_secs(30);
+        let refusal = b.refusal(until, t0);
+        assert_eq!(refusal.code, ErrorCode::CircuitOpen);
+        // A slow probe reopens it; a prompt one closes it.
+        assert_eq!(b.admit(until), Admission::Probe);
+        assert_eq!(b.record(until, Ok(()), Duration::from_secs(12)), Some(Transition::Reopened));
+        assert!(b.refusal(until + Duration::from_secs(30), until).message.contains("answered only after 12s"), "{}", b.refusal(until, until).message);
+        let t2 = until + Duration::from_secs(30);
+        assert_eq!(b.admit(t2), Admission::Probe);
+        assert_eq!(b.record(t2, Ok(()), Duration::from_millis(5)), Some(Transition::Closed));
+        // Off (zero): slowness is never counted.
+        let mut off = Breaker::new(1, Duration::from_secs(1), BreakerMetrics::default());
+        assert_eq!(off.record(t0, Ok(()), Duration::from_secs(3600)), None);
     }
 
     #[test]
     fn dropping_an_open_breaker_releases_the_gauge() {
         let m = BreakerMetrics::default();
         let mut b = Breaker::new(1, Duration::from_secs(1), m.clone());
-        b.record(Instant::now(), Err(&err(ErrorCode::Unreachable)));
+        b.record(Instant::now(), Err(&err(ErrorCode::Unreachable)), Duration::ZERO);
         assert_eq!(m.open.get(), 1);
         drop(b);
         assert_eq!(m.open.get(), 0);

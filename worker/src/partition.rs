@@ -23,6 +23,7 @@ use crate::session::SessionSlot;
 use crate::Shared;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::{self, AckKind};
+use bmcfleet_common::streams::BMC_SHARE_DIVISOR;
 use bmcfleet_schema::{BmcKey, Encoding, Job};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
@@ -196,6 +197,7 @@ async fn open_consumer(
     settings: &Settings,
 ) -> Option<async_nats::jetstream::consumer::Consumer<pull::Config>> {
     let name = shared.subjects.partition_consumer(p, epoch);
+    let max_ack_pending = held_per_partition(shared, settings.max_inflight).await;
     let config = pull::Config {
         durable_name: Some(name.clone()),
         description: Some(format!("bmcfleet partition {p}, owned by {}", shared.worker_id)),
@@ -204,7 +206,7 @@ async fn open_consumer(
         ack_policy: AckPolicy::Explicit,
         ack_wait: settings.ack_wait,
         max_deliver: -1,
-        max_ack_pending: settings.max_inflight as i64,
+        max_ack_pending,
         ..Default::default()
     };
     let mut attempt = 0u32;
@@ -236,6 +238,32 @@ async fn open_consumer(
                 }
             }
         }
+    }
+}
+
+/// How many delivered, unacknowledged jobs a partition consumer holds: the
+/// configured count, raised when needed so that one BMC (whose queue the jobs
+/// stream caps at `max_messages_per_subject`) can fill at most a
+/// 1/[`BMC_SHARE_DIVISOR`] share of it. Without that, a slow BMC with a long
+/// queue would hold every slot and its partition's other BMCs would wait.
+async fn held_per_partition(shared: &Shared, configured: u32) -> i64 {
+    let mut jobs = shared.res.jobs.clone();
+    let cap = match jobs.info().await {
+        Ok(info) => bmcfleet_common::streams::max_queued_per_bmc(&info.config),
+        Err(e) => {
+            tracing::warn!(error = %e, "Cannot read the jobs stream's per-BMC cap; using the cap seen at start.");
+            bmcfleet_common::streams::max_queued_per_bmc(&jobs.cached_info().config)
+        }
+    };
+    share_bound(configured, cap)
+}
+
+/// [`held_per_partition`]'s rule.
+pub(crate) fn share_bound(configured: u32, per_bmc_cap: Option<i64>) -> i64 {
+    let configured = i64::from(configured);
+    match per_bmc_cap {
+        Some(cap) => configured.max(cap.saturating_mul(BMC_SHARE_DIVISOR)),
+        None => configured,
     }
 }
 
@@ -302,4 +330,17 @@ async fn lane(
     }
     // Logging out is a request too: not after the lease is gone.
     slot.close_if(fence.valid()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share_bound;
+
+    #[test]
+    fn one_bmc_holds_at_most_a_quarter_of_a_partitions_slots() {
+        assert_eq!(share_bound(256, Some(64)), 256);
+        assert_eq!(share_bound(8, Some(4)), 16, "raised so a full BMC queue is a quarter");
+        assert_eq!(share_bound(256, None), 256, "an uncapped stream (created before the cap) keeps the setting");
+        assert_eq!(share_bound(1, Some(i64::MAX)), i64::MAX, "no overflow");
+    }
 }
