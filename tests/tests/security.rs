@@ -63,7 +63,8 @@ async fn producers_cannot_bypass_the_gateway() {
     wait_gateway(&producer).await;
     let _w: Process = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
     let (admin, admin_errors) = connect(&nats, "gateway", PASSWORDS[0].1).await;
-    wait_partitions_owned(&admin, &topo.subjects()).await;
+    // Leases are the workers' to read.
+    wait_partitions_owned(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
 
     // The sanctioned path works end to end under these permissions.
     let Reply::Result(r) = producer.submit(&sim_batch("10.7.0.1", vec![Action::Power(PowerOp::On)]), true).await else {
@@ -178,7 +179,7 @@ async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
     let producer = Producer::new(producer_client.clone());
     wait_gateway(&producer).await;
     let (gateway_client, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
-    wait_partitions_owned(&gateway_client, &topo.subjects()).await;
+    wait_partitions_owned(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
     let bucket = topo.subjects().credentials_bucket();
     let put = |user: &str, pw: &str| {
         bmcctl_as(&nats, user, pw, &["cred", "put", "rack7", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "bmc-pw-77\n")
@@ -269,7 +270,7 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     let (a, b) = (Producer::new(a_client.clone()), Producer::new(b_client.clone()));
     wait_gateway(&a).await;
     let (gw_client, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
-    wait_partitions_owned(&gw_client, &topo.subjects()).await;
+    wait_partitions_owned(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
     let put = bmcctl_as(&nats, "admin", PASSWORDS[4].1, &["cred", "put", "rack-a", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "pw-a\n");
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
     put_machine(&admin, &topo, "a-node1", "10.40.0.1", "tenant-a", "rack-a").await;
@@ -342,4 +343,101 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     .await;
     let line = audit.lines().find(|l| l.contains(&id.to_string())).unwrap();
     assert!(line.contains(r#""actor":"tenant:tenant-a""#) && line.contains(r#""tenant":"tenant-a""#), "{line}");
+}
+
+/// Issue 16 item 8: the gateway, the workers and the admin user hold only the
+/// JetStream API subjects of their own streams, consumers and buckets, by
+/// name. Everything else (another stream, listing the account, changing or
+/// destroying a stream they merely use, reading jobs, leases, audit or
+/// credentials outside their role) is refused by the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_holds_only_its_own_jetstream_api() {
+    let config = config_path();
+    let nats = NatsServer::start_with_env(&["-c", &config], &PASSWORDS);
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &["--nats-user", "gateway", "--nats-password", PASSWORDS[0].1]);
+    let _w = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
+    let (producer_client, _) = connect(&nats, "producer", PASSWORDS[2].1).await;
+    let producer = Producer::new(producer_client);
+    wait_gateway(&producer).await;
+    wait_partitions_owned(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
+    // Under these permissions the whole pipeline still works.
+    let Reply::Result(r) = producer.submit(&sim_batch("10.7.9.1", vec![Action::Power(PowerOp::On)]), true).await else { panic!("submit") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+
+    let s = topo.subjects();
+    let (jobs, events, audit) = (s.jobs_stream(), s.events_stream(), s.audit_stream());
+    let kv = |b: String| format!("KV_{b}");
+    let (batches, leases, machines, creds) = (kv(s.batches_bucket()), kv(s.leases_bucket()), kv(s.machines_bucket()), kv(s.credentials_bucket()));
+    let refused: [(&str, &str, Vec<String>); 3] = [
+        (
+            "gateway",
+            PASSWORDS[0].1,
+            vec![
+                "$JS.API.STREAM.CREATE.ELSEWHERE".into(),
+                "$JS.API.STREAM.NAMES".into(),
+                "$JS.API.STREAM.LIST".into(),
+                format!("$JS.API.STREAM.DELETE.{events}"),
+                format!("$JS.API.STREAM.PURGE.{jobs}"),
+                format!("$JS.API.STREAM.MSG.DELETE.{audit}"),
+                format!("$JS.API.CONSUMER.CREATE.{jobs}"),
+                format!("$JS.API.CONSUMER.DURABLE.CREATE.{jobs}.steal"),
+                format!("$JS.API.STREAM.MSG.GET.{jobs}"),
+                format!("$JS.API.STREAM.UPDATE.{machines}"),
+                format!("$JS.API.STREAM.INFO.{leases}"),
+                format!("$JS.API.STREAM.INFO.{creds}"),
+                format!("$JS.API.DIRECT.GET.{creds}"),
+                "$JS.API.META.LEADER.STEPDOWN".into(),
+            ],
+        ),
+        (
+            "worker",
+            PASSWORDS[1].1,
+            vec![
+                format!("$JS.API.STREAM.UPDATE.{jobs}"),
+                "$JS.API.STREAM.CREATE.ELSEWHERE".into(),
+                "$JS.API.STREAM.NAMES".into(),
+                format!("$JS.API.STREAM.CREATE.{jobs}"),
+                format!("$JS.API.STREAM.DELETE.{jobs}"),
+                format!("$JS.API.STREAM.PURGE.{jobs}"),
+                format!("$JS.API.STREAM.MSG.DELETE.{events}"),
+                format!("$JS.API.STREAM.UPDATE.{events}"),
+                format!("$JS.API.STREAM.UPDATE.{batches}"),
+                format!("$JS.API.STREAM.PURGE.{batches}"),
+                format!("$JS.API.CONSUMER.CREATE.{events}"),
+                format!("$JS.API.CONSUMER.CREATE.{audit}"),
+                format!("$JS.API.STREAM.MSG.GET.{audit}"),
+                format!("$JS.API.STREAM.UPDATE.{creds}"),
+                format!("$JS.API.STREAM.UPDATE.{machines}"),
+                format!("$JS.API.STREAM.UPDATE.{leases}"),
+            ],
+        ),
+        (
+            "admin",
+            PASSWORDS[4].1,
+            vec![
+                format!("$JS.API.STREAM.UPDATE.{jobs}"),
+                format!("$JS.API.STREAM.DELETE.{jobs}"),
+                format!("$JS.API.CONSUMER.CREATE.{jobs}"),
+                format!("$JS.API.STREAM.PURGE.{events}"),
+                format!("$JS.API.STREAM.INFO.{leases}"),
+                "$JS.API.STREAM.CREATE.ELSEWHERE".into(),
+            ],
+        ),
+    ];
+    for (user, password, subjects) in refused {
+        let (client, errors) = connect(&nats, user, password).await;
+        for subject in &subjects {
+            client.publish(subject.clone(), "{}".into()).await.unwrap();
+        }
+        client.flush().await.unwrap();
+        for subject in &subjects {
+            wait_error(&errors, &format!("Permissions Violation for Publish to \"{subject}\"")).await;
+        }
+    }
+    // The streams a worker merely uses are as the gateway made them.
+    let (gateway_client, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
+    let mut js_jobs = async_nats::jetstream::new(gateway_client).get_stream(&jobs).await.unwrap();
+    assert_eq!(js_jobs.info().await.unwrap().config.subjects, vec![s.jobs_all()]);
 }
