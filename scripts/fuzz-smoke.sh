@@ -18,7 +18,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
 
-targets=(batch_decode ipmi_response wsman_xml redfish_json redfish_path)
+targets=(batch_decode ipmi_response wsman_xml redfish_json redfish_path redfish_url_join)
 # One build for all targets, so each run below starts fuzzing at once.
 cargo fuzz build -O -a
 

@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 
 type Entry = fn(&[u8]);
 
-const TARGETS: [(&str, Entry); 5] = [
+const TARGETS: [(&str, Entry); 6] = [
     ("batch_decode", bmcfleet_schema::fuzzing::batch_decode),
     ("ipmi_response", bmcfleet_ipmi::fuzzing::ipmi_response),
     ("wsman_xml", bmcfleet_amt::fuzzing::wsman_xml),
     ("redfish_json", bmcfleet_redfish::fuzzing::redfish_json),
     ("redfish_path", bmcfleet_schema::fuzzing::redfish_path),
+    ("redfish_url_join", bmcfleet_redfish::fuzzing::redfish_url_join),
 ];
 
 fn fuzz_dir() -> PathBuf {
@@ -69,6 +70,11 @@ fn redfish_json_corpus() {
 #[test]
 fn redfish_path_corpus() {
     replay(TARGETS[4].0, TARGETS[4].1);
+}
+
+#[test]
+fn redfish_url_join_corpus() {
+    replay(TARGETS[5].0, TARGETS[5].1);
 }
 
 /// The cargo-fuzz crate and this test agree on the target names.

@@ -269,7 +269,6 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     let (b_client, b_errors) = connect(&nats, "producer-b", PASSWORDS[6].1).await;
     let (a, b) = (Producer::new(a_client.clone()), Producer::new(b_client.clone()));
     wait_gateway(&a).await;
-    let (gw_client, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
     wait_partitions_owned(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
     let put = bmcctl_as(&nats, "admin", PASSWORDS[4].1, &["cred", "put", "rack-a", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "pw-a\n");
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));

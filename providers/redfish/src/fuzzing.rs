@@ -147,3 +147,26 @@ fn resource(v: &Value) {
         let _ = insert_body("http://127.0.0.1/x.iso", v, fp, fm);
     }
 }
+
+/// BMC bases [`redfish_url_join`] resolves against (its first byte picks one).
+const BASES: [&str; 4] = ["https://10.0.0.5:8443", "https://10.0.0.5", "https://[fd00::5]:443", "https://bmc-7.example:8443"];
+
+/// The `redfish_url_join` target: every URL a BMC supplies (links, session
+/// and `Location` headers, task monitors, action targets) goes through
+/// `transport::resolve`. Input: `[base_selector, link…]`. Checks: a resolved
+/// URL keeps the base's scheme, host and port and carries no user info
+/// (never widens where a request goes), and resolving it again gives the
+/// same URL (the join is idempotent, so what was checked is what is sent).
+pub fn redfish_url_join(data: &[u8]) {
+    let [sel, link @ ..] = data else { return };
+    let Ok(link) = std::str::from_utf8(link) else { return };
+    let base = BASES[usize::from(*sel) % BASES.len()];
+    let Ok(url) = crate::transport::resolve(base, link) else { return };
+    let b = url::Url::parse(base).expect("a valid base");
+    assert_eq!(url.scheme(), b.scheme(), "{link:?} -> {url}");
+    assert_eq!(url.host(), b.host(), "{link:?} -> {url}");
+    assert_eq!(url.port_or_known_default(), b.port_or_known_default(), "{link:?} -> {url}");
+    assert!(url.username().is_empty() && url.password().is_none(), "{link:?} -> {url}");
+    let again = crate::transport::resolve(base, url.as_str()).unwrap_or_else(|e| panic!("{link:?} -> {url} is refused when resolved again: {e}"));
+    assert_eq!(again, url, "resolving {link:?} is not idempotent");
+}
