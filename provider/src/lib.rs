@@ -81,6 +81,45 @@ impl ProviderError {
     }
 }
 
+/// The local cause when `e` (or an error in its source chain) is this
+/// process running out of file descriptors (`EMFILE`, `ENFILE`) — found on
+/// the typed I/O error where the socket was made, never in text a BMC could
+/// write.
+pub fn descriptor_exhaustion<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if is_descriptor_exhaustion(io) {
+                return Some(io);
+            }
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// Whether an I/O error is `EMFILE` (this process's open-files limit) or
+/// `ENFILE` (the system's).
+pub fn is_descriptor_exhaustion(e: &std::io::Error) -> bool {
+    const ENFILE: i32 = 23;
+    const EMFILE: i32 = 24;
+    matches!(e.raw_os_error(), Some(ENFILE | EMFILE))
+}
+
+impl ProviderError {
+    /// This worker ran out of descriptors before anything reached the BMC:
+    /// `worker_exhausted`, retryable, nothing sent. Providers build it only
+    /// from a typed I/O error ([`descriptor_exhaustion`]).
+    pub fn worker_exhausted(what: impl fmt::Display, cause: &std::io::Error) -> Self {
+        ProviderError::new(
+            ErrorCode::WorkerExhausted,
+            format!("the worker ran out of file descriptors while {what} (not a BMC fault; raise its open-files limit): {cause}"),
+        )
+        .with_retryable(true)
+        .not_sent()
+    }
+}
+
 impl From<ProviderError> for ErrorBody {
     fn from(e: ProviderError) -> Self {
         ErrorBody::new(e.code, e.message)
@@ -234,6 +273,23 @@ pub trait Connector: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connect failed")]
+    struct Wrapper(#[source] std::io::Error);
+
+    #[test]
+    fn descriptor_exhaustion_is_found_on_typed_errors_only() {
+        let emfile = Wrapper(std::io::Error::from_raw_os_error(24));
+        assert!(descriptor_exhaustion(&emfile).is_some(), "EMFILE in the source chain");
+        assert!(is_descriptor_exhaustion(&std::io::Error::from_raw_os_error(23)), "ENFILE");
+        assert!(!is_descriptor_exhaustion(&std::io::Error::from_raw_os_error(111)), "connection refused");
+        // Text that merely says so (as a hostile BMC's error message could) is not it.
+        let spoof = std::io::Error::other("Too many open files (os error 24)");
+        assert!(descriptor_exhaustion(&Wrapper(spoof)).is_none());
+        let e = ProviderError::worker_exhausted("connecting", &std::io::Error::from_raw_os_error(24));
+        assert!(e.code == ErrorCode::WorkerExhausted && e.retryable && e.not_sent, "{e:?}");
+    }
 
     #[tokio::test]
     async fn not_sent_holds_only_for_an_attempts_first_request() {

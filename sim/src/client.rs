@@ -40,7 +40,12 @@ impl Connector for SimConnector {
         let stream = tokio::time::timeout(remaining, TcpStream::connect(self.endpoint))
             .await
             .map_err(|_| ProviderError::new(ErrorCode::Timeout, "connecting to the simulator timed out"))?
-            .map_err(|e| ProviderError::new(ErrorCode::Unreachable, format!("simulator at {}: {e}", self.endpoint)))?;
+            .map_err(|e| {
+                if bmcfleet_provider::is_descriptor_exhaustion(&e) {
+                    return ProviderError::worker_exhausted(format_args!("connecting to the simulator at {}", self.endpoint), &e);
+                }
+                ProviderError::new(ErrorCode::Unreachable, format!("simulator at {}: {e}", self.endpoint))
+            })?;
         let _ = stream.set_nodelay(true);
         let (read, write) = stream.into_split();
         let mut session = SimSession {

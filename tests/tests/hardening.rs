@@ -151,6 +151,30 @@ async fn running_out_of_descriptors_is_the_workers_fault_not_the_bmcs() {
     assert!(worker.log_text().contains("ran out of file descriptors"));
 }
 
+/// The other side of the test above: a BMC cannot make the worker blame
+/// itself. An error answer whose text reads like descriptor exhaustion is
+/// the BMC's error (`bmc_error`), counted against the BMC, not
+/// `worker_exhausted`: the worker decides that from the typed I/O error of
+/// a socket it could not make, never from what a BMC wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_cannot_pass_its_errors_off_as_the_workers() {
+    use bmcfleet_testing::redfish::Fault;
+    use bmcfleet_tests::producer::{batch_for, Stack};
+    let stack = Stack::start(1, &["--protocols", "redfish", "--metrics-addr", "127.0.0.1:0", "--retry-max", "0"]).await;
+    let server = bmcfleet_testing::redfish::spec::spec_service().start().await.unwrap();
+    let spoof = "Too many open files (os error 24)";
+    server.push_fault(Fault::status("GET", bmcfleet_testing::redfish::spec::SYSTEM, 500).json(&serde_json::json!({
+        "error": {"code": "Base.1.0.InternalError", "message": spoof,
+                  "@Message.ExtendedInfo": [{"MessageId": "Base.1.0.InternalError", "Message": format!("connect: {spoof}; os error 23")}]}
+    })));
+    let r = stack.run(&batch_for(server.target(), vec![Action::Power(PowerOp::Status)])).await;
+    let e = r.results[0].error.as_ref().expect("the injected error");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e:?}");
+    let worker = &stack.workers[0];
+    assert_eq!(value(&scrape(metrics_port(worker).await), "bmcfleet_fd_exhausted_total", &[]), 0.0);
+    assert!(!worker.log_text().contains("ran out of file descriptors"), "{}", worker.log_tail(20));
+}
+
 /// Issue 16 item 1: with `protocol: auto`, a Redfish service that answers
 /// with a certificate the worker cannot verify ends the probe: the password
 /// is not then offered over IPMI or to AMT over plain HTTP.

@@ -561,15 +561,14 @@ impl<'a> Run<'a> {
             let result = self.call(slot, ctx, action, creds, &protocol, retry).await;
             let took = started.elapsed();
             // Out of descriptors is this worker's fault, never the BMC's: a
-            // distinct error, a metric and an alarm, and the breaker is not fed.
+            // distinct error, a metric and an alarm, and the breaker is not
+            // fed. Providers set the code only from the typed I/O error of a
+            // socket they could not make, never from text a BMC sent.
             if let Err(e) = &result {
-                if bmcfleet_common::runtime::is_fd_exhaustion(&e.message) {
+                if e.code == ErrorCode::WorkerExhausted {
                     self.shared.metrics.worker_exhausted.inc();
                     tracing::error!(bmc = %key, action = action.kind(), error = %e, "This worker ran out of file descriptors; raise its open-files limit (not a BMC fault).");
-                    return Err(ProviderError::new(
-                        ErrorCode::WorkerExhausted,
-                        format!("the worker ran out of file descriptors while calling the BMC (not a BMC fault): {}", e.message),
-                    ));
+                    return Err(e.clone());
                 }
             }
             let transition = guard.breaker.record(Instant::now(), result.as_ref().map(drop), took);

@@ -48,6 +48,10 @@ pub enum AmtError {
     /// `bmcfleet_provider::SendGate`).
     #[error("{0}")]
     Fenced(ProviderError),
+    /// This worker ran out of file descriptors before the request left
+    /// (from the typed I/O error, never from the BMC's text).
+    #[error("the worker ran out of file descriptors (not a BMC fault; raise its open-files limit): {0}")]
+    WorkerExhausted(String),
     /// AMT does not offer this operation.
     #[error("{0}")]
     Unsupported(String),
@@ -65,6 +69,7 @@ impl AmtError {
             AmtError::Http { status: 403, .. } => ErrorCode::PermissionDenied,
             AmtError::Http { .. } => ErrorCode::BmcError,
             AmtError::ConnectFailed(_) | AmtError::Unreachable(_) => ErrorCode::Unreachable,
+            AmtError::WorkerExhausted(_) => ErrorCode::WorkerExhausted,
             // No dedicated wire code for TLS failures (yet): the BMC's
             // answer could not be accepted.
             AmtError::Tls(_) => ErrorCode::ProtocolError,
@@ -84,7 +89,7 @@ impl AmtError {
             AmtError::Fault(f) => f.classify().1,
             AmtError::ReturnValue(r) => r.retryable(),
             AmtError::Http { status, .. } => matches!(status, 502..=504),
-            AmtError::ConnectFailed(_) | AmtError::Unreachable(_) | AmtError::Timeout(_) => true,
+            AmtError::ConnectFailed(_) | AmtError::Unreachable(_) | AmtError::Timeout(_) | AmtError::WorkerExhausted(_) => true,
             AmtError::AuthFailed(_)
             | AmtError::Tls(_)
             | AmtError::DeadlineExceeded
@@ -107,7 +112,7 @@ impl AmtError {
     /// Whether the request certainly never reached the BMC (so even a
     /// non-idempotent one may be resent).
     pub fn not_sent(&self) -> bool {
-        matches!(self, AmtError::ConnectFailed(_) | AmtError::Fenced(_))
+        matches!(self, AmtError::ConnectFailed(_) | AmtError::WorkerExhausted(_) | AmtError::Fenced(_))
     }
 }
 

@@ -214,6 +214,9 @@ fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> 
 }
 
 fn map_reqwest(e: reqwest::Error) -> AmtError {
+    if let Some(io) = bmcfleet_provider::descriptor_exhaustion(&e) {
+        return AmtError::WorkerExhausted(io.to_string());
+    }
     if let Some(t) = find_rustls(&e) {
         let hint = match t {
             rustls::Error::InvalidCertificate(_) => {

@@ -43,6 +43,9 @@ pub enum TransportErrorKind {
     PermissionDenied,
     /// The BMC is temporarily out of session slots or otherwise busy.
     Busy,
+    /// This worker ran out of file descriptors (from the typed I/O error of
+    /// the socket it could not make): nothing was sent.
+    WorkerExhausted,
     /// The transport is closed or its worker thread is gone.
     Closed,
     /// A bug: the IPMI library panicked (caught), or an invariant broke.
@@ -97,11 +100,12 @@ impl From<TransportError> for ProviderError {
             TransportErrorKind::Unsupported => ErrorCode::Unsupported,
             TransportErrorKind::PermissionDenied => ErrorCode::PermissionDenied,
             TransportErrorKind::Busy => ErrorCode::BmcError,
+            TransportErrorKind::WorkerExhausted => ErrorCode::WorkerExhausted,
             TransportErrorKind::Closed | TransportErrorKind::Internal => ErrorCode::Internal,
         };
         let retryable = matches!(
             e.kind,
-            TransportErrorKind::Unreachable | TransportErrorKind::Timeout | TransportErrorKind::Busy
+            TransportErrorKind::Unreachable | TransportErrorKind::Timeout | TransportErrorKind::Busy | TransportErrorKind::WorkerExhausted
         );
         ProviderError::new(code, e.message).with_retryable(retryable).with_not_sent(e.not_sent)
     }
@@ -246,4 +250,17 @@ mod tests {
         let e: ProviderError = TransportError::new(TransportErrorKind::Timeout, "x").into();
         assert_eq!(e.code, ErrorCode::Timeout);
     }
+}
+
+/// A socket this worker could not make: `WorkerExhausted` when it is out of
+/// descriptors, else `Unreachable` (`what` says for which BMC and why).
+pub(crate) fn socket_error(what: impl std::fmt::Display, e: &std::io::Error) -> TransportError {
+    if bmcfleet_provider::is_descriptor_exhaustion(e) {
+        return TransportError::new(
+            TransportErrorKind::WorkerExhausted,
+            format!("{what}: the worker ran out of file descriptors (not a BMC fault; raise its open-files limit): {e}"),
+        )
+        .not_sent();
+    }
+    TransportError::new(TransportErrorKind::Unreachable, format!("{what}: {e}"))
 }

@@ -104,7 +104,7 @@ pub fn channel_auth_caps(
     let bind: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
         .parse()
         .expect("valid wildcard address");
-    let socket = UdpSocket::bind(bind).map_err(|e| io_error(addr, &e))?;
+    let socket = UdpSocket::bind(bind).map_err(|e| crate::error::socket_error(addr, &e))?;
     socket.connect(addr).map_err(|e| io_error(addr, &e))?;
 
     let mut extended = true;

@@ -424,7 +424,7 @@ impl Engine {
 
         let rmcp = loop {
             let mut rmcp = Rmcp::new(peer, self.config.attempt_timeout)
-                .map_err(|e| TransportError::new(TransportErrorKind::Unreachable, format!("{peer}: {e}")))?;
+                .map_err(|e| crate::error::socket_error(peer, &e))?;
             match rmcp.activate(true, Some(&self.username), Some(self.password.expose().as_bytes())) {
                 Ok(()) => break rmcp,
                 Err(e) => {

@@ -136,6 +136,9 @@ pub(crate) fn status_error(method: &str, path: &str, status: StatusCode, body: &
 
 /// Map a reqwest transport failure (no HTTP status) to a typed error.
 pub(crate) fn transport_error(bmc: &str, method: &str, path: &str, e: &reqwest::Error) -> (ProviderError, &'static str) {
+    if let Some(io) = bmcfleet_provider::descriptor_exhaustion(e) {
+        return (ProviderError::worker_exhausted(format_args!("connecting to {bmc}"), io), "worker_exhausted");
+    }
     let chain = error_chain(e);
     if let Some(tls) = find_tls_error(e) {
         let hint = if matches!(tls, rustls::Error::InvalidCertificate(_)) {
