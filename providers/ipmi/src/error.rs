@@ -195,6 +195,19 @@ pub fn completion_code_error(command: CommandId, cc: u8, specific: &[SpecificCod
     .with_retryable(retryable)
 }
 
+/// A socket this worker could not make: `WorkerExhausted` when it is out of
+/// descriptors, else `Unreachable` (`what` says for which BMC and why).
+pub(crate) fn socket_error(what: impl std::fmt::Display, e: &std::io::Error) -> TransportError {
+    if bmcfleet_provider::is_descriptor_exhaustion(e) {
+        return TransportError::new(
+            TransportErrorKind::WorkerExhausted,
+            format!("{what}: the worker ran out of file descriptors (not a BMC fault; raise its open-files limit): {e}"),
+        )
+        .not_sent();
+    }
+    TransportError::new(TransportErrorKind::Unreachable, format!("{what}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,17 +263,4 @@ mod tests {
         let e: ProviderError = TransportError::new(TransportErrorKind::Timeout, "x").into();
         assert_eq!(e.code, ErrorCode::Timeout);
     }
-}
-
-/// A socket this worker could not make: `WorkerExhausted` when it is out of
-/// descriptors, else `Unreachable` (`what` says for which BMC and why).
-pub(crate) fn socket_error(what: impl std::fmt::Display, e: &std::io::Error) -> TransportError {
-    if bmcfleet_provider::is_descriptor_exhaustion(e) {
-        return TransportError::new(
-            TransportErrorKind::WorkerExhausted,
-            format!("{what}: the worker ran out of file descriptors (not a BMC fault; raise its open-files limit): {e}"),
-        )
-        .not_sent();
-    }
-    TransportError::new(TransportErrorKind::Unreachable, format!("{what}: {e}"))
 }
