@@ -61,6 +61,7 @@ pub fn sim_batch(address: &str, actions: Vec<Action>) -> anyhow::Result<Batch> {
             credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("bench") },
             tls: TlsOptions::default(),
             system_id: None,
+            options: Default::default(),
         }),
         actions,
         on_error: OnError::Stop,

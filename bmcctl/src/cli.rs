@@ -183,6 +183,14 @@ pub struct MachineFields {
     /// Redfish: the ComputerSystem to drive.
     #[arg(long)]
     pub system_id: Option<String>,
+    /// With protocol `auto`: the protocols to try, in order (comma-separated,
+    /// e.g. `redfish,ipmi`); `--protocols ''` clears the list.
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    pub protocols: Option<Vec<String>>,
+    /// Redfish: how to authenticate (`auto`: a session, else Basic;
+    /// `session`: a session only, never Basic; `basic`: Basic only).
+    #[arg(long, value_enum)]
+    pub redfish_auth: Option<bmcfleet_schema::RedfishAuth>,
     /// A CA bundle file to trust for this BMC's TLS.
     #[arg(long)]
     pub ca_file: Option<std::path::PathBuf>,

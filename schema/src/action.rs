@@ -64,6 +64,74 @@ pub struct BmcTarget {
     /// Redfish: which ComputerSystem to drive when a BMC exposes several.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_id: Option<String>,
+    /// Protocol preference and provider options: set only from an
+    /// operator's machine record (an ad hoc target carrying any is refused).
+    #[serde(default, skip_serializing_if = "TargetOptions::is_default")]
+    pub options: TargetOptions,
+}
+
+/// How the worker may speak to a machine, beyond its protocol: set by the
+/// operator on the machine record (`bmcctl machine`), never by producers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetOptions {
+    /// With `protocol: auto`: the protocols to try, in this order, instead
+    /// of the worker's default (Redfish, IPMI, AMT). Trying stops at the
+    /// first service that answers, as for `auto`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protocols: Vec<Protocol>,
+    /// Redfish provider options.
+    #[serde(default, skip_serializing_if = "RedfishOptions::is_default")]
+    pub redfish: RedfishOptions,
+}
+
+impl TargetOptions {
+    pub fn is_default(&self) -> bool {
+        *self == TargetOptions::default()
+    }
+}
+
+/// Redfish provider options of a machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedfishOptions {
+    /// How the worker authenticates.
+    #[serde(default)]
+    pub auth: RedfishAuth,
+}
+
+impl RedfishOptions {
+    pub fn is_default(&self) -> bool {
+        *self == RedfishOptions::default()
+    }
+}
+
+/// How the Redfish provider authenticates to a machine's BMC.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum RedfishAuth {
+    /// A SessionService session when the BMC offers one, HTTP Basic when it
+    /// does not (or will not create one).
+    #[default]
+    Auto,
+    /// A SessionService session only: a BMC that cannot create one fails
+    /// the action (`auth_failed` or `protocol_error`), and the password is
+    /// never sent with HTTP Basic.
+    Session,
+    /// HTTP Basic on every request, no session (BMCs whose session service
+    /// is broken or whose session slots run out).
+    Basic,
+}
+
+impl RedfishAuth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RedfishAuth::Auto => "auto",
+            RedfishAuth::Session => "session",
+            RedfishAuth::Basic => "basic",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

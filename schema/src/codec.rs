@@ -80,6 +80,7 @@ mod tests {
                 credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
                 tls: TlsOptions { insecure: true, ca_pem: None, pin_sha256: None, allow_plain_http: false },
                 system_id: None,
+                options: Default::default(),
             }),
             actions: vec![
                 Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true }),
@@ -212,6 +213,7 @@ mod tests {
                     credentials: Credentials::Inline { username: user, password: pw.into() },
                     tls: TlsOptions::default(),
                     system_id: Some("1".into()),
+                    options: Default::default(),
                 }),
                 actions,
                 on_error: if cont { OnError::Continue } else { OnError::Stop },

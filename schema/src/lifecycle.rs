@@ -159,6 +159,7 @@ mod tests {
             credentials: Credentials::Ref("r".into()),
             tls: TlsOptions::default(),
             system_id: None,
+            options: Default::default(),
         };
         Job { id: batch.id.unwrap(), admitted_at_ms: 1, deadline_at_ms: 1_000, batch, target, tenant: "t1".into(), sealed_params: vec![] }
     }

@@ -44,6 +44,14 @@ pub struct Machine {
     /// Redfish: the ComputerSystem to drive when the BMC has several.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_id: Option<String>,
+    /// With `protocol: auto` (or no protocol): the protocols to try, in
+    /// order (e.g. `[redfish, ipmi]`); trying stops at the first service that
+    /// answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protocols: Vec<Protocol>,
+    /// Redfish provider options (`auth: auto|session|basic`).
+    #[serde(default, skip_serializing_if = "crate::action::RedfishOptions::is_default")]
+    pub redfish: crate::action::RedfishOptions,
     /// Free-form operator labels (`rack=12`, `site=fra1`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
@@ -99,6 +107,29 @@ impl Machine {
                 return Err(bad("system_id must be 1-128 characters without `/`".into()));
             }
         }
+        if !self.protocols.is_empty() {
+            if self.protocol != Protocol::Auto {
+                return Err(bad(format!(
+                    "protocols (a preference list) needs protocol `auto` (or none), not `{}`",
+                    self.protocol
+                )));
+            }
+            if self.protocols.len() > 3 {
+                return Err(bad("protocols: at most 3 (redfish, ipmi, amt)".into()));
+            }
+            for (i, p) in self.protocols.iter().enumerate() {
+                if matches!(p, Protocol::Auto | Protocol::Sim) {
+                    return Err(bad(format!("protocols: `{p}` cannot be in a preference list (use redfish, ipmi, amt)")));
+                }
+                if self.protocols[..i].contains(p) {
+                    return Err(bad(format!("protocols: `{p}` is listed twice")));
+                }
+            }
+        }
+        let redfish_possible = matches!(self.protocol, Protocol::Redfish) || (self.protocol == Protocol::Auto && (self.protocols.is_empty() || self.protocols.contains(&Protocol::Redfish)));
+        if !self.redfish.is_default() && !redfish_possible {
+            return Err(bad("redfish options on a machine the worker never speaks Redfish to".into()));
+        }
         for (k, v) in &self.labels {
             let key_ok = !k.is_empty() && k.len() <= 63 && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
             if !key_ok || v.len() > 63 || v.chars().any(|c| c.is_control()) {
@@ -120,6 +151,7 @@ impl Machine {
             credentials: Credentials::Ref(self.credentials.clone()),
             tls: self.tls.clone(),
             system_id: self.system_id.clone(),
+            options: crate::action::TargetOptions { protocols: self.protocols.clone(), redfish: self.redfish.clone() },
         }
     }
 
@@ -146,6 +178,9 @@ pub fn ad_hoc_refusal(target: &BmcTarget) -> Option<&'static str> {
     }
     if matches!(target.credentials, Credentials::Ref(_)) {
         return Some("bmc.credentials.ref: a named credential is usable only through the registered machine it is bound to");
+    }
+    if !target.options.is_default() {
+        return Some("bmc.options: protocol preferences and provider options come only from an operator's machine record");
     }
     None
 }
@@ -352,6 +387,50 @@ mod tests {
         let mut v = serde_json::to_value(machine()).unwrap();
         v["password"] = "x".into();
         assert!(serde_json::from_value::<Machine>(v).is_err(), "unknown fields are refused");
+    }
+
+    #[test]
+    fn protocol_preferences_and_redfish_options_are_checked() {
+        let with = |patch: serde_json::Value| {
+            let mut v = serde_json::to_value(machine()).unwrap();
+            for (k, x) in patch.as_object().unwrap() {
+                v[k] = x.clone();
+            }
+            serde_json::from_value::<Machine>(v).unwrap().validate()
+        };
+        let ok = with(serde_json::json!({"protocol": "auto", "protocols": ["ipmi", "redfish"], "redfish": {"auth": "session"}}));
+        assert!(ok.is_ok(), "{ok:?}");
+        let m: Machine = serde_json::from_value({
+            let mut v = serde_json::to_value(machine()).unwrap();
+            v["protocol"] = "auto".into();
+            v["protocols"] = serde_json::json!(["ipmi", "redfish"]);
+            v
+        })
+        .unwrap();
+        assert_eq!(m.target().options.protocols, vec![Protocol::Ipmi, Protocol::Redfish], "the target carries the preference");
+        for (patch, says) in [
+            (serde_json::json!({"protocols": ["ipmi"]}), "needs protocol `auto`"),
+            (serde_json::json!({"protocol": "auto", "protocols": ["ipmi", "ipmi"]}), "twice"),
+            (serde_json::json!({"protocol": "auto", "protocols": ["sim"]}), "cannot be in a preference"),
+            (serde_json::json!({"protocol": "auto", "protocols": ["auto"]}), "cannot be in a preference"),
+            (serde_json::json!({"protocol": "ipmi", "redfish": {"auth": "basic"}}), "never speaks Redfish"),
+            (serde_json::json!({"protocol": "auto", "protocols": ["amt"], "redfish": {"auth": "basic"}}), "never speaks Redfish"),
+        ] {
+            let e = with(patch.clone()).unwrap_err();
+            assert!(e.reason.contains(says), "{patch}: {e}");
+        }
+        let mut v = serde_json::to_value(machine()).unwrap();
+        v["redfish"] = serde_json::json!({"auth": "digest"});
+        assert!(serde_json::from_value::<Machine>(v).is_err(), "unknown auth modes are refused");
+    }
+
+    #[test]
+    fn producers_cannot_set_target_options() {
+        let mut t = machine().target();
+        t.credentials = Credentials::Inline { username: "u".into(), password: crate::Secret::new("p") };
+        assert_eq!(ad_hoc_refusal(&t), None);
+        t.options.redfish.auth = crate::RedfishAuth::Basic;
+        assert!(ad_hoc_refusal(&t).is_some_and(|why| why.contains("bmc.options")));
     }
 
     #[test]

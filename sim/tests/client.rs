@@ -15,6 +15,7 @@ fn target(host: &str) -> BmcTarget {
         credentials: Credentials::Ref("x".into()),
         tls: TlsOptions::default(),
         system_id: None,
+        options: Default::default(),
     }
 }
 

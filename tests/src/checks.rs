@@ -20,6 +20,7 @@ pub fn sim_batch(address: &str, actions: Vec<Action>) -> Batch {
             credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw-in-line") },
             tls: TlsOptions::default(),
             system_id: None,
+            options: Default::default(),
         }),
         actions,
         on_error: OnError::Stop,

@@ -170,6 +170,8 @@ pub async fn ref_machine_batch(
         system_id: None,
         labels: Default::default(),
         tenant: bmcfleet_schema::machine::DEFAULT_TENANT.into(),
+        protocols: vec![],
+        redfish: Default::default(),
     };
     let js = async_nats::jetstream::new(client.clone());
     let machines = bucket(&js, machines_config(subjects, 1), Mode::UseExisting).await.expect("machines bucket");
@@ -232,6 +234,8 @@ pub async fn register_machine(
             system_id: target.system_id.clone(),
             labels: Default::default(),
             tenant: bmcfleet_schema::machine::DEFAULT_TENANT.into(),
+            protocols: target.options.protocols.clone(),
+            redfish: target.options.redfish.clone(),
         };
         bmcfleet_common::registry::put(&machines, &machine).await.expect("put machine");
         name

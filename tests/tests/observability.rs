@@ -76,6 +76,7 @@ fn target(address: &str, password: &str) -> BmcTarget {
         credentials: Credentials::Inline { username: "admin".into(), password: Secret::new(password) },
         tls: TlsOptions::default(),
         system_id: None,
+        options: Default::default(),
     }
 }
 

@@ -266,3 +266,39 @@ async fn a_name_resolving_to_a_registered_machine_is_that_machine() {
     assert_eq!(err.code, ErrorCode::TargetForbidden, "{r:?}");
     assert!(err.message.contains("registered machine"), "{err:?}");
 }
+
+/// A machine's protocol preference and Redfish auth mode are the
+/// operator's: the worker tries only the listed protocols, in order, and a
+/// producer cannot put either on an ad hoc target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machines_protocol_preference_is_the_only_order_tried() {
+    use bmcfleet_tests::producer::{batch_for, Stack};
+    let stack = Stack::start(1, &["--protocols", "redfish,ipmi", "--action-timeout", "4s", "--retry-max", "0"]).await;
+    let server = bmcfleet_testing::redfish::spec::spec_service().start().await.unwrap();
+    let status = || vec![Action::Power(PowerOp::Status)];
+
+    let mut target = server.target();
+    target.protocol = Protocol::Auto;
+    target.options.protocols = vec![Protocol::Redfish];
+    target.options.redfish.auth = RedfishAuth::Basic;
+    let r = stack.run(&batch_for(target.clone(), status())).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    assert_eq!(r.results[0].provider.as_deref(), Some("redfish"));
+    assert!(server.requests_to("POST", "/redfish/v1/SessionService/Sessions").is_empty(), "redfish.auth basic: no session");
+
+    // Preference [ipmi]: this worker speaks Redfish too, but never to this machine.
+    server.clear_requests();
+    target.options.protocols = vec![Protocol::Ipmi];
+    target.options.redfish = Default::default(); // Redfish options on an IPMI-only machine are refused
+    let r = stack.run(&batch_for(target.clone(), status())).await;
+    let code = r.results[0].error.as_ref().map(|e| e.code);
+    assert!(matches!(code, Some(ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::DeadlineExceeded)), "{r:?}");
+    assert!(server.requests().is_empty(), "Redfish was tried against the machine's preference: {:?}", server.requests().len());
+
+    // A producer cannot choose them for an ad hoc target.
+    let mut ad_hoc = bmcfleet_tests::checks::sim_batch("10.31.9.1", status());
+    ad_hoc.bmc.as_mut().unwrap().options.protocols = vec![Protocol::Ipmi];
+    let err = refused(stack.producer.submit(&ad_hoc, false).await);
+    assert_eq!(err.code, ErrorCode::TargetForbidden, "{err:?}");
+    assert!(err.message.contains("bmc.options"), "{err:?}");
+}

@@ -245,6 +245,8 @@ async fn put_machine(admin: &async_nats::Client, topo: &Topology, name: &str, ad
         system_id: None,
         labels: Default::default(),
         tenant: tenant.into(),
+        protocols: vec![],
+        redfish: Default::default(),
     };
     bmcfleet_common::registry::put(&kv, &machine).await.unwrap();
 }

@@ -31,9 +31,12 @@ impl Registry {
         self.connectors.get(protocol.as_str()).cloned()
     }
 
-    /// Connectors `auto` tries, in order.
-    pub fn auto(&self) -> Vec<Arc<dyn Connector>> {
-        AUTO_ORDER.iter().filter_map(|p| self.get(*p)).collect()
+    /// Connectors `auto` tries, in order: the machine's preference list
+    /// when it has one, else [`AUTO_ORDER`]; protocols this worker has no
+    /// provider for are left out.
+    pub fn auto(&self, preference: &[Protocol]) -> Vec<Arc<dyn Connector>> {
+        let order = if preference.is_empty() { &AUTO_ORDER[..] } else { preference };
+        order.iter().filter_map(|p| self.get(*p)).collect()
     }
 
     pub fn describe(&self) -> Vec<ProviderInfo> {

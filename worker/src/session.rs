@@ -46,13 +46,19 @@ impl SessionSlot {
                 self.close_if(may_send).await;
             }
             let connectors = match target.protocol {
-                Protocol::Auto => registry.auto(),
+                Protocol::Auto => registry.auto(&target.options.protocols),
                 p => registry.get(p).into_iter().collect(),
             };
             if connectors.is_empty() {
                 return Err(ProviderError::new(
                     ErrorCode::UnsupportedProtocol,
-                    format!("this worker has no provider for protocol `{}`", target.protocol),
+                    match target.options.protocols.as_slice() {
+                        [] => format!("this worker has no provider for protocol `{}`", target.protocol),
+                        list => format!(
+                            "this worker has no provider for any protocol of the machine's preference ({})",
+                            list.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+                        ),
+                    },
                 ));
             }
             let mut last = None;

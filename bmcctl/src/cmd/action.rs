@@ -34,6 +34,7 @@ impl Target {
             credentials,
             tls: TlsOptions { insecure: self.insecure, ca_pem: None, pin_sha256: None, allow_plain_http: false },
             system_id: None,
+            options: Default::default(),
         })
     }
 }

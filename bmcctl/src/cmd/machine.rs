@@ -73,6 +73,16 @@ impl crate::cli::MachineFields {
         if let Some(s) = &self.system_id {
             m.system_id = Some(s.clone());
         }
+        if let Some(list) = &self.protocols {
+            m.protocols = list
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| serde_json::from_value::<bmcfleet_schema::Protocol>(serde_json::Value::String(p.trim().to_owned())).map_err(|_| anyhow::anyhow!("--protocols: `{p}` is not a protocol (redfish, ipmi, amt)")))
+                .collect::<anyhow::Result<_>>()?;
+        }
+        if let Some(auth) = self.redfish_auth {
+            m.redfish.auth = auth;
+        }
         if let Some(path) = &self.ca_file {
             m.tls.ca_pem = Some(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?);
         }
@@ -207,6 +217,8 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
                 system_id: None,
                 labels: Default::default(),
                 tenant: bmcfleet_schema::machine::DEFAULT_TENANT.into(),
+                protocols: vec![],
+                redfish: Default::default(),
             };
             fields.apply_to(&mut m)?;
             put_one(&kv, &js, &subjects, actor, &m).await?;

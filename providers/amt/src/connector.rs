@@ -138,6 +138,7 @@ mod tests {
             credentials: Credentials::Ref("x".into()),
             tls: TlsOptions { insecure, ca_pem: ca.map(str::to_owned), pin_sha256: None, allow_plain_http: true },
             system_id: None,
+            options: Default::default(),
         }
     }
 

@@ -112,6 +112,7 @@ fn loopback(port: u16) -> bmcfleet_schema::BmcTarget {
         credentials: bmcfleet_schema::Credentials::Ref("unused".into()),
         tls: Default::default(),
         system_id: None,
+        options: Default::default(),
     }
 }
 

@@ -69,7 +69,7 @@ impl RedfishConnector {
             .build()
             .map_err(|e| err(ErrorCode::Internal, format!("building the HTTPS client: {e}")))?;
         let base = format!("https://{}", target.address.authority(443));
-        let mut transport = Transport::new(http, base, target.address.to_string(), credentials, self.config.clone());
+        let mut transport = Transport::new(http, base, target.address.to_string(), credentials, self.config.clone(), target.options.redfish.auth);
         let root = transport.service_root(ctx).await?;
         transport.login(ctx, &root).await?;
         let service = match Service::discover(&mut transport, ctx, &root, target.system_id.as_deref()).await {

@@ -10,7 +10,7 @@ use crate::config::RedfishConfig;
 use crate::error::{err, protocol, status_error, transport_error};
 use crate::json::{link, norm_path, str_of};
 use bmcfleet_provider::{Ctx, ProviderError, ResolvedCredentials, Result};
-use bmcfleet_schema::{ErrorCode, Secret};
+use bmcfleet_schema::{ErrorCode, RedfishAuth, Secret};
 use bytes::{Bytes, BytesMut};
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ETAG, IF_MATCH, LOCATION, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
@@ -90,6 +90,8 @@ pub(crate) struct Transport {
     username: String,
     password: Secret,
     auth: Auth,
+    /// What the machine's operator allows (`redfish.auth`).
+    mode: RedfishAuth,
     /// Where sessions are created (from the service root), when there is a SessionService.
     sessions_path: Option<String>,
     config: Arc<RedfishConfig>,
@@ -110,6 +112,7 @@ impl Transport {
         bmc: String,
         credentials: &ResolvedCredentials,
         config: Arc<RedfishConfig>,
+        mode: RedfishAuth,
     ) -> Self {
         Transport {
             http,
@@ -117,7 +120,9 @@ impl Transport {
             bmc,
             username: credentials.username.clone(),
             password: credentials.password.clone(),
-            auth: Auth::None,
+            // `basic`: the operator chose Basic for every request.
+            auth: if mode == RedfishAuth::Basic { Auth::Basic } else { Auth::None },
+            mode,
             sessions_path: None,
             config,
             broken: false,
@@ -365,8 +370,19 @@ impl Transport {
     /// wants credentials anyway gets Basic auth.
     pub async fn service_root(&mut self, ctx: &Ctx) -> Result<Value> {
         const ROOT: &str = "/redfish/v1/";
-        let reply = self.send_once(ctx, &Method::GET, ROOT, None, None, false).await?;
-        let reply = if reply.status == StatusCode::UNAUTHORIZED {
+        let basic = self.mode == RedfishAuth::Basic;
+        let reply = self.send_once(ctx, &Method::GET, ROOT, None, None, basic).await?;
+        let reply = if reply.status == StatusCode::UNAUTHORIZED && !basic {
+            if self.mode == RedfishAuth::Session {
+                return Err(err(
+                    ErrorCode::AuthFailed,
+                    format!(
+                        "GET {ROOT}: {} demands credentials for the service root, which only HTTP Basic could give, \
+                         and this machine allows Redfish sessions only (redfish.auth: session); nothing was sent with Basic",
+                        self.bmc
+                    ),
+                ));
+            }
             self.auth = Auth::Basic;
             self.send_once(ctx, &Method::GET, ROOT, None, None, true).await?
         } else {
@@ -395,6 +411,9 @@ impl Transport {
             .and_then(|l| link(l, "Sessions"))
             .or_else(|| link(root, "SessionService").map(|s| format!("{s}/Sessions")));
         if self.sessions_path.is_none() {
+            if self.mode == RedfishAuth::Session {
+                return Err(self.no_session("the service root advertises no SessionService"));
+            }
             tracing::debug!(bmc = %self.bmc, "No SessionService advertised; using HTTP Basic.");
             self.auth = Auth::Basic;
             return Ok(());
@@ -402,8 +421,21 @@ impl Transport {
         self.create_session(ctx).await
     }
 
+    /// The error when a session-only machine (`redfish.auth: session`)
+    /// cannot have a session: the password is not then sent with Basic.
+    fn no_session(&self, why: &str) -> ProviderError {
+        err(
+            ErrorCode::AuthFailed,
+            format!("{}: {why}; this machine allows Redfish sessions only (redfish.auth: session), so HTTP Basic was not tried", self.bmc),
+        )
+        .with_retryable(false)
+    }
+
     async fn create_session(&mut self, ctx: &Ctx) -> Result<()> {
         let Some(path) = self.sessions_path.clone() else {
+            if self.mode == RedfishAuth::Session {
+                return Err(self.no_session("the BMC has no session service"));
+            }
             self.auth = Auth::Basic;
             return Ok(());
         };
@@ -420,11 +452,20 @@ impl Transport {
                     tracing::debug!(bmc = %self.bmc, "Redfish session created.");
                     self.auth = Auth::Session { token: Secret::new(token), location };
                 }
+                _ if self.mode == RedfishAuth::Session => {
+                    return Err(err(ErrorCode::ProtocolError, format!("POST {path}: {} created a session without an X-Auth-Token", self.bmc)));
+                }
                 _ => {
                     tracing::warn!(bmc = %self.bmc, "The BMC created a session without an X-Auth-Token; using HTTP Basic.");
                     self.auth = Auth::Basic;
                 }
             },
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN if self.mode == RedfishAuth::Session => {
+                return Err(self.no_session(&format!("the BMC refused to create a session (HTTP {})", reply.status.as_u16())));
+            }
+            s if self.mode == RedfishAuth::Session => {
+                return Err(status_error("POST", &path, s, &reply.body));
+            }
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 // Either the credentials are wrong, or this BMC has no
                 // session support and guards every unknown path. Basic

@@ -481,6 +481,43 @@ async fn dmtf_basic_auth_when_sessions_are_not_implemented() {
     assert!(server.requests_to("DELETE", "/redfish/v1/SessionService/Sessions/1").is_empty());
 }
 
+/// `redfish.auth: session` (an operator's machine option): a BMC that
+/// will not create a session fails the action, and the password never goes
+/// out with HTTP Basic.
+#[tokio::test]
+async fn session_only_machines_never_fall_back_to_basic() {
+    let dir = fixture!("dmtf-public-rackmount1", "session_only_machines_never_fall_back_to_basic");
+    let server = dmtf(&dir).sessions(false).start().await.unwrap();
+    let mut target = server.target();
+    target.options.redfish.auth = bmcfleet_schema::RedfishAuth::Session;
+    let e = connector().open(&ctx(10), &target, &server.credentials()).await.err().expect("no session, no login");
+    assert_eq!(e.code, ErrorCode::AuthFailed, "{e:?}");
+    assert!(e.message.contains("redfish.auth: session"), "{}", e.message);
+    for r in server.requests() {
+        assert!(!r.header("authorization").is_some_and(|h| h.starts_with("Basic ")), "Basic sent: {} {}", r.method, r.path);
+    }
+    // The same BMC with the default (`auto`) falls back to Basic, as before.
+    let s = open(&server).await;
+    assert_eq!(s.auth_kind(), Some(AuthKind::Basic));
+}
+
+/// `redfish.auth: basic`: no session is created; every request, the
+/// service root included, carries Basic.
+#[tokio::test]
+async fn basic_only_machines_create_no_session() {
+    let dir = fixture!("dmtf-public-rackmount1", "basic_only_machines_create_no_session");
+    let server = dmtf(&dir).start().await.unwrap();
+    let mut target = server.target();
+    target.options.redfish.auth = bmcfleet_schema::RedfishAuth::Basic;
+    let mut s = connector().open(&ctx(10), &target, &server.credentials()).await.expect("connect");
+    assert_eq!(s.auth_kind(), Some(AuthKind::Basic));
+    s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap();
+    assert!(server.requests_to("POST", "/redfish/v1/SessionService/Sessions").is_empty(), "a session was created");
+    for r in server.requests() {
+        assert!(r.header("authorization").is_some_and(|h| h.starts_with("Basic ")), "{} {} without Basic", r.method, r.path);
+    }
+}
+
 #[tokio::test]
 async fn dmtf_expired_session_is_renewed_once() {
     let (server, mut s) = session!(dmtf, "dmtf-public-rackmount1", "dmtf_expired_session_is_renewed_once");

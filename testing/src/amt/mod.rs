@@ -380,6 +380,7 @@ impl AmtFixtureServer {
             // Plain HTTP is what an operator must allow for the machine.
             tls: TlsOptions { insecure: false, allow_plain_http: self.ca_pem.is_none(), ca_pem: self.ca_pem.clone(), pin_sha256: None },
             system_id: None,
+            options: Default::default(),
         }
     }
 

@@ -283,6 +283,7 @@ impl IpmiSim {
             },
             tls: TlsOptions::default(),
             system_id: None,
+            options: Default::default(),
         }
     }
 

@@ -90,6 +90,7 @@ pub fn loopback_target(addr: SocketAddr, username: &str, password: &str, ca_pem:
         credentials: Credentials::Inline { username: username.to_owned(), password: Secret::new(password) },
         tls: TlsOptions { insecure: false, ca_pem: Some(ca_pem.to_owned()), pin_sha256: None, allow_plain_http: false },
         system_id: None,
+        options: Default::default(),
     }
 }
 

@@ -25,6 +25,7 @@ async fn tls_port_without_trust_is_refused_without_network() {
         credentials: bmcfleet_schema::Credentials::Ref("x".into()),
         tls: TlsOptions::default(),
         system_id: None,
+        options: Default::default(),
     };
     let creds = bmcfleet_provider::ResolvedCredentials { username: "admin".into(), password: "x".into() };
     let e = AmtConnector::default().connect(&ctx(), &target, &creds).await.err().unwrap();

@@ -68,6 +68,7 @@ async fn refused_connection_is_unreachable() {
         credentials: bmcfleet_schema::Credentials::Ref("x".into()),
         tls: bmcfleet_schema::TlsOptions { allow_plain_http: true, ..Default::default() },
         system_id: None,
+        options: Default::default(),
     };
     let creds = ResolvedCredentials { username: "admin".into(), password: Secret::new("x") };
     let e = AmtConnector::default().open(&ctx(), &target, &creds).await.err().expect("nothing listens");
