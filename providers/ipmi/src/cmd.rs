@@ -219,6 +219,72 @@ pub fn encode_boot_flags(req: &BootDeviceRequest) -> Vec<u8> {
     vec![BOOT_PARAM_FLAGS, b1, device_selector(req.device) << 2, 0, 0, 0]
 }
 
+/// Boot option parameter 3, "BMC boot flag valid bit clearing" (table 28-14).
+pub const BOOT_PARAM_VALID_CLEARING: u8 = 3;
+
+/// Parameter 3, data 1 bit 3: do not clear the boot flags' valid bit when
+/// no Chassis Control command arrives within 60 seconds. Without it a BMC
+/// forgets the next boot device a minute after it was set unless the
+/// machine is powered on or reset in time (what Ironic also turns off).
+pub const KEEP_VALID_WITHOUT_CHASSIS_CONTROL: u8 = 0x08;
+
+/// Set System Boot Options request data turning the 60-second boot-flag
+/// timeout off.
+pub fn encode_keep_boot_flags_valid() -> Vec<u8> {
+    vec![BOOT_PARAM_VALID_CLEARING, KEEP_VALID_WITHOUT_CHASSIS_CONTROL]
+}
+
+/// How a read-back of parameter 5 compares with what was set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootReadBack {
+    /// Valid, with the device, persistence and mode that were set.
+    Exact,
+    /// The device selector that was set, but the valid bit (and with it the
+    /// persistence and mode bits) reads clear: what OpenIPMI's `ipmi_sim`
+    /// answers, which stores only the selector.
+    SelectorOnly,
+}
+
+/// Compare the Get System Boot Options answer (parameter 5) with the
+/// request just written: the device selector must be the one set, and when
+/// the BMC reports the flags valid, persistence and mode must match too.
+pub fn check_boot_read_back(set: &BootDeviceRequest, data: &[u8]) -> Result<BootReadBack, ProviderError> {
+    let protocol = |m: String| ProviderError::new(ErrorCode::ProtocolError, m);
+    if data.len() < 4 {
+        return Err(protocol(format!("boot flags response has {} bytes, expected at least 4", data.len())));
+    }
+    if data[1] & 0x7F != BOOT_PARAM_FLAGS {
+        return Err(protocol(format!("asked for boot parameter 5, got {}", data[1] & 0x7F)));
+    }
+    let (b1, selector) = (data[2], (data[3] >> 2) & 0x0F);
+    let want = device_selector(set.device);
+    let differs = |what: String| {
+        ProviderError::new(ErrorCode::BmcError, format!("the BMC accepted the boot device but reads back {what}; the boot device is not set"))
+    };
+    if selector != want {
+        return Err(differs(format!("device selector 0x{selector:X} instead of 0x{want:X}")));
+    }
+    if b1 & BOOT_VALID == 0 {
+        return Ok(BootReadBack::SelectorOnly);
+    }
+    let (persistent, efi) = (b1 & BOOT_PERSISTENT != 0, b1 & BOOT_EFI != 0);
+    if persistent != set.persistent {
+        return Err(differs(format!("{} instead of {}", once_or_always(persistent), once_or_always(set.persistent))));
+    }
+    if efi != set.efi {
+        return Err(differs(format!("{} boot instead of {}", legacy_or_efi(efi), legacy_or_efi(set.efi))));
+    }
+    Ok(BootReadBack::Exact)
+}
+
+fn once_or_always(persistent: bool) -> &'static str {
+    if persistent { "persistent" } else { "next boot only" }
+}
+
+fn legacy_or_efi(efi: bool) -> &'static str {
+    if efi { "EFI" } else { "legacy" }
+}
+
 /// Get System Boot Options request data for parameter 5.
 pub fn get_boot_flags_request() -> Vec<u8> {
     vec![BOOT_PARAM_FLAGS, 0, 0]
@@ -473,6 +539,24 @@ mod tests {
         assert_eq!(encode_boot_flags(&req), vec![0x05, 0xE0, 0x04, 0, 0, 0]);
         let req = BootDeviceRequest { device: BootDevice::Bios, persistent: false, efi: false };
         assert_eq!(encode_boot_flags(&req), vec![0x05, 0x80, 0x18, 0, 0, 0]);
+    }
+
+    #[test]
+    fn boot_read_back_must_match_what_was_set() {
+        let set = BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: true };
+        assert_eq!(encode_keep_boot_flags_valid(), vec![0x03, 0x08], "Ironic's `raw 0x00 0x08 0x03 0x08`");
+        assert_eq!(check_boot_read_back(&set, &[0x01, 0x05, 0xE0, 0x04, 0, 0, 0]).unwrap(), BootReadBack::Exact);
+        // ipmi_sim: the selector only, valid bit clear.
+        assert_eq!(check_boot_read_back(&set, &[0x01, 0x05, 0x00, 0x04, 0, 0, 0]).unwrap(), BootReadBack::SelectorOnly);
+        for (data, says) in [
+            ([0x01, 0x05, 0xE0, 0x08, 0, 0, 0], "device selector 0x2"),
+            ([0x01, 0x05, 0xA0, 0x04, 0, 0, 0], "next boot only instead of persistent"),
+            ([0x01, 0x05, 0xC0, 0x04, 0, 0, 0], "legacy boot instead of EFI"),
+        ] {
+            let e = check_boot_read_back(&set, &data).unwrap_err();
+            assert!(e.code == ErrorCode::BmcError && e.message.contains(says), "{data:?}: {e:?}");
+        }
+        assert_eq!(check_boot_read_back(&set, &[0x01, 0x04, 0xE0, 0x04]).unwrap_err().code, ErrorCode::ProtocolError);
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl IpmiConnector {
                 ctx.send_gate(),
             )
             .await?;
-            let session = IpmiSession::new(transport, bmc.clone());
+            let session = IpmiSession::new(transport, bmc.clone()).with_verify(self.config.verify);
             Ok(match self.config.channel {
                 Some(channel) => session.with_channel(channel),
                 None => session,

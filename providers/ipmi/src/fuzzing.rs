@@ -69,7 +69,8 @@ pub fn ipmi_response(data: &[u8]) {
 async fn session_op(op: u8, flags: u8, script: &[u8]) {
     let ctx = Ctx::new(Instant::now() + Duration::from_secs(3600));
     let transport = Scripted { rest: script, calls: 0 };
-    let mut s = IpmiSession::new(transport, "fuzz");
+    // Verification polls without waiting: the script's replies decide.
+    let mut s = IpmiSession::new(transport, "fuzz").with_verify(crate::session::Verify { poll: Duration::ZERO, limit: Duration::from_secs(3600) });
     if flags & 0x80 != 0 {
         s = s.with_channel(flags);
     }

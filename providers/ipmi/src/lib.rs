@@ -91,5 +91,5 @@ pub use config::IpmiConfig;
 pub use connector::{IpmiConnector, CAPABILITIES, DEFAULT_PORT};
 pub use error::{TransportError, TransportErrorKind};
 pub use rmcp::{RmcpConfig, RmcpTransport};
-pub use session::IpmiSession;
+pub use session::{IpmiSession, Verify};
 pub use transport::{Request, Response, Retry, Transport};

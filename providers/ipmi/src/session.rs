@@ -25,6 +25,23 @@ pub struct IpmiSession<T> {
     /// The LAN channel used for user access and LAN configuration:
     /// configured, or discovered with Get Channel Info on first use.
     pub(crate) channel: Option<u8>,
+    /// How power actions are verified (see [`Verify`]).
+    pub(crate) verify: Verify,
+}
+
+/// How a power action's effect is verified: Get Chassis Status every
+/// `poll` until the chassis reports the state the action leads to, for at
+/// most `limit` (and never past the action's deadline).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verify {
+    pub poll: std::time::Duration,
+    pub limit: std::time::Duration,
+}
+
+impl Default for Verify {
+    fn default() -> Self {
+        Verify { poll: std::time::Duration::from_millis(500), limit: std::time::Duration::from_secs(60) }
+    }
 }
 
 pub(crate) fn invalid(message: impl Into<String>) -> ProviderError {
@@ -37,7 +54,13 @@ pub(crate) fn protocol(command: CommandId, what: impl std::fmt::Display) -> Prov
 
 impl<T: Transport> IpmiSession<T> {
     pub fn new(transport: T, bmc: impl Into<String>) -> Self {
-        IpmiSession { transport, bmc: bmc.into(), channel: None }
+        IpmiSession { transport, bmc: bmc.into(), channel: None, verify: Verify::default() }
+    }
+
+    /// How power actions are verified (default: poll every 500 ms, up to 60 s).
+    pub fn with_verify(mut self, verify: Verify) -> Self {
+        self.verify = verify;
+        self
     }
 
     /// Uses `channel` for user access and LAN configuration instead of the

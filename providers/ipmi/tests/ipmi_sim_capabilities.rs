@@ -36,7 +36,7 @@ async fn power_on_off_status_agree_with_ipmitool() {
     let mut s = open(&sim).await;
 
     assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::Off));
-    assert_eq!(Power::power(&mut s, &ctx, PowerOp::On).await.unwrap(), None);
+    assert_eq!(Power::power(&mut s, &ctx, PowerOp::On).await.unwrap(), Some(PowerState::On), "verified: the chassis reports on");
     assert!(sim.power_on(), "chassis program state");
     assert_eq!(sim.ipmitool(&["power", "status"]).unwrap().trim(), "Chassis Power is on");
     assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::On));

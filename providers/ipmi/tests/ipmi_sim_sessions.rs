@@ -269,6 +269,7 @@ async fn idle_session_sends_keepalives() {
             keepalive_interval: Duration::from_millis(50),
         },
         channel: None,
+        verify: Default::default(),
     });
     let mut s = fast.open(&ctx(), &sim.target(), &sim.credentials()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);

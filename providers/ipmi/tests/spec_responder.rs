@@ -260,3 +260,35 @@ async fn close_reaches_the_transport() {
     let e = Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Internal);
 }
+
+/// Verified effects (issue 17): a power action succeeds when the chassis
+/// reports the state it leads to and fails when it never does; setting the
+/// boot device turns off the 60-second boot-flag timeout first and reads
+/// the flags back.
+#[tokio::test]
+async fn power_and_boot_effects_are_verified() {
+    let (s, bmc) = session();
+    let mut s = s.with_verify(bmcfleet_ipmi::Verify { poll: Duration::from_millis(10), limit: Duration::from_millis(300) });
+    let ctx = ctx();
+    assert_eq!(Power::power(&mut s, &ctx, PowerOp::On).await.unwrap(), Some(PowerState::On), "the verified state is reported");
+    // A BMC that accepts Chassis Control (completion code 0) but whose chassis stays on.
+    bmc.inject(0x00, 0x02, Fault::CompletionCode(0x00));
+    let e = Power::power(&mut s, &ctx, PowerOp::Off).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
+    assert!(e.message.contains("accepted power Off but the chassis still reported on"), "{e}");
+    assert!(bmc.snapshot().power_on);
+
+    let req = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true };
+    s.set_boot_device(&ctx, &req).await.unwrap();
+    assert_eq!(bmc.snapshot().boot_valid_clearing, 0x08, "the 60-second boot-flag timeout is off");
+    // A BMC without parameter 3 still gets its boot device.
+    bmc.inject(0x00, 0x08, Fault::CompletionCode(0x80));
+    s.set_boot_device(&ctx, &BootDeviceRequest { device: BootDevice::Disk, ..req }).await.unwrap();
+    assert_eq!(bmc.snapshot().boot_flags[1], 0x08);
+    // A BMC that accepts the flags but does not keep them: not set.
+    bmc.inject(0x00, 0x08, Fault::CompletionCode(0x00)); // parameter 3
+    bmc.inject(0x00, 0x08, Fault::CompletionCode(0x00)); // parameter 5, accepted and dropped
+    let e = s.set_boot_device(&ctx, &BootDeviceRequest { device: BootDevice::Cdrom, ..req }).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert!(e.message.contains("reads back device selector 0x2 instead of 0x5"), "{e}");
+}

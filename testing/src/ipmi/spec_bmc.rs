@@ -79,6 +79,9 @@ pub struct SpecState {
     pub power_on: bool,
     /// Boot option parameter 5, data bytes 1–5.
     pub boot_flags: [u8; 5],
+    /// Boot option parameter 3 as last set (bit 3: keep the flags valid
+    /// past the 60-second timeout).
+    pub boot_valid_clearing: u8,
     /// Index 0 is user id 1.
     pub users: Vec<SpecUser>,
     pub lan: SpecLan,
@@ -143,6 +146,7 @@ impl Default for SpecState {
         SpecState {
             power_on: false,
             boot_flags: [0; 5],
+            boot_valid_clearing: 0,
             users,
             lan: SpecLan {
                 set_in_progress: 0,
@@ -353,7 +357,12 @@ fn handle(s: &mut SpecState, netfn: u8, cmd: u8, d: &[u8]) -> (u8, Vec<u8>) {
                     reply(OK)
                 }
                 5 => reply(BAD_LENGTH),
-                0 | 3 | 4 => reply(OK),
+                3 if d.len() == 2 => {
+                    s.boot_valid_clearing = d[1];
+                    reply(OK)
+                }
+                3 => reply(BAD_LENGTH),
+                0 | 4 => reply(OK),
                 _ => reply(PARAM_UNSUPPORTED),
             }
         }

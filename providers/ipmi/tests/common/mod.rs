@@ -16,6 +16,7 @@ pub fn connector() -> IpmiConnector {
             keepalive_interval: Duration::from_secs(10),
         },
         channel: None,
+        verify: Default::default(),
     })
 }
 
