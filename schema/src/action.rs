@@ -654,6 +654,28 @@ impl Action {
         }
     }
 
+    /// The secret strings of this action, as a BMC might echo them back in
+    /// an error: a user's password; a media URL's password, user info and
+    /// query string (and the whole URL). The worker removes them from every
+    /// message a BMC sends back before it is logged or stored.
+    pub fn secret_values(&self) -> Vec<String> {
+        let Some((field, value)) = self.secret_param() else { return vec![] };
+        match field {
+            ParamField::Password => vec![value],
+            ParamField::Url => {
+                let mut out = vec![value.clone()];
+                if let Ok(u) = url::Url::parse(&value) {
+                    out.extend(u.password().map(str::to_owned));
+                    if !u.username().is_empty() {
+                        out.push(format!("{}:", u.username()));
+                    }
+                    out.extend(u.query().map(str::to_owned));
+                }
+                out
+            }
+        }
+    }
+
     /// Put `value` back as the `field` parameter (the worker, after opening it).
     /// `false` when the action has no such parameter.
     pub fn set_secret_param(&mut self, field: ParamField, value: String) -> bool {

@@ -95,3 +95,48 @@ mod tests {
         assert_eq!(s.expose(), "hunter2");
     }
 }
+
+/// Remove every occurrence of each secret in `secrets` from `text` (as
+/// written and percent-encoded), replacing it with `[redacted]`. Secrets
+/// shorter than 4 characters are too common as text to remove reliably and
+/// are left alone. For messages a BMC writes, which may echo what it was
+/// sent.
+pub fn scrub(text: &str, secrets: &[&str]) -> String {
+    let mut out = text.to_owned();
+    for secret in secrets.iter().filter(|s| s.chars().count() >= 4) {
+        for form in [secret.to_string(), percent_encoded(secret)] {
+            if out.contains(form.as_str()) {
+                out = out.replace(form.as_str(), "[redacted]");
+            }
+        }
+    }
+    out
+}
+
+fn percent_encoded(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod scrub_tests {
+    use super::scrub;
+
+    #[test]
+    fn secrets_are_removed_as_written_and_percent_encoded() {
+        let pw = "s3cr3t/p@ss";
+        let text = format!("Value '{pw}' for Password is invalid; also s3cr3t%2Fp%40ss and {pw}");
+        let out = scrub(&text, &[pw]);
+        assert!(!out.contains("s3cr3t"), "{out}");
+        assert_eq!(out.matches("[redacted]").count(), 3, "{out}");
+        assert_eq!(scrub("a b c", &["b"]), "a b c", "too short to remove");
+        assert_eq!(scrub("nothing here", &[]), "nothing here");
+    }
+}

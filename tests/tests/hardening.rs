@@ -175,6 +175,48 @@ async fn a_bmc_cannot_pass_its_errors_off_as_the_workers() {
     assert!(!worker.log_text().contains("ran out of file descriptors"), "{}", worker.log_tail(20));
 }
 
+/// A BMC's error text may echo what it was sent. The new user's password
+/// and the login password a hostile (or merely verbose) BMC writes back,
+/// as written or percent-encoded, in its message or in MessageArgs, reach
+/// neither the result nor the worker's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_a_bmc_echoes_back_are_scrubbed() {
+    use bmcfleet_testing::redfish::Fault;
+    use bmcfleet_tests::producer::{batch_for, Stack};
+    let stack = Stack::start(1, &["--protocols", "redfish", "--retry-max", "0", "--log", "trace"]).await;
+    let server = bmcfleet_testing::redfish::spec::spec_service()
+        .resource("/redfish/v1/AccountService", serde_json::json!({"@odata.id": "/redfish/v1/AccountService", "Id": "AccountService",
+            "Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"}}))
+        .resource("/redfish/v1/AccountService/Accounts", serde_json::json!({"@odata.id": "/redfish/v1/AccountService/Accounts",
+            "Members": [], "Members@odata.count": 0}))
+        .credentials("admin", "L0gin-S3cret!")
+        .start()
+        .await
+        .unwrap();
+    let new_password = "N3w-user/pass@word";
+    let login = server.credentials().password.expose().to_owned();
+    server.push_fault(Fault::status("POST", "/redfish/v1/AccountService/Accounts", 400).json(&serde_json::json!({
+        "error": {"code": "Base.1.4.GeneralError",
+                  "message": format!("The value '{new_password}' is not a valid password (login was {login})"),
+                  "@Message.ExtendedInfo": [{"MessageId": "Base.1.4.PropertyValueFormatError",
+                      "MessageArgs": ["N3w-user%2Fpass%40word", "Password"], "RelatedProperties": ["#/Password"]}]}
+    })));
+    let create = Action::User(UserOp::Create(UserSpec {
+        name: "eve".into(),
+        password: Secret::new(new_password),
+        role: UserRole::Operator,
+        enabled: true,
+    }));
+    let r = stack.run(&batch_for(server.target(), vec![create])).await;
+    let e = r.results[0].error.as_ref().expect("the injected refusal");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e:?}");
+    assert!(e.message.contains("[redacted]") && e.message.contains("#/Password"), "{}", e.message);
+    for leak in [new_password, "N3w-user%2Fpass%40word", login.as_str()] {
+        assert!(!e.message.contains(leak), "{leak} in the result: {}", e.message);
+        assert!(!stack.workers[0].log_text().contains(leak), "{leak} in the worker log");
+    }
+}
+
 /// Issue 16 item 1: with `protocol: auto`, a Redfish service that answers
 /// with a certificate the worker cannot verify ends the probe: the password
 /// is not then offered over IPMI or to AMT over plain HTTP.

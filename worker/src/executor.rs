@@ -124,6 +124,17 @@ async fn save_record(
     }
 }
 
+/// A BMC's words may echo what it was sent (a rejected password, a media
+/// URL): every secret of the action and the login password are removed from
+/// the error before anything logs, retries on, stores or publishes it.
+fn scrub(mut e: ProviderError, action: &bmcfleet_schema::Action, creds: &bmcfleet_provider::ResolvedCredentials) -> ProviderError {
+    let values = action.secret_values();
+    let mut secrets: Vec<&str> = values.iter().map(String::as_str).collect();
+    secrets.push(creds.password.expose());
+    e.message = bmcfleet_schema::secret::scrub(&e.message, &secrets);
+    e
+}
+
 /// The send gate of one action attempt (see the module doc): asked by the
 /// provider immediately before each request leaves.
 #[derive(Debug)]
@@ -558,7 +569,7 @@ impl<'a> Run<'a> {
             }
             let started = Instant::now();
             guard.pacer.started(started);
-            let result = self.call(slot, ctx, action, creds, &protocol, retry).await;
+            let result = self.call(slot, ctx, action, creds, &protocol, retry).await.map_err(|e| scrub(e, action, creds));
             let took = started.elapsed();
             // Out of descriptors is this worker's fault, never the BMC's: a
             // distinct error, a metric and an alarm, and the breaker is not

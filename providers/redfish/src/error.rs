@@ -77,13 +77,36 @@ pub fn bmc_messages(body: &[u8]) -> Option<String> {
             out.push(m.to_owned());
         }
     }
+    // One extended-info entry: its Message, or (some BMCs send none) its
+    // MessageId with the MessageArgs; either way the RelatedProperties it
+    // names, which say which field of the request was refused.
     fn collect_info(out: &mut Vec<String>, info: &Value) {
         for item in info.as_array().into_iter().flatten() {
-            if let Some(m) = item.get("Message").and_then(Value::as_str) {
-                push(out, m);
-            } else if let Some(id) = item.get("MessageId").and_then(Value::as_str) {
-                push(out, id);
+            let strings = |key: &str| -> Vec<String> {
+                item.get(key)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|a| match a {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .take(8)
+                    .collect()
+            };
+            let mut text = match (item.get("Message").and_then(Value::as_str), item.get("MessageId").and_then(Value::as_str)) {
+                (Some(m), _) if !m.trim().is_empty() => m.trim().to_owned(),
+                (_, Some(id)) => {
+                    let args = strings("MessageArgs");
+                    if args.is_empty() { id.to_owned() } else { format!("{id} ({})", args.join(", ")) }
+                }
+                _ => continue,
+            };
+            let related = strings("RelatedProperties");
+            if !related.is_empty() {
+                text = format!("{text} [{}]", related.join(", "));
             }
+            push(out, &text);
         }
     }
     let mut out: Vec<String> = Vec::new();
@@ -227,6 +250,23 @@ mod tests {
             bmc_messages(body).unwrap(),
             "A general error has occurred.; The value Red is not allowed"
         );
+    }
+
+    #[test]
+    fn extended_info_without_text_keeps_its_arguments_and_properties() {
+        // The shape iLO 5 answers a refused PATCH with: an id, its arguments, the property.
+        let body = br##"{"error":{"code":"iLO.0.10.ExtendedInfo","message":"See @Message.ExtendedInfo for more information.",
+            "@Message.ExtendedInfo":[{"MessageId":"Base.1.4.PropertyValueNotInList","MessageArgs":["Usb","BootSourceOverrideTarget"],
+            "RelatedProperties":["#/Boot/BootSourceOverrideTarget"]},{"MessageId":"iLO.2.14.UnsupportedOperation"}]}}"##;
+        assert_eq!(
+            bmc_messages(body).unwrap(),
+            "See @Message.ExtendedInfo for more information.; \
+             Base.1.4.PropertyValueNotInList (Usb, BootSourceOverrideTarget) [#/Boot/BootSourceOverrideTarget]; \
+             iLO.2.14.UnsupportedOperation"
+        );
+        let with_text = br##"{"@Message.ExtendedInfo":[{"MessageId":"Base.1.4.PropertyNotWritable","Message":"The property Enabled is read-only.",
+            "MessageArgs":["Enabled"],"RelatedProperties":["#/Enabled"]}]}"##;
+        assert_eq!(bmc_messages(with_text).unwrap(), "The property Enabled is read-only. [#/Enabled]");
     }
 
     #[test]
