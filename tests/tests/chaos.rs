@@ -28,7 +28,8 @@ async fn repeated_worker_sigkills_lose_nothing_and_keep_order() {
     let nats = NatsServer::start();
     let sim = SimServer::start(SimConfig { latency: Duration::from_millis(1), ..SimConfig::default() }).await.unwrap();
     let topo = Topology { partitions: 16, ..Topology::default() };
-    let _gw = topo.gateway(&nats, &[]);
+    // Whole workloads are queued ahead of the workers: no per-BMC cap here.
+    let _gw = topo.gateway(&nats, &["--max-queued-per-bmc", "100000"]);
     let p = Producer::new(nats.client().await);
     wait_gateway(&p).await;
     let mut generation = [0usize; 3];
@@ -82,7 +83,8 @@ async fn nats_server_sigkill_and_restart_mid_run() {
     let mut nats = NatsServer::start();
     let sim = SimServer::start(SimConfig { latency: Duration::from_millis(5), ..SimConfig::default() }).await.unwrap();
     let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &[]);
+    // Whole workloads are queued ahead of the workers: no per-BMC cap here.
+    let _gw = topo.gateway(&nats, &["--max-queued-per-bmc", "100000"]);
     let p = Producer::new(nats.client().await);
     wait_gateway(&p).await;
     let _workers: Vec<Process> = (0..2).map(|i| topo.worker(&nats, &format!("w{i}"), sim.addr(), &[])).collect();

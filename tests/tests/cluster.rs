@@ -220,7 +220,8 @@ async fn r3_cluster_loses_no_batch_when_a_nats_node_and_a_worker_die() {
     let topo = Topology { partitions: 8, lease_ttl: "6s", rebalance: "2s", ..Topology::default() };
     let subjects = topo.subjects();
 
-    let mut gateway = cluster.gateway(&topo, 3, &[]);
+    // Batches queue up while NATS nodes fail: no per-BMC cap here.
+    let mut gateway = cluster.gateway(&topo, 3, &["--max-queued-per-bmc", "100000"]);
     let client = cluster.client().await;
     let p = Producer::new(client.clone());
     bmcfleet_tests::eventually(Duration::from_secs(20), "gateway service on the cluster", || {

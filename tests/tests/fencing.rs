@@ -186,7 +186,8 @@ async fn run(s: Scenario) {
     let clock = Clock::now();
     let topo = Topology { partitions: 8, lease_ttl: "6s", rebalance: "1s", ..Topology::default() };
     let subjects = topo.subjects();
-    let _gw = topo.gateway(&nats, &[]);
+    // Queues pile up on purpose while a worker is frozen: no per-BMC cap here.
+    let _gw = topo.gateway(&nats, &["--max-queued-per-bmc", "100000"]);
     let p = Producer::new(nats.client().await);
     wait_gateway(&p).await;
     let events = record_events(&nats, &subjects).await;

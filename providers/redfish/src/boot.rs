@@ -70,7 +70,10 @@ pub(crate) fn patch_body(req: &BootDeviceRequest, boot: &Value) -> Result<Value>
             }
             b.insert("BootSourceOverrideTarget".into(), json!(target));
             b.insert("BootSourceOverrideEnabled".into(), json!(enabled));
-            // Only BMCs that model the mode get it; others reject unknown properties.
+            // Only BMCs that model the mode get it (others reject unknown
+            // properties), and only when it must change: some (HPE iLO 5)
+            // answer 400 to any PATCH carrying it, since the mode follows
+            // the firmware's boot mode.
             if boot.get("BootSourceOverrideMode").is_some() {
                 let mode = if req.efi { "UEFI" } else { "Legacy" };
                 if let Some(list) = allowable(boot, "BootSourceOverrideMode") {
@@ -81,7 +84,9 @@ pub(crate) fn patch_body(req: &BootDeviceRequest, boot: &Value) -> Result<Value>
                         )));
                     }
                 }
-                b.insert("BootSourceOverrideMode".into(), json!(mode));
+                if str_of(boot, "BootSourceOverrideMode") != Some(mode) {
+                    b.insert("BootSourceOverrideMode".into(), json!(mode));
+                }
             }
         }
     }
@@ -99,6 +104,13 @@ pub(crate) fn read_override(system: &Value) -> Result<BootDeviceRequest> {
         persistent: enabled == "Continuous",
         efi: str_of(&boot, "BootSourceOverrideMode") == Some("UEFI"),
     })
+}
+
+/// The mode a refused PATCH carried, when the refusal is a 400 that names
+/// `BootSourceOverrideMode` (in its text, arguments or related properties).
+fn refused_mode(e: &bmcfleet_provider::ProviderError, body: &Value) -> Option<String> {
+    let mode = str_of(&body["Boot"], "BootSourceOverrideMode")?;
+    (e.message.contains("HTTP 400") && e.message.contains("BootSourceOverrideMode")).then(|| mode.to_owned())
 }
 
 /// Compare what we asked with what the BMC reads back.
@@ -156,13 +168,37 @@ impl BootControl for RedfishSession {
         let boot = system.body.get("Boot").cloned().ok_or_else(|| {
             unsupported(format!("system {path} has no Boot object: boot override is not available"))
         })?;
-        let body = patch_body(req, &boot)?;
+        let mut body = patch_body(req, &boot)?;
         tracing::info!(bmc = %self.transport.bmc(), device = ?req.device, persistent = req.persistent, efi = req.efi, "Setting the boot override.");
-        self.patch_with_etag(ctx, system, &body).await?;
+        let mut mode_refused = None;
+        if let Err(e) = self.patch_with_etag(ctx, system, &body).await {
+            // A 400 naming the mode: the BMC will not change it. Once more without it.
+            let Some(mode) = refused_mode(&e, &body) else { return Err(e) };
+            tracing::info!(bmc = %self.transport.bmc(), %mode, error = %e, "The BMC refused BootSourceOverrideMode; setting the device without it.");
+            if let Some(b) = body.get_mut("Boot").and_then(Value::as_object_mut) {
+                b.remove("BootSourceOverrideMode");
+            }
+            let system = self.transport.get(ctx, &path).await?;
+            self.patch_with_etag(ctx, system, &body).await?;
+            mode_refused = Some(mode);
+        }
         let after = self.transport.get(ctx, &path).await?;
         verify(&body, &after.body).map_err(|why| {
             err(ErrorCode::BmcError, format!("the BMC accepted the boot override but {why}"))
-        })
+        })?;
+        match mode_refused {
+            None => Ok(()),
+            Some(want) => {
+                let got = after.body.get("Boot").and_then(|b| str_of(b, "BootSourceOverrideMode")).unwrap_or("(absent)").to_owned();
+                if got == want {
+                    return Ok(());
+                }
+                Err(unsupported(format!(
+                    "the boot device is set, but the BMC refused BootSourceOverrideMode {want} and keeps {got} \
+                     (on this BMC the mode follows the firmware's boot mode: change that in the BIOS settings)"
+                )))
+            }
+        }
     }
 
     async fn boot_device(&mut self, ctx: &Ctx) -> Result<BootDeviceRequest> {

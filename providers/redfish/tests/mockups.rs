@@ -280,7 +280,7 @@ async fn lenovo_boot_refuses_persistent_before_sending() {
         vec![w(
             "PATCH",
             "/redfish/v1/Systems/1",
-            json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once", "BootSourceOverrideMode": "Legacy"}})
+            json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}})
         )]
     );
 }
@@ -358,9 +358,51 @@ async fn supermicro_boot_patch_carries_if_match() {
     assert_eq!(patches[0].header("if-match"), Some("\"27ffd39c216000b3013c84008394dffd\""));
     assert_eq!(
         patches[0].json().unwrap(),
-        json!({"Boot": {"BootSourceOverrideTarget": "Hdd", "BootSourceOverrideEnabled": "Continuous", "BootSourceOverrideMode": "UEFI"}})
+        // The mode is UEFI already: not sent (some BMCs refuse any PATCH carrying it).
+        json!({"Boot": {"BootSourceOverrideTarget": "Hdd", "BootSourceOverrideEnabled": "Continuous"}})
     );
     assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap(), req);
+}
+
+/// BootSourceOverrideMode is sent only when it must change (iLO 5 answers
+/// 400 to any PATCH carrying it); a 400 naming it gets one retry without
+/// it, and a mode the BMC keeps is reported, not passed off as done.
+#[tokio::test]
+async fn boot_mode_is_sent_only_to_change_it_and_a_refusal_is_reported() {
+    let dir = fixture!("dmtf-public-rackmount1", "boot_mode_is_sent_only_to_change_it_and_a_refusal_is_reported");
+    let server = dmtf(&dir).start().await.unwrap();
+    let system = "/redfish/v1/Systems/437XR1138R2";
+    let mut s = open(&server).await;
+    // Already UEFI: the mode is not sent.
+    let uefi = BootDeviceRequest { device: BootDevice::Disk, persistent: false, efi: true };
+    s.boot().unwrap().set_boot_device(&ctx(5), &uefi).await.unwrap();
+    assert_eq!(
+        server.requests_to("PATCH", system)[0].json().unwrap(),
+        json!({"Boot": {"BootSourceOverrideTarget": "Hdd", "BootSourceOverrideEnabled": "Once"}})
+    );
+    // Legacy asked of a BMC that refuses the mode, the way iLO 5 does.
+    server.clear_requests();
+    server.push_fault(
+        Fault::status("PATCH", system, 400)
+            .json(&json!({"error": {"code": "iLO.0.10.ExtendedInfo", "message": "See @Message.ExtendedInfo for more information.",
+                "@Message.ExtendedInfo": [{"MessageId": "Base.1.4.PropertyNotWritable", "MessageArgs": ["BootSourceOverrideMode"],
+                    "RelatedProperties": ["#/Boot/BootSourceOverrideMode"]}]}}))
+            .times(1),
+    );
+    let legacy = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false };
+    let e = s.boot().unwrap().set_boot_device(&ctx(5), &legacy).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("refused BootSourceOverrideMode Legacy and keeps UEFI"), "{e}");
+    let patches = server.requests_to("PATCH", system);
+    assert_eq!(patches.len(), 2, "one retry");
+    assert_eq!(patches[0].json().unwrap()["Boot"]["BootSourceOverrideMode"], json!("Legacy"));
+    assert_eq!(patches[1].json().unwrap(), json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}}));
+    // Any other 400 is not retried.
+    server.clear_requests();
+    server.push_fault(Fault::status("PATCH", system, 400).times(1));
+    let e = s.boot().unwrap().set_boot_device(&ctx(5), &legacy).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert_eq!(server.requests_to("PATCH", system).len(), 1);
 }
 
 #[tokio::test]
