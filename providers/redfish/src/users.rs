@@ -67,8 +67,27 @@ impl Account {
             id: self.id.clone(),
             name: self.user_name.clone(),
             role: str_of(&self.resource.body, "RoleId").and_then(role_of),
-            enabled: self.resource.body.get("Enabled").and_then(Value::as_bool).unwrap_or(false),
+            // Absent: this BMC's accounts have no such switch; they are enabled.
+            enabled: self.resource.body.get("Enabled").and_then(Value::as_bool).unwrap_or(true),
         }
+    }
+}
+
+/// Whether this BMC's accounts have an `Enabled` property at all (some,
+/// e.g. Nokia's, have none: every account is enabled). Without it the
+/// property is never sent, and a disabled account cannot be asked for.
+pub(crate) fn models_enabled(accounts: &[Account]) -> bool {
+    accounts.is_empty() || accounts.iter().any(|a| a.resource.body.get("Enabled").is_some())
+}
+
+/// `enabled` as this BMC can take it: `Some` to send, `None` to leave out.
+fn enabled_field(accounts: &[Account], enabled: Option<bool>) -> Result<Option<bool>> {
+    match enabled {
+        Some(false) if !models_enabled(accounts) => Err(unsupported(
+            "this BMC's accounts have no Enabled property: an account cannot be disabled (remove it instead)",
+        )),
+        Some(_) if !models_enabled(accounts) => Ok(None),
+        other => Ok(other),
     }
 }
 
@@ -159,7 +178,8 @@ impl Users for RedfishSession {
                 format!("user `{}` already exists (account {}); use a user update to change it", spec.name, a.id),
             ));
         }
-        let body = account_body(Some(&spec.name), Some(spec.password.expose()), Some(spec.role), Some(spec.enabled))?;
+        let enabled = enabled_field(&accounts, Some(spec.enabled))?;
+        let body = account_body(Some(&spec.name), Some(spec.password.expose()), Some(spec.role), enabled)?;
         if let Some(slot) = pick_slot(&accounts).cloned() {
             tracing::info!(bmc = %self.transport.bmc(), slot = %slot.id, "Creating a user in an empty account slot.");
             let path = slot.resource.path.clone();
@@ -187,9 +207,14 @@ impl Users for RedfishSession {
     }
 
     async fn update_user(&mut self, ctx: &Ctx, update: &UserUpdate) -> Result<UserInfo> {
-        let (_, _, account) = self.find_account(ctx, &update.name).await?;
-        let body = account_body(None, update.password.as_ref().map(|p| p.expose()), update.role, update.enabled)?;
+        let (_, accounts, account) = self.find_account(ctx, &update.name).await?;
+        let enabled = enabled_field(&accounts, update.enabled)?;
+        let body = account_body(None, update.password.as_ref().map(|p| p.expose()), update.role, enabled)?;
         if body.as_object().is_some_and(Map::is_empty) {
+            if update.enabled.is_some() {
+                // `enabled: true` where every account is enabled: already so.
+                return Ok(account.info());
+            }
             return Err(invalid("the user update changes nothing"));
         }
         let path = account.resource.path.clone();
@@ -214,7 +239,7 @@ impl Users for RedfishSession {
             }
             tracing::debug!(bmc = %self.transport.bmc(), "DELETE refused; emptying the account slot instead.");
         }
-        let clear = json!({"UserName": "", "Enabled": false});
+        let clear = if models_enabled(&accounts) { json!({"UserName": "", "Enabled": false}) } else { json!({"UserName": ""}) };
         self.patch_with_etag(ctx, account.resource, &clear).await
     }
 }

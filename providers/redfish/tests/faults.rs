@@ -9,7 +9,8 @@ use bmcfleet_provider::{BmcSession, Ctx};
 use bmcfleet_testing::redfish::{Fault, MockupServer, SilentServer, TestPki};
 use bmcfleet_redfish::{RedfishConfig, RedfishConnector, RedfishSession};
 use bmcfleet_schema::{
-    BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, PowerOp, RawRedfish, RawRequest, TlsOptions, UserUpdate,
+    BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, PowerOp, RawRedfish, RawRequest, Secret, TlsOptions, UserRole, UserSpec,
+    UserUpdate,
 };
 use common::{connector, ctx, spec_service, RESET, SYSTEM};
 use serde_json::json;
@@ -366,4 +367,45 @@ async fn a_pinned_certificate_is_the_only_one_trusted() {
     target.tls = TlsOptions { insecure: false, ca_pem: None, pin_sha256: Some("abc".into()), allow_plain_http: false };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
+}
+
+/// Accounts without an `Enabled` property (Nokia's BMC): every account is
+/// enabled, including the one logged in; the property is never sent, and a
+/// disabled account is `unsupported` with nothing sent.
+#[tokio::test]
+async fn accounts_without_enabled_are_enabled_and_never_sent_it() {
+    let server = spec_service()
+        .resource(
+            "/redfish/v1/AccountService",
+            json!({"Id": "AccountService", "Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"}}),
+        )
+        .resource(
+            "/redfish/v1/AccountService/Accounts",
+            json!({"Members": [{"@odata.id": "/redfish/v1/AccountService/Accounts/1"}], "Members@odata.count": 1}),
+        )
+        .resource("/redfish/v1/AccountService/Accounts/1", json!({"Id": "1", "UserName": "admin", "RoleId": "Administrator", "Password": null}))
+        .start()
+        .await
+        .unwrap();
+    let mut s = open(&server).await;
+    let users = s.users().unwrap().list_users(&ctx(5)).await.unwrap();
+    assert!(users.iter().all(|u| u.enabled), "{users:?}");
+
+    let spec = |enabled| UserSpec { name: "ops".into(), password: Secret::new("an-ops-password-1"), role: UserRole::Operator, enabled };
+    server.clear_requests();
+    let e = s.users().unwrap().create_user(&ctx(5), &spec(false)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(server.writes().is_empty(), "a disabled account was asked for anyway");
+
+    s.users().unwrap().create_user(&ctx(5), &spec(true)).await.unwrap();
+    let post = server.requests_to("POST", "/redfish/v1/AccountService/Accounts");
+    let body = post[0].json().unwrap();
+    assert_eq!(body["UserName"], json!("ops"));
+    assert!(body.get("Enabled").is_none(), "Enabled sent: {body}");
+
+    let disable = UserUpdate { name: "ops".into(), password: None, role: None, enabled: Some(false) };
+    assert_eq!(s.users().unwrap().update_user(&ctx(5), &disable).await.unwrap_err().code, ErrorCode::Unsupported);
+    let enable = UserUpdate { enabled: Some(true), ..disable };
+    assert!(s.users().unwrap().update_user(&ctx(5), &enable).await.unwrap().enabled, "already enabled: nothing to send");
+    assert!(server.requests().iter().all(|r| r.method != "PATCH"), "nothing to PATCH");
 }
