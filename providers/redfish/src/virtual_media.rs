@@ -1,7 +1,10 @@
 //! Virtual media: the ComputerSystem's `VirtualMedia` collection (Redfish
 //! 1.11+, iDRAC 17G, sushy-emulator), else the Manager's (Lenovo XCC,
 //! older iDRAC, Supermicro). Standard `InsertMedia` / `EjectMedia` actions
-//! when the device offers them, a PATCH of `Image`/`Inserted` otherwise.
+//! when the device offers them, else a vendor's OEM actions (HPE iLO's
+//! `#HpeiLOVirtualMedia.InsertVirtualMedia` / `EjectVirtualMedia`), and a
+//! PATCH of `Image`/`Inserted` only as the last resort (only the properties
+//! the device shows; on a `400`, once more with `Image` alone).
 //!
 //! Insert is idempotent: the same image already inserted is a no-op, a
 //! different one is ejected first.
@@ -55,6 +58,33 @@ pub(crate) fn choose_device(devices: &[Resource], kind: MediaKind) -> Option<usi
 
 fn action_target(device: &Value, name: &str) -> Option<String> {
     device.get("Actions")?.get(name)?.get("target")?.as_str().map(norm_path)
+}
+
+/// The target of a vendor's virtual-media action whose name ends with
+/// `suffix` (`.InsertVirtualMedia`, `.EjectVirtualMedia`): under
+/// `Actions.Oem` (where the standard puts OEM actions) or under
+/// `Oem.<vendor>.Actions` (where HPE iLO puts them).
+fn oem_action_target(device: &Value, suffix: &str) -> Option<String> {
+    let standard = device.get("Actions").and_then(|a| a.get("Oem")).and_then(Value::as_object);
+    let vendors = device.get("Oem").and_then(Value::as_object).into_iter().flat_map(|o| o.values()).filter_map(|v| v.get("Actions").and_then(Value::as_object));
+    standard.into_iter().chain(vendors).flat_map(|actions| actions.iter()).find_map(|(name, a)| {
+        name.ends_with(suffix).then(|| a.get("target").and_then(Value::as_str).map(norm_path)).flatten()
+    })
+}
+
+/// The PATCH that inserts or ejects when the device has no action: only
+/// the properties the device itself shows (a BMC refuses ones its schema
+/// lacks); `Image` always.
+fn media_patch(device: &Value, image: Value, inserted: bool) -> Value {
+    let mut m = Map::new();
+    m.insert("Image".into(), image);
+    if device.get("Inserted").is_some() {
+        m.insert("Inserted".into(), json!(inserted));
+    }
+    if inserted && device.get("WriteProtected").is_some() {
+        m.insert("WriteProtected".into(), json!(true));
+    }
+    Value::Object(m)
 }
 
 fn is_inserted(device: &Value) -> bool {
@@ -173,9 +203,28 @@ impl RedfishSession {
             tracing::info!(bmc = %self.transport.bmc(), device = %device.path, "Ejecting virtual media.");
             self.transport.post(ctx, &target, &json!({})).await?;
             Ok(())
+        } else if let Some(target) = oem_action_target(&device.body, ".EjectVirtualMedia") {
+            tracing::info!(bmc = %self.transport.bmc(), device = %device.path, "Ejecting virtual media (OEM action).");
+            self.transport.post(ctx, &target, &json!({})).await?;
+            Ok(())
         } else {
             tracing::info!(bmc = %self.transport.bmc(), device = %device.path, "Ejecting virtual media (PATCH).");
-            self.patch_with_etag(ctx, device, &json!({"Image": null, "Inserted": false})).await
+            let body = media_patch(&device.body, Value::Null, false);
+            self.patch_media(ctx, device, body).await
+        }
+    }
+
+    /// PATCH a media device (the last resort); on a `400`, once more with
+    /// `Image` alone.
+    async fn patch_media(&mut self, ctx: &Ctx, device: Resource, body: Value) -> Result<()> {
+        let path = device.path.clone();
+        match self.patch_with_etag(ctx, device, &body).await {
+            Err(e) if e.message.contains("HTTP 400") && body.as_object().is_some_and(|m| m.len() > 1) => {
+                tracing::info!(bmc = %self.transport.bmc(), device = %path, error = %e, "The BMC refused the media PATCH; once more with Image alone.");
+                let fresh = self.transport.get(ctx, &path).await?;
+                self.patch_with_etag(ctx, fresh, &json!({"Image": body["Image"].clone()})).await
+            }
+            other => other,
         }
     }
 }
@@ -219,11 +268,17 @@ impl VirtualMedia for RedfishSession {
                 };
                 self.transport.complete(ctx, &Method::POST, &target, reply).await?;
             }
-            None => {
-                tracing::info!(bmc = %self.transport.bmc(), device = %path, image = %redact(url), "Inserting virtual media (PATCH).");
-                let body = json!({"Image": url, "Inserted": true, "WriteProtected": true});
-                self.patch_with_etag(ctx, device, &body).await?;
-            }
+            None => match oem_action_target(&device.body, ".InsertVirtualMedia") {
+                Some(target) => {
+                    tracing::info!(bmc = %self.transport.bmc(), device = %path, image = %redact(url), "Inserting virtual media (OEM action).");
+                    self.transport.post(ctx, &target, &json!({"Image": url})).await?;
+                }
+                None => {
+                    tracing::info!(bmc = %self.transport.bmc(), device = %path, image = %redact(url), "Inserting virtual media (PATCH).");
+                    let body = media_patch(&device.body, json!(url), true);
+                    self.patch_media(ctx, device, body).await?;
+                }
+            },
         }
         let after = self.transport.get(ctx, &path).await?;
         match str_of(&after.body, "Image") {

@@ -409,3 +409,60 @@ async fn accounts_without_enabled_are_enabled_and_never_sent_it() {
     assert!(s.users().unwrap().update_user(&ctx(5), &enable).await.unwrap().enabled, "already enabled: nothing to send");
     assert!(server.requests().iter().all(|r| r.method != "PATCH"), "nothing to PATCH");
 }
+
+/// A spec service whose manager has one CD device shaped like HPE iLO 5's:
+/// no standard InsertMedia/EjectMedia, OEM actions under `Oem.Hpe.Actions`.
+fn ilo_media(device: serde_json::Value) -> bmcfleet_testing::redfish::MockupBuilder {
+    let manager = common::MANAGER;
+    spec_service()
+        .resource(
+            manager,
+            json!({"@odata.type": "#Manager.v1_17_0.Manager", "Id": "BMC", "ManagerType": "BMC", "FirmwareVersion": "2.78",
+                   "VirtualMedia": {"@odata.id": format!("{manager}/VirtualMedia")}}),
+        )
+        .resource(
+            &format!("{manager}/VirtualMedia"),
+            json!({"Members": [{"@odata.id": format!("{manager}/VirtualMedia/2")}], "Members@odata.count": 1}),
+        )
+        .resource(&format!("{manager}/VirtualMedia/2"), device)
+}
+
+#[tokio::test]
+async fn hpe_oem_virtual_media_actions_are_used_before_any_patch() {
+    let vm = format!("{}/VirtualMedia/2", common::MANAGER);
+    let insert = format!("{vm}/Actions/Oem/Hpe/HpeiLOVirtualMedia.InsertVirtualMedia");
+    let eject = format!("{vm}/Actions/Oem/Hpe/HpeiLOVirtualMedia.EjectVirtualMedia");
+    let server = ilo_media(json!({"@odata.id": vm, "Id": "2", "MediaTypes": ["CD", "DVD"], "Image": null, "Inserted": false,
+        "WriteProtected": true,
+        "Oem": {"Hpe": {"@odata.type": "#HpeiLOVirtualMedia.v2_2_0.HpeiLOVirtualMedia", "BootOnNextServerReset": false,
+            "Actions": {"#HpeiLOVirtualMedia.InsertVirtualMedia": {"target": format!("{insert}/")},
+                        "#HpeiLOVirtualMedia.EjectVirtualMedia": {"target": format!("{eject}/")}}}}}))
+    .start()
+    .await
+    .unwrap();
+    let mut s = open(&server).await;
+    let url = "http://192.0.2.10/boot.iso";
+    s.virtual_media().unwrap().insert_media(&ctx(5), url, bmcfleet_schema::MediaKind::Cd).await.unwrap();
+    let posts = server.requests_to("POST", &insert);
+    assert_eq!(posts.len(), 1, "{:?}", server.writes().iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>());
+    assert_eq!(posts[0].json().unwrap(), json!({"Image": url}));
+    assert!(server.requests_to("PATCH", &vm).is_empty(), "PATCH used although an OEM action exists");
+    s.virtual_media().unwrap().eject_media(&ctx(5), bmcfleet_schema::MediaKind::Cd).await.unwrap();
+    assert_eq!(server.requests_to("POST", &eject).len(), 1);
+    assert_eq!(server.resource(&vm).unwrap()["Inserted"], json!(false));
+}
+
+#[tokio::test]
+async fn media_patch_sends_only_what_the_device_has_and_falls_back_on_a_400() {
+    let vm = format!("{}/VirtualMedia/2", common::MANAGER);
+    // No actions at all, and no WriteProtected property.
+    let server = ilo_media(json!({"@odata.id": vm, "Id": "2", "MediaTypes": ["CD"], "Image": null, "Inserted": false})).start().await.unwrap();
+    server.push_fault(Fault::status("PATCH", &vm, 400).times(1));
+    let mut s = open(&server).await;
+    let url = "http://192.0.2.10/boot.iso";
+    s.virtual_media().unwrap().insert_media(&ctx(5), url, bmcfleet_schema::MediaKind::Cd).await.unwrap();
+    let patches = server.requests_to("PATCH", &vm);
+    assert_eq!(patches.len(), 2);
+    assert_eq!(patches[0].json().unwrap(), json!({"Image": url, "Inserted": true}), "WriteProtected is not in this device's schema");
+    assert_eq!(patches[1].json().unwrap(), json!({"Image": url}));
+}

@@ -651,10 +651,17 @@ impl State {
 
     fn find_action(&self, path: &str) -> Option<(String, String, Value)> {
         for (rpath, r) in &self.resources {
-            let Some(actions) = r.get("Actions").and_then(Value::as_object) else { continue };
+            let empty = Map::new();
+            let actions = r.get("Actions").and_then(Value::as_object).unwrap_or(&empty);
             let mut candidates: Vec<(&String, &Value)> = actions.iter().collect();
             if let Some(oem) = actions.get("Oem").and_then(Value::as_object) {
                 candidates.extend(oem.iter());
+            }
+            // Where HPE iLO puts its OEM actions: `Oem.Hpe.Actions`.
+            for vendor in r.get("Oem").and_then(Value::as_object).into_iter().flat_map(|o| o.values()) {
+                if let Some(a) = vendor.get("Actions").and_then(Value::as_object) {
+                    candidates.extend(a.iter());
+                }
             }
             for (name, a) in candidates {
                 if a.get("target").and_then(Value::as_str).map(norm).as_deref() == Some(path) {
@@ -717,7 +724,8 @@ impl State {
                 .to_owned();
                 r["PowerState"] = json!(next);
             }
-            "VirtualMedia.InsertMedia" => {
+            // HPE iLO's OEM actions do what the standard ones do.
+            "VirtualMedia.InsertMedia" | "HpeiLOVirtualMedia.InsertVirtualMedia" => {
                 let Some(image) = get("Image") else {
                     return redfish_error(400, "ActionParameterMissing", "The action InsertMedia requires the parameter Image.");
                 };
@@ -725,7 +733,7 @@ impl State {
                 r["Inserted"] = get("Inserted").unwrap_or(json!(true));
                 r["WriteProtected"] = get("WriteProtected").unwrap_or(json!(true));
             }
-            "VirtualMedia.EjectMedia" => {
+            "VirtualMedia.EjectMedia" | "HpeiLOVirtualMedia.EjectVirtualMedia" => {
                 r["Image"] = Value::Null;
                 r["Inserted"] = json!(false);
             }
