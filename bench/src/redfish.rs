@@ -98,7 +98,9 @@ async fn provider_batch(s: &mut RedfishSession) -> anyhow::Result<()> {
             Action::Power(op) => {
                 s.power().context("power")?.power(&ctx, op).await?;
             }
-            Action::BootDevice(req) => s.boot().context("boot")?.set_boot_device(&ctx, &req).await?,
+            Action::BootDevice(req) => {
+                s.boot().context("boot")?.set_boot_device(&ctx, &req).await?;
+            }
             Action::GetBootDevice => {
                 s.boot().context("boot")?.boot_device(&ctx).await?;
             }

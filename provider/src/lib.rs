@@ -25,7 +25,7 @@ pub mod capability;
 pub mod tls;
 
 pub use capability::{
-    capabilities, perform, ActionExecutor, BmcReset, BmcSession, BootControl, Capability, Inventory, NetworkSource, Power, Raw,
+    capabilities, perform, ActionExecutor, Applies, BmcReset, BmcSession, BootControl, Capability, Inventory, NetworkSource, Power, Raw,
     Users, VirtualMedia,
 };
 

@@ -57,6 +57,9 @@ impl ActionResult {
 pub enum ActionData {
     PowerState(PowerState),
     BootDevice(BootDeviceRequest),
+    /// A boot device set in a settings object: it becomes the override when
+    /// the system next resets (Redfish `@Redfish.Settings`).
+    BootDevicePending(BootDeviceRequest),
     Users(Vec<UserInfo>),
     NetworkSource(NetworkSourceOp),
     Raw(RawResponse),

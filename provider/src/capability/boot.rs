@@ -4,9 +4,19 @@ use crate::{Ctx, Result};
 use async_trait::async_trait;
 use bmcfleet_schema::{Action, ActionData, BootDeviceRequest};
 
+/// When a boot device that was set takes effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applies {
+    /// The override is in place now (it acts at the next boot).
+    Now,
+    /// It is stored in a settings object (Redfish `@Redfish.Settings`) and
+    /// becomes the override when the system next resets.
+    OnReset,
+}
+
 #[async_trait]
 pub trait BootControl: Send {
-    async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<()>;
+    async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<Applies>;
     async fn boot_device(&mut self, ctx: &Ctx) -> Result<BootDeviceRequest>;
 }
 
@@ -16,7 +26,10 @@ pub(super) fn handles(action: &Action) -> bool {
 
 pub(super) async fn perform(cap: &mut dyn BootControl, ctx: &Ctx, action: &Action) -> Result<Option<ActionData>> {
     match action {
-        Action::BootDevice(req) => cap.set_boot_device(ctx, req).await.map(|_| None),
+        Action::BootDevice(req) => match cap.set_boot_device(ctx, req).await? {
+            Applies::Now => Ok(None),
+            Applies::OnReset => Ok(Some(ActionData::BootDevicePending(req.clone()))),
+        },
         Action::GetBootDevice => Ok(Some(ActionData::BootDevice(cap.boot_device(ctx).await?))),
         _ => unreachable!("dispatched by `handles`"),
     }

@@ -23,7 +23,7 @@ mod users;
 mod virtual_media;
 
 pub use bmc_reset::BmcReset;
-pub use boot::BootControl;
+pub use boot::{Applies, BootControl};
 pub use inventory::Inventory;
 pub use network_source::NetworkSource;
 pub use power::Power;

@@ -7,7 +7,7 @@
 use crate::wsman::client::WsmanClient;
 use crate::{boot, inventory, power};
 use async_trait::async_trait;
-use bmcfleet_provider::{BmcSession, BootControl, Ctx, Inventory, Power, Result};
+use bmcfleet_provider::{Applies, BmcSession, BootControl, Ctx, Inventory, Power, Result};
 use bmcfleet_schema::{BootDeviceRequest, Inventory as InventoryData, PowerOp, PowerState};
 
 pub struct AmtSession {
@@ -46,8 +46,9 @@ impl Power for AmtSession {
 
 #[async_trait]
 impl BootControl for AmtSession {
-    async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<()> {
-        Ok(boot::set(&mut self.client, ctx, req).await?)
+    async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<Applies> {
+        boot::set(&mut self.client, ctx, req).await?;
+        Ok(Applies::Now)
     }
 
     async fn boot_device(&mut self, ctx: &Ctx) -> Result<BootDeviceRequest> {

@@ -11,14 +11,14 @@ use crate::cmd;
 use crate::session::IpmiSession;
 use crate::transport::Transport;
 use async_trait::async_trait;
-use bmcfleet_provider::{BootControl, Ctx, Result};
+use bmcfleet_provider::{Applies, BootControl, Ctx, Result};
 use bmcfleet_schema::BootDeviceRequest;
 
 #[async_trait]
 impl<T: Transport> BootControl for IpmiSession<T> {
     /// Set System Boot Options (chassis 0x08) parameters 3 and 5, then Get
     /// System Boot Options (chassis 0x09) parameter 5 to verify.
-    async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<()> {
+    async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<Applies> {
         let timer = self.send(ctx, &cmd::SET_BOOT_OPTIONS, cmd::encode_keep_boot_flags_valid()).await?;
         if timer.cc != 0 {
             tracing::debug!(
@@ -34,7 +34,7 @@ impl<T: Transport> BootControl for IpmiSession<T> {
                 "The BMC reads back the boot device that was set but reports the boot flags invalid (it keeps only the device, as ipmi_sim does)."
             );
         }
-        Ok(())
+        Ok(Applies::Now)
     }
 
     /// Get System Boot Options (chassis 0x09), parameter 5.

@@ -5,9 +5,9 @@
 
 use crate::transport::Resource;
 use crate::error::{err, status_error, unsupported};
-use crate::json::{allowable, str_of};
+use crate::json::{allowable, norm_path, str_of};
 use crate::session::RedfishSession;
-use bmcfleet_provider::{BootControl, Ctx, Result};
+use bmcfleet_provider::{Applies, BootControl, Ctx, Result};
 use reqwest::{Method, StatusCode};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode};
 use serde_json::{json, Map, Value};
@@ -160,45 +160,102 @@ impl RedfishSession {
     }
 }
 
+/// The settings object of a resource (`@Redfish.Settings.SettingsObject`),
+/// where BMCs such as Nokia's and Dell iDRAC 10 take changes to a
+/// read-only live resource; they apply at the next reset.
+pub(crate) fn settings_object(resource: &Value) -> Option<String> {
+    resource.get("@Redfish.Settings")?.get("SettingsObject")?.get("@odata.id")?.as_str().map(norm_path)
+}
+
+/// `OnReset` when the resource's settings offer it as an apply time.
+fn on_reset_apply_time(resource: &Value) -> Option<&'static str> {
+    let times = resource.get("@Redfish.Settings")?.get("SupportedApplyTimes")?.as_array()?;
+    times.iter().any(|t| t.as_str() == Some("OnReset")).then_some("OnReset")
+}
+
+/// The Boot object a change is checked against: the settings object's
+/// (pending) values over the live ones, with the allowable values of both.
+fn merged_boot(live: &Value, pending: Option<&Value>) -> Value {
+    let mut out = live.as_object().cloned().unwrap_or_default();
+    if let Some(p) = pending.and_then(Value::as_object) {
+        for (k, v) in p {
+            if k.ends_with("@Redfish.AllowableValues") && out.contains_key(k) {
+                // Allowed where either side allows it.
+                let mut list: Vec<Value> = out[k].as_array().cloned().unwrap_or_default();
+                for x in v.as_array().into_iter().flatten() {
+                    if !list.contains(x) {
+                        list.push(x.clone());
+                    }
+                }
+                out.insert(k.clone(), Value::Array(list));
+            } else {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
 #[async_trait::async_trait]
 impl BootControl for RedfishSession {
-    async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<()> {
+    /// PATCH the system's `Boot` (or its settings object, when the system
+    /// has one: the change then applies at the next reset), then read it
+    /// back from where it was written.
+    async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<Applies> {
         let path = self.service.system.path.clone();
         let system = self.transport.get(ctx, &path).await?;
-        let boot = system.body.get("Boot").cloned().ok_or_else(|| {
+        let live = system.body.get("Boot").cloned().ok_or_else(|| {
             unsupported(format!("system {path} has no Boot object: boot override is not available"))
         })?;
+        let apply_time = on_reset_apply_time(&system.body);
+        let (target, boot, applies) = match settings_object(&system.body) {
+            Some(settings) => {
+                let pending = self.transport.get(ctx, &settings).await?;
+                let boot = merged_boot(&live, pending.body.get("Boot"));
+                (pending, boot, Applies::OnReset)
+            }
+            None => (system, live, Applies::Now),
+        };
+        let written_to = target.path.clone();
         let mut body = patch_body(req, &boot)?;
-        tracing::info!(bmc = %self.transport.bmc(), device = ?req.device, persistent = req.persistent, efi = req.efi, "Setting the boot override.");
+        if applies == Applies::OnReset {
+            if let (Some(at), Some(b)) = (apply_time, body.as_object_mut()) {
+                b.insert("@Redfish.SettingsApplyTime".into(), json!({"ApplyTime": at}));
+            }
+        }
+        tracing::info!(
+            bmc = %self.transport.bmc(), device = ?req.device, persistent = req.persistent, efi = req.efi, resource = %written_to,
+            "Setting the boot override."
+        );
         let mut mode_refused = None;
-        if let Err(e) = self.patch_with_etag(ctx, system, &body).await {
+        if let Err(e) = self.patch_with_etag(ctx, target, &body).await {
             // A 400 naming the mode: the BMC will not change it. Once more without it.
             let Some(mode) = refused_mode(&e, &body) else { return Err(e) };
             tracing::info!(bmc = %self.transport.bmc(), %mode, error = %e, "The BMC refused BootSourceOverrideMode; setting the device without it.");
             if let Some(b) = body.get_mut("Boot").and_then(Value::as_object_mut) {
                 b.remove("BootSourceOverrideMode");
             }
-            let system = self.transport.get(ctx, &path).await?;
-            self.patch_with_etag(ctx, system, &body).await?;
+            let target = self.transport.get(ctx, &written_to).await?;
+            self.patch_with_etag(ctx, target, &body).await?;
             mode_refused = Some(mode);
         }
-        let after = self.transport.get(ctx, &path).await?;
+        let after = self.transport.get(ctx, &written_to).await?;
         verify(&body, &after.body).map_err(|why| {
-            err(ErrorCode::BmcError, format!("the BMC accepted the boot override but {why}"))
+            err(ErrorCode::BmcError, format!("the BMC accepted the boot override but {why} (read back from {written_to})"))
         })?;
-        match mode_refused {
-            None => Ok(()),
-            Some(want) => {
-                let got = after.body.get("Boot").and_then(|b| str_of(b, "BootSourceOverrideMode")).unwrap_or("(absent)").to_owned();
-                if got == want {
-                    return Ok(());
-                }
-                Err(unsupported(format!(
+        if let Some(want) = mode_refused {
+            let got = after.body.get("Boot").and_then(|b| str_of(b, "BootSourceOverrideMode")).unwrap_or("(absent)").to_owned();
+            if got != want {
+                return Err(unsupported(format!(
                     "the boot device is set, but the BMC refused BootSourceOverrideMode {want} and keeps {got} \
                      (on this BMC the mode follows the firmware's boot mode: change that in the BIOS settings)"
-                )))
+                )));
             }
         }
+        if applies == Applies::OnReset {
+            tracing::info!(bmc = %self.transport.bmc(), settings = %written_to, "Boot override stored in the settings object: it applies at the next reset.");
+        }
+        Ok(applies)
     }
 
     async fn boot_device(&mut self, ctx: &Ctx) -> Result<BootDeviceRequest> {

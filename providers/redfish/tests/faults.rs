@@ -24,7 +24,7 @@ async fn open(server: &MockupServer) -> RedfishSession {
 /// A one-time UEFI boot override, as most faults below are met.
 async fn set_boot(s: &mut RedfishSession, device: BootDevice) -> Result<(), bmcfleet_provider::ProviderError> {
     let request = BootDeviceRequest { device, persistent: false, efi: true };
-    s.boot().unwrap().set_boot_device(&ctx(5), &request).await
+    s.boot().unwrap().set_boot_device(&ctx(5), &request).await.map(drop)
 }
 
 fn ctx_ms(ms: u64) -> Ctx {
@@ -465,4 +465,50 @@ async fn media_patch_sends_only_what_the_device_has_and_falls_back_on_a_400() {
     assert_eq!(patches.len(), 2);
     assert_eq!(patches[0].json().unwrap(), json!({"Image": url, "Inserted": true}), "WriteProtected is not in this device's schema");
     assert_eq!(patches[1].json().unwrap(), json!({"Image": url}));
+}
+
+/// A system whose live `Boot` is read-only and whose changes go to a
+/// settings object (`@Redfish.Settings`, as Nokia and Dell iDRAC 10 do): the
+/// override is written there with its own ETag and apply time, read back
+/// from there, and reported as applying at the next reset; the live
+/// resource is never PATCHed (it would answer 405).
+#[tokio::test]
+async fn boot_changes_go_to_the_settings_object_and_apply_on_reset() {
+    let sd = format!("{SYSTEM}/SD");
+    let server = spec_service()
+        .resource(
+            SYSTEM,
+            json!({"@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "Id": "1", "PowerState": "On",
+                   "@Redfish.Settings": {"@odata.type": "#Settings.v1_3_5.Settings", "SettingsObject": {"@odata.id": sd},
+                                         "SupportedApplyTimes": ["OnReset"]},
+                   "Boot": {"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None", "BootSourceOverrideMode": "UEFI",
+                            "BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe", "Hdd"]},
+                   "Actions": {"#ComputerSystem.Reset": {"target": RESET, "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "ForceRestart"]}}}),
+        )
+        .resource(
+            &sd,
+            json!({"@odata.id": sd, "@odata.etag": "W/\"sd-1\"",
+                   "Boot": {"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None",
+                            "BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe", "Hdd", "Cd"]}}),
+        )
+        .deny("PATCH", SYSTEM)
+        .start()
+        .await
+        .unwrap();
+    let mut s = open(&server).await;
+    // Cd is allowed by the settings object only: the lists are merged.
+    let req = BootDeviceRequest { device: BootDevice::Cdrom, persistent: false, efi: true };
+    let applies = s.boot().unwrap().set_boot_device(&ctx(5), &req).await.unwrap();
+    assert_eq!(applies, bmcfleet_provider::Applies::OnReset);
+    assert!(server.requests_to("PATCH", SYSTEM).is_empty(), "the read-only live resource was PATCHed");
+    let patches = server.requests_to("PATCH", &sd);
+    assert_eq!(patches.len(), 1);
+    assert_eq!(patches[0].header("if-match"), Some("W/\"sd-1\""));
+    assert_eq!(
+        patches[0].json().unwrap(),
+        json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"},
+               "@Redfish.SettingsApplyTime": {"ApplyTime": "OnReset"}}),
+        "the mode (UEFI already) is not sent"
+    );
+    assert_eq!(server.resource(&sd).unwrap()["Boot"]["BootSourceOverrideTarget"], json!("Cd"));
 }
