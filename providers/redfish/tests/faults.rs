@@ -511,4 +511,8 @@ async fn boot_changes_go_to_the_settings_object_and_apply_on_reset() {
         "the mode (UEFI already) is not sent"
     );
     assert_eq!(server.resource(&sd).unwrap()["Boot"]["BootSourceOverrideTarget"], json!("Cd"));
+    // Pending until the system resets; then it is the override.
+    assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap().device, BootDevice::None);
+    s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap();
+    assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap().device, BootDevice::Cdrom);
 }

@@ -723,6 +723,16 @@ impl State {
                 }
                 .to_owned();
                 r["PowerState"] = json!(next);
+                // A reset applies what waits in the system's settings object
+                // (`@Redfish.Settings`), as a BMC does at the next boot.
+                let settings = r.get("@Redfish.Settings").and_then(|x| x.get("SettingsObject")).and_then(|x| x.get("@odata.id")).and_then(Value::as_str).map(norm);
+                if let Some(pending) = settings.and_then(|sd| self.resources.get(&sd).cloned()) {
+                    if let (Some(r), Some(boot)) = (self.resources.get_mut(owner), pending.get("Boot").and_then(Value::as_object)) {
+                        for (k, v) in boot.iter().filter(|(k, _)| !k.contains('@')) {
+                            r["Boot"][k] = v.clone();
+                        }
+                    }
+                }
             }
             // HPE iLO's OEM actions do what the standard ones do.
             "VirtualMedia.InsertMedia" | "HpeiLOVirtualMedia.InsertVirtualMedia" => {
