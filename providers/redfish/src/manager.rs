@@ -121,7 +121,7 @@ impl RedfishSession {
         let coll = mgr.ethernet_interfaces.ok_or_else(|| {
             unsupported(format!("manager {} exposes no EthernetInterfaces: network source is not available", mgr.path))
         })?;
-        let list = self.transport.get(ctx, &coll).await?;
+        let list = self.transport.get_linked(ctx, &coll, "an EthernetInterfaces collection").await?;
         let mut ifaces = Vec::new();
         for m in members(&list.body) {
             match self.transport.get(ctx, &m).await {

@@ -289,6 +289,20 @@ impl Transport {
     }
 
     /// GET a resource; non-2xx and non-JSON answers are errors.
+    /// GET a resource the BMC itself links to (a service, a collection).
+    /// The one rule for a missing one: a link the BMC advertises that
+    /// answers 404 is a capability it does not implement, `unsupported`
+    /// (naming `what`); `target_not_found` stays for things a batch names
+    /// (a user, a media device) that are not there.
+    pub async fn get_linked(&mut self, ctx: &Ctx, path: &str, what: &str) -> Result<Resource> {
+        match self.get(ctx, path).await {
+            Err(e) if e.code == ErrorCode::TargetNotFound => {
+                Err(crate::error::unsupported(format!("the BMC links {what} at {path} but does not implement it ({})", e.message)))
+            }
+            other => other,
+        }
+    }
+
     pub async fn get(&mut self, ctx: &Ctx, path: &str) -> Result<Resource> {
         let reply = self.exchange(ctx, Method::GET, path, None, None).await?;
         let reply = Self::check(&Method::GET, path, reply)?;

@@ -123,18 +123,13 @@ impl RedfishSession {
             .account_service
             .clone()
             .ok_or_else(|| unsupported("the BMC has no AccountService: users cannot be managed over Redfish"))?;
-        let r = match self.transport.get(ctx, &svc).await {
-            Err(e) if e.code == ErrorCode::TargetNotFound => {
-                return Err(unsupported(format!("the BMC's AccountService is not implemented ({})", e.message)))
-            }
-            other => other?,
-        };
+        let r = self.transport.get_linked(ctx, &svc, "its AccountService").await?;
         link(&r.body, "Accounts").ok_or_else(|| unsupported("the AccountService links no Accounts collection"))
     }
 
     async fn accounts(&mut self, ctx: &Ctx) -> Result<(String, Vec<Account>)> {
         let path = self.accounts_path(ctx).await?;
-        let coll = self.transport.get(ctx, &path).await?;
+        let coll = self.transport.get_linked(ctx, &path, "an Accounts collection").await?;
         let mut out = Vec::new();
         for m in members(&coll.body) {
             match self.transport.get(ctx, &m).await {

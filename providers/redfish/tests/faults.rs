@@ -516,3 +516,39 @@ async fn boot_changes_go_to_the_settings_object_and_apply_on_reset() {
     s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap();
     assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap().device, BootDevice::Cdrom);
 }
+
+/// One rule for a missing linked resource: a service or collection the BMC
+/// links that answers 404 is `unsupported` (not implemented), wherever it
+/// is met; `target_not_found` is for what a batch names.
+#[tokio::test]
+async fn a_linked_resource_that_is_missing_is_unsupported_everywhere() {
+    let manager = common::MANAGER;
+    // The root links AccountService, which does not exist.
+    let server = spec_service().start().await.unwrap();
+    let mut s = open(&server).await;
+    let e = s.users().unwrap().list_users(&ctx(5)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    // AccountService links an Accounts collection that does not exist; the
+    // manager links EthernetInterfaces that do not exist.
+    let server = spec_service()
+        .resource("/redfish/v1/AccountService", json!({"Id": "AccountService", "Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"}}))
+        .resource(
+            manager,
+            json!({"Id": "BMC", "ManagerType": "BMC", "EthernetInterfaces": {"@odata.id": format!("{manager}/EthernetInterfaces")}}),
+        )
+        .start()
+        .await
+        .unwrap();
+    let mut s = open(&server).await;
+    let e = s.users().unwrap().list_users(&ctx(5)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("Accounts collection"), "{e}");
+    let e = s.network_source().unwrap().network_source(&ctx(5)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("EthernetInterfaces"), "{e}");
+    // A user the batch names that is not there stays target_not_found.
+    let upd = UserUpdate { name: "nobody".into(), password: Some("x-long-enough".into()), role: None, enabled: None };
+    let server = common::standard_accounts(spec_service()).start().await.unwrap();
+    let mut s = open(&server).await;
+    assert_eq!(s.users().unwrap().update_user(&ctx(5), &upd).await.unwrap_err().code, ErrorCode::TargetNotFound);
+}
