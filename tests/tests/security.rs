@@ -24,6 +24,26 @@ fn config_path() -> String {
     format!("{}/../deploy/nats/bmcfleet.conf", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// nats-server with the shipped accounts config, a simulator, and a gateway
+/// and a worker each under its own NATS user. Dropped processes first.
+struct Shipped {
+    _gw: Process,
+    _w: Process,
+    _sim: SimServer,
+    topo: Topology,
+    nats: NatsServer,
+}
+
+async fn shipped(sim: SimConfig) -> Shipped {
+    let config = config_path();
+    let nats = NatsServer::start_with_env(&["-c", &config], &PASSWORDS);
+    let sim = SimServer::start(sim).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &["--nats-user", "gateway", "--nats-password", PASSWORDS[0].1]);
+    let _w = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
+    Shipped { _gw, _w, _sim: sim, topo, nats }
+}
+
 /// Connect as `user`, recording every error the server reports.
 async fn connect(nats: &NatsServer, user: &str, password: &str) -> (async_nats::Client, Arc<Mutex<Vec<String>>>) {
     let errors = Arc::new(Mutex::new(vec![]));
@@ -53,18 +73,14 @@ async fn wait_error(errors: &Arc<Mutex<Vec<String>>>, needle: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producers_cannot_bypass_the_gateway() {
-    let config = config_path();
-    let nats = NatsServer::start_with_env(&["-c", &config], &PASSWORDS);
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &["--nats-user", "gateway", "--nats-password", PASSWORDS[0].1]);
-    let (producer_client, producer_errors) = connect(&nats, "producer", PASSWORDS[2].1).await;
+    let stack = shipped(SimConfig::default()).await;
+    let (nats, topo) = (&stack.nats, &stack.topo);
+    let (producer_client, producer_errors) = connect(nats, "producer", PASSWORDS[2].1).await;
     let producer = Producer::new(producer_client.clone());
     wait_gateway(&producer).await;
-    let _w: Process = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
-    let (admin, admin_errors) = connect(&nats, "gateway", PASSWORDS[0].1).await;
+    let (admin, admin_errors) = connect(nats, "gateway", PASSWORDS[0].1).await;
     // Leases are the workers' to read.
-    wait_partitions_owned(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
+    wait_partitions_owned(&connect(nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
 
     // The sanctioned path works end to end under these permissions.
     let Reply::Result(r) = producer.submit(&sim_batch("10.7.0.1", vec![Action::Power(PowerOp::On)]), true).await else {
@@ -93,7 +109,7 @@ async fn producers_cannot_bypass_the_gateway() {
     assert!(tokio::time::timeout(Duration::from_secs(5), js.get_stream(&jobs)).await.map(|r| r.is_err()).unwrap_or(true));
 
     // Workers consume jobs but may not publish them either.
-    let (worker_client, worker_errors) = connect(&nats, "worker", PASSWORDS[1].1).await;
+    let (worker_client, worker_errors) = connect(nats, "worker", PASSWORDS[1].1).await;
     worker_client.publish(subject, "forged".into()).await.unwrap();
     worker_client.flush().await.unwrap();
     wait_error(&worker_errors, "Permissions Violation for Publish").await;
@@ -169,27 +185,23 @@ fn bmcctl_as(nats: &NatsServer, user: &str, password: &str, args: &[&str], stdin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
-    let config = config_path();
-    let nats = NatsServer::start_with_env(&["-c", &config], &PASSWORDS);
-    let sim = SimServer::start(SimConfig { password: Some("bmc-pw-77".into()), ..SimConfig::default() }).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &["--nats-user", "gateway", "--nats-password", PASSWORDS[0].1]);
-    let _w = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
-    let (producer_client, _) = connect(&nats, "producer", PASSWORDS[2].1).await;
+    let stack = shipped(SimConfig { password: Some("bmc-pw-77".into()), ..SimConfig::default() }).await;
+    let (nats, topo) = (&stack.nats, &stack.topo);
+    let (producer_client, _) = connect(nats, "producer", PASSWORDS[2].1).await;
     let producer = Producer::new(producer_client.clone());
     wait_gateway(&producer).await;
-    let (gateway_client, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
-    wait_partitions_owned(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
+    let (gateway_client, _) = connect(nats, "gateway", PASSWORDS[0].1).await;
+    wait_partitions_owned(&connect(nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
     let bucket = topo.subjects().credentials_bucket();
     let put = |user: &str, pw: &str| {
-        bmcctl_as(&nats, user, pw, &["cred", "put", "rack7", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "bmc-pw-77\n")
+        bmcctl_as(nats, user, pw, &["cred", "put", "rack7", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "bmc-pw-77\n")
     };
 
     // Neither the gateway nor a worker may write credentials; the admin user may.
     assert!(!put("gateway", PASSWORDS[0].1).status.success());
     let out = put("admin", PASSWORDS[4].1);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let (worker_client, _) = connect(&nats, "worker", PASSWORDS[1].1).await;
+    let (worker_client, _) = connect(nats, "worker", PASSWORDS[1].1).await;
     let worker_js = async_nats::jetstream::new(worker_client.clone());
     let kv = worker_js.get_key_value(&bucket).await.expect("workers read the bucket");
     assert!(kv.get("rack7").await.unwrap().is_some());
@@ -219,13 +231,13 @@ async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
         }
     }
     // Producers cannot subscribe to the bucket's subjects.
-    let (prod2, prod2_errors) = connect(&nats, "producer", PASSWORDS[2].1).await;
+    let (prod2, prod2_errors) = connect(nats, "producer", PASSWORDS[2].1).await;
     prod2.subscribe(format!("$KV.{bucket}.>")).await.unwrap();
     wait_error(&prod2_errors, "Permissions Violation for Subscription").await;
 
     // And the worker uses it, under these permissions, end to end.
     // Through a machine the operator registers: a named credential is usable only that way.
-    let (admin, _) = connect(&nats, "admin", PASSWORDS[4].1).await;
+    let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
     let b = bmcfleet_tests::producer::ref_machine_batch(&admin, &topo.subjects(), "10.7.2.1", "rack7", vec![Action::Power(PowerOp::On)]).await;
     let Reply::Result(r) = producer.submit(&b, true).await else { panic!("submit") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
@@ -260,21 +272,17 @@ fn not_found(reply: Reply) -> ErrorBody {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_see_only_their_own_machines_batches_and_events() {
-    let config = config_path();
-    let nats = NatsServer::start_with_env(&["-c", &config], &PASSWORDS);
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &["--nats-user", "gateway", "--nats-password", PASSWORDS[0].1]);
-    let _w = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
-    let (admin, _) = connect(&nats, "admin", PASSWORDS[4].1).await;
-    let (a_client, _) = connect(&nats, "producer-a", PASSWORDS[5].1).await;
-    let (b_client, b_errors) = connect(&nats, "producer-b", PASSWORDS[6].1).await;
+    let stack = shipped(SimConfig::default()).await;
+    let (nats, topo) = (&stack.nats, &stack.topo);
+    let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
+    let (a_client, _) = connect(nats, "producer-a", PASSWORDS[5].1).await;
+    let (b_client, b_errors) = connect(nats, "producer-b", PASSWORDS[6].1).await;
     let (a, b) = (Producer::new(a_client.clone()), Producer::new(b_client.clone()));
     wait_gateway(&a).await;
-    wait_partitions_owned(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
-    let put = bmcctl_as(&nats, "admin", PASSWORDS[4].1, &["cred", "put", "rack-a", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "pw-a\n");
+    wait_partitions_owned(&connect(nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
+    let put = bmcctl_as(nats, "admin", PASSWORDS[4].1, &["cred", "put", "rack-a", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "pw-a\n");
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
-    put_machine(&admin, &topo, "a-node1", "10.40.0.1", "tenant-a", "rack-a").await;
+    put_machine(&admin, topo, "a-node1", "10.40.0.1", "tenant-a", "rack-a").await;
 
     // B listens to everything it may: its own events and every inbox of its account.
     let mut b_events = b_client.subscribe("bmc.events.tenant-b.>").await.unwrap();
@@ -337,7 +345,7 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     let op = Producer::new(admin.clone());
     assert!(matches!(op.status(id).await, Reply::Status(_)));
     let audit = bmcfleet_tests::eventually(Duration::from_secs(10), "the audit record", || {
-        let out = bmcctl_as(&nats, "admin", PASSWORDS[4].1, &["--json", "audit"], "");
+        let out = bmcctl_as(nats, "admin", PASSWORDS[4].1, &["--json", "audit"], "");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         async move { text.contains(&id.to_string()).then_some(text) }
     })
@@ -353,16 +361,12 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
 /// credentials outside their role) is refused by the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_role_holds_only_its_own_jetstream_api() {
-    let config = config_path();
-    let nats = NatsServer::start_with_env(&["-c", &config], &PASSWORDS);
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &["--nats-user", "gateway", "--nats-password", PASSWORDS[0].1]);
-    let _w = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
-    let (producer_client, _) = connect(&nats, "producer", PASSWORDS[2].1).await;
+    let stack = shipped(SimConfig::default()).await;
+    let (nats, topo) = (&stack.nats, &stack.topo);
+    let (producer_client, _) = connect(nats, "producer", PASSWORDS[2].1).await;
     let producer = Producer::new(producer_client);
     wait_gateway(&producer).await;
-    wait_partitions_owned(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
+    wait_partitions_owned(&connect(nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
     // Under these permissions the whole pipeline still works.
     let Reply::Result(r) = producer.submit(&sim_batch("10.7.9.1", vec![Action::Power(PowerOp::On)]), true).await else { panic!("submit") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
@@ -428,7 +432,7 @@ async fn each_role_holds_only_its_own_jetstream_api() {
         ),
     ];
     for (user, password, subjects) in refused {
-        let (client, errors) = connect(&nats, user, password).await;
+        let (client, errors) = connect(nats, user, password).await;
         for subject in &subjects {
             client.publish(subject.clone(), "{}".into()).await.unwrap();
         }
@@ -438,7 +442,7 @@ async fn each_role_holds_only_its_own_jetstream_api() {
         }
     }
     // The streams a worker merely uses are as the gateway made them.
-    let (gateway_client, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
+    let (gateway_client, _) = connect(nats, "gateway", PASSWORDS[0].1).await;
     let mut js_jobs = async_nats::jetstream::new(gateway_client).get_stream(&jobs).await.unwrap();
     assert_eq!(js_jobs.info().await.unwrap().config.subjects, vec![s.jobs_all()]);
 }
