@@ -91,6 +91,23 @@ pub fn valid_name(name: &str) -> bool {
 pub const NAME_RULE: &str = "1-63 characters of [a-z0-9-], not starting or ending with `-`";
 
 impl Machine {
+    /// A machine of the default tenant with the system's TLS roots, no
+    /// labels and no provider options (set the fields to change them).
+    pub fn new(name: impl Into<String>, address: BmcAddress, protocol: Protocol, credentials: impl Into<String>) -> Machine {
+        Machine {
+            name: name.into(),
+            address,
+            protocol,
+            credentials: credentials.into(),
+            tls: TlsOptions::default(),
+            system_id: None,
+            protocols: vec![],
+            redfish: Default::default(),
+            labels: BTreeMap::new(),
+            tenant: default_tenant(),
+        }
+    }
+
     /// Check a record (what `bmcctl` writes and what readers accept).
     pub fn validate(&self) -> Result<(), MachineError> {
         let bad = |reason: String| MachineError { name: self.name.chars().take(80).collect(), reason };

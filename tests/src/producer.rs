@@ -161,18 +161,7 @@ pub async fn ref_machine_batch(
     use bmcfleet_common::streams::{bucket, machines_config, Mode};
     let address: bmcfleet_schema::BmcAddress = address.parse().expect("address");
     let name = format!("sim-{}", address.key().as_str().to_ascii_lowercase().replace('_', "-"));
-    let machine = bmcfleet_schema::Machine {
-        name: name.clone(),
-        address,
-        protocol: bmcfleet_schema::Protocol::Sim,
-        credentials: credential.into(),
-        tls: Default::default(),
-        system_id: None,
-        labels: Default::default(),
-        tenant: bmcfleet_schema::machine::DEFAULT_TENANT.into(),
-        protocols: vec![],
-        redfish: Default::default(),
-    };
+    let machine = bmcfleet_schema::Machine::new(name.clone(), address, bmcfleet_schema::Protocol::Sim, credential);
     let js = async_nats::jetstream::new(client.clone());
     let machines = bucket(&js, machines_config(subjects, 1), Mode::UseExisting).await.expect("machines bucket");
     bmcfleet_common::registry::put(&machines, &machine).await.expect("put machine");
@@ -226,16 +215,11 @@ pub async fn register_machine(
             }
         }
         let machine = bmcfleet_schema::Machine {
-            name: name.clone(),
-            address: target.address.clone(),
-            protocol: target.protocol,
-            credentials: credential,
             tls: target.tls.clone(),
             system_id: target.system_id.clone(),
-            labels: Default::default(),
-            tenant: bmcfleet_schema::machine::DEFAULT_TENANT.into(),
             protocols: target.options.protocols.clone(),
             redfish: target.options.redfish.clone(),
+            ..bmcfleet_schema::Machine::new(name.clone(), target.address.clone(), target.protocol, credential)
         };
         bmcfleet_common::registry::put(&machines, &machine).await.expect("put machine");
         name

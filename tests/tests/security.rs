@@ -248,18 +248,7 @@ async fn put_machine(admin: &async_nats::Client, topo: &Topology, name: &str, ad
     use bmcfleet_common::streams::{bucket, machines_config, Mode};
     let js = async_nats::jetstream::new(admin.clone());
     let kv = bucket(&js, machines_config(&topo.subjects(), 1), Mode::UseExisting).await.unwrap();
-    let machine = Machine {
-        name: name.into(),
-        address: address.parse().unwrap(),
-        protocol: Protocol::Sim,
-        credentials: credential.into(),
-        tls: TlsOptions::default(),
-        system_id: None,
-        labels: Default::default(),
-        tenant: tenant.into(),
-        protocols: vec![],
-        redfish: Default::default(),
-    };
+    let machine = Machine { tenant: tenant.into(), ..Machine::new(name, address.parse().unwrap(), Protocol::Sim, credential) };
     bmcfleet_common::registry::put(&kv, &machine).await.unwrap();
 }
 

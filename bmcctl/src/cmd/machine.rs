@@ -208,18 +208,7 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
             let (Some(address), Some(credentials)) = (&fields.address, &fields.credentials) else {
                 bail!("machine add needs --address and --credentials");
             };
-            let mut m = Machine {
-                name: name.clone(),
-                address: address.clone(),
-                protocol: Default::default(),
-                credentials: credentials.clone(),
-                tls: Default::default(),
-                system_id: None,
-                labels: Default::default(),
-                tenant: bmcfleet_schema::machine::DEFAULT_TENANT.into(),
-                protocols: vec![],
-                redfish: Default::default(),
-            };
+            let mut m = Machine::new(name.clone(), address.clone(), Default::default(), credentials.clone());
             fields.apply_to(&mut m)?;
             put_one(&kv, &js, &subjects, actor, &m).await?;
             println!("added {name}");
