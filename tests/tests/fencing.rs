@@ -268,6 +268,9 @@ async fn run(s: Scenario) {
 
     let mut violations = vec![];
     let mut allowed = HashSet::new();
+    // The requests in flight at a freeze (see README, "The limit no
+    // client-side fencing can close"): exempt from the order checks too.
+    let mut late: HashSet<(String, BatchId, u32, String)> = HashSet::new();
     let owned_by = |key: &str| BmcKey::from_token(key).expect("bmc key").partition(subjects.partitions);
     for key in per_bmc.keys() {
         let part = owned_by(key);
@@ -281,6 +284,7 @@ async fn run(s: Scenario) {
             let in_flight = freezes.iter().position(|f| f.worker == call.worker && at >= f.resumed && at < f.resumed + IN_FLIGHT_GRACE);
             if let Some(f) = in_flight.filter(|f| allowed.insert(*f)) {
                 eprintln!("{}: request in flight at freeze {f}: {key} {:?} from {} at {}", s.name, c.action, call.worker, ms(at));
+                late.insert((key.clone(), call.batch, call.index, call.worker.clone()));
                 continue;
             }
             violations.push(describe_call(key, &c, at, owner));
@@ -329,11 +333,17 @@ async fn run(s: Scenario) {
     for f in &freezes {
         assert!(leases.takeovers_from(&f.worker) > 0, "{}: no partition of {} was taken over while it was frozen or cut off", s.name, f.worker);
     }
-    assert_call_order(&sim, &per_bmc);
-    assert_ordered(&sim.log(), &per_bmc);
+    assert_call_order(&sim, &per_bmc, &late);
+    assert_ordered(&without_late(sim.log(), &late), &per_bmc);
     // A frozen or cut-off worker counts as killed: its action in flight may be re-run (idempotent) or reported interrupted.
     let frozen: HashSet<String> = if s.lose_replies { workers.iter().map(|(id, _)| id.clone()).collect() } else { freezes.iter().map(|f| f.worker.clone()).collect() };
-    let cost = assert_exactly_once(&sim.log(), &ids, &results, &frozen);
+    // A request in flight at a freeze may run an action a second time,
+    // after the new owner's run: that is the documented residual window,
+    // counted and printed rather than failed.
+    let cost = assert_exactly_once(&without_late(sim.log(), &late), &ids, &results, &frozen);
+    if !late.is_empty() {
+        eprintln!("{}: {} request(s) in flight at a freeze arrived late: {late:?}", s.name, late.len());
+    }
     eprintln!("{}: {} re-runs, {} interrupted", s.name, cost.reruns, cost.interrupted);
 }
 
@@ -355,12 +365,39 @@ fn describe_call(key: &str, c: &CallRecord, at: SystemTime, owner: Option<String
     )
 }
 
+fn is_late(late: &HashSet<(String, BatchId, u32, String)>, bmc: &str, call: &bmcfleet_sim::proto::Call) -> bool {
+    late.contains(&(bmc.to_owned(), call.batch, call.index, call.worker.clone()))
+}
+
+/// The simulator's log without the requests in flight at a freeze, and
+/// without the overlap the first of them may have had with the action the
+/// new owner was running on that BMC.
+fn without_late(log: Vec<bmcfleet_testing::sim::LogEntry>, late: &HashSet<(String, BatchId, u32, String)>) -> Vec<bmcfleet_testing::sim::LogEntry> {
+    let mut overlapped: HashSet<String> = HashSet::new();
+    let mut out = Vec::with_capacity(log.len());
+    for mut e in log {
+        if e.call.as_ref().is_some_and(|c| is_late(late, &e.bmc, c)) {
+            overlapped.insert(e.bmc.clone());
+            continue;
+        }
+        if e.concurrent == 2 && overlapped.remove(&e.bmc) {
+            e.concurrent = 1;
+        }
+        out.push(e);
+    }
+    out
+}
+
 /// Per BMC, every request (logins included), in arrival order, belongs to
-/// batches in submission order: a batch's requests form one run.
-fn assert_call_order(sim: &SimServer, per_bmc: &PerBmc) {
+/// batches in submission order: a batch's requests form one run. A request
+/// in flight at a freeze (`late`) is the one documented exception.
+fn assert_call_order(sim: &SimServer, per_bmc: &PerBmc, late: &HashSet<(String, BatchId, u32, String)>) {
     for (key, submitted) in per_bmc {
         let mut runs: Vec<BatchId> = vec![];
         for c in sim.calls(key) {
+            if c.call.as_ref().is_some_and(|call| is_late(late, key, call)) {
+                continue;
+            }
             let batch = c.call.as_ref().expect("call info").batch;
             if runs.last() != Some(&batch) {
                 assert!(!runs.contains(&batch), "{key}: a request of batch {batch} arrived after a later batch's: {c:?}");
