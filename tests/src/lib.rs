@@ -16,6 +16,7 @@ pub mod otlp;
 pub mod process;
 pub mod producer;
 pub mod proxy;
+pub mod shipped;
 
 pub use nats::NatsServer;
 pub use process::{bin, Process};

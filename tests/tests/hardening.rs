@@ -253,7 +253,9 @@ async fn state_of(p: &Producer, id: BatchId) -> Option<BatchStatus> {
 /// answers open its breaker so the rest of its queue fails fast.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
-    let nats = NatsServer::start();
+    use bmcfleet_tests::shipped::{connect, gateway_user, worker_user, PASSWORDS};
+    // The shipped accounts config: the cap and the share work under each role's least privilege.
+    let nats = bmcfleet_tests::shipped::nats();
     // One partition: the slow and the healthy BMC share it.
     let topo = Topology { partitions: 1, ..Topology::default() };
     let slow_latency = Duration::from_secs(4);
@@ -264,8 +266,10 @@ async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
     })
     .await
     .unwrap();
-    let _gw = topo.gateway(&nats, &["--max-queued-per-bmc", "4"]);
-    let p = Producer::new(nats.client().await);
+    let _gw = topo.gateway(&nats, &[&gateway_user()[..], &["--max-queued-per-bmc", "4"]].concat());
+    let p = Producer::new(connect(&nats, "producer", PASSWORDS[2].1).await.0);
+    // Producers have no JetStream access: the stream is observed as the gateway.
+    let observer = connect(&nats, "gateway", PASSWORDS[0].1).await.0;
     wait_gateway(&p).await;
     let jobs = topo.subjects().jobs_stream();
     let status = || vec![Action::Power(PowerOp::Status)];
@@ -276,7 +280,7 @@ async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
         let Reply::Accepted(a) = p.submit(&sim_batch("slow-1.test", status()), false).await else { panic!("refused below the cap") };
         slow_ids.push(a.id);
     }
-    let stored = bmcfleet_tests::producer::stream_messages(&p.client, &jobs).await;
+    let stored = bmcfleet_tests::producer::stream_messages(&observer, &jobs).await;
     let mut over = sim_batch("slow-1.test", status());
     let over_id = BatchId::new();
     over.id = Some(over_id);
@@ -287,7 +291,7 @@ async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
         }
         other => panic!("a fifth batch for a BMC capped at four was {other:?}"),
     }
-    assert_eq!(bmcfleet_tests::producer::stream_messages(&p.client, &jobs).await, stored, "a refused batch was stored");
+    assert_eq!(bmcfleet_tests::producer::stream_messages(&observer, &jobs).await, stored, "a refused batch was stored");
     assert!(matches!(p.status(over_id).await, Reply::Error(e) if e.code == ErrorCode::NotFound), "no status record for a refused batch");
     // The cap is per BMC: another BMC's batch (queued behind the slow ones) is admitted.
     let Reply::Accepted(healthy) = p.submit(&sim_batch("10.16.9.1", status()), false).await else { panic!("a healthy BMC's batch was refused") };
@@ -298,7 +302,7 @@ async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
         &nats,
         "w1",
         sim.addr(),
-        &["--max-inflight-per-partition", "2", "--slow-call-threshold", "1s", "--breaker-threshold", "2", "--retry-max", "0"],
+        &[&worker_user()[..], &["--max-inflight-per-partition", "2", "--slow-call-threshold", "1s", "--breaker-threshold", "2", "--retry-max", "0"]].concat(),
     );
     let done = bmcfleet_tests::eventually(Duration::from_secs(30), "the healthy BMC's batch finished", || async {
         state_of(&p, healthy.id).await.filter(|s| s.state.is_final())

@@ -1,67 +1,15 @@
 //! Security against the real nats-server: the least-privilege accounts of
 //! deploy/nats/bmcfleet.conf, and TLS between bmcfleet and NATS.
 
-use async_nats::ConnectOptions;
 use bmcfleet_schema::*;
 use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
 use bmcfleet_tests::producer::{stream_messages, wait_gateway, wait_partitions_owned, Topology};
-use bmcfleet_tests::{NatsServer, Process, Producer};
+use async_nats::ConnectOptions;
+use bmcfleet_tests::shipped::{connect, shipped, PASSWORDS};
+use bmcfleet_tests::{NatsServer, Producer};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-const PASSWORDS: [(&str, &str); 7] = [
-    ("BMCFLEET_NATS_GATEWAY_PASSWORD", "gw-secret-1"),
-    ("BMCFLEET_NATS_WORKER_PASSWORD", "wk-secret-2"),
-    ("BMCFLEET_NATS_PRODUCER_PASSWORD", "pr-secret-3"),
-    ("BMCFLEET_NATS_SYS_PASSWORD", "sys-secret-4"),
-    ("BMCFLEET_NATS_ADMIN_PASSWORD", "adm-secret-5"),
-    ("BMCFLEET_NATS_TENANT_A_PASSWORD", "ta-secret-6"),
-    ("BMCFLEET_NATS_TENANT_B_PASSWORD", "tb-secret-7"),
-];
-
-fn config_path() -> String {
-    format!("{}/../deploy/nats/bmcfleet.conf", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// nats-server with the shipped accounts config, a simulator, and a gateway
-/// and a worker each under its own NATS user. Dropped processes first.
-struct Shipped {
-    _gw: Process,
-    _w: Process,
-    _sim: SimServer,
-    topo: Topology,
-    nats: NatsServer,
-}
-
-async fn shipped(sim: SimConfig) -> Shipped {
-    let config = config_path();
-    let nats = NatsServer::start_with_env(&["-c", &config], &PASSWORDS);
-    let sim = SimServer::start(sim).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &["--nats-user", "gateway", "--nats-password", PASSWORDS[0].1]);
-    let _w = topo.worker(&nats, "w0", sim.addr(), &["--nats-user", "worker", "--nats-password", PASSWORDS[1].1]);
-    Shipped { _gw, _w, _sim: sim, topo, nats }
-}
-
-/// Connect as `user`, recording every error the server reports.
-async fn connect(nats: &NatsServer, user: &str, password: &str) -> (async_nats::Client, Arc<Mutex<Vec<String>>>) {
-    let errors = Arc::new(Mutex::new(vec![]));
-    let sink = errors.clone();
-    let client = ConnectOptions::with_user_and_password(user.into(), password.into())
-        .event_callback(move |event| {
-            let sink = sink.clone();
-            async move {
-                if let async_nats::Event::ServerError(e) = event {
-                    sink.lock().unwrap().push(e.to_string());
-                }
-            }
-        })
-        .connect(nats.url())
-        .await
-        .unwrap_or_else(|e| panic!("connect as {user}: {e}"));
-    (client, errors)
-}
 
 async fn wait_error(errors: &Arc<Mutex<Vec<String>>>, needle: &str) -> String {
     bmcfleet_tests::eventually(Duration::from_secs(10), needle, || {
