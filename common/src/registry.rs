@@ -137,31 +137,48 @@ impl Registry {
     pub async fn get_fresh(&self, name: &str) -> Lookup {
         let first = self.get(name);
         let Some(store) = &self.store else { return first };
-        let names: Vec<String> = match &first {
+        let mut to_read: Vec<String> = match &first {
             Lookup::Found(_) | Lookup::Invalid(_) => return first,
             Lookup::NotFound => vec![name.to_owned()],
-            Lookup::Conflict(_) => {
-                let copy = self.copy.read().expect("registry lock");
-                let host = copy.machines.get(name).map(|m| m.host_identity()).unwrap_or_default();
-                copy.hosts.get(&host).into_iter().flatten().cloned().collect()
-            }
+            Lookup::Conflict(_) => self.names_at_host_of(name),
         };
-        if !names.iter().all(|n| bmcfleet_schema::machine::valid_name(n)) {
-            return first;
-        }
-        for n in names {
-            match store.entry(&n).await {
-                Ok(entry) => {
-                    let value = entry.as_ref().filter(|e| matches!(e.operation, Operation::Put)).map(|e| e.value.to_vec());
-                    self.copy.write().expect("registry lock").apply(&n, value.as_deref());
+        let mut read: Vec<String> = Vec::new();
+        // A name read fresh may meet a neighbour at its host that the copy
+        // still holds but the bucket no longer does (a machine replaced a
+        // moment ago): those are read fresh too, once.
+        for _ in 0..2 {
+            if !to_read.iter().all(|n| bmcfleet_schema::machine::valid_name(n)) {
+                return first;
+            }
+            for n in &to_read {
+                match store.entry(n).await {
+                    Ok(entry) => {
+                        let value = entry.as_ref().filter(|e| matches!(e.operation, Operation::Put)).map(|e| e.value.to_vec());
+                        self.copy.write().expect("registry lock").apply(n, value.as_deref());
+                    }
+                    Err(e) => {
+                        tracing::warn!(machine = n, error = %e, "Cannot read the machine registry; using the cached copy.");
+                        return first;
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(machine = n, error = %e, "Cannot read the machine registry; using the cached copy.");
-                    return first;
-                }
+            }
+            read.append(&mut to_read);
+            match self.get(name) {
+                Lookup::Conflict(_) => to_read = self.names_at_host_of(name).into_iter().filter(|n| !read.contains(n)).collect(),
+                other => return other,
+            }
+            if to_read.is_empty() {
+                break;
             }
         }
         self.get(name)
+    }
+
+    /// Every name the copy holds at the host of machine `name`.
+    fn names_at_host_of(&self, name: &str) -> Vec<String> {
+        let copy = self.copy.read().expect("registry lock");
+        let host = copy.machines.get(name).map(|m| m.host_identity()).unwrap_or_default();
+        copy.hosts.get(&host).into_iter().flatten().cloned().collect()
     }
 
     pub fn get(&self, name: &str) -> Lookup {

@@ -302,3 +302,56 @@ async fn a_machines_protocol_preference_is_the_only_order_tried() {
     assert_eq!(err.code, ErrorCode::TargetForbidden, "{err:?}");
     assert!(err.message.contains("bmc.options"), "{err:?}");
 }
+
+/// A machine replaced at its host (the old record removed, a new one put)
+/// is found by a fresh lookup even while the registry copy still holds the
+/// old one: the stale neighbour at that host is read again instead of the
+/// lookup answering `conflict`. The copy is made stale on purpose: its
+/// watch is stopped before the bucket changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_lookup_reads_a_stale_neighbour_at_the_host_again() {
+    use bmcfleet_common::registry::{self, Lookup, Registry};
+    use bmcfleet_common::streams::{bucket, machines_config, Mode};
+    let nats = NatsServer::start();
+    let js = async_nats::jetstream::new(nats.client().await);
+    let subjects = Topology::default().subjects();
+    let kv = bucket(&js, machines_config(&subjects, 1), Mode::UseExisting).await.unwrap();
+    for attempt in 0..10 {
+        let (old, new) = (format!("old-{attempt}"), format!("new-{attempt}"));
+        let host: BmcAddress = format!("10.31.8.{}", attempt + 1).parse().unwrap();
+        registry::put(&kv, &Machine::new(old.as_str(), host.clone(), Protocol::Sim, "c1")).await.unwrap();
+        let copy = Registry::start(&js, &subjects, 1, tokio_util::sync::CancellationToken::new()).await.unwrap();
+        assert!(matches!(copy.get(&old), Lookup::Found(_)));
+        copy.stop();
+        kv.delete(&old).await.unwrap();
+        registry::put(&kv, &Machine::new(new.as_str(), host, Protocol::Sim, "c1")).await.unwrap();
+        if !matches!(copy.get(&old), Lookup::Found(_)) {
+            continue; // the watch saw the removal before it stopped: not the case under test
+        }
+        let found = copy.get_fresh(&new).await;
+        assert!(matches!(&found, Lookup::Found(m) if m.name == new), "{found:?}");
+        return;
+    }
+    panic!("the registry copy never stayed stale after its watch stopped");
+}
+
+/// An operator replacing the machine at a host (remove one, register the
+/// next) is honoured at once: the gateway's and the worker's copies may
+/// still hold the removed one for a moment, and that stale neighbour is read
+/// again instead of answering `conflict`. Twenty replacements in a row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_replaced_at_its_host_is_honoured_at_once() {
+    let e = env(&[]).await;
+    let p = &e.producer;
+    for i in 0..20 {
+        let mut target = bmcfleet_tests::checks::sim_batch("10.31.7.1", vec![]).bmc.unwrap();
+        // A different record each time (so a different machine name) at the same host.
+        target.system_id = Some(format!("sys-{i}"));
+        let name = e.topo.register_machine(&p.client, &target).await;
+        let json = format!(r#"{{"machine":"{name}","actions":[{{"power":"status"}}]}}"#);
+        match p.submit_json(&json, true).await {
+            Reply::Result(r) => assert_eq!(r.state, BatchState::Succeeded, "replacement {i}: {r:?}"),
+            other => panic!("replacement {i}: {other:?}"),
+        }
+    }
+}
