@@ -396,9 +396,15 @@ pub enum BootDevice {
     Cdrom,
     Bios,
     Safe,
+    /// UEFI HTTP boot (Redfish `UefiHttp`, where the BMC allows it).
+    Http,
     /// No override (read back only).
     #[cfg_attr(feature = "clap", value(skip))]
     None,
+    /// An override bmcfleet has no name for (read back only: e.g. Redfish
+    /// `Usb`, `UefiTarget`, `UefiShell`, an IPMI remote-media selector).
+    #[cfg_attr(feature = "clap", value(skip))]
+    Other,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -244,8 +244,9 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                 }
             }
             Action::User(UserOp::Delete { name }) => non_empty_name("user delete", i, name)?,
-            Action::BootDevice(req) if req.device == BootDevice::None => {
-                return Err(field(format!("actions[{i}]: boot device `none` can only be read, not set")));
+            Action::BootDevice(req) if matches!(req.device, BootDevice::None | BootDevice::Other) => {
+                let name = if req.device == BootDevice::None { "none" } else { "other" };
+                return Err(field(format!("actions[{i}]: boot device `{name}` can only be read, not set")));
             }
             Action::Raw(RawRequest::Ipmi(r)) => {
                 if r.data.len() > limits.max_raw_ipmi_bytes {
@@ -297,6 +298,16 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_only_boot_devices_cannot_be_set() {
+        for device in ["none", "other"] {
+            let json = format!(r#"{{"machine":"m1","actions":[{{"boot_device":{{"device":"{device}"}}}}]}}"#);
+            let batch: crate::Batch = serde_json::from_str(&json).unwrap();
+            let e = validate(&batch, &Limits::default()).unwrap_err();
+            assert!(e.to_string().contains(&format!("`{device}` can only be read")), "{e}");
+        }
+    }
 
     fn json(s: &str) -> Result<Batch, ValidationError> {
         decode_batch(s.as_bytes(), Encoding::Json, &Limits::default())

@@ -81,9 +81,10 @@ pub fn plan(device: BootDevice) -> Result<Plan, AmtError> {
         BootDevice::Cdrom => p(Some(names::SOURCE_CD), false, false, "ForceCDorDVDBoot"),
         BootDevice::Bios => p(None, true, false, "BIOSSetup"),
         BootDevice::Safe => p(Some(names::SOURCE_HDD), false, true, "ForceHardDriveSafeModeBoot"),
-        BootDevice::None => {
-            return Err(AmtError::Config("boot device `none` can only be read, not set".into()));
+        BootDevice::None | BootDevice::Other => {
+            return Err(AmtError::Config(format!("boot device `{device:?}` can only be read, not set").to_lowercase()));
         }
+        BootDevice::Http => return Err(AmtError::Unsupported("Intel AMT has no UEFI HTTP boot source".into())),
     })
 }
 

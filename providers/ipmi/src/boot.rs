@@ -19,6 +19,8 @@ impl<T: Transport> BootControl for IpmiSession<T> {
     /// Set System Boot Options (chassis 0x08) parameters 3 and 5, then Get
     /// System Boot Options (chassis 0x09) parameter 5 to verify.
     async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<Applies> {
+        // Nothing is sent for a device IPMI cannot express.
+        let flags = cmd::encode_boot_flags(req)?;
         let timer = self.send(ctx, &cmd::SET_BOOT_OPTIONS, cmd::encode_keep_boot_flags_valid()).await?;
         if timer.cc != 0 {
             tracing::debug!(
@@ -26,7 +28,7 @@ impl<T: Transport> BootControl for IpmiSession<T> {
                 "The BMC does not take boot option parameter 3 (boot-flag valid bit clearing); its 60-second boot-flag timeout stays on."
             );
         }
-        self.exec(ctx, &cmd::SET_BOOT_OPTIONS, cmd::encode_boot_flags(req)).await?;
+        self.exec(ctx, &cmd::SET_BOOT_OPTIONS, flags).await?;
         let data = self.exec(ctx, &cmd::GET_BOOT_OPTIONS, cmd::get_boot_flags_request()).await?;
         if cmd::check_boot_read_back(req, &data)? == cmd::BootReadBack::SelectorOnly {
             tracing::warn!(

@@ -181,16 +181,19 @@ const BOOT_VALID: u8 = 0x80;
 const BOOT_PERSISTENT: u8 = 0x40;
 const BOOT_EFI: u8 = 0x20;
 
-/// Device selector (boot flags data 2, bits 5:2).
-fn device_selector(device: BootDevice) -> u8 {
-    match device {
+/// Device selector (boot flags data 2, bits 5:2); `unsupported` for a
+/// device IPMI has no selector for.
+fn device_selector(device: BootDevice) -> Result<u8, ProviderError> {
+    Ok(match device {
         BootDevice::None => 0x0,
         BootDevice::Pxe => 0x1,
         BootDevice::Disk => 0x2,
         BootDevice::Safe => 0x3,
         BootDevice::Cdrom => 0x5,
         BootDevice::Bios => 0x6,
-    }
+        BootDevice::Http => return Err(ProviderError::unsupported_op("IPMI has no UEFI HTTP boot device (Redfish `UefiHttp` has)")),
+        BootDevice::Other => return Err(ProviderError::new(ErrorCode::InvalidField, "`other` is a boot device the BMC reports, not one to set")),
+    })
 }
 
 fn selector_name(selector: u8) -> &'static str {
@@ -208,7 +211,7 @@ fn selector_name(selector: u8) -> &'static str {
 /// Set System Boot Options request data for parameter 5: valid, one-time or
 /// persistent, legacy or EFI, device selector; bytes 3–5 zero (no CMOS
 /// clear, no lockouts, default verbosity/console redirection).
-pub fn encode_boot_flags(req: &BootDeviceRequest) -> Vec<u8> {
+pub fn encode_boot_flags(req: &BootDeviceRequest) -> Result<Vec<u8>, ProviderError> {
     let mut b1 = BOOT_VALID;
     if req.persistent {
         b1 |= BOOT_PERSISTENT;
@@ -216,7 +219,7 @@ pub fn encode_boot_flags(req: &BootDeviceRequest) -> Vec<u8> {
     if req.efi {
         b1 |= BOOT_EFI;
     }
-    vec![BOOT_PARAM_FLAGS, b1, device_selector(req.device) << 2, 0, 0, 0]
+    Ok(vec![BOOT_PARAM_FLAGS, b1, device_selector(req.device)? << 2, 0, 0, 0])
 }
 
 /// Boot option parameter 3, "BMC boot flag valid bit clearing" (table 28-14).
@@ -257,7 +260,7 @@ pub fn check_boot_read_back(set: &BootDeviceRequest, data: &[u8]) -> Result<Boot
         return Err(protocol(format!("asked for boot parameter 5, got {}", data[1] & 0x7F)));
     }
     let (b1, selector) = (data[2], (data[3] >> 2) & 0x0F);
-    let want = device_selector(set.device);
+    let want = device_selector(set.device)?;
     let differs = |what: String| {
         ProviderError::new(ErrorCode::BmcError, format!("the BMC accepted the boot device but reads back {what}; the boot device is not set"))
     };
@@ -318,10 +321,9 @@ pub fn decode_boot_flags(data: &[u8]) -> Result<BootDeviceRequest, ProviderError
         0x5 => BootDevice::Cdrom,
         0x6 => BootDevice::Bios,
         other => {
-            return Err(ProviderError::unsupported_op(format!(
-                "the BMC's boot device selector 0x{other:X} ({}) has no bmcfleet equivalent",
-                selector_name(other)
-            )))
+            // Reported readably rather than failing the read.
+            tracing::debug!(selector = other, name = selector_name(other), "The BMC's boot device selector has no bmcfleet name; reporting `other`.");
+            BootDevice::Other
         }
     };
     Ok(BootDeviceRequest { device, persistent, efi })
@@ -523,7 +525,7 @@ mod tests {
             for persistent in [false, true] {
                 for efi in [false, true] {
                     let req = BootDeviceRequest { device, persistent, efi };
-                    let set = encode_boot_flags(&req);
+                    let set = encode_boot_flags(&req).unwrap();
                     // Get response: revision, parameter, then the 5 data bytes.
                     let mut get = vec![0x01, BOOT_PARAM_FLAGS];
                     get.extend_from_slice(&set[1..]);
@@ -536,9 +538,11 @@ mod tests {
     #[test]
     fn boot_flags_spec_bytes() {
         let req = BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: true };
-        assert_eq!(encode_boot_flags(&req), vec![0x05, 0xE0, 0x04, 0, 0, 0]);
+        assert_eq!(encode_boot_flags(&req).unwrap(), vec![0x05, 0xE0, 0x04, 0, 0, 0]);
         let req = BootDeviceRequest { device: BootDevice::Bios, persistent: false, efi: false };
-        assert_eq!(encode_boot_flags(&req), vec![0x05, 0x80, 0x18, 0, 0, 0]);
+        assert_eq!(encode_boot_flags(&req).unwrap(), vec![0x05, 0x80, 0x18, 0, 0, 0]);
+        let http = BootDeviceRequest { device: BootDevice::Http, persistent: false, efi: true };
+        assert_eq!(encode_boot_flags(&http).unwrap_err().code, ErrorCode::Unsupported);
     }
 
     #[test]
@@ -564,7 +568,8 @@ mod tests {
         // What ipmi_sim answers after `bootdev pxe`: valid bit clear.
         let got = decode_boot_flags(&[0x01, 0x05, 0x00, 0x04, 0, 0, 0]).unwrap();
         assert_eq!(got.device, BootDevice::None);
-        assert!(decode_boot_flags(&[0x01, 0x05, 0x80, 0x1C, 0, 0, 0]).is_err()); // remote floppy
+        // A selector without a bmcfleet name (remote floppy) reads as `other`.
+        assert_eq!(decode_boot_flags(&[0x01, 0x05, 0x80, 0x1C, 0, 0, 0]).unwrap().device, BootDevice::Other);
         assert!(decode_boot_flags(&[0x01, 0x04, 0x80]).is_err());
     }
 

@@ -99,10 +99,15 @@ async fn boot_flags_persistent_efi_and_safe_mode_round_trip() {
     // An expired one-time override (valid bit cleared by the BMC) reads as none.
     bmc.update(|st| st.boot_flags[0] &= 0x7F);
     assert_eq!(s.boot_device(&ctx).await.unwrap().device, BootDevice::None);
-    // A selector bmcfleet cannot express is reported, not guessed.
+    // A selector bmcfleet has no name for (floppy/primary removable media)
+    // is reported as `other`, readably, not guessed and not a failed read.
     bmc.update(|st| st.boot_flags = [0x80, 0x0F << 2, 0, 0, 0]);
-    let e = s.boot_device(&ctx).await.unwrap_err();
+    assert_eq!(s.boot_device(&ctx).await.unwrap().device, BootDevice::Other);
+    // UEFI HTTP boot has no IPMI selector: refused, nothing sent.
+    let before = bmc.snapshot().calls.len();
+    let e = s.set_boot_device(&ctx, &BootDeviceRequest { device: BootDevice::Http, persistent: false, efi: true }).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert_eq!(bmc.snapshot().calls.len(), before, "a request was sent");
 }
 
 #[tokio::test]

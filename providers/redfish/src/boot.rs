@@ -19,10 +19,12 @@ pub(crate) fn target_for(device: BootDevice) -> Result<Option<&'static str>> {
         BootDevice::Disk => Some("Hdd"),
         BootDevice::Cdrom => Some("Cd"),
         BootDevice::Bios => Some("BiosSetup"),
+        BootDevice::Http => Some("UefiHttp"),
         BootDevice::None => None,
         BootDevice::Safe => {
             return Err(unsupported("Redfish has no `safe` boot override (it is an IPMI boot flag)"));
         }
+        BootDevice::Other => return Err(crate::error::invalid("`other` is a boot device the BMC reports, not one to set")),
     })
 }
 
@@ -34,10 +36,11 @@ pub(crate) fn device_for(target: &str) -> Result<BootDevice> {
         "Hdd" => BootDevice::Disk,
         "Cd" => BootDevice::Cdrom,
         "BiosSetup" => BootDevice::Bios,
+        "UefiHttp" => BootDevice::Http,
         other => {
-            return Err(unsupported(format!(
-                "the BMC reports boot override target `{other}`, which has no bmcfleet boot device"
-            )))
+            // Reported readably (`other`) rather than failing the read.
+            tracing::debug!(target = other, "The BMC's boot override target has no bmcfleet name; reporting `other`.");
+            BootDevice::Other
         }
     })
 }

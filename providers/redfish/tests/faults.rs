@@ -552,3 +552,24 @@ async fn a_linked_resource_that_is_missing_is_unsupported_everywhere() {
     let mut s = open(&server).await;
     assert_eq!(s.users().unwrap().update_user(&ctx(5), &upd).await.unwrap_err().code, ErrorCode::TargetNotFound);
 }
+
+/// UEFI HTTP boot is a settable target where the BMC allows `UefiHttp`; a
+/// current override bmcfleet has no name for (`Usb`, `UefiTarget`, …) reads
+/// back as `other` instead of failing the read.
+#[tokio::test]
+async fn uefi_http_is_settable_and_unknown_targets_read_as_other() {
+    let server = spec_service().start().await.unwrap();
+    server.merge_resource(SYSTEM, &json!({"Boot": {"BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe", "Cd", "Hdd", "BiosSetup", "UefiHttp"]}}));
+    let mut s = open(&server).await;
+    let http = BootDeviceRequest { device: BootDevice::Http, persistent: false, efi: true };
+    s.boot().unwrap().set_boot_device(&ctx(5), &http).await.unwrap();
+    assert_eq!(server.resource(SYSTEM).unwrap()["Boot"]["BootSourceOverrideTarget"], json!("UefiHttp"));
+    assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap(), http);
+    server.merge_resource(SYSTEM, &json!({"Boot": {"BootSourceOverrideTarget": "Usb", "BootSourceOverrideEnabled": "Once"}}));
+    assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap().device, BootDevice::Other);
+    // Where the BMC does not list UefiHttp: refused before sending.
+    server.merge_resource(SYSTEM, &json!({"Boot": {"BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe"]}}));
+    server.clear_requests();
+    assert_eq!(s.boot().unwrap().set_boot_device(&ctx(5), &http).await.unwrap_err().code, ErrorCode::Unsupported);
+    assert!(server.requests().iter().all(|r| r.method != "PATCH"));
+}
