@@ -12,10 +12,13 @@
 //!   `@odata.etag`);
 //! - **PATCH** checks `If-Match` against the ETag (`412` on mismatch, `428`
 //!   when required and missing), checks values against sibling
-//!   `@Redfish.AllowableValues` (`400`), merges, bumps the ETag;
+//!   `@Redfish.AllowableValues` (`400`), refuses properties marked read-only
+//!   ([`MockupBuilder::read_only`]) with the vendor's own `400` body,
+//!   merges, bumps the ETag;
 //! - **POST** to an action `target` checks parameters against the action's
-//!   allowable values and applies `ComputerSystem.Reset` (PowerState),
-//!   `VirtualMedia.InsertMedia`/`EjectMedia`; POST to a collection creates
+//!   allowable values and applies `ComputerSystem.Reset` (PowerState, and
+//!   what waits in the system's `@Redfish.Settings` object),
+//!   `VirtualMedia.InsertMedia`/`EjectMedia` (and HPE iLO's OEM equivalents); POST to a collection creates
 //!   a member (`201` + `Location`); **DELETE** removes a member;
 //! - passwords sent in PATCH/POST are never stored in resources;
 //! - **faults** ([`Fault`]) answer before all of that: a status with a
@@ -202,6 +205,9 @@ struct State {
     require_if_match: bool,
     validate: bool,
     denied: Vec<(String, String)>,
+    /// (path, property pointer, vendor error body): a PATCH carrying the
+    /// property is refused with that 400 body, as the vendor's BMC does.
+    read_only: Vec<(String, String, Value)>,
     /// token → session path
     tokens: BTreeMap<String, String>,
     monitors: BTreeMap<String, Monitor>,
@@ -218,6 +224,7 @@ pub struct MockupBuilder {
     require_if_match: bool,
     validate: bool,
     denied: Vec<(String, String)>,
+    read_only: Vec<(String, String, Value)>,
     pki: Option<TestPki>,
 }
 
@@ -250,6 +257,7 @@ impl Default for MockupBuilder {
             require_if_match: false,
             validate: true,
             denied: Vec::new(),
+            read_only: Vec::new(),
             pki: None,
         }
     }
@@ -341,6 +349,14 @@ impl MockupBuilder {
         self
     }
 
+    /// Refuse a PATCH of `path` that carries the property at `pointer`
+    /// (`/Boot/BootSourceOverrideMode`) with `400` and the vendor's own
+    /// error `body`, the way a BMC refuses a property its firmware owns.
+    pub fn read_only(mut self, path: &str, pointer: &str, body: Value) -> Self {
+        self.read_only.push((norm(path), pointer.to_owned(), body));
+        self
+    }
+
     /// Use this certificate authority (default: a fresh one).
     pub fn pki(mut self, pki: TestPki) -> Self {
         self.pki = Some(pki);
@@ -374,6 +390,7 @@ impl MockupBuilder {
             require_if_match: self.require_if_match,
             validate: self.validate,
             denied: self.denied,
+            read_only: self.read_only,
             tokens: BTreeMap::new(),
             monitors: BTreeMap::new(),
             counter: 0,
@@ -614,6 +631,9 @@ impl State {
                 }
                 None => {}
             }
+        }
+        if let Some((_, _, refusal)) = self.read_only.iter().find(|(p, pointer, _)| p == path && body.pointer(pointer).is_some()) {
+            return HttpResponse::json(400, refusal);
         }
         if self.validate {
             if let Err(why) = check_allowable(current, &body) {
