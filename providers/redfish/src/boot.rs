@@ -314,7 +314,9 @@ mod tests {
         let off = json!({"Boot": {"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "Hdd"}});
         assert_eq!(read_override(&off).unwrap().device, BootDevice::None);
         let usb = json!({"Boot": {"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "UsbCd"}});
-        assert_eq!(read_override(&usb).unwrap_err().code, ErrorCode::Unsupported);
+        assert_eq!(read_override(&usb).unwrap().device, BootDevice::Other, "reported readably, not a failed read");
+        let http = json!({"Boot": {"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "UefiHttp"}});
+        assert_eq!(read_override(&http).unwrap().device, BootDevice::Http);
     }
 
     #[test]
