@@ -83,6 +83,13 @@ pub struct TargetOptions {
     /// Redfish provider options.
     #[serde(default, skip_serializing_if = "RedfishOptions::is_default")]
     pub redfish: RedfishOptions,
+    /// The addresses the worker resolved an ad hoc host name to and checked
+    /// against its `--ad-hoc-targets`: providers connect to these and never
+    /// look the name up again, so a DNS answer that changes in between
+    /// (rebinding) cannot send the request elsewhere. Set by the worker only
+    /// (a target arriving with any option set is refused).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolved: Vec<std::net::IpAddr>,
 }
 
 impl TargetOptions {

@@ -168,7 +168,7 @@ impl Machine {
             credentials: Credentials::Ref(self.credentials.clone()),
             tls: self.tls.clone(),
             system_id: self.system_id.clone(),
-            options: crate::action::TargetOptions { protocols: self.protocols.clone(), redfish: self.redfish.clone() },
+            options: crate::action::TargetOptions { protocols: self.protocols.clone(), redfish: self.redfish.clone(), resolved: vec![] },
         }
     }
 
@@ -447,6 +447,10 @@ mod tests {
         t.credentials = Credentials::Inline { username: "u".into(), password: crate::Secret::new("p") };
         assert_eq!(ad_hoc_refusal(&t), None);
         t.options.redfish.auth = crate::RedfishAuth::Basic;
+        assert!(ad_hoc_refusal(&t).is_some_and(|why| why.contains("bmc.options")));
+        // Nor the addresses a host name resolves to (the worker's own, after its checks).
+        t.options = Default::default();
+        t.options.resolved = vec!["169.254.169.254".parse().unwrap()];
         assert!(ad_hoc_refusal(&t).is_some_and(|why| why.contains("bmc.options")));
     }
 

@@ -13,10 +13,10 @@
 //!
 //! A refusal fails every action of the batch before anything is sent.
 //!
-//! Gap: the provider resolves a name again when it connects, so a DNS
-//! answer that changes between the two lookups (rebinding) is not caught
-//! here; operators who enable ad hoc targets should give addresses, not
-//! names, or run the worker with a resolver they control.
+//! The addresses a name resolved to, once checked, go with the target
+//! (`options.resolved`): the providers connect to them and never resolve
+//! the name again, so a DNS answer that changes in between (rebinding)
+//! cannot send the request elsewhere.
 
 use bmcfleet_common::registry::{Lookup, Registry};
 use bmcfleet_schema::machine::AdHocPolicy;
@@ -54,14 +54,23 @@ impl Targets {
         if let Some(machine) = self.machines.machine_at(&t.address) {
             return Err(forbidden(format!("{} is registered as machine `{machine}`: name the machine instead", t.address.host_string())));
         }
-        for ip in self.addresses(t).await? {
-            self.ad_hoc.check(ip).map_err(|why| forbidden(format!("{}: {why}", t.address.host_string())))?;
+        let mut ips = self.addresses(t).await?;
+        // A stable order, so the lane's session is reused across batches.
+        ips.sort();
+        ips.dedup();
+        for ip in &ips {
+            self.ad_hoc.check(*ip).map_err(|why| forbidden(format!("{}: {why}", t.address.host_string())))?;
             // A name that resolves to a registered machine is that machine.
             if t.address.ip().is_none() && self.machines.machine_at_host(&ip.to_string()).is_some() {
                 return Err(forbidden(format!("{} resolves to a registered machine's address: name the machine instead", t.address.host_string())));
             }
         }
-        Ok(t.clone())
+        let mut target = t.clone();
+        if t.address.ip().is_none() {
+            // What was checked is what the provider connects to: no second lookup.
+            target.options.resolved = ips;
+        }
+        Ok(target)
     }
 
     /// Every address the target's host stands for.

@@ -53,9 +53,13 @@ impl AmtConnector {
     ) -> Result<AmtSession, ProviderError> {
         ctx.remaining()?;
         let (url, trust) = endpoint(target, self.config.require_tls)?;
+        let pinned = (target.address.ip().is_none() && !target.options.resolved.is_empty()).then(|| {
+            (target.address.host_string(), target.options.resolved.iter().map(|ip| std::net::SocketAddr::new(*ip, 0)).collect())
+        });
         let opts = TransportOptions {
             connect_timeout: self.config.connect_timeout,
             max_response_bytes: self.config.max_response_bytes,
+            pinned,
         };
         let transport =
             Transport::new(url, &trust, credentials.username.clone(), credentials.password.clone(), &opts)?;

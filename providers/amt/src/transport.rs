@@ -29,6 +29,9 @@ const MAX_STALE_ROUNDS: u32 = 2;
 pub struct TransportOptions {
     pub connect_timeout: Duration,
     pub max_response_bytes: usize,
+    /// A host name and the addresses to connect to for it (resolved and
+    /// checked by the worker): the name is not looked up again.
+    pub pinned: Option<(String, Vec<std::net::SocketAddr>)>,
 }
 
 /// A non-401 answer.
@@ -62,7 +65,11 @@ impl Transport {
         // Always hand reqwest a preconfigured rustls config: it must never
         // look for a process-wide crypto provider.
         let tls = tls::client_config(trust)?;
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some((host, addrs)) = &opts.pinned {
+            builder = builder.resolve_to_addrs(host, addrs);
+        }
+        let client = builder
             .no_proxy()
             .http1_only()
             .tls_backend_preconfigured(tls)

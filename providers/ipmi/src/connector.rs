@@ -58,7 +58,12 @@ impl IpmiConnector {
         let bmc = target.address.to_string();
         let span = tracing::debug_span!("ipmi_connect", bmc = %bmc, protocol = "ipmi");
         async {
-            let peer = resolve(ctx, &target.address.authority(DEFAULT_PORT)).await?;
+            // An address the worker already resolved and checked is used as is: no second lookup.
+            let pinned = target.options.resolved.iter().find(|ip| ip.is_ipv4()).or(target.options.resolved.first());
+            let peer = match pinned {
+                Some(ip) => SocketAddr::new(*ip, target.address.port.unwrap_or(DEFAULT_PORT)),
+                None => resolve(ctx, &target.address.authority(DEFAULT_PORT)).await?,
+            };
             // The worker's fence, before the handshake's first packet.
             ctx.sending().await?;
             let transport = RmcpTransport::connect(

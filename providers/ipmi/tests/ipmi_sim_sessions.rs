@@ -432,3 +432,18 @@ async fn a_closed_send_gate_silences_the_session() {
     drop(s);
     assert_eq!(sent.load(Ordering::SeqCst), quiet, "a fenced-off session sent a datagram");
 }
+
+/// A host name the worker already resolved and checked is not looked up
+/// again: the session goes to the address the target carries.
+/// `bmc.invalid` never resolves, so only the pinned address reaches ipmi_sim.
+#[tokio::test]
+async fn a_resolved_host_name_is_not_looked_up_again() {
+    let sim = start_sim();
+    let mut target = sim.target();
+    target.address = format!("bmc.invalid:{}", sim.port()).parse().unwrap();
+    let e = connector().open(&ctx(), &target, &sim.credentials()).await.err().expect("the name does not resolve");
+    assert_eq!(e.code, bmcfleet_schema::ErrorCode::Unreachable, "{e}");
+    target.options.resolved = vec!["127.0.0.1".parse().unwrap()];
+    let mut s = connector().open(&ctx(), &target, &sim.credentials()).await.expect("connects to the pinned address");
+    assert!(Power::power(&mut s, &ctx(), PowerOp::Status).await.is_ok());
+}

@@ -53,7 +53,13 @@ impl RedfishConnector {
         let mut headers = HeaderMap::new();
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
         headers.insert("OData-Version", HeaderValue::from_static("4.0"));
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let (Some(host), false) = (target.address.ip().is_none().then(|| target.address.host_string()), target.options.resolved.is_empty()) {
+            // Connect to what the worker resolved and checked; never look the name up again.
+            let addrs: Vec<std::net::SocketAddr> = target.options.resolved.iter().map(|ip| std::net::SocketAddr::new(*ip, 0)).collect();
+            builder = builder.resolve_to_addrs(&host, &addrs);
+        }
+        let http = builder
             .tls_backend_preconfigured(tls)
             .https_only(true)
             .http1_only()

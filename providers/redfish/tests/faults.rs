@@ -573,3 +573,22 @@ async fn uefi_http_is_settable_and_unknown_targets_read_as_other() {
     assert_eq!(s.boot().unwrap().set_boot_device(&ctx(5), &http).await.unwrap_err().code, ErrorCode::Unsupported);
     assert!(server.requests().iter().all(|r| r.method != "PATCH"));
 }
+
+/// A host name the worker already resolved and checked is not looked up
+/// again: the provider connects to the addresses the target carries
+/// (`options.resolved`), so a DNS answer that changes in between cannot
+/// redirect it. `bmc.invalid` never resolves: only the pinned address
+/// can reach the BMC.
+#[tokio::test]
+async fn a_resolved_host_name_is_not_looked_up_again() {
+    let server = spec_service().start().await.unwrap();
+    let mut target = server.target();
+    target.address = format!("bmc.invalid:{}", server.addr().port()).parse().unwrap();
+    // The test CA names 127.0.0.1, not this name: verification is off for this test target.
+    target.tls = TlsOptions { insecure: true, ..TlsOptions::default() };
+    let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("the name does not resolve");
+    assert_eq!(e.code, ErrorCode::Unreachable, "{e}");
+    target.options.resolved = vec!["127.0.0.1".parse().unwrap()];
+    let mut s = connector().open(&ctx(5), &target, &server.credentials()).await.expect("connects to the pinned address");
+    assert_eq!(s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap(), Some(bmcfleet_schema::PowerState::On));
+}
