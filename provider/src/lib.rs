@@ -50,12 +50,21 @@ pub struct ProviderError {
     /// means "it may have been sent": the conservative answer whenever a
     /// provider cannot tell, e.g. a UDP request that got no reply.
     pub not_sent: bool,
+    /// The status the BMC answered with (HTTP), when the error is such an
+    /// answer: what a provider decides on, never parsed back from `message`.
+    pub status: Option<u16>,
 }
 
 impl ProviderError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         let retryable = matches!(code, ErrorCode::Timeout | ErrorCode::Unreachable);
-        ProviderError { code, message: message.into(), retryable, not_sent: false }
+        ProviderError { code, message: message.into(), retryable, not_sent: false, status: None }
+    }
+
+    /// Record the status the BMC answered with.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
     }
 
     /// An operation within a capability the BMC/provider cannot do (e.g.

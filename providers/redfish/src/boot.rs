@@ -113,7 +113,7 @@ pub(crate) fn read_override(system: &Value) -> Result<BootDeviceRequest> {
 /// `BootSourceOverrideMode` (in its text, arguments or related properties).
 fn refused_mode(e: &bmcfleet_provider::ProviderError, body: &Value) -> Option<String> {
     let mode = str_of(&body["Boot"], "BootSourceOverrideMode")?;
-    (e.message.contains("HTTP 400") && e.message.contains("BootSourceOverrideMode")).then(|| mode.to_owned())
+    (e.status == Some(400) && e.message.contains("BootSourceOverrideMode")).then(|| mode.to_owned())
 }
 
 /// Compare what we asked with what the BMC reads back.

@@ -154,7 +154,7 @@ pub(crate) fn status_error(method: &str, path: &str, status: StatusCode, body: &
         500..=599 => (ErrorCode::BmcError, true, ""),
         _ => (ErrorCode::BmcError, false, ""),
     };
-    err(code, format!("{head}{hint}{detail}")).with_retryable(retryable)
+    err(code, format!("{head}{hint}{detail}")).with_retryable(retryable).with_status(n)
 }
 
 /// Map a reqwest transport failure (no HTTP status) to a typed error.
