@@ -237,6 +237,19 @@ pub fn encode_keep_boot_flags_valid() -> Vec<u8> {
     vec![BOOT_PARAM_VALID_CLEARING, KEEP_VALID_WITHOUT_CHASSIS_CONTROL]
 }
 
+/// Data byte 1 (valid, persistent, EFI) and the device selector of a Get
+/// System Boot Options answer for parameter 5, after checking it is one.
+fn boot_flags_fields(data: &[u8]) -> Result<(u8, u8), ProviderError> {
+    let protocol = |m: String| ProviderError::new(ErrorCode::ProtocolError, m);
+    if data.len() < 4 {
+        return Err(protocol(format!("boot flags response has {} bytes, expected at least 4", data.len())));
+    }
+    if data[1] & 0x7F != BOOT_PARAM_FLAGS {
+        return Err(protocol(format!("asked for boot parameter 5, got {}", data[1] & 0x7F)));
+    }
+    Ok((data[2], (data[3] >> 2) & 0x0F))
+}
+
 /// How a read-back of parameter 5 compares with what was set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BootReadBack {
@@ -252,14 +265,7 @@ pub enum BootReadBack {
 /// request just written: the device selector must be the one set, and when
 /// the BMC reports the flags valid, persistence and mode must match too.
 pub fn check_boot_read_back(set: &BootDeviceRequest, data: &[u8]) -> Result<BootReadBack, ProviderError> {
-    let protocol = |m: String| ProviderError::new(ErrorCode::ProtocolError, m);
-    if data.len() < 4 {
-        return Err(protocol(format!("boot flags response has {} bytes, expected at least 4", data.len())));
-    }
-    if data[1] & 0x7F != BOOT_PARAM_FLAGS {
-        return Err(protocol(format!("asked for boot parameter 5, got {}", data[1] & 0x7F)));
-    }
-    let (b1, selector) = (data[2], (data[3] >> 2) & 0x0F);
+    let (b1, selector) = boot_flags_fields(data)?;
     let want = device_selector(set.device)?;
     let differs = |what: String| {
         ProviderError::new(ErrorCode::BmcError, format!("the BMC accepted the boot device but reads back {what}; the boot device is not set"))
@@ -299,15 +305,7 @@ pub fn get_boot_flags_request() -> Vec<u8> {
 /// is clear (expired one-time override, or never set) the result is
 /// `device: None`. The persistent/EFI bits are reported as read.
 pub fn decode_boot_flags(data: &[u8]) -> Result<BootDeviceRequest, ProviderError> {
-    let protocol = |m: String| ProviderError::new(ErrorCode::ProtocolError, m);
-    if data.len() < 4 {
-        return Err(protocol(format!("boot flags response has {} bytes, expected at least 4", data.len())));
-    }
-    if data[1] & 0x7F != BOOT_PARAM_FLAGS {
-        return Err(protocol(format!("asked for boot parameter 5, got {}", data[1] & 0x7F)));
-    }
-    let b1 = data[2];
-    let selector = (data[3] >> 2) & 0x0F;
+    let (b1, selector) = boot_flags_fields(data)?;
     let persistent = b1 & BOOT_PERSISTENT != 0;
     let efi = b1 & BOOT_EFI != 0;
     if b1 & BOOT_VALID == 0 {
