@@ -29,8 +29,8 @@ pub(crate) fn target_for(device: BootDevice) -> Result<Option<&'static str>> {
 }
 
 /// The device for a Redfish target we read back.
-pub(crate) fn device_for(target: &str) -> Result<BootDevice> {
-    Ok(match target {
+pub(crate) fn device_for(target: &str) -> BootDevice {
+    match target {
         "None" => BootDevice::None,
         "Pxe" => BootDevice::Pxe,
         "Hdd" => BootDevice::Disk,
@@ -42,7 +42,7 @@ pub(crate) fn device_for(target: &str) -> Result<BootDevice> {
             tracing::debug!(target = other, "The BMC's boot override target has no bmcfleet name; reporting `other`.");
             BootDevice::Other
         }
-    })
+    }
 }
 
 /// Build the PATCH body for `req` against the system's `Boot` object.
@@ -97,16 +97,16 @@ pub(crate) fn patch_body(req: &BootDeviceRequest, boot: &Value) -> Result<Value>
 }
 
 /// Read the override as bmcfleet sees it.
-pub(crate) fn read_override(system: &Value) -> Result<BootDeviceRequest> {
+pub(crate) fn read_override(system: &Value) -> BootDeviceRequest {
     let boot = system.get("Boot").cloned().unwrap_or(Value::Null);
     let enabled = str_of(&boot, "BootSourceOverrideEnabled").unwrap_or("Disabled");
     let target = str_of(&boot, "BootSourceOverrideTarget").unwrap_or("None");
-    let device = if enabled == "Disabled" { BootDevice::None } else { device_for(target)? };
-    Ok(BootDeviceRequest {
+    let device = if enabled == "Disabled" { BootDevice::None } else { device_for(target) };
+    BootDeviceRequest {
         device,
         persistent: enabled == "Continuous",
         efi: str_of(&boot, "BootSourceOverrideMode") == Some("UEFI"),
-    })
+    }
 }
 
 /// The mode a refused PATCH carried, when the refusal is a 400 that names
@@ -264,7 +264,7 @@ impl BootControl for RedfishSession {
     async fn boot_device(&mut self, ctx: &Ctx) -> Result<BootDeviceRequest> {
         let path = self.service.system.path.clone();
         let system = self.transport.get(ctx, &path).await?;
-        read_override(&system.body)
+        Ok(read_override(&system.body))
     }
 }
 
@@ -310,13 +310,13 @@ mod tests {
     #[test]
     fn reads_back() {
         let sys = json!({"Boot": {"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "Pxe", "BootSourceOverrideMode": "UEFI"}});
-        assert_eq!(read_override(&sys).unwrap(), req(BootDevice::Pxe, false, true));
+        assert_eq!(read_override(&sys), req(BootDevice::Pxe, false, true));
         let off = json!({"Boot": {"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "Hdd"}});
-        assert_eq!(read_override(&off).unwrap().device, BootDevice::None);
+        assert_eq!(read_override(&off).device, BootDevice::None);
         let usb = json!({"Boot": {"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "UsbCd"}});
-        assert_eq!(read_override(&usb).unwrap().device, BootDevice::Other, "reported readably, not a failed read");
+        assert_eq!(read_override(&usb).device, BootDevice::Other, "reported readably, not a failed read");
         let http = json!({"Boot": {"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "UefiHttp"}});
-        assert_eq!(read_override(&http).unwrap().device, BootDevice::Http);
+        assert_eq!(read_override(&http).device, BootDevice::Http);
     }
 
     #[test]

@@ -101,7 +101,7 @@ fn resource(v: &Value) {
                     let target = target_for(device).ok().flatten();
                     let sent = body.pointer("/Boot/BootSourceOverrideTarget").and_then(Value::as_str);
                     assert_eq!(sent, target, "PATCH body for {device:?} names another target: {body}");
-                    let back = read_override(&body).expect("our own PATCH body reads back");
+                    let back = read_override(&body);
                     assert_eq!((back.device, back.persistent), (device, persistent), "{body}");
                 }
             }
