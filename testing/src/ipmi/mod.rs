@@ -5,6 +5,9 @@
 //!   keeping power/boot state on disk. Several run side by side. Killed on
 //!   drop.
 //! - [`SpecBmc`]: the in-process spec responder for what `ipmi_sim` refuses.
+//! - [`lan`]: the same semantics on the wire: [`LanFleet`] runs many
+//!   RMCP+ BMCs (cipher suites 1/2/3/17) on loopback UDP ports, proven with
+//!   ipmitool and FreeIPMI.
 //! - [`wait_until`]: poll a condition against a deadline (never a bare sleep).
 //!
 //! Requires the Debian packages `openipmi` (`ipmi_sim`) and, for
@@ -31,8 +34,10 @@
 //! # }
 //! ```
 
+pub mod lan;
 mod spec_bmc;
 
+pub use lan::{LanBmc, LanConfig, LanFaults, LanFleet, LanStats};
 pub use spec_bmc::{Fault, SpecBmc, SpecHandle, SpecLan, SpecState, SpecUser, LAN_CHANNEL, MAX_USERS};
 
 use bmcfleet_ipmi::probe;

@@ -173,6 +173,13 @@ impl Default for SpecState {
 }
 
 impl SpecState {
+    /// Removes and returns the first fault injected (with
+    /// [`SpecHandle::inject`]) for this netfn/cmd.
+    pub(crate) fn take_fault(&mut self, netfn: u8, cmd: u8) -> Option<Fault> {
+        let i = self.faults.iter().position(|(n, c, _)| *n == netfn && *c == cmd)?;
+        self.faults.remove(i).map(|(_, _, f)| f)
+    }
+
     /// The user named `name`, with its id.
     pub fn user(&self, name: &str) -> Option<(u8, &SpecUser)> {
         self.users.iter().enumerate().find(|(_, u)| u.name == name).map(|(i, u)| (i as u8 + 1, u))
@@ -277,7 +284,11 @@ fn required_privilege(netfn: u8, cmd: u8) -> u8 {
     }
 }
 
-fn handle(s: &mut SpecState, netfn: u8, cmd: u8, d: &[u8]) -> (u8, Vec<u8>) {
+/// Executes one request against the state: the command semantics shared by
+/// [`SpecBmc`] and the wire-level responder (`super::lan`), which applies the
+/// calling session's privilege to `session_privilege`/`privilege_limit`
+/// around each call.
+pub(crate) fn handle(s: &mut SpecState, netfn: u8, cmd: u8, d: &[u8]) -> (u8, Vec<u8>) {
     if s.session_privilege < required_privilege(netfn, cmd) {
         return reply(NO_PRIVILEGE);
     }

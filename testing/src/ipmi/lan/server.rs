@@ -1,0 +1,792 @@
+//! One BMC on the wire: datagram in, at most one reply out.
+//!
+//! [`Bmc::on_datagram`] is the whole protocol engine (synchronous, no
+//! socket); [`serve`] is the tokio task that feeds it from one UDP socket and
+//! sends what it returns after the configured latency. The command
+//! semantics are [`crate::ipmi::spec_bmc`]'s `handle`; this module adds only
+//! what belongs to the LAN channel and its sessions: Get Channel
+//! Authentication Capabilities, Get Channel Cipher Suites, Get System GUID,
+//! Close Session and Get Session Info.
+
+use super::crypto::{self, CipherSuite, Exchange, SessionKeys, AES_BLOCK};
+use super::session::{Active, Handshake, Phase, SeqWindow, Session, Sessions, PRIV_ADMIN, PRIV_USER};
+use super::wire::{self, Datagram, Protection, Request, Rmcpp, BMC_ADDR};
+use super::{LanFaults, LanStats};
+use crate::ipmi::spec_bmc::{handle, Fault, SpecHandle, SpecState, LAN_CHANNEL};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
+
+/// RMCP+ status codes (§13.24, table 13-15).
+pub mod status {
+    pub const OK: u8 = 0x00;
+    pub const INSUFFICIENT_RESOURCES: u8 = 0x01;
+    pub const INVALID_SESSION_ID: u8 = 0x02;
+    pub const INVALID_AUTH_ALGORITHM: u8 = 0x04;
+    pub const INVALID_INTEGRITY_ALGORITHM: u8 = 0x05;
+    pub const INVALID_ROLE: u8 = 0x09;
+    pub const UNAUTHORIZED_ROLE: u8 = 0x0A;
+    pub const INVALID_NAME_LENGTH: u8 = 0x0C;
+    pub const UNAUTHORIZED_NAME: u8 = 0x0D;
+    pub const INVALID_INTEGRITY_CHECK_VALUE: u8 = 0x0F;
+    pub const INVALID_CONFIDENTIALITY_ALGORITHM: u8 = 0x10;
+    pub const NO_CIPHER_SUITE_MATCH: u8 = 0x11;
+    pub const ILLEGAL_PARAMETER: u8 = 0x12;
+}
+
+const NETFN_APP: u8 = 0x06;
+const CMD_GET_SYSTEM_GUID: u8 = 0x37;
+const CMD_GET_CHANNEL_AUTH_CAPS: u8 = 0x38;
+const CMD_CLOSE_SESSION: u8 = 0x3C;
+const CMD_GET_SESSION_INFO: u8 = 0x3D;
+const CMD_GET_CHANNEL_CIPHER_SUITES: u8 = 0x54;
+
+const CC_OK: u8 = 0x00;
+const CC_INVALID_SESSION_ID: u8 = 0x87;
+const CC_INVALID_SESSION_HANDLE: u8 = 0x88;
+const CC_BAD_LENGTH: u8 = 0xC7;
+const CC_INVALID_FIELD: u8 = 0xCC;
+const CC_NO_PRIVILEGE: u8 = 0xD4;
+
+/// Per-BMC settings that tests may change while the BMC runs.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub suites: Vec<u8>,
+    pub latency: Duration,
+    pub session_limit: usize,
+    pub idle_timeout: Duration,
+}
+
+/// Counters behind [`LanStats`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counters {
+    pub open_session_requests: u64,
+    pub handshakes: u64,
+    pub refused_handshakes: u64,
+    pub requests: BTreeMap<(u8, u8), u64>,
+    pub discarded: u64,
+    pub replies: u64,
+    pub closed_sessions: u64,
+    pub expired_sessions: u64,
+    pub forgotten_sessions: u64,
+}
+
+/// Sessions, settings and counters: everything a datagram may change.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub settings: Settings,
+    pub sessions: Sessions,
+    pub counters: Counters,
+}
+
+impl Core {
+    fn expire(&mut self, now: Instant) {
+        let n = self.sessions.expire(now, self.settings.idle_timeout);
+        self.counters.expired_sessions += n as u64;
+    }
+}
+
+/// A reply ready to send.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub bytes: Vec<u8>,
+    pub delay: Duration,
+    pub copies: u8,
+}
+
+/// One simulated BMC: its address, identity, machine state and sessions.
+#[derive(Debug)]
+pub(crate) struct Bmc {
+    pub addr: SocketAddr,
+    pub guid: [u8; 16],
+    pub spec: SpecHandle,
+    /// Faults are a lock of their own so a test holding the guard never
+    /// blocks behind (or deadlocks with) the session table.
+    pub faults: Mutex<LanFaults>,
+    pub core: Mutex<Core>,
+}
+
+/// What the reply to a datagram looks like before faults are applied.
+struct Reply {
+    bytes: Vec<u8>,
+    /// Whether the wrong-session-id fault was spent on it.
+    used_wrong_sid: bool,
+}
+
+/// The per-datagram view of the fault knobs taken before the work starts.
+struct Pending {
+    wrong_sid: bool,
+    refused_suites: Vec<u8>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking test thread must not take the BMC down with it.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The remote console session id a reply carries (the wrong-session-id
+/// fault flips its bits).
+fn reply_sidm(sidm: u32, wrong: bool) -> u32 {
+    if wrong {
+        !sidm
+    } else {
+        sidm
+    }
+}
+
+impl Bmc {
+    pub fn core(&self) -> MutexGuard<'_, Core> {
+        lock(&self.core)
+    }
+
+    pub fn faults(&self) -> MutexGuard<'_, LanFaults> {
+        lock(&self.faults)
+    }
+
+    pub fn stats(&self, now: Instant) -> LanStats {
+        let mut core = self.core();
+        core.expire(now);
+        let c = &core.counters;
+        LanStats {
+            open_session_requests: c.open_session_requests,
+            handshakes: c.handshakes,
+            refused_handshakes: c.refused_handshakes,
+            active_sessions: core.sessions.active_count(),
+            pending_sessions: core.sessions.len() - core.sessions.active_count(),
+            requests: c.requests.clone(),
+            discarded: c.discarded,
+            replies: c.replies,
+            closed_sessions: c.closed_sessions,
+            expired_sessions: c.expired_sessions,
+            forgotten_sessions: c.forgotten_sessions,
+        }
+    }
+
+    /// A BMC restart: every session (and handshake in progress) is gone.
+    pub fn forget_sessions(&self) {
+        let mut core = self.core();
+        let n = core.sessions.clear();
+        core.counters.forgotten_sessions += n as u64;
+    }
+
+    /// Handles one datagram from `peer`; returns what to send back, if
+    /// anything, with the delay and copies the faults ask for.
+    pub fn on_datagram(&self, pkt: &[u8], peer: SocketAddr, now: Instant) -> Option<Outgoing> {
+        let datagram = wire::parse(pkt);
+        let pending = {
+            let mut f = self.faults();
+            if f.ignore_requests > 0 {
+                f.ignore_requests -= 1;
+                return None;
+            }
+            let opening =
+                matches!(&datagram, Some(Datagram::Rmcpp(p)) if p.payload_type == wire::PAYLOAD_OPEN_SESSION_REQUEST);
+            Pending {
+                wrong_sid: f.wrong_session_id > 0,
+                refused_suites: if opening { f.refused_suites.clone() } else { Vec::new() },
+            }
+        };
+        let (reply, latency) = {
+            let mut core = self.core();
+            core.expire(now);
+            let reply = match datagram {
+                Some(d) => self.dispatch(&mut core, d, peer, now, &pending),
+                None => None,
+            };
+            match &reply {
+                Some(_) => core.counters.replies += 1,
+                None => core.counters.discarded += 1,
+            }
+            (reply?, core.settings.latency)
+        };
+        let mut f = self.faults();
+        if reply.used_wrong_sid {
+            f.wrong_session_id = f.wrong_session_id.saturating_sub(1);
+        }
+        if f.drop_replies > 0 {
+            f.drop_replies -= 1;
+            return None;
+        }
+        let copies = if f.duplicate_replies > 0 {
+            f.duplicate_replies -= 1;
+            2
+        } else {
+            1
+        };
+        let delay = latency + f.delay_next_reply.take().unwrap_or_default();
+        Some(Outgoing { bytes: reply.bytes, delay, copies })
+    }
+
+    fn dispatch(&self, core: &mut Core, d: Datagram<'_>, peer: SocketAddr, now: Instant, f: &Pending) -> Option<Reply> {
+        let plain = |bytes| Some(Reply { bytes, used_wrong_sid: false });
+        match d {
+            Datagram::AsfPing { rmcp_seq, tag } => plain(wire::asf_pong(rmcp_seq, tag)),
+            Datagram::Ipmi15 { session_seq, session_id, message } => {
+                if session_id != 0 || session_seq != 0 {
+                    return None; // IPMI 1.5 sessions are not implemented.
+                }
+                let rq = wire::parse_request(message).filter(|rq| rq.rs_addr == BMC_ADDR)?;
+                let (cc, data) = self.sessionless(core, &rq)?;
+                plain(wire::ipmi15(&wire::encode_response(&rq, cc, &data)))
+            }
+            Datagram::Rmcpp(p) => match p.payload_type {
+                wire::PAYLOAD_IPMI if p.session_id == 0 => {
+                    if p.authenticated || p.encrypted || !p.has_no_trailer() || p.seq != 0 {
+                        return None;
+                    }
+                    let rq = wire::parse_request(p.payload).filter(|rq| rq.rs_addr == BMC_ADDR)?;
+                    let (cc, data) = self.sessionless(core, &rq)?;
+                    let msg = wire::encode_response(&rq, cc, &data);
+                    plain(wire::rmcpp(wire::PAYLOAD_IPMI, 0, 0, &msg, None))
+                }
+                wire::PAYLOAD_IPMI => self.in_session(core, &p, now, f.wrong_sid),
+                wire::PAYLOAD_OPEN_SESSION_REQUEST => self.open_session(core, &p, peer, now, f),
+                wire::PAYLOAD_RAKP1 => self.rakp1(core, &p, now, f.wrong_sid),
+                wire::PAYLOAD_RAKP3 => self.rakp3(core, &p, now, f.wrong_sid),
+                _ => None,
+            },
+        }
+    }
+
+    /// Commands answered outside a session (§13.14): capabilities, cipher
+    /// suites and the GUID. Anything else is ignored, as before a session.
+    fn sessionless(&self, core: &mut Core, rq: &Request<'_>) -> Option<(u8, Vec<u8>)> {
+        *core.counters.requests.entry((rq.netfn, rq.cmd)).or_default() += 1;
+        match (rq.netfn, rq.cmd) {
+            (NETFN_APP, CMD_GET_CHANNEL_AUTH_CAPS) => Some(self.auth_caps(rq.data)),
+            (NETFN_APP, CMD_GET_CHANNEL_CIPHER_SUITES) => Some(cipher_suites(&core.settings.suites, rq.data)),
+            (NETFN_APP, CMD_GET_SYSTEM_GUID) => Some((CC_OK, self.guid.to_vec())),
+            _ => None,
+        }
+    }
+
+    /// Get Channel Authentication Capabilities (§22.13). RMCP+ only: no
+    /// IPMI 1.5 authentication type is offered; with bit 7 of the channel
+    /// byte the IPMI 2.0 extended data says "IPMI 2.0 supported".
+    fn auth_caps(&self, d: &[u8]) -> (u8, Vec<u8>) {
+        if d.len() != 2 {
+            return (CC_BAD_LENGTH, vec![]);
+        }
+        let extended = d[0] & 0x80 != 0;
+        let channel = d[0] & 0x0F;
+        if (channel != 0x0E && channel != LAN_CHANNEL) || !(1..=5).contains(&(d[1] & 0x0F)) {
+            return (CC_INVALID_FIELD, vec![]);
+        }
+        let null_user = self.spec.update(|s| s.users.first().is_some_and(|u| u.enabled && u.name.is_empty()));
+        // Byte 3: bit 7 extended data present, no 1.5 auth types.
+        // Byte 4: KG default (bit 5 = 0), per-message and user-level
+        // authentication enabled (bits 4, 3 = 0), non-null user names
+        // enabled (bit 2), null user names if slot 1 is enabled (bit 1).
+        let anonymous = 0x04 | if null_user { 0x02 } else { 0x00 };
+        let ext = if extended { 0x02 } else { 0x00 };
+        (CC_OK, vec![LAN_CHANNEL, if extended { 0x80 } else { 0x00 }, anonymous, ext, 0, 0, 0, 0])
+    }
+
+    /// Open Session Request → Response (§13.17, §13.18).
+    fn open_session(
+        &self,
+        core: &mut Core,
+        p: &Rmcpp<'_>,
+        peer: SocketAddr,
+        now: Instant,
+        f: &Pending,
+    ) -> Option<Reply> {
+        if p.session_id != 0 || p.seq != 0 || p.authenticated || p.encrypted || !p.has_no_trailer() {
+            return None;
+        }
+        let d = p.payload;
+        if d.len() < 32 {
+            return None;
+        }
+        core.counters.open_session_requests += 1;
+        let tag = d[0];
+        let requested = d[1] & 0x0F;
+        let sidm = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+        let refuse = |core: &mut Core, status: u8| {
+            core.counters.refused_handshakes += 1;
+            let sid = reply_sidm(sidm, f.wrong_sid).to_le_bytes();
+            let payload = [tag, status, 0, 0, sid[0], sid[1], sid[2], sid[3]];
+            Some(Reply {
+                bytes: wire::rmcpp(wire::PAYLOAD_OPEN_SESSION_RESPONSE, 0, 0, &payload, None),
+                used_wrong_sid: f.wrong_sid,
+            })
+        };
+        // Three algorithm payloads: type 0/1/2, two reserved, length 8,
+        // algorithm (bits 5:0), three reserved.
+        let records = [&d[8..16], &d[16..24], &d[24..32]];
+        for (kind, r) in records.iter().enumerate() {
+            if usize::from(r[0]) != kind || r[3] != 8 {
+                return refuse(core, status::ILLEGAL_PARAMETER);
+            }
+        }
+        let (auth, integrity, confidentiality) = (d[12] & 0x3F, d[20] & 0x3F, d[28] & 0x3F);
+        if sidm == 0 {
+            return refuse(core, status::INVALID_SESSION_ID);
+        }
+        if requested > PRIV_ADMIN {
+            return refuse(core, status::INVALID_ROLE);
+        }
+        let offered: Vec<CipherSuite> = core
+            .settings
+            .suites
+            .iter()
+            .filter(|id| !f.refused_suites.contains(id))
+            .filter_map(|id| CipherSuite::by_id(*id))
+            .collect();
+        // An algorithm no implemented suite uses is invalid; implemented
+        // algorithms in a combination this BMC does not offer are "no
+        // cipher suite match".
+        if !crypto::SUITES.iter().any(|s| s.auth == auth) {
+            return refuse(core, status::INVALID_AUTH_ALGORITHM);
+        }
+        if !crypto::SUITES.iter().any(|s| s.integrity == integrity) {
+            return refuse(core, status::INVALID_INTEGRITY_ALGORITHM);
+        }
+        if !crypto::SUITES.iter().any(|s| s.confidentiality == confidentiality) {
+            return refuse(core, status::INVALID_CONFIDENTIALITY_ALGORITHM);
+        }
+        let Some(suite) = offered
+            .iter()
+            .copied()
+            .find(|s| s.auth == auth && s.integrity == integrity && s.confidentiality == confidentiality)
+        else {
+            return refuse(core, status::NO_CIPHER_SUITE_MATCH);
+        };
+        let max_privilege = if requested == 0 { PRIV_ADMIN } else { requested };
+        let sidc = match core.sessions.find_opened(sidm, peer) {
+            Some(s) if s.suite == suite && s.max_privilege == max_privilege => s.sidc,
+            _ => {
+                if core.sessions.len() >= core.settings.session_limit {
+                    return refuse(core, status::INSUFFICIENT_RESOURCES);
+                }
+                core.sessions.open(sidm, suite, max_privilege, peer, now, crypto::random_nonzero_u32).sidc
+            }
+        };
+        let mut payload = vec![tag, status::OK, max_privilege, 0];
+        payload.extend_from_slice(&reply_sidm(sidm, f.wrong_sid).to_le_bytes());
+        payload.extend_from_slice(&sidc.to_le_bytes());
+        for (kind, alg) in [auth, integrity, confidentiality].into_iter().enumerate() {
+            payload.extend_from_slice(&[kind as u8, 0, 0, 8, alg, 0, 0, 0]);
+        }
+        Some(Reply {
+            bytes: wire::rmcpp(wire::PAYLOAD_OPEN_SESSION_RESPONSE, 0, 0, &payload, None),
+            used_wrong_sid: f.wrong_sid,
+        })
+    }
+
+    /// RAKP Message 1 → 2 (§13.20, §13.21): user lookup, role checks,
+    /// managed system random number and key exchange authentication code.
+    fn rakp1(&self, core: &mut Core, p: &Rmcpp<'_>, now: Instant, wrong_sid: bool) -> Option<Reply> {
+        if p.session_id != 0 || p.authenticated || p.encrypted || !p.has_no_trailer() {
+            return None;
+        }
+        let d = p.payload;
+        if d.len() < 28 {
+            return None;
+        }
+        let tag = d[0];
+        let sidc = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+        let rm: [u8; 16] = d[8..24].try_into().ok()?;
+        let role = d[24];
+        let ulen = usize::from(d[27]);
+        let error = |core: &mut Core, sidm: u32, status: u8| {
+            core.counters.refused_handshakes += 1;
+            let sid = reply_sidm(sidm, wrong_sid).to_le_bytes();
+            let payload = [tag, status, 0, 0, sid[0], sid[1], sid[2], sid[3]];
+            Some(Reply { bytes: wire::rmcpp(wire::PAYLOAD_RAKP2, 0, 0, &payload, None), used_wrong_sid: wrong_sid })
+        };
+        let Some(session) = core.sessions.get(sidc).filter(|s| matches!(s.phase, Phase::Opened | Phase::Rakp2Sent(_)))
+        else {
+            return error(core, 0, status::INVALID_SESSION_ID);
+        };
+        let (sidm, max_privilege) = (session.sidm, session.max_privilege);
+        let fail = |core: &mut Core, status: u8| {
+            // A refused RAKP 1 ends the session: its slot is free again.
+            core.sessions.remove(sidc);
+            error(core, sidm, status)
+        };
+        if ulen > 16 {
+            return fail(core, status::INVALID_NAME_LENGTH);
+        }
+        let Some(name) = d.get(28..28 + ulen) else { return fail(core, status::INVALID_NAME_LENGTH) };
+        let privilege = role & 0x0F;
+        if !(1..=PRIV_ADMIN).contains(&privilege) || privilege > max_privilege || role & 0xE0 != 0 {
+            return fail(core, status::INVALID_ROLE);
+        }
+        let name_only = role & 0x10 != 0;
+        let user = self.spec.update(|s| lookup_user(s, name, privilege, name_only));
+        let (user_id, kuid) = match user {
+            Ok(u) => u,
+            Err(status) => return fail(core, status),
+        };
+        let mut rc = [0u8; 16];
+        crypto::random(&mut rc);
+        let mut username = [0u8; 16];
+        username[..ulen].copy_from_slice(name);
+        let hs = Handshake { rm, rc, role, username, username_len: ulen as u8, user_id, kuid };
+        let suite = session.suite;
+        let x = Exchange {
+            auth: suite.auth,
+            kuid: &hs.kuid,
+            sidm,
+            sidc,
+            rm: &hs.rm,
+            rc: &hs.rc,
+            guid: &self.guid,
+            role,
+            username: hs.username(),
+        };
+        let code = x.rakp2_code();
+        let mut payload = vec![tag, status::OK, 0, 0];
+        payload.extend_from_slice(&reply_sidm(sidm, wrong_sid).to_le_bytes());
+        payload.extend_from_slice(&rc);
+        payload.extend_from_slice(&self.guid);
+        payload.extend_from_slice(code.as_slice());
+        let session = core.sessions.get_mut(sidc)?;
+        session.phase = Phase::Rakp2Sent(Box::new(hs));
+        session.last_activity = now;
+        Some(Reply { bytes: wire::rmcpp(wire::PAYLOAD_RAKP2, 0, 0, &payload, None), used_wrong_sid: wrong_sid })
+    }
+
+    /// RAKP Message 3 → 4 (§13.22, §13.23): checks the console's code,
+    /// derives SIK/K1/K2 and activates the session.
+    fn rakp3(&self, core: &mut Core, p: &Rmcpp<'_>, now: Instant, wrong_sid: bool) -> Option<Reply> {
+        if p.session_id != 0 || p.authenticated || p.encrypted || !p.has_no_trailer() {
+            return None;
+        }
+        let d = p.payload;
+        if d.len() < 8 {
+            return None;
+        }
+        let (tag, console_status) = (d[0], d[1]);
+        let sidc = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+        let code = &d[8..];
+        let rakp4 = |sidm: u32, status: u8, icv: &[u8]| {
+            let mut payload = vec![tag, status, 0, 0];
+            payload.extend_from_slice(&reply_sidm(sidm, wrong_sid).to_le_bytes());
+            payload.extend_from_slice(icv);
+            Some(Reply { bytes: wire::rmcpp(wire::PAYLOAD_RAKP4, 0, 0, &payload, None), used_wrong_sid: wrong_sid })
+        };
+        let Some(session) = core.sessions.get_mut(sidc) else {
+            core.counters.refused_handshakes += 1;
+            return rakp4(0, status::INVALID_SESSION_ID, &[]);
+        };
+        let sidm = session.sidm;
+        let hs = match &session.phase {
+            Phase::Rakp2Sent(hs) => hs.clone(),
+            Phase::Active(a)
+                if console_status == 0
+                    && crypto::verify(&a.rakp3_code, code)
+                    && a.rakp3_code.as_slice().len() == code.len() =>
+            {
+                // RAKP 4 was lost and the console asks again.
+                let icv = a.rakp4_icv;
+                return rakp4(sidm, status::OK, icv.as_slice());
+            }
+            _ => {
+                core.counters.refused_handshakes += 1;
+                return rakp4(sidm, status::INVALID_SESSION_ID, &[]);
+            }
+        };
+        if console_status != status::OK {
+            // The console gave up (e.g. RAKP 2's code did not verify with
+            // its password): no answer, the session is released.
+            core.sessions.remove(sidc);
+            core.counters.refused_handshakes += 1;
+            return None;
+        }
+        let suite = session.suite;
+        let x = Exchange {
+            auth: suite.auth,
+            kuid: &hs.kuid,
+            sidm,
+            sidc,
+            rm: &hs.rm,
+            rc: &hs.rc,
+            guid: &self.guid,
+            role: hs.role,
+            username: hs.username(),
+        };
+        let expected = x.rakp3_code();
+        if code.len() != expected.as_slice().len() || !crypto::verify(&expected, code) {
+            core.sessions.remove(sidc);
+            core.counters.refused_handshakes += 1;
+            return rakp4(sidm, status::INVALID_INTEGRITY_CHECK_VALUE, &[]);
+        }
+        let sik = x.sik();
+        let icv = x.rakp4_icv(&sik);
+        let privilege = hs.privilege();
+        session.phase = Phase::Active(Box::new(Active {
+            keys: SessionKeys::derive(suite.auth, &sik),
+            // §13.22 / Set Session Privilege Level: a session starts at
+            // User, or at its role when that is lower (Callback).
+            privilege: privilege.min(PRIV_USER),
+            limit: privilege,
+            user_id: hs.user_id,
+            inbound_auth: SeqWindow::default(),
+            inbound_plain: SeqWindow::default(),
+            outbound_auth: 0,
+            outbound_plain: 0,
+            rakp3_code: expected,
+            rakp4_icv: icv,
+        }));
+        session.last_activity = now;
+        core.counters.handshakes += 1;
+        rakp4(sidm, status::OK, icv.as_slice())
+    }
+
+    /// An IPMI payload inside an active session: every field verified
+    /// (flags as negotiated, trailer, ICV, sequence window, confidentiality
+    /// pad, checksums); anything wrong is dropped without an answer.
+    fn in_session(&self, core: &mut Core, p: &Rmcpp<'_>, now: Instant, wrong_sid: bool) -> Option<Reply> {
+        let sidc = p.session_id;
+        let session = core.sessions.get_mut(sidc)?;
+        let suite = session.suite;
+        let active = session.active_mut()?;
+        if p.authenticated != (suite.integrity != 0) || p.encrypted != (suite.confidentiality != 0) {
+            return None;
+        }
+        if p.authenticated {
+            let (covered, icv) = p.trailer(suite.icv_len())?;
+            if !crypto::verify(&active.keys.icv(suite.integrity, covered), icv) {
+                return None;
+            }
+        } else if !p.has_no_trailer() {
+            return None;
+        }
+        let window = if p.authenticated { &mut active.inbound_auth } else { &mut active.inbound_plain };
+        if !window.accept(p.seq) {
+            return None;
+        }
+        let message = if p.encrypted { active.keys.decrypt(p.payload)? } else { p.payload.to_vec() };
+        let rq = wire::parse_request(&message).filter(|rq| rq.rs_addr == BMC_ADDR)?;
+        session.last_activity = now;
+        *core.counters.requests.entry((rq.netfn, rq.cmd)).or_default() += 1;
+
+        let (cc, data, close) = self.session_command(core, sidc, &rq)?;
+        let session = core.sessions.get_mut(sidc)?;
+        let sidm = session.sidm;
+        let active = session.active_mut()?;
+        let msg = wire::encode_response(&rq, cc, &data);
+        let authenticated = suite.integrity != 0;
+        let seq = active.next_outbound(authenticated);
+        let payload = if suite.confidentiality != 0 {
+            let mut iv = [0u8; AES_BLOCK];
+            crypto::random(&mut iv);
+            active.keys.encrypt(iv, &msg)
+        } else {
+            msg
+        };
+        let protection =
+            Protection { keys: &active.keys, integrity: suite.integrity, encrypted: suite.confidentiality != 0 };
+        let bytes = wire::rmcpp(wire::PAYLOAD_IPMI, reply_sidm(sidm, wrong_sid), seq, &payload, Some(protection));
+        if close {
+            core.sessions.remove(sidc);
+            core.counters.closed_sessions += 1;
+        }
+        Some(Reply { bytes, used_wrong_sid: wrong_sid })
+    }
+
+    /// Runs one in-session command; the third value says the session closes
+    /// once the reply is built. `None`: no reply (an injected NoReply).
+    fn session_command(&self, core: &mut Core, sidc: u32, rq: &Request<'_>) -> Option<(u8, Vec<u8>, bool)> {
+        let session = core.sessions.get(sidc)?;
+        let active = session.active()?;
+        let (privilege, limit) = (active.privilege, active.limit);
+        let injected = self.spec.update(|s| s.take_fault(rq.netfn, rq.cmd));
+        match injected {
+            Some(Fault::NoReply) => return None,
+            Some(Fault::CompletionCode(cc)) => return Some((cc, vec![], false)),
+            None => {}
+        }
+        let d = rq.data;
+        match (rq.netfn, rq.cmd) {
+            (NETFN_APP, CMD_GET_CHANNEL_AUTH_CAPS) => {
+                let (cc, data) = self.auth_caps(d);
+                Some((cc, data, false))
+            }
+            (NETFN_APP, CMD_GET_CHANNEL_CIPHER_SUITES) => {
+                let (cc, data) = cipher_suites(&core.settings.suites, d);
+                Some((cc, data, false))
+            }
+            (NETFN_APP, CMD_GET_SYSTEM_GUID) => Some((CC_OK, self.guid.to_vec(), false)),
+            (NETFN_APP, CMD_CLOSE_SESSION) => Some(close_session(core, sidc, privilege, d)),
+            (NETFN_APP, CMD_GET_SESSION_INFO) => {
+                let (cc, data) = session_info(core, sidc, d);
+                Some((cc, data, false))
+            }
+            (netfn, cmd) => {
+                // The session's privilege is the machine's while the
+                // command runs, so handle()'s 0xD4 checks and Set Session
+                // Privilege Level apply per session.
+                let (cc, data, new_privilege) = self.spec.update(|s| {
+                    let saved = (s.session_privilege, s.privilege_limit);
+                    s.session_privilege = privilege;
+                    s.privilege_limit = limit;
+                    let (cc, data) = handle(s, netfn, cmd, d);
+                    let new_privilege = s.session_privilege;
+                    (s.session_privilege, s.privilege_limit) = saved;
+                    (cc, data, new_privilege)
+                });
+                if let Some(a) = core.sessions.get_mut(sidc).and_then(Session::active_mut) {
+                    a.privilege = new_privilege;
+                }
+                Some((cc, data, false))
+            }
+        }
+    }
+}
+
+/// RAKP 1 user lookup (§13.20): name-only (role bit 4) takes the first
+/// enabled entry with that name; username/privilege lookup takes the first
+/// one whose privilege limit is the requested role. Returns the user id and
+/// Kuid, or the RAKP 2 status.
+fn lookup_user(s: &SpecState, name: &[u8], privilege: u8, name_only: bool) -> Result<(u8, [u8; 20]), u8> {
+    let usable = |u: &&crate::ipmi::SpecUser| {
+        u.enabled && u.ipmi_messaging && (1..=PRIV_ADMIN).contains(&u.privilege) && u.name.as_bytes() == name
+    };
+    let candidates: Vec<(u8, &crate::ipmi::SpecUser)> =
+        s.users.iter().enumerate().filter(|(_, u)| usable(u)).map(|(i, u)| (i as u8 + 1, u)).collect();
+    if candidates.is_empty() {
+        return Err(status::UNAUTHORIZED_NAME);
+    }
+    let found = if name_only {
+        candidates.first().copied()
+    } else {
+        candidates.iter().copied().find(|(_, u)| u.privilege == privilege)
+    };
+    match found {
+        Some((id, u)) if privilege <= u.privilege => Ok((id, u.password)),
+        Some(_) => Err(status::UNAUTHORIZED_ROLE),
+        None if candidates.iter().all(|(_, u)| u.privilege < privilege) => Err(status::UNAUTHORIZED_ROLE),
+        None => Err(status::UNAUTHORIZED_NAME),
+    }
+}
+
+/// Get Channel Cipher Suites (§22.15): 16 bytes of record data per list
+/// index; fewer than 16 (or none) marks the end.
+fn cipher_suites(suites: &[u8], d: &[u8]) -> (u8, Vec<u8>) {
+    if d.len() != 3 {
+        return (CC_BAD_LENGTH, vec![]);
+    }
+    let channel = d[0] & 0x0F;
+    if (channel != 0x0E && channel != LAN_CHANNEL) || d[1] > 1 {
+        return (CC_INVALID_FIELD, vec![]);
+    }
+    let offered: Vec<CipherSuite> = suites.iter().filter_map(|id| CipherSuite::by_id(*id)).collect();
+    let data: Vec<u8> = if d[2] & 0x80 != 0 {
+        offered.iter().flat_map(|s| s.record()).collect()
+    } else {
+        // By algorithm: each supported algorithm once, tagged as in a record.
+        let mut algs: Vec<u8> = Vec::new();
+        for s in &offered {
+            for a in [s.auth, 0x40 | s.integrity, 0x80 | s.confidentiality] {
+                if !algs.contains(&a) {
+                    algs.push(a);
+                }
+            }
+        }
+        algs
+    };
+    let index = usize::from(d[2] & 0x3F);
+    let mut out = vec![LAN_CHANNEL];
+    out.extend(data.iter().skip(index * 16).take(16));
+    (CC_OK, out)
+}
+
+/// Close Session (§22.19): by SIDc, or by handle when the id is 0. Closing
+/// another session takes Administrator.
+fn close_session(core: &mut Core, own: u32, privilege: u8, d: &[u8]) -> (u8, Vec<u8>, bool) {
+    if d.len() < 4 {
+        return (CC_BAD_LENGTH, vec![], false);
+    }
+    let id = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
+    let target = if id == 0 {
+        let Some(&handle) = d.get(4) else { return (CC_BAD_LENGTH, vec![], false) };
+        match core.sessions.by_handle(handle) {
+            Some(s) => s.sidc,
+            None => return (CC_INVALID_SESSION_HANDLE, vec![], false),
+        }
+    } else if core.sessions.get(id).is_some_and(|s| s.active().is_some()) {
+        id
+    } else {
+        return (CC_INVALID_SESSION_ID, vec![], false);
+    };
+    if target == own {
+        return (CC_OK, vec![], true);
+    }
+    if privilege < PRIV_ADMIN {
+        return (CC_NO_PRIVILEGE, vec![], false);
+    }
+    core.sessions.remove(target);
+    core.counters.closed_sessions += 1;
+    (CC_OK, vec![], false)
+}
+
+/// Get Session Info (§22.20): the current session (index 0), the Nth
+/// active one, or one by handle (FEh) or id (FFh).
+fn session_info(core: &Core, own: u32, d: &[u8]) -> (u8, Vec<u8>) {
+    let Some(&index) = d.first() else { return (CC_BAD_LENGTH, vec![]) };
+    let session = match index {
+        0 => core.sessions.get(own),
+        0xFE => match d.get(1) {
+            Some(h) => core.sessions.by_handle(*h),
+            None => return (CC_BAD_LENGTH, vec![]),
+        },
+        0xFF => match d.get(1..5) {
+            Some(id) => core.sessions.get(u32::from_le_bytes([id[0], id[1], id[2], id[3]])),
+            None => return (CC_BAD_LENGTH, vec![]),
+        },
+        n @ 1..=0x3F => core.sessions.nth_active(usize::from(n)),
+        _ => return (CC_INVALID_FIELD, vec![]),
+    };
+    let possible = core.settings.session_limit.min(0x3F) as u8;
+    let active = core.sessions.active_count().min(0x3F) as u8;
+    let Some((s, a)) = session.and_then(|s| s.active().map(|a| (s, a))) else {
+        return (CC_OK, vec![0, possible, active]);
+    };
+    let mut out = vec![s.handle, possible, active, a.user_id & 0x3F, a.privilege & 0x0F, 0x10 | LAN_CHANNEL];
+    match s.peer {
+        SocketAddr::V4(v4) => out.extend_from_slice(&v4.ip().octets()),
+        SocketAddr::V6(_) => out.extend_from_slice(&[0; 4]),
+    }
+    out.extend_from_slice(&[0; 6]); // MAC address: not known over UDP
+    out.extend_from_slice(&s.peer.port().to_le_bytes());
+    (CC_OK, out)
+}
+
+/// Serves one BMC's socket until the task is dropped.
+pub(crate) async fn serve(bmc: Arc<Bmc>, socket: Arc<UdpSocket>) {
+    // On the heap so the task's future stays small (thousands of them).
+    let mut buf = vec![0u8; 1024];
+    loop {
+        let (n, peer) = match socket.recv_from(&mut buf).await {
+            Ok(x) => x,
+            Err(_) => {
+                // e.g. an ICMP error surfaced on the socket; keep serving.
+                tokio::task::yield_now().await;
+                continue;
+            }
+        };
+        let Some(out) = bmc.on_datagram(&buf[..n], peer, Instant::now()) else { continue };
+        if out.delay.is_zero() {
+            send(&socket, &out, peer).await;
+        } else {
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(out.delay).await;
+                send(&socket, &out, peer).await;
+            });
+        }
+    }
+}
+
+async fn send(socket: &UdpSocket, out: &Outgoing, peer: SocketAddr) {
+    for _ in 0..out.copies {
+        // A refused send (the console went away) is a lost datagram, as
+        // on a real network.
+        let _ = socket.send_to(&out.bytes, peer).await;
+    }
+}
