@@ -1,0 +1,485 @@
+//! The wire-level RMCP+ responder (`bmcfleet_testing::ipmi::lan`) against
+//! third-party clients: ipmitool 1.8.19 (`-I lanplus`) and FreeIPMI
+//! (`ipmipower`, `ipmi-raw`, `ipmi-config`), all on 127.0.0.1.
+//!
+//! A missing client binary skips its tests with a note on stderr, unless
+//! `BMCFLEET_REQUIRE_PEERS=1` (then they fail). Every fleet is ready when
+//! `LanFleet::start` returns: no test waits for readiness.
+
+use bmcfleet_testing::ipmi::lan::{self, LanConfig, LanFleet};
+use bmcfleet_testing::ipmi::LanBmc;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn require_peers() -> bool {
+    std::env::var("BMCFLEET_REQUIRE_PEERS").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"))
+}
+
+/// The client binary, or `None` (test skipped) when it is not installed.
+fn peer(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::env::split_paths(&path).chain(["/usr/sbin", "/usr/bin", "/sbin"].map(PathBuf::from));
+    let found = dirs.map(|d| d.join(name)).find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            !require_peers(),
+            "{name} is not installed and BMCFLEET_REQUIRE_PEERS=1 (apt-get install ipmitool freeipmi-tools)"
+        );
+        eprintln!("note: {name} is not installed, test skipped (apt-get install ipmitool freeipmi-tools)");
+    }
+    found
+}
+
+macro_rules! peer_or_skip {
+    ($name:expr) => {
+        match peer($name) {
+            Some(p) => p,
+            None => return,
+        }
+    };
+}
+
+fn run(bin: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let out = Command::new(bin)
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+    eprintln!(
+        "$ {} {}\n{}{}",
+        bin.display(),
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// `ipmitool -I lanplus -H 127.0.0.1 -p PORT -U user -E -N 1 -R 1 EXTRA...`
+/// (password through `IPMI_PASSWORD`).
+fn ipmitool(bin: &Path, bmc: &LanBmc, user: &str, password: &str, args: &[&str]) -> Output {
+    let port = bmc.port().to_string();
+    let mut all = vec!["-I", "lanplus", "-H", "127.0.0.1", "-p", &port, "-U", user, "-E", "-N", "1", "-R", "1"];
+    all.extend_from_slice(args);
+    run(bin, &all, &[("IPMI_PASSWORD", password)])
+}
+
+fn admin(bin: &Path, bmc: &LanBmc, args: &[&str]) -> Output {
+    ipmitool(bin, bmc, "admin", "password", args)
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "client failed: {}", text(out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fleet(count: usize, suites: &[u8]) -> LanFleet {
+    LanFleet::start(LanConfig { count, cipher_suites: suites.to_vec(), ..LanConfig::default() }).expect("fleet")
+}
+
+/// Boot flags say "valid, force PXE" (parameter 5, data 1 bit 7 and the
+/// device selector 0001b in data 2 bits 5:2).
+fn boot_pxe(bmc: &LanBmc) -> bool {
+    let flags = bmc.handle().snapshot().boot_flags;
+    flags[0] & 0x80 != 0 && (flags[1] >> 2) & 0x0F == 0x1
+}
+
+fn ipmitool_commands_under_suite(suite: &str) {
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(1, &[3, 17]);
+    let bmc = fleet.bmc(0);
+    let with = |args: &[&'static str]| -> Vec<&str> { [&["-C", suite][..], args].concat() };
+
+    assert!(ok(&admin(&bin, bmc, &with(&["chassis", "power", "status"]))).contains("Chassis Power is off"));
+    assert!(ok(&admin(&bin, bmc, &with(&["chassis", "power", "on"]))).contains("Up/On"));
+    assert!(bmc.handle().snapshot().power_on);
+    assert!(ok(&admin(&bin, bmc, &with(&["chassis", "power", "status"]))).contains("Chassis Power is on"));
+
+    assert!(ok(&admin(&bin, bmc, &with(&["chassis", "bootdev", "pxe"]))).contains("Set Boot Device to pxe"));
+    assert!(boot_pxe(bmc), "{:?}", bmc.handle().snapshot().boot_flags);
+    assert!(ok(&admin(&bin, bmc, &with(&["chassis", "bootparam", "get", "5"]))).contains("Force PXE"));
+
+    let info = ok(&admin(&bin, bmc, &with(&["mc", "info"])));
+    assert!(
+        info.contains("Firmware Revision         : 2.45") && info.contains("IPMI Version              : 2.0"),
+        "{info}"
+    );
+    let raw = ok(&admin(&bin, bmc, &with(&["raw", "0x06", "0x01"])));
+    assert_eq!(raw.split_whitespace().take(5).collect::<Vec<_>>(), ["20", "01", "02", "45", "02"]);
+
+    // ipmitool closes its session at exit: none is left behind.
+    let stats = bmc.stats();
+    assert_eq!(stats.handshakes, 7, "{stats:?}");
+    assert_eq!(stats.active_sessions, 0, "{stats:?}");
+    assert_eq!(stats.pending_sessions, 0, "{stats:?}");
+    assert_eq!(stats.closed_sessions, 7, "{stats:?}");
+    assert_eq!(stats.requests_for(0x06, 0x3C), 7, "one Close Session per run");
+    assert_eq!(stats.discarded, 0, "{stats:?}");
+}
+
+#[test]
+fn ipmitool_suite_17_power_boot_info_raw() {
+    ipmitool_commands_under_suite("17");
+}
+
+#[test]
+fn ipmitool_suite_3_power_boot_info_raw() {
+    ipmitool_commands_under_suite("3");
+}
+
+#[test]
+fn ipmitool_without_suite_picks_17_from_get_channel_cipher_suites() {
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(2, &[3, 17]);
+    fleet.bmc(1).set_cipher_suites(&[3]).unwrap();
+    let out = admin(&bin, fleet.bmc(0), &["-v", "-v", "chassis", "power", "status"]);
+    assert!(text(&out).contains("cipher suite 17"), "{}", text(&out));
+    assert!(ok(&out).contains("Chassis Power is off"));
+    assert_eq!(fleet.bmc(0).stats().requests_for(0x06, 0x54), 1, "Get Channel Cipher Suites");
+    let out = admin(&bin, fleet.bmc(1), &["-v", "-v", "chassis", "power", "status"]);
+    assert!(text(&out).contains("cipher suite 3"), "{}", text(&out));
+    ok(&out);
+    let ciphers = ok(&admin(&bin, fleet.bmc(0), &["-C", "17", "channel", "getciphers", "ipmi"]));
+    assert!(ciphers.contains("hmac_sha256") && ciphers.contains("hmac_sha1_96"), "{ciphers}");
+}
+
+#[test]
+fn ipmitool_operator_user_gets_operator_and_no_more() {
+    let bin = peer_or_skip!("ipmitool");
+    let config = LanConfig::default().with_user(3, "oper", "operpass", 3);
+    let fleet = LanFleet::start(config).unwrap();
+    let bmc = fleet.bmc(0);
+    let op = |args: &[&str]| ipmitool(&bin, bmc, "oper", "operpass", &[&["-C", "17"], args].concat());
+
+    assert!(ok(&op(&["-L", "OPERATOR", "chassis", "power", "on"])).contains("Up/On"));
+    assert!(bmc.handle().snapshot().power_on);
+    // Administrator commands stay out of reach (0xD4 from the machine).
+    let out = op(&["-L", "OPERATOR", "raw", "0x06", "0x03"]);
+    assert!(!out.status.success() && text(&out).contains("Insufficient privilege"), "{}", text(&out));
+    assert_eq!(bmc.handle().snapshot().warm_resets, 0);
+    // Asking for Administrator (ipmitool's default) is refused in RAKP 2.
+    let out = op(&["-v", "chassis", "power", "status"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("unauthorized role requested"), "{}", text(&out));
+    assert_eq!(bmc.active_sessions(), 0);
+}
+
+#[test]
+fn ipmitool_wrong_password_fails_the_rakp2_check() {
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(1, &[3, 17]);
+    let bmc = fleet.bmc(0);
+    for suite in ["17", "3"] {
+        let out = ipmitool(&bin, bmc, "admin", "wrong", &["-v", "-C", suite, "chassis", "power", "on"]);
+        assert!(!out.status.success());
+        let t = text(&out);
+        assert!(
+            t.contains("RAKP 2 HMAC is invalid") && t.contains("Unable to establish IPMI v2 / RMCP+ session"),
+            "{t}"
+        );
+    }
+    let out = ipmitool(&bin, bmc, "nobody", "password", &["-v", "-C", "17", "chassis", "power", "on"]);
+    assert!(text(&out).contains("unauthorized name"), "{}", text(&out));
+    assert!(!bmc.handle().snapshot().power_on);
+    let stats = bmc.stats();
+    assert_eq!((stats.handshakes, stats.active_sessions), (0, 0), "{stats:?}");
+}
+
+#[test]
+fn ipmitool_refused_cipher_suites() {
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(2, &[3]);
+    fleet.bmc(1).set_cipher_suites(&[17]).unwrap();
+    let (only3, only17) = (fleet.bmc(0), fleet.bmc(1));
+    let refused = |bmc: &LanBmc, suite: &str, why: &str| {
+        let out = admin(&bin, bmc, &["-C", suite, "chassis", "power", "status"]);
+        assert!(!out.status.success(), "suite {suite} accepted");
+        assert!(text(&out).contains(why), "{}", text(&out));
+    };
+    refused(only3, "17", "no matching cipher suite");
+    refused(only17, "3", "no matching cipher suite");
+    refused(only17, "0", "invalid authentication algorithm");
+    refused(only17, "1", "no matching cipher suite");
+    ok(&admin(&bin, only3, &["-C", "3", "chassis", "power", "status"]));
+    ok(&admin(&bin, only17, &["-C", "17", "chassis", "power", "status"]));
+    // A suite refused at run time (a fault), although offered.
+    only17.faults().refused_suites = vec![17];
+    refused(only17, "17", "no matching cipher suite");
+    only17.faults().refused_suites.clear();
+    ok(&admin(&bin, only17, &["-C", "17", "chassis", "power", "status"]));
+}
+
+#[test]
+fn ipmitool_suites_1_and_2_without_encryption() {
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(1, &[1, 2]);
+    let bmc = fleet.bmc(0);
+    ok(&admin(&bin, bmc, &["-C", "2", "chassis", "power", "on"]));
+    assert!(bmc.handle().snapshot().power_on);
+    assert!(ok(&admin(&bin, bmc, &["-C", "1", "chassis", "power", "status"])).contains("is on"));
+    assert_eq!(bmc.active_sessions(), 0);
+}
+
+#[test]
+fn ipmitool_survives_dropped_duplicated_and_late_replies() {
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(1, &[17]);
+    let bmc = fleet.bmc(0);
+    // The first reply (to Get Channel Authentication Capabilities) is lost:
+    // ipmitool retransmits after its 1 s timeout.
+    bmc.faults().drop_replies = 1;
+    let out = ipmitool(&bin, bmc, "admin", "password", &["-R", "3", "-C", "17", "chassis", "power", "on"]);
+    ok(&out);
+    assert!(bmc.handle().snapshot().power_on);
+    assert_eq!(bmc.faults().drop_replies, 0);
+    assert!(bmc.stats().requests_for(0x06, 0x38) >= 2, "retransmitted");
+
+    bmc.faults().duplicate_replies = 20;
+    ok(&admin(&bin, bmc, &["-C", "17", "chassis", "power", "status"]));
+
+    bmc.faults().delay_next_reply = Some(Duration::from_millis(300));
+    let start = Instant::now();
+    ok(&admin(&bin, bmc, &["-C", "17", "chassis", "power", "status"]));
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert_eq!(bmc.faults().delay_next_reply, None);
+}
+
+#[test]
+fn ipmitool_rejects_a_wrong_console_session_id() {
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(1, &[17]);
+    let bmc = fleet.bmc(0);
+    // Every reply carries the complement of ipmitool's session id.
+    // ipmitool only warns about it in the Open Session Response and does
+    // not check it in RAKP 2/4, so the handshake completes; the session's
+    // replies are then refused and nothing is executed past Set Session
+    // Privilege Level.
+    bmc.faults().wrong_session_id = 100;
+    let out = admin(&bin, bmc, &["-C", "17", "chassis", "power", "on"]);
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(t.contains("Console session ID is not what we requested"), "{t}");
+    assert!(t.contains("Received an Unexpected message ID"), "{t}");
+    assert!(!bmc.handle().snapshot().power_on);
+    assert_eq!(bmc.stats().requests_for(0x00, 0x02), 0, "no Chassis Control reached the BMC");
+    // Healed, the next client gets through.
+    bmc.faults().wrong_session_id = 0;
+    ok(&admin(&bin, bmc, &["-C", "17", "chassis", "power", "on"]));
+    assert!(bmc.handle().snapshot().power_on);
+}
+
+#[test]
+fn ipmitool_session_of_a_restarted_bmc_is_dead() {
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(1, &[17]);
+    let bmc = fleet.bmc(0);
+    // One ipmitool session running two commands, the BMC "restarting" in
+    // between: the second command's packets belong to a forgotten session,
+    // are dropped, and ipmitool gives up on it.
+    let port = bmc.port().to_string();
+    let mut child = Command::new(&bin)
+        .args([
+            "-I",
+            "lanplus",
+            "-C",
+            "17",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            "admin",
+            "-E",
+            "-N",
+            "1",
+            "-R",
+            "1",
+            "shell",
+        ])
+        .env("IPMI_PASSWORD", "password")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ipmitool shell");
+    use std::io::{BufRead, BufReader, Write};
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    writeln!(stdin, "chassis power status").unwrap();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "ipmitool shell ended early");
+        if line.contains("Chassis Power is off") {
+            break;
+        }
+    }
+    assert_eq!(bmc.active_sessions(), 1);
+    bmc.forget_sessions();
+    let discarded = bmc.stats().discarded;
+    writeln!(stdin, "chassis power on").unwrap();
+    writeln!(stdin, "exit").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let rest = format!("{line}{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{rest}");
+    assert!(rest.contains("Unable to set Chassis Power Control") && !rest.contains("Control: Up/On"), "{rest}");
+    assert!(!bmc.handle().snapshot().power_on);
+    assert!(bmc.stats().discarded > discarded, "packets of the old session were dropped");
+    assert_eq!(bmc.stats().forgotten_sessions, 1);
+}
+
+/// `ipmipower -D LAN_2_0 -I SUITE -h HOSTS -u admin -p password ARGS`.
+fn ipmipower(bin: &Path, bmcs: &[LanBmc], suite: &str, args: &[&str]) -> Output {
+    let hosts: Vec<String> = bmcs.iter().map(|b| format!("127.0.0.1:{}", b.port())).collect();
+    let hosts = hosts.join(",");
+    let mut all = vec!["-D", "LAN_2_0", "-I", suite, "-h", &hosts, "-u", "admin", "-p", "password"];
+    all.extend_from_slice(args);
+    run(bin, &all, &[])
+}
+
+#[test]
+fn freeipmi_ipmipower_suites_17_and_3_without_workaround_flags() {
+    let bin = peer_or_skip!("ipmipower");
+    let fleet = fleet(2, &[3, 17]);
+    let (a, b) = (&fleet.bmcs()[..1], &fleet.bmcs()[1..]);
+    assert_eq!(ok(&ipmipower(&bin, a, "17", &["--stat"])).trim(), "127.0.0.1: off");
+    assert_eq!(ok(&ipmipower(&bin, a, "17", &["--on"])).trim(), "127.0.0.1: ok");
+    assert!(fleet.bmc(0).handle().snapshot().power_on);
+    assert_eq!(ok(&ipmipower(&bin, a, "17", &["--stat"])).trim(), "127.0.0.1: on");
+    assert_eq!(ok(&ipmipower(&bin, b, "3", &["--on"])).trim(), "127.0.0.1: ok");
+    assert!(fleet.bmc(1).handle().snapshot().power_on);
+    assert_eq!(ok(&ipmipower(&bin, b, "3", &["--off"])).trim(), "127.0.0.1: ok");
+    assert!(!fleet.bmc(1).handle().snapshot().power_on);
+    for bmc in fleet.bmcs() {
+        let stats = bmc.stats();
+        assert_eq!(stats.active_sessions, 0, "ipmipower closed its sessions: {stats:?}");
+        assert!(stats.handshakes >= 2);
+    }
+}
+
+#[test]
+fn freeipmi_ipmipower_fan_out_over_200_bmcs() {
+    let bin = peer_or_skip!("ipmipower");
+    let fleet = fleet(200, &[3, 17]);
+    let out = ok(&ipmipower(&bin, fleet.bmcs(), "17", &["--on"]));
+    assert_eq!(out.lines().filter(|l| l.trim() == "127.0.0.1: ok").count(), 200, "{out}");
+    for (i, bmc) in fleet.bmcs().iter().enumerate() {
+        assert!(bmc.handle().snapshot().power_on, "BMC {i} at {} not on", bmc.addr());
+    }
+    let out = ok(&ipmipower(&bin, fleet.bmcs(), "17", &["--stat"]));
+    assert_eq!(out.lines().filter(|l| l.trim() == "127.0.0.1: on").count(), 200, "{out}");
+    assert!(fleet.bmcs().iter().all(|b| b.active_sessions() == 0));
+}
+
+#[test]
+fn freeipmi_ipmi_raw_under_suite_17() {
+    let bin = peer_or_skip!("ipmi-raw");
+    let fleet = fleet(1, &[17]);
+    let host = format!("127.0.0.1:{}", fleet.bmc(0).port());
+    let args = ["-D", "LAN_2_0", "-I", "17", "-h", &host, "-u", "admin", "-p", "password"];
+    let out = ok(&run(&bin, &[&args[..], &["0", "0x06", "0x01"]].concat(), &[]));
+    assert!(out.contains("rcvd: 01 00 20 01 02 45 02"), "{out}");
+    // Chassis Control (power on), an operator command: ipmi-raw's session
+    // is raised to Administrator first.
+    let out = ok(&run(&bin, &[&args[..], &["0", "0x00", "0x02", "0x01"]].concat(), &[]));
+    assert!(out.contains("rcvd: 02 00"), "{out}");
+    assert!(fleet.bmc(0).handle().snapshot().power_on);
+    assert_eq!(fleet.bmc(0).active_sessions(), 0);
+}
+
+#[test]
+fn freeipmi_ipmi_config_commits_boot_device_pxe_under_suite_17() {
+    let bin = peer_or_skip!("ipmi-config");
+    let fleet = fleet(1, &[17]);
+    let bmc = fleet.bmc(0);
+    let host = format!("127.0.0.1:{}", bmc.port());
+    // No `-W opensesspriv`: a spec-correct responder does not need it.
+    let out = run(
+        &bin,
+        &[
+            "-D",
+            "LAN_2_0",
+            "-I",
+            "17",
+            "-h",
+            &host,
+            "-u",
+            "admin",
+            "-p",
+            "password",
+            "--category=chassis",
+            "--commit",
+            "-e",
+            "Chassis_Boot_Flags:Boot_Device=PXE",
+        ],
+        &[],
+    );
+    ok(&out);
+    assert!(boot_pxe(bmc), "{:?}", bmc.handle().snapshot().boot_flags);
+    let out = run(
+        &bin,
+        &[
+            "-D",
+            "LAN_2_0",
+            "-I",
+            "17",
+            "-h",
+            &host,
+            "-u",
+            "admin",
+            "-p",
+            "password",
+            "--category=chassis",
+            "--checkout",
+            "-S",
+            "Chassis_Boot_Flags",
+        ],
+        &[],
+    );
+    let checkout = ok(&out);
+    assert!(checkout.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Boot_Device", "PXE"]), "{checkout}");
+    assert_eq!(bmc.active_sessions(), 0);
+}
+
+#[test]
+fn fleet_ports_follow_the_base_port() {
+    // A free block: bind port 0 and take the next ports above it (retry on
+    // a collision).
+    for _ in 0..10 {
+        let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let base = probe.local_addr().unwrap().port().saturating_add(1);
+        drop(probe);
+        if base > 65000 {
+            continue;
+        }
+        let Ok(fleet) = LanFleet::start(LanConfig { count: 5, base_port: Some(base), ..LanConfig::default() }) else {
+            continue;
+        };
+        let ports: Vec<u16> = fleet.bmcs().iter().map(|b| b.port()).collect();
+        assert_eq!(ports, (base..base + 5).collect::<Vec<_>>());
+        assert!(fleet.bmcs().iter().all(|b| b.addr().ip().is_loopback()));
+        return;
+    }
+    panic!("no free block of 5 UDP ports");
+}
+
+#[test]
+fn users_come_from_the_state() {
+    let bin = peer_or_skip!("ipmitool");
+    let mut config = LanConfig::default();
+    config.state.users[2] = lan::user("second", "s3cret-with-20-bytes", 4);
+    let fleet = LanFleet::start(config).unwrap();
+    let bmc = fleet.bmc(0);
+    ok(&ipmitool(&bin, bmc, "second", "s3cret-with-20-bytes", &["-C", "17", "chassis", "power", "status"]));
+    // Disabled at run time: the next login is refused.
+    bmc.handle().update(|s| s.users[2].enabled = false);
+    let out = ipmitool(&bin, bmc, "second", "s3cret-with-20-bytes", &["-v", "-C", "17", "chassis", "power", "status"]);
+    assert!(text(&out).contains("unauthorized name"), "{}", text(&out));
+}
