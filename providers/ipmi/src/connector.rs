@@ -2,7 +2,7 @@
 
 use crate::cmd;
 use crate::config::IpmiConfig;
-use crate::rmcp::RmcpTransport;
+use crate::rmcp::{RmcpSockets, RmcpTransport};
 use crate::session::IpmiSession;
 use async_trait::async_trait;
 use bmcfleet_provider::{BmcSession, Capability, Connector, Ctx, ProviderError, ResolvedCredentials, Result};
@@ -25,15 +25,23 @@ pub const CAPABILITIES: &[Capability] = &[
     Capability::Inventory,
 ];
 
-/// Opens IPMI 2.0 (RMCP+) sessions.
+/// Opens IPMI 2.0 (RMCP+) sessions. Clones share the sockets every session
+/// is multiplexed over (see [`RmcpSockets`]).
 #[derive(Clone, Debug, Default)]
 pub struct IpmiConnector {
     config: IpmiConfig,
+    sockets: RmcpSockets,
 }
 
 impl IpmiConnector {
     pub fn new(config: IpmiConfig) -> Self {
-        IpmiConnector { config }
+        let sockets = RmcpSockets::new(config.sockets);
+        IpmiConnector { config, sockets }
+    }
+
+    /// The shared sockets (open sockets, sessions, dropped datagrams).
+    pub fn sockets(&self) -> &RmcpSockets {
+        &self.sockets
     }
 
     /// Like [`Connector::connect`], returning the concrete session (tests and
@@ -67,6 +75,7 @@ impl IpmiConnector {
             // The worker's fence, before the handshake's first packet.
             ctx.sending().await?;
             let transport = RmcpTransport::connect(
+                &self.sockets,
                 peer,
                 credentials.username.clone(),
                 credentials.password.clone(),

@@ -90,6 +90,6 @@ mod users;
 pub use config::IpmiConfig;
 pub use connector::{IpmiConnector, CAPABILITIES, DEFAULT_PORT};
 pub use error::{TransportError, TransportErrorKind};
-pub use rmcp::{RmcpConfig, RmcpTransport};
+pub use rmcp::{CipherSuite, Privilege, RmcpConfig, RmcpSockets, RmcpTransport, MAX_CONCURRENT_PROBES};
 pub use session::{IpmiSession, Verify};
 pub use transport::{Request, Response, Retry, Transport};

@@ -94,6 +94,80 @@ fn io_error(addr: SocketAddr, e: &std::io::Error) -> TransportError {
     }
 }
 
+/// What one received datagram means for the probe.
+enum Step {
+    /// Not the reply to this request.
+    Ignore,
+    /// Ask again (without the IPMI 2.0 extended bit).
+    Retry,
+    Done(Result<AuthCaps, TransportError>),
+}
+
+fn interpret(addr: SocketAddr, rq_seq: u8, datagram: &[u8], extended: &mut bool) -> Step {
+    let (cc, data) = match decode(rq_seq, datagram) {
+        Ok(Some(reply)) => reply,
+        Ok(None) => return Step::Ignore,
+        Err(why) => return Step::Done(Err(TransportError::new(TransportErrorKind::Protocol, format!("{addr}: {why}")))),
+    };
+    if cc == 0xCC && *extended {
+        // An IPMI 1.5-only BMC rejects the "IPMI 2.0 extended data" bit.
+        *extended = false;
+        return Step::Retry;
+    }
+    if cc != 0 {
+        return Step::Done(Err(TransportError::new(
+            TransportErrorKind::Protocol,
+            format!("{addr}: Get Channel Authentication Capabilities failed with completion code 0x{cc:02X}"),
+        )));
+    }
+    if data.len() < 4 {
+        return Step::Done(Err(TransportError::new(
+            TransportErrorKind::Protocol,
+            format!("{addr}: Get Channel Authentication Capabilities reply too short"),
+        )));
+    }
+    let ext = data[1] & 0x80 != 0;
+    Step::Done(Ok(AuthCaps { channel: data[0] & 0x0F, ipmi20: ext && data[3] & 0x02 != 0, ipmi15: !ext || data[3] & 0x01 != 0 }))
+}
+
+fn wildcard(addr: SocketAddr) -> SocketAddr {
+    if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("valid wildcard address")
+}
+
+/// The async probe of the RMCP+ transport: like [`channel_auth_caps`] on a
+/// short-lived connected tokio socket (connected, so a closed port is
+/// reported by the kernel at once instead of after every retransmit).
+pub(crate) async fn channel_auth_caps_async(
+    addr: SocketAddr,
+    deadline: tokio::time::Instant,
+    attempt_timeout: Duration,
+) -> Result<AuthCaps, TransportError> {
+    let socket = tokio::net::UdpSocket::bind(wildcard(addr)).await.map_err(|e| crate::error::socket_error(addr, &e))?;
+    socket.connect(addr).await.map_err(|e| io_error(addr, &e))?;
+    let mut extended = true;
+    let mut rq_seq: u8 = 1;
+    let mut buf = [0u8; 512];
+    while tokio::time::Instant::now() < deadline {
+        socket.send(&encode(rq_seq, extended)).await.map_err(|e| io_error(addr, &e))?;
+        let attempt_end = (tokio::time::Instant::now() + attempt_timeout).min(deadline);
+        loop {
+            let n = match tokio::time::timeout_at(attempt_end, socket.recv(&mut buf)).await {
+                Err(_) => break,
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Err(io_error(addr, &e)),
+            };
+            match interpret(addr, rq_seq, &buf[..n], &mut extended) {
+                Step::Ignore => continue,
+                Step::Retry => break,
+                Step::Done(result) => return result,
+            }
+        }
+        rq_seq = (rq_seq % 0x3F) + 1;
+    }
+    Err(TransportError::new(TransportErrorKind::Unreachable, format!("{addr}: no reply from the BMC")))
+}
+
 /// Asks the BMC at `addr` for its channel authentication capabilities,
 /// retransmitting every `attempt_timeout` until `deadline`.
 pub fn channel_auth_caps(
@@ -101,10 +175,7 @@ pub fn channel_auth_caps(
     deadline: Instant,
     attempt_timeout: Duration,
 ) -> Result<AuthCaps, TransportError> {
-    let bind: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
-        .parse()
-        .expect("valid wildcard address");
-    let socket = UdpSocket::bind(bind).map_err(|e| crate::error::socket_error(addr, &e))?;
+    let socket = UdpSocket::bind(wildcard(addr)).map_err(|e| crate::error::socket_error(addr, &e))?;
     socket.connect(addr).map_err(|e| io_error(addr, &e))?;
 
     let mut extended = true;
@@ -128,36 +199,11 @@ pub fn channel_auth_caps(
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(io_error(addr, &e)),
             };
-            let (cc, data) = match decode(rq_seq, &buf[..n]) {
-                Ok(Some(reply)) => reply,
-                Ok(None) => continue,
-                Err(why) => {
-                    return Err(TransportError::new(TransportErrorKind::Protocol, format!("{addr}: {why}")))
-                }
-            };
-            if cc == 0xCC && extended {
-                // An IPMI 1.5-only BMC rejects the "IPMI 2.0 extended data" bit.
-                extended = false;
-                break;
+            match interpret(addr, rq_seq, &buf[..n], &mut extended) {
+                Step::Ignore => continue,
+                Step::Retry => break,
+                Step::Done(result) => return result,
             }
-            if cc != 0 {
-                return Err(TransportError::new(
-                    TransportErrorKind::Protocol,
-                    format!("{addr}: Get Channel Authentication Capabilities failed with completion code 0x{cc:02X}"),
-                ));
-            }
-            if data.len() < 4 {
-                return Err(TransportError::new(
-                    TransportErrorKind::Protocol,
-                    format!("{addr}: Get Channel Authentication Capabilities reply too short"),
-                ));
-            }
-            let ext = data[1] & 0x80 != 0;
-            return Ok(AuthCaps {
-                channel: data[0] & 0x0F,
-                ipmi20: ext && data[3] & 0x02 != 0,
-                ipmi15: !ext || data[3] & 0x01 != 0,
-            });
         }
         rq_seq = (rq_seq % 0x3F) + 1;
     }

@@ -63,6 +63,11 @@ pub trait Transport: Send {
         true
     }
 
+    /// The privilege level the session runs at (what the BMC lets it do).
+    fn privilege(&self) -> crate::Privilege {
+        crate::Privilege::Administrator
+    }
+
     /// Ends the session on the BMC (Close Session). Best effort.
     async fn close(&mut self) {}
 }

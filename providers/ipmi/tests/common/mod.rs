@@ -14,9 +14,9 @@ pub fn connector() -> IpmiConnector {
             attempt_timeout: Duration::from_millis(300),
             retries: 2,
             keepalive_interval: Duration::from_secs(10),
+            ..Default::default()
         },
-        channel: None,
-        verify: Default::default(),
+        ..Default::default()
     })
 }
 
