@@ -191,6 +191,13 @@ pub struct MachineFields {
     /// `session`: a session only, never Basic; `basic`: Basic only).
     #[arg(long, value_enum)]
     pub redfish_auth: Option<bmcfleet_schema::RedfishAuth>,
+    /// IPMI: RMCP+ cipher suites to offer, in order (comma-separated, 17
+    /// and/or 3; default 17,3); `--ipmi-cipher-suites ''` clears the list.
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    pub ipmi_cipher_suites: Option<Vec<String>>,
+    /// IPMI: the privilege level to log in with (default administrator).
+    #[arg(long, value_enum)]
+    pub ipmi_privilege: Option<bmcfleet_schema::IpmiPrivilege>,
     /// A CA bundle file to trust for this BMC's TLS.
     #[arg(long)]
     pub ca_file: Option<std::path::PathBuf>,

@@ -83,6 +83,9 @@ pub struct TargetOptions {
     /// Redfish provider options.
     #[serde(default, skip_serializing_if = "RedfishOptions::is_default")]
     pub redfish: RedfishOptions,
+    /// IPMI provider options.
+    #[serde(default, skip_serializing_if = "IpmiOptions::is_default")]
+    pub ipmi: IpmiOptions,
     /// The addresses the worker resolved an ad hoc host name to and checked
     /// against its `--ad-hoc-targets`: providers connect to these and never
     /// look the name up again, so a DNS answer that changes in between
@@ -110,6 +113,85 @@ pub struct RedfishOptions {
 impl RedfishOptions {
     pub fn is_default(&self) -> bool {
         *self == RedfishOptions::default()
+    }
+}
+
+/// IPMI provider options of a machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IpmiOptions {
+    /// RMCP+ cipher suites to offer, in this order (3 and 17); empty: the
+    /// worker's order, 17 then 3.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cipher_suites: Vec<u8>,
+    /// The privilege level the session logs in with; none: administrator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privilege: Option<IpmiPrivilege>,
+}
+
+impl IpmiOptions {
+    /// Cipher suites a machine may name: 17 (SHA-256, AES) and 3 (SHA-1,
+    /// AES). Suites 1 and 2 have no confidentiality: a new BMC user's
+    /// password or raw request data would cross the network in clear, so
+    /// the registry refuses them (and 0, no authentication at all).
+    pub const ALLOWED_SUITES: [u8; 2] = [17, 3];
+
+    pub fn is_default(&self) -> bool {
+        *self == IpmiOptions::default()
+    }
+
+    /// Checks the options (what the registry accepts).
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, s) in self.cipher_suites.iter().enumerate() {
+            if !Self::ALLOWED_SUITES.contains(s) {
+                return Err(format!(
+                    "ipmi.cipher_suites: {s} is not allowed (17 or 3; suites 0-2 lack authentication or encryption, so passwords and raw data could cross the network in clear)"
+                ));
+            }
+            if self.cipher_suites[..i].contains(s) {
+                return Err(format!("ipmi.cipher_suites: {s} is listed twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An IPMI session privilege level (IPMI v2.0 §6.8). What a lower level
+/// may do: user — power status, inventory, boot device read; operator —
+/// also power control and boot device set; administrator — everything
+/// (users, BMC reset, network source).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum IpmiPrivilege {
+    User,
+    Operator,
+    #[default]
+    Administrator,
+}
+
+impl IpmiPrivilege {
+    /// The level's number in RAKP 1 and Set Session Privilege Level.
+    pub fn level(self) -> u8 {
+        match self {
+            IpmiPrivilege::User => 2,
+            IpmiPrivilege::Operator => 3,
+            IpmiPrivilege::Administrator => 4,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpmiPrivilege::User => "user",
+            IpmiPrivilege::Operator => "operator",
+            IpmiPrivilege::Administrator => "administrator",
+        }
+    }
+}
+
+impl std::fmt::Display for IpmiPrivilege {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

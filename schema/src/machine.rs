@@ -52,6 +52,9 @@ pub struct Machine {
     /// Redfish provider options (`auth: auto|session|basic`).
     #[serde(default, skip_serializing_if = "crate::action::RedfishOptions::is_default")]
     pub redfish: crate::action::RedfishOptions,
+    /// IPMI provider options (`cipher_suites: [17, 3]`, `privilege: operator`).
+    #[serde(default, skip_serializing_if = "crate::action::IpmiOptions::is_default")]
+    pub ipmi: crate::action::IpmiOptions,
     /// Free-form operator labels (`rack=12`, `site=fra1`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
@@ -103,6 +106,7 @@ impl Machine {
             system_id: None,
             protocols: vec![],
             redfish: Default::default(),
+            ipmi: Default::default(),
             labels: BTreeMap::new(),
             tenant: default_tenant(),
         }
@@ -147,6 +151,11 @@ impl Machine {
         if !self.redfish.is_default() && !redfish_possible {
             return Err(bad("redfish options on a machine the worker never speaks Redfish to".into()));
         }
+        let ipmi_possible = matches!(self.protocol, Protocol::Ipmi) || (self.protocol == Protocol::Auto && (self.protocols.is_empty() || self.protocols.contains(&Protocol::Ipmi)));
+        if !self.ipmi.is_default() && !ipmi_possible {
+            return Err(bad("ipmi options on a machine the worker never speaks IPMI to".into()));
+        }
+        self.ipmi.validate().map_err(bad)?;
         for (k, v) in &self.labels {
             let key_ok = !k.is_empty() && k.len() <= 63 && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
             if !key_ok || v.len() > 63 || v.chars().any(|c| c.is_control()) {
@@ -168,7 +177,12 @@ impl Machine {
             credentials: Credentials::Ref(self.credentials.clone()),
             tls: self.tls.clone(),
             system_id: self.system_id.clone(),
-            options: crate::action::TargetOptions { protocols: self.protocols.clone(), redfish: self.redfish.clone(), resolved: vec![] },
+            options: crate::action::TargetOptions {
+                protocols: self.protocols.clone(),
+                redfish: self.redfish.clone(),
+                ipmi: self.ipmi.clone(),
+                resolved: vec![],
+            },
         }
     }
 
@@ -432,10 +446,24 @@ mod tests {
             (serde_json::json!({"protocol": "auto", "protocols": ["auto"]}), "cannot be in a preference"),
             (serde_json::json!({"protocol": "ipmi", "redfish": {"auth": "basic"}}), "never speaks Redfish"),
             (serde_json::json!({"protocol": "auto", "protocols": ["amt"], "redfish": {"auth": "basic"}}), "never speaks Redfish"),
+            (serde_json::json!({"protocol": "redfish", "ipmi": {"privilege": "operator"}}), "never speaks IPMI"),
+            (serde_json::json!({"protocol": "ipmi", "ipmi": {"cipher_suites": [2]}}), "not allowed"),
+            (serde_json::json!({"protocol": "ipmi", "ipmi": {"cipher_suites": [0]}}), "not allowed"),
+            (serde_json::json!({"protocol": "ipmi", "ipmi": {"cipher_suites": [17, 17]}}), "twice"),
         ] {
             let e = with(patch.clone()).unwrap_err();
             assert!(e.reason.contains(says), "{patch}: {e}");
         }
+        let ipmi = with(serde_json::json!({"protocol": "auto", "ipmi": {"cipher_suites": [3, 17], "privilege": "operator"}}));
+        assert!(ipmi.is_ok(), "{ipmi:?}");
+        let mut v = serde_json::to_value(machine()).unwrap();
+        v["protocol"] = "ipmi".into();
+        v["ipmi"] = serde_json::json!({"cipher_suites": [3], "privilege": "user"});
+        let t = serde_json::from_value::<Machine>(v).unwrap().target();
+        assert_eq!((t.options.ipmi.cipher_suites.clone(), t.options.ipmi.privilege), (vec![3], Some(crate::IpmiPrivilege::User)), "the target carries them");
+        let mut v = serde_json::to_value(machine()).unwrap();
+        v["ipmi"] = serde_json::json!({"privilege": "root"});
+        assert!(serde_json::from_value::<Machine>(v).is_err(), "unknown privileges are refused");
         let mut v = serde_json::to_value(machine()).unwrap();
         v["redfish"] = serde_json::json!({"auth": "digest"});
         assert!(serde_json::from_value::<Machine>(v).is_err(), "unknown auth modes are refused");

@@ -219,6 +219,7 @@ pub async fn register_machine(
             system_id: target.system_id.clone(),
             protocols: target.options.protocols.clone(),
             redfish: target.options.redfish.clone(),
+            ipmi: target.options.ipmi.clone(),
             ..bmcfleet_schema::Machine::new(name.clone(), target.address.clone(), target.protocol, credential)
         };
         bmcfleet_common::registry::put(&machines, &machine).await.expect("put machine");

@@ -230,6 +230,16 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     let (ok, _, _) = bmcctl(&e, &["machine", "set", "web-9", "--label", "rack=60"]);
     let (_, got, _) = bmcctl(&e, &["machine", "get", "web-9"]);
     assert!(ok && got.contains("\"60\""), "{got}");
+    // IPMI options: the cipher-suite order and the privilege, checked.
+    let (ok, out, err) = bmcctl(&e, &["machine", "add", "ipmi-9", "--address", "10.50.0.99", "--protocol", "ipmi", "--credentials", "rack50", "--ipmi-cipher-suites", "3,17", "--ipmi-privilege", "operator"]);
+    assert!(ok, "{out}{err}");
+    let (_, got, _) = bmcctl(&e, &["machine", "get", "ipmi-9"]);
+    let got: serde_json::Value = serde_json::from_str(&got).expect("machine get prints JSON");
+    assert_eq!(got["ipmi"], serde_json::json!({"cipher_suites": [3, 17], "privilege": "operator"}), "{got}");
+    let (ok, _, err) = bmcctl(&e, &["machine", "set", "ipmi-9", "--ipmi-cipher-suites", "2"]);
+    assert!(!ok && err.contains("not allowed"), "suite 2 has no confidentiality: {err}");
+    let (ok, _, err) = bmcctl(&e, &["machine", "set", "web-9", "--ipmi-privilege", "user"]);
+    assert!(!ok && err.contains("never speaks IPMI"), "{err}");
 
     // A batch by an operator, then the audit log shows who did what.
     let json = r#"{"machine":"web-1","actions":[{"power":"status"}]}"#;

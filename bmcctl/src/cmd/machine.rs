@@ -83,6 +83,16 @@ impl crate::cli::MachineFields {
         if let Some(auth) = self.redfish_auth {
             m.redfish.auth = auth;
         }
+        if let Some(list) = &self.ipmi_cipher_suites {
+            m.ipmi.cipher_suites = list
+                .iter()
+                .filter(|s| !s.is_empty())
+                .map(|s| s.trim().parse::<u8>().map_err(|_| anyhow::anyhow!("--ipmi-cipher-suites: `{s}` is not a cipher suite number (17, 3)")))
+                .collect::<anyhow::Result<_>>()?;
+        }
+        if let Some(p) = self.ipmi_privilege {
+            m.ipmi.privilege = Some(p);
+        }
         if let Some(path) = &self.ca_file {
             m.tls.ca_pem = Some(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?);
         }

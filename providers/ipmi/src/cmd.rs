@@ -5,6 +5,7 @@
 
 use crate::error::{CommandId, SpecificCode};
 use crate::transport::Retry;
+use crate::Privilege;
 use bmcfleet_provider::ProviderError;
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp, UserRole};
 use std::net::Ipv4Addr;
@@ -26,6 +27,25 @@ pub const NETFN_CHASSIS: u8 = 0x00;
 pub const NETFN_APP: u8 = 0x06;
 pub const NETFN_STORAGE: u8 = 0x0A;
 pub const NETFN_TRANSPORT: u8 = 0x0C;
+
+/// The lowest session privilege a command needs (IPMI v2.0 appendix G);
+/// `None` for commands this table does not know (raw passthrough: the BMC
+/// decides, and its 0xD4 is reported as `permission_denied`).
+pub fn required_privilege(netfn: u8, cmd: u8) -> Option<Privilege> {
+    use Privilege::{Administrator as A, Operator as O, User as U};
+    Some(match (netfn, cmd) {
+        (NETFN_APP, 0x01) | (NETFN_APP, 0x42) => U,
+        (NETFN_APP, 0x02) | (NETFN_APP, 0x03) => A,
+        (NETFN_APP, 0x43) | (NETFN_APP, 0x45) | (NETFN_APP, 0x47) => A,
+        (NETFN_APP, 0x44) | (NETFN_APP, 0x46) => O,
+        (NETFN_CHASSIS, 0x01) => U,
+        (NETFN_CHASSIS, 0x02) | (NETFN_CHASSIS, 0x08) | (NETFN_CHASSIS, 0x09) => O,
+        (NETFN_STORAGE, 0x10) | (NETFN_STORAGE, 0x11) => U,
+        (NETFN_TRANSPORT, 0x01) => A,
+        (NETFN_TRANSPORT, 0x02) => O,
+        _ => return None,
+    })
+}
 
 // --- App (netfn 0x06) ---
 /// 20.1 Get Device ID.

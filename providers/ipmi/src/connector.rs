@@ -2,11 +2,11 @@
 
 use crate::cmd;
 use crate::config::IpmiConfig;
-use crate::rmcp::{RmcpSockets, RmcpTransport};
+use crate::rmcp::{CipherSuite, RmcpConfig, RmcpSockets, RmcpTransport};
 use crate::session::IpmiSession;
 use async_trait::async_trait;
 use bmcfleet_provider::{BmcSession, Capability, Connector, Ctx, ProviderError, ResolvedCredentials, Result};
-use bmcfleet_schema::{BmcTarget, ErrorCode, Protocol};
+use bmcfleet_schema::{BmcTarget, ErrorCode, IpmiOptions, Protocol};
 use std::net::SocketAddr;
 use tracing::Instrument;
 
@@ -79,7 +79,7 @@ impl IpmiConnector {
                 peer,
                 credentials.username.clone(),
                 credentials.password.clone(),
-                self.config.rmcp.clone(),
+                rmcp_config(&self.config.rmcp, &target.options.ipmi)?,
                 ctx.deadline,
                 ctx.send_gate(),
             )
@@ -93,6 +93,20 @@ impl IpmiConnector {
         .instrument(span)
         .await
     }
+}
+
+/// The session settings for one machine: the worker's, with the machine's
+/// cipher-suite order and privilege where it names them.
+fn rmcp_config(base: &RmcpConfig, options: &IpmiOptions) -> Result<RmcpConfig> {
+    options.validate().map_err(|e| ProviderError::new(ErrorCode::InvalidField, e))?;
+    let mut config = base.clone();
+    if !options.cipher_suites.is_empty() {
+        config.cipher_suites = options.cipher_suites.iter().filter_map(|id| CipherSuite::from_id(*id)).collect();
+    }
+    if let Some(privilege) = options.privilege {
+        config.privilege = privilege;
+    }
+    Ok(config)
 }
 
 async fn resolve(ctx: &Ctx, authority: &str) -> Result<SocketAddr> {

@@ -8,7 +8,9 @@
 //! boot options, LAN configuration, user slots, Get Device ID and FRU.
 //! One selector value instead feeds the bytes straight to the pure decoders
 //! and to the session-less RMCP reply parser of [`crate::probe`] (with the
-//! flags byte as the expected sequence number).
+//! flags byte as the expected sequence number) and every RMCP+ session
+//! parser (routing, packet verification and decryption for each cipher
+//! suite, handshake replies, IPMI messages, the replay window).
 //!
 //! Input layout: `[op, flags, reply*]`, each reply `[cc, len, data[len]]`.
 //! When the script runs out the transport answers with a timeout.
@@ -177,4 +179,5 @@ fn decoders(seq: u8, data: &[u8]) {
         let _ = completion_code_error(id, cc, cmd::SET_USER_PASSWORD.specific);
     }
     let _ = crate::probe::decode(seq, data);
+    crate::rmcp::fuzz_wire(data);
 }

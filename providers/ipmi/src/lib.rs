@@ -1,7 +1,8 @@
 //! # bmcfleet-ipmi
 //!
-//! The IPMI 2.0 provider: RMCP+ sessions (cipher suite 3) kept open per BMC,
-//! typed IPMI commands behind the `bmcfleet-provider` capability traits.
+//! The IPMI 2.0 provider: RMCP+ sessions (cipher suites 17 and 3) kept open
+//! per BMC and multiplexed over a few shared UDP sockets, typed IPMI
+//! commands behind the `bmcfleet-provider` capability traits.
 //!
 //! # Layout (the same anatomy as every provider; modules are private, the
 //! crate root re-exports what others use)
@@ -13,10 +14,11 @@
 //!   source), `raw`, `inventory`.
 //! - `transport`: the [`Transport`] trait — one request (netfn, cmd, data)
 //!   in, completion code and data out.
-//! - `rmcp`: [`RmcpTransport`], the RMCP+ transport on `ipmi-rs`, one OS
-//!   thread per session (the library is blocking), with the layers ipmi-rs
-//!   lacks (see that module: privilege raise, retransmits, reply matching,
-//!   keep-alive, Close Session, panic containment).
+//! - `rmcp`: [`RmcpTransport`], our RMCP+ session layer (handshake, cipher
+//!   suites 17/3 — and 2/1 for library users — on RustCrypto, privilege,
+//!   retransmits, reply matching, replay window, keep-alive, Close
+//!   Session) over [`RmcpSockets`], the connector's shared tokio UDP
+//!   sockets: no thread and no socket per BMC (see that module).
 //! - [`probe`]: session-less Get Channel Authentication Capabilities
 //!   (presence check, IPMI 2.0 check; public for the `ipmi_sim` harness).
 //! - `cmd`: command table and pure encoders/decoders; `fru`: FRU parsing.
@@ -42,23 +44,35 @@
 //!
 //! Session-level commands: Get Channel Authentication Capabilities
 //! (0x06 / 0x38, before the handshake), Set Session Privilege Level
-//! (0x06 / 0x3B, Administrator), Get Device ID as keep-alive, Get Session
-//! Info (0x06 / 0x3D) + Close Session (0x06 / 0x3C) on close. The LAN
+//! (0x06 / 0x3B, the configured privilege), Get Device ID as keep-alive,
+//! Close Session (0x06 / 0x3C) on close.
+//!
+//! # Privilege
+//! A machine's `ipmi.privilege` (user, operator, administrator; default
+//! administrator) is what RAKP 1 asks for (username+privilege lookup) and
+//! what the session raises itself to. A session offers only the
+//! capabilities its privilege allows (IPMI v2.0 appendix G: power, raw and
+//! inventory at user; boot device, users and network source from operator;
+//! BMC reset at administrator), and a command above the privilege (power
+//! control at user, a user change at operator) fails with
+//! `permission_denied` before anything is sent. The LAN
 //! channel for user/LAN commands comes from Get Channel Info (0x06 / 0x42,
 //! channel 0x0E) unless configured.
 //!
-//! # Why ipmi-rs, and where it stops
-//! ipmi-rs 0.6.0 does the RMCP+ handshake and per-message crypto for cipher
-//! suite 3, and parses Get Device ID; everything else is raw messages with
-//! our own typed wrappers (it has no chassis, boot option or user
-//! commands). Its gaps and how this crate covers them are listed in
-//! `rmcp`. Cipher suite 17 (SHA-256) is **not** offered: ipmi-rs
-//! hard-wires suite 3 and keeps its crypto private, and `ipmi_sim` does not
-//! support suite 17, so an own implementation could not be tested here.
+//! # Why our own session layer, and what ipmi-rs still does
+//! ipmi-rs 0.6.0 is blocking (a thread and a socket per session), hard-wires
+//! cipher suite 3 and Administrator, hides its session id (no Close
+//! Session) and panics on some BMC input; a worker with thousands of BMCs
+//! cannot run on it. The RMCP+ session layer and the cipher-suite crypto
+//! are ours (`rmcp`), written from the IPMI v2.0 specification; ipmi-rs
+//! still parses Get Device ID answers (`inventory`).
 //!
 //! # Tested against
-//! `tests/` run every capability against OpenIPMI `ipmi_sim` (cross-checked
-//! with `ipmitool -I lanplus -C 3` both ways). What `ipmi_sim` refuses or
+//! `tests/` run every capability against OpenIPMI `ipmi_sim` (cipher suite
+//! 3; it refuses 17, so the default order falls back), cross-checked with
+//! `ipmitool -I lanplus -C 3` both ways; cipher suite 17, privilege levels
+//! and wire faults run against `bmcfleet_testing::ipmi::LanFleet`, an RMCP+
+//! responder that `ipmitool -C 17`/`-C 3` and FreeIPMI are tested against. What `ipmi_sim` refuses or
 //! ignores — NMI, warm reset, persistent/EFI boot flags, safe-mode boot,
 //! privilege errors — runs against `bmcfleet_testing::ipmi::SpecBmc`, a responder built
 //! from the IPMI 2.0 spec, over the same `IpmiSession` code.

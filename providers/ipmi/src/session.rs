@@ -6,6 +6,7 @@
 use crate::cmd::{self, Command, CURRENT_CHANNEL};
 use crate::error::{completion_code_error, CommandId};
 use crate::transport::{Request, Response, Transport};
+use crate::Privilege;
 use async_trait::async_trait;
 use bmcfleet_provider::{
     BmcSession, Ctx, ProviderError, Result,
@@ -83,6 +84,15 @@ impl<T: Transport> IpmiSession<T> {
     pub async fn send(&mut self, ctx: &Ctx, command: &Command, data: Vec<u8>) -> Result<Response> {
         ctx.remaining()?;
         let id = command.id;
+        let privilege = self.transport.privilege();
+        if let Some(needed) = cmd::required_privilege(id.netfn, id.cmd).filter(|needed| *needed > privilege) {
+            // Nothing is sent: the BMC would refuse it (0xD4).
+            return Err(ProviderError::new(
+                ErrorCode::PermissionDenied,
+                format!("{id} needs the {needed} privilege; this machine's IPMI session runs at {privilege} (machine option ipmi.privilege)"),
+            )
+            .with_not_sent(true));
+        }
         let span = tracing::debug_span!(
             "ipmi_call",
             bmc = %self.bmc,
@@ -112,6 +122,10 @@ impl<T: Transport> IpmiSession<T> {
         Ok(response.data)
     }
 
+    fn allows(&self, needed: Privilege) -> bool {
+        self.transport.privilege() >= needed
+    }
+
     /// The channel for user and LAN commands.
     pub(crate) async fn channel(&mut self, ctx: &Ctx) -> Result<u8> {
         if let Some(c) = self.channel {
@@ -129,7 +143,22 @@ impl<T: Transport + 'static> BmcSession for IpmiSession<T> {
     fn provider(&self) -> &'static str {
         "ipmi"
     }
-    bmcfleet_provider::offer!(power, boot, users, bmc_reset, network_source, raw, inventory);
+    // What the session's privilege allows (IPMI v2.0 appendix G): a
+    // capability is offered when at least one of its operations is; an
+    // operation above the privilege fails before it is sent (`send`).
+    bmcfleet_provider::offer!(power, raw, inventory);
+    fn boot(&mut self) -> Option<&mut dyn bmcfleet_provider::BootControl> {
+        self.allows(Privilege::Operator).then_some(self)
+    }
+    fn users(&mut self) -> Option<&mut dyn bmcfleet_provider::Users> {
+        self.allows(Privilege::Operator).then_some(self)
+    }
+    fn network_source(&mut self) -> Option<&mut dyn bmcfleet_provider::NetworkSource> {
+        self.allows(Privilege::Operator).then_some(self)
+    }
+    fn bmc_reset(&mut self) -> Option<&mut dyn bmcfleet_provider::BmcReset> {
+        self.allows(Privilege::Administrator).then_some(self)
+    }
     fn is_healthy(&self) -> bool {
         self.transport.is_healthy()
     }

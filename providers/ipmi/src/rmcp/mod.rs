@@ -84,51 +84,8 @@ use tokio::time::Instant;
 /// Concurrent presence probes per connector (each holds one socket briefly).
 pub const MAX_CONCURRENT_PROBES: usize = 256;
 
-/// A session privilege level (IPMI v2.0 §6.8).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Privilege {
-    User,
-    Operator,
-    Administrator,
-}
-
-impl Privilege {
-    /// The level's number in RAKP 1 and Set Session Privilege Level.
-    pub fn level(self) -> u8 {
-        match self {
-            Privilege::User => 2,
-            Privilege::Operator => 3,
-            Privilege::Administrator => 4,
-        }
-    }
-
-    /// `user`, `operator` or `administrator`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Privilege::User => "user",
-            Privilege::Operator => "operator",
-            Privilege::Administrator => "administrator",
-        }
-    }
-}
-
-impl std::str::FromStr for Privilege {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "user" => Ok(Privilege::User),
-            "operator" => Ok(Privilege::Operator),
-            "administrator" | "admin" => Ok(Privilege::Administrator),
-            other => Err(format!("unknown IPMI privilege level `{other}` (user, operator, administrator)")),
-        }
-    }
-}
-
-impl std::fmt::Display for Privilege {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// A session privilege level (the schema's, so a machine's option is used as is).
+pub use bmcfleet_schema::IpmiPrivilege as Privilege;
 
 /// Timing and security choices of an RMCP+ session.
 #[derive(Clone, Debug)]
@@ -811,6 +768,30 @@ impl Engine {
     }
 }
 
+/// Every parser of what a BMC sends on an RMCP+ session, fed arbitrary
+/// bytes (the `ipmi_response` fuzz target): none may panic.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_wire(data: &[u8]) {
+    let _ = wire::route(data);
+    for suite in CipherSuite::ALL {
+        let keys = SessionKeys::derive(suite, &[0x11; 20]);
+        let _ = wire::open_session_packet(&keys, data);
+        let _ = wire::open_session_response(data, data.first().copied().unwrap_or(0), 1, suite);
+        let _ = keys.decrypt(data);
+    }
+    for pt in [wire::PT_OPEN_SESSION_RESPONSE, wire::PT_RAKP2, wire::PT_RAKP4] {
+        let _ = wire::presession_payload(data, pt);
+    }
+    let tag = data.first().copied().unwrap_or(0);
+    let _ = wire::rakp2(data, tag, 1);
+    let _ = wire::rakp4(data, tag, 1);
+    let _ = wire::ipmi_reply(data);
+    let mut window = Window::default();
+    for chunk in data.chunks_exact(4) {
+        let _ = window.accept(u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -831,12 +812,8 @@ mod tests {
     }
 
     #[test]
-    fn privilege_names() {
-        for p in [Privilege::User, Privilege::Operator, Privilege::Administrator] {
-            assert_eq!(p.as_str().parse::<Privilege>().unwrap(), p);
-        }
-        assert_eq!("admin".parse::<Privilege>().unwrap(), Privilege::Administrator);
-        assert!("root".parse::<Privilege>().is_err());
+    fn privilege_levels_order_like_their_numbers() {
         assert!(Privilege::User < Privilege::Operator && Privilege::Operator < Privilege::Administrator);
+        assert_eq!([Privilege::User.level(), Privilege::Operator.level(), Privilege::Administrator.level()], [2, 3, 4]);
     }
 }
