@@ -156,3 +156,32 @@ async fn faults_are_typed_and_the_lane_goes_on() {
     let r = stack.run(&b).await;
     assert!(matches!(code(&r.results[0]), Some(ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::DeadlineExceeded)), "{r:#?}");
 }
+
+/// A machine's IPMI options reach its session (issue 17): cipher suite 3
+/// only, operator privilege. Power control works at operator; a user
+/// change needs administrator and fails typed without reaching the BMC;
+/// BMC reset is not offered at all. `ipmitool session info` shows the
+/// worker's live session at OPERATOR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machines_ipmi_options_choose_the_cipher_suite_and_privilege() {
+    let bmc = IpmiSim::start().expect("ipmi_sim");
+    let stack = Stack::start(1, &["--lane-idle-timeout", "10m"]).await;
+    let mut target = bmc.target();
+    target.options.ipmi = IpmiOptions { cipher_suites: vec![3], privilege: Some(IpmiPrivilege::Operator) };
+
+    let r = stack.run(&batch_for(target.clone(), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)])).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
+    assert!(bmc.power_on());
+    let sessions = bmc.ipmitool(&["session", "info", "all"]).unwrap();
+    assert!(sessions.contains("OPERATOR"), "the worker's session runs at operator: {sessions}");
+
+    let create = Action::User(UserOp::Create(UserSpec { name: "nope".into(), password: "nope-pass-1".into(), role: UserRole::User, enabled: true }));
+    let r = stack.run(&batch_for(target.clone(), vec![create])).await;
+    assert_eq!(code(&r.results[0]), Some(ErrorCode::PermissionDenied), "{r:#?}");
+    let message = &r.results[0].error.as_ref().unwrap().message;
+    assert!(message.contains("needs the administrator privilege") && message.contains("operator"), "{message}");
+    assert!(!bmc.ipmitool(&["user", "list", "1"]).unwrap().contains("nope"), "nothing reached the BMC");
+
+    let r = stack.run(&batch_for(target, vec![Action::BmcReset(BmcResetKind::Cold)])).await;
+    assert_eq!(code(&r.results[0]), Some(ErrorCode::Unsupported), "not offered at operator: {r:#?}");
+}

@@ -143,3 +143,21 @@ impl Connector for IpmiConnector {
         Ok(Box::new(self.open(ctx, target, credentials).await?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bmcfleet_schema::IpmiPrivilege;
+
+    #[test]
+    fn a_machine_overrides_the_workers_suites_and_privilege_where_it_names_them() {
+        let base = RmcpConfig::default();
+        let same = rmcp_config(&base, &IpmiOptions::default()).unwrap();
+        assert_eq!((same.cipher_suites, same.privilege), (vec![CipherSuite::S17, CipherSuite::S3], IpmiPrivilege::Administrator));
+        let options = IpmiOptions { cipher_suites: vec![3], privilege: Some(IpmiPrivilege::User) };
+        let mine = rmcp_config(&base, &options).unwrap();
+        assert_eq!((mine.cipher_suites, mine.privilege), (vec![CipherSuite::S3], IpmiPrivilege::User));
+        let weak = IpmiOptions { cipher_suites: vec![1], privilege: None };
+        assert_eq!(rmcp_config(&base, &weak).unwrap_err().code, ErrorCode::InvalidField, "the registry's rule holds here too");
+    }
+}

@@ -23,7 +23,9 @@
 //!    the configured order ([`RmcpConfig::cipher_suites`], default 17 then
 //!    3) until the BMC accepts one; a BMC that refuses a suite with an
 //!    algorithm or cipher-suite status moves on to the next. RAKP 1 asks for
-//!    the configured [`Privilege`] with username+privilege lookup; the
+//!    the configured [`Privilege`] with username+privilege lookup, then —
+//!    if the BMC has no entry for that name at exactly that privilege —
+//!    with name-only lookup (what ipmitool and FreeIPMI use); the
 //!    BMC's RAKP 2 code is verified (a wrong password is `auth_failed`
 //!    before anything else is sent), RAKP 3 proves ours, RAKP 4's integrity
 //!    check value is verified. Each handshake message is retransmitted on
@@ -335,6 +337,8 @@ enum Exchange {
 enum Handshake {
     /// The BMC refused this cipher suite: try the next one.
     SuiteRefused(String),
+    /// RAKP 2 "unauthorized name": no user entry for this lookup.
+    UnknownName(String),
     Failed(TransportError),
 }
 
@@ -412,7 +416,15 @@ impl Engine {
         }
         let mut refusals = Vec::new();
         for suite in self.config.cipher_suites.clone() {
-            match self.handshake(suite, deadline).await {
+            // Username+privilege lookup first (it tells apart entries that
+            // share a name); a BMC that finds no entry for that pair
+            // ("unauthorized name") is asked again with name-only lookup,
+            // where any user whose limit reaches the privilege qualifies.
+            let attempt = match self.handshake(suite, false, deadline).await {
+                Err(Handshake::UnknownName(_)) => self.handshake(suite, true, deadline).await,
+                other => other,
+            };
+            match attempt {
                 Ok(session) => {
                     self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
                     self.stats.suite.store(suite.id(), Ordering::Relaxed);
@@ -430,6 +442,9 @@ impl Engine {
                     refusals.push(format!("{suite}: {why}"));
                 }
                 Err(Handshake::Failed(e)) => return Err(e),
+                Err(Handshake::UnknownName(why)) => {
+                    return Err(self.error(TransportErrorKind::AuthFailed, format!("the BMC does not know this user name ({why})")))
+                }
             }
         }
         Err(self.error(
@@ -481,11 +496,12 @@ impl Engine {
         })
     }
 
-    async fn handshake(&mut self, suite: CipherSuite, deadline: Instant) -> Result<Session, Handshake> {
+    async fn handshake(&mut self, suite: CipherSuite, name_only: bool, deadline: Instant) -> Result<Session, Handshake> {
         let mut endpoint =
             self.sockets.endpoint(self.peer, false).await.map_err(|e| crate::error::socket_error(self.peer, &e))?;
         let console_sid = endpoint.id();
-        let role = self.config.privilege.level(); // bit 4 clear: username+privilege lookup
+        // RAKP 1 role byte: the privilege, bit 4 set for name-only lookup.
+        let role = self.config.privilege.level() | if name_only { 0x10 } else { 0 };
         let user = self.username.as_bytes().to_vec();
         let hash = suite.hash();
         let kuid = kuid(self.password.expose().as_bytes());
@@ -532,7 +548,7 @@ impl Engine {
             wire::Rakp2::Refused(status) => {
                 let why = format!("RAKP 2 status 0x{status:02X} ({})", rmcp_status(status));
                 let (kind, what) = match status {
-                    0x0D | 0x0C => (TransportErrorKind::AuthFailed, format!("the BMC does not know this user name ({why})")),
+                    0x0D | 0x0C => return Err(Handshake::UnknownName(why)),
                     0x09 | 0x0A => (
                         TransportErrorKind::PermissionDenied,
                         format!("the user may not log in with the {} privilege ({why})", self.config.privilege),
