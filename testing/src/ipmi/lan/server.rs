@@ -790,3 +790,446 @@ async fn send(socket: &UdpSocket, out: &Outgoing, peer: SocketAddr) {
         let _ = socket.send_to(&out.bytes, peer).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The engine driven datagram by datagram with a minimal RMCP+ console
+    //! written here (the third-party proof is in
+    //! `testing/tests/ipmi_lan_responder.rs`; this covers what those clients
+    //! cannot be made to send).
+    use super::*;
+    use crate::ipmi::lan::user;
+    use crate::ipmi::spec_bmc::SpecHandle;
+
+    const PEER: &str = "127.0.0.1:40000";
+
+    fn bmc(suites: &[u8]) -> Bmc {
+        let spec = SpecHandle::default();
+        spec.update(|s| {
+            s.users[2] = user("oper", "operpass", 3);
+            s.users[3] = user("admin", "other", 2); // same name, User limit
+        });
+        Bmc {
+            addr: "127.0.0.1:623".parse().unwrap(),
+            guid: [0x47; 16],
+            spec,
+            faults: Mutex::new(LanFaults::default()),
+            core: Mutex::new(Core {
+                settings: Settings {
+                    suites: suites.to_vec(),
+                    latency: Duration::ZERO,
+                    session_limit: 4,
+                    idle_timeout: Duration::from_secs(60),
+                },
+                sessions: Sessions::default(),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    fn send(bmc: &Bmc, pkt: &[u8], now: Instant) -> Option<Vec<u8>> {
+        bmc.on_datagram(pkt, PEER.parse().unwrap(), now).map(|o| o.bytes)
+    }
+
+    /// The payload of an unauthenticated RMCP+ reply.
+    fn payload(reply: &[u8]) -> Vec<u8> {
+        match wire::parse(reply) {
+            Some(Datagram::Rmcpp(p)) => p.payload.to_vec(),
+            other => panic!("not an RMCP+ reply: {other:?}"),
+        }
+    }
+
+    fn open_request(sidm: u32, privilege: u8, algs: [u8; 3]) -> Vec<u8> {
+        let mut d = vec![0x21, privilege, 0, 0];
+        d.extend_from_slice(&sidm.to_le_bytes());
+        for (kind, alg) in algs.into_iter().enumerate() {
+            d.extend_from_slice(&[kind as u8, 0, 0, 8, alg, 0, 0, 0]);
+        }
+        wire::rmcpp(wire::PAYLOAD_OPEN_SESSION_REQUEST, 0, 0, &d, None)
+    }
+
+    fn rakp1_request(sidc: u32, rm: &[u8; 16], role: u8, name: &[u8]) -> Vec<u8> {
+        let mut d = vec![0x22, 0, 0, 0];
+        d.extend_from_slice(&sidc.to_le_bytes());
+        d.extend_from_slice(rm);
+        d.extend_from_slice(&[role, 0, 0, name.len() as u8]);
+        d.extend_from_slice(name);
+        wire::rmcpp(wire::PAYLOAD_RAKP1, 0, 0, &d, None)
+    }
+
+    fn rakp3_request(sidc: u32, status: u8, code: &[u8]) -> Vec<u8> {
+        let mut d = vec![0x23, status, 0, 0];
+        d.extend_from_slice(&sidc.to_le_bytes());
+        d.extend_from_slice(code);
+        wire::rmcpp(wire::PAYLOAD_RAKP3, 0, 0, &d, None)
+    }
+
+    /// A remote console with an active session.
+    struct Console {
+        suite: CipherSuite,
+        sidm: u32,
+        sidc: u32,
+        keys: SessionKeys,
+        seq: u32,
+        rq_seq: u8,
+    }
+
+    /// Open Session status, or RAKP 2 status, or RAKP 4 status, or a session.
+    fn login(bmc: &Bmc, suite: u8, role: u8, name: &str, password: &str, now: Instant) -> Result<Console, (u8, u8)> {
+        let s = CipherSuite::by_id(suite).unwrap();
+        let sidm = 0x0A0B0C0D;
+        let rs = payload(&send(bmc, &open_request(sidm, 0, [s.auth, s.integrity, s.confidentiality]), now).unwrap());
+        if rs[1] != 0 {
+            return Err((0x11, rs[1]));
+        }
+        let sidc = u32::from_le_bytes(rs[8..12].try_into().unwrap());
+        let rm = [0x5A; 16];
+        let rs = payload(&send(bmc, &rakp1_request(sidc, &rm, role, name.as_bytes()), now).unwrap());
+        if rs[1] != 0 {
+            return Err((0x13, rs[1]));
+        }
+        assert_eq!(u32::from_le_bytes(rs[4..8].try_into().unwrap()), sidm);
+        let rc: [u8; 16] = rs[8..24].try_into().unwrap();
+        let guid: [u8; 16] = rs[24..40].try_into().unwrap();
+        let mut kuid = [0u8; 20];
+        kuid[..password.len()].copy_from_slice(password.as_bytes());
+        let x = Exchange {
+            auth: s.auth,
+            kuid: &kuid,
+            sidm,
+            sidc,
+            rm: &rm,
+            rc: &rc,
+            guid: &guid,
+            role,
+            username: name.as_bytes(),
+        };
+        // The console checks RAKP 2 (a wrong password fails here) but
+        // sends RAKP 3 anyway, to see the BMC's side.
+        let rakp2_ok = crypto::verify(&x.rakp2_code(), &rs[40..]);
+        let rs = payload(&send(bmc, &rakp3_request(sidc, 0, x.rakp3_code().as_slice()), now).unwrap());
+        if rs[1] != 0 {
+            assert!(!rakp2_ok);
+            return Err((0x15, rs[1]));
+        }
+        let sik = x.sik();
+        assert_eq!(&rs[8..], x.rakp4_icv(&sik).as_slice());
+        Ok(Console { suite: s, sidm, sidc, keys: SessionKeys::derive(s.auth, &sik), seq: 0, rq_seq: 0 })
+    }
+
+    impl Console {
+        /// A protected request datagram.
+        fn packet(&mut self, netfn: u8, cmd: u8, data: &[u8]) -> Vec<u8> {
+            self.seq += 1;
+            self.rq_seq = (self.rq_seq + 1) & 0x3F;
+            let mut msg = vec![BMC_ADDR, netfn << 2];
+            msg.push(wire::checksum(&msg));
+            msg.extend_from_slice(&[0x81, self.rq_seq << 2, cmd]);
+            msg.extend_from_slice(data);
+            let sum = wire::checksum(&msg[3..]);
+            msg.push(sum);
+            let encrypted = self.suite.confidentiality != 0;
+            let payload = if encrypted { self.keys.encrypt([0x33; 16], &msg) } else { msg };
+            let protection = Protection { keys: &self.keys, integrity: self.suite.integrity, encrypted };
+            wire::rmcpp(wire::PAYLOAD_IPMI, self.sidc, self.seq, &payload, Some(protection))
+        }
+
+        /// Verifies and opens a reply: (cc, data).
+        fn open_reply(&self, reply: &[u8]) -> (u8, Vec<u8>) {
+            let Some(Datagram::Rmcpp(p)) = wire::parse(reply) else { panic!("not RMCP+") };
+            assert_eq!(p.session_id, self.sidm);
+            if self.suite.integrity != 0 {
+                let (covered, icv) = p.trailer(self.suite.icv_len()).expect("trailer");
+                assert!(crypto::verify(&self.keys.icv(self.suite.integrity, covered), icv), "reply ICV");
+            }
+            let msg = if p.encrypted { self.keys.decrypt(p.payload).expect("decrypt") } else { p.payload.to_vec() };
+            assert_eq!(msg[4] >> 2, self.rq_seq, "rqSeq mirrored");
+            (msg[6], msg[7..msg.len() - 1].to_vec())
+        }
+
+        fn call(&mut self, bmc: &Bmc, netfn: u8, cmd: u8, data: &[u8], now: Instant) -> Option<(u8, Vec<u8>)> {
+            let pkt = self.packet(netfn, cmd, data);
+            send(bmc, &pkt, now).map(|r| self.open_reply(&r))
+        }
+    }
+
+    #[test]
+    fn sessions_under_each_suite_start_at_user_and_raise_to_admin() {
+        for suite in [1, 2, 3, 17] {
+            let b = bmc(&[1, 2, 3, 17]);
+            let now = Instant::now();
+            let mut c = login(&b, suite, 0x14, "admin", "password", now).unwrap();
+            assert_eq!(c.call(&b, 0x00, 0x02, &[0x01], now), Some((0xD4, vec![])), "User may not power on");
+            assert_eq!(c.call(&b, 0x06, 0x3B, &[0x04], now), Some((0x00, vec![0x04])));
+            assert_eq!(c.call(&b, 0x00, 0x02, &[0x01], now), Some((0x00, vec![])));
+            assert!(b.spec.snapshot().power_on, "suite {suite}");
+            // The machine's own privilege fields are left as they were.
+            assert_eq!(b.spec.snapshot().session_privilege, 4);
+            let stats = b.stats(now);
+            assert_eq!((stats.handshakes, stats.active_sessions), (1, 1));
+            assert_eq!(c.call(&b, 0x06, 0x3C, &c.sidc.to_le_bytes(), now), Some((0x00, vec![])));
+            assert_eq!(b.stats(now).active_sessions, 0);
+        }
+    }
+
+    #[test]
+    fn replays_bad_icvs_and_unprotected_packets_are_dropped() {
+        let b = bmc(&[17]);
+        let now = Instant::now();
+        let mut c = login(&b, 17, 0x14, "admin", "password", now).unwrap();
+        let pkt = c.packet(0x06, 0x01, &[]);
+        assert!(send(&b, &pkt, now).is_some());
+        assert!(send(&b, &pkt, now).is_none(), "replay");
+        let mut bad = c.packet(0x06, 0x01, &[]);
+        let last = bad.len() - 1;
+        bad[last] ^= 0x01;
+        assert!(send(&b, &bad, now).is_none(), "bad ICV");
+        // The same request sent in the clear inside an encrypted session.
+        c.seq += 1;
+        let clear = wire::rmcpp(wire::PAYLOAD_IPMI, c.sidc, c.seq, &[0x20, 0x18, 0xC8, 0x81, 0x04, 0x01, 0x7A], None);
+        assert!(send(&b, &clear, now).is_none(), "unprotected");
+        // Unknown session id.
+        let mut other = c.packet(0x06, 0x01, &[]);
+        other[6] ^= 0xFF;
+        assert!(send(&b, &other, now).is_none());
+        assert!(c.call(&b, 0x06, 0x01, &[], now).is_some(), "the session still works");
+        assert_eq!(b.stats(now).discarded, 4);
+    }
+
+    #[test]
+    fn open_session_statuses() {
+        let b = bmc(&[3, 17]);
+        let now = Instant::now();
+        let status =
+            |algs: [u8; 3], privilege: u8| payload(&send(&b, &open_request(7, privilege, algs), now).unwrap())[1];
+        assert_eq!(status([0, 0, 0], 0), status::INVALID_AUTH_ALGORITHM, "suite 0");
+        assert_eq!(status([2, 2, 0], 0), status::INVALID_AUTH_ALGORITHM, "MD5");
+        assert_eq!(status([1, 2, 0], 0), status::INVALID_INTEGRITY_ALGORITHM);
+        assert_eq!(status([1, 1, 2], 0), status::INVALID_CONFIDENTIALITY_ALGORITHM);
+        assert_eq!(status([1, 1, 0], 0), status::NO_CIPHER_SUITE_MATCH, "suite 2 not offered");
+        assert_eq!(status([3, 4, 1], 5), status::INVALID_ROLE);
+        assert_eq!(status([3, 4, 1], 0), status::OK);
+        let rs = payload(&send(&b, &open_request(8, 3, [3, 4, 1]), now).unwrap());
+        assert_eq!((rs[1], rs[2]), (0, 3), "the requested maximum is kept");
+        assert_eq!(&rs[12..], &[0, 0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 8, 4, 0, 0, 0, 2, 0, 0, 8, 1, 0, 0, 0]);
+        // A retransmitted request gets the same session.
+        let again = payload(&send(&b, &open_request(8, 3, [3, 4, 1]), now).unwrap());
+        assert_eq!(again[8..12], rs[8..12]);
+        // Limit 4: two opened so far (SIDm 7 and 8).
+        let open = |sidm: u32| payload(&send(&b, &open_request(sidm, 0, [3, 4, 1]), now).unwrap())[1];
+        assert_eq!(open(10), status::OK);
+        assert_eq!(open(11), status::OK);
+        assert_eq!(open(12), status::INSUFFICIENT_RESOURCES);
+        assert_eq!(b.stats(now).pending_sessions, 4);
+        // Idle pending sessions expire and free their slots.
+        let later = now + Duration::from_secs(61);
+        assert_eq!(payload(&send(&b, &open_request(9, 0, [3, 4, 1]), later).unwrap())[1], status::OK);
+        assert_eq!(b.stats(later).expired_sessions, 4);
+    }
+
+    #[test]
+    fn rakp_statuses() {
+        let b = bmc(&[17]);
+        let now = Instant::now();
+        let err = |role: u8, name: &str, password: &str| login(&b, 17, role, name, password, now).err();
+        assert_eq!(err(0x10, "admin", "password"), Some((0x13, status::INVALID_ROLE)), "role 0");
+        assert_eq!(err(0x15, "admin", "password"), Some((0x13, status::INVALID_ROLE)), "OEM role");
+        assert_eq!(err(0x14, "nobody", "x"), Some((0x13, status::UNAUTHORIZED_NAME)));
+        assert_eq!(err(0x14, "oper", "operpass"), Some((0x13, status::UNAUTHORIZED_ROLE)), "name-only");
+        assert_eq!(err(0x04, "oper", "operpass"), Some((0x13, status::UNAUTHORIZED_ROLE)), "name+privilege");
+        assert!(err(0x13, "oper", "operpass").is_none());
+        assert!(err(0x03, "oper", "operpass").is_none(), "name+privilege, exact role");
+        // Username/privilege lookup: "admin" at User is slot 4 with its own
+        // password; at Operator no entry matches.
+        assert!(err(0x02, "admin", "other").is_none());
+        assert_eq!(err(0x02, "admin", "password"), Some((0x15, status::INVALID_INTEGRITY_CHECK_VALUE)));
+        assert_eq!(err(0x03, "admin", "password"), Some((0x13, status::UNAUTHORIZED_NAME)));
+        assert_eq!(err(0x14, "admin", "wrong"), Some((0x15, status::INVALID_INTEGRITY_CHECK_VALUE)));
+        b.spec.update(|s| s.users[2].ipmi_messaging = false);
+        assert_eq!(err(0x13, "oper", "operpass"), Some((0x13, status::UNAUTHORIZED_NAME)), "no IPMI messaging");
+        // Name longer than 16 bytes.
+        let rs = payload(&send(&b, &open_request(1, 0, [3, 4, 1]), now).unwrap());
+        let sidc = u32::from_le_bytes(rs[8..12].try_into().unwrap());
+        let rs = payload(&send(&b, &rakp1_request(sidc, &[0; 16], 0x14, &[b'a'; 17]), now).unwrap());
+        assert_eq!(rs[1], status::INVALID_NAME_LENGTH);
+        // Role above the Open Session maximum.
+        let rs = payload(&send(&b, &open_request(2, 3, [3, 4, 1]), now).unwrap());
+        let sidc = u32::from_le_bytes(rs[8..12].try_into().unwrap());
+        let rs = payload(&send(&b, &rakp1_request(sidc, &[0; 16], 0x14, b"admin"), now).unwrap());
+        assert_eq!(rs[1], status::INVALID_ROLE);
+        // Refused handshakes leave no session behind.
+        let stats = b.stats(now);
+        assert_eq!(stats.pending_sessions, 0, "{stats:?}");
+    }
+
+    #[test]
+    fn restart_forgets_sessions_and_handshakes() {
+        let b = bmc(&[17]);
+        let now = Instant::now();
+        let mut c = login(&b, 17, 0x14, "admin", "password", now).unwrap();
+        let rs = payload(&send(&b, &open_request(5, 0, [3, 4, 1]), now).unwrap());
+        let pending = u32::from_le_bytes(rs[8..12].try_into().unwrap());
+        b.forget_sessions();
+        assert!(c.call(&b, 0x06, 0x01, &[], now).is_none());
+        let rs = payload(&send(&b, &rakp1_request(pending, &[0; 16], 0x14, b"admin"), now).unwrap());
+        assert_eq!(rs[1], status::INVALID_SESSION_ID);
+        let rs = payload(&send(&b, &rakp3_request(c.sidc, 0, &[0; 32]), now).unwrap());
+        assert_eq!(rs[1], status::INVALID_SESSION_ID);
+        assert_eq!(b.stats(now).forgotten_sessions, 2);
+        assert!(login(&b, 17, 0x14, "admin", "password", now).is_ok(), "new sessions work");
+    }
+
+    #[test]
+    fn idle_sessions_expire() {
+        let b = bmc(&[3]);
+        let now = Instant::now();
+        b.core().settings.idle_timeout = Duration::from_secs(5);
+        let mut c = login(&b, 3, 0x14, "admin", "password", now).unwrap();
+        assert!(c.call(&b, 0x06, 0x01, &[], now + Duration::from_secs(4)).is_some());
+        assert!(c.call(&b, 0x06, 0x01, &[], now + Duration::from_secs(8)).is_some(), "activity kept it");
+        assert!(c.call(&b, 0x06, 0x01, &[], now + Duration::from_secs(14)).is_none());
+        assert_eq!(b.stats(now + Duration::from_secs(14)).expired_sessions, 1);
+    }
+
+    #[test]
+    fn privileges_are_per_session_and_sessions_are_listed_and_closed() {
+        let b = bmc(&[17]);
+        let now = Instant::now();
+        let mut admin = login(&b, 17, 0x14, "admin", "password", now).unwrap();
+        let mut oper = login(&b, 17, 0x13, "oper", "operpass", now).unwrap();
+        assert_eq!(admin.call(&b, 0x06, 0x3B, &[0x04], now).unwrap().0, 0x00);
+        assert_eq!(oper.call(&b, 0x06, 0x3B, &[0x04], now).unwrap().0, 0x81, "above the role");
+        assert_eq!(oper.call(&b, 0x06, 0x3B, &[0x03], now).unwrap(), (0x00, vec![0x03]));
+        assert_eq!(oper.call(&b, 0x06, 0x03, &[], now).unwrap().0, 0xD4, "warm reset: admin only");
+        assert_eq!(admin.call(&b, 0x06, 0x03, &[], now).unwrap().0, 0x00);
+        // Get Session Info: current, Nth, by handle.
+        let (cc, me) = oper.call(&b, 0x06, 0x3D, &[0x00], now).unwrap();
+        assert_eq!(cc, 0);
+        assert_eq!(
+            (me[1], me[2], me[3], me[4], me[5]),
+            (4, 2, 3, 3, 0x11),
+            "limit, active, user 3, operator, RMCP+ ch 1"
+        );
+        assert_eq!(&me[6..10], &[127, 0, 0, 1]);
+        assert_eq!(u16::from_le_bytes([me[16], me[17]]), 40000);
+        let (_, second) = admin.call(&b, 0x06, 0x3D, &[0x02], now).unwrap();
+        assert_eq!(second[0], me[0]);
+        let (_, none) = admin.call(&b, 0x06, 0x3D, &[0x03], now).unwrap();
+        assert_eq!(none, vec![0, 4, 2]);
+        // Closing another session takes Administrator; by handle then.
+        assert_eq!(oper.call(&b, 0x06, 0x3C, &admin.sidc.to_le_bytes(), now).unwrap().0, 0xD4);
+        assert_eq!(admin.call(&b, 0x06, 0x3C, &[0, 0, 0, 0, 0x77], now).unwrap().0, 0x88);
+        assert_eq!(admin.call(&b, 0x06, 0x3C, &[1, 2, 3, 4], now).unwrap().0, 0x87);
+        assert_eq!(admin.call(&b, 0x06, 0x3C, &[0, 0, 0, 0, me[0]], now).unwrap().0, 0x00);
+        assert!(oper.call(&b, 0x06, 0x01, &[], now).is_none(), "closed");
+        assert_eq!(b.stats(now).active_sessions, 1);
+    }
+
+    #[test]
+    fn retransmitted_rakp3_gets_the_same_rakp4() {
+        let b = bmc(&[17]);
+        let now = Instant::now();
+        let sidm = 3;
+        let rs = payload(&send(&b, &open_request(sidm, 0, [3, 4, 1]), now).unwrap());
+        let sidc = u32::from_le_bytes(rs[8..12].try_into().unwrap());
+        let rm = [1; 16];
+        let rs = payload(&send(&b, &rakp1_request(sidc, &rm, 0x14, b"admin"), now).unwrap());
+        let (rc, guid): ([u8; 16], [u8; 16]) = (rs[8..24].try_into().unwrap(), rs[24..40].try_into().unwrap());
+        let x = Exchange {
+            auth: 3,
+            kuid: b"password",
+            sidm,
+            sidc,
+            rm: &rm,
+            rc: &rc,
+            guid: &guid,
+            role: 0x14,
+            username: b"admin",
+        };
+        let first = send(&b, &rakp3_request(sidc, 0, x.rakp3_code().as_slice()), now).unwrap();
+        let again = send(&b, &rakp3_request(sidc, 0, x.rakp3_code().as_slice()), now).unwrap();
+        assert_eq!(payload(&first), payload(&again));
+        assert_eq!(b.stats(now).handshakes, 1);
+        // A console that gives up (RAKP 3 with an error status) frees its
+        // session without an answer.
+        let rs = payload(&send(&b, &open_request(4, 0, [3, 4, 1]), now).unwrap());
+        let sidc = u32::from_le_bytes(rs[8..12].try_into().unwrap());
+        send(&b, &rakp1_request(sidc, &rm, 0x14, b"admin"), now).unwrap();
+        assert!(send(&b, &rakp3_request(sidc, 0x0F, &[]), now).is_none());
+        assert_eq!(b.stats(now).pending_sessions, 0);
+    }
+
+    #[test]
+    fn faults_shape_the_replies() {
+        let b = bmc(&[17]);
+        let now = Instant::now();
+        let mut c = login(&b, 17, 0x14, "admin", "password", now).unwrap();
+        let peer: SocketAddr = PEER.parse().unwrap();
+        b.faults().wrong_session_id = 1;
+        let out = b.on_datagram(&c.packet(0x06, 0x01, &[]), peer, now).unwrap();
+        let Some(Datagram::Rmcpp(p)) = wire::parse(&out.bytes) else { panic!() };
+        assert_eq!(p.session_id, !c.sidm);
+        assert_eq!(b.faults().wrong_session_id, 0);
+        b.faults().duplicate_replies = 1;
+        b.faults().delay_next_reply = Some(Duration::from_millis(250));
+        let out = b.on_datagram(&c.packet(0x06, 0x01, &[]), peer, now).unwrap();
+        assert_eq!((out.copies, out.delay), (2, Duration::from_millis(250)));
+        b.core().settings.latency = Duration::from_millis(20);
+        let out = b.on_datagram(&c.packet(0x06, 0x01, &[]), peer, now).unwrap();
+        assert_eq!((out.copies, out.delay), (1, Duration::from_millis(20)));
+        assert_eq!(c.call(&b, 0x06, 0x3B, &[0x04], now).unwrap().0, 0x00);
+        b.faults().drop_replies = 1;
+        assert!(c.call(&b, 0x00, 0x02, &[0x05], now).is_none());
+        assert_eq!(b.spec.snapshot().soft_offs, 1, "executed, reply dropped");
+        b.faults().ignore_requests = 1;
+        assert!(c.call(&b, 0x06, 0x01, &[], now).is_none());
+        b.spec.inject(0x06, 0x01, Fault::CompletionCode(0xC0));
+        assert_eq!(c.call(&b, 0x06, 0x01, &[], now), Some((0xC0, vec![])));
+        b.spec.inject(0x06, 0x01, Fault::NoReply);
+        assert!(c.call(&b, 0x06, 0x01, &[], now).is_none());
+        assert!(c.call(&b, 0x06, 0x01, &[], now).is_some());
+    }
+
+    #[test]
+    fn sessionless_commands_in_both_framings() {
+        let b = bmc(&[1, 2, 3, 17]);
+        let now = Instant::now();
+        let msg = |cmd: u8, data: &[u8]| {
+            let mut m = vec![BMC_ADDR, 0x06 << 2];
+            m.push(wire::checksum(&m));
+            m.extend_from_slice(&[0x81, 0x08, cmd]);
+            m.extend_from_slice(data);
+            let c = wire::checksum(&m[3..]);
+            m.push(c);
+            m
+        };
+        let reply_data = |reply: Vec<u8>| -> Vec<u8> {
+            let m = match wire::parse(&reply) {
+                Some(Datagram::Ipmi15 { message, .. }) => message.to_vec(),
+                Some(Datagram::Rmcpp(p)) => p.payload.to_vec(),
+                other => panic!("{other:?}"),
+            };
+            m[6..m.len() - 1].to_vec()
+        };
+        let caps = reply_data(send(&b, &wire::ipmi15(&msg(0x38, &[0x8E, 0x04])), now).unwrap());
+        assert_eq!(caps, vec![0x00, 0x01, 0x80, 0x04, 0x02, 0, 0, 0, 0]);
+        let caps15 = reply_data(send(&b, &wire::ipmi15(&msg(0x38, &[0x0E, 0x04])), now).unwrap());
+        assert_eq!(caps15[2..5], [0x00, 0x04, 0x00]);
+        // Cipher suites 1, 2, 3, 17: 20 bytes of records over two pages.
+        let get = |index: u8| {
+            let pkt = wire::rmcpp(wire::PAYLOAD_IPMI, 0, 0, &msg(0x54, &[0x0E, 0x00, 0x80 | index]), None);
+            reply_data(send(&b, &pkt, now).unwrap())
+        };
+        let (p0, p1, p2) = (get(0), get(1), get(2));
+        assert_eq!((p0.len(), p1.len(), p2.len()), (18, 6, 2));
+        assert_eq!(&p0[..7], &[0x00, 0x01, 0xC0, 0x01, 0x01, 0x40, 0x80]);
+        assert_eq!(&p1[2..], &[0xC0, 0x11, 0x03, 0x44, 0x81][1..]);
+        let guid = reply_data(send(&b, &wire::ipmi15(&msg(0x37, &[])), now).unwrap());
+        assert_eq!(&guid[1..], &[0x47; 16]);
+        // Other commands are not answered outside a session.
+        assert!(send(&b, &wire::ipmi15(&msg(0x01, &[])), now).is_none());
+        // ASF ping.
+        let ping = [0x06, 0x00, 0xFF, 0x06, 0x00, 0x00, 0x11, 0xBE, 0x80, 0x09, 0x00, 0x00];
+        assert_eq!(send(&b, &ping, now).unwrap(), wire::asf_pong(0xFF, 0x09));
+    }
+}
