@@ -483,3 +483,109 @@ fn users_come_from_the_state() {
     let out = ipmitool(&bin, bmc, "second", "s3cret-with-20-bytes", &["-v", "-C", "17", "chassis", "power", "status"]);
     assert!(text(&out).contains("unauthorized name"), "{}", text(&out));
 }
+
+#[test]
+fn bmcfleet_probe_sees_an_ipmi_2_0_bmc() {
+    // The provider's session-less probe (IPMI 1.5 framing, channel bit 7).
+    let fleet = fleet(1, &[17]);
+    let start = std::time::Instant::now();
+    let caps = bmcfleet_ipmi::probe::channel_auth_caps(
+        fleet.bmc(0).addr(),
+        start + Duration::from_secs(5),
+        Duration::from_millis(200),
+    )
+    .expect("probe");
+    assert_eq!((caps.channel, caps.ipmi20, caps.ipmi15), (1, true, false));
+    assert_eq!(fleet.bmc(0).stats().requests_for(0x06, 0x38), 1);
+}
+
+#[test]
+fn fleet_binary_serves_with_latency_until_sigterm() {
+    let bin = peer_or_skip!("ipmitool");
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmc-ipmi-fleet"))
+        .args(["--count", "3", "--latency", "20ms", "--suites", "17", "--user", "root", "--password", "calvin"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bmc-ipmi-fleet");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!((fields.len(), fields[0], fields[2]), (3, "ready", "3"), "{line}");
+    let port = fields[1];
+    let run_tool = |suite: &str| {
+        let start = Instant::now();
+        let out = run(
+            &bin,
+            &[
+                "-I",
+                "lanplus",
+                "-C",
+                suite,
+                "-H",
+                "127.0.0.1",
+                "-p",
+                port,
+                "-U",
+                "root",
+                "-E",
+                "-N",
+                "1",
+                "-R",
+                "1",
+                "chassis",
+                "power",
+                "on",
+            ],
+            &[("IPMI_PASSWORD", "calvin")],
+        );
+        (out, start.elapsed())
+    };
+    let (out, took) = run_tool("17");
+    ok(&out);
+    // Get Channel Auth Caps, Open Session, RAKP 1 and 3, Set Session
+    // Privilege, Chassis Control, Close Session: 7 round trips at 20 ms.
+    assert!(took >= Duration::from_millis(7 * 20), "{took:?}");
+    let (out, _) = run_tool("3");
+    assert!(!out.status.success(), "suite 3 is not offered");
+    // SIGTERM (through kill(1): no unsafe here) ends it cleanly.
+    let status = Command::new("kill").arg(child.id().to_string()).status().unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
+
+/// The soft limit on open files, from /proc (Linux).
+fn soft_fd_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+#[test]
+fn ten_thousand_bmcs_in_one_process() {
+    let bin = peer_or_skip!("ipmipower");
+    const N: usize = 10_000;
+    match soft_fd_limit() {
+        Some(limit) if limit >= N as u64 + 1_000 => {}
+        other => {
+            assert!(!require_peers(), "soft fd limit {other:?} is too low for {N} sockets");
+            eprintln!("note: soft fd limit {other:?} is below {}: test skipped", N + 1_000);
+            return;
+        }
+    }
+    let start = Instant::now();
+    let fleet = LanFleet::start(LanConfig { count: N, latency: Duration::from_millis(20), ..LanConfig::default() })
+        .expect("10,000 BMCs");
+    eprintln!("{N} BMCs started in {:?}", start.elapsed());
+    assert_eq!(fleet.len(), N);
+    // Every 50th BMC powered on by one ipmipower fan-out, through 20 ms of
+    // latency per reply.
+    let sample: Vec<LanBmc> = fleet.bmcs().iter().step_by(50).cloned().collect();
+    let out = ok(&ipmipower(&bin, &sample, "17", &["--on"]));
+    assert_eq!(out.lines().filter(|l| l.trim() == "127.0.0.1: ok").count(), sample.len(), "{out}");
+    for (i, bmc) in fleet.bmcs().iter().enumerate() {
+        assert_eq!(bmc.handle().snapshot().power_on, i % 50 == 0, "BMC {i}");
+    }
+}
