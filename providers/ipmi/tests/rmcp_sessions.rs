@@ -71,7 +71,7 @@ async fn open(c: &IpmiConnector, bmc: &LanBmc, who: &ResolvedCredentials) -> Ipm
 async fn suite_17_by_default_and_every_capability_works_over_it() {
     let f = fleet(LanConfig::default());
     let bmc = f.bmc(0);
-    let mut s = open(&connector(), &bmc, &admin()).await;
+    let mut s = open(&connector(), bmc, &admin()).await;
     assert_eq!(s.transport().cipher_suite(), Some(CipherSuite::S17));
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::On).await.unwrap(), Some(PowerState::On));
     assert!(bmc.handle().snapshot().power_on);
@@ -88,7 +88,7 @@ async fn suite_17_by_default_and_every_capability_works_over_it() {
 async fn a_bmc_without_suite_17_gets_suite_3_and_the_order_is_the_machines() {
     let f = fleet(LanConfig { cipher_suites: vec![3], ..LanConfig::default() });
     let bmc = f.bmc(0);
-    let mut s = open(&connector(), &bmc, &admin()).await;
+    let mut s = open(&connector(), bmc, &admin()).await;
     assert_eq!(s.transport().cipher_suite(), Some(CipherSuite::S3));
     Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap();
     let stats = bmc.stats();
@@ -98,17 +98,17 @@ async fn a_bmc_without_suite_17_gets_suite_3_and_the_order_is_the_machines() {
     let f = fleet(LanConfig::default());
     let bmc = f.bmc(0);
     bmc.faults().refused_suites = vec![17];
-    let s = open(&connector(), &bmc, &admin()).await;
+    let s = open(&connector(), bmc, &admin()).await;
     assert_eq!(s.transport().cipher_suite(), Some(CipherSuite::S3));
     bmc.faults().refused_suites.clear();
-    let s = open(&connector_with(vec![CipherSuite::S3, CipherSuite::S17], Privilege::Administrator, 1), &bmc, &admin()).await;
+    let s = open(&connector_with(vec![CipherSuite::S3, CipherSuite::S17], Privilege::Administrator, 1), bmc, &admin()).await;
     assert_eq!(s.transport().cipher_suite(), Some(CipherSuite::S3), "the configured order is followed");
 
     // Only 17 offered, only 3 asked for: a typed answer, not a timeout.
     let f = fleet(LanConfig { cipher_suites: vec![17], ..LanConfig::default() });
     let started = Instant::now();
     let e = connector_with(vec![CipherSuite::S3], Privilege::Administrator, 1)
-        .open(&ctx(), &target(&f.bmc(0)), &admin())
+        .open(&ctx(), &target(f.bmc(0)), &admin())
         .await
         .err()
         .unwrap();
@@ -122,7 +122,7 @@ async fn wrong_password_and_unknown_user_under_suite_17_are_auth_failed() {
     let f = fleet(LanConfig { cipher_suites: vec![17], ..LanConfig::default() });
     let bmc = f.bmc(0);
     for who in [creds("admin", "wrong-password"), creds("nobody", "password")] {
-        let e = connector().open(&ctx(), &target(&bmc), &who).await.err().unwrap();
+        let e = connector().open(&ctx(), &target(bmc), &who).await.err().unwrap();
         assert_eq!(e.code, ErrorCode::AuthFailed, "{}: {e}", who.username);
         assert!(!e.retryable);
         assert!(!e.message.contains("wrong-password"), "the password never appears: {e}");
@@ -137,7 +137,7 @@ async fn privilege_levels_limit_what_a_session_offers_and_sends() {
     let bmc = f.bmc(0);
 
     // An operator: power control yes, user changes no (refused before sending), no BMC reset.
-    let mut s = open(&connector_with(vec![CipherSuite::S17], Privilege::Operator, 1), &bmc, &creds("oper", "oper-pass")).await;
+    let mut s = open(&connector_with(vec![CipherSuite::S17], Privilege::Operator, 1), bmc, &creds("oper", "oper-pass")).await;
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::On).await.unwrap(), Some(PowerState::On));
     let offered = capabilities(&mut s);
     assert!(offered.contains(&Capability::BootDevice) && !offered.contains(&Capability::BmcReset), "{offered:?}");
@@ -149,7 +149,7 @@ async fn privilege_levels_limit_what_a_session_offers_and_sends() {
     assert_eq!(bmc.stats().requests_for(APP, 0x45), before, "no Set User Name reached the BMC");
 
     // A user-level session: power status only.
-    let mut s = open(&connector_with(vec![CipherSuite::S17], Privilege::User, 1), &bmc, &creds("viewer", "view-pass")).await;
+    let mut s = open(&connector_with(vec![CipherSuite::S17], Privilege::User, 1), bmc, &creds("viewer", "view-pass")).await;
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap(), Some(PowerState::On));
     let e = Power::power(&mut s, &ctx(), PowerOp::Off).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
@@ -159,7 +159,7 @@ async fn privilege_levels_limit_what_a_session_offers_and_sends() {
 
     // A user-level account cannot log in as operator.
     let e = connector_with(vec![CipherSuite::S17], Privilege::Operator, 1)
-        .open(&ctx(), &target(&bmc), &creds("viewer", "view-pass"))
+        .open(&ctx(), &target(bmc), &creds("viewer", "view-pass"))
         .await
         .err()
         .unwrap();
@@ -170,7 +170,7 @@ async fn privilege_levels_limit_what_a_session_offers_and_sends() {
 async fn lost_late_duplicated_and_misaddressed_replies() {
     let f = fleet(LanConfig::default());
     let bmc = f.bmc(0);
-    let mut s = open(&connector(), &bmc, &admin()).await;
+    let mut s = open(&connector(), bmc, &admin()).await;
 
     // Lost: an idempotent read is retransmitted on the same session.
     bmc.faults().drop_replies = 1;
@@ -205,7 +205,7 @@ async fn status(s: &mut IpmiSession<RmcpTransport>) -> bmcfleet_provider::Result
 async fn a_bmc_that_forgets_its_sessions_is_reconnected_transparently() {
     let f = fleet(LanConfig::default());
     let bmc = f.bmc(0);
-    let mut s = open(&connector(), &bmc, &admin()).await;
+    let mut s = open(&connector(), bmc, &admin()).await;
     Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap();
     bmc.forget_sessions(); // a BMC restart: the old session id means nothing now
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap(), Some(PowerState::Off));
@@ -236,12 +236,12 @@ async fn a_thousand_sessions_at_once_share_two_sockets_without_head_of_line_bloc
         ..Default::default()
     });
     // Warm up the runtime's threads, then count.
-    let _warm = open(&c, &f.bmc(0), &admin()).await;
+    let _warm = open(&c, f.bmc(0), &admin()).await;
     let threads_before = threads();
     let started = Instant::now();
     let opened = futures::future::join_all((1..N).map(|i| {
         let (c, bmc) = (c.clone(), f.bmc(i));
-        async move { c.open(&Ctx::with_timeout(Duration::from_secs(60)), &target(&bmc), &admin()).await }
+        async move { c.open(&Ctx::with_timeout(Duration::from_secs(60)), &target(bmc), &admin()).await }
     }))
     .await;
     let mut sessions: Vec<_> = opened.into_iter().map(|r| r.expect("every session opens")).collect();
