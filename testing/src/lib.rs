@@ -8,8 +8,10 @@
 //! - [`amt`]: `AmtFixtureServer`, a Digest-enforcing WS-Management peer
 //!   answering with captured Intel AMT exchanges (HTTP or TLS), with faults.
 //! - [`ipmi`]: `IpmiSim` (OpenIPMI `ipmi_sim` on a free loopback port, with
-//!   templates from `tests/ipmi_sim`) and `SpecBmc` (an in-process IPMI 2.0
-//!   responder behind the IPMI provider's `Transport`).
+//!   templates from `tests/ipmi_sim`), `SpecBmc` (an in-process IPMI 2.0
+//!   responder behind the IPMI provider's `Transport`) and `ipmi::lan`
+//!   (`LanFleet`: the same semantics as RMCP+ BMCs on loopback UDP ports,
+//!   thousands per process; the `bmc-ipmi-fleet` binary runs it).
 //! - [`redfish`]: `SushyEmulator` (a real sushy-emulator), `MockupServer`
 //!   (vendor mockups and spec-built resources over HTTPS, with faults),
 //!   `ImageServer`, `SilentServer`, a per-test PKI, and where the shared

@@ -3,9 +3,9 @@
 //! and AES-CBC-128 confidentiality.
 //!
 //! From the IPMI v2.0 rev 1.1 specification (and its errata for SHA-256):
-//! - §13.28 authentication algorithms: RAKP-HMAC-SHA1 (1), RAKP-HMAC-SHA256
-//!   (3); §13.28.4 integrity: HMAC-SHA1-96 (1), HMAC-SHA256-128 (4);
-//!   §13.28.5 confidentiality: AES-CBC-128 (1);
+//! - §13.28 algorithm numbers: authentication RAKP-HMAC-SHA1 (1),
+//!   RAKP-HMAC-SHA256 (3); integrity HMAC-SHA1-96 (1), HMAC-SHA256-128 (4);
+//!   confidentiality AES-CBC-128 (1);
 //! - §13.31 RAKP 2/3 codes and the SIK; §13.32 K1/K2 from the constants
 //!   `0x01 x 20` and `0x02 x 20` (also 20 bytes under SHA-256);
 //! - RAKP 4's integrity check value is the SIK HMAC truncated to the
@@ -27,18 +27,19 @@ use sha2::Sha256;
 pub const AUTH_RAKP_NONE: u8 = 0x00;
 pub const AUTH_HMAC_SHA1: u8 = 0x01;
 pub const AUTH_HMAC_SHA256: u8 = 0x03;
-/// Integrity algorithm numbers (§13.28.4).
+/// Integrity algorithm numbers (§13.28).
 pub const INTEGRITY_NONE: u8 = 0x00;
 pub const INTEGRITY_HMAC_SHA1_96: u8 = 0x01;
 pub const INTEGRITY_HMAC_SHA256_128: u8 = 0x04;
-/// Confidentiality algorithm numbers (§13.28.5).
+/// Confidentiality algorithm numbers (§13.28).
 pub const CONF_NONE: u8 = 0x00;
 pub const CONF_AES_CBC_128: u8 = 0x01;
 
 /// AES block (and IV) length.
 pub const AES_BLOCK: usize = 16;
 
-/// A cipher suite this responder implements (§22.15.2, table 22-20).
+/// A cipher suite this responder implements (the standard suite table
+/// of §22.15).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CipherSuite {
     pub id: u8,
@@ -47,7 +48,7 @@ pub struct CipherSuite {
     pub confidentiality: u8,
 }
 
-/// Every suite the responder can offer, in the order of table 22-20.
+/// Every suite the responder can offer, in the order of the standard table.
 pub const SUITES: [CipherSuite; 4] = [
     CipherSuite { id: 1, auth: AUTH_HMAC_SHA1, integrity: INTEGRITY_NONE, confidentiality: CONF_NONE },
     CipherSuite { id: 2, auth: AUTH_HMAC_SHA1, integrity: INTEGRITY_HMAC_SHA1_96, confidentiality: CONF_NONE },
@@ -80,7 +81,7 @@ impl CipherSuite {
         integrity_len(self.integrity)
     }
 
-    /// The Get Channel Cipher Suites record (§22.15, table 22-19): start of
+    /// The Get Channel Cipher Suites record (§22.15): start of
     /// record, suite id, then the algorithms tagged 00b/01b/10b in bits 7:6.
     pub fn record(&self) -> [u8; 5] {
         [0xC0, self.id, self.auth, 0x40 | self.integrity, 0x80 | self.confidentiality]

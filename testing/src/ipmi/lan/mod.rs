@@ -4,8 +4,8 @@
 //! semantics and a [`SpecHandle`] per BMC.
 //!
 //! # What is implemented (IPMI v2.0 rev 1.1, errata for SHA-256)
-//! - RMCP (§13.1) and ASF Presence Ping → Pong (§13.2.3).
-//! - Session-less (§13.14), in IPMI 1.5 framing with auth type none or in
+//! - RMCP and ASF Presence Ping → Pong (chapter 13).
+//! - Session-less, in IPMI 1.5 framing with auth type none or in
 //!   RMCP+ framing with session id 0: Get Channel Authentication
 //!   Capabilities (§22.13; IPMI 2.0 extended data when the request sets
 //!   channel bit 7), Get Channel Cipher Suites (§22.15, App 0x54) listing
@@ -35,13 +35,33 @@
 //!   and [`SpecHandle::inject`]'s per-command faults. Counters for
 //!   assertions ([`LanStats`]).
 //!
+//! Section numbers are those of IPMI v2.0 rev 1.1.
+//!
 //! # Proven with
-//! ipmitool 1.8.19 (`-I lanplus -C 17`, `-C 3`, `-L OPERATOR`, no `-C` at
-//! all, wrong passwords, refused suites) and FreeIPMI 1.6.10 (`ipmipower
-//! -D LAN_2_0 -I 17|3`, a 200-BMC fan-out, `ipmi-raw`, `ipmi-config
-//! --commit`), in `testing/tests/ipmi_lan_responder.rs`; FreeIPMI needs no
-//! `-W opensesspriv` here (the privilege of RAKP 1, not Open Session, goes
-//! into the key exchange, as the spec says).
+//! Third-party clients, in `testing/tests/ipmi_lan_responder.rs`:
+//! - ipmitool 1.8.19 `-I lanplus`: `-C 17`, `-C 3`, `-C 2`, `-C 1` (power
+//!   status/on, `bootdev pxe` read back as boot flags parameter 5, `mc
+//!   info`, `raw`), no `-C` at all (it reads Get Channel Cipher Suites and
+//!   picks 17, or 3 where only 3 is offered), `-L OPERATOR` with an
+//!   operator account (and its refusal at Administrator), wrong passwords
+//!   (ipmitool's "RAKP 2 HMAC is invalid"), unknown and disabled users,
+//!   refused suites (0, 1, 3 or 17 where not offered), dropped, duplicated
+//!   and late replies, a wrong console session id, a BMC restart under an
+//!   open `ipmitool shell` session; every run closes its session.
+//! - FreeIPMI 1.6.10: `ipmipower -D LAN_2_0 -I 17|3` (`--stat`, `--on`,
+//!   `--off`), a fan-out over 200 BMCs of one fleet and over 200 of a
+//!   10,000-BMC fleet, `ipmi-raw`, `ipmi-config --commit -e
+//!   Chassis_Boot_Flags:Boot_Device=PXE` and `--checkout`. None of them
+//!   needs `-W opensesspriv` (PEERS.md's workaround for `ipmi_sim`): this
+//!   responder accepts Open Session's "highest privilege" (0) request, which
+//!   FreeIPMI sends without the flag, and keys the exchange on RAKP 1's role
+//!   as the spec says.
+//! - bmcfleet's own session-less probe (`bmcfleet_ipmi::probe`).
+//!
+//! The engine's corner cases (replays, bad ICVs, every RAKP status, session
+//! limit, idle expiry, Close Session by handle...) are unit tests in
+//! `server.rs` with a console written from the same spec text: they check
+//! the engine's decisions, not interoperability.
 //!
 //! # Not implemented
 //! IPMI 1.5 sessions (MD2/MD5/straight password; session-less 1.5 requests
@@ -100,8 +120,8 @@ pub struct LanConfig {
     pub latency: Duration,
     /// Cipher suites offered, in preference order: any of 1, 2, 3, 17.
     pub cipher_suites: Vec<u8>,
-    /// Sessions (in any phase) a BMC holds at once; Open Session answers
-    /// 0x01 beyond it.
+    /// Sessions (in any phase) a BMC holds at once (at most 255); Open
+    /// Session answers 0x01 beyond it.
     pub session_limit: usize,
     /// A session without a valid packet for this long is gone.
     pub idle_timeout: Duration,
@@ -130,6 +150,7 @@ impl Default for LanConfig {
 impl LanConfig {
     /// Puts an enabled user with IPMI messaging in slot `id` (2..=10).
     pub fn with_user(mut self, id: u8, name: &str, password: &str, privilege: u8) -> Self {
+        assert!((2..=super::MAX_USERS).contains(&id), "user id {id} is not 2..={}", super::MAX_USERS);
         self.state.users[usize::from(id) - 1] = user(name, password, privilege);
         self
     }

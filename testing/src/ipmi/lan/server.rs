@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::net::UdpSocket;
 
-/// RMCP+ status codes (§13.24, table 13-15).
+/// RMCP+ status codes (§13.24).
 pub mod status {
     pub const OK: u8 = 0x00;
     pub const INSUFFICIENT_RESOURCES: u8 = 0x01;
@@ -250,7 +250,7 @@ impl Bmc {
         }
     }
 
-    /// Commands answered outside a session (§13.14): capabilities, cipher
+    /// Commands answered outside a session: capabilities, cipher
     /// suites and the GUID. Anything else is ignored, as before a session.
     fn sessionless(&self, core: &mut Core, rq: &Request<'_>) -> Option<(u8, Vec<u8>)> {
         *core.counters.requests.entry((rq.netfn, rq.cmd)).or_default() += 1;
@@ -358,7 +358,8 @@ impl Bmc {
         let sidc = match core.sessions.find_opened(sidm, peer) {
             Some(s) if s.suite == suite && s.max_privilege == max_privilege => s.sidc,
             _ => {
-                if core.sessions.len() >= core.settings.session_limit {
+                // Session handles are one byte: never more than 255.
+                if core.sessions.len() >= core.settings.session_limit.min(255) {
                     return refuse(core, status::INSUFFICIENT_RESOURCES);
                 }
                 core.sessions.open(sidm, suite, max_privilege, peer, now, crypto::random_nonzero_u32).sidc
@@ -520,8 +521,9 @@ impl Bmc {
         let privilege = hs.privilege();
         session.phase = Phase::Active(Box::new(Active {
             keys: SessionKeys::derive(suite.auth, &sik),
-            // §13.22 / Set Session Privilege Level: a session starts at
-            // User, or at its role when that is lower (Callback).
+            // A session starts at User, or at its role when that is
+            // lower (Callback), and is raised with Set Session Privilege
+            // Level (§22.18).
             privilege: privilege.min(PRIV_USER),
             limit: privilege,
             user_id: hs.user_id,

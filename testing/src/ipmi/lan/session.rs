@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// Privilege levels (§6.8).
+/// Privilege levels.
 pub const PRIV_USER: u8 = 2;
 pub const PRIV_ADMIN: u8 = 4;
 
@@ -90,7 +90,7 @@ pub struct Active {
     pub limit: u8,
     pub user_id: u8,
     /// Separate windows and counters for authenticated and unauthenticated
-    /// packets (§13.8: two sequence number spaces).
+    /// packets (two sequence number spaces).
     pub inbound_auth: SeqWindow,
     pub inbound_plain: SeqWindow,
     pub outbound_auth: u32,

@@ -1,7 +1,7 @@
-//! Datagram layouts: RMCP (§13.1), ASF presence ping/pong (§13.2.3 and DMTF
-//! ASF 2.0 §3.2.4), the IPMI 1.5 session header (§13.6, auth type none
-//! only), the IPMI 2.0/RMCP+ session header and trailer (§13.6, §13.8) and
-//! the IPMI LAN message (§13.8, table 13-8 checksums).
+//! Datagram layouts (IPMI v2.0 chapter 13): RMCP, ASF presence ping/pong,
+//! the IPMI 1.5 session header (auth type none only), the IPMI 2.0/RMCP+
+//! session header and trailer, and the IPMI LAN message with its two
+//! checksums.
 //!
 //! Parsing never panics on short or inconsistent input: anything that does
 //! not parse is `None`, and the server drops it silently (a BMC never
@@ -20,7 +20,7 @@ const ASF_PONG: u8 = 0x40;
 pub const AUTH_TYPE_NONE: u8 = 0x00;
 pub const AUTH_TYPE_RMCPP: u8 = 0x06;
 
-/// RMCP+ payload types (§13.27.3).
+/// RMCP+ payload types.
 pub const PAYLOAD_IPMI: u8 = 0x00;
 pub const PAYLOAD_OPEN_SESSION_REQUEST: u8 = 0x10;
 pub const PAYLOAD_OPEN_SESSION_RESPONSE: u8 = 0x11;
@@ -29,9 +29,9 @@ pub const PAYLOAD_RAKP2: u8 = 0x13;
 pub const PAYLOAD_RAKP3: u8 = 0x14;
 pub const PAYLOAD_RAKP4: u8 = 0x15;
 
-/// The "next header" byte of the session trailer (§13.8).
+/// The "next header" byte of the session trailer.
 const NEXT_HEADER: u8 = 0x07;
-/// The BMC's and the remote console's software ids (§5.5).
+/// The BMC's slave address (responder of every request).
 pub const BMC_ADDR: u8 = 0x20;
 
 /// A datagram the server understands.
@@ -207,7 +207,7 @@ pub fn rmcpp(
     out
 }
 
-/// IPMI two's-complement checksum (§13.8).
+/// IPMI two's-complement checksum.
 pub fn checksum(bytes: &[u8]) -> u8 {
     bytes.iter().fold(0u8, |a, b| a.wrapping_add(*b)).wrapping_neg()
 }
