@@ -357,6 +357,14 @@ fn freeipmi_ipmipower_suites_17_and_3_without_workaround_flags() {
     assert!(fleet.bmc(1).handle().snapshot().power_on);
     assert_eq!(ok(&ipmipower(&bin, b, "3", &["--off"])).trim(), "127.0.0.1: ok");
     assert!(!fleet.bmc(1).handle().snapshot().power_on);
+    // Wrong credentials, as FreeIPMI reports them.
+    let hosts = format!("127.0.0.1:{}", fleet.bmc(0).port());
+    let wrong = |user: &str, password: &str| {
+        let out = run(&bin, &["-D", "LAN_2_0", "-I", "17", "-h", &hosts, "-u", user, "-p", password, "--stat"], &[]);
+        text(&out)
+    };
+    assert!(wrong("admin", "wrong").contains("password invalid"));
+    assert!(wrong("nobody", "password").contains("username invalid"));
     for bmc in fleet.bmcs() {
         let stats = bmc.stats();
         assert_eq!(stats.active_sessions, 0, "ipmipower closed its sessions: {stats:?}");
@@ -465,6 +473,12 @@ fn fleet_ports_follow_the_base_port() {
         let ports: Vec<u16> = fleet.bmcs().iter().map(|b| b.port()).collect();
         assert_eq!(ports, (base..base + 5).collect::<Vec<_>>());
         assert!(fleet.bmcs().iter().all(|b| b.addr().ip().is_loopback()));
+        // Stopped on drop: the ports are free again.
+        let addrs: Vec<_> = fleet.bmcs().iter().map(|b| b.addr()).collect();
+        drop(fleet);
+        for addr in addrs {
+            std::net::UdpSocket::bind(addr).unwrap_or_else(|e| panic!("{addr} still bound: {e}"));
+        }
         return;
     }
     panic!("no free block of 5 UDP ports");
