@@ -603,3 +603,19 @@ fn ten_thousand_bmcs_in_one_process() {
         assert_eq!(bmc.handle().snapshot().power_on, i % 50 == 0, "BMC {i}");
     }
 }
+
+#[tokio::test]
+async fn a_fleet_starts_and_stops_inside_a_runtime() {
+    // The fleet owns its runtime; starting and dropping it from async code
+    // (a tokio test, the provider's tests) must not panic or block.
+    let fleet = LanFleet::start(LanConfig { count: 2, ..LanConfig::default() }).unwrap();
+    let addr = fleet.bmc(1).addr();
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let ping = [0x06, 0x00, 0xFF, 0x06, 0x00, 0x00, 0x11, 0xBE, 0x80, 0x01, 0x00, 0x00];
+    socket.send_to(&ping, addr).await.unwrap();
+    let mut buf = [0u8; 64];
+    let (n, from) = tokio::time::timeout(Duration::from_secs(5), socket.recv_from(&mut buf)).await.unwrap().unwrap();
+    assert_eq!((n, from), (28, addr), "ASF pong");
+    assert_eq!(&buf[8..10], &[0x40, 0x01]);
+    drop(fleet);
+}
