@@ -96,6 +96,8 @@ pub struct Change {
 #[derive(Clone)]
 pub struct Registry {
     copy: Arc<RwLock<Copy>>,
+    /// Bumped on every change of the copy (pollers rebuild their schedules).
+    generation: Arc<std::sync::atomic::AtomicU64>,
     store: Option<Store>,
     stop: CancellationToken,
     changes: tokio::sync::broadcast::Sender<Change>,
@@ -107,9 +109,9 @@ impl Registry {
     pub async fn start(js: &Context, subjects: &Subjects, replicas: usize, stop: CancellationToken) -> Result<Registry, SetupError> {
         let store = bucket(js, machines_config(subjects, replicas), Mode::UseExisting).await?;
         let (changes, _) = tokio::sync::broadcast::channel(1024);
-        let registry = Registry { copy: Arc::default(), store: Some(store.clone()), stop, changes };
+        let registry = Registry { copy: Arc::default(), generation: Arc::default(), store: Some(store.clone()), stop, changes };
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(follow(store, registry.copy.clone(), registry.stop.clone(), synced_tx, registry.changes.clone()));
+        tokio::spawn(follow(store, registry.copy.clone(), registry.generation.clone(), registry.stop.clone(), synced_tx, registry.changes.clone()));
         match tokio::time::timeout(INITIAL_SYNC, synced_rx).await {
             Ok(Ok(())) => Ok(registry),
             _ => Err(SetupError::JetStream {
@@ -206,6 +208,22 @@ impl Registry {
         copy.hosts.get(host).and_then(|names| names.iter().next().cloned())
     }
 
+    /// Changes with every change of the copy.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The usable machines `keep` selects (a record in conflict with
+    /// another at the same host is left out).
+    pub fn machines(&self, keep: impl Fn(&Machine) -> bool) -> Vec<Arc<Machine>> {
+        let copy = self.copy.read().expect("registry lock");
+        copy.machines
+            .values()
+            .filter(|m| keep(m) && copy.hosts.get(&m.host_identity()).is_none_or(|names| names.len() == 1))
+            .cloned()
+            .collect()
+    }
+
     /// How many usable records the copy holds.
     pub fn len(&self) -> usize {
         self.copy.read().expect("registry lock").machines.len()
@@ -220,6 +238,7 @@ impl Registry {
 async fn follow(
     store: Store,
     shared: Arc<RwLock<Copy>>,
+    generation: Arc<std::sync::atomic::AtomicU64>,
     stop: CancellationToken,
     synced: tokio::sync::oneshot::Sender<()>,
     changes: tokio::sync::broadcast::Sender<Change>,
@@ -230,7 +249,7 @@ async fn follow(
     loop {
         let outcome = tokio::select! {
             _ = stop.cancelled() => return,
-            r = follow_once(&store, &shared, &mut synced, &changes) => r,
+            r = follow_once(&store, &shared, &generation, &mut synced, &changes) => r,
         };
         if let Err(e) = outcome {
             tracing::warn!(error = %e, "Machine registry watch ended; reopening it.");
@@ -248,6 +267,7 @@ async fn follow(
 async fn follow_once(
     store: &Store,
     shared: &RwLock<Copy>,
+    generation: &std::sync::atomic::AtomicU64,
     synced: &mut Option<tokio::sync::oneshot::Sender<()>>,
     changes: &tokio::sync::broadcast::Sender<Change>,
 ) -> Result<(), String> {
@@ -257,6 +277,7 @@ async fn follow_once(
     let publish = |fresh: &mut Option<Copy>, synced: &mut Option<tokio::sync::oneshot::Sender<()>>| {
         if let Some(copy) = fresh.take() {
             *shared.write().expect("registry lock") = copy;
+            generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             if let Some(tx) = synced.take() {
                 let _ = tx.send(());
             }
@@ -272,6 +293,7 @@ async fn follow_once(
             Some(copy) => copy.apply(&entry.key, value),
             None => {
                 shared.write().expect("registry lock").apply(&entry.key, value);
+                generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 let _ = changes.send(Change { machine: entry.key.clone(), revision: entry.revision, value: value.map(<[u8]>::to_vec) });
             }
         }
@@ -299,7 +321,7 @@ mod tests {
 
     #[test]
     fn the_copy_refuses_what_it_cannot_trust() {
-        let r = Registry { copy: Arc::default(), store: None, stop: CancellationToken::new(), changes: tokio::sync::broadcast::channel(1).0 };
+        let r = Registry { copy: Arc::default(), generation: Arc::default(), store: None, stop: CancellationToken::new(), changes: tokio::sync::broadcast::channel(1).0 };
         {
             let mut c = r.copy.write().unwrap();
             c.apply("a", Some(&record("a", "10.0.0.1")));

@@ -176,6 +176,18 @@ pub fn machines_config(s: &Subjects, replicas: usize) -> kv::Config {
     }
 }
 
+/// Observed machine state (created and written by workers; operators read it).
+pub fn state_config(s: &Subjects, replicas: usize) -> kv::Config {
+    kv::Config {
+        bucket: s.state_bucket(),
+        description: "bmcfleet observed machine state: power, reachability, last seen".into(),
+        history: 1,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
+        ..Default::default()
+    }
+}
+
 /// The credentials bucket (created by `bmcctl cred put`; workers only read it).
 pub fn credentials_config(s: &Subjects, replicas: usize) -> kv::Config {
     kv::Config {

@@ -116,6 +116,15 @@ impl RedfishOptions {
     }
 }
 
+/// A machine's enforced power state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum DesiredPower {
+    On,
+    Off,
+}
+
 /// IPMI provider options of a machine.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

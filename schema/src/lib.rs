@@ -14,6 +14,7 @@
 //! - [`codec`]: MessagePack (default) and JSON encoding.
 //! - [`validate`]: [`Limits`] and batch validation.
 //! - [`raw_policy`]: [`RawPolicy`], which raw passthrough requests a deployment allows.
+//! - [`state`]: [`state::MachineState`] and [`state::MachineEvent`], the observed state of registered machines.
 
 pub mod action;
 pub mod audit;
@@ -31,6 +32,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod result;
 pub mod secret;
+pub mod state;
 pub mod subject;
 pub mod validate;
 

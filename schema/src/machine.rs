@@ -52,6 +52,15 @@ pub struct Machine {
     /// Redfish provider options (`auth: auto|session|basic`).
     #[serde(default, skip_serializing_if = "crate::action::RedfishOptions::is_default")]
     pub redfish: crate::action::RedfishOptions,
+    /// How often the owning worker reads the machine's power and checks its
+    /// BMC answers (default: the worker's `--poll-interval`, 3 minutes;
+    /// at least 1 s).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::duration::option")]
+    pub poll_interval: Option<std::time::Duration>,
+    /// Power state to enforce: when a poll finds the machine otherwise, the
+    /// worker switches it (Ironic's force-power-state). Off by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_power: Option<crate::DesiredPower>,
     /// IPMI provider options (`cipher_suites: [17, 3]`, `privilege: operator`).
     #[serde(default, skip_serializing_if = "crate::action::IpmiOptions::is_default")]
     pub ipmi: crate::action::IpmiOptions,
@@ -91,6 +100,9 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 /// What [`valid_name`] requires, for messages.
+/// Shortest poll interval a machine may ask for.
+pub const MIN_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub const NAME_RULE: &str = "1-63 characters of [a-z0-9-], not starting or ending with `-`";
 
 impl Machine {
@@ -107,6 +119,8 @@ impl Machine {
             protocols: vec![],
             redfish: Default::default(),
             ipmi: Default::default(),
+            poll_interval: None,
+            desired_power: None,
             labels: BTreeMap::new(),
             tenant: default_tenant(),
         }
@@ -156,6 +170,9 @@ impl Machine {
             return Err(bad("ipmi options on a machine the worker never speaks IPMI to".into()));
         }
         self.ipmi.validate().map_err(bad)?;
+        if self.poll_interval.is_some_and(|d| d < MIN_POLL_INTERVAL) {
+            return Err(bad(format!("poll_interval: at least {}", crate::duration::format(MIN_POLL_INTERVAL))));
+        }
         for (k, v) in &self.labels {
             let key_ok = !k.is_empty() && k.len() <= 63 && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
             if !key_ok || v.len() > 63 || v.chars().any(|c| c.is_control()) {

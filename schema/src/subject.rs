@@ -71,6 +71,24 @@ impl Subjects {
         format!("{}.events.{}.>", self.prefix, tenant)
     }
 
+    /// Observed-state events of one machine of `tenant`
+    /// (`<prefix>.events.<tenant>.machine.<name>`): under the tenant's
+    /// events, so the same export delivers them to the tenant.
+    pub fn machine_events(&self, tenant: &str, machine: &str) -> String {
+        format!("{}.events.{}.machine.{}", self.prefix, tenant, machine)
+    }
+
+    /// Observed-state events of every machine (operators' `bmcctl machine watch`).
+    pub fn machine_events_all(&self) -> String {
+        format!("{}.events.*.machine.*", self.prefix)
+    }
+
+    /// Whether `subject` carries machine-state events (not a batch's).
+    pub fn is_machine_event(&self, subject: &str) -> bool {
+        let mut t = subject.split('.');
+        t.next() == Some(self.prefix.as_str()) && t.next() == Some("events") && t.next().is_some() && t.next() == Some("machine")
+    }
+
     pub fn events_all(&self) -> String {
         format!("{}.events.>", self.prefix)
     }
@@ -118,6 +136,12 @@ impl Subjects {
     /// KV bucket of the machine registry (key: machine name, value: JSON [`crate::Machine`]).
     pub fn machines_bucket(&self) -> String {
         format!("{}_MACHINES", self.stream)
+    }
+
+    /// KV bucket of observed machine state (key: machine name, value: JSON
+    /// [`crate::state::MachineState`]); written by workers only.
+    pub fn state_bucket(&self) -> String {
+        format!("{}_STATE", self.stream)
     }
 
     /// KV bucket of named BMC credentials, each value sealed to the workers' key.

@@ -41,6 +41,17 @@ pub struct Config {
     /// Idle time after which a BMC's lane and session are dropped.
     #[arg(long, env = "BMCFLEET_LANE_IDLE_TIMEOUT", default_value = "60s", value_parser = positive_duration)]
     pub lane_idle_timeout: Duration,
+    /// How often each registered machine of an owned partition is polled
+    /// for its power state and reachability (a machine's `poll_interval`
+    /// overrides it); `off` disables polling. At least 1s (short intervals load the BMCs).
+    #[arg(long, env = "BMCFLEET_POLL_INTERVAL", default_value = "3m", value_parser = poll_interval)]
+    pub poll_interval: PollInterval,
+    /// Longest time a poll (session set-up and the power read) may take.
+    #[arg(long, env = "BMCFLEET_POLL_TIMEOUT", default_value = "30s", value_parser = positive_duration)]
+    pub poll_timeout: Duration,
+    /// An unchanged machine state is rewritten (with its last-seen time) this often.
+    #[arg(long, env = "BMCFLEET_STATE_HEARTBEAT", default_value = "15m", value_parser = positive_duration)]
+    pub state_heartbeat: Duration,
     /// Time allowed on SIGTERM for running actions to finish before they are handed back.
     #[arg(long, env = "BMCFLEET_DRAIN_TIMEOUT", default_value = "30s", value_parser = positive_duration)]
     pub drain_timeout: Duration,
@@ -100,6 +111,21 @@ pub struct Config {
     pub sim_endpoint: Option<SocketAddr>,
 }
 
+/// `--poll-interval`: a duration of at least 10s, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PollInterval(pub Option<Duration>);
+
+fn poll_interval(s: &str) -> Result<PollInterval, String> {
+    if s.trim() == "off" {
+        return Ok(PollInterval(None));
+    }
+    let d = bmcfleet_schema::duration::parse(s)?;
+    if d < bmcfleet_schema::machine::MIN_POLL_INTERVAL {
+        return Err(format!("at least {} (or `off`)", bmcfleet_schema::duration::format(bmcfleet_schema::machine::MIN_POLL_INTERVAL)));
+    }
+    Ok(PollInterval(Some(d)))
+}
+
 fn protocol(s: &str) -> Result<bmcfleet_schema::Protocol, String> {
     use bmcfleet_schema::Protocol::*;
     match s.trim() {
@@ -123,6 +149,15 @@ impl ServiceConfig for Config {
                 bmcfleet_schema::duration::format(self.lease_ttl)
             ));
         }
+        if let Some(every) = self.poll_interval.0 {
+            if self.poll_timeout >= every {
+                return Err(format!(
+                    "--poll-timeout ({}) must be shorter than --poll-interval ({})",
+                    bmcfleet_schema::duration::format(self.poll_timeout),
+                    bmcfleet_schema::duration::format(every)
+                ));
+            }
+        }
         if self.ack_wait < Duration::from_secs(1) {
             return Err("--ack-wait must be at least 1s".into());
         }
@@ -141,6 +176,11 @@ impl ServiceConfig for Config {
 }
 
 impl Config {
+    /// Polling and state settings.
+    pub fn state(&self) -> crate::state::Settings {
+        crate::state::Settings { poll_interval: self.poll_interval.0, heartbeat: self.state_heartbeat, poll_timeout: self.poll_timeout }
+    }
+
     /// The retry, breaker and pacing settings.
     pub fn guard(&self) -> crate::guard::Settings {
         crate::guard::Settings {
@@ -200,6 +240,19 @@ mod tests {
         assert!(e.contains("--bmc-min-interval") && e.contains("--lane-idle-timeout"), "{e}");
         let c = Config::try_parse_from(["w", "--bmc-min-interval", "3m"]).unwrap();
         assert!(c.validate().unwrap_err().contains("--action-timeout"));
+    }
+
+    #[test]
+    fn poll_flags_parse_and_validate() {
+        let c = Config::try_parse_from(["w"]).unwrap();
+        assert_eq!(c.state().poll_interval, Some(Duration::from_secs(180)), "the documented default");
+        assert_eq!(Config::try_parse_from(["w", "--poll-interval", "off"]).unwrap().state().poll_interval, None);
+        for bad in [&["--poll-interval", "500ms"][..], &["--poll-interval", "60"], &["--state-heartbeat", "0s"]] {
+            assert!(Config::try_parse_from(["w"].iter().chain(bad.iter())).is_err(), "{bad:?} accepted");
+        }
+        let c = Config::try_parse_from(["w", "--poll-interval", "20s", "--poll-timeout", "30s"]).unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("--poll-timeout") && e.contains("--poll-interval"), "{e}");
     }
 
     #[test]

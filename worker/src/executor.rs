@@ -476,6 +476,13 @@ impl<'a> Run<'a> {
                 ),
                 Err(e) => ActionResult::err(i as u32, action.kind(), provider, e.into(), ms),
             };
+            // A registered machine's power read by a batch refreshes its observed state.
+            if let (Some(machine), Some(bmcfleet_schema::ActionData::PowerState(power))) = (&self.job.batch.machine, &result.data) {
+                if self.fence.valid() {
+                    let seen = crate::state::Observation::Answered { power: Some(*power), provider: result.provider.clone() };
+                    self.shared.state.observe(self.shared, machine, &self.job.tenant, seen).await;
+                }
+            }
             span.record("provider", result.provider.as_deref().unwrap_or("-"));
             span.record("outcome", result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("ok"));
             if let Some(e) = &result.error {

@@ -13,6 +13,7 @@
 //! - [`session`]: a lane's BMC session and action dispatch onto capabilities.
 //! - [`guard`]: per-BMC retries with backoff, circuit breaker and pacing.
 //! - [`registry`]: available providers; [`credentials`]: named credentials.
+//! - [`state`]: polls of registered machines, their observed state and its events.
 //! - [`metrics`]: what the worker counts (served on `/metrics`).
 
 pub mod config;
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod partition;
 pub mod registry;
 pub mod session;
+pub mod state;
 pub mod targets;
 
 pub use config::Config;
@@ -59,6 +61,8 @@ pub struct Shared {
     pub permits: Arc<Semaphore>,
     /// Counters and histograms served on `/metrics`.
     pub metrics: metrics::Metrics,
+    /// Observed state of the machines this worker polls.
+    pub state: state::StateBook,
 }
 
 fn default_worker_id() -> String {
@@ -87,6 +91,22 @@ pub fn registry(config: &Config) -> Registry {
         r = r.with(Arc::new(bmcfleet_sim::SimConnector::new(endpoint)));
     }
     r
+}
+
+/// Keeps the `machines` gauge (by power and reachability) current.
+async fn census(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let counts = shared.state.census();
+        shared.metrics.machines.clear();
+        for ((power, contactable), n) in counts {
+            shared.metrics.machines.get_or_create(&metrics::MachineLabels { power, contactable: contactable.to_string() }).set(n);
+        }
+    }
 }
 
 /// Run the worker until `shutdown` resolves, then hand its partitions back.
@@ -134,6 +154,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     })
     .await
     .context("reading the machine registry")?;
+    let state_store = streams::retry_setup("the machine state bucket", std::time::Duration::from_secs(60), |_| false, || {
+        streams::bucket(&res.js, streams::state_config(&subjects, replicas), Mode::UseExisting)
+    })
+    .await
+    .context("setting up the machine state bucket")?;
     let providers = registry.describe();
     tracing::info!(
         worker = %worker_id, providers = ?providers, credentials = credentials.len(), sealing_keys = ?sealing_keys,
@@ -153,6 +178,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         guard: config.guard(),
         permits: Arc::new(Semaphore::new(config.max_concurrent_batches as usize)),
         metrics,
+        state: state::StateBook::new(state_store, config.state()),
     });
     // The lease and presence buckets, like the streams: a fresh cluster may
     // refuse them for a while.
@@ -174,6 +200,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .await
     .context("setting up the partition lease buckets")?;
     let task = tokio::spawn(membership.run(stop.clone()));
+    tokio::spawn(census(shared.clone(), stop.clone()));
     ready.running(true);
     shutdown.await;
     ready.running(false);

@@ -45,6 +45,20 @@ pub struct StateLabels {
     pub state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MachineLabels {
+    /// `on`, `off` or `unknown`.
+    pub power: String,
+    /// `true` or `false`.
+    pub contactable: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `ok`, an error code, or `skipped` (a batch was running).
+    pub outcome: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency() -> Histogram {
@@ -76,6 +90,18 @@ pub struct Metrics {
     pub breakers: crate::guard::BreakerMetrics,
     /// Actions refused at once by an open breaker.
     pub breaker_rejections: Family<ProtocolLabels, Counter>,
+    /// Machines this worker observes, by power and reachability.
+    pub machines: Family<MachineLabels, Gauge>,
+    /// Polls, by outcome.
+    pub polls: Family<OutcomeLabels, Counter>,
+    /// Time a poll took (session set-up included).
+    pub poll_seconds: Histogram,
+    /// How far the most overdue machine poll is behind its schedule (seconds), by partition.
+    pub polls_behind_seconds: Family<PartitionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Writes of observed state (changes and heartbeats).
+    pub state_writes: Counter,
+    /// Machine state events published, by kind.
+    pub state_events: Family<KindLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -101,6 +127,12 @@ impl Metrics {
             worker_exhausted: Counter::default(),
             breakers: crate::guard::BreakerMetrics::default(),
             breaker_rejections: Family::default(),
+            machines: Family::default(),
+            polls: Family::default(),
+            poll_seconds: latency(),
+            polls_behind_seconds: Family::default(),
+            state_writes: Counter::default(),
+            state_events: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("bmcfleet");
         r.register("actions", "Action results, by action kind, protocol and outcome (ok or error code)", m.actions.clone());
@@ -116,6 +148,12 @@ impl Metrics {
         r.register("breakers_open", "BMC circuit breakers on this worker that are open or half-open", m.breakers.open.clone());
         r.register("breaker_opens", "Times a BMC circuit breaker opened (or reopened after a failed probe)", m.breakers.opened.clone());
         r.register("breaker_rejections", "Actions failed fast with circuit_open, by protocol", m.breaker_rejections.clone());
+        r.register("machines", "Registered machines this worker observes, by power state and contactable", m.machines.clone());
+        r.register("polls", "Machine polls (power state and reachability), by outcome", m.polls.clone());
+        r.register("poll_duration_seconds", "Time a machine poll took (session set-up included)", m.poll_seconds.clone());
+        r.register("polls_behind_seconds", "How far the most overdue machine poll is behind its schedule", m.polls_behind_seconds.clone());
+        r.register("state_writes", "Observed machine state written (changes and heartbeats)", m.state_writes.clone());
+        r.register("state_events", "Machine state events published, by kind (power_changed, unreachable, recovered)", m.state_events.clone());
         m
     }
 

@@ -48,9 +48,25 @@ struct Delivery {
     job: Job,
 }
 
+/// What a lane is given to do, in order.
+enum Work {
+    Batch(Box<Delivery>),
+    /// Poll the machine's power and reachability (see [`crate::state`]).
+    Poll(Arc<bmcfleet_schema::Machine>),
+}
+
+/// What a lane reports back.
+enum Done {
+    /// A batch finished (its stream sequence).
+    Batch(BmcKey, u64),
+    Polled(BmcKey),
+}
+
 struct Lane {
-    tx: mpsc::UnboundedSender<Delivery>,
+    tx: mpsc::UnboundedSender<Work>,
     pending: usize,
+    /// A poll is queued or running.
+    polling: bool,
     last_active: Instant,
 }
 
@@ -76,23 +92,64 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
         }
     };
 
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(BmcKey, u64)>();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut lanes: HashMap<BmcKey, Lane> = HashMap::new();
     let mut held: HashMap<u64, jetstream::Message> = HashMap::new();
     let mut lane_tasks = tokio::task::JoinSet::new();
     let mut progress = tokio::time::interval((settings.ack_wait / 3).max(Duration::from_millis(300)));
     let mut sweep = tokio::time::interval((settings.lane_idle_timeout / 2).max(Duration::from_millis(100)));
+    // Polls of the partition's registered machines.
+    let mut schedule = crate::state::Schedule::default();
+    let mut poll_tick = tokio::time::interval(Duration::from_secs(1));
+    poll_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let partitions = shared.subjects.partitions;
+    let in_partition = |name: &str| BmcKey::machine(name).partition(partitions) == p;
 
     loop {
         tokio::select! {
             biased;
             _ = fence.lost.cancelled() => break,
             _ = fence.drain.cancelled() => break,
-            Some((key, seq)) = done_rx.recv() => {
-                held.remove(&seq);
-                if let Some(lane) = lanes.get_mut(&key) {
-                    lane.pending = lane.pending.saturating_sub(1);
-                    lane.last_active = Instant::now();
+            Some(done) = done_rx.recv() => match done {
+                Done::Batch(key, seq) => {
+                    held.remove(&seq);
+                    if let Some(lane) = lanes.get_mut(&key) {
+                        lane.pending = lane.pending.saturating_sub(1);
+                        lane.last_active = Instant::now();
+                    }
+                }
+                Done::Polled(key) => {
+                    if let Some(lane) = lanes.get_mut(&key) {
+                        lane.polling = false;
+                    }
+                }
+            },
+            _ = poll_tick.tick(), if shared.state.settings().poll_interval.is_some() => {
+                if !fence.may_act() {
+                    continue;
+                }
+                let now = Instant::now();
+                let registry = &shared.targets.machines;
+                let generation = registry.generation();
+                schedule.refresh(generation, registry.machines(|m| in_partition(&m.name)), shared.state.settings(), now);
+                shared.metrics.polls_behind_seconds.get_or_create(&crate::metrics::Metrics::partition_label(p)).set(schedule.behind(now).as_secs_f64());
+                for machine in schedule.take_due(now, shared.state.settings()) {
+                    let key = machine.key();
+                    let lane = lanes.entry(key.clone()).or_insert_with(|| {
+                        let (tx, rx) = mpsc::unbounded_channel();
+                        lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone()));
+                        Lane { tx, pending: 0, polling: false, last_active: Instant::now() }
+                    });
+                    if lane.pending > 0 || lane.polling {
+                        // A batch is queued or running (its power reads
+                        // refresh the state), or the last poll is still on.
+                        shared.metrics.polls.get_or_create(&crate::metrics::OutcomeLabels { outcome: "skipped".into() }).inc();
+                        continue;
+                    }
+                    lane.polling = true;
+                    if lane.tx.send(Work::Poll(machine)).is_err() {
+                        break;
+                    }
                 }
             }
             _ = progress.tick() => {
@@ -104,7 +161,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
             Some(_) = lane_tasks.join_next() => {}
             _ = sweep.tick() => {
                 let idle = settings.lane_idle_timeout;
-                lanes.retain(|_, lane| lane.pending > 0 || lane.last_active.elapsed() < idle);
+                lanes.retain(|_, lane| lane.pending > 0 || lane.polling || lane.last_active.elapsed() < idle);
             }
             next = messages.next() => {
                 let msg = match next {
@@ -148,11 +205,11 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 let lane = lanes.entry(key.clone()).or_insert_with(|| {
                     let (tx, rx) = mpsc::unbounded_channel();
                     lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone()));
-                    Lane { tx, pending: 0, last_active: Instant::now() }
+                    Lane { tx, pending: 0, polling: false, last_active: Instant::now() }
                 });
                 lane.pending += 1;
                 held.insert(seq, msg.clone());
-                if lane.tx.send(Delivery { seq, msg, job }).is_err() {
+                if lane.tx.send(Work::Batch(Box::new(Delivery { seq, msg, job }))).is_err() {
                     // The lane stopped (handed back): stop the partition, keep order.
                     held.remove(&seq);
                     break;
@@ -174,6 +231,10 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
         fence.lost.cancel();
         while lane_tasks.join_next().await.is_some() {}
     }
+    // Another worker observes these machines now; a later take-over reads
+    // their state afresh.
+    shared.state.forget(|name| !in_partition(name));
+    shared.metrics.polls_behind_seconds.remove(&crate::metrics::Metrics::partition_label(p));
     tracing::info!(partition = p, "Partition stopped.");
 }
 
@@ -271,17 +332,33 @@ pub(crate) fn share_bound(configured: u32, per_bmc_cap: Option<i64>) -> i64 {
 async fn lane(
     shared: Arc<Shared>,
     key: BmcKey,
-    mut rx: mpsc::UnboundedReceiver<Delivery>,
+    mut rx: mpsc::UnboundedReceiver<Work>,
     fence: Fence,
-    done: mpsc::UnboundedSender<(BmcKey, u64)>,
+    done: mpsc::UnboundedSender<Done>,
 ) {
     let mut slot = SessionSlot::default();
     // Retries, breaker and pacing state of this BMC live and die with its lane.
     let mut guard = crate::guard::BmcGuard::new(&shared.guard, shared.metrics.breakers.clone());
-    while let Some(d) = rx.recv().await {
+    while let Some(work) = rx.recv().await {
         if !fence.may_act() {
             break;
         }
+        let d = match work {
+            Work::Batch(d) => *d,
+            Work::Poll(machine) => {
+                let permit = tokio::select! {
+                    p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),
+                    _ = fence.drain.cancelled() => break,
+                    _ = fence.lost.cancelled() => break,
+                };
+                crate::state::poll(&shared, &machine, &mut slot, &mut guard, &fence)
+                    .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
+                    .await;
+                drop(permit);
+                let _ = done.send(Done::Polled(key.clone()));
+                continue;
+            }
+        };
         let permit = tokio::select! {
             p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),
             _ = fence.drain.cancelled() => break,
@@ -315,7 +392,7 @@ async fn lane(
                 if let Err(e) = d.msg.ack().await {
                     tracing::warn!(bmc = %key, batch = %d.job.id, error = %e, "Cannot acknowledge a finished job; it will be redelivered and recognised as done.");
                 }
-                let _ = done.send((key.clone(), d.seq));
+                let _ = done.send(Done::Batch(key.clone(), d.seq));
             }
             Outcome::HandBack => {
                 tracing::info!(bmc = %key, batch = %d.job.id, "Handing the batch back unfinished.");

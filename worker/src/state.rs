@@ -1,0 +1,436 @@
+//! Observed machine state (issue 19): polls of each registered machine by
+//! the worker that owns its partition, the state book, and what is written
+//! and announced.
+//!
+//! # Polling
+//! Each partition runner keeps a [`Schedule`] of its partition's machines
+//! (rebuilt when the registry copy changes). A due machine's poll goes to
+//! the machine's lane like a batch, so it never runs concurrently with a
+//! batch on that machine and uses the lane's session (never a second one).
+//! A lane with a batch queued or running skips the poll: the batch's own
+//! power reads refresh the state. A machine whose circuit breaker is open is
+//! recorded as not contactable without being called. The first poll of a
+//! machine comes at a random point of its interval (a fleet never polls in
+//! step); each next one an interval (±10 %) later. Hand-over: the new owner
+//! of a partition starts its schedule when it takes the partition, the old
+//! one stops with its partition runner.
+//!
+//! # Writing
+//! The book holds the last state of every machine this worker observed
+//! (read from the bucket on first sight, so a new owner compares with its
+//! predecessor's last word). An observation writes the bucket only when
+//! power, reachability or the failure's code changed, or when the last
+//! write is older than the heartbeat; each change is published as a
+//! [`MachineEvent`] on the machine's subject. All of one machine's
+//! observations come from its lane, one at a time.
+
+use crate::Shared;
+use async_nats::jetstream::kv::Store;
+use bmcfleet_schema::state::{changes, MachineEvent, MachineState};
+use bmcfleet_schema::subject::{CONTENT_TYPE, EVENT_HEADER};
+use bmcfleet_schema::{Encoding, ErrorBody, Machine, PowerState};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Settings of polling and state keeping.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Default poll interval (a machine's `poll_interval` overrides it);
+    /// `None`: polling off.
+    pub poll_interval: Option<Duration>,
+    /// A state is rewritten at least this often even without change.
+    pub heartbeat: Duration,
+    /// Time a poll (session set-up and the power read) may take.
+    pub poll_timeout: Duration,
+}
+
+/// What one contact with a machine showed.
+#[derive(Clone, Debug)]
+pub enum Observation {
+    /// The BMC answered; with the power it reported (`None`: not read).
+    Answered { power: Option<PowerState>, provider: Option<String> },
+    /// It did not (or could not be called): why.
+    Failed(ErrorBody),
+}
+
+/// The last state of every machine this worker observed.
+pub struct StateBook {
+    store: Store,
+    settings: Settings,
+    states: Mutex<HashMap<String, MachineState>>,
+}
+
+fn now_ms() -> u64 {
+    bmcfleet_common::runtime::now_ms()
+}
+
+impl StateBook {
+    pub fn new(store: Store, settings: Settings) -> StateBook {
+        StateBook { store, settings, states: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn cached(&self, machine: &str) -> Option<MachineState> {
+        self.states.lock().expect("state book lock").get(machine).cloned()
+    }
+
+    /// Forget machines (their partition went to another worker, which
+    /// becomes the only writer).
+    pub fn forget(&self, keep: impl Fn(&str) -> bool) {
+        self.states.lock().expect("state book lock").retain(|name, _| keep(name));
+    }
+
+    /// How many machines the book holds.
+    pub fn len(&self) -> usize {
+        self.states.lock().expect("state book lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Records `what` for `machine` (of `tenant`): writes and announces it
+    /// when it changed something or the heartbeat is due.
+    pub async fn observe(&self, shared: &Shared, machine: &str, tenant: &str, what: Observation) {
+        let before = match self.cached(machine) {
+            Some(s) => Some(s),
+            None => self.load(machine).await,
+        };
+        let now = now_ms();
+        let mut after = before.clone().unwrap_or_else(|| MachineState {
+            machine: machine.to_owned(),
+            tenant: tenant.to_owned(),
+            power: None,
+            contactable: true,
+            error_code: None,
+            reason: None,
+            last_seen_ms: None,
+            last_changed_ms: now,
+            updated_ms: 0,
+            consecutive_failures: 0,
+            provider: None,
+            worker: shared.worker_id.clone(),
+        });
+        after.tenant = tenant.to_owned();
+        after.worker = shared.worker_id.clone();
+        match what {
+            Observation::Answered { power, provider } => {
+                if power.is_some() {
+                    after.power = power;
+                }
+                if provider.is_some() {
+                    after.provider = provider;
+                }
+                after.contactable = true;
+                after.error_code = None;
+                after.reason = None;
+                after.last_seen_ms = Some(now);
+                after.consecutive_failures = 0;
+            }
+            Observation::Failed(e) => {
+                after.contactable = false;
+                after.error_code = Some(e.code);
+                after.reason = Some(e.message.chars().take(300).collect());
+                after.consecutive_failures = after.consecutive_failures.saturating_add(1);
+            }
+        }
+        let events = changes(before.as_ref(), &after);
+        let changed = before.as_ref().is_none_or(|b| !b.same_condition(&after));
+        if changed {
+            after.last_changed_ms = now;
+        }
+        let heartbeat_due = before.as_ref().is_none_or(|b| now.saturating_sub(b.updated_ms) >= self.settings.heartbeat.as_millis() as u64);
+        if changed || heartbeat_due {
+            after.updated_ms = now;
+            match serde_json::to_vec(&after) {
+                Ok(bytes) => {
+                    if let Err(e) = self.store.put(machine, bytes.into()).await {
+                        tracing::warn!(machine, error = %e, "Cannot write the machine's observed state.");
+                    } else {
+                        shared.metrics.state_writes.inc();
+                    }
+                }
+                Err(e) => tracing::error!(machine, error = %e, "Cannot encode the machine's observed state."),
+            }
+        } else if let Some(b) = &before {
+            after.updated_ms = b.updated_ms;
+        }
+        for event in events {
+            let kind = event.name();
+            match &event {
+                bmcfleet_schema::state::MachineEventKind::Unreachable { code, reason } => {
+                    tracing::warn!(machine, code = code.as_str(), reason = %reason, "Machine not contactable.")
+                }
+                bmcfleet_schema::state::MachineEventKind::Recovered => tracing::info!(machine, "Machine contactable again."),
+                bmcfleet_schema::state::MachineEventKind::PowerChanged { from, to } => {
+                    tracing::info!(machine, from = ?from, to = ?to, "Machine power changed.")
+                }
+            }
+            let message = MachineEvent { machine: machine.to_owned(), at_ms: now, event, state: after.clone() };
+            let Ok(payload) = Encoding::MessagePack.encode(&message) else { continue };
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(EVENT_HEADER, kind);
+            headers.insert(CONTENT_TYPE, Encoding::MessagePack.content_type());
+            let subject = shared.subjects.machine_events(tenant, machine);
+            if let Err(e) = shared.client.publish_with_headers(subject, headers, payload.into()).await {
+                tracing::warn!(machine, error = %e, "Cannot publish a machine state event.");
+            }
+            shared.metrics.state_events.get_or_create(&crate::metrics::KindLabels { kind: kind.to_owned() }).inc();
+        }
+        self.states.lock().expect("state book lock").insert(machine.to_owned(), after);
+    }
+
+    /// The state a predecessor (or an earlier run) left in the bucket.
+    async fn load(&self, machine: &str) -> Option<MachineState> {
+        match self.store.get(machine).await {
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes).ok(),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(machine, error = %e, "Cannot read the machine's last state.");
+                None
+            }
+        }
+    }
+
+    /// Counts of the book's machines by power and reachability (for gauges).
+    pub fn census(&self) -> HashMap<(String, bool), i64> {
+        let mut out = HashMap::new();
+        for s in self.states.lock().expect("state book lock").values() {
+            let power = match s.power {
+                Some(PowerState::On) => "on",
+                Some(PowerState::Off) => "off",
+                Some(PowerState::Unknown) | None => "unknown",
+            };
+            *out.entry((power.to_owned(), s.contactable)).or_insert(0) += 1;
+        }
+        out
+    }
+}
+
+/// The interval of `machine` under `settings`; `None`: not polled.
+pub fn interval_of(machine: &Machine, settings: &Settings) -> Option<Duration> {
+    settings.poll_interval.map(|default| machine.poll_interval.unwrap_or(default))
+}
+
+/// When each machine of one partition is polled next.
+#[derive(Default)]
+pub struct Schedule {
+    due: BTreeSet<(Instant, String)>,
+    at: HashMap<String, (Instant, Arc<Machine>)>,
+    /// The registry generation the machine set was built from.
+    generation: Option<u64>,
+}
+
+/// A random fraction in [0, 1).
+fn unit() -> f64 {
+    crate::guard::jitter_unit()
+}
+
+impl Schedule {
+    /// Rebuilds the machine set from `machines` (the partition's): new ones
+    /// get a first poll at a random point of their interval, removed ones
+    /// are dropped, changed records are replaced keeping their due time.
+    pub fn refresh(&mut self, generation: u64, machines: Vec<Arc<Machine>>, settings: &Settings, now: Instant) {
+        if self.generation == Some(generation) {
+            return;
+        }
+        self.generation = Some(generation);
+        let mut keep: HashMap<String, (Instant, Arc<Machine>)> = HashMap::with_capacity(machines.len());
+        for m in machines {
+            let Some(interval) = interval_of(&m, settings) else { continue };
+            let due = match self.at.get(&m.name) {
+                Some((due, _)) => *due,
+                None => now + interval.mul_f64(unit()),
+            };
+            keep.insert(m.name.clone(), (due, m));
+        }
+        self.due = keep.iter().map(|(name, (due, _))| (*due, name.clone())).collect();
+        self.at = keep;
+    }
+
+    /// Machines due at `now`, each rescheduled one interval (±10 %) later.
+    pub fn take_due(&mut self, now: Instant, settings: &Settings) -> Vec<Arc<Machine>> {
+        let mut out = Vec::new();
+        while let Some((due, name)) = self.due.first().cloned() {
+            if due > now {
+                break;
+            }
+            self.due.pop_first();
+            let Some((_, m)) = self.at.get(&name).cloned() else { continue };
+            let Some(interval) = interval_of(&m, settings) else { continue };
+            let next = now + interval.mul_f64(0.9 + 0.2 * unit());
+            self.at.insert(name.clone(), (next, m.clone()));
+            self.due.insert((next, name));
+            out.push(m);
+        }
+        out
+    }
+
+    /// How far behind schedule the most overdue machine is.
+    pub fn behind(&self, now: Instant) -> Duration {
+        self.due.first().map(|(due, _)| now.saturating_duration_since(*due)).unwrap_or_default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.at.is_empty()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &String> {
+        self.at.keys()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(name: &str, every: Option<Duration>) -> Arc<Machine> {
+        let mut m = Machine::new(name, "10.0.0.1".parse().unwrap(), bmcfleet_schema::Protocol::Ipmi, "c");
+        m.poll_interval = every;
+        Arc::new(m)
+    }
+
+    #[test]
+    fn first_polls_are_spread_over_the_interval_and_repeat_once_per_interval() {
+        let settings = Settings { poll_interval: Some(Duration::from_secs(60)), heartbeat: Duration::from_secs(600), poll_timeout: Duration::from_secs(10) };
+        let start = Instant::now();
+        let mut s = Schedule::default();
+        let machines: Vec<_> = (0..200).map(|i| machine(&format!("m{i}"), None)).collect();
+        s.refresh(1, machines.clone(), &settings, start);
+        assert_eq!(s.len(), 200);
+        assert!(s.take_due(start, &settings).len() < 20, "not all at once");
+        let half = s.take_due(start + Duration::from_secs(30), &settings).len();
+        assert!((60..=140).contains(&half), "about half in the first half interval: {half}");
+        let rest = s.take_due(start + Duration::from_secs(60), &settings).len();
+        assert!(half + rest >= 190, "everyone once within the interval");
+        // Nobody comes back before 0.9 interval after its poll.
+        assert!(s.take_due(start + Duration::from_secs(60), &settings).is_empty());
+        // The same generation changes nothing; a removal drops the machine.
+        s.refresh(1, vec![], &settings, start);
+        assert_eq!(s.len(), 200);
+        s.refresh(2, machines[..10].to_vec(), &settings, start);
+        assert_eq!(s.len(), 10);
+        // A machine's own interval; polling off.
+        let mut s = Schedule::default();
+        s.refresh(1, vec![machine("fast", Some(Duration::from_secs(10)))], &settings, start);
+        let mut polls = 0;
+        for t in 0..=60 {
+            polls += s.take_due(start + Duration::from_secs(t), &settings).len();
+        }
+        assert!((5..=7).contains(&polls), "every ~10 s for a minute: {polls}");
+        let off = Settings { poll_interval: None, ..settings };
+        let mut s = Schedule::default();
+        s.refresh(1, vec![machine("m", None)], &off, start);
+        assert!(s.is_empty());
+    }
+}
+
+/// The worker's fence for a poll's requests (as for a batch's, without a
+/// status record to write).
+#[derive(Debug)]
+struct PollGate {
+    fence: crate::fence::Fence,
+}
+
+#[async_trait::async_trait]
+impl bmcfleet_provider::SendGate for PollGate {
+    async fn admit(&self, _for_action: bool) -> bmcfleet_provider::Result<()> {
+        if self.fence.valid() {
+            Ok(())
+        } else {
+            Err(bmcfleet_provider::ProviderError::new(
+                bmcfleet_schema::ErrorCode::Interrupted,
+                "this worker no longer holds the lease of the machine's partition; nothing was sent",
+            )
+            .not_sent())
+        }
+    }
+
+    fn holds(&self) -> bool {
+        self.fence.valid()
+    }
+}
+
+/// One poll of `machine` inside its lane: the power state (and, with a
+/// desired power, the correction), then the observation recorded.
+pub async fn poll(
+    shared: &Shared,
+    machine: &Machine,
+    slot: &mut crate::session::SessionSlot,
+    guard: &mut crate::guard::BmcGuard,
+    fence: &crate::fence::Fence,
+) {
+    use bmcfleet_provider::{Ctx, ProviderError};
+    use bmcfleet_schema::PowerOp;
+    let started = Instant::now();
+    let observation = match guard.breaker.admit(started) {
+        crate::guard::Admission::Refused { until } => {
+            // Not called: the breaker says it does not answer.
+            let e = guard.breaker.refusal(until, started);
+            Observation::Failed(ErrorBody::new(e.code, e.message))
+        }
+        _ => {
+            let target = machine.target();
+            let key = machine.key();
+            match shared.credentials.resolve(&target.credentials, &key).await {
+                Err(e) => Observation::Failed(e),
+                Ok(creds) => {
+                    let ctx = Ctx::with_timeout(shared.state.settings().poll_timeout)
+                        .with_gate(Arc::new(PollGate { fence: fence.clone() }));
+                    let result: Result<(Option<PowerState>, &'static str), ProviderError> = async {
+                        let session = slot.get(&shared.registry, &ctx, &target, &creds).await?;
+                        let provider = session.provider();
+                        // Through the capability dispatch, so a session that
+                        // executes actions itself (the simulator) is polled too.
+                        let read = |data: Option<bmcfleet_schema::ActionData>| match data {
+                            Some(bmcfleet_schema::ActionData::PowerState(p)) => Some(p),
+                            _ => None,
+                        };
+                        let status = bmcfleet_schema::Action::Power(PowerOp::Status);
+                        let mut state = read(bmcfleet_provider::perform(session, &ctx.for_attempt(), &status).await?);
+                        let want = machine.desired_power.map(|d| match d {
+                            bmcfleet_schema::DesiredPower::On => (PowerState::On, PowerOp::On),
+                            bmcfleet_schema::DesiredPower::Off => (PowerState::Off, PowerOp::Off),
+                        });
+                        if let (Some((want, op)), Some(seen)) = (want, state) {
+                            if seen != want && seen != PowerState::Unknown {
+                                tracing::warn!(machine = %machine.name, seen = ?seen, want = ?want, "Power drifted from the machine's desired power; correcting it.");
+                                let fix = bmcfleet_schema::Action::Power(op);
+                                state = read(bmcfleet_provider::perform(session, &ctx.for_attempt(), &fix).await?).or(Some(want));
+                            }
+                        }
+                        Ok((state, provider))
+                    }
+                    .await;
+                    let took = started.elapsed();
+                    guard.breaker.record(Instant::now(), result.as_ref().map(drop), took);
+                    shared.metrics.poll_seconds.observe(took.as_secs_f64());
+                    match result {
+                        Ok((power, provider)) => Observation::Answered { power, provider: Some(provider.to_owned()) },
+                        Err(e) => {
+                            let message = bmcfleet_schema::secret::scrub(&e.message, &[creds.password.expose()]);
+                            Observation::Failed(ErrorBody::new(e.code, message))
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let outcome = match &observation {
+        Observation::Answered { .. } => "ok".to_owned(),
+        Observation::Failed(e) => e.code.as_str().to_owned(),
+    };
+    shared.metrics.polls.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
+    if fence.valid() {
+        shared.state.observe(shared, &machine.name, &machine.tenant, observation).await;
+    }
+}
