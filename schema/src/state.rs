@@ -40,6 +40,12 @@ pub struct MachineState {
     /// The provider that answered (`ipmi`, `redfish`, `amt`, `sim`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// The BMC firmware version the last inventory read reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<String>,
+    /// When the inventory (key `<name>.inventory`) was last read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory_ms: Option<u64>,
     /// The worker that observed it.
     pub worker: String,
 }
@@ -65,6 +71,43 @@ pub enum MachineEventKind {
     Unreachable { code: ErrorCode, reason: String },
     /// The BMC answers again.
     Recovered,
+    /// A periodic inventory read differs from the previous one.
+    InventoryChanged { changes: Vec<InventoryChange> },
+}
+
+/// One field of the inventory that changed (`extra.<name>` for the
+/// provider's additional pairs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryChange {
+    pub field: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+}
+
+/// The fields of two inventories that differ (power state aside: that is
+/// the poll's business).
+pub fn inventory_drift(before: &crate::result::Inventory, after: &crate::result::Inventory) -> Vec<InventoryChange> {
+    let mut out = Vec::new();
+    let mut field = |name: &str, a: &Option<String>, b: &Option<String>| {
+        if a != b {
+            out.push(InventoryChange { field: name.to_owned(), from: a.clone(), to: b.clone() });
+        }
+    };
+    field("manufacturer", &before.manufacturer, &after.manufacturer);
+    field("model", &before.model, &after.model);
+    field("serial", &before.serial, &after.serial);
+    field("firmware_version", &before.firmware_version, &after.firmware_version);
+    let old: std::collections::BTreeMap<&str, &str> = before.extra.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let new: std::collections::BTreeMap<&str, &str> = after.extra.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    for key in old.keys().chain(new.keys()).collect::<std::collections::BTreeSet<_>>() {
+        let (a, b) = (old.get(key).map(|v| v.to_string()), new.get(key).map(|v| v.to_string()));
+        if a != b {
+            out.push(InventoryChange { field: format!("extra.{key}"), from: a, to: b });
+        }
+    }
+    out
 }
 
 impl MachineEventKind {
@@ -74,6 +117,7 @@ impl MachineEventKind {
             MachineEventKind::PowerChanged { .. } => "power_changed",
             MachineEventKind::Unreachable { .. } => "unreachable",
             MachineEventKind::Recovered => "recovered",
+            MachineEventKind::InventoryChanged { .. } => "inventory_changed",
         }
     }
 }
@@ -126,6 +170,8 @@ mod tests {
             updated_ms: 0,
             consecutive_failures: 0,
             provider: None,
+            firmware: None,
+            inventory_ms: None,
             worker: "w".into(),
         }
     }
@@ -144,6 +190,18 @@ mod tests {
         assert_eq!(changes(Some(&down), &on), vec![K::Recovered], "recovered with the power it had");
         assert_eq!(changes(Some(&down), &state(Some(Off), true)), vec![K::Recovered, K::PowerChanged { from: Some(On), to: Off }]);
         assert_eq!(changes(None, &state(None, false)).len(), 1, "unreachable from the first poll");
+    }
+
+    #[test]
+    fn inventory_drift_names_each_changed_field() {
+        use crate::result::Inventory;
+        let a = Inventory { model: Some("R650".into()), firmware_version: Some("5.10".into()), extra: vec![("cpus".into(), "2".into())], ..Default::default() };
+        assert!(inventory_drift(&a, &a).is_empty());
+        let b = Inventory { firmware_version: Some("6.00".into()), extra: vec![("cpus".into(), "1".into()), ("psus".into(), "2".into())], power_state: Some(PowerState::On), ..a.clone() };
+        let d = inventory_drift(&a, &b);
+        let fields: Vec<&str> = d.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(fields, ["firmware_version", "extra.cpus", "extra.psus"], "{d:?}");
+        assert_eq!((d[0].from.as_deref(), d[0].to.as_deref()), (Some("5.10"), Some("6.00")));
     }
 
     #[test]

@@ -267,3 +267,56 @@ async fn a_killed_workers_machines_are_polled_by_the_survivor() {
     // expired lease and the poll's own time.
     assert!(gap <= interval + ttl + Duration::from_secs(3), "polling resumed {gap:?} after the kill");
 }
+
+/// The slow inventory refresh: stored beside the state, the firmware
+/// version copied into it, and a change (here the simulator's reset
+/// counter, which its inventory reports) announced once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inventory_change_is_announced() {
+    use bmcfleet_testing::{SimConfig, SimServer};
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let nats = bmcfleet_tests::NatsServer::start();
+    let topology = bmcfleet_tests::producer::Topology::default();
+    let gateway = topology.gateway(&nats, &[]);
+    let producer = bmcfleet_tests::producer::Producer::new(nats.client().await);
+    bmcfleet_tests::producer::wait_gateway(&producer).await;
+    let args = ["--poll-interval", "1s", "--poll-timeout", "900ms", "--inventory-interval", "1s"];
+    let worker = topology.worker(&nats, "w0", sim.addr(), &args);
+    bmcfleet_tests::producer::wait_partitions_owned(&producer.client, &topology.subjects()).await;
+    let stack = Stack { producer, topology, workers: vec![worker], gateway, nats };
+    let subjects = stack.topology.subjects();
+    let client = &stack.producer.client;
+
+    let target = BmcTarget {
+        address: "inv-19.example".parse().unwrap(),
+        protocol: Protocol::Sim,
+        credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
+        tls: TlsOptions::default(),
+        system_id: None,
+        options: Default::default(),
+    };
+    let name = stack.topology.register_machine(client, &target).await;
+    let events = Events::start(client, subjects.machine_events("default", &name)).await;
+    let first = bmcfleet_tests::poll_until(Duration::from_secs(10), Duration::from_millis(100), || async {
+        state_of(client, &subjects, &name).await.filter(|s| s.inventory_ms.is_some())
+    })
+    .await
+    .expect("an inventory read");
+    assert_eq!(first.firmware.as_deref(), Some(env!("CARGO_PKG_VERSION")), "{first:?}");
+    let kv = async_nats::jetstream::new(client.clone()).get_key_value(subjects.state_bucket()).await.unwrap();
+    let stored: Inventory = serde_json::from_slice(&kv.get(format!("{name}.inventory")).await.unwrap().unwrap()).unwrap();
+    assert_eq!(stored.model.as_deref(), Some("bmc-sim"));
+
+    let r = stack.run(&machine_batch(&name, vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Reset)])).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
+    let e = events.wait_for("inventory_changed", Duration::from_secs(10), |e| matches!(e, MachineEventKind::InventoryChanged { .. })).await;
+    let MachineEventKind::InventoryChanged { changes } = &e.event else { unreachable!() };
+    assert!(changes.iter().any(|c| c.field == "extra.resets" && c.from.as_deref() == Some("0") && c.to.as_deref() == Some("1")), "{changes:?}");
+    // Later reads find nothing new.
+    let quiet = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < quiet {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let n = events.all().iter().filter(|e| matches!(e, MachineEventKind::InventoryChanged { .. })).count();
+    assert_eq!(n, 1, "one change, one event: {:?}", events.all());
+}

@@ -49,6 +49,10 @@ pub struct Config {
     /// Longest time a poll (session set-up and the power read) may take.
     #[arg(long, env = "BMCFLEET_POLL_TIMEOUT", default_value = "30s", value_parser = positive_duration)]
     pub poll_timeout: Duration,
+    /// How often a poll also reads the machine's inventory (firmware
+    /// versions and components; a change is announced); `off` never.
+    #[arg(long, env = "BMCFLEET_INVENTORY_INTERVAL", default_value = "24h", value_parser = poll_interval)]
+    pub inventory_interval: PollInterval,
     /// An unchanged machine state is rewritten (with its last-seen time) this often.
     #[arg(long, env = "BMCFLEET_STATE_HEARTBEAT", default_value = "15m", value_parser = positive_duration)]
     pub state_heartbeat: Duration,
@@ -178,7 +182,12 @@ impl ServiceConfig for Config {
 impl Config {
     /// Polling and state settings.
     pub fn state(&self) -> crate::state::Settings {
-        crate::state::Settings { poll_interval: self.poll_interval.0, heartbeat: self.state_heartbeat, poll_timeout: self.poll_timeout }
+        crate::state::Settings {
+            poll_interval: self.poll_interval.0,
+            heartbeat: self.state_heartbeat,
+            poll_timeout: self.poll_timeout,
+            inventory_interval: self.inventory_interval.0,
+        }
     }
 
     /// The retry, breaker and pacing settings.

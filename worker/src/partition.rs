@@ -52,7 +52,8 @@ struct Delivery {
 enum Work {
     Batch(Box<Delivery>),
     /// Poll the machine's power and reachability (see [`crate::state`]).
-    Poll(Arc<bmcfleet_schema::Machine>),
+    /// (With the inventory when due.)
+    Poll(Arc<bmcfleet_schema::Machine>, bool),
 }
 
 /// What a lane reports back.
@@ -133,7 +134,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 let generation = registry.generation();
                 schedule.refresh(generation, registry.machines(|m| in_partition(&m.name)), shared.state.settings(), now);
                 shared.metrics.polls_behind_seconds.get_or_create(&crate::metrics::Metrics::partition_label(p)).set(schedule.behind(now).as_secs_f64());
-                for machine in schedule.take_due(now, shared.state.settings()) {
+                for (machine, with_inventory) in schedule.take_due(now, shared.state.settings()) {
                     let key = machine.key();
                     let lane = lanes.entry(key.clone()).or_insert_with(|| {
                         let (tx, rx) = mpsc::unbounded_channel();
@@ -147,7 +148,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                         continue;
                     }
                     lane.polling = true;
-                    if lane.tx.send(Work::Poll(machine)).is_err() {
+                    if lane.tx.send(Work::Poll(machine, with_inventory)).is_err() {
                         break;
                     }
                 }
@@ -345,13 +346,13 @@ async fn lane(
         }
         let d = match work {
             Work::Batch(d) => *d,
-            Work::Poll(machine) => {
+            Work::Poll(machine, with_inventory) => {
                 let permit = tokio::select! {
                     p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),
                     _ = fence.drain.cancelled() => break,
                     _ = fence.lost.cancelled() => break,
                 };
-                crate::state::poll(&shared, &machine, &mut slot, &mut guard, &fence)
+                crate::state::poll(&shared, &machine, with_inventory, &mut slot, &mut guard, &fence)
                     .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
                     .await;
                 drop(permit);

@@ -44,6 +44,8 @@ pub struct Settings {
     pub heartbeat: Duration,
     /// Time a poll (session set-up and the power read) may take.
     pub poll_timeout: Duration,
+    /// How often a poll also reads the machine's inventory; `None`: never.
+    pub inventory_interval: Option<Duration>,
 }
 
 /// What one contact with a machine showed.
@@ -114,6 +116,8 @@ impl StateBook {
             updated_ms: 0,
             consecutive_failures: 0,
             provider: None,
+            firmware: None,
+            inventory_ms: None,
             worker: shared.worker_id.clone(),
         });
         after.tenant = tenant.to_owned();
@@ -161,7 +165,6 @@ impl StateBook {
             after.updated_ms = b.updated_ms;
         }
         for event in events {
-            let kind = event.name();
             match &event {
                 bmcfleet_schema::state::MachineEventKind::Unreachable { code, reason } => {
                     tracing::warn!(machine, code = code.as_str(), reason = %reason, "Machine not contactable.")
@@ -170,19 +173,70 @@ impl StateBook {
                 bmcfleet_schema::state::MachineEventKind::PowerChanged { from, to } => {
                     tracing::info!(machine, from = ?from, to = ?to, "Machine power changed.")
                 }
+                bmcfleet_schema::state::MachineEventKind::InventoryChanged { .. } => {}
             }
-            let message = MachineEvent { machine: machine.to_owned(), at_ms: now, event, state: after.clone() };
-            let Ok(payload) = Encoding::MessagePack.encode(&message) else { continue };
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert(EVENT_HEADER, kind);
-            headers.insert(CONTENT_TYPE, Encoding::MessagePack.content_type());
-            let subject = shared.subjects.machine_events(tenant, machine);
-            if let Err(e) = shared.client.publish_with_headers(subject, headers, payload.into()).await {
-                tracing::warn!(machine, error = %e, "Cannot publish a machine state event.");
-            }
-            shared.metrics.state_events.get_or_create(&crate::metrics::KindLabels { kind: kind.to_owned() }).inc();
+            self.announce(shared, machine, tenant, now, event, after.clone()).await;
         }
         self.states.lock().expect("state book lock").insert(machine.to_owned(), after);
+    }
+
+    /// Records an inventory read: stored under `<name>.inventory`, compared
+    /// with the previous one (an `inventory_changed` event names what
+    /// differs), the firmware version copied into the machine's state.
+    pub async fn inventory(&self, shared: &Shared, machine: &str, tenant: &str, mut inventory: bmcfleet_schema::Inventory) {
+        use bmcfleet_schema::state::{inventory_drift, MachineEventKind};
+        inventory.power_state = None; // the poll's business, and not a component
+        let key = format!("{machine}.inventory");
+        let before: Option<bmcfleet_schema::Inventory> = match self.store.get(&key).await {
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes).ok(),
+            _ => None,
+        };
+        let drift = before.as_ref().map(|b| inventory_drift(b, &inventory)).unwrap_or_default();
+        if before.is_none() || !drift.is_empty() {
+            if let Ok(bytes) = serde_json::to_vec(&inventory) {
+                if let Err(e) = self.store.put(&key, bytes.into()).await {
+                    tracing::warn!(machine, error = %e, "Cannot write the machine's inventory.");
+                }
+            }
+        }
+        let now = now_ms();
+        let (firmware_changed, snapshot) = {
+            let mut states = self.states.lock().expect("state book lock");
+            let Some(state) = states.get_mut(machine) else { return };
+            state.inventory_ms = Some(now);
+            let firmware_changed = state.firmware != inventory.firmware_version;
+            state.firmware = inventory.firmware_version.clone();
+            if firmware_changed {
+                state.updated_ms = now;
+            }
+            (firmware_changed, state.clone())
+        };
+        if firmware_changed {
+            if let Ok(bytes) = serde_json::to_vec(&snapshot) {
+                if self.store.put(machine, bytes.into()).await.is_ok() {
+                    shared.metrics.state_writes.inc();
+                }
+            }
+        }
+        if !drift.is_empty() {
+            tracing::info!(machine, changes = ?drift, "Machine inventory changed.");
+            let event = MachineEventKind::InventoryChanged { changes: drift };
+            self.announce(shared, machine, tenant, now, event, snapshot).await;
+        }
+    }
+
+    async fn announce(&self, shared: &Shared, machine: &str, tenant: &str, now: u64, event: bmcfleet_schema::state::MachineEventKind, state: MachineState) {
+        let kind = event.name();
+        let message = MachineEvent { machine: machine.to_owned(), at_ms: now, event, state };
+        let Ok(payload) = Encoding::MessagePack.encode(&message) else { return };
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(EVENT_HEADER, kind);
+        headers.insert(CONTENT_TYPE, Encoding::MessagePack.content_type());
+        let subject = shared.subjects.machine_events(tenant, machine);
+        if let Err(e) = shared.client.publish_with_headers(subject, headers, payload.into()).await {
+            tracing::warn!(machine, error = %e, "Cannot publish a machine state event.");
+        }
+        shared.metrics.state_events.get_or_create(&crate::metrics::KindLabels { kind: kind.to_owned() }).inc();
     }
 
     /// The state a predecessor (or an earlier run) left in the bucket.
@@ -222,6 +276,8 @@ pub fn interval_of(machine: &Machine, settings: &Settings) -> Option<Duration> {
 pub struct Schedule {
     due: BTreeSet<(Instant, String)>,
     at: HashMap<String, (Instant, Arc<Machine>)>,
+    /// When each machine's inventory is read next (with a poll).
+    inventory: HashMap<String, Instant>,
     /// The registry generation the machine set was built from.
     generation: Option<u64>,
 }
@@ -250,11 +306,20 @@ impl Schedule {
             keep.insert(m.name.clone(), (due, m));
         }
         self.due = keep.iter().map(|(name, (due, _))| (*due, name.clone())).collect();
+        let mut inventory = HashMap::with_capacity(keep.len());
+        if let Some(every) = settings.inventory_interval {
+            for name in keep.keys() {
+                let due = self.inventory.get(name).copied().unwrap_or_else(|| now + every.mul_f64(unit()));
+                inventory.insert(name.clone(), due);
+            }
+        }
+        self.inventory = inventory;
         self.at = keep;
     }
 
-    /// Machines due at `now`, each rescheduled one interval (±10 %) later.
-    pub fn take_due(&mut self, now: Instant, settings: &Settings) -> Vec<Arc<Machine>> {
+    /// Machines due at `now` (with whether their inventory is due too),
+    /// each rescheduled one interval (±10 %) later.
+    pub fn take_due(&mut self, now: Instant, settings: &Settings) -> Vec<(Arc<Machine>, bool)> {
         let mut out = Vec::new();
         while let Some((due, name)) = self.due.first().cloned() {
             if due > now {
@@ -265,8 +330,15 @@ impl Schedule {
             let Some(interval) = interval_of(&m, settings) else { continue };
             let next = now + interval.mul_f64(0.9 + 0.2 * unit());
             self.at.insert(name.clone(), (next, m.clone()));
+            let inventory = match (self.inventory.get_mut(&name), settings.inventory_interval) {
+                (Some(due), Some(every)) if *due <= now => {
+                    *due = now + every.mul_f64(0.9 + 0.2 * unit());
+                    true
+                }
+                _ => false,
+            };
             self.due.insert((next, name));
-            out.push(m);
+            out.push((m, inventory));
         }
         out
     }
@@ -301,7 +373,12 @@ mod tests {
 
     #[test]
     fn first_polls_are_spread_over_the_interval_and_repeat_once_per_interval() {
-        let settings = Settings { poll_interval: Some(Duration::from_secs(60)), heartbeat: Duration::from_secs(600), poll_timeout: Duration::from_secs(10) };
+        let settings = Settings {
+            poll_interval: Some(Duration::from_secs(60)),
+            heartbeat: Duration::from_secs(600),
+            poll_timeout: Duration::from_secs(10),
+            inventory_interval: Some(Duration::from_secs(600)),
+        };
         let start = Instant::now();
         let mut s = Schedule::default();
         let machines: Vec<_> = (0..200).map(|i| machine(&format!("m{i}"), None)).collect();
@@ -310,8 +387,10 @@ mod tests {
         assert!(s.take_due(start, &settings).len() < 20, "not all at once");
         let half = s.take_due(start + Duration::from_secs(30), &settings).len();
         assert!((60..=140).contains(&half), "about half in the first half interval: {half}");
-        let rest = s.take_due(start + Duration::from_secs(60), &settings).len();
-        assert!(half + rest >= 190, "everyone once within the interval");
+        let rest = s.take_due(start + Duration::from_secs(60), &settings);
+        assert!(half + rest.len() >= 190, "everyone once within the interval");
+        let with_inventory = rest.iter().filter(|(_, inv)| *inv).count();
+        assert!(with_inventory < 40, "inventories spread over their own (10×) interval: {with_inventory}");
         // Nobody comes back before 0.9 interval after its poll.
         assert!(s.take_due(start + Duration::from_secs(60), &settings).is_empty());
         // The same generation changes nothing; a removal drops the machine.
@@ -365,6 +444,7 @@ impl bmcfleet_provider::SendGate for PollGate {
 pub async fn poll(
     shared: &Shared,
     machine: &Machine,
+    with_inventory: bool,
     slot: &mut crate::session::SessionSlot,
     guard: &mut crate::guard::BmcGuard,
     fence: &crate::fence::Fence,
@@ -372,6 +452,7 @@ pub async fn poll(
     use bmcfleet_provider::{Ctx, ProviderError};
     use bmcfleet_schema::PowerOp;
     let started = Instant::now();
+    let mut inventory = None;
     let observation = match guard.breaker.admit(started) {
         crate::guard::Admission::Refused { until } => {
             // Not called: the breaker says it does not answer.
@@ -386,7 +467,7 @@ pub async fn poll(
                 Ok(creds) => {
                     let ctx = Ctx::with_timeout(shared.state.settings().poll_timeout)
                         .with_gate(Arc::new(PollGate { fence: fence.clone() }));
-                    let result: Result<(Option<PowerState>, &'static str), ProviderError> = async {
+                    let result: Result<(Option<PowerState>, &'static str, Option<bmcfleet_schema::Inventory>), ProviderError> = async {
                         let session = slot.get(&shared.registry, &ctx, &target, &creds).await?;
                         let provider = session.provider();
                         // Through the capability dispatch, so a session that
@@ -408,14 +489,27 @@ pub async fn poll(
                                 state = read(bmcfleet_provider::perform(session, &ctx.for_attempt(), &fix).await?).or(Some(want));
                             }
                         }
-                        Ok((state, provider))
+                        // The slow refresh: read, not fatal for the poll.
+                        let mut inventory = None;
+                        if with_inventory {
+                            let read = bmcfleet_schema::Action::Inventory;
+                            match bmcfleet_provider::perform(session, &ctx.for_attempt(), &read).await {
+                                Ok(Some(bmcfleet_schema::ActionData::Inventory(i))) => inventory = Some(i),
+                                Ok(_) => {}
+                                Err(e) => tracing::info!(machine = %machine.name, error = %e, "Inventory read failed; retried at the next inventory interval."),
+                            }
+                        }
+                        Ok((state, provider, inventory))
                     }
                     .await;
                     let took = started.elapsed();
                     guard.breaker.record(Instant::now(), result.as_ref().map(drop), took);
                     shared.metrics.poll_seconds.observe(took.as_secs_f64());
                     match result {
-                        Ok((power, provider)) => Observation::Answered { power, provider: Some(provider.to_owned()) },
+                        Ok((power, provider, inv)) => {
+                            inventory = inv;
+                            Observation::Answered { power, provider: Some(provider.to_owned()) }
+                        }
                         Err(e) => {
                             let message = bmcfleet_schema::secret::scrub(&e.message, &[creds.password.expose()]);
                             Observation::Failed(ErrorBody::new(e.code, message))
@@ -432,5 +526,8 @@ pub async fn poll(
     shared.metrics.polls.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
     if fence.valid() {
         shared.state.observe(shared, &machine.name, &machine.tenant, observation).await;
+        if let Some(inventory) = inventory {
+            shared.state.inventory(shared, &machine.name, &machine.tenant, inventory).await;
+        }
     }
 }
