@@ -225,6 +225,7 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     let mut b_events = b_client.subscribe("bmc.events.tenant-b.>").await.unwrap();
     let mut b_inboxes = b_client.subscribe("_INBOX.>").await.unwrap();
     let mut a_events = a_client.subscribe("bmc.events.tenant-a.>").await.unwrap();
+    let mut a_machine = a_client.subscribe("bmc.events.tenant-a.machine.a-node1").await.unwrap();
     b_client.flush().await.unwrap();
     a_client.flush().await.unwrap();
 
@@ -244,6 +245,10 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     assert!(first.subject.as_str().ends_with(&id.to_string()), "{}", first.subject);
     let Reply::Status(s) = a.status(id).await else { panic!("A reads its batch") };
     assert_eq!(s.tenant, "tenant-a");
+    // The machine's observed state (issue 19) reaches its tenant through the same export.
+    let state = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut a_machine)).await.expect("A sees its machine's state").unwrap();
+    let e: bmcfleet_schema::state::MachineEvent = Encoding::MessagePack.decode(&state.payload).unwrap();
+    assert_eq!((e.machine.as_str(), e.state.tenant.as_str(), e.state.power), ("a-node1", "tenant-a", Some(PowerState::On)));
 
     // B: another tenant's batch and machine answer exactly like missing ones.
     let unknown = ulid::Ulid::new();
