@@ -1,10 +1,19 @@
 //! The command line. Shared groups come from `bmcfleet_common::config`
 //! (NATS, telemetry, topology, service prefix); the value enums are the
-//! schema's, so a new power operation or boot device appears here by itself.
+//! schema's where the schema derives them, so a new power operation or boot
+//! device appears here by itself. The schema's other action enums (user
+//! roles, BMC reset kinds, media kinds, HTTP methods) have a flag twin
+//! here, converted by an exhaustive `match` so a new variant cannot be
+//! forgotten.
+//!
+//! Every action command takes a [`Target`]: one ad hoc BMC (`--bmc`), one
+//! registered machine (`--machine`), or many (`--machine` repeated,
+//! `--selector`, `--tenant`: a fleet run, see [`crate::cmd::fleet`]).
 
 use bmcfleet_common::config::{duration, NatsArgs, OtelArgs, ServiceArgs, TopologyArgs};
-use bmcfleet_schema::{BmcAddress, BootDevice, PowerOp, Protocol};
-use clap::{Args, Parser, Subcommand};
+use bmcfleet_schema::{BmcAddress, BmcResetKind, BootDevice, HttpMethod, MediaKind, PowerOp, Protocol, UserRole};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Command-line producer for bmcfleet: ordered out-of-band BMC actions.
@@ -38,9 +47,9 @@ pub enum Command {
         #[command(flatten)]
         target: Target,
     },
-    /// Set the next boot device.
+    /// Set the next boot device, or read the current override (`boot get`).
     Boot {
-        device: BootDevice,
+        device: BootArg,
         /// Boot from it every time, not just next time.
         #[arg(long, conflicts_with = "once")]
         persistent: bool,
@@ -57,6 +66,33 @@ pub enum Command {
     Inventory {
         #[command(flatten)]
         target: Target,
+    },
+    /// The BMC's user accounts: list, create, update, delete.
+    User {
+        #[command(subcommand)]
+        op: UserCmd,
+    },
+    /// Reset the BMC itself (not the host): warm or cold.
+    BmcReset {
+        kind: ResetKind,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The BMC's own network source: read it, or set DHCP or a static IPv4 address.
+    Network {
+        #[command(subcommand)]
+        op: NetworkCmd,
+    },
+    /// A raw IPMI command or Redfish request (as the raw policy allows).
+    Raw {
+        #[command(subcommand)]
+        op: RawCmd,
+    },
+    /// Virtual media: insert an image by URL, or eject.
+    #[command(visible_alias = "virtual-media")]
+    Media {
+        #[command(subcommand)]
+        op: MediaCmd,
     },
     /// Submit a batch from a JSON file (`-` for standard input).
     Submit(SubmitArgs),
@@ -215,12 +251,26 @@ pub struct MachineFields {
     pub labels: Vec<String>,
 }
 
-/// The BMC an action command addresses, and how.
+/// The BMC an action command addresses, and how: one ad hoc BMC (`--bmc`),
+/// one registered machine (`--machine`), or many (fleet run).
 #[derive(Args, Debug)]
 pub struct Target {
-    /// A registered machine (instead of --bmc and credentials).
-    #[arg(long, conflicts_with_all = ["bmc", "cred", "user", "password_env", "insecure"], required_unless_present = "bmc")]
-    pub machine: Option<String>,
+    /// A registered machine (instead of --bmc and credentials). Repeat it to
+    /// act on several machines, one batch each (a fleet run).
+    #[arg(
+        long = "machine",
+        value_name = "NAME",
+        conflicts_with_all = ["bmc", "cred", "user", "password_env", "insecure", "selector", "tenant"],
+        required_unless_present_any = ["bmc", "selector", "tenant"]
+    )]
+    pub machines: Vec<String>,
+    /// Every registered machine whose labels match all of these
+    /// (`rack=12,role=worker`), one batch each (a fleet run).
+    #[arg(long, value_name = "KEY=VALUE,...", value_parser = selector, conflicts_with_all = ["bmc", "cred", "user", "password_env", "insecure"])]
+    pub selector: Option<Selector>,
+    /// Only machines of this tenant (with --selector; alone: all of the tenant's machines).
+    #[arg(long, conflicts_with_all = ["bmc", "cred", "user", "password_env", "insecure"])]
+    pub tenant: Option<String>,
     /// BMC address of an ad hoc target (where the deployment allows them):
     /// IP, [IPv6]:port or hostname[:port].
     #[arg(long)]
@@ -237,7 +287,7 @@ pub struct Target {
     /// Environment variable holding the BMC password.
     #[arg(long, requires = "user")]
     pub password_env: Option<String>,
-    /// Wait for the final result.
+    /// Wait for the final result (a fleet run always waits).
     #[arg(long)]
     pub wait: bool,
     /// Batch deadline.
@@ -250,6 +300,342 @@ pub struct Target {
     /// here, so it does not travel in clear even to the gateway.
     #[arg(long, env = "BMCFLEET_WORKERS_PUBLIC_KEY", value_parser = workers_key)]
     pub workers_public_key: Option<String>,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+}
+
+/// How a fleet run proceeds. Any of them makes even one `--machine` a fleet run.
+#[derive(Args, Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FleetArgs {
+    /// Batches running at once [default: 16].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "bmc")]
+    pub max_parallel: Option<u32>,
+    /// Run the first N machines first (in --machine order, or by name), and
+    /// the others only if all N succeed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "bmc")]
+    pub canary: Option<u32>,
+    /// Start no further machine once K have failed (those running finish).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "bmc")]
+    pub stop_after_failures: Option<u32>,
+}
+
+impl FleetArgs {
+    /// Whether any fleet flag was given.
+    pub fn any(&self) -> bool {
+        *self != FleetArgs::default()
+    }
+}
+
+/// Machine labels that must all match (`--selector rack=12,role=worker`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selector(pub BTreeMap<String, String>);
+
+impl Selector {
+    /// Whether `labels` has every key of the selector with its value.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+}
+
+impl std::fmt::Display for Selector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pairs: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        f.write_str(&pairs.join(","))
+    }
+}
+
+/// `key=value[,key=value...]`: no empty key or value, no key twice.
+fn selector(s: &str) -> Result<Selector, String> {
+    let mut out = BTreeMap::new();
+    for pair in s.split(',').map(str::trim) {
+        let Some((k, v)) = pair.split_once('=') else {
+            return Err(format!("`{pair}` is not key=value"));
+        };
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() || v.is_empty() {
+            return Err(format!("`{pair}`: both the label and its value are needed"));
+        }
+        if out.insert(k.to_owned(), v.to_owned()).is_some() {
+            return Err(format!("label `{k}` is given twice"));
+        }
+    }
+    Ok(Selector(out))
+}
+
+/// `boot`'s argument: a device to set, or `get` to read the override.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootArg {
+    Get,
+    Set(BootDevice),
+}
+
+impl ValueEnum for BootArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        // The schema's settable devices, after `get`: a new one appears by itself.
+        static ALL: std::sync::OnceLock<Vec<BootArg>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| std::iter::once(BootArg::Get).chain(BootDevice::value_variants().iter().copied().map(BootArg::Set)).collect())
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        match self {
+            BootArg::Get => Some(clap::builder::PossibleValue::new("get").help("read the current boot override")),
+            BootArg::Set(d) => d.to_possible_value(),
+        }
+    }
+}
+
+/// `bmcctl user ...`. A new password is never an argument (it would show in
+/// the process list and shell history): it comes from a file or a variable.
+#[derive(Subcommand, Debug)]
+pub enum UserCmd {
+    /// List the BMC's users.
+    List {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Create a user (an existing name is an error).
+    Create {
+        name: String,
+        #[arg(long, value_enum)]
+        role: Role,
+        /// Create it disabled.
+        #[arg(long)]
+        disabled: bool,
+        #[command(flatten)]
+        password: NewPassword,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Change a user: only what is given (a missing user is an error, never created).
+    Update {
+        name: String,
+        #[arg(long, value_enum)]
+        role: Option<Role>,
+        /// Enable (true) or disable (false) the user.
+        #[arg(long)]
+        enabled: Option<bool>,
+        #[command(flatten)]
+        password: NewPassword,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete a user.
+    Delete {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// Where a BMC user's new password comes from.
+#[derive(Args, Debug, Default)]
+pub struct NewPassword {
+    /// Read the user's new password from this file (`-`: standard input);
+    /// one trailing newline is dropped.
+    #[arg(long, visible_alias = "password-file", value_name = "FILE", conflicts_with = "new_password_env")]
+    pub new_password_file: Option<std::path::PathBuf>,
+    /// Read the user's new password from this environment variable.
+    #[arg(long, value_name = "VAR")]
+    pub new_password_env: Option<String>,
+}
+
+/// A BMC user's role (the schema's `UserRole`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    Admin,
+    Operator,
+    User,
+    Callback,
+    #[value(name = "no_access", alias = "no-access")]
+    NoAccess,
+}
+
+impl From<Role> for UserRole {
+    fn from(r: Role) -> UserRole {
+        match r {
+            Role::Admin => UserRole::Admin,
+            Role::Operator => UserRole::Operator,
+            Role::User => UserRole::User,
+            Role::Callback => UserRole::Callback,
+            Role::NoAccess => UserRole::NoAccess,
+        }
+    }
+}
+
+/// A BMC reset (the schema's `BmcResetKind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ResetKind {
+    /// Restart the BMC's firmware.
+    Warm,
+    /// Reset the BMC's hardware.
+    Cold,
+}
+
+impl From<ResetKind> for BmcResetKind {
+    fn from(k: ResetKind) -> BmcResetKind {
+        match k {
+            ResetKind::Warm => BmcResetKind::Warm,
+            ResetKind::Cold => BmcResetKind::Cold,
+        }
+    }
+}
+
+/// `bmcctl network ...`: the BMC's own address.
+#[derive(Subcommand, Debug)]
+pub enum NetworkCmd {
+    /// Read the current source and address.
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Take the address from DHCP.
+    Dhcp {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// A static IPv4 address.
+    Static {
+        #[arg(long)]
+        address: std::net::Ipv4Addr,
+        #[arg(long)]
+        netmask: std::net::Ipv4Addr,
+        #[arg(long)]
+        gateway: Option<std::net::Ipv4Addr>,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `bmcctl raw ...`: passthrough, bounded by the deployment's raw policy.
+#[derive(Subcommand, Debug)]
+pub enum RawCmd {
+    /// An IPMI command: network function, command, request data.
+    Ipmi {
+        /// Network function (`0x06` or `6`).
+        #[arg(long, value_parser = byte)]
+        netfn: u8,
+        /// Command (`0x01` or `1`).
+        #[arg(long, value_parser = byte)]
+        cmd: u8,
+        /// Request data bytes in hex (`01 02 ff`, `0x01,0x02`, `0102ff`).
+        #[arg(long, value_parser = hex_bytes, default_value = "")]
+        data: HexBytes,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// A Redfish request: method, path under /redfish/v1, optional JSON body.
+    Redfish {
+        #[arg(value_enum)]
+        method: Method,
+        /// Must start with /redfish/v1.
+        path: String,
+        /// The JSON body, from this file (`-`: standard input).
+        #[arg(long, value_name = "FILE")]
+        body_file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// Request data of a raw IPMI command.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HexBytes(pub Vec<u8>);
+
+/// An HTTP method of a raw Redfish request (the schema's `HttpMethod`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Method {
+    Get,
+    Post,
+    Patch,
+    Put,
+    Delete,
+}
+
+impl From<Method> for HttpMethod {
+    fn from(m: Method) -> HttpMethod {
+        match m {
+            Method::Get => HttpMethod::Get,
+            Method::Post => HttpMethod::Post,
+            Method::Patch => HttpMethod::Patch,
+            Method::Put => HttpMethod::Put,
+            Method::Delete => HttpMethod::Delete,
+        }
+    }
+}
+
+/// `bmcctl media ...`: virtual media.
+#[derive(Subcommand, Debug)]
+pub enum MediaCmd {
+    /// Insert an image by URL (the BMC fetches it).
+    Insert {
+        /// The image URL. One carrying credentials or a signed query is
+        /// better read from --url-file: arguments show in the process list.
+        #[arg(required_unless_present = "url_file", conflicts_with = "url_file")]
+        url: Option<String>,
+        /// Read the URL from this file (`-`: standard input).
+        #[arg(long, value_name = "FILE")]
+        url_file: Option<std::path::PathBuf>,
+        #[arg(long, value_enum, default_value = "cd")]
+        media: Media,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Eject the inserted image.
+    Eject {
+        #[arg(long, value_enum, default_value = "cd")]
+        media: Media,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// A virtual media device (the schema's `MediaKind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Media {
+    Cd,
+    Usb,
+}
+
+impl From<Media> for MediaKind {
+    fn from(m: Media) -> MediaKind {
+        match m {
+            Media::Cd => MediaKind::Cd,
+            Media::Usb => MediaKind::Usb,
+        }
+    }
+}
+
+/// A byte in decimal or `0x` hex.
+fn byte(s: &str) -> Result<u8, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u8::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|_| format!("`{s}` is not a byte (0-255, or 0x00-0xff)"))
+}
+
+/// Hex bytes, separated by spaces, commas or colons, each with an optional
+/// `0x`; a token longer than two digits is read as consecutive bytes.
+fn hex_bytes(s: &str) -> Result<HexBytes, String> {
+    let mut out = Vec::new();
+    for token in s.split([' ', ',', ':']).filter(|t| !t.is_empty()) {
+        let digits = token.strip_prefix("0x").or_else(|| token.strip_prefix("0X")).unwrap_or(token);
+        let bad = || format!("`{token}` is not hex bytes");
+        if digits.is_empty() || !digits.is_ascii() {
+            return Err(bad());
+        }
+        if digits.len() <= 2 {
+            out.push(u8::from_str_radix(digits, 16).map_err(|_| bad())?);
+        } else if digits.len() % 2 == 0 {
+            for pair in digits.as_bytes().chunks(2) {
+                let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
+                out.push(u8::from_str_radix(pair, 16).map_err(|_| bad())?);
+            }
+        } else {
+            return Err(format!("`{token}`: an odd number of hex digits"));
+        }
+    }
+    Ok(HexBytes(out))
 }
 
 /// A workers' public key (`X...`), checked at parse time like every flag.
@@ -282,7 +668,7 @@ mod tests {
         else {
             panic!("boot")
         };
-        assert_eq!((device, efi, persistent), (BootDevice::Pxe, true, false));
+        assert_eq!((device, efi, persistent), (BootArg::Set(BootDevice::Pxe), true, false));
         // `none` is a read-back value, never a request.
         assert!(parse(&["boot", "none", "--bmc", "10.0.0.5", "--cred", "r"]).is_err());
         assert!(parse(&["power", "sideways", "--bmc", "10.0.0.5", "--cred", "r"]).is_err());
@@ -302,5 +688,75 @@ mod tests {
         assert!(parse(&["power", "on", "--bmc", "h", "--cred", "r", "--user", "u"]).is_err());
         assert!(parse(&["power", "on", "--bmc", "h", "--user", "u"]).is_err(), "--user needs --password-env");
         assert!(parse(&["boot", "pxe", "--persistent", "--once", "--bmc", "h", "--cred", "r"]).is_err());
+    }
+
+    #[test]
+    fn a_target_is_one_bmc_or_machines_by_name_label_or_tenant() {
+        let target = |args: &[&str]| match parse(&[&["inventory"], args].concat()).map(|c| c.command) {
+            Ok(Command::Inventory { target }) => Ok(target),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        let t = target(&["--machine", "a", "--machine", "b", "--canary", "1", "--max-parallel", "4", "--stop-after-failures", "2"]).unwrap();
+        assert_eq!(t.machines, ["a", "b"]);
+        assert_eq!(t.fleet, FleetArgs { max_parallel: Some(4), canary: Some(1), stop_after_failures: Some(2) });
+        let t = target(&["--selector", "rack=12, role=worker", "--tenant", "tenant-a"]).unwrap();
+        let want: BTreeMap<String, String> = [("rack", "12"), ("role", "worker")].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+        assert_eq!((t.selector.unwrap().0, t.tenant.as_deref()), (want, Some("tenant-a")));
+        for bad in [
+            &["--selector", "rack"][..],
+            &["--selector", "rack="],
+            &["--selector", "rack=1,rack=2"],
+            &["--machine", "a", "--selector", "rack=1"],
+            &["--machine", "a", "--tenant", "t"],
+            &["--machine", "a", "--bmc", "10.0.0.1"],
+            &["--bmc", "10.0.0.1", "--cred", "c", "--canary", "1"],
+            &["--selector", "rack=1", "--cred", "c"],
+            &["--selector", "rack=1", "--max-parallel", "0"],
+            &["--selector", "rack=1", "--stop-after-failures", "0"],
+            &[],
+        ] {
+            assert!(target(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_action_has_a_command() {
+        let ok = |args: &[&str]| parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        ok(&["boot", "get", "--machine", "a"]);
+        ok(&["user", "list", "--machine", "a"]);
+        ok(&["user", "create", "ops", "--role", "no_access", "--new-password-env", "PW", "--selector", "rack=1"]);
+        ok(&["user", "create", "ops", "--role", "admin", "--password-file", "/dev/null", "--machine", "a"]);
+        ok(&["user", "update", "ops", "--enabled", "false", "--machine", "a"]);
+        ok(&["user", "delete", "ops", "--machine", "a"]);
+        ok(&["bmc-reset", "cold", "--machine", "a"]);
+        ok(&["network", "static", "--address", "10.1.0.5", "--netmask", "255.255.255.0", "--gateway", "10.1.0.1", "--machine", "a"]);
+        ok(&["raw", "ipmi", "--netfn", "0x06", "--cmd", "1", "--data", "01 0x02,ff", "--machine", "a"]);
+        ok(&["raw", "redfish", "patch", "/redfish/v1/Systems/1", "--body-file", "-", "--machine", "a"]);
+        ok(&["media", "insert", "https://img/x.iso", "--media", "usb", "--machine", "a"]);
+        ok(&["virtual-media", "eject", "--machine", "a"]);
+        // Never a password on the command line; never both sources; a role the schema knows.
+        assert!(parse(&["user", "create", "ops", "--role", "admin", "--password", "x", "--machine", "a"]).is_err());
+        assert!(parse(&["user", "create", "ops", "--role", "admin", "--new-password-file", "f", "--new-password-env", "V", "--machine", "a"]).is_err());
+        assert!(parse(&["user", "create", "ops", "--role", "root", "--new-password-env", "V", "--machine", "a"]).is_err());
+        assert!(parse(&["network", "static", "--address", "10.1.0.300", "--netmask", "255.255.255.0", "--machine", "a"]).is_err());
+        assert!(parse(&["raw", "ipmi", "--netfn", "0x100", "--cmd", "1", "--machine", "a"]).is_err());
+        assert!(parse(&["media", "insert", "--machine", "a"]).is_err(), "a URL or --url-file");
+        // Every role of the schema has a flag value (and only those).
+        let roles: Vec<String> = Role::value_variants().iter().map(|r| serde_json::to_value(UserRole::from(*r)).unwrap().as_str().unwrap().to_owned()).collect();
+        let names: Vec<String> = Role::value_variants().iter().map(|r| r.to_possible_value().unwrap().get_name().to_owned()).collect();
+        assert_eq!(roles, names, "flag values are the wire names");
+    }
+
+    #[test]
+    fn raw_bytes_read_as_hex_in_any_common_spelling() {
+        assert_eq!(hex_bytes("01 0x02,ff:A0").unwrap().0, [1, 2, 0xff, 0xa0]);
+        assert_eq!(hex_bytes("0x0102ff").unwrap().0, [1, 2, 0xff]);
+        assert_eq!(hex_bytes("").unwrap().0, Vec::<u8>::new());
+        for bad in ["0x", "123", "zz", "0x1g"] {
+            assert!(hex_bytes(bad).is_err(), "{bad}");
+        }
+        assert_eq!((byte("0x06"), byte("6"), byte("255")), (Ok(6), Ok(6), Ok(255)));
+        assert!(byte("256").is_err() && byte("0x1ff").is_err());
     }
 }

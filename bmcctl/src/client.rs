@@ -23,7 +23,8 @@ impl Client {
         Client { nats, prefix: prefix.to_owned(), json, trace }
     }
 
-    /// Send `body` (JSON) to one endpoint and decode the reply.
+    /// Send `body` (JSON) to one endpoint and decode the reply. A request
+    /// that got no answer keeps its `async_nats::RequestError` as the source.
     pub async fn request(&self, endpoint: &str, wait: bool, body: Vec<u8>, timeout: Duration) -> anyhow::Result<Reply> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, Encoding::Json.content_type());
@@ -37,7 +38,7 @@ impl Client {
             .nats
             .send_request(subject.clone(), req)
             .await
-            .map_err(|e| anyhow::anyhow!("no answer from the gateway on {subject}: {e}"))?;
+            .map_err(|e| anyhow::Error::new(e).context(format!("no answer from the gateway on {subject}")))?;
         let enc = Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))?;
         Ok(enc.decode(&msg.payload)?)
     }

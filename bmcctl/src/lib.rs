@@ -5,8 +5,11 @@
 //! the reply; also follows events, and manages the workers' sealing key and
 //! the named credentials bucket.
 //!
-//! Exit codes: 0 success (accepted, or finished successfully with `--wait`),
-//! 1 the batch finished with a failure, 2 usage error, 3 the gateway refused
+//! Exit codes: 0 success (accepted, or finished successfully with `--wait`;
+//! a fleet run: every machine's batch succeeded), 1 the batch finished with
+//! a failure (a fleet run: any machine's batch did not succeed, or some never
+//! started), 2 usage error (also: a fleet run naming unknown machines or
+//! whose selector matches none; nothing is submitted), 3 the gateway refused
 //! the request or could not be reached.
 //!
 //! # Layout
@@ -14,13 +17,29 @@
 //!   service flags are the shared groups of `bmcfleet_common::config`; value
 //!   enums are the schema's own (`PowerOp`, `BootDevice`, `Protocol`).
 //! - [`client`]: requests to the gateway, replies, exit codes.
-//! - [`output`]: how replies, results and events read on a terminal.
-//! - [`cmd`]: one module per command.
+//! - [`output`]: how replies, results, events and fleet runs read on a terminal.
+//! - [`progress`]: the live progress line of a fleet run (terminals only).
+//! - [`cmd`]: one module per command; [`cmd::action`] builds the batch of
+//!   every action command and [`cmd::fleet`] runs one on many machines.
 
 pub mod cli;
 pub mod client;
 pub mod cmd;
 pub mod output;
+pub mod progress;
+
+/// A usage or configuration error found after parsing (a file that cannot
+/// be read, a selector matching no machine): exit code 2, as clap's own.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
 
 use cli::{Cli, Command};
 use std::process::ExitCode;
@@ -44,7 +63,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let trace = if cli.trace { client::start_trace() } else { async_nats::HeaderMap::new() };
     let client = client::Client::new(nats, &cli.service.service_prefix, cli.json, trace);
     match &cli.command {
-        Command::Power { .. } | Command::Boot { .. } | Command::Inventory { .. } => cmd::action::run(&client, &cli.command).await,
+        Command::Power { .. }
+        | Command::Boot { .. }
+        | Command::Inventory { .. }
+        | Command::User { .. }
+        | Command::BmcReset { .. }
+        | Command::Network { .. }
+        | Command::Raw { .. }
+        | Command::Media { .. } => cmd::action::run(&client, &cli.topology, &cli.command).await,
         Command::Submit(args) => cmd::submit::run(&client, args).await,
         Command::Status { id } => cmd::status::status(&client, *id).await,
         Command::Cancel { id } => cmd::status::cancel(&client, *id).await,

@@ -25,7 +25,7 @@ async fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(3)
+            ExitCode::from(if e.downcast_ref::<bmcctl::Usage>().is_some() { 2 } else { 3 })
         }
     }
 }

@@ -1,16 +1,31 @@
-//! `bmcctl power|boot|inventory`: one action on one BMC, as a batch.
+//! The action commands (`power`, `boot`, `inventory`, `user`, `bmc-reset`,
+//! `network`, `raw`, `media`): each builds the actions of one batch from its
+//! flags; the batch goes to one target, or to many machines (a fleet run,
+//! [`super::fleet`]).
 
-use crate::cli::{Command, Target};
+use crate::cli::{BootArg, Command, MediaCmd, NetworkCmd, NewPassword, RawCmd, Target, UserCmd};
 use crate::client::Client;
+use crate::Usage;
 use anyhow::Context;
-use bmcfleet_schema::{Action, Batch, BmcTarget, BootDeviceRequest, Credentials, Encoding, OnError, Secret, TlsOptions};
+use bmcfleet_common::config::TopologyArgs;
+use bmcfleet_schema::{
+    Action, Batch, BmcTarget, BootDeviceRequest, Credentials, Encoding, NetworkSourceOp, OnError, RawIpmi, RawRedfish, RawRequest, Secret,
+    StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate, VirtualMediaOp,
+};
 use std::process::ExitCode;
 use std::time::Duration;
 
 impl Target {
-    /// The batch of `actions` for this target.
+    /// Whether this is a fleet run: machines chosen by label or tenant,
+    /// several `--machine`, or any fleet flag. One `--machine` alone is a
+    /// single batch, as `--bmc` is.
+    pub fn is_fleet(&self) -> bool {
+        self.bmc.is_none() && (self.selector.is_some() || self.tenant.is_some() || self.machines.len() > 1 || self.fleet.any())
+    }
+
+    /// The batch of `actions` for this (single) target.
     pub fn batch(&self, actions: Vec<Action>) -> anyhow::Result<Batch> {
-        let (machine, bmc) = match (&self.machine, &self.bmc) {
+        let (machine, bmc) = match (self.machines.first(), &self.bmc) {
             (Some(name), _) => (Some(name.clone()), None),
             (None, Some(address)) => (None, Some(self.ad_hoc(address)?)),
             (None, None) => anyhow::bail!("give --machine NAME, or --bmc ADDRESS with credentials"),
@@ -39,20 +54,124 @@ impl Target {
     }
 }
 
-/// The target and actions of an action command.
-pub fn plan(command: &Command) -> Option<(&Target, Vec<Action>)> {
-    Some(match command {
-        Command::Power { op, target } => (target, vec![Action::Power(*op)]),
-        Command::Boot { device, persistent, efi, target, .. } => {
-            (target, vec![Action::BootDevice(BootDeviceRequest { device: *device, persistent: *persistent, efi: *efi })])
-        }
-        Command::Inventory { target } => (target, vec![Action::Inventory]),
-        _ => return None,
-    })
+/// Read a secret or a document from `path` (`-`: standard input).
+fn read_source(path: &std::path::Path) -> anyhow::Result<String> {
+    if path == std::path::Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).context("reading standard input")?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path).map_err(|e| Usage(format!("cannot read {}: {e}", path.display())).into())
+    }
 }
 
-pub async fn run(client: &Client, command: &Command) -> anyhow::Result<ExitCode> {
-    let (target, actions) = plan(command).expect("an action command");
+/// One value from a file or standard input: one trailing newline dropped, never empty.
+fn read_value(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
+    let text = read_source(path)?;
+    let value = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
+    if value.is_empty() {
+        return Err(Usage(format!("{what} from {} is empty", path.display())).into());
+    }
+    Ok(value.to_owned())
+}
+
+impl NewPassword {
+    /// The new password, if one was given (from its file or variable).
+    pub fn read(&self) -> anyhow::Result<Option<Secret>> {
+        match (&self.new_password_file, &self.new_password_env) {
+            (Some(path), _) => Ok(Some(Secret::new(read_value(path, "the new password")?))),
+            (None, Some(var)) => match std::env::var(var) {
+                Ok(pw) if !pw.is_empty() => Ok(Some(Secret::new(pw))),
+                _ => Err(Usage(format!("environment variable {var} (the new password) is not set or empty")).into()),
+            },
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// The target and actions of an action command (`None`: not one). Files
+/// and variables the flags name (passwords, bodies, URLs) are read here.
+pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>> {
+    let action = |target, action| Ok(Some((target, vec![action])));
+    match command {
+        Command::Power { op, target } => action(target, Action::Power(*op)),
+        Command::Boot { device: BootArg::Get, persistent, once, efi, target } => {
+            if *persistent || *once || *efi {
+                return Err(Usage("`boot get` reads the override: --persistent, --once and --efi are for setting one".into()).into());
+            }
+            action(target, Action::GetBootDevice)
+        }
+        Command::Boot { device: BootArg::Set(device), persistent, efi, target, .. } => {
+            action(target, Action::BootDevice(BootDeviceRequest { device: *device, persistent: *persistent, efi: *efi }))
+        }
+        Command::Inventory { target } => action(target, Action::Inventory),
+        Command::User { op } => match op {
+            UserCmd::List { target } => action(target, Action::User(UserOp::List)),
+            UserCmd::Create { name, role, disabled, password, target } => {
+                let Some(password) = password.read()? else {
+                    return Err(Usage("user create needs the new password: --new-password-file FILE or --new-password-env VAR".into()).into());
+                };
+                action(target, Action::User(UserOp::Create(UserSpec { name: name.clone(), password, role: (*role).into(), enabled: !disabled })))
+            }
+            UserCmd::Update { name, role, enabled, password, target } => {
+                let password = password.read()?;
+                if role.is_none() && enabled.is_none() && password.is_none() {
+                    return Err(Usage("user update changes nothing: give --role, --enabled or a new password".into()).into());
+                }
+                let update = UserUpdate { name: name.clone(), password, role: role.map(Into::into), enabled: *enabled };
+                action(target, Action::User(UserOp::Update(update)))
+            }
+            UserCmd::Delete { name, target } => action(target, Action::User(UserOp::Delete { name: name.clone() })),
+        },
+        Command::BmcReset { kind, target } => action(target, Action::BmcReset((*kind).into())),
+        Command::Network { op } => match op {
+            NetworkCmd::Get { target } => action(target, Action::NetworkSource(NetworkSourceOp::Get)),
+            NetworkCmd::Dhcp { target } => action(target, Action::NetworkSource(NetworkSourceOp::Dhcp)),
+            NetworkCmd::Static { address, netmask, gateway, target } => {
+                action(target, Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 { address: *address, netmask: *netmask, gateway: *gateway })))
+            }
+        },
+        Command::Raw { op } => match op {
+            RawCmd::Ipmi { netfn, cmd, data, target } => action(target, Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: *netfn, cmd: *cmd, data: data.0.clone() }))),
+            RawCmd::Redfish { method, path, body_file, target } => {
+                let body = match body_file {
+                    Some(file) => {
+                        let text = read_source(file)?;
+                        Some(serde_json::from_str(&text).map_err(|e| Usage(format!("{} is not JSON: {e}", file.display())))?)
+                    }
+                    None => None,
+                };
+                action(target, Action::Raw(RawRequest::Redfish(RawRedfish { method: (*method).into(), path: path.clone(), body })))
+            }
+        },
+        Command::Media { op } => match op {
+            MediaCmd::Insert { url, url_file, media, target } => {
+                let url = match (url, url_file) {
+                    (Some(url), _) => url.clone(),
+                    (None, Some(file)) => read_value(file, "the media URL")?,
+                    (None, None) => return Err(Usage("media insert needs a URL or --url-file".into()).into()),
+                };
+                action(target, Action::VirtualMedia(VirtualMediaOp::Insert { url, media: (*media).into() }))
+            }
+            MediaCmd::Eject { media, target } => action(target, Action::VirtualMedia(VirtualMediaOp::Eject { media: (*media).into() })),
+        },
+        Command::Submit(_)
+        | Command::Status { .. }
+        | Command::Cancel { .. }
+        | Command::Watch { .. }
+        | Command::Keygen { .. }
+        | Command::Cred { .. }
+        | Command::Machine { .. }
+        | Command::Audit { .. } => Ok(None),
+    }
+}
+
+/// Run an action command: one batch, or a fleet run.
+pub async fn run(client: &Client, topology: &TopologyArgs, command: &Command) -> anyhow::Result<ExitCode> {
+    let (target, actions) = plan(command)?.expect("an action command");
+    if target.is_fleet() {
+        return super::fleet::run(client, topology, target, actions).await;
+    }
     let batch = target.batch(actions)?;
     let timeout = target.deadline + Duration::from_secs(10);
     let reply = client.request("submit", target.wait, Encoding::Json.encode(&batch)?, timeout).await?;
@@ -68,7 +187,7 @@ mod tests {
 
     fn batch_of(args: &[&str]) -> anyhow::Result<Batch> {
         let cli = Cli::try_parse_from(std::iter::once("bmcctl").chain(args.iter().copied())).unwrap();
-        let (target, actions) = plan(&cli.command).unwrap();
+        let (target, actions) = plan(&cli.command)?.unwrap();
         target.batch(actions)
     }
 
@@ -82,6 +201,101 @@ mod tests {
         assert_eq!(b.deadline, Some(Duration::from_secs(30)));
         let b = batch_of(&["power", "cycle", "--bmc", "[fe80::1]:623", "--cred", "r"]).unwrap();
         assert_eq!(b.actions, vec![Action::Power(PowerOp::Cycle)]);
+    }
+
+    fn actions_of(args: &[&str]) -> anyhow::Result<Vec<Action>> {
+        let cli = Cli::try_parse_from(std::iter::once("bmcctl").chain(args.iter().copied())).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        Ok(plan(&cli.command)?.expect("an action command").1)
+    }
+
+    #[test]
+    fn every_command_is_its_action() {
+        use bmcfleet_schema::*;
+        let dir = tempfile_dir();
+        let pw = dir.join("pw");
+        std::fs::write(&pw, "n3w-secret\n").unwrap();
+        let body = dir.join("body.json");
+        std::fs::write(&body, r#"{"AssetTag": "r12"}"#).unwrap();
+        let pw = pw.to_str().unwrap();
+        let m = ["--machine", "a"];
+        let cases: Vec<(Vec<&str>, Action)> = vec![
+            (vec!["boot", "get"], Action::GetBootDevice),
+            (vec!["user", "list"], Action::User(UserOp::List)),
+            (
+                vec!["user", "create", "ops", "--role", "operator", "--disabled", "--new-password-file", pw],
+                Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: "n3w-secret".into(), role: UserRole::Operator, enabled: false })),
+            ),
+            (
+                vec!["user", "update", "ops", "--role", "no_access", "--enabled", "true"],
+                Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: None, role: Some(UserRole::NoAccess), enabled: Some(true) })),
+            ),
+            (
+                vec!["user", "update", "ops", "--password-file", pw],
+                Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: Some("n3w-secret".into()), role: None, enabled: None })),
+            ),
+            (vec!["user", "delete", "ops"], Action::User(UserOp::Delete { name: "ops".into() })),
+            (vec!["bmc-reset", "warm"], Action::BmcReset(BmcResetKind::Warm)),
+            (vec!["network", "get"], Action::NetworkSource(NetworkSourceOp::Get)),
+            (vec!["network", "dhcp"], Action::NetworkSource(NetworkSourceOp::Dhcp)),
+            (
+                vec!["network", "static", "--address", "10.1.0.5", "--netmask", "255.255.255.0"],
+                Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 { address: [10, 1, 0, 5].into(), netmask: [255, 255, 255, 0].into(), gateway: None })),
+            ),
+            (vec!["raw", "ipmi", "--netfn", "0x06", "--cmd", "0x01"], Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 6, cmd: 1, data: vec![] }))),
+            (vec!["raw", "ipmi", "--netfn", "0x30", "--cmd", "2", "--data", "de ad"], Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 2, data: vec![0xde, 0xad] }))),
+            (
+                vec!["raw", "redfish", "patch", "/redfish/v1/Systems/1", "--body-file", body.to_str().unwrap()],
+                Action::Raw(RawRequest::Redfish(RawRedfish { method: HttpMethod::Patch, path: "/redfish/v1/Systems/1".into(), body: Some(serde_json::json!({"AssetTag": "r12"})) })),
+            ),
+            (vec!["media", "insert", "https://img/x.iso"], Action::VirtualMedia(VirtualMediaOp::Insert { url: "https://img/x.iso".into(), media: MediaKind::Cd })),
+            (vec!["media", "eject", "--media", "usb"], Action::VirtualMedia(VirtualMediaOp::Eject { media: MediaKind::Usb })),
+        ];
+        for (args, want) in cases {
+            let args = [&args[..], &m[..]].concat();
+            assert_eq!(actions_of(&args).unwrap(), vec![want], "{args:?}");
+        }
+    }
+
+    /// A fresh directory, removed when dropped.
+    struct TempDir(std::path::PathBuf);
+
+    impl TempDir {
+        fn join(&self, name: &str) -> std::path::PathBuf {
+            self.0.join(name)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tempfile_dir() -> TempDir {
+        let dir = std::env::temp_dir().join(format!("bmcctl-test-{}", ulid::Ulid::new()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    #[test]
+    fn what_a_command_cannot_mean_is_a_usage_error() {
+        let usage = |args: &[&str]| {
+            let e = actions_of(&[args, &["--machine", "a"]].concat()).unwrap_err();
+            assert!(e.downcast_ref::<crate::Usage>().is_some(), "{args:?}: {e}");
+            e.to_string()
+        };
+        assert!(usage(&["boot", "get", "--persistent"]).contains("boot get"));
+        assert!(usage(&["user", "create", "ops", "--role", "admin"]).contains("--new-password-file"));
+        assert!(usage(&["user", "update", "ops"]).contains("changes nothing"));
+        assert!(usage(&["user", "update", "ops", "--new-password-env", "BMCCTL_TEST_UNSET_NEW_PASSWORD"]).contains("BMCCTL_TEST_UNSET_NEW_PASSWORD"));
+        assert!(usage(&["user", "update", "ops", "--new-password-file", "/nonexistent/pw"]).contains("/nonexistent/pw"));
+        let dir = tempfile_dir();
+        let empty = dir.join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        assert!(usage(&["user", "update", "ops", "--new-password-file", empty.to_str().unwrap()]).contains("empty"));
+        let not_json = dir.join("body");
+        std::fs::write(&not_json, "{nope").unwrap();
+        assert!(usage(&["raw", "redfish", "post", "/redfish/v1/x", "--body-file", not_json.to_str().unwrap()]).contains("not JSON"));
     }
 
     #[test]

@@ -134,6 +134,17 @@ async fn put_one(
     Ok(())
 }
 
+/// Every registered machine, by name: what a fleet run chooses from.
+pub(crate) async fn registry(nats: async_nats::Client, topology: &TopologyArgs) -> anyhow::Result<BTreeMap<String, Machine>> {
+    let subjects = topology.subjects();
+    let js = async_nats::jetstream::new(nats);
+    let bucket = subjects.machines_bucket();
+    let kv = streams::bucket(&js, streams::machines_config(&subjects, usize::from(topology.replicas)), streams::Mode::UseExisting)
+        .await
+        .with_context(|| format!("the machine registry (bucket {bucket})"))?;
+    load_all(&kv).await.with_context(|| format!("the machine registry (bucket {bucket})"))
+}
+
 async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::Result<BTreeMap<String, Machine>> {
     let keys: Vec<String> = kv.keys().await?.try_collect().await?;
     let mut all = BTreeMap::new();

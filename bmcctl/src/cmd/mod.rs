@@ -3,6 +3,7 @@
 pub mod action;
 pub mod audit;
 pub mod cred;
+pub mod fleet;
 pub mod keygen;
 pub mod machine;
 pub mod status;
