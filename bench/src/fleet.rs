@@ -28,11 +28,15 @@ pub struct FleetOptions {
     pub worker_args: Vec<String>,
     /// The gateway's `--max-queued-per-bmc`.
     pub max_queued_per_bmc: u32,
+    /// `--ad-hoc-targets` of the gateway and the workers: the simulated
+    /// BMCs' made-up addresses by default; `ipmi-fleet` adds loopback,
+    /// where its responder listens.
+    pub ad_hoc_targets: String,
 }
 
 impl Default for FleetOptions {
     fn default() -> Self {
-        FleetOptions { partitions: 16, sim: None, lease_ttl: "15s".into(), rebalance: "3s".into(), worker_args: vec![], max_queued_per_bmc: 1024 }
+        FleetOptions { partitions: 16, sim: None, lease_ttl: "15s".into(), rebalance: "3s".into(), worker_args: vec![], max_queued_per_bmc: 1024, ad_hoc_targets: "10.0.0.0/8".into() }
     }
 }
 
@@ -52,13 +56,19 @@ pub struct Fleet {
 
 /// A 1-action-or-more batch for a simulated BMC.
 pub fn sim_batch(address: &str, actions: Vec<Action>) -> anyhow::Result<Batch> {
+    target_batch(address, Protocol::Sim, "bench", actions)
+}
+
+/// A batch for the ad hoc target `address` (`host` or `host:port`) spoken
+/// to with `protocol`, inline credentials `admin`/`password`.
+pub fn target_batch(address: &str, protocol: Protocol, password: &str, actions: Vec<Action>) -> anyhow::Result<Batch> {
     Ok(Batch {
         id: Some(ulid::Ulid::new()),
         machine: None,
         bmc: Some(BmcTarget {
             address: address.parse().with_context(|| format!("address {address}"))?,
-            protocol: Protocol::Sim,
-            credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("bench") },
+            protocol,
+            credentials: Credentials::Inline { username: "admin".into(), password: Secret::new(password) },
             tls: TlsOptions::default(),
             system_id: None,
             options: Default::default(),
@@ -79,7 +89,7 @@ impl Fleet {
     pub async fn start(options: FleetOptions) -> anyhow::Result<Fleet> {
         let nats = Nats::start().await?;
         let subjects = Subjects::new("bmc", "BMCFLEET", options.partitions);
-        let mut args = common_args(&nats, options.partitions);
+        let mut args = common_args(&nats, options.partitions, &options.ad_hoc_targets);
         args.extend(["--allow-sim".into(), "true".into()]);
         // The ordering workloads queue up to 500 batches per BMC before the
         // workers start (hence 1024 by default); `isolation` uses the default cap.
@@ -117,7 +127,7 @@ impl Fleet {
 
     /// Start a worker named `id`.
     pub fn spawn_worker(&mut self, id: &str, extra: &[String]) -> anyhow::Result<()> {
-        let mut args = common_args(&self.nats, self.options.partitions);
+        let mut args = common_args(&self.nats, self.options.partitions, &self.options.ad_hoc_targets);
         args.extend([
             "--worker-id".into(),
             id.into(),
@@ -223,7 +233,7 @@ impl Fleet {
     }
 }
 
-fn common_args(nats: &Nats, partitions: u16) -> Vec<String> {
+fn common_args(nats: &Nats, partitions: u16, ad_hoc_targets: &str) -> Vec<String> {
     vec![
         "--nats-url".into(),
         nats.url(),
@@ -231,9 +241,8 @@ fn common_args(nats: &Nats, partitions: u16) -> Vec<String> {
         partitions.to_string(),
         "--log-format".into(),
         "json".into(),
-        // The simulated BMCs' made-up addresses.
         "--ad-hoc-targets".into(),
-        "10.0.0.0/8".into(),
+        ad_hoc_targets.into(),
     ]
 }
 

@@ -28,7 +28,7 @@ pub fn workspace_bin(name: &str) -> anyhow::Result<PathBuf> {
         bail!(
             "{} is missing: build it next to bmc-bench with \
              `CARGO_TARGET_DIR=<same dir> cargo build --release -p bmcfleet-gateway -p bmcfleet-worker -p bmcfleet-bench` \
-             (or set BMCFLEET_BIN_DIR)",
+             (`bmc-ipmi-fleet`: `-p bmcfleet-testing --bin bmc-ipmi-fleet`), or set BMCFLEET_BIN_DIR",
             path.display()
         );
     }
@@ -137,6 +137,17 @@ pub fn socket_count(pid: u32) -> Option<usize> {
             .filter(|e| std::fs::read_link(e.path()).map(|t| t.to_string_lossy().starts_with("socket:")).unwrap_or(false))
             .count(),
     )
+}
+
+/// Threads of a process (`Threads` in `/proc/PID/status`).
+pub fn thread_count(pid: u32) -> Option<usize> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse().ok())
+}
+
+/// Open file descriptors of a process (entries of `/proc/PID/fd`).
+pub fn fd_count(pid: u32) -> Option<usize> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
 }
 
 /// Pids of this process's children whose command name is `comm` (peers
