@@ -15,12 +15,13 @@
 //!   processes), submitting batches and collecting final results.
 //! - [`stats`]: medians, percentiles, rates, number formatting.
 //! - [`report`]: tables, goals, findings; terminal text and Markdown.
-//! - one module per benchmark: [`pipeline`], [`ipmi`], [`redfish`],
-//!   [`scale`], [`ordering`], [`isolation`].
+//! - one module per benchmark: [`pipeline`], [`ipmi`], [`ipmi_fleet`],
+//!   [`redfish`], [`scale`], [`ordering`], [`isolation`].
 
 pub mod fleet;
 pub mod harness;
 pub mod ipmi;
+pub mod ipmi_fleet;
 pub mod isolation;
 pub mod ordering;
 pub mod pipeline;

@@ -2,7 +2,7 @@
 //! their tables, and (for `all --out`) write docs/BENCHMARKS.md.
 
 use anyhow::Context as _;
-use bmcfleet_bench::{ipmi, isolation, ordering, pipeline, redfish, report, scale};
+use bmcfleet_bench::{ipmi, ipmi_fleet, isolation, ordering, pipeline, redfish, report, scale};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -24,6 +24,8 @@ enum Command {
     Pipeline(PipelineArgs),
     /// Native IPMI provider vs ipmitool vs FreeIPMI against ipmi_sim.
     Ipmi(IpmiArgs),
+    /// 1,000 and 10,000 RMCP+ BMCs: bmcfleet (gateway + one worker) vs FreeIPMI vs ipmitool, worker threads and memory.
+    IpmiFleet(IpmiFleetArgs),
     /// Redfish provider vs python sushy against sushy-emulator.
     Redfish(RedfishArgs),
     /// 10,000 BMCs, 64 partitions, 1 and 3 workers: throughput, memory, rebalance, backlog drain.
@@ -65,6 +67,16 @@ struct IpmiArgs {
     /// Measurement window per client and case.
     #[arg(long, default_value = "2s", value_parser = duration)]
     duration: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+struct IpmiFleetArgs {
+    /// Fleet sizes (one bmc-ipmi-fleet process and one deployment per size).
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000", value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    sizes: Vec<u64>,
+    /// The BMCs' delay before every reply.
+    #[arg(long, default_value = "20ms", value_parser = duration)]
+    latency: Duration,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -144,6 +156,10 @@ fn ipmi_opts(a: &IpmiArgs, reps: usize) -> ipmi::Options {
     ipmi::Options { fleet: a.fleet as usize, duration: a.duration, reps }
 }
 
+fn ipmi_fleet_opts(a: &IpmiFleetArgs, reps: usize) -> ipmi_fleet::Options {
+    ipmi_fleet::Options { sizes: a.sizes.iter().map(|n| *n as usize).collect(), latency: a.latency, reps, ..ipmi_fleet::Options::default() }
+}
+
 fn redfish_opts(a: &RedfishArgs, reps: usize) -> redfish::Options {
     redfish::Options { duration: a.duration, batches: a.batches, reps }
 }
@@ -192,6 +208,7 @@ async fn main() -> anyhow::Result<()> {
     let sections = match &cli.command {
         Command::Pipeline(a) => vec![pipeline::run(&pipeline_opts(a, reps)).await?],
         Command::Ipmi(a) => vec![ipmi::run(&ipmi_opts(a, reps)).await?],
+        Command::IpmiFleet(a) => vec![ipmi_fleet::run(&ipmi_fleet_opts(a, reps)).await?],
         Command::Redfish(a) => vec![redfish::run(&redfish_opts(a, reps)).await?],
         Command::Scale(a) => vec![scale::run(&scale_opts(a, reps)).await?],
         Command::Ordering(a) => vec![ordering::run(&ordering_opts(a, reps)).await?],
@@ -210,6 +227,7 @@ async fn main() -> anyhow::Result<()> {
                 (defaults(&[]), defaults(&[]), defaults(&[]), defaults(&[]), defaults(&[]))
             };
             let iso: IsolationArgs = if q { defaults(&["--duration", "1s"]) } else { defaults(&[]) };
+            let fleet: IpmiFleetArgs = if q { defaults(&["--sizes", "200"]) } else { defaults(&[]) };
             let reps = if q { 1 } else { reps };
             // Describe the machine before the run loads it.
             let mut machine = report::machine();
@@ -220,6 +238,8 @@ async fn main() -> anyhow::Result<()> {
             out.push(pipeline::run(&pipeline_opts(&p, reps)).await.context("pipeline benchmark")?);
             print!("{}", out.last().expect("section").to_text());
             out.push(ipmi::run(&ipmi_opts(&i, reps)).await.context("ipmi benchmark")?);
+            print!("{}", out.last().expect("section").to_text());
+            out.push(ipmi_fleet::run(&ipmi_fleet_opts(&fleet, reps)).await.context("ipmi-fleet benchmark")?);
             print!("{}", out.last().expect("section").to_text());
             out.push(redfish::run(&redfish_opts(&r, reps)).await.context("redfish benchmark")?);
             print!("{}", out.last().expect("section").to_text());

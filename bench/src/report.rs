@@ -130,9 +130,9 @@ pub fn document(machine: &[(String, String)], command: &str, sections: &[Section
          repetition so that machine noise hits both sides alike. Rates and latencies are medians over the \
          repetitions; p99 is per repetition, then the median is taken. To refresh: `scripts/bench.sh` \
          (installs the peers with scripts/setup.sh, builds release binaries, runs `bmc-bench all`). \
-         One benchmark alone: `bmc-bench pipeline|ipmi|redfish|scale|ordering|isolation [options]` (`bmc-bench help <name>` lists \
+         One benchmark alone: `bmc-bench pipeline|ipmi|ipmi-fleet|redfish|scale|ordering|isolation [options]` (`bmc-bench help <name>` lists \
          the options; `--reps N` sets the repetitions). Peers: nats-server, sushy-emulator and python sushy from \
-         `.tools/` (scripts/setup.sh, scripts/bench.sh), ipmi_sim, ipmitool and FreeIPMI from Debian packages; override \
+         `.tools/` (scripts/setup.sh, scripts/bench.sh), ipmi_sim, ipmitool and FreeIPMI (ipmipower, ipmi-config) from Debian packages; override \
          with `BMCFLEET_NATS_SERVER`, `BMCFLEET_SUSHY_EMULATOR`, `BMCFLEET_PYTHON`, `IPMI_SIM_BIN`, `BMCFLEET_BIN_DIR`.\n\n",
     );
     out.push_str("## Machine and run\n\n| | |\n|---|---|\n");
