@@ -180,6 +180,10 @@ pub struct Ctx {
     /// Whether requests made with this context are the action's own
     /// (after [`Ctx::for_attempt`]) rather than session set-up.
     for_action: bool,
+    /// How long a power change may take to show (the worker's
+    /// `--power-settle-timeout`, or an action's own `settle`); `None`: the
+    /// provider's default, and for a soft off the action's deadline.
+    pub settle: Option<Duration>,
 }
 
 /// Where a call comes from.
@@ -194,14 +198,21 @@ pub struct CallInfo {
 
 impl Ctx {
     pub fn new(deadline: Instant) -> Self {
-        Ctx { deadline, call: None, sent: Default::default(), gate: None, for_action: false }
+        Ctx { deadline, call: None, sent: Default::default(), gate: None, for_action: false, settle: None }
     }
 
     /// The same deadline, call and gate, with nothing sent yet: one attempt
     /// of an action (the worker builds one per attempt, after opening the
     /// session); its requests are the action's own.
     pub fn for_attempt(&self) -> Ctx {
-        Ctx { deadline: self.deadline, call: self.call.clone(), sent: Default::default(), gate: self.gate.clone(), for_action: true }
+        Ctx {
+            deadline: self.deadline,
+            call: self.call.clone(),
+            sent: Default::default(),
+            gate: self.gate.clone(),
+            for_action: true,
+            settle: self.settle,
+        }
     }
 
     /// The gate, for a provider that sends on its own later (keep-alives,
@@ -237,6 +248,12 @@ impl Ctx {
 
     pub fn with_timeout(timeout: Duration) -> Self {
         Ctx::new(Instant::now() + timeout)
+    }
+
+    /// How long power changes may take to show (see [`Ctx::settle`]).
+    pub fn with_settle(mut self, settle: Option<Duration>) -> Self {
+        self.settle = settle;
+        self
     }
 
     pub fn with_call(mut self, call: CallInfo) -> Self {

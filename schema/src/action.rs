@@ -369,6 +369,10 @@ pub enum OnError {
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     Power(PowerOp),
+    /// A power change with its own settle timeout (and, for `soft_off`, an
+    /// escalation to a hard off): `{"power_settle": {"op": "soft_off",
+    /// "settle": "5m", "escalate_after": "2m"}}`.
+    PowerSettle(PowerSettle),
     BootDevice(BootDeviceRequest),
     GetBootDevice,
     User(UserOp),
@@ -377,6 +381,45 @@ pub enum Action {
     Raw(RawRequest),
     VirtualMedia(VirtualMediaOp),
     Inventory,
+}
+
+/// A power change with per-action verification settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerSettle {
+    /// `on`, `off`, `soft_off`, `cycle` or `reset`.
+    pub op: PowerOp,
+    /// How long the machine may take to report the state the action leads
+    /// to (overrides the worker's `--power-settle-timeout`); then `not_reached`.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::duration::option")]
+    pub settle: Option<std::time::Duration>,
+    /// `soft_off` only: still on after this long, the machine is switched
+    /// off hard (and the result is the hard off's).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::duration::option")]
+    pub escalate_after: Option<std::time::Duration>,
+}
+
+/// The longest settle timeout an action may ask for.
+pub const MAX_POWER_SETTLE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+impl PowerSettle {
+    /// Checks what the gateway accepts.
+    pub fn validate(&self) -> Result<(), String> {
+        if matches!(self.op, PowerOp::Status | PowerOp::Nmi) {
+            return Err(format!("power_settle.op: {:?} changes no power state to wait for (use power)", self.op).to_lowercase());
+        }
+        for (name, d) in [("settle", self.settle), ("escalate_after", self.escalate_after)] {
+            if let Some(d) = d {
+                if d.is_zero() || d > MAX_POWER_SETTLE {
+                    return Err(format!("power_settle.{name}: more than 0s and at most {}", crate::duration::format(MAX_POWER_SETTLE)));
+                }
+            }
+        }
+        if self.escalate_after.is_some() && self.op != PowerOp::SoftOff {
+            return Err("power_settle.escalate_after: only with op soft_off".into());
+        }
+        Ok(())
+    }
 }
 
 /// A URL as logs may show it: scheme, host, port and path; no user info,
@@ -398,6 +441,12 @@ impl Action {
     pub fn loggable(&self) -> String {
         match self {
             Action::Power(op) => format!("{op:?}"),
+            Action::PowerSettle(p) => format!(
+                "{:?} settle={} escalate_after={}",
+                p.op,
+                p.settle.map(crate::duration::format).unwrap_or_else(|| "-".into()),
+                p.escalate_after.map(crate::duration::format).unwrap_or_else(|| "-".into())
+            ),
             Action::BootDevice(b) => format!("{:?} persistent={} efi={}", b.device, b.persistent, b.efi),
             Action::GetBootDevice | Action::Inventory => String::new(),
             Action::User(UserOp::List) => String::new(),
@@ -420,6 +469,7 @@ impl Action {
     /// Stable, low-cardinality name for logs, metrics and results.
     pub fn kind(&self) -> &'static str {
         match self {
+            Action::PowerSettle(p) => Action::Power(p.op).kind(),
             Action::Power(op) => match op {
                 PowerOp::On => "power_on",
                 PowerOp::Off => "power_off",
@@ -453,6 +503,7 @@ impl Action {
     pub fn is_idempotent(&self) -> bool {
         match self {
             Action::Power(op) => matches!(op, PowerOp::On | PowerOp::Off | PowerOp::SoftOff | PowerOp::Status),
+            Action::PowerSettle(p) => Action::Power(p.op).is_idempotent(),
             Action::BootDevice(_) | Action::GetBootDevice | Action::Inventory => true,
             Action::User(op) => matches!(op, UserOp::List | UserOp::Update(_) | UserOp::Delete { .. }),
             Action::NetworkSource(_) => true,

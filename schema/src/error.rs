@@ -68,6 +68,11 @@ pub enum ErrorCode {
     Unreachable,
     /// A single BMC call took longer than its timeout.
     Timeout,
+    /// The BMC accepted a power change but the machine did not report the
+    /// state it leads to within the settle timeout (`--power-settle-timeout`
+    /// or the action's `settle`); the message says what it reported. Not
+    /// retried: the command was accepted.
+    NotReached,
     /// The batch deadline passed before this action could finish or start.
     DeadlineExceeded,
     /// The BMC answered with an error (completion code, HTTP status, WS-Man fault).
@@ -122,6 +127,7 @@ impl ErrorCode {
             ErrorCode::PermissionDenied => "permission_denied",
             ErrorCode::Unreachable => "unreachable",
             ErrorCode::Timeout => "timeout",
+            ErrorCode::NotReached => "not_reached",
             ErrorCode::DeadlineExceeded => "deadline_exceeded",
             ErrorCode::BmcError => "bmc_error",
             ErrorCode::ProtocolError => "protocol_error",
@@ -151,7 +157,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => 413,
             ErrorCode::Unsupported | ErrorCode::UnsupportedProtocol => 501,
             ErrorCode::Unavailable | ErrorCode::Unreachable | ErrorCode::CircuitOpen | ErrorCode::WorkerExhausted => 503,
-            ErrorCode::Timeout | ErrorCode::DeadlineExceeded => 504,
+            ErrorCode::Timeout | ErrorCode::DeadlineExceeded | ErrorCode::NotReached => 504,
             _ => 500,
         }
     }

@@ -280,6 +280,7 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                     return Err(field(format!("actions[{i}]: virtual media url scheme must be http, https, nfs, cifs or smb")));
                 }
             }
+            Action::PowerSettle(p) => p.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
             Action::NetworkSource(NetworkSourceOp::Static(s)) => {
                 let m = u32::from(s.netmask);
                 if m.leading_ones() + m.trailing_zeros() != 32 {
@@ -298,6 +299,27 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn power_settle_is_checked_at_admission() {
+        let parse = |json: &str| serde_json::from_str::<Action>(json).unwrap();
+        let ok = parse(r#"{"power_settle": {"op": "soft_off", "settle": "5m", "escalate_after": "2m"}}"#);
+        let Action::PowerSettle(p) = &ok else { panic!("{ok:?}") };
+        assert_eq!((p.settle, p.escalate_after), (Some(std::time::Duration::from_secs(300)), Some(std::time::Duration::from_secs(120))));
+        assert!(p.validate().is_ok());
+        assert_eq!(ok.kind(), "power_soft_off", "the same action name as a plain soft off");
+        for (json, says) in [
+            (r#"{"power_settle": {"op": "status"}}"#, "changes no power state"),
+            (r#"{"power_settle": {"op": "on", "escalate_after": "1m"}}"#, "only with op soft_off"),
+            (r#"{"power_settle": {"op": "on", "settle": "2h"}}"#, "at most 1h"),
+            (r#"{"power_settle": {"op": "on", "settle": "0s"}}"#, "more than 0s"),
+        ] {
+            let Action::PowerSettle(p) = parse(json) else { panic!() };
+            assert!(p.validate().unwrap_err().contains(says), "{json}");
+        }
+        assert!(serde_json::from_str::<Action>(r#"{"power_settle": {"op": "on", "settle": "5"}}"#).is_err(), "durations need a unit");
+        assert!(serde_json::from_str::<Action>(r#"{"power_settle": {"op": "on", "wait": "5s"}}"#).is_err(), "unknown fields");
+    }
 
     #[test]
     fn read_only_boot_devices_cannot_be_set() {

@@ -360,6 +360,9 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
         return bmc_err(ErrorCode::BmcError, "simulated BMC failure (completion code 0xff)");
     }
     match action {
+        // The simulator's power changes take effect at once: a settle time
+        // or escalation has nothing to wait for.
+        Action::PowerSettle(p) => execute(bmc, host, &Action::Power(p.op)),
         Action::Power(op) => {
             match op {
                 PowerOp::On => bmc.power = PowerState::On,

@@ -35,6 +35,12 @@ pub struct Config {
     /// Batches executing at once on this worker (across all BMCs).
     #[arg(long, env = "BMCFLEET_MAX_CONCURRENT_BATCHES", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_concurrent_batches: u32,
+    /// How long a machine may take to show a power change (on, off, cycle,
+    /// reset) before the action fails with `not_reached`; an action's
+    /// `power_settle.settle` overrides it. A soft off without one waits as
+    /// long as the action may last.
+    #[arg(long, env = "BMCFLEET_POWER_SETTLE_TIMEOUT", default_value = "60s", value_parser = positive_duration)]
+    pub power_settle_timeout: Duration,
     /// Longest single action (further bounded by the batch deadline).
     #[arg(long, env = "BMCFLEET_ACTION_TIMEOUT", default_value = "2m", value_parser = positive_duration)]
     pub action_timeout: Duration,

@@ -441,7 +441,8 @@ impl<'a> Run<'a> {
                 delivery: self.status.deliveries,
                 worker: self.shared.worker_id.clone(),
             })
-            .with_gate(gate.clone());
+            .with_gate(gate.clone())
+            .with_settle(Some(self.shared.power_settle));
             let started = Instant::now();
             let work = async {
                 let action = self.with_secrets(i, action)?;

@@ -55,6 +55,8 @@ pub struct Shared {
     /// Raw passthrough requests this worker sends (checked again after the gateway).
     pub raw_policy: bmcfleet_schema::RawPolicy,
     pub action_timeout: Duration,
+    /// `--power-settle-timeout`: how long a power change may take to show.
+    pub power_settle: Duration,
     /// Retries, circuit breaker and pacing (applied per BMC lane).
     pub guard: guard::Settings,
     /// Worker-wide bound on batches executing at once.
@@ -175,6 +177,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         targets: targets::Targets { machines, ad_hoc: config.ad_hoc_targets.clone() },
         raw_policy: config.raw_policy.clone(),
         action_timeout: config.action_timeout,
+        power_settle: config.power_settle_timeout,
         guard: config.guard(),
         permits: Arc::new(Semaphore::new(config.max_concurrent_batches as usize)),
         metrics,

@@ -466,7 +466,8 @@ pub async fn poll(
                 Err(e) => Observation::Failed(e),
                 Ok(creds) => {
                     let ctx = Ctx::with_timeout(shared.state.settings().poll_timeout)
-                        .with_gate(Arc::new(PollGate { fence: fence.clone() }));
+                        .with_gate(Arc::new(PollGate { fence: fence.clone() }))
+                        .with_settle(Some(shared.power_settle));
                     let result: Result<(Option<PowerState>, &'static str, Option<bmcfleet_schema::Inventory>), ProviderError> = async {
                         let session = slot.get(&shared.registry, &ctx, &target, &creds).await?;
                         let provider = session.provider();

@@ -178,6 +178,7 @@ mod tests {
     fn examples() -> Vec<Action> {
         let all = vec![
             Action::Power(PowerOp::On),
+            Action::PowerSettle(PowerSettle { op: PowerOp::SoftOff, settle: None, escalate_after: Some(std::time::Duration::from_secs(60)) }),
             Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true }),
             Action::GetBootDevice,
             Action::User(UserOp::List),
@@ -190,6 +191,7 @@ mod tests {
         for a in &all {
             match a {
                 Action::Power(_)
+                | Action::PowerSettle(_)
                 | Action::BootDevice(_)
                 | Action::GetBootDevice
                 | Action::User(_)

@@ -36,8 +36,13 @@ impl<T: Transport> IpmiSession<T> {
     /// Poll the chassis until it reports `want` (see the module docs).
     async fn verify_power(&mut self, ctx: &Ctx, op: PowerOp, want: PowerState) -> Result<PowerState> {
         let started = Instant::now();
-        // A soft off waits for the operating system: as long as the action may last.
-        let give_up = if op == PowerOp::SoftOff { ctx.deadline } else { (started + self.verify.limit).min(ctx.deadline) };
+        // The settle timeout the worker or the action set; without one a
+        // soft off waits for the operating system as long as the action may last.
+        let give_up = match (ctx.settle, op) {
+            (Some(settle), _) => (started + settle).min(ctx.deadline),
+            (None, PowerOp::SoftOff) => ctx.deadline,
+            (None, _) => (started + self.verify.limit).min(ctx.deadline),
+        };
         let mut last = None;
         loop {
             match self.chassis_power(ctx).await {
@@ -50,7 +55,7 @@ impl<T: Transport> IpmiSession<T> {
             let now = Instant::now();
             if now + self.verify.poll >= give_up {
                 return Err(ProviderError::new(
-                    ErrorCode::Timeout,
+                    ErrorCode::NotReached,
                     format!(
                         "{}: the BMC accepted power {:?} but the chassis still reported {} after {} ms; the action is not verified",
                         self.bmc,

@@ -279,9 +279,15 @@ async fn power_and_boot_effects_are_verified() {
     // A BMC that accepts Chassis Control (completion code 0) but whose chassis stays on.
     bmc.inject(0x00, 0x02, Fault::CompletionCode(0x00));
     let e = Power::power(&mut s, &ctx, PowerOp::Off).await.unwrap_err();
-    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
+    assert_eq!(e.code, ErrorCode::NotReached, "{e}");
     assert!(e.message.contains("accepted power Off but the chassis still reported on"), "{e}");
     assert!(bmc.snapshot().power_on);
+    // The worker's (or the action's) settle timeout bounds the wait instead of the provider's default.
+    bmc.inject(0x00, 0x02, Fault::CompletionCode(0x00));
+    let started = std::time::Instant::now();
+    let settled = ctx.clone().with_settle(Some(Duration::from_millis(50)));
+    assert_eq!(Power::power(&mut s, &settled, PowerOp::Off).await.unwrap_err().code, ErrorCode::NotReached);
+    assert!(started.elapsed() < Duration::from_millis(250), "bounded by the settle time, not the 300 ms limit: {:?}", started.elapsed());
 
     let req = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true };
     s.set_boot_device(&ctx, &req).await.unwrap();

@@ -114,27 +114,40 @@ impl RedfishSession {
         Ok(())
     }
 
-    /// Poll the power state until it reads `want`, never past the deadline.
+    /// Poll the power state until it reads `want`, for at most the settle
+    /// timeout and never past the deadline: `not_reached` when the system
+    /// kept reporting another state, `timeout` when no read answered.
     async fn wait_for_state(&mut self, ctx: &Ctx, want: PowerState, after: &str) -> Result<()> {
         let interval = self.transport.config().state_poll_interval;
-        let too_late = || {
-            ProviderError::new(
+        let give_up = ctx.settle.map(|d| tokio::time::Instant::now() + d).unwrap_or(ctx.deadline).min(ctx.deadline);
+        let mut seen = None;
+        let too_late = |seen: Option<PowerState>| match seen {
+            Some(s) => ProviderError::new(
+                ErrorCode::NotReached,
+                format!("{after} was accepted but the system still reported {s:?}, not {want:?}, when the wait ended; the rest of the power cycle was not sent"),
+            ),
+            None => ProviderError::new(
                 ErrorCode::Timeout,
-                format!("{after} was accepted but the system did not report {want:?} before the deadline; the rest of the power cycle was not sent"),
-            )
+                format!("{after} was accepted but no read of the power state answered before the deadline; the rest of the power cycle was not sent"),
+            ),
         };
         loop {
-            match self.power_state(ctx).await {
-                Ok(s) if s == want => return Ok(()),
-                Ok(_) => {}
-                Err(e) if e.code == ErrorCode::DeadlineExceeded => return Err(too_late()),
+            let read = tokio::time::timeout_at(give_up, self.power_state(ctx)).await;
+            match read {
+                Ok(Ok(s)) if s == want => return Ok(()),
+                Ok(Ok(s)) => seen = Some(s),
+                Ok(Err(e)) if e.code == ErrorCode::DeadlineExceeded => return Err(too_late(seen)),
                 // A read-back cut short by the deadline is the same story: the
                 // first half was sent, the second was not.
-                Err(e) if e.code == ErrorCode::Timeout && ctx.remaining().is_err() => return Err(too_late()),
-                Err(e) => return Err(e),
+                Ok(Err(e)) if e.code == ErrorCode::Timeout && ctx.remaining().is_err() => return Err(too_late(seen)),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(too_late(seen)),
             }
-            let remaining = ctx.remaining().map_err(|_| too_late())?;
-            tokio::time::sleep(interval.min(remaining)).await;
+            let now = tokio::time::Instant::now();
+            if now >= give_up {
+                return Err(too_late(seen));
+            }
+            tokio::time::sleep(interval.min(give_up - now)).await;
         }
     }
 }

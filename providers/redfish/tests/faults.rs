@@ -270,10 +270,11 @@ async fn expired_deadline_sends_nothing() {
 
 /// A service without `PowerCycle`: the provider cycles as ForceOff, wait
 /// for Off, On. This BMC accepts ForceOff but keeps reporting On (as a
-/// wedged host does), so the deadline fires while waiting: a typed timeout
-/// that says ForceOff was sent, and On is never sent.
+/// wedged host does), so the deadline fires while waiting: `not_reached`
+/// (it was read, and it was not off) that says ForceOff was sent, and On is
+/// never sent.
 #[tokio::test]
-async fn power_cycle_deadline_is_a_timeout_and_on_is_not_sent() {
+async fn power_cycle_deadline_is_not_reached_and_on_is_not_sent() {
     let mut system = spec_service().start().await.unwrap().resource(SYSTEM).unwrap();
     system["Actions"]["#ComputerSystem.Reset"]["ResetType@Redfish.AllowableValues"] = json!(["On", "ForceOff", "GracefulShutdown", "ForceRestart"]);
     let server = spec_service().resource(SYSTEM, system.clone()).start().await.unwrap();
@@ -283,8 +284,8 @@ async fn power_cycle_deadline_is_a_timeout_and_on_is_not_sent() {
     let started = Instant::now();
     let e = s.power().unwrap().power(&ctx_ms(1200), PowerOp::Cycle).await.unwrap_err();
     let took = started.elapsed();
-    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
-    assert!(e.message.contains("ForceOff was accepted"), "{e}");
+    assert_eq!(e.code, ErrorCode::NotReached, "{e}");
+    assert!(e.message.contains("ForceOff was accepted") && e.message.contains("still reported On"), "{e}");
     assert!(took < Duration::from_millis(2200), "took {took:?}");
     let resets: Vec<String> = server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].to_string()).collect();
     assert_eq!(resets, vec!["\"ForceOff\"".to_owned()], "only ForceOff may be sent");
@@ -591,4 +592,36 @@ async fn a_resolved_host_name_is_not_looked_up_again() {
     target.options.resolved = vec!["127.0.0.1".parse().unwrap()];
     let mut s = connector().open(&ctx(5), &target, &server.credentials()).await.expect("connects to the pinned address");
     assert_eq!(s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap(), Some(bmcfleet_schema::PowerState::On));
+}
+
+/// Verified effects with the generic power layer (issue 17): a graceful
+/// shutdown the BMC accepts (204) but the host ignores is escalated to a
+/// hard off when the action asks for it, and reported `not_reached` when it
+/// does not; the settle timeout bounds the wait.
+#[tokio::test]
+async fn an_ignored_graceful_shutdown_escalates_to_force_off_only_when_asked() {
+    use bmcfleet_schema::{Action, ActionData, PowerSettle, PowerState};
+    let server = spec_service().start().await.unwrap();
+    let mut s = open(&server).await;
+    let on = bmcfleet_provider::perform(&mut s, &ctx_ms(10_000), &Action::Power(PowerOp::On)).await.unwrap();
+    assert_eq!(on, Some(ActionData::PowerState(PowerState::On)), "verified on");
+
+    // The host ignores the ACPI request: the POST is accepted, nothing changes.
+    server.push_fault(Fault::status("POST", RESET, 204).times(1));
+    let escalate = Action::PowerSettle(PowerSettle { op: PowerOp::SoftOff, settle: None, escalate_after: Some(Duration::from_millis(800)) });
+    let r = bmcfleet_provider::perform(&mut s, &ctx_ms(10_000), &escalate).await.unwrap();
+    assert_eq!(r, Some(ActionData::PowerState(PowerState::Off)));
+    let resets: Vec<String> = server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].as_str().unwrap_or("").to_owned()).collect();
+    assert_eq!(&resets[resets.len() - 2..], ["GracefulShutdown", "ForceOff"], "{resets:?}");
+
+    // Without escalation, the same ignored request is not_reached at the settle time.
+    bmcfleet_provider::perform(&mut s, &ctx_ms(10_000), &Action::Power(PowerOp::On)).await.unwrap();
+    server.push_fault(Fault::status("POST", RESET, 204).times(1));
+    let started = Instant::now();
+    let soft = Action::PowerSettle(PowerSettle { op: PowerOp::SoftOff, settle: Some(Duration::from_millis(800)), escalate_after: None });
+    let e = bmcfleet_provider::perform(&mut s, &ctx_ms(10_000), &soft).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotReached, "{e}");
+    assert!(started.elapsed() < Duration::from_secs(2), "bounded by the settle time: {:?}", started.elapsed());
+    let last = server.requests_to("POST", RESET).last().and_then(|r| r.json()).unwrap();
+    assert_eq!(last["ResetType"], "GracefulShutdown", "never switched off hard unasked");
 }
