@@ -25,6 +25,7 @@ pub mod ipmi_fleet;
 pub mod isolation;
 pub mod ordering;
 pub mod pipeline;
+pub mod poll;
 pub mod proc;
 pub mod redfish;
 pub mod report;

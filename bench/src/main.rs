@@ -2,7 +2,7 @@
 //! their tables, and (for `all --out`) write docs/BENCHMARKS.md.
 
 use anyhow::Context as _;
-use bmcfleet_bench::{ipmi, ipmi_fleet, isolation, ordering, pipeline, redfish, report, scale};
+use bmcfleet_bench::{ipmi, ipmi_fleet, isolation, ordering, pipeline, poll, redfish, report, scale};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -34,6 +34,8 @@ enum Command {
     Ordering(OrderingArgs),
     /// Healthy BMCs' latency alone vs next to a hung and a slow BMC on the same partition.
     Isolation(IsolationArgs),
+    /// Fleet state at rest: registered machines polled by one worker.
+    Poll(PollArgs),
     /// Every benchmark, then the results document.
     All(AllArgs),
 }
@@ -67,6 +69,16 @@ struct IpmiArgs {
     /// Measurement window per client and case.
     #[arg(long, default_value = "2s", value_parser = duration)]
     duration: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+struct PollArgs {
+    /// Registered machines.
+    #[arg(long, default_value_t = 10_000)]
+    machines: u32,
+    /// The worker's --poll-interval (the measured window is one interval).
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    interval: Duration,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -213,6 +225,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Scale(a) => vec![scale::run(&scale_opts(a, reps)).await?],
         Command::Ordering(a) => vec![ordering::run(&ordering_opts(a, reps)).await?],
         Command::Isolation(a) => vec![isolation::run(&isolation_opts(a, reps)).await?],
+        Command::Poll(a) => vec![poll::run(&poll::Options { machines: a.machines as usize, interval: a.interval, reps }).await?],
         Command::All(all) => {
             let q = all.quick;
             let (p, i, r, s, o): (PipelineArgs, IpmiArgs, RedfishArgs, ScaleArgs, OrderingArgs) = if q {
@@ -248,6 +261,9 @@ async fn main() -> anyhow::Result<()> {
             out.push(ordering::run(&ordering_opts(&o, reps)).await.context("ordering benchmark")?);
             print!("{}", out.last().expect("section").to_text());
             out.push(isolation::run(&isolation_opts(&iso, reps)).await.context("isolation benchmark")?);
+            print!("{}", out.last().expect("section").to_text());
+            let polls: PollArgs = if q { defaults(&["--machines", "500", "--interval", "10s"]) } else { defaults(&[]) };
+            out.push(poll::run(&poll::Options { machines: polls.machines as usize, interval: polls.interval, reps: 1 }).await.context("poll benchmark")?);
             print!("{}", out.last().expect("section").to_text());
             if let Some(path) = &all.out {
                 let doc = report::document(&machine, &command_line, &out, started.elapsed());

@@ -68,6 +68,9 @@ struct Lane {
     pending: usize,
     /// A poll is queued or running.
     polling: bool,
+    /// Opened for a poll (no batch since): dropped, with its session, as
+    /// soon as the poll is done, so an idle machine costs no lane.
+    poll_only: bool,
     last_active: Instant,
 }
 
@@ -122,6 +125,9 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 Done::Polled(key) => {
                     if let Some(lane) = lanes.get_mut(&key) {
                         lane.polling = false;
+                        if lane.poll_only && lane.pending == 0 {
+                            lanes.remove(&key);
+                        }
                     }
                 }
             },
@@ -139,7 +145,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                     let lane = lanes.entry(key.clone()).or_insert_with(|| {
                         let (tx, rx) = mpsc::unbounded_channel();
                         lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone()));
-                        Lane { tx, pending: 0, polling: false, last_active: Instant::now() }
+                        Lane { tx, pending: 0, polling: false, poll_only: true, last_active: Instant::now() }
                     });
                     if lane.pending > 0 || lane.polling {
                         // A batch is queued or running (its power reads
@@ -206,8 +212,9 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 let lane = lanes.entry(key.clone()).or_insert_with(|| {
                     let (tx, rx) = mpsc::unbounded_channel();
                     lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone()));
-                    Lane { tx, pending: 0, polling: false, last_active: Instant::now() }
+                    Lane { tx, pending: 0, polling: false, poll_only: false, last_active: Instant::now() }
                 });
+                lane.poll_only = false;
                 lane.pending += 1;
                 held.insert(seq, msg.clone());
                 if lane.tx.send(Work::Batch(Box::new(Delivery { seq, msg, job }))).is_err() {
