@@ -100,7 +100,8 @@ pub enum Command {
     Status { id: ulid::Ulid },
     /// Cancel a batch (queued: at once; running: after its current action).
     Cancel { id: ulid::Ulid },
-    /// Stream events (all batches, or one batch until it finishes).
+    /// Stream batch events (all batches, or one batch until it finishes);
+    /// machine state changes: `machine watch`.
     Watch {
         /// Only this batch.
         id: Option<ulid::Ulid>,
@@ -159,8 +160,25 @@ pub enum MachineOp {
     },
     /// Show one machine's record.
     Get { name: String },
-    /// List machines.
+    /// List machines with their observed state (POWER, CONTACTABLE, LAST
+    /// SEEN, from the workers' polls; `-` where none was recorded yet).
+    /// `--json`: one line per machine, its record and its `state`.
     Ls,
+    /// Stream machine state changes (power_changed, unreachable, recovered,
+    /// inventory_changed) until Ctrl-C: of every machine, the named ones, or
+    /// those matching --selector / --tenant. `--json`: one event per line.
+    Watch {
+        /// Only these machines.
+        #[arg(value_name = "NAME", value_parser = name, conflicts_with_all = ["selector", "tenant"])]
+        names: Vec<String>,
+        /// Only machines whose labels match all of these (`rack=12,role=worker`),
+        /// as the registry says at the time of each event.
+        #[arg(long, value_name = "KEY=VALUE,...", value_parser = selector)]
+        selector: Option<Selector>,
+        /// Only machines of this tenant.
+        #[arg(long, value_parser = name)]
+        tenant: Option<String>,
+    },
     /// Remove a machine (its batches then fail with machine_not_found).
     Rm { name: String },
 }
@@ -360,6 +378,16 @@ fn selector(s: &str) -> Result<Selector, String> {
         }
     }
     Ok(Selector(out))
+}
+
+/// A machine or tenant name (a DNS label): it becomes a subject token, so
+/// no wildcard or dot gets through.
+fn name(s: &str) -> Result<String, String> {
+    if bmcfleet_schema::machine::valid_name(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("`{s}` is not a machine or tenant name ({})", bmcfleet_schema::machine::NAME_RULE))
+    }
 }
 
 /// `boot`'s argument: a device to set, or `get` to read the override.
@@ -746,6 +774,21 @@ mod tests {
         let roles: Vec<String> = Role::value_variants().iter().map(|r| serde_json::to_value(UserRole::from(*r)).unwrap().as_str().unwrap().to_owned()).collect();
         let names: Vec<String> = Role::value_variants().iter().map(|r| r.to_possible_value().unwrap().get_name().to_owned()).collect();
         assert_eq!(roles, names, "flag values are the wire names");
+    }
+
+    #[test]
+    fn machine_watch_takes_names_or_a_selector_and_tenant_never_a_wildcard() {
+        let watch = |args: &[&str]| match parse(&[&["machine", "watch"], args].concat()).map(|c| c.command) {
+            Ok(Command::Machine { op: MachineOp::Watch { names, selector, tenant } }) => Ok((names, selector.map(|s| s.to_string()), tenant)),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        assert_eq!(watch(&[]).unwrap(), (vec![], None, None));
+        assert_eq!(watch(&["web-1", "web-2"]).unwrap().0, ["web-1", "web-2"]);
+        assert_eq!(watch(&["--selector", "rack=12", "--tenant", "tenant-a"]).unwrap(), (vec![], Some("rack=12".into()), Some("tenant-a".into())));
+        for bad in [&["web-1", "--selector", "rack=1"][..], &["web-1", "--tenant", "t"], &["web.*"], &["--tenant", ">"], &["--selector", "rack"]] {
+            assert!(watch(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! A command-line producer for bmcfleet: builds batches from flags (or reads
 //! one from a file), sends them to the gateway's micro service, and prints
-//! the reply; also follows events, and manages the workers' sealing key and
-//! the named credentials bucket.
+//! the reply; also follows batch events and machines' observed state
+//! (`machine ls`, `machine watch`), and manages the workers' sealing key,
+//! the named credentials bucket and the machine registry.
 //!
 //! Exit codes: 0 success (accepted, or finished successfully with `--wait`;
 //! a fleet run: every machine's batch succeeded), 1 the batch finished with
@@ -55,7 +56,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     if let Command::Machine { op } = &cli.command {
         let actor = format!("operator:{}", cli.nats.user.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into()));
-        return cmd::machine::run(nats, &cli.topology, op, &actor).await;
+        return cmd::machine::run(nats, &cli.topology, op, &actor, cli.json).await;
     }
     if let Command::Audit { since } = &cli.command {
         return cmd::audit::run(nats, &cli.topology, *since, cli.json).await;

@@ -1,9 +1,11 @@
-//! How replies, results, events and fleet runs read on a terminal (`--json`
-//! prints the wire types, and a fleet run's [`Outcome`] lines, instead).
+//! How replies, results, events, fleet runs and machines' observed state
+//! read on a terminal (`--json` prints the wire types, and a fleet run's
+//! [`Outcome`] lines, instead).
 
 use crate::cmd::fleet::{Outcome, Schedule, Stopped, Verdict};
 use crate::progress::paint;
-use bmcfleet_schema::{ActionData, BatchResult, Event, EventKind, Reply};
+use bmcfleet_schema::state::{MachineEvent, MachineEventKind, MachineState};
+use bmcfleet_schema::{ActionData, BatchResult, Event, EventKind, Machine, PowerState, Reply};
 
 fn data_text(d: &ActionData) -> String {
     match d {
@@ -69,6 +71,103 @@ pub fn event(ev: &Event) {
         ),
         EventKind::BatchFinished { result: r } => result(r),
     }
+}
+
+/// A moment (ms since the epoch) as RFC 3339 in UTC.
+pub fn at(ms: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+/// How long ago `then` was, at `now` (ms since the epoch): `12s ago`,
+/// `3m ago`, `5h ago`, `2d ago`; `never` without a moment. A moment ahead
+/// of this clock (another host's) reads `0s ago`.
+pub fn ago(then: Option<u64>, now: u64) -> String {
+    let Some(then) = then else { return "never".into() };
+    let s = now.saturating_sub(then) / 1000;
+    match s {
+        0..=59 => format!("{s}s ago"),
+        60..=3_599 => format!("{}m ago", s / 60),
+        3_600..=86_399 => format!("{}h ago", s / 3_600),
+        _ => format!("{}d ago", s / 86_400),
+    }
+}
+
+/// A power state as the wire spells it.
+fn power_name(p: PowerState) -> &'static str {
+    match p {
+        PowerState::On => "on",
+        PowerState::Off => "off",
+        PowerState::Unknown => "unknown",
+    }
+}
+
+/// The POWER, CONTACTABLE and LAST SEEN cells of a machine (`-` without a
+/// state record: no worker polled it yet).
+fn state_cells(state: Option<&MachineState>, now: u64) -> [String; 3] {
+    let Some(s) = state else { return ["-".into(), "-".into(), "-".into()] };
+    let power = s.power.map_or("-", power_name).to_owned();
+    let contactable = match (s.contactable, s.error_code) {
+        (true, _) => "yes".to_owned(),
+        (false, Some(code)) => format!("no ({code})"),
+        (false, None) => "no".to_owned(),
+    };
+    [power, contactable, ago(s.last_seen_ms, now)]
+}
+
+/// `bmcctl machine ls`: a row per machine, its record and its observed state.
+pub fn machine_table(rows: &[(&Machine, Option<&MachineState>)], now: u64) -> String {
+    const HEAD: [&str; 8] = ["NAME", "ADDRESS", "PROTOCOL", "TENANT", "POWER", "CONTACTABLE", "LAST SEEN", "LABELS"];
+    let cells: Vec<[String; 8]> = rows
+        .iter()
+        .map(|(m, state)| {
+            let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let [power, contactable, seen] = state_cells(*state, now);
+            [m.name.clone(), m.address.to_string(), m.protocol.to_string(), m.tenant.clone(), power, contactable, seen, labels.join(",")]
+        })
+        .collect();
+    let mut width = HEAD.map(str::len);
+    for row in &cells {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |row: [&str; 8]| {
+        let mut out = String::new();
+        for (cell, w) in row.iter().zip(width) {
+            out.push_str(&format!("{cell:<w$}  "));
+        }
+        format!("{}\n", out.trim_end())
+    };
+    let mut out = line(HEAD);
+    for row in &cells {
+        out.push_str(&line(row.each_ref().map(String::as_str)));
+    }
+    out
+}
+
+/// What a machine event says beyond its kind: `off→on`, `timeout: <reason>`,
+/// `firmware_version 1.0→2.0` (`-` for a value that was or became absent).
+pub fn machine_event_detail(kind: &MachineEventKind) -> String {
+    match kind {
+        MachineEventKind::PowerChanged { from, to } => format!("{}→{}", from.map_or("-", power_name), power_name(*to)),
+        MachineEventKind::Unreachable { code, reason } if reason.is_empty() => code.to_string(),
+        MachineEventKind::Unreachable { code, reason } => format!("{code}: {}", reason.replace(['\n', '\r'], " ")),
+        MachineEventKind::Recovered => String::new(),
+        MachineEventKind::InventoryChanged { changes } => changes
+            .iter()
+            .map(|c| format!("{} {}→{}", c.field, c.from.as_deref().unwrap_or("-"), c.to.as_deref().unwrap_or("-")))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// `bmcctl machine watch`: one event as a line (time, machine, event, detail).
+pub fn machine_event(e: &MachineEvent) -> String {
+    let line = format!("{}  {:<24} {:<17} {}", at(e.at_ms), e.machine, e.event.name(), machine_event_detail(&e.event));
+    line.trim_end().to_owned()
 }
 
 /// The ANSI colour of a verdict.
@@ -214,5 +313,74 @@ mod tests {
         assert!(!text.contains('\x1b'));
         assert!(fleet_summary(&outcomes, None, schedule, true).contains("\x1b[31mfailed"), "colour on a terminal");
         assert_eq!(elapsed(125_000), "2m05s");
+    }
+
+    fn state(power: Option<PowerState>, contactable: bool, last_seen_ms: Option<u64>) -> MachineState {
+        MachineState {
+            machine: "m".into(),
+            tenant: "default".into(),
+            power,
+            contactable,
+            error_code: (!contactable).then_some(ErrorCode::Timeout),
+            reason: (!contactable).then(|| "no reply within 900ms".into()),
+            last_seen_ms,
+            last_changed_ms: 0,
+            updated_ms: 0,
+            consecutive_failures: u32::from(!contactable),
+            provider: Some("sim".into()),
+            firmware: None,
+            inventory_ms: None,
+            worker: "w0".into(),
+        }
+    }
+
+    #[test]
+    fn machine_ls_shows_power_contactable_and_last_seen_or_a_dash() {
+        let m = |name: &str, address: &str, labels: &[(&str, &str)]| {
+            let mut m = Machine::new(name, address.parse().unwrap(), Default::default(), "c");
+            m.labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            m
+        };
+        let (a, b, c, d) = (m("web-1", "10.0.0.1", &[("rack", "12")]), m("web-22", "10.0.0.2", &[]), m("web-3", "10.0.0.3", &[]), m("web-4", "10.0.0.4", &[]));
+        let now = 1_700_000_000_000;
+        let (up, down, unread) = (state(Some(PowerState::On), true, Some(now - 12_400)), state(Some(PowerState::Off), false, Some(now - 3 * 3_600_000)), state(None, false, None));
+        let text = machine_table(&[(&a, Some(&up)), (&b, Some(&down)), (&c, Some(&unread)), (&d, None)], now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LABELS");
+        assert_eq!(lines[1], "web-1   10.0.0.1  auto      default  on     yes           12s ago    rack=12");
+        assert_eq!(lines[2], "web-22  10.0.0.2  auto      default  off    no (timeout)  3h ago");
+        assert_eq!(lines[3], "web-3   10.0.0.3  auto      default  -      no (timeout)  never");
+        assert_eq!(lines[4], "web-4   10.0.0.4  auto      default  -      -             -", "no state record: dashes");
+        assert_eq!(lines.len(), 5);
+    }
+
+    #[test]
+    fn relative_times_read_in_the_largest_whole_unit() {
+        let now = 10_000_000_000;
+        assert_eq!(ago(None, now), "never");
+        assert_eq!(ago(Some(now), now), "0s ago");
+        assert_eq!(ago(Some(now + 5_000), now), "0s ago", "another host's clock ahead of ours");
+        assert_eq!(ago(Some(now - 59_999), now), "59s ago");
+        assert_eq!(ago(Some(now - 60_000), now), "1m ago");
+        assert_eq!(ago(Some(now - 7_200_000), now), "2h ago");
+        assert_eq!(ago(Some(now - 3 * 86_400_000), now), "3d ago");
+    }
+
+    #[test]
+    fn a_machine_event_is_one_line_time_machine_event_detail() {
+        use bmcfleet_schema::state::InventoryChange;
+        let at = 1_764_756_902_123;
+        let e = |event| MachineEvent { machine: "web-1".into(), at_ms: at, event, state: state(Some(PowerState::On), true, Some(at)) };
+        let on = machine_event(&e(MachineEventKind::PowerChanged { from: Some(PowerState::Off), to: PowerState::On }));
+        assert_eq!(on, format!("2025-12-03T10:15:02.123Z  web-1{}power_changed     off→on", " ".repeat(20)));
+        assert!(machine_event(&e(MachineEventKind::PowerChanged { from: None, to: PowerState::Off })).ends_with("power_changed     -→off"));
+        let down = MachineEventKind::Unreachable { code: ErrorCode::Timeout, reason: "no reply\nwithin 900ms".into() };
+        assert!(machine_event(&e(down)).ends_with("unreachable       timeout: no reply within 900ms"));
+        assert!(machine_event(&e(MachineEventKind::Recovered)).ends_with("web-1                    recovered"));
+        let changes = vec![
+            InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()) },
+            InventoryChange { field: "extra.psus".into(), from: None, to: Some("2".into()) },
+        ];
+        assert!(machine_event(&e(MachineEventKind::InventoryChanged { changes })).ends_with("inventory_changed firmware_version 1.0→2.0, extra.psus -→2"));
     }
 }

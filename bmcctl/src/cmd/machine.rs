@@ -1,5 +1,8 @@
-//! `bmcctl machine apply|get|ls|rm`: the machine registry, written by
-//! operators (the NATS user needs write access to `<STREAM>_MACHINES`).
+//! `bmcctl machine apply|add|set|get|ls|rm`: the machine registry, written
+//! by operators (the NATS user needs write access to `<STREAM>_MACHINES`);
+//! `ls` adds each machine's observed state from `<STREAM>_STATE`, which
+//! only workers write (bmcctl never creates it). `machine watch`:
+//! [`super::machine_watch`].
 //!
 //! # Machine file
 //! YAML (or JSON, which is YAML) with a `machines` list, each entry a
@@ -26,9 +29,10 @@ use anyhow::{bail, Context};
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_common::streams;
 use bmcfleet_schema::audit::{AuditEvent, AuditRecord};
-use bmcfleet_schema::Machine;
-use futures::TryStreamExt;
-use serde::Deserialize;
+use bmcfleet_schema::state::MachineState;
+use bmcfleet_schema::{Machine, Subjects};
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
@@ -136,16 +140,77 @@ async fn put_one(
 
 /// Every registered machine, by name: what a fleet run chooses from.
 pub(crate) async fn registry(nats: async_nats::Client, topology: &TopologyArgs) -> anyhow::Result<BTreeMap<String, Machine>> {
-    let subjects = topology.subjects();
-    let js = async_nats::jetstream::new(nats);
-    let bucket = subjects.machines_bucket();
-    let kv = streams::bucket(&js, streams::machines_config(&subjects, usize::from(topology.replicas)), streams::Mode::UseExisting)
-        .await
-        .with_context(|| format!("the machine registry (bucket {bucket})"))?;
+    let bucket = topology.subjects().machines_bucket();
+    let kv = registry_bucket(&async_nats::jetstream::new(nats), topology).await?;
     load_all(&kv).await.with_context(|| format!("the machine registry (bucket {bucket})"))
 }
 
-async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::Result<BTreeMap<String, Machine>> {
+/// The machine registry's bucket (created when missing, as `apply` would).
+pub(crate) async fn registry_bucket(js: &async_nats::jetstream::Context, topology: &TopologyArgs) -> anyhow::Result<async_nats::jetstream::kv::Store> {
+    let subjects = topology.subjects();
+    let bucket = subjects.machines_bucket();
+    streams::bucket(js, streams::machines_config(&subjects, usize::from(topology.replicas)), streams::Mode::UseExisting)
+        .await
+        .with_context(|| format!("the machine registry (bucket {bucket})"))
+}
+
+/// Reads of the state bucket at once (`machine ls`).
+const STATE_READS_IN_FLIGHT: usize = 32;
+
+/// The observed state of each of `names` that has a record (`machine ls`).
+/// Only workers create the state bucket: before any has run there is none,
+/// and every machine simply has no state. Any other failure is a warning,
+/// not an error: the registry is still worth listing.
+pub(crate) async fn states<'a>(js: &async_nats::jetstream::Context, subjects: &Subjects, names: impl Iterator<Item = &'a str>) -> BTreeMap<String, MachineState> {
+    let bucket = subjects.state_bucket();
+    let kv = match js.get_key_value(&bucket).await {
+        Ok(kv) => kv,
+        Err(e) if bucket_missing(&e) => return BTreeMap::new(),
+        Err(e) => {
+            eprintln!("warning: cannot read the observed state (bucket {bucket}): {e}");
+            return BTreeMap::new();
+        }
+    };
+    let reads = futures::stream::iter(names.map(|name| {
+        let kv = &kv;
+        async move { (name, kv.get(name).await) }
+    }))
+    .buffered(STATE_READS_IN_FLIGHT);
+    let mut out = BTreeMap::new();
+    let mut reads = std::pin::pin!(reads);
+    while let Some((name, read)) = reads.next().await {
+        match read {
+            Ok(Some(bytes)) => match serde_json::from_slice::<MachineState>(&bytes) {
+                Ok(s) => {
+                    out.insert(name.to_owned(), s);
+                }
+                Err(e) => eprintln!("warning: the observed state of `{name}` is unreadable ({e})"),
+            },
+            Ok(None) => {}
+            Err(e) => eprintln!("warning: cannot read the observed state of `{name}`: {e}"),
+        }
+    }
+    out
+}
+
+/// Whether opening a bucket failed because its stream does not exist.
+fn bucket_missing(e: &async_nats::jetstream::context::KeyValueError) -> bool {
+    use async_nats::jetstream::context::{GetStreamError, GetStreamErrorKind};
+    use async_nats::jetstream::ErrorCode;
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<GetStreamError>())
+        .is_some_and(|s| matches!(s.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND))
+}
+
+/// One `machine ls --json` line: the record, and its observed state (`null`: none yet).
+#[derive(Serialize)]
+struct Listed<'a> {
+    #[serde(flatten)]
+    machine: &'a Machine,
+    state: Option<&'a MachineState>,
+}
+
+pub(crate) async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::Result<BTreeMap<String, Machine>> {
     let keys: Vec<String> = kv.keys().await?.try_collect().await?;
     let mut all = BTreeMap::new();
     for k in keys {
@@ -169,13 +234,10 @@ async fn audit(js: &async_nats::jetstream::Context, subjects: &bmcfleet_schema::
     }
 }
 
-pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &MachineOp, actor: &str) -> anyhow::Result<ExitCode> {
+pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &MachineOp, actor: &str, json: bool) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
     let js = async_nats::jetstream::new(nats);
-    let bucket = subjects.machines_bucket();
-    let kv = streams::bucket(&js, streams::machines_config(&subjects, usize::from(topology.replicas)), streams::Mode::UseExisting)
-        .await
-        .with_context(|| format!("bucket {bucket}"))?;
+    let kv = registry_bucket(&js, topology).await?;
     match op {
         MachineOp::Apply { file, prune, dry_run } => {
             let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?;
@@ -255,11 +317,20 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
             }
         },
         MachineOp::Ls => {
-            println!("{:<32} {:<28} {:<8} {:<10} LABELS", "NAME", "ADDRESS", "PROTOCOL", "TENANT");
-            for m in load_all(&kv).await?.values() {
-                let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                println!("{:<32} {:<28} {:<8} {:<10} {}", m.name, m.address.to_string(), m.protocol.to_string(), m.tenant, labels.join(","));
+            let machines = load_all(&kv).await?;
+            let states = states(&js, &subjects, machines.keys().map(String::as_str)).await;
+            let rows: Vec<(&Machine, Option<&MachineState>)> = machines.values().map(|m| (m, states.get(&m.name))).collect();
+            if json {
+                for (machine, state) in rows {
+                    println!("{}", serde_json::to_string(&Listed { machine, state })?);
+                }
+            } else {
+                print!("{}", crate::output::machine_table(&rows, bmcfleet_common::runtime::now_ms()));
             }
+        }
+        MachineOp::Watch { names, selector, tenant } => {
+            let filter = super::machine_watch::Filter { names: names.clone(), selector: selector.clone(), tenant: tenant.clone() };
+            return super::machine_watch::run(&js, topology, &kv, filter, json).await;
         }
         MachineOp::Rm { name } => {
             if kv.get(name.as_str()).await?.is_none() {

@@ -6,6 +6,7 @@ pub mod cred;
 pub mod fleet;
 pub mod keygen;
 pub mod machine;
+pub mod machine_watch;
 pub mod status;
 pub mod submit;
 pub mod watch;
