@@ -1,0 +1,596 @@
+//! The hand-written JSON Schemas in `schema/json/` against the Rust types.
+//!
+//! `schemars` is not available offline, so the schemas are written by hand
+//! and this test keeps them honest: it serializes a value of **every**
+//! variant of every wire enum (actions, action data, error codes, event
+//! kinds, machine event kinds, batch states, ...) and validates each against
+//! its schema with Python's `jsonschema` (draft 2020-12). Each enum has a
+//! `tag` function with an exhaustive `match`: a new variant does not compile
+//! until it has a tag, and the test fails until an example carries that tag.
+//! It also checks that every enum list in `defs.json` equals the Rust list,
+//! that mutated (invalid) values are rejected, and that every JSON batch in
+//! README.md validates against `batch.json`.
+//!
+//! Python with `jsonschema` comes from `$BMCFLEET_PYTHON`, else
+//! `.tools/bin/python3` (scripts/setup.sh installs it), else `python3`.
+//! Without it the validating tests skip with a note, unless
+//! `BMCFLEET_REQUIRE_PEERS=1` (scripts/test.sh) makes that a failure.
+
+use bmcfleet_schema::state::{InventoryChange, MachineEvent, MachineEventKind, MachineState};
+use bmcfleet_schema::*;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn schema_dir() -> PathBuf {
+    root().join("schema/json")
+}
+
+fn defs() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(schema_dir().join("defs.json")).unwrap()).unwrap()
+}
+
+/// A Python interpreter that can `import jsonschema`, or `None` (skip).
+fn python() -> Option<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Some(p) = std::env::var_os("BMCFLEET_PYTHON") {
+        candidates.push(PathBuf::from(p));
+    }
+    candidates.push(root().join(".tools/bin/python3"));
+    candidates.push(PathBuf::from("python3"));
+    for c in candidates {
+        let ok = Command::new(&c).args(["-c", "import jsonschema, referencing"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        if ok {
+            return Some(c);
+        }
+    }
+    let required = std::env::var("BMCFLEET_REQUIRE_PEERS").is_ok_and(|v| v == "1");
+    assert!(!required, "python3 with jsonschema is required (BMCFLEET_REQUIRE_PEERS=1): run scripts/setup.sh");
+    eprintln!("SKIP: no python3 with the jsonschema package (scripts/setup.sh installs it into .tools)");
+    None
+}
+
+/// One instance to check: which schema file, the value, and whether it must validate.
+struct Case {
+    label: String,
+    schema: &'static str,
+    instance: Value,
+    valid: bool,
+}
+
+fn case(label: impl Into<String>, schema: &'static str, value: &impl serde::Serialize) -> Case {
+    Case { label: label.into(), schema, instance: serde_json::to_value(value).unwrap(), valid: true }
+}
+
+/// Validates every case with schema/json/check.py; returns the complaints.
+fn check(python: &Path, cases: &[Case]) -> Vec<String> {
+    let input: String = cases
+        .iter()
+        .map(|c| json!({"label": c.label, "schema": c.schema, "instance": c.instance, "valid": c.valid}).to_string() + "\n")
+        .collect();
+    let mut child = Command::new(python)
+        .arg(schema_dir().join("check.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout.lines().last().unwrap_or_default().to_owned();
+    assert!(
+        summary == format!("checked {}", cases.len()) || !out.status.success(),
+        "check.py did not check every case: {summary:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        return Vec::new();
+    }
+    let mut complaints: Vec<String> = stdout.lines().filter(|l| !l.starts_with("checked ")).map(str::to_owned).collect();
+    if complaints.is_empty() {
+        complaints.push(format!("check.py failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    complaints
+}
+
+// ---------------------------------------------------------------- tags
+// One exhaustive match per enum: a new variant must be tagged here, and the
+// test below fails until an example carries the new tag.
+
+fn action_tag(a: &Action) -> &'static str {
+    match a {
+        Action::Power(_) => "power",
+        Action::PowerSettle(_) => "power_settle",
+        Action::BootDevice(_) => "boot_device",
+        Action::GetBootDevice => "get_boot_device",
+        Action::User(UserOp::List) => "user.list",
+        Action::User(UserOp::Create(_)) => "user.create",
+        Action::User(UserOp::Update(_)) => "user.update",
+        Action::User(UserOp::Delete { .. }) => "user.delete",
+        Action::BmcReset(_) => "bmc_reset",
+        Action::NetworkSource(NetworkSourceOp::Get) => "network_source.get",
+        Action::NetworkSource(NetworkSourceOp::Dhcp) => "network_source.dhcp",
+        Action::NetworkSource(NetworkSourceOp::Static(_)) => "network_source.static",
+        Action::Raw(RawRequest::Ipmi(_)) => "raw.ipmi",
+        Action::Raw(RawRequest::Redfish(_)) => "raw.redfish",
+        Action::VirtualMedia(VirtualMediaOp::Insert { .. }) => "virtual_media.insert",
+        Action::VirtualMedia(VirtualMediaOp::Eject { .. }) => "virtual_media.eject",
+        Action::Inventory => "inventory",
+    }
+}
+const ACTION_TAGS: usize = 17;
+
+fn credentials_tag(c: &Credentials) -> &'static str {
+    match c {
+        Credentials::Ref(_) => "ref",
+        Credentials::Inline { .. } => "inline",
+        Credentials::Sealed(_) => "sealed",
+    }
+}
+const CREDENTIALS_TAGS: usize = 3;
+
+fn data_tag(d: &ActionData) -> &'static str {
+    match d {
+        ActionData::PowerState(_) => "power_state",
+        ActionData::BootDevice(_) => "boot_device",
+        ActionData::BootDevicePending(_) => "boot_device_pending",
+        ActionData::Users(_) => "users",
+        ActionData::NetworkSource(_) => "network_source",
+        ActionData::Raw(_) => "raw",
+        ActionData::Inventory(_) => "inventory",
+    }
+}
+const DATA_TAGS: usize = 7;
+
+fn event_tag(e: &EventKind) -> &'static str {
+    match e {
+        EventKind::ActionStarted { .. } => "action_started",
+        EventKind::ActionFinished { .. } => "action_finished",
+        EventKind::BatchFinished { .. } => "batch_finished",
+    }
+}
+const EVENT_TAGS: usize = 3;
+
+fn machine_event_tag(e: &MachineEventKind) -> &'static str {
+    e.name()
+}
+const MACHINE_EVENT_TAGS: usize = 4;
+
+fn reply_tag(r: &Reply) -> &'static str {
+    match r {
+        Reply::Accepted(_) => "accepted",
+        Reply::Result(_) => "result",
+        Reply::Status(_) => "status",
+        Reply::Cancelled { .. } => "cancelled",
+        Reply::Error(_) => "error",
+    }
+}
+const REPLY_TAGS: usize = 5;
+
+/// Every value of a field-less enum, checked exhaustively: the array is
+/// followed by a `match` that lists every variant.
+macro_rules! every {
+    ($ty:ident: $($v:ident),+ $(,)?) => {{
+        #[allow(dead_code)]
+        fn exhaustive(x: $ty) { match x { $($ty::$v => ()),+ } }
+        vec![$($ty::$v),+]
+    }};
+}
+
+fn every_error_code() -> Vec<ErrorCode> {
+    every!(ErrorCode: Malformed, TooLarge, EmptyBatch, TooManyActions, InvalidAddress, InvalidField, InlineCredentialsDisabled,
+        RawNotAllowed, NotFound, MachineNotFound, TargetForbidden, Conflict, Unavailable, BmcQueueFull, UnknownCredential,
+        CredentialUnavailable, UnsupportedProtocol, Unsupported, AuthFailed, PermissionDenied, Unreachable, Timeout, NotReached,
+        DeadlineExceeded, BmcError, ProtocolError, TargetNotFound, Interrupted, CircuitOpen, Cancelled, Skipped, WorkerExhausted, Internal)
+}
+
+/// The JSON names serde gives the values, in order.
+fn names<T: serde::Serialize>(values: &[T]) -> Vec<String> {
+    values.iter().map(|v| serde_json::to_value(v).unwrap().as_str().unwrap().to_owned()).collect()
+}
+
+/// Each field-less enum of the wire, by its `defs.json` name.
+fn enums() -> Vec<(&'static str, Vec<String>)> {
+    vec![
+        ("ErrorCode", names(&every_error_code())),
+        ("Protocol", names(&every!(Protocol: Ipmi, Redfish, Amt, Auto, Sim))),
+        ("PowerOp", names(&every!(PowerOp: On, Off, SoftOff, Cycle, Reset, Status, Nmi))),
+        ("PowerState", names(&every!(PowerState: On, Off, Unknown))),
+        ("BootDevice", names(&every!(BootDevice: Pxe, Disk, Cdrom, Bios, Safe, Http, None, Other))),
+        ("UserRole", names(&every!(UserRole: Admin, Operator, User, Callback, NoAccess))),
+        ("BmcResetKind", names(&every!(BmcResetKind: Warm, Cold))),
+        ("MediaKind", names(&every!(MediaKind: Cd, Usb))),
+        ("HttpMethod", names(&every!(HttpMethod: Get, Post, Patch, Put, Delete))),
+        ("OnError", names(&every!(OnError: Stop, Continue))),
+        ("RedfishAuth", names(&every!(RedfishAuth: Auto, Session, Basic))),
+        ("IpmiPrivilege", names(&every!(IpmiPrivilege: User, Operator, Administrator))),
+        ("DesiredPower", names(&every!(DesiredPower: On, Off))),
+        ("BatchState", names(&every!(BatchState: Queued, Running, Succeeded, Failed, Cancelled))),
+        ("Outcome", names(&every!(Outcome: Ok, Error))),
+    ]
+}
+
+// ------------------------------------------------------------ examples
+
+fn id() -> BatchId {
+    ulid::Ulid::from_parts(1_764_000_000_000, 7)
+}
+
+fn every_action() -> Vec<Action> {
+    let mut out: Vec<Action> = every!(PowerOp: On, Off, SoftOff, Cycle, Reset, Status, Nmi).into_iter().map(Action::Power).collect();
+    out.extend([
+        Action::PowerSettle(PowerSettle { op: PowerOp::SoftOff, settle: Some(Duration::from_secs(120)), escalate_after: Some(Duration::from_secs(90)) }),
+        Action::PowerSettle(PowerSettle { op: PowerOp::On, settle: None, escalate_after: None }),
+        Action::GetBootDevice,
+        Action::User(UserOp::List),
+        Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: Secret::new("pw"), role: UserRole::Operator, enabled: true })),
+        Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: Some(Secret::new("pw2")), role: Some(UserRole::NoAccess), enabled: Some(false) })),
+        Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: None, role: None, enabled: None })),
+        Action::User(UserOp::Delete { name: "ops".into() }),
+        Action::NetworkSource(NetworkSourceOp::Get),
+        Action::NetworkSource(NetworkSourceOp::Dhcp),
+        Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 {
+            address: "10.0.0.9".parse().unwrap(),
+            netmask: "255.255.255.0".parse().unwrap(),
+            gateway: Some("10.0.0.1".parse().unwrap()),
+        })),
+        Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x06, cmd: 0x01, data: vec![1, 255] })),
+        Action::Raw(RawRequest::Redfish(RawRedfish { method: HttpMethod::Patch, path: "/redfish/v1/Systems/1".into(), body: Some(json!({"AssetTag": "x"})) })),
+        Action::Inventory,
+    ]);
+    for device in every!(BootDevice: Pxe, Disk, Cdrom, Bios, Safe, Http, None, Other) {
+        out.push(Action::BootDevice(BootDeviceRequest { device, persistent: true, efi: false }));
+    }
+    for kind in every!(BmcResetKind: Warm, Cold) {
+        out.push(Action::BmcReset(kind));
+    }
+    for media in every!(MediaKind: Cd, Usb) {
+        out.push(Action::VirtualMedia(VirtualMediaOp::Insert { url: "https://images.example/boot.iso".into(), media }));
+        out.push(Action::VirtualMedia(VirtualMediaOp::Eject { media }));
+    }
+    for method in every!(HttpMethod: Get, Post, Patch, Put, Delete) {
+        out.push(Action::Raw(RawRequest::Redfish(RawRedfish { method, path: "/redfish/v1".into(), body: None })));
+    }
+    out
+}
+
+fn every_credentials() -> Vec<Credentials> {
+    vec![
+        Credentials::Ref("rack12-bmc".into()),
+        Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
+        Credentials::Sealed(SealedCredentials { username: "admin".into(), key: "XKEY".into(), sender: "XSENDER".into(), sealed: "Ym94".into() }),
+    ]
+}
+
+fn every_batch() -> Vec<Batch> {
+    let machine = Batch { id: Some(id()), machine: Some("rack12-node3".into()), bmc: None, actions: every_action(), on_error: OnError::Continue, deadline: Some(Duration::from_secs(300)) };
+    let mut out = vec![machine, Batch { id: None, machine: Some("m".into()), bmc: None, actions: vec![Action::Inventory], on_error: OnError::Stop, deadline: None }];
+    for (i, credentials) in every_credentials().into_iter().enumerate() {
+        let protocol = every!(Protocol: Ipmi, Redfish, Amt, Auto, Sim)[i % 5];
+        let full = i == 0;
+        out.push(Batch {
+            id: None,
+            machine: None,
+            bmc: Some(BmcTarget {
+                address: "[fe80::1]:623".parse().unwrap(),
+                protocol,
+                credentials,
+                tls: if full { TlsOptions { insecure: true, ca_pem: Some("PEM".into()), pin_sha256: Some("ab".repeat(32)), allow_plain_http: true } } else { TlsOptions::default() },
+                system_id: full.then(|| "1".into()),
+                options: if full {
+                    TargetOptions {
+                        protocols: vec![Protocol::Redfish, Protocol::Ipmi],
+                        redfish: RedfishOptions { auth: RedfishAuth::Session },
+                        ipmi: IpmiOptions { cipher_suites: vec![17, 3], privilege: Some(IpmiPrivilege::Operator) },
+                        resolved: vec!["10.0.0.5".parse().unwrap(), "::1".parse().unwrap()],
+                    }
+                } else {
+                    TargetOptions::default()
+                },
+            }),
+            actions: vec![Action::Power(PowerOp::Status)],
+            on_error: OnError::Stop,
+            deadline: None,
+        });
+    }
+    out
+}
+
+fn every_data() -> Vec<ActionData> {
+    let boot = BootDeviceRequest { device: BootDevice::Other, persistent: false, efi: true };
+    vec![
+        ActionData::PowerState(PowerState::Unknown),
+        ActionData::BootDevice(boot.clone()),
+        ActionData::BootDevicePending(boot),
+        ActionData::Users(vec![
+            UserInfo { id: "2".into(), name: "admin".into(), role: Some(UserRole::Admin), enabled: true },
+            UserInfo { id: "3".into(), name: "".into(), role: None, enabled: false },
+        ]),
+        ActionData::NetworkSource(NetworkSourceOp::Dhcp),
+        ActionData::Raw(RawResponse { status: 200, data: vec![0, 1, 2], body: Some(json!({"Id": "1"})) }),
+        ActionData::Inventory(Inventory {
+            manufacturer: Some("Contoso".into()),
+            model: Some("1U".into()),
+            serial: Some("S1".into()),
+            firmware_version: Some("1.0".into()),
+            power_state: Some(PowerState::On),
+            extra: vec![("bios".into(), "2.1".into())],
+        }),
+    ]
+}
+
+fn every_result() -> Vec<ActionResult> {
+    let mut out: Vec<ActionResult> = every_data().into_iter().enumerate().map(|(i, d)| ActionResult::ok(i as u32, "power_status", Some("sim".into()), Some(d), 50)).collect();
+    out.push(ActionResult::ok(0, "power_on", None, None, 0));
+    for (i, code) in every_error_code().into_iter().enumerate() {
+        out.push(ActionResult::err(i as u32, "power_cycle", Some("ipmi".into()), ErrorBody::new(code, "why"), 1));
+    }
+    out
+}
+
+fn batch_result(state: BatchState) -> BatchResult {
+    BatchResult { id: id(), bmc: "v4-10-0-0-5".into(), state, results: every_result(), worker: "w1".into(), deliveries: 1, admitted_at_ms: 1, finished_at_ms: 2 }
+}
+
+fn every_state() -> Vec<BatchState> {
+    every!(BatchState: Queued, Running, Succeeded, Failed, Cancelled)
+}
+
+fn batch_status(state: BatchState, full: bool) -> BatchStatus {
+    BatchStatus {
+        id: id(),
+        bmc: "v4-10-0-0-5".into(),
+        tenant: "default".into(),
+        state,
+        results: if full { every_result() } else { vec![] },
+        in_progress: full.then_some(3),
+        cancel_requested: full,
+        actions: vec!["power_on".into(), "boot_device".into()],
+        stream_sequence: full.then_some(12),
+        worker: full.then(|| "w1".into()),
+        deliveries: 2,
+        admitted_at_ms: 1,
+        updated_at_ms: 2,
+        result: (full && state.is_final()).then(|| batch_result(state)),
+    }
+}
+
+fn accepted() -> Accepted {
+    Accepted { id: id(), stream_sequence: 1, duplicate: false, subject: "bmc.jobs.3.v4-10-0-0-5".into() }
+}
+
+fn every_reply() -> Vec<Reply> {
+    vec![
+        Reply::Accepted(accepted()),
+        Reply::Result(batch_result(BatchState::Succeeded)),
+        Reply::Status(batch_status(BatchState::Running, true)),
+        Reply::Cancelled { id: id(), state: BatchState::Cancelled },
+        Reply::Error(ErrorBody::new(ErrorCode::BmcQueueFull, "full")),
+    ]
+}
+
+fn every_event() -> Vec<Event> {
+    let kinds = vec![
+        EventKind::ActionStarted { index: 0, action: "power_on".into() },
+        EventKind::ActionFinished { result: every_result().pop().unwrap() },
+        EventKind::BatchFinished { result: batch_result(BatchState::Failed) },
+    ];
+    kinds.into_iter().map(|event| Event { batch: id(), at_ms: 5, event }).collect()
+}
+
+fn machine_state(contactable: bool) -> MachineState {
+    MachineState {
+        machine: "rack12-node3".into(),
+        tenant: "default".into(),
+        power: contactable.then_some(PowerState::On),
+        contactable,
+        error_code: (!contactable).then_some(ErrorCode::Timeout),
+        reason: (!contactable).then(|| "no reply within 900ms".into()),
+        last_seen_ms: contactable.then_some(10),
+        last_changed_ms: 10,
+        updated_ms: 11,
+        consecutive_failures: u32::from(!contactable),
+        provider: contactable.then(|| "ipmi".into()),
+        firmware: contactable.then(|| "1.0".into()),
+        inventory_ms: contactable.then_some(9),
+        worker: "w1".into(),
+    }
+}
+
+fn every_machine_event() -> Vec<MachineEvent> {
+    let kinds = vec![
+        MachineEventKind::PowerChanged { from: Some(PowerState::Off), to: PowerState::On },
+        MachineEventKind::PowerChanged { from: None, to: PowerState::Unknown },
+        MachineEventKind::Unreachable { code: ErrorCode::Timeout, reason: "no reply".into() },
+        MachineEventKind::Recovered,
+        MachineEventKind::InventoryChanged {
+            changes: vec![
+                InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()) },
+                InventoryChange { field: "extra.bios".into(), from: None, to: None },
+            ],
+        },
+    ];
+    kinds.into_iter().enumerate().map(|(i, event)| MachineEvent { machine: "rack12-node3".into(), at_ms: 12, event, state: machine_state(i % 2 == 0) }).collect()
+}
+
+fn every_machine() -> Vec<Machine> {
+    let full = serde_json::from_value(json!({
+        "name": "rack12-node3", "address": "10.0.0.5:623", "protocol": "redfish", "credentials": "rack12-bmc",
+        "tls": {"insecure": false, "ca_pem": "PEM"}, "system_id": "1", "protocols": ["redfish", "ipmi"],
+        "redfish": {"auth": "basic"}, "poll_interval": "5m", "desired_power": "on",
+        "ipmi": {"cipher_suites": [17], "privilege": "user"}, "labels": {"rack": "12"}, "tenant": "acme"
+    }))
+    .expect("a full machine record");
+    let small = serde_json::from_value(json!({"name": "m", "address": "bmc.example", "credentials": "c"})).unwrap();
+    vec![full, small]
+}
+
+/// Every example, each with the schema it must satisfy.
+fn cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for (i, b) in every_batch().iter().enumerate() {
+        out.push(case(format!("batch {i}"), "batch.json", b));
+    }
+    for a in every_action() {
+        let b = Batch { id: None, machine: Some("m".into()), bmc: None, actions: vec![a.clone()], on_error: OnError::Stop, deadline: None };
+        out.push(case(format!("batch with action {}", action_tag(&a)), "batch.json", &b));
+    }
+    out.push(case("accepted", "accepted.json", &accepted()));
+    for state in every_state() {
+        out.push(case(format!("batch result {state:?}"), "batch-result.json", &batch_result(state)));
+        out.push(case(format!("batch status {state:?} (full)"), "batch-status.json", &batch_status(state, true)));
+        out.push(case(format!("batch status {state:?} (minimal)"), "batch-status.json", &batch_status(state, false)));
+    }
+    for r in every_reply() {
+        out.push(case(format!("reply {}", reply_tag(&r)), "reply.json", &r));
+    }
+    for e in every_event() {
+        out.push(case(format!("event {}", event_tag(&e.event)), "event.json", &e));
+    }
+    for e in every_machine_event() {
+        out.push(case(format!("machine event {}", e.event.name()), "machine-event.json", &e));
+    }
+    for c in [true, false] {
+        out.push(case(format!("machine state contactable={c}"), "machine-state.json", &machine_state(c)));
+    }
+    for (i, m) in every_machine().iter().enumerate() {
+        out.push(case(format!("machine {i}"), "machine.json", m));
+    }
+    for code in every_error_code() {
+        out.push(case(format!("error {code}"), "error-body.json", &ErrorBody::new(code, "why")));
+    }
+    out.push(case("id request", "id-request.json", &IdRequest { id: id() }));
+    out
+}
+
+/// Values the schemas must refuse: proves they constrain something.
+fn invalid_cases() -> Vec<Case> {
+    let bad = |label: &str, schema: &'static str, instance: Value| Case { label: label.into(), schema, instance, valid: false };
+    let batch = |actions: Value| json!({"machine": "m", "actions": actions});
+    vec![
+        bad("unknown batch field", "batch.json", json!({"machine": "m", "actions": ["inventory"], "priority": 1})),
+        bad("no target", "batch.json", json!({"actions": ["inventory"]})),
+        bad("machine and bmc", "batch.json", json!({"machine": "m", "bmc": {"address": "10.0.0.1", "credentials": {"ref": "c"}}, "actions": ["inventory"]})),
+        bad("no actions", "batch.json", batch(json!([]))),
+        bad("unknown power op", "batch.json", batch(json!([{"power": "sideways"}]))),
+        bad("unknown action", "batch.json", batch(json!([{"reboot": {}}]))),
+        bad("two keys in an action", "batch.json", batch(json!([{"power": "on", "bmc_reset": "warm"}]))),
+        bad("boot device without device", "batch.json", batch(json!([{"boot_device": {"persistent": true}}]))),
+        bad("cipher suite 0", "batch.json", json!({"bmc": {"address": "a", "credentials": {"ref": "c"}, "options": {"ipmi": {"cipher_suites": [0]}}}, "actions": ["inventory"]})),
+        bad("raw netfn out of range", "batch.json", batch(json!([{"raw": {"ipmi": {"netfn": 256, "cmd": 1}}}]))),
+        bad("bad deadline", "batch.json", json!({"machine": "m", "actions": ["inventory"], "deadline": "soon"})),
+        bad("bad id", "batch.json", json!({"id": "not-a-ulid", "machine": "m", "actions": ["inventory"]})),
+        bad("unknown error code", "error-body.json", json!({"code": "oops", "message": ""})),
+        bad("unknown batch state", "batch-result.json", {
+            let mut v = serde_json::to_value(batch_result(BatchState::Failed)).unwrap();
+            v["state"] = json!("exploded");
+            v
+        }),
+        bad("unknown event kind", "event.json", json!({"batch": id().to_string(), "at_ms": 1, "event": {"action_paused": {}}})),
+        bad("unknown machine event kind", "machine-event.json", {
+            let mut v = serde_json::to_value(&every_machine_event()[3]).unwrap();
+            v["event"] = json!("vanished");
+            v
+        }),
+        bad("machine state without worker", "machine-state.json", {
+            let mut v = serde_json::to_value(machine_state(true)).unwrap();
+            v.as_object_mut().unwrap().remove("worker");
+            v
+        }),
+        bad("unknown reply", "reply.json", json!({"maybe": {}})),
+    ]
+}
+
+#[test]
+fn every_variant_has_an_example() {
+    let actions: BTreeSet<_> = every_action().iter().map(action_tag).collect();
+    assert_eq!(actions.len(), ACTION_TAGS, "an Action variant without an example: {actions:?}");
+    let creds: BTreeSet<_> = every_batch().iter().filter_map(|b| b.bmc.as_ref()).map(|t| credentials_tag(&t.credentials)).collect();
+    assert_eq!(creds.len(), CREDENTIALS_TAGS, "{creds:?}");
+    let data: BTreeSet<_> = every_data().iter().map(data_tag).collect();
+    assert_eq!(data.len(), DATA_TAGS, "{data:?}");
+    let events: BTreeSet<_> = every_event().iter().map(|e| event_tag(&e.event)).collect();
+    assert_eq!(events.len(), EVENT_TAGS, "{events:?}");
+    let machine_events: BTreeSet<_> = every_machine_event().iter().map(|e| machine_event_tag(&e.event)).collect();
+    assert_eq!(machine_events.len(), MACHINE_EVENT_TAGS, "{machine_events:?}");
+    let replies: BTreeSet<_> = every_reply().iter().map(reply_tag).collect();
+    assert_eq!(replies.len(), REPLY_TAGS, "{replies:?}");
+    // as_str agrees with serde for every code (the schema is checked against serde's names).
+    for code in every_error_code() {
+        assert_eq!(serde_json::to_value(code).unwrap(), json!(code.as_str()));
+    }
+}
+
+#[test]
+fn schema_enums_equal_the_rust_enums() {
+    let defs = defs();
+    for (name, rust) in enums() {
+        let schema: Vec<String> = defs["$defs"][name]["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("defs.json has no enum {name}"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect();
+        let (r, s): (BTreeSet<_>, BTreeSet<_>) = (rust.iter().collect(), schema.iter().collect());
+        assert_eq!(r, s, "{name}: Rust {:?} vs schema {:?}", r.difference(&s).collect::<Vec<_>>(), s.difference(&r).collect::<Vec<_>>());
+    }
+    // The event kind names in the Bmcfleet-Event header equal the schema's tags.
+    let tags = |def: &str| -> BTreeSet<String> {
+        defs["$defs"][def]["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|alt| alt.get("const").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| alt["required"][0].as_str().unwrap().to_owned()))
+            .collect()
+    };
+    let events: BTreeSet<String> = every_event().iter().map(|e| event_tag(&e.event).to_owned()).collect();
+    assert_eq!(tags("EventKind"), events);
+    let machine: BTreeSet<String> = every_machine_event().iter().map(|e| e.event.name().to_owned()).collect();
+    assert_eq!(tags("MachineEventKind"), machine);
+    let actions: BTreeSet<String> = every_action().iter().map(|a| action_tag(a).split('.').next().unwrap().to_owned()).collect();
+    assert_eq!(tags("Action"), actions);
+}
+
+#[test]
+fn rust_values_validate_against_the_schemas() {
+    let Some(python) = python() else { return };
+    let cases = cases();
+    let complaints = check(&python, &cases);
+    assert!(complaints.is_empty(), "{} of {} values do not match the schemas:\n{}", complaints.len(), cases.len(), complaints.join("\n"));
+}
+
+#[test]
+fn the_schemas_refuse_invalid_values() {
+    let Some(python) = python() else { return };
+    let cases = invalid_cases();
+    let complaints = check(&python, &cases);
+    assert!(complaints.is_empty(), "{}", complaints.join("\n"));
+}
+
+/// Every ```json block of README.md that is a batch (has `actions`) must
+/// validate, and must also be accepted by the Rust decoder.
+#[test]
+fn readme_batches_validate() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut cases = Vec::new();
+    for (i, block) in readme.split("```json").skip(1).enumerate() {
+        let text = block.split("```").next().unwrap();
+        let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("README json block {i} does not parse: {e}"));
+        if value.get("actions").is_some() {
+            let _: Batch = serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("README batch {i} is refused by the decoder: {e}"));
+            cases.push(Case { label: format!("README json block {i}"), schema: "batch.json", instance: value, valid: true });
+        }
+    }
+    assert!(!cases.is_empty(), "README.md has no JSON batch");
+    let Some(python) = python() else { return };
+    let complaints = check(&python, &cases);
+    assert!(complaints.is_empty(), "{}", complaints.join("\n"));
+}
