@@ -67,6 +67,17 @@ pub enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// The system event log: read (newest first, paged) or clear.
+    #[command(name = "event-log")]
+    EventLog {
+        #[command(subcommand)]
+        op: EventLogCmd,
+    },
+    /// Sensor readings: temperatures, fans, voltages, power, with thresholds and health.
+    Sensors {
+        #[command(flatten)]
+        target: Target,
+    },
     /// The BMC's user accounts: list, create, update, delete.
     User {
         #[command(subcommand)]
@@ -589,6 +600,28 @@ impl From<Method> for HttpMethod {
             Method::Delete => HttpMethod::Delete,
         }
     }
+}
+
+/// `bmcctl event-log ...`: the system event log.
+#[derive(Subcommand, Debug)]
+pub enum EventLogCmd {
+    /// Entries newest first.
+    Read {
+        /// At most this many entries (default 100, at most 1000).
+        #[arg(long)]
+        limit: Option<u32>,
+        /// Skip this many of the newest entries first.
+        #[arg(long, default_value_t = 0)]
+        offset: u32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Erase every entry: refused unless the deployment's raw policy has
+    /// `allow action:event_log_clear`.
+    Clear {
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 /// `bmcctl media ...`: virtual media.

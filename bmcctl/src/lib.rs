@@ -67,6 +67,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Power { .. }
         | Command::Boot { .. }
         | Command::Inventory { .. }
+        | Command::EventLog { .. }
+        | Command::Sensors { .. }
         | Command::User { .. }
         | Command::BmcReset { .. }
         | Command::Network { .. }

@@ -381,6 +381,77 @@ pub enum Action {
     Raw(RawRequest),
     VirtualMedia(VirtualMediaOp),
     Inventory,
+    /// The system event log: `{"event_log": "read"}` (newest first; paged
+    /// with `{"event_log": {"read": {"limit": 50, "offset": 0}}}`) or
+    /// `{"event_log": "clear"}` (destructive: refused unless the policy
+    /// allows it, see [`Action::is_destructive`]).
+    EventLog(EventLogOp),
+    /// Sensor readings with thresholds and health: `"sensors"`.
+    Sensors,
+}
+
+/// What to do with the system event log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", from = "EventLogOpWire")]
+pub enum EventLogOp {
+    /// Entries newest first: skip `offset`, return at most `limit`
+    /// (default [`EventLogOp::DEFAULT_LIMIT`], at most [`EventLogOp::MAX_LIMIT`]).
+    Read {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+        #[serde(default)]
+        offset: u32,
+    },
+    /// Erase every entry.
+    Clear,
+}
+
+impl EventLogOp {
+    pub const DEFAULT_LIMIT: u32 = 100;
+    pub const MAX_LIMIT: u32 = 1000;
+
+    /// `read` with the defaults.
+    pub fn read() -> Self {
+        EventLogOp::Read { limit: None, offset: 0 }
+    }
+}
+
+/// The two spellings of an event log operation: a bare name (`"read"`,
+/// `"clear"`) or the tagged form with parameters.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum EventLogOpWire {
+    Name(EventLogOpName),
+    Tagged(EventLogOpTagged),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum EventLogOpName {
+    Read,
+    Clear,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum EventLogOpTagged {
+    Read {
+        #[serde(default)]
+        limit: Option<u32>,
+        #[serde(default)]
+        offset: u32,
+    },
+    Clear,
+}
+
+impl From<EventLogOpWire> for EventLogOp {
+    fn from(w: EventLogOpWire) -> Self {
+        match w {
+            EventLogOpWire::Name(EventLogOpName::Read) => EventLogOp::read(),
+            EventLogOpWire::Name(EventLogOpName::Clear) | EventLogOpWire::Tagged(EventLogOpTagged::Clear) => EventLogOp::Clear,
+            EventLogOpWire::Tagged(EventLogOpTagged::Read { limit, offset }) => EventLogOp::Read { limit, offset },
+        }
+    }
 }
 
 /// A power change with per-action verification settings.
@@ -448,7 +519,11 @@ impl Action {
                 p.escalate_after.map(crate::duration::format).unwrap_or_else(|| "-".into())
             ),
             Action::BootDevice(b) => format!("{:?} persistent={} efi={}", b.device, b.persistent, b.efi),
-            Action::GetBootDevice | Action::Inventory => String::new(),
+            Action::GetBootDevice | Action::Inventory | Action::Sensors => String::new(),
+            Action::EventLog(EventLogOp::Read { limit, offset }) => {
+                format!("read limit={} offset={offset}", limit.map(|l| l.to_string()).unwrap_or_else(|| "-".into()))
+            }
+            Action::EventLog(EventLogOp::Clear) => "clear".into(),
             Action::User(UserOp::List) => String::new(),
             Action::User(UserOp::Create(u)) => format!("name={} role={:?} enabled={}", u.name, u.role, u.enabled),
             Action::User(UserOp::Update(u)) => {
@@ -494,6 +569,9 @@ impl Action {
             Action::VirtualMedia(VirtualMediaOp::Insert { .. }) => "virtual_media_insert",
             Action::VirtualMedia(VirtualMediaOp::Eject { .. }) => "virtual_media_eject",
             Action::Inventory => "inventory",
+            Action::EventLog(EventLogOp::Read { .. }) => "event_log_read",
+            Action::EventLog(EventLogOp::Clear) => "event_log_clear",
+            Action::Sensors => "sensors",
         }
     }
 
@@ -504,12 +582,22 @@ impl Action {
         match self {
             Action::Power(op) => matches!(op, PowerOp::On | PowerOp::Off | PowerOp::SoftOff | PowerOp::Status),
             Action::PowerSettle(p) => Action::Power(p.op).is_idempotent(),
-            Action::BootDevice(_) | Action::GetBootDevice | Action::Inventory => true,
+            Action::BootDevice(_) | Action::GetBootDevice | Action::Inventory | Action::Sensors => true,
+            // Clearing twice leaves the log as empty as clearing once.
+            Action::EventLog(_) => true,
             Action::User(op) => matches!(op, UserOp::List | UserOp::Update(_) | UserOp::Delete { .. }),
             Action::NetworkSource(_) => true,
             Action::VirtualMedia(_) => true,
             Action::BmcReset(_) | Action::Raw(_) => false,
         }
+    }
+
+    /// Whether the action destroys data on the BMC that cannot be had back
+    /// (the event log): such an action runs only where the raw policy has a
+    /// rule allowing `action:<kind>` (gateway at admission, worker before
+    /// sending); the default policy denies them.
+    pub fn is_destructive(&self) -> bool {
+        matches!(self, Action::EventLog(EventLogOp::Clear))
     }
 
     /// A copy safe to log: secrets are already `[redacted]` by `Debug`, and
@@ -883,6 +971,21 @@ impl Job {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn event_log_ops_have_a_bare_and_a_tagged_spelling() {
+        let parse = |j: &str| serde_json::from_str::<Action>(j).unwrap();
+        assert_eq!(parse(r#"{"event_log": "read"}"#), Action::EventLog(EventLogOp::read()));
+        assert_eq!(parse(r#"{"event_log": "clear"}"#), Action::EventLog(EventLogOp::Clear));
+        assert_eq!(parse(r#"{"event_log": {"read": {"limit": 5, "offset": 2}}}"#), Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 2 }));
+        assert_eq!(parse(r#""sensors""#), Action::Sensors);
+        assert!(serde_json::from_str::<Action>(r#"{"event_log": "erase"}"#).is_err());
+        let a = Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 2 });
+        assert_eq!(parse(&serde_json::to_string(&a).unwrap()), a);
+        let bytes = rmp_serde::to_vec_named(&a).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Action>(&bytes).unwrap(), a);
+        assert_eq!((a.kind(), Action::EventLog(EventLogOp::Clear).kind()), ("event_log_read", "event_log_clear"));
+    }
+
     use super::*;
 
     #[test]

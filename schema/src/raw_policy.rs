@@ -17,7 +17,14 @@
 //! allow ipmi:netfn=0x06,cmd=0x01        one command (numbers: hex 0x.. or decimal)
 //! deny  redfish:POST|PATCH:*/UpdateService*   methods `*` or `A|B`, path glob
 //! allow redfish:GET:/redfish/v1/*
+//! allow action:event_log_clear          a destructive typed action, by kind
 //! ```
+//!
+//! Destructive typed actions ([`crate::Action::is_destructive`]: clearing
+//! the event log) are checked against `action:KIND` rules (`KIND` a glob
+//! over [`crate::Action::kind`]): the default rules deny them all, so an
+//! operator allows one by putting `allow action:event_log_clear` before
+//! `default` (`--raw-policy 'allow action:event_log_clear; default'`).
 //!
 //! Redfish paths are matched in their canonical form
 //! ([`canonical_redfish_path`]: percent-decoded once, repeated slashes
@@ -95,7 +102,8 @@ pub const DEFAULT_RULES: &str = "deny ipmi:netfn=0x08-0x09; \
      deny ipmi:netfn=0x06,cmd=0x34; \
      allow ipmi:*; \
      deny redfish:POST|PATCH|PUT|DELETE:*updateservice*; \
-     allow redfish:*:*";
+     allow redfish:*:*; \
+     deny action:*";
 
 /// An inclusive range of byte values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +120,8 @@ enum Matcher {
     Ipmi { netfn: Option<Range>, cmd: Option<Range> },
     /// Methods upper-case (empty = any), the path glob lower-case.
     Redfish { methods: Vec<String>, path: String },
+    /// A destructive typed action's kind glob.
+    Action { kind: String },
 }
 
 /// One `allow` / `deny` rule, kept with its text for messages.
@@ -145,6 +155,8 @@ impl Default for RawPolicy {
 pub enum RawTarget<'a> {
     Ipmi { netfn: u8, cmd: u8 },
     Redfish { method: &'a str, path: &'a str },
+    /// A destructive typed action ([`crate::Action::is_destructive`]), by kind.
+    Action { kind: &'a str },
 }
 
 impl fmt::Display for RawTarget<'_> {
@@ -152,6 +164,16 @@ impl fmt::Display for RawTarget<'_> {
         match self {
             RawTarget::Ipmi { netfn, cmd } => write!(f, "raw IPMI netfn {netfn:#04x} cmd {cmd:#04x}"),
             RawTarget::Redfish { method, path } => write!(f, "raw Redfish {method} {path}"),
+            RawTarget::Action { kind } => write!(f, "destructive action {kind}"),
+        }
+    }
+}
+
+impl<'a> From<&'a crate::Action> for RawTarget<'a> {
+    fn from(a: &'a crate::Action) -> Self {
+        match a {
+            crate::Action::Raw(r) => r.into(),
+            other => RawTarget::Action { kind: other.kind() },
         }
     }
 }
@@ -255,8 +277,14 @@ fn rule(text: &str) -> Result<Rule, String> {
             return Err(bad("empty path pattern"));
         }
         Matcher::Redfish { methods, path: path.to_ascii_lowercase() }
+    } else if let Some(kind) = target.strip_prefix("action:") {
+        let kind = kind.trim();
+        if kind.is_empty() || !kind.chars().all(|c| c.is_ascii_lowercase() || c == '_' || c == '*') {
+            return Err(bad("action targets are `action:KIND` (an action kind such as event_log_clear, `*` allowed)"));
+        }
+        Matcher::Action { kind: kind.to_owned() }
     } else {
-        return Err(bad("the target must start with `ipmi:` or `redfish:`"));
+        return Err(bad("the target must start with `ipmi:`, `redfish:` or `action:`"));
     };
     Ok(Rule { allow, matcher, text: format!("{verb} {target}") })
 }
@@ -314,6 +342,7 @@ impl RawPolicy {
                     let p = p.split('?').next().unwrap_or("").to_ascii_lowercase();
                     (methods.is_empty() || methods.iter().any(|m| m.eq_ignore_ascii_case(method))) && glob(path, &p)
                 }
+                (Matcher::Action { kind }, RawTarget::Action { kind: k }) => glob(kind, k),
                 _ => false,
             };
             if hit {
@@ -507,5 +536,24 @@ mod tests {
         assert!(!glob("/redfish/v1/systems", "/redfish/v1/systems/1"));
         assert!(glob("a*b*c", "axxbyyc"));
         assert!(!glob("a*b*c", "axxbyy"));
+    }
+}
+
+#[cfg(test)]
+mod destructive_tests {
+    use super::*;
+    use crate::{Action, EventLogOp};
+
+    #[test]
+    fn destructive_actions_are_denied_unless_a_rule_allows_them() {
+        let clear = Action::EventLog(EventLogOp::Clear);
+        assert!(clear.is_destructive() && !Action::EventLog(EventLogOp::read()).is_destructive());
+        let e = RawPolicy::default().check((&clear).into()).unwrap_err();
+        assert_eq!(e, "destructive action event_log_clear is denied by the raw policy rule `deny action:*`");
+        assert!(RawPolicy::off().check((&clear).into()).is_err());
+        let allowed = RawPolicy::parse("allow action:event_log_clear; default").unwrap();
+        assert!(allowed.check((&clear).into()).is_ok());
+        assert!(allowed.check(RawTarget::Ipmi { netfn: 0x08, cmd: 0 }).is_err(), "the defaults still apply");
+        assert!(RawPolicy::parse("allow action:Event-Log").is_err());
     }
 }

@@ -64,6 +64,114 @@ pub enum ActionData {
     NetworkSource(NetworkSourceOp),
     Raw(RawResponse),
     Inventory(Inventory),
+    EventLog(EventLog),
+    Sensors(Vec<SensorReading>),
+}
+
+/// How bad something is: an event log entry's severity, a sensor's health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    Ok,
+    Warning,
+    Critical,
+}
+
+/// A page of the system event log, newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventLog {
+    /// Entries in the whole log (all pages), where the BMC says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u32>,
+    pub entries: Vec<EventLogEntry>,
+}
+
+/// One event log entry. Text comes from the BMC (scrubbed of the batch's
+/// secrets like every BMC message).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventLogEntry {
+    /// The BMC's id of the entry (IPMI record id in hex, Redfish entry `Id`).
+    pub id: String,
+    /// RFC 3339; absent when the BMC does not know (IPMI timestamps taken
+    /// before its clock was set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// Absent where the entry does not say (IPMI discrete events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<Health>,
+    /// The sensor the event is about (IPMI sensor number, Redfish `SensorNumber`/`OriginOfCondition`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sensor: Option<String>,
+    /// The sensor type or entry type (`Temperature`, `Power Supply`, `Oem`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub message: String,
+    /// IPMI: the 16-byte SEL record, lower-case hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
+    /// Redfish: the log service the entry comes from (`SEL`, `IML`, `Log1`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
+}
+
+/// What a sensor measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SensorKind {
+    Temperature,
+    Fan,
+    Voltage,
+    Power,
+    Other,
+}
+
+/// One sensor's reading.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SensorReading {
+    pub name: String,
+    pub kind: SensorKind,
+    /// Absent when the sensor has no reading (unavailable, scanning disabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// `Cel`, `RPM`, `V`, `W`, `%`, ... (UCUM-style, as Redfish spells them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    #[serde(default, skip_serializing_if = "Thresholds::is_empty")]
+    pub thresholds: Thresholds,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+}
+
+/// A sensor's thresholds, where known.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower_critical: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower_warning: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper_warning: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper_critical: Option<f64>,
+}
+
+impl Thresholds {
+    pub fn is_empty(&self) -> bool {
+        *self == Thresholds::default()
+    }
+
+    /// The health a value has against these thresholds.
+    pub fn health(&self, value: f64) -> Health {
+        let below = |t: Option<f64>| t.is_some_and(|t| value <= t);
+        let above = |t: Option<f64>| t.is_some_and(|t| value >= t);
+        if below(self.lower_critical) || above(self.upper_critical) {
+            Health::Critical
+        } else if below(self.lower_warning) || above(self.upper_warning) {
+            Health::Warning
+        } else {
+            Health::Ok
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

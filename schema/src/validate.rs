@@ -281,6 +281,9 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                 }
             }
             Action::PowerSettle(p) => p.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
+            Action::EventLog(EventLogOp::Read { limit: Some(l), .. }) if *l == 0 || *l > EventLogOp::MAX_LIMIT => {
+                return Err(field(format!("actions[{i}]: event_log read limit must be 1 to {}", EventLogOp::MAX_LIMIT)));
+            }
             Action::NetworkSource(NetworkSourceOp::Static(s)) => {
                 let m = u32::from(s.netmask);
                 if m.leading_ones() + m.trailing_zeros() != 32 {
@@ -291,6 +294,9 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
         }
         if let Action::Raw(raw) = action {
             limits.raw_policy.check(raw.into()).map_err(|why| ValidationError::new(ErrorCode::RawNotAllowed, format!("actions[{i}]: {why}")))?;
+        }
+        if action.is_destructive() {
+            limits.raw_policy.check(action.into()).map_err(|why| ValidationError::new(ErrorCode::RawNotAllowed, format!("actions[{i}]: {why}")))?;
         }
     }
     Ok(())

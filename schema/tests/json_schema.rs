@@ -124,9 +124,12 @@ fn action_tag(a: &Action) -> &'static str {
         Action::VirtualMedia(VirtualMediaOp::Insert { .. }) => "virtual_media.insert",
         Action::VirtualMedia(VirtualMediaOp::Eject { .. }) => "virtual_media.eject",
         Action::Inventory => "inventory",
+        Action::EventLog(EventLogOp::Read { .. }) => "event_log.read",
+        Action::EventLog(EventLogOp::Clear) => "event_log.clear",
+        Action::Sensors => "sensors",
     }
 }
-const ACTION_TAGS: usize = 17;
+const ACTION_TAGS: usize = 20;
 
 fn credentials_tag(c: &Credentials) -> &'static str {
     match c {
@@ -146,9 +149,11 @@ fn data_tag(d: &ActionData) -> &'static str {
         ActionData::NetworkSource(_) => "network_source",
         ActionData::Raw(_) => "raw",
         ActionData::Inventory(_) => "inventory",
+        ActionData::EventLog(_) => "event_log",
+        ActionData::Sensors(_) => "sensors",
     }
 }
-const DATA_TAGS: usize = 7;
+const DATA_TAGS: usize = 9;
 
 fn event_tag(e: &EventKind) -> &'static str {
     match e {
@@ -215,6 +220,8 @@ fn enums() -> Vec<(&'static str, Vec<String>)> {
         ("DesiredPower", names(&every!(DesiredPower: On, Off))),
         ("BatchState", names(&every!(BatchState: Queued, Running, Succeeded, Failed, Cancelled))),
         ("Outcome", names(&every!(Outcome: Ok, Error))),
+        ("Health", names(&every!(Health: Ok, Warning, Critical))),
+        ("SensorKind", names(&every!(SensorKind: Temperature, Fan, Voltage, Power, Other))),
     ]
 }
 
@@ -245,6 +252,10 @@ fn every_action() -> Vec<Action> {
         Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x06, cmd: 0x01, data: vec![1, 255] })),
         Action::Raw(RawRequest::Redfish(RawRedfish { method: HttpMethod::Patch, path: "/redfish/v1/Systems/1".into(), body: Some(json!({"AssetTag": "x"})) })),
         Action::Inventory,
+        Action::EventLog(EventLogOp::read()),
+        Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 20 }),
+        Action::EventLog(EventLogOp::Clear),
+        Action::Sensors,
     ]);
     for device in every!(BootDevice: Pxe, Disk, Cdrom, Bios, Safe, Http, None, Other) {
         out.push(Action::BootDevice(BootDeviceRequest { device, persistent: true, efi: false }));
@@ -324,6 +335,33 @@ fn every_data() -> Vec<ActionData> {
             power_state: Some(PowerState::On),
             extra: vec![("bios".into(), "2.1".into())],
         }),
+        ActionData::EventLog(EventLog {
+            total: Some(2),
+            entries: vec![
+                EventLogEntry {
+                    id: "0042".into(),
+                    time: Some("2024-01-01T00:00:00Z".into()),
+                    severity: Some(Health::Critical),
+                    sensor: Some("0x30".into()),
+                    kind: Some("Temperature".into()),
+                    message: "Upper Critical going high (asserted)".into(),
+                    raw: Some("42000200".repeat(4)),
+                    log: None,
+                },
+                EventLogEntry { id: "1".into(), message: "m".into(), log: Some("SEL".into()), severity: Some(Health::Warning), ..EventLogEntry::default() },
+            ],
+        }),
+        ActionData::Sensors(vec![
+            SensorReading {
+                name: "Inlet".into(),
+                kind: SensorKind::Temperature,
+                value: Some(24.5),
+                unit: Some("Cel".into()),
+                thresholds: Thresholds { lower_critical: Some(0.0), lower_warning: Some(5.0), upper_warning: Some(40.0), upper_critical: Some(45.0) },
+                health: Some(Health::Ok),
+            },
+            SensorReading { name: "Fan1".into(), kind: SensorKind::Fan, value: None, unit: None, thresholds: Thresholds::default(), health: None },
+        ]),
     ]
 }
 

@@ -9,7 +9,7 @@
 use bmcfleet_sim::proto::{Call, Request, Response};
 use bmcfleet_schema::{
     Action, ActionData, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode,
-    Inventory, NetworkSourceOp, PowerOp, PowerState, RawRequest, RawResponse, UserInfo, UserOp,
+    EventLog, EventLogEntry, EventLogOp, Health, Inventory, SensorKind, SensorReading, Thresholds, NetworkSourceOp, PowerOp, PowerState, RawRequest, RawResponse, UserInfo, UserOp,
     UserRole, VirtualMediaOp,
 };
 use std::collections::HashMap;
@@ -109,6 +109,8 @@ struct Bmc {
     media: Option<String>,
     resets: u32,
     nmis: u32,
+    /// The event log, oldest first: one entry per power change.
+    events: Vec<EventLogEntry>,
     in_flight: usize,
 }
 
@@ -122,6 +124,7 @@ impl Default for Bmc {
             media: None,
             resets: 0,
             nmis: 0,
+            events: Vec::new(),
             in_flight: 0,
         }
     }
@@ -385,6 +388,16 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
                 }
                 PowerOp::Status => {}
             }
+            if *op != PowerOp::Status {
+                let id = bmc.events.last().and_then(|e| e.id.parse::<u32>().ok()).map_or(1, |n| n + 1);
+                bmc.events.push(EventLogEntry {
+                    id: id.to_string(),
+                    severity: Some(Health::Ok),
+                    kind: Some("Power Unit".into()),
+                    message: format!("power {}", Action::Power(*op).kind().trim_start_matches("power_")),
+                    ..EventLogEntry::default()
+                });
+            }
             Response::Ok(Some(ActionData::PowerState(bmc.power)))
         }
         Action::BootDevice(req) => {
@@ -421,6 +434,23 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             bmc.media = None;
             Response::Ok(None)
         }
+        Action::EventLog(EventLogOp::Read { limit, offset }) => {
+            let limit = limit.unwrap_or(EventLogOp::DEFAULT_LIMIT) as usize;
+            let entries = bmc.events.iter().rev().skip(*offset as usize).take(limit).cloned().collect();
+            Response::Ok(Some(ActionData::EventLog(EventLog { total: Some(bmc.events.len() as u32), entries })))
+        }
+        Action::EventLog(EventLogOp::Clear) => {
+            bmc.events.clear();
+            Response::Ok(None)
+        }
+        Action::Sensors => Response::Ok(Some(ActionData::Sensors(vec![SensorReading {
+            name: "Inlet Temp".into(),
+            kind: SensorKind::Temperature,
+            value: Some(24.0),
+            unit: Some("Cel".into()),
+            thresholds: Thresholds { upper_warning: Some(40.0), upper_critical: Some(45.0), ..Thresholds::default() },
+            health: Some(Health::Ok),
+        }]))),
         Action::Inventory => Response::Ok(Some(ActionData::Inventory(Inventory {
             manufacturer: Some("bmcfleet".into()),
             model: Some("bmc-sim".into()),

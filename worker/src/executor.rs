@@ -541,8 +541,8 @@ impl<'a> Run<'a> {
         creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
         gate: &ActionGate,
     ) -> Result<Option<bmcfleet_schema::ActionData>, ProviderError> {
-        if let bmcfleet_schema::Action::Raw(raw) = action {
-            self.shared.raw_policy.check(raw.into()).map_err(|why| ProviderError::new(ErrorCode::RawNotAllowed, why))?;
+        if matches!(action, bmcfleet_schema::Action::Raw(_)) || action.is_destructive() {
+            self.shared.raw_policy.check(action.into()).map_err(|why| ProviderError::new(ErrorCode::RawNotAllowed, why))?;
         }
         let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
         let settings = &self.shared.guard;

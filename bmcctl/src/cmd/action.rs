@@ -3,13 +3,13 @@
 //! flags; the batch goes to one target, or to many machines (a fleet run,
 //! [`super::fleet`]).
 
-use crate::cli::{BootArg, Command, MediaCmd, NetworkCmd, NewPassword, RawCmd, Target, UserCmd};
+use crate::cli::{BootArg, Command, EventLogCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd, Target, UserCmd};
 use crate::client::Client;
 use crate::Usage;
 use anyhow::Context;
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_schema::{
-    Action, Batch, BmcTarget, BootDeviceRequest, Credentials, Encoding, NetworkSourceOp, OnError, RawIpmi, RawRedfish, RawRequest, Secret,
+    Action, Batch, BmcTarget, BootDeviceRequest, Credentials, Encoding, EventLogOp, NetworkSourceOp, OnError, RawIpmi, RawRedfish, RawRequest, Secret,
     StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate, VirtualMediaOp,
 };
 use std::process::ExitCode;
@@ -105,6 +105,11 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
             action(target, Action::BootDevice(BootDeviceRequest { device: *device, persistent: *persistent, efi: *efi }))
         }
         Command::Inventory { target } => action(target, Action::Inventory),
+        Command::EventLog { op: EventLogCmd::Read { limit, offset, target } } => {
+            action(target, Action::EventLog(EventLogOp::Read { limit: *limit, offset: *offset }))
+        }
+        Command::EventLog { op: EventLogCmd::Clear { target } } => action(target, Action::EventLog(EventLogOp::Clear)),
+        Command::Sensors { target } => action(target, Action::Sensors),
         Command::User { op } => match op {
             UserCmd::List { target } => action(target, Action::User(UserOp::List)),
             UserCmd::Create { name, role, disabled, password, target } => {
@@ -249,6 +254,10 @@ mod tests {
             ),
             (vec!["media", "insert", "https://img/x.iso"], Action::VirtualMedia(VirtualMediaOp::Insert { url: "https://img/x.iso".into(), media: MediaKind::Cd })),
             (vec!["media", "eject", "--media", "usb"], Action::VirtualMedia(VirtualMediaOp::Eject { media: MediaKind::Usb })),
+            (vec!["event-log", "read"], Action::EventLog(EventLogOp::read())),
+            (vec!["event-log", "read", "--limit", "5", "--offset", "10"], Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 10 })),
+            (vec!["event-log", "clear"], Action::EventLog(EventLogOp::Clear)),
+            (vec!["sensors"], Action::Sensors),
         ];
         for (args, want) in cases {
             let args = [&args[..], &m[..]].concat();

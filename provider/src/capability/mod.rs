@@ -15,19 +15,23 @@
 
 mod bmc_reset;
 mod boot;
+mod event_log;
 mod inventory;
 mod network_source;
 mod power;
 mod raw;
+mod sensors;
 mod users;
 mod virtual_media;
 
 pub use bmc_reset::BmcReset;
 pub use boot::{Applies, BootControl};
+pub use event_log::EventLog;
 pub use inventory::Inventory;
 pub use network_source::NetworkSource;
 pub use power::Power;
 pub use raw::Raw;
+pub use sensors::Sensors;
 pub use users::Users;
 pub use virtual_media::VirtualMedia;
 
@@ -166,6 +170,8 @@ capabilities! { $
     Raw = "raw", raw: raw::Raw;
     VirtualMedia = "virtual_media", virtual_media: virtual_media::VirtualMedia;
     Inventory = "inventory", inventory: inventory::Inventory;
+    EventLog = "event_log", event_log: event_log::EventLog;
+    Sensors = "sensors", sensors: sensors::Sensors;
 }
 
 #[cfg(test)]
@@ -187,6 +193,8 @@ mod tests {
             Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 6, cmd: 1, data: vec![] })),
             Action::VirtualMedia(VirtualMediaOp::Eject { media: MediaKind::Cd }),
             Action::Inventory,
+            Action::EventLog(EventLogOp::Clear),
+            Action::Sensors,
         ];
         for a in &all {
             match a {
@@ -199,7 +207,9 @@ mod tests {
                 | Action::NetworkSource(_)
                 | Action::Raw(_)
                 | Action::VirtualMedia(_)
-                | Action::Inventory => {}
+                | Action::Inventory
+                | Action::EventLog(_)
+                | Action::Sensors => {}
             }
         }
         all
@@ -217,6 +227,8 @@ mod tests {
                 raw::handles(a),
                 virtual_media::handles(a),
                 inventory::handles(a),
+                event_log::handles(a),
+                sensors::handles(a),
             ]
             .iter()
             .filter(|h| **h)
@@ -232,7 +244,7 @@ mod tests {
     #[test]
     fn names_are_the_wire_names() {
         let names: Vec<&str> = Capability::ALL.iter().map(|c| c.as_str()).collect();
-        assert_eq!(names, ["power", "boot_device", "users", "bmc_reset", "network_source", "raw", "virtual_media", "inventory"]);
+        assert_eq!(names, ["power", "boot_device", "users", "bmc_reset", "network_source", "raw", "virtual_media", "inventory", "event_log", "sensors"]);
     }
 
     /// A session offering power only.

@@ -41,6 +41,8 @@ pub fn required_privilege(netfn: u8, cmd: u8) -> Option<Privilege> {
         (NETFN_CHASSIS, 0x01) => U,
         (NETFN_CHASSIS, 0x02) | (NETFN_CHASSIS, 0x08) | (NETFN_CHASSIS, 0x09) => O,
         (NETFN_STORAGE, 0x10) | (NETFN_STORAGE, 0x11) => U,
+        (NETFN_STORAGE, 0x40) | (NETFN_STORAGE, 0x42) | (NETFN_STORAGE, 0x43) => U,
+        (NETFN_STORAGE, 0x47) => O,
         (NETFN_TRANSPORT, 0x01) => A,
         (NETFN_TRANSPORT, 0x02) => O,
         _ => return None,
@@ -115,6 +117,19 @@ pub const READ_FRU: Command = Command {
     retry: Retry::Safe,
     specific: &[SpecificCode { cc: 0x81, code: ErrorCode::BmcError, meaning: "FRU device busy" }],
 };
+
+/// 31.2 Get SEL Info.
+pub const GET_SEL_INFO: Command = command("Get SEL Info", NETFN_STORAGE, 0x40, Retry::Safe);
+/// 31.4 Reserve SEL.
+pub const RESERVE_SEL: Command = command("Reserve SEL", NETFN_STORAGE, 0x42, Retry::Safe);
+/// 31.5 Get SEL Entry.
+pub const GET_SEL_ENTRY: Command = Command {
+    id: CommandId { name: "Get SEL Entry", netfn: NETFN_STORAGE, cmd: 0x43 },
+    retry: Retry::Safe,
+    specific: &[SpecificCode { cc: 0x81, code: ErrorCode::BmcError, meaning: "cannot execute command, SEL erase in progress" }],
+};
+/// 31.9 Clear SEL (initiate erase, or get its status: both safe to repeat).
+pub const CLEAR_SEL: Command = command("Clear SEL", NETFN_STORAGE, 0x47, Retry::Safe);
 
 // --- Transport (netfn 0x0C) ---
 const LAN_SPECIFIC: &[SpecificCode] = &[

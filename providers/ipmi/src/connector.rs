@@ -23,6 +23,7 @@ pub const CAPABILITIES: &[Capability] = &[
     Capability::NetworkSource,
     Capability::Raw,
     Capability::Inventory,
+    Capability::EventLog,
 ];
 
 /// Opens IPMI 2.0 (RMCP+) sessions. Clones share the sockets every session

@@ -98,6 +98,7 @@ mod inventory;
 mod manager;
 mod power;
 mod raw;
+mod sel;
 mod users;
 
 
