@@ -14,7 +14,7 @@
 
 use crate::error::{TransportError, TransportErrorKind};
 use std::io::ErrorKind;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// What the BMC said about its LAN channel.
@@ -169,50 +169,33 @@ pub(crate) async fn channel_auth_caps_async(
 }
 
 /// Asks the BMC at `addr` for its channel authentication capabilities,
-/// retransmitting every `attempt_timeout` until `deadline`.
+/// retransmitting every `attempt_timeout` until `deadline`: the blocking
+/// form of the async probe (for harnesses outside a runtime, or inside one:
+/// it runs on a thread of its own).
 pub fn channel_auth_caps(
     addr: SocketAddr,
     deadline: Instant,
     attempt_timeout: Duration,
 ) -> Result<AuthCaps, TransportError> {
-    let socket = UdpSocket::bind(wildcard(addr)).map_err(|e| crate::error::socket_error(addr, &e))?;
-    socket.connect(addr).map_err(|e| io_error(addr, &e))?;
-
-    let mut extended = true;
-    let mut rq_seq: u8 = 1;
-    let mut buf = [0u8; 512];
-    while Instant::now() < deadline {
-        let packet = encode(rq_seq, extended);
-        socket.send(&packet).map_err(|e| io_error(addr, &e))?;
-        let attempt_end = (Instant::now() + attempt_timeout).min(deadline);
-        loop {
-            let now = Instant::now();
-            if now >= attempt_end {
-                break;
-            }
-            socket
-                .set_read_timeout(Some((attempt_end - now).max(Duration::from_millis(1))))
-                .map_err(|e| io_error(addr, &e))?;
-            let n = match socket.recv(&mut buf) {
-                Ok(n) => n,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_error(addr, &e)),
-            };
-            match interpret(addr, rq_seq, &buf[..n], &mut extended) {
-                Step::Ignore => continue,
-                Step::Retry => break,
-                Step::Done(result) => return result,
-            }
-        }
-        rq_seq = (rq_seq % 0x3F) + 1;
-    }
-    Err(TransportError::new(TransportErrorKind::Unreachable, format!("{addr}: no reply from the BMC")))
+    let deadline = tokio::time::Instant::from_std(deadline);
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| crate::error::socket_error(addr, &e))?;
+                runtime.block_on(channel_auth_caps_async(addr, deadline, attempt_timeout))
+            })
+            .join()
+            .unwrap_or_else(|_| Err(TransportError::new(TransportErrorKind::Internal, format!("{addr}: the probe thread panicked"))))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::UdpSocket;
 
     #[test]
     fn request_bytes_match_the_spec_layout() {
