@@ -57,11 +57,65 @@ pub enum Observation {
     Failed(ErrorBody),
 }
 
+/// What the book keeps of a machine's last state: what the next write needs
+/// and the next change compares (compact: a fleet keeps one per machine).
+#[derive(Clone, Debug)]
+struct Seen {
+    power: Option<PowerState>,
+    contactable: bool,
+    error_code: Option<bmcfleet_schema::ErrorCode>,
+    reason: Option<Box<str>>,
+    last_seen_ms: Option<u64>,
+    last_changed_ms: u64,
+    updated_ms: u64,
+    consecutive_failures: u32,
+    provider: Option<Box<str>>,
+    firmware: Option<Box<str>>,
+    inventory_ms: Option<u64>,
+}
+
+impl Seen {
+    fn of(s: &MachineState) -> Seen {
+        Seen {
+            power: s.power,
+            contactable: s.contactable,
+            error_code: s.error_code,
+            reason: s.reason.as_deref().map(Box::from),
+            last_seen_ms: s.last_seen_ms,
+            last_changed_ms: s.last_changed_ms,
+            updated_ms: s.updated_ms,
+            consecutive_failures: s.consecutive_failures,
+            provider: s.provider.as_deref().map(Box::from),
+            firmware: s.firmware.as_deref().map(Box::from),
+            inventory_ms: s.inventory_ms,
+        }
+    }
+
+    fn state(&self, machine: &str, tenant: &str, worker: &str) -> MachineState {
+        MachineState {
+            machine: machine.to_owned(),
+            tenant: tenant.to_owned(),
+            power: self.power,
+            contactable: self.contactable,
+            error_code: self.error_code,
+            reason: self.reason.as_deref().map(str::to_owned),
+            last_seen_ms: self.last_seen_ms,
+            last_changed_ms: self.last_changed_ms,
+            updated_ms: self.updated_ms,
+            consecutive_failures: self.consecutive_failures,
+            provider: self.provider.as_deref().map(str::to_owned),
+            firmware: self.firmware.as_deref().map(str::to_owned),
+            inventory_ms: self.inventory_ms,
+            worker: worker.to_owned(),
+        }
+    }
+}
+
 /// The last state of every machine this worker observed.
 pub struct StateBook {
     store: Store,
     settings: Settings,
-    states: Mutex<HashMap<String, MachineState>>,
+    states: Mutex<HashMap<Box<str>, Seen>>,
 }
 
 fn now_ms() -> u64 {
@@ -77,8 +131,8 @@ impl StateBook {
         &self.settings
     }
 
-    fn cached(&self, machine: &str) -> Option<MachineState> {
-        self.states.lock().expect("state book lock").get(machine).cloned()
+    fn cached(&self, machine: &str, tenant: &str, worker: &str) -> Option<MachineState> {
+        self.states.lock().expect("state book lock").get(machine).map(|seen| seen.state(machine, tenant, worker))
     }
 
     /// Forget machines (their partition went to another worker, which
@@ -99,7 +153,7 @@ impl StateBook {
     /// Records `what` for `machine` (of `tenant`): writes and announces it
     /// when it changed something or the heartbeat is due.
     pub async fn observe(&self, shared: &Shared, machine: &str, tenant: &str, what: Observation) {
-        let before = match self.cached(machine) {
+        let before = match self.cached(machine, tenant, &shared.worker_id) {
             Some(s) => Some(s),
             None => self.load(machine).await,
         };
@@ -177,7 +231,7 @@ impl StateBook {
             }
             self.announce(shared, machine, tenant, now, event, after.clone()).await;
         }
-        self.states.lock().expect("state book lock").insert(machine.to_owned(), after);
+        self.states.lock().expect("state book lock").insert(machine.into(), Seen::of(&after));
     }
 
     /// Records an inventory read: stored under `<name>.inventory`, compared
@@ -202,14 +256,14 @@ impl StateBook {
         let now = now_ms();
         let (firmware_changed, snapshot) = {
             let mut states = self.states.lock().expect("state book lock");
-            let Some(state) = states.get_mut(machine) else { return };
-            state.inventory_ms = Some(now);
-            let firmware_changed = state.firmware != inventory.firmware_version;
-            state.firmware = inventory.firmware_version.clone();
+            let Some(seen) = states.get_mut(machine) else { return };
+            seen.inventory_ms = Some(now);
+            let firmware_changed = seen.firmware.as_deref() != inventory.firmware_version.as_deref();
+            seen.firmware = inventory.firmware_version.as_deref().map(Box::from);
             if firmware_changed {
-                state.updated_ms = now;
+                seen.updated_ms = now;
             }
-            (firmware_changed, state.clone())
+            (firmware_changed, seen.state(machine, tenant, &shared.worker_id))
         };
         if firmware_changed {
             if let Ok(bytes) = serde_json::to_vec(&snapshot) {
@@ -274,10 +328,10 @@ pub fn interval_of(machine: &Machine, settings: &Settings) -> Option<Duration> {
 /// When each machine of one partition is polled next.
 #[derive(Default)]
 pub struct Schedule {
-    due: BTreeSet<(Instant, String)>,
-    at: HashMap<String, (Instant, Arc<Machine>)>,
+    due: BTreeSet<(Instant, Arc<str>)>,
+    at: HashMap<Arc<str>, (Instant, Arc<Machine>)>,
     /// When each machine's inventory is read next (with a poll).
-    inventory: HashMap<String, Instant>,
+    inventory: HashMap<Arc<str>, Instant>,
     /// The registry generation the machine set was built from.
     generation: Option<u64>,
 }
@@ -296,14 +350,15 @@ impl Schedule {
             return;
         }
         self.generation = Some(generation);
-        let mut keep: HashMap<String, (Instant, Arc<Machine>)> = HashMap::with_capacity(machines.len());
+        let mut keep: HashMap<Arc<str>, (Instant, Arc<Machine>)> = HashMap::with_capacity(machines.len());
         for m in machines {
             let Some(interval) = interval_of(&m, settings) else { continue };
-            let due = match self.at.get(&m.name) {
-                Some((due, _)) => *due,
-                None => now + interval.mul_f64(unit()),
+            // One shared name per machine for every index.
+            let (name, due) = match self.at.get_key_value(m.name.as_str()) {
+                Some((name, (due, _))) => (name.clone(), *due),
+                None => (Arc::from(m.name.as_str()), now + interval.mul_f64(unit())),
             };
-            keep.insert(m.name.clone(), (due, m));
+            keep.insert(name, (due, m));
         }
         self.due = keep.iter().map(|(name, (due, _))| (*due, name.clone())).collect();
         let mut inventory = HashMap::with_capacity(keep.len());
@@ -326,11 +381,11 @@ impl Schedule {
                 break;
             }
             self.due.pop_first();
-            let Some((_, m)) = self.at.get(&name).cloned() else { continue };
+            let Some((_, m)) = self.at.get(&*name).cloned() else { continue };
             let Some(interval) = interval_of(&m, settings) else { continue };
             let next = now + interval.mul_f64(0.9 + 0.2 * unit());
             self.at.insert(name.clone(), (next, m.clone()));
-            let inventory = match (self.inventory.get_mut(&name), settings.inventory_interval) {
+            let inventory = match (self.inventory.get_mut(&*name), settings.inventory_interval) {
                 (Some(due), Some(every)) if *due <= now => {
                     *due = now + every.mul_f64(0.9 + 0.2 * unit());
                     true
@@ -356,8 +411,8 @@ impl Schedule {
         self.at.is_empty()
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &String> {
-        self.at.keys()
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.at.keys().map(|k| &**k)
     }
 }
 
