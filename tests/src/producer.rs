@@ -371,9 +371,14 @@ pub struct Stack {
 
 impl Stack {
     pub async fn start(workers: usize, worker_args: &[&str]) -> Stack {
+        Stack::start_with(&[], workers, worker_args).await
+    }
+
+    /// Like [`Stack::start`], with extra gateway arguments.
+    pub async fn start_with(gateway_args: &[&str], workers: usize, worker_args: &[&str]) -> Stack {
         let nats = NatsServer::start();
         let topology = Topology::default();
-        let gateway = topology.gateway(&nats, &[]);
+        let gateway = topology.gateway(&nats, gateway_args);
         let producer = Producer::new(nats.client().await);
         wait_gateway(&producer).await;
         let workers = (0..workers).map(|i| topology.worker_plain(&nats, &format!("w{i}"), worker_args)).collect();

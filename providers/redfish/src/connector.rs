@@ -29,8 +29,18 @@ impl Default for RedfishConnector {
 
 /// What every Redfish session implements (a BMC that lacks a service
 /// answers `unsupported` for that action, with the reason).
-/// Redfish offers every capability.
-const CAPABILITIES: &[Capability] = Capability::ALL;
+/// Sensors are not implemented yet (Chassis Thermal/Power and `Sensors`).
+const CAPABILITIES: &[Capability] = &[
+    Capability::Power,
+    Capability::BootDevice,
+    Capability::Users,
+    Capability::BmcReset,
+    Capability::NetworkSource,
+    Capability::Raw,
+    Capability::VirtualMedia,
+    Capability::Inventory,
+    Capability::EventLog,
+];
 
 impl RedfishConnector {
     pub fn new(config: RedfishConfig) -> Self {

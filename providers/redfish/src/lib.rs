@@ -29,6 +29,7 @@ mod config;
 mod connector;
 mod discovery;
 mod error;
+mod event_log;
 /// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
 /// the `fuzzing` feature, so release builds do not contain them.
 #[cfg(feature = "fuzzing")]

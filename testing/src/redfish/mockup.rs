@@ -18,7 +18,7 @@
 //! - **POST** to an action `target` checks parameters against the action's
 //!   allowable values and applies `ComputerSystem.Reset` (PowerState, and
 //!   what waits in the system's `@Redfish.Settings` object),
-//!   `VirtualMedia.InsertMedia`/`EjectMedia` (and HPE iLO's OEM equivalents); POST to a collection creates
+//!   `LogService.ClearLog` (empties the Entries), `VirtualMedia.InsertMedia`/`EjectMedia` (and HPE iLO's OEM equivalents); POST to a collection creates
 //!   a member (`201` + `Location`); **DELETE** removes a member;
 //! - passwords sent in PATCH/POST are never stored in resources;
 //! - **faults** ([`Fault`]) answer before all of that: a status with a
@@ -762,6 +762,19 @@ impl State {
                 r["Image"] = image;
                 r["Inserted"] = get("Inserted").unwrap_or(json!(true));
                 r["WriteProtected"] = get("WriteProtected").unwrap_or(json!(true));
+            }
+            // Empties the service's Entries collection.
+            "LogService.ClearLog" => {
+                let entries = r.get("Entries").and_then(|e| e.get("@odata.id")).and_then(Value::as_str).map(norm);
+                if let Some(coll) = entries.and_then(|p| self.resources.get_mut(&p)) {
+                    let gone = members(coll);
+                    coll["Members"] = json!([]);
+                    coll["Members@odata.count"] = json!(0);
+                    for m in gone {
+                        self.resources.remove(&m);
+                    }
+                }
+                return HttpResponse::empty(204);
             }
             "VirtualMedia.EjectMedia" | "HpeiLOVirtualMedia.EjectVirtualMedia" => {
                 r["Image"] = Value::Null;
