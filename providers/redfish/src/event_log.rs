@@ -50,7 +50,7 @@ pub(crate) fn newest_first(entries: &mut [EventLogEntry]) {
     };
     // A stable sort: equal times keep the log's order, reversed below.
     entries.reverse();
-    entries.sort_by(|a, b| key(b).cmp(&key(a)));
+    entries.sort_by_key(|e| std::cmp::Reverse(key(e)));
 }
 
 impl RedfishSession {
