@@ -24,6 +24,7 @@ const fn command(name: &'static str, netfn: u8, cmd: u8, retry: Retry) -> Comman
 }
 
 pub const NETFN_CHASSIS: u8 = 0x00;
+pub const NETFN_SENSOR: u8 = 0x04;
 pub const NETFN_APP: u8 = 0x06;
 pub const NETFN_STORAGE: u8 = 0x0A;
 pub const NETFN_TRANSPORT: u8 = 0x0C;
@@ -43,6 +44,8 @@ pub fn required_privilege(netfn: u8, cmd: u8) -> Option<Privilege> {
         (NETFN_STORAGE, 0x10) | (NETFN_STORAGE, 0x11) => U,
         (NETFN_STORAGE, 0x40) | (NETFN_STORAGE, 0x42) | (NETFN_STORAGE, 0x43) => U,
         (NETFN_STORAGE, 0x47) => O,
+        (NETFN_STORAGE, 0x20) | (NETFN_STORAGE, 0x22) | (NETFN_STORAGE, 0x23) => U,
+        (NETFN_SENSOR, 0x2D) => U,
         (NETFN_TRANSPORT, 0x01) => A,
         (NETFN_TRANSPORT, 0x02) => O,
         _ => return None,
@@ -130,6 +133,17 @@ pub const GET_SEL_ENTRY: Command = Command {
 };
 /// 31.9 Clear SEL (initiate erase, or get its status: both safe to repeat).
 pub const CLEAR_SEL: Command = command("Clear SEL", NETFN_STORAGE, 0x47, Retry::Safe);
+
+/// 33.9 Get SDR Repository Info.
+pub const GET_SDR_REPO_INFO: Command = command("Get SDR Repository Info", NETFN_STORAGE, 0x20, Retry::Safe);
+/// 33.11 Reserve SDR Repository.
+pub const RESERVE_SDR_REPO: Command = command("Reserve SDR Repository", NETFN_STORAGE, 0x22, Retry::Safe);
+/// 33.12 Get SDR.
+pub const GET_SDR: Command = command("Get SDR", NETFN_STORAGE, 0x23, Retry::Safe);
+
+// --- Sensor/Event (netfn 0x04) ---
+/// 35.14 Get Sensor Reading.
+pub const GET_SENSOR_READING: Command = command("Get Sensor Reading", NETFN_SENSOR, 0x2D, Retry::Safe);
 
 // --- Transport (netfn 0x0C) ---
 const LAN_SPECIFIC: &[SpecificCode] = &[

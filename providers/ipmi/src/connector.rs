@@ -24,6 +24,7 @@ pub const CAPABILITIES: &[Capability] = &[
     Capability::Raw,
     Capability::Inventory,
     Capability::EventLog,
+    Capability::Sensors,
 ];
 
 /// Opens IPMI 2.0 (RMCP+) sessions. Clones share the sockets every session

@@ -99,6 +99,7 @@ mod manager;
 mod power;
 mod raw;
 mod sel;
+mod sensors;
 mod users;
 
 

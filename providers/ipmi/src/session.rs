@@ -146,7 +146,7 @@ impl<T: Transport + 'static> BmcSession for IpmiSession<T> {
     // What the session's privilege allows (IPMI v2.0 appendix G): a
     // capability is offered when at least one of its operations is; an
     // operation above the privilege fails before it is sent (`send`).
-    bmcfleet_provider::offer!(power, raw, inventory, event_log);
+    bmcfleet_provider::offer!(power, raw, inventory, event_log, sensors);
     fn boot(&mut self) -> Option<&mut dyn bmcfleet_provider::BootControl> {
         self.allows(Privilege::Operator).then_some(self)
     }

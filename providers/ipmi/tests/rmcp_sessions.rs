@@ -155,7 +155,7 @@ async fn privilege_levels_limit_what_a_session_offers_and_sends() {
     assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
     assert!(bmc.handle().snapshot().power_on, "nothing switched the host off");
     let offered = capabilities(&mut s);
-    assert_eq!(offered, vec![Capability::Power, Capability::Raw, Capability::Inventory], "{offered:?}");
+    assert_eq!(offered, vec![Capability::Power, Capability::Raw, Capability::Inventory, Capability::EventLog, Capability::Sensors], "{offered:?}");
 
     // A user-level account cannot log in as operator.
     let e = connector_with(vec![CipherSuite::S17], Privilege::Operator, 1)
