@@ -613,18 +613,28 @@ fn the_schemas_refuse_invalid_values() {
     assert!(complaints.is_empty(), "{}", complaints.join("\n"));
 }
 
-/// Every ```json block of README.md that is a batch (has `actions`) must
-/// validate, and must also be accepted by the Rust decoder.
+/// Every ```json block of README.md and docs/*.md that is a batch (has
+/// `actions`) must validate, and must also be accepted by the Rust decoder.
 #[test]
 fn readme_batches_validate() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut files = vec![root().join("README.md")];
+    for entry in std::fs::read_dir(root().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
     let mut cases = Vec::new();
-    for (i, block) in readme.split("```json").skip(1).enumerate() {
-        let text = block.split("```").next().unwrap();
-        let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("README json block {i} does not parse: {e}"));
-        if value.get("actions").is_some() {
-            let _: Batch = serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("README batch {i} is refused by the decoder: {e}"));
-            cases.push(Case { label: format!("README json block {i}"), schema: "batch.json", instance: value, valid: true });
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (i, block) in text.split("```json").skip(1).enumerate() {
+            let block = block.split("```").next().unwrap();
+            let where_ = format!("{} json block {i}", file.strip_prefix(root()).unwrap().display());
+            let value: Value = serde_json::from_str(block).unwrap_or_else(|e| panic!("{where_} does not parse: {e}"));
+            if value.get("actions").is_some() {
+                let _: Batch = serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{where_}: a batch the decoder refuses: {e}"));
+                cases.push(Case { label: where_, schema: "batch.json", instance: value, valid: true });
+            }
         }
     }
     assert!(!cases.is_empty(), "README.md has no JSON batch");
