@@ -29,18 +29,8 @@ impl Default for RedfishConnector {
 
 /// What every Redfish session implements (a BMC that lacks a service
 /// answers `unsupported` for that action, with the reason).
-/// Sensors are not implemented yet (Chassis Thermal/Power and `Sensors`).
-const CAPABILITIES: &[Capability] = &[
-    Capability::Power,
-    Capability::BootDevice,
-    Capability::Users,
-    Capability::BmcReset,
-    Capability::NetworkSource,
-    Capability::Raw,
-    Capability::VirtualMedia,
-    Capability::Inventory,
-    Capability::EventLog,
-];
+/// Redfish offers every capability.
+const CAPABILITIES: &[Capability] = Capability::ALL;
 
 impl RedfishConnector {
     pub fn new(config: RedfishConfig) -> Self {

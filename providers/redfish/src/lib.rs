@@ -40,6 +40,7 @@ mod json;
 mod manager;
 mod power;
 mod raw;
+mod sensors;
 mod session;
 mod tls;
 mod transport;

@@ -1,0 +1,203 @@
+//! Sensors: the chassis of the ComputerSystem (`Links.Chassis`, else the
+//! service's `Chassis` collection), read through the `Sensors` collection
+//! where the BMC has one (Redfish 2020.4+), else the older `Thermal`
+//! (temperatures, fans) and `Power` (consumption, voltages) resources.
+
+use crate::error::unsupported;
+use crate::event_log::health;
+use crate::json::{link, links, members, str_of};
+use crate::session::RedfishSession;
+use bmcfleet_provider::{Ctx, Result, Sensors};
+use bmcfleet_schema::{SensorKind, SensorReading, Thresholds};
+use serde_json::Value;
+
+fn num(v: &Value, k: &str) -> Option<f64> {
+    v.get(k).and_then(Value::as_f64)
+}
+
+fn status_health(v: &Value) -> Option<bmcfleet_schema::Health> {
+    v.get("Status").and_then(|s| str_of(s, "Health")).and_then(health)
+}
+
+fn name_of(v: &Value, fallback: &str) -> String {
+    str_of(v, "Name").or_else(|| str_of(v, "FanName")).or_else(|| str_of(v, "MemberId")).unwrap_or(fallback).trim().to_owned()
+}
+
+/// Absent or disabled sensors (`Status.State` `Absent`/`Disabled`) are left out.
+fn present(v: &Value) -> bool {
+    !matches!(v.get("Status").and_then(|s| str_of(s, "State")), Some("Absent" | "Disabled" | "UnavailableOffline"))
+}
+
+/// The legacy threshold properties (`UpperThresholdNonCritical`, ...); the
+/// fatal ones count as critical where there is no critical one.
+fn legacy_thresholds(v: &Value) -> Thresholds {
+    Thresholds {
+        lower_critical: num(v, "LowerThresholdCritical").or_else(|| num(v, "LowerThresholdFatal")),
+        lower_warning: num(v, "LowerThresholdNonCritical"),
+        upper_warning: num(v, "UpperThresholdNonCritical"),
+        upper_critical: num(v, "UpperThresholdCritical").or_else(|| num(v, "UpperThresholdFatal")),
+    }
+}
+
+/// A `Thermal` resource: `Temperatures` and `Fans`.
+pub(crate) fn from_thermal(thermal: &Value) -> Vec<SensorReading> {
+    let mut out = Vec::new();
+    for t in thermal.get("Temperatures").and_then(Value::as_array).into_iter().flatten().filter(|t| present(t)) {
+        out.push(SensorReading {
+            name: name_of(t, "temperature"),
+            kind: SensorKind::Temperature,
+            value: num(t, "ReadingCelsius"),
+            unit: Some("Cel".into()),
+            thresholds: legacy_thresholds(t),
+            health: status_health(t),
+        });
+    }
+    for f in thermal.get("Fans").and_then(Value::as_array).into_iter().flatten().filter(|f| present(f)) {
+        let unit = match str_of(f, "ReadingUnits") {
+            Some("Percent") => "%",
+            _ => "RPM",
+        };
+        out.push(SensorReading {
+            name: name_of(f, "fan"),
+            kind: SensorKind::Fan,
+            value: num(f, "Reading"),
+            unit: Some(unit.into()),
+            thresholds: legacy_thresholds(f),
+            health: status_health(f),
+        });
+    }
+    out
+}
+
+/// A `Power` resource: `PowerControl` (consumed watts) and `Voltages`.
+pub(crate) fn from_power(power: &Value) -> Vec<SensorReading> {
+    let mut out = Vec::new();
+    for p in power.get("PowerControl").and_then(Value::as_array).into_iter().flatten().filter(|p| present(p)) {
+        out.push(SensorReading {
+            name: name_of(p, "power"),
+            kind: SensorKind::Power,
+            value: num(p, "PowerConsumedWatts"),
+            unit: Some("W".into()),
+            thresholds: Thresholds::default(),
+            health: status_health(p),
+        });
+    }
+    for v in power.get("Voltages").and_then(Value::as_array).into_iter().flatten().filter(|v| present(v)) {
+        out.push(SensorReading {
+            name: name_of(v, "voltage"),
+            kind: SensorKind::Voltage,
+            value: num(v, "ReadingVolts"),
+            unit: Some("V".into()),
+            thresholds: legacy_thresholds(v),
+            health: status_health(v),
+        });
+    }
+    out
+}
+
+/// One member of a `Sensors` collection (Sensor v1.x).
+pub(crate) fn from_sensor(s: &Value) -> SensorReading {
+    let kind = match str_of(s, "ReadingType") {
+        Some("Temperature") => SensorKind::Temperature,
+        Some("Rotational") => SensorKind::Fan,
+        Some("Voltage") => SensorKind::Voltage,
+        Some("Power" | "EnergykWh" | "EnergyJoules") => SensorKind::Power,
+        _ => SensorKind::Other,
+    };
+    let t = |k: &str| s.get("Thresholds").and_then(|t| t.get(k)).and_then(|t| num(t, "Reading"));
+    SensorReading {
+        name: name_of(s, "sensor"),
+        kind,
+        value: num(s, "Reading"),
+        unit: str_of(s, "ReadingUnits").map(str::to_owned),
+        thresholds: Thresholds {
+            lower_critical: t("LowerCritical").or_else(|| t("LowerFatal")),
+            lower_warning: t("LowerCaution"),
+            upper_warning: t("UpperCaution"),
+            upper_critical: t("UpperCritical").or_else(|| t("UpperFatal")),
+        },
+        health: status_health(s),
+    }
+}
+
+#[async_trait::async_trait]
+impl Sensors for RedfishSession {
+    async fn sensors(&mut self, ctx: &Ctx) -> Result<Vec<SensorReading>> {
+        let system = self.transport.get(ctx, &self.service.system.path.clone()).await?;
+        let mut chassis = system.body.get("Links").map(|l| links(l, "Chassis")).unwrap_or_default();
+        if chassis.is_empty() {
+            let root = self.transport.get(ctx, "/redfish/v1").await?;
+            if let Some(coll) = link(&root.body, "Chassis") {
+                chassis = members(&self.transport.get_linked(ctx, &coll, "Chassis").await?.body);
+            }
+        }
+        let mut out = Vec::new();
+        let mut any = false;
+        for path in chassis {
+            let c = self.transport.get(ctx, &path).await?.body;
+            if let Some(coll) = link(&c, "Sensors") {
+                any = true;
+                let coll = self.transport.get_linked(ctx, &coll, "Sensors").await?.body;
+                for item in coll.get("Members").and_then(Value::as_array).cloned().unwrap_or_default() {
+                    let body = if item.get("ReadingType").is_some() || item.get("Reading").is_some() {
+                        item
+                    } else if let Some(p) = item.get("@odata.id").and_then(Value::as_str) {
+                        self.transport.get(ctx, &crate::json::norm_path(p)).await?.body
+                    } else {
+                        continue;
+                    };
+                    if present(&body) {
+                        out.push(from_sensor(&body));
+                    }
+                }
+                continue;
+            }
+            if let Some(p) = link(&c, "Thermal") {
+                any = true;
+                out.extend(from_thermal(&self.transport.get_linked(ctx, &p, "Thermal").await?.body));
+            }
+            if let Some(p) = link(&c, "Power") {
+                any = true;
+                out.extend(from_power(&self.transport.get_linked(ctx, &p, "Power").await?.body));
+            }
+        }
+        if !any {
+            return Err(unsupported("no chassis of this BMC links Sensors, Thermal or Power"));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bmcfleet_schema::Health;
+    use serde_json::json;
+
+    #[test]
+    fn thermal_power_and_sensor_resources_decode() {
+        // Shapes of the DMTF Thermal v1.x / Power v1.x / Sensor v1.x schemas.
+        let thermal = json!({"Temperatures": [
+            {"Name": "CPU Temp", "ReadingCelsius": 41, "UpperThresholdNonCritical": 42, "UpperThresholdCritical": 45, "UpperThresholdFatal": 48, "Status": {"State": "Enabled", "Health": "OK"}},
+            {"Name": "Gone", "Status": {"State": "Absent"}}],
+            "Fans": [{"MemberId": "0", "FanName": "Fan A", "Reading": 40, "ReadingUnits": "Percent", "LowerThresholdFatal": 5, "Status": {"Health": "Warning"}}]});
+        let r = from_thermal(&thermal);
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].name.as_str(), r[0].value, r[0].unit.as_deref()), ("CPU Temp", Some(41.0), Some("Cel")));
+        assert_eq!(r[0].thresholds, Thresholds { upper_warning: Some(42.0), upper_critical: Some(45.0), ..Thresholds::default() });
+        assert_eq!((r[1].name.as_str(), r[1].kind, r[1].unit.as_deref(), r[1].health), ("Fan A", SensorKind::Fan, Some("%"), Some(Health::Warning)));
+        assert_eq!(r[1].thresholds.lower_critical, Some(5.0), "fatal counts as critical");
+
+        let power = json!({"PowerControl": [{"Name": "System Power", "PowerConsumedWatts": 344}],
+            "Voltages": [{"Name": "VRM1", "ReadingVolts": 12.1, "LowerThresholdCritical": 11.0, "UpperThresholdCritical": 13.0, "Status": {"Health": "Critical"}}]});
+        let r = from_power(&power);
+        assert_eq!((r[0].kind, r[0].value, r[0].unit.as_deref()), (SensorKind::Power, Some(344.0), Some("W")));
+        assert_eq!((r[1].kind, r[1].value, r[1].health), (SensorKind::Voltage, Some(12.1), Some(Health::Critical)));
+
+        let s = from_sensor(&json!({"Name": "Inlet", "ReadingType": "Temperature", "Reading": 24.5, "ReadingUnits": "Cel",
+            "Thresholds": {"UpperCaution": {"Reading": 40}, "UpperCritical": {"Reading": 45}}, "Status": {"Health": "OK"}}));
+        assert_eq!((s.kind, s.value, s.unit.as_deref(), s.health), (SensorKind::Temperature, Some(24.5), Some("Cel"), Some(Health::Ok)));
+        assert_eq!(s.thresholds, Thresholds { upper_warning: Some(40.0), upper_critical: Some(45.0), ..Thresholds::default() });
+        assert_eq!(from_sensor(&json!({"Name": "x", "ReadingType": "Rotational"})).kind, SensorKind::Fan);
+    }
+}
