@@ -44,6 +44,13 @@ pub enum Command {
     /// Power control: on, off, soft-off, cycle, reset, status, nmi.
     Power {
         op: PowerOp,
+        /// How long the machine may take to show the change before
+        /// `not_reached` (default: the worker's --power-settle-timeout).
+        #[arg(long, value_parser = duration)]
+        settle: Option<std::time::Duration>,
+        /// soft-off only: still on after this long, switch it off hard.
+        #[arg(long, value_parser = duration)]
+        escalate_after: Option<std::time::Duration>,
         #[command(flatten)]
         target: Target,
     },
@@ -720,7 +727,7 @@ mod tests {
 
     #[test]
     fn value_enums_are_the_schemas() {
-        let Command::Power { op, target } = parse(&["power", "soft-off", "--bmc", "10.0.0.5", "--cred", "r"]).unwrap().command else {
+        let Command::Power { op, target, .. } = parse(&["power", "soft-off", "--bmc", "10.0.0.5", "--cred", "r"]).unwrap().command else {
             panic!("power")
         };
         assert_eq!((op, target.protocol), (PowerOp::SoftOff, Protocol::Auto));

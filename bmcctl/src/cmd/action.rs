@@ -94,7 +94,12 @@ impl NewPassword {
 pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>> {
     let action = |target, action| Ok(Some((target, vec![action])));
     match command {
-        Command::Power { op, target } => action(target, Action::Power(*op)),
+        Command::Power { op, target, settle: None, escalate_after: None } => action(target, Action::Power(*op)),
+        Command::Power { op, target, settle, escalate_after } => {
+            let request = bmcfleet_schema::PowerSettle { op: *op, settle: *settle, escalate_after: *escalate_after };
+            request.validate().map_err(|why| anyhow::Error::from(Usage(why)))?;
+            action(target, Action::PowerSettle(request))
+        }
         Command::Boot { device: BootArg::Get, persistent, once, efi, target } => {
             if *persistent || *once || *efi {
                 return Err(Usage("`boot get` reads the override: --persistent, --once and --efi are for setting one".into()).into());
@@ -224,6 +229,15 @@ mod tests {
         let pw = pw.to_str().unwrap();
         let m = ["--machine", "a"];
         let cases: Vec<(Vec<&str>, Action)> = vec![
+            (vec!["power", "on"], Action::Power(PowerOp::On)),
+            (
+                vec!["power", "soft-off", "--escalate-after", "90s"],
+                Action::PowerSettle(PowerSettle { op: PowerOp::SoftOff, settle: None, escalate_after: Some(std::time::Duration::from_secs(90)) }),
+            ),
+            (
+                vec!["power", "cycle", "--settle", "3m"],
+                Action::PowerSettle(PowerSettle { op: PowerOp::Cycle, settle: Some(std::time::Duration::from_secs(180)), escalate_after: None }),
+            ),
             (vec!["boot", "get"], Action::GetBootDevice),
             (vec!["user", "list"], Action::User(UserOp::List)),
             (
@@ -294,6 +308,8 @@ mod tests {
             e.to_string()
         };
         assert!(usage(&["boot", "get", "--persistent"]).contains("boot get"));
+        assert!(usage(&["power", "on", "--escalate-after", "1m"]).contains("only with op soft_off"));
+        assert!(usage(&["power", "status", "--settle", "1m"]).contains("changes no power state"));
         assert!(usage(&["user", "create", "ops", "--role", "admin"]).contains("--new-password-file"));
         assert!(usage(&["user", "update", "ops"]).contains("changes nothing"));
         assert!(usage(&["user", "update", "ops", "--new-password-env", "BMCCTL_TEST_UNSET_NEW_PASSWORD"]).contains("BMCCTL_TEST_UNSET_NEW_PASSWORD"));
