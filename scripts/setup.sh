@@ -21,11 +21,19 @@ command -v openssl >/dev/null || apt_packages+=(openssl)
 command -v npm >/dev/null || apt_packages+=(npm)
 command -v cc >/dev/null || apt_packages+=(build-essential)
 python3 -c 'import venv, ensurepip' 2>/dev/null || apt_packages+=(python3-venv)
-command -v promtool >/dev/null || apt_packages+=(prometheus)   # promtool: alert rule tests
 if [ "${#apt_packages[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${apt_packages[*]}"
   need_root apt-get update -qq
   need_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_packages[@]}" >/dev/null
+fi
+# promtool (alert rule unit tests) and prometheus (tests/tests/prometheus_scrape.rs),
+# without the recommended node exporter. On a host running systemd the package
+# also starts Debian's own prometheus service on :9090; the tests do not use it
+# (`systemctl disable --now prometheus` if it is unwanted).
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+  echo "setup: installing Debian package: prometheus"
+  [ "${#apt_packages[@]}" -gt 0 ] || need_root apt-get update -qq
+  need_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 
 if ! command -v cargo >/dev/null; then
