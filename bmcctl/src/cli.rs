@@ -85,6 +85,17 @@ pub enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// BIOS settings (Redfish): get, set (pending until the next reset), reset to defaults.
+    Bios {
+        #[command(subcommand)]
+        op: BiosCmd,
+    },
+    /// UEFI secure boot (Redfish): get, enable, disable, reset-keys.
+    #[command(name = "secure-boot")]
+    SecureBoot {
+        #[command(subcommand)]
+        op: SecureBootCmd,
+    },
     /// The BMC's user accounts: list, create, update, delete.
     User {
         #[command(subcommand)]
@@ -626,6 +637,65 @@ pub enum EventLogCmd {
     /// Erase every entry: refused unless the deployment's raw policy has
     /// `allow action:event_log_clear`.
     Clear {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `bmcctl bios ...`.
+#[derive(Subcommand, Debug)]
+pub enum BiosCmd {
+    /// Attributes, what is pending, and the registry's types and allowed values.
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Set attributes: NAME=VALUE (an integer or true/false is sent as such,
+    /// anything else as a string); checked against the BMC's attribute
+    /// registry, applied at the next reset.
+    Set {
+        #[arg(required = true, value_parser = bios_attribute)]
+        attributes: Vec<(String, serde_json::Value)>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Every setting back to the defaults: refused unless the raw policy has
+    /// `allow action:bios_reset`.
+    Reset {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `NAME=VALUE` of `bios set`.
+fn bios_attribute(s: &str) -> Result<(String, serde_json::Value), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("`{s}` is not NAME=VALUE"))?;
+    let value = match v {
+        "true" => serde_json::Value::Bool(true),
+        "false" => serde_json::Value::Bool(false),
+        _ => v.parse::<i64>().map(serde_json::Value::from).unwrap_or_else(|_| serde_json::Value::String(v.to_owned())),
+    };
+    Ok((k.trim().to_owned(), value))
+}
+
+/// `bmcctl secure-boot ...`.
+#[derive(Subcommand, Debug)]
+pub enum SecureBootCmd {
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    Enable {
+        #[command(flatten)]
+        target: Target,
+    },
+    Disable {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Reset the keys: refused unless the raw policy has `allow action:secure_boot_reset_keys`.
+    ResetKeys {
+        kind: bmcfleet_schema::SecureBootResetKeys,
         #[command(flatten)]
         target: Target,
     },

@@ -69,6 +69,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Inventory { .. }
         | Command::EventLog { .. }
         | Command::Sensors { .. }
+        | Command::Bios { .. }
+        | Command::SecureBoot { .. }
         | Command::User { .. }
         | Command::BmcReset { .. }
         | Command::Network { .. }

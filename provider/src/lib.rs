@@ -25,8 +25,8 @@ pub mod capability;
 pub mod tls;
 
 pub use capability::{
-    capabilities, perform, ActionExecutor, Applies, BmcReset, BmcSession, BootControl, Capability, EventLog, Inventory, NetworkSource, Power, Raw,
-    Sensors, Users, VirtualMedia,
+    capabilities, perform, ActionExecutor, Applies, Bios, BmcReset, BmcSession, BootControl, Capability, EventLog, Inventory, NetworkSource, Power, Raw,
+    SecureBoot, Sensors, Users, VirtualMedia,
 };
 
 use async_trait::async_trait;

@@ -388,6 +388,56 @@ pub enum Action {
     EventLog(EventLogOp),
     /// Sensor readings with thresholds and health: `"sensors"`.
     Sensors,
+    /// BIOS attributes (with the attribute registry's types and allowed
+    /// values where the BMC offers it): `"bios_get"`.
+    BiosGet,
+    /// Set BIOS attributes, pending until the system resets:
+    /// `{"bios_set": {"attributes": {"BootMode": "Uefi"}}}`.
+    BiosSet(BiosSet),
+    /// BIOS settings back to the defaults (destructive): `"bios_reset"`.
+    BiosReset,
+    /// UEFI secure boot state: `"secure_boot_get"`.
+    SecureBootGet,
+    /// `{"secure_boot_set": {"enabled": true}}`.
+    SecureBootSet(SecureBootSet),
+    /// `{"secure_boot_reset_keys": "reset_all_keys_to_default"}` (destructive).
+    SecureBootResetKeys(SecureBootResetKeys),
+}
+
+/// BIOS attributes to set, by their registry names; values are strings,
+/// numbers or booleans.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BiosSet {
+    pub attributes: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// Enable or disable UEFI secure boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecureBootSet {
+    pub enabled: bool,
+}
+
+/// Redfish `SecureBoot.ResetKeys` reset types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum SecureBootResetKeys {
+    ResetAllKeysToDefault,
+    DeleteAllKeys,
+    DeletePk,
+}
+
+impl SecureBootResetKeys {
+    /// The Redfish `ResetKeysType`.
+    pub fn redfish(self) -> &'static str {
+        match self {
+            SecureBootResetKeys::ResetAllKeysToDefault => "ResetAllKeysToDefault",
+            SecureBootResetKeys::DeleteAllKeys => "DeleteAllKeys",
+            SecureBootResetKeys::DeletePk => "DeletePK",
+        }
+    }
 }
 
 /// What to do with the system event log.
@@ -519,7 +569,11 @@ impl Action {
                 p.escalate_after.map(crate::duration::format).unwrap_or_else(|| "-".into())
             ),
             Action::BootDevice(b) => format!("{:?} persistent={} efi={}", b.device, b.persistent, b.efi),
-            Action::GetBootDevice | Action::Inventory | Action::Sensors => String::new(),
+            Action::GetBootDevice | Action::Inventory | Action::Sensors | Action::BiosGet | Action::BiosReset | Action::SecureBootGet => String::new(),
+            // Names only: a value may be anything the BIOS keeps.
+            Action::BiosSet(b) => format!("attributes={}", b.attributes.keys().cloned().collect::<Vec<_>>().join(",")),
+            Action::SecureBootSet(s) => format!("enabled={}", s.enabled),
+            Action::SecureBootResetKeys(k) => format!("{k:?}"),
             Action::EventLog(EventLogOp::Read { limit, offset }) => {
                 format!("read limit={} offset={offset}", limit.map(|l| l.to_string()).unwrap_or_else(|| "-".into()))
             }
@@ -572,6 +626,12 @@ impl Action {
             Action::EventLog(EventLogOp::Read { .. }) => "event_log_read",
             Action::EventLog(EventLogOp::Clear) => "event_log_clear",
             Action::Sensors => "sensors",
+            Action::BiosGet => "bios_get",
+            Action::BiosSet(_) => "bios_set",
+            Action::BiosReset => "bios_reset",
+            Action::SecureBootGet => "secure_boot_get",
+            Action::SecureBootSet(_) => "secure_boot_set",
+            Action::SecureBootResetKeys(_) => "secure_boot_reset_keys",
         }
     }
 
@@ -585,6 +645,9 @@ impl Action {
             Action::BootDevice(_) | Action::GetBootDevice | Action::Inventory | Action::Sensors => true,
             // Clearing twice leaves the log as empty as clearing once.
             Action::EventLog(_) => true,
+            // Settings and keys end up the same however often they are written.
+            Action::BiosGet | Action::BiosSet(_) | Action::BiosReset => true,
+            Action::SecureBootGet | Action::SecureBootSet(_) | Action::SecureBootResetKeys(_) => true,
             Action::User(op) => matches!(op, UserOp::List | UserOp::Update(_) | UserOp::Delete { .. }),
             Action::NetworkSource(_) => true,
             Action::VirtualMedia(_) => true,
@@ -593,11 +656,12 @@ impl Action {
     }
 
     /// Whether the action destroys data on the BMC that cannot be had back
-    /// (the event log): such an action runs only where the raw policy has a
-    /// rule allowing `action:<kind>` (gateway at admission, worker before
-    /// sending); the default policy denies them.
+    /// (the event log, every BIOS setting, secure boot keys): such an action
+    /// runs only where the raw policy has a rule allowing `action:<kind>`
+    /// (gateway at admission, worker before sending); the default policy
+    /// denies them.
     pub fn is_destructive(&self) -> bool {
-        matches!(self, Action::EventLog(EventLogOp::Clear))
+        matches!(self, Action::EventLog(EventLogOp::Clear) | Action::BiosReset | Action::SecureBootResetKeys(_))
     }
 
     /// A copy safe to log: secrets are already `[redacted]` by `Debug`, and

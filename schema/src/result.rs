@@ -66,6 +66,67 @@ pub enum ActionData {
     Inventory(Inventory),
     EventLog(EventLog),
     Sensors(Vec<SensorReading>),
+    Bios(Bios),
+    /// Attributes written to the BIOS settings object: they take effect
+    /// when the system next resets (or as `apply_time` says).
+    BiosPending(BiosPending),
+    SecureBoot(SecureBootState),
+}
+
+/// BIOS attributes as the BMC reports them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Bios {
+    /// Current values.
+    pub attributes: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Values waiting in the settings object that differ from the current ones.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub pending: std::collections::BTreeMap<String, serde_json::Value>,
+    /// What the attribute registry says about the current attributes, where
+    /// the BMC offers one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub registry: Vec<BiosAttribute>,
+}
+
+/// One attribute's registry entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BiosAttribute {
+    pub name: String,
+    /// `Enumeration`, `String`, `Integer`, `Boolean` or `Password`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+    /// Enumeration: the allowed values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower_bound: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper_bound: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<u64>,
+}
+
+/// What a `bios_set` left pending.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BiosPending {
+    pub attributes: std::collections::BTreeMap<String, serde_json::Value>,
+    /// When the BMC applies them (`OnReset`, `AtMaintenanceWindowStart`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_time: Option<String>,
+}
+
+/// UEFI secure boot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecureBootState {
+    /// Enabled for the next boot.
+    pub enabled: bool,
+    /// Whether the current boot was secure (`Enabled`, `Disabled`, `Unknown`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_boot: Option<String>,
+    /// `SetupMode`, `UserMode`, `AuditMode`, `DeployedMode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// How bad something is: an event log entry's severity, a sensor's health.

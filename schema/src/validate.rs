@@ -284,6 +284,19 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
             Action::EventLog(EventLogOp::Read { limit: Some(l), .. }) if *l == 0 || *l > EventLogOp::MAX_LIMIT => {
                 return Err(field(format!("actions[{i}]: event_log read limit must be 1 to {}", EventLogOp::MAX_LIMIT)));
             }
+            Action::BiosSet(b) => {
+                if b.attributes.is_empty() {
+                    return Err(field(format!("actions[{i}]: bios_set changes nothing (give attributes)")));
+                }
+                for (name, value) in &b.attributes {
+                    if name.is_empty() || name.to_ascii_lowercase().contains("password") {
+                        return Err(field(format!("actions[{i}]: bios_set: `{name}` is not accepted (BIOS passwords are not set through bios_set)")));
+                    }
+                    if !(value.is_string() || value.is_number() || value.is_boolean()) {
+                        return Err(field(format!("actions[{i}]: bios_set: `{name}` must be a string, number or boolean")));
+                    }
+                }
+            }
             Action::NetworkSource(NetworkSourceOp::Static(s)) => {
                 let m = u32::from(s.netmask);
                 if m.leading_ones() + m.trailing_zeros() != 32 {
@@ -463,5 +476,26 @@ mod tests {
         assert_eq!(decode_batch(ipmi(6).as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::RawNotAllowed);
         let upd = r#"{"machine":"m1","actions":[{"raw":{"redfish":{"method":"POST","path":"/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate","body":{}}}}]}"#;
         assert_eq!(code(upd), ErrorCode::RawNotAllowed);
+    }
+
+    #[test]
+    fn destructive_actions_and_bios_sets_at_admission() {
+        let batch = |action: &str| format!(r#"{{"machine":"m1","actions":[{action}]}}"#);
+        for a in [r#"{"event_log":"clear"}"#, r#""bios_reset""#, r#"{"secure_boot_reset_keys":"delete_pk"}"#] {
+            let e = json(&batch(a)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::RawNotAllowed, "{a}");
+            assert!(e.message.contains("deny action:*"), "{e}");
+        }
+        let limits = Limits { raw_policy: crate::RawPolicy::parse("allow action:event_log_clear; default").unwrap(), ..Limits::default() };
+        decode_batch(batch(r#"{"event_log":"clear"}"#).as_bytes(), Encoding::Json, &limits).unwrap();
+        assert_eq!(decode_batch(batch(r#""bios_reset""#).as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::RawNotAllowed);
+        json(&batch(r#"{"event_log":{"read":{"limit":10}}}"#)).unwrap();
+        assert_eq!(code(&batch(r#"{"event_log":{"read":{"limit":0}}}"#)), ErrorCode::InvalidField);
+        assert_eq!(code(&batch(r#"{"event_log":{"read":{"limit":1001}}}"#)), ErrorCode::InvalidField);
+
+        json(&batch(r#"{"bios_set":{"attributes":{"BootMode":"Uefi","Cores":4}}}"#)).unwrap();
+        for bad in [r#"{"bios_set":{"attributes":{}}}"#, r#"{"bios_set":{"attributes":{"AdminPassword":"x"}}}"#, r#"{"bios_set":{"attributes":{"A":[1]}}}"#] {
+            assert_eq!(code(&batch(bad)), ErrorCode::InvalidField, "{bad}");
+        }
     }
 }

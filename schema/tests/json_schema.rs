@@ -127,9 +127,15 @@ fn action_tag(a: &Action) -> &'static str {
         Action::EventLog(EventLogOp::Read { .. }) => "event_log.read",
         Action::EventLog(EventLogOp::Clear) => "event_log.clear",
         Action::Sensors => "sensors",
+        Action::BiosGet => "bios_get",
+        Action::BiosSet(_) => "bios_set",
+        Action::BiosReset => "bios_reset",
+        Action::SecureBootGet => "secure_boot_get",
+        Action::SecureBootSet(_) => "secure_boot_set",
+        Action::SecureBootResetKeys(_) => "secure_boot_reset_keys",
     }
 }
-const ACTION_TAGS: usize = 20;
+const ACTION_TAGS: usize = 26;
 
 fn credentials_tag(c: &Credentials) -> &'static str {
     match c {
@@ -151,9 +157,12 @@ fn data_tag(d: &ActionData) -> &'static str {
         ActionData::Inventory(_) => "inventory",
         ActionData::EventLog(_) => "event_log",
         ActionData::Sensors(_) => "sensors",
+        ActionData::Bios(_) => "bios",
+        ActionData::BiosPending(_) => "bios_pending",
+        ActionData::SecureBoot(_) => "secure_boot",
     }
 }
-const DATA_TAGS: usize = 9;
+const DATA_TAGS: usize = 12;
 
 fn event_tag(e: &EventKind) -> &'static str {
     match e {
@@ -222,6 +231,7 @@ fn enums() -> Vec<(&'static str, Vec<String>)> {
         ("Outcome", names(&every!(Outcome: Ok, Error))),
         ("Health", names(&every!(Health: Ok, Warning, Critical))),
         ("SensorKind", names(&every!(SensorKind: Temperature, Fan, Voltage, Power, Other))),
+        ("SecureBootResetKeys", names(&every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk))),
     ]
 }
 
@@ -256,7 +266,15 @@ fn every_action() -> Vec<Action> {
         Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 20 }),
         Action::EventLog(EventLogOp::Clear),
         Action::Sensors,
+        Action::BiosGet,
+        Action::BiosSet(BiosSet { attributes: [("BootMode".to_owned(), json!("Uefi")), ("Cores".to_owned(), json!(4)), ("Vt".to_owned(), json!(true))].into() }),
+        Action::BiosReset,
+        Action::SecureBootGet,
+        Action::SecureBootSet(SecureBootSet { enabled: true }),
     ]);
+    for kind in every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk) {
+        out.push(Action::SecureBootResetKeys(kind));
+    }
     for device in every!(BootDevice: Pxe, Disk, Cdrom, Bios, Safe, Http, None, Other) {
         out.push(Action::BootDevice(BootDeviceRequest { device, persistent: true, efi: false }));
     }
@@ -362,6 +380,19 @@ fn every_data() -> Vec<ActionData> {
             },
             SensorReading { name: "Fan1".into(), kind: SensorKind::Fan, value: None, unit: None, thresholds: Thresholds::default(), health: None },
         ]),
+        ActionData::Bios(Bios {
+            attributes: [("BootMode".to_owned(), json!("Uefi")), ("Cores".to_owned(), json!(4))].into(),
+            pending: [("BootMode".to_owned(), json!("Bios"))].into(),
+            registry: vec![
+                BiosAttribute { name: "BootMode".into(), kind: "Enumeration".into(), read_only: false, allowed: vec!["Bios".into(), "Uefi".into()], ..BiosAttribute::default() },
+                BiosAttribute { name: "Cores".into(), kind: "Integer".into(), read_only: true, allowed: vec![], lower_bound: Some(1), upper_bound: Some(64), max_length: None },
+                BiosAttribute { name: "Tag".into(), kind: "String".into(), max_length: Some(16), ..BiosAttribute::default() },
+            ],
+        }),
+        ActionData::Bios(Bios::default()),
+        ActionData::BiosPending(BiosPending { attributes: [("BootMode".to_owned(), json!("Bios"))].into(), apply_time: Some("OnReset".into()) }),
+        ActionData::SecureBoot(SecureBootState { enabled: true, current_boot: Some("Enabled".into()), mode: Some("DeployedMode".into()) }),
+        ActionData::SecureBoot(SecureBootState::default()),
     ]
 }
 

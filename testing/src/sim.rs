@@ -8,11 +8,11 @@
 
 use bmcfleet_sim::proto::{Call, Request, Response};
 use bmcfleet_schema::{
-    Action, ActionData, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode,
+    Action, ActionData, Bios, BiosPending, BmcResetKind, SecureBootState, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode,
     EventLog, EventLogEntry, EventLogOp, Health, Inventory, SensorKind, SensorReading, Thresholds, NetworkSourceOp, PowerOp, PowerState, RawRequest, RawResponse, UserInfo, UserOp,
     UserRole, VirtualMediaOp,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -111,6 +111,10 @@ struct Bmc {
     nmis: u32,
     /// The event log, oldest first: one entry per power change.
     events: Vec<EventLogEntry>,
+    /// BIOS attributes (current) and what waits for the next reset.
+    bios: BTreeMap<String, serde_json::Value>,
+    bios_pending: BTreeMap<String, serde_json::Value>,
+    secure_boot: bool,
     in_flight: usize,
 }
 
@@ -125,6 +129,9 @@ impl Default for Bmc {
             resets: 0,
             nmis: 0,
             events: Vec::new(),
+            bios: default_bios(),
+            bios_pending: BTreeMap::new(),
+            secure_boot: false,
             in_flight: 0,
         }
     }
@@ -376,6 +383,8 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
                     }
                     bmc.power = PowerState::On;
                     bmc.resets += 1;
+                    let pending = std::mem::take(&mut bmc.bios_pending);
+                    bmc.bios.extend(pending);
                     if !bmc.boot.persistent {
                         bmc.boot.device = BootDevice::None;
                     }
@@ -451,6 +460,25 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             thresholds: Thresholds { upper_warning: Some(40.0), upper_critical: Some(45.0), ..Thresholds::default() },
             health: Some(Health::Ok),
         }]))),
+        Action::BiosGet => Response::Ok(Some(ActionData::Bios(Bios { attributes: bmc.bios.clone(), pending: bmc.bios_pending.clone(), registry: vec![] }))),
+        Action::BiosSet(set) => {
+            if let Some(name) = set.attributes.keys().find(|k| !bmc.bios.contains_key(*k)) {
+                return bmc_err(ErrorCode::InvalidField, format!("bios_set: `{name}` is not a BIOS attribute of this system"));
+            }
+            bmc.bios_pending.extend(set.attributes.clone());
+            Response::Ok(Some(ActionData::BiosPending(BiosPending { attributes: set.attributes.clone(), apply_time: Some("OnReset".into()) })))
+        }
+        Action::BiosReset => {
+            bmc.bios = default_bios();
+            bmc.bios_pending.clear();
+            Response::Ok(None)
+        }
+        Action::SecureBootGet => Response::Ok(Some(ActionData::SecureBoot(secure_boot(bmc.secure_boot)))),
+        Action::SecureBootSet(s) => {
+            bmc.secure_boot = s.enabled;
+            Response::Ok(Some(ActionData::SecureBoot(secure_boot(bmc.secure_boot))))
+        }
+        Action::SecureBootResetKeys(_) => Response::Ok(None),
         Action::Inventory => Response::Ok(Some(ActionData::Inventory(Inventory {
             manufacturer: Some("bmcfleet".into()),
             model: Some("bmc-sim".into()),
@@ -460,6 +488,14 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             extra: vec![("resets".into(), bmc.resets.to_string()), ("nmis".into(), bmc.nmis.to_string())],
         }))),
     }
+}
+
+fn default_bios() -> BTreeMap<String, serde_json::Value> {
+    [("BootMode", serde_json::json!("Uefi")), ("ProcTurboMode", serde_json::json!("Enabled"))].into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
+fn secure_boot(enabled: bool) -> SecureBootState {
+    SecureBootState { enabled, current_boot: Some(if enabled { "Enabled" } else { "Disabled" }.into()), mode: Some("DeployedMode".into()) }
 }
 
 fn info(u: &User) -> UserInfo {

@@ -3,14 +3,14 @@
 //! flags; the batch goes to one target, or to many machines (a fleet run,
 //! [`super::fleet`]).
 
-use crate::cli::{BootArg, Command, EventLogCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd, Target, UserCmd};
+use crate::cli::{BiosCmd, BootArg, Command, EventLogCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd, SecureBootCmd, Target, UserCmd};
 use crate::client::Client;
 use crate::Usage;
 use anyhow::Context;
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_schema::{
-    Action, Batch, BmcTarget, BootDeviceRequest, Credentials, Encoding, EventLogOp, NetworkSourceOp, OnError, RawIpmi, RawRedfish, RawRequest, Secret,
-    StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate, VirtualMediaOp,
+    Action, Batch, BiosSet, BmcTarget, BootDeviceRequest, Credentials, Encoding, EventLogOp, NetworkSourceOp, OnError, RawIpmi, RawRedfish, RawRequest, Secret,
+    SecureBootSet, StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate, VirtualMediaOp,
 };
 use std::process::ExitCode;
 use std::time::Duration;
@@ -115,6 +115,17 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
         }
         Command::EventLog { op: EventLogCmd::Clear { target } } => action(target, Action::EventLog(EventLogOp::Clear)),
         Command::Sensors { target } => action(target, Action::Sensors),
+        Command::Bios { op } => match op {
+            BiosCmd::Get { target } => action(target, Action::BiosGet),
+            BiosCmd::Set { attributes, target } => action(target, Action::BiosSet(BiosSet { attributes: attributes.iter().cloned().collect() })),
+            BiosCmd::Reset { target } => action(target, Action::BiosReset),
+        },
+        Command::SecureBoot { op } => match op {
+            SecureBootCmd::Get { target } => action(target, Action::SecureBootGet),
+            SecureBootCmd::Enable { target } => action(target, Action::SecureBootSet(SecureBootSet { enabled: true })),
+            SecureBootCmd::Disable { target } => action(target, Action::SecureBootSet(SecureBootSet { enabled: false })),
+            SecureBootCmd::ResetKeys { kind, target } => action(target, Action::SecureBootResetKeys(*kind)),
+        },
         Command::User { op } => match op {
             UserCmd::List { target } => action(target, Action::User(UserOp::List)),
             UserCmd::Create { name, role, disabled, password, target } => {
@@ -272,6 +283,18 @@ mod tests {
             (vec!["event-log", "read", "--limit", "5", "--offset", "10"], Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 10 })),
             (vec!["event-log", "clear"], Action::EventLog(EventLogOp::Clear)),
             (vec!["sensors"], Action::Sensors),
+            (vec!["bios", "get"], Action::BiosGet),
+            (
+                vec!["bios", "set", "BootMode=Uefi", "Cores=4", "Vt=true"],
+                Action::BiosSet(BiosSet {
+                    attributes: [("BootMode".to_owned(), serde_json::json!("Uefi")), ("Cores".to_owned(), serde_json::json!(4)), ("Vt".to_owned(), serde_json::json!(true))].into(),
+                }),
+            ),
+            (vec!["bios", "reset"], Action::BiosReset),
+            (vec!["secure-boot", "get"], Action::SecureBootGet),
+            (vec!["secure-boot", "enable"], Action::SecureBootSet(SecureBootSet { enabled: true })),
+            (vec!["secure-boot", "disable"], Action::SecureBootSet(SecureBootSet { enabled: false })),
+            (vec!["secure-boot", "reset-keys", "delete-pk"], Action::SecureBootResetKeys(SecureBootResetKeys::DeletePk)),
         ];
         for (args, want) in cases {
             let args = [&args[..], &m[..]].concat();

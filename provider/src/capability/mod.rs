@@ -13,6 +13,7 @@
 //! returns `Some(self)` from the accessor. A session that executes actions
 //! natively (the simulator) needs nothing ([`BmcSession::actions`]).
 
+mod bios;
 mod bmc_reset;
 mod boot;
 mod event_log;
@@ -20,10 +21,12 @@ mod inventory;
 mod network_source;
 mod power;
 mod raw;
+mod secure_boot;
 mod sensors;
 mod users;
 mod virtual_media;
 
+pub use bios::Bios;
 pub use bmc_reset::BmcReset;
 pub use boot::{Applies, BootControl};
 pub use event_log::EventLog;
@@ -31,6 +34,7 @@ pub use inventory::Inventory;
 pub use network_source::NetworkSource;
 pub use power::Power;
 pub use raw::Raw;
+pub use secure_boot::SecureBoot;
 pub use sensors::Sensors;
 pub use users::Users;
 pub use virtual_media::VirtualMedia;
@@ -172,6 +176,8 @@ capabilities! { $
     Inventory = "inventory", inventory: inventory::Inventory;
     EventLog = "event_log", event_log: event_log::EventLog;
     Sensors = "sensors", sensors: sensors::Sensors;
+    Bios = "bios", bios: bios::Bios;
+    SecureBoot = "secure_boot", secure_boot: secure_boot::SecureBoot;
 }
 
 #[cfg(test)]
@@ -195,6 +201,8 @@ mod tests {
             Action::Inventory,
             Action::EventLog(EventLogOp::Clear),
             Action::Sensors,
+            Action::BiosGet,
+            Action::SecureBootGet,
         ];
         for a in &all {
             match a {
@@ -209,7 +217,13 @@ mod tests {
                 | Action::VirtualMedia(_)
                 | Action::Inventory
                 | Action::EventLog(_)
-                | Action::Sensors => {}
+                | Action::Sensors
+                | Action::BiosGet
+                | Action::BiosSet(_)
+                | Action::BiosReset
+                | Action::SecureBootGet
+                | Action::SecureBootSet(_)
+                | Action::SecureBootResetKeys(_) => {}
             }
         }
         all
@@ -229,6 +243,8 @@ mod tests {
                 inventory::handles(a),
                 event_log::handles(a),
                 sensors::handles(a),
+                bios::handles(a),
+                secure_boot::handles(a),
             ]
             .iter()
             .filter(|h| **h)
@@ -244,7 +260,7 @@ mod tests {
     #[test]
     fn names_are_the_wire_names() {
         let names: Vec<&str> = Capability::ALL.iter().map(|c| c.as_str()).collect();
-        assert_eq!(names, ["power", "boot_device", "users", "bmc_reset", "network_source", "raw", "virtual_media", "inventory", "event_log", "sensors"]);
+        assert_eq!(names, ["power", "boot_device", "users", "bmc_reset", "network_source", "raw", "virtual_media", "inventory", "event_log", "sensors", "bios", "secure_boot"]);
     }
 
     /// A session offering power only.

@@ -171,7 +171,7 @@ pub(crate) fn settings_object(resource: &Value) -> Option<String> {
 }
 
 /// `OnReset` when the resource's settings offer it as an apply time.
-fn on_reset_apply_time(resource: &Value) -> Option<&'static str> {
+pub(crate) fn on_reset_apply_time(resource: &Value) -> Option<&'static str> {
     let times = resource.get("@Redfish.Settings")?.get("SupportedApplyTimes")?.as_array()?;
     times.iter().any(|t| t.as_str() == Some("OnReset")).then_some("OnReset")
 }

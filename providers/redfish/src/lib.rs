@@ -24,6 +24,7 @@
 //! - Test doubles (`SushyEmulator`, `MockupServer` and friends) live in
 //!   `bmcfleet-testing` (`redfish`).
 
+mod bios;
 mod boot;
 mod config;
 mod connector;
@@ -40,6 +41,7 @@ mod json;
 mod manager;
 mod power;
 mod raw;
+mod secure_boot;
 mod sensors;
 mod session;
 mod tls;

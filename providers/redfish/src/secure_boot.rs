@@ -1,0 +1,66 @@
+//! UEFI secure boot: the ComputerSystem's `SecureBoot` resource
+//! (`SecureBootEnable`, PATCHed; `SecureBoot.ResetKeys` action).
+
+use crate::discovery::action_of;
+use crate::error::{invalid, unsupported};
+use crate::json::{link, string_of};
+use crate::session::RedfishSession;
+use bmcfleet_provider::{Ctx, Result, SecureBoot};
+use bmcfleet_schema::{SecureBootResetKeys, SecureBootState};
+use serde_json::{json, Value};
+
+pub(crate) fn state(v: &Value) -> SecureBootState {
+    SecureBootState {
+        enabled: v.get("SecureBootEnable").and_then(Value::as_bool).unwrap_or(false),
+        current_boot: string_of(v, "SecureBootCurrentBoot"),
+        mode: string_of(v, "SecureBootMode"),
+    }
+}
+
+impl RedfishSession {
+    async fn secure_boot_resource(&mut self, ctx: &Ctx) -> Result<crate::transport::Resource> {
+        let system = self.transport.get(ctx, &self.service.system.path.clone()).await?;
+        let path = link(&system.body, "SecureBoot").ok_or_else(|| unsupported("the ComputerSystem links no SecureBoot resource"))?;
+        self.transport.get_linked(ctx, &path, "SecureBoot").await
+    }
+}
+
+#[async_trait::async_trait]
+impl SecureBoot for RedfishSession {
+    async fn secure_boot(&mut self, ctx: &Ctx) -> Result<SecureBootState> {
+        Ok(state(&self.secure_boot_resource(ctx).await?.body))
+    }
+
+    async fn set_secure_boot(&mut self, ctx: &Ctx, enabled: bool) -> Result<SecureBootState> {
+        let r = self.secure_boot_resource(ctx).await?;
+        let path = r.path.clone();
+        if r.body.get("SecureBootEnable").and_then(Value::as_bool) != Some(enabled) {
+            self.patch_with_etag(ctx, r, &json!({"SecureBootEnable": enabled})).await?;
+        }
+        Ok(state(&self.transport.get(ctx, &path).await?.body))
+    }
+
+    async fn reset_secure_boot_keys(&mut self, ctx: &Ctx, kind: SecureBootResetKeys) -> Result<()> {
+        let r = self.secure_boot_resource(ctx).await?;
+        let (target, _, _) = action_of(&r.body, "#SecureBoot.ResetKeys").ok_or_else(|| unsupported("the SecureBoot resource offers no SecureBoot.ResetKeys"))?;
+        let allowed = crate::json::allowable(&r.body["Actions"]["#SecureBoot.ResetKeys"], "ResetKeysType");
+        if let Some(list) = allowed.filter(|l| !l.iter().any(|x| x == kind.redfish())) {
+            return Err(invalid(format!("the BMC does not offer ResetKeysType {} (it offers {})", kind.redfish(), list.join(", "))));
+        }
+        self.transport.post(ctx, &target, &json!({"ResetKeysType": kind.redfish()})).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secure_boot_state_decodes() {
+        let s = state(&json!({"SecureBootEnable": true, "SecureBootCurrentBoot": "Enabled", "SecureBootMode": "DeployedMode"}));
+        assert_eq!(s, SecureBootState { enabled: true, current_boot: Some("Enabled".into()), mode: Some("DeployedMode".into()) });
+        assert_eq!(state(&json!({})), SecureBootState::default());
+        assert_eq!(SecureBootResetKeys::DeletePk.redfish(), "DeletePK");
+    }
+}
