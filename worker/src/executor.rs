@@ -135,6 +135,37 @@ fn scrub(mut e: ProviderError, action: &bmcfleet_schema::Action, creds: &bmcflee
     e
 }
 
+/// What a BMC returns as data (event log messages, BIOS string attributes,
+/// inventory text) is its text too, and may quote what it was sent (a login
+/// failure logged with the password typed): the same secrets are removed
+/// from every string in it. Data without such a string is returned as is.
+fn scrub_data(data: bmcfleet_schema::ActionData, action: &bmcfleet_schema::Action, creds: &bmcfleet_provider::ResolvedCredentials) -> bmcfleet_schema::ActionData {
+    let values = action.secret_values();
+    let mut secrets: Vec<&str> = values.iter().map(String::as_str).collect();
+    secrets.push(creds.password.expose());
+    fn walk(v: &mut serde_json::Value, secrets: &[&str], changed: &mut bool) {
+        match v {
+            serde_json::Value::String(s) => {
+                let clean = bmcfleet_schema::secret::scrub(s, secrets);
+                if clean != *s {
+                    *s = clean;
+                    *changed = true;
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|i| walk(i, secrets, changed)),
+            serde_json::Value::Object(map) => map.values_mut().for_each(|i| walk(i, secrets, changed)),
+            _ => {}
+        }
+    }
+    let Ok(mut v) = serde_json::to_value(&data) else { return data };
+    let mut changed = false;
+    walk(&mut v, &secrets, &mut changed);
+    if !changed {
+        return data;
+    }
+    serde_json::from_value(v).unwrap_or(data)
+}
+
 /// The send gate of one action attempt (see the module doc): asked by the
 /// provider immediately before each request leaves.
 #[derive(Debug)]
@@ -577,7 +608,7 @@ impl<'a> Run<'a> {
             }
             let started = Instant::now();
             guard.pacer.started(started);
-            let result = self.call(slot, ctx, action, creds, &protocol, retry).await.map_err(|e| scrub(e, action, creds));
+            let result = self.call(slot, ctx, action, creds, &protocol, retry).await.map(|d| d.map(|d| scrub_data(d, action, creds))).map_err(|e| scrub(e, action, creds));
             let took = started.elapsed();
             // Out of descriptors is this worker's fault, never the BMC's: a
             // distinct error, a metric and an alarm, and the breaker is not
@@ -706,5 +737,21 @@ impl<'a> Run<'a> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod scrub_tests {
+    use super::*;
+    use bmcfleet_schema::{Action, ActionData, EventLog, EventLogEntry, EventLogOp, Secret};
+
+    #[test]
+    fn bmc_text_in_data_loses_the_login_password() {
+        let creds = bmcfleet_provider::ResolvedCredentials { username: "admin".into(), password: Secret::new("hunter2-pw") };
+        let entry = |m: &str| EventLogEntry { id: "1".into(), message: m.into(), ..EventLogEntry::default() };
+        let data = ActionData::EventLog(EventLog { total: Some(2), entries: vec![entry("login failed: admin/hunter2-pw"), entry("fan ok")] });
+        let ActionData::EventLog(log) = scrub_data(data, &Action::EventLog(EventLogOp::read()), &creds) else { unreachable!() };
+        assert_eq!(log.entries[0].message, "login failed: admin/[redacted]");
+        assert_eq!(log.entries[1].message, "fan ok");
     }
 }
