@@ -10,8 +10,32 @@ use bmcfleet_schema::{ActionData, BatchResult, Event, EventKind, Machine, PowerS
 fn data_text(d: &ActionData) -> String {
     match d {
         ActionData::PowerState(s) => format!("power={}", serde_json::to_value(s).unwrap_or_default().as_str().unwrap_or("?")),
+        // One row each under the action's line (the JSON is in --json).
+        ActionData::EventLog(log) => {
+            let mut out = format!("{} of {} entries", log.entries.len(), log.total.map(|t| t.to_string()).unwrap_or_else(|| "?".into()));
+            for e in &log.entries {
+                let sev = e.severity.map(|h| name(&h)).unwrap_or_else(|| "-".into());
+                let what = [e.log.as_deref(), e.kind.as_deref(), e.sensor.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(" ");
+                out.push_str(&format!("\n       {:<6} {:<25} {:<8} {what}: {}", e.id, e.time.as_deref().unwrap_or("-"), sev, e.message));
+            }
+            out
+        }
+        ActionData::Sensors(sensors) => {
+            let mut out = format!("{} sensors", sensors.len());
+            for r in sensors {
+                let value = r.value.map(|v| format!("{v} {}", r.unit.as_deref().unwrap_or(""))).unwrap_or_else(|| "-".into());
+                let health = r.health.map(|h| name(&h)).unwrap_or_else(|| "-".into());
+                out.push_str(&format!("\n       {:<24} {:<12} {:<14} {health}", r.name, name(&r.kind), value.trim_end()));
+            }
+            out
+        }
         other => serde_json::to_string(other).unwrap_or_default(),
     }
+}
+
+/// A wire enum's snake_case name.
+fn name<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "?".into())
 }
 
 /// A finished batch: one line, then one line per action.
@@ -382,5 +406,35 @@ mod tests {
             InventoryChange { field: "extra.psus".into(), from: None, to: Some("2".into()) },
         ];
         assert!(machine_event(&e(MachineEventKind::InventoryChanged { changes })).ends_with("inventory_changed firmware_version 1.0→2.0, extra.psus -→2"));
+    }
+
+    #[test]
+    fn event_logs_and_sensors_read_as_rows() {
+        use bmcfleet_schema::{EventLog, EventLogEntry, Health, SensorKind, SensorReading, Thresholds};
+        let log = ActionData::EventLog(EventLog {
+            total: Some(7),
+            entries: vec![EventLogEntry {
+                id: "0042".into(),
+                time: Some("2024-01-01T00:00:00Z".into()),
+                severity: Some(Health::Critical),
+                sensor: Some("0x30".into()),
+                kind: Some("Temperature".into()),
+                message: "Upper Critical going high (asserted)".into(),
+                ..EventLogEntry::default()
+            }],
+        });
+        let text = data_text(&log);
+        assert!(text.starts_with("1 of 7 entries\n"), "{text}");
+        assert!(text.contains("0042") && text.contains("critical") && text.contains("Temperature 0x30: Upper Critical going high (asserted)"), "{text}");
+        let sensors = ActionData::Sensors(vec![SensorReading {
+            name: "Fan 1".into(),
+            kind: SensorKind::Fan,
+            value: Some(750.0),
+            unit: Some("RPM".into()),
+            thresholds: Thresholds::default(),
+            health: Some(Health::Warning),
+        }]);
+        let text = data_text(&sensors);
+        assert!(text.starts_with("1 sensors\n") && text.contains("Fan 1") && text.contains("fan") && text.contains("750 RPM") && text.ends_with("warning"), "{text}");
     }
 }
