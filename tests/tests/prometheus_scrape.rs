@@ -157,13 +157,21 @@ async fn prometheus_scrapes_the_processes_and_the_dashboard_queries_return_serie
     let waited = bmcfleet_tests::poll_until(Duration::from_secs(60), Duration::from_millis(500), || async { empty().is_empty().then_some(()) }).await;
     assert!(waited.is_some(), "dashboard queries without series:\n{}", empty().join("\n"));
 
-    // Every recording and alerting rule loaded and evaluates without error.
-    let (_, body) = http_get(prom.port, "/api/v1/rules").expect("rules");
-    let rules: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let groups = rules["data"]["groups"].as_array().expect("rule groups");
-    let all: Vec<&serde_json::Value> = groups.iter().flat_map(|g| g["rules"].as_array().unwrap()).collect();
-    assert!(all.len() >= 20, "{} rules loaded: {body}", all.len());
-    for r in all {
+    // Every recording and alerting rule loaded and evaluates without error
+    // (the recording group runs every 30 s: wait for its first evaluation).
+    let rules = || -> Vec<serde_json::Value> {
+        let (_, body) = http_get(prom.port, "/api/v1/rules").expect("rules");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["data"]["groups"].as_array().expect("rule groups").iter().flat_map(|g| g["rules"].as_array().unwrap().clone()).collect()
+    };
+    let evaluated = bmcfleet_tests::poll_until(Duration::from_secs(60), Duration::from_millis(500), || async {
+        let all = rules();
+        all.iter().all(|r| r["health"] != "unknown").then_some(all)
+    })
+    .await
+    .unwrap_or_else(|| panic!("rules not evaluated within 60 s: {:?}", rules()));
+    assert!(evaluated.len() >= 20, "{} rules loaded", evaluated.len());
+    for r in &evaluated {
         assert_eq!(r["health"], "ok", "rule {} does not evaluate: {}", r["name"], r["lastError"]);
     }
     let recorded = query(prom.port, "bmcfleet:partitions_owned:sum");
