@@ -7,7 +7,9 @@
 use bmcfleet_schema::*;
 use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_testing::redfish::{FakeSystem, SushyEmulator};
-use bmcfleet_tests::producer::{batch_for, Stack};
+use bmcfleet_testing::{SimConfig, SimServer};
+use bmcfleet_tests::producer::{batch_for, wait_gateway, wait_partitions_owned, Stack, Topology};
+use bmcfleet_tests::{NatsServer, Producer};
 
 fn code(r: &ActionResult) -> Option<ErrorCode> {
     r.error.as_ref().map(|e| e.code)
@@ -58,6 +60,57 @@ async fn sensors_bios_and_secure_boot_through_the_pipeline() {
     reset.bmc = None;
     match stack.producer.submit(&reset, true).await {
         Reply::Error(e) => assert_eq!(e.code, ErrorCode::RawNotAllowed, "{e:?}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// BIOS settings wait for the reset and the event log records power
+/// changes, through the pipeline against `bmc-sim`; with `action:` rules
+/// on both gateway and worker the destructive actions run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bios_pending_until_reset_and_destructive_actions_allowed_by_rules() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let policy = ["--raw-policy", "allow action:event_log_clear; allow action:bios_reset; default"];
+    let _gateway = topo.gateway(&nats, &policy);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &policy);
+    wait_partitions_owned(&producer.client, &topo.subjects()).await;
+    let run = |actions: Vec<Action>| {
+        let producer = &producer;
+        async move {
+            match producer.submit(&bmcfleet_tests::checks::sim_batch("10.0.7.1", actions), true).await {
+                Reply::Result(r) => r,
+                other => panic!("expected a result, got {other:?}"),
+            }
+        }
+    };
+
+    let set = BiosSet { attributes: [("BootMode".to_owned(), serde_json::json!("Bios"))].into() };
+    let r = run(vec![Action::BiosSet(set), Action::BiosGet, Action::Power(PowerOp::On), Action::Power(PowerOp::Cycle), Action::BiosGet]).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
+    let Some(ActionData::BiosPending(p)) = &r.results[0].data else { panic!("pending") };
+    assert_eq!(p.apply_time.as_deref(), Some("OnReset"));
+    let Some(ActionData::Bios(before)) = &r.results[1].data else { panic!("bios") };
+    assert_eq!((before.attributes["BootMode"].clone(), before.pending["BootMode"].clone()), (serde_json::json!("Uefi"), serde_json::json!("Bios")));
+    let Some(ActionData::Bios(after)) = &r.results[4].data else { panic!("bios") };
+    assert_eq!(after.attributes["BootMode"], serde_json::json!("Bios"), "applied by the cycle");
+    assert!(after.pending.is_empty());
+
+    let r = run(vec![Action::EventLog(EventLogOp::Read { limit: Some(1), offset: 0 }), Action::EventLog(EventLogOp::Clear), Action::EventLog(EventLogOp::read()), Action::BiosReset, Action::BiosGet]).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
+    let Some(ActionData::EventLog(log)) = &r.results[0].data else { panic!("event log") };
+    assert_eq!((log.total, log.entries.len(), log.entries[0].message.as_str()), (Some(2), 1, "power cycle"), "newest first, paged");
+    let Some(ActionData::EventLog(log)) = &r.results[2].data else { panic!("event log") };
+    assert!(log.entries.is_empty());
+    let Some(ActionData::Bios(reset)) = &r.results[4].data else { panic!("bios") };
+    assert_eq!(reset.attributes["BootMode"], serde_json::json!("Uefi"));
+
+    // Allowed kinds only: secure boot keys are still refused.
+    match producer.submit(&bmcfleet_tests::checks::sim_batch("10.0.7.1", vec![Action::SecureBootResetKeys(SecureBootResetKeys::DeletePk)]), true).await {
+        Reply::Error(e) => assert_eq!(e.code, ErrorCode::RawNotAllowed),
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
