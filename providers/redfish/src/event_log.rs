@@ -79,12 +79,27 @@ impl RedfishSession {
 impl EventLog for RedfishSession {
     async fn read_event_log(&mut self, ctx: &Ctx, limit: u32, offset: u32) -> Result<EventLogData> {
         let mut all = Vec::new();
-        for (path, svc) in self.log_services(ctx).await? {
+        let services = self.log_services(ctx).await?;
+        let mut failures = Vec::new();
+        let mut read = 0;
+        for (path, svc) in services {
             let name = string_of(&svc, "Id").unwrap_or_else(|| crate::json::last_segment(&path).to_owned());
             let Some(mut page) = link(&svc, "Entries") else { continue };
             let mut got = 0;
             loop {
-                let coll = self.transport.get(ctx, &page).await?;
+                // One log the BMC cannot serve does not hide the others.
+                let coll = match self.transport.get(ctx, &page).await {
+                    Ok(c) => c,
+                    Err(e) if got == 0 && !e.retryable => {
+                        tracing::debug!(bmc = %self.transport.bmc(), log = %name, error = %e, "Log entries unreadable; skipping this log.");
+                        failures.push(e);
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if got == 0 {
+                    read += 1;
+                }
                 let items = coll.body.get("Members").and_then(Value::as_array).cloned().unwrap_or_default();
                 for item in items {
                     // Members are usually expanded; a bare link is fetched.
@@ -102,6 +117,11 @@ impl EventLog for RedfishSession {
                     Some(next) if got < MAX_ENTRIES_PER_LOG => page = crate::json::norm_path(next),
                     _ => break,
                 }
+            }
+        }
+        if read == 0 {
+            if let Some(e) = failures.into_iter().next() {
+                return Err(e);
             }
         }
         newest_first(&mut all);

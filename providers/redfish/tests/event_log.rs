@@ -31,7 +31,9 @@ async fn logs_are_discovered_merged_newest_first_and_cleared() {
     let server = MockupServer::builder()
         .dir(dir.join("bmclib"))
         .unwrap()
-        .resource(&format!("{MGR}/LogServices"), json!({"@odata.id": format!("{MGR}/LogServices"), "Members": [{"@odata.id": format!("{MGR}/LogServices/Sel")}]}))
+        .resource(&format!("{MGR}/LogServices"), json!({"@odata.id": format!("{MGR}/LogServices"), "Members": [{"@odata.id": format!("{MGR}/LogServices/Sel")}, {"@odata.id": format!("{MGR}/LogServices/Lclog")}]}))
+        // Linked but not served: skipped, the other logs still read.
+        .resource(&format!("{MGR}/LogServices/Lclog"), json!({"@odata.id": format!("{MGR}/LogServices/Lclog"), "Id": "Lclog", "Entries": {"@odata.id": format!("{MGR}/LogServices/Lclog/Entries")}}))
         .resource(&format!("{MGR}/LogServices/Sel"), json!({"@odata.id": format!("{MGR}/LogServices/Sel"), "Id": "Sel", "Entries": {"@odata.id": format!("{MGR}/LogServices/Sel/Entries")},
             "Actions": {"#LogService.ClearLog": {"target": format!("{MGR}/LogServices/Sel/Actions/LogService.ClearLog")}}}))
         .resource(&format!("{MGR}/LogServices/Sel/Entries"), json!({"@odata.id": format!("{MGR}/LogServices/Sel/Entries"), "Members": [e1.clone(), e2.clone()], "Members@odata.count": 2}))
