@@ -303,3 +303,40 @@ async fn power_and_boot_effects_are_verified() {
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     assert!(e.message.contains("reads back device selector 0x2 instead of 0x5"), "{e}");
 }
+
+/// What ipmi_sim cannot show: an erase that takes a while (Clear SEL
+/// answers "in progress" until it completes), the reservation the erase
+/// must carry, and a session below operator that may read but not clear.
+#[tokio::test]
+async fn sel_clear_polls_until_the_erase_completes() {
+    use bmcfleet_provider::EventLog;
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    let rec = |sensor: u8| [0, 0, 0x02, 0x00, 0x00, 0x00, 0x60, 0x20, 0x00, 0x04, 0x01, sensor, 0x01, 0x09, 0xFF, 0xFF];
+    bmc.update(|st| {
+        st.sel = vec![rec(0x30), rec(0x31), rec(0x32)];
+        st.sel_erase_polls = 2;
+    });
+    let log = s.read_event_log(&ctx, 2, 0).await.unwrap();
+    assert_eq!(log.total, Some(3));
+    let ids: Vec<&str> = log.entries.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["0003", "0002"], "newest first, paged");
+    assert_eq!(log.entries[0].sensor.as_deref(), Some("0x32"));
+
+    s.clear_event_log(&ctx).await.unwrap();
+    let st = bmc.snapshot();
+    assert!(st.sel.is_empty());
+    let clears: Vec<&(u8, u8)> = st.calls.iter().filter(|c| **c == (0x0A, 0x47)).collect();
+    assert_eq!(clears.len(), 3, "initiate, then status until complete: {:?}", st.calls);
+    assert_eq!(st.calls.iter().filter(|c| **c == (0x0A, 0x42)).count(), 1, "one reservation");
+
+    // A session the BMC holds at user level reads the log; its clear is refused (0xD4).
+    bmc.update(|st| {
+        st.sel = vec![rec(0x40)];
+        st.session_privilege = 2;
+    });
+    assert_eq!(s.read_event_log(&ctx, 10, 0).await.unwrap().entries.len(), 1);
+    let e = s.clear_event_log(&ctx).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
+    assert_eq!(bmc.snapshot().sel.len(), 1);
+}

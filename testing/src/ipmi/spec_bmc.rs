@@ -95,6 +95,13 @@ pub struct SpecState {
     /// Highest privilege the session may raise itself to.
     pub privilege_limit: u8,
     pub fru: Vec<u8>,
+    /// SEL records (16 bytes each, record ids set from their position + 1).
+    pub sel: Vec<[u8; 16]>,
+    /// How many Clear SEL status requests answer "erasure in progress"
+    /// before the erase completes (IPMI v2.0 §31.9).
+    pub sel_erase_polls: u32,
+    /// The current SEL reservation (Reserve SEL; cancelled by a new one).
+    pub sel_reservation: u16,
     pub power_cycles: u32,
     pub hard_resets: u32,
     pub soft_offs: u32,
@@ -159,6 +166,9 @@ impl Default for SpecState {
             session_privilege: 4,
             privilege_limit: 4,
             fru: default_fru(),
+            sel: Vec::new(),
+            sel_erase_polls: 0,
+            sel_reservation: 0,
             power_cycles: 0,
             hard_resets: 0,
             soft_offs: 0,
@@ -280,6 +290,7 @@ fn required_privilege(netfn: u8, cmd: u8) -> u8 {
         (0x06, 0x44) | (0x06, 0x46) => 3,                       // user reads: operator
         (0x0C, 0x01) => 4,                                      // set LAN: admin
         (0x0C, 0x02) => 3,                                      // get LAN: operator
+        (0x0A, 0x47) => 3,                                      // clear SEL: operator
         _ => 1,
     }
 }
@@ -388,6 +399,55 @@ pub(crate) fn handle(s: &mut SpecState, netfn: u8, cmd: u8, d: &[u8]) -> (u8, Ve
                     (OK, out)
                 }
                 _ => reply(PARAM_UNSUPPORTED),
+            }
+        }
+        // 31.2 Get SEL Info: version 0x51, entries, free space, timestamps, operations.
+        (0x0A, 0x40) => {
+            let [lo, hi] = (s.sel.len() as u16).to_le_bytes();
+            (OK, vec![0x51, lo, hi, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0x02])
+        }
+        // 31.4 Reserve SEL.
+        (0x0A, 0x42) => {
+            s.sel_reservation = s.sel_reservation.wrapping_add(1).max(1);
+            (OK, s.sel_reservation.to_le_bytes().to_vec())
+        }
+        // 31.5 Get SEL Entry: whole records only (offset 0, 0xFF bytes); 0x0000 is the first, 0xFFFF the last.
+        (0x0A, 0x43) => {
+            if d.len() != 6 {
+                return reply(BAD_LENGTH);
+            }
+            let id = u16::from_le_bytes([d[2], d[3]]);
+            let index = match id {
+                0x0000 => 0,
+                0xFFFF => s.sel.len().wrapping_sub(1),
+                n => usize::from(n) - 1,
+            };
+            let Some(record) = s.sel.get(index) else { return reply(NOT_PRESENT) };
+            let next: u16 = if index + 1 >= s.sel.len() { 0xFFFF } else { index as u16 + 2 };
+            let mut out = next.to_le_bytes().to_vec();
+            let mut r = *record;
+            r[..2].copy_from_slice(&(index as u16 + 1).to_le_bytes());
+            out.extend_from_slice(&r);
+            (OK, out)
+        }
+        // 31.9 Clear SEL: reservation, 'CLR', 0xAA initiate / 0x00 status.
+        (0x0A, 0x47) => {
+            if d.len() != 6 || &d[2..5] != b"CLR" {
+                return reply(INVALID_FIELD);
+            }
+            if u16::from_le_bytes([d[0], d[1]]) != s.sel_reservation || s.sel_reservation == 0 {
+                return reply(0xC5); // reservation cancelled or invalid
+            }
+            match d[5] {
+                0xAA => s.sel.clear(),
+                0x00 => {}
+                _ => return reply(INVALID_FIELD),
+            }
+            if s.sel_erase_polls > 0 {
+                s.sel_erase_polls -= 1;
+                (OK, vec![0x00]) // erasure in progress
+            } else {
+                (OK, vec![0x01]) // erase completed
             }
         }
         (0x0A, 0x10) => match d.first() {
