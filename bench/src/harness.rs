@@ -150,6 +150,33 @@ pub fn fd_count(pid: u32) -> Option<usize> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
 }
 
+/// Datagrams the kernel dropped on a process's open UDP sockets so far
+/// (receive buffer full): the `drops` column of `/proc/net/udp` and
+/// `/proc/net/udp6` for the socket inodes in `/proc/PID/fd`. Sockets the
+/// process already closed are not counted.
+pub fn udp_drops(pid: u32) -> Option<u64> {
+    let inodes: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|t| t.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok())
+        .collect();
+    let mut drops = 0;
+    for table in ["/proc/net/udp", "/proc/net/udp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops
+            if let (Some(inode), Some(d)) = (f.get(9).and_then(|i| i.parse::<u64>().ok()), f.last().and_then(|d| d.parse::<u64>().ok())) {
+                if inodes.contains(&inode) {
+                    drops += d;
+                }
+            }
+        }
+    }
+    Some(drops)
+}
+
 /// Pids of this process's children whose command name is `comm` (peers
 /// started by harnesses that do not expose their pid).
 pub fn child_pids(comm: &str) -> Vec<u32> {

@@ -47,9 +47,11 @@ pub struct Options {
     pub ipmitool_budget: Duration,
     /// ...else over the first this many BMCs (labelled so).
     pub ipmitool_cap: usize,
-    /// Hosts per `ipmipower` invocation (more are split into concurrent
-    /// invocations; see the section's method text for why).
+    /// Hosts per `ipmipower` invocation (more are split into several
+    /// invocations; see the section's method text for why)...
     pub ipmipower_chunk: usize,
+    /// ...of which this many run at a time.
+    pub ipmipower_parallel: usize,
     /// `ipmi-config -F` (its maximum is 1024).
     pub config_fanout: usize,
 }
@@ -66,6 +68,7 @@ impl Default for Options {
             ipmitool_budget: Duration::from_secs(180),
             ipmitool_cap: 1000,
             ipmipower_chunk: 2000,
+            ipmipower_parallel: 2,
             config_fanout: 1024,
         }
     }
@@ -229,6 +232,28 @@ struct Run {
     /// Failure reasons and how many BMCs each.
     failures: BTreeMap<String, usize>,
     cpu: Option<CpuUsage>,
+    /// Datagrams the kernel dropped during the run on the worker's sockets
+    /// (bmcfleet runs) and on the responder's (receive buffer full).
+    drops: UdpDrops,
+}
+
+/// Kernel UDP drops on the worker's and the responder's sockets.
+#[derive(Clone, Copy, Debug, Default)]
+struct UdpDrops {
+    worker: Option<u64>,
+    responder: Option<u64>,
+}
+
+impl UdpDrops {
+    fn now(worker: Option<u32>, responder: &Responder) -> UdpDrops {
+        UdpDrops { worker: worker.and_then(harness::udp_drops), responder: responder.child.pid().and_then(harness::udp_drops) }
+    }
+
+    /// Drops since `before`.
+    fn since(self, before: UdpDrops) -> UdpDrops {
+        let d = |a: Option<u64>, b: Option<u64>| Some(a?.saturating_sub(b?));
+        UdpDrops { worker: d(self.worker, before.worker), responder: d(self.responder, before.responder) }
+    }
 }
 
 impl Run {
@@ -361,12 +386,14 @@ async fn bmcfleet_run(fleet: &Fleet, collector: &Collector, responder: &Responde
         .map(|i| target_batch(&format!("127.0.0.1:{}", responder.port(i)), Protocol::Ipmi, PASSWORD, workload.actions()))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let ids: Vec<BatchId> = batches.iter().filter_map(|b| b.id).collect();
+    let drops = UdpDrops::now(worker, responder);
     let cpu = CpuMeter::new(&meters(fleet, worker, responder));
     let started = Instant::now();
     let (submit, _) = fleet.submit_all(Arc::new(batches), o.submit_concurrency).await?;
     let done = collector.wait_all(&ids, Duration::from_secs(900)).await?;
     let last = done.iter().map(|f| f.at).max().unwrap_or(started);
     let cpu = cpu.stop();
+    let drops = UdpDrops::now(worker, responder).since(drops);
     let failed: Vec<BatchId> = ids.iter().zip(&done).filter(|(_, f)| f.state != BatchState::Succeeded).map(|(id, _)| *id).collect();
     let ok = n - failed.len();
     Ok(Run {
@@ -378,6 +405,7 @@ async fn bmcfleet_run(fleet: &Fleet, collector: &Collector, responder: &Responde
         submit: Some(submit),
         failures: failure_reasons(fleet, &failed).await,
         cpu: Some(cpu),
+        drops,
     })
 }
 
@@ -407,15 +435,18 @@ fn freeipmi_args(hosts: &str) -> Vec<String> {
     ["-D", "LAN_2_0", "-I", "17", "-h", hosts, "-u", USER, "-p", PASSWORD].iter().map(|s| s.to_string()).collect()
 }
 
-/// `ipmipower ... OP` over the first `n` BMCs, split into concurrent
-/// invocations of `chunk` hosts; returns the lines ending in `: <want>` and
-/// the other lines (tallied).
-async fn ipmipower(program: &Path, r: &Responder, n: usize, chunk: usize, op: &str, want: &str) -> anyhow::Result<(usize, BTreeMap<String, usize>)> {
-    let runs = futures::future::join_all(r.host_ranges(n, chunk).into_iter().map(|hosts| {
+/// `ipmipower ... OP` over the first `n` BMCs, split into invocations of
+/// `o.ipmipower_chunk` hosts, `o.ipmipower_parallel` at a time; returns the
+/// lines ending in `: <want>` and the other lines (tallied).
+async fn ipmipower(program: &Path, r: &Responder, n: usize, o: &Options, op: &str, want: &str) -> anyhow::Result<(usize, BTreeMap<String, usize>)> {
+    use futures::StreamExt as _;
+    let runs: Vec<anyhow::Result<Ran>> = futures::stream::iter(r.host_ranges(n, o.ipmipower_chunk).into_iter().map(|hosts| {
         let mut args = freeipmi_args(&hosts);
         args.push(op.into());
         async move { run_tool(program, &args, &[]).await }
     }))
+    .buffer_unordered(o.ipmipower_parallel.max(1))
+    .collect()
     .await;
     let (mut ok, mut other) = (0, BTreeMap::new());
     let suffix = format!(": {want}");
@@ -457,12 +488,13 @@ async fn ipmi_config_pxe(program: &Path, r: &Responder, n: usize, fanout: usize)
 /// FreeIPMI, workload (a) or (b).
 async fn freeipmi_run(fleet: &Fleet, r: &Responder, workload: Workload, o: &Options, tools: &Tools) -> anyhow::Result<Run> {
     let n = r.count;
+    let drops = UdpDrops::now(None, r);
     let cpu = CpuMeter::new(&meters(fleet, None, r));
     let started = Instant::now();
     let mut run = Run { bmcs: n, ..Run::default() };
     match workload {
         Workload::Status => {
-            let (on, other) = ipmipower(&tools.ipmipower, r, n, o.ipmipower_chunk, "--stat", "on").await?;
+            let (on, other) = ipmipower(&tools.ipmipower, r, n, o, "--stat", "on").await?;
             // Powered on before the run: "off" is a wrong answer, counted with the other lines.
             run.ok = on;
             run.ok_upper = on;
@@ -470,8 +502,8 @@ async fn freeipmi_run(fleet: &Fleet, r: &Responder, workload: Workload, o: &Opti
         }
         Workload::Cycle => {
             let (pxe, mut other) = ipmi_config_pxe(&tools.ipmi_config, r, n, o.config_fanout).await?;
-            let (cycled, o2) = ipmipower(&tools.ipmipower, r, n, o.ipmipower_chunk, "--cycle", "ok").await?;
-            let (on, o3) = ipmipower(&tools.ipmipower, r, n, o.ipmipower_chunk, "--stat", "on").await?;
+            let (cycled, o2) = ipmipower(&tools.ipmipower, r, n, o, "--cycle", "ok").await?;
+            let (on, o3) = ipmipower(&tools.ipmipower, r, n, o, "--stat", "on").await?;
             for (k, v) in o2.into_iter().chain(o3) {
                 *other.entry(k).or_default() += v;
             }
@@ -486,12 +518,14 @@ async fn freeipmi_run(fleet: &Fleet, r: &Responder, workload: Workload, o: &Opti
     }
     run.makespan = started.elapsed();
     run.cpu = Some(cpu.stop());
+    run.drops = UdpDrops::now(None, r).since(drops);
     Ok(run)
 }
 
 /// ipmitool, `parallel` processes at a time over the first `n` BMCs; each
 /// BMC runs the workload's commands in sequence (one process each).
 async fn ipmitool_run(fleet: &Fleet, r: &Responder, n: usize, workload: Workload, o: &Options, tools: &Tools) -> anyhow::Result<Run> {
+    let drops = UdpDrops::now(None, r);
     let cpu = CpuMeter::new(&meters(fleet, None, r));
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
@@ -536,6 +570,7 @@ async fn ipmitool_run(fleet: &Fleet, r: &Responder, n: usize, workload: Workload
     run.ok_upper = run.ok;
     run.makespan = started.elapsed();
     run.cpu = Some(cpu.stop());
+    run.drops = UdpDrops::now(None, r).since(drops);
     Ok(run)
 }
 
@@ -571,7 +606,7 @@ struct Tools {
 async fn power_on_all(r: &Responder, o: &Options, tools: &Tools) -> anyhow::Result<()> {
     let mut last = (0, BTreeMap::new());
     for _ in 0..3 {
-        last = ipmipower(&tools.ipmipower, r, r.count, o.ipmipower_chunk, "--on", "ok").await?;
+        last = ipmipower(&tools.ipmipower, r, r.count, o, "--on", "ok").await?;
         if last.0 == r.count {
             return Ok(());
         }
@@ -728,7 +763,7 @@ fn client_label(c: Client, res: &SizeResult, o: &Options) -> String {
         Client::FreeIpmi => {
             let k = res.n.div_ceil(o.ipmipower_chunk.max(1));
             if k > 1 {
-                format!("FreeIPMI ({k} concurrent ipmipower of ≤ {})", num(o.ipmipower_chunk as f64, 0))
+                format!("FreeIPMI ({k} ipmipower of ≤ {}, {} at a time)", num(o.ipmipower_chunk as f64, 0), o.ipmipower_parallel)
             } else {
                 "FreeIPMI (one ipmipower)".into()
             }
@@ -744,11 +779,20 @@ fn successes(res: &SizeResult, w: Workload, c: Client) -> String {
     let lo = res.med(w, c, |r| r.ok as f64);
     let hi = res.med(w, c, |r| r.ok_upper as f64);
     let of = res.med(w, c, |r| r.bmcs as f64);
-    if lo == hi {
-        format!("{} of {}", num(lo, 0), num(of, 0))
-    } else {
-        format!("{}–{} of {}", num(lo, 0), num(hi, 0), num(of, 0))
+    let mut cell = if lo == hi { format!("{} of {}", num(lo, 0), num(of, 0)) } else { format!("{}–{} of {}", num(lo, 0), num(hi, 0), num(of, 0)) };
+    // Per step where a step failed somewhere (FreeIPMI's (b)).
+    let steps: Vec<f64> = (0..3).map(|i| res.med(w, c, |r| r.steps.get(i).map_or(f64::NAN, |v| *v as f64))).collect();
+    if steps.iter().all(|v| v.is_finite()) && steps.iter().any(|v| *v < of) {
+        cell.push_str(&format!(" (ipmi-config {}, --cycle {}, --stat {})", num(steps[0], 0), num(steps[1], 0), num(steps[2], 0)));
     }
+    cell
+}
+
+fn drops_cell(res: &SizeResult, w: Workload, c: Client) -> String {
+    let f = |v: f64| if v.is_finite() { num(v, 0) } else { "—".into() };
+    let worker = res.med(w, c, |r| r.drops.worker.map_or(f64::NAN, |v| v as f64));
+    let responder = res.med(w, c, |r| r.drops.responder.map_or(f64::NAN, |v| v as f64));
+    format!("{} / {}", f(worker), f(responder))
 }
 
 fn cpu_cell(res: &SizeResult, w: Workload, c: Client, name: &str) -> String {
@@ -826,17 +870,19 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         format!(
             "**FreeIPMI**: (a) `ipmipower -D LAN_2_0 -I 17 -h 127.0.0.1:[P0-P1] -u admin -p password --stat` (hostrange \
              syntax; no `-W opensesspriv` is needed against this responder); successes are output lines ending `: on` \
-             (it prints hosts without ports). ipmipower opens two sockets per host and loses output lines beyond about \
-             3,500 hosts per invocation (at 5,000 hosts only about 3,480 of 5,000 answer lines came out; at 10,000 hosts \
-             the fd limit of 20,000 here is exceeded), and ten concurrent invocations of 1,000 hosts each ended with \
-             `unassemble_ipmi_rmcpplus_pkt: Success` in some invocations, so fleets above {} hosts are split into \
-             concurrent invocations of at most {} hosts, which was reliable. (b) `ipmi-config -D LAN_2_0 -I 17 -h ... -F {} \
+             (it prints hosts without ports). One invocation does not scale to 10,000 hosts here: ipmipower opens two \
+             sockets per host (20,000 descriptors, the soft limit here) and, in trials before this run, printed only about \
+             3,480 answer lines for 5,000 hosts; and several invocations at once on these 2 CPUs make some of them exit \
+             early with `unassemble_ipmi_rmcpplus_pkt: Success` (ten invocations of 1,000 hosts in every trial, five of \
+             2,000 in some). So fleets above {} hosts are split into invocations of at most {} hosts, {} at a time \
+             (reliable in trials, and about as fast as one at a time). (b) `ipmi-config -D LAN_2_0 -I 17 -h ... -F {} \
              --category=chassis --commit -e Chassis_Boot_Flags:Boot_Device=PXE` in one invocation (its sliding \
              window of {} sessions; it prints only failures, each with host and port), then `ipmipower --cycle`, then \
              `ipmipower --stat`, as in (a); makespan is the sum; the BMCs through all three steps are given as a range \
              when a step failed somewhere (ipmipower's output cannot say which BMC).",
             num(o.ipmipower_chunk as f64, 0),
             num(o.ipmipower_chunk as f64, 0),
+            o.ipmipower_parallel,
             o.config_fanout,
             o.config_fanout
         ),
@@ -854,7 +900,9 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
          fresh worker, stopped; FreeIPMI (a), (b); ipmitool (a), (b). The peers run with no worker (so no keep-alive \
          traffic in the background); nats-server and the gateway stay up, idle. CPU columns: user+system seconds during \
          the run, per process; *client side* is the bench process (bmcfleet: submitting and collecting) with the tool \
-         processes it ran. **Worker resources**: `Threads` and `VmRSS` from `/proc/PID/status`, entries of `/proc/PID/fd` \
+         processes it ran. *UDP drops*: datagrams the kernel dropped during the run because a socket's receive \
+         buffer was full, on the worker's sockets and on the responder's (the `drops` column of `/proc/net/udp` for \
+         each process's sockets). **Worker resources**: `Threads` and `VmRSS` from `/proc/PID/status`, entries of `/proc/PID/fd` \
          (and those that are sockets), on the fresh worker after it leased every partition (idle) and right after the \
          cold run of (a), with every BMC's lane and session live (10 min lane idle timeout; sessions send a keep-alive \
          after 10 s idle). RSS growth per live session = (RSS live − RSS idle) / N: an upper bound, as it includes \
@@ -884,6 +932,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         "CPU s nats-server",
         "CPU s responder",
         "CPU s client side",
+        "UDP drops: worker / responder",
     ];
     let mut tables = vec![
         (Workload::Status, Table::new("Workload (a): power status of every BMC (medians)", &header)),
@@ -908,6 +957,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
                     cpu_cell(res, *w, c, "nats-server"),
                     cpu_cell(res, *w, c, "responder"),
                     cpu_cell(res, *w, c, "client"),
+                    drops_cell(res, *w, c),
                 ]);
             }
         }
