@@ -331,6 +331,8 @@ enum Exchange {
     NoReply,
     /// The socket refused to send (no route to the BMC).
     Refused,
+    /// Fenced off before the first send: the request was not sent.
+    Fenced,
 }
 
 /// A handshake step's failure.
@@ -470,6 +472,7 @@ impl Engine {
             if Instant::now() >= deadline {
                 break;
             }
+            endpoint.reserve().await;
             if !self.may_send() {
                 return Err(self.fenced());
             }
@@ -631,6 +634,7 @@ impl Engine {
                 Err(self.error(TransportErrorKind::Unreachable, "no reply to Set Session Privilege Level after the handshake"))
             }
             Exchange::Refused => Err(self.error(TransportErrorKind::Unreachable, "the network refused the datagram")),
+            Exchange::Fenced => Err(self.fenced()),
         }
     }
 
@@ -651,7 +655,13 @@ impl Engine {
             if Instant::now() >= deadline {
                 break;
             }
-            if attempt > 0 && !gate.as_ref().is_none_or(|g| g.holds()) {
+            // A slot on the socket first, then the fence: nothing waits
+            // between the check and the send.
+            session.endpoint.reserve().await;
+            if !gate.as_ref().is_none_or(|g| g.holds()) {
+                if attempt == 0 {
+                    return Exchange::Fenced;
+                }
                 break; // fenced off: no retransmit
             }
             let Some(seq) = session.out_seq.checked_add(1) else { break }; // wrapped: a new session is due
@@ -703,8 +713,11 @@ impl Engine {
                 self.establish(deadline).await.map_err(|e| if sent { e } else { e.not_sent() })?;
                 fresh = true;
             }
-            sent = true;
             match self.exchange(request, deadline).await {
+                Exchange::Fenced => {
+                    let e = self.fenced();
+                    return Err(if sent { e } else { e.not_sent() });
+                }
                 Exchange::Reply(response) => {
                     if let Some(s) = self.session.as_mut() {
                         s.last_used = Instant::now();
@@ -720,6 +733,7 @@ impl Engine {
                     return Err(self.error(TransportErrorKind::Unreachable, "the network refused the datagram"));
                 }
                 Exchange::NoReply => {
+                    sent = true;
                     // The BMC may have expired or forgotten this session
                     // (restart): re-establish once for idempotent requests.
                     self.session = None;

@@ -19,6 +19,16 @@
 //!   1.5-framed (session-less) replies go to the peer's session-less route.
 //!   A datagram from any other address than the session's peer never
 //!   reaches the session.
+//! - **No overrun of the kernel's receive buffer.** A socket asks for a
+//!   [`RECV_BUFFER`] receive buffer (the kernel caps it at
+//!   `net.core.rmem_max`) and admits at most one outstanding request per
+//!   [`TRUESIZE`] bytes of what it got: a session reserves a slot
+//!   ([`Endpoint::reserve`]) before it sends and gives it back when its
+//!   next datagram arrives or its wait ends. Replies beyond the buffer
+//!   would be dropped by the kernel, and a dropped reply to a request that
+//!   is never retransmitted (power cycle) leaves its outcome unknown; a
+//!   queue for a slot only delays a send (slots are granted first come,
+//!   first served, and held no longer than one attempt's timeout).
 //! - **Lifetime.** The sockets are bound on first use (inside the runtime)
 //!   and closed, with their tasks, when the last [`RmcpSockets`] clone is
 //!   dropped. Dropping an [`Endpoint`] removes its route.
@@ -39,6 +49,16 @@ use tokio::time::Instant;
 const QUEUE: usize = 16;
 /// Largest datagram read; IPMI messages over LAN are far smaller.
 const MAX_DATAGRAM: usize = 2048;
+/// Receive buffer asked for per socket (bytes); Linux caps it at
+/// `net.core.rmem_max` (4 MiB on common distributions, 208 KiB on some).
+pub(crate) const RECV_BUFFER: usize = 4 << 20;
+/// Receive-buffer bytes budgeted per outstanding request: the kernel
+/// charges a datagram's buffer (`truesize`), not its length, against the
+/// receive buffer: under 1 KiB for an RMCP+ reply on loopback and common
+/// NICs; twice that leaves room for stray and late datagrams.
+pub(crate) const TRUESIZE: usize = 2048;
+/// Outstanding requests per socket whatever its buffer.
+const MIN_WINDOW: usize = 16;
 /// Session-less route id (probe replies).
 pub(crate) const SESSIONLESS: u32 = 0;
 
@@ -75,6 +95,8 @@ struct Shared {
     routes: Mutex<Routes>,
     /// Datagrams dropped: no route, or the session's queue was full.
     dropped: AtomicU64,
+    /// Slots for outstanding requests (see the module doc).
+    window: Arc<tokio::sync::Semaphore>,
 }
 
 impl Shared {
@@ -166,10 +188,12 @@ impl RmcpSockets {
         cell.get_or_try_init(|| async {
             let mut sockets = Vec::with_capacity(self.inner.per_family);
             for _ in 0..self.inner.per_family {
+                let (socket, buffer) = bind(any)?;
                 let shared = Arc::new(Shared {
-                    socket: bind(any)?,
+                    socket,
                     routes: Mutex::new(HashMap::new()),
                     dropped: AtomicU64::new(0),
+                    window: Arc::new(tokio::sync::Semaphore::new(window(buffer))),
                 });
                 let task = tokio::spawn(receive(shared.clone()));
                 self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()).push(task);
@@ -207,14 +231,33 @@ impl RmcpSockets {
             peer_routes.push((id, tx));
             id
         };
-        Ok(Endpoint { shared, peer, id, rx })
+        Ok(Endpoint { shared, peer, id, rx, slot: None })
     }
 }
 
-fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
-    let socket = std::net::UdpSocket::bind(addr)?;
+/// A non-blocking UDP socket on `addr` with the largest receive buffer up
+/// to [`RECV_BUFFER`] the kernel grants, and that buffer's size.
+fn bind(addr: SocketAddr) -> io::Result<(UdpSocket, usize)> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if let Err(e) = socket.set_recv_buffer_size(RECV_BUFFER) {
+        tracing::debug!(error = %e, "Could not enlarge an RMCP+ socket's receive buffer.");
+    }
+    socket.bind(&addr.into())?;
     socket.set_nonblocking(true)?;
-    UdpSocket::from_std(socket)
+    // Linux reports twice what it grants (the other half is its overhead
+    // allowance); the budget below counts truesize, which includes it.
+    let buffer = socket.recv_buffer_size()?;
+    if buffer < RECV_BUFFER {
+        tracing::info!(granted = buffer, asked = RECV_BUFFER, window = window(buffer),
+            "RMCP+ socket receive buffer capped by net.core.rmem_max; fewer requests will be outstanding per socket.");
+    }
+    Ok((UdpSocket::from_std(socket.into())?, buffer))
+}
+
+/// Outstanding requests a socket admits with a `buffer`-byte receive buffer.
+fn window(buffer: usize) -> usize {
+    (buffer / TRUESIZE).max(MIN_WINDOW)
 }
 
 async fn receive(shared: Arc<Shared>) {
@@ -235,6 +278,8 @@ pub(crate) struct Endpoint {
     peer: SocketAddr,
     id: u32,
     rx: mpsc::Receiver<Vec<u8>>,
+    /// The socket slot this endpoint holds while a reply is due.
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Endpoint {
@@ -243,13 +288,26 @@ impl Endpoint {
         self.id
     }
 
+    /// Waits for a slot for one outstanding request on this endpoint's
+    /// socket (kept if already held). Call before the last check that
+    /// decides to send, so that waiting never separates the two.
+    pub(crate) async fn reserve(&mut self) {
+        if self.slot.is_none() {
+            // The semaphore is never closed.
+            self.slot = self.shared.window.clone().acquire_owned().await.ok();
+        }
+    }
+
     pub(crate) async fn send(&self, datagram: &[u8]) -> io::Result<()> {
         self.shared.socket.send_to(datagram, self.peer).await.map(|_| ())
     }
 
     /// The next datagram for this endpoint, or `None` at `until`.
+    /// Gives back the endpoint's slot.
     pub(crate) async fn recv(&mut self, until: Instant) -> Option<Vec<u8>> {
-        tokio::time::timeout_at(until, self.rx.recv()).await.ok().flatten()
+        let datagram = tokio::time::timeout_at(until, self.rx.recv()).await.ok().flatten();
+        self.slot = None;
+        datagram
     }
 
     /// Discards whatever is queued (late replies of an earlier exchange).
@@ -277,6 +335,46 @@ mod tests {
     use super::*;
     use crate::rmcp::wire;
     use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_socket_admits_no_more_outstanding_requests_than_its_receive_buffer_holds() {
+        // Polled once, outside tokio's cooperative budget (thousands of
+        // polls in one task would otherwise be told to yield).
+        use futures::FutureExt as _;
+        let sockets = RmcpSockets::new(1);
+        let bmc = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let peer = bmc.local_addr().unwrap();
+        let mut first = sockets.endpoint(peer, false).await.unwrap();
+        let shared = first.shared.clone();
+        // The buffer asked for, or what net.core.rmem_max allows.
+        let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max").unwrap().trim().parse().unwrap();
+        let granted = socket2::SockRef::from(&shared.socket).recv_buffer_size().unwrap();
+        assert!(granted >= RECV_BUFFER.min(rmem_max), "granted {granted} bytes (rmem_max {rmem_max})");
+        let slots = shared.window.available_permits();
+        assert_eq!(slots, window(granted));
+        assert!(slots * TRUESIZE <= granted.max(MIN_WINDOW * TRUESIZE), "{slots} slots for {granted} bytes");
+
+        // Every slot taken...
+        tokio::task::unconstrained(first.reserve()).now_or_never().expect("a free slot");
+        tokio::task::unconstrained(first.reserve()).now_or_never().expect("a held slot is kept, not taken twice");
+        let mut holders = Vec::new();
+        for _ in 1..slots {
+            let mut e = sockets.endpoint(peer, false).await.unwrap();
+            tokio::task::unconstrained(e.reserve()).now_or_never().expect("a free slot");
+            holders.push(e);
+        }
+        // ...the next session waits to send...
+        let mut waiting = sockets.endpoint(peer, false).await.unwrap();
+        assert!(tokio::task::unconstrained(waiting.reserve()).now_or_never().is_none(), "more requests outstanding than the buffer holds");
+        // ...until a holder's wait for its reply ends.
+        assert!(first.recv(Instant::now()).await.is_none());
+        tokio::task::unconstrained(waiting.reserve()).now_or_never().expect("the slot given back");
+        // Dropping an endpoint gives its slot back too.
+        let mut last = sockets.endpoint(peer, false).await.unwrap();
+        assert!(tokio::task::unconstrained(last.reserve()).now_or_never().is_none());
+        drop(holders.pop());
+        tokio::task::unconstrained(last.reserve()).now_or_never().expect("the dropped endpoint's slot");
+    }
 
     #[tokio::test]
     async fn datagrams_reach_only_their_session_and_routes_go_away_with_it() {
