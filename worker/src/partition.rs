@@ -359,7 +359,10 @@ async fn lane(
                     _ = fence.drain.cancelled() => break,
                     _ = fence.lost.cancelled() => break,
                 };
-                crate::state::poll(&shared, &machine, with_inventory, &mut slot, &mut guard, &fence)
+                // Boxed, like `execute` below: a lane lives as long as its
+                // BMC's session, and an inlined call would size every idle
+                // lane's task for the largest await inside it.
+                Box::pin(crate::state::poll(&shared, &machine, with_inventory, &mut slot, &mut guard, &fence))
                     .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
                     .await;
                 drop(permit);
@@ -391,7 +394,7 @@ async fn lane(
         bmcfleet_common::telemetry::set_parent(&span, d.msg.headers.as_ref());
         let in_flight = shared.metrics.lanes_in_flight.get_or_create(&crate::metrics::Metrics::partition_label(partition)).clone();
         in_flight.inc();
-        let outcome = execute(&shared, &d.job, d.msg.headers.as_ref(), &mut slot, &mut guard, &fence).instrument(span.clone()).await;
+        let outcome = Box::pin(execute(&shared, &d.job, d.msg.headers.as_ref(), &mut slot, &mut guard, &fence)).instrument(span.clone()).await;
         in_flight.dec();
         span.record("outcome", if outcome == Outcome::Done { "done" } else { "handed_back" });
         drop(permit);

@@ -276,7 +276,9 @@ async fn keepalive(engine: Weak<Mutex<Engine>>, interval: Duration) {
         due = match engine.session.as_ref().map(|s| s.last_used + interval) {
             Some(at) if at > Instant::now() => at,
             Some(_) => {
-                engine.keepalive().await;
+                // Boxed: this task lives as long as the session, and its
+                // size between keep-alives should not be the exchange's.
+                Box::pin(engine.keepalive()).await;
                 Instant::now() + interval
             }
             None => Instant::now() + interval,
