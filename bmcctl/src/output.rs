@@ -590,4 +590,106 @@ mod tests {
         let text = data_text(&sensors, false);
         assert!(text.starts_with("1 sensors\n") && text.contains("Fan 1") && text.contains("fan") && text.contains("750 RPM") && text.ends_with("warning"), "{text}");
     }
+
+    #[test]
+    fn machine_ls_wide_adds_the_last_error_and_who_observed_it() {
+        let mut m = Machine::new("web-22", "10.0.0.2".parse().unwrap(), Default::default(), "rack12-bmc");
+        m.labels = [("rack".to_owned(), "12".to_owned())].into();
+        let now = 1_700_000_000_000;
+        let mut down = state(Some(PowerState::Off), false, Some(now - 3 * 3_600_000));
+        down.last_changed_ms = now - 120_000;
+        down.consecutive_failures = 7;
+        down.reason = Some("no reply\nwithin 900ms".into());
+        down.firmware = Some("2.1".into());
+        let unpolled = Machine::new("web-4", "10.0.0.4".parse().unwrap(), Default::default(), "c");
+        let text = machine_table(&[(&m, Some(&down)), (&unpolled, None)], now, true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LAST CHANGED  FAILURES  PROVIDER  FIRMWARE  WORKER  CREDENTIALS  LABELS   LAST ERROR"
+        );
+        assert_eq!(
+            lines[1],
+            "web-22  10.0.0.2  auto      default  off    no (timeout)  3h ago     2m ago        7         sim       2.1       w0      rack12-bmc   rack=12  no reply within 900ms"
+        );
+        assert_eq!(lines[2], "web-4   10.0.0.4  auto      default  -      -             -          -             -         -         -         -       c                     -");
+        // The table view of the same rows is the one of every day.
+        assert!(machine_table(&[(&m, Some(&down))], now, false).starts_with("NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LABELS\n"));
+    }
+
+    #[test]
+    fn a_wide_fleet_summary_names_each_batch_worker_and_times() {
+        let id: ulid::Ulid = "01JD5Q8K3C2V7X9N4M6P1R0T8S".parse().unwrap();
+        let r = BatchResult {
+            id,
+            bmc: "m".into(),
+            state: BatchState::Succeeded,
+            results: vec![ActionResult::ok(0, "power_status", Some("sim".into()), Some(ActionData::PowerState(PowerState::On)), 3)],
+            worker: "w1".into(),
+            deliveries: 1,
+            admitted_at_ms: 1_764_756_902_123,
+            finished_at_ms: 1_764_756_903_000,
+        };
+        let outcomes = [Outcome::finished("web-1", r, Duration::from_millis(900)), Outcome::not_started("web-3")];
+        let schedule = Schedule { max_parallel: 16, canary: 0, stop_after_failures: None };
+        let text = fleet_summary(&outcomes, None, schedule, false, true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "MACHINE  RESULT       TIME   FAILED ACTION  ERROR  BATCH                       WORKER  ADMITTED                  FINISHED              DETAIL");
+        assert_eq!(lines[1], "web-1    succeeded    900ms  -              -      01JD5Q8K3C2V7X9N4M6P1R0T8S  w1      2025-12-03T10:15:02.123Z  2025-12-03T10:15:03Z  power=on");
+        assert_eq!(lines[2], "web-3    not started  -      -              -      -                           -       -                         -");
+        assert_eq!(lines[3], "2 machines: 1 succeeded, 1 not started");
+        let coloured = fleet_summary(&outcomes, None, schedule, true, true);
+        assert!(coloured.contains("\x1b[32msucceeded") && coloured.contains("\x1b[33mnot started"), "{coloured:?}");
+    }
+
+    #[test]
+    fn wide_results_say_when_and_a_running_batch_what_waits() {
+        use bmcfleet_schema::BatchStatus;
+        let id: ulid::Ulid = "01JD5Q8K3C2V7X9N4M6P1R0T8S".parse().unwrap();
+        let done = ActionResult::ok(0, "boot_device", Some("ipmi".into()), None, 41);
+        let r = BatchResult {
+            id,
+            bmc: "m-web-1".into(),
+            state: BatchState::Succeeded,
+            results: vec![done.clone()],
+            worker: "w0".into(),
+            deliveries: 1,
+            admitted_at_ms: 1_764_756_902_000,
+            finished_at_ms: 1_764_756_914_300,
+        };
+        let table = result_text(&r, false);
+        assert_eq!(table, format!("batch {id} on m-web-1: Succeeded (worker w0, delivery 1)\n   0 boot_device            ok        41ms ipmi\n"));
+        let wide = result_text(&r, true);
+        assert!(wide.starts_with(&format!("batch {id} on m-web-1: Succeeded (worker w0, delivery 1, admitted 2025-12-03T10:15:02Z, finished 2025-12-03T10:15:14.3Z, 12.3s in all)\n")), "{wide}");
+        let status: BatchStatus = serde_json::from_value(serde_json::json!({
+            "id": id, "bmc": "m-web-1", "state": "running", "results": [done], "in_progress": 1,
+            "actions": ["boot_device", "power_cycle", "power_status"], "worker": "w0", "deliveries": 1, "admitted_at_ms": 1_764_756_902_000u64, "updated_at_ms": 1_764_756_903_000u64,
+            "tenant": "default", "cancel_requested": true
+        }))
+        .unwrap();
+        let text = reply_text(&Reply::Status(status.clone()), true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], format!("batch {id} on m-web-1: Running, 1 of 3 actions done (tenant default, worker w0, delivery 1, admitted 2025-12-03T10:15:02Z, cancel requested)"));
+        assert_eq!(&lines[1..], ["   0 boot_device            ok", "   1 power_cycle            running", "   2 power_status           pending"]);
+        assert_eq!(reply_text(&Reply::Status(status), false).lines().count(), 1, "table: the one line");
+    }
+
+    #[test]
+    fn wide_sensors_show_their_thresholds_and_wide_events_their_moment() {
+        use bmcfleet_schema::{Health, SensorKind, SensorReading, Thresholds};
+        let sensors = ActionData::Sensors(vec![SensorReading {
+            name: "CPU Temp".into(),
+            kind: SensorKind::Temperature,
+            value: Some(71.0),
+            unit: Some("C".into()),
+            thresholds: Thresholds { upper_critical: Some(95.0), upper_warning: Some(85.0), ..Thresholds::default() },
+            health: Some(Health::Ok),
+        }]);
+        let wide = data_text(&sensors, true);
+        assert!(wide.ends_with("ok       lower -/- upper 95/85 (critical/warning)"), "{wide:?}");
+        assert!(!data_text(&sensors, false).contains("upper"));
+        let ev = Event { batch: ulid::Ulid::nil(), at_ms: 1_764_756_902_123, event: EventKind::ActionStarted { index: 0, action: "power_on".into() } };
+        assert_eq!(event_text(&ev, false), format!("{} #0 power_on started\n", ulid::Ulid::nil()));
+        assert_eq!(event_text(&ev, true), format!("2025-12-03T10:15:02.123Z  {} #0 power_on started\n", ulid::Ulid::nil()));
+    }
 }

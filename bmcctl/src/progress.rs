@@ -4,7 +4,8 @@
 //! terminal (`TERM` not `dumb`) and the output is not `json`: a pipe, a
 //! file or a test gets the summary on stdout and nothing else. It counts
 //! machines done, running and failed, and the run's time; lines printed
-//! while it runs (failures as they happen, `stopping: ...`) go above it.
+//! while it runs (failures as they happen, `stopping: ...`) go above it,
+//! on stderr too.
 //!
 //! Colour (the bar, the summary's results) only on a terminal, and never
 //! when `NO_COLOR` is set to anything but the empty string
@@ -140,14 +141,14 @@ impl Bar {
         self.bar.abandon();
     }
 
-    /// Print a line of stdout above the bar.
+    /// Print a line on stderr above the bar (stdout keeps the summary alone).
     pub fn above(&self, text: &str) {
-        self.bar.suspend(|| println!("{text}"));
+        self.bar.suspend(|| eprintln!("{text}"));
     }
 
-    /// Print a message on stderr above the bar.
-    pub fn above_stderr(&self, text: &str) {
-        self.bar.suspend(|| eprintln!("{text}"));
+    /// Whether to colour what goes above the bar.
+    pub fn color(&self) -> bool {
+        self.color
     }
 }
 

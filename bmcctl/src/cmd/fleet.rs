@@ -449,10 +449,10 @@ pub async fn run(client: &Client, topology: &TopologyArgs, target: &Target, acti
                 println!("{}", serde_json::to_string(o).unwrap_or_default());
             } else if !o.ok() && bar.is_on() {
                 // Failures as they happen, above the bar (the summary repeats them).
-                bar.above(&crate::output::fleet_row_line(o, color));
+                bar.above(&crate::output::fleet_row_line(o, bar.color()));
             }
         }
-        Progress::Stopping(why) => bar.above_stderr(&crate::output::stopping(why, schedule)),
+        Progress::Stopping(why) => bar.above(&crate::output::stopping(why, schedule)),
         Progress::Tick => bar.tick(),
     };
     let run_one = |p: Planned| submit_one(client, p, &actions, target.deadline);
