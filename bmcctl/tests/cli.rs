@@ -4,9 +4,10 @@
 //!   `machine`, subcommands and `--output` values;
 //! - `man` is a roff page groff renders without a warning, titled BMCCTL,
 //!   naming every top-level command; `man --out DIR` writes a page per command;
-//! - an `--output` (or `BMCCTL_OUTPUT`) that is no format is a usage error (exit 2).
+//! - an `--output` (or `BMCCTL_OUTPUT`) that is no format is a usage error (exit 2);
+//! - on a terminal, errors are coloured unless `NO_COLOR` is set (non-empty).
 //!
-//! bash and groff are peers: a test that needs one is skipped when it is
+//! bash, groff and script (util-linux) are peers: a test that needs one is skipped when it is
 //! missing, unless `BMCFLEET_REQUIRE_PEERS=1` (scripts/setup.sh installs them).
 
 use std::path::{Path, PathBuf};
@@ -155,4 +156,27 @@ fn an_unknown_output_format_is_a_usage_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("possible values: table, wide, json"));
     let out = Command::new(env!("CARGO_BIN_EXE_bmcctl")).args(["machine", "ls"]).env("BMCCTL_OUTPUT", "xml").output().unwrap();
     assert_eq!(out.status.code(), Some(2), "the environment twin is parsed the same way");
+}
+
+#[test]
+fn on_a_terminal_errors_are_coloured_unless_no_color() {
+    // `script` (util-linux) runs bmcctl on a pseudo-terminal.
+    let Some(script) = peer("script") else { return };
+    let on_tty = |no_color: Option<&str>| {
+        let mut cmd = Command::new(&script);
+        cmd.args(["-q", "-e", "-c", &format!("'{}' --bogus", env!("CARGO_BIN_EXE_bmcctl")), "/dev/null"]).env("TERM", "xterm").env_remove("NO_COLOR");
+        if let Some(v) = no_color {
+            cmd.env("NO_COLOR", v);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(on_tty(None).contains("\x1b["), "colour on a terminal: {:?}", on_tty(None));
+    assert!(on_tty(Some("")).contains("\x1b["), "an empty NO_COLOR is unset");
+    let plain = on_tty(Some("1"));
+    assert!(plain.contains("unexpected argument") && !plain.contains('\x1b'), "{plain:?}");
+    // Off a terminal: never.
+    let out = bmcctl(&["--bogus"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains('\x1b'));
 }

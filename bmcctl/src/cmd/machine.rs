@@ -6,7 +6,9 @@
 //!
 //! Output: `ls` is a table (`--output wide`: more columns), or one JSON
 //! line per machine (its record and `state`); `get` prints the record as
-//! JSON in every format, `--output wide` adds its observed `state`.
+//! JSON in every format, `--output wide` adds its observed `state`; `apply
+//! --output json` prints one document of the names added, changed and
+//! removed (and how many were unchanged).
 //!
 //! # Machine file
 //! YAML (or JSON, which is YAML) with a `machines` list, each entry a
@@ -216,6 +218,16 @@ struct Listed<'a> {
     state: Option<&'a MachineState>,
 }
 
+/// What `machine apply` changed (or would, `dry_run`): its `--output json` document.
+#[derive(Debug, Default, Serialize)]
+struct Applied {
+    added: Vec<String>,
+    changed: Vec<String>,
+    removed: Vec<String>,
+    unchanged: usize,
+    dry_run: bool,
+}
+
 pub(crate) async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::Result<BTreeMap<String, Machine>> {
     let keys: Vec<String> = kv.keys().await?.try_collect().await?;
     let mut all = BTreeMap::new();
@@ -258,18 +270,18 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
                     }
                 }
             }
-            let (mut added, mut changed, mut removed) = (0, 0, 0);
+            let mut plan = Applied { dry_run: *dry_run, ..Applied::default() };
             for m in &wanted {
                 match stored.get(&m.name) {
-                    Some(old) if old == m => continue,
-                    Some(_) => {
-                        println!("~ {}", m.name);
-                        changed += 1;
+                    Some(old) if old == m => {
+                        plan.unchanged += 1;
+                        continue;
                     }
-                    None => {
-                        println!("+ {}", m.name);
-                        added += 1;
-                    }
+                    Some(_) => plan.changed.push(m.name.clone()),
+                    None => plan.added.push(m.name.clone()),
+                }
+                if !format.is_json() {
+                    println!("{} {}", if stored.contains_key(&m.name) { "~" } else { "+" }, m.name);
                 }
                 if !dry_run {
                     let revision = bmcfleet_common::registry::put(&kv, m).await.map_err(anyhow::Error::msg).with_context(|| format!("writing {}", m.name))?;
@@ -279,16 +291,23 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
             }
             if *prune {
                 for name in stored.keys().filter(|n| !wanted_names.contains_key(n.as_str())) {
-                    println!("- {name}");
-                    removed += 1;
+                    if !format.is_json() {
+                        println!("- {name}");
+                    }
+                    plan.removed.push(name.clone());
                     if !dry_run {
                         let revision = kv.delete(name.as_str()).await.map(|_| 0).with_context(|| format!("removing {name}"))?;
                         audit(&js, &subjects, actor, AuditEvent::MachineRemoved { machine: name.clone(), revision }).await;
                     }
                 }
             }
-            let verb = if *dry_run { "would apply" } else { "applied" };
-            println!("{verb}: {added} added, {changed} changed, {removed} removed, {} unchanged", wanted.len() - added - changed);
+            if format.is_json() {
+                println!("{}", serde_json::to_string(&plan)?);
+            } else {
+                let verb = if *dry_run { "would apply" } else { "applied" };
+                let (added, changed, removed) = (plan.added.len(), plan.changed.len(), plan.removed.len());
+                println!("{verb}: {added} added, {changed} changed, {removed} removed, {} unchanged", plan.unchanged);
+            }
         }
         MachineOp::Add { name, fields } => {
             if kv.get(name.as_str()).await?.is_some() {
