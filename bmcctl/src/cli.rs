@@ -12,6 +12,7 @@
 
 use bmcfleet_common::config::{duration, NatsArgs, OtelArgs, ServiceArgs, TopologyArgs};
 use bmcfleet_schema::{BmcAddress, BmcResetKind, BootDevice, HttpMethod, MediaKind, PowerOp, Protocol, UserRole};
+use crate::output::Format;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -32,11 +33,28 @@ pub struct Cli {
     /// Start a W3C trace for the request (`traceparent` header) and print its trace id on stderr.
     #[arg(long, global = true)]
     pub trace: bool,
-    /// Print machine-readable JSON instead of text.
+    /// How to print results: `table` (human-readable), `wide` (more
+    /// columns: times, batch ids, workers, last errors) or `json`
+    /// (machine-readable: one document, or one line per item where a
+    /// command streams: `watch`, `machine watch`, `machine ls`, `audit`, a fleet run).
+    #[arg(long, short = 'o', global = true, value_enum, env = "BMCCTL_OUTPUT", default_value = "table", value_name = "FORMAT")]
+    pub output: Format,
+    /// The same as `--output json` (and it wins over `--output`).
     #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The output format: `--output`, or `json` with `--json`.
+    pub fn format(&self) -> Format {
+        if self.json {
+            Format::Json
+        } else {
+            self.output
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -159,6 +177,19 @@ pub enum Command {
         #[arg(long, default_value = "24h", value_parser = duration)]
         since: Duration,
     },
+    /// Print the shell completion script for bmcctl (to stdout): e.g.
+    /// `bmcctl completions bash > /etc/bash_completion.d/bmcctl`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print bmcctl's man page (roff, to stdout), or write it and one page per
+    /// subcommand (bmcctl.1, bmcctl-machine.1, bmcctl-machine-ls.1, ...) into a directory.
+    Man {
+        /// Write the pages into this directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -187,15 +218,16 @@ pub enum MachineOp {
         #[command(flatten)]
         fields: MachineFields,
     },
-    /// Show one machine's record.
+    /// Show one machine's record (JSON; `--output wide` adds its observed `state`).
     Get { name: String },
     /// List machines with their observed state (POWER, CONTACTABLE, LAST
     /// SEEN, from the workers' polls; `-` where none was recorded yet).
-    /// `--json`: one line per machine, its record and its `state`.
+    /// `--output wide`: more columns (last error, provider, worker, ...);
+    /// `--output json`: one line per machine, its record and its `state`.
     Ls,
     /// Stream machine state changes (power_changed, unreachable, recovered,
     /// inventory_changed) until Ctrl-C: of every machine, the named ones, or
-    /// those matching --selector / --tenant. `--json`: one event per line.
+    /// those matching --selector / --tenant. `--output json`: one event per line.
     Watch {
         /// Only these machines.
         #[arg(value_name = "NAME", value_parser = name, conflicts_with_all = ["selector", "tenant"])]

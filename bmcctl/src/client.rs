@@ -1,6 +1,7 @@
 //! Talking to the gateway's micro service: one request, one decoded reply,
 //! and the exit code a reply means.
 
+use crate::output::Format;
 use async_nats::HeaderMap;
 use bmcfleet_schema::subject::{service_subject, CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::{BatchState, Encoding, Reply};
@@ -12,15 +13,15 @@ pub struct Client {
     pub nats: async_nats::Client,
     /// The gateway's service prefix (`--service-prefix`).
     prefix: String,
-    /// `--json`: machine-readable output.
-    pub json: bool,
+    /// `--output` (`--json`): how replies read.
+    pub format: Format,
     /// Trace-context headers added to every request (`--trace`).
     trace: HeaderMap,
 }
 
 impl Client {
-    pub fn new(nats: async_nats::Client, prefix: &str, json: bool, trace: HeaderMap) -> Client {
-        Client { nats, prefix: prefix.to_owned(), json, trace }
+    pub fn new(nats: async_nats::Client, prefix: &str, format: Format, trace: HeaderMap) -> Client {
+        Client { nats, prefix: prefix.to_owned(), format, trace }
     }
 
     /// Send `body` (JSON) to one endpoint and decode the reply. A request
@@ -43,12 +44,12 @@ impl Client {
         Ok(enc.decode(&msg.payload)?)
     }
 
-    /// Print a reply (text or `--json`) and return its exit code.
+    /// Print a reply (in the `--output` format) and return its exit code.
     pub fn print(&self, reply: &Reply) -> ExitCode {
-        if self.json {
+        if self.format.is_json() {
             println!("{}", serde_json::to_string_pretty(reply).unwrap_or_default());
         } else {
-            crate::output::reply(reply);
+            crate::output::reply(reply, self.format.is_wide());
         }
         match reply {
             Reply::Error(_) => ExitCode::from(3),

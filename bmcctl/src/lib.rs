@@ -18,10 +18,14 @@
 //!   service flags are the shared groups of `bmcfleet_common::config`; value
 //!   enums are the schema's own (`PowerOp`, `BootDevice`, `Protocol`).
 //! - [`client`]: requests to the gateway, replies, exit codes.
-//! - [`output`]: how replies, results, events and fleet runs read on a terminal.
-//! - [`progress`]: the live progress line of a fleet run (terminals only).
+//! - [`output`]: how replies, results, events and fleet runs read, per
+//!   `--output` format (`table`, `wide`, `json`).
+//! - [`progress`]: the progress bar of a fleet run (indicatif, on a
+//!   terminal's stderr only), and when to colour (`NO_COLOR`).
 //! - [`cmd`]: one module per command; [`cmd::action`] builds the batch of
-//!   every action command and [`cmd::fleet`] runs one on many machines.
+//!   every action command and [`cmd::fleet`] runs one on many machines;
+//!   [`cmd::completions`] and [`cmd::man`] generate shell completions and
+//!   man pages from [`cli`].
 
 pub mod cli;
 pub mod client;
@@ -47,22 +51,26 @@ use std::process::ExitCode;
 
 /// Run one command line to its exit code.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    if let Command::Keygen { out } = &cli.command {
-        return cmd::keygen::run(out);
+    let format = cli.format();
+    match &cli.command {
+        Command::Keygen { out } => return cmd::keygen::run(out),
+        Command::Completions { shell } => return cmd::completions::run(*shell),
+        Command::Man { out } => return cmd::man::run(out.as_deref()),
+        _ => {}
     }
     let nats = bmcfleet_common::nats::connect(&cli.nats, "bmcctl").await?;
     if let Command::Cred { op } = &cli.command {
-        return cmd::cred::run(nats, &cli.topology, op).await;
+        return cmd::cred::run(nats, &cli.topology, op, format).await;
     }
     if let Command::Machine { op } = &cli.command {
         let actor = format!("operator:{}", cli.nats.user.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into()));
-        return cmd::machine::run(nats, &cli.topology, op, &actor, cli.json).await;
+        return cmd::machine::run(nats, &cli.topology, op, &actor, format).await;
     }
     if let Command::Audit { since } = &cli.command {
-        return cmd::audit::run(nats, &cli.topology, *since, cli.json).await;
+        return cmd::audit::run(nats, &cli.topology, *since, format).await;
     }
     let trace = if cli.trace { client::start_trace() } else { async_nats::HeaderMap::new() };
-    let client = client::Client::new(nats, &cli.service.service_prefix, cli.json, trace);
+    let client = client::Client::new(nats, &cli.service.service_prefix, format, trace);
     match &cli.command {
         Command::Power { .. }
         | Command::Boot { .. }
@@ -80,6 +88,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { id } => cmd::status::status(&client, *id).await,
         Command::Cancel { id } => cmd::status::cancel(&client, *id).await,
         Command::Watch { id } => cmd::watch::run(&client, &cli.topology.subjects(), *id).await,
-        Command::Keygen { .. } | Command::Cred { .. } | Command::Machine { .. } | Command::Audit { .. } => unreachable!("handled above"),
+        Command::Keygen { .. } | Command::Cred { .. } | Command::Machine { .. } | Command::Audit { .. } | Command::Completions { .. } | Command::Man { .. } => {
+            unreachable!("handled above")
+        }
     }
 }

@@ -1,22 +1,82 @@
 //! How replies, results, events, fleet runs and machines' observed state
-//! read on a terminal (`--json` prints the wire types, and a fleet run's
-//! [`Outcome`] lines, instead).
+//! read, in each [`Format`] of `--output`: `table` (the default), `wide`
+//! (the same with more columns: times, batch ids, workers, last errors),
+//! `json` (the wire types, and a fleet run's [`Outcome`] lines).
+//!
+//! Functions return text (tested here) or print it; colour only where a
+//! caller says so ([`crate::progress::color`]: a terminal and no `NO_COLOR`).
 
 use crate::cmd::fleet::{Outcome, Schedule, Stopped, Verdict};
 use crate::progress::paint;
+use bmcfleet_schema::audit::AuditRecord;
 use bmcfleet_schema::state::{MachineEvent, MachineEventKind, MachineState};
 use bmcfleet_schema::{ActionData, BatchResult, Event, EventKind, Machine, PowerState, Reply};
 
-fn data_text(d: &ActionData) -> String {
+/// How a command prints what it has (`--output`; `--json` is `--output json`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Human-readable: tables, one line per event.
+    #[default]
+    Table,
+    /// Tables with more columns: times, batch ids, workers, last errors, thresholds.
+    Wide,
+    /// Machine-readable: one JSON document, or one JSON line per item where the command streams.
+    Json,
+}
+
+impl Format {
+    pub fn is_json(self) -> bool {
+        self == Format::Json
+    }
+
+    pub fn is_wide(self) -> bool {
+        self == Format::Wide
+    }
+}
+
+/// Rows under a header, each column as wide as its widest cell, two spaces
+/// apart; the last column is not padded and no line ends in blanks.
+/// `style(row, column, padded cell)` may dress a cell (colour); row 0 is the header.
+fn grid<const N: usize>(head: [&str; N], rows: &[[String; N]], style: impl Fn(usize, usize, String) -> String) -> String {
+    let mut width = head.map(|h| h.chars().count());
+    for row in rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |r: usize, cells: [&str; N]| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            let padded = if i + 1 == N { (*cell).to_owned() } else { format!("{cell:<w$}  ", w = width[i]) };
+            out.push_str(&style(r, i, padded));
+        }
+        format!("{}\n", out.trim_end())
+    };
+    let mut out = line(0, head);
+    for (r, row) in rows.iter().enumerate() {
+        out.push_str(&line(r + 1, row.each_ref().map(String::as_str)));
+    }
+    out
+}
+
+/// A value, or `-` without one.
+fn or_dash<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn data_text(d: &ActionData, wide: bool) -> String {
     match d {
         ActionData::PowerState(s) => format!("power={}", serde_json::to_value(s).unwrap_or_default().as_str().unwrap_or("?")),
-        // One row each under the action's line (the JSON is in --json).
+        // One row each under the action's line (the JSON is in --output json).
         ActionData::EventLog(log) => {
             let mut out = format!("{} of {} entries", log.entries.len(), log.total.map(|t| t.to_string()).unwrap_or_else(|| "?".into()));
             for e in &log.entries {
                 let sev = e.severity.map(|h| name(&h)).unwrap_or_else(|| "-".into());
                 let what = [e.log.as_deref(), e.kind.as_deref(), e.sensor.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(" ");
                 out.push_str(&format!("\n       {:<6} {:<25} {:<8} {what}: {}", e.id, e.time.as_deref().unwrap_or("-"), sev, e.message));
+                if let (true, Some(raw)) = (wide, &e.raw) {
+                    out.push_str(&format!(" [raw {raw}]"));
+                }
             }
             out
         }
@@ -25,7 +85,18 @@ fn data_text(d: &ActionData) -> String {
             for r in sensors {
                 let value = r.value.map(|v| format!("{v} {}", r.unit.as_deref().unwrap_or(""))).unwrap_or_else(|| "-".into());
                 let health = r.health.map(|h| name(&h)).unwrap_or_else(|| "-".into());
-                out.push_str(&format!("\n       {:<24} {:<12} {:<14} {health}", r.name, name(&r.kind), value.trim_end()));
+                let row = format!("\n       {:<24} {:<12} {:<14} {health:<8}", r.name, name(&r.kind), value.trim_end());
+                out.push_str(if wide { &row } else { row.trim_end() });
+                if wide {
+                    let t = &r.thresholds;
+                    out.push_str(&format!(
+                        " lower {}/{} upper {}/{} (critical/warning)",
+                        or_dash(t.lower_critical),
+                        or_dash(t.lower_warning),
+                        or_dash(t.upper_critical),
+                        or_dash(t.upper_warning)
+                    ));
+                }
             }
             out
         }
@@ -38,16 +109,22 @@ fn name<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "?".into())
 }
 
-/// A finished batch: one line, then one line per action.
-pub fn result(r: &BatchResult) {
-    println!("batch {} on {}: {:?} (worker {}, delivery {})", r.id, r.bmc, r.state, r.worker, r.deliveries);
+/// A finished batch: one line, then one line per action; `wide` adds when
+/// it was admitted and finished and how long it took.
+pub fn result_text(r: &BatchResult, wide: bool) -> String {
+    let mut out = format!("batch {} on {}: {:?} (worker {}, delivery {}", r.id, r.bmc, r.state, r.worker, r.deliveries);
+    if wide {
+        let took = r.finished_at_ms.saturating_sub(r.admitted_at_ms);
+        out.push_str(&format!(", admitted {}, finished {}, {} in all", at(r.admitted_at_ms), at(r.finished_at_ms), elapsed(took)));
+    }
+    out.push_str(")\n");
     for a in &r.results {
         let detail = match (&a.error, &a.data) {
             (Some(e), _) => format!("{}: {}", e.code, e.message),
-            (None, Some(d)) => data_text(d),
+            (None, Some(d)) => data_text(d, wide),
             (None, None) => String::new(),
         };
-        println!(
+        let line = format!(
             "  {:>2} {:<22} {:<5} {:>6}ms {:<8} {}",
             a.index,
             a.action,
@@ -56,45 +133,98 @@ pub fn result(r: &BatchResult) {
             a.provider.as_deref().unwrap_or("-"),
             detail
         );
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
+    out
 }
 
-/// Any gateway reply.
-pub fn reply(reply: &Reply) {
+/// Any gateway reply, as text.
+pub fn reply_text(reply: &Reply, wide: bool) -> String {
     match reply {
-        Reply::Accepted(a) => println!(
-            "accepted {}{} (stream sequence {}, subject {})",
+        Reply::Accepted(a) => format!(
+            "accepted {}{} (stream sequence {}, subject {})\n",
             a.id,
             if a.duplicate { " (already known: not queued again)" } else { "" },
             a.stream_sequence,
             a.subject
         ),
-        Reply::Result(r) => result(r),
+        Reply::Result(r) => result_text(r, wide),
         Reply::Status(s) => {
-            println!("batch {} on {}: {:?}, {} of {} actions done", s.id, s.bmc, s.state, s.results.len(), s.actions.len());
-            if let Some(r) = &s.result {
-                result(r);
+            let mut out = format!("batch {} on {}: {:?}, {} of {} actions done", s.id, s.bmc, s.state, s.results.len(), s.actions.len());
+            if wide {
+                out.push_str(&format!(
+                    " (tenant {}, worker {}, delivery {}, admitted {}{})",
+                    s.tenant,
+                    s.worker.as_deref().unwrap_or("-"),
+                    s.deliveries,
+                    at(s.admitted_at_ms),
+                    if s.cancel_requested { ", cancel requested" } else { "" }
+                ));
             }
+            out.push('\n');
+            match &s.result {
+                Some(r) => out.push_str(&result_text(r, wide)),
+                // Still going: what is done, what runs, what waits.
+                None if wide => {
+                    for (i, kind) in s.actions.iter().enumerate() {
+                        let i = i as u32;
+                        let now = match s.results.iter().find(|a| a.index == i) {
+                            Some(a) if a.is_ok() => "ok".to_owned(),
+                            Some(a) => format!("ERROR {}", a.error.as_ref().map(|e| e.code.to_string()).unwrap_or_default()),
+                            None if s.in_progress == Some(i) => "running".to_owned(),
+                            None => "pending".to_owned(),
+                        };
+                        out.push_str(&format!("  {i:>2} {kind:<22} {now}\n"));
+                    }
+                }
+                None => {}
+            }
+            out
         }
-        Reply::Cancelled { id, state } => println!("cancel requested for {id}: now {state:?}"),
-        Reply::Error(e) => eprintln!("error: {}: {}", e.code, e.message),
+        Reply::Cancelled { id, state } => format!("cancel requested for {id}: now {state:?}\n"),
+        Reply::Error(e) => format!("error: {}: {}\n", e.code, e.message),
     }
 }
 
-/// One event, as a line (or the result table when the batch finished).
-pub fn event(ev: &Event) {
-    match &ev.event {
-        EventKind::ActionStarted { index, action } => println!("{} #{index} {action} started", ev.batch),
-        EventKind::ActionFinished { result } => println!(
-            "{} #{} {} {}{}",
+/// Any gateway reply (an error on stderr).
+pub fn reply(reply: &Reply, wide: bool) {
+    let text = reply_text(reply, wide);
+    match reply {
+        Reply::Error(_) => eprint!("{text}"),
+        _ => print!("{text}"),
+    }
+}
+
+/// One event, as a line (or the result table when the batch finished);
+/// `wide` puts the moment first.
+pub fn event_text(ev: &Event, wide: bool) -> String {
+    let text = match &ev.event {
+        EventKind::ActionStarted { index, action } => format!("{} #{index} {action} started\n", ev.batch),
+        EventKind::ActionFinished { result } => format!(
+            "{} #{} {} {}{}\n",
             ev.batch,
             result.index,
             result.action,
             if result.is_ok() { "ok" } else { "failed" },
             result.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
         ),
-        EventKind::BatchFinished { result: r } => result(r),
+        EventKind::BatchFinished { result: r } => result_text(r, wide),
+    };
+    if wide {
+        format!("{}  {text}", at(ev.at_ms))
+    } else {
+        text
     }
+}
+
+/// One audit record: when, then who did what; `wide` adds a registry change's record.
+pub fn audit_line(r: &AuditRecord, wide: bool) -> String {
+    let mut line = format!("{}  {}", at(r.at_ms), r.describe());
+    if let (true, bmcfleet_schema::audit::AuditEvent::MachinePut { record, .. }) = (wide, &r.what) {
+        line.push_str(&format!(": {record}"));
+    }
+    line
 }
 
 /// A moment (ms since the epoch) as RFC 3339 in UTC.
@@ -141,35 +271,57 @@ fn state_cells(state: Option<&MachineState>, now: u64) -> [String; 3] {
     [power, contactable, ago(s.last_seen_ms, now)]
 }
 
-/// `bmcctl machine ls`: a row per machine, its record and its observed state.
-pub fn machine_table(rows: &[(&Machine, Option<&MachineState>)], now: u64) -> String {
+/// `bmcctl machine ls`: a row per machine, its record and its observed
+/// state; `wide` adds when it last changed, failed polls in a row, the
+/// provider, firmware, worker and credential, and the last error.
+pub fn machine_table(rows: &[(&Machine, Option<&MachineState>)], now: u64, wide: bool) -> String {
+    if wide {
+        const HEAD: [&str; 15] = [
+            "NAME", "ADDRESS", "PROTOCOL", "TENANT", "POWER", "CONTACTABLE", "LAST SEEN", "LAST CHANGED", "FAILURES", "PROVIDER", "FIRMWARE", "WORKER",
+            "CREDENTIALS", "LABELS", "LAST ERROR",
+        ];
+        let cells: Vec<[String; 15]> = rows
+            .iter()
+            .map(|(m, state)| {
+                let [power, contactable, seen] = state_cells(*state, now);
+                let s = *state;
+                let changed = s.map(|s| ago(Some(s.last_changed_ms), now)).unwrap_or_else(|| "-".into());
+                let error = s.and_then(|s| s.reason.as_deref()).map(|r| r.replace(['\n', '\r'], " "));
+                [
+                    m.name.clone(),
+                    m.address.to_string(),
+                    m.protocol.to_string(),
+                    m.tenant.clone(),
+                    power,
+                    contactable,
+                    seen,
+                    changed,
+                    or_dash(s.map(|s| s.consecutive_failures)),
+                    or_dash(s.and_then(|s| s.provider.as_deref())),
+                    or_dash(s.and_then(|s| s.firmware.as_deref())),
+                    or_dash(s.map(|s| s.worker.as_str())),
+                    m.credentials.clone(),
+                    labels(m),
+                    or_dash(error),
+                ]
+            })
+            .collect();
+        return grid(HEAD, &cells, |_, _, c| c);
+    }
     const HEAD: [&str; 8] = ["NAME", "ADDRESS", "PROTOCOL", "TENANT", "POWER", "CONTACTABLE", "LAST SEEN", "LABELS"];
     let cells: Vec<[String; 8]> = rows
         .iter()
         .map(|(m, state)| {
-            let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let [power, contactable, seen] = state_cells(*state, now);
-            [m.name.clone(), m.address.to_string(), m.protocol.to_string(), m.tenant.clone(), power, contactable, seen, labels.join(",")]
+            [m.name.clone(), m.address.to_string(), m.protocol.to_string(), m.tenant.clone(), power, contactable, seen, labels(m)]
         })
         .collect();
-    let mut width = HEAD.map(str::len);
-    for row in &cells {
-        for (w, cell) in width.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |row: [&str; 8]| {
-        let mut out = String::new();
-        for (cell, w) in row.iter().zip(width) {
-            out.push_str(&format!("{cell:<w$}  "));
-        }
-        format!("{}\n", out.trim_end())
-    };
-    let mut out = line(HEAD);
-    for row in &cells {
-        out.push_str(&line(row.each_ref().map(String::as_str)));
-    }
-    out
+    grid(HEAD, &cells, |_, _, c| c)
+}
+
+/// A machine's labels, `k=v,k=v`.
+fn labels(m: &Machine) -> String {
+    m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
 /// What a machine event says beyond its kind: `off→on`, `timeout: <reason>`,
@@ -188,10 +340,17 @@ pub fn machine_event_detail(kind: &MachineEventKind) -> String {
     }
 }
 
-/// `bmcctl machine watch`: one event as a line (time, machine, event, detail).
-pub fn machine_event(e: &MachineEvent) -> String {
+/// `bmcctl machine watch`: one event as a line (time, machine, event,
+/// detail); `wide` adds the tenant, the worker that saw it and its provider.
+pub fn machine_event(e: &MachineEvent, wide: bool) -> String {
     let line = format!("{}  {:<24} {:<17} {}", at(e.at_ms), e.machine, e.event.name(), machine_event_detail(&e.event));
-    line.trim_end().to_owned()
+    let line = line.trim_end();
+    if wide {
+        let s = &e.state;
+        format!("{line} (tenant {}, worker {}, provider {})", s.tenant, s.worker, s.provider.as_deref().unwrap_or("-"))
+    } else {
+        line.to_owned()
+    }
 }
 
 /// The ANSI colour of a verdict.
@@ -215,55 +374,49 @@ fn elapsed(ms: u64) -> String {
 /// The columns of one machine's row: machine, result, time, failed action,
 /// error code, detail (the error's message, the data read, or the batch id
 /// of a batch still running or lost track of).
-fn fleet_row(o: &Outcome) -> [String; 6] {
+fn fleet_row(o: &Outcome, wide: bool) -> [String; 6] {
     let failed = o.failed_action.as_ref().map(|f| format!("#{} {}", f.index, f.action)).unwrap_or_else(|| "-".into());
     let code = o.error.as_ref().map(|e| e.code.to_string()).unwrap_or_else(|| "-".into());
     let detail = match (o.result, &o.error, o.batch) {
         (Verdict::Running, _, Some(id)) => format!("batch {id} still running (bmcctl status {id})"),
         (Verdict::Unknown, Some(e), Some(id)) => format!("{} (bmcctl status {id})", e.message),
         (_, Some(e), _) => e.message.clone(),
-        _ => o.results.iter().filter_map(|a| a.data.as_ref()).map(data_text).collect::<Vec<_>>().join("; "),
+        _ => o.results.iter().filter_map(|a| a.data.as_ref()).map(|d| data_text(d, wide)).collect::<Vec<_>>().join("; "),
     };
     let time = o.elapsed_ms.map(elapsed).unwrap_or_else(|| "-".into());
     [o.machine.clone(), o.result.as_str().to_owned(), time, failed, code, detail.replace(['\n', '\r'], " ")]
 }
 
-/// One machine as a line of its own (failures as they happen, above the progress line).
+/// One machine as a line of its own (failures as they happen, above the progress bar).
 pub fn fleet_row_line(o: &Outcome, color: bool) -> String {
-    let [machine, result, time, failed, code, detail] = fleet_row(o);
+    let [machine, result, time, failed, code, detail] = fleet_row(o, false);
     let result = paint(&result, verdict_color(o.result), color);
     format!("{machine}: {result} after {time}: {failed} {code}: {detail}")
 }
 
 /// The end of a fleet run: a row per machine, the totals, why it stopped.
-pub fn fleet_summary(outcomes: &[Outcome], stopped: Option<Stopped>, schedule: Schedule, color: bool) -> String {
-    const HEAD: [&str; 6] = ["MACHINE", "RESULT", "TIME", "FAILED ACTION", "ERROR", "DETAIL"];
-    let rows: Vec<[String; 6]> = outcomes.iter().map(fleet_row).collect();
-    let mut width = HEAD.map(str::len);
-    for row in &rows {
-        for (w, cell) in width.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: [&str; 6], verdict: Option<Verdict>| {
-        let mut out = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            if i == 5 {
-                out.push_str(cell);
-                break;
-            }
-            let padded = format!("{cell:<w$}  ", w = width[i]);
-            match (i, verdict) {
-                (1, Some(v)) => out.push_str(&paint(&padded, verdict_color(v), color)),
-                _ => out.push_str(&padded),
-            }
-        }
-        format!("{}\n", out.trim_end())
+/// `wide` adds each machine's batch, worker, and when it was admitted and finished.
+pub fn fleet_summary(outcomes: &[Outcome], stopped: Option<Stopped>, schedule: Schedule, color: bool, wide: bool) -> String {
+    let style = |r: usize, column: usize, cell: String| match (r, column) {
+        (1.., 1) => paint(&cell, verdict_color(outcomes[r - 1].result), color),
+        _ => cell,
     };
-    let mut out = line(HEAD, None);
-    for (row, o) in rows.iter().zip(outcomes) {
-        out.push_str(&line(row.each_ref().map(String::as_str), Some(o.result)));
-    }
+    let mut out = if wide {
+        const HEAD: [&str; 10] = ["MACHINE", "RESULT", "TIME", "FAILED ACTION", "ERROR", "BATCH", "WORKER", "ADMITTED", "FINISHED", "DETAIL"];
+        let rows: Vec<[String; 10]> = outcomes
+            .iter()
+            .map(|o| {
+                let [machine, result, time, failed, code, detail] = fleet_row(o, true);
+                let (batch, worker) = (or_dash(o.batch), or_dash(o.worker.as_deref()));
+                [machine, result, time, failed, code, batch, worker, or_dash(o.admitted_at_ms.map(at)), or_dash(o.finished_at_ms.map(at)), detail]
+            })
+            .collect();
+        grid(HEAD, &rows, style)
+    } else {
+        const HEAD: [&str; 6] = ["MACHINE", "RESULT", "TIME", "FAILED ACTION", "ERROR", "DETAIL"];
+        let rows: Vec<[String; 6]> = outcomes.iter().map(|o| fleet_row(o, false)).collect();
+        grid(HEAD, &rows, style)
+    };
     let counts: Vec<String> = Verdict::ALL
         .iter()
         .filter_map(|v| {
@@ -326,7 +479,7 @@ mod tests {
             Outcome::not_started("web-3"),
         ];
         let schedule = Schedule { max_parallel: 16, canary: 0, stop_after_failures: Some(1) };
-        let text = fleet_summary(&outcomes, Some(Stopped::Failures(1)), schedule, false);
+        let text = fleet_summary(&outcomes, Some(Stopped::Failures(1)), schedule, false, false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "MACHINE  RESULT       TIME   FAILED ACTION    ERROR               DETAIL");
         assert_eq!(lines[1], "web-1    succeeded    812ms  -                -                   power=on");
@@ -335,7 +488,7 @@ mod tests {
         assert_eq!(lines[4], "3 machines: 1 succeeded, 1 failed, 1 not started");
         assert!(lines[5].starts_with("Stopped after 1 failure (--stop-after-failures 1)"), "{text}");
         assert!(!text.contains('\x1b'));
-        assert!(fleet_summary(&outcomes, None, schedule, true).contains("\x1b[31mfailed"), "colour on a terminal");
+        assert!(fleet_summary(&outcomes, None, schedule, true, false).contains("\x1b[31mfailed"), "colour on a terminal");
         assert_eq!(elapsed(125_000), "2m05s");
     }
 
@@ -368,7 +521,7 @@ mod tests {
         let (a, b, c, d) = (m("web-1", "10.0.0.1", &[("rack", "12")]), m("web-22", "10.0.0.2", &[]), m("web-3", "10.0.0.3", &[]), m("web-4", "10.0.0.4", &[]));
         let now = 1_700_000_000_000;
         let (up, down, unread) = (state(Some(PowerState::On), true, Some(now - 12_400)), state(Some(PowerState::Off), false, Some(now - 3 * 3_600_000)), state(None, false, None));
-        let text = machine_table(&[(&a, Some(&up)), (&b, Some(&down)), (&c, Some(&unread)), (&d, None)], now);
+        let text = machine_table(&[(&a, Some(&up)), (&b, Some(&down)), (&c, Some(&unread)), (&d, None)], now, false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LABELS");
         assert_eq!(lines[1], "web-1   10.0.0.1  auto      default  on     yes           12s ago    rack=12");
@@ -395,17 +548,17 @@ mod tests {
         use bmcfleet_schema::state::InventoryChange;
         let at = 1_764_756_902_123;
         let e = |event| MachineEvent { machine: "web-1".into(), at_ms: at, event, state: state(Some(PowerState::On), true, Some(at)) };
-        let on = machine_event(&e(MachineEventKind::PowerChanged { from: Some(PowerState::Off), to: PowerState::On }));
+        let on = machine_event(&e(MachineEventKind::PowerChanged { from: Some(PowerState::Off), to: PowerState::On }), false);
         assert_eq!(on, format!("2025-12-03T10:15:02.123Z  web-1{}power_changed     off→on", " ".repeat(20)));
-        assert!(machine_event(&e(MachineEventKind::PowerChanged { from: None, to: PowerState::Off })).ends_with("power_changed     -→off"));
+        assert!(machine_event(&e(MachineEventKind::PowerChanged { from: None, to: PowerState::Off }), false).ends_with("power_changed     -→off"));
         let down = MachineEventKind::Unreachable { code: ErrorCode::Timeout, reason: "no reply\nwithin 900ms".into() };
-        assert!(machine_event(&e(down)).ends_with("unreachable       timeout: no reply within 900ms"));
-        assert!(machine_event(&e(MachineEventKind::Recovered)).ends_with("web-1                    recovered"));
+        assert!(machine_event(&e(down), false).ends_with("unreachable       timeout: no reply within 900ms"));
+        assert!(machine_event(&e(MachineEventKind::Recovered), false).ends_with("web-1                    recovered"));
         let changes = vec![
             InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()) },
             InventoryChange { field: "extra.psus".into(), from: None, to: Some("2".into()) },
         ];
-        assert!(machine_event(&e(MachineEventKind::InventoryChanged { changes })).ends_with("inventory_changed firmware_version 1.0→2.0, extra.psus -→2"));
+        assert!(machine_event(&e(MachineEventKind::InventoryChanged { changes }), false).ends_with("inventory_changed firmware_version 1.0→2.0, extra.psus -→2"));
     }
 
     #[test]
@@ -423,7 +576,7 @@ mod tests {
                 ..EventLogEntry::default()
             }],
         });
-        let text = data_text(&log);
+        let text = data_text(&log, false);
         assert!(text.starts_with("1 of 7 entries\n"), "{text}");
         assert!(text.contains("0042") && text.contains("critical") && text.contains("Temperature 0x30: Upper Critical going high (asserted)"), "{text}");
         let sensors = ActionData::Sensors(vec![SensorReading {
@@ -434,7 +587,109 @@ mod tests {
             thresholds: Thresholds::default(),
             health: Some(Health::Warning),
         }]);
-        let text = data_text(&sensors);
+        let text = data_text(&sensors, false);
         assert!(text.starts_with("1 sensors\n") && text.contains("Fan 1") && text.contains("fan") && text.contains("750 RPM") && text.ends_with("warning"), "{text}");
+    }
+
+    #[test]
+    fn machine_ls_wide_adds_the_last_error_and_who_observed_it() {
+        let mut m = Machine::new("web-22", "10.0.0.2".parse().unwrap(), Default::default(), "rack12-bmc");
+        m.labels = [("rack".to_owned(), "12".to_owned())].into();
+        let now = 1_700_000_000_000;
+        let mut down = state(Some(PowerState::Off), false, Some(now - 3 * 3_600_000));
+        down.last_changed_ms = now - 120_000;
+        down.consecutive_failures = 7;
+        down.reason = Some("no reply\nwithin 900ms".into());
+        down.firmware = Some("2.1".into());
+        let unpolled = Machine::new("web-4", "10.0.0.4".parse().unwrap(), Default::default(), "c");
+        let text = machine_table(&[(&m, Some(&down)), (&unpolled, None)], now, true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LAST CHANGED  FAILURES  PROVIDER  FIRMWARE  WORKER  CREDENTIALS  LABELS   LAST ERROR"
+        );
+        assert_eq!(
+            lines[1],
+            "web-22  10.0.0.2  auto      default  off    no (timeout)  3h ago     2m ago        7         sim       2.1       w0      rack12-bmc   rack=12  no reply within 900ms"
+        );
+        assert_eq!(lines[2], "web-4   10.0.0.4  auto      default  -      -             -          -             -         -         -         -       c                     -");
+        // The table view of the same rows is the one of every day.
+        assert!(machine_table(&[(&m, Some(&down))], now, false).starts_with("NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LABELS\n"));
+    }
+
+    #[test]
+    fn a_wide_fleet_summary_names_each_batch_worker_and_times() {
+        let id: ulid::Ulid = "01JD5Q8K3C2V7X9N4M6P1R0T8S".parse().unwrap();
+        let r = BatchResult {
+            id,
+            bmc: "m".into(),
+            state: BatchState::Succeeded,
+            results: vec![ActionResult::ok(0, "power_status", Some("sim".into()), Some(ActionData::PowerState(PowerState::On)), 3)],
+            worker: "w1".into(),
+            deliveries: 1,
+            admitted_at_ms: 1_764_756_902_123,
+            finished_at_ms: 1_764_756_903_000,
+        };
+        let outcomes = [Outcome::finished("web-1", r, Duration::from_millis(900)), Outcome::not_started("web-3")];
+        let schedule = Schedule { max_parallel: 16, canary: 0, stop_after_failures: None };
+        let text = fleet_summary(&outcomes, None, schedule, false, true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "MACHINE  RESULT       TIME   FAILED ACTION  ERROR  BATCH                       WORKER  ADMITTED                  FINISHED              DETAIL");
+        assert_eq!(lines[1], "web-1    succeeded    900ms  -              -      01JD5Q8K3C2V7X9N4M6P1R0T8S  w1      2025-12-03T10:15:02.123Z  2025-12-03T10:15:03Z  power=on");
+        assert_eq!(lines[2], "web-3    not started  -      -              -      -                           -       -                         -");
+        assert_eq!(lines[3], "2 machines: 1 succeeded, 1 not started");
+        let coloured = fleet_summary(&outcomes, None, schedule, true, true);
+        assert!(coloured.contains("\x1b[32msucceeded") && coloured.contains("\x1b[33mnot started"), "{coloured:?}");
+    }
+
+    #[test]
+    fn wide_results_say_when_and_a_running_batch_what_waits() {
+        use bmcfleet_schema::BatchStatus;
+        let id: ulid::Ulid = "01JD5Q8K3C2V7X9N4M6P1R0T8S".parse().unwrap();
+        let done = ActionResult::ok(0, "boot_device", Some("ipmi".into()), None, 41);
+        let r = BatchResult {
+            id,
+            bmc: "m-web-1".into(),
+            state: BatchState::Succeeded,
+            results: vec![done.clone()],
+            worker: "w0".into(),
+            deliveries: 1,
+            admitted_at_ms: 1_764_756_902_000,
+            finished_at_ms: 1_764_756_914_300,
+        };
+        let table = result_text(&r, false);
+        assert_eq!(table, format!("batch {id} on m-web-1: Succeeded (worker w0, delivery 1)\n   0 boot_device            ok        41ms ipmi\n"));
+        let wide = result_text(&r, true);
+        assert!(wide.starts_with(&format!("batch {id} on m-web-1: Succeeded (worker w0, delivery 1, admitted 2025-12-03T10:15:02Z, finished 2025-12-03T10:15:14.3Z, 12.3s in all)\n")), "{wide}");
+        let status: BatchStatus = serde_json::from_value(serde_json::json!({
+            "id": id, "bmc": "m-web-1", "state": "running", "results": [done], "in_progress": 1,
+            "actions": ["boot_device", "power_cycle", "power_status"], "worker": "w0", "deliveries": 1, "admitted_at_ms": 1_764_756_902_000u64, "updated_at_ms": 1_764_756_903_000u64,
+            "tenant": "default", "cancel_requested": true
+        }))
+        .unwrap();
+        let text = reply_text(&Reply::Status(status.clone()), true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], format!("batch {id} on m-web-1: Running, 1 of 3 actions done (tenant default, worker w0, delivery 1, admitted 2025-12-03T10:15:02Z, cancel requested)"));
+        assert_eq!(&lines[1..], ["   0 boot_device            ok", "   1 power_cycle            running", "   2 power_status           pending"]);
+        assert_eq!(reply_text(&Reply::Status(status), false).lines().count(), 1, "table: the one line");
+    }
+
+    #[test]
+    fn wide_sensors_show_their_thresholds_and_wide_events_their_moment() {
+        use bmcfleet_schema::{Health, SensorKind, SensorReading, Thresholds};
+        let sensors = ActionData::Sensors(vec![SensorReading {
+            name: "CPU Temp".into(),
+            kind: SensorKind::Temperature,
+            value: Some(71.0),
+            unit: Some("C".into()),
+            thresholds: Thresholds { upper_critical: Some(95.0), upper_warning: Some(85.0), ..Thresholds::default() },
+            health: Some(Health::Ok),
+        }]);
+        let wide = data_text(&sensors, true);
+        assert!(wide.ends_with("ok       lower -/- upper 95/85 (critical/warning)"), "{wide:?}");
+        assert!(!data_text(&sensors, false).contains("upper"));
+        let ev = Event { batch: ulid::Ulid::nil(), at_ms: 1_764_756_902_123, event: EventKind::ActionStarted { index: 0, action: "power_on".into() } };
+        assert_eq!(event_text(&ev, false), format!("{} #0 power_on started\n", ulid::Ulid::nil()));
+        assert_eq!(event_text(&ev, true), format!("2025-12-03T10:15:02.123Z  {} #0 power_on started\n", ulid::Ulid::nil()));
     }
 }

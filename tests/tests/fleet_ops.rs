@@ -12,7 +12,11 @@
 //! - `--stop-after-failures K`: no machine starts after the K-th failure,
 //!   those already running finish;
 //! - `--max-parallel 1`: batches never overlap (their admission and finish
-//!   times, from the results), while a larger limit does overlap them.
+//!   times, from the results), while a larger limit does overlap them;
+//! - `--output wide` adds each machine's batch (the one the gateway and the
+//!   BMC saw), worker and times to the summary; `--output json` (and
+//!   `BMCCTL_OUTPUT=json`) prints what `--json` prints;
+//! - on a terminal, a progress bar (on stderr) and colour, unless `NO_COLOR`.
 //!
 //! The simulator fails every action of a host named `fail-*` and answers a
 //! `slow-*` host after its `slow_latency` (testing/src/sim.rs).
@@ -86,6 +90,11 @@ impl Fleet {
     }
 
     async fn bmcctl_stdin(&self, args: &[&str], stdin: &str) -> Run {
+        self.bmcctl_with(args, stdin, &[]).await
+    }
+
+    /// bmcctl with `env` set (and `BMCCTL_OUTPUT` unset unless given).
+    async fn bmcctl_with(&self, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Run {
         use tokio::io::AsyncWriteExt;
         let mut child = tokio::process::Command::new(bmcfleet_tests::bin("bmcctl"))
             .args(["--nats-url", &self.stack.nats.url()])
@@ -93,6 +102,8 @@ impl Fleet {
             .env("USER", "fleet-test")
             .env_remove("RUST_LOG")
             .env_remove("NO_COLOR")
+            .env_remove("BMCCTL_OUTPUT")
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -381,6 +392,49 @@ async fn max_parallel_one_runs_one_batch_at_a_time() {
     assert_eq!(names.len(), 5);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_wide_names_each_batch_and_output_json_is_json() {
+    let f = Fleet::start(SimConfig::default()).await;
+    let r87 = [("rack", "87")];
+    f.register(&[m("o-1", "10.87.0.1", &r87), m("o-2", "fail-2.rack87", &r87), m("o-3", "10.87.0.3", &r87)]).await;
+    const WIDE: [&str; 10] = ["MACHINE", "RESULT", "TIME", "FAILED ACTION", "ERROR", "BATCH", "WORKER", "ADMITTED", "FINISHED", "DETAIL"];
+
+    let r = f.bmcctl(&["--output", "wide", "power", "on", "--selector", "rack=87"]).await;
+    assert_eq!(r.code, Some(1), "{}{}", r.out, r.err);
+    let header = r.out.lines().next().unwrap();
+    assert_eq!(header.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect::<Vec<_>>(), WIDE, "{header}");
+    assert!(r.out.contains("3 machines: 2 succeeded, 1 failed"), "{}", r.out);
+    assert!(!r.out.contains('\x1b') && !r.err.contains('\x1b'), "no bar or colour off a terminal: {:?} {:?}", r.out, r.err);
+    for (name, address, want) in [("o-1", "10.87.0.1", "succeeded"), ("o-2", "fail-2.rack87", "failed"), ("o-3", "10.87.0.3", "succeeded")] {
+        // machine, result, time, failed action (two words when there is one), error, batch, worker, admitted, finished.
+        let words: Vec<&str> = r.row(name).split_whitespace().collect();
+        let skip = usize::from(want == "failed");
+        assert_eq!(words[1], want, "{}", r.out);
+        let id: ulid::Ulid = words[5 + skip].parse().unwrap_or_else(|e| panic!("{name}: batch `{}`: {e}\n{}", words[5 + skip], r.out));
+        assert!(f.batches_at(address).contains_key(&id.to_string()), "{name}: batch {id} did not reach its BMC");
+        let Reply::Status(s) = f.stack.producer.status(id).await else { panic!("status of {id}") };
+        let result = s.result.as_ref().expect("a final result");
+        assert_eq!(words[6 + skip], result.worker, "{}", r.out);
+        let at = |ms: u64| time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap().format(&time::format_description::well_known::Rfc3339).unwrap();
+        assert_eq!((words[7 + skip], words[8 + skip]), (at(result.admitted_at_ms).as_str(), at(result.finished_at_ms).as_str()), "{}", r.out);
+    }
+    assert!(r.row("o-2").contains("#0 power_on") && r.row("o-2").contains("bmc_error"), "{}", r.out);
+
+    // json: one line per machine, as --json prints them; from the environment too.
+    for (args, env) in [(&["--output", "json"][..], &[][..]), (&[][..], &[("BMCCTL_OUTPUT", "json")][..]), (&["--json", "--output", "wide"][..], &[][..])] {
+        let argv = [args, &["power", "status", "--selector", "rack=87"]].concat();
+        let r = f.bmcctl_with(&argv, "", env).await;
+        assert_eq!(r.code, Some(1), "{args:?} {env:?}: {}{}", r.out, r.err);
+        let lines = r.lines();
+        assert_eq!(lines.len(), 3, "{args:?} {env:?}: {}", r.out);
+        assert_eq!((lines["o-1"]["result"].as_str(), lines["o-2"]["result"].as_str()), (Some("succeeded"), Some("failed")), "{}", r.out);
+        assert_eq!(lines["o-3"]["results"][0]["data"]["power_state"], "on", "{}", r.out);
+    }
+    // The flag wins over the environment.
+    let r = f.bmcctl_with(&["--output", "table", "power", "status", "--selector", "rack=87"], "", &[("BMCCTL_OUTPUT", "json")]).await;
+    assert!(r.out.starts_with("MACHINE  ") && r.row("o-1").contains("power=on"), "{}", r.out);
+}
+
 /// `script` (util-linux) runs a command on a pseudo-terminal; `None` (test
 /// skipped) when it is not installed, unless `BMCFLEET_REQUIRE_PEERS=1`.
 fn script() -> Option<std::path::PathBuf> {
@@ -423,4 +477,28 @@ async fn on_a_terminal_a_progress_line_in_colour_unless_no_color() {
         let coloured = out.contains("\x1b[3");
         assert_eq!(coloured, no_color.is_empty(), "NO_COLOR={no_color:?} (an empty value is unset): {out:?}");
     }
+
+    // The bar is stderr's: with stdout redirected to a file it still shows on
+    // the terminal, while the file gets the summary alone, uncoloured.
+    let file = f.dir.path().join("summary.txt");
+    let command = format!(
+        "'{}' --nats-url '{}' power on --selector rack=86 > '{}'",
+        bmcfleet_tests::bin("bmcctl").display(),
+        f.stack.nats.url(),
+        file.display()
+    );
+    let out = tokio::process::Command::new(&script)
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("TERM", "xterm")
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .unwrap();
+    let (tty, summary) = (String::from_utf8_lossy(&out.stdout).into_owned(), std::fs::read_to_string(&file).unwrap());
+    assert_eq!(out.status.code(), Some(1), "{tty:?}");
+    assert!(tty.contains("power_on [") && tty.contains("2/2 done"), "no bar on the terminal's stderr: {tty:?}");
+    assert!(!tty.contains("MACHINE "), "the summary went to the terminal: {tty:?}");
+    assert!(summary.starts_with("MACHINE ") && summary.contains("2 machines: 1 succeeded, 1 failed"), "{summary:?}");
+    assert!(!summary.contains('\x1b') && !summary.contains("power_on ["), "a file gets no bar and no colour: {summary:?}");
 }

@@ -246,6 +246,28 @@ fn cell<'a>(header: &str, row: &'a str, column: &str) -> &'a str {
     row.get(start..end).unwrap_or("").trim()
 }
 
+/// The columns of `machine ls --output wide`.
+const WIDE: [&str; 15] = [
+    "NAME", "ADDRESS", "PROTOCOL", "TENANT", "POWER", "CONTACTABLE", "LAST SEEN", "LAST CHANGED", "FAILURES", "PROVIDER", "FIRMWARE", "WORKER", "CREDENTIALS",
+    "LABELS", "LAST ERROR",
+];
+
+/// Every cell of `row` by column, from the header's column positions
+/// (`columns` in their order; the last one runs to the end of the row).
+fn cells<'a>(header: &str, row: &'a str, columns: &[&'a str]) -> BTreeMap<&'a str, &'a str> {
+    let mut starts = vec![];
+    for c in columns {
+        let from = starts.last().copied().unwrap_or(0);
+        starts.push(from + header[from..].find(c).unwrap_or_else(|| panic!("no {c} column after byte {from}: {header}")));
+    }
+    let mut out = BTreeMap::new();
+    for (i, c) in columns.iter().enumerate() {
+        let end = starts.get(i + 1).copied().unwrap_or(usize::MAX).min(row.len());
+        out.insert(*c, row.get(starts[i]..end).unwrap_or("").trim());
+    }
+    out
+}
+
 /// The row of `machine` in `machine ls` output.
 fn row<'a>(out: &'a str, machine: &str) -> &'a str {
     out.lines().find(|l| l.split_whitespace().next() == Some(machine)).unwrap_or_else(|| panic!("no row for {machine}:\n{out}"))
@@ -307,6 +329,37 @@ async fn machine_ls_shows_power_contactable_and_last_seen_from_the_polls() {
     }
     assert_eq!((listed["ls-ok"]["state"]["power"].as_str(), listed["ls-ok"]["state"]["worker"].as_str()), (Some("off"), Some("w0")));
     assert_eq!(listed["ls-fail"]["state"]["error_code"], "bmc_error");
+
+    // --output json is --json; so is BMCCTL_OUTPUT=json, unless --output says otherwise.
+    let json = env.bmcctl(&["machine", "ls", "--output", "json"]).await;
+    assert_eq!(json.code, Some(0), "{}{}", json.out, json.err);
+    let lines = |out: &str| out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect::<Vec<_>>();
+    assert_eq!(lines(&json.out), listed.values().cloned().collect::<Vec<_>>(), "{}", json.out);
+    let by_env = env.command(&["machine", "ls"]).env("BMCCTL_OUTPUT", "json").output().await.unwrap();
+    assert_eq!(lines(&String::from_utf8_lossy(&by_env.stdout)), lines(&json.out));
+    let table = env.command(&["machine", "ls", "--output", "table"]).env("BMCCTL_OUTPUT", "json").output().await.unwrap();
+    assert!(String::from_utf8_lossy(&table.stdout).starts_with("NAME "), "the flag wins over the environment");
+
+    // --output wide: the same machines with more columns; the last error is the stored reason.
+    let r = env.bmcctl(&["machine", "ls", "--output", "wide"]).await;
+    assert_eq!(r.code, Some(0), "{}{}", r.out, r.err);
+    let header = r.out.lines().next().unwrap();
+    assert_eq!(header.split("  ").filter(|c| !c.is_empty()).map(str::trim).collect::<Vec<_>>(), WIDE, "{header}");
+    assert_eq!(r.out.lines().count(), 3, "a header and a row per machine:\n{}", r.out);
+    let failed = cells(header, row(&r.out, "ls-fail"), &WIDE);
+    let stored = env.stored_state("ls-fail").await.unwrap();
+    let reason = stored.reason.as_deref().expect("a failure's reason").replace(['\n', '\r'], " ");
+    assert_eq!(failed["LAST ERROR"], reason, "\n{}", r.out);
+    assert_eq!(
+        (failed["NAME"], failed["ADDRESS"], failed["POWER"], failed["CONTACTABLE"], failed["LAST SEEN"], failed["WORKER"], failed["CREDENTIALS"], failed["LABELS"]),
+        ("ls-fail", "fail-1.rack93", "-", "no (bmc_error)", "never", "w0", "fleet", "rack=93"),
+        "\n{}",
+        r.out
+    );
+    assert!(failed["FAILURES"].parse::<u32>().is_ok_and(|n| n >= 1), "\n{}", r.out);
+    let ok = cells(header, row(&r.out, "ls-ok"), &WIDE);
+    assert_eq!((ok["POWER"], ok["CONTACTABLE"], ok["PROVIDER"], ok["FAILURES"], ok["LAST ERROR"]), ("off", "yes", "sim", "0", "-"), "\n{}", r.out);
+    assert!(ok["LAST CHANGED"].ends_with(" ago"), "\n{}", r.out);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

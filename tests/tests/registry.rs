@@ -211,8 +211,14 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     assert!(!ok && err.contains("machines[1]") && err.contains("one BMC is one machine"), "{err}");
     let (_, ls, _) = bmcctl(&e, &["machine", "ls"]);
     assert!(!ls.contains("web-3"), "a refused file wrote something: {ls}");
-    // Change one, prune the other.
+    // Change one, prune the other: first as a dry run in JSON (one document, nothing written).
     std::fs::write(&file, "machines:\n  - {name: web-1, address: 10.50.0.1, protocol: sim, credentials: rack50, labels: {rack: '51'}}\n").unwrap();
+    let (ok, out, err) = bmcctl(&e, &["machine", "apply", "-f", f, "--prune", "--dry-run", "--output", "json"]);
+    assert!(ok, "{out}{err}");
+    let plan: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not one JSON document ({e}): {out}"));
+    assert_eq!(plan, serde_json::json!({"added": [], "changed": ["web-1"], "removed": ["web-2"], "unchanged": 0, "dry_run": true}));
+    let (_, got, _) = bmcctl(&e, &["machine", "get", "web-1"]);
+    assert!(got.contains("\"50\""), "a dry run wrote: {got}");
     let (ok, out, _) = bmcctl(&e, &["machine", "apply", "-f", f, "--prune"]);
     assert!(ok && out.contains("~ web-1") && out.contains("- web-2"), "{out}");
     let (ok, got, _) = bmcctl(&e, &["machine", "get", "web-1"]);

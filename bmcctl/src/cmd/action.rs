@@ -183,7 +183,9 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
         | Command::Keygen { .. }
         | Command::Cred { .. }
         | Command::Machine { .. }
-        | Command::Audit { .. } => Ok(None),
+        | Command::Audit { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. } => Ok(None),
     }
 }
 

@@ -1,6 +1,8 @@
 //! `bmcctl audit [--since DURATION]`: the audit log (admitted batches and
-//! machine registry changes, with who made them), oldest first.
+//! machine registry changes, with who made them), oldest first; one JSON
+//! line per record with `--output json`.
 
+use crate::output::Format;
 use anyhow::Context;
 use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use bmcfleet_common::config::TopologyArgs;
@@ -9,7 +11,7 @@ use futures::StreamExt;
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, since: Duration, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, since: Duration, format: Format) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
     let js = async_nats::jetstream::new(nats);
     let name = subjects.audit_stream();
@@ -30,14 +32,10 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, since: Durat
         match serde_json::from_slice::<Vec<AuditRecord>>(&msg.payload) {
             Ok(records) => {
                 for r in records {
-                    if json {
+                    if format.is_json() {
                         println!("{}", serde_json::to_string(&r)?);
                     } else {
-                        let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(r.at_ms) * 1_000_000)
-                            .ok()
-                            .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-                            .unwrap_or_default();
-                        println!("{at}  {}", r.describe());
+                        println!("{}", crate::output::audit_line(&r, format.is_wide()));
                     }
                 }
             }

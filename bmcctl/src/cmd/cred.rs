@@ -1,7 +1,9 @@
 //! `bmcctl cred put|delete|list`: named credentials in the credentials KV
-//! bucket, each value sealed to the workers' public key.
+//! bucket, each value sealed to the workers' public key. `list --output
+//! json`: one JSON array of the names.
 
 use crate::cli::CredOp;
+use crate::output::Format;
 use anyhow::Context;
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_common::streams;
@@ -10,7 +12,7 @@ use bmcfleet_schema::Secret;
 use futures::TryStreamExt;
 use std::process::ExitCode;
 
-pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &CredOp) -> anyhow::Result<ExitCode> {
+pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &CredOp, format: Format) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
     let js = async_nats::jetstream::new(nats);
     let bucket = subjects.credentials_bucket();
@@ -39,8 +41,12 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &CredOp)
             let kv = js.get_key_value(&bucket).await.with_context(|| format!("bucket {bucket}"))?;
             let mut names: Vec<String> = kv.keys().await?.try_collect().await?;
             names.sort();
-            for n in names {
-                println!("{n}");
+            if format.is_json() {
+                println!("{}", serde_json::to_string(&names)?);
+            } else {
+                for n in names {
+                    println!("{n}");
+                }
             }
         }
     }

@@ -5,8 +5,9 @@
 //! every machine matching `--selector` and `--tenant`), the schedule
 //! (`--max-parallel`, `--canary`, `--stop-after-failures`, Ctrl-C) and each
 //! machine's [`Outcome`]. It never writes the registry. How a run reads is
-//! [`crate::progress`] (the live line) and [`crate::output`] (the summary);
-//! `--json` prints one [`Outcome`] per line.
+//! [`crate::progress`] (the bar, on a terminal's stderr) and
+//! [`crate::output`] (the summary, `--output table|wide`); `--output json`
+//! prints one [`Outcome`] per line as each machine finishes.
 //!
 //! Every batch gets its id here, before it is sent: a machine whose waiting
 //! submit times out or loses its gateway is followed by status rather than
@@ -29,7 +30,7 @@ use ulid::Ulid;
 /// `--max-parallel` when not given.
 pub const DEFAULT_MAX_PARALLEL: usize = 16;
 
-/// How often the progress line is redrawn while nothing happens (its clock moves).
+/// How often the progress bar is redrawn while nothing happens (its clock moves).
 const TICK: Duration = Duration::from_millis(250);
 
 /// How often a batch that bmcctl lost track of is looked up by status.
@@ -114,7 +115,7 @@ pub struct FailedAction {
     pub action: String,
 }
 
-/// One machine's row of the summary, and its `--json` line.
+/// One machine's row of the summary, and its `--output json` line.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Outcome {
     pub machine: String,
@@ -215,7 +216,7 @@ pub struct Planned {
     pub batch: Ulid,
 }
 
-/// What a run tells its observer (progress line, `--json`), as it happens.
+/// What a run tells its observer (progress bar, `--output json`), as it happens.
 #[derive(Debug)]
 pub enum Progress<'a> {
     Started(&'a Planned),
@@ -435,33 +436,34 @@ pub async fn run(client: &Client, topology: &TopologyArgs, target: &Target, acti
     let planned: Vec<Planned> = select(&registry, target)?.into_iter().map(|machine| Planned { machine, batch: Ulid::new() }).collect();
     let schedule = Schedule::from(&target.fleet);
     let what: Vec<&str> = actions.iter().map(Action::kind).collect();
-    let terminal = crate::progress::terminal();
-    let color = crate::progress::color(terminal);
-    let mut line = crate::progress::Line::new(&what.join(","), planned.len(), terminal && !client.json, color);
-    let json = client.json;
+    let format = client.format;
+    // The summary (stdout) and the bar (stderr) are coloured each by its own stream.
+    let color = crate::progress::color(crate::progress::terminal());
+    let on = crate::progress::stderr_terminal() && !format.is_json();
+    let mut bar = crate::progress::Bar::new(&what.join(","), planned.len(), on, crate::progress::color(on));
     let report = |p: Progress<'_>| match p {
-        Progress::Started(_) => line.started(),
+        Progress::Started(_) => bar.started(),
         Progress::Finished(o) => {
-            line.finished(o.ok());
-            if json {
+            bar.finished(o.ok());
+            if format.is_json() {
                 println!("{}", serde_json::to_string(o).unwrap_or_default());
-            } else if !o.ok() && line.is_on() {
-                // Failures as they happen, above the line (the summary repeats them).
-                line.above(&crate::output::fleet_row_line(o, color));
+            } else if !o.ok() && bar.is_on() {
+                // Failures as they happen, above the bar (the summary repeats them).
+                bar.above(&crate::output::fleet_row_line(o, bar.color()));
             }
         }
-        Progress::Stopping(why) => line.above_stderr(&crate::output::stopping(why, schedule)),
-        Progress::Tick => line.draw(),
+        Progress::Stopping(why) => bar.above(&crate::output::stopping(why, schedule)),
+        Progress::Tick => bar.tick(),
     };
     let run_one = |p: Planned| submit_one(client, p, &actions, target.deadline);
     let (outcomes, stopped) = run_all(&planned, schedule, run_one, interrupts(), report).await;
-    line.clear();
-    if json {
+    bar.finish();
+    if format.is_json() {
         for o in outcomes.iter().filter(|o| matches!(o.result, Verdict::NotStarted | Verdict::Running)) {
             println!("{}", serde_json::to_string(o)?);
         }
     } else {
-        print!("{}", crate::output::fleet_summary(&outcomes, stopped, schedule, color));
+        print!("{}", crate::output::fleet_summary(&outcomes, stopped, schedule, color, format.is_wide()));
     }
     Ok(if outcomes.iter().all(Outcome::ok) { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

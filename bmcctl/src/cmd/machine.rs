@@ -4,6 +4,12 @@
 //! only workers write (bmcctl never creates it). `machine watch`:
 //! [`super::machine_watch`].
 //!
+//! Output: `ls` is a table (`--output wide`: more columns), or one JSON
+//! line per machine (its record and `state`); `get` prints the record as
+//! JSON in every format, `--output wide` adds its observed `state`; `apply
+//! --output json` prints one document of the names added, changed and
+//! removed (and how many were unchanged).
+//!
 //! # Machine file
 //! YAML (or JSON, which is YAML) with a `machines` list, each entry a
 //! [`Machine`] record:
@@ -25,6 +31,7 @@
 //! unless all of it is valid.
 
 use crate::cli::MachineOp;
+use crate::output::Format;
 use anyhow::{bail, Context};
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_common::streams;
@@ -202,12 +209,23 @@ fn bucket_missing(e: &async_nats::jetstream::context::KeyValueError) -> bool {
         .is_some_and(|s| matches!(s.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND))
 }
 
-/// One `machine ls --json` line: the record, and its observed state (`null`: none yet).
+/// One `machine ls --output json` line, and `machine get --output wide`:
+/// the record, and its observed state (`null`: none yet).
 #[derive(Serialize)]
 struct Listed<'a> {
     #[serde(flatten)]
     machine: &'a Machine,
     state: Option<&'a MachineState>,
+}
+
+/// What `machine apply` changed (or would, `dry_run`): its `--output json` document.
+#[derive(Debug, Default, Serialize)]
+struct Applied {
+    added: Vec<String>,
+    changed: Vec<String>,
+    removed: Vec<String>,
+    unchanged: usize,
+    dry_run: bool,
 }
 
 pub(crate) async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::Result<BTreeMap<String, Machine>> {
@@ -234,7 +252,7 @@ async fn audit(js: &async_nats::jetstream::Context, subjects: &bmcfleet_schema::
     }
 }
 
-pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &MachineOp, actor: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &MachineOp, actor: &str, format: Format) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
     let js = async_nats::jetstream::new(nats);
     let kv = registry_bucket(&js, topology).await?;
@@ -252,18 +270,18 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
                     }
                 }
             }
-            let (mut added, mut changed, mut removed) = (0, 0, 0);
+            let mut plan = Applied { dry_run: *dry_run, ..Applied::default() };
             for m in &wanted {
                 match stored.get(&m.name) {
-                    Some(old) if old == m => continue,
-                    Some(_) => {
-                        println!("~ {}", m.name);
-                        changed += 1;
+                    Some(old) if old == m => {
+                        plan.unchanged += 1;
+                        continue;
                     }
-                    None => {
-                        println!("+ {}", m.name);
-                        added += 1;
-                    }
+                    Some(_) => plan.changed.push(m.name.clone()),
+                    None => plan.added.push(m.name.clone()),
+                }
+                if !format.is_json() {
+                    println!("{} {}", if stored.contains_key(&m.name) { "~" } else { "+" }, m.name);
                 }
                 if !dry_run {
                     let revision = bmcfleet_common::registry::put(&kv, m).await.map_err(anyhow::Error::msg).with_context(|| format!("writing {}", m.name))?;
@@ -273,16 +291,23 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
             }
             if *prune {
                 for name in stored.keys().filter(|n| !wanted_names.contains_key(n.as_str())) {
-                    println!("- {name}");
-                    removed += 1;
+                    if !format.is_json() {
+                        println!("- {name}");
+                    }
+                    plan.removed.push(name.clone());
                     if !dry_run {
                         let revision = kv.delete(name.as_str()).await.map(|_| 0).with_context(|| format!("removing {name}"))?;
                         audit(&js, &subjects, actor, AuditEvent::MachineRemoved { machine: name.clone(), revision }).await;
                     }
                 }
             }
-            let verb = if *dry_run { "would apply" } else { "applied" };
-            println!("{verb}: {added} added, {changed} changed, {removed} removed, {} unchanged", wanted.len() - added - changed);
+            if format.is_json() {
+                println!("{}", serde_json::to_string(&plan)?);
+            } else {
+                let verb = if *dry_run { "would apply" } else { "applied" };
+                let (added, changed, removed) = (plan.added.len(), plan.changed.len(), plan.removed.len());
+                println!("{verb}: {added} added, {changed} changed, {removed} removed, {} unchanged", plan.unchanged);
+            }
         }
         MachineOp::Add { name, fields } => {
             if kv.get(name.as_str()).await?.is_some() {
@@ -309,7 +334,12 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
         MachineOp::Get { name } => match kv.get(name.as_str()).await? {
             Some(v) => {
                 let m: Machine = serde_json::from_slice(&v).with_context(|| format!("the stored record of {name}"))?;
-                println!("{}", serde_json::to_string_pretty(&m)?);
+                if format.is_wide() {
+                    let states = states(&js, &subjects, std::iter::once(name.as_str())).await;
+                    println!("{}", serde_json::to_string_pretty(&Listed { machine: &m, state: states.get(name) })?);
+                } else {
+                    println!("{}", serde_json::to_string_pretty(&m)?);
+                }
             }
             None => {
                 eprintln!("machine_not_found: no machine named `{name}` is registered");
@@ -320,17 +350,17 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
             let machines = load_all(&kv).await?;
             let states = states(&js, &subjects, machines.keys().map(String::as_str)).await;
             let rows: Vec<(&Machine, Option<&MachineState>)> = machines.values().map(|m| (m, states.get(&m.name))).collect();
-            if json {
+            if format.is_json() {
                 for (machine, state) in rows {
                     println!("{}", serde_json::to_string(&Listed { machine, state })?);
                 }
             } else {
-                print!("{}", crate::output::machine_table(&rows, bmcfleet_common::runtime::now_ms()));
+                print!("{}", crate::output::machine_table(&rows, bmcfleet_common::runtime::now_ms(), format.is_wide()));
             }
         }
         MachineOp::Watch { names, selector, tenant } => {
             let filter = super::machine_watch::Filter { names: names.clone(), selector: selector.clone(), tenant: tenant.clone() };
-            return super::machine_watch::run(&js, topology, &kv, filter, json).await;
+            return super::machine_watch::run(&js, topology, &kv, filter, format).await;
         }
         MachineOp::Rm { name } => {
             if kv.get(name.as_str()).await?.is_none() {

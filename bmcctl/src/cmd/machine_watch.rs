@@ -19,6 +19,7 @@
 //! test knows from when on nothing is missed.
 
 use crate::cli::Selector;
+use crate::output::Format;
 use crate::Usage;
 use anyhow::bail;
 use async_nats::jetstream::kv::{Operation, Store};
@@ -80,7 +81,7 @@ fn labels_of(registry: &BTreeMap<String, Machine>) -> BTreeMap<String, BTreeMap<
     registry.iter().map(|(name, m)| (name.clone(), m.labels.clone())).collect()
 }
 
-pub async fn run(js: &async_nats::jetstream::Context, topology: &TopologyArgs, registry: &Store, filter: Filter, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(js: &async_nats::jetstream::Context, topology: &TopologyArgs, registry: &Store, filter: Filter, format: Format) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
     let nats = js.client();
     // The registry is read only when it decides something: the names must
@@ -161,10 +162,10 @@ pub async fn run(js: &async_nats::jetstream::Context, topology: &TopologyArgs, r
                 if !filter.wants(&event.machine, &labels) {
                     continue;
                 }
-                if json {
+                if format.is_json() {
                     println!("{}", serde_json::to_string(&event)?);
                 } else {
-                    println!("{}", crate::output::machine_event(&event));
+                    println!("{}", crate::output::machine_event(&event, format.is_wide()));
                 }
             }
         }

@@ -3,7 +3,7 @@
 //!
 //! Machine state events (`<prefix>.events.<tenant>.machine.<name>`) share
 //! the events wildcard this follows; they are skipped here, so text and
-//! `--json` lines stay batch events only: `bmcctl machine watch` shows them.
+//! `--output json` lines stay batch events only: `bmcctl machine watch` shows them.
 
 use crate::client::{finished, Client};
 use bmcfleet_schema::{Encoding, Event, EventKind, IdRequest, Reply, Subjects};
@@ -52,10 +52,10 @@ pub fn batch_event(subjects: &Subjects, subject: &str, payload: &[u8]) -> Option
 }
 
 fn print(client: &Client, ev: &Event) {
-    if client.json {
+    if client.format.is_json() {
         println!("{}", serde_json::to_string(ev).unwrap_or_default());
     } else {
-        crate::output::event(ev);
+        print!("{}", crate::output::event_text(ev, client.format.is_wide()));
     }
 }
 

@@ -1,0 +1,182 @@
+//! bmcctl as a Unix tool, through its binary (no NATS needed):
+//! - `completions bash` is a script bash accepts (`bash -n`) that, sourced,
+//!   registers `_bmcctl` for bmcctl and completes `bmcctl mach<TAB>` to
+//!   `machine`, subcommands and `--output` values;
+//! - `man` is a roff page groff renders without a warning, titled BMCCTL,
+//!   naming every top-level command; `man --out DIR` writes a page per command;
+//! - an `--output` (or `BMCCTL_OUTPUT`) that is no format is a usage error (exit 2);
+//! - on a terminal, errors are coloured unless `NO_COLOR` is set (non-empty).
+//!
+//! bash, groff and script (util-linux) are peers: a test that needs one is skipped when it is
+//! missing, unless `BMCFLEET_REQUIRE_PEERS=1` (scripts/setup.sh installs them).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bmcctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bmcctl")).args(args).env_remove("BMCCTL_OUTPUT").output().expect("run bmcctl")
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(out.status.success(), "{:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).expect("UTF-8")
+}
+
+/// The path of a peer program, or `None` (test skipped) unless peers are required.
+fn peer(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()));
+    if found.is_none() {
+        let required = std::env::var("BMCFLEET_REQUIRE_PEERS").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+        assert!(!required, "{name} is not installed and BMCFLEET_REQUIRE_PEERS=1");
+        eprintln!("note: {name} is not installed, test skipped");
+    }
+    found
+}
+
+/// A fresh directory under the system's temporary one.
+fn temp_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bmcctl-{what}-{}", ulid::Ulid::new()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// What bash's completion function offers for `words` (the command line so
+/// far, the last word being completed), with the script at `script` sourced.
+fn complete(bash: &Path, script: &Path, words: &[&str]) -> Vec<String> {
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let program = format!(
+        r#"source '{}' || exit 9
+complete -p bmcctl >/dev/null || exit 8
+COMP_WORDS=({})
+COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+COMP_LINE="${{COMP_WORDS[*]}}"
+COMP_POINT=${{#COMP_LINE}}
+func=$(complete -p bmcctl | sed -n 's/.*-F \([^ ]*\) .*/\1/p')
+"$func" bmcctl "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+printf '%s\n' "${{COMPREPLY[@]}}""#,
+        script.display(),
+        quoted.join(" ")
+    );
+    let out = Command::new(bash).args(["--norc", "--noprofile", "-c", &program]).output().unwrap();
+    assert!(out.status.success(), "{:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn the_bash_completion_is_valid_and_completes_commands_and_values() {
+    let Some(bash) = peer("bash") else { return };
+    let dir = temp_dir("completion");
+    let script = dir.join("bmcctl.bash");
+    std::fs::write(&script, stdout(&bmcctl(&["completions", "bash"]))).unwrap();
+    let check = Command::new(&bash).arg("-n").arg(&script).output().unwrap();
+    assert!(check.status.success(), "bash -n: {}", String::from_utf8_lossy(&check.stderr));
+
+    let registered = Command::new(&bash).args(["--norc", "-c", &format!("source '{}'; complete -p bmcctl", script.display())]).output().unwrap();
+    let registered = String::from_utf8(registered.stdout).unwrap();
+    assert!(registered.contains("-F _bmcctl") && registered.trim_end().ends_with(" bmcctl"), "{registered}");
+
+    assert_eq!(complete(&bash, &script, &["bmcctl", "mach"]), ["machine"]);
+    let machine = complete(&bash, &script, &["bmcctl", "machine", ""]);
+    for sub in ["apply", "add", "set", "get", "ls", "watch", "rm"] {
+        assert!(machine.iter().any(|w| w == sub), "no {sub} in {machine:?}");
+    }
+    assert_eq!(complete(&bash, &script, &["bmcctl", "--output", ""]), ["table", "wide", "json"]);
+    assert_eq!(complete(&bash, &script, &["bmcctl", "power", "soft"]), ["soft-off"], "value enums too");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn every_shell_has_a_script() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let text = stdout(&bmcctl(&["completions", shell]));
+        assert!(text.contains("bmcctl") && text.contains("machine"), "{shell}");
+    }
+    assert_eq!(bmcctl(&["completions", "tcsh"]).status.code(), Some(2), "an unknown shell is a usage error");
+}
+
+#[test]
+fn the_man_page_renders_and_names_every_command() {
+    let page = stdout(&bmcctl(&["man"]));
+    assert!(page.contains(".TH BMCCTL 1"), "{}", &page[..page.len().min(300)]);
+    let commands = [
+        "power", "boot", "inventory", "event-log", "sensors", "bios", "secure-boot", "user", "bmc-reset", "network", "raw", "media", "submit", "status",
+        "cancel", "watch", "keygen", "cred", "machine", "audit", "completions", "man",
+    ];
+    let Some(groff) = peer("groff") else {
+        for c in commands {
+            assert!(page.contains(&format!("bmcctl\\-{}(1)", c.replace('-', "\\-"))), "no {c}");
+        }
+        return;
+    };
+    let dir = temp_dir("man");
+    let file = dir.join("bmcctl.1");
+    std::fs::write(&file, &page).unwrap();
+    // -k: the page is UTF-8 (preconv), as man(1) reads it; -ww: every warning.
+    let render = |file: &Path| {
+        let out = Command::new(&groff).args(["-k", "-man", "-Tutf8", "-ww"]).arg(file).env("LC_ALL", "C.UTF-8").output().unwrap();
+        assert!(out.status.success() && out.stderr.is_empty(), "{}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+        // Bold and underline by overstriking: keep the characters.
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut plain = String::new();
+        for c in text.chars() {
+            if c == '\u{8}' {
+                plain.pop();
+            } else {
+                plain.push(c);
+            }
+        }
+        plain
+    };
+    let text = render(&file);
+    assert!(text.starts_with("BMCCTL(1)"), "{text}");
+    for section in ["NAME", "SYNOPSIS", "OPTIONS", "SUBCOMMANDS"] {
+        assert!(text.contains(section), "no {section}:\n{text}");
+    }
+    for c in commands {
+        assert!(text.contains(&format!("bmcctl-{c}(1)")), "no bmcctl-{c}(1):\n{text}");
+    }
+
+    // --out: a page per command, each one rendering.
+    let pages = dir.join("pages");
+    let out = bmcctl(&["man", "--out", pages.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for c in commands {
+        let page = pages.join(format!("bmcctl-{c}.1"));
+        assert!(render(&page).starts_with(&format!("BMCCTL-{}(1)", c.to_uppercase())), "{}", page.display());
+    }
+    let ls = render(&pages.join("bmcctl-machine-ls.1"));
+    assert!(ls.contains("--output"), "{ls}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn an_unknown_output_format_is_a_usage_error() {
+    let out = bmcctl(&["--output", "yaml", "machine", "ls"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("possible values: table, wide, json"));
+    let out = Command::new(env!("CARGO_BIN_EXE_bmcctl")).args(["machine", "ls"]).env("BMCCTL_OUTPUT", "xml").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "the environment twin is parsed the same way");
+}
+
+#[test]
+fn on_a_terminal_errors_are_coloured_unless_no_color() {
+    // `script` (util-linux) runs bmcctl on a pseudo-terminal.
+    let Some(script) = peer("script") else { return };
+    let on_tty = |no_color: Option<&str>| {
+        let mut cmd = Command::new(&script);
+        cmd.args(["-q", "-e", "-c", &format!("'{}' --bogus", env!("CARGO_BIN_EXE_bmcctl")), "/dev/null"]).env("TERM", "xterm").env_remove("NO_COLOR");
+        if let Some(v) = no_color {
+            cmd.env("NO_COLOR", v);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(on_tty(None).contains("\x1b["), "colour on a terminal: {:?}", on_tty(None));
+    assert!(on_tty(Some("")).contains("\x1b["), "an empty NO_COLOR is unset");
+    let plain = on_tty(Some("1"));
+    assert!(plain.contains("unexpected argument") && !plain.contains('\x1b'), "{plain:?}");
+    // Off a terminal: never.
+    let out = bmcctl(&["--bogus"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains('\x1b'));
+}
