@@ -402,8 +402,8 @@ mod tests {
         assert!(machine_event(&e(down)).ends_with("unreachable       timeout: no reply within 900ms"));
         assert!(machine_event(&e(MachineEventKind::Recovered)).ends_with("web-1                    recovered"));
         let changes = vec![
-            InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()) },
-            InventoryChange { field: "extra.psus".into(), from: None, to: Some("2".into()) },
+            InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()), change: Default::default() },
+            InventoryChange { field: "extra.psus".into(), from: None, to: Some("2".into()), change: Default::default() },
         ];
         assert!(machine_event(&e(MachineEventKind::InventoryChanged { changes })).ends_with("inventory_changed firmware_version 1.0→2.0, extra.psus -→2"));
     }

@@ -270,6 +270,31 @@ pub struct Inventory {
     /// Anything else the provider found, as name/value pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra: Vec<(String, String)>,
+    /// Typed components ([`crate::inventory`]); empty where the BMC does
+    /// not offer them (or the record predates them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processors: Vec<crate::inventory::Processor>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<crate::inventory::MemoryModule>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drives: Vec<crate::inventory::Drive>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<crate::inventory::Nic>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub power_supplies: Vec<crate::inventory::PowerSupply>,
+    /// Every component's firmware version (Redfish `FirmwareInventory`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub firmware: Vec<crate::inventory::Firmware>,
+    /// IPMI FRU device 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fru: Option<crate::inventory::Fru>,
+    /// Sections the BMC offers but that could not be read this time (it
+    /// answered an error): not the same as having no such components.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<crate::inventory::Section>,
+    /// Sections cut to fit the size bounds ([`crate::inventory::bound`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub truncated: Vec<crate::inventory::Section>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -181,6 +181,7 @@ impl<T: Transport> Inventory for IpmiSession<T> {
             firmware_version: cmd::firmware_revision(&data),
             power_state,
             extra,
+            ..Default::default()
         })
     }
 }

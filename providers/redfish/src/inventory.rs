@@ -44,6 +44,7 @@ pub(crate) fn from_resources(system: &Value, manager: Option<&Value>) -> Invento
         firmware_version: manager.and_then(|m| s(m, "FirmwareVersion")),
         power_state: Some(parse_power_state(system)),
         extra,
+        ..Default::default()
     }
 }
 
