@@ -117,7 +117,7 @@ pub enum ChangeKind {
 
 /// What differs between two inventories (power state aside: that is the
 /// poll's business): the identity fields, the `extra` pairs, and every
-/// typed component ([`crate::inventory::component_drift`]).
+/// typed component ([`crate::components::component_drift`]).
 pub fn inventory_drift(before: &crate::result::Inventory, after: &crate::result::Inventory) -> Vec<InventoryChange> {
     let mut out = Vec::new();
     let mut field = |name: &str, a: &Option<String>, b: &Option<String>| {
@@ -137,7 +137,7 @@ pub fn inventory_drift(before: &crate::result::Inventory, after: &crate::result:
             out.push(InventoryChange { field: format!("extra.{key}"), from: a, to: b, change: ChangeKind::Changed });
         }
     }
-    out.extend(crate::inventory::component_drift(before, after));
+    out.extend(crate::components::component_drift(before, after));
     out
 }
 

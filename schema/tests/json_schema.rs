@@ -16,7 +16,7 @@
 //! Without it the validating tests skip with a note, unless
 //! `BMCFLEET_REQUIRE_PEERS=1` (scripts/test.sh) makes that a failure.
 
-use bmcfleet_schema::inventory::{Drive, Firmware, Fru, MemoryModule, Nic, PowerSupply, Processor, Section};
+use bmcfleet_schema::components::{Drive, Firmware, Fru, MemoryModule, Nic, PowerSupply, Processor, Section};
 use bmcfleet_schema::state::{ChangeKind, InventoryChange, MachineEvent, MachineEventKind, MachineState};
 use bmcfleet_schema::*;
 use serde_json::{json, Value};
@@ -348,7 +348,7 @@ fn every_data() -> Vec<ActionData> {
         ]),
         ActionData::NetworkSource(NetworkSourceOp::Dhcp),
         ActionData::Raw(RawResponse { status: 200, data: vec![0, 1, 2], body: Some(json!({"Id": "1"})) }),
-        ActionData::Inventory(Inventory {
+        ActionData::Inventory(Box::new(Inventory {
             manufacturer: Some("Contoso".into()),
             model: Some("1U".into()),
             serial: Some("S1".into()),
@@ -356,8 +356,8 @@ fn every_data() -> Vec<ActionData> {
             power_state: Some(PowerState::On),
             extra: vec![("bios".into(), "2.1".into())],
             ..Default::default()
-        }),
-        ActionData::Inventory(Inventory {
+        })),
+        ActionData::Inventory(Box::new(Inventory {
             processors: vec![Processor { id: "CPU1".into(), model: Some("Xeon".into()), manufacturer: Some("Intel".into()), cores: Some(32), threads: Some(64), max_speed_mhz: Some(3500), health: Some(Health::Ok) }],
             memory: vec![MemoryModule { id: "DIMM1".into(), capacity_mib: Some(32768), memory_type: Some("DDR5".into()), speed_mhz: Some(4800), manufacturer: Some("Hynix".into()), part_number: Some("HMCG".into()), serial: Some("M1".into()), health: Some(Health::Warning) }],
             drives: vec![Drive { id: "Disk.Bay.0".into(), model: Some("PM883".into()), manufacturer: Some("Samsung".into()), serial: Some("S1".into()), capacity_bytes: Some(960_197_124_096), media_type: Some("SSD".into()), protocol: Some("SATA".into()), firmware_version: Some("HXT7".into()), health: Some(Health::Ok) }],
@@ -368,7 +368,7 @@ fn every_data() -> Vec<ActionData> {
             unread: vec![Section::Drives],
             truncated: vec![Section::Memory, Section::Firmware],
             ..Default::default()
-        }),
+        })),
         ActionData::EventLog(EventLog {
             total: Some(2),
             entries: vec![

@@ -550,7 +550,7 @@ pub async fn poll(
                         if with_inventory {
                             let read = bmcfleet_schema::Action::Inventory;
                             match bmcfleet_provider::perform(session, &ctx.for_attempt(), &read).await {
-                                Ok(Some(bmcfleet_schema::ActionData::Inventory(i))) => inventory = Some(i),
+                                Ok(Some(bmcfleet_schema::ActionData::Inventory(i))) => inventory = Some(*i),
                                 Ok(_) => {}
                                 Err(e) => tracing::info!(machine = %machine.name, error = %e, "Inventory read failed; retried at the next inventory interval."),
                             }
