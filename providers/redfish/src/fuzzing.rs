@@ -17,7 +17,7 @@ use crate::boot::{device_for, patch_body, read_override, target_for};
 use crate::transport::{read_poll, retry_after, task_monitor, Reply, Resource};
 use crate::discovery::{action_info_allowed, action_of, normalise_reset_types, ResetAction, RootInfo};
 use crate::error::{bmc_messages, status_error};
-use crate::components::from_resources;
+use crate::inventory::from_resources;
 use crate::json::{last_segment, link, links, members, norm_path};
 use crate::manager::{choose_interface, read_source, source_body};
 use crate::power::{needs_state, parse_power_state, plan};
