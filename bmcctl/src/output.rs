@@ -100,8 +100,64 @@ fn data_text(d: &ActionData, wide: bool) -> String {
             }
             out
         }
+        ActionData::Inventory(inv) if inv.has_components() => component_tables(inv),
         other => serde_json::to_string(other).unwrap_or_default(),
     }
+}
+
+/// An inventory with typed components: the identity on the action's line,
+/// then one table per section (firmware versions included), indented
+/// under it. Sections the BMC failed or that were cut say so.
+pub fn component_tables(inv: &bmcfleet_schema::Inventory) -> String {
+    fn o<T: ToString>(v: &Option<T>) -> String {
+        v.as_ref().map_or_else(|| "-".to_owned(), ToString::to_string)
+    }
+    fn h(v: &Option<bmcfleet_schema::Health>) -> String {
+        v.map_or_else(|| "-".to_owned(), |h| name(&h))
+    }
+    fn table(out: &mut String, title: &str, head: &[&str], rows: Vec<Vec<String>>) {
+        if rows.is_empty() {
+            return;
+        }
+        let mut width: Vec<usize> = head.iter().map(|c| c.len()).collect();
+        for r in &rows {
+            for (w, c) in width.iter_mut().zip(r) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        out.push_str(&format!("\n     {title}"));
+        for r in std::iter::once(head.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>()).chain(rows) {
+            let line: Vec<String> = r.iter().zip(&width).map(|(c, w)| format!("{c:<w$}")).collect();
+            out.push_str(&format!("\n       {}", line.join("  ").trim_end()));
+        }
+    }
+    let mut out = [&inv.manufacturer, &inv.model, &inv.serial].into_iter().flatten().cloned().collect::<Vec<_>>().join(" ");
+    if let Some(fw) = &inv.firmware_version {
+        out.push_str(&format!(" (BMC firmware {fw})"));
+    }
+    table(&mut out, "processors", &["ID", "MODEL", "CORES", "THREADS", "MAX MHZ", "HEALTH"],
+        inv.processors.iter().map(|p| vec![p.id.clone(), o(&p.model), o(&p.cores), o(&p.threads), o(&p.max_speed_mhz), h(&p.health)]).collect());
+    table(&mut out, "memory", &["ID", "MIB", "TYPE", "MHZ", "MANUFACTURER", "PART", "SERIAL", "HEALTH"],
+        inv.memory.iter().map(|m| vec![m.id.clone(), o(&m.capacity_mib), o(&m.memory_type), o(&m.speed_mhz), o(&m.manufacturer), o(&m.part_number), o(&m.serial), h(&m.health)]).collect());
+    table(&mut out, "drives", &["ID", "MODEL", "SERIAL", "BYTES", "MEDIA", "PROTOCOL", "FIRMWARE", "HEALTH"],
+        inv.drives.iter().map(|d| vec![d.id.clone(), o(&d.model), o(&d.serial), o(&d.capacity_bytes), o(&d.media_type), o(&d.protocol), o(&d.firmware_version), h(&d.health)]).collect());
+    table(&mut out, "nics", &["ID", "MAC", "MBPS", "LINK", "MODEL", "FIRMWARE", "HEALTH"],
+        inv.nics.iter().map(|n| vec![n.id.clone(), if n.mac_addresses.is_empty() { "-".into() } else { n.mac_addresses.join(",") }, o(&n.speed_mbps), o(&n.link_status), o(&n.model), o(&n.firmware_version), h(&n.health)]).collect());
+    table(&mut out, "power supplies", &["ID", "MODEL", "SERIAL", "WATTS", "FIRMWARE", "HEALTH"],
+        inv.power_supplies.iter().map(|p| vec![p.id.clone(), o(&p.model), o(&p.serial), o(&p.capacity_w), o(&p.firmware_version), h(&p.health)]).collect());
+    table(&mut out, "firmware", &["ID", "NAME", "VERSION", "UPDATEABLE"],
+        inv.firmware.iter().map(|f| vec![f.id.clone(), o(&f.name), o(&f.version), o(&f.updateable)]).collect());
+    if let Some(fru) = &inv.fru {
+        table(&mut out, "fru", &["FIELD", "VALUE"], fru.fields().iter().filter_map(|(k, v)| v.as_ref().map(|v| vec![(*k).to_owned(), v.clone()])).collect());
+    }
+    let list = |s: &[bmcfleet_schema::components::Section]| s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
+    if !inv.unread.is_empty() {
+        out.push_str(&format!("\n     unread (the BMC answered an error): {}", list(&inv.unread)));
+    }
+    if !inv.truncated.is_empty() {
+        out.push_str(&format!("\n     truncated (too many to keep): {}", list(&inv.truncated)));
+    }
+    out
 }
 
 /// A wire enum's snake_case name.
@@ -555,8 +611,8 @@ mod tests {
         assert!(machine_event(&e(down), false).ends_with("unreachable       timeout: no reply within 900ms"));
         assert!(machine_event(&e(MachineEventKind::Recovered), false).ends_with("web-1                    recovered"));
         let changes = vec![
-            InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()) },
-            InventoryChange { field: "extra.psus".into(), from: None, to: Some("2".into()) },
+            InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()), change: Default::default() },
+            InventoryChange { field: "extra.psus".into(), from: None, to: Some("2".into()), change: Default::default() },
         ];
         assert!(machine_event(&e(MachineEventKind::InventoryChanged { changes }), false).ends_with("inventory_changed firmware_version 1.0→2.0, extra.psus -→2"));
     }
@@ -691,5 +747,31 @@ mod tests {
         let ev = Event { batch: ulid::Ulid::nil(), at_ms: 1_764_756_902_123, event: EventKind::ActionStarted { index: 0, action: "power_on".into() } };
         assert_eq!(event_text(&ev, false), format!("{} #0 power_on started\n", ulid::Ulid::nil()));
         assert_eq!(event_text(&ev, true), format!("2025-12-03T10:15:02.123Z  {} #0 power_on started\n", ulid::Ulid::nil()));
+    }
+
+    #[test]
+    fn component_tables_show_every_section_and_firmware_versions() {
+        use bmcfleet_schema::components::{Drive, Firmware, Fru, MemoryModule, Section};
+        let inv = bmcfleet_schema::Inventory {
+            manufacturer: Some("Contoso".into()),
+            model: Some("3500".into()),
+            firmware_version: Some("1.45".into()),
+            memory: vec![MemoryModule { id: "DIMM1".into(), capacity_mib: Some(32768), memory_type: Some("DDR4".into()), ..Default::default() }],
+            drives: vec![Drive { id: "Disk.Bay.0".into(), model: Some("PM883".into()), firmware_version: Some("HXT7".into()), ..Default::default() }],
+            firmware: vec![Firmware { id: "BMC".into(), name: Some("BMC".into()), version: Some("1.45".into()), updateable: Some(true) }],
+            fru: Some(Fru { chassis_serial: Some("CH-0001".into()), ..Default::default() }),
+            unread: vec![Section::Nics],
+            ..Default::default()
+        };
+        let t = component_tables(&inv);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "Contoso 3500 (BMC firmware 1.45)");
+        assert!(lines.contains(&"       DIMM1  32768  DDR4  -    -             -     -       -"), "{t}");
+        assert!(lines.contains(&"       BMC  BMC   1.45     true"), "{t}");
+        assert!(lines.contains(&"       chassis_serial  CH-0001"), "{t}");
+        assert!(t.contains("HXT7") && t.ends_with("unread (the BMC answered an error): nics"), "{t}");
+        assert!(!t.contains("processors"), "empty sections are left out: {t}");
+        let plain = ActionData::Inventory(Box::new(bmcfleet_schema::Inventory { model: Some("x".into()), ..Default::default() }));
+        assert!(data_text(&plain, false).starts_with('{'), "no components: the JSON as before");
     }
 }

@@ -14,6 +14,7 @@
 //! - [`codec`]: MessagePack (default) and JSON encoding.
 //! - [`validate`]: [`Limits`] and batch validation.
 //! - [`raw_policy`]: [`RawPolicy`], which raw passthrough requests a deployment allows.
+//! - [`components`]: typed components of an [`Inventory`], their bounds and drift.
 //! - [`state`]: [`state::MachineState`] and [`state::MachineEvent`], the observed state of registered machines.
 
 pub mod action;
@@ -25,6 +26,7 @@ pub mod lifecycle;
 pub mod machine;
 pub mod raw_policy;
 pub mod error;
+pub mod components;
 /// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
 /// the `fuzzing` feature, so release builds do not contain them.
 #[cfg(feature = "fuzzing")]

@@ -63,7 +63,8 @@ pub enum ActionData {
     Users(Vec<UserInfo>),
     NetworkSource(NetworkSourceOp),
     Raw(RawResponse),
-    Inventory(Inventory),
+    /// Boxed: the component lists make it the largest variant by far.
+    Inventory(Box<Inventory>),
     EventLog(EventLog),
     Sensors(Vec<SensorReading>),
     Bios(Bios),
@@ -270,6 +271,31 @@ pub struct Inventory {
     /// Anything else the provider found, as name/value pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra: Vec<(String, String)>,
+    /// Typed components ([`crate::inventory`]); empty where the BMC does
+    /// not offer them (or the record predates them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processors: Vec<crate::components::Processor>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<crate::components::MemoryModule>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drives: Vec<crate::components::Drive>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<crate::components::Nic>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub power_supplies: Vec<crate::components::PowerSupply>,
+    /// Every component's firmware version (Redfish `FirmwareInventory`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub firmware: Vec<crate::components::Firmware>,
+    /// IPMI FRU device 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fru: Option<crate::components::Fru>,
+    /// Sections the BMC offers but that could not be read this time (it
+    /// answered an error): not the same as having no such components.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<crate::components::Section>,
+    /// Sections cut to fit the size bounds ([`crate::components::bound`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub truncated: Vec<crate::components::Section>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -75,8 +75,11 @@ pub enum MachineEventKind {
     InventoryChanged { changes: Vec<InventoryChange> },
 }
 
-/// One field of the inventory that changed (`extra.<name>` for the
-/// provider's additional pairs).
+/// One thing of the inventory that changed: a field (`model`,
+/// `extra.<name>` for the provider's additional pairs), a component
+/// (`drives.Disk.Bay.0`, added or removed: `from`/`to` summarise it), a
+/// component's field (`memory.DIMM1.capacity_mib`) or a firmware version
+/// (`firmware.BMC`). See [`crate::inventory`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InventoryChange {
     pub field: String,
@@ -84,15 +87,42 @@ pub struct InventoryChange {
     pub from: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
+    /// Absent in events from before components were typed: `changed`.
+    #[serde(default)]
+    pub change: ChangeKind,
 }
 
-/// The fields of two inventories that differ (power state aside: that is
-/// the poll's business).
+impl InventoryChange {
+    pub fn added(field: String, summary: String) -> Self {
+        InventoryChange { field, from: None, to: Some(summary), change: ChangeKind::Added }
+    }
+
+    pub fn removed(field: String, summary: String) -> Self {
+        InventoryChange { field, from: Some(summary), to: None, change: ChangeKind::Removed }
+    }
+}
+
+/// What happened to the thing an [`InventoryChange`] names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    /// A component appeared.
+    Added,
+    /// A component is gone.
+    Removed,
+    /// A value differs.
+    #[default]
+    Changed,
+}
+
+/// What differs between two inventories (power state aside: that is the
+/// poll's business): the identity fields, the `extra` pairs, and every
+/// typed component ([`crate::components::component_drift`]).
 pub fn inventory_drift(before: &crate::result::Inventory, after: &crate::result::Inventory) -> Vec<InventoryChange> {
     let mut out = Vec::new();
     let mut field = |name: &str, a: &Option<String>, b: &Option<String>| {
         if a != b {
-            out.push(InventoryChange { field: name.to_owned(), from: a.clone(), to: b.clone() });
+            out.push(InventoryChange { field: name.to_owned(), from: a.clone(), to: b.clone(), change: ChangeKind::Changed });
         }
     };
     field("manufacturer", &before.manufacturer, &after.manufacturer);
@@ -104,9 +134,10 @@ pub fn inventory_drift(before: &crate::result::Inventory, after: &crate::result:
     for key in old.keys().chain(new.keys()).collect::<std::collections::BTreeSet<_>>() {
         let (a, b) = (old.get(key).map(|v| v.to_string()), new.get(key).map(|v| v.to_string()));
         if a != b {
-            out.push(InventoryChange { field: format!("extra.{key}"), from: a, to: b });
+            out.push(InventoryChange { field: format!("extra.{key}"), from: a, to: b, change: ChangeKind::Changed });
         }
     }
+    out.extend(crate::components::component_drift(before, after));
     out
 }
 

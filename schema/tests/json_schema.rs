@@ -16,7 +16,8 @@
 //! Without it the validating tests skip with a note, unless
 //! `BMCFLEET_REQUIRE_PEERS=1` (scripts/test.sh) makes that a failure.
 
-use bmcfleet_schema::state::{InventoryChange, MachineEvent, MachineEventKind, MachineState};
+use bmcfleet_schema::components::{Drive, Firmware, Fru, MemoryModule, Nic, PowerSupply, Processor, Section};
+use bmcfleet_schema::state::{ChangeKind, InventoryChange, MachineEvent, MachineEventKind, MachineState};
 use bmcfleet_schema::*;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -232,6 +233,8 @@ fn enums() -> Vec<(&'static str, Vec<String>)> {
         ("Health", names(&every!(Health: Ok, Warning, Critical))),
         ("SensorKind", names(&every!(SensorKind: Temperature, Fan, Voltage, Power, Other))),
         ("SecureBootResetKeys", names(&every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk))),
+        ("InventorySection", names(&every!(Section: Processors, Memory, Drives, Nics, PowerSupplies, Firmware, Fru))),
+        ("InventoryChangeKind", names(&every!(ChangeKind: Added, Removed, Changed))),
     ]
 }
 
@@ -345,14 +348,27 @@ fn every_data() -> Vec<ActionData> {
         ]),
         ActionData::NetworkSource(NetworkSourceOp::Dhcp),
         ActionData::Raw(RawResponse { status: 200, data: vec![0, 1, 2], body: Some(json!({"Id": "1"})) }),
-        ActionData::Inventory(Inventory {
+        ActionData::Inventory(Box::new(Inventory {
             manufacturer: Some("Contoso".into()),
             model: Some("1U".into()),
             serial: Some("S1".into()),
             firmware_version: Some("1.0".into()),
             power_state: Some(PowerState::On),
             extra: vec![("bios".into(), "2.1".into())],
-        }),
+            ..Default::default()
+        })),
+        ActionData::Inventory(Box::new(Inventory {
+            processors: vec![Processor { id: "CPU1".into(), model: Some("Xeon".into()), manufacturer: Some("Intel".into()), cores: Some(32), threads: Some(64), max_speed_mhz: Some(3500), health: Some(Health::Ok) }],
+            memory: vec![MemoryModule { id: "DIMM1".into(), capacity_mib: Some(32768), memory_type: Some("DDR5".into()), speed_mhz: Some(4800), manufacturer: Some("Hynix".into()), part_number: Some("HMCG".into()), serial: Some("M1".into()), health: Some(Health::Warning) }],
+            drives: vec![Drive { id: "Disk.Bay.0".into(), model: Some("PM883".into()), manufacturer: Some("Samsung".into()), serial: Some("S1".into()), capacity_bytes: Some(960_197_124_096), media_type: Some("SSD".into()), protocol: Some("SATA".into()), firmware_version: Some("HXT7".into()), health: Some(Health::Ok) }],
+            nics: vec![Nic { id: "NIC.1".into(), mac_addresses: vec!["00:11:22:33:44:55".into()], speed_mbps: Some(25_000), link_status: Some("LinkUp".into()), model: Some("X710".into()), manufacturer: Some("Intel".into()), firmware_version: Some("9.1".into()), health: None }],
+            power_supplies: vec![PowerSupply { id: "PSU1".into(), model: Some("PWS".into()), manufacturer: Some("Delta".into()), serial: Some("P1".into()), part_number: Some("PN".into()), capacity_w: Some(1600), firmware_version: Some("1.2".into()), health: Some(Health::Critical) }],
+            firmware: vec![Firmware { id: "BMC".into(), name: Some("BMC".into()), version: Some("6.10".into()), updateable: Some(true) }],
+            fru: Some(Fru { chassis_type: Some("Rack Mount Chassis".into()), board_serial: Some("B1".into()), asset_tag: Some("A1".into()), ..Default::default() }),
+            unread: vec![Section::Drives],
+            truncated: vec![Section::Memory, Section::Firmware],
+            ..Default::default()
+        })),
         ActionData::EventLog(EventLog {
             total: Some(2),
             entries: vec![
@@ -482,8 +498,11 @@ fn every_machine_event() -> Vec<MachineEvent> {
         MachineEventKind::Recovered,
         MachineEventKind::InventoryChanged {
             changes: vec![
-                InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()) },
-                InventoryChange { field: "extra.bios".into(), from: None, to: None },
+                InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()), change: Default::default() },
+                InventoryChange { field: "extra.bios".into(), from: None, to: None, change: Default::default() },
+                InventoryChange::added("drives.Disk.Bay.1".into(), "PM883 S2".into()),
+                InventoryChange::removed("memory.DIMM2".into(), "32768 MiB DDR5".into()),
+                InventoryChange { field: "firmware.BMC".into(), from: Some("6.00".into()), to: Some("6.10".into()), change: ChangeKind::Changed },
             ],
         },
     ];
@@ -540,6 +559,15 @@ fn cases() -> Vec<Case> {
     out
 }
 
+/// A result reply whose first action returned `inventory`.
+fn inventory_reply(inventory: Value) -> Value {
+    let mut r = batch_result(BatchState::Succeeded);
+    r.results.truncate(1);
+    let mut v = serde_json::to_value(Reply::Result(r)).unwrap();
+    v["result"]["results"][0]["data"] = json!({"inventory": inventory});
+    v
+}
+
 /// Values the schemas must refuse: proves they constrain something.
 fn invalid_cases() -> Vec<Case> {
     let bad = |label: &str, schema: &'static str, instance: Value| Case { label: label.into(), schema, instance, valid: false };
@@ -575,6 +603,14 @@ fn invalid_cases() -> Vec<Case> {
             v
         }),
         bad("unknown reply", "reply.json", json!({"maybe": {}})),
+        bad("drive without id", "reply.json", inventory_reply(json!({"drives": [{"model": "x"}]}))),
+        bad("negative capacity", "reply.json", inventory_reply(json!({"memory": [{"id": "DIMM1", "capacity_mib": -1}]}))),
+        bad("unknown inventory section", "reply.json", inventory_reply(json!({"unread": ["gpus"]}))),
+        bad("unknown inventory change kind", "machine-event.json", {
+            let mut v = serde_json::to_value(&every_machine_event()[4]).unwrap();
+            v["event"]["inventory_changed"]["changes"][0]["change"] = json!("swapped");
+            v
+        }),
     ]
 }
 

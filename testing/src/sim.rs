@@ -116,6 +116,8 @@ struct Bmc {
     bios_pending: BTreeMap<String, serde_json::Value>,
     secure_boot: bool,
     in_flight: usize,
+    /// The typed components its inventory reports (a test may swap them).
+    components: Inventory,
 }
 
 impl Default for Bmc {
@@ -133,6 +135,7 @@ impl Default for Bmc {
             bios_pending: BTreeMap::new(),
             secure_boot: false,
             in_flight: 0,
+            components: default_components(),
         }
     }
 }
@@ -212,6 +215,13 @@ impl SimServer {
 
     pub fn boot(&self, bmc: &str) -> Option<BootDeviceRequest> {
         self.state.lock().unwrap().bmcs.get(bmc).map(|b| b.boot.clone())
+    }
+
+    /// Change one BMC's hardware behind bmcfleet's back (a DIMM swapped, a
+    /// firmware flashed): `change` edits the typed components its inventory
+    /// reports (the BMC is created if it was never called).
+    pub fn change_components(&self, bmc: &str, change: impl FnOnce(&mut Inventory)) {
+        change(&mut self.state.lock().unwrap().bmcs.entry(bmc.to_owned()).or_default().components);
     }
 
     /// Inject faults into one BMC (by key, e.g. `v4-10-0-0-1`), replacing its previous ones.
@@ -479,14 +489,34 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             Response::Ok(Some(ActionData::SecureBoot(secure_boot(bmc.secure_boot))))
         }
         Action::SecureBootResetKeys(_) => Response::Ok(None),
-        Action::Inventory => Response::Ok(Some(ActionData::Inventory(Inventory {
+        Action::Inventory => Response::Ok(Some(ActionData::Inventory(Box::new(Inventory {
             manufacturer: Some("bmcfleet".into()),
             model: Some("bmc-sim".into()),
             serial: Some(format!("SIM-{}", host)),
             firmware_version: Some(env!("CARGO_PKG_VERSION").into()),
             power_state: Some(bmc.power),
             extra: vec![("resets".into(), bmc.resets.to_string()), ("nmis".into(), bmc.nmis.to_string())],
-        }))),
+            ..bmc.components.clone()
+        })))),
+    }
+}
+
+/// A small two-socket machine: what a simulated BMC's inventory reports.
+fn default_components() -> Inventory {
+    use bmcfleet_schema::components::{Drive, Firmware, MemoryModule, Nic, PowerSupply, Processor};
+    let cpu = |id: &str| Processor { id: id.into(), model: Some("Sim CPU 16C".into()), manufacturer: Some("bmcfleet".into()), cores: Some(16), threads: Some(32), max_speed_mhz: Some(3000), health: Some(Health::Ok) };
+    let dimm = |id: &str, serial: &str| MemoryModule { id: id.into(), capacity_mib: Some(16384), memory_type: Some("DDR5".into()), speed_mhz: Some(4800), manufacturer: Some("bmcfleet".into()), part_number: Some("SIM-16G".into()), serial: Some(serial.into()), health: Some(Health::Ok) };
+    Inventory {
+        processors: vec![cpu("CPU1"), cpu("CPU2")],
+        memory: vec![dimm("DIMM1", "D-0001"), dimm("DIMM2", "D-0002")],
+        drives: vec![Drive { id: "Disk.Bay.0".into(), model: Some("Sim SSD".into()), serial: Some("S-0001".into()), capacity_bytes: Some(960_197_124_096), media_type: Some("SSD".into()), protocol: Some("NVMe".into()), firmware_version: Some("1.0".into()), health: Some(Health::Ok), ..Drive::default() }],
+        nics: vec![Nic { id: "NIC1".into(), mac_addresses: vec!["02:00:00:00:00:01".into()], speed_mbps: Some(25_000), link_status: Some("LinkUp".into()), ..Nic::default() }],
+        power_supplies: vec![PowerSupply { id: "PSU1".into(), model: Some("Sim PSU".into()), capacity_w: Some(800), firmware_version: Some("1.0".into()), health: Some(Health::Ok), ..PowerSupply::default() }],
+        firmware: vec![
+            Firmware { id: "BMC".into(), name: Some("BMC firmware".into()), version: Some(env!("CARGO_PKG_VERSION").into()), updateable: Some(true) },
+            Firmware { id: "BIOS".into(), name: Some("BIOS".into()), version: Some("1.0.0".into()), updateable: Some(true) },
+        ],
+        ..Inventory::default()
     }
 }
 

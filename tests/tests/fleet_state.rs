@@ -320,3 +320,71 @@ async fn an_inventory_change_is_announced() {
     let n = events.all().iter().filter(|e| matches!(e, MachineEventKind::InventoryChanged { .. })).count();
     assert_eq!(n, 1, "one change, one event: {:?}", events.all());
 }
+
+/// Typed components (issues 19, 20): the simulated machine's DIMM is
+/// swapped and its BIOS flashed behind bmcfleet's back; the next refresh
+/// announces exactly that, once, with the component keys, and the stored
+/// record holds the new components.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swapped_component_is_announced_by_name() {
+    use bmcfleet_schema::state::ChangeKind;
+    use bmcfleet_testing::{SimConfig, SimServer};
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let nats = bmcfleet_tests::NatsServer::start();
+    let topology = bmcfleet_tests::producer::Topology::default();
+    let gateway = topology.gateway(&nats, &[]);
+    let producer = bmcfleet_tests::producer::Producer::new(nats.client().await);
+    bmcfleet_tests::producer::wait_gateway(&producer).await;
+    let args = ["--poll-interval", "1s", "--poll-timeout", "900ms", "--inventory-interval", "1s", "--inventory-timeout", "5s"];
+    let worker = topology.worker(&nats, "w0", sim.addr(), &args);
+    bmcfleet_tests::producer::wait_partitions_owned(&producer.client, &topology.subjects()).await;
+    let stack = Stack { producer, topology, workers: vec![worker], gateway, nats };
+    let subjects = stack.topology.subjects();
+    let client = &stack.producer.client;
+    let target = BmcTarget {
+        address: "inv-20.example".parse().unwrap(),
+        protocol: Protocol::Sim,
+        credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
+        tls: TlsOptions::default(),
+        system_id: None,
+        options: Default::default(),
+    };
+    let name = stack.topology.register_machine(client, &target).await;
+    let events = Events::start(client, subjects.machine_events("default", &name)).await;
+    let kv = async_nats::jetstream::new(client.clone()).get_key_value(subjects.state_bucket()).await.unwrap();
+    let stored = |kv: async_nats::jetstream::kv::Store, key: String| async move {
+        kv.get(key).await.ok().flatten().map(|b| serde_json::from_slice::<Inventory>(&b).expect("an inventory record"))
+    };
+    let first = bmcfleet_tests::poll_until(Duration::from_secs(10), Duration::from_millis(100), || stored(kv.clone(), format!("{name}.inventory")))
+        .await
+        .expect("an inventory read");
+    assert_eq!(first.memory.len(), 2, "{first:?}");
+    assert_eq!(first.memory[1].serial.as_deref(), Some("D-0002"));
+    assert!(first.firmware.iter().any(|f| f.id == "BIOS" && f.version.as_deref() == Some("1.0.0")), "{first:?}");
+
+    let key = sim.log().iter().find(|e| e.action == "inventory").map(|e| e.bmc.clone()).expect("the simulator served the inventory");
+    sim.change_components(&key, |inv| {
+        inv.memory[1].serial = Some("D-0099".into());
+        inv.firmware.iter_mut().find(|f| f.id == "BIOS").unwrap().version = Some("1.1.0".into());
+        inv.nics[0].link_status = Some("LinkDown".into()); // state, not inventory
+    });
+    let e = events.wait_for("inventory_changed", Duration::from_secs(10), |e| matches!(e, MachineEventKind::InventoryChanged { .. })).await;
+    let MachineEventKind::InventoryChanged { changes } = &e.event else { unreachable!() };
+    let got: Vec<(&str, Option<&str>, Option<&str>, ChangeKind)> =
+        changes.iter().map(|c| (c.field.as_str(), c.from.as_deref(), c.to.as_deref(), c.change)).collect();
+    assert_eq!(
+        got,
+        [("memory.DIMM2.serial", Some("D-0002"), Some("D-0099"), ChangeKind::Changed), ("firmware.BIOS", Some("1.0.0"), Some("1.1.0"), ChangeKind::Changed)]
+    );
+    let now = stored(kv.clone(), format!("{name}.inventory")).await.unwrap();
+    assert_eq!(now.memory[1].serial.as_deref(), Some("D-0099"));
+    assert_eq!(now.nics[0].link_status.as_deref(), Some("LinkDown"), "stored, not announced");
+
+    // Later reads find nothing new: one change, one event.
+    let quiet = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < quiet {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let n = events.all().iter().filter(|e| matches!(e, MachineEventKind::InventoryChanged { .. })).count();
+    assert_eq!(n, 1, "{:?}", events.all());
+}

@@ -59,6 +59,10 @@ pub struct Config {
     /// versions and components; a change is announced); `off` never.
     #[arg(long, env = "BMCFLEET_INVENTORY_INTERVAL", default_value = "24h", value_parser = poll_interval)]
     pub inventory_interval: PollInterval,
+    /// Longest time an inventory read (every component collection of the
+    /// BMC: processors, memory, drives, NICs, power supplies, firmware) may take.
+    #[arg(long, env = "BMCFLEET_INVENTORY_TIMEOUT", default_value = "2m", value_parser = positive_duration)]
+    pub inventory_timeout: Duration,
     /// An unchanged machine state is rewritten (with its last-seen time) this often.
     #[arg(long, env = "BMCFLEET_STATE_HEARTBEAT", default_value = "15m", value_parser = positive_duration)]
     pub state_heartbeat: Duration,
@@ -193,6 +197,7 @@ impl Config {
             heartbeat: self.state_heartbeat,
             poll_timeout: self.poll_timeout,
             inventory_interval: self.inventory_interval.0,
+            inventory_timeout: self.inventory_timeout,
         }
     }
 

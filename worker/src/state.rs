@@ -46,6 +46,8 @@ pub struct Settings {
     pub poll_timeout: Duration,
     /// How often a poll also reads the machine's inventory; `None`: never.
     pub inventory_interval: Option<Duration>,
+    /// Time an inventory read (every component collection) may take.
+    pub inventory_timeout: Duration,
 }
 
 /// What one contact with a machine showed.
@@ -240,13 +242,26 @@ impl StateBook {
     pub async fn inventory(&self, shared: &Shared, machine: &str, tenant: &str, mut inventory: bmcfleet_schema::Inventory) {
         use bmcfleet_schema::state::{inventory_drift, MachineEventKind};
         inventory.power_state = None; // the poll's business, and not a component
+        // Whatever the provider did, the stored record is bounded (64 KiB).
+        bmcfleet_schema::components::bound(&mut inventory);
         let key = format!("{machine}.inventory");
         let before: Option<bmcfleet_schema::Inventory> = match self.store.get(&key).await {
             Ok(Some(bytes)) => serde_json::from_slice(&bytes).ok(),
             _ => None,
         };
-        let drift = before.as_ref().map(|b| inventory_drift(b, &inventory)).unwrap_or_default();
-        if before.is_none() || !drift.is_empty() {
+        if let Some(b) = &before {
+            // A section the BMC failed this time keeps what was known.
+            inventory.keep_unread_from(b);
+        }
+        // A record from before typed components is a new baseline, not a
+        // fleet-wide burst of "components added" events.
+        let baseline = before.as_ref().is_some_and(|b| !b.has_components() && b.unread.is_empty() && inventory.has_components());
+        let drift = match &before {
+            Some(b) if !baseline => inventory_drift(b, &inventory),
+            _ => Vec::new(),
+        };
+        if before.as_ref() != Some(&inventory) {
+            // Also health and link changes: stored, not announced.
             if let Ok(bytes) = serde_json::to_vec(&inventory) {
                 if let Err(e) = self.store.put(&key, bytes.into()).await {
                     tracing::warn!(machine, error = %e, "Cannot write the machine's inventory.");
@@ -433,6 +448,7 @@ mod tests {
             heartbeat: Duration::from_secs(600),
             poll_timeout: Duration::from_secs(10),
             inventory_interval: Some(Duration::from_secs(600)),
+            inventory_timeout: Duration::from_secs(120),
         };
         let start = Instant::now();
         let mut s = Schedule::default();
@@ -523,6 +539,7 @@ pub async fn poll(
                     let ctx = Ctx::with_timeout(shared.state.settings().poll_timeout)
                         .with_gate(Arc::new(PollGate { fence: fence.clone() }))
                         .with_settle(Some(shared.power_settle));
+                    let mut took = None;
                     let result: Result<(Option<PowerState>, &'static str, Option<bmcfleet_schema::Inventory>), ProviderError> = async {
                         let session = slot.get(&shared.registry, &ctx, &target, &creds).await?;
                         let provider = session.provider();
@@ -545,12 +562,17 @@ pub async fn poll(
                                 state = read(bmcfleet_provider::perform(session, &ctx.for_attempt(), &fix).await?).or(Some(want));
                             }
                         }
-                        // The slow refresh: read, not fatal for the poll.
+                        // The breaker judges the poll, not the slow refresh.
+                        took = Some(started.elapsed());
+                        // The slow refresh: read with its own deadline, not fatal for the poll.
                         let mut inventory = None;
                         if with_inventory {
                             let read = bmcfleet_schema::Action::Inventory;
+                            let ctx = Ctx::with_timeout(shared.state.settings().inventory_timeout)
+                                .with_gate(Arc::new(PollGate { fence: fence.clone() }))
+                                .with_settle(Some(shared.power_settle));
                             match bmcfleet_provider::perform(session, &ctx.for_attempt(), &read).await {
-                                Ok(Some(bmcfleet_schema::ActionData::Inventory(i))) => inventory = Some(i),
+                                Ok(Some(bmcfleet_schema::ActionData::Inventory(i))) => inventory = Some(*i),
                                 Ok(_) => {}
                                 Err(e) => tracing::info!(machine = %machine.name, error = %e, "Inventory read failed; retried at the next inventory interval."),
                             }
@@ -558,7 +580,7 @@ pub async fn poll(
                         Ok((state, provider, inventory))
                     }
                     .await;
-                    let took = started.elapsed();
+                    let took = took.unwrap_or_else(|| started.elapsed());
                     guard.breaker.record(Instant::now(), result.as_ref().map(drop), took);
                     shared.metrics.poll_seconds.observe(took.as_secs_f64());
                     match result {

@@ -15,5 +15,5 @@ pub(super) fn handles(action: &Action) -> bool {
 
 pub(super) async fn perform(cap: &mut dyn Inventory, ctx: &Ctx, action: &Action) -> Result<Option<ActionData>> {
     debug_assert!(handles(action));
-    Ok(Some(ActionData::Inventory(cap.inventory(ctx).await?)))
+    Ok(Some(ActionData::Inventory(Box::new(cap.inventory(ctx).await?))))
 }

@@ -1,5 +1,16 @@
 //! FRU information parsing (Platform Management FRU Information Storage
-//! Definition v1.0): common header, board info area, product info area.
+//! Definition v1.0): common header, chassis info area, board info area,
+//! product info area. Every area's checksum is verified and every field
+//! is read within its area's declared length.
+
+/// Fields of the chassis info area (section 10).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChassisInfo {
+    /// SMBIOS chassis type name (`Rack Mount Chassis`), or `0x..` when unknown.
+    pub kind: Option<String>,
+    pub part_number: Option<String>,
+    pub serial: Option<String>,
+}
 
 /// Fields of the board info area (section 11).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -24,6 +35,7 @@ pub struct ProductInfo {
 /// Offsets (in bytes) of the areas named by the common header (section 8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CommonHeader {
+    pub chassis: Option<usize>,
     pub board: Option<usize>,
     pub product: Option<usize>,
 }
@@ -44,7 +56,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<CommonHeader, String> {
         return Err("FRU common header checksum mismatch".into());
     }
     let offset = |b: u8| (b != 0).then_some(usize::from(b) * 8);
-    Ok(CommonHeader { board: offset(header[3]), product: offset(header[4]) })
+    Ok(CommonHeader { chassis: offset(header[2]), board: offset(header[3]), product: offset(header[4]) })
 }
 
 /// The length in bytes of an area from its first two bytes.
@@ -116,6 +128,30 @@ fn fields(area: &[u8], start: usize) -> Result<Vec<Option<String>>, String> {
     Ok(out)
 }
 
+/// The SMBIOS chassis type names (SMBIOS 3.x, table "System Enclosure or
+/// Chassis Types"), which the FRU spec's chassis type byte uses.
+fn chassis_type(t: u8) -> String {
+    const NAMES: [&str; 36] = [
+        "Other", "Unknown", "Desktop", "Low Profile Desktop", "Pizza Box", "Mini Tower", "Tower", "Portable", "Laptop",
+        "Notebook", "Hand Held", "Docking Station", "All in One", "Sub Notebook", "Space-saving", "Lunch Box",
+        "Main Server Chassis", "Expansion Chassis", "SubChassis", "Bus Expansion Chassis", "Peripheral Chassis",
+        "RAID Chassis", "Rack Mount Chassis", "Sealed-case PC", "Multi-system Chassis", "Compact PCI", "Advanced TCA",
+        "Blade", "Blade Enclosure", "Tablet", "Convertible", "Detachable", "IoT Gateway", "Embedded PC", "Mini PC", "Stick PC",
+    ];
+    match usize::from(t).checked_sub(1).and_then(|i| NAMES.get(i)) {
+        Some(name) => (*name).to_owned(),
+        None => format!("0x{t:02x}"),
+    }
+}
+
+/// Parses a complete chassis info area (its declared length).
+pub fn parse_chassis(area: &[u8]) -> Result<ChassisInfo, String> {
+    // version, length, chassis type.
+    let kind = area.get(2).copied().ok_or("FRU chassis area is truncated")?;
+    let mut f = fields(area, 3)?.into_iter();
+    Ok(ChassisInfo { kind: Some(chassis_type(kind)), part_number: f.next().flatten(), serial: f.next().flatten() })
+}
+
 /// Parses a complete board info area (its declared length).
 pub fn parse_board(area: &[u8]) -> Result<BoardInfo, String> {
     // version, length, language, 3-byte manufacturing date.
@@ -147,28 +183,32 @@ mod tests {
     use super::*;
 
     /// The FRU blob in tests/ipmi_sim/bmc.emu.in.
-    pub(crate) const SIM_FRU: [u8; 112] = [
-        0x01, 0x00, 0x00, 0x01, 0x08, 0x00, 0x00, 0xf6, 0x01, 0x07, 0x00, 0x00, 0x00, 0x00, 0xc8, 0x62, 0x6d,
-        0x63, 0x66, 0x6c, 0x65, 0x65, 0x74, 0xcb, 0x53, 0x49, 0x4d, 0x2d, 0x42, 0x4f, 0x41, 0x52, 0x44, 0x2d,
-        0x31, 0xc8, 0x42, 0x52, 0x44, 0x2d, 0x30, 0x30, 0x30, 0x31, 0xc9, 0x50, 0x4e, 0x2d, 0x42, 0x52, 0x44,
-        0x2d, 0x34, 0x32, 0xc0, 0xc1, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x39, 0x01, 0x06, 0x00, 0xc8,
-        0x62, 0x6d, 0x63, 0x66, 0x6c, 0x65, 0x65, 0x74, 0xc8, 0x49, 0x50, 0x4d, 0x49, 0x2d, 0x53, 0x49, 0x4d,
-        0xc8, 0x4d, 0x4f, 0x44, 0x45, 0x4c, 0x2d, 0x58, 0x31, 0xc3, 0x31, 0x2e, 0x30, 0xc8, 0x50, 0x52, 0x44,
-        0x2d, 0x30, 0x30, 0x30, 0x31, 0xc0, 0xc0, 0xc1, 0x00, 0xc4,
+    pub(crate) const SIM_FRU: [u8; 136] = [
+        0x01, 0x00, 0x01, 0x04, 0x0b, 0x00, 0x00, 0xef, 0x01, 0x03, 0x17, 0xc7, 0x43, 0x48, 0x2d, 0x50, 0x4e,
+        0x2d, 0x37, 0xc7, 0x43, 0x48, 0x2d, 0x30, 0x30, 0x30, 0x31, 0xc1, 0x00, 0x00, 0x00, 0x63, 0x01, 0x07,
+        0x00, 0x00, 0x00, 0x00, 0xc8, 0x62, 0x6d, 0x63, 0x66, 0x6c, 0x65, 0x65, 0x74, 0xcb, 0x53, 0x49, 0x4d,
+        0x2d, 0x42, 0x4f, 0x41, 0x52, 0x44, 0x2d, 0x31, 0xc8, 0x42, 0x52, 0x44, 0x2d, 0x30, 0x30, 0x30, 0x31,
+        0xc9, 0x50, 0x4e, 0x2d, 0x42, 0x52, 0x44, 0x2d, 0x34, 0x32, 0xc0, 0xc1, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x39, 0x01, 0x06, 0x00, 0xc8, 0x62, 0x6d, 0x63, 0x66, 0x6c, 0x65, 0x65, 0x74, 0xc8, 0x49,
+        0x50, 0x4d, 0x49, 0x2d, 0x53, 0x49, 0x4d, 0xc8, 0x4d, 0x4f, 0x44, 0x45, 0x4c, 0x2d, 0x58, 0x31, 0xc3,
+        0x31, 0x2e, 0x30, 0xc8, 0x50, 0x52, 0x44, 0x2d, 0x30, 0x30, 0x30, 0x31, 0xc0, 0xc0, 0xc1, 0x00, 0xc4,
     ];
 
     #[test]
     fn parses_the_simulator_fru() {
         let h = parse_header(&SIM_FRU).unwrap();
-        assert_eq!(h, CommonHeader { board: Some(8), product: Some(64) });
-        let board_len = area_len(&SIM_FRU[8..]).unwrap();
-        let board = parse_board(&SIM_FRU[8..8 + board_len]).unwrap();
+        assert_eq!(h, CommonHeader { chassis: Some(8), board: Some(32), product: Some(88) });
+        let chassis_len = area_len(&SIM_FRU[8..]).unwrap();
+        let chassis = parse_chassis(&SIM_FRU[8..8 + chassis_len]).unwrap();
+        assert_eq!(chassis, ChassisInfo { kind: Some("Rack Mount Chassis".into()), part_number: Some("CH-PN-7".into()), serial: Some("CH-0001".into()) });
+        let board_len = area_len(&SIM_FRU[32..]).unwrap();
+        let board = parse_board(&SIM_FRU[32..32 + board_len]).unwrap();
         assert_eq!(board.manufacturer.as_deref(), Some("bmcfleet"));
         assert_eq!(board.product.as_deref(), Some("SIM-BOARD-1"));
         assert_eq!(board.serial.as_deref(), Some("BRD-0001"));
         assert_eq!(board.part_number.as_deref(), Some("PN-BRD-42"));
-        let product_len = area_len(&SIM_FRU[64..]).unwrap();
-        let product = parse_product(&SIM_FRU[64..64 + product_len]).unwrap();
+        let product_len = area_len(&SIM_FRU[88..]).unwrap();
+        let product = parse_product(&SIM_FRU[88..88 + product_len]).unwrap();
         assert_eq!(product.name.as_deref(), Some("IPMI-SIM"));
         assert_eq!(product.part_number.as_deref(), Some("MODEL-X1"));
         assert_eq!(product.version.as_deref(), Some("1.0"));
@@ -179,10 +219,19 @@ mod tests {
     #[test]
     fn rejects_corruption() {
         let mut bad = SIM_FRU;
-        bad[20] ^= 0x01;
-        assert!(parse_board(&bad[8..64]).is_err());
+        bad[40] ^= 0x01;
+        assert!(parse_board(&bad[32..88]).is_err());
+        bad[12] ^= 0x01;
+        assert!(parse_chassis(&bad[8..32]).is_err());
         bad[7] ^= 0x01;
         assert!(parse_header(&bad).is_err());
+        // A field that claims more bytes than its area holds.
+        let mut long = [0x01, 0x01, 0x17, 0xC5, 0x41, 0x42, 0x43, 0x00];
+        long[7] = 0u8.wrapping_sub(long[..7].iter().fold(0u8, |a, b| a.wrapping_add(*b)));
+        assert!(parse_chassis(&long).is_err());
+        assert_eq!(chassis_type(0x17), "Rack Mount Chassis");
+        assert_eq!(chassis_type(0), "0x00");
+        assert_eq!(chassis_type(0xFF), "0xff");
     }
 
     #[test]

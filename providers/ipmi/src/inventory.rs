@@ -1,4 +1,5 @@
-//! Inventory: Get Device ID and the FRU (board and product areas).
+//! Inventory: Get Device ID, chassis status and the FRU of device 0
+//! (chassis, board and product areas, typed as [`Fru`]).
 
 use crate::cmd;
 use crate::error::completion_code_error;
@@ -7,6 +8,7 @@ use crate::session::{protocol, IpmiSession};
 use crate::transport::Transport;
 use async_trait::async_trait;
 use bmcfleet_provider::{Ctx, Inventory, Result};
+use bmcfleet_schema::components::Fru;
 use bmcfleet_schema::{Inventory as InventoryData, PowerState};
 
 impl<T: Transport> IpmiSession<T> {
@@ -56,16 +58,17 @@ impl<T: Transport> IpmiSession<T> {
         Ok(out)
     }
 
-    /// Board and product info of FRU device 0, as name/value pairs and the
-    /// parsed areas. A BMC without FRU data yields nothing.
+    /// Chassis, board and product info of FRU device 0 (a problem with one
+    /// area is noted in `extra` as `fru_error`). A BMC without FRU data
+    /// yields nothing.
     async fn fru_info(
         &mut self,
         ctx: &Ctx,
         extra: &mut Vec<(String, String)>,
-    ) -> Result<(Option<fru::BoardInfo>, Option<fru::ProductInfo>)> {
+    ) -> Result<Option<Fru>> {
         let info = self.send(ctx, &cmd::GET_FRU_INFO, vec![0]).await?;
         if info.cc != 0 || info.data.len() < 3 {
-            return Ok((None, None));
+            return Ok(None);
         }
         let size = usize::from(u16::from_le_bytes([info.data[0], info.data[1]]));
         let words = info.data[2] & 0x01 != 0;
@@ -73,12 +76,11 @@ impl<T: Transport> IpmiSession<T> {
             Ok(h) => h,
             Err(e) => {
                 extra.push(("fru_error".into(), e));
-                return Ok((None, None));
+                return Ok(None);
             }
         };
-        let mut board = None;
-        let mut product = None;
-        for (offset, is_board) in [(header.board, true), (header.product, false)] {
+        let mut out = Fru::default();
+        for (offset, area_kind) in [(header.chassis, 0), (header.board, 1), (header.product, 2)] {
             let Some(offset) = offset.filter(|o| o + 2 <= size) else {
                 continue;
             };
@@ -94,16 +96,32 @@ impl<T: Transport> IpmiSession<T> {
                 }
             };
             let area = self.read_fru(ctx, offset, len, words).await?;
-            let parsed = if is_board {
-                fru::parse_board(&area).map(|b| board = Some(b))
-            } else {
-                fru::parse_product(&area).map(|p| product = Some(p))
+            let parsed = match area_kind {
+                0 => fru::parse_chassis(&area).map(|c| {
+                    out.chassis_type = c.kind;
+                    out.chassis_part_number = c.part_number;
+                    out.chassis_serial = c.serial;
+                }),
+                1 => fru::parse_board(&area).map(|b| {
+                    out.board_manufacturer = b.manufacturer;
+                    out.board_product = b.product;
+                    out.board_serial = b.serial;
+                    out.board_part_number = b.part_number;
+                }),
+                _ => fru::parse_product(&area).map(|p| {
+                    out.product_manufacturer = p.manufacturer;
+                    out.product_name = p.name;
+                    out.product_part_number = p.part_number;
+                    out.product_version = p.version;
+                    out.product_serial = p.serial;
+                    out.asset_tag = p.asset_tag;
+                }),
             };
             if let Err(e) = parsed {
                 extra.push(("fru_error".into(), e));
             }
         }
-        Ok((board, product))
+        Ok((out != Fru::default()).then_some(out))
     }
 }
 
@@ -111,7 +129,7 @@ impl<T: Transport> IpmiSession<T> {
 impl<T: Transport> Inventory for IpmiSession<T> {
     /// Get Device ID (app 0x01), Get Chassis Status (chassis 0x01), and FRU
     /// device 0 via Get FRU Inventory Area Info (storage 0x10) and Read FRU
-    /// Data (storage 0x11): board and product info areas. Chassis status and
+    /// Data (storage 0x11): chassis, board and product info areas. Chassis status and
     /// FRU are optional: a BMC that refuses them still yields an inventory.
     async fn inventory(&mut self, ctx: &Ctx) -> Result<InventoryData> {
         let data = self.exec(ctx, &cmd::GET_DEVICE_ID, vec![]).await?;
@@ -154,33 +172,23 @@ impl<T: Transport> Inventory for IpmiSession<T> {
             extra.push(("chassis_intrusion".into(), (s.misc & 0x01 != 0).to_string()));
         }
 
-        let (board, product) = if device.fru_inventory_support {
+        let fru = if device.fru_inventory_support {
             self.fru_info(ctx, &mut extra).await?
         } else {
-            (None, None)
+            None
         };
-        let board = board.unwrap_or_default();
-        let product = product.unwrap_or_default();
-        for (key, value) in [
-            ("board_manufacturer", &board.manufacturer),
-            ("board_product", &board.product),
-            ("board_serial", &board.serial),
-            ("board_part_number", &board.part_number),
-            ("product_part_number", &product.part_number),
-            ("product_version", &product.version),
-            ("asset_tag", &product.asset_tag),
-        ] {
-            if let Some(v) = value {
-                extra.push((key.into(), v.clone()));
-            }
-        }
-        Ok(InventoryData {
-            manufacturer: product.manufacturer.or(board.manufacturer),
-            model: product.name.or(board.product),
-            serial: product.serial.or(board.serial),
+        let f = fru.clone().unwrap_or_default();
+        let mut inv = InventoryData {
+            manufacturer: f.product_manufacturer.or(f.board_manufacturer),
+            model: f.product_name.or(f.board_product),
+            serial: f.product_serial.or(f.board_serial),
             firmware_version: cmd::firmware_revision(&data),
             power_state,
             extra,
-        })
+            fru,
+            ..Default::default()
+        };
+        bmcfleet_schema::components::bound(&mut inv);
+        Ok(inv)
     }
 }

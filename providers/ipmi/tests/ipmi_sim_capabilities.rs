@@ -309,15 +309,34 @@ async fn inventory_matches_emu_fru_and_ipmitool() {
     assert_eq!(inv.serial.as_deref(), Some("PRD-0001"));
     assert_eq!(inv.power_state, Some(PowerState::On));
     let extra = |k: &str| inv.extra.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
-    assert_eq!(extra("board_serial"), Some("BRD-0001"));
-    assert_eq!(extra("board_part_number"), Some("PN-BRD-42"));
-    assert_eq!(extra("product_version"), Some("1.0"));
+    let fru = inv.fru.clone().expect("typed FRU");
+    assert_eq!(fru.board_serial.as_deref(), Some("BRD-0001"));
+    assert_eq!(fru.board_part_number.as_deref(), Some("PN-BRD-42"));
+    assert_eq!(fru.product_version.as_deref(), Some("1.0"));
+    assert_eq!(fru.chassis_type.as_deref(), Some("Rack Mount Chassis"));
+    assert_eq!(fru.chassis_serial.as_deref(), Some("CH-0001"));
 
     let mc = sim.ipmitool(&["mc", "info"]).unwrap();
     assert_eq!(inv.firmware_version, field(&mc, "Firmware Revision"));
     assert_eq!(extra("manufacturer_id").map(str::to_owned), field(&mc, "Manufacturer ID"));
     assert_eq!(extra("ipmi_version").map(str::to_owned), field(&mc, "IPMI Version"));
-    let fru = sim.ipmitool(&["fru", "print", "0"]).unwrap();
-    assert_eq!(field(&fru, "Product Name").as_deref(), inv.model.as_deref());
-    assert_eq!(field(&fru, "Board Serial").as_deref(), extra("board_serial"));
+    // Every FRU field as ipmitool reads it from the same simulator.
+    let printed = sim.ipmitool(&["fru", "print", "0"]).unwrap();
+    assert_eq!(field(&printed, "Product Name").as_deref(), inv.model.as_deref());
+    for (label, ours) in [
+        ("Chassis Type", &fru.chassis_type),
+        ("Chassis Part Number", &fru.chassis_part_number),
+        ("Chassis Serial", &fru.chassis_serial),
+        ("Board Mfg", &fru.board_manufacturer),
+        ("Board Product", &fru.board_product),
+        ("Board Serial", &fru.board_serial),
+        ("Board Part Number", &fru.board_part_number),
+        ("Product Manufacturer", &fru.product_manufacturer),
+        ("Product Name", &fru.product_name),
+        ("Product Part Number", &fru.product_part_number),
+        ("Product Version", &fru.product_version),
+        ("Product Serial", &fru.product_serial),
+    ] {
+        assert_eq!(field(&printed, label).as_ref(), ours.as_ref(), "{label}:\n{printed}");
+    }
 }

@@ -229,7 +229,7 @@ async fn inventory_reads_device_id_chassis_and_fru() {
     assert_eq!(inv.serial.as_deref(), Some("SP-1"));
     assert_eq!(inv.firmware_version.as_deref(), Some("2.45"));
     assert_eq!(inv.power_state, Some(PowerState::Off));
-    assert!(inv.extra.contains(&("asset_tag".into(), "TAG-7".into())));
+    assert_eq!(inv.fru.as_ref().and_then(|f| f.asset_tag.as_deref()), Some("TAG-7"));
     assert!(inv.extra.contains(&("power_restore_policy".into(), "previous".into())));
 }
 

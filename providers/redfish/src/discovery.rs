@@ -109,6 +109,8 @@ pub(crate) struct RootInfo {
     pub systems: Option<String>,
     pub managers: Option<String>,
     pub account_service: Option<String>,
+    pub chassis: Option<String>,
+    pub update_service: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -147,6 +149,8 @@ impl RootInfo {
             systems: link(root, "Systems"),
             managers: link(root, "Managers"),
             account_service: link(root, "AccountService"),
+            chassis: link(root, "Chassis"),
+            update_service: link(root, "UpdateService"),
         }
     }
 }

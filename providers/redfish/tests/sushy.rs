@@ -216,6 +216,14 @@ async fn inventory_reads_system_and_manager() {
     assert_eq!(inv.firmware_version.as_deref(), Some("1.00"));
     assert_eq!(inv.power_state, Some(PowerState::Off));
     assert!(inv.extra.iter().any(|(k, v)| k == "uuid" && v == &emu.systems()[0].uuid), "{:?}", inv.extra);
+    // Components, as the fake driver serves them (sushy-tools 2.2.0): the
+    // system's EthernetInterfaces (the configured NIC); Memory and the
+    // UpdateService's FirmwareInventory are linked but answer 404 (no
+    // components); Storage is linked but answers 500 (drives unread).
+    let macs: Vec<&str> = inv.nics.iter().flat_map(|n| n.mac_addresses.iter().map(String::as_str)).collect();
+    assert_eq!(macs, ["00:5c:52:31:3a:9c"], "{:?}", inv.nics);
+    assert!(inv.memory.is_empty() && inv.firmware.is_empty() && inv.processors.is_empty() && inv.power_supplies.is_empty(), "{inv:?}");
+    assert_eq!(inv.unread, [bmcfleet_schema::components::Section::Drives], "{inv:?}");
 }
 
 #[tokio::test]
