@@ -264,3 +264,30 @@ async fn a_thousand_sessions_at_once_share_two_sockets_without_head_of_line_bloc
     assert_eq!(slow_call.await.unwrap().unwrap(), Some(PowerState::Off));
     drop(sessions);
 }
+
+#[tokio::test]
+async fn a_rakp_2_superseded_by_a_crossed_retransmit_is_handshaken_again_once() {
+    let f = fleet(LanConfig::default());
+    let bmc = f.bmc(0);
+    // The BMC replaces the random of the RAKP 2 we use (as when our
+    // retransmitted RAKP 1 crossed its first reply): RAKP 3 is refused
+    // with 0x0F though the password is right. One fresh handshake heals it.
+    bmc.faults().superseded_rakp2 = 1;
+    let mut s = open(&connector(), bmc, &admin()).await;
+    assert_eq!(status(&mut s).await.unwrap(), Some(PowerState::Off));
+    assert_eq!(bmc.stats().open_session_requests, 2, "the whole handshake again");
+    assert_eq!(bmc.stats().handshakes, 1);
+
+    // Twice in a row is a failure (no loop against a BMC that always refuses).
+    let g = fleet(LanConfig::default());
+    let bmc = g.bmc(0);
+    bmc.faults().superseded_rakp2 = 2;
+    let c = connector();
+    let e = match c.open(&ctx(), &target(bmc), &admin()).await {
+        Ok(mut s) => status(&mut s).await.unwrap_err(),
+        Err(e) => e,
+    };
+    assert_eq!(e.code, ErrorCode::AuthFailed, "{e}");
+    assert!(e.message.contains("RAKP 3"), "{e}");
+    assert_eq!(bmc.stats().open_session_requests, 2);
+}

@@ -343,6 +343,11 @@ enum Handshake {
     SuiteRefused(String),
     /// RAKP 2 "unauthorized name": no user entry for this lookup.
     UnknownName(String),
+    /// RAKP 3 refused for its integrity check although RAKP 2 proved that
+    /// both sides share the password: the BMC answered a retransmitted
+    /// RAKP 1 with another random than the reply we used (a reply that
+    /// crossed a retransmit). A fresh handshake may succeed.
+    Superseded(TransportError),
     Failed(TransportError),
 }
 
@@ -424,8 +429,8 @@ impl Engine {
             // share a name); a BMC that finds no entry for that pair
             // ("unauthorized name") is asked again with name-only lookup,
             // where any user whose limit reaches the privilege qualifies.
-            let attempt = match self.handshake(suite, false, deadline).await {
-                Err(Handshake::UnknownName(_)) => self.handshake(suite, true, deadline).await,
+            let attempt = match self.handshake_anew(suite, false, deadline).await {
+                Err(Handshake::UnknownName(_)) => self.handshake_anew(suite, true, deadline).await,
                 other => other,
             };
             match attempt {
@@ -445,7 +450,7 @@ impl Engine {
                     tracing::debug!(bmc = %self.peer, suite = suite.id(), why, "Cipher suite refused; trying the next.");
                     refusals.push(format!("{suite}: {why}"));
                 }
-                Err(Handshake::Failed(e)) => return Err(e),
+                Err(Handshake::Failed(e) | Handshake::Superseded(e)) => return Err(e),
                 Err(Handshake::UnknownName(why)) => {
                     return Err(self.error(TransportErrorKind::AuthFailed, format!("the BMC does not know this user name ({why})")))
                 }
@@ -499,6 +504,21 @@ impl Engine {
             Some(why) => self.error(TransportErrorKind::Protocol, format!("no valid answer during the RMCP+ handshake (the BMC's last: {why})")),
             None => self.error(TransportErrorKind::Unreachable, "the BMC stopped answering during the RMCP+ handshake"),
         })
+    }
+
+    /// A handshake, and a second one from Open Session when the first was
+    /// [`Handshake::Superseded`] (a second such refusal is a failure).
+    async fn handshake_anew(&mut self, suite: CipherSuite, name_only: bool, deadline: Instant) -> Result<Session, Handshake> {
+        match self.handshake(suite, name_only, deadline).await {
+            Err(Handshake::Superseded(e)) => {
+                tracing::debug!(bmc = %self.peer, error = %e, "RAKP 3 refused after a verified RAKP 2; handshaking again.");
+                match self.handshake(suite, name_only, deadline).await {
+                    Err(Handshake::Superseded(e)) => Err(Handshake::Failed(e)),
+                    other => other,
+                }
+            }
+            other => other,
+        }
     }
 
     async fn handshake(&mut self, suite: CipherSuite, name_only: bool, deadline: Instant) -> Result<Session, Handshake> {
@@ -588,10 +608,11 @@ impl Engine {
         let icv = match rakp4 {
             Ok(icv) => icv,
             Err(status) => {
-                return Err(Handshake::Failed(self.error(
+                let e = self.error(
                     TransportErrorKind::AuthFailed,
                     format!("the BMC rejected our RAKP 3 proof (status 0x{status:02X}, {})", rmcp_status(status)),
-                )))
+                );
+                return Err(if status == 0x0F { Handshake::Superseded(e) } else { Handshake::Failed(e) });
             }
         };
         if icv.len() != suite.rakp4_icv_len() || !hash.verify(&sik, &[&rm, &sids.1, &guid], &icv) {

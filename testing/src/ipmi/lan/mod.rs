@@ -182,6 +182,10 @@ pub struct LanFaults {
     pub wrong_session_id: u32,
     /// Suites refused at Open Session (status 0x11) although offered.
     pub refused_suites: Vec<u8>,
+    /// The next N RAKP 2 replies carry a managed-system random that the BMC
+    /// then replaces, as when a retransmitted RAKP 1 crossed the first
+    /// reply: the console's RAKP 3 proof no longer matches (status 0x0F).
+    pub superseded_rakp2: u32,
 }
 
 /// What a BMC has seen, for assertions.

@@ -119,6 +119,8 @@ struct Reply {
 struct Pending {
     wrong_sid: bool,
     refused_suites: Vec<u8>,
+    /// This RAKP 1's reply carries a random the BMC then replaces.
+    supersede_rakp2: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -183,9 +185,15 @@ impl Bmc {
             }
             let opening =
                 matches!(&datagram, Some(Datagram::Rmcpp(p)) if p.payload_type == wire::PAYLOAD_OPEN_SESSION_REQUEST);
+            let rakp1 = matches!(&datagram, Some(Datagram::Rmcpp(p)) if p.payload_type == wire::PAYLOAD_RAKP1);
+            let supersede_rakp2 = rakp1 && f.superseded_rakp2 > 0;
+            if supersede_rakp2 {
+                f.superseded_rakp2 -= 1;
+            }
             Pending {
                 wrong_sid: f.wrong_session_id > 0,
                 refused_suites: if opening { f.refused_suites.clone() } else { Vec::new() },
+                supersede_rakp2,
             }
         };
         let (reply, latency) = {
@@ -243,7 +251,7 @@ impl Bmc {
                 }
                 wire::PAYLOAD_IPMI => self.in_session(core, &p, now, f.wrong_sid),
                 wire::PAYLOAD_OPEN_SESSION_REQUEST => self.open_session(core, &p, peer, now, f),
-                wire::PAYLOAD_RAKP1 => self.rakp1(core, &p, now, f.wrong_sid),
+                wire::PAYLOAD_RAKP1 => self.rakp1(core, &p, now, f.wrong_sid, f.supersede_rakp2),
                 wire::PAYLOAD_RAKP3 => self.rakp3(core, &p, now, f.wrong_sid),
                 _ => None,
             },
@@ -379,7 +387,7 @@ impl Bmc {
 
     /// RAKP Message 1 → 2 (§13.20, §13.21): user lookup, role checks,
     /// managed system random number and key exchange authentication code.
-    fn rakp1(&self, core: &mut Core, p: &Rmcpp<'_>, now: Instant, wrong_sid: bool) -> Option<Reply> {
+    fn rakp1(&self, core: &mut Core, p: &Rmcpp<'_>, now: Instant, wrong_sid: bool, supersede: bool) -> Option<Reply> {
         if p.session_id != 0 || p.authenticated || p.encrypted || !p.has_no_trailer() {
             return None;
         }
@@ -445,6 +453,12 @@ impl Bmc {
         payload.extend_from_slice(&rc);
         payload.extend_from_slice(&self.guid);
         payload.extend_from_slice(code.as_slice());
+        let mut hs = hs;
+        if supersede {
+            // A retransmitted RAKP 1 that crossed this reply would have
+            // replaced the random the console is about to prove.
+            crypto::random(&mut hs.rc);
+        }
         let session = core.sessions.get_mut(sidc)?;
         session.phase = Phase::Rakp2Sent(Box::new(hs));
         session.last_activity = now;
