@@ -93,6 +93,10 @@ pub fn event(ev: &Event) {
             if result.is_ok() { "ok" } else { "failed" },
             result.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
         ),
+        EventKind::ActionProgress { index, action, percent, state } => {
+            let pct = percent.map(|p| format!("{p}%")).unwrap_or_else(|| "?%".into());
+            println!("{} #{index} {action} {pct} {}", ev.batch, state.as_deref().unwrap_or("-"))
+        }
         EventKind::BatchFinished { result: r } => result(r),
     }
 }
