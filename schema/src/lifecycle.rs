@@ -89,17 +89,17 @@ impl BatchStatus {
     /// The request that starts action `index`'s BMC task is about to leave
     /// (written, CAS, before it is sent).
     pub fn task_requested(&mut self, index: u32) {
-        self.task = Some(TaskRecord { index, requested: true, uri: None });
+        self.task = Some(Box::new(TaskRecord { index, requested: true, uri: None }));
     }
 
     /// The BMC named action `index`'s task.
     pub fn task_started(&mut self, index: u32, uri: &str) {
-        self.task = Some(TaskRecord { index, requested: true, uri: Some(uri.to_owned()) });
+        self.task = Some(Box::new(TaskRecord { index, requested: true, uri: Some(uri.to_owned()) }));
     }
 
     /// What a worker about to run action `index` must do about its BMC task.
     pub fn task_resume(&self, index: u32) -> TaskResume {
-        match &self.task {
+        match self.task.as_deref() {
             Some(TaskRecord { index: i, uri: Some(uri), .. }) if *i == index => TaskResume::Watch(uri.clone()),
             Some(TaskRecord { index: i, requested: true, .. }) if *i == index => TaskResume::Find,
             _ => TaskResume::Fresh,

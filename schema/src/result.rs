@@ -350,7 +350,7 @@ pub struct BatchStatus {
     /// A long-running BMC task an action started (a firmware update): what
     /// the next owner needs to watch it instead of starting it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<TaskRecord>,
+    pub task: Option<Box<TaskRecord>>,
     #[serde(default)]
     pub cancel_requested: bool,
     /// The kinds ([`crate::Action::kind`]) of the batch's actions, in order.

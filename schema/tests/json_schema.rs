@@ -451,7 +451,7 @@ fn batch_status(state: BatchState, full: bool) -> BatchStatus {
         state,
         results: if full { every_result() } else { vec![] },
         in_progress: full.then_some(3),
-        task: full.then(|| TaskRecord { index: 3, requested: true, uri: Some("/redfish/v1/TaskService/TaskMonitors/7".into()) }),
+        task: full.then(|| Box::new(TaskRecord { index: 3, requested: true, uri: Some("/redfish/v1/TaskService/TaskMonitors/7".into()) })),
         cancel_requested: full,
         actions: vec!["power_on".into(), "boot_device".into()],
         stream_sequence: full.then_some(12),

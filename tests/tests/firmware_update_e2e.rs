@@ -206,7 +206,7 @@ async fn an_update_whose_task_cannot_be_found_is_interrupted_never_requested_aga
     let js = async_nats::jetstream::new(stack.producer.client.clone());
     let kv = js.get_key_value(stack.topology.subjects().batches_bucket()).await.unwrap();
     let s = bmcfleet_common::status::load(&kv, &id).await.unwrap().unwrap().status;
-    assert_eq!(s.task, Some(TaskRecord { index: 0, requested: true, uri: None }), "{s:#?}");
+    assert_eq!(s.task.as_deref(), Some(&TaskRecord { index: 0, requested: true, uri: None }), "{s:#?}");
     let killed = kill(&mut stack, s.worker.as_deref().unwrap());
     let results = wait_final_statuses(&stack.producer.client, &stack.topology.subjects(), &[id], Duration::from_secs(90)).await;
     let r = &results[&id];
