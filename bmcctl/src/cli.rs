@@ -114,6 +114,14 @@ pub enum Command {
         #[command(subcommand)]
         op: SecureBootCmd,
     },
+    /// Firmware (Redfish UpdateService): update from an image URL the BMC
+    /// fetches, watched to the end with its percentage (give a long
+    /// --deadline). Refused unless gateway and worker run with
+    /// --allow-firmware-update for the machine's tenant.
+    Firmware {
+        #[command(subcommand)]
+        op: FirmwareCmd,
+    },
     /// The BMC's user accounts: list, create, update, delete.
     User {
         #[command(subcommand)]
@@ -708,6 +716,27 @@ fn bios_attribute(s: &str) -> Result<(String, serde_json::Value), String> {
         _ => v.parse::<i64>().map(serde_json::Value::from).unwrap_or_else(|_| serde_json::Value::String(v.to_owned())),
     };
     Ok((k.trim().to_owned(), value))
+}
+
+/// `bmcctl firmware ...`.
+#[derive(Subcommand, Debug)]
+pub enum FirmwareCmd {
+    /// `SimpleUpdate`: the BMC fetches the image from --image (a URL with
+    /// credentials or a query is sealed to the workers like a media URL).
+    Update {
+        /// Where the BMC fetches the image (http, https, ftp, sftp, scp, tftp, nfs, cifs).
+        #[arg(long)]
+        image: String,
+        /// A firmware inventory item to update (`/redfish/v1/UpdateService/FirmwareInventory/...`); repeat for several.
+        #[arg(long = "component")]
+        components: Vec<String>,
+        #[arg(long, value_enum)]
+        transfer_protocol: Option<bmcfleet_schema::TransferProtocol>,
+        #[arg(long, value_enum)]
+        apply_time: Option<bmcfleet_schema::UpdateApplyTime>,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 /// `bmcctl secure-boot ...`.

@@ -79,6 +79,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Sensors { .. }
         | Command::Bios { .. }
         | Command::SecureBoot { .. }
+        | Command::Firmware { .. }
         | Command::User { .. }
         | Command::BmcReset { .. }
         | Command::Network { .. }

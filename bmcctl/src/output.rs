@@ -265,6 +265,10 @@ pub fn event_text(ev: &Event, wide: bool) -> String {
             if result.is_ok() { "ok" } else { "failed" },
             result.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
         ),
+        EventKind::ActionProgress { index, action, percent, state } => {
+            let pct = percent.map(|p| format!("{p}%")).unwrap_or_else(|| "?%".into());
+            format!("{} #{index} {action} {pct} {}\n", ev.batch, state.as_deref().unwrap_or("-"))
+        }
         EventKind::BatchFinished { result: r } => result_text(r, wide),
     };
     if wide {

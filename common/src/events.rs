@@ -10,15 +10,23 @@ pub fn kind_name(kind: &EventKind) -> &'static str {
     match kind {
         EventKind::ActionStarted { .. } => "action_started",
         EventKind::ActionFinished { .. } => "action_finished",
+        EventKind::ActionProgress { .. } => "action_progress",
         EventKind::BatchFinished { .. } => "batch_finished",
     }
 }
 
-/// The dedupe id of an event: one per action start/finish, one final.
+/// The dedupe id of an event: one per action start/finish, one per
+/// progress step (percentage and task state), one final.
 pub fn msg_id(event: &Event) -> String {
     match &event.event {
         EventKind::ActionStarted { index, .. } => format!("{}.{index}.started", event.batch),
         EventKind::ActionFinished { result } => format!("{}.{}.finished", event.batch, result.index),
+        EventKind::ActionProgress { index, percent, state, .. } => format!(
+            "{}.{index}.progress.{}.{}",
+            event.batch,
+            percent.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            state.as_deref().unwrap_or("-").chars().filter(char::is_ascii_alphanumeric).take(32).collect::<String>()
+        ),
         EventKind::BatchFinished { .. } => format!("{}.final", event.batch),
     }
 }

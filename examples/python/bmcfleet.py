@@ -75,6 +75,8 @@ HANDLING = {
     "cancelled": "outcome",
     "skipped": "outcome",
     "worker_exhausted": "retry",
+    "firmware_update_disabled": "operator",
+    "update_failed": "bmc",
     "internal": "operator",
 }
 

@@ -288,6 +288,7 @@ impl Gateway {
     async fn admit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>, who: &Requester) -> Result<Admission, Reply> {
         let mut batch = decode_batch(payload, enc, &self.limits).map_err(|e| Reply::Error(e.into()))?;
         let (mut target, tenant) = self.target(&mut batch, who).await?;
+        bmcfleet_schema::validate::check_firmware_updates(&batch, &tenant, &self.limits.firmware_update).map_err(|e| Reply::Error(e.into()))?;
         let wait = truthy(header(headers, WAIT_HEADER));
         let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
         let key = bmcfleet_schema::ordering_key(batch.machine.as_deref(), &target.address);

@@ -41,6 +41,12 @@ pub struct Config {
     /// (e.g. `deny ipmi:netfn=0x08; allow ipmi:*`), `default`, `off`, or `@FILE`.
     #[arg(long, env = "BMCFLEET_RAW_POLICY", default_value = "default")]
     pub raw_policy: RawPolicy,
+    /// Which tenants' batches may carry `firmware_update`: `off` (the
+    /// default: refused with `firmware_update_disabled`, nothing stored),
+    /// `all` (also a bare flag, or `true` in the environment), or tenant
+    /// names separated by commas. Workers check their own flag again.
+    #[arg(long, env = "BMCFLEET_ALLOW_FIRMWARE_UPDATE", default_value = "off", num_args = 0..=1, default_missing_value = "all")]
+    pub allow_firmware_update: bmcfleet_schema::FirmwareUpdatePolicy,
     /// Address ranges a batch may target itself instead of naming a
     /// registered machine (comma-separated CIDRs), or `off` (the default).
     /// Loopback, link-local and metadata addresses need a range listed
@@ -128,6 +134,7 @@ impl Config {
             raw_policy: self.raw_policy.clone(),
             allow_sim: self.allow_sim,
             ad_hoc: self.ad_hoc_targets.clone(),
+            firmware_update: self.allow_firmware_update.clone(),
             ..Limits::default()
         }
     }
@@ -171,6 +178,16 @@ mod tests {
         let c = Config::try_parse_from(["g", "--inline-credentials", "sealed", "--workers-public-key", &public]).unwrap();
         assert!(c.limits().allow_inline_credentials);
         assert_eq!(c.limits().sealing_key.as_deref(), Some(public.as_str()));
+    }
+
+    #[test]
+    fn firmware_update_flag() {
+        use bmcfleet_schema::FirmwareUpdatePolicy;
+        assert_eq!(Config::try_parse_from(["g"]).unwrap().limits().firmware_update, FirmwareUpdatePolicy::Off, "off by default");
+        assert_eq!(Config::try_parse_from(["g", "--allow-firmware-update"]).unwrap().allow_firmware_update, FirmwareUpdatePolicy::All, "a bare flag");
+        let some = Config::try_parse_from(["g", "--allow-firmware-update=t1,t2"]).unwrap().allow_firmware_update;
+        assert!(some.check("t2").is_ok() && some.check("t3").is_err());
+        assert!(Config::try_parse_from(["g", "--allow-firmware-update=Not_A_Tenant"]).is_err());
     }
 
     #[test]

@@ -89,7 +89,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     ready.running(true);
     tracing::info!(
         prefix = %config.service.service_prefix, partitions = config.process.topology.partitions, inline_credentials = ?config.inline_credentials,
-        workers_public_key = config.workers_public_key.as_deref().unwrap_or("-"), raw_policy = %config.raw_policy.describe(), "Gateway ready."
+        workers_public_key = config.workers_public_key.as_deref().unwrap_or("-"), raw_policy = %config.raw_policy.describe(),
+        firmware_update = %config.allow_firmware_update.describe(), "Gateway ready."
     );
 
     let budgets = budget::Budgets::new(

@@ -25,8 +25,8 @@ pub mod capability;
 pub mod tls;
 
 pub use capability::{
-    capabilities, perform, ActionExecutor, Applies, Bios, BmcReset, BmcSession, BootControl, Capability, EventLog, Inventory, NetworkSource, Power, Raw,
-    SecureBoot, Sensors, Users, VirtualMedia,
+    capabilities, perform, ActionExecutor, Applies, Bios, BmcReset, BmcSession, BootControl, Capability, EventLog, FirmwareUpdate, Inventory,
+    NetworkSource, Power, Raw, SecureBoot, Sensors, Started, Users, VirtualMedia,
 };
 
 use async_trait::async_trait;
@@ -159,6 +159,24 @@ pub trait SendGate: Send + Sync + fmt::Debug {
     fn holds(&self) -> bool;
 }
 
+/// Where an action that starts a long-running BMC task
+/// ([`bmcfleet_schema::Action::watches_task`]: a firmware update) records
+/// it. The worker's implementation writes the batch's status record (CAS,
+/// fenced) before returning, so that a worker taking the batch over
+/// watches the task instead of starting a second one.
+#[async_trait]
+pub trait TaskLog: Send + Sync + fmt::Debug {
+    /// What an earlier owner of the batch recorded for this action.
+    fn resume(&self) -> bmcfleet_schema::TaskResume;
+    /// The request that starts the task is about to leave: recorded
+    /// durably first. `Err`: send nothing and return it.
+    async fn requesting(&self) -> Result<()>;
+    /// The BMC named its task: recorded durably. `Err`: stop (the lease is lost).
+    async fn started(&self, task: &str) -> Result<()>;
+    /// The task's progress (an event; best effort, never waits).
+    fn progress(&self, percent: Option<u8>, state: Option<&str>);
+}
+
 /// Per-call context. Build it with [`Ctx::new`] / [`Ctx::with_timeout`]
 /// (fields may be added).
 #[derive(Clone, Debug)]
@@ -180,6 +198,9 @@ pub struct Ctx {
     /// Whether requests made with this context are the action's own
     /// (after [`Ctx::for_attempt`]) rather than session set-up.
     for_action: bool,
+    /// Where a long-running BMC task is recorded (the worker's status
+    /// record); none outside the worker: nothing is recorded.
+    tasks: Option<std::sync::Arc<dyn TaskLog>>,
     /// How long a power change may take to show (the worker's
     /// `--power-settle-timeout`, or an action's own `settle`); `None`: the
     /// provider's default, and for a soft off the action's deadline.
@@ -198,7 +219,7 @@ pub struct CallInfo {
 
 impl Ctx {
     pub fn new(deadline: Instant) -> Self {
-        Ctx { deadline, call: None, sent: Default::default(), gate: None, for_action: false, settle: None }
+        Ctx { deadline, call: None, sent: Default::default(), gate: None, for_action: false, tasks: None, settle: None }
     }
 
     /// The same deadline, call and gate, with nothing sent yet: one attempt
@@ -211,6 +232,7 @@ impl Ctx {
             sent: Default::default(),
             gate: self.gate.clone(),
             for_action: true,
+            tasks: self.tasks.clone(),
             settle: self.settle,
         }
     }
@@ -219,6 +241,17 @@ impl Ctx {
     /// logout) and must ask [`SendGate::holds`] first.
     pub fn send_gate(&self) -> Option<std::sync::Arc<dyn SendGate>> {
         self.gate.clone()
+    }
+
+    /// Record long-running BMC tasks in `log`.
+    pub fn with_tasks(mut self, log: std::sync::Arc<dyn TaskLog>) -> Self {
+        self.tasks = Some(log);
+        self
+    }
+
+    /// The task log, if the caller keeps one.
+    pub fn tasks(&self) -> Option<&dyn TaskLog> {
+        self.tasks.as_deref()
     }
 
     /// Check every request against `gate` before it leaves.

@@ -402,6 +402,141 @@ pub enum Action {
     SecureBootSet(SecureBootSet),
     /// `{"secure_boot_reset_keys": "reset_all_keys_to_default"}` (destructive).
     SecureBootResetKeys(SecureBootResetKeys),
+    /// Update firmware through the BMC's update service (Redfish
+    /// `UpdateService.SimpleUpdate`), watched through the BMC's task until
+    /// it ends: `{"firmware_update": {"image_uri":
+    /// "https://repo.example/bios-2.1.bin", "targets":
+    /// ["/redfish/v1/UpdateService/FirmwareInventory/BIOS"]}}`. Refused
+    /// unless the operator allows firmware updates for the batch's tenant
+    /// (`--allow-firmware-update` on gateway and worker). Not idempotent:
+    /// a worker that takes the batch over watches the task its predecessor
+    /// started and never starts a second update.
+    FirmwareUpdate(FirmwareUpdate),
+}
+
+/// A firmware update (Redfish `UpdateService.SimpleUpdate` parameters).
+/// The BMC fetches the image itself from `image_uri`: the worker never
+/// does. A URI with user info or a query string is a secret like a media
+/// URL: sealed before it is stored, hidden in logs, scrubbed from messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FirmwareUpdate {
+    /// Where the BMC fetches the image (`ImageURI`).
+    pub image_uri: String,
+    /// The firmware inventory items to update (`Targets`: resource paths on
+    /// the BMC, `/redfish/v1/...`); none: the BMC decides from the image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
+    /// How the BMC fetches the image (`TransferProtocol`); none: the
+    /// image URI's scheme says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_protocol: Option<TransferProtocol>,
+    /// When the BMC applies the update (`@Redfish.OperationApplyTime`);
+    /// none: the BMC's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_time: Option<UpdateApplyTime>,
+}
+
+/// Most `targets` one update may name.
+pub const MAX_FIRMWARE_TARGETS: usize = 16;
+/// Longest `image_uri`.
+pub const MAX_IMAGE_URI: usize = 2048;
+
+impl FirmwareUpdate {
+    /// Checks what the gateway accepts (and the worker before sending).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.image_uri.len() > MAX_IMAGE_URI || self.image_uri.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(format!("firmware_update.image_uri: at most {MAX_IMAGE_URI} characters, no spaces or control characters"));
+        }
+        let u = url::Url::parse(&self.image_uri).map_err(|e| format!("firmware_update.image_uri is not a URL: {e}"))?;
+        if TransferProtocol::from_scheme(u.scheme()).is_none() {
+            return Err(format!("firmware_update.image_uri: scheme `{}` is not one a BMC fetches from (http, https, ftp, sftp, scp, tftp, nfs, cifs)", u.scheme()));
+        }
+        if u.host_str().is_none_or(str::is_empty) {
+            return Err("firmware_update.image_uri names no host".into());
+        }
+        if self.targets.len() > MAX_FIRMWARE_TARGETS {
+            return Err(format!("firmware_update.targets: at most {MAX_FIRMWARE_TARGETS}"));
+        }
+        for t in &self.targets {
+            match crate::raw_policy::canonical_redfish_path(t) {
+                Ok(c) if c == *t && !t.contains('?') && t.len() <= 512 => {}
+                _ => return Err(format!("firmware_update.targets: {t:?} is not a plain resource path under /redfish/v1 (canonical, no query, at most 512 bytes)")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a BMC fetches an update image (Redfish `TransferProtocolType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum TransferProtocol {
+    Http,
+    Https,
+    Ftp,
+    Sftp,
+    Scp,
+    Tftp,
+    Nfs,
+    Cifs,
+}
+
+impl TransferProtocol {
+    /// The Redfish name.
+    pub fn redfish(self) -> &'static str {
+        match self {
+            TransferProtocol::Http => "HTTP",
+            TransferProtocol::Https => "HTTPS",
+            TransferProtocol::Ftp => "FTP",
+            TransferProtocol::Sftp => "SFTP",
+            TransferProtocol::Scp => "SCP",
+            TransferProtocol::Tftp => "TFTP",
+            TransferProtocol::Nfs => "NFS",
+            TransferProtocol::Cifs => "CIFS",
+        }
+    }
+
+    /// The protocol a URI scheme names.
+    pub fn from_scheme(scheme: &str) -> Option<TransferProtocol> {
+        Some(match scheme.to_ascii_lowercase().as_str() {
+            "http" => TransferProtocol::Http,
+            "https" => TransferProtocol::Https,
+            "ftp" => TransferProtocol::Ftp,
+            "sftp" => TransferProtocol::Sftp,
+            "scp" => TransferProtocol::Scp,
+            "tftp" => TransferProtocol::Tftp,
+            "nfs" => TransferProtocol::Nfs,
+            "cifs" | "smb" => TransferProtocol::Cifs,
+            _ => return None,
+        })
+    }
+}
+
+/// When a BMC applies an update (Redfish `OperationApplyTime`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum UpdateApplyTime {
+    Immediate,
+    OnReset,
+    AtMaintenanceWindowStart,
+    InMaintenanceWindowOnReset,
+    OnStartUpdateRequest,
+}
+
+impl UpdateApplyTime {
+    /// The Redfish name.
+    pub fn redfish(self) -> &'static str {
+        match self {
+            UpdateApplyTime::Immediate => "Immediate",
+            UpdateApplyTime::OnReset => "OnReset",
+            UpdateApplyTime::AtMaintenanceWindowStart => "AtMaintenanceWindowStart",
+            UpdateApplyTime::InMaintenanceWindowOnReset => "InMaintenanceWindowOnReset",
+            UpdateApplyTime::OnStartUpdateRequest => "OnStartUpdateRequest",
+        }
+    }
 }
 
 /// BIOS attributes to set, by their registry names; values are strings,
@@ -574,6 +709,13 @@ impl Action {
             Action::BiosSet(b) => format!("attributes={}", b.attributes.keys().cloned().collect::<Vec<_>>().join(",")),
             Action::SecureBootSet(s) => format!("enabled={}", s.enabled),
             Action::SecureBootResetKeys(k) => format!("{k:?}"),
+            Action::FirmwareUpdate(u) => format!(
+                "{} targets={} protocol={} apply_time={}",
+                loggable_url(&u.image_uri),
+                if u.targets.is_empty() { "-".into() } else { u.targets.join(",") },
+                u.transfer_protocol.map(|p| p.redfish()).unwrap_or("-"),
+                u.apply_time.map(|a| a.redfish()).unwrap_or("-")
+            ),
             Action::EventLog(EventLogOp::Read { limit, offset }) => {
                 format!("read limit={} offset={offset}", limit.map(|l| l.to_string()).unwrap_or_else(|| "-".into()))
             }
@@ -632,6 +774,7 @@ impl Action {
             Action::SecureBootGet => "secure_boot_get",
             Action::SecureBootSet(_) => "secure_boot_set",
             Action::SecureBootResetKeys(_) => "secure_boot_reset_keys",
+            Action::FirmwareUpdate(_) => "firmware_update",
         }
     }
 
@@ -651,8 +794,18 @@ impl Action {
             Action::User(op) => matches!(op, UserOp::List | UserOp::Update(_) | UserOp::Delete { .. }),
             Action::NetworkSource(_) => true,
             Action::VirtualMedia(_) => true,
-            Action::BmcReset(_) | Action::Raw(_) => false,
+            // A second update request starts a second update: a new owner
+            // watches the first one's task instead (see `watches_task`).
+            Action::BmcReset(_) | Action::Raw(_) | Action::FirmwareUpdate(_) => false,
         }
+    }
+
+    /// Whether the action starts a long-running task on the BMC that the
+    /// worker records (the request, then the task's URI) so that a worker
+    /// taking the batch over watches that task instead of starting another
+    /// (or reports `interrupted` when it cannot find it).
+    pub fn watches_task(&self) -> bool {
+        matches!(self, Action::FirmwareUpdate(_))
     }
 
     /// Whether the action destroys data on the BMC that cannot be had back
@@ -933,7 +1086,7 @@ pub struct SealedParam {
 pub enum ParamField {
     /// `user.create.password` or `user.update.password`.
     Password,
-    /// `virtual_media.insert.url`.
+    /// `virtual_media.insert.url` or `firmware_update.image_uri`.
     Url,
 }
 
@@ -953,7 +1106,7 @@ impl Action {
         match self {
             Action::User(UserOp::Create(u)) => Some((ParamField::Password, u.password.expose().to_owned())),
             Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })) => Some((ParamField::Password, p.expose().to_owned())),
-            Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) => {
+            Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) | Action::FirmwareUpdate(FirmwareUpdate { image_uri: url, .. }) => {
                 let u = url::Url::parse(url).ok()?;
                 (!u.username().is_empty() || u.password().is_some() || u.query().is_some()).then(|| (ParamField::Url, url.clone()))
             }
@@ -990,6 +1143,7 @@ impl Action {
             (Action::User(UserOp::Create(u)), ParamField::Password) => u.password = Secret::new(value),
             (Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })), ParamField::Password) => *p = Secret::new(value),
             (Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }), ParamField::Url) => *url = value,
+            (Action::FirmwareUpdate(u), ParamField::Url) => u.image_uri = value,
             _ => return false,
         }
         true

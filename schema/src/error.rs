@@ -97,6 +97,15 @@ pub enum ErrorCode {
     /// calling the BMC: not a BMC fault; the operator must raise the limit
     /// (retryable).
     WorkerExhausted,
+    /// A firmware update was refused without anything sent: the operator
+    /// does not allow firmware updates for the batch's tenant
+    /// (`--allow-firmware-update` of the gateway at admission, of the
+    /// worker before sending).
+    FirmwareUpdateDisabled,
+    /// The BMC's firmware update task ended without completing (`Exception`,
+    /// `Killed`, `Cancelled`, or `Completed` with a critical status); the
+    /// message carries the task's state and messages. Not retried.
+    UpdateFailed,
     /// A bug or an unexpected condition in bmcfleet itself.
     Internal,
 }
@@ -137,6 +146,8 @@ impl ErrorCode {
             ErrorCode::Cancelled => "cancelled",
             ErrorCode::Skipped => "skipped",
             ErrorCode::WorkerExhausted => "worker_exhausted",
+            ErrorCode::FirmwareUpdateDisabled => "firmware_update_disabled",
+            ErrorCode::UpdateFailed => "update_failed",
             ErrorCode::Internal => "internal",
         }
     }
@@ -149,7 +160,11 @@ impl ErrorCode {
             | ErrorCode::TooManyActions
             | ErrorCode::InvalidAddress
             | ErrorCode::InvalidField => 400,
-            ErrorCode::InlineCredentialsDisabled | ErrorCode::PermissionDenied | ErrorCode::RawNotAllowed | ErrorCode::TargetForbidden => 403,
+            ErrorCode::InlineCredentialsDisabled
+            | ErrorCode::PermissionDenied
+            | ErrorCode::RawNotAllowed
+            | ErrorCode::TargetForbidden
+            | ErrorCode::FirmwareUpdateDisabled => 403,
             ErrorCode::AuthFailed => 401,
             ErrorCode::NotFound | ErrorCode::TargetNotFound | ErrorCode::UnknownCredential | ErrorCode::MachineNotFound => 404,
             ErrorCode::Conflict => 409,

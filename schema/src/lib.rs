@@ -47,4 +47,5 @@ pub use result::*;
 pub use secret::Secret;
 pub use subject::Subjects;
 pub use raw_policy::RawPolicy;
-pub use validate::{Limits, ValidationError};
+pub use lifecycle::TaskResume;
+pub use validate::{FirmwareUpdatePolicy, Limits, ValidationError};

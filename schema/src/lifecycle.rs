@@ -11,10 +11,30 @@
 //!                         cancel on Running: cancel_requested, the worker finishes it
 //! unreadable record ──interrupted──▶ Failed (every action `interrupted`, none run again)
 //! ```
+//!
+//! An action that starts a long-running BMC task ([`crate::Action::watches_task`]:
+//! a firmware update) records, inside `Running`, first that its request may
+//! leave ([`BatchStatus::task_requested`], written before the request), then
+//! the task the BMC named ([`BatchStatus::task_started`]). A worker taking
+//! the batch over reads [`BatchStatus::task_resume`]: run it, find the task
+//! on the BMC, or watch the recorded one, but never request it again.
 
 use crate::action::Job;
 use crate::error::{ErrorBody, ErrorCode};
-use crate::result::{ActionResult, BatchResult, BatchState, BatchStatus};
+use crate::result::{ActionResult, BatchResult, BatchState, BatchStatus, TaskRecord};
+
+/// What the record says about the BMC task of the action at an index, for
+/// the worker about to run it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskResume {
+    /// Its request never left (nothing recorded): run the action.
+    Fresh,
+    /// Its request may have left but no task was recorded: look for the
+    /// task on the BMC; never request again (`interrupted` if not found).
+    Find,
+    /// Watch this task (a path on the BMC); never request again.
+    Watch(String),
+}
 
 /// What a cancel request did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +54,7 @@ impl BatchStatus {
             state,
             results: vec![],
             in_progress: None,
+            task: None,
             cancel_requested: false,
             actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
             stream_sequence: None,
@@ -63,6 +84,26 @@ impl BatchStatus {
         self.worker = Some(worker.to_owned());
         self.deliveries += 1;
         self.updated_at_ms = now_ms;
+    }
+
+    /// The request that starts action `index`'s BMC task is about to leave
+    /// (written, CAS, before it is sent).
+    pub fn task_requested(&mut self, index: u32) {
+        self.task = Some(Box::new(TaskRecord { index, requested: true, uri: None }));
+    }
+
+    /// The BMC named action `index`'s task.
+    pub fn task_started(&mut self, index: u32, uri: &str) {
+        self.task = Some(Box::new(TaskRecord { index, requested: true, uri: Some(uri.to_owned()) }));
+    }
+
+    /// What a worker about to run action `index` must do about its BMC task.
+    pub fn task_resume(&self, index: u32) -> TaskResume {
+        match self.task.as_deref() {
+            Some(TaskRecord { index: i, uri: Some(uri), .. }) if *i == index => TaskResume::Watch(uri.clone()),
+            Some(TaskRecord { index: i, requested: true, .. }) if *i == index => TaskResume::Find,
+            _ => TaskResume::Fresh,
+        }
     }
 
     /// A producer asks to cancel. `Err` with the final state when the batch
@@ -123,6 +164,7 @@ impl BatchStatus {
         };
         self.state = state;
         self.in_progress = None;
+        self.task = None;
         self.updated_at_ms = now_ms;
         self.result = Some(BatchResult {
             id: self.id,
@@ -195,6 +237,21 @@ mod tests {
         assert_eq!((running.state, running.deliveries), (BatchState::Running, 1));
         assert_eq!(running.cancel(3), Ok(Cancel::Requested));
         assert!(running.cancel_requested && running.result.is_none() && running.state == BatchState::Running);
+    }
+
+    #[test]
+    fn a_started_task_is_watched_never_requested_again() {
+        let mut s = BatchStatus::running(&job(), "w1", 1);
+        assert_eq!(s.task_resume(1), TaskResume::Fresh, "nothing recorded: run it");
+        s.task_requested(1);
+        assert_eq!((s.task_resume(1), s.task_resume(0)), (TaskResume::Find, TaskResume::Fresh), "another index is not this task");
+        s.task_started(1, "/redfish/v1/TaskService/TaskMonitors/7");
+        assert_eq!(s.task_resume(1), TaskResume::Watch("/redfish/v1/TaskService/TaskMonitors/7".into()));
+        s.claim("w2", 2);
+        assert_eq!(s.task_resume(1), TaskResume::Watch("/redfish/v1/TaskService/TaskMonitors/7".into()), "a new owner sees it");
+        s.results = vec![ActionResult::ok(0, "power_on", None, None, 1), ActionResult::ok(1, "power_cycle", None, None, 1)];
+        s.finish("w2", 3);
+        assert!(s.task.is_none() && s.in_progress.is_none());
     }
 
     #[test]

@@ -72,6 +72,30 @@ pub enum ActionData {
     /// when the system next resets (or as `apply_time` says).
     BiosPending(BiosPending),
     SecureBoot(SecureBootState),
+    /// How a `firmware_update` ended.
+    FirmwareUpdate(FirmwareUpdateResult),
+}
+
+/// How a firmware update ended (Redfish: the BMC's task).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirmwareUpdateResult {
+    /// The BMC's task the update ran as (its Task Monitor or Task, a path
+    /// on the BMC); absent when the BMC finished the request without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// The task's final state as the BMC names it (`Completed`), or
+    /// `Accepted` for a request the BMC answered without a task.
+    pub state: String,
+    /// The last `PercentComplete` the BMC reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<u8>,
+    /// The task's messages (BMC text, scrubbed of the batch's secrets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<String>,
+    /// True when this worker took over watching a task that an earlier
+    /// owner of the batch started (no second update was requested).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resumed: bool,
 }
 
 /// BIOS attributes as the BMC reports them.
@@ -349,6 +373,10 @@ pub struct BatchStatus {
     /// Index of an action started but not (yet) finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_progress: Option<u32>,
+    /// A long-running BMC task an action started (a firmware update): what
+    /// the next owner needs to watch it instead of starting it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Box<TaskRecord>>,
     #[serde(default)]
     pub cancel_requested: bool,
     /// The kinds ([`crate::Action::kind`]) of the batch's actions, in order.
@@ -367,6 +395,21 @@ pub struct BatchStatus {
     pub result: Option<BatchResult>,
 }
 
+/// What a worker recorded, durably and before going on, about the BMC task
+/// an action ([`crate::Action::watches_task`]) started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The action's index in the batch.
+    pub index: u32,
+    /// The request that starts the task may have left (recorded right
+    /// before it is sent): from here on the action is never started again.
+    pub requested: bool,
+    /// The BMC's task (Task Monitor or Task path on the BMC), recorded as
+    /// soon as the BMC named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+}
+
 /// Published on `<prefix>.events.<batch-id>` (and kept in the results stream).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -380,6 +423,18 @@ pub struct Event {
 pub enum EventKind {
     ActionStarted { index: u32, action: String },
     ActionFinished { result: ActionResult },
+    /// A long-running action's progress (a firmware update's BMC task):
+    /// published when the percentage or the task state changes.
+    ActionProgress {
+        index: u32,
+        action: String,
+        /// The task's `PercentComplete`, when the BMC reports one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        percent: Option<u8>,
+        /// The task's `TaskState` (`Running`, `Completed`, ...).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+    },
     BatchFinished { result: BatchResult },
 }
 

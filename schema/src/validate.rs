@@ -49,6 +49,80 @@ pub struct Limits {
     pub allow_sim: bool,
     /// Which addresses a batch may name itself (default: none).
     pub ad_hoc: crate::machine::AdHocPolicy,
+    /// Which tenants may update firmware (default: none).
+    pub firmware_update: FirmwareUpdatePolicy,
+}
+
+/// Which tenants' batches may carry `firmware_update`
+/// (`--allow-firmware-update` of the gateway and of the worker): `off`
+/// (the default), `all`, or a comma-separated list of tenant names. A bare
+/// flag (or `true`/`1` in the environment) means `all`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum FirmwareUpdatePolicy {
+    #[default]
+    Off,
+    All,
+    Tenants(std::collections::BTreeSet<String>),
+}
+
+impl FirmwareUpdatePolicy {
+    /// Parse a flag value.
+    pub fn parse(text: &str) -> Result<FirmwareUpdatePolicy, String> {
+        let t = text.trim();
+        match t.to_ascii_lowercase().as_str() {
+            "off" | "false" | "0" | "no" | "none" => return Ok(FirmwareUpdatePolicy::Off),
+            "all" | "true" | "1" | "yes" | "on" => return Ok(FirmwareUpdatePolicy::All),
+            _ => {}
+        }
+        let mut tenants = std::collections::BTreeSet::new();
+        for name in t.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if !crate::machine::valid_name(name) {
+                return Err(format!("`{name}` is not a tenant name ({}); give off, all or tenant names", crate::machine::NAME_RULE));
+            }
+            tenants.insert(name.to_owned());
+        }
+        if tenants.is_empty() {
+            return Err("give off, all or a comma-separated list of tenants".into());
+        }
+        Ok(FirmwareUpdatePolicy::Tenants(tenants))
+    }
+
+    /// Whether a batch of `tenant` may update firmware; `Err` says why not.
+    pub fn check(&self, tenant: &str) -> Result<(), String> {
+        match self {
+            FirmwareUpdatePolicy::All => Ok(()),
+            FirmwareUpdatePolicy::Tenants(t) if t.contains(tenant) => Ok(()),
+            FirmwareUpdatePolicy::Off => Err("firmware updates are off in this deployment (--allow-firmware-update)".into()),
+            FirmwareUpdatePolicy::Tenants(_) => Err(format!("firmware updates are not allowed for tenant `{tenant}` (--allow-firmware-update)")),
+        }
+    }
+
+    /// For the start-up log.
+    pub fn describe(&self) -> String {
+        match self {
+            FirmwareUpdatePolicy::Off => "off".into(),
+            FirmwareUpdatePolicy::All => "all".into(),
+            FirmwareUpdatePolicy::Tenants(t) => t.iter().cloned().collect::<Vec<_>>().join(","),
+        }
+    }
+}
+
+impl std::str::FromStr for FirmwareUpdatePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        FirmwareUpdatePolicy::parse(s)
+    }
+}
+
+/// Refuses the batch's firmware updates unless `policy` allows its tenant
+/// (the gateway, once the tenant is known; the worker before sending).
+pub fn check_firmware_updates(batch: &Batch, tenant: &str, policy: &FirmwareUpdatePolicy) -> Result<(), ValidationError> {
+    for (i, action) in batch.actions.iter().enumerate() {
+        if matches!(action, Action::FirmwareUpdate(_)) {
+            policy.check(tenant).map_err(|why| ValidationError::new(ErrorCode::FirmwareUpdateDisabled, format!("actions[{i}]: {why}; nothing was sent")))?;
+        }
+    }
+    Ok(())
 }
 
 impl Default for Limits {
@@ -65,6 +139,7 @@ impl Default for Limits {
             raw_policy: crate::RawPolicy::default(),
             allow_sim: false,
             ad_hoc: crate::machine::AdHocPolicy::default(),
+            firmware_update: FirmwareUpdatePolicy::Off,
         }
     }
 }
@@ -281,6 +356,7 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                 }
             }
             Action::PowerSettle(p) => p.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
+            Action::FirmwareUpdate(u) => u.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
             Action::EventLog(EventLogOp::Read { limit: Some(l), .. }) if *l == 0 || *l > EventLogOp::MAX_LIMIT => {
                 return Err(field(format!("actions[{i}]: event_log read limit must be 1 to {}", EventLogOp::MAX_LIMIT)));
             }
@@ -318,6 +394,42 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn firmware_updates_are_checked_and_allowed_per_tenant() {
+        let parse = |json: &str| serde_json::from_str::<Action>(json).unwrap();
+        let ok = parse(r#"{"firmware_update": {"image_uri": "https://repo.example/bios.bin", "targets": ["/redfish/v1/UpdateService/FirmwareInventory/BIOS"], "transfer_protocol": "https", "apply_time": "on_reset"}}"#);
+        let Action::FirmwareUpdate(u) = &ok else { panic!("{ok:?}") };
+        assert!(u.validate().is_ok());
+        assert!(!ok.is_idempotent() && ok.watches_task() && !ok.is_destructive());
+        for (uri, targets) in [
+            ("file:///etc/passwd", vec![]),
+            ("https://repo.example/a b.bin", vec![]),
+            ("not a url", vec![]),
+            ("https://repo.example/x.bin", vec!["/redfish/v1/../x".to_owned()]),
+            ("https://repo.example/x.bin", vec!["/other".to_owned()]),
+            ("https://repo.example/x.bin", vec!["/redfish/v1/UpdateService?x=1".to_owned()]),
+        ] {
+            let u = FirmwareUpdate { image_uri: uri.into(), targets, transfer_protocol: None, apply_time: None };
+            assert!(u.validate().is_err(), "{u:?}");
+        }
+        // A URI with credentials is a secret parameter, hidden in logs.
+        let secret = Action::FirmwareUpdate(FirmwareUpdate { image_uri: "https://u:pw@repo.example/x.bin?sig=S1G".into(), targets: vec![], transfer_protocol: None, apply_time: None });
+        assert_eq!(secret.secret_param().map(|p| p.0), Some(ParamField::Url));
+        assert!(!secret.loggable().contains("S1G") && !secret.loggable().contains("pw@"), "{}", secret.loggable());
+        let batch = Batch { id: None, machine: Some("m".into()), bmc: None, actions: vec![Action::Inventory, ok], on_error: OnError::Stop, deadline: None };
+        let off = check_firmware_updates(&batch, "t1", &FirmwareUpdatePolicy::default()).unwrap_err();
+        assert_eq!(off.code, ErrorCode::FirmwareUpdateDisabled);
+        assert!(off.message.starts_with("actions[1]: firmware updates are off"), "{}", off.message);
+        let some = FirmwareUpdatePolicy::parse("t1, t2").unwrap();
+        assert!(check_firmware_updates(&batch, "t1", &some).is_ok());
+        assert_eq!(check_firmware_updates(&batch, "t3", &some).unwrap_err().code, ErrorCode::FirmwareUpdateDisabled);
+        assert!(check_firmware_updates(&batch, "t3", &FirmwareUpdatePolicy::parse("true").unwrap()).is_ok());
+        assert_eq!(FirmwareUpdatePolicy::parse("off").unwrap(), FirmwareUpdatePolicy::Off);
+        assert!(FirmwareUpdatePolicy::parse("Bad_Tenant").is_err());
+        let plain = Batch { actions: vec![Action::Inventory], ..batch };
+        assert!(check_firmware_updates(&plain, "t3", &FirmwareUpdatePolicy::Off).is_ok(), "other actions need no permission");
+    }
 
     #[test]
     fn power_settle_is_checked_at_admission() {

@@ -134,9 +134,10 @@ fn action_tag(a: &Action) -> &'static str {
         Action::SecureBootGet => "secure_boot_get",
         Action::SecureBootSet(_) => "secure_boot_set",
         Action::SecureBootResetKeys(_) => "secure_boot_reset_keys",
+        Action::FirmwareUpdate(_) => "firmware_update",
     }
 }
-const ACTION_TAGS: usize = 26;
+const ACTION_TAGS: usize = 27;
 
 fn credentials_tag(c: &Credentials) -> &'static str {
     match c {
@@ -161,18 +162,20 @@ fn data_tag(d: &ActionData) -> &'static str {
         ActionData::Bios(_) => "bios",
         ActionData::BiosPending(_) => "bios_pending",
         ActionData::SecureBoot(_) => "secure_boot",
+        ActionData::FirmwareUpdate(_) => "firmware_update",
     }
 }
-const DATA_TAGS: usize = 12;
+const DATA_TAGS: usize = 13;
 
 fn event_tag(e: &EventKind) -> &'static str {
     match e {
         EventKind::ActionStarted { .. } => "action_started",
         EventKind::ActionFinished { .. } => "action_finished",
+        EventKind::ActionProgress { .. } => "action_progress",
         EventKind::BatchFinished { .. } => "batch_finished",
     }
 }
-const EVENT_TAGS: usize = 3;
+const EVENT_TAGS: usize = 4;
 
 fn machine_event_tag(e: &MachineEventKind) -> &'static str {
     e.name()
@@ -204,7 +207,7 @@ fn every_error_code() -> Vec<ErrorCode> {
     every!(ErrorCode: Malformed, TooLarge, EmptyBatch, TooManyActions, InvalidAddress, InvalidField, InlineCredentialsDisabled,
         RawNotAllowed, NotFound, MachineNotFound, TargetForbidden, Conflict, Unavailable, BmcQueueFull, UnknownCredential,
         CredentialUnavailable, UnsupportedProtocol, Unsupported, AuthFailed, PermissionDenied, Unreachable, Timeout, NotReached,
-        DeadlineExceeded, BmcError, ProtocolError, TargetNotFound, Interrupted, CircuitOpen, Cancelled, Skipped, WorkerExhausted, Internal)
+        DeadlineExceeded, BmcError, ProtocolError, TargetNotFound, Interrupted, CircuitOpen, Cancelled, Skipped, WorkerExhausted, FirmwareUpdateDisabled, UpdateFailed, Internal)
 }
 
 /// The JSON names serde gives the values, in order.
@@ -235,7 +238,17 @@ fn enums() -> Vec<(&'static str, Vec<String>)> {
         ("SecureBootResetKeys", names(&every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk))),
         ("InventorySection", names(&every!(Section: Processors, Memory, Drives, Nics, PowerSupplies, Firmware, Fru))),
         ("InventoryChangeKind", names(&every!(ChangeKind: Added, Removed, Changed))),
+        ("TransferProtocol", names(&every_transfer_protocol())),
+        ("UpdateApplyTime", names(&every_apply_time())),
     ]
+}
+
+fn every_transfer_protocol() -> Vec<TransferProtocol> {
+    every!(TransferProtocol: Http, Https, Ftp, Sftp, Scp, Tftp, Nfs, Cifs)
+}
+
+fn every_apply_time() -> Vec<UpdateApplyTime> {
+    every!(UpdateApplyTime: Immediate, OnReset, AtMaintenanceWindowStart, InMaintenanceWindowOnReset, OnStartUpdateRequest)
 }
 
 // ------------------------------------------------------------ examples
@@ -277,6 +290,15 @@ fn every_action() -> Vec<Action> {
     ]);
     for kind in every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk) {
         out.push(Action::SecureBootResetKeys(kind));
+    }
+    out.push(Action::FirmwareUpdate(FirmwareUpdate { image_uri: "https://repo.example/bios.bin".into(), targets: vec![], transfer_protocol: None, apply_time: None }));
+    for (p, at) in every_transfer_protocol().into_iter().zip(every_apply_time().into_iter().cycle()) {
+        out.push(Action::FirmwareUpdate(FirmwareUpdate {
+            image_uri: "https://u:p@repo.example/bmc.bin?sig=1".into(),
+            targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/BMC".into()],
+            transfer_protocol: Some(p),
+            apply_time: Some(at),
+        }));
     }
     for device in every!(BootDevice: Pxe, Disk, Cdrom, Bios, Safe, Http, None, Other) {
         out.push(Action::BootDevice(BootDeviceRequest { device, persistent: true, efi: false }));
@@ -409,6 +431,14 @@ fn every_data() -> Vec<ActionData> {
         ActionData::BiosPending(BiosPending { attributes: [("BootMode".to_owned(), json!("Bios"))].into(), apply_time: Some("OnReset".into()) }),
         ActionData::SecureBoot(SecureBootState { enabled: true, current_boot: Some("Enabled".into()), mode: Some("DeployedMode".into()) }),
         ActionData::SecureBoot(SecureBootState::default()),
+        ActionData::FirmwareUpdate(FirmwareUpdateResult {
+            task: Some("/redfish/v1/TaskService/TaskMonitors/7".into()),
+            state: "Completed".into(),
+            percent: Some(100),
+            messages: vec!["Update successful".into()],
+            resumed: true,
+        }),
+        ActionData::FirmwareUpdate(FirmwareUpdateResult { state: "Accepted".into(), ..FirmwareUpdateResult::default() }),
     ]
 }
 
@@ -437,6 +467,7 @@ fn batch_status(state: BatchState, full: bool) -> BatchStatus {
         state,
         results: if full { every_result() } else { vec![] },
         in_progress: full.then_some(3),
+        task: full.then(|| Box::new(TaskRecord { index: 3, requested: true, uri: Some("/redfish/v1/TaskService/TaskMonitors/7".into()) })),
         cancel_requested: full,
         actions: vec!["power_on".into(), "boot_device".into()],
         stream_sequence: full.then_some(12),
@@ -466,6 +497,8 @@ fn every_event() -> Vec<Event> {
     let kinds = vec![
         EventKind::ActionStarted { index: 0, action: "power_on".into() },
         EventKind::ActionFinished { result: every_result().pop().unwrap() },
+        EventKind::ActionProgress { index: 1, action: "firmware_update".into(), percent: Some(40), state: Some("Running".into()) },
+        EventKind::ActionProgress { index: 1, action: "firmware_update".into(), percent: None, state: None },
         EventKind::BatchFinished { result: batch_result(BatchState::Failed) },
     ];
     kinds.into_iter().map(|event| Event { batch: id(), at_ms: 5, event }).collect()

@@ -25,5 +25,6 @@ pub mod amt;
 pub mod ipmi;
 pub mod redfish;
 pub mod sim;
+pub mod tasks;
 
 pub use sim::{CallRecord, Faults, LogEntry, SimConfig, SimServer};

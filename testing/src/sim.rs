@@ -9,7 +9,7 @@
 use bmcfleet_sim::proto::{Call, Request, Response};
 use bmcfleet_schema::{
     Action, ActionData, Bios, BiosPending, BmcResetKind, SecureBootState, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode,
-    EventLog, EventLogEntry, EventLogOp, Health, Inventory, SensorKind, SensorReading, Thresholds, NetworkSourceOp, PowerOp, PowerState, RawRequest, RawResponse, UserInfo, UserOp,
+    EventLog, EventLogEntry, EventLogOp, FirmwareUpdateResult, Health, Inventory, SensorKind, SensorReading, Thresholds, NetworkSourceOp, PowerOp, PowerState, RawRequest, RawResponse, UserInfo, UserOp,
     UserRole, VirtualMediaOp,
 };
 use std::collections::{BTreeMap, HashMap};
@@ -489,6 +489,12 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             Response::Ok(Some(ActionData::SecureBoot(secure_boot(bmc.secure_boot))))
         }
         Action::SecureBootResetKeys(_) => Response::Ok(None),
+        // The simulated BMC applies an update at once, without a task.
+        Action::FirmwareUpdate(_) => Response::Ok(Some(ActionData::FirmwareUpdate(FirmwareUpdateResult {
+            state: "Completed".into(),
+            percent: Some(100),
+            ..FirmwareUpdateResult::default()
+        }))),
         Action::Inventory => Response::Ok(Some(ActionData::Inventory(Box::new(Inventory {
             manufacturer: Some("bmcfleet".into()),
             model: Some("bmc-sim".into()),

@@ -111,6 +111,17 @@ pub struct Config {
     /// rules separated by `;`, `default`, `off`, or `@FILE`.
     #[arg(long, env = "BMCFLEET_RAW_POLICY", default_value = "default")]
     pub raw_policy: RawPolicy,
+    /// Which tenants' batches may update firmware (`firmware_update`,
+    /// checked again after the gateway, before anything is sent): `off` (the
+    /// default), `all` (also a bare flag, or `true` in the environment), or
+    /// tenant names separated by commas. Raw writes to update services stay
+    /// with the raw policy (denied by default).
+    #[arg(long, env = "BMCFLEET_ALLOW_FIRMWARE_UPDATE", default_value = "off", num_args = 0..=1, default_missing_value = "all")]
+    pub allow_firmware_update: bmcfleet_schema::FirmwareUpdatePolicy,
+    /// Longest a firmware update may be watched (its BMC task), instead of
+    /// `--action-timeout`; further bounded by the batch deadline.
+    #[arg(long, env = "BMCFLEET_FIRMWARE_UPDATE_TIMEOUT", default_value = "1h", value_parser = positive_duration)]
+    pub firmware_update_timeout: Duration,
     /// Address ranges ad hoc batches (an address instead of a machine) may
     /// reach, checked after name resolution (comma-separated CIDRs), or
     /// `off` (the default). Loopback, link-local and metadata addresses need
@@ -281,5 +292,6 @@ mod tests {
         assert_eq!(c.sealing_key_file.len(), 2);
         assert!(!format!("{c:?}").contains("SXsecret"));
         assert_eq!(c.raw_policy, RawPolicy::default());
+        assert_eq!(c.allow_firmware_update, bmcfleet_schema::FirmwareUpdatePolicy::Off, "firmware updates are off by default");
     }
 }

@@ -15,6 +15,13 @@
 //!   `in_progress` marker is written by that gate before the action's first
 //!   request, so an action fenced off before it sent anything is handed back
 //!   untouched (the next owner runs it) rather than reported interrupted.
+//! - an action that starts a long-running BMC task (a firmware update,
+//!   [`bmcfleet_schema::Action::watches_task`]) records, through the same
+//!   gate ([`bmcfleet_provider::TaskLog`]), that its starting request may
+//!   leave (before it is sent) and then the task the BMC named; the next
+//!   owner watches that task (or looks for it, `interrupted` when it cannot
+//!   find it) instead of reporting the action interrupted or starting it
+//!   again. The task's percentage goes out as `action_progress` events.
 
 use crate::fence::Fence;
 use crate::guard::{self, Admission, BmcGuard, RetryPolicy, Transition};
@@ -179,6 +186,20 @@ struct ActionGate {
     marker: tokio::sync::Mutex<Marker>,
     /// Set when the gate refused a request: the worker no longer holds the lease.
     refused: AtomicBool,
+    /// The action's index, and what an earlier owner recorded about its BMC task.
+    index: u32,
+    resume: bmcfleet_schema::TaskResume,
+    /// Where the action's progress events go.
+    progress: Progress,
+}
+
+/// What an `action_progress` event needs.
+#[derive(Debug)]
+struct Progress {
+    client: async_nats::Client,
+    subject: String,
+    headers: HeaderMap,
+    action: String,
 }
 
 #[derive(Debug)]
@@ -200,6 +221,23 @@ impl ActionGate {
 
     fn refused(&self) -> bool {
         self.refused.load(Ordering::SeqCst)
+    }
+
+    /// Change the marker's record (CAS, while the lease holds); it is then written.
+    async fn record(&self, change: impl FnOnce(&mut BatchStatus)) -> bmcfleet_provider::Result<()> {
+        let mut marker = self.marker.lock().await;
+        let (Marker::Pending { status, revision } | Marker::Written { status, revision }) = &mut *marker else {
+            return Err(ProviderError::new(ErrorCode::Internal, "a long-running action without its in-progress marker").not_sent());
+        };
+        change(status);
+        if save_record(&self.kv, &self.worker, &self.fence, status, revision).await.is_err() {
+            return Err(self.refuse());
+        }
+        *marker = match std::mem::replace(&mut *marker, Marker::None) {
+            Marker::Pending { status, revision } => Marker::Written { status, revision },
+            other => other,
+        };
+        Ok(())
     }
 
     /// The written marker, if the action got as far as its first request.
@@ -235,6 +273,38 @@ impl SendGate for ActionGate {
 
     fn holds(&self) -> bool {
         self.fence.valid()
+    }
+}
+
+#[async_trait::async_trait]
+impl bmcfleet_provider::TaskLog for ActionGate {
+    fn resume(&self) -> bmcfleet_schema::TaskResume {
+        self.resume.clone()
+    }
+
+    async fn requesting(&self) -> bmcfleet_provider::Result<()> {
+        self.record(|s| s.task_requested(self.index)).await
+    }
+
+    async fn started(&self, task: &str) -> bmcfleet_provider::Result<()> {
+        tracing::info!(batch = %self.batch, index = self.index, %task, "BMC task recorded.");
+        self.record(|s| s.task_started(self.index, task)).await
+    }
+
+    fn progress(&self, percent: Option<u8>, state: Option<&str>) {
+        tracing::info!(batch = %self.batch, index = self.index, percent, state, "BMC task progress.");
+        let p = &self.progress;
+        let event = EventKind::ActionProgress { index: self.index, action: p.action.clone(), percent, state: state.map(str::to_owned) };
+        // Stamped before the fence check, like every event of this worker.
+        let ev = Event { batch: self.batch, at_ms: now_ms(), event };
+        let headers = events::headers(&ev, Some(&p.headers));
+        let Ok(body) = bmcfleet_schema::Encoding::MessagePack.encode(&ev) else { return };
+        let (client, subject, fence) = (p.client.clone(), p.subject.clone(), self.fence.clone());
+        tokio::spawn(async move {
+            if fence.valid() {
+                let _ = client.publish_with_headers(subject, headers, body.into()).await;
+            }
+        });
     }
 }
 
@@ -394,7 +464,11 @@ impl<'a> Run<'a> {
         // A non-idempotent action that a previous owner started but never recorded.
         if let Some(i) = self.status.in_progress.take() {
             let i = i as usize;
-            if i == self.status.results.len() && i < batch.actions.len() && !batch.actions[i].is_idempotent() {
+            if i == self.status.results.len() && i < batch.actions.len() && batch.actions[i].watches_task() {
+                // Its BMC task is watched (or looked for), never started again: see `TaskLog`.
+                let resume = self.status.task_resume(i as u32);
+                tracing::info!(batch = %self.job.id, bmc = %key, index = i, action = batch.actions[i].kind(), ?resume, "Taking over a long-running action that a previous worker started.");
+            } else if i == self.status.results.len() && i < batch.actions.len() && !batch.actions[i].is_idempotent() {
                 let kind = batch.actions[i].kind();
                 tracing::warn!(batch = %self.job.id, bmc = %key, index = i, action = kind, "Not re-running an interrupted non-idempotent action.");
                 self.push(ActionResult::err(
@@ -450,6 +524,14 @@ impl<'a> Run<'a> {
                 batch: self.job.id,
                 marker: tokio::sync::Mutex::new(marker),
                 refused: AtomicBool::new(false),
+                index: i as u32,
+                resume: self.status.task_resume(i as u32),
+                progress: Progress {
+                    client: self.shared.client.clone(),
+                    subject: self.shared.subjects.events(&self.job.tenant, &self.job.id),
+                    headers: self.event_headers(),
+                    action: action.kind().to_owned(),
+                },
             });
             let span = tracing::info_span!(
                 "worker.action",
@@ -466,13 +548,15 @@ impl<'a> Run<'a> {
             );
             span.in_scope(|| self.publish_soon(EventKind::ActionStarted { index: i as u32, action: action.kind().to_owned() }));
             let left = Duration::from_millis(self.job.deadline_at_ms.saturating_sub(now_ms()));
-            let ctx = Ctx::new(Instant::now() + left.min(self.shared.action_timeout)).with_call(CallInfo {
+            let longest = if action.watches_task() { self.shared.firmware_update_timeout } else { self.shared.action_timeout };
+            let ctx = Ctx::new(Instant::now() + left.min(longest)).with_call(CallInfo {
                 batch: self.job.id,
                 index: i as u32,
                 delivery: self.status.deliveries,
                 worker: self.shared.worker_id.clone(),
             })
             .with_gate(gate.clone())
+            .with_tasks(gate.clone())
             .with_settle(Some(self.shared.power_settle));
             let started = Instant::now();
             let work = async {
@@ -486,6 +570,7 @@ impl<'a> Run<'a> {
             if let Some((marked, revision)) = gate.take_written().await {
                 self.revision = revision;
                 self.status.in_progress = marked.in_progress;
+                self.status.task = marked.task;
                 self.status.cancel_requested |= marked.cancel_requested;
             }
             if gate.refused() {
@@ -522,6 +607,7 @@ impl<'a> Run<'a> {
             }
             span.record("duration_ms", ms);
             self.status.in_progress = None;
+            self.status.task = None;
             span.in_scope(|| {
                 tracing::info!(
                     batch = %self.job.id, bmc = %key, index = i, action = action.kind(), params = %action.loggable(),
@@ -575,6 +661,12 @@ impl<'a> Run<'a> {
         if matches!(action, bmcfleet_schema::Action::Raw(_)) || action.is_destructive() {
             self.shared.raw_policy.check(action.into()).map_err(|why| ProviderError::new(ErrorCode::RawNotAllowed, why))?;
         }
+        if matches!(action, bmcfleet_schema::Action::FirmwareUpdate(_)) {
+            self.shared
+                .firmware_update
+                .check(&self.job.tenant)
+                .map_err(|why| ProviderError::new(ErrorCode::FirmwareUpdateDisabled, format!("{why}; nothing was sent")).not_sent())?;
+        }
         let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
         let settings = &self.shared.guard;
         let policy = RetryPolicy { max: settings.retry_max, backoff: settings.retry_backoff };
@@ -609,7 +701,8 @@ impl<'a> Run<'a> {
             let started = Instant::now();
             guard.pacer.started(started);
             let result = self.call(slot, ctx, action, creds, &protocol, retry).await.map(|d| d.map(|d| scrub_data(d, action, creds))).map_err(|e| scrub(e, action, creds));
-            let took = started.elapsed();
+            // A long-running action's time is its BMC task's, not a slow answer.
+            let took = if action.watches_task() { Duration::ZERO } else { started.elapsed() };
             // Out of descriptors is this worker's fault, never the BMC's: a
             // distinct error, a metric and an alarm, and the breaker is not
             // fed. Providers set the code only from the typed I/O error of a

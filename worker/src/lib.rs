@@ -54,6 +54,10 @@ pub struct Shared {
     pub targets: targets::Targets,
     /// Raw passthrough requests this worker sends (checked again after the gateway).
     pub raw_policy: bmcfleet_schema::RawPolicy,
+    /// `--allow-firmware-update`: which tenants may update firmware.
+    pub firmware_update: bmcfleet_schema::FirmwareUpdatePolicy,
+    /// `--firmware-update-timeout`: how long a firmware update may be watched.
+    pub firmware_update_timeout: Duration,
     pub action_timeout: Duration,
     /// `--power-settle-timeout`: how long a power change may take to show.
     pub power_settle: Duration,
@@ -164,7 +168,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let providers = registry.describe();
     tracing::info!(
         worker = %worker_id, providers = ?providers, credentials = credentials.len(), sealing_keys = ?sealing_keys,
-        raw_policy = %config.raw_policy.describe(), machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets,
+        raw_policy = %config.raw_policy.describe(), firmware_update = %config.allow_firmware_update.describe(), machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets,
         "Worker starting."
     );
     let shared = Arc::new(Shared {
@@ -176,6 +180,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         credentials,
         targets: targets::Targets { machines, ad_hoc: config.ad_hoc_targets.clone() },
         raw_policy: config.raw_policy.clone(),
+        firmware_update: config.allow_firmware_update.clone(),
+        firmware_update_timeout: config.firmware_update_timeout,
         action_timeout: config.action_timeout,
         power_settle: config.power_settle_timeout,
         guard: config.guard(),

@@ -3,7 +3,7 @@
 //! flags; the batch goes to one target, or to many machines (a fleet run,
 //! [`super::fleet`]).
 
-use crate::cli::{BiosCmd, BootArg, Command, EventLogCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd, SecureBootCmd, Target, UserCmd};
+use crate::cli::{BiosCmd, BootArg, Command, EventLogCmd, FirmwareCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd, SecureBootCmd, Target, UserCmd};
 use crate::client::Client;
 use crate::Usage;
 use anyhow::Context;
@@ -126,6 +126,16 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
             SecureBootCmd::Disable { target } => action(target, Action::SecureBootSet(SecureBootSet { enabled: false })),
             SecureBootCmd::ResetKeys { kind, target } => action(target, Action::SecureBootResetKeys(*kind)),
         },
+        Command::Firmware { op: FirmwareCmd::Update { image, components, transfer_protocol, apply_time, target } } => {
+            let update = bmcfleet_schema::FirmwareUpdate {
+                image_uri: image.clone(),
+                targets: components.clone(),
+                transfer_protocol: *transfer_protocol,
+                apply_time: *apply_time,
+            };
+            update.validate().map_err(|why| anyhow::Error::from(Usage(why)))?;
+            action(target, Action::FirmwareUpdate(update))
+        }
         Command::User { op } => match op {
             UserCmd::List { target } => action(target, Action::User(UserOp::List)),
             UserCmd::Create { name, role, disabled, password, target } => {
@@ -297,6 +307,15 @@ mod tests {
             (vec!["secure-boot", "enable"], Action::SecureBootSet(SecureBootSet { enabled: true })),
             (vec!["secure-boot", "disable"], Action::SecureBootSet(SecureBootSet { enabled: false })),
             (vec!["secure-boot", "reset-keys", "delete-pk"], Action::SecureBootResetKeys(SecureBootResetKeys::DeletePk)),
+            (
+                vec!["firmware", "update", "--image", "https://repo/bmc.bin", "--component", "/redfish/v1/UpdateService/FirmwareInventory/BMC", "--apply-time", "on-reset"],
+                Action::FirmwareUpdate(FirmwareUpdate {
+                    image_uri: "https://repo/bmc.bin".into(),
+                    targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/BMC".into()],
+                    transfer_protocol: None,
+                    apply_time: Some(UpdateApplyTime::OnReset),
+                }),
+            ),
         ];
         for (args, want) in cases {
             let args = [&args[..], &m[..]].concat();

@@ -17,6 +17,7 @@ mod bios;
 mod bmc_reset;
 mod boot;
 mod event_log;
+mod firmware_update;
 mod inventory;
 mod network_source;
 mod power;
@@ -30,6 +31,7 @@ pub use bios::Bios;
 pub use bmc_reset::BmcReset;
 pub use boot::{Applies, BootControl};
 pub use event_log::EventLog;
+pub use firmware_update::{FirmwareUpdate, Started};
 pub use inventory::Inventory;
 pub use network_source::NetworkSource;
 pub use power::Power;
@@ -178,6 +180,7 @@ capabilities! { $
     Sensors = "sensors", sensors: sensors::Sensors;
     Bios = "bios", bios: bios::Bios;
     SecureBoot = "secure_boot", secure_boot: secure_boot::SecureBoot;
+    FirmwareUpdate = "firmware_update", firmware_update: firmware_update::FirmwareUpdate;
 }
 
 #[cfg(test)]
@@ -203,6 +206,7 @@ mod tests {
             Action::Sensors,
             Action::BiosGet,
             Action::SecureBootGet,
+            Action::FirmwareUpdate(bmcfleet_schema::FirmwareUpdate { image_uri: "https://repo.example/x.bin".into(), targets: vec![], transfer_protocol: None, apply_time: None }),
         ];
         for a in &all {
             match a {
@@ -223,7 +227,8 @@ mod tests {
                 | Action::BiosReset
                 | Action::SecureBootGet
                 | Action::SecureBootSet(_)
-                | Action::SecureBootResetKeys(_) => {}
+                | Action::SecureBootResetKeys(_)
+                | Action::FirmwareUpdate(_) => {}
             }
         }
         all
@@ -245,6 +250,7 @@ mod tests {
                 sensors::handles(a),
                 bios::handles(a),
                 secure_boot::handles(a),
+                firmware_update::handles(a),
             ]
             .iter()
             .filter(|h| **h)
@@ -260,7 +266,7 @@ mod tests {
     #[test]
     fn names_are_the_wire_names() {
         let names: Vec<&str> = Capability::ALL.iter().map(|c| c.as_str()).collect();
-        assert_eq!(names, ["power", "boot_device", "users", "bmc_reset", "network_source", "raw", "virtual_media", "inventory", "event_log", "sensors", "bios", "secure_boot"]);
+        assert_eq!(names, ["power", "boot_device", "users", "bmc_reset", "network_source", "raw", "virtual_media", "inventory", "event_log", "sensors", "bios", "secure_boot", "firmware_update"]);
     }
 
     /// A session offering power only.

@@ -19,7 +19,8 @@
 //! - `discovery`: service root, system/manager choice, reset types.
 //! - `session`: [`RedfishSession`] and its accessors.
 //! - one module per capability: `power`, `boot`, `users`, `manager` (BMC
-//!   reset, network source), `virtual_media`, `raw`, `inventory`.
+//!   reset, network source), `virtual_media`, `raw`, `inventory`,
+//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`.
 //! - `tls`: rustls client config (system roots, per-BMC CA, insecure).
 //! - Test doubles (`SushyEmulator`, `MockupServer` and friends) live in
 //!   `bmcfleet-testing` (`redfish`).
@@ -31,6 +32,7 @@ mod connector;
 mod discovery;
 mod error;
 mod event_log;
+mod firmware_update;
 /// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
 /// the `fuzzing` feature, so release builds do not contain them.
 #[cfg(feature = "fuzzing")]

@@ -153,6 +153,24 @@ impl Transport {
         self.broken
     }
 
+    /// A URI the BMC named (a task to record and poll) as a path on the
+    /// BMC: refused (`protocol_error`) when it leaves the BMC, is longer
+    /// than [`crate::firmware_update::MAX_TASK_URI`] or has control characters.
+    pub fn on_bmc(&self, uri: &str) -> Result<String> {
+        if uri.len() > crate::firmware_update::MAX_TASK_URI || uri.chars().any(|c| c.is_control() || c == ' ') {
+            return Err(protocol(format!(
+                "{:?} is not a resource path the worker keeps (at most {} bytes, no spaces or control characters)",
+                uri.chars().take(80).collect::<String>(),
+                crate::firmware_update::MAX_TASK_URI
+            )));
+        }
+        let url = resolve(&self.base, uri)?;
+        Ok(match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_owned(),
+        })
+    }
+
     /// One HTTP exchange, bounded by the config and the action deadline.
     async fn send_once(
         &mut self,

@@ -21,6 +21,11 @@
 //!   `LogService.ClearLog` (empties the Entries), `VirtualMedia.InsertMedia`/`EjectMedia` (and HPE iLO's OEM equivalents); POST to a collection creates
 //!   a member (`201` + `Location`); **DELETE** removes a member;
 //! - passwords sent in PATCH/POST are never stored in resources;
+//! - **UpdateService** ([`MockupBuilder::update_service`]): `SimpleUpdate`
+//!   starts an update that runs as a Task in the TaskService for a set
+//!   time, its `PercentComplete` growing with the time passed, ending
+//!   `Completed` or (configured) `Exception` part way; its Task Monitor
+//!   answers `202` while it runs;
 //! - **faults** ([`Fault`]) answer before all of that: a status with a
 //!   body, malformed bytes, a hang, or "accept as a task" (`202` + a Task
 //!   Monitor that answers `202` N times, then the final Task).
@@ -43,6 +48,40 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
 const SESSION_SERVICE: &str = "/redfish/v1/SessionService";
 const MONITORS: &str = "/redfish/v1/TaskService/TaskMonitors";
+const TASK_SERVICE: &str = "/redfish/v1/TaskService";
+const TASKS: &str = "/redfish/v1/TaskService/Tasks";
+const UPDATE_SERVICE: &str = "/redfish/v1/UpdateService";
+/// The mockup's SimpleUpdate action target.
+pub const SIMPLE_UPDATE: &str = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate";
+
+/// How the mockup's UpdateService runs an update
+/// ([`MockupBuilder::update_service`]).
+#[derive(Clone, Debug)]
+pub struct UpdateBehaviour {
+    /// Time from the request to 100 %.
+    pub duration: std::time::Duration,
+    /// End in `Exception` (with a message) once this percentage is reached.
+    pub fail_at: Option<u8>,
+}
+
+impl UpdateBehaviour {
+    /// An update that completes after `duration`.
+    pub fn completes_after(duration: std::time::Duration) -> Self {
+        UpdateBehaviour { duration, fail_at: None }
+    }
+
+    /// An update that fails once `percent` of `duration` has passed.
+    pub fn fails_at(duration: std::time::Duration, percent: u8) -> Self {
+        UpdateBehaviour { duration, fail_at: Some(percent) }
+    }
+}
+
+/// One update the mockup's UpdateService runs.
+struct Update {
+    id: u64,
+    started: std::time::Instant,
+    image: String,
+}
 
 fn norm(p: &str) -> String {
     let t = p.trim_end_matches('/');
@@ -212,6 +251,8 @@ struct State {
     tokens: BTreeMap<String, String>,
     monitors: BTreeMap<String, Monitor>,
     counter: u64,
+    update: Option<UpdateBehaviour>,
+    updates: Vec<Update>,
 }
 
 /// Builds a [`MockupServer`].
@@ -226,6 +267,7 @@ pub struct MockupBuilder {
     denied: Vec<(String, String)>,
     read_only: Vec<(String, String, Value)>,
     pki: Option<TestPki>,
+    update: Option<UpdateBehaviour>,
 }
 
 fn read_json(file: &Path) -> Result<Value, HarnessError> {
@@ -259,6 +301,7 @@ impl Default for MockupBuilder {
             denied: Vec::new(),
             read_only: Vec::new(),
             pki: None,
+            update: None,
         }
     }
 }
@@ -357,6 +400,14 @@ impl MockupBuilder {
         self
     }
 
+    /// Serve an UpdateService with `SimpleUpdate` (HTTP, HTTPS) and a
+    /// TaskService whose update tasks behave as `behaviour` says; the
+    /// service root links both.
+    pub fn update_service(mut self, behaviour: UpdateBehaviour) -> Self {
+        self.update = Some(behaviour);
+        self
+    }
+
     /// Use this certificate authority (default: a fresh one).
     pub fn pki(mut self, pki: TestPki) -> Self {
         self.pki = Some(pki);
@@ -374,6 +425,26 @@ impl MockupBuilder {
                 json!({"@odata.id": SESSIONS, "@odata.type": "#SessionCollection.SessionCollection",
                        "Name": "Session Collection", "Members": [], "Members@odata.count": 0})
             });
+        }
+        if self.update.is_some() {
+            if let Some(root) = self.resources.get_mut("/redfish/v1") {
+                root["UpdateService"] = json!({"@odata.id": UPDATE_SERVICE});
+                root["Tasks"] = json!({"@odata.id": TASK_SERVICE});
+            }
+            self.resources.insert(
+                UPDATE_SERVICE.into(),
+                json!({"@odata.id": UPDATE_SERVICE, "@odata.type": "#UpdateService.v1_11_0.UpdateService", "Id": "UpdateService",
+                       "ServiceEnabled": true,
+                       "FirmwareInventory": {"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory"},
+                       "Actions": {"#UpdateService.SimpleUpdate": {"target": SIMPLE_UPDATE,
+                           "TransferProtocol@Redfish.AllowableValues": ["HTTP", "HTTPS"]}}}),
+            );
+            self.resources.insert(
+                TASK_SERVICE.into(),
+                json!({"@odata.id": TASK_SERVICE, "@odata.type": "#TaskService.v1_2_0.TaskService", "Id": "TaskService",
+                       "ServiceEnabled": true, "Tasks": {"@odata.id": TASKS}}),
+            );
+            self.resources.insert(TASKS.into(), json!({"@odata.id": TASKS, "Members": [], "Members@odata.count": 0}));
         }
         let pki = match self.pki {
             Some(p) => p,
@@ -394,6 +465,8 @@ impl MockupBuilder {
             tokens: BTreeMap::new(),
             monitors: BTreeMap::new(),
             counter: 0,
+            update: self.update,
+            updates: Vec::new(),
         }));
         let shared = state.clone();
         let handler: server::Handler = Arc::new(move |req| {
@@ -547,6 +620,9 @@ impl State {
         if let Some(resp) = self.monitor(&method, &path) {
             return Some(resp);
         }
+        if let Some(resp) = self.update_task(&method, &path) {
+            return Some(resp);
+        }
 
         let body: Option<Value> = if req.body.iter().all(u8::is_ascii_whitespace) {
             None
@@ -692,6 +768,57 @@ impl State {
         None
     }
 
+    /// Start an update (`SimpleUpdate`): a Task and its monitor.
+    fn simple_update(&mut self, params: &Map<String, Value>) -> HttpResponse {
+        let Some(image) = params.get("ImageURI").and_then(Value::as_str) else {
+            return redfish_error(400, "ActionParameterMissing", "The action SimpleUpdate requires the parameter ImageURI.");
+        };
+        let id = self.next();
+        self.updates.push(Update { id, started: std::time::Instant::now(), image: image.to_owned() });
+        let task = format!("{TASKS}/{id}");
+        if let Some(c) = self.resources.get_mut(TASKS) {
+            add_member(c, &task);
+        }
+        let (body, _) = self.update_view(id).unwrap_or((Value::Null, false));
+        HttpResponse::json(202, &body).with_header("location", format!("{MONITORS}/u{id}"))
+    }
+
+    /// The Task of update `id` as it is now, and whether it ended.
+    fn update_view(&self, id: u64) -> Option<(Value, bool)> {
+        let u = self.updates.iter().find(|u| u.id == id)?;
+        let b = self.update.as_ref()?;
+        let elapsed = u.started.elapsed().as_secs_f64();
+        let mut percent = ((elapsed / b.duration.as_secs_f64().max(0.001)) * 100.0).min(100.0) as u8;
+        let (state, status, messages) = match b.fail_at {
+            Some(f) if percent >= f => {
+                percent = f;
+                ("Exception", "Critical", vec![json!({"MessageId": "Update.1.0.ApplyFailed", "Message": format!("Flashing {} failed at {f}%: image verification error", u.image)})])
+            }
+            _ if percent >= 100 => ("Completed", "OK", vec![json!({"MessageId": "Update.1.0.UpdateSuccessful", "Message": "The update completed successfully."})]),
+            _ => ("Running", "OK", vec![]),
+        };
+        let body = json!({"@odata.id": format!("{TASKS}/{id}"), "@odata.type": "#Task.v1_7_0.Task", "Id": id.to_string(),
+                          "Name": "Firmware update", "TaskState": state, "TaskStatus": status, "PercentComplete": percent,
+                          "TaskMonitor": format!("{MONITORS}/u{id}"),
+                          "Payload": {"TargetUri": SIMPLE_UPDATE, "HttpOperation": "POST"},
+                          "Messages": messages});
+        Some((body, state != "Running"))
+    }
+
+    /// GET of an update's Task (`200`) or its monitor (`202` while it runs).
+    fn update_task(&self, method: &str, path: &str) -> Option<HttpResponse> {
+        let (id, monitor) = if let Some(n) = path.strip_prefix(&format!("{MONITORS}/u")) {
+            (n.parse::<u64>().ok()?, true)
+        } else {
+            (path.strip_prefix(&format!("{TASKS}/"))?.parse::<u64>().ok()?, false)
+        };
+        let (body, ended) = self.update_view(id)?;
+        if method != "GET" {
+            return Some(redfish_error(405, "OperationNotAllowed", "tasks only answer GET here"));
+        }
+        Some(HttpResponse::json(if monitor && !ended { 202 } else { 200 }, &body))
+    }
+
     fn post(&mut self, path: &str, body: Option<Value>) -> HttpResponse {
         if let Some((owner, name, action)) = self.find_action(path) {
             let body = body.unwrap_or_else(|| json!({}));
@@ -710,6 +837,9 @@ impl State {
                         );
                     }
                 }
+            }
+            if name == "UpdateService.SimpleUpdate" && self.update.is_some() {
+                return self.simple_update(params);
             }
             return self.apply_action(&owner, &name, params);
         }
@@ -907,6 +1037,11 @@ impl MockupServer {
         if let Some(r) = lock(&self.state).resources.get_mut(&norm(path)) {
             merge(r, patch);
         }
+    }
+
+    /// How many update requests (`POST` to the SimpleUpdate target) arrived.
+    pub fn update_requests(&self) -> usize {
+        self.requests_to("POST", SIMPLE_UPDATE).len()
     }
 
     pub fn push_fault(&self, fault: Fault) {

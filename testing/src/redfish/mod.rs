@@ -34,7 +34,7 @@ pub mod spec;
 mod sushy;
 
 pub use image::ImageServer;
-pub use mockup::{Fault, MockupBuilder, MockupServer, RecordedRequest};
+pub use mockup::{Fault, MockupBuilder, MockupServer, RecordedRequest, UpdateBehaviour, SIMPLE_UPDATE};
 pub use pki::TestPki;
 pub use silent::SilentServer;
 pub use sushy::{FakeSystem, SushyBuilder, SushyEmulator};

@@ -1,0 +1,286 @@
+//! Firmware update through the BMC's `UpdateService` (DSP0266 §"Software
+//! update", DSP8010 `UpdateService.SimpleUpdate`), found from the service
+//! root, never at a guessed path.
+//!
+//! - start: `POST` the `SimpleUpdate` action's `target` with `ImageURI`,
+//!   `TransferProtocol`, `Targets` and `@Redfish.OperationApplyTime`; the
+//!   task is the `Location` of the answer (a Task Monitor), else the body's
+//!   `TaskMonitor`, else the `@odata.id` of a Task in the body. A task a
+//!   BMC names off the BMC (another host, user info), longer than
+//!   [`MAX_TASK_URI`] or with control characters is refused: it is what the
+//!   worker records and polls. The worker's "requested" record is written
+//!   right before the `POST` (after the reads), never before a read fails.
+//! - watch: `GET` the task until its `TaskState` is final (`Completed`;
+//!   `Exception`, `Killed`, `Cancelled`, `Interrupted` or a critical
+//!   `TaskStatus`: `update_failed`) or a monitor answers without a Task
+//!   (the operation's own result: done); `PercentComplete` and the state go
+//!   to the worker as progress. A BMC that is busy or rebooting (timeouts,
+//!   refused connections, 5xx) is polled again until the action's deadline:
+//!   an update often restarts the BMC. A task the BMC no longer knows (404)
+//!   is `interrupted`: whether the update completed is unknown.
+//! - find (for a worker taking over): the `TaskService`'s tasks, newest
+//!   first (at most [`MAX_TASKS`]), the first one not in a final state whose
+//!   `Payload.TargetUri` names an update service (or, without a payload,
+//!   whose name says "update").
+//!
+//! Multipart HTTP push (`MultipartHttpPushUri`) is not implemented: it
+//! would make the worker fetch an image from a host a producer chose.
+
+use crate::error::{err, invalid, protocol, status_error, unsupported};
+use crate::json::{allowable, link, members, norm_path, str_of};
+use crate::session::RedfishSession;
+use crate::transport::retry_after;
+use bmcfleet_provider::{Ctx, FirmwareUpdate, ProviderError, Result, Started};
+use bmcfleet_schema::{ErrorCode, FirmwareUpdate as Update, FirmwareUpdateResult};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const ROOT: &str = "/redfish/v1";
+const SIMPLE_UPDATE: &str = "#UpdateService.SimpleUpdate";
+/// Longest task URI accepted from a BMC (it is recorded in the batch's status).
+pub(crate) const MAX_TASK_URI: usize = 512;
+/// Most TaskService members looked at when looking for an update task.
+pub(crate) const MAX_TASKS: usize = 64;
+/// Most task messages kept, and the longest one.
+const MAX_MESSAGES: usize = 16;
+const MAX_MESSAGE: usize = 512;
+
+/// What one poll of a task said.
+#[derive(Debug, PartialEq, Eq)]
+struct TaskView {
+    state: Option<String>,
+    percent: Option<u8>,
+    messages: Vec<String>,
+    /// A final state: `Ok` completed, `Err` ended otherwise (the state's name).
+    done: Option<std::result::Result<(), String>>,
+}
+
+fn messages(v: &Value) -> Vec<String> {
+    v.get("Messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| str_of(m, "Message").or_else(|| str_of(m, "MessageId")))
+        .map(|m| m.chars().filter(|c| !c.is_control()).take(MAX_MESSAGE).collect::<String>())
+        .take(MAX_MESSAGES)
+        .collect()
+}
+
+/// Read a Task (or a monitor's answer) polled with `status`.
+fn view(status: StatusCode, v: &Value) -> TaskView {
+    let state = str_of(v, "TaskState").map(|s| s.chars().take(64).collect::<String>());
+    let percent = v.get("PercentComplete").and_then(Value::as_u64).map(|p| p.min(100) as u8);
+    let done = match state.as_deref() {
+        // A monitor that stops answering 202 without a Task: the operation's result.
+        None if status != StatusCode::ACCEPTED => Some(Ok(())),
+        Some("Completed") if str_of(v, "TaskStatus") == Some("Critical") => Some(Err("Completed with a critical status".to_owned())),
+        Some("Completed") => Some(Ok(())),
+        Some(s @ ("Exception" | "Killed" | "Cancelled" | "Interrupted")) => Some(Err(s.to_owned())),
+        _ => None,
+    };
+    TaskView { state, percent, messages: messages(v), done }
+}
+
+/// Whether a Task in the TaskService is a firmware update.
+fn is_update_task(task: &Value) -> bool {
+    if let Some(uri) = task.get("Payload").and_then(|p| str_of(p, "TargetUri")) {
+        return uri.to_ascii_lowercase().contains("updateservice");
+    }
+    ["Name", "Description"].iter().any(|k| str_of(task, k).is_some_and(|s| s.to_ascii_lowercase().contains("update")))
+}
+
+impl RedfishSession {
+    /// The UpdateService the service root links (`unsupported` without one).
+    async fn update_service(&mut self, ctx: &Ctx) -> Result<Value> {
+        let root = self.transport.get(ctx, ROOT).await?;
+        let path = link(&root.body, "UpdateService")
+            .ok_or_else(|| unsupported("the service root links no UpdateService: this BMC offers no firmware update over Redfish"))?;
+        let service = self.transport.get_linked(ctx, &path, "an UpdateService").await?;
+        if service.body.get("ServiceEnabled") == Some(&Value::Bool(false)) {
+            return Err(err(ErrorCode::BmcError, format!("the BMC's UpdateService at {path} is disabled (ServiceEnabled: false)")));
+        }
+        Ok(service.body)
+    }
+}
+
+#[async_trait::async_trait]
+impl FirmwareUpdate for RedfishSession {
+    async fn start_update(&mut self, ctx: &Ctx, update: &Update) -> Result<Started> {
+        update.validate().map_err(invalid)?;
+        let service = self.update_service(ctx).await?;
+        let action = service
+            .get("Actions")
+            .and_then(|a| a.get(SIMPLE_UPDATE))
+            .ok_or_else(|| unsupported("the BMC's UpdateService offers no SimpleUpdate action"))?;
+        let target = str_of(action, "target").map(norm_path).ok_or_else(|| protocol("the UpdateService's SimpleUpdate action has no target"))?;
+        let target = self.transport.on_bmc(&target)?;
+        if let (Some(p), Some(allowed)) = (update.transfer_protocol, allowable(action, "TransferProtocol")) {
+            if !allowed.iter().any(|a| a.eq_ignore_ascii_case(p.redfish())) {
+                return Err(invalid(format!("the BMC's SimpleUpdate takes TransferProtocol {}; not {}", allowed.join(", "), p.redfish())));
+            }
+        }
+        let mut body = json!({"ImageURI": update.image_uri});
+        if let Some(p) = update.transfer_protocol {
+            body["TransferProtocol"] = json!(p.redfish());
+        }
+        if !update.targets.is_empty() {
+            body["Targets"] = json!(update.targets);
+        }
+        if let Some(at) = update.apply_time {
+            body["@Redfish.OperationApplyTime"] = json!(at.redfish());
+        }
+        if let Some(log) = ctx.tasks() {
+            log.requesting().await?;
+        }
+        let reply = self.transport.exchange(ctx, Method::POST, &target, Some(&body), None).await?;
+        if !reply.status.is_success() {
+            return Err(status_error("POST", &target, reply.status, &reply.body));
+        }
+        let v = reply.json(&Method::POST, &target).unwrap_or(Value::Null);
+        let named = reply
+            .location()
+            .or_else(|| str_of(&v, "TaskMonitor").map(norm_path))
+            .or_else(|| v.get("TaskState").and(str_of(&v, "@odata.id")).map(norm_path));
+        match named {
+            Some(task) => {
+                let task = self.transport.on_bmc(&task).map_err(|e| {
+                    ProviderError::new(e.code, format!("the BMC accepted the update but named its task {}", e.message))
+                })?;
+                tracing::info!(bmc = %self.transport.bmc(), %task, "Firmware update started.");
+                Ok(Started::Task(task))
+            }
+            None => Ok(Started::Done(FirmwareUpdateResult { task: None, state: "Accepted".into(), percent: None, messages: messages(&v), resumed: false })),
+        }
+    }
+
+    async fn watch_update(&mut self, ctx: &Ctx, task: &str) -> Result<FirmwareUpdateResult> {
+        let task = self.transport.on_bmc(task)?;
+        let mut last: Option<TaskView> = None;
+        let mut reported: Option<(Option<u8>, Option<String>)> = None;
+        let still_running = |last: &Option<TaskView>| {
+            let (state, percent) = last.as_ref().map(|l| (l.state.clone(), l.percent)).unwrap_or_default();
+            err(
+                ErrorCode::Timeout,
+                format!(
+                    "the BMC's update task {task} was still running at the action deadline (state {}, {}% done); the update goes on on the BMC",
+                    state.as_deref().unwrap_or("unknown"),
+                    percent.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+                ),
+            )
+        };
+        loop {
+            let mut wait = self.transport.config().task_poll_interval;
+            match self.transport.exchange(ctx, Method::GET, &task, None, None).await {
+                Err(e) if e.code == ErrorCode::DeadlineExceeded => return Err(still_running(&last)),
+                // A BMC applying an update is often busy or restarting: ask again.
+                Err(e) if e.retryable => tracing::info!(bmc = %self.transport.bmc(), %task, error = %e, "The BMC did not answer a task poll; polling again."),
+                Err(e) => return Err(e),
+                Ok(reply) if reply.status == StatusCode::NOT_FOUND => {
+                    return Err(err(
+                        ErrorCode::Interrupted,
+                        format!("the BMC no longer knows the update task {task}: whether the update completed is unknown"),
+                    ))
+                }
+                Ok(reply) if reply.status.is_server_error() || reply.status == StatusCode::TOO_MANY_REQUESTS => {
+                    wait = retry_after(&reply).unwrap_or(wait);
+                    tracing::info!(bmc = %self.transport.bmc(), %task, status = reply.status.as_u16(), "The BMC is busy; polling the task again.");
+                }
+                Ok(reply) if reply.status.is_success() => {
+                    wait = retry_after(&reply).unwrap_or(wait);
+                    let v = reply.json(&Method::GET, &task)?;
+                    let mut now = view(reply.status, &v);
+                    if now.percent.is_none() {
+                        now.percent = last.as_ref().and_then(|l| l.percent);
+                    }
+                    let seen = (now.percent, now.state.clone());
+                    if reported.as_ref() != Some(&seen) {
+                        if let Some(log) = ctx.tasks() {
+                            log.progress(now.percent, now.state.as_deref());
+                        }
+                        reported = Some(seen);
+                    }
+                    match now.done.take() {
+                        Some(Ok(())) => {
+                            return Ok(FirmwareUpdateResult {
+                                task: Some(task.clone()),
+                                state: now.state.clone().unwrap_or_else(|| "Completed".into()),
+                                percent: now.percent,
+                                messages: now.messages,
+                                resumed: false,
+                            })
+                        }
+                        Some(Err(state)) => {
+                            let detail = if now.messages.is_empty() { String::new() } else { format!(": {}", now.messages.join("; ")) };
+                            return Err(err(
+                                ErrorCode::UpdateFailed,
+                                format!(
+                                    "the BMC's update task {task} ended {state} at {}%{detail}",
+                                    now.percent.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+                                ),
+                            ));
+                        }
+                        None => last = Some(now),
+                    }
+                }
+                Ok(reply) => return Err(status_error("GET", &task, reply.status, &reply.body)),
+            }
+            let wait = wait.clamp(Duration::from_millis(10), Duration::from_secs(30));
+            let remaining = ctx.remaining().map_err(|_| still_running(&last))?;
+            if wait >= remaining {
+                tokio::time::sleep(remaining).await;
+                return Err(still_running(&last));
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    async fn find_update_task(&mut self, ctx: &Ctx) -> Result<Option<String>> {
+        let root = self.transport.get(ctx, ROOT).await?;
+        let Some(service) = link(&root.body, "Tasks") else { return Ok(None) };
+        let service = self.transport.get(ctx, &service).await?;
+        let Some(collection) = link(&service.body, "Tasks") else { return Ok(None) };
+        let list = self.transport.get(ctx, &collection).await?;
+        let paths = members(&list.body);
+        for path in paths.iter().rev().take(MAX_TASKS) {
+            let Ok(path) = self.transport.on_bmc(path) else { continue };
+            let t = match self.transport.get(ctx, &path).await {
+                Ok(t) => t,
+                Err(e) if e.code == ErrorCode::DeadlineExceeded => return Err(e),
+                Err(e) => {
+                    tracing::debug!(bmc = %self.transport.bmc(), task = %path, error = %e, "Task unreadable; skipped.");
+                    continue;
+                }
+            };
+            if view(StatusCode::ACCEPTED, &t.body).done.is_none() && is_update_task(&t.body) {
+                let monitor = str_of(&t.body, "TaskMonitor").map(norm_path).and_then(|m| self.transport.on_bmc(&m).ok());
+                return Ok(Some(monitor.unwrap_or(path)));
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_states() {
+        let ok = view(StatusCode::OK, &json!({"TaskState": "Completed", "TaskStatus": "OK", "PercentComplete": 100}));
+        assert_eq!((ok.done, ok.percent), (Some(Ok(())), Some(100)));
+        let running = view(StatusCode::ACCEPTED, &json!({"TaskState": "Running", "PercentComplete": 250}));
+        assert_eq!((running.done, running.percent), (None, Some(100)), "clamped");
+        assert_eq!(view(StatusCode::ACCEPTED, &json!({})).done, None, "a 202 without a task is still running");
+        assert_eq!(view(StatusCode::OK, &json!({})).done, Some(Ok(())), "a monitor's final answer without a Task");
+        let failed = view(StatusCode::OK, &json!({"TaskState": "Exception", "Messages": [{"Message": "flash\u{7} failed"}, {"MessageId": "X.1"}]}));
+        assert_eq!(failed.done, Some(Err("Exception".into())));
+        assert_eq!(failed.messages, ["flash failed", "X.1"]);
+        let critical = view(StatusCode::OK, &json!({"TaskState": "Completed", "TaskStatus": "Critical"}));
+        assert!(matches!(critical.done, Some(Err(_))));
+        assert!(is_update_task(&json!({"Payload": {"TargetUri": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"}})));
+        assert!(!is_update_task(&json!({"Payload": {"TargetUri": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"}, "Name": "update"})));
+        assert!(is_update_task(&json!({"Name": "Firmware Update"})));
+        assert!(!is_update_task(&json!({"Name": "Export logs"})));
+    }
+}
