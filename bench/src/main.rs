@@ -14,6 +14,10 @@ struct Cli {
     /// Repetitions per measurement (medians are reported).
     #[arg(long, env = "BMC_BENCH_REPS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50), global = true)]
     reps: u32,
+    /// Print a single benchmark's section as Markdown (the shape of its
+    /// section in docs/BENCHMARKS.md) instead of plain text.
+    #[arg(long, global = true)]
+    markdown: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -277,7 +281,11 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     for s in &sections {
-        print!("{}", s.to_text());
+        if cli.markdown {
+            print!("{}", s.to_markdown());
+        } else {
+            print!("{}", s.to_text());
+        }
     }
     Ok(())
 }
