@@ -144,6 +144,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let server = bmcfleet_common::serve::start_unless_off(config.process.metrics.addr.0, prometheus, ready.check()).await?;
     let client = bmcfleet_common::nats::connect(&config.process.nats, &format!("bmc-worker {worker_id}")).await?;
     ready.connected(&client);
+    // Lease renewals on a connection of their own: nats-server reads one
+    // connection's messages in order, so on the shared one a renewal would
+    // wait behind every status write and event of thousands of running
+    // batches, and a lease could lapse under load although the worker is
+    // healthy (its batches then end `interrupted`).
+    let control = bmcfleet_common::nats::connect(&config.process.nats, &format!("bmc-worker {worker_id} leases")).await?;
     let settings = StreamSettings { replicas: config.process.topology.replicas as usize, ..StreamSettings::default() };
     let res = streams::ensure_with_retry(client.clone(), &subjects, &settings, Mode::UseExisting, std::time::Duration::from_secs(60))
         .await
@@ -194,6 +200,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let membership = streams::retry_setup("the partition lease buckets", std::time::Duration::from_secs(60), |_| false, || {
         membership::Membership::new(
             shared.clone(),
+            control.clone(),
             config.lease_ttl,
             config.rebalance_interval,
             config.process.topology.replicas as usize,
@@ -217,6 +224,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     task.await.context("membership task")?;
     // Bounded: with NATS gone a flush would wait for the reconnection.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), client.flush()).await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), control.flush()).await;
     if let Some(server) = server {
         server.stop().await;
     }

@@ -105,8 +105,11 @@ fn kv_config(bucket: String, description: &str, ttl: Duration, replicas: usize) 
 }
 
 impl Membership {
+    /// `control`: the connection for the lease and presence buckets, apart
+    /// from the one carrying batches (see `run` in lib.rs).
     pub async fn new(
         shared: Arc<Shared>,
+        control: async_nats::Client,
         ttl: Duration,
         interval: Duration,
         replicas: usize,
@@ -114,7 +117,7 @@ impl Membership {
         providers: Vec<ProviderInfo>,
     ) -> Result<Membership, MembershipError> {
         use bmcfleet_common::streams::{bucket, Mode};
-        let js = &shared.res.js;
+        let js = &async_nats::jetstream::new(control);
         let leases = bucket(js, kv_config(shared.subjects.leases_bucket(), "bmcfleet partition leases", ttl, replicas), Mode::UseExisting)
             .await
             .map_err(|e| MembershipError::new("setting up the lease bucket", e))?;
