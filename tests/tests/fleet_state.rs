@@ -80,6 +80,31 @@ fn dummy_target() -> BmcTarget {
     }
 }
 
+/// nats-server, a gateway and one worker (`args`) talking to `sim`, every
+/// partition owned.
+async fn sim_stack(sim: &bmcfleet_testing::SimServer, args: &[&str]) -> Stack {
+    let nats = bmcfleet_tests::NatsServer::start();
+    let topology = bmcfleet_tests::producer::Topology::default();
+    let gateway = topology.gateway(&nats, &[]);
+    let producer = bmcfleet_tests::producer::Producer::new(nats.client().await);
+    bmcfleet_tests::producer::wait_gateway(&producer).await;
+    let worker = topology.worker(&nats, "w0", sim.addr(), args);
+    bmcfleet_tests::producer::wait_partitions_owned(&producer.client, &topology.subjects()).await;
+    Stack { producer, topology, workers: vec![worker], gateway, nats }
+}
+
+/// A bmc-sim machine at `address` with inline credentials.
+fn sim_target(address: &str) -> BmcTarget {
+    BmcTarget {
+        address: address.parse().unwrap(),
+        protocol: Protocol::Sim,
+        credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
+        tls: TlsOptions::default(),
+        system_id: None,
+        options: Default::default(),
+    }
+}
+
 fn power_changed_to(to: PowerState) -> impl Fn(&MachineEventKind) -> bool {
     move |e| matches!(e, MachineEventKind::PowerChanged { to: t, .. } if *t == to)
 }
@@ -275,26 +300,11 @@ async fn a_killed_workers_machines_are_polled_by_the_survivor() {
 async fn an_inventory_change_is_announced() {
     use bmcfleet_testing::{SimConfig, SimServer};
     let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let nats = bmcfleet_tests::NatsServer::start();
-    let topology = bmcfleet_tests::producer::Topology::default();
-    let gateway = topology.gateway(&nats, &[]);
-    let producer = bmcfleet_tests::producer::Producer::new(nats.client().await);
-    bmcfleet_tests::producer::wait_gateway(&producer).await;
-    let args = ["--poll-interval", "1s", "--poll-timeout", "900ms", "--inventory-interval", "1s"];
-    let worker = topology.worker(&nats, "w0", sim.addr(), &args);
-    bmcfleet_tests::producer::wait_partitions_owned(&producer.client, &topology.subjects()).await;
-    let stack = Stack { producer, topology, workers: vec![worker], gateway, nats };
+    let stack = sim_stack(&sim, &["--poll-interval", "1s", "--poll-timeout", "900ms", "--inventory-interval", "1s"]).await;
     let subjects = stack.topology.subjects();
     let client = &stack.producer.client;
 
-    let target = BmcTarget {
-        address: "inv-19.example".parse().unwrap(),
-        protocol: Protocol::Sim,
-        credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
-        tls: TlsOptions::default(),
-        system_id: None,
-        options: Default::default(),
-    };
+    let target = sim_target("inv-19.example");
     let name = stack.topology.register_machine(client, &target).await;
     let events = Events::start(client, subjects.machine_events("default", &name)).await;
     let first = bmcfleet_tests::poll_until(Duration::from_secs(10), Duration::from_millis(100), || async {
@@ -330,25 +340,11 @@ async fn a_swapped_component_is_announced_by_name() {
     use bmcfleet_schema::state::ChangeKind;
     use bmcfleet_testing::{SimConfig, SimServer};
     let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let nats = bmcfleet_tests::NatsServer::start();
-    let topology = bmcfleet_tests::producer::Topology::default();
-    let gateway = topology.gateway(&nats, &[]);
-    let producer = bmcfleet_tests::producer::Producer::new(nats.client().await);
-    bmcfleet_tests::producer::wait_gateway(&producer).await;
     let args = ["--poll-interval", "1s", "--poll-timeout", "900ms", "--inventory-interval", "1s", "--inventory-timeout", "5s"];
-    let worker = topology.worker(&nats, "w0", sim.addr(), &args);
-    bmcfleet_tests::producer::wait_partitions_owned(&producer.client, &topology.subjects()).await;
-    let stack = Stack { producer, topology, workers: vec![worker], gateway, nats };
+    let stack = sim_stack(&sim, &args).await;
     let subjects = stack.topology.subjects();
     let client = &stack.producer.client;
-    let target = BmcTarget {
-        address: "inv-20.example".parse().unwrap(),
-        protocol: Protocol::Sim,
-        credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
-        tls: TlsOptions::default(),
-        system_id: None,
-        options: Default::default(),
-    };
+    let target = sim_target("inv-20.example");
     let name = stack.topology.register_machine(client, &target).await;
     let events = Events::start(client, subjects.machine_events("default", &name)).await;
     let kv = async_nats::jetstream::new(client.clone()).get_key_value(subjects.state_bucket()).await.unwrap();
