@@ -8,7 +8,7 @@
 //! Authentication Capabilities, Get Channel Cipher Suites, Get System GUID,
 //! Close Session and Get Session Info.
 
-use super::crypto::{self, CipherSuite, Exchange, SessionKeys, AES_BLOCK};
+use super::crypto::{self, CipherSuite, SessionKeys, AES_BLOCK};
 use super::session::{Active, Handshake, Phase, SeqWindow, Session, Sessions, PRIV_ADMIN, PRIV_USER};
 use super::wire::{self, Datagram, Protection, Request, Rmcpp, BMC_ADDR};
 use super::{LanFaults, LanStats};
@@ -434,26 +434,13 @@ impl Bmc {
         crypto::random(&mut rc);
         let mut username = [0u8; 16];
         username[..ulen].copy_from_slice(name);
-        let hs = Handshake { rm, rc, role, username, username_len: ulen as u8, user_id, kuid };
-        let suite = session.suite;
-        let x = Exchange {
-            auth: suite.auth,
-            kuid: &hs.kuid,
-            sidm,
-            sidc,
-            rm: &hs.rm,
-            rc: &hs.rc,
-            guid: &self.guid,
-            role,
-            username: hs.username(),
-        };
-        let code = x.rakp2_code();
+        let mut hs = Handshake { rm, rc, role, username, username_len: ulen as u8, user_id, kuid };
+        let code = hs.exchange(session.suite.auth, sidm, sidc, &self.guid).rakp2_code();
         let mut payload = vec![tag, status::OK, 0, 0];
         payload.extend_from_slice(&reply_sidm(sidm, wrong_sid).to_le_bytes());
         payload.extend_from_slice(&rc);
         payload.extend_from_slice(&self.guid);
         payload.extend_from_slice(code.as_slice());
-        let mut hs = hs;
         if supersede {
             // A retransmitted RAKP 1 that crossed this reply would have
             // replaced the random the console is about to prove.
@@ -513,17 +500,7 @@ impl Bmc {
             return None;
         }
         let suite = session.suite;
-        let x = Exchange {
-            auth: suite.auth,
-            kuid: &hs.kuid,
-            sidm,
-            sidc,
-            rm: &hs.rm,
-            rc: &hs.rc,
-            guid: &self.guid,
-            role: hs.role,
-            username: hs.username(),
-        };
+        let x = hs.exchange(suite.auth, sidm, sidc, &self.guid);
         let expected = x.rakp3_code();
         if code.len() != expected.as_slice().len() || !crypto::verify(&expected, code) {
             core.sessions.remove(sidc);
@@ -814,6 +791,7 @@ mod tests {
     //! `testing/tests/ipmi_lan_responder.rs`; this covers what those clients
     //! cannot be made to send).
     use super::*;
+    use crate::ipmi::lan::crypto::Exchange;
     use crate::ipmi::lan::user;
     use crate::ipmi::spec_bmc::SpecHandle;
 

@@ -5,7 +5,7 @@
 //! Pure state: no sockets, no clock of its own (`now` is passed in), so the
 //! server decides and this module remembers.
 
-use super::crypto::{CipherSuite, Digest, SessionKeys};
+use super::crypto::{CipherSuite, Digest, Exchange, SessionKeys};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -76,6 +76,12 @@ impl Handshake {
     /// The requested maximum privilege (role bits 3:0).
     pub fn privilege(&self) -> u8 {
         self.role & 0x0F
+    }
+
+    /// The RAKP inputs of this handshake, for the session `sidm`/`sidc`
+    /// under authentication algorithm `auth`, as the BMC `guid` sees them.
+    pub fn exchange<'a>(&'a self, auth: u8, sidm: u32, sidc: u32, guid: &'a [u8; 16]) -> Exchange<'a> {
+        Exchange { auth, kuid: &self.kuid, sidm, sidc, rm: &self.rm, rc: &self.rc, guid, role: self.role, username: self.username() }
     }
 }
 
