@@ -115,9 +115,10 @@ pub enum Command {
         op: SecureBootCmd,
     },
     /// Firmware (Redfish UpdateService): update from an image URL the BMC
-    /// fetches, watched to the end with its percentage (give a long
-    /// --deadline). Refused unless gateway and worker run with
-    /// --allow-firmware-update for the machine's tenant.
+    /// fetches (--image), or push an image file the workers hold in their
+    /// --firmware-image-dir (--image-file), watched to the end with its
+    /// percentage (give a long --deadline). Refused unless gateway and
+    /// worker run with --allow-firmware-update for the machine's tenant.
     Firmware {
         #[command(subcommand)]
         op: FirmwareCmd,
@@ -723,10 +724,19 @@ fn bios_attribute(s: &str) -> Result<(String, serde_json::Value), String> {
 pub enum FirmwareCmd {
     /// `SimpleUpdate`: the BMC fetches the image from --image (a URL with
     /// credentials or a query is sealed to the workers like a media URL).
+    /// Multipart HTTP push: the worker sends --image-file, a file name in
+    /// its --firmware-image-dir, to the BMC's `MultipartHttpPushUri`.
+    #[command(group(clap::ArgGroup::new("image_source").required(true).args(["image", "image_file"])))]
     Update {
         /// Where the BMC fetches the image (http, https, ftp, sftp, scp, tftp, nfs, cifs).
         #[arg(long)]
-        image: String,
+        image: Option<String>,
+        /// The image file to push: a plain file name in the workers' --firmware-image-dir (no path).
+        #[arg(long, conflicts_with_all = ["image", "transfer_protocol"])]
+        image_file: Option<String>,
+        /// SHA-256 of --image-file (64 hex digits), checked by the worker before anything is sent.
+        #[arg(long, requires = "image_file")]
+        sha256: Option<String>,
         /// A firmware inventory item to update (`/redfish/v1/UpdateService/FirmwareInventory/...`); repeat for several.
         #[arg(long = "component")]
         components: Vec<String>,

@@ -76,6 +76,7 @@ HANDLING = {
     "skipped": "outcome",
     "worker_exhausted": "retry",
     "firmware_update_disabled": "operator",
+    "firmware_image_invalid": "operator",
     "update_failed": "bmc",
     "internal": "operator",
 }

@@ -20,14 +20,16 @@
 //!   [`capabilities`] and [`perform`] are derived from that one table.
 //! - [`ProviderError`]: the single error type, carrying a wire [`ErrorCode`].
 //! - [`Ctx`]: per-call context (deadline).
+//! - [`image`]: the firmware images a worker may push (its operator's
+//!   directory; what a push update reads, checked before anything is sent).
 
 pub mod capability;
+pub mod image;
 pub mod tls;
 
-pub use capability::{
-    capabilities, perform, ActionExecutor, Applies, Bios, BmcReset, BmcSession, BootControl, Capability, EventLog, FirmwareUpdate, Inventory,
-    NetworkSource, Power, Raw, SecureBoot, Sensors, Started, Users, VirtualMedia,
-};
+// Every capability trait, `Capability`, `capabilities` and `perform`: a new
+// capability is exported by its line in the table, not listed again here.
+pub use capability::*;
 
 use async_trait::async_trait;
 use bmcfleet_schema::{BmcTarget, ErrorBody, ErrorCode, Secret};
@@ -88,6 +90,16 @@ impl ProviderError {
         self.not_sent = not_sent;
         self
     }
+}
+
+/// Lower-case hex of `bytes` (hashes, digests, raw records).
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
 }
 
 /// The local cause when `e` (or an error in its source chain) is this
@@ -157,6 +169,13 @@ pub trait SendGate: Send + Sync + fmt::Debug {
     /// retransmits, re-establishing or closing a session), including from
     /// threads outside the runtime.
     fn holds(&self) -> bool;
+
+    /// The gate a session keeps for what it sends on its own after this
+    /// action ([`Ctx::send_gate`]): it answers [`SendGate::holds`] as this
+    /// one does. A gate that carries an action's state (its status record,
+    /// its events) returns a lighter one, so that a session living for
+    /// minutes does not keep the batch that opened it in memory.
+    fn for_session(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn SendGate>;
 }
 
 /// Where an action that starts a long-running BMC task
@@ -205,6 +224,9 @@ pub struct Ctx {
     /// `--power-settle-timeout`, or an action's own `settle`); `None`: the
     /// provider's default, and for a soft off the action's deadline.
     pub settle: Option<Duration>,
+    /// The worker's firmware image directory (`--firmware-image-dir`): the
+    /// only files a push update may send; none: push updates are off.
+    images: Option<std::sync::Arc<image::ImageDir>>,
 }
 
 /// Where a call comes from.
@@ -219,7 +241,7 @@ pub struct CallInfo {
 
 impl Ctx {
     pub fn new(deadline: Instant) -> Self {
-        Ctx { deadline, call: None, sent: Default::default(), gate: None, for_action: false, tasks: None, settle: None }
+        Ctx { deadline, call: None, sent: Default::default(), gate: None, for_action: false, tasks: None, settle: None, images: None }
     }
 
     /// The same deadline, call and gate, with nothing sent yet: one attempt
@@ -234,13 +256,26 @@ impl Ctx {
             for_action: true,
             tasks: self.tasks.clone(),
             settle: self.settle,
+            images: self.images.clone(),
         }
     }
 
-    /// The gate, for a provider that sends on its own later (keep-alives,
-    /// logout) and must ask [`SendGate::holds`] first.
+    /// Push updates send images of `dir` only.
+    pub fn with_images(mut self, dir: Option<std::sync::Arc<image::ImageDir>>) -> Self {
+        self.images = dir;
+        self
+    }
+
+    /// The firmware image directory, if this worker has one.
+    pub fn images(&self) -> Option<&image::ImageDir> {
+        self.images.as_deref()
+    }
+
+    /// The gate for a provider that sends on its own later (keep-alives,
+    /// logout) and must ask [`SendGate::holds`] first: the session's
+    /// ([`SendGate::for_session`]), not the action's.
     pub fn send_gate(&self) -> Option<std::sync::Arc<dyn SendGate>> {
-        self.gate.clone()
+        self.gate.clone().map(|g| g.for_session())
     }
 
     /// Record long-running BMC tasks in `log`.
@@ -386,6 +421,10 @@ mod tests {
 
         fn holds(&self) -> bool {
             self.asked.lock().unwrap().len() < self.open
+        }
+
+        fn for_session(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn SendGate> {
+            self
         }
     }
 

@@ -30,18 +30,16 @@ pub type BatchId = Ulid;
 
 /// An ordered list of actions for one BMC, executed in order, one batch at a
 /// time per BMC.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Batch {
     /// Client-chosen id makes a resubmission a no-op (JetStream dedupe window
     /// plus the status record).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<BatchId>,
     /// The registered machine to act on (exactly one of `machine` and `bmc`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
     /// An ad hoc target, where the deployment allows them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bmc: Option<BmcTarget>,
     pub actions: Vec<Action>,
     #[serde(default)]
@@ -52,6 +50,7 @@ pub struct Batch {
 }
 
 /// Which BMC, spoken to how.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BmcTarget {
@@ -62,7 +61,6 @@ pub struct BmcTarget {
     #[serde(default, skip_serializing_if = "TlsOptions::is_default")]
     pub tls: TlsOptions,
     /// Redfish: which ComputerSystem to drive when a BMC exposes several.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_id: Option<String>,
     /// Protocol preference and provider options: set only from an
     /// operator's machine record (an ad hoc target carrying any is refused).
@@ -126,6 +124,7 @@ pub enum DesiredPower {
 }
 
 /// IPMI provider options of a machine.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IpmiOptions {
@@ -134,7 +133,6 @@ pub struct IpmiOptions {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cipher_suites: Vec<u8>,
     /// The privilege level the session logs in with; none: administrator.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privilege: Option<IpmiPrivilege>,
 }
 
@@ -310,6 +308,7 @@ pub struct SealedCredentials {
     pub sealed: String,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsOptions {
@@ -317,13 +316,11 @@ pub struct TlsOptions {
     #[serde(default)]
     pub insecure: bool,
     /// PEM CA bundle to trust for this BMC.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_pem: Option<String>,
     /// Trust exactly the certificate with this SHA-256 fingerprint (64 hex
     /// digits, `:` separators allowed), whoever issued it and whatever name
     /// it carries: what a self-signed BMC certificate needs instead of
     /// `insecure`. Takes precedence over `ca_pem` and `insecure`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin_sha256: Option<String>,
     /// Intel AMT only: allow plain HTTP (port 16992). Off by default: Digest
     /// over HTTP lets an observer record the exchange; an operator allows it
@@ -414,46 +411,107 @@ pub enum Action {
     FirmwareUpdate(FirmwareUpdate),
 }
 
-/// A firmware update (Redfish `UpdateService.SimpleUpdate` parameters).
-/// The BMC fetches the image itself from `image_uri`: the worker never
-/// does. A URI with user info or a query string is a secret like a media
-/// URL: sealed before it is stored, hidden in logs, scrubbed from messages.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A firmware update, by one of two transfers:
+///
+/// - **SimpleUpdate** (`image_uri`): Redfish `UpdateService.SimpleUpdate`;
+///   the BMC fetches the image itself from `image_uri`: the worker never
+///   does. A URI with user info or a query string is a secret like a media
+///   URL: sealed before it is stored, hidden in logs, scrubbed from messages.
+/// - **multipart HTTP push** (`image_file`): the worker sends the image to
+///   the BMC's `UpdateService.MultipartHttpPushUri`. The image is a plain
+///   file name in the operator's `--firmware-image-dir` on the worker: a
+///   producer never names a URL or a path the worker would read.
+///
+/// Exactly one of `image_uri` and `image_file`.
+#[serde_with::skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FirmwareUpdate {
-    /// Where the BMC fetches the image (`ImageURI`).
-    pub image_uri: String,
+    /// Where the BMC fetches the image (`ImageURI`): SimpleUpdate.
+    pub image_uri: Option<String>,
+    /// The image to push (multipart HTTP push): a file name in the worker's
+    /// `--firmware-image-dir` ([`validate_image_file`]).
+    pub image_file: Option<String>,
+    /// The SHA-256 of `image_file` (64 hex digits): the worker checks it
+    /// before anything is sent. Only with `image_file`.
+    pub sha256: Option<String>,
     /// The firmware inventory items to update (`Targets`: resource paths on
     /// the BMC, `/redfish/v1/...`); none: the BMC decides from the image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<String>,
     /// How the BMC fetches the image (`TransferProtocol`); none: the
-    /// image URI's scheme says.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// image URI's scheme says. Only with `image_uri`.
     pub transfer_protocol: Option<TransferProtocol>,
     /// When the BMC applies the update (`@Redfish.OperationApplyTime`);
     /// none: the BMC's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_time: Option<UpdateApplyTime>,
+}
+
+/// Where a [`FirmwareUpdate`]'s image comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageSource<'a> {
+    /// The BMC fetches it (SimpleUpdate).
+    Uri(&'a str),
+    /// The worker pushes this file of its image directory (multipart HTTP
+    /// push), checked against `sha256` when given.
+    File { name: &'a str, sha256: Option<&'a str> },
 }
 
 /// Most `targets` one update may name.
 pub const MAX_FIRMWARE_TARGETS: usize = 16;
 /// Longest `image_uri`.
 pub const MAX_IMAGE_URI: usize = 2048;
+/// Longest `image_file`, in bytes.
+pub const MAX_IMAGE_FILE: usize = 255;
+
+/// Checks a firmware image file name (`firmware_update.image_file`): one
+/// path component of 1 to [`MAX_IMAGE_FILE`] characters from `A-Z a-z 0-9
+/// . _ - + = @ , ~`, not starting with `.` (no `..`, no hidden files): never
+/// a path, a separator (`/`, `\`), NUL, a control character or a space.
+pub fn validate_image_file(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "._-+=@,~".contains(c);
+    if name.is_empty() || name.len() > MAX_IMAGE_FILE || name.starts_with('.') || !name.chars().all(allowed) {
+        return Err(format!(
+            "firmware_update.image_file {:?}: a plain file name of the worker's firmware image directory \
+             (1 to {MAX_IMAGE_FILE} characters of A-Z a-z 0-9 . _ - + = @ , ~, not starting with `.`; no path)",
+            name.chars().take(64).collect::<String>()
+        ));
+    }
+    Ok(())
+}
 
 impl FirmwareUpdate {
+    /// The image's source (after [`FirmwareUpdate::validate`]: exactly one).
+    pub fn source(&self) -> ImageSource<'_> {
+        match (&self.image_uri, &self.image_file) {
+            (_, Some(name)) => ImageSource::File { name, sha256: self.sha256.as_deref() },
+            (Some(uri), None) => ImageSource::Uri(uri),
+            (None, None) => ImageSource::Uri(""),
+        }
+    }
+
     /// Checks what the gateway accepts (and the worker before sending).
     pub fn validate(&self) -> Result<(), String> {
-        if self.image_uri.len() > MAX_IMAGE_URI || self.image_uri.chars().any(|c| c.is_control() || c.is_whitespace()) {
-            return Err(format!("firmware_update.image_uri: at most {MAX_IMAGE_URI} characters, no spaces or control characters"));
-        }
-        let u = url::Url::parse(&self.image_uri).map_err(|e| format!("firmware_update.image_uri is not a URL: {e}"))?;
-        if TransferProtocol::from_scheme(u.scheme()).is_none() {
-            return Err(format!("firmware_update.image_uri: scheme `{}` is not one a BMC fetches from (http, https, ftp, sftp, scp, tftp, nfs, cifs)", u.scheme()));
-        }
-        if u.host_str().is_none_or(str::is_empty) {
-            return Err("firmware_update.image_uri names no host".into());
+        match (&self.image_uri, &self.image_file) {
+            (Some(_), Some(_)) => return Err("firmware_update: image_uri (the BMC fetches) and image_file (the worker pushes) exclude each other".into()),
+            (None, None) => return Err("firmware_update: needs image_uri (the BMC fetches the image) or image_file (the worker pushes it)".into()),
+            (Some(uri), None) => {
+                if self.sha256.is_some() {
+                    return Err("firmware_update.sha256: only with image_file (the worker cannot check what the BMC fetches)".into());
+                }
+                validate_image_uri(uri)?;
+            }
+            (None, Some(name)) => {
+                validate_image_file(name)?;
+                if self.transfer_protocol.is_some() {
+                    return Err("firmware_update.transfer_protocol: only with image_uri (a pushed image is sent by the worker)".into());
+                }
+                if let Some(h) = &self.sha256 {
+                    if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return Err("firmware_update.sha256: 64 hexadecimal digits".into());
+                    }
+                }
+            }
         }
         if self.targets.len() > MAX_FIRMWARE_TARGETS {
             return Err(format!("firmware_update.targets: at most {MAX_FIRMWARE_TARGETS}"));
@@ -466,6 +524,20 @@ impl FirmwareUpdate {
         }
         Ok(())
     }
+}
+
+fn validate_image_uri(uri: &str) -> Result<(), String> {
+    if uri.len() > MAX_IMAGE_URI || uri.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(format!("firmware_update.image_uri: at most {MAX_IMAGE_URI} characters, no spaces or control characters"));
+    }
+    let u = url::Url::parse(uri).map_err(|e| format!("firmware_update.image_uri is not a URL: {e}"))?;
+    if TransferProtocol::from_scheme(u.scheme()).is_none() {
+        return Err(format!("firmware_update.image_uri: scheme `{}` is not one a BMC fetches from (http, https, ftp, sftp, scp, tftp, nfs, cifs)", u.scheme()));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err("firmware_update.image_uri names no host".into());
+    }
+    Ok(())
 }
 
 /// How a BMC fetches an update image (Redfish `TransferProtocolType`).
@@ -711,7 +783,10 @@ impl Action {
             Action::SecureBootResetKeys(k) => format!("{k:?}"),
             Action::FirmwareUpdate(u) => format!(
                 "{} targets={} protocol={} apply_time={}",
-                loggable_url(&u.image_uri),
+                match u.source() {
+                    ImageSource::Uri(uri) => loggable_url(uri),
+                    ImageSource::File { name, sha256 } => format!("push file={name} sha256={}", sha256.unwrap_or("-")),
+                },
                 if u.targets.is_empty() { "-".into() } else { u.targets.join(",") },
                 u.transfer_protocol.map(|p| p.redfish()).unwrap_or("-"),
                 u.apply_time.map(|a| a.redfish()).unwrap_or("-")
@@ -907,15 +982,13 @@ fn yes() -> bool {
     true
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserUpdate {
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<Secret>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<UserRole>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
 }
 
@@ -935,12 +1008,12 @@ pub enum NetworkSourceOp {
     Static(StaticIpv4),
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StaticIpv4 {
     pub address: std::net::Ipv4Addr,
     pub netmask: std::net::Ipv4Addr,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<std::net::Ipv4Addr>,
 }
 
@@ -961,13 +1034,13 @@ pub struct RawIpmi {
     pub data: Vec<u8>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedfish {
     pub method: HttpMethod,
     /// Must start with `/redfish/v1`.
     pub path: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<serde_json::Value>,
 }
 
@@ -1106,7 +1179,7 @@ impl Action {
         match self {
             Action::User(UserOp::Create(u)) => Some((ParamField::Password, u.password.expose().to_owned())),
             Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })) => Some((ParamField::Password, p.expose().to_owned())),
-            Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) | Action::FirmwareUpdate(FirmwareUpdate { image_uri: url, .. }) => {
+            Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) | Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some(url), .. }) => {
                 let u = url::Url::parse(url).ok()?;
                 (!u.username().is_empty() || u.password().is_some() || u.query().is_some()).then(|| (ParamField::Url, url.clone()))
             }
@@ -1143,7 +1216,7 @@ impl Action {
             (Action::User(UserOp::Create(u)), ParamField::Password) => u.password = Secret::new(value),
             (Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })), ParamField::Password) => *p = Secret::new(value),
             (Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }), ParamField::Url) => *url = value,
-            (Action::FirmwareUpdate(u), ParamField::Url) => u.image_uri = value,
+            (Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some(u), .. }), ParamField::Url) => *u = value,
             _ => return false,
         }
         true

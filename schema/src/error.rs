@@ -102,6 +102,13 @@ pub enum ErrorCode {
     /// (`--allow-firmware-update` of the gateway at admission, of the
     /// worker before sending).
     FirmwareUpdateDisabled,
+    /// A push update's image (`firmware_update.image_file`) cannot be used:
+    /// no such file in the worker's `--firmware-image-dir`, a symbolic link
+    /// leading out of it, not a regular file, larger than
+    /// `--firmware-image-max-bytes`, its SHA-256 differs from the action's
+    /// `sha256` (checked before anything is sent), or the file changed
+    /// while it was sent (the upload is cut short). Not retried.
+    FirmwareImageInvalid,
     /// The BMC's firmware update task ended without completing (`Exception`,
     /// `Killed`, `Cancelled`, or `Completed` with a critical status); the
     /// message carries the task's state and messages. Not retried.
@@ -147,6 +154,7 @@ impl ErrorCode {
             ErrorCode::Skipped => "skipped",
             ErrorCode::WorkerExhausted => "worker_exhausted",
             ErrorCode::FirmwareUpdateDisabled => "firmware_update_disabled",
+            ErrorCode::FirmwareImageInvalid => "firmware_image_invalid",
             ErrorCode::UpdateFailed => "update_failed",
             ErrorCode::Internal => "internal",
         }
@@ -159,7 +167,8 @@ impl ErrorCode {
             | ErrorCode::EmptyBatch
             | ErrorCode::TooManyActions
             | ErrorCode::InvalidAddress
-            | ErrorCode::InvalidField => 400,
+            | ErrorCode::InvalidField
+            | ErrorCode::FirmwareImageInvalid => 400,
             ErrorCode::InlineCredentialsDisabled
             | ErrorCode::PermissionDenied
             | ErrorCode::RawNotAllowed

@@ -410,11 +410,34 @@ mod tests {
             ("https://repo.example/x.bin", vec!["/other".to_owned()]),
             ("https://repo.example/x.bin", vec!["/redfish/v1/UpdateService?x=1".to_owned()]),
         ] {
-            let u = FirmwareUpdate { image_uri: uri.into(), targets, transfer_protocol: None, apply_time: None };
+            let u = FirmwareUpdate { image_uri: Some(uri.into()), targets, ..FirmwareUpdate::default() };
             assert!(u.validate().is_err(), "{u:?}");
         }
+        // A pushed image is a plain file name of the worker's image directory.
+        let push = |name: &str| FirmwareUpdate { image_file: Some(name.into()), ..FirmwareUpdate::default() };
+        for good in ["bios-2.1.bin", "BMC_fw+2.4~rc1.bin", "a", &"x".repeat(255)] {
+            assert!(push(good).validate().is_ok(), "{good}");
+        }
+        for bad in ["", "../etc/passwd", "..", ".", ".hidden", "a/b", "a\\b", "a\0b", "a\nb", "a b", "bios\u{202e}.bin", "é.bin", &"x".repeat(256), "/etc/passwd"] {
+            let e = push(bad).validate().unwrap_err();
+            assert!(e.contains("image_file"), "{bad:?}: {e}");
+        }
+        let sha = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        assert!(FirmwareUpdate { sha256: Some(sha.to_uppercase()), ..push("x.bin") }.validate().is_ok());
+        for (u, says) in [
+            (FirmwareUpdate { sha256: Some("abc".into()), ..push("x.bin") }, "64 hexadecimal"),
+            (FirmwareUpdate { image_uri: Some("https://repo.example/x.bin".into()), ..push("x.bin") }, "exclude each other"),
+            (FirmwareUpdate { transfer_protocol: Some(TransferProtocol::Https), ..push("x.bin") }, "only with image_uri"),
+            (FirmwareUpdate { image_uri: Some("https://repo.example/x.bin".into()), sha256: Some(sha.into()), ..FirmwareUpdate::default() }, "only with image_file"),
+            (FirmwareUpdate::default(), "needs image_uri"),
+        ] {
+            assert!(u.validate().unwrap_err().contains(says), "{u:?}");
+        }
+        let pushed = Action::FirmwareUpdate(FirmwareUpdate { sha256: Some(sha.into()), ..push("bios-2.1.bin") });
+        assert!(pushed.loggable().contains("push file=bios-2.1.bin sha256=9f86"), "{}", pushed.loggable());
+        assert!(pushed.secret_param().is_none());
         // A URI with credentials is a secret parameter, hidden in logs.
-        let secret = Action::FirmwareUpdate(FirmwareUpdate { image_uri: "https://u:pw@repo.example/x.bin?sig=S1G".into(), targets: vec![], transfer_protocol: None, apply_time: None });
+        let secret = Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some("https://u:pw@repo.example/x.bin?sig=S1G".into()), ..FirmwareUpdate::default() });
         assert_eq!(secret.secret_param().map(|p| p.0), Some(ParamField::Url));
         assert!(!secret.loggable().contains("S1G") && !secret.loggable().contains("pw@"), "{}", secret.loggable());
         let batch = Batch { id: None, machine: Some("m".into()), bmc: None, actions: vec![Action::Inventory, ok], on_error: OnError::Stop, deadline: None };

@@ -45,16 +45,11 @@ fn python() -> Option<PathBuf> {
     }
     candidates.push(root().join(".tools/bin/python3"));
     candidates.push(PathBuf::from("python3"));
-    for c in candidates {
-        let ok = Command::new(&c).args(["-c", "import jsonschema, referencing"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-        if ok {
-            return Some(c);
-        }
-    }
-    let required = std::env::var("BMCFLEET_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-    assert!(!required, "python3 with jsonschema is required (BMCFLEET_REQUIRE_PEERS=1): run scripts/setup.sh");
-    eprintln!("SKIP: no python3 with the jsonschema package (scripts/setup.sh installs it into .tools)");
-    None
+    bmcfleet_testing::peers::or_skip(
+        bmcfleet_testing::peers::python_with(candidates, "jsonschema, referencing"),
+        "no python3 with the jsonschema package",
+        "scripts/setup.sh installs it into .tools",
+    )
 }
 
 /// One instance to check: which schema file, the value, and whether it must validate.
@@ -207,7 +202,7 @@ fn every_error_code() -> Vec<ErrorCode> {
     every!(ErrorCode: Malformed, TooLarge, EmptyBatch, TooManyActions, InvalidAddress, InvalidField, InlineCredentialsDisabled,
         RawNotAllowed, NotFound, MachineNotFound, TargetForbidden, Conflict, Unavailable, BmcQueueFull, UnknownCredential,
         CredentialUnavailable, UnsupportedProtocol, Unsupported, AuthFailed, PermissionDenied, Unreachable, Timeout, NotReached,
-        DeadlineExceeded, BmcError, ProtocolError, TargetNotFound, Interrupted, CircuitOpen, Cancelled, Skipped, WorkerExhausted, FirmwareUpdateDisabled, UpdateFailed, Internal)
+        DeadlineExceeded, BmcError, ProtocolError, TargetNotFound, Interrupted, CircuitOpen, Cancelled, Skipped, WorkerExhausted, FirmwareUpdateDisabled, FirmwareImageInvalid, UpdateFailed, Internal)
 }
 
 /// The JSON names serde gives the values, in order.
@@ -291,13 +286,22 @@ fn every_action() -> Vec<Action> {
     for kind in every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk) {
         out.push(Action::SecureBootResetKeys(kind));
     }
-    out.push(Action::FirmwareUpdate(FirmwareUpdate { image_uri: "https://repo.example/bios.bin".into(), targets: vec![], transfer_protocol: None, apply_time: None }));
+    out.push(Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some("https://repo.example/bios.bin".into()), ..FirmwareUpdate::default() }));
+    out.push(Action::FirmwareUpdate(FirmwareUpdate { image_file: Some("bios-2.1.bin".into()), ..FirmwareUpdate::default() }));
+    out.push(Action::FirmwareUpdate(FirmwareUpdate {
+        image_file: Some("BMC_fw+2.4~rc1.bin".into()),
+        sha256: Some("9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08".into()),
+        targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/BMC".into()],
+        apply_time: Some(UpdateApplyTime::OnReset),
+        ..FirmwareUpdate::default()
+    }));
     for (p, at) in every_transfer_protocol().into_iter().zip(every_apply_time().into_iter().cycle()) {
         out.push(Action::FirmwareUpdate(FirmwareUpdate {
-            image_uri: "https://u:p@repo.example/bmc.bin?sig=1".into(),
+            image_uri: Some("https://u:p@repo.example/bmc.bin?sig=1".into()),
             targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/BMC".into()],
             transfer_protocol: Some(p),
             apply_time: Some(at),
+            ..FirmwareUpdate::default()
         }));
     }
     for device in every!(BootDevice: Pxe, Disk, Cdrom, Bios, Safe, Http, None, Other) {
@@ -616,6 +620,13 @@ fn invalid_cases() -> Vec<Case> {
         bad("boot device without device", "batch.json", batch(json!([{"boot_device": {"persistent": true}}]))),
         bad("cipher suite 0", "batch.json", json!({"bmc": {"address": "a", "credentials": {"ref": "c"}, "options": {"ipmi": {"cipher_suites": [0]}}}, "actions": ["inventory"]})),
         bad("raw netfn out of range", "batch.json", batch(json!([{"raw": {"ipmi": {"netfn": 256, "cmd": 1}}}]))),
+        bad("firmware update without an image", "batch.json", batch(json!([{"firmware_update": {"targets": []}}]))),
+        bad("firmware image uri and file", "batch.json", batch(json!([{"firmware_update": {"image_uri": "https://r/x.bin", "image_file": "x.bin"}}]))),
+        bad("firmware image file with a path", "batch.json", batch(json!([{"firmware_update": {"image_file": "../etc/passwd"}}]))),
+        bad("firmware image file hidden", "batch.json", batch(json!([{"firmware_update": {"image_file": ".x"}}]))),
+        bad("firmware sha256 not hex", "batch.json", batch(json!([{"firmware_update": {"image_file": "x.bin", "sha256": "xyz"}}]))),
+        bad("firmware sha256 with a uri", "batch.json", batch(json!([{"firmware_update": {"image_uri": "https://r/x.bin", "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}}]))),
+        bad("firmware push with a transfer protocol", "batch.json", batch(json!([{"firmware_update": {"image_file": "x.bin", "transfer_protocol": "https"}}]))),
         bad("bad deadline", "batch.json", json!({"machine": "m", "actions": ["inventory"], "deadline": "soon"})),
         bad("bad id", "batch.json", json!({"id": "not-a-ulid", "machine": "m", "actions": ["inventory"]})),
         bad("unknown error code", "error-body.json", json!({"code": "oops", "message": ""})),

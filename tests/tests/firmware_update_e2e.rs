@@ -13,11 +13,20 @@
 //! - the worker dies after the update request left but before the BMC
 //!   named its task (the request hangs), and the BMC runs no update task:
 //!   the next owner reports `interrupted` and never requests again.
+//! - multipart HTTP push (`image_file`) from the workers'
+//!   `--firmware-image-dir`: the BMC receives exactly the file (SHA-256
+//!   equal) and the update completes; a worker without the directory
+//!   refuses it (`firmware_update_disabled`, nothing sent); the gateway
+//!   refuses a file name that is a path (`invalid_field`, nothing stored);
+//!   a worker SIGKILLed during the push's task is followed by one that
+//!   watches the same task, and the BMC saw exactly one multipart POST; one
+//!   killed after its push left but before the BMC answered (which runs no
+//!   task) is followed by one that reports `interrupted` and never pushes.
 
 use bmcfleet_schema::subject::WORKER_HEADER;
 use bmcfleet_schema::*;
 use bmcfleet_testing::redfish::spec::spec_service;
-use bmcfleet_testing::redfish::{Fault, MockupServer, UpdateBehaviour, SIMPLE_UPDATE};
+use bmcfleet_testing::redfish::{Fault, MockupServer, UpdateBehaviour, MULTIPART_PUSH, SIMPLE_UPDATE};
 use bmcfleet_tests::producer::{wait_final_statuses, Stack};
 use bmcfleet_tests::eventually;
 use futures::StreamExt;
@@ -27,10 +36,10 @@ const ALLOW: &str = "--allow-firmware-update";
 
 fn update() -> Action {
     Action::FirmwareUpdate(FirmwareUpdate {
-        image_uri: "https://repo.example/bmc-2.4.bin".into(),
+        image_uri: Some("https://repo.example/bmc-2.4.bin".into()),
         targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/BMC".into()],
         transfer_protocol: Some(TransferProtocol::Https),
-        apply_time: None,
+        ..FirmwareUpdate::default()
     })
 }
 
@@ -73,19 +82,25 @@ fn update_result(r: &BatchResult) -> FirmwareUpdateResult {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_update_reports_its_percentage_and_completes() {
-    let server = mockup(UpdateBehaviour::completes_after(Duration::from_secs(4))).await;
-    let stack = Stack::start_with(&[ALLOW], 1, &[ALLOW]).await;
-    let b = batch(&stack, &server, vec![update()]).await;
-    let mut rx = events(&stack, b.id.unwrap()).await;
-    let r = match stack.producer.submit(&b, true).await {
+/// Submits `b` and waits for its result: the update ran to `Completed`
+/// (100 %) on the worker that started it.
+async fn completes(stack: &Stack, b: &Batch) {
+    let r = match stack.producer.submit(b, true).await {
         Reply::Result(r) => r,
         other => panic!("{other:?}"),
     };
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
     let u = update_result(&r);
     assert_eq!((u.state.as_str(), u.percent, u.resumed), ("Completed", Some(100), false), "{u:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_reports_its_percentage_and_completes() {
+    let server = mockup(UpdateBehaviour::completes_after(Duration::from_secs(4))).await;
+    let stack = Stack::start_with(&[ALLOW], 1, &[ALLOW]).await;
+    let b = batch(&stack, &server, vec![update()]).await;
+    let mut rx = events(&stack, b.id.unwrap()).await;
+    completes(&stack, &b).await;
     assert_eq!(server.update_requests(), 1);
     // The final event came after the progress events; collect what arrived.
     let mut seen = vec![];
@@ -156,15 +171,13 @@ fn kill(stack: &mut Stack, worker: &str) -> usize {
     i
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_mid_update_is_followed_by_one_that_watches_the_same_task() {
-    let server = mockup(UpdateBehaviour::completes_after(Duration::from_secs(10))).await;
-    let mut stack = Stack::start_with(&[ALLOW], 2, &[ALLOW]).await;
-    let b = batch(&stack, &server, vec![update()]).await;
+/// Submits `b`, SIGKILLs the worker that reports the first progress of
+/// the BMC's task (before 100 %), and returns the final result, which the
+/// next owner must have reached by watching the same task to its end.
+async fn kill_mid_task(stack: &mut Stack, b: &Batch, requests: impl Fn() -> usize) -> BatchResult {
     let id = b.id.unwrap();
-    let mut rx = events(&stack, id).await;
-    let Reply::Accepted(_) = stack.producer.submit(&b, false).await else { panic!("admission") };
-    // The first progress event names the worker running the update.
+    let mut rx = events(stack, id).await;
+    let Reply::Accepted(_) = stack.producer.submit(b, false).await else { panic!("admission") };
     let first = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             match rx.recv().await {
@@ -177,15 +190,51 @@ async fn a_worker_killed_mid_update_is_followed_by_one_that_watches_the_same_tas
     .await
     .expect("a progress event");
     assert!(first.1.is_some_and(|p| p < 100), "killed mid-update: {first:?}");
-    let killed = kill(&mut stack, &first.0);
-    let results = wait_final_statuses(&stack.producer.client, &stack.topology.subjects(), &[id], Duration::from_secs(90)).await;
-    let r = &results[&id];
+    assert_eq!(requests(), 1);
+    let killed = kill(stack, &first.0);
+    let mut results = wait_final_statuses(&stack.producer.client, &stack.topology.subjects(), &[id], Duration::from_secs(90)).await;
+    let r = results.remove(&id).unwrap();
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
     assert_ne!(r.worker, format!("w{killed}"), "finished by the next owner");
-    assert_eq!(r.deliveries, 2, "{r:#?}");
-    let u = update_result(r);
+    let u = update_result(&r);
     assert!(u.resumed && u.state == "Completed" && u.percent == Some(100), "{u:?}");
-    assert_eq!(server.update_requests(), 1, "the BMC saw exactly one update request");
+    assert_eq!(requests(), 1, "the BMC saw exactly one update request");
+    r
+}
+
+/// Submits `b` against a BMC that takes the update request and never
+/// answers, SIGKILLs the worker that sent it (recorded as requested before
+/// it left), and checks that the next owner reports `interrupted` without
+/// requesting again.
+async fn kill_before_task(stack: &mut Stack, b: &Batch, requests: impl Fn() -> usize) {
+    let id = b.id.unwrap();
+    let Reply::Accepted(_) = stack.producer.submit(b, false).await else { panic!("admission") };
+    eventually(Duration::from_secs(30), "the update request at the BMC", || {
+        let n = requests();
+        async move { (n == 1).then_some(()) }
+    })
+    .await;
+    // Whose request it is: the status record says (and that the request was recorded first).
+    let js = async_nats::jetstream::new(stack.producer.client.clone());
+    let kv = js.get_key_value(stack.topology.subjects().batches_bucket()).await.unwrap();
+    let s = bmcfleet_common::status::load(&kv, &id).await.unwrap().unwrap().status;
+    assert_eq!(s.task.as_deref(), Some(&TaskRecord { index: 0, requested: true, uri: None }), "{s:#?}");
+    let killed = kill(stack, s.worker.as_deref().unwrap());
+    let results = wait_final_statuses(&stack.producer.client, &stack.topology.subjects(), &[id], Duration::from_secs(90)).await;
+    let r = &results[&id];
+    let e = r.results[0].error.as_ref().expect("interrupted");
+    assert_eq!(e.code, ErrorCode::Interrupted, "{r:#?}");
+    assert_ne!(r.worker, format!("w{killed}"));
+    assert_eq!(requests(), 1, "never requested again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_update_is_followed_by_one_that_watches_the_same_task() {
+    let server = mockup(UpdateBehaviour::completes_after(Duration::from_secs(10))).await;
+    let mut stack = Stack::start_with(&[ALLOW], 2, &[ALLOW]).await;
+    let b = batch(&stack, &server, vec![update()]).await;
+    let r = kill_mid_task(&mut stack, &b, || server.update_requests()).await;
+    assert_eq!(r.deliveries, 2, "{r:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,23 +244,100 @@ async fn an_update_whose_task_cannot_be_found_is_interrupted_never_requested_aga
     server.push_fault(Fault::hang("POST", SIMPLE_UPDATE));
     let mut stack = Stack::start_with(&[ALLOW], 2, &[ALLOW]).await;
     let b = batch(&stack, &server, vec![update()]).await;
-    let id = b.id.unwrap();
-    let Reply::Accepted(_) = stack.producer.submit(&b, false).await else { panic!("admission") };
-    eventually(Duration::from_secs(30), "the update request at the BMC", || {
-        let n = server.update_requests();
-        async move { (n == 1).then_some(()) }
+    kill_before_task(&mut stack, &b, || server.update_requests()).await;
+}
+
+/// A firmware image directory for the workers: `bmc-2.5.bin`, a little
+/// over 1 MiB of non-repeating bytes, and its SHA-256.
+fn image_dir() -> (tempfile::TempDir, String) {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let data = bmcfleet_testing::redfish::image_bytes(0x0bad_cafe, (1 << 20) + 4321);
+    std::fs::write(dir.path().join("bmc-2.5.bin"), &data).unwrap();
+    let sha = sha2::Sha256::digest(&data).iter().map(|b| format!("{b:02x}")).collect();
+    (dir, sha)
+}
+
+fn push(file: &str, sha256: Option<&str>) -> Action {
+    Action::FirmwareUpdate(FirmwareUpdate {
+        image_file: Some(file.into()),
+        sha256: sha256.map(str::to_owned),
+        targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/BMC".into()],
+        ..FirmwareUpdate::default()
     })
-    .await;
-    // Whose request it is: the status record says (and that the request was recorded first).
-    let js = async_nats::jetstream::new(stack.producer.client.clone());
-    let kv = js.get_key_value(stack.topology.subjects().batches_bucket()).await.unwrap();
-    let s = bmcfleet_common::status::load(&kv, &id).await.unwrap().unwrap().status;
-    assert_eq!(s.task.as_deref(), Some(&TaskRecord { index: 0, requested: true, uri: None }), "{s:#?}");
-    let killed = kill(&mut stack, s.worker.as_deref().unwrap());
-    let results = wait_final_statuses(&stack.producer.client, &stack.topology.subjects(), &[id], Duration::from_secs(90)).await;
-    let r = &results[&id];
-    let e = r.results[0].error.as_ref().expect("interrupted");
-    assert_eq!(e.code, ErrorCode::Interrupted, "{r:#?}");
-    assert_ne!(r.worker, format!("w{killed}"));
-    assert_eq!(server.update_requests(), 1, "never requested again");
+}
+
+async fn push_mockup(behaviour: UpdateBehaviour) -> MockupServer {
+    spec_service().update_service(behaviour).multipart_push(true).start().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pushed_image_reaches_the_bmc_whole_and_the_update_completes() {
+    let (dir, sha) = image_dir();
+    let server = push_mockup(UpdateBehaviour::completes_after(Duration::from_secs(2))).await;
+    let images = format!("--firmware-image-dir={}", dir.path().display());
+    let stack = Stack::start_with(&[ALLOW], 1, &[ALLOW, &images]).await;
+    let b = batch(&stack, &server, vec![push("bmc-2.5.bin", Some(&sha))]).await;
+    completes(&stack, &b).await;
+    let pushes = server.pushes();
+    assert_eq!(pushes.len(), 1, "one multipart POST");
+    assert_eq!((pushes[0].sha256.as_str(), pushes[0].filename.as_deref()), (sha.as_str(), Some("bmc-2.5.bin")), "the BMC received exactly the file");
+    assert_eq!(pushes[0].parameters["Targets"][0], "/redfish/v1/UpdateService/FirmwareInventory/BMC");
+    assert_eq!(server.update_requests(), 0, "no SimpleUpdate");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_needs_the_workers_image_dir_and_a_plain_file_name() {
+    let server = push_mockup(UpdateBehaviour::completes_after(Duration::from_secs(1))).await;
+    // Firmware updates allowed, but the worker has no --firmware-image-dir.
+    let stack = Stack::start_with(&[ALLOW], 1, &[ALLOW]).await;
+    let b = batch(&stack, &server, vec![push("bmc-2.5.bin", None)]).await;
+    let r = match stack.producer.submit(&b, true).await {
+        Reply::Result(r) => r,
+        other => panic!("{other:?}"),
+    };
+    let e = r.results[0].error.as_ref().expect("refused by the worker");
+    assert_eq!(e.code, ErrorCode::FirmwareUpdateDisabled, "{e:?}");
+    assert!(e.message.contains("--firmware-image-dir") && e.message.contains("nothing was sent"), "{e:?}");
+    assert_eq!(server.push_requests(), 0);
+
+    // A path instead of a file name: refused at admission, nothing stored.
+    for name in ["../etc/passwd", "/etc/passwd", "images/x.bin", ".hidden"] {
+        let bad = Batch { id: Some(ulid::Ulid::new()), actions: vec![push(name, None)], ..b.clone() };
+        match stack.producer.submit(&bad, false).await {
+            Reply::Error(e) => assert!(e.code == ErrorCode::InvalidField && e.message.contains("image_file"), "{name}: {e:?}"),
+            other => panic!("{name}: {other:?}"),
+        }
+        assert!(matches!(stack.producer.status(bad.id.unwrap()).await, Reply::Error(ErrorBody { code: ErrorCode::NotFound, .. })), "{name}: nothing stored");
+    }
+    // The typed action is the sanctioned path: a raw POST to the push URI stays denied.
+    let raw = RawRequest::Redfish(RawRedfish { method: HttpMethod::Post, path: MULTIPART_PUSH.into(), body: Some(serde_json::json!({})) });
+    match stack.producer.submit(&Batch { id: None, actions: vec![Action::Raw(raw)], ..b }, false).await {
+        Reply::Error(e) => assert_eq!(e.code, ErrorCode::RawNotAllowed, "{e:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server.push_requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_during_a_push_task_is_followed_by_one_that_watches_it_without_pushing_again() {
+    let (dir, sha) = image_dir();
+    let server = push_mockup(UpdateBehaviour::completes_after(Duration::from_secs(10))).await;
+    let images = format!("--firmware-image-dir={}", dir.path().display());
+    let mut stack = Stack::start_with(&[ALLOW], 2, &[ALLOW, &images]).await;
+    let b = batch(&stack, &server, vec![push("bmc-2.5.bin", Some(&sha))]).await;
+    kill_mid_task(&mut stack, &b, || server.push_requests()).await;
+    assert_eq!(server.pushes()[0].sha256, sha, "the one multipart POST carried the whole image");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_whose_task_cannot_be_found_is_interrupted_never_pushed_again() {
+    let (dir, _) = image_dir();
+    let server = push_mockup(UpdateBehaviour::completes_after(Duration::from_secs(2))).await;
+    // The whole image reaches the BMC, which never answers and starts nothing.
+    server.push_fault(Fault::hang("POST", MULTIPART_PUSH));
+    let images = format!("--firmware-image-dir={}", dir.path().display());
+    let mut stack = Stack::start_with(&[ALLOW], 2, &[ALLOW, &images]).await;
+    let b = batch(&stack, &server, vec![push("bmc-2.5.bin", None)]).await;
+    kill_before_task(&mut stack, &b, || server.push_requests()).await;
 }

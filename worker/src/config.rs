@@ -122,6 +122,16 @@ pub struct Config {
     /// `--action-timeout`; further bounded by the batch deadline.
     #[arg(long, env = "BMCFLEET_FIRMWARE_UPDATE_TIMEOUT", default_value = "1h", value_parser = positive_duration)]
     pub firmware_update_timeout: Duration,
+    /// Directory of the firmware images this worker may push to BMCs
+    /// (`firmware_update.image_file`, Redfish multipart HTTP push): a
+    /// batch names a file in it, never a path or URL; symbolic links must
+    /// stay inside it. Unset: push updates are refused
+    /// (`firmware_update_disabled`). Give every worker the same files.
+    #[arg(long, env = "BMCFLEET_FIRMWARE_IMAGE_DIR", value_parser = image_dir)]
+    pub firmware_image_dir: Option<PathBuf>,
+    /// Largest firmware image this worker pushes, in bytes.
+    #[arg(long, env = "BMCFLEET_FIRMWARE_IMAGE_MAX_BYTES", default_value_t = bmcfleet_provider::image::DEFAULT_MAX_IMAGE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub firmware_image_max_bytes: u64,
     /// Address ranges ad hoc batches (an address instead of a machine) may
     /// reach, checked after name resolution (comma-separated CIDRs), or
     /// `off` (the default). Loopback, link-local and metadata addresses need
@@ -149,6 +159,28 @@ fn poll_interval(s: &str) -> Result<PollInterval, String> {
         return Err(format!("at least {} (or `off`)", bmcfleet_schema::duration::format(bmcfleet_schema::machine::MIN_POLL_INTERVAL)));
     }
     Ok(PollInterval(Some(d)))
+}
+
+/// `--firmware-image-dir`: an existing directory (checked at start: a
+/// mistyped path fails the worker, exit 2, instead of every push batch).
+fn image_dir(s: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(s);
+    bmcfleet_provider::image::ImageDir::new(&path, 1).map(|_| path)
+}
+
+impl Config {
+    /// The firmware image directory, when push updates are on.
+    pub fn firmware_images(&self) -> Option<bmcfleet_provider::image::ImageDir> {
+        let dir = self.firmware_image_dir.as_deref()?;
+        match bmcfleet_provider::image::ImageDir::new(dir, self.firmware_image_max_bytes) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                // Checked when parsed; gone since: push updates stay off.
+                tracing::error!(error = %e, "The firmware image directory is gone; push updates are off.");
+                None
+            }
+        }
+    }
 }
 
 fn protocol(s: &str) -> Result<bmcfleet_schema::Protocol, String> {
@@ -293,5 +325,19 @@ mod tests {
         assert!(!format!("{c:?}").contains("SXsecret"));
         assert_eq!(c.raw_policy, RawPolicy::default());
         assert_eq!(c.allow_firmware_update, bmcfleet_schema::FirmwareUpdatePolicy::Off, "firmware updates are off by default");
+    }
+
+    #[test]
+    fn the_firmware_image_dir_must_be_a_directory() {
+        let c = Config::try_parse_from(["w"]).unwrap();
+        assert!(c.firmware_images().is_none(), "push updates are off by default");
+        assert_eq!(c.firmware_image_max_bytes, 512 * 1024 * 1024);
+        let dir = std::env::temp_dir();
+        let c = Config::try_parse_from(["w", "--firmware-image-dir", dir.to_str().unwrap(), "--firmware-image-max-bytes", "1000"]).unwrap();
+        assert_eq!(c.firmware_images().map(|d| d.max_bytes()), Some(1000));
+        for bad in [&["--firmware-image-dir", "/nonexistent/images"][..], &["--firmware-image-dir", "/etc/hostname"], &["--firmware-image-max-bytes", "0"]] {
+            let e = Config::try_parse_from(["w"].iter().chain(bad.iter())).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
     }
 }

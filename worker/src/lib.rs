@@ -58,6 +58,8 @@ pub struct Shared {
     pub firmware_update: bmcfleet_schema::FirmwareUpdatePolicy,
     /// `--firmware-update-timeout`: how long a firmware update may be watched.
     pub firmware_update_timeout: Duration,
+    /// `--firmware-image-dir`: the images push updates may send; none: push updates are off.
+    pub firmware_images: Option<Arc<bmcfleet_provider::image::ImageDir>>,
     pub action_timeout: Duration,
     /// `--power-settle-timeout`: how long a power change may take to show.
     pub power_settle: Duration,
@@ -174,7 +176,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let providers = registry.describe();
     tracing::info!(
         worker = %worker_id, providers = ?providers, credentials = credentials.len(), sealing_keys = ?sealing_keys,
-        raw_policy = %config.raw_policy.describe(), firmware_update = %config.allow_firmware_update.describe(), machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets,
+        raw_policy = %config.raw_policy.describe(), firmware_update = %config.allow_firmware_update.describe(),
+        firmware_image_dir = %config.firmware_image_dir.as_deref().map(|d| d.display().to_string()).unwrap_or_else(|| "off".into()), machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets,
         "Worker starting."
     );
     let shared = Arc::new(Shared {
@@ -188,6 +191,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         raw_policy: config.raw_policy.clone(),
         firmware_update: config.allow_firmware_update.clone(),
         firmware_update_timeout: config.firmware_update_timeout,
+        firmware_images: config.firmware_images().map(Arc::new),
         action_timeout: config.action_timeout,
         power_settle: config.power_settle_timeout,
         guard: config.guard(),

@@ -126,9 +126,11 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
             SecureBootCmd::Disable { target } => action(target, Action::SecureBootSet(SecureBootSet { enabled: false })),
             SecureBootCmd::ResetKeys { kind, target } => action(target, Action::SecureBootResetKeys(*kind)),
         },
-        Command::Firmware { op: FirmwareCmd::Update { image, components, transfer_protocol, apply_time, target } } => {
+        Command::Firmware { op: FirmwareCmd::Update { image, image_file, sha256, components, transfer_protocol, apply_time, target } } => {
             let update = bmcfleet_schema::FirmwareUpdate {
                 image_uri: image.clone(),
+                image_file: image_file.clone(),
+                sha256: sha256.clone(),
                 targets: components.clone(),
                 transfer_protocol: *transfer_protocol,
                 apply_time: *apply_time,
@@ -310,10 +312,18 @@ mod tests {
             (
                 vec!["firmware", "update", "--image", "https://repo/bmc.bin", "--component", "/redfish/v1/UpdateService/FirmwareInventory/BMC", "--apply-time", "on-reset"],
                 Action::FirmwareUpdate(FirmwareUpdate {
-                    image_uri: "https://repo/bmc.bin".into(),
+                    image_uri: Some("https://repo/bmc.bin".into()),
                     targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/BMC".into()],
-                    transfer_protocol: None,
                     apply_time: Some(UpdateApplyTime::OnReset),
+                    ..FirmwareUpdate::default()
+                }),
+            ),
+            (
+                vec!["firmware", "update", "--image-file", "bios-2.1.bin", "--sha256", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"],
+                Action::FirmwareUpdate(FirmwareUpdate {
+                    image_file: Some("bios-2.1.bin".into()),
+                    sha256: Some("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into()),
+                    ..FirmwareUpdate::default()
                 }),
             ),
         ];
@@ -356,6 +366,7 @@ mod tests {
         assert!(usage(&["power", "status", "--settle", "1m"]).contains("changes no power state"));
         assert!(usage(&["user", "create", "ops", "--role", "admin"]).contains("--new-password-file"));
         assert!(usage(&["user", "update", "ops"]).contains("changes nothing"));
+        assert!(usage(&["firmware", "update", "--image-file", "../etc/passwd"]).contains("image_file"));
         assert!(usage(&["user", "update", "ops", "--new-password-env", "BMCCTL_TEST_UNSET_NEW_PASSWORD"]).contains("BMCCTL_TEST_UNSET_NEW_PASSWORD"));
         assert!(usage(&["user", "update", "ops", "--new-password-file", "/nonexistent/pw"]).contains("/nonexistent/pw"));
         let dir = tempfile_dir();

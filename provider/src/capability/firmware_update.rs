@@ -130,7 +130,7 @@ mod tests {
     }
 
     fn update() -> Action {
-        Action::FirmwareUpdate(Update { image_uri: "https://repo.example/x.bin".into(), targets: vec![], transfer_protocol: None, apply_time: None })
+        Action::FirmwareUpdate(Update { image_uri: Some("https://repo.example/x.bin".into()), ..Update::default() })
     }
 
     async fn run(resume: TaskResume, running: Option<&str>) -> (Result<Option<ActionData>>, Vec<String>, Vec<String>) {

@@ -1,17 +1,19 @@
 //! Capabilities, each declared **once**, in the table at the bottom of this
-//! file: its [`Capability`] variant and wire name, the [`BmcSession`]
-//! accessor, and the module that holds its trait and says which actions it
-//! serves and how an action calls the trait. Everything else is derived
-//! from that table: [`Capability::ALL`], [`Capability::as_str`],
-//! [`Capability::of`], the accessors' defaults, [`capabilities`] (what a
-//! session offers) and [`perform`] (the dispatch of an action, with the
-//! `unsupported` answer when a session lacks the capability).
+//! file: its [`Capability`] variant and wire name, the [`Offer`] accessor,
+//! and the module that holds its trait and says which actions it serves and
+//! how an action calls the trait. Everything else is derived from that
+//! table: [`Capability::ALL`], [`Capability::as_str`], [`Capability::of`],
+//! the accessors' defaults, [`offer!`](crate::offer) (a provider's list, and
+//! what its connector declares), [`capabilities`] (what a session offers) and
+//! [`perform`] (the dispatch of an action, with the `unsupported` answer when
+//! a session lacks the capability).
 //!
 //! Adding a capability: the action (and its data) in `bmcfleet_schema`, one
 //! module here with the trait, `handles` and `perform`, one line in the
-//! table; then each provider that can do it implements the trait and
-//! returns `Some(self)` from the accessor. A session that executes actions
-//! natively (the simulator) needs nothing ([`BmcSession::actions`]).
+//! table; then each provider that can do it implements the trait in a file
+//! of its own and names it in its `impl Offer` (in its `lib.rs`). A session
+//! that executes actions natively (the simulator) needs nothing
+//! ([`BmcSession::actions`]).
 
 mod bios;
 mod bmc_reset;
@@ -55,18 +57,29 @@ pub trait ActionExecutor: Send {
 
 macro_rules! capabilities {
     ($d:tt $( $(#[$doc:meta])* $variant:ident = $name:literal, $accessor:ident: $module:ident::$trait:ident; )+) => {
-        /// Implements the named [`BmcSession`] accessors as `Some(self)`,
-        /// inside `impl BmcSession for …`: `bmcfleet_provider::offer!(power, boot);`.
-        /// The session type implements each named capability's trait.
+        /// A provider's capability list, inside `impl Offer for …`:
+        /// `bmcfleet_provider::offer!(power, boot);` implements each named
+        /// accessor as `Some(self)` (the session type implements each named
+        /// capability's trait) and [`Offer::offered`] as the same list.
+        /// `offer!(@accessors power, boot)`: the accessors only, for a
+        /// provider whose further accessors are conditional and which lists
+        /// `offered` itself.
         #[macro_export]
         macro_rules! offer {
-            ($d($d name:ident),+ $d(,)?) => { $d( $crate::offer!(@ $d name); )+ };
+            (@accessors $d($d name:ident),+ $d(,)?) => { $d( $crate::offer!(@ $d name); )+ };
+            ($d($d name:ident),+ $d(,)?) => {
+                $d( $crate::offer!(@ $d name); )+
+                fn offered() -> &'static [$crate::Capability] where Self: Sized {
+                    &[$d( $crate::offer!(@cap $d name) ),+]
+                }
+            };
             $(
                 (@ $accessor) => {
                     fn $accessor(&mut self) -> Option<&mut dyn $crate::capability::$trait> {
                         Some(self)
                     }
                 };
+                (@cap $accessor) => { $crate::Capability::$variant };
             )+
         }
 
@@ -94,20 +107,32 @@ macro_rules! capabilities {
             }
         }
 
-        /// An open, authenticated conversation with one BMC.
-        ///
-        /// Capability accessors default to `None` (not implemented);
-        /// a provider returns `Some(self)` for what it implements.
-        #[async_trait]
-        pub trait BmcSession: Send {
-            /// Provider name reported in results (`ipmi`, `redfish`, `amt`, `sim`).
-            fn provider(&self) -> &'static str;
-
+        /// What a session can do: one accessor per capability, `None` (not
+        /// implemented) by default; a provider returns `Some(self)` for what
+        /// it implements, in one `impl Offer` next to its module list
+        /// (`lib.rs`), mostly through [`offer!`](crate::offer).
+        pub trait Offer {
             $(
                 fn $accessor(&mut self) -> Option<&mut dyn $trait> {
                     None
                 }
             )+
+
+            /// The most a session of this type offers (what a connector
+            /// declares before any session is open).
+            fn offered() -> &'static [Capability]
+            where
+                Self: Sized,
+            {
+                &[]
+            }
+        }
+
+        /// An open, authenticated conversation with one BMC.
+        #[async_trait]
+        pub trait BmcSession: Offer + Send {
+            /// Provider name reported in results (`ipmi`, `redfish`, `amt`, `sim`).
+            fn provider(&self) -> &'static str;
 
             /// A session that executes actions natively (see [`ActionExecutor`]).
             fn actions(&mut self) -> Option<&mut dyn ActionExecutor> {
@@ -206,7 +231,7 @@ mod tests {
             Action::Sensors,
             Action::BiosGet,
             Action::SecureBootGet,
-            Action::FirmwareUpdate(bmcfleet_schema::FirmwareUpdate { image_uri: "https://repo.example/x.bin".into(), targets: vec![], transfer_protocol: None, apply_time: None }),
+            Action::FirmwareUpdate(bmcfleet_schema::FirmwareUpdate { image_uri: Some("https://repo.example/x.bin".into()), ..Default::default() }),
         ];
         for a in &all {
             match a {
@@ -284,6 +309,9 @@ mod tests {
         fn provider(&self) -> &'static str {
             "test"
         }
+    }
+
+    impl Offer for PowerOnly {
         // (`offer!` cannot be used by path inside this crate; providers use it.)
         fn power(&mut self) -> Option<&mut dyn Power> {
             Some(self)

@@ -23,15 +23,27 @@
 //!   `Payload.TargetUri` names an update service (or, without a payload,
 //!   whose name says "update").
 //!
-//! Multipart HTTP push (`MultipartHttpPushUri`) is not implemented: it
-//! would make the worker fetch an image from a host a producer chose.
+//! - push (`image_file`, DSP0266 "Multipart HTTP push updates"): the image
+//!   is a file of the worker's image directory ([`bmcfleet_provider::image`]:
+//!   opened, bounded and hashed, and compared with the action's `sha256`,
+//!   before anything is sent; none configured: `firmware_update_disabled`).
+//!   The UpdateService's `MultipartHttpPushUri` must be a path on the BMC
+//!   (checked like a task URI: a BMC naming another host gets no
+//!   connection); a BMC without one is `unsupported` (it takes SimpleUpdate
+//!   only). One `multipart/form-data` POST: a part `UpdateParameters`
+//!   (`application/json`: `Targets`, `@Redfish.OperationApplyTime`) and a
+//!   part `UpdateFile` (`application/octet-stream`, streamed from the file
+//!   with its length, hashed again while read: a file changed since its
+//!   check cuts the upload short). The answer names the task as for
+//!   SimpleUpdate. The worker never fetches an image from anywhere.
 
 use crate::error::{err, invalid, protocol, status_error, unsupported};
 use crate::json::{allowable, link, members, norm_path, str_of};
 use crate::session::RedfishSession;
-use crate::transport::retry_after;
+use crate::transport::{retry_after, Reply};
+use bmcfleet_provider::image::Image;
 use bmcfleet_provider::{Ctx, FirmwareUpdate, ProviderError, Result, Started};
-use bmcfleet_schema::{ErrorCode, FirmwareUpdate as Update, FirmwareUpdateResult};
+use bmcfleet_schema::{ErrorCode, FirmwareUpdate as Update, FirmwareUpdateResult, ImageSource};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -104,10 +116,9 @@ impl RedfishSession {
     }
 }
 
-#[async_trait::async_trait]
-impl FirmwareUpdate for RedfishSession {
-    async fn start_update(&mut self, ctx: &Ctx, update: &Update) -> Result<Started> {
-        update.validate().map_err(invalid)?;
+impl RedfishSession {
+    /// `SimpleUpdate`: the BMC fetches `image_uri`.
+    async fn simple_update(&mut self, ctx: &Ctx, update: &Update, image_uri: &str) -> Result<Started> {
         let service = self.update_service(ctx).await?;
         let action = service
             .get("Actions")
@@ -120,7 +131,7 @@ impl FirmwareUpdate for RedfishSession {
                 return Err(invalid(format!("the BMC's SimpleUpdate takes TransferProtocol {}; not {}", allowed.join(", "), p.redfish())));
             }
         }
-        let mut body = json!({"ImageURI": update.image_uri});
+        let mut body = json!({"ImageURI": image_uri});
         if let Some(p) = update.transfer_protocol {
             body["TransferProtocol"] = json!(p.redfish());
         }
@@ -134,10 +145,62 @@ impl FirmwareUpdate for RedfishSession {
             log.requesting().await?;
         }
         let reply = self.transport.exchange(ctx, Method::POST, &target, Some(&body), None).await?;
-        if !reply.status.is_success() {
-            return Err(status_error("POST", &target, reply.status, &reply.body));
+        self.started(&target, reply)
+    }
+
+    /// Multipart HTTP push of the worker's image file `name`.
+    async fn push_update(&mut self, ctx: &Ctx, update: &Update, name: &str, sha256: Option<&str>) -> Result<Started> {
+        let images = ctx.images().ok_or_else(|| {
+            err(
+                ErrorCode::FirmwareUpdateDisabled,
+                "this worker has no firmware image directory (--firmware-image-dir): push updates (image_file) are off; nothing was sent",
+            )
+            .not_sent()
+        })?;
+        // The file is checked (and hashed) before the BMC hears anything of the update.
+        let image = images.open(name, sha256).await?;
+        let service = self.update_service(ctx).await?;
+        let Some(uri) = str_of(&service, "MultipartHttpPushUri").map(norm_path) else {
+            let only = if service.get("Actions").and_then(|a| a.get(SIMPLE_UPDATE)).is_some() { " (it offers SimpleUpdate only: give image_uri)" } else { "" };
+            return Err(unsupported(format!("the BMC's UpdateService has no MultipartHttpPushUri: it takes no multipart HTTP push{only}")));
+        };
+        let uri = self
+            .transport
+            .on_bmc(&uri)
+            .map_err(|e| ProviderError::new(e.code, format!("the BMC's MultipartHttpPushUri is refused: {}", e.message)))?;
+        let mut params = json!({"Targets": update.targets});
+        if let Some(at) = update.apply_time {
+            params["@Redfish.OperationApplyTime"] = json!(at.redfish());
         }
-        let v = reply.json(&Method::POST, &target).unwrap_or(Value::Null);
+        let params = serde_json::to_string(&params).map_err(|e| err(ErrorCode::Internal, format!("encoding the update parameters: {e}")))?;
+        if let Some(log) = ctx.tasks() {
+            log.requesting().await?;
+        }
+        tracing::info!(bmc = %self.transport.bmc(), image = image.name(), bytes = image.len(), sha256 = image.sha256(), push_uri = %uri, "Pushing a firmware image.");
+        // The stream records why it stopped, when it did: the file changed since its check.
+        let cut: std::sync::Arc<std::sync::Mutex<Option<ProviderError>>> = Default::default();
+        let form = || {
+            let file = reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(upload(&image, cut.clone())), image.len())
+                .file_name(image.name().to_owned())
+                .mime_str("application/octet-stream")
+                .expect("a valid MIME type");
+            let json = reqwest::multipart::Part::text(params.clone()).mime_str("application/json").expect("a valid MIME type");
+            reqwest::multipart::Form::new().part("UpdateParameters", json).part("UpdateFile", file)
+        };
+        let reply = self.transport.post_multipart(ctx, &uri, form).await;
+        if let Some(e) = cut.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(e);
+        }
+        self.started(&uri, reply?)
+    }
+
+    /// The task an update request's answer names (`Location`, the body's
+    /// `TaskMonitor`, or a Task's `@odata.id`), checked to be on the BMC.
+    fn started(&self, target: &str, reply: Reply) -> Result<Started> {
+        if !reply.status.is_success() {
+            return Err(status_error("POST", target, reply.status, &reply.body));
+        }
+        let v = reply.json(&Method::POST, target).unwrap_or(Value::Null);
         let named = reply
             .location()
             .or_else(|| str_of(&v, "TaskMonitor").map(norm_path))
@@ -151,6 +214,43 @@ impl FirmwareUpdate for RedfishSession {
                 Ok(Started::Task(task))
             }
             None => Ok(Started::Done(FirmwareUpdateResult { task: None, state: "Accepted".into(), percent: None, messages: messages(&v), resumed: false })),
+        }
+    }
+}
+
+/// The image's bytes for one upload, read on the blocking pool; the first
+/// error (the file changed since it was checked) is kept in `cut` and ends
+/// the stream, so the request fails before its last byte.
+fn upload(image: &Image, cut: std::sync::Arc<std::sync::Mutex<Option<ProviderError>>>) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static {
+    futures::stream::try_unfold(image.reader(), move |mut reader| {
+        let cut = cut.clone();
+        async move {
+            let (reader, chunk) = tokio::task::spawn_blocking(move || {
+                let chunk = reader.next_chunk();
+                (reader, chunk)
+            })
+            .await
+            .map_err(std::io::Error::other)?;
+            match chunk {
+                Ok(Some(c)) => Ok(Some((bytes::Bytes::from(c), reader))),
+                Ok(None) => Ok(None),
+                Err(e) => {
+                    let why = e.message.clone();
+                    *cut.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    Err(std::io::Error::other(why))
+                }
+            }
+        }
+    })
+}
+
+#[async_trait::async_trait]
+impl FirmwareUpdate for RedfishSession {
+    async fn start_update(&mut self, ctx: &Ctx, update: &Update) -> Result<Started> {
+        update.validate().map_err(invalid)?;
+        match update.source() {
+            ImageSource::Uri(uri) => self.simple_update(ctx, update, uri).await,
+            ImageSource::File { name, sha256 } => self.push_update(ctx, update, name, sha256).await,
         }
     }
 
@@ -264,6 +364,29 @@ impl FirmwareUpdate for RedfishSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn an_upload_streams_the_checked_bytes_and_stops_short_when_the_file_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..bmcfleet_provider::image::CHUNK * 3 + 7).map(|i| (i % 253) as u8).collect();
+        std::fs::write(dir.path().join("a.bin"), &data).unwrap();
+        let images = bmcfleet_provider::image::ImageDir::new(dir.path(), 1 << 30).unwrap();
+        let image = images.open("a.bin", None).await.unwrap();
+        let cut = std::sync::Arc::default();
+        let sent: Vec<u8> = upload(&image, std::sync::Arc::clone(&cut)).map(|c| c.unwrap().to_vec()).concat().await;
+        assert!(sent == data && cut.lock().unwrap().is_none());
+
+        let mut changed = data.clone();
+        changed[5] ^= 0xff;
+        std::fs::write(dir.path().join("a.bin"), &changed).unwrap();
+        let cut: std::sync::Arc<std::sync::Mutex<Option<ProviderError>>> = std::sync::Arc::default();
+        let chunks: Vec<std::io::Result<bytes::Bytes>> = upload(&image, cut.clone()).collect().await;
+        let whole: usize = chunks.iter().filter_map(|c| c.as_ref().ok()).map(|c| c.len()).sum();
+        assert!(chunks.last().unwrap().is_err() && whole < data.len(), "the last chunk is never handed out");
+        let e = cut.lock().unwrap().take().expect("why it stopped");
+        assert_eq!(e.code, ErrorCode::FirmwareImageInvalid, "{e}");
+    }
 
     #[test]
     fn task_states() {

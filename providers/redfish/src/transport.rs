@@ -100,6 +100,21 @@ pub(crate) struct Transport {
     broken: bool,
 }
 
+/// What a request carries.
+pub(crate) enum Payload<'a> {
+    Empty,
+    Json(&'a [u8]),
+    /// `multipart/form-data` (a firmware image push): the exchange may take
+    /// as long as the action has left, not just `request_timeout`.
+    Multipart(reqwest::multipart::Form),
+}
+
+impl<'a> From<Option<&'a [u8]>> for Payload<'a> {
+    fn from(b: Option<&'a [u8]>) -> Self {
+        b.map_or(Payload::Empty, Payload::Json)
+    }
+}
+
 enum ReadError {
     Http(reqwest::Error),
     TooLarge(usize),
@@ -177,11 +192,14 @@ impl Transport {
         ctx: &Ctx,
         method: &Method,
         path: &str,
-        body: Option<&[u8]>,
+        body: Payload<'_>,
         if_match: Option<&str>,
         with_auth: bool,
     ) -> Result<Reply> {
-        let budget = ctx.remaining()?.min(self.config.request_timeout);
+        let budget = match body {
+            Payload::Multipart(_) => ctx.remaining()?,
+            _ => ctx.remaining()?.min(self.config.request_timeout),
+        };
         // Every path, ours or a link the BMC supplied, is resolved as a URL
         // against the BMC's base and must stay on the BMC (nothing is sent otherwise).
         let url = resolve(&self.base, path)?;
@@ -207,8 +225,11 @@ impl Transport {
                 }
             };
         }
-        if let Some(b) = body {
-            rb = rb.header(CONTENT_TYPE, "application/json").body(b.to_vec());
+        match body {
+            Payload::Empty => {}
+            Payload::Json(b) => rb = rb.header(CONTENT_TYPE, "application/json").body(b.to_vec()),
+            // Sets the boundary's content type and, every part's length being known, Content-Length.
+            Payload::Multipart(form) => rb = rb.multipart(form),
         }
         if let Some(tag) = if_match {
             rb = rb.header(IF_MATCH, tag);
@@ -288,12 +309,32 @@ impl Transport {
             Some(v) => Some(serde_json::to_vec(v).map_err(|e| err(ErrorCode::Internal, format!("encoding a request: {e}")))?),
             None => None,
         };
-        let reply = self.send_once(ctx, &method, path, bytes.as_deref(), if_match, true).await?;
+        self.authenticated(ctx, &method, path, if_match, || bytes.as_deref().into()).await
+    }
+
+    /// An authenticated `multipart/form-data` POST (a firmware image push)
+    /// returning any HTTP status; `form` builds the body (again for the one
+    /// resend after a `401` on a session token, as in [`Transport::exchange`]).
+    pub async fn post_multipart(&mut self, ctx: &Ctx, path: &str, form: impl Fn() -> reqwest::multipart::Form) -> Result<Reply> {
+        self.authenticated(ctx, &Method::POST, path, None, || Payload::Multipart(form())).await
+    }
+
+    /// Sends `payload()`; on a `401` to a session token, logs in again and
+    /// sends a fresh `payload()` once.
+    async fn authenticated<'a>(
+        &mut self,
+        ctx: &Ctx,
+        method: &Method,
+        path: &str,
+        if_match: Option<&str>,
+        payload: impl Fn() -> Payload<'a>,
+    ) -> Result<Reply> {
+        let reply = self.send_once(ctx, method, path, payload(), if_match, true).await?;
         if reply.status == StatusCode::UNAUTHORIZED && matches!(self.auth, Auth::Session { .. }) {
             tracing::info!(bmc = %self.bmc, "The BMC rejected the session token; logging in again.");
             self.auth = Auth::None;
             self.create_session(ctx).await?;
-            return self.send_once(ctx, &method, path, bytes.as_deref(), if_match, true).await;
+            return self.send_once(ctx, method, path, payload(), if_match, true).await;
         }
         Ok(reply)
     }
@@ -403,7 +444,7 @@ impl Transport {
     pub async fn service_root(&mut self, ctx: &Ctx) -> Result<Value> {
         const ROOT: &str = "/redfish/v1/";
         let basic = self.mode == RedfishAuth::Basic;
-        let reply = self.send_once(ctx, &Method::GET, ROOT, None, None, basic).await?;
+        let reply = self.send_once(ctx, &Method::GET, ROOT, Payload::Empty, None, basic).await?;
         let reply = if reply.status == StatusCode::UNAUTHORIZED && !basic {
             if self.mode == RedfishAuth::Session {
                 return Err(err(
@@ -416,7 +457,7 @@ impl Transport {
                 ));
             }
             self.auth = Auth::Basic;
-            self.send_once(ctx, &Method::GET, ROOT, None, None, true).await?
+            self.send_once(ctx, &Method::GET, ROOT, Payload::Empty, None, true).await?
         } else {
             reply
         };
@@ -474,7 +515,7 @@ impl Transport {
         let body = json!({"UserName": self.username, "Password": self.password.expose()});
         let bytes = serde_json::to_vec(&body).map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
         drop(body);
-        let reply = self.send_once(ctx, &Method::POST, &path, Some(&bytes), None, false).await?;
+        let reply = self.send_once(ctx, &Method::POST, &path, Payload::Json(&bytes), None, false).await?;
         match reply.status {
             s if s.is_success() => match reply.header("x-auth-token") {
                 Some(token) if !token.is_empty() => {
@@ -528,7 +569,7 @@ impl Transport {
         if let Auth::Session { token, location: Some(location) } = auth {
             let ctx = Ctx::with_timeout(self.config.close_timeout);
             self.auth = Auth::Session { token, location: None };
-            match self.send_once(&ctx, &Method::DELETE, &location, None, None, true).await {
+            match self.send_once(&ctx, &Method::DELETE, &location, Payload::Empty, None, true).await {
                 Ok(r) if r.status.is_success() || r.status == StatusCode::NOT_FOUND => {
                     tracing::debug!(bmc = %self.bmc, "Redfish session deleted.");
                 }

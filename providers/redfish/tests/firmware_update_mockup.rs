@@ -20,10 +20,11 @@ use std::time::Duration;
 
 fn update() -> Action {
     Action::FirmwareUpdate(FirmwareUpdate {
-        image_uri: "https://repo.example/bios-2.1.bin".into(),
+        image_uri: Some("https://repo.example/bios-2.1.bin".into()),
         targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/BIOS".into()],
         transfer_protocol: Some(TransferProtocol::Https),
         apply_time: Some(UpdateApplyTime::Immediate),
+        ..FirmwareUpdate::default()
     })
 }
 

@@ -50,3 +50,15 @@ impl ImageServer {
         self.downloads.load(Ordering::SeqCst)
     }
 }
+
+/// `len` bytes that do not repeat (a linear congruential sequence from
+/// `seed`): a firmware image stand-in whose every byte counts in a hash.
+pub fn image_bytes(seed: u32, len: usize) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (x >> 16) as u8
+        })
+        .collect()
+}

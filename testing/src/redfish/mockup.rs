@@ -25,7 +25,12 @@
 //!   starts an update that runs as a Task in the TaskService for a set
 //!   time, its `PercentComplete` growing with the time passed, ending
 //!   `Completed` or (configured) `Exception` part way; its Task Monitor
-//!   answers `202` while it runs;
+//!   answers `202` while it runs; with [`MockupBuilder::multipart_push`]
+//!   the UpdateService also advertises `MultipartHttpPushUri`
+//!   ([`MULTIPART_PUSH`]), which takes a `multipart/form-data` POST (parts
+//!   `UpdateParameters`, JSON, and `UpdateFile`), records what it received
+//!   ([`PushReceived`]: bytes, SHA-256, file name, `Targets`, apply time)
+//!   and runs it as an update task like SimpleUpdate;
 //! - **faults** ([`Fault`]) answer before all of that: a status with a
 //!   body, malformed bytes, a hang, or "accept as a task" (`202` + a Task
 //!   Monitor that answers `202` N times, then the final Task).
@@ -53,6 +58,25 @@ const TASKS: &str = "/redfish/v1/TaskService/Tasks";
 const UPDATE_SERVICE: &str = "/redfish/v1/UpdateService";
 /// The mockup's SimpleUpdate action target.
 pub const SIMPLE_UPDATE: &str = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate";
+/// The mockup's `MultipartHttpPushUri` ([`MockupBuilder::multipart_push`]).
+pub const MULTIPART_PUSH: &str = "/redfish/v1/UpdateService/upload";
+
+/// What one multipart push delivered, read by the mockup's own parser.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PushReceived {
+    /// Bytes of the `UpdateFile` part.
+    pub bytes: usize,
+    /// Lower-case hex SHA-256 of the `UpdateFile` part.
+    pub sha256: String,
+    /// The `UpdateFile` part's `filename`.
+    pub filename: Option<String>,
+    /// The `UpdateFile` part's content type.
+    pub file_content_type: Option<String>,
+    /// The `UpdateParameters` part's content type.
+    pub parameters_content_type: Option<String>,
+    /// `UpdateParameters` as sent.
+    pub parameters: Value,
+}
 
 /// How the mockup's UpdateService runs an update
 /// ([`MockupBuilder::update_service`]).
@@ -81,6 +105,8 @@ struct Update {
     id: u64,
     started: std::time::Instant,
     image: String,
+    /// Where it was requested (the task's `Payload.TargetUri`).
+    target: &'static str,
 }
 
 fn norm(p: &str) -> String {
@@ -253,6 +279,8 @@ struct State {
     counter: u64,
     update: Option<UpdateBehaviour>,
     updates: Vec<Update>,
+    /// Every multipart push received (accepted or not).
+    pushes: Vec<PushReceived>,
 }
 
 /// Builds a [`MockupServer`].
@@ -268,6 +296,7 @@ pub struct MockupBuilder {
     read_only: Vec<(String, String, Value)>,
     pki: Option<TestPki>,
     update: Option<UpdateBehaviour>,
+    push: bool,
 }
 
 fn read_json(file: &Path) -> Result<Value, HarnessError> {
@@ -302,6 +331,7 @@ impl Default for MockupBuilder {
             read_only: Vec::new(),
             pki: None,
             update: None,
+            push: false,
         }
     }
 }
@@ -408,6 +438,14 @@ impl MockupBuilder {
         self
     }
 
+    /// Also advertise `MultipartHttpPushUri` ([`MULTIPART_PUSH`]) on the
+    /// UpdateService (with [`MockupBuilder::update_service`]); without it
+    /// the BMC takes SimpleUpdate only.
+    pub fn multipart_push(mut self, on: bool) -> Self {
+        self.push = on;
+        self
+    }
+
     /// Use this certificate authority (default: a fresh one).
     pub fn pki(mut self, pki: TestPki) -> Self {
         self.pki = Some(pki);
@@ -431,14 +469,15 @@ impl MockupBuilder {
                 root["UpdateService"] = json!({"@odata.id": UPDATE_SERVICE});
                 root["Tasks"] = json!({"@odata.id": TASK_SERVICE});
             }
-            self.resources.insert(
-                UPDATE_SERVICE.into(),
-                json!({"@odata.id": UPDATE_SERVICE, "@odata.type": "#UpdateService.v1_11_0.UpdateService", "Id": "UpdateService",
+            let mut service = json!({"@odata.id": UPDATE_SERVICE, "@odata.type": "#UpdateService.v1_11_0.UpdateService", "Id": "UpdateService",
                        "ServiceEnabled": true,
                        "FirmwareInventory": {"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory"},
                        "Actions": {"#UpdateService.SimpleUpdate": {"target": SIMPLE_UPDATE,
-                           "TransferProtocol@Redfish.AllowableValues": ["HTTP", "HTTPS"]}}}),
-            );
+                           "TransferProtocol@Redfish.AllowableValues": ["HTTP", "HTTPS"]}}});
+            if self.push {
+                service["MultipartHttpPushUri"] = json!(MULTIPART_PUSH);
+            }
+            self.resources.insert(UPDATE_SERVICE.into(), service);
             self.resources.insert(
                 TASK_SERVICE.into(),
                 json!({"@odata.id": TASK_SERVICE, "@odata.type": "#TaskService.v1_2_0.TaskService", "Id": "TaskService",
@@ -467,6 +506,7 @@ impl MockupBuilder {
             counter: 0,
             update: self.update,
             updates: Vec::new(),
+            pushes: Vec::new(),
         }));
         let shared = state.clone();
         let handler: server::Handler = Arc::new(move |req| {
@@ -623,6 +663,9 @@ impl State {
         if let Some(resp) = self.update_task(&method, &path) {
             return Some(resp);
         }
+        if method == "POST" && path == MULTIPART_PUSH && self.update.is_some() {
+            return Some(self.multipart_push(&req));
+        }
 
         let body: Option<Value> = if req.body.iter().all(u8::is_ascii_whitespace) {
             None
@@ -773,8 +816,48 @@ impl State {
         let Some(image) = params.get("ImageURI").and_then(Value::as_str) else {
             return redfish_error(400, "ActionParameterMissing", "The action SimpleUpdate requires the parameter ImageURI.");
         };
+        let image = image.to_owned();
+        self.start_update(image, SIMPLE_UPDATE)
+    }
+
+    /// A multipart HTTP push (DSP0266): parse the form, record it, start
+    /// its update task. The push URI is served only when advertised.
+    fn multipart_push(&mut self, req: &HttpRequest) -> HttpResponse {
+        let advertised = self.resources.get(UPDATE_SERVICE).and_then(|s| s.get("MultipartHttpPushUri")).and_then(Value::as_str).map(norm);
+        if advertised.as_deref() != Some(MULTIPART_PUSH) {
+            return redfish_error(405, "OperationNotAllowed", "This service takes no multipart HTTP push.");
+        }
+        let parts = match super::multipart::boundary(req.header("content-type").unwrap_or("")).and_then(|b| super::multipart::parse(&req.body, &b)) {
+            Ok(p) => p,
+            Err(why) => return redfish_error(400, "MalformedMultipart", &format!("The multipart request is malformed: {why}.")),
+        };
+        let (Some(params), Some(file)) = (parts.iter().find(|p| p.name == "UpdateParameters"), parts.iter().find(|p| p.name == "UpdateFile")) else {
+            return redfish_error(400, "ActionParameterMissing", "A multipart push needs the parts UpdateParameters and UpdateFile.");
+        };
+        let Ok(parameters) = serde_json::from_slice::<Value>(&params.data) else {
+            return redfish_error(400, "MalformedJSON", "The UpdateParameters part is not JSON.");
+        };
+        use sha2::Digest;
+        let sha256: String = sha2::Sha256::digest(&file.data).iter().map(|b| format!("{b:02x}")).collect();
+        self.pushes.push(PushReceived {
+            bytes: file.data.len(),
+            sha256,
+            filename: file.filename.clone(),
+            file_content_type: file.content_type.clone(),
+            parameters_content_type: params.content_type.clone(),
+            parameters: parameters.clone(),
+        });
+        if !parameters.is_object() || parameters.get("Targets").is_some_and(|t| !t.is_array()) {
+            return redfish_error(400, "PropertyValueTypeError", "UpdateParameters must be an object whose Targets is an array.");
+        }
+        let image = file.filename.clone().unwrap_or_else(|| "the image".into());
+        self.start_update(image, MULTIPART_PUSH)
+    }
+
+    /// A running update task for `image` requested at `target`: `202` with its monitor.
+    fn start_update(&mut self, image: String, target: &'static str) -> HttpResponse {
         let id = self.next();
-        self.updates.push(Update { id, started: std::time::Instant::now(), image: image.to_owned() });
+        self.updates.push(Update { id, started: std::time::Instant::now(), image, target });
         let task = format!("{TASKS}/{id}");
         if let Some(c) = self.resources.get_mut(TASKS) {
             add_member(c, &task);
@@ -800,7 +883,7 @@ impl State {
         let body = json!({"@odata.id": format!("{TASKS}/{id}"), "@odata.type": "#Task.v1_7_0.Task", "Id": id.to_string(),
                           "Name": "Firmware update", "TaskState": state, "TaskStatus": status, "PercentComplete": percent,
                           "TaskMonitor": format!("{MONITORS}/u{id}"),
-                          "Payload": {"TargetUri": SIMPLE_UPDATE, "HttpOperation": "POST"},
+                          "Payload": {"TargetUri": u.target, "HttpOperation": "POST"},
                           "Messages": messages});
         Some((body, state != "Running"))
     }
@@ -1042,6 +1125,16 @@ impl MockupServer {
     /// How many update requests (`POST` to the SimpleUpdate target) arrived.
     pub fn update_requests(&self) -> usize {
         self.requests_to("POST", SIMPLE_UPDATE).len()
+    }
+
+    /// Every multipart push received, in order.
+    pub fn pushes(&self) -> Vec<PushReceived> {
+        lock(&self.state).pushes.clone()
+    }
+
+    /// How many multipart push requests (`POST` to [`MULTIPART_PUSH`]) arrived.
+    pub fn push_requests(&self) -> usize {
+        self.requests_to("POST", MULTIPART_PUSH).len()
     }
 
     pub fn push_fault(&self, fault: Fault) {

@@ -27,14 +27,15 @@
 pub mod fixtures;
 mod image;
 mod mockup;
+pub mod multipart;
 mod pki;
 mod server;
 mod silent;
 pub mod spec;
 mod sushy;
 
-pub use image::ImageServer;
-pub use mockup::{Fault, MockupBuilder, MockupServer, RecordedRequest, UpdateBehaviour, SIMPLE_UPDATE};
+pub use image::{image_bytes, ImageServer};
+pub use mockup::{Fault, MockupBuilder, MockupServer, PushReceived, RecordedRequest, UpdateBehaviour, MULTIPART_PUSH, SIMPLE_UPDATE};
 pub use pki::TestPki;
 pub use silent::SilentServer;
 pub use sushy::{FakeSystem, SushyBuilder, SushyEmulator};
