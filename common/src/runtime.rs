@@ -29,6 +29,28 @@ pub fn start<C: ServiceConfig>(service: &str) -> Result<(C, Telemetry), String> 
     Ok((config, telemetry))
 }
 
+/// Telemetry could not be started (`start`).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartError(String);
+
+/// What a service's `run` is handed to know when to stop: SIGINT or SIGTERM.
+pub type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// The whole `main` of a service binary: [`start`], `run` until SIGINT or
+/// SIGTERM, then flush telemetry (at most 5 s).
+pub async fn serve<C, E, Fut>(service: &str, run: impl FnOnce(C, Shutdown) -> Fut) -> Result<(), E>
+where
+    C: ServiceConfig,
+    E: From<StartError>,
+    Fut: std::future::Future<Output = Result<(), E>>,
+{
+    let (config, telemetry) = start::<C>(service).map_err(StartError)?;
+    let result = run(config, Box::pin(shutdown_signal())).await;
+    telemetry.shutdown(std::time::Duration::from_secs(5)).await;
+    result
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     #[cfg(unix)]

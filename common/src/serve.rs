@@ -170,6 +170,46 @@ pub async fn start_unless_off(addr: Option<SocketAddr>, registry: Registry, read
     }
 }
 
+/// Declares a service's metrics once: each field's type, initial value,
+/// exported name and help text (its doc comment) in one place; the struct,
+/// and `register` (every metric under `bmcfleet_` on the registry handed
+/// in), are derived.
+///
+/// ```ignore
+/// bmcfleet_common::metrics! {
+///     /// Admission counters.
+///     pub struct Metrics {
+///         /// Batches admitted by the gateway.
+///         admitted: Family<Admitted, Counter> = Family::default(), "batches_admitted";
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! metrics {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[doc = $doc:literal])+ $field:ident: $ty:ty = $init:expr, $metric:literal; )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone)]
+        pub struct $name {
+            $( $(#[doc = $doc])+ pub $field: $ty, )+
+        }
+
+        impl $name {
+            /// Create the metrics and register them under `bmcfleet_`.
+            pub fn register(registry: &mut prometheus_client::registry::Registry) -> $name {
+                let m = $name { $( $field: $init, )+ };
+                let r = registry.sub_registry_with_prefix("bmcfleet");
+                $( r.register($metric, concat!($($doc),+).trim(), m.$field.clone()); )+
+                m
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

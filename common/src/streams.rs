@@ -124,29 +124,26 @@ fn jobs_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
 
 fn events_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
     stream::Config {
-        name: s.events_stream(),
-        description: Some("bmcfleet per-batch events and results".into()),
-        subjects: vec![s.events_all()],
-        retention: stream::RetentionPolicy::Limits,
-        storage: stream::StorageType::File,
-        num_replicas: set.replicas,
-        max_age: set.events_max_age,
-        duplicate_window: set.dedupe_window.min(set.events_max_age),
         allow_direct: true,
-        ..Default::default()
+        ..limits_stream(s.events_stream(), "bmcfleet per-batch events and results", s.events_all(), set, set.events_max_age)
     }
 }
 
 fn audit_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
+    limits_stream(s.audit_stream(), "bmcfleet audit log: admitted batches and machine registry changes", s.audit_all(), set, set.audit_max_age)
+}
+
+/// A file-backed stream of one subject tree that keeps messages for `max_age`.
+fn limits_stream(name: String, description: &str, subjects: String, set: &StreamSettings, max_age: Duration) -> stream::Config {
     stream::Config {
-        name: s.audit_stream(),
-        description: Some("bmcfleet audit log: admitted batches and machine registry changes".into()),
-        subjects: vec![s.audit_all()],
+        name,
+        description: Some(description.into()),
+        subjects: vec![subjects],
         retention: stream::RetentionPolicy::Limits,
         storage: stream::StorageType::File,
         num_replicas: set.replicas,
-        max_age: set.audit_max_age,
-        duplicate_window: set.dedupe_window.min(set.audit_max_age),
+        max_age,
+        duplicate_window: set.dedupe_window.min(max_age),
         ..Default::default()
     }
 }
