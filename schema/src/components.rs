@@ -64,151 +64,108 @@ impl Section {
 }
 
 /// A CPU socket.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Processor {
     pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manufacturer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cores: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_speed_mhz: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
 }
 
 /// A memory module (an empty slot is not one).
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryModule {
     pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_mib: Option<u64>,
     /// `DDR4`, `DDR5`, ... (Redfish `MemoryDeviceType`, else `MemoryType`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed_mhz: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manufacturer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part_number: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
 }
 
 /// A disk (Redfish `Drive`, or a `SimpleStorage` device).
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Drive {
     pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manufacturer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_bytes: Option<u64>,
     /// `HDD`, `SSD`, `SMR`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
     /// `SATA`, `SAS`, `NVMe`, ...
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
 }
 
 /// A network interface or adapter.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Nic {
     pub id: String,
     /// Lower-case, colon-separated.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mac_addresses: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed_mbps: Option<u32>,
     /// `LinkUp`, `LinkDown`, `NoLink`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_status: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manufacturer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
 }
 
 /// A power supply unit.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PowerSupply {
     pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manufacturer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part_number: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_w: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
 }
 
 /// One firmware component (Redfish `UpdateService/FirmwareInventory`).
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Firmware {
     pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updateable: Option<bool>,
 }
 
 /// IPMI FRU device 0: the chassis, board and product info areas.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fru {
     /// SMBIOS chassis type name (`Rack Mount Chassis`, ...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chassis_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chassis_part_number: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chassis_serial: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub board_manufacturer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub board_product: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub board_serial: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub board_part_number: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product_manufacturer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product_part_number: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product_serial: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asset_tag: Option<String>,
 }
 

@@ -25,6 +25,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub const DEFAULT_TENANT: &str = "default";
 
 /// One BMC, as the operator registered it. Key in the registry: `name`.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Machine {
@@ -42,7 +43,6 @@ pub struct Machine {
     #[serde(default, skip_serializing_if = "is_default_tls")]
     pub tls: TlsOptions,
     /// Redfish: the ComputerSystem to drive when the BMC has several.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_id: Option<String>,
     /// With `protocol: auto` (or no protocol): the protocols to try, in
     /// order (e.g. `[redfish, ipmi]`); trying stops at the first service that
@@ -59,7 +59,6 @@ pub struct Machine {
     pub poll_interval: Option<std::time::Duration>,
     /// Power state to enforce: when a poll finds the machine otherwise, the
     /// worker switches it (Ironic's force-power-state). Off by default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_power: Option<crate::DesiredPower>,
     /// IPMI provider options (`cipher_suites: [17, 3]`, `privilege: operator`).
     #[serde(default, skip_serializing_if = "crate::action::IpmiOptions::is_default")]

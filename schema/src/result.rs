@@ -21,18 +21,16 @@ pub enum Outcome {
 }
 
 /// What one action returned.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ActionResult {
     pub index: u32,
     /// [`crate::Action::kind`].
     pub action: String,
     pub outcome: Outcome,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<ActionData>,
     /// The provider that ran it (`ipmi`, `redfish`, `amt`, `sim`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     pub duration_ms: u64,
 }
@@ -77,17 +75,16 @@ pub enum ActionData {
 }
 
 /// How a firmware update ended (Redfish: the BMC's task).
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FirmwareUpdateResult {
     /// The BMC's task the update ran as (its Task Monitor or Task, a path
     /// on the BMC); absent when the BMC finished the request without one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
     /// The task's final state as the BMC names it (`Completed`), or
     /// `Accepted` for a request the BMC answered without a task.
     pub state: String,
     /// The last `PercentComplete` the BMC reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percent: Option<u8>,
     /// The task's messages (BMC text, scrubbed of the batch's secrets).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -113,6 +110,7 @@ pub struct Bios {
 }
 
 /// One attribute's registry entry.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BiosAttribute {
     pub name: String,
@@ -124,33 +122,29 @@ pub struct BiosAttribute {
     /// Enumeration: the allowed values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_bound: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upper_bound: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_length: Option<u64>,
 }
 
 /// What a `bios_set` left pending.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BiosPending {
     pub attributes: std::collections::BTreeMap<String, serde_json::Value>,
     /// When the BMC applies them (`OnReset`, `AtMaintenanceWindowStart`, ...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_time: Option<String>,
 }
 
 /// UEFI secure boot.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SecureBootState {
     /// Enabled for the next boot.
     pub enabled: bool,
     /// Whether the current boot was secure (`Enabled`, `Disabled`, `Unknown`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_boot: Option<String>,
     /// `SetupMode`, `UserMode`, `AuditMode`, `DeployedMode`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
 }
 
@@ -164,39 +158,34 @@ pub enum Health {
 }
 
 /// A page of the system event log, newest first.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventLog {
     /// Entries in the whole log (all pages), where the BMC says.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<u32>,
     pub entries: Vec<EventLogEntry>,
 }
 
 /// One event log entry. Text comes from the BMC (scrubbed of the batch's
 /// secrets like every BMC message).
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventLogEntry {
     /// The BMC's id of the entry (IPMI record id in hex, Redfish entry `Id`).
     pub id: String,
     /// RFC 3339; absent when the BMC does not know (IPMI timestamps taken
     /// before its clock was set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
     /// Absent where the entry does not say (IPMI discrete events).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub severity: Option<Health>,
     /// The sensor the event is about (IPMI sensor number, Redfish `SensorNumber`/`OriginOfCondition`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sensor: Option<String>,
     /// The sensor type or entry type (`Temperature`, `Power Supply`, `Oem`, ...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     pub message: String,
     /// IPMI: the 16-byte SEL record, lower-case hex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<String>,
     /// Redfish: the log service the entry comes from (`SEL`, `IML`, `Log1`, ...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
 }
 
@@ -212,32 +201,27 @@ pub enum SensorKind {
 }
 
 /// One sensor's reading.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SensorReading {
     pub name: String,
     pub kind: SensorKind,
     /// Absent when the sensor has no reading (unavailable, scanning disabled).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
     /// `Cel`, `RPM`, `V`, `W`, `%`, ... (UCUM-style, as Redfish spells them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
     #[serde(default, skip_serializing_if = "Thresholds::is_empty")]
     pub thresholds: Thresholds,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
 }
 
 /// A sensor's thresholds, where known.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Thresholds {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_critical: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_warning: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upper_warning: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upper_critical: Option<f64>,
 }
 
@@ -260,37 +244,33 @@ impl Thresholds {
     }
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserInfo {
     /// Slot / account id on the BMC.
     pub id: String,
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<UserRole>,
     pub enabled: bool,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RawResponse {
     /// IPMI completion code or HTTP status.
     pub status: u16,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub data: Vec<u8>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<serde_json::Value>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inventory {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manufacturer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_state: Option<PowerState>,
     /// Anything else the provider found, as name/value pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -311,7 +291,6 @@ pub struct Inventory {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub firmware: Vec<crate::components::Firmware>,
     /// IPMI FRU device 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fru: Option<crate::components::Fru>,
     /// Sections the BMC offers but that could not be read this time (it
     /// answered an error): not the same as having no such components.
@@ -359,6 +338,7 @@ pub struct BatchResult {
 
 /// The status record kept per batch in the status KV bucket; it is also how
 /// a redelivered batch resumes after its last completed action.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BatchStatus {
     pub id: BatchId,
@@ -371,32 +351,28 @@ pub struct BatchStatus {
     #[serde(default)]
     pub results: Vec<ActionResult>,
     /// Index of an action started but not (yet) finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_progress: Option<u32>,
     /// A long-running BMC task an action started (a firmware update): what
     /// the next owner needs to watch it instead of starting it again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<Box<TaskRecord>>,
     #[serde(default)]
     pub cancel_requested: bool,
     /// The kinds ([`crate::Action::kind`]) of the batch's actions, in order.
     pub actions: Vec<String>,
     /// Sequence of the job in the jobs stream.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_sequence: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
     /// How many times a worker started (or resumed) the batch.
     #[serde(default)]
     pub deliveries: u64,
     pub admitted_at_ms: u64,
     pub updated_at_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<BatchResult>,
 }
 
 /// What a worker recorded, durably and before going on, about the BMC task
 /// an action ([`crate::Action::watches_task`]) started.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRecord {
     /// The action's index in the batch.
@@ -406,7 +382,6 @@ pub struct TaskRecord {
     pub requested: bool,
     /// The BMC's task (Task Monitor or Task path on the BMC), recorded as
     /// soon as the BMC named it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
 }
 

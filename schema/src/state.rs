@@ -12,23 +12,20 @@ use crate::result::PowerState;
 use serde::{Deserialize, Serialize};
 
 /// The last observation of one machine.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MachineState {
     pub machine: String,
     pub tenant: String,
     /// Power as last read (`None`: never read successfully).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power: Option<PowerState>,
     /// Whether the BMC answered the last poll (or batch).
     pub contactable: bool,
     /// Why it is not contactable (the error code and message of the last
     /// failure, or the open circuit breaker); none while contactable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<ErrorCode>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Last successful contact (ms since the epoch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_seen_ms: Option<u64>,
     /// When power or reachability last changed.
     pub last_changed_ms: u64,
@@ -38,13 +35,10 @@ pub struct MachineState {
     #[serde(default)]
     pub consecutive_failures: u32,
     /// The provider that answered (`ipmi`, `redfish`, `amt`, `sim`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     /// The BMC firmware version the last inventory read reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware: Option<String>,
     /// When the inventory (key `<name>.inventory`) was last read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory_ms: Option<u64>,
     /// The worker that observed it.
     pub worker: String,
@@ -80,12 +74,11 @@ pub enum MachineEventKind {
 /// (`drives.Disk.Bay.0`, added or removed: `from`/`to` summarise it), a
 /// component's field (`memory.DIMM1.capacity_mib`) or a firmware version
 /// (`firmware.BMC`). See [`crate::inventory`].
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InventoryChange {
     pub field: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
     /// Absent in events from before components were typed: `changed`.
     #[serde(default)]
