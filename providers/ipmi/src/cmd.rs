@@ -23,6 +23,18 @@ const fn command(name: &'static str, netfn: u8, cmd: u8, retry: Retry) -> Comman
     Command { id: CommandId { name, netfn, cmd }, retry, specific: &[] }
 }
 
+impl Command {
+    /// The same command with the completion codes its section defines.
+    const fn with(self, specific: &'static [SpecificCode]) -> Command {
+        Command { specific, ..self }
+    }
+}
+
+/// A command-specific completion code: what it means and the wire code.
+const fn cc(cc: u8, code: ErrorCode, meaning: &'static str) -> SpecificCode {
+    SpecificCode { cc, code, meaning }
+}
+
 pub const NETFN_CHASSIS: u8 = 0x00;
 pub const NETFN_SENSOR: u8 = 0x04;
 pub const NETFN_APP: u8 = 0x06;
@@ -70,14 +82,10 @@ pub const SET_USER_NAME: Command = command("Set User Name", NETFN_APP, 0x45, Ret
 /// 22.29 Get User Name.
 pub const GET_USER_NAME: Command = command("Get User Name", NETFN_APP, 0x46, Retry::Safe);
 /// 22.30 Set User Password (enable, disable, set password).
-pub const SET_USER_PASSWORD: Command = Command {
-    id: CommandId { name: "Set User Password", netfn: NETFN_APP, cmd: 0x47 },
-    retry: Retry::Safe,
-    specific: &[
-        SpecificCode { cc: 0x80, code: ErrorCode::BmcError, meaning: "password test failed" },
-        SpecificCode { cc: 0x81, code: ErrorCode::InvalidField, meaning: "password is longer than the BMC accepts" },
-    ],
-};
+pub const SET_USER_PASSWORD: Command = command("Set User Password", NETFN_APP, 0x47, Retry::Safe).with(&[
+    cc(0x80, ErrorCode::BmcError, "password test failed"),
+    cc(0x81, ErrorCode::InvalidField, "password is longer than the BMC accepts"),
+]);
 
 // --- Chassis (netfn 0x00) ---
 /// 28.2 Get Chassis Status.
@@ -85,52 +93,29 @@ pub const GET_CHASSIS_STATUS: Command = command("Get Chassis Status", NETFN_CHAS
 /// 28.3 Chassis Control.
 /// Its only data byte is the function, so "invalid data field" means the
 /// BMC does not implement that function (e.g. `ipmi_sim` and NMI).
-pub const CHASSIS_CONTROL: Command = Command {
-    id: CommandId { name: "Chassis Control", netfn: NETFN_CHASSIS, cmd: 0x02 },
-    retry: Retry::Once,
-    specific: &[SpecificCode {
-        cc: 0xCC,
-        code: ErrorCode::Unsupported,
-        meaning: "invalid data field: the BMC does not implement this chassis control function",
-    }],
-};
+pub const CHASSIS_CONTROL: Command = command("Chassis Control", NETFN_CHASSIS, 0x02, Retry::Once)
+    .with(&[cc(0xCC, ErrorCode::Unsupported, "invalid data field: the BMC does not implement this chassis control function")]);
 /// 28.12 Set System Boot Options.
-pub const SET_BOOT_OPTIONS: Command = Command {
-    id: CommandId { name: "Set System Boot Options", netfn: NETFN_CHASSIS, cmd: 0x08 },
-    retry: Retry::Safe,
-    specific: &[
-        SpecificCode { cc: 0x80, code: ErrorCode::Unsupported, meaning: "boot option parameter not supported" },
-        SpecificCode { cc: 0x81, code: ErrorCode::BmcError, meaning: "set already in progress by another party" },
-        SpecificCode { cc: 0x82, code: ErrorCode::Unsupported, meaning: "attempt to write a read-only parameter" },
-    ],
-};
+pub const SET_BOOT_OPTIONS: Command = command("Set System Boot Options", NETFN_CHASSIS, 0x08, Retry::Safe).with(&[
+    cc(0x80, ErrorCode::Unsupported, "boot option parameter not supported"),
+    cc(0x81, ErrorCode::BmcError, "set already in progress by another party"),
+    cc(0x82, ErrorCode::Unsupported, "attempt to write a read-only parameter"),
+]);
 /// 28.13 Get System Boot Options.
-pub const GET_BOOT_OPTIONS: Command = Command {
-    id: CommandId { name: "Get System Boot Options", netfn: NETFN_CHASSIS, cmd: 0x09 },
-    retry: Retry::Safe,
-    specific: &[SpecificCode { cc: 0x80, code: ErrorCode::Unsupported, meaning: "boot option parameter not supported" }],
-};
+pub const GET_BOOT_OPTIONS: Command = command("Get System Boot Options", NETFN_CHASSIS, 0x09, Retry::Safe).with(&[cc(0x80, ErrorCode::Unsupported, "boot option parameter not supported")]);
 
 // --- Storage (netfn 0x0A) ---
 /// 34.1 Get FRU Inventory Area Info.
 pub const GET_FRU_INFO: Command = command("Get FRU Inventory Area Info", NETFN_STORAGE, 0x10, Retry::Safe);
 /// 34.2 Read FRU Data.
-pub const READ_FRU: Command = Command {
-    id: CommandId { name: "Read FRU Data", netfn: NETFN_STORAGE, cmd: 0x11 },
-    retry: Retry::Safe,
-    specific: &[SpecificCode { cc: 0x81, code: ErrorCode::BmcError, meaning: "FRU device busy" }],
-};
+pub const READ_FRU: Command = command("Read FRU Data", NETFN_STORAGE, 0x11, Retry::Safe).with(&[cc(0x81, ErrorCode::BmcError, "FRU device busy")]);
 
 /// 31.2 Get SEL Info.
 pub const GET_SEL_INFO: Command = command("Get SEL Info", NETFN_STORAGE, 0x40, Retry::Safe);
 /// 31.4 Reserve SEL.
 pub const RESERVE_SEL: Command = command("Reserve SEL", NETFN_STORAGE, 0x42, Retry::Safe);
 /// 31.5 Get SEL Entry.
-pub const GET_SEL_ENTRY: Command = Command {
-    id: CommandId { name: "Get SEL Entry", netfn: NETFN_STORAGE, cmd: 0x43 },
-    retry: Retry::Safe,
-    specific: &[SpecificCode { cc: 0x81, code: ErrorCode::BmcError, meaning: "cannot execute command, SEL erase in progress" }],
-};
+pub const GET_SEL_ENTRY: Command = command("Get SEL Entry", NETFN_STORAGE, 0x43, Retry::Safe).with(&[cc(0x81, ErrorCode::BmcError, "cannot execute command, SEL erase in progress")]);
 /// 31.9 Clear SEL (initiate erase, or get its status: both safe to repeat).
 pub const CLEAR_SEL: Command = command("Clear SEL", NETFN_STORAGE, 0x47, Retry::Safe);
 
@@ -147,23 +132,15 @@ pub const GET_SENSOR_READING: Command = command("Get Sensor Reading", NETFN_SENS
 
 // --- Transport (netfn 0x0C) ---
 const LAN_SPECIFIC: &[SpecificCode] = &[
-    SpecificCode { cc: 0x80, code: ErrorCode::Unsupported, meaning: "LAN parameter not supported" },
-    SpecificCode { cc: 0x81, code: ErrorCode::BmcError, meaning: "set already in progress by another party" },
-    SpecificCode { cc: 0x82, code: ErrorCode::Unsupported, meaning: "attempt to write a read-only parameter" },
-    SpecificCode { cc: 0x83, code: ErrorCode::Unsupported, meaning: "attempt to read a write-only parameter" },
+    cc(0x80, ErrorCode::Unsupported, "LAN parameter not supported"),
+    cc(0x81, ErrorCode::BmcError, "set already in progress by another party"),
+    cc(0x82, ErrorCode::Unsupported, "attempt to write a read-only parameter"),
+    cc(0x83, ErrorCode::Unsupported, "attempt to read a write-only parameter"),
 ];
 /// 23.1 Set LAN Configuration Parameters.
-pub const SET_LAN_CONFIG: Command = Command {
-    id: CommandId { name: "Set LAN Configuration Parameters", netfn: NETFN_TRANSPORT, cmd: 0x01 },
-    retry: Retry::Safe,
-    specific: LAN_SPECIFIC,
-};
+pub const SET_LAN_CONFIG: Command = command("Set LAN Configuration Parameters", NETFN_TRANSPORT, 0x01, Retry::Safe).with(LAN_SPECIFIC);
 /// 23.2 Get LAN Configuration Parameters.
-pub const GET_LAN_CONFIG: Command = Command {
-    id: CommandId { name: "Get LAN Configuration Parameters", netfn: NETFN_TRANSPORT, cmd: 0x02 },
-    retry: Retry::Safe,
-    specific: LAN_SPECIFIC,
-};
+pub const GET_LAN_CONFIG: Command = command("Get LAN Configuration Parameters", NETFN_TRANSPORT, 0x02, Retry::Safe).with(LAN_SPECIFIC);
 
 /// "This channel" in channel-number fields.
 pub const CURRENT_CHANNEL: u8 = 0x0E;

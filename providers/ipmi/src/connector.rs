@@ -13,20 +13,6 @@ use tracing::Instrument;
 /// The IPMI-over-LAN port (RMCP, UDP).
 pub const DEFAULT_PORT: u16 = 623;
 
-/// What every IPMI session offers (a contract test checks this against a
-/// real session's accessors).
-pub const CAPABILITIES: &[Capability] = &[
-    Capability::Power,
-    Capability::BootDevice,
-    Capability::Users,
-    Capability::BmcReset,
-    Capability::NetworkSource,
-    Capability::Raw,
-    Capability::Inventory,
-    Capability::EventLog,
-    Capability::Sensors,
-];
-
 /// Opens IPMI 2.0 (RMCP+) sessions. Clones share the sockets every session
 /// is multiplexed over (see [`RmcpSockets`]).
 #[derive(Clone, Debug, Default)]
@@ -133,7 +119,7 @@ impl Connector for IpmiConnector {
     }
 
     fn declared_capabilities(&self) -> &'static [Capability] {
-        CAPABILITIES
+        crate::CAPABILITIES
     }
 
     async fn connect(

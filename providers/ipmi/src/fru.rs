@@ -91,7 +91,7 @@ fn field(bytes: &[u8]) -> Result<Option<(Option<String>, usize)>, String> {
                 _ => '?',
             })
             .collect(),
-        _ => raw.iter().map(|b| format!("{b:02x}")).collect(),
+        _ => bmcfleet_provider::hex(raw),
     };
     let text = text.trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_string();
     Ok(Some(((!text.is_empty()).then_some(text), 1 + len)))

@@ -148,7 +148,7 @@ impl<T: Transport> Inventory for IpmiSession<T> {
         if let Some(aux) = device.aux_revision {
             extra.push((
                 "aux_firmware_revision".into(),
-                aux.iter().map(|b| format!("{b:02x}")).collect(),
+                bmcfleet_provider::hex(&aux),
             ));
         }
 

@@ -102,9 +102,45 @@ mod sel;
 mod sensors;
 mod users;
 
+/// What every IPMI session offers (a contract test checks this against a
+/// real session's accessors).
+pub const CAPABILITIES: &[bmcfleet_provider::Capability] = &[
+    bmcfleet_provider::Capability::Power,
+    bmcfleet_provider::Capability::BootDevice,
+    bmcfleet_provider::Capability::Users,
+    bmcfleet_provider::Capability::BmcReset,
+    bmcfleet_provider::Capability::NetworkSource,
+    bmcfleet_provider::Capability::Raw,
+    bmcfleet_provider::Capability::Inventory,
+    bmcfleet_provider::Capability::EventLog,
+    bmcfleet_provider::Capability::Sensors,
+];
+
+// What the session's privilege allows (IPMI v2.0 appendix G): a capability
+// is offered when at least one of its operations is; an operation above the
+// privilege fails before it is sent (`send`).
+impl<T: Transport + 'static> bmcfleet_provider::Offer for IpmiSession<T> {
+    bmcfleet_provider::offer!(@accessors power, raw, inventory, event_log, sensors);
+    fn boot(&mut self) -> Option<&mut dyn bmcfleet_provider::BootControl> {
+        self.allows(Privilege::Operator).then_some(self)
+    }
+    fn users(&mut self) -> Option<&mut dyn bmcfleet_provider::Users> {
+        self.allows(Privilege::Operator).then_some(self)
+    }
+    fn network_source(&mut self) -> Option<&mut dyn bmcfleet_provider::NetworkSource> {
+        self.allows(Privilege::Operator).then_some(self)
+    }
+    fn bmc_reset(&mut self) -> Option<&mut dyn bmcfleet_provider::BmcReset> {
+        self.allows(Privilege::Administrator).then_some(self)
+    }
+    fn offered() -> &'static [bmcfleet_provider::Capability] {
+        CAPABILITIES
+    }
+}
+
 
 pub use config::IpmiConfig;
-pub use connector::{IpmiConnector, CAPABILITIES, DEFAULT_PORT};
+pub use connector::{IpmiConnector, DEFAULT_PORT};
 pub use error::{TransportError, TransportErrorKind};
 pub use rmcp::{CipherSuite, Privilege, RmcpConfig, RmcpSockets, RmcpTransport, MAX_CONCURRENT_PROBES};
 pub use session::{IpmiSession, Verify};

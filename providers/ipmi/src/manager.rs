@@ -30,13 +30,7 @@ impl<T: Transport> IpmiSession<T> {
         param: u8,
         len: usize,
     ) -> Result<Vec<u8>> {
-        let data = self
-            .exec(
-                ctx,
-                &cmd::GET_LAN_CONFIG,
-                cmd::encode_get_lan_param(channel, param),
-            )
-            .await?;
+        let data = self.exec(ctx, &cmd::GET_LAN_CONFIG, cmd::encode_get_lan_param(channel, param)).await?;
         cmd::lan_param_value(&data, len)
             .map(<[u8]>::to_vec)
             .map_err(|e| protocol(cmd::GET_LAN_CONFIG.id, format!("parameter {param}: {e}")))
@@ -49,12 +43,7 @@ impl<T: Transport> IpmiSession<T> {
         param: u8,
         value: &[u8],
     ) -> Result<()> {
-        self.exec(
-            ctx,
-            &cmd::SET_LAN_CONFIG,
-            cmd::encode_set_lan_param(channel, param, value),
-        )
-        .await?;
+        self.exec(ctx, &cmd::SET_LAN_CONFIG, cmd::encode_set_lan_param(channel, param, value)).await?;
         Ok(())
     }
 

@@ -65,7 +65,7 @@ pub fn threshold_severity(event_type: u8, offset: u8, direction: EventDirection)
 /// One 16-byte SEL record as an entry.
 pub fn decode_sel_record(record: &[u8]) -> std::result::Result<EventLogEntry, String> {
     let entry = Entry::parse(record).map_err(|e| format!("SEL record: {e:?}"))?;
-    let raw: String = record.iter().map(|b| format!("{b:02x}")).collect();
+    let raw = bmcfleet_provider::hex(record);
     let id = format!("{:04x}", u16::from_le_bytes([record[0], record[1]]));
     let ts = u32::from_le_bytes([record[3], record[4], record[5], record[6]]);
     struct Description<'a>(&'a Entry);
@@ -136,7 +136,7 @@ impl<T: Transport> IpmiSession<T> {
             out.push(decode_sel_record(record).unwrap_or_else(|why| EventLogEntry {
                 id: format!("{:04x}", u16::from_le_bytes([record[0], record[1]])),
                 message: why,
-                raw: Some(record.iter().map(|b| format!("{b:02x}")).collect()),
+                raw: Some(bmcfleet_provider::hex(record)),
                 ..EventLogEntry::default()
             }));
             if next == 0xFFFF || out.len() >= MAX_RECORDS || next == id {
@@ -202,7 +202,7 @@ mod tests {
         assert_eq!(e.sensor.as_deref(), Some("0x30"));
         assert_eq!(e.kind.as_deref(), Some("Temperature"));
         assert!(e.message.ends_with("(asserted)"), "{}", e.message);
-        let hex: String = rec.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = bmcfleet_provider::hex(&rec);
         assert_eq!(e.raw.as_deref(), Some(hex.as_str()));
         assert!(hex.starts_with("420002") && hex.ends_with("20000401300109ffff"), "{hex}");
 

@@ -122,7 +122,7 @@ impl<T: Transport> IpmiSession<T> {
         Ok(response.data)
     }
 
-    fn allows(&self, needed: Privilege) -> bool {
+    pub(crate) fn allows(&self, needed: Privilege) -> bool {
         self.transport.privilege() >= needed
     }
 
@@ -142,22 +142,6 @@ impl<T: Transport> IpmiSession<T> {
 impl<T: Transport + 'static> BmcSession for IpmiSession<T> {
     fn provider(&self) -> &'static str {
         "ipmi"
-    }
-    // What the session's privilege allows (IPMI v2.0 appendix G): a
-    // capability is offered when at least one of its operations is; an
-    // operation above the privilege fails before it is sent (`send`).
-    bmcfleet_provider::offer!(power, raw, inventory, event_log, sensors);
-    fn boot(&mut self) -> Option<&mut dyn bmcfleet_provider::BootControl> {
-        self.allows(Privilege::Operator).then_some(self)
-    }
-    fn users(&mut self) -> Option<&mut dyn bmcfleet_provider::Users> {
-        self.allows(Privilege::Operator).then_some(self)
-    }
-    fn network_source(&mut self) -> Option<&mut dyn bmcfleet_provider::NetworkSource> {
-        self.allows(Privilege::Operator).then_some(self)
-    }
-    fn bmc_reset(&mut self) -> Option<&mut dyn bmcfleet_provider::BmcReset> {
-        self.allows(Privilege::Administrator).then_some(self)
     }
     fn is_healthy(&self) -> bool {
         self.transport.is_healthy()

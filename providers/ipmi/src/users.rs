@@ -9,13 +9,7 @@ use bmcfleet_schema::{ErrorCode, UserInfo, UserRole, UserSpec, UserUpdate};
 
 impl<T: Transport> IpmiSession<T> {
     async fn user_access(&mut self, ctx: &Ctx, channel: u8, id: u8) -> Result<UserAccess> {
-        let data = self
-            .exec(
-                ctx,
-                &cmd::GET_USER_ACCESS,
-                cmd::encode_get_user_access(channel, id),
-            )
-            .await?;
+        let data = self.exec(ctx, &cmd::GET_USER_ACCESS, cmd::encode_get_user_access(channel, id)).await?;
         cmd::decode_user_access(&data)
             .ok_or_else(|| protocol(cmd::GET_USER_ACCESS.id, "response too short"))
     }
@@ -69,23 +63,13 @@ impl<T: Transport> IpmiSession<T> {
         privilege: u8,
         enabled: bool,
     ) -> Result<()> {
-        self.exec(
-            ctx,
-            &cmd::SET_USER_ACCESS,
-            cmd::encode_set_user_access(channel, id, privilege, enabled),
-        )
-        .await?;
+        self.exec(ctx, &cmd::SET_USER_ACCESS, cmd::encode_set_user_access(channel, id, privilege, enabled)).await?;
         let op = if enabled {
             PasswordOp::Enable
         } else {
             PasswordOp::Disable
         };
-        self.exec(
-            ctx,
-            &cmd::SET_USER_PASSWORD,
-            cmd::encode_set_user_password(id, op, None),
-        )
-        .await?;
+        self.exec(ctx, &cmd::SET_USER_PASSWORD, cmd::encode_set_user_password(id, op, None)).await?;
         Ok(())
     }
 
@@ -96,18 +80,8 @@ impl<T: Transport> IpmiSession<T> {
         id: u8,
         spec: &UserSpec,
     ) -> Result<()> {
-        self.exec(
-            ctx,
-            &cmd::SET_USER_NAME,
-            cmd::encode_set_user_name(id, &spec.name),
-        )
-        .await?;
-        self.exec(
-            ctx,
-            &cmd::SET_USER_PASSWORD,
-            cmd::encode_set_user_password(id, PasswordOp::Set, Some(spec.password.expose())),
-        )
-        .await?;
+        self.exec(ctx, &cmd::SET_USER_NAME, cmd::encode_set_user_name(id, &spec.name)).await?;
+        self.exec(ctx, &cmd::SET_USER_PASSWORD, cmd::encode_set_user_password(id, PasswordOp::Set, Some(spec.password.expose()))).await?;
         self.set_enabled(
             ctx,
             channel,
@@ -119,12 +93,7 @@ impl<T: Transport> IpmiSession<T> {
     }
 
     async fn clear_slot(&mut self, ctx: &Ctx, channel: u8, id: u8) -> Result<()> {
-        self.exec(
-            ctx,
-            &cmd::SET_USER_PASSWORD,
-            cmd::encode_set_user_password(id, PasswordOp::Disable, None),
-        )
-        .await?;
+        self.exec(ctx, &cmd::SET_USER_PASSWORD, cmd::encode_set_user_password(id, PasswordOp::Disable, None)).await?;
         self.exec(
             ctx,
             &cmd::SET_USER_ACCESS,
@@ -211,12 +180,7 @@ impl<T: Transport> Users for IpmiSession<T> {
                 )
             })?;
         if let Some(pw) = &update.password {
-            self.exec(
-                ctx,
-                &cmd::SET_USER_PASSWORD,
-                cmd::encode_set_user_password(id, PasswordOp::Set, Some(pw.expose())),
-            )
-            .await?;
+            self.exec(ctx, &cmd::SET_USER_PASSWORD, cmd::encode_set_user_password(id, PasswordOp::Set, Some(pw.expose()))).await?;
         }
         if update.role.is_some() || update.enabled.is_some() {
             let current = self.user_access(ctx, channel, id).await?;

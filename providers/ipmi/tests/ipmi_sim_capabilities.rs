@@ -16,7 +16,7 @@ use bmcfleet_schema::{
     BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, NetworkSourceOp, PowerOp, PowerState, RawIpmi,
     RawRedfish, RawRequest, HttpMethod, Secret, StaticIpv4, UserRole, UserSpec, UserUpdate,
 };
-use common::{ctx, field, ipmitool_users, open, start_sim};
+use common::{ctx, field, ipmitool_users, open, open_powered_on, start_sim};
 use std::time::Duration;
 
 #[tokio::test]
@@ -56,8 +56,7 @@ async fn power_on_off_status_agree_with_ipmitool() {
 async fn power_cycle_reset_and_soft_off() {
     let sim = start_sim();
     let ctx = ctx();
-    let mut s = open(&sim).await;
-    Power::power(&mut s, &ctx, PowerOp::On).await.unwrap();
+    let mut s = open_powered_on(&sim).await;
 
     // ipmi_sim powers off, then on again from a one-second timer.
     Power::power(&mut s, &ctx, PowerOp::Cycle).await.unwrap();
@@ -85,8 +84,7 @@ async fn nmi_is_refused_by_ipmi_sim_as_unsupported() {
     // the success path is tested against the spec responder.
     let sim = start_sim();
     let ctx = ctx();
-    let mut s = open(&sim).await;
-    Power::power(&mut s, &ctx, PowerOp::On).await.unwrap();
+    let mut s = open_powered_on(&sim).await;
     let e = Power::power(&mut s, &ctx, PowerOp::Nmi).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
     assert!(e.message.contains("0xCC") && e.message.contains("Chassis Control"), "{e}");
@@ -300,8 +298,7 @@ async fn raw_passthrough_matches_ipmitool_raw() {
 async fn inventory_matches_emu_fru_and_ipmitool() {
     let sim = start_sim();
     let ctx = ctx();
-    let mut s = open(&sim).await;
-    Power::power(&mut s, &ctx, PowerOp::On).await.unwrap();
+    let mut s = open_powered_on(&sim).await;
     let inv = Inventory::inventory(&mut s, &ctx).await.unwrap();
 
     assert_eq!(inv.manufacturer.as_deref(), Some("bmcfleet"));

@@ -7,7 +7,7 @@ mod common;
 use bmcfleet_testing::ipmi::{IpmiSim, IpmiSimOptions};
 use bmcfleet_provider::{BmcSession, Connector, Ctx, Power, Raw, ResolvedCredentials};
 use bmcfleet_schema::{BmcAddress, ErrorCode, Host, PowerOp, PowerState, RawIpmi, RawRequest, Secret};
-use common::{connector, ctx, open, start_sim};
+use common::{connector, ctx, open, open_powered_on, start_sim};
 use std::net::{Ipv4Addr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -25,8 +25,7 @@ async fn active_sessions(session: &mut bmcfleet_ipmi::IpmiSession<bmcfleet_ipmi:
 async fn many_calls_cost_one_handshake() {
     let sim = start_sim();
     let ctx = ctx();
-    let mut s = open(&sim).await;
-    Power::power(&mut s, &ctx, PowerOp::On).await.unwrap();
+    let mut s = open_powered_on(&sim).await;
     let started = Instant::now();
     for _ in 0..100 {
         assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::On));
@@ -169,8 +168,7 @@ async fn deadline_already_passed_is_deadline_exceeded() {
 async fn bmc_killed_mid_session_then_back() {
     let mut sim = start_sim();
     let ctx = ctx();
-    let mut s = open(&sim).await;
-    Power::power(&mut s, &ctx, PowerOp::On).await.unwrap();
+    let mut s = open_powered_on(&sim).await;
     // One action of several requests: its first went out before the BMC died.
     let several = Ctx::with_timeout(Duration::from_secs(10));
     Power::power(&mut s, &several, PowerOp::Status).await.unwrap();
@@ -360,6 +358,10 @@ impl bmcfleet_provider::SendGate for SwitchGate {
 
     fn holds(&self) -> bool {
         self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn for_session(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn bmcfleet_provider::SendGate> {
+        self
     }
 }
 

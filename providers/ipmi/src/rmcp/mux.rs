@@ -3,11 +3,12 @@
 //! datagrams to sessions by (remote address, our session id).
 //!
 //! - **No socket and no thread per BMC.** A session is an [`Endpoint`]: a
-//!   route in its socket's table and a bounded queue. Sessions are spread
-//!   over the sockets round-robin.
+//!   route in its socket's table and a bounded queue (a [`Mailbox`]: about
+//!   a hundred bytes while empty, which is most of a live session's time).
+//!   Sessions are spread over the sockets round-robin.
 //! - **No head-of-line blocking.** The receive task never waits for a
 //!   session: it reads the routing key without any crypto
-//!   ([`super::wire::route`]) and `try_send`s into the session's queue; a
+//!   ([`super::wire::route`]) and offers it to the session's queue; a
 //!   full queue drops the datagram (a flooding BMC only loses its own
 //!   replies). Decryption and integrity checks run in the session's task.
 //! - **Routing.** An RMCP+ packet carries our (remote console) session id:
@@ -35,13 +36,13 @@
 
 use super::crypto::random_u32;
 use super::wire::{route, Route};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::net::UdpSocket;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -86,8 +87,49 @@ impl Drop for Inner {
     }
 }
 
-/// A peer's routes: (our session id, queue, handshake in progress).
-type Routes = HashMap<SocketAddr, Vec<(u32, mpsc::Sender<Vec<u8>>)>>;
+/// A peer's routes: (our session id, its queue).
+type Routes = HashMap<SocketAddr, Vec<(u32, Arc<Mailbox>)>>;
+
+/// A session's queue of datagrams: at most [`QUEUE`], filled by the receive
+/// task without ever waiting, emptied by the session. Nothing is allocated
+/// while it is empty.
+#[derive(Default)]
+struct Mailbox {
+    queue: Mutex<VecDeque<Vec<u8>>>,
+    ready: Notify,
+}
+
+impl Mailbox {
+    fn queue(&self) -> MutexGuard<'_, VecDeque<Vec<u8>>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a copy of `datagram`; false (dropped) when the queue is full.
+    fn offer(&self, datagram: &[u8]) -> bool {
+        {
+            let mut queue = self.queue();
+            if queue.len() >= QUEUE {
+                return false;
+            }
+            queue.push_back(datagram.to_vec());
+        }
+        // Stores a wake-up when the session is not waiting yet: none is lost.
+        self.ready.notify_one();
+        true
+    }
+
+    fn take(&self) -> Option<Vec<u8>> {
+        let mut queue = self.queue();
+        let datagram = queue.pop_front();
+        if queue.is_empty() && queue.capacity() > 0 {
+            // Emptied: the buffer goes, so a session idling for minutes
+            // keeps none. The price is one small allocation for the next
+            // datagram, paid per reply (a send costs far more).
+            *queue = VecDeque::new();
+        }
+        datagram
+    }
+}
 
 /// One socket and its routing table.
 struct Shared {
@@ -111,7 +153,7 @@ impl Shared {
             return;
         };
         let mut delivered = false;
-        let mut deliver = |tx: &mpsc::Sender<Vec<u8>>| delivered |= tx.try_send(datagram.to_vec()).is_ok();
+        let mut deliver = |mailbox: &Arc<Mailbox>| delivered |= mailbox.offer(datagram);
         match route(datagram) {
             Route::Sessionless => peer.iter().filter(|(id, _)| *id == SESSIONLESS).for_each(|(_, tx)| deliver(tx)),
             Route::Session(Some(id)) if id != SESSIONLESS => {
@@ -214,7 +256,7 @@ impl RmcpSockets {
     pub(crate) async fn endpoint(&self, peer: SocketAddr, sessionless: bool) -> io::Result<Endpoint> {
         let sockets = self.family(peer).await?;
         let shared = sockets[self.inner.next.fetch_add(1, Ordering::Relaxed) % sockets.len()].clone();
-        let (tx, rx) = mpsc::channel(QUEUE);
+        let mailbox = Arc::new(Mailbox::default());
         let id = {
             let mut routes = shared.routes();
             let peer_routes = routes.entry(peer).or_default();
@@ -228,10 +270,10 @@ impl RmcpSockets {
                     }
                 }
             };
-            peer_routes.push((id, tx));
+            peer_routes.push((id, mailbox.clone()));
             id
         };
-        Ok(Endpoint { shared, peer, id, rx, slot: None })
+        Ok(Endpoint { shared, peer, id, mailbox, slot: None })
     }
 }
 
@@ -277,7 +319,7 @@ pub(crate) struct Endpoint {
     shared: Arc<Shared>,
     peer: SocketAddr,
     id: u32,
-    rx: mpsc::Receiver<Vec<u8>>,
+    mailbox: Arc<Mailbox>,
     /// The socket slot this endpoint holds while a reply is due.
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
@@ -305,14 +347,23 @@ impl Endpoint {
     /// The next datagram for this endpoint, or `None` at `until`.
     /// Gives back the endpoint's slot.
     pub(crate) async fn recv(&mut self, until: Instant) -> Option<Vec<u8>> {
-        let datagram = tokio::time::timeout_at(until, self.rx.recv()).await.ok().flatten();
+        let datagram = loop {
+            if let Some(datagram) = self.mailbox.take() {
+                break Some(datagram);
+            }
+            // A wake-up stored by an earlier offer whose datagram was
+            // already taken only turns the loop once more.
+            if tokio::time::timeout_at(until, self.mailbox.ready.notified()).await.is_err() {
+                break self.mailbox.take();
+            }
+        };
         self.slot = None;
         datagram
     }
 
     /// Discards whatever is queued (late replies of an earlier exchange).
     pub(crate) fn drain(&mut self) {
-        while self.rx.try_recv().is_ok() {}
+        while self.mailbox.take().is_some() {}
     }
 }
 
@@ -418,6 +469,31 @@ mod tests {
         drop(b);
         drop(probe);
         assert_eq!(sockets.routes(), 0);
+    }
+
+    #[test]
+    fn a_mailbox_holds_at_most_its_queue_and_keeps_no_buffer_once_empty() {
+        let mailbox = Mailbox::default();
+        for i in 0..QUEUE {
+            assert!(mailbox.offer(&[i as u8]), "datagram {i} refused");
+        }
+        assert!(!mailbox.offer(b"one more"), "a full queue takes no more");
+        assert_eq!(mailbox.take().as_deref(), Some(&[0u8][..]), "first in, first out");
+        assert!(mailbox.offer(b"room again"));
+        while mailbox.take().is_some() {}
+        assert_eq!(mailbox.queue().capacity(), 0, "an idle session keeps no buffer");
+    }
+
+    #[tokio::test]
+    async fn a_datagram_offered_before_the_session_waits_is_not_missed() {
+        let sockets = RmcpSockets::new(1);
+        let bmc = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let mut e = sockets.endpoint(bmc.local_addr().unwrap(), true).await.unwrap();
+        e.mailbox.offer(b"early");
+        assert_eq!(e.recv(Instant::now() + Duration::from_secs(5)).await.as_deref(), Some(&b"early"[..]));
+        // The stored wake-up of that offer is spent or spurious: the next
+        // wait ends at its deadline with nothing.
+        assert_eq!(e.recv(Instant::now() + Duration::from_millis(50)).await, None);
     }
 
     #[tokio::test]

@@ -221,22 +221,38 @@ pub(crate) enum OpenSession {
     Refused(u8),
 }
 
+/// The head every session set-up reply shares (Open Session Response §13.18,
+/// RAKP 2 §13.21, RAKP 4 §13.23): the message tag we sent, a status, and
+/// from byte 4 our console session id. Returns (from the enclosing
+/// function) a malformed or misaddressed reply's error; evaluates to
+/// `Err(status)` when the BMC refused, `Ok(p)` for status 0, at least `min`
+/// bytes and our session.
+macro_rules! setup_reply {
+    ($p:expr, $tag:expr, $console_sid:expr, $min:expr, $what:literal) => {{
+        let p: &[u8] = $p;
+        if p.len() < 2 {
+            return Err(concat!($what, " too short"));
+        }
+        if p[0] != $tag {
+            return Err(concat!($what, " with another message tag"));
+        }
+        if p[1] != 0 {
+            Err(p[1])
+        } else if p.len() < $min {
+            return Err(concat!($what, " too short"));
+        } else if u32::from_le_bytes([p[4], p[5], p[6], p[7]]) != $console_sid {
+            return Err(concat!($what, " for another session"));
+        } else {
+            Ok(p)
+        }
+    }};
+}
+
 pub(crate) fn open_session_response(p: &[u8], tag: u8, console_sid: u32, suite: CipherSuite) -> Result<OpenSession, &'static str> {
-    if p.len() < 2 {
-        return Err("Open Session Response too short");
-    }
-    if p[0] != tag {
-        return Err("Open Session Response with another message tag");
-    }
-    if p[1] != 0 {
-        return Ok(OpenSession::Refused(p[1]));
-    }
-    if p.len() < 36 {
-        return Err("Open Session Response too short");
-    }
-    if u32::from_le_bytes([p[4], p[5], p[6], p[7]]) != console_sid {
-        return Err("Open Session Response for another session");
-    }
+    let p = match setup_reply!(p, tag, console_sid, 36, "Open Session Response") {
+        Ok(p) => p,
+        Err(status) => return Ok(OpenSession::Refused(status)),
+    };
     let bmc_sid = u32::from_le_bytes([p[8], p[9], p[10], p[11]]);
     if bmc_sid == 0 {
         return Err("the BMC assigned session id 0");
@@ -267,21 +283,10 @@ pub(crate) enum Rakp2 {
 }
 
 pub(crate) fn rakp2(p: &[u8], tag: u8, console_sid: u32) -> Result<Rakp2, &'static str> {
-    if p.len() < 2 {
-        return Err("RAKP 2 too short");
-    }
-    if p[0] != tag {
-        return Err("RAKP 2 with another message tag");
-    }
-    if p[1] != 0 {
-        return Ok(Rakp2::Refused(p[1]));
-    }
-    if p.len() < 40 {
-        return Err("RAKP 2 too short");
-    }
-    if u32::from_le_bytes([p[4], p[5], p[6], p[7]]) != console_sid {
-        return Err("RAKP 2 for another session");
-    }
+    let p = match setup_reply!(p, tag, console_sid, 40, "RAKP 2") {
+        Ok(p) => p,
+        Err(status) => return Ok(Rakp2::Refused(status)),
+    };
     let mut bmc_random = [0u8; 16];
     bmc_random.copy_from_slice(&p[8..24]);
     let mut bmc_guid = [0u8; 16];
@@ -299,19 +304,7 @@ pub(crate) fn rakp3(tag: u8, bmc_sid: u32, auth_code: &[u8]) -> Vec<u8> {
 
 /// What RAKP Message 4 says: the integrity check value, or a status.
 pub(crate) fn rakp4(p: &[u8], tag: u8, console_sid: u32) -> Result<Result<Vec<u8>, u8>, &'static str> {
-    if p.len() < 2 {
-        return Err("RAKP 4 too short");
-    }
-    if p[0] != tag {
-        return Err("RAKP 4 with another message tag");
-    }
-    if p[1] != 0 {
-        return Ok(Err(p[1]));
-    }
-    if p.len() < 8 || u32::from_le_bytes([p[4], p[5], p[6], p[7]]) != console_sid {
-        return Err("RAKP 4 for another session");
-    }
-    Ok(Ok(p[8..].to_vec()))
+    Ok(setup_reply!(p, tag, console_sid, 8, "RAKP 4").map(|p| p[8..].to_vec()))
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 
 use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_ipmi::{IpmiConfig, IpmiConnector, IpmiSession, RmcpConfig, RmcpTransport};
-use bmcfleet_provider::Ctx;
+use bmcfleet_provider::{Ctx, Power};
+use bmcfleet_schema::PowerOp;
 use std::time::Duration;
 
 /// Short retransmit timers so fault tests finish quickly; loopback answers
@@ -30,6 +31,13 @@ pub fn start_sim() -> IpmiSim {
 
 pub async fn open(sim: &IpmiSim) -> IpmiSession<RmcpTransport> {
     connector().open(&ctx(), &sim.target(), &sim.credentials()).await.expect("open an IPMI session")
+}
+
+/// [`open`] a session and power the machine on (`ipmi_sim` starts off).
+pub async fn open_powered_on(sim: &IpmiSim) -> IpmiSession<RmcpTransport> {
+    let mut session = open(sim).await;
+    Power::power(&mut session, &ctx(), PowerOp::On).await.expect("power on");
+    session
 }
 
 /// One row of `ipmitool user list`.
