@@ -20,6 +20,8 @@ command -v ipmipower >/dev/null || apt_packages+=(freeipmi-tools)
 command -v openssl >/dev/null || apt_packages+=(openssl)
 command -v npm >/dev/null || apt_packages+=(npm)
 command -v cc >/dev/null || apt_packages+=(build-essential)
+# bmc-worker's allocator (jemalloc) is built from C sources with make.
+command -v make >/dev/null || apt_packages+=(make)
 # bmcctl's man pages are checked by rendering them (bmcctl/tests/cli.rs): groff-base has groff and preconv.
 command -v groff >/dev/null || apt_packages+=(groff-base)
 python3 -c 'import venv, ensurepip' 2>/dev/null || apt_packages+=(python3-venv)

@@ -274,6 +274,12 @@ impl SendGate for ActionGate {
     fn holds(&self) -> bool {
         self.fence.valid()
     }
+
+    /// The fence alone: the session outlives this action, and must not keep
+    /// its status record, event headers and NATS handles alive.
+    fn for_session(self: Arc<Self>) -> Arc<dyn SendGate> {
+        Arc::new(crate::fence::FenceGate(self.fence.clone()))
+    }
 }
 
 #[async_trait::async_trait]
@@ -295,17 +301,24 @@ impl bmcfleet_provider::TaskLog for ActionGate {
         tracing::info!(batch = %self.batch, index = self.index, percent, state, "BMC task progress.");
         let p = &self.progress;
         let event = EventKind::ActionProgress { index: self.index, action: p.action.clone(), percent, state: state.map(str::to_owned) };
-        // Stamped before the fence check, like every event of this worker.
-        let ev = Event { batch: self.batch, at_ms: now_ms(), event };
-        let headers = events::headers(&ev, Some(&p.headers));
-        let Ok(body) = bmcfleet_schema::Encoding::MessagePack.encode(&ev) else { return };
-        let (client, subject, fence) = (p.client.clone(), p.subject.clone(), self.fence.clone());
-        tokio::spawn(async move {
-            if fence.valid() {
-                let _ = client.publish_with_headers(subject, headers, body.into()).await;
-            }
-        });
+        publish_event(&p.client, p.subject.clone(), &p.headers, &self.fence, self.batch, event);
     }
+}
+
+/// Publishes one event of `batch` without waiting (a core publish: the
+/// events stream stores it), unless the fence has run out by then. Stamped
+/// before the fence check: an event is never stamped later than the last
+/// moment this worker was seen to hold the lease.
+fn publish_event(client: &async_nats::Client, subject: String, base: &HeaderMap, fence: &Fence, batch: BatchId, event: EventKind) {
+    let ev = Event { batch, at_ms: now_ms(), event };
+    let headers = events::headers(&ev, Some(base));
+    let Ok(body) = bmcfleet_schema::Encoding::MessagePack.encode(&ev) else { return };
+    let (client, fence) = (client.clone(), fence.clone());
+    tokio::spawn(async move {
+        if fence.valid() {
+            let _ = client.publish_with_headers(subject, headers, body.into()).await;
+        }
+    });
 }
 
 /// The metrics label of a lane's calls: the provider of its session, else
@@ -424,21 +437,8 @@ impl<'a> Run<'a> {
     }
 
     fn publish_soon(&self, event: EventKind) {
-        // Stamped before the fence check: an event is never stamped later
-        // than the last moment this worker was seen to hold the lease.
-        let ev = Event { batch: self.job.id, at_ms: now_ms(), event };
-        let headers = events::headers(&ev, Some(&self.event_headers()));
         let subject = self.shared.subjects.events(&self.job.tenant, &self.job.id);
-        let client = self.shared.client.clone();
-        let fence = self.fence.clone();
-        if let Ok(body) = bmcfleet_schema::Encoding::MessagePack.encode(&ev) {
-            // Core publish: the events stream stores it; no need to wait.
-            tokio::spawn(async move {
-                if fence.valid() {
-                    let _ = client.publish_with_headers(subject, headers, body.into()).await;
-                }
-            });
-        }
+        publish_event(&self.shared.client, subject, &self.event_headers(), self.fence, self.job.id, event);
     }
 
     fn push(&mut self, result: ActionResult) {
@@ -557,7 +557,8 @@ impl<'a> Run<'a> {
             })
             .with_gate(gate.clone())
             .with_tasks(gate.clone())
-            .with_settle(Some(self.shared.power_settle));
+            .with_settle(Some(self.shared.power_settle))
+            .with_images(self.shared.firmware_images.clone());
             let started = Instant::now();
             let work = async {
                 let action = self.with_secrets(i, action)?;
@@ -661,11 +662,18 @@ impl<'a> Run<'a> {
         if matches!(action, bmcfleet_schema::Action::Raw(_)) || action.is_destructive() {
             self.shared.raw_policy.check(action.into()).map_err(|why| ProviderError::new(ErrorCode::RawNotAllowed, why))?;
         }
-        if matches!(action, bmcfleet_schema::Action::FirmwareUpdate(_)) {
+        if let bmcfleet_schema::Action::FirmwareUpdate(update) = action {
             self.shared
                 .firmware_update
                 .check(&self.job.tenant)
                 .map_err(|why| ProviderError::new(ErrorCode::FirmwareUpdateDisabled, format!("{why}; nothing was sent")).not_sent())?;
+            if update.image_file.is_some() && self.shared.firmware_images.is_none() {
+                return Err(ProviderError::new(
+                    ErrorCode::FirmwareUpdateDisabled,
+                    "this worker has no firmware image directory (--firmware-image-dir): push updates (image_file) are off; nothing was sent",
+                )
+                .not_sent());
+            }
         }
         let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
         let settings = &self.shared.guard;
@@ -774,7 +782,7 @@ impl<'a> Run<'a> {
         );
         let work = async {
             // A session that cannot be opened never carried the action.
-            let session = slot.get(&self.shared.registry, ctx, &self.target, creds).await.map_err(ProviderError::not_sent)?;
+            let session = slot.get(&self.shared.registry, ctx, &self.target, creds, false).await.map_err(ProviderError::not_sent)?;
             tracing::Span::current().record("provider", session.provider());
             // What the session open sent is not the action's: "not sent"
             // is judged from the action's own first request on.

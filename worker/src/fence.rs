@@ -67,6 +67,35 @@ impl Fence {
     }
 }
 
+/// The fence as a send gate: a poll's requests (no status record to
+/// write), and what a BMC session sends on its own between actions
+/// (keep-alives, retransmits, logout; [`bmcfleet_provider::SendGate::for_session`]).
+#[derive(Debug)]
+pub struct FenceGate(pub Fence);
+
+#[async_trait::async_trait]
+impl bmcfleet_provider::SendGate for FenceGate {
+    async fn admit(&self, _for_action: bool) -> bmcfleet_provider::Result<()> {
+        if self.0.valid() {
+            Ok(())
+        } else {
+            Err(bmcfleet_provider::ProviderError::new(
+                bmcfleet_schema::ErrorCode::Interrupted,
+                "this worker no longer holds the lease of the machine's partition; nothing was sent",
+            )
+            .not_sent())
+        }
+    }
+
+    fn holds(&self) -> bool {
+        self.0.valid()
+    }
+
+    fn for_session(self: Arc<Self>) -> Arc<dyn bmcfleet_provider::SendGate> {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +114,18 @@ mod tests {
         let g = Fence::new(Instant::now(), Duration::from_secs(10));
         g.drain.cancel();
         assert!(!g.may_act() && g.valid());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fence_gate_admits_and_holds_only_while_the_lease_is_valid() {
+        use bmcfleet_provider::SendGate;
+        let gate = Arc::new(FenceGate(Fence::new(Instant::now(), Duration::from_secs(10))));
+        let session = gate.clone().for_session();
+        assert!(gate.admit(true).await.is_ok() && session.holds());
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(!session.holds(), "the session's gate follows the fence");
+        let refused = gate.admit(false).await.unwrap_err();
+        assert!(refused.not_sent && refused.code == bmcfleet_schema::ErrorCode::Interrupted, "{refused:?}");
     }
 
     #[tokio::test(start_paused = true)]

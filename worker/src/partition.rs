@@ -33,6 +33,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+/// Held-job slots a partition keeps allocated once its burst is over.
+const HELD_KEPT: usize = 64;
+
 /// Settings of a partition runner.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -64,7 +67,11 @@ enum Done {
 }
 
 struct Lane {
-    tx: mpsc::UnboundedSender<Work>,
+    /// A futures channel, not tokio's: an idle lane keeps its channel for
+    /// as long as its BMC's session (minutes, for thousands of BMCs), and
+    /// tokio's allocates a block of 32 slots up front (~550 bytes against
+    /// ~150).
+    tx: futures::channel::mpsc::UnboundedSender<Work>,
     pending: usize,
     /// A poll is queued or running.
     polling: bool,
@@ -117,6 +124,10 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
             Some(done) = done_rx.recv() => match done {
                 Done::Batch(key, seq) => {
                     held.remove(&seq);
+                    if held.is_empty() && held.capacity() > HELD_KEPT {
+                        // A burst's table (a message each) is not kept for the idle time after it.
+                        held.shrink_to(HELD_KEPT);
+                    }
                     if let Some(lane) = lanes.get_mut(&key) {
                         lane.pending = lane.pending.saturating_sub(1);
                         lane.last_active = Instant::now();
@@ -138,12 +149,12 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 let now = Instant::now();
                 let registry = &shared.targets.machines;
                 let generation = registry.generation();
-                schedule.refresh(generation, registry.machines(|m| in_partition(&m.name)), shared.state.settings(), now);
+                schedule.refresh(generation, || registry.machines(|m| in_partition(&m.name)), shared.state.settings(), now);
                 shared.metrics.polls_behind_seconds.get_or_create(&crate::metrics::Metrics::partition_label(p)).set(schedule.behind(now).as_secs_f64());
                 for (machine, with_inventory) in schedule.take_due(now, shared.state.settings()) {
                     let key = machine.key();
                     let lane = lanes.entry(key.clone()).or_insert_with(|| {
-                        let (tx, rx) = mpsc::unbounded_channel();
+                        let (tx, rx) = futures::channel::mpsc::unbounded();
                         lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone()));
                         Lane { tx, pending: 0, polling: false, poll_only: true, last_active: Instant::now() }
                     });
@@ -154,7 +165,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                         continue;
                     }
                     lane.polling = true;
-                    if lane.tx.send(Work::Poll(machine, with_inventory)).is_err() {
+                    if lane.tx.unbounded_send(Work::Poll(machine, with_inventory)).is_err() {
                         break;
                     }
                 }
@@ -210,14 +221,14 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 };
                 let key = job.key();
                 let lane = lanes.entry(key.clone()).or_insert_with(|| {
-                    let (tx, rx) = mpsc::unbounded_channel();
+                    let (tx, rx) = futures::channel::mpsc::unbounded();
                     lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone()));
                     Lane { tx, pending: 0, polling: false, poll_only: false, last_active: Instant::now() }
                 });
                 lane.poll_only = false;
                 lane.pending += 1;
                 held.insert(seq, msg.clone());
-                if lane.tx.send(Work::Batch(Box::new(Delivery { seq, msg, job }))).is_err() {
+                if lane.tx.unbounded_send(Work::Batch(Box::new(Delivery { seq, msg, job }))).is_err() {
                     // The lane stopped (handed back): stop the partition, keep order.
                     held.remove(&seq);
                     break;
@@ -340,19 +351,21 @@ pub(crate) fn share_bound(configured: u32, per_bmc_cap: Option<i64>) -> i64 {
 async fn lane(
     shared: Arc<Shared>,
     key: BmcKey,
-    mut rx: mpsc::UnboundedReceiver<Work>,
+    mut rx: futures::channel::mpsc::UnboundedReceiver<Work>,
     fence: Fence,
     done: mpsc::UnboundedSender<Done>,
 ) {
     let mut slot = SessionSlot::default();
     // Retries, breaker and pacing state of this BMC live and die with its lane.
-    let mut guard = crate::guard::BmcGuard::new(&shared.guard, shared.metrics.breakers.clone());
-    while let Some(work) = rx.recv().await {
+    let mut guard = crate::guard::BmcGuard::new(&shared.guard, shared.metrics.breakers());
+    while let Some(work) = rx.next().await {
         if !fence.may_act() {
             break;
         }
         let d = match work {
-            Work::Batch(d) => *d,
+            // Kept boxed: unboxed, the delivery (job and message) would
+            // size every idle lane's task too.
+            Work::Batch(d) => d,
             Work::Poll(machine, with_inventory) => {
                 let permit = tokio::select! {
                     p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),

@@ -357,14 +357,19 @@ fn unit() -> f64 {
 }
 
 impl Schedule {
-    /// Rebuilds the machine set from `machines` (the partition's): new ones
-    /// get a first poll at a random point of their interval, removed ones
-    /// are dropped, changed records are replaced keeping their due time.
-    pub fn refresh(&mut self, generation: u64, machines: Vec<Arc<Machine>>, settings: &Settings, now: Instant) {
+    /// Rebuilds the machine set from `machines()` (the partition's) when
+    /// the registry's `generation` moved: new ones get a first poll at a
+    /// random point of their interval, removed ones are dropped, changed
+    /// records are replaced keeping their due time. At the same generation
+    /// `machines` is not called: a partition runner asks every tick, and a
+    /// scan of the registry copy per tick and partition was most of an idle
+    /// fleet's CPU.
+    pub fn refresh(&mut self, generation: u64, machines: impl FnOnce() -> Vec<Arc<Machine>>, settings: &Settings, now: Instant) {
         if self.generation == Some(generation) {
             return;
         }
         self.generation = Some(generation);
+        let machines = machines();
         let mut keep: HashMap<Arc<str>, (Instant, Arc<Machine>)> = HashMap::with_capacity(machines.len());
         for m in machines {
             let Some(interval) = interval_of(&m, settings) else { continue };
@@ -431,84 +436,6 @@ impl Schedule {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn machine(name: &str, every: Option<Duration>) -> Arc<Machine> {
-        let mut m = Machine::new(name, "10.0.0.1".parse().unwrap(), bmcfleet_schema::Protocol::Ipmi, "c");
-        m.poll_interval = every;
-        Arc::new(m)
-    }
-
-    #[test]
-    fn first_polls_are_spread_over_the_interval_and_repeat_once_per_interval() {
-        let settings = Settings {
-            poll_interval: Some(Duration::from_secs(60)),
-            heartbeat: Duration::from_secs(600),
-            poll_timeout: Duration::from_secs(10),
-            inventory_interval: Some(Duration::from_secs(600)),
-            inventory_timeout: Duration::from_secs(120),
-        };
-        let start = Instant::now();
-        let mut s = Schedule::default();
-        let machines: Vec<_> = (0..200).map(|i| machine(&format!("m{i}"), None)).collect();
-        s.refresh(1, machines.clone(), &settings, start);
-        assert_eq!(s.len(), 200);
-        assert!(s.take_due(start, &settings).len() < 20, "not all at once");
-        let half = s.take_due(start + Duration::from_secs(30), &settings).len();
-        assert!((60..=140).contains(&half), "about half in the first half interval: {half}");
-        let rest = s.take_due(start + Duration::from_secs(60), &settings);
-        assert!(half + rest.len() >= 190, "everyone once within the interval");
-        let with_inventory = rest.iter().filter(|(_, inv)| *inv).count();
-        assert!(with_inventory < 40, "inventories spread over their own (10×) interval: {with_inventory}");
-        // Nobody comes back before 0.9 interval after its poll.
-        assert!(s.take_due(start + Duration::from_secs(60), &settings).is_empty());
-        // The same generation changes nothing; a removal drops the machine.
-        s.refresh(1, vec![], &settings, start);
-        assert_eq!(s.len(), 200);
-        s.refresh(2, machines[..10].to_vec(), &settings, start);
-        assert_eq!(s.len(), 10);
-        // A machine's own interval; polling off.
-        let mut s = Schedule::default();
-        s.refresh(1, vec![machine("fast", Some(Duration::from_secs(10)))], &settings, start);
-        let mut polls = 0;
-        for t in 0..=60 {
-            polls += s.take_due(start + Duration::from_secs(t), &settings).len();
-        }
-        assert!((5..=7).contains(&polls), "every ~10 s for a minute: {polls}");
-        let off = Settings { poll_interval: None, ..settings };
-        let mut s = Schedule::default();
-        s.refresh(1, vec![machine("m", None)], &off, start);
-        assert!(s.is_empty());
-    }
-}
-
-/// The worker's fence for a poll's requests (as for a batch's, without a
-/// status record to write).
-#[derive(Debug)]
-struct PollGate {
-    fence: crate::fence::Fence,
-}
-
-#[async_trait::async_trait]
-impl bmcfleet_provider::SendGate for PollGate {
-    async fn admit(&self, _for_action: bool) -> bmcfleet_provider::Result<()> {
-        if self.fence.valid() {
-            Ok(())
-        } else {
-            Err(bmcfleet_provider::ProviderError::new(
-                bmcfleet_schema::ErrorCode::Interrupted,
-                "this worker no longer holds the lease of the machine's partition; nothing was sent",
-            )
-            .not_sent())
-        }
-    }
-
-    fn holds(&self) -> bool {
-        self.fence.valid()
-    }
-}
 
 /// One poll of `machine` inside its lane: the power state (and, with a
 /// desired power, the correction), then the observation recorded.
@@ -536,12 +463,14 @@ pub async fn poll(
             match shared.credentials.resolve(&target.credentials, &key).await {
                 Err(e) => Observation::Failed(e),
                 Ok(creds) => {
-                    let ctx = Ctx::with_timeout(shared.state.settings().poll_timeout)
-                        .with_gate(Arc::new(PollGate { fence: fence.clone() }))
-                        .with_settle(Some(shared.power_settle));
+                    // The poll and its inventory read each have their own deadline.
+                    let ctx_for = |timeout| {
+                        Ctx::with_timeout(timeout).with_gate(Arc::new(crate::fence::FenceGate(fence.clone()))).with_settle(Some(shared.power_settle))
+                    };
+                    let ctx = ctx_for(shared.state.settings().poll_timeout);
                     let mut took = None;
                     let result: Result<(Option<PowerState>, &'static str, Option<bmcfleet_schema::Inventory>), ProviderError> = async {
-                        let session = slot.get(&shared.registry, &ctx, &target, &creds).await?;
+                        let session = slot.get(&shared.registry, &ctx, &target, &creds, true).await?;
                         let provider = session.provider();
                         // Through the capability dispatch, so a session that
                         // executes actions itself (the simulator) is polled too.
@@ -568,9 +497,7 @@ pub async fn poll(
                         let mut inventory = None;
                         if with_inventory {
                             let read = bmcfleet_schema::Action::Inventory;
-                            let ctx = Ctx::with_timeout(shared.state.settings().inventory_timeout)
-                                .with_gate(Arc::new(PollGate { fence: fence.clone() }))
-                                .with_settle(Some(shared.power_settle));
+                            let ctx = ctx_for(shared.state.settings().inventory_timeout);
                             match bmcfleet_provider::perform(session, &ctx.for_attempt(), &read).await {
                                 Ok(Some(bmcfleet_schema::ActionData::Inventory(i))) => inventory = Some(*i),
                                 Ok(_) => {}
@@ -607,5 +534,58 @@ pub async fn poll(
         if let Some(inventory) = inventory {
             shared.state.inventory(shared, &machine.name, &machine.tenant, inventory).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(name: &str, every: Option<Duration>) -> Arc<Machine> {
+        let mut m = Machine::new(name, "10.0.0.1".parse().unwrap(), bmcfleet_schema::Protocol::Ipmi, "c");
+        m.poll_interval = every;
+        Arc::new(m)
+    }
+
+    #[test]
+    fn first_polls_are_spread_over_the_interval_and_repeat_once_per_interval() {
+        let settings = Settings {
+            poll_interval: Some(Duration::from_secs(60)),
+            heartbeat: Duration::from_secs(600),
+            poll_timeout: Duration::from_secs(10),
+            inventory_interval: Some(Duration::from_secs(600)),
+            inventory_timeout: Duration::from_secs(120),
+        };
+        let start = Instant::now();
+        let mut s = Schedule::default();
+        let machines: Vec<_> = (0..200).map(|i| machine(&format!("m{i}"), None)).collect();
+        s.refresh(1, || machines.clone(), &settings, start);
+        assert_eq!(s.len(), 200);
+        assert!(s.take_due(start, &settings).len() < 20, "not all at once");
+        let half = s.take_due(start + Duration::from_secs(30), &settings).len();
+        assert!((60..=140).contains(&half), "about half in the first half interval: {half}");
+        let rest = s.take_due(start + Duration::from_secs(60), &settings);
+        assert!(half + rest.len() >= 190, "everyone once within the interval");
+        let with_inventory = rest.iter().filter(|(_, inv)| *inv).count();
+        assert!(with_inventory < 40, "inventories spread over their own (10×) interval: {with_inventory}");
+        // Nobody comes back before 0.9 interval after its poll.
+        assert!(s.take_due(start + Duration::from_secs(60), &settings).is_empty());
+        // The same generation changes nothing; a removal drops the machine.
+        s.refresh(1, || unreachable!("same generation: the registry is not read"), &settings, start);
+        assert_eq!(s.len(), 200);
+        s.refresh(2, || machines[..10].to_vec(), &settings, start);
+        assert_eq!(s.len(), 10);
+        // A machine's own interval; polling off.
+        let mut s = Schedule::default();
+        s.refresh(1, || vec![machine("fast", Some(Duration::from_secs(10)))], &settings, start);
+        let mut polls = 0;
+        for t in 0..=60 {
+            polls += s.take_due(start + Duration::from_secs(t), &settings).len();
+        }
+        assert!((5..=7).contains(&polls), "every ~10 s for a minute: {polls}");
+        let off = Settings { poll_interval: None, ..settings };
+        let mut s = Schedule::default();
+        s.refresh(1, || vec![machine("m", None)], &off, start);
+        assert!(s.is_empty());
     }
 }
