@@ -128,6 +128,9 @@ impl SimSession {
     }
 }
 
+/// No capability accessor: the simulator executes actions itself (`actions`).
+impl bmcfleet_provider::Offer for SimSession {}
+
 #[async_trait]
 impl BmcSession for SimSession {
     fn provider(&self) -> &'static str {

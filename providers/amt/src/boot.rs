@@ -135,15 +135,10 @@ async fn change_boot_order(client: &mut WsmanClient, ctx: &Ctx, source: Option<&
 
 async fn set_boot_config_role(client: &mut WsmanClient, ctx: &Ctx) -> Result<(), AmtError> {
     client
-        .invoke(
+        .invoke_service(
             ctx,
             "CIM_BootService",
-            &[
-                ("CreationClassName", "CIM_BootService"),
-                ("Name", names::BOOT_SERVICE),
-                ("SystemCreationClassName", "CIM_ComputerSystem"),
-                ("SystemName", names::AMT_SYSTEM),
-            ],
+            names::BOOT_SERVICE,
             "SetBootConfigRole",
             vec![
                 Param::Ref { name: "BootConfigSetting", epr: boot_config_epr() },

@@ -38,8 +38,6 @@ pub struct AmtConnector {
 }
 
 impl AmtConnector {
-    pub const CAPABILITIES: &'static [Capability] = &[Capability::Power, Capability::BootDevice, Capability::Inventory];
-
     pub fn new(config: AmtConfig) -> Self {
         AmtConnector { config }
     }
@@ -117,7 +115,7 @@ impl Connector for AmtConnector {
     }
 
     fn declared_capabilities(&self) -> &'static [Capability] {
-        Self::CAPABILITIES
+        <crate::AmtSession as bmcfleet_provider::Offer>::offered()
     }
 
     async fn connect(

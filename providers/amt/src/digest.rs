@@ -77,13 +77,7 @@ impl Algorithm {
     }
 }
 
-pub fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
+use bmcfleet_provider::hex;
 
 /// Random hex string of `n` bytes of OS entropy.
 pub fn random_hex(n: usize) -> String {
@@ -387,10 +381,11 @@ impl DigestState {
 mod tests {
     use super::*;
 
-    /// RFC 7616 §3.9.1 example (MD5 and SHA-256, user Mufasa).
+    /// The published examples, all for user Mufasa: RFC 7616 §3.9.1 (MD5
+    /// and SHA-256) and RFC 2617 §3.5 (MD5, qop=auth).
     #[test]
-    fn rfc7616_examples() {
-        let base = ResponseInput {
+    fn rfc7616_and_rfc2617_examples() {
+        let rfc7616 = || ResponseInput {
             algorithm: Algorithm::Md5,
             username: "Mufasa",
             realm: "http-auth@example.org",
@@ -400,25 +395,17 @@ mod tests {
             nonce: "7ypf/xlj9XXwfDPEoM4URrv/xwf94BcCAzFZH4GiTo0v",
             qop_auth: Some(("00000001", "f2/wE4q74E6zIJEtWaHKaf5wv/H5QzzpXusqGemxURZJ")),
         };
-        assert_eq!(compute_response(&base), "8ca523f5e9506fed4657c9700eebdbec");
-        let sha = ResponseInput { algorithm: Algorithm::Sha256, ..base };
-        assert_eq!(compute_response(&sha), "753927fa0e85d155564e2e272a28d1802ca10daf4496794697cf8db5856cb6c1");
-    }
-
-    /// RFC 2617 §3.5 example (MD5, qop=auth).
-    #[test]
-    fn rfc2617_example() {
-        let i = ResponseInput {
-            algorithm: Algorithm::Md5,
-            username: "Mufasa",
+        let rfc2617 = ResponseInput {
             realm: "testrealm@host.com",
             password: "Circle Of Life",
-            method: "GET",
-            uri: "/dir/index.html",
             nonce: "dcd98b7102dd2f0e8b11d0f600bfb0c093",
             qop_auth: Some(("00000001", "0a4f113b")),
+            ..rfc7616()
         };
-        assert_eq!(compute_response(&i), "6629fae49393a05397450978507c4ef1");
+        assert_eq!(compute_response(&rfc7616()), "8ca523f5e9506fed4657c9700eebdbec");
+        let sha = ResponseInput { algorithm: Algorithm::Sha256, ..rfc7616() };
+        assert_eq!(compute_response(&sha), "753927fa0e85d155564e2e272a28d1802ca10daf4496794697cf8db5856cb6c1");
+        assert_eq!(compute_response(&rfc2617), "6629fae49393a05397450978507c4ef1");
     }
 
     #[test]

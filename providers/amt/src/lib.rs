@@ -58,6 +58,11 @@ mod transport;
 pub mod wsman;
 pub mod xml;
 
+// What an AMT session offers: one capability file above each, listed once here.
+impl bmcfleet_provider::Offer for AmtSession {
+    bmcfleet_provider::offer!(power, boot, inventory);
+}
+
 pub use config::AmtConfig;
 pub use connector::{AmtConnector, HTTP_PORT, TLS_PORT};
 pub use error::AmtError;

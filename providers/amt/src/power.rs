@@ -133,15 +133,10 @@ pub async fn request(client: &mut WsmanClient, ctx: &Ctx, value: u16) -> Result<
         &[("CreationClassName", "CIM_ComputerSystem"), ("Name", names::MANAGED_SYSTEM)],
     );
     client
-        .invoke(
+        .invoke_service(
             ctx,
             "CIM_PowerManagementService",
-            &[
-                ("CreationClassName", "CIM_PowerManagementService"),
-                ("Name", names::POWER_SERVICE),
-                ("SystemCreationClassName", "CIM_ComputerSystem"),
-                ("SystemName", names::AMT_SYSTEM),
-            ],
+            names::POWER_SERVICE,
             "RequestPowerStateChange",
             vec![
                 Param::Value { name: "PowerState", value: value.to_string() },

@@ -26,8 +26,6 @@ impl BmcSession for AmtSession {
         "amt"
     }
 
-    bmcfleet_provider::offer!(power, boot, inventory);
-
     fn is_healthy(&self) -> bool {
         self.client.is_healthy()
     }

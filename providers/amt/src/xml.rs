@@ -253,11 +253,7 @@ impl XmlWriter {
 
     /// `<name attrs…>`; attribute values are escaped.
     pub fn start(&mut self, name: &str, attrs: &[(&str, &str)]) {
-        let mut s = BytesStart::new(name);
-        for a in attrs {
-            s.push_attribute(*a);
-        }
-        self.write(Event::Start(s));
+        self.write(Event::Start(tag(name, attrs)));
     }
 
     pub fn end(&mut self, name: &str) {
@@ -266,11 +262,7 @@ impl XmlWriter {
 
     /// `<name attrs…/>`.
     pub fn empty(&mut self, name: &str, attrs: &[(&str, &str)]) {
-        let mut s = BytesStart::new(name);
-        for a in attrs {
-            s.push_attribute(*a);
-        }
-        self.write(Event::Empty(s));
+        self.write(Event::Empty(tag(name, attrs)));
     }
 
     /// Escaped character data.
@@ -293,6 +285,15 @@ impl XmlWriter {
         // Only &str ever went in.
         String::from_utf8(self.into_bytes()).expect("XML written from &str is UTF-8")
     }
+}
+
+/// An element's start tag with its attributes (values escaped on write).
+fn tag<'a>(name: &'a str, attrs: &[(&'a str, &'a str)]) -> BytesStart<'a> {
+    let mut s = BytesStart::new(name);
+    for a in attrs {
+        s.push_attribute(*a);
+    }
+    s
 }
 
 #[cfg(test)]

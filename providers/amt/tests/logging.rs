@@ -9,33 +9,11 @@ use bmcfleet_testing::amt::{AmtFixtureServer, ServerOptions};
 use bmcfleet_amt::AmtConnector;
 use bmcfleet_provider::{Ctx, Power, ResolvedCredentials};
 use bmcfleet_schema::{PowerOp, Secret};
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-use tracing_subscriber::fmt::MakeWriter;
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
+use bmcfleet_testing::LogCapture;
 
 #[tokio::test]
 async fn spans_carry_bmc_action_outcome_and_no_secrets() {
-    let cap = Capture::default();
+    let cap = LogCapture::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
         .with_ansi(false)
@@ -50,7 +28,7 @@ async fn spans_carry_bmc_action_outcome_and_no_secrets() {
     let wrong = ResolvedCredentials { username: "admin".into(), password: Secret::new("not-the-Pa55word") };
     AmtConnector::default().open(&ctx(), &server.target(), &wrong).await.err().expect("wrong password");
 
-    let out = String::from_utf8(cap.0.lock().unwrap().clone()).unwrap();
+    let out = cap.text();
     let bmc = format!("bmc=127.0.0.1:{}", server.addr().port());
     for needle in [
         bmc.as_str(),

@@ -27,11 +27,6 @@ impl Default for RedfishConnector {
     }
 }
 
-/// What every Redfish session implements (a BMC that lacks a service
-/// answers `unsupported` for that action, with the reason).
-/// Redfish offers every capability.
-const CAPABILITIES: &[Capability] = Capability::ALL;
-
 impl RedfishConnector {
     pub fn new(config: RedfishConfig) -> Self {
         RedfishConnector { config: Arc::new(config), system_roots: SystemRoots::default() }
@@ -96,7 +91,7 @@ impl Connector for RedfishConnector {
     }
 
     fn declared_capabilities(&self) -> &'static [Capability] {
-        CAPABILITIES
+        <RedfishSession as bmcfleet_provider::Offer>::offered()
     }
 
     async fn connect(&self, ctx: &Ctx, target: &BmcTarget, credentials: &ResolvedCredentials) -> Result<Box<dyn BmcSession>> {

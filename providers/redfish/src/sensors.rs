@@ -39,60 +39,60 @@ fn legacy_thresholds(v: &Value) -> Thresholds {
     }
 }
 
-/// A `Thermal` resource: `Temperatures` and `Fans`.
-pub(crate) fn from_thermal(thermal: &Value) -> Vec<SensorReading> {
+/// One array of the legacy `Thermal` or `Power` resource.
+struct Legacy {
+    array: &'static str,
+    kind: SensorKind,
+    /// The name of a member that has none.
+    name: &'static str,
+    /// The property holding the reading, and its unit.
+    value: &'static str,
+    unit: &'static str,
+    /// Whether members carry the legacy threshold properties.
+    thresholds: bool,
+}
+
+/// `Thermal`: `Temperatures` and `Fans` (RPM unless `ReadingUnits` says `Percent`).
+const THERMAL: [Legacy; 2] = [
+    Legacy { array: "Temperatures", kind: SensorKind::Temperature, name: "temperature", value: "ReadingCelsius", unit: "Cel", thresholds: true },
+    Legacy { array: "Fans", kind: SensorKind::Fan, name: "fan", value: "Reading", unit: "RPM", thresholds: true },
+];
+
+/// `Power`: `PowerControl` (consumed watts) and `Voltages`.
+const POWER: [Legacy; 2] = [
+    Legacy { array: "PowerControl", kind: SensorKind::Power, name: "power", value: "PowerConsumedWatts", unit: "W", thresholds: false },
+    Legacy { array: "Voltages", kind: SensorKind::Voltage, name: "voltage", value: "ReadingVolts", unit: "V", thresholds: true },
+];
+
+fn legacy(resource: &Value, arrays: &[Legacy]) -> Vec<SensorReading> {
     let mut out = Vec::new();
-    for t in thermal.get("Temperatures").and_then(Value::as_array).into_iter().flatten().filter(|t| present(t)) {
-        out.push(SensorReading {
-            name: name_of(t, "temperature"),
-            kind: SensorKind::Temperature,
-            value: num(t, "ReadingCelsius"),
-            unit: Some("Cel".into()),
-            thresholds: legacy_thresholds(t),
-            health: status_health(t),
-        });
-    }
-    for f in thermal.get("Fans").and_then(Value::as_array).into_iter().flatten().filter(|f| present(f)) {
-        let unit = match str_of(f, "ReadingUnits") {
-            Some("Percent") => "%",
-            _ => "RPM",
-        };
-        out.push(SensorReading {
-            name: name_of(f, "fan"),
-            kind: SensorKind::Fan,
-            value: num(f, "Reading"),
-            unit: Some(unit.into()),
-            thresholds: legacy_thresholds(f),
-            health: status_health(f),
-        });
+    for l in arrays {
+        for v in resource.get(l.array).and_then(Value::as_array).into_iter().flatten().filter(|v| present(v)) {
+            let unit = match str_of(v, "ReadingUnits") {
+                Some("Percent") if l.kind == SensorKind::Fan => "%",
+                _ => l.unit,
+            };
+            out.push(SensorReading {
+                name: name_of(v, l.name),
+                kind: l.kind,
+                value: num(v, l.value),
+                unit: Some(unit.into()),
+                thresholds: if l.thresholds { legacy_thresholds(v) } else { Thresholds::default() },
+                health: status_health(v),
+            });
+        }
     }
     out
 }
 
+/// A `Thermal` resource: `Temperatures` and `Fans`.
+pub(crate) fn from_thermal(thermal: &Value) -> Vec<SensorReading> {
+    legacy(thermal, &THERMAL)
+}
+
 /// A `Power` resource: `PowerControl` (consumed watts) and `Voltages`.
 pub(crate) fn from_power(power: &Value) -> Vec<SensorReading> {
-    let mut out = Vec::new();
-    for p in power.get("PowerControl").and_then(Value::as_array).into_iter().flatten().filter(|p| present(p)) {
-        out.push(SensorReading {
-            name: name_of(p, "power"),
-            kind: SensorKind::Power,
-            value: num(p, "PowerConsumedWatts"),
-            unit: Some("W".into()),
-            thresholds: Thresholds::default(),
-            health: status_health(p),
-        });
-    }
-    for v in power.get("Voltages").and_then(Value::as_array).into_iter().flatten().filter(|v| present(v)) {
-        out.push(SensorReading {
-            name: name_of(v, "voltage"),
-            kind: SensorKind::Voltage,
-            value: num(v, "ReadingVolts"),
-            unit: Some("V".into()),
-            thresholds: legacy_thresholds(v),
-            health: status_health(v),
-        });
-    }
-    out
+    legacy(power, &POWER)
 }
 
 /// One member of a `Sensors` collection (Sensor v1.x).

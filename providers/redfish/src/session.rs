@@ -60,8 +60,6 @@ impl BmcSession for RedfishSession {
         "redfish"
     }
 
-    bmcfleet_provider::offer!(power, boot, users, bmc_reset, network_source, raw, virtual_media, inventory, event_log, sensors, bios, secure_boot, firmware_update);
-
     fn is_healthy(&self) -> bool {
         !self.transport.is_broken() && !self.needs_reconnect
     }

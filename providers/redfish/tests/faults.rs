@@ -5,6 +5,7 @@
 
 mod common;
 
+use bmcfleet_provider::Offer;
 use bmcfleet_provider::{BmcSession, Ctx};
 use bmcfleet_testing::redfish::{Fault, MockupServer, SilentServer, TestPki};
 use bmcfleet_redfish::{RedfishConfig, RedfishConnector, RedfishSession};

@@ -12,7 +12,7 @@
 
 mod common;
 
-use bmcfleet_provider::BmcSession;
+use bmcfleet_provider::Offer;
 use bmcfleet_schema::components::{component_drift, Section, MAX_COMPONENTS, MAX_ENCODED};
 use bmcfleet_schema::{ErrorCode, Health};
 use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;

@@ -10,6 +10,7 @@
 
 mod common;
 
+use bmcfleet_provider::Offer;
 use bmcfleet_provider::BmcSession;
 use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
 use bmcfleet_testing::redfish::{Fault, MockupBuilder, MockupServer, RecordedRequest};

@@ -8,7 +8,8 @@
 
 mod common;
 
-use bmcfleet_provider::{capabilities, BmcSession, Connector};
+use bmcfleet_provider::Offer;
+use bmcfleet_provider::{capabilities, Connector};
 use bmcfleet_testing::redfish::{FakeSystem, ImageServer, SushyEmulator};
 use bmcfleet_redfish::AuthKind;
 use bmcfleet_schema::{

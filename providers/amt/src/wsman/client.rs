@@ -143,6 +143,18 @@ impl WsmanClient {
         Err(AmtError::Protocol(format!("{class}: the enumeration did not end after {MAX_PULLS} pulls")))
     }
 
+    /// Invoke `method` of an AMT service (a `CIM_Service` subclass, keyed by
+    /// its class, `Name` and the AMT system that hosts it).
+    pub async fn invoke_service(&mut self, ctx: &Ctx, class: &str, name: &str, method: &'static str, params: Vec<Param>) -> Result<(), AmtError> {
+        let selectors = [
+            ("CreationClassName", class),
+            ("Name", name),
+            ("SystemCreationClassName", "CIM_ComputerSystem"),
+            ("SystemName", super::names::AMT_SYSTEM),
+        ];
+        self.invoke(ctx, class, &selectors, method, params).await
+    }
+
     /// Invoke `class.method`; fails unless `ReturnValue` is 0 (or 4096, job started).
     pub async fn invoke(
         &mut self,

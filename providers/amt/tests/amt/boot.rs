@@ -1,10 +1,11 @@
 //! One-time boot device, its call order, and the sequence "set PXE, then
 //! power cycle" that the mission exists for.
 
+use bmcfleet_provider::Offer;
 use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
 use bmcfleet_testing::amt::{AmtEvent, Class, Injection, Op, ServerOptions};
-use bmcfleet_provider::{BmcSession, BootControl, Power};
+use bmcfleet_provider::{BootControl, Power};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp};
 
 const PXE: &str = "Intel(r) AMT: Force PXE Boot";

@@ -1,6 +1,6 @@
 //! Shared helpers.
 
-use bmcfleet_testing::amt::{AmtFixtureServer, ServerOptions};
+use bmcfleet_testing::amt::{AmtFixtureServer, Injection, Op, ServerOptions};
 use bmcfleet_amt::{AmtConnector, AmtSession};
 use bmcfleet_provider::{Ctx, ProviderError};
 use std::time::Duration;
@@ -21,6 +21,14 @@ pub async fn open(server: &AmtFixtureServer) -> Result<AmtSession, ProviderError
 
 pub async fn session(server: &AmtFixtureServer) -> AmtSession {
     open(server).await.expect("session against the fixture server")
+}
+
+/// A session to `server`, which then answers `op` with the captured
+/// exchange `transcript` (a file of the AMT fixtures).
+pub async fn session_replaying(server: &AmtFixtureServer, op: Op, transcript: &str) -> AmtSession {
+    let s = session(server).await;
+    server.inject(op, Injection::Transcript(transcript.into()));
+    s
 }
 
 /// `let server = skip_without_fixtures!(opts);`

@@ -1,7 +1,7 @@
 //! Fault envelopes, return values and broken answers become typed errors
 //! carrying AMT's own words.
 
-use crate::common::{ctx, session};
+use crate::common::{ctx, session, session_replaying};
 use crate::skip_without_fixtures;
 use bmcfleet_testing::amt::{Class, FaultNs, Injection, Op};
 use bmcfleet_provider::{BmcSession, BootControl, Power};
@@ -29,11 +29,7 @@ async fn captured_destination_unreachable() {
 #[tokio::test]
 async fn captured_chunked_already_exists_fault() {
     let server = skip_without_fixtures!();
-    let mut s = session(&server).await;
-    server.inject(
-        Op::Put(Class::BootSettingData),
-        Injection::Transcript("http/amt15-400-chunked-fault-AlreadyExists.http".into()),
-    );
+    let mut s = session_replaying(&server, Op::Put(Class::BootSettingData), "http/amt15-400-chunked-fault-AlreadyExists.http").await;
     let e = s.set_boot_device(&ctx(), &PXE).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError);
     assert!(e.message.contains("wsman:AlreadyExists"), "{}", e.message);

@@ -1,10 +1,11 @@
 //! Inventory, including a general-settings answer replayed from the captured
 //! chunked AMT 15 HTTP transcript.
 
-use crate::common::{ctx, session};
+use bmcfleet_provider::Offer;
+use crate::common::{ctx, session, session_replaying};
 use crate::skip_without_fixtures;
 use bmcfleet_testing::amt::{Class, Injection, Op, CHASSIS_MANUFACTURER, CHASSIS_MODEL, CHASSIS_SERIAL, PLATFORM_GUID};
-use bmcfleet_provider::{BmcSession, Inventory};
+use bmcfleet_provider::Inventory;
 use bmcfleet_schema::{ErrorCode, PowerState};
 
 fn extra<'a>(inv: &'a bmcfleet_schema::Inventory, key: &str) -> Option<&'a str> {
@@ -15,7 +16,7 @@ fn extra<'a>(inv: &'a bmcfleet_schema::Inventory, key: &str) -> Option<&'a str> 
 async fn inventory_from_amt() {
     let server = skip_without_fixtures!();
     let mut s = session(&server).await;
-    let inv = BmcSession::inventory(&mut s).unwrap().inventory(&ctx()).await.unwrap();
+    let inv = Offer::inventory(&mut s).unwrap().inventory(&ctx()).await.unwrap();
     assert_eq!(inv.firmware_version.as_deref(), Some("15.0.23.1706"));
     assert_eq!(inv.manufacturer.as_deref(), Some(CHASSIS_MANUFACTURER));
     assert_eq!(inv.model.as_deref(), Some(CHASSIS_MODEL));
@@ -35,11 +36,8 @@ async fn inventory_from_amt() {
 #[tokio::test]
 async fn chunked_transcript_answer_parses() {
     let server = skip_without_fixtures!();
-    let mut s = session(&server).await;
-    server.inject(
-        Op::Get(Class::GeneralSettings),
-        Injection::Transcript("http/amt15-200-chunked-GetResponse-AMT_GeneralSettings.http".into()),
-    );
+    let transcript = "http/amt15-200-chunked-GetResponse-AMT_GeneralSettings.http";
+    let mut s = session_replaying(&server, Op::Get(Class::GeneralSettings), transcript).await;
     let inv = Inventory::inventory(&mut s, &ctx()).await.unwrap();
     // This realm exists only in the captured AMT 15 transcript (split across chunks).
     assert_eq!(extra(&inv, "amt_digest_realm"), Some("Digest:62FFAC181B3F3457C5B3894ED21F3E6E"));

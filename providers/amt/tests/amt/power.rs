@@ -1,9 +1,10 @@
 //! Power status and every power operation, end to end.
 
+use bmcfleet_provider::Offer;
 use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
 use bmcfleet_testing::amt::{AmtEvent, Class, Injection, Op, ServerOptions};
-use bmcfleet_provider::{BmcSession, Power};
+use bmcfleet_provider::{Power};
 use bmcfleet_schema::{ErrorCode, PowerOp, PowerState};
 
 fn power_changes(events: &[AmtEvent]) -> Vec<(u16, u32)> {
@@ -21,7 +22,7 @@ async fn status_reads_the_captured_power_state() {
     let server = skip_without_fixtures!();
     let mut s = session(&server).await;
     server.clear_log();
-    let st = BmcSession::power(&mut s).unwrap().power(&ctx(), PowerOp::Status).await.unwrap();
+    let st = Offer::power(&mut s).unwrap().power(&ctx(), PowerOp::Status).await.unwrap();
     assert_eq!(st, Some(PowerState::On));
     assert_eq!(
         server.ops(),

@@ -4,7 +4,7 @@ use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
 use bmcfleet_testing::amt::{Class, Injection, Op};
 use bmcfleet_amt::AmtConnector;
-use bmcfleet_provider::{BmcSession, BootControl, Ctx, Power, ResolvedCredentials};
+use bmcfleet_provider::{BmcSession, BootControl, Ctx, Power, ProviderError, ResolvedCredentials};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp, Secret};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -13,17 +13,25 @@ const DEADLINE: Duration = Duration::from_millis(400);
 /// Scheduling slack allowed past the deadline.
 const SLACK: Duration = Duration::from_millis(750);
 
+/// `call`'s error, checked to be a `Timeout` within [`DEADLINE`] and
+/// [`SLACK`], and how long the call took.
+async fn timed_out<T: std::fmt::Debug>(call: impl std::future::Future<Output = Result<T, ProviderError>>) -> (ProviderError, Duration) {
+    let started = Instant::now();
+    let e = call.await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(e.code, ErrorCode::Timeout, "{}", e.message);
+    assert!(took < DEADLINE + SLACK, "took {took:?}");
+    (e, took)
+}
+
 #[tokio::test]
 async fn a_server_that_never_answers_times_out_at_the_deadline() {
     let server = skip_without_fixtures!();
     let mut s = session(&server).await;
     server.inject(Op::Pull(Class::AssociatedPowerManagementService), Injection::Stall);
-    let started = Instant::now();
-    let e = Power::power(&mut s, &Ctx::with_timeout(DEADLINE), PowerOp::Status).await.unwrap_err();
-    let took = started.elapsed();
-    assert_eq!(e.code, ErrorCode::Timeout, "{}", e.message);
+    let (e, took) = timed_out(Power::power(&mut s, &Ctx::with_timeout(DEADLINE), PowerOp::Status)).await;
     assert!(e.retryable);
-    assert!(took >= DEADLINE && took < DEADLINE + SLACK, "took {took:?}");
+    assert!(took >= DEADLINE, "took {took:?}");
     assert!(!s.is_healthy(), "a timed-out session is not reused");
 }
 
@@ -32,16 +40,8 @@ async fn a_body_that_stops_half_way_times_out() {
     let server = skip_without_fixtures!();
     let mut s = session(&server).await;
     server.inject(Op::Get(Class::BootSettingData), Injection::StallMidBody);
-    let started = Instant::now();
-    let e = s
-        .set_boot_device(
-            &Ctx::with_timeout(DEADLINE),
-            &BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false },
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(e.code, ErrorCode::Timeout, "{}", e.message);
-    assert!(started.elapsed() < DEADLINE + SLACK);
+    let pxe = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false };
+    timed_out(s.set_boot_device(&Ctx::with_timeout(DEADLINE), &pxe)).await;
     assert!(!server.ops().contains(&Op::Put(Class::BootSettingData)));
 }
 

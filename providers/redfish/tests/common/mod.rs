@@ -33,7 +33,7 @@ pub async fn raw_get(
     s: &mut bmcfleet_redfish::RedfishSession,
     path: &str,
 ) -> Result<bmcfleet_schema::RawResponse, bmcfleet_provider::ProviderError> {
-    use bmcfleet_provider::BmcSession;
+    use bmcfleet_provider::Offer as _;
     use bmcfleet_schema::{HttpMethod, RawRedfish, RawRequest};
     let request = RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: path.into(), body: None });
     s.raw().unwrap().raw(&ctx(10), &request).await
