@@ -24,13 +24,7 @@ fn stdout(out: &Output) -> String {
 
 /// The path of a peer program, or `None` (test skipped) unless peers are required.
 fn peer(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()));
-    if found.is_none() {
-        let required = std::env::var("BMCFLEET_REQUIRE_PEERS").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
-        assert!(!required, "{name} is not installed and BMCFLEET_REQUIRE_PEERS=1");
-        eprintln!("note: {name} is not installed, test skipped");
-    }
-    found
+    bmcfleet_testing::peers::program(name, &[], "scripts/setup.sh installs it")
 }
 
 /// A fresh directory under the system's temporary one.

@@ -20,11 +20,17 @@
 //!   with fault injection and an execution log, reached over loopback by the
 //!   worker's `sim` provider (`bmcfleet_sim`); the `bmc-sim` binary runs it
 //!   for demos and compose.
+//! - [`peers`]: finding the third-party programs tests drive (ipmitool,
+//!   FreeIPMI, prometheus, Python), skipping or failing when one is missing.
+//! - [`logs`]: `LogCapture`, a log writer for asserting on log lines.
 
 pub mod amt;
 pub mod ipmi;
+pub mod logs;
+pub mod peers;
 pub mod redfish;
 pub mod sim;
 pub mod tasks;
 
+pub use logs::LogCapture;
 pub use sim::{CallRecord, Faults, LogEntry, SimConfig, SimServer};

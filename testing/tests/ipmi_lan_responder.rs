@@ -8,27 +8,14 @@
 
 use bmcfleet_testing::ipmi::lan::{self, LanConfig, LanFleet};
 use bmcfleet_testing::ipmi::LanBmc;
+use bmcfleet_testing::peers;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn require_peers() -> bool {
-    std::env::var("BMCFLEET_REQUIRE_PEERS").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"))
-}
-
 /// The client binary, or `None` (test skipped) when it is not installed.
 fn peer(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let dirs = std::env::split_paths(&path).chain(["/usr/sbin", "/usr/bin", "/sbin"].map(PathBuf::from));
-    let found = dirs.map(|d| d.join(name)).find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            !require_peers(),
-            "{name} is not installed and BMCFLEET_REQUIRE_PEERS=1 (apt-get install ipmitool freeipmi-tools)"
-        );
-        eprintln!("note: {name} is not installed, test skipped (apt-get install ipmitool freeipmi-tools)");
-    }
-    found
+    peers::program(name, &["/usr/sbin", "/usr/bin", "/sbin"], "apt-get install ipmitool freeipmi-tools")
 }
 
 macro_rules! peer_or_skip {
@@ -61,12 +48,17 @@ fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-/// `ipmitool -I lanplus -H 127.0.0.1 -p PORT -U user -E -N 1 -R 1 EXTRA...`
-/// (password through `IPMI_PASSWORD`).
+/// ipmitool's options for the BMC at 127.0.0.1:`port` as `user`: `-I lanplus
+/// -H 127.0.0.1 -p PORT -U user -E -N 1 -R 1` (the password comes from
+/// `IPMI_PASSWORD`).
+fn lanplus(port: &str, user: &str) -> Vec<String> {
+    ["-I", "lanplus", "-H", "127.0.0.1", "-p", port, "-U", user, "-E", "-N", "1", "-R", "1"].map(String::from).to_vec()
+}
+
+/// `ipmitool` [`lanplus`] `ARGS...`.
 fn ipmitool(bin: &Path, bmc: &LanBmc, user: &str, password: &str, args: &[&str]) -> Output {
-    let port = bmc.port().to_string();
-    let mut all = vec!["-I", "lanplus", "-H", "127.0.0.1", "-p", &port, "-U", user, "-E", "-N", "1", "-R", "1"];
-    all.extend_from_slice(args);
+    let options = lanplus(&bmc.port().to_string(), user);
+    let all: Vec<&str> = options.iter().map(String::as_str).chain(args.iter().copied()).collect();
     run(bin, &all, &[("IPMI_PASSWORD", password)])
 }
 
@@ -282,26 +274,9 @@ fn ipmitool_session_of_a_restarted_bmc_is_dead() {
     // One ipmitool session running two commands, the BMC "restarting" in
     // between: the second command's packets belong to a forgotten session,
     // are dropped, and ipmitool gives up on it.
-    let port = bmc.port().to_string();
     let mut child = Command::new(&bin)
-        .args([
-            "-I",
-            "lanplus",
-            "-C",
-            "17",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-U",
-            "admin",
-            "-E",
-            "-N",
-            "1",
-            "-R",
-            "1",
-            "shell",
-        ])
+        .args(lanplus(&bmc.port().to_string(), "admin"))
+        .args(["-C", "17", "shell"])
         .env("IPMI_PASSWORD", "password")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -335,13 +310,19 @@ fn ipmitool_session_of_a_restarted_bmc_is_dead() {
     assert_eq!(bmc.stats().forgotten_sessions, 1);
 }
 
-/// `ipmipower -D LAN_2_0 -I SUITE -h HOSTS -u admin -p password ARGS`.
-fn ipmipower(bin: &Path, bmcs: &[LanBmc], suite: &str, args: &[&str]) -> Output {
+/// A FreeIPMI client (`ipmipower`, `ipmi-raw`, `ipmi-config`) with its
+/// common options: `BIN -D LAN_2_0 -I SUITE -h HOSTS -u USER -p PASSWORD ARGS`.
+fn freeipmi(bin: &Path, bmcs: &[LanBmc], suite: &str, (user, password): (&str, &str), args: &[&str]) -> Output {
     let hosts: Vec<String> = bmcs.iter().map(|b| format!("127.0.0.1:{}", b.port())).collect();
     let hosts = hosts.join(",");
-    let mut all = vec!["-D", "LAN_2_0", "-I", suite, "-h", &hosts, "-u", "admin", "-p", "password"];
+    let mut all = vec!["-D", "LAN_2_0", "-I", suite, "-h", &hosts, "-u", user, "-p", password];
     all.extend_from_slice(args);
     run(bin, &all, &[])
+}
+
+/// [`freeipmi`] as `admin` / `password`.
+fn freeipmi_admin(bin: &Path, bmcs: &[LanBmc], suite: &str, args: &[&str]) -> Output {
+    freeipmi(bin, bmcs, suite, ("admin", "password"), args)
 }
 
 #[test]
@@ -349,20 +330,16 @@ fn freeipmi_ipmipower_suites_17_and_3_without_workaround_flags() {
     let bin = peer_or_skip!("ipmipower");
     let fleet = fleet(2, &[3, 17]);
     let (a, b) = (&fleet.bmcs()[..1], &fleet.bmcs()[1..]);
-    assert_eq!(ok(&ipmipower(&bin, a, "17", &["--stat"])).trim(), "127.0.0.1: off");
-    assert_eq!(ok(&ipmipower(&bin, a, "17", &["--on"])).trim(), "127.0.0.1: ok");
+    assert_eq!(ok(&freeipmi_admin(&bin, a, "17", &["--stat"])).trim(), "127.0.0.1: off");
+    assert_eq!(ok(&freeipmi_admin(&bin, a, "17", &["--on"])).trim(), "127.0.0.1: ok");
     assert!(fleet.bmc(0).handle().snapshot().power_on);
-    assert_eq!(ok(&ipmipower(&bin, a, "17", &["--stat"])).trim(), "127.0.0.1: on");
-    assert_eq!(ok(&ipmipower(&bin, b, "3", &["--on"])).trim(), "127.0.0.1: ok");
+    assert_eq!(ok(&freeipmi_admin(&bin, a, "17", &["--stat"])).trim(), "127.0.0.1: on");
+    assert_eq!(ok(&freeipmi_admin(&bin, b, "3", &["--on"])).trim(), "127.0.0.1: ok");
     assert!(fleet.bmc(1).handle().snapshot().power_on);
-    assert_eq!(ok(&ipmipower(&bin, b, "3", &["--off"])).trim(), "127.0.0.1: ok");
+    assert_eq!(ok(&freeipmi_admin(&bin, b, "3", &["--off"])).trim(), "127.0.0.1: ok");
     assert!(!fleet.bmc(1).handle().snapshot().power_on);
     // Wrong credentials, as FreeIPMI reports them.
-    let hosts = format!("127.0.0.1:{}", fleet.bmc(0).port());
-    let wrong = |user: &str, password: &str| {
-        let out = run(&bin, &["-D", "LAN_2_0", "-I", "17", "-h", &hosts, "-u", user, "-p", password, "--stat"], &[]);
-        text(&out)
-    };
+    let wrong = |user: &str, password: &str| text(&freeipmi(&bin, a, "17", (user, password), &["--stat"]));
     assert!(wrong("admin", "wrong").contains("password invalid"));
     assert!(wrong("nobody", "password").contains("username invalid"));
     for bmc in fleet.bmcs() {
@@ -376,12 +353,12 @@ fn freeipmi_ipmipower_suites_17_and_3_without_workaround_flags() {
 fn freeipmi_ipmipower_fan_out_over_200_bmcs() {
     let bin = peer_or_skip!("ipmipower");
     let fleet = fleet(200, &[3, 17]);
-    let out = ok(&ipmipower(&bin, fleet.bmcs(), "17", &["--on"]));
+    let out = ok(&freeipmi_admin(&bin, fleet.bmcs(), "17", &["--on"]));
     assert_eq!(out.lines().filter(|l| l.trim() == "127.0.0.1: ok").count(), 200, "{out}");
     for (i, bmc) in fleet.bmcs().iter().enumerate() {
         assert!(bmc.handle().snapshot().power_on, "BMC {i} at {} not on", bmc.addr());
     }
-    let out = ok(&ipmipower(&bin, fleet.bmcs(), "17", &["--stat"]));
+    let out = ok(&freeipmi_admin(&bin, fleet.bmcs(), "17", &["--stat"]));
     assert_eq!(out.lines().filter(|l| l.trim() == "127.0.0.1: on").count(), 200, "{out}");
     assert!(fleet.bmcs().iter().all(|b| b.active_sessions() == 0));
 }
@@ -390,13 +367,12 @@ fn freeipmi_ipmipower_fan_out_over_200_bmcs() {
 fn freeipmi_ipmi_raw_under_suite_17() {
     let bin = peer_or_skip!("ipmi-raw");
     let fleet = fleet(1, &[17]);
-    let host = format!("127.0.0.1:{}", fleet.bmc(0).port());
-    let args = ["-D", "LAN_2_0", "-I", "17", "-h", &host, "-u", "admin", "-p", "password"];
-    let out = ok(&run(&bin, &[&args[..], &["0", "0x06", "0x01"]].concat(), &[]));
+    let raw = |args: &[&str]| ok(&freeipmi_admin(&bin, fleet.bmcs(), "17", args));
+    let out = raw(&["0", "0x06", "0x01"]);
     assert!(out.contains("rcvd: 01 00 20 01 02 45 02"), "{out}");
     // Chassis Control (power on), an operator command: ipmi-raw's session
     // is raised to Administrator first.
-    let out = ok(&run(&bin, &[&args[..], &["0", "0x00", "0x02", "0x01"]].concat(), &[]));
+    let out = raw(&["0", "0x00", "0x02", "0x01"]);
     assert!(out.contains("rcvd: 02 00"), "{out}");
     assert!(fleet.bmc(0).handle().snapshot().power_on);
     assert_eq!(fleet.bmc(0).active_sessions(), 0);
@@ -407,51 +383,11 @@ fn freeipmi_ipmi_config_commits_boot_device_pxe_under_suite_17() {
     let bin = peer_or_skip!("ipmi-config");
     let fleet = fleet(1, &[17]);
     let bmc = fleet.bmc(0);
-    let host = format!("127.0.0.1:{}", bmc.port());
+    let config = |args: &[&str]| freeipmi_admin(&bin, fleet.bmcs(), "17", &[&["--category=chassis"][..], args].concat());
     // No `-W opensesspriv`: a spec-correct responder does not need it.
-    let out = run(
-        &bin,
-        &[
-            "-D",
-            "LAN_2_0",
-            "-I",
-            "17",
-            "-h",
-            &host,
-            "-u",
-            "admin",
-            "-p",
-            "password",
-            "--category=chassis",
-            "--commit",
-            "-e",
-            "Chassis_Boot_Flags:Boot_Device=PXE",
-        ],
-        &[],
-    );
-    ok(&out);
+    ok(&config(&["--commit", "-e", "Chassis_Boot_Flags:Boot_Device=PXE"]));
     assert!(boot_pxe(bmc), "{:?}", bmc.handle().snapshot().boot_flags);
-    let out = run(
-        &bin,
-        &[
-            "-D",
-            "LAN_2_0",
-            "-I",
-            "17",
-            "-h",
-            &host,
-            "-u",
-            "admin",
-            "-p",
-            "password",
-            "--category=chassis",
-            "--checkout",
-            "-S",
-            "Chassis_Boot_Flags",
-        ],
-        &[],
-    );
-    let checkout = ok(&out);
+    let checkout = ok(&config(&["--checkout", "-S", "Chassis_Boot_Flags"]));
     assert!(checkout.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Boot_Device", "PXE"]), "{checkout}");
     assert_eq!(bmc.active_sessions(), 0);
 }
@@ -473,15 +409,35 @@ fn fleet_ports_follow_the_base_port() {
         let ports: Vec<u16> = fleet.bmcs().iter().map(|b| b.port()).collect();
         assert_eq!(ports, (base..base + 5).collect::<Vec<_>>());
         assert!(fleet.bmcs().iter().all(|b| b.addr().ip().is_loopback()));
-        // Stopped on drop: the ports are free again.
-        let addrs: Vec<_> = fleet.bmcs().iter().map(|b| b.addr()).collect();
+        // Stopped on drop: the sockets are closed. Checked by the kernel's
+        // socket inodes, not by binding the ports again: a test running
+        // beside this one may bind a just-freed port (they lie in the
+        // ephemeral range), which would make a rebind fail for a reason
+        // that has nothing to do with the fleet.
+        let inodes: Vec<u64> = ports.iter().flat_map(|&p| udp_inodes(p)).collect();
+        assert_eq!(inodes.len(), ports.len(), "one socket per BMC port: {inodes:?}");
         drop(fleet);
-        for addr in addrs {
-            std::net::UdpSocket::bind(addr).unwrap_or_else(|e| panic!("{addr} still bound: {e}"));
-        }
+        let open: Vec<u64> = ports.iter().flat_map(|&p| udp_inodes(p)).filter(|i| inodes.contains(i)).collect();
+        assert!(open.is_empty(), "sockets still open after the fleet was dropped: {open:?}");
         return;
     }
     panic!("no free block of 5 UDP ports");
+}
+
+/// Inodes of the IPv4 UDP sockets bound to 127.0.0.1:`port`
+/// (`/proc/net/udp`: local address as hex `0100007F:PORT`, inode in the
+/// tenth column).
+fn udp_inodes(port: u16) -> Vec<u64> {
+    let table = std::fs::read_to_string("/proc/net/udp").expect("/proc/net/udp");
+    let local = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            (cols.get(1) == Some(&local.as_str())).then(|| cols.get(9)?.parse().ok()).flatten()
+        })
+        .collect()
 }
 
 #[test]
@@ -528,32 +484,11 @@ fn fleet_binary_serves_with_latency_until_sigterm() {
     let fields: Vec<&str> = line.split_whitespace().collect();
     assert_eq!((fields.len(), fields[0], fields[2]), (3, "ready", "3"), "{line}");
     let port = fields[1];
+    let options = lanplus(port, "root");
     let run_tool = |suite: &str| {
         let start = Instant::now();
-        let out = run(
-            &bin,
-            &[
-                "-I",
-                "lanplus",
-                "-C",
-                suite,
-                "-H",
-                "127.0.0.1",
-                "-p",
-                port,
-                "-U",
-                "root",
-                "-E",
-                "-N",
-                "1",
-                "-R",
-                "1",
-                "chassis",
-                "power",
-                "on",
-            ],
-            &[("IPMI_PASSWORD", "calvin")],
-        );
+        let args: Vec<&str> = options.iter().map(String::as_str).chain(["-C", suite, "chassis", "power", "on"]).collect();
+        let out = run(&bin, &args, &[("IPMI_PASSWORD", "calvin")]);
         (out, start.elapsed())
     };
     let (out, took) = run_tool("17");
@@ -584,7 +519,7 @@ fn ten_thousand_bmcs_in_one_process() {
     match soft_fd_limit() {
         Some(limit) if limit >= N as u64 + 1_000 => {}
         other => {
-            assert!(!require_peers(), "soft fd limit {other:?} is too low for {N} sockets");
+            assert!(!peers::required(), "soft fd limit {other:?} is too low for {N} sockets");
             eprintln!("note: soft fd limit {other:?} is below {}: test skipped", N + 1_000);
             return;
         }
@@ -597,7 +532,7 @@ fn ten_thousand_bmcs_in_one_process() {
     // Every 50th BMC powered on by one ipmipower fan-out, through 20 ms of
     // latency per reply.
     let sample: Vec<LanBmc> = fleet.bmcs().iter().step_by(50).cloned().collect();
-    let out = ok(&ipmipower(&bin, &sample, "17", &["--on"]));
+    let out = ok(&freeipmi_admin(&bin, &sample, "17", &["--on"]));
     assert_eq!(out.lines().filter(|l| l.trim() == "127.0.0.1: ok").count(), sample.len(), "{out}");
     for (i, bmc) in fleet.bmcs().iter().enumerate() {
         assert_eq!(bmc.handle().snapshot().power_on, i % 50 == 0, "BMC {i}");

@@ -11,13 +11,20 @@ use std::time::Duration;
 /// A batch for a simulated BMC with inline credentials (the test gateways
 /// seal them: see [`crate::producer::Topology`]).
 pub fn sim_batch(address: &str, actions: Vec<Action>) -> Batch {
+    target_batch(address.parse().expect("valid address"), Protocol::Sim, "pw-in-line", actions)
+}
+
+/// A batch for the ad hoc target `address` spoken to with `protocol`,
+/// inline credentials `admin` / `password`; it stops at the first error and
+/// has 600 s.
+pub fn target_batch(address: BmcAddress, protocol: Protocol, password: &str, actions: Vec<Action>) -> Batch {
     Batch {
         id: None,
         machine: None,
         bmc: Some(BmcTarget {
-            address: address.parse().expect("valid address"),
-            protocol: Protocol::Sim,
-            credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw-in-line") },
+            address,
+            protocol,
+            credentials: Credentials::Inline { username: "admin".into(), password: Secret::new(password) },
             tls: TlsOptions::default(),
             system_id: None,
             options: Default::default(),

@@ -273,23 +273,9 @@ impl NatsCluster {
     /// A worker, connected to every node, with `replicas` JetStream replicas.
     pub fn worker(&self, topo: &Topology, replicas: u8, id: &str, sim: std::net::SocketAddr, extra: &[&str]) -> Process {
         let mut args = self.common_args(topo, replicas);
-        args.extend([
-            "--worker-id".into(),
-            id.into(),
-            "--lease-ttl".into(),
-            topo.lease_ttl.into(),
-            "--rebalance-interval".into(),
-            topo.rebalance.into(),
-            "--sim-endpoint".into(),
-            sim.to_string(),
-            "--ad-hoc-targets".into(),
-            crate::producer::TEST_AD_HOC_TARGETS.into(),
-            "--ack-wait".into(),
-            "5s".into(),
-            "--drain-timeout".into(),
-            "5s".into(),
-        ]);
-        args.extend(topo.sealing.worker_args());
+        args.extend(topo.worker_args(id));
+        args.extend(["--sim-endpoint".into(), sim.to_string()]);
+        args.extend(["--ad-hoc-targets".into(), crate::producer::TEST_AD_HOC_TARGETS.into()]);
         args.extend(extra.iter().map(|s| s.to_string()));
         Process::spawn(&format!("bmc-worker:{id}"), &args, &Self::env())
     }

@@ -22,11 +22,19 @@ pub use nats::NatsServer;
 pub use process::{bin, Process};
 pub use producer::Producer;
 
+use bmcfleet_testing::redfish::{FakeSystem, SushyEmulator};
 use std::time::{Duration, Instant};
 
 /// A free TCP port on 127.0.0.1 (the kernel's choice, released for reuse).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().unwrap().port()
+}
+
+/// A sushy-emulator with one powered-off system `node<N>` (UUID ending in
+/// `N`), or `None` when `test` skips (see [`SushyEmulator::start_or_skip`]).
+pub async fn sushy_node(n: u32, test: &str) -> Option<SushyEmulator> {
+    let system = FakeSystem::new(&format!("9a1d0c6e-2222-4c3a-9d55-{n:012}"), &format!("node{n}"), "Off");
+    SushyEmulator::start_or_skip(SushyEmulator::builder().systems(vec![system]), test).await
 }
 
 /// Poll `check` until it returns `Some`, or panic with `what` after `timeout`.

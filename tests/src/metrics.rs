@@ -40,3 +40,13 @@ pub fn value(s: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]
         })
         .sum()
 }
+
+/// A sample expected by [`assert_values`]: metric, labels, [`value`].
+pub struct Expect<'a>(pub &'a str, pub &'a [(&'a str, &'a str)], pub f64);
+
+/// Every [`Expect`] holds in `s` (a failure names the metric).
+pub fn assert_values(s: &prometheus_parse::Scrape, expected: &[Expect]) {
+    for Expect(metric, labels, want) in expected {
+        assert_eq!(value(s, metric, labels), *want, "{metric} {labels:?}");
+    }
+}

@@ -1,6 +1,7 @@
 //! A producer's view: submit batches, read replies, and a fleet launcher.
 
 use crate::{NatsServer, Process};
+use bmcfleet_testing::{SimConfig, SimServer};
 use async_nats::HeaderMap;
 use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::{Batch, BatchId, Encoding, IdRequest, Reply, Subjects};
@@ -165,14 +166,7 @@ pub async fn ref_machine_batch(
     let js = async_nats::jetstream::new(client.clone());
     let machines = bucket(&js, machines_config(subjects, 1), Mode::UseExisting).await.expect("machines bucket");
     bmcfleet_common::registry::put(&machines, &machine).await.expect("put machine");
-    Batch {
-        id: None,
-        machine: Some(name),
-        bmc: None,
-        actions,
-        on_error: bmcfleet_schema::OnError::Stop,
-        deadline: Some(Duration::from_secs(600)),
-    }
+    Batch { on_error: bmcfleet_schema::OnError::Stop, deadline: Some(Duration::from_secs(600)), ..machine_batch(&name, actions) }
 }
 
 /// [`Topology::register_machine`] for any deployment: `workers_key` is the
@@ -237,6 +231,25 @@ impl Topology {
         }
     }
 
+    /// Flags of worker `id` in this topology: its id, lease timing, a 5 s
+    /// ack wait and drain timeout, the sealing seed.
+    pub fn worker_args(&self, id: &str) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "--worker-id".into(),
+            id.into(),
+            "--lease-ttl".into(),
+            self.lease_ttl.into(),
+            "--rebalance-interval".into(),
+            self.rebalance.into(),
+            "--ack-wait".into(),
+            "5s".into(),
+            "--drain-timeout".into(),
+            "5s".into(),
+        ];
+        args.extend(self.sealing.worker_args());
+        args
+    }
+
     pub fn gateway(&self, nats: &NatsServer, extra: &[&str]) -> Process {
         let mut args = self.common_args(nats);
         args.extend(["--allow-sim".into(), "true".into()]);
@@ -260,19 +273,7 @@ impl Topology {
     /// As [`Topology::worker_plain`], reaching NATS at `nats_url` (e.g. through a relay).
     pub fn worker_at(&self, nats_url: &str, id: &str, extra: &[&str]) -> Process {
         let mut args = self.common_args_at(nats_url);
-        args.extend([
-            "--worker-id".into(),
-            id.into(),
-            "--lease-ttl".into(),
-            self.lease_ttl.into(),
-            "--rebalance-interval".into(),
-            self.rebalance.into(),
-            "--ack-wait".into(),
-            "5s".into(),
-            "--drain-timeout".into(),
-            "5s".into(),
-        ]);
-        args.extend(self.sealing.worker_args());
+        args.extend(self.worker_args(id));
         // Machine polls (issue 19) would add BMC calls to tests that count
         // them: off unless the test turns them on.
         if !extra.iter().any(|a| a.starts_with("--poll-interval")) {
@@ -401,12 +402,93 @@ impl Stack {
     }
 }
 
+/// NATS, the simulated BMC fleet (`bmc-sim`, in process) and a gateway, with
+/// a producer the gateway answers: the stack of a pipeline test. Workers on
+/// the simulated BMCs come from [`SimStack::with_workers`] (kept here) or
+/// [`SimStack::worker`] (kept by the test).
+pub struct SimStack {
+    pub producer: Producer,
+    pub topology: Topology,
+    /// The workers [`SimStack::with_workers`] started, stopped first on drop.
+    pub workers: Vec<Process>,
+    pub gateway: Process,
+    pub sim: SimServer,
+    pub nats: NatsServer,
+}
+
+impl SimStack {
+    /// The default topology and gateway flags, no worker yet.
+    pub async fn start(sim: SimConfig) -> SimStack {
+        SimStack::start_with(sim, Topology::default(), &[]).await
+    }
+
+    /// With `topology` and extra gateway arguments, no worker yet.
+    pub async fn start_with(sim: SimConfig, topology: Topology, gateway_args: &[&str]) -> SimStack {
+        let nats = NatsServer::start();
+        let sim = SimServer::start(sim).await.expect("bmc-sim");
+        let gateway = topology.gateway(&nats, gateway_args);
+        let producer = Producer::new(nats.client().await);
+        wait_gateway(&producer).await;
+        SimStack { producer, topology, workers: vec![], gateway, sim, nats }
+    }
+
+    /// `count` more workers (`w0`, `w1`, ... numbered on from those already
+    /// here) with `extra` flags, once every partition is leased.
+    pub async fn with_workers(mut self, count: usize, extra: &[&str]) -> SimStack {
+        let first = self.workers.len();
+        for i in first..first + count {
+            let worker = self.worker(&format!("w{i}"), extra);
+            self.workers.push(worker);
+        }
+        self.wait_partitions_owned().await;
+        self
+    }
+
+    /// A worker `id` (with `extra` flags) on the simulated BMCs, for the test
+    /// to keep; it may not own partitions yet.
+    pub fn worker(&self, id: &str, extra: &[&str]) -> Process {
+        self.topology.worker(&self.nats, id, self.sim.addr(), extra)
+    }
+
+    /// Wait until every partition has a lease.
+    pub async fn wait_partitions_owned(&self) {
+        wait_partitions_owned(&self.producer.client, &self.topology.subjects()).await
+    }
+
+    /// Submit, wait, and return the final result (panics on any other reply).
+    pub async fn run(&self, batch: &Batch) -> bmcfleet_schema::BatchResult {
+        match self.producer.submit(batch, true).await {
+            Reply::Result(r) => r,
+            other => panic!("expected a final result, got {other:?}"),
+        }
+    }
+}
+
+/// The error body of a refused request (panics on any other reply).
+pub fn refusal(reply: Reply) -> bmcfleet_schema::ErrorBody {
+    match reply {
+        Reply::Error(e) => e,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
 /// A batch for `target` (on_error: continue, 60 s deadline).
 pub fn batch_for(target: bmcfleet_schema::BmcTarget, actions: Vec<bmcfleet_schema::Action>) -> Batch {
+    Batch { bmc: Some(target), ..untargeted(actions) }
+}
+
+/// A batch for the registered machine `name` (on_error: continue, 60 s deadline).
+pub fn machine_batch(name: &str, actions: Vec<bmcfleet_schema::Action>) -> Batch {
+    Batch { machine: Some(name.to_owned()), ..untargeted(actions) }
+}
+
+/// `actions` with neither a machine nor a target yet (on_error: continue,
+/// 60 s deadline).
+fn untargeted(actions: Vec<bmcfleet_schema::Action>) -> Batch {
     Batch {
         id: None,
         machine: None,
-        bmc: Some(target),
+        bmc: None,
         actions,
         on_error: bmcfleet_schema::OnError::Continue,
         deadline: Some(Duration::from_secs(60)),

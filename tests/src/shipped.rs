@@ -2,8 +2,8 @@
 //! test: nats-server started with it, and bmcfleet's processes and clients
 //! connecting as its users.
 
-use crate::producer::Topology;
-use crate::{NatsServer, Process};
+use crate::producer::{wait_gateway, wait_partitions_owned, Topology};
+use crate::{NatsServer, Process, Producer};
 use async_nats::ConnectOptions;
 use bmcfleet_testing::{SimConfig, SimServer};
 use std::sync::{Arc, Mutex};
@@ -47,6 +47,23 @@ pub struct Shipped {
     pub sim: SimServer,
     pub topo: Topology,
     pub nats: NatsServer,
+}
+
+impl Shipped {
+    /// A producer connected as `user`, with the errors the server reports
+    /// to it, once the gateway answers it.
+    pub async fn producer(&self, user: &str, password: &str) -> (Producer, Arc<Mutex<Vec<String>>>) {
+        let (client, errors) = connect(&self.nats, user, password).await;
+        let producer = Producer::new(client);
+        wait_gateway(&producer).await;
+        (producer, errors)
+    }
+
+    /// Wait until the worker holds every partition (read as the `worker`
+    /// user: leases are the workers' to read).
+    pub async fn wait_partitions_owned(&self) {
+        wait_partitions_owned(&connect(&self.nats, "worker", PASSWORDS[1].1).await.0, &self.topo.subjects()).await;
+    }
 }
 
 /// [`Shipped`] with default topology and no extra flags.

@@ -145,6 +145,14 @@ struct Scenario {
     workload: fn(usize) -> Vec<Action>,
 }
 
+impl Scenario {
+    /// `fault` on a worker with no extra flags, lanes without lost replies,
+    /// mixed actions submitted to each BMC every `submit_every`.
+    fn new(name: &'static str, fault: Fault, submit_every: Duration) -> Scenario {
+        Scenario { name, fault, worker_args: &[], lose_replies: false, submit_every, workload: mixed_actions }
+    }
+}
+
 fn idempotent_actions(i: usize) -> Vec<Action> {
     match i % 3 {
         0 => vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true }), Action::Power(PowerOp::On)],
@@ -411,26 +419,14 @@ fn assert_call_order(sim: &SimServer, per_bmc: &PerBmc, late: &HashSet<(String, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_worker_with_fast_bmcs_sends_nothing_after_resume() {
-    run(Scenario {
-        name: "freeze",
-        fault: Fault::Freeze,
-        worker_args: &[],
-        lose_replies: false,
-        submit_every: Duration::from_millis(250),
-        workload: mixed_actions,
-    })
-    .await;
+    run(Scenario::new("freeze", Fault::Freeze, Duration::from_millis(250))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_worker_with_raised_pacing_sends_nothing_after_resume() {
     run(Scenario {
-        name: "freeze-pacing",
-        fault: Fault::Freeze,
         worker_args: &["--bmc-min-interval", "400ms"],
-        lose_replies: false,
-        submit_every: Duration::from_millis(900),
-        workload: mixed_actions,
+        ..Scenario::new("freeze-pacing", Fault::Freeze, Duration::from_millis(900))
     })
     .await;
 }
@@ -438,25 +434,15 @@ async fn frozen_worker_with_raised_pacing_sends_nothing_after_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_worker_in_retry_backoff_sends_nothing_after_resume() {
     run(Scenario {
-        name: "freeze-backoff",
-        fault: Fault::Freeze,
         worker_args: &["--retry-backoff", "2s", "--retry-max", "3"],
         lose_replies: true,
-        submit_every: Duration::from_millis(400),
         workload: idempotent_actions,
+        ..Scenario::new("freeze-backoff", Fault::Freeze, Duration::from_millis(400))
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_cut_off_from_nats_sends_nothing_after_its_lease() {
-    run(Scenario {
-        name: "cut",
-        fault: Fault::CutNats,
-        worker_args: &["--bmc-min-interval", "200ms"],
-        lose_replies: false,
-        submit_every: Duration::from_millis(500),
-        workload: mixed_actions,
-    })
-    .await;
+    run(Scenario { worker_args: &["--bmc-min-interval", "200ms"], ..Scenario::new("cut", Fault::CutNats, Duration::from_millis(500)) }).await;
 }

@@ -35,16 +35,43 @@ struct Fleet {
 }
 
 /// One machine of a machine file: name, address, labels; credential `fleet`, tenant `default`.
-struct M<'a> {
-    name: &'a str,
-    address: &'a str,
-    labels: &'a [(&'a str, &'a str)],
-    credentials: &'a str,
-    tenant: &'a str,
+#[derive(Clone)]
+struct M {
+    name: String,
+    address: String,
+    labels: Vec<(String, String)>,
+    credentials: &'static str,
+    tenant: &'static str,
 }
 
-fn m<'a>(name: &'a str, address: &'a str, labels: &'a [(&'a str, &'a str)]) -> M<'a> {
-    M { name, address, labels, credentials: "fleet", tenant: "default" }
+fn m(name: &str, address: &str, labels: &[(&str, &str)]) -> M {
+    let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    M { name: name.into(), address: address.into(), labels, credentials: "fleet", tenant: "default" }
+}
+
+/// How a machine's simulated BMC answers, chosen by its address (bmc-sim).
+#[derive(Clone, Copy)]
+enum Bmc {
+    Ok,
+    Fail,
+    Slow,
+}
+
+/// Machines `PREFIX-1`, `PREFIX-2`, ... labelled `rack=RACK`, one for each
+/// of `bmcs`: machine i at `10.RACK.0.i` (`Ok`), `fail-i.rackRACK` or
+/// `slow-i.rackRACK`.
+fn rack(prefix: &str, rack: u8, bmcs: &[Bmc]) -> Vec<M> {
+    let label = rack.to_string();
+    let machine = |(i, bmc): (usize, &Bmc)| {
+        let i = i + 1;
+        let address = match bmc {
+            Bmc::Ok => format!("10.{rack}.0.{i}"),
+            Bmc::Fail => format!("fail-{i}.rack{rack}"),
+            Bmc::Slow => format!("slow-{i}.rack{rack}"),
+        };
+        m(&format!("{prefix}-{i}"), &address, &[("rack", &label)])
+    };
+    bmcs.iter().enumerate().map(machine).collect()
 }
 
 /// What `bmcctl` did: exit code, stdout, stderr.
@@ -115,7 +142,7 @@ impl Fleet {
     }
 
     /// Register machines with `bmcctl machine apply`.
-    async fn register(&self, machines: &[M<'_>]) {
+    async fn register(&self, machines: &[M]) {
         let mut yaml = String::from("machines:\n");
         for m in machines {
             let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}: '{v}'")).collect();
@@ -253,23 +280,11 @@ async fn a_selector_runs_one_batch_on_every_machine_it_matches_and_no_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_canary_stops_the_run_and_a_passing_one_goes_first() {
     let f = Fleet::start(SimConfig::default()).await;
-    let (r80, r81, r82) = ([("rack", "80")], [("rack", "81")], [("rack", "82")]);
-    f.register(&[
-        // Sorted by name, the failing BMC comes first: the canary.
-        m("c-1", "fail-1.rack80", &r80),
-        m("c-2", "10.80.0.2", &r80),
-        m("c-3", "10.80.0.3", &r80),
-        m("c-4", "10.80.0.4", &r80),
-        m("k-1", "10.81.0.1", &r81),
-        M { credentials: "nobody-put-this", ..m("k-2", "10.81.0.2", &r81) },
-        m("k-3", "10.81.0.3", &r81),
-        m("k-4", "10.81.0.4", &r81),
-        m("p-1", "10.82.0.1", &r82),
-        m("p-2", "10.82.0.2", &r82),
-        m("p-3", "10.82.0.3", &r82),
-        m("p-4", "10.82.0.4", &r82),
-    ])
-    .await;
+    // Sorted by name, the failing BMC comes first: the canary.
+    let canary = rack("c", 80, &[Bmc::Fail, Bmc::Ok, Bmc::Ok, Bmc::Ok]);
+    let mut unreachable = rack("k", 81, &[Bmc::Ok; 4]);
+    unreachable[1].credentials = "nobody-put-this";
+    f.register(&[canary, unreachable, rack("p", 82, &[Bmc::Ok; 4])].concat()).await;
 
     // The canary's BMC fails the action: nothing else is submitted.
     let before = f.queued().await;
@@ -320,20 +335,9 @@ async fn a_failing_canary_stops_the_run_and_a_passing_one_goes_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_k_failures_no_machine_starts_and_running_ones_finish() {
     let f = Fleet::start(SimConfig { slow_latency: Duration::from_millis(1500), ..SimConfig::default() }).await;
-    let (r83, r84) = ([("rack", "83")], [("rack", "84")]);
-    f.register(&[
-        m("s-1", "10.83.0.1", &r83),
-        m("s-2", "fail-2.rack83", &r83),
-        m("s-3", "fail-3.rack83", &r83),
-        m("s-4", "10.83.0.4", &r83),
-        m("s-5", "10.83.0.5", &r83),
-        m("f-1", "fail-1.rack84", &r84),
-        m("f-2", "slow-2.rack84", &r84),
-        m("f-3", "slow-3.rack84", &r84),
-        m("f-4", "10.84.0.4", &r84),
-        m("f-5", "10.84.0.5", &r84),
-    ])
-    .await;
+    let serial = rack("s", 83, &[Bmc::Ok, Bmc::Fail, Bmc::Fail, Bmc::Ok, Bmc::Ok]);
+    let parallel = rack("f", 84, &[Bmc::Fail, Bmc::Slow, Bmc::Slow, Bmc::Ok, Bmc::Ok]);
+    f.register(&[serial, parallel].concat()).await;
 
     // One at a time: the second failure stops the run.
     let r = f.bmcctl(&["power", "on", "--selector", "rack=83", "--max-parallel", "1", "--stop-after-failures", "2"]).await;
@@ -365,15 +369,7 @@ async fn after_k_failures_no_machine_starts_and_running_ones_finish() {
 async fn max_parallel_one_runs_one_batch_at_a_time() {
     // Every action takes 300 ms, so batches running together overlap.
     let f = Fleet::start(SimConfig { latency: Duration::from_millis(300), ..SimConfig::default() }).await;
-    let r85 = [("rack", "85")];
-    f.register(&[
-        m("m-1", "10.85.0.1", &r85),
-        m("m-2", "10.85.0.2", &r85),
-        m("m-3", "10.85.0.3", &r85),
-        m("m-4", "10.85.0.4", &r85),
-        m("m-5", "10.85.0.5", &r85),
-    ])
-    .await;
+    f.register(&rack("m", 85, &[Bmc::Ok; 5])).await;
     let overlaps = |w: &[(u64, u64, String)]| w.windows(2).filter(|p| p[1].0 < p[0].1).count();
 
     let r = f.bmcctl(&["--json", "power", "status", "--selector", "rack=85", "--max-parallel", "1"]).await;
@@ -395,8 +391,7 @@ async fn max_parallel_one_runs_one_batch_at_a_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_wide_names_each_batch_and_output_json_is_json() {
     let f = Fleet::start(SimConfig::default()).await;
-    let r87 = [("rack", "87")];
-    f.register(&[m("o-1", "10.87.0.1", &r87), m("o-2", "fail-2.rack87", &r87), m("o-3", "10.87.0.3", &r87)]).await;
+    f.register(&rack("o", 87, &[Bmc::Ok, Bmc::Fail, Bmc::Ok])).await;
     const WIDE: [&str; 10] = ["MACHINE", "RESULT", "TIME", "FAILED ACTION", "ERROR", "BATCH", "WORKER", "ADMITTED", "FINISHED", "DETAIL"];
 
     let r = f.bmcctl(&["--output", "wide", "power", "on", "--selector", "rack=87"]).await;
@@ -439,20 +434,14 @@ async fn output_wide_names_each_batch_and_output_json_is_json() {
 /// skipped) when it is not installed, unless `BMCFLEET_REQUIRE_PEERS=1`.
 fn script() -> Option<std::path::PathBuf> {
     let found = ["/usr/bin/script", "/bin/script"].map(std::path::PathBuf::from).into_iter().find(|p| p.is_file());
-    if found.is_none() {
-        let required = std::env::var("BMCFLEET_REQUIRE_PEERS").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
-        assert!(!required, "script (util-linux) is not installed and BMCFLEET_REQUIRE_PEERS=1");
-        eprintln!("note: script (util-linux) is not installed, test skipped");
-    }
-    found
+    bmcfleet_testing::peers::or_skip(found, "script (util-linux) is not installed", "apt-get install util-linux")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_a_progress_line_in_colour_unless_no_color() {
     let Some(script) = script() else { return };
     let f = Fleet::start(SimConfig::default()).await;
-    let r86 = [("rack", "86")];
-    f.register(&[m("t-1", "10.86.0.1", &r86), m("t-2", "fail-2.rack86", &r86)]).await;
+    f.register(&rack("t", 86, &[Bmc::Ok, Bmc::Fail])).await;
     let on_tty = |no_color: Option<&str>| {
         let command = format!("'{}' --nats-url '{}' power on --selector rack=86", bmcfleet_tests::bin("bmcctl").display(), f.stack.nats.url());
         let mut cmd = tokio::process::Command::new(&script);

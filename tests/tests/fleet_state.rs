@@ -10,8 +10,7 @@
 use bmcfleet_schema::state::{MachineEvent, MachineEventKind, MachineState};
 use bmcfleet_schema::*;
 use bmcfleet_testing::ipmi::IpmiSim;
-use bmcfleet_testing::redfish::{FakeSystem, SushyEmulator};
-use bmcfleet_tests::producer::{batch_for, Stack};
+use bmcfleet_tests::producer::{batch_for, machine_batch, Stack};
 use futures::StreamExt;
 use std::time::{Duration, Instant};
 
@@ -65,32 +64,11 @@ async fn state_of(client: &async_nats::Client, subjects: &Subjects, machine: &st
     Some(serde_json::from_slice(&bytes).expect("a machine state record"))
 }
 
-fn machine_batch(name: &str, actions: Vec<Action>) -> Batch {
-    Batch { machine: Some(name.to_owned()), bmc: None, ..batch_for(dummy_target(), actions) }
-}
-
-fn dummy_target() -> BmcTarget {
-    BmcTarget {
-        address: "192.0.2.1".parse().unwrap(),
-        protocol: Protocol::Ipmi,
-        credentials: Credentials::Ref("unused".into()),
-        tls: TlsOptions::default(),
-        system_id: None,
-        options: Default::default(),
-    }
-}
-
 /// nats-server, a gateway and one worker (`args`) talking to `sim`, every
 /// partition owned.
 async fn sim_stack(sim: &bmcfleet_testing::SimServer, args: &[&str]) -> Stack {
-    let nats = bmcfleet_tests::NatsServer::start();
-    let topology = bmcfleet_tests::producer::Topology::default();
-    let gateway = topology.gateway(&nats, &[]);
-    let producer = bmcfleet_tests::producer::Producer::new(nats.client().await);
-    bmcfleet_tests::producer::wait_gateway(&producer).await;
-    let worker = topology.worker(&nats, "w0", sim.addr(), args);
-    bmcfleet_tests::producer::wait_partitions_owned(&producer.client, &topology.subjects()).await;
-    Stack { producer, topology, workers: vec![worker], gateway, nats }
+    let endpoint = sim.addr().to_string();
+    Stack::start(1, &[&["--sim-endpoint", endpoint.as_str()][..], args].concat()).await
 }
 
 /// A bmc-sim machine at `address` with inline credentials.
@@ -164,14 +142,7 @@ async fn ipmi_power_changed_behind_our_back_and_an_outage_are_observed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redfish_power_changed_by_another_client_is_observed() {
-    let Some(emu) = SushyEmulator::start_or_skip(
-        SushyEmulator::builder().systems(vec![FakeSystem::new("9a1d0c6e-2222-4c3a-9d55-000000000019", "node19", "Off")]),
-        "redfish_power_changed_by_another_client_is_observed",
-    )
-    .await
-    else {
-        return;
-    };
+    let Some(emu) = bmcfleet_tests::sushy_node(19, "redfish_power_changed_by_another_client_is_observed").await else { return };
     let stack = Stack::start(1, &["--poll-interval", "1s", "--poll-timeout", "900ms"]).await;
     let subjects = stack.topology.subjects();
     let name = stack.topology.register_machine(&stack.producer.client, &emu.target()).await;
@@ -217,14 +188,7 @@ async fn polls_never_overlap_a_batch_on_the_same_machine() {
     }
     let stack = Stack { producer, topology, workers: vec![worker], gateway, nats };
 
-    let target = BmcTarget {
-        address: "slow-19.example".parse().unwrap(),
-        protocol: Protocol::Sim,
-        credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
-        tls: TlsOptions::default(),
-        system_id: None,
-        options: Default::default(),
-    };
+    let target = sim_target("slow-19.example");
     // Several slow batches back to back while polls come every second.
     for _ in 0..3 {
         let r = stack.run(&batch_for(target.clone(), vec![Action::Power(PowerOp::Status); 4])).await;

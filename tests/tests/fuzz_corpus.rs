@@ -47,34 +47,26 @@ fn replay(target: &str, entry: Entry) {
     assert!(failed.is_empty(), "{target}: {} of {} inputs panicked: {failed:#?}", failed.len(), files.len());
 }
 
-#[test]
-fn batch_decode_corpus() {
-    replay(TARGETS[0].0, TARGETS[0].1);
+/// One test per target (named after it in the test output), each replaying
+/// its entry of [`TARGETS`].
+macro_rules! corpus_tests {
+    ($($test:ident => $index:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                replay(TARGETS[$index].0, TARGETS[$index].1);
+            }
+        )*
+    };
 }
 
-#[test]
-fn ipmi_response_corpus() {
-    replay(TARGETS[1].0, TARGETS[1].1);
-}
-
-#[test]
-fn wsman_xml_corpus() {
-    replay(TARGETS[2].0, TARGETS[2].1);
-}
-
-#[test]
-fn redfish_json_corpus() {
-    replay(TARGETS[3].0, TARGETS[3].1);
-}
-
-#[test]
-fn redfish_path_corpus() {
-    replay(TARGETS[4].0, TARGETS[4].1);
-}
-
-#[test]
-fn redfish_url_join_corpus() {
-    replay(TARGETS[5].0, TARGETS[5].1);
+corpus_tests! {
+    batch_decode_corpus => 0,
+    ipmi_response_corpus => 1,
+    wsman_xml_corpus => 2,
+    redfish_json_corpus => 3,
+    redfish_path_corpus => 4,
+    redfish_url_join_corpus => 5,
 }
 
 /// The cargo-fuzz crate and this test agree on the target names.

@@ -6,7 +6,6 @@
 
 use bmcfleet_schema::*;
 use bmcfleet_testing::ipmi::IpmiSim;
-use bmcfleet_testing::redfish::{FakeSystem, SushyEmulator};
 use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::producer::{batch_for, wait_gateway, wait_partitions_owned, Stack, Topology};
 use bmcfleet_tests::{NatsServer, Producer};
@@ -36,14 +35,7 @@ async fn sensors_bios_and_secure_boot_through_the_pipeline() {
     assert!(r.results[3].is_ok());
 
     // Redfish (sushy-emulator): Thermal sensors, secure boot set and read back.
-    let Some(emu) = SushyEmulator::start_or_skip(
-        SushyEmulator::builder().systems(vec![FakeSystem::new("9a1d0c6e-2222-4c3a-9d55-000000000009", "node9", "Off")]),
-        "sensors_bios_and_secure_boot_through_the_pipeline",
-    )
-    .await
-    else {
-        return;
-    };
+    let Some(emu) = bmcfleet_tests::sushy_node(9, "sensors_bios_and_secure_boot_through_the_pipeline").await else { return };
     let r = stack
         .run(&batch_for(emu.target(), vec![Action::Sensors, Action::SecureBootSet(SecureBootSet { enabled: true }), Action::SecureBootGet]))
         .await;

@@ -4,10 +4,10 @@
 //! (deploy/prometheus/*.yaml) and the README. A renamed or removed metric
 //! fails here instead of leaving an empty panel or an alert that never fires.
 //!
-//! The exported names come from the code: every `register("name", ...)` of
-//! gateway/src/metrics.rs and worker/src/metrics.rs under their
-//! `sub_registry_with_prefix("bmcfleet")`, expanded to the series Prometheus
-//! stores by the field's type (`_total` for a counter, `_bucket`/`_sum`/
+//! The exported names come from the code: every entry of the `metrics!`
+//! blocks of gateway/src/metrics.rs and worker/src/metrics.rs, under the
+//! prefix the macro registers with (common/src/serve.rs), expanded to the
+//! series Prometheus stores by the field's type (`_total` for a counter, `_bucket`/`_sum`/
 //! `_count` for a histogram). That reading of the code is itself checked
 //! against `/metrics` of a real gateway and worker: every family they show
 //! (labelled families appear only once they have a sample) must be in it.
@@ -41,31 +41,33 @@ fn series(name: &str, kind: &str) -> Vec<String> {
     }
 }
 
-/// The series a metrics.rs registers: `register("name", "help", m.field.clone())`
-/// under `sub_registry_with_prefix("prefix")`, typed by the field's declaration.
-fn registered(source: &str) -> BTreeSet<String> {
-    let prefix = source
+/// The prefix `metrics!` (common/src/serve.rs) registers every metric under.
+fn prefix(macro_source: &str) -> String {
+    macro_source
         .split("sub_registry_with_prefix(\"")
         .nth(1)
         .and_then(|r| r.split('"').next())
-        .expect("a sub_registry_with_prefix(\"...\")");
+        .expect("a sub_registry_with_prefix(\"...\") in the metrics! macro")
+        .to_owned()
+}
+
+/// The series a metrics.rs declares: each `field: Type = init, "name";` of
+/// its `metrics!` block, typed by `Type`.
+fn registered(source: &str, prefix: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for call in source.split("r.register(\"").skip(1) {
-        let name = call.split('"').next().unwrap();
-        let field = call.split("m.").nth(1).and_then(|r| r.split(".clone()").next()).expect("m.<field>.clone()");
-        let last = field.rsplit('.').next().unwrap();
-        // The declaration `pub <last>: Type,` in the same file; a field of a
-        // nested struct (m.breakers.open) may live elsewhere: any type then.
-        let decl = source.lines().find_map(|l| l.trim().strip_prefix("pub ").and_then(|l| l.strip_prefix(&format!("{last}: "))));
+    for line in source.lines().map(str::trim) {
+        let Some(entry) = line.strip_suffix("\";") else { continue };
+        let (Some((decl, name)), Some((_, rest))) = (entry.rsplit_once(", \""), entry.split_once(": ")) else { continue };
+        let Some((ty, _)) = rest.split_once(" = ") else { continue };
         let full = format!("{prefix}_{name}");
-        match decl {
-            Some(t) if t.contains("Histogram") => out.extend(series(&full, "histogram")),
-            Some(t) if t.contains("Counter") => out.extend(series(&full, "counter")),
-            Some(t) if t.contains("Gauge") => out.extend(series(&full, "gauge")),
-            _ => out.extend(["counter", "histogram", "gauge"].iter().flat_map(|k| series(&full, k))),
+        match ty {
+            t if t.contains("Histogram") => out.extend(series(&full, "histogram")),
+            t if t.contains("Counter") => out.extend(series(&full, "counter")),
+            t if t.contains("Gauge") => out.extend(series(&full, "gauge")),
+            other => panic!("{decl}: a metric of unknown type {other}"),
         }
     }
-    assert!(!out.is_empty(), "no r.register(\"...\") found");
+    assert!(!out.is_empty(), "no metrics! entry found");
     out
 }
 
@@ -95,8 +97,9 @@ fn quoted(text: &str) -> BTreeSet<String> {
 async fn every_metric_the_dashboard_rules_and_readme_use_is_exported() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
-    let mut names = registered(&read("gateway/src/metrics.rs"));
-    names.extend(registered(&read("worker/src/metrics.rs")));
+    let prefix = prefix(&read("common/src/serve.rs"));
+    let mut names = registered(&read("gateway/src/metrics.rs"), &prefix);
+    names.extend(registered(&read("worker/src/metrics.rs"), &prefix));
     for expected in ["bmcfleet_batches_rejected_total", "bmcfleet_partitions_owned", "bmcfleet_queue_wait_seconds_bucket", "bmcfleet_machines", "bmcfleet_polls_behind_seconds"] {
         assert!(names.contains(expected), "{expected} not registered: {names:?}");
     }
@@ -112,7 +115,7 @@ async fn every_metric_the_dashboard_rules_and_readme_use_is_exported() {
     live.extend(scraped(metrics_port(&worker).await));
     assert!(live.len() >= 5, "{live:?}");
     let unknown: Vec<_> = live.difference(&names).collect();
-    assert!(unknown.is_empty(), "exported but not found in the code's register calls: {unknown:?}");
+    assert!(unknown.is_empty(), "exported but not found in the code's metrics! entries: {unknown:?}");
 
     let dashboard: serde_json::Value = serde_json::from_str(&read("deploy/grafana/bmcfleet.json")).unwrap();
     let mut exprs = Vec::new();

@@ -10,7 +10,7 @@ use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::cluster::http_get;
 use bmcfleet_tests::metrics::{metrics_port, scrape, value};
 use bmcfleet_tests::otlp::{OtlpCollector, Span};
-use bmcfleet_tests::producer::{wait_gateway, wait_partitions_owned, Topology};
+use bmcfleet_tests::producer::{wait_gateway, wait_partitions_owned, SimStack, Topology};
 use bmcfleet_tests::{NatsServer, Process, Producer};
 use futures::StreamExt;
 use std::time::Duration;
@@ -242,21 +242,16 @@ async fn metrics_count_what_was_executed() {
 /// once a worker finished them).
 #[tokio::test]
 async fn gateway_exports_the_job_backlog_for_autoscaling() {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let topo = Topology::default();
-    let gateway = topo.gateway(&nats, &[]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
-    let port = metrics_port(&gateway).await;
+    let stack = SimStack::start(SimConfig::default()).await;
+    let port = metrics_port(&stack.gateway).await;
     for i in 0..5 {
         let b = batch(target(&format!("10.9.4.{}", i % 2 + 1), "pw"), vec![Action::Power(PowerOp::Status)]);
-        let Reply::Accepted(_) = p.submit(&b, false).await else { panic!("not accepted") };
+        let Reply::Accepted(_) = stack.producer.submit(&b, false).await else { panic!("not accepted") };
     }
     let backlog = || value(&scrape(port), "bmcfleet_jobs_backlog", &[]);
     let within = Duration::from_secs(15); // the gateway reads the stream every 5 s
     bmcfleet_tests::eventually(within, "a backlog of 5 jobs", || async { (backlog() == 5.0).then_some(()) }).await;
-    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
+    let _worker = stack.worker("w0", &[]);
     bmcfleet_tests::eventually(within + Duration::from_secs(20), "the backlog drained", || async { (backlog() == 0.0).then_some(()) }).await;
 }
 

@@ -2,8 +2,8 @@
 //! the simulated BMC fleet recording what every worker did.
 
 use bmcfleet_schema::*;
-use bmcfleet_testing::{SimConfig, SimServer};
-use bmcfleet_tests::producer::{stream_messages, wait_gateway, wait_partitions_owned, Topology};
+use bmcfleet_testing::SimConfig;
+use bmcfleet_tests::producer::{stream_messages, wait_gateway, SimStack, Topology};
 use bmcfleet_tests::{NatsServer, Producer};
 use futures::StreamExt as _;
 use std::time::Duration;
@@ -14,25 +14,8 @@ fn batch(address: &str, actions: Vec<Action>) -> Batch {
     b
 }
 
-struct Env {
-    nats: NatsServer,
-    sim: SimServer,
-    topo: Topology,
-    producer: Producer,
-    _gateway: bmcfleet_tests::Process,
-    _workers: Vec<bmcfleet_tests::Process>,
-}
-
-async fn env(workers: usize) -> Env {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let topo = Topology::default();
-    let gateway = topo.gateway(&nats, &[]);
-    let producer = Producer::new(nats.client().await);
-    wait_gateway(&producer).await;
-    let workers = (0..workers).map(|i| topo.worker(&nats, &format!("w{i}"), sim.addr(), &[])).collect();
-    wait_partitions_owned(&producer.client, &topo.subjects()).await;
-    Env { nats, sim, topo, producer, _gateway: gateway, _workers: workers }
+async fn env(workers: usize) -> SimStack {
+    SimStack::start(SimConfig::default()).await.with_workers(workers, &[]).await
 }
 
 #[tokio::test]
@@ -60,7 +43,7 @@ async fn submit_and_wait_returns_the_final_result() {
     assert_eq!(s.state, BatchState::Succeeded);
     assert_eq!(s.result.unwrap(), r);
     // Work-queue: the finished job is gone from the jobs stream.
-    let subjects = e.topo.subjects();
+    let subjects = e.topology.subjects();
     bmcfleet_tests::eventually(Duration::from_secs(10), "job acknowledged", || {
         let c = e.producer.client.clone();
         let s = subjects.jobs_stream();
@@ -76,19 +59,13 @@ use std::collections::HashMap;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_bmc_order_holds_across_three_workers() {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig { latency: Duration::from_millis(1), ..SimConfig::default() }).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &[]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
-    let _ws: Vec<_> = (0..3).map(|i| topo.worker(&nats, &format!("w{i}"), sim.addr(), &[])).collect();
-    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let stack = SimStack::start(SimConfig { latency: Duration::from_millis(1), ..SimConfig::default() }).await.with_workers(3, &[]).await;
+    let (p, topo, sim) = (&stack.producer, &stack.topology, &stack.sim);
     let mut results = ResultCollector::start(&p.client, &topo.subjects()).await;
 
     // 2,000 batches over 50 BMCs, interleaved.
     let batches: Vec<Batch> = (0..2000).map(|i| batch(&format!("10.1.0.{}", i % 50 + 1), mixed_actions(i / 50))).collect();
-    let (ids, per_bmc) = submit_all(&p, batches).await;
+    let (ids, per_bmc) = submit_all(p, batches).await;
     results.wait_all(&ids, Duration::from_secs(240)).await;
 
     assert!(results.results.values().all(|r| r.state == BatchState::Succeeded), "every batch succeeds");
@@ -117,24 +94,18 @@ async fn per_bmc_order_holds_across_three_workers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_a_worker_loses_nothing_and_keeps_order() {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig { latency: Duration::from_millis(5), ..SimConfig::default() }).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &[]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
-    let mut ws: Vec<_> = (0..3).map(|i| topo.worker(&nats, &format!("w{i}"), sim.addr(), &[])).collect();
-    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let mut stack = SimStack::start(SimConfig { latency: Duration::from_millis(5), ..SimConfig::default() }).await.with_workers(3, &[]).await;
+    let (p, topo, sim) = (&stack.producer, &stack.topology, &stack.sim);
     let mut results = ResultCollector::start(&p.client, &topo.subjects()).await;
 
     let batches: Vec<Batch> = (0..600).map(|i| batch(&format!("10.2.0.{}", i % 20 + 1), mixed_actions(i / 20))).collect();
-    let (ids, per_bmc) = submit_all(&p, batches).await;
+    let (ids, per_bmc) = submit_all(p, batches).await;
     // Kill w0 once it has demonstrably been executing.
     assert!(
         sim.wait_for(Duration::from_secs(60), |log| log.iter().filter(|e| e.call.as_ref().is_some_and(|c| c.worker == "w0")).count() > 20).await,
         "w0 never executed anything"
     );
-    ws[0].kill();
+    stack.workers[0].kill();
     results.wait_all(&ids, Duration::from_secs(240)).await;
 
     let log = sim.log();
@@ -221,7 +192,7 @@ async fn failures_are_typed_results_and_the_lane_goes_on() {
     // Unknown credential reference.
     let b = bmcfleet_tests::producer::ref_machine_batch(
         &e.producer.client,
-        &e.topo.subjects(),
+        &e.topology.subjects(),
         "10.4.0.1",
         "no-such-cred",
         vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)],
@@ -276,7 +247,7 @@ async fn cancel_a_queued_and_a_running_batch() {
     let b2 = batch("slow-1.lab", vec![Action::Power(PowerOp::Off)]);
     let Reply::Accepted(a1) = e.producer.submit(&b1, false).await else { panic!() };
     let Reply::Accepted(a2) = e.producer.submit(&b2, false).await else { panic!() };
-    let mut results = ResultCollector::start(&e.producer.client, &e.topo.subjects()).await;
+    let mut results = ResultCollector::start(&e.producer.client, &e.topology.subjects()).await;
     assert!(e.sim.wait_for(Duration::from_secs(20), |log| log.iter().any(|x| x.call.as_ref().is_some_and(|c| c.batch == a1.id))).await);
     let Reply::Cancelled { state, .. } = e.producer.cancel(a2.id).await else { panic!("cancel queued") };
     assert_eq!(state, BatchState::Cancelled);
@@ -296,18 +267,14 @@ async fn cancel_a_queued_and_a_running_batch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_hands_partitions_back_and_work_completes() {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig { latency: Duration::from_millis(20), ..SimConfig::default() }).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &[]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
-    let mut w0 = topo.worker(&nats, "w0", sim.addr(), &[]);
-    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let stack = SimStack::start(SimConfig { latency: Duration::from_millis(20), ..SimConfig::default() }).await;
+    let (p, topo, sim) = (&stack.producer, &stack.topology, &stack.sim);
+    let mut w0 = stack.worker("w0", &[]);
+    stack.wait_partitions_owned().await;
     let mut results = ResultCollector::start(&p.client, &topo.subjects()).await;
     let batches: Vec<Batch> = (0..100).map(|i| batch(&format!("10.6.0.{}", i % 10), mixed_actions(i / 10))).collect();
-    let (ids, per_bmc) = submit_all(&p, batches).await;
-    let _w1 = topo.worker(&nats, "w1", sim.addr(), &[]);
+    let (ids, per_bmc) = submit_all(p, batches).await;
+    let _w1 = stack.worker("w1", &[]);
     assert!(sim.wait_for(Duration::from_secs(30), |log| log.len() > 10).await);
     let status = w0.terminate(Duration::from_secs(20)).expect("w0 exits on SIGTERM within the drain timeout");
     assert!(status.success(), "w0 exit status {status:?}");
@@ -383,14 +350,8 @@ async fn a_batch_longer_than_ack_wait_is_not_redelivered() {
 
 #[tokio::test]
 async fn idle_lanes_are_evicted_and_their_sessions_closed() {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &[]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
-    let _w = topo.worker(&nats, "w0", sim.addr(), &["--lane-idle-timeout", "1s"]);
-    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let stack = SimStack::start(SimConfig::default()).await.with_workers(1, &["--lane-idle-timeout", "1s"]).await;
+    let (p, sim) = (&stack.producer, &stack.sim);
     for i in 0..5 {
         let Reply::Result(r) = p.submit(&batch(&format!("10.11.0.{i}"), vec![Action::Power(PowerOp::Status)]), true).await else { panic!() };
         assert_eq!(r.state, BatchState::Succeeded);
@@ -433,7 +394,7 @@ async fn bmcctl_submits_waits_and_reports() {
 
     // With the workers' key, bmcctl seals the password itself: the request
     // carries only the box, and the batch still runs (the worker opens it).
-    let public = e.topo.sealing.public.clone();
+    let public = e.topology.sealing.public.clone();
     for args in [
         vec!["power", "off", "--bmc", "10.12.0.1", "--protocol", "sim", "--user", "admin", "--password-env", "BMC_PW", "--wait", "--workers-public-key", &public],
         vec!["submit", "-", "--wait", "--workers-public-key", &public],
@@ -489,18 +450,14 @@ async fn bmcctl_submits_waits_and_reports() {
 /// `interrupted`, runs none of them, and replaces exactly the record it read.
 #[tokio::test]
 async fn a_corrupt_status_record_finishes_the_batch_interrupted_and_runs_nothing() {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &[]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
+    let stack = SimStack::start(SimConfig { record_calls: true, ..SimConfig::default() }).await;
+    let (p, topo, sim) = (&stack.producer, &stack.topology, &stack.sim);
     // No worker yet: the batch stays queued while its record is damaged.
     let Reply::Accepted(a) = p.submit(&sim_batch("10.6.9.1", vec![Action::Power(PowerOp::Cycle)]), false).await else { panic!("not accepted") };
     let js = async_nats::jetstream::new(p.client.clone());
     let kv = js.get_key_value(topo.subjects().batches_bucket()).await.unwrap();
     kv.put(a.id.to_string(), "not a status record".into()).await.unwrap();
-    let _w = topo.worker(&nats, "w0", sim.addr(), &[]);
+    let _w = stack.worker("w0", &[]);
     let results = bmcfleet_tests::producer::wait_final_statuses(&p.client, &topo.subjects(), &[a.id], Duration::from_secs(60)).await;
     let r = &results[&a.id];
     assert_eq!(r.state, BatchState::Failed, "{r:?}");

@@ -12,10 +12,9 @@
 //! `BMCFLEET_REQUIRE_PEERS=1` (scripts/test.sh).
 
 use bmcfleet_schema::PowerState;
-use bmcfleet_testing::{SimConfig, SimServer};
+use bmcfleet_testing::{peers, SimConfig};
 use bmcfleet_tests::checks::sim_batch;
-use bmcfleet_tests::producer::{wait_gateway, wait_partitions_owned, Topology};
-use bmcfleet_tests::{NatsServer, Producer};
+use bmcfleet_tests::producer::SimStack;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -24,35 +23,19 @@ fn root() -> PathBuf {
 }
 
 fn python() -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = std::env::var_os("BMCFLEET_PYTHON").map(PathBuf::from).into_iter().collect();
-    candidates.push(root().join(".tools/bin/python3"));
-    for c in candidates {
-        let ok = std::process::Command::new(&c)
-            .args(["-c", "import nats, msgpack, jsonschema"])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(c);
-        }
-    }
-    let required = std::env::var("BMCFLEET_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-    assert!(!required, "python3 with examples/python/requirements.txt is required (BMCFLEET_REQUIRE_PEERS=1): run scripts/setup.sh");
-    eprintln!("SKIP: no python3 with nats-py, msgpack and jsonschema (scripts/setup.sh installs them into .tools, or set BMCFLEET_PYTHON)");
-    None
+    let candidates = std::env::var_os("BMCFLEET_PYTHON").map(PathBuf::from).into_iter().chain([root().join(".tools/bin/python3")]);
+    peers::or_skip(
+        peers::python_with(candidates, "nats, msgpack, jsonschema"),
+        "no python3 with nats-py, msgpack and jsonschema (examples/python/requirements.txt)",
+        "scripts/setup.sh installs them into .tools, or set BMCFLEET_PYTHON",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_producer_works_against_the_real_stack() {
     let Some(python) = python() else { return };
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.unwrap();
-    let topo = Topology::default();
-    let _gateway = topo.gateway(&nats, &[]);
-    let producer = Producer::new(nats.client().await);
-    wait_gateway(&producer).await;
-    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
-    wait_partitions_owned(&producer.client, &topo.subjects()).await;
+    let stack = SimStack::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.with_workers(1, &[]).await;
+    let (producer, topo, sim) = (&stack.producer, &stack.topology, &stack.sim);
     let register = |address: &'static str| {
         let target = sim_batch(address, vec![]).bmc.unwrap();
         let (topo, client) = (topo.clone(), producer.client.clone());
@@ -64,7 +47,7 @@ async fn the_python_producer_works_against_the_real_stack() {
 
     let run = tokio::process::Command::new(&python)
         .arg(root().join("examples/python/demo.py"))
-        .args(["--server", &nats.url(), "--machine", &machine, "--failing-machine", &failing, "--slow-machine", &slow])
+        .args(["--server", &stack.nats.url(), "--machine", &machine, "--failing-machine", &failing, "--slow-machine", &slow])
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(180), run).await.expect("demo.py finishes within 180 s").expect("run python");

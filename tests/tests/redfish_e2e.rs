@@ -7,7 +7,7 @@
 //! 501 for Nmi: those come back as typed errors here and are tested for
 //! success against vendor mockups in providers/redfish/tests/mockups.rs.
 
-use bmcfleet_testing::redfish::{FakeSystem, ImageServer, SushyEmulator};
+use bmcfleet_testing::redfish::ImageServer;
 use bmcfleet_schema::*;
 use bmcfleet_tests::producer::{batch_for, Stack};
 use std::time::Duration;
@@ -18,14 +18,7 @@ fn code(r: &ActionResult) -> Option<ErrorCode> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capabilities_through_the_pipeline_against_sushy() {
-    let Some(emu) = SushyEmulator::start_or_skip(
-        SushyEmulator::builder().systems(vec![FakeSystem::new("9a1d0c6e-2222-4c3a-9d55-000000000001", "node1", "Off")]),
-        "capabilities_through_the_pipeline_against_sushy",
-    )
-    .await
-    else {
-        return;
-    };
+    let Some(emu) = bmcfleet_tests::sushy_node(1, "capabilities_through_the_pipeline_against_sushy").await else { return };
     let image = ImageServer::start("boot.iso", vec![0u8; 64 * 1024]).await.unwrap();
     let stack = Stack::start(1, &[]).await;
     let system = emu.system_path(0);

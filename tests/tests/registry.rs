@@ -11,31 +11,14 @@
 //!   resolving into a range it does not allow is refused and nothing is sent.
 
 use bmcfleet_schema::*;
-use bmcfleet_testing::{SimConfig, SimServer};
-use bmcfleet_tests::producer::{ref_machine_batch, stream_messages, wait_gateway, wait_partitions_owned, Topology};
-use bmcfleet_tests::{NatsServer, Process, Producer};
+use bmcfleet_testing::SimConfig;
+use bmcfleet_tests::producer::{ref_machine_batch, refusal, stream_messages, SimStack, Topology};
+use bmcfleet_tests::NatsServer;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-struct Env {
-    producer: Producer,
-    topo: Topology,
-    sim: SimServer,
-    _gateway: Process,
-    _worker: Process,
-    _nats: NatsServer,
-}
-
-async fn env(worker_args: &[&str]) -> Env {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig { password: Some("pw-in-line".into()), ..SimConfig::default() }).await.unwrap();
-    let topo = Topology::default();
-    let gateway = topo.gateway(&nats, &[]);
-    let producer = Producer::new(nats.client().await);
-    wait_gateway(&producer).await;
-    let worker = topo.worker(&nats, "w0", sim.addr(), worker_args);
-    wait_partitions_owned(&producer.client, &topo.subjects()).await;
-    Env { producer, topo, sim, _gateway: gateway, _worker: worker, _nats: nats }
+async fn env(worker_args: &[&str]) -> SimStack {
+    SimStack::start(SimConfig { password: Some("pw-in-line".into()), ..SimConfig::default() }).await.with_workers(1, worker_args).await
 }
 
 /// A loopback TCP listener standing for a host the producer controls: counts connections.
@@ -52,13 +35,6 @@ async fn attacker_listener() -> (u16, Arc<AtomicUsize>) {
     (port, seen)
 }
 
-fn refused(reply: Reply) -> ErrorBody {
-    match reply {
-        Reply::Error(e) => e,
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_credential_never_reaches_a_host_the_producer_chose() {
     let e = env(&[]).await;
@@ -66,12 +42,12 @@ async fn a_named_credential_never_reaches_a_host_the_producer_chose() {
     // The operator's machine, bound to its credential "rack12".
     let (ok, _, err) = bmcctl_cred_put(&e, "rack12", "pw-in-line");
     assert!(ok, "{err}");
-    let good = ref_machine_batch(&p.client, &e.topo.subjects(), "10.30.0.1", "rack12", vec![Action::Power(PowerOp::On)]).await;
+    let good = ref_machine_batch(&p.client, &e.topology.subjects(), "10.30.0.1", "rack12", vec![Action::Power(PowerOp::On)]).await;
     let Reply::Result(r) = p.submit(&good, true).await else { panic!("a machine batch runs") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 
     let (port, seen) = attacker_listener().await;
-    let jobs = e.topo.subjects().jobs_stream();
+    let jobs = e.topology.subjects().jobs_stream();
     // The stream's last sequence: the good batch's job leaves the work queue
     // when acknowledged (racing a message count), a refused one would add one.
     let last_seq = || async {
@@ -81,21 +57,21 @@ async fn a_named_credential_never_reaches_a_host_the_producer_chose() {
     let queued = last_seq().await;
     for tls in ["", r#","tls":{"insecure":true}"#, r#","tls":{"ca_pem":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}"#] {
         let json = format!(r#"{{"bmc":{{"address":"127.0.0.1:{port}","protocol":"redfish","credentials":{{"ref":"rack12"}}{tls}}},"actions":[{{"power":"status"}}]}}"#);
-        let err = refused(p.submit_json(&json, true).await);
+        let err = refusal(p.submit_json(&json, true).await);
         assert_eq!(err.code, ErrorCode::TargetForbidden, "{tls}: {err:?}");
     }
     // Also aimed at the machine's own name but another host: there is no such field to aim with.
     let json = r#"{"machine":"sim-v4-10-30-0-1","bmc":{"address":"127.0.0.1:1","credentials":{"ref":"rack12"}},"actions":["inventory"]}"#;
-    assert_eq!(refused(p.submit_json(json, true).await).code, ErrorCode::InvalidField);
+    assert_eq!(refusal(p.submit_json(json, true).await).code, ErrorCode::InvalidField);
     assert_eq!(last_seq().await, queued, "a refused batch was queued");
     assert_eq!(seen.load(Ordering::SeqCst), 0, "the producer's listener was contacted");
 }
 
-fn bmcctl_cred_put(e: &Env, name: &str, password: &str) -> (bool, String, String) {
+fn bmcctl_cred_put(e: &SimStack, name: &str, password: &str) -> (bool, String, String) {
     use std::io::Write;
-    let url = e._nats.url();
+    let url = e.nats.url();
     let mut child = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
-        .args(["--nats-url", &url, "cred", "put", name, "--username", "admin", "--password-stdin", "--workers-public-key", &e.topo.sealing.public])
+        .args(["--nats-url", &url, "cred", "put", name, "--username", "admin", "--password-stdin", "--workers-public-key", &e.topology.sealing.public])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -110,21 +86,21 @@ fn bmcctl_cred_put(e: &Env, name: &str, password: &str) -> (bool, String, String
 async fn batches_name_registered_machines() {
     let e = env(&[]).await;
     let p = &e.producer;
-    let jobs = e.topo.subjects().jobs_stream();
-    let err = refused(p.submit_json(r#"{"machine":"nobody-here","actions":[{"power":"on"}]}"#, false).await);
+    let jobs = e.topology.subjects().jobs_stream();
+    let err = refusal(p.submit_json(r#"{"machine":"nobody-here","actions":[{"power":"on"}]}"#, false).await);
     assert_eq!(err.code, ErrorCode::MachineNotFound, "{err:?}");
     assert_eq!(stream_messages(&p.client, &jobs).await, 0);
 
     // Registered a moment ago (no wait for the watch): honoured at once, by gateway and worker.
     let target = bmcfleet_tests::checks::sim_batch("10.31.0.1", vec![]).bmc.unwrap();
-    let name = e.topo.register_machine(&p.client, &target).await;
+    let name = e.topology.register_machine(&p.client, &target).await;
     let json = format!(r#"{{"machine":"{name}","actions":[{{"power":"on"}},{{"power":"status"}}]}}"#);
     let Reply::Result(r) = p.submit_json(&json, true).await else { panic!("result") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
     assert_eq!(e.sim.power("v4-10-31-0-1"), Some(PowerState::On), "the machine's BMC was driven");
 
     // An ad hoc batch at the machine's address is refused: name the machine.
-    let err = refused(p.submit(&bmcfleet_tests::checks::sim_batch("10.31.0.1", vec![Action::Power(PowerOp::Off)]), false).await);
+    let err = refusal(p.submit(&bmcfleet_tests::checks::sim_batch("10.31.0.1", vec![Action::Power(PowerOp::Off)]), false).await);
     assert_eq!(err.code, ErrorCode::TargetForbidden, "{err:?}");
     assert!(err.message.contains(&name), "{err:?}");
 }
@@ -155,7 +131,7 @@ async fn a_captured_box_opens_only_for_the_target_it_was_sealed_for() {
     use bmcfleet_common::sealing::{public_key, seal, Binding};
     let e = env(&[]).await;
     let p = &e.producer;
-    let key = public_key(&e.topo.sealing.public).unwrap();
+    let key = public_key(&e.topology.sealing.public).unwrap();
     let victim: BmcAddress = "10.33.0.1".parse().unwrap();
     let far = bmcfleet_common::runtime::now_ms() + 600_000;
     let sealed = seal("admin", &Secret::new("pw-in-line"), &key, &Binding::target(&victim.key(), far)).unwrap();
@@ -180,9 +156,9 @@ async fn a_captured_box_opens_only_for_the_target_it_was_sealed_for() {
     assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::CredentialUnavailable, "{r:?}");
 }
 
-fn bmcctl(e: &Env, args: &[&str]) -> (bool, String, String) {
+fn bmcctl(e: &SimStack, args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
-        .args(["--nats-url", &e._nats.url()])
+        .args(["--nats-url", &e.nats.url()])
         .args(args)
         .env("USER", "alice")
         .env_remove("RUST_LOG")
@@ -274,7 +250,7 @@ async fn a_name_resolving_to_a_registered_machine_is_that_machine() {
     let e = env(&[]).await;
     let p = &e.producer;
     let registered = bmcfleet_tests::checks::sim_batch("127.0.0.1", vec![]).bmc.unwrap();
-    e.topo.register_machine(&p.client, &registered).await;
+    e.topology.register_machine(&p.client, &registered).await;
     let mut b = bmcfleet_tests::checks::sim_batch("localhost", vec![Action::Power(PowerOp::Status)]);
     b.bmc.as_mut().unwrap().protocol = Protocol::Ipmi;
     let Reply::Result(r) = p.submit(&b, true).await else { panic!("a result") };
@@ -314,7 +290,7 @@ async fn a_machines_protocol_preference_is_the_only_order_tried() {
     // A producer cannot choose them for an ad hoc target.
     let mut ad_hoc = bmcfleet_tests::checks::sim_batch("10.31.9.1", status());
     ad_hoc.bmc.as_mut().unwrap().options.protocols = vec![Protocol::Ipmi];
-    let err = refused(stack.producer.submit(&ad_hoc, false).await);
+    let err = refusal(stack.producer.submit(&ad_hoc, false).await);
     assert_eq!(err.code, ErrorCode::TargetForbidden, "{err:?}");
     assert!(err.message.contains("bmc.options"), "{err:?}");
 }
@@ -363,7 +339,7 @@ async fn a_machine_replaced_at_its_host_is_honoured_at_once() {
         let mut target = bmcfleet_tests::checks::sim_batch("10.31.7.1", vec![]).bmc.unwrap();
         // A different record each time (so a different machine name) at the same host.
         target.system_id = Some(format!("sys-{i}"));
-        let name = e.topo.register_machine(&p.client, &target).await;
+        let name = e.topology.register_machine(&p.client, &target).await;
         let json = format!(r#"{{"machine":"{name}","actions":[{{"power":"status"}}]}}"#);
         match p.submit_json(&json, true).await {
             Reply::Result(r) => assert_eq!(r.state, BatchState::Succeeded, "replacement {i}: {r:?}"),

@@ -17,51 +17,27 @@
 //! one consumer and one worker.
 
 use bmcfleet_schema::*;
-use bmcfleet_testing::{Faults, SimConfig, SimServer};
+use bmcfleet_testing::{Faults, SimConfig};
 use bmcfleet_tests::checks::sim_batch;
-use bmcfleet_tests::metrics::{metrics_port, scrape, value};
-use bmcfleet_tests::producer::{wait_gateway, wait_partitions_owned, ResultCollector, Topology};
-use bmcfleet_tests::{NatsServer, Process, Producer};
+use bmcfleet_tests::metrics::{assert_values, metrics_port, scrape, value, Expect};
+use bmcfleet_tests::producer::{ResultCollector, SimStack, Topology};
+use bmcfleet_tests::Process;
 use std::time::Duration;
 
-struct Env {
-    _nats: NatsServer,
-    sim: SimServer,
-    topo: Topology,
-    producer: Producer,
-    _gateway: Process,
-    worker: Process,
+async fn env(worker_args: &[&str]) -> SimStack {
+    let topology = Topology { partitions: 1, ..Topology::default() };
+    SimStack::start_with(SimConfig { record_calls: true, ..SimConfig::default() }, topology, &[]).await.with_workers(1, worker_args).await
 }
 
-async fn env(worker_args: &[&str]) -> Env {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.unwrap();
-    let topo = Topology { partitions: 1, ..Topology::default() };
-    let gateway = topo.gateway(&nats, &[]);
-    let producer = Producer::new(nats.client().await);
-    wait_gateway(&producer).await;
-    let worker = topo.worker(&nats, "w0", sim.addr(), worker_args);
-    wait_partitions_owned(&producer.client, &topo.subjects()).await;
-    Env { _nats: nats, sim, topo, producer, _gateway: gateway, worker }
+/// Requests the BMC received: (logins, action calls of `kind`).
+fn calls(e: &SimStack, bmc: &str, kind: &str) -> (usize, usize) {
+    let calls = e.sim.calls(bmc);
+    (calls.iter().filter(|c| c.action.is_none()).count(), calls.iter().filter(|c| c.action.as_deref() == Some(kind)).count())
 }
 
-impl Env {
-    async fn run(&self, batch: &Batch) -> BatchResult {
-        match self.producer.submit(batch, true).await {
-            Reply::Result(r) => r,
-            other => panic!("expected a final result, got {other:?}"),
-        }
-    }
-
-    /// Requests the BMC received: (logins, action calls of `kind`).
-    fn calls(&self, bmc: &str, kind: &str) -> (usize, usize) {
-        let calls = self.sim.calls(bmc);
-        (calls.iter().filter(|c| c.action.is_none()).count(), calls.iter().filter(|c| c.action.as_deref() == Some(kind)).count())
-    }
-
-    async fn metrics(&self) -> prometheus_parse::Scrape {
-        scrape(metrics_port(&self.worker).await)
-    }
+/// The worker's metrics.
+async fn metrics(e: &SimStack) -> prometheus_parse::Scrape {
+    scrape(metrics_port(&e.workers[0]).await)
 }
 
 fn batch(address: &str, actions: Vec<Action>) -> Batch {
@@ -85,18 +61,22 @@ async fn a_retryable_failure_of_an_idempotent_action_is_retried_until_it_succeed
     assert_eq!(r.results[0].data, Some(ActionData::PowerState(PowerState::On)));
     // Exactly three calls: the first and two retries, each on a fresh session
     // (a lost reply breaks the connection, so the session is reopened).
-    assert_eq!(e.calls(bmc, "power_on"), (3, 3));
-    let m = e.metrics().await;
-    assert_eq!(value(&m, "bmcfleet_bmc_retries_total", &[("protocol", "sim")]), 2.0);
-    assert_eq!(value(&m, "bmcfleet_actions_total", &[("action", "power_on"), ("outcome", "ok")]), 1.0);
+    assert_eq!(calls(&e, bmc, "power_on"), (3, 3));
+    assert_values(
+        &metrics(&e).await,
+        &[
+            Expect("bmcfleet_bmc_retries_total", &[("protocol", "sim")], 2.0),
+            Expect("bmcfleet_actions_total", &[("action", "power_on"), ("outcome", "ok")], 1.0),
+        ],
+    );
 
     // Bounded: three lost replies exhaust --retry-max 2 and the action fails, typed.
     let bmc = "v4-10-20-0-2";
     e.sim.inject(bmc, Faults { lose_replies: 3, ..Faults::default() });
     let r = e.run(&batch("10.20.0.2", vec![Action::Power(PowerOp::On)])).await;
     assert_eq!(code(&r.results[0]), Some(ErrorCode::Unreachable), "{r:#?}");
-    assert_eq!(e.calls(bmc, "power_on"), (3, 3));
-    assert_eq!(value(&e.metrics().await, "bmcfleet_bmc_retries_total", &[("protocol", "sim")]), 4.0);
+    assert_eq!(calls(&e, bmc, "power_on"), (3, 3));
+    assert_eq!(value(&metrics(&e).await, "bmcfleet_bmc_retries_total", &[("protocol", "sim")]), 4.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,10 +90,10 @@ async fn a_non_idempotent_action_is_retried_only_when_it_never_left() {
     assert_eq!(r.state, BatchState::Failed);
     assert_eq!(code(&r.results[0]), Some(ErrorCode::Unreachable), "{r:#?}");
     assert_eq!(code(&r.results[1]), Some(ErrorCode::Skipped));
-    assert_eq!(e.calls(bmc, "power_cycle"), (1, 1), "a power cycle that may have reached the BMC was sent again");
+    assert_eq!(calls(&e, bmc, "power_cycle"), (1, 1), "a power cycle that may have reached the BMC was sent again");
     let runs = e.sim.log().iter().filter(|x| x.bmc == bmc && x.action == "power_cycle").count();
     assert_eq!(runs, 1);
-    assert_eq!(value(&e.metrics().await, "bmcfleet_bmc_retries_total", &[("protocol", "sim")]), 0.0);
+    assert_eq!(value(&metrics(&e).await, "bmcfleet_bmc_retries_total", &[("protocol", "sim")]), 0.0);
 
     // Refused logins: the session never opened, the power cycle never left,
     // so retrying it is safe; it then runs exactly once.
@@ -121,8 +101,8 @@ async fn a_non_idempotent_action_is_retried_only_when_it_never_left() {
     e.sim.inject(bmc, Faults { refuse_logins: 2, ..Faults::default() });
     let r = e.run(&batch("10.21.0.2", vec![Action::Power(PowerOp::Cycle)])).await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
-    assert_eq!(e.calls(bmc, "power_cycle"), (3, 1), "three logins, one power cycle");
-    assert_eq!(value(&e.metrics().await, "bmcfleet_bmc_retries_total", &[("protocol", "sim")]), 2.0);
+    assert_eq!(calls(&e, bmc, "power_cycle"), (3, 1), "three logins, one power cycle");
+    assert_eq!(value(&metrics(&e).await, "bmcfleet_bmc_retries_total", &[("protocol", "sim")]), 2.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,14 +115,12 @@ async fn auth_failures_are_never_retried_and_do_not_trip_the_breaker() {
     for n in 1..=3 {
         let r = e.run(&wrong).await;
         assert_eq!(code(&r.results[0]), Some(ErrorCode::AuthFailed), "{r:#?}");
-        assert_eq!(e.calls(bmc, "power_status"), (n, 0), "one login per batch, never retried");
+        assert_eq!(calls(&e, bmc, "power_status"), (n, 0), "one login per batch, never retried");
     }
     // Answers, even refusals, are health: the breaker stayed closed.
     let r = e.run(&batch("10.22.0.1", vec![Action::Power(PowerOp::Status)])).await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
-    let m = e.metrics().await;
-    assert_eq!(value(&m, "bmcfleet_bmc_retries_total", &[]), 0.0);
-    assert_eq!(value(&m, "bmcfleet_breaker_opens_total", &[]), 0.0);
+    assert_values(&metrics(&e).await, &[Expect("bmcfleet_bmc_retries_total", &[], 0.0), Expect("bmcfleet_breaker_opens_total", &[], 0.0)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,7 +131,7 @@ async fn a_silent_bmc_opens_its_breaker_fails_fast_and_a_probe_decides() {
     let bmc = "v4-10-23-0-1";
     e.sim.inject(bmc, Faults { hang: true, ..Faults::default() });
     let status = || batch("10.23.0.1", vec![Action::Power(PowerOp::Status)]);
-    let logins = |e: &Env| e.calls(bmc, "power_status").0;
+    let logins = |e: &SimStack| calls(e, bmc, "power_status").0;
 
     // Two silent calls, each waiting for its action timeout (no time is left to retry).
     for n in 1..=2 {
@@ -170,11 +148,15 @@ async fn a_silent_bmc_opens_its_breaker_fails_fast_and_a_probe_decides() {
         assert!(r.results[0].error.as_ref().unwrap().message.contains("2 consecutive"), "{r:#?}");
     }
     assert_eq!(logins(&e), 2, "an open breaker sends nothing");
-    let m = e.metrics().await;
-    assert_eq!(value(&m, "bmcfleet_breakers_open", &[]), 1.0);
-    assert_eq!(value(&m, "bmcfleet_breaker_opens_total", &[]), 1.0);
-    assert_eq!(value(&m, "bmcfleet_breaker_rejections_total", &[("protocol", "sim")]), 2.0);
-    assert_eq!(value(&m, "bmcfleet_actions_total", &[("outcome", "circuit_open")]), 2.0);
+    assert_values(
+        &metrics(&e).await,
+        &[
+            Expect("bmcfleet_breakers_open", &[], 1.0),
+            Expect("bmcfleet_breaker_opens_total", &[], 1.0),
+            Expect("bmcfleet_breaker_rejections_total", &[("protocol", "sim")], 2.0),
+            Expect("bmcfleet_actions_total", &[("outcome", "circuit_open")], 2.0),
+        ],
+    );
 
     // The breaker opened before the last result was published; after the
     // cooldown one probe runs. The BMC is still silent: it reopens.
@@ -193,17 +175,15 @@ async fn a_silent_bmc_opens_its_breaker_fails_fast_and_a_probe_decides() {
         let r = e.run(&status()).await;
         assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
     }
-    assert_eq!(e.calls(bmc, "power_status").1, 2);
-    let m = e.metrics().await;
-    assert_eq!(value(&m, "bmcfleet_breakers_open", &[]), 0.0);
-    assert_eq!(value(&m, "bmcfleet_breaker_opens_total", &[]), 2.0);
+    assert_eq!(calls(&e, bmc, "power_status").1, 2);
+    assert_values(&metrics(&e).await, &[Expect("bmcfleet_breakers_open", &[], 0.0), Expect("bmcfleet_breaker_opens_total", &[], 2.0)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_to_one_bmc_are_paced_and_other_bmcs_are_not_held_back() {
     let interval = Duration::from_millis(200);
     let e = env(&["--bmc-min-interval", "200ms"]).await;
-    let mut results = ResultCollector::start(&e.producer.client, &e.topo.subjects()).await;
+    let mut results = ResultCollector::start(&e.producer.client, &e.topology.subjects()).await;
     let paced = "v4-10-24-0-1";
     let Reply::Accepted(a) = e.producer.submit(&batch("10.24.0.1", vec![Action::Power(PowerOp::Status); 6]), false).await else { panic!() };
     // Once the paced BMC is under way, ten other BMCs of the same partition get one action each.
@@ -297,15 +277,11 @@ fn resilience_flags_are_validated_with_their_environment_twins() {
 /// they expire on the server), with a lane busy on a BMC that never answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_stops_within_its_drain_timeout_when_nats_is_gone() {
-    let mut nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &[]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
+    let mut stack = SimStack::start(SimConfig { record_calls: true, ..SimConfig::default() }).await;
     // Topology workers drain for at most 5 s (--drain-timeout 5s).
-    let mut w = topo.worker(&nats, "w0", sim.addr(), &["--action-timeout", "60s"]);
-    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let mut w = stack.worker("w0", &["--action-timeout", "60s"]);
+    stack.wait_partitions_owned().await;
+    let (p, sim) = (&stack.producer, &stack.sim);
     let Reply::Accepted(_) = p.submit(&sim_batch("hang-1.example", vec![Action::Power(PowerOp::Status)]), false).await else { panic!("not accepted") };
     bmcfleet_tests::eventually(Duration::from_secs(20), "the hung BMC's lane busy", || {
         let key = "hang-1.example".parse::<BmcAddress>().unwrap().key().to_string();
@@ -313,7 +289,7 @@ async fn a_worker_stops_within_its_drain_timeout_when_nats_is_gone() {
         async move { busy.then_some(()) }
     })
     .await;
-    nats.kill();
+    stack.nats.kill();
     let started = std::time::Instant::now();
     let status = w.terminate(Duration::from_secs(60));
     let took = started.elapsed();

@@ -4,7 +4,7 @@
 use bmcfleet_schema::*;
 use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
-use bmcfleet_tests::producer::{stream_messages, wait_gateway, wait_partitions_owned, Topology};
+use bmcfleet_tests::producer::{refusal, stream_messages, wait_gateway, wait_partitions_owned, Topology};
 use async_nats::ConnectOptions;
 use bmcfleet_tests::shipped::{connect, shipped, PASSWORDS};
 use bmcfleet_tests::{NatsServer, Producer};
@@ -23,12 +23,10 @@ async fn wait_error(errors: &Arc<Mutex<Vec<String>>>, needle: &str) -> String {
 async fn producers_cannot_bypass_the_gateway() {
     let stack = shipped(SimConfig::default()).await;
     let (nats, topo) = (&stack.nats, &stack.topo);
-    let (producer_client, producer_errors) = connect(nats, "producer", PASSWORDS[2].1).await;
-    let producer = Producer::new(producer_client.clone());
-    wait_gateway(&producer).await;
+    let (producer, producer_errors) = stack.producer("producer", PASSWORDS[2].1).await;
+    let producer_client = producer.client.clone();
     let (admin, admin_errors) = connect(nats, "gateway", PASSWORDS[0].1).await;
-    // Leases are the workers' to read.
-    wait_partitions_owned(&connect(nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
+    stack.wait_partitions_owned().await;
 
     // The sanctioned path works end to end under these permissions.
     let Reply::Result(r) = producer.submit(&sim_batch("10.7.0.1", vec![Action::Power(PowerOp::On)]), true).await else {
@@ -135,11 +133,10 @@ fn bmcctl_as(nats: &NatsServer, user: &str, password: &str, args: &[&str], stdin
 async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
     let stack = shipped(SimConfig { password: Some("bmc-pw-77".into()), ..SimConfig::default() }).await;
     let (nats, topo) = (&stack.nats, &stack.topo);
-    let (producer_client, _) = connect(nats, "producer", PASSWORDS[2].1).await;
-    let producer = Producer::new(producer_client.clone());
-    wait_gateway(&producer).await;
+    let (producer, _) = stack.producer("producer", PASSWORDS[2].1).await;
+    let producer_client = producer.client.clone();
     let (gateway_client, _) = connect(nats, "gateway", PASSWORDS[0].1).await;
-    wait_partitions_owned(&connect(nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
+    stack.wait_partitions_owned().await;
     let bucket = topo.subjects().credentials_bucket();
     let put = |user: &str, pw: &str| {
         bmcctl_as(nats, user, pw, &["cred", "put", "rack7", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "bmc-pw-77\n")
@@ -200,23 +197,15 @@ async fn put_machine(admin: &async_nats::Client, topo: &Topology, name: &str, ad
     bmcfleet_common::registry::put(&kv, &machine).await.unwrap();
 }
 
-fn not_found(reply: Reply) -> ErrorBody {
-    match reply {
-        Reply::Error(e) => e,
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_see_only_their_own_machines_batches_and_events() {
     let stack = shipped(SimConfig::default()).await;
     let (nats, topo) = (&stack.nats, &stack.topo);
     let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
-    let (a_client, _) = connect(nats, "producer-a", PASSWORDS[5].1).await;
-    let (b_client, b_errors) = connect(nats, "producer-b", PASSWORDS[6].1).await;
-    let (a, b) = (Producer::new(a_client.clone()), Producer::new(b_client.clone()));
-    wait_gateway(&a).await;
-    wait_partitions_owned(&connect(nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
+    let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
+    let (b, b_errors) = stack.producer("producer-b", PASSWORDS[6].1).await;
+    let (a_client, b_client) = (a.client.clone(), b.client.clone());
+    stack.wait_partitions_owned().await;
     let put = bmcctl_as(nats, "admin", PASSWORDS[4].1, &["cred", "put", "rack-a", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "pw-a\n");
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
     put_machine(&admin, topo, "a-node1", "10.40.0.1", "tenant-a", "rack-a").await;
@@ -253,24 +242,24 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     // B: another tenant's batch and machine answer exactly like missing ones.
     let unknown = ulid::Ulid::new();
     for (mine, theirs) in [(b.status(unknown).await, b.status(id).await), (b.cancel(unknown).await, b.cancel(id).await)] {
-        let (mine, theirs) = (not_found(mine), not_found(theirs));
+        let (mine, theirs) = (refusal(mine), refusal(theirs));
         assert_eq!(theirs.code, ErrorCode::NotFound, "{theirs:?}");
         assert_eq!(theirs.message.replace(&id.to_string(), "ID"), mine.message.replace(&unknown.to_string(), "ID"), "the answers differ");
     }
-    let theirs = not_found(b.submit(&batch("a-node1"), false).await);
-    let missing = not_found(b.submit(&batch("nobody"), false).await);
+    let theirs = refusal(b.submit(&batch("a-node1"), false).await);
+    let missing = refusal(b.submit(&batch("nobody"), false).await);
     assert_eq!(theirs.code, ErrorCode::MachineNotFound);
     assert_eq!(theirs.message.replace("a-node1", "X"), missing.message.replace("nobody", "X"));
     // Reusing A's batch id gets nothing of A's batch.
     let mut replay = batch("nobody");
     replay.id = Some(id);
-    assert_eq!(not_found(b.submit(&replay, true).await).code, ErrorCode::MachineNotFound);
+    assert_eq!(refusal(b.submit(&replay, true).await).code, ErrorCode::MachineNotFound);
     // A forged request-info header names tenant A: the server replaces it on the import.
     let mut h = async_nats::HeaderMap::new();
     h.insert(bmcfleet_schema::subject::REQUEST_INFO_HEADER, r#"{"acc":"tenant-a"}"#);
     let body = Encoding::MessagePack.encode(&IdRequest { id }).unwrap();
     let (_, forged) = b.raw("status", h, body, Duration::from_secs(10)).await;
-    assert_eq!(not_found(forged).code, ErrorCode::NotFound, "a forged header was believed");
+    assert_eq!(refusal(forged).code, ErrorCode::NotFound, "a forged header was believed");
     // Subscribing to A's events is refused by the server.
     b_client.subscribe("bmc.events.tenant-a.>").await.unwrap();
     b_client.flush().await.unwrap();
@@ -305,10 +294,8 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
 async fn each_role_holds_only_its_own_jetstream_api() {
     let stack = shipped(SimConfig::default()).await;
     let (nats, topo) = (&stack.nats, &stack.topo);
-    let (producer_client, _) = connect(nats, "producer", PASSWORDS[2].1).await;
-    let producer = Producer::new(producer_client);
-    wait_gateway(&producer).await;
-    wait_partitions_owned(&connect(nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
+    let (producer, _) = stack.producer("producer", PASSWORDS[2].1).await;
+    stack.wait_partitions_owned().await;
     // Under these permissions the whole pipeline still works.
     let Reply::Result(r) = producer.submit(&sim_batch("10.7.9.1", vec![Action::Power(PowerOp::On)]), true).await else { panic!("submit") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");

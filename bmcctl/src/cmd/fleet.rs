@@ -116,29 +116,22 @@ pub struct FailedAction {
 }
 
 /// One machine's row of the summary, and its `--output json` line.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Outcome {
     pub machine: String,
     pub result: Verdict,
     /// The batch id (none when nothing was queued).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub batch: Option<Ulid>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<BatchState>,
     /// From submit to final result, as bmcctl saw it.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub elapsed_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_action: Option<FailedAction>,
     /// The failed action's error, the gateway's refusal, or why bmcctl lost track.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
     /// When the gateway admitted the batch and the worker finished it (Unix ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub admitted_at_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_at_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
     /// Every action's result (data such as a power state or an inventory included).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -98,7 +98,7 @@ mod wire;
 pub use server::status;
 
 use super::spec_bmc::{SpecHandle, SpecState, SpecUser};
-use server::{Bmc, Core, Counters, Settings};
+use server::{Bmc, Core, Settings};
 use session::Sessions;
 use std::collections::BTreeMap;
 use std::io;
@@ -354,7 +354,7 @@ impl LanFleet {
                 core: Mutex::new(Core {
                     settings: settings.clone(),
                     sessions: Sessions::default(),
-                    counters: Counters::default(),
+                    counters: LanStats::default(),
                 }),
             });
             let socket = Arc::new(tokio::net::UdpSocket::from_std(socket)?);

@@ -13,7 +13,6 @@ use super::session::{Active, Handshake, Phase, SeqWindow, Session, Sessions, PRI
 use super::wire::{self, Datagram, Protection, Request, Rmcpp, BMC_ADDR};
 use super::{LanFaults, LanStats};
 use crate::ipmi::spec_bmc::{handle, Fault, SpecHandle, SpecState, LAN_CHANNEL};
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -59,26 +58,14 @@ pub(crate) struct Settings {
     pub idle_timeout: Duration,
 }
 
-/// Counters behind [`LanStats`].
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Counters {
-    pub open_session_requests: u64,
-    pub handshakes: u64,
-    pub refused_handshakes: u64,
-    pub requests: BTreeMap<(u8, u8), u64>,
-    pub discarded: u64,
-    pub replies: u64,
-    pub closed_sessions: u64,
-    pub expired_sessions: u64,
-    pub forgotten_sessions: u64,
-}
-
 /// Sessions, settings and counters: everything a datagram may change.
 #[derive(Debug)]
 pub(crate) struct Core {
     pub settings: Settings,
     pub sessions: Sessions,
-    pub counters: Counters,
+    /// The counters of [`LanStats`]; its session counts are taken from
+    /// `sessions` when [`Bmc::stats`] reads them.
+    pub counters: LanStats,
 }
 
 impl Core {
@@ -150,19 +137,10 @@ impl Bmc {
     pub fn stats(&self, now: Instant) -> LanStats {
         let mut core = self.core();
         core.expire(now);
-        let c = &core.counters;
         LanStats {
-            open_session_requests: c.open_session_requests,
-            handshakes: c.handshakes,
-            refused_handshakes: c.refused_handshakes,
             active_sessions: core.sessions.active_count(),
             pending_sessions: core.sessions.len() - core.sessions.active_count(),
-            requests: c.requests.clone(),
-            discarded: c.discarded,
-            replies: c.replies,
-            closed_sessions: c.closed_sessions,
-            expired_sessions: c.expired_sessions,
-            forgotten_sessions: c.forgotten_sessions,
+            ..core.counters.clone()
         }
     }
 
@@ -816,7 +794,7 @@ mod tests {
                     idle_timeout: Duration::from_secs(60),
                 },
                 sessions: Sessions::default(),
-                counters: Counters::default(),
+                counters: LanStats::default(),
             }),
         }
     }
@@ -866,6 +844,14 @@ mod tests {
         keys: SessionKeys,
         seq: u32,
         rq_seq: u8,
+    }
+
+    /// A BMC offering `suites` and an administrator session with it under `suite`, now.
+    fn admin_session(suites: &[u8], suite: u8) -> (Bmc, Instant, Console) {
+        let b = bmc(suites);
+        let now = Instant::now();
+        let c = login(&b, suite, 0x14, "admin", "password", now).unwrap();
+        (b, now, c)
     }
 
     /// Open Session status, or RAKP 2 status, or RAKP 4 status, or a session.
@@ -950,9 +936,7 @@ mod tests {
     #[test]
     fn sessions_under_each_suite_start_at_user_and_raise_to_admin() {
         for suite in [1, 2, 3, 17] {
-            let b = bmc(&[1, 2, 3, 17]);
-            let now = Instant::now();
-            let mut c = login(&b, suite, 0x14, "admin", "password", now).unwrap();
+            let (b, now, mut c) = admin_session(&[1, 2, 3, 17], suite);
             assert_eq!(c.call(&b, 0x00, 0x02, &[0x01], now), Some((0xD4, vec![])), "User may not power on");
             assert_eq!(c.call(&b, 0x06, 0x3B, &[0x04], now), Some((0x00, vec![0x04])));
             assert_eq!(c.call(&b, 0x00, 0x02, &[0x01], now), Some((0x00, vec![])));
@@ -968,9 +952,7 @@ mod tests {
 
     #[test]
     fn replays_bad_icvs_and_unprotected_packets_are_dropped() {
-        let b = bmc(&[17]);
-        let now = Instant::now();
-        let mut c = login(&b, 17, 0x14, "admin", "password", now).unwrap();
+        let (b, now, mut c) = admin_session(&[17], 17);
         let pkt = c.packet(0x06, 0x01, &[]);
         assert!(send(&b, &pkt, now).is_some());
         assert!(send(&b, &pkt, now).is_none(), "replay");
@@ -1058,9 +1040,7 @@ mod tests {
 
     #[test]
     fn restart_forgets_sessions_and_handshakes() {
-        let b = bmc(&[17]);
-        let now = Instant::now();
-        let mut c = login(&b, 17, 0x14, "admin", "password", now).unwrap();
+        let (b, now, mut c) = admin_session(&[17], 17);
         let rs = payload(&send(&b, &open_request(5, 0, [3, 4, 1]), now).unwrap());
         let pending = u32::from_le_bytes(rs[8..12].try_into().unwrap());
         b.forget_sessions();
@@ -1087,9 +1067,7 @@ mod tests {
 
     #[test]
     fn privileges_are_per_session_and_sessions_are_listed_and_closed() {
-        let b = bmc(&[17]);
-        let now = Instant::now();
-        let mut admin = login(&b, 17, 0x14, "admin", "password", now).unwrap();
+        let (b, now, mut admin) = admin_session(&[17], 17);
         let mut oper = login(&b, 17, 0x13, "oper", "operpass", now).unwrap();
         assert_eq!(admin.call(&b, 0x06, 0x3B, &[0x04], now).unwrap().0, 0x00);
         assert_eq!(oper.call(&b, 0x06, 0x3B, &[0x04], now).unwrap().0, 0x81, "above the role");
@@ -1155,9 +1133,7 @@ mod tests {
 
     #[test]
     fn faults_shape_the_replies() {
-        let b = bmc(&[17]);
-        let now = Instant::now();
-        let mut c = login(&b, 17, 0x14, "admin", "password", now).unwrap();
+        let (b, now, mut c) = admin_session(&[17], 17);
         let peer: SocketAddr = PEER.parse().unwrap();
         b.faults().wrong_session_id = 1;
         let out = b.on_datagram(&c.packet(0x06, 0x01, &[]), peer, now).unwrap();
