@@ -7,8 +7,7 @@ use anyhow::{bail, Context as _};
 use async_nats::HeaderMap;
 use bmcfleet_schema::subject::{CONTENT_TYPE, EVENT_HEADER, WAIT_HEADER};
 use bmcfleet_schema::{
-    Action, Batch, BatchId, BatchResult, BatchState, BmcTarget, Credentials, Encoding, Event, EventKind, OnError,
-    PowerOp, Protocol, Reply, Secret, Subjects, TlsOptions,
+    Action, Batch, BatchId, BatchResult, BatchState, Encoding, Event, EventKind, PowerOp, Protocol, Reply, Secret, Subjects,
 };
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
@@ -62,21 +61,8 @@ pub fn sim_batch(address: &str, actions: Vec<Action>) -> anyhow::Result<Batch> {
 /// A batch for the ad hoc target `address` (`host` or `host:port`) spoken
 /// to with `protocol`, inline credentials `admin`/`password`.
 pub fn target_batch(address: &str, protocol: Protocol, password: &str, actions: Vec<Action>) -> anyhow::Result<Batch> {
-    Ok(Batch {
-        id: Some(ulid::Ulid::new()),
-        machine: None,
-        bmc: Some(BmcTarget {
-            address: address.parse().with_context(|| format!("address {address}"))?,
-            protocol,
-            credentials: Credentials::Inline { username: "admin".into(), password: Secret::new(password) },
-            tls: TlsOptions::default(),
-            system_id: None,
-            options: Default::default(),
-        }),
-        actions,
-        on_error: OnError::Stop,
-        deadline: Some(Duration::from_secs(600)),
-    })
+    let address = address.parse().with_context(|| format!("address {address}"))?;
+    Ok(Batch { id: Some(ulid::Ulid::new()), ..bmcfleet_tests::checks::target_batch(address, protocol, password, actions) })
 }
 
 /// The address of simulated BMC number `i` (distinct for i < 2^24).

@@ -72,6 +72,43 @@ where
     }
 }
 
+/// One call of a closed loop: when it ended and how long it took.
+pub type Sample = (Instant, Duration);
+
+/// Closed loops: `loops` tasks, task `i` calling `op(i)` one call at a time
+/// until `until`; collect them with [`join_samples`].
+pub fn closed_loops<F, Fut>(loops: usize, until: Instant, op: F) -> tokio::task::JoinSet<anyhow::Result<Vec<Sample>>>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..loops {
+        let op = op.clone();
+        tasks.spawn(async move {
+            let mut samples = vec![];
+            while Instant::now() < until {
+                let t0 = Instant::now();
+                op(i).await?;
+                let t1 = Instant::now();
+                samples.push((t1, t1 - t0));
+            }
+            Ok(samples)
+        });
+    }
+    tasks
+}
+
+/// Every sample of the [`closed_loops`] `tasks`, or the first failure (in
+/// the context `what`).
+pub async fn join_samples(mut tasks: tokio::task::JoinSet<anyhow::Result<Vec<Sample>>>, what: &'static str) -> anyhow::Result<Vec<Sample>> {
+    let mut all = vec![];
+    while let Some(r) = tasks.join_next().await {
+        all.extend(r.context(what)??);
+    }
+    Ok(all)
+}
+
 /// A child process with its stderr in a log file; SIGKILLed on drop (the
 /// test harness's process type; what the benchmarks add is in [`Bench`]).
 pub type Child = bmcfleet_tests::Process;

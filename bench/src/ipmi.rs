@@ -7,6 +7,7 @@
 //! - FreeIPMI (`ipmipower --stat`, `ipmi-raw`) over the whole fleet in one
 //!   invocation (its own parallel fan-out), invocations back to back.
 
+use bmcfleet_provider::Offer;
 use crate::proc::{CpuMeter, Meter};
 use crate::report::{Section, Table};
 use crate::stats::{median, num, ops, ratio};

@@ -574,6 +574,9 @@ async fn ipmitool_run(fleet: &Fleet, r: &Responder, n: usize, workload: Workload
     Ok(run)
 }
 
+/// How long after the cold run of (a) the worker is measured again.
+const SETTLE: Duration = Duration::from_secs(20);
+
 /// Worker figures at one moment.
 #[derive(Clone, Copy, Debug, Default)]
 struct Resources {
@@ -642,6 +645,8 @@ struct SizeResult {
     runs: BTreeMap<(Workload, Client), Vec<Run>>,
     idle: Vec<Resources>,
     live: Vec<Resources>,
+    /// The same worker `SETTLE` after `live`, every session still live.
+    settled: Vec<Resources>,
     /// ipmitool seconds per BMC for (a) + (b) (for the next size's estimate).
     tool_secs_per_bmc: f64,
 }
@@ -715,7 +720,7 @@ async fn measure_size(n: usize, o: &Options, tools: &Tools, prior_secs_per_bmc: 
     };
 
     let mut runs: BTreeMap<(Workload, Client), Vec<Run>> = BTreeMap::new();
-    let (mut idle_all, mut live_all, mut tool_secs) = (vec![], vec![], vec![]);
+    let (mut idle_all, mut live_all, mut settled_all, mut tool_secs) = (vec![], vec![], vec![], vec![]);
     for rep in 0..o.reps {
         let mut push = |w: Workload, c: Client, r: Run| {
             if !r.failures.is_empty() {
@@ -730,6 +735,10 @@ async fn measure_size(n: usize, o: &Options, tools: &Tools, prior_secs_per_bmc: 
         idle_all.push(Resources::of(pid)?);
         let cold = bmcfleet_run(&fleet, &collector, &responder, Workload::Status, o).await?;
         live_all.push(Resources::of(pid)?);
+        // What the live sessions cost once the run's own buffers are freed
+        // (the sessions stay: lane idle timeout 10 min, keep-alives every 10 s).
+        tokio::time::sleep(SETTLE).await;
+        settled_all.push(Resources::of(pid)?);
         push(Workload::Status, Client::Cold, cold);
         push(Workload::Status, Client::Warm, bmcfleet_run(&fleet, &collector, &responder, Workload::Status, o).await?);
         push(Workload::Cycle, Client::Warm, bmcfleet_run(&fleet, &collector, &responder, Workload::Cycle, o).await?);
@@ -749,7 +758,7 @@ async fn measure_size(n: usize, o: &Options, tools: &Tools, prior_secs_per_bmc: 
         push(Workload::Cycle, Client::Ipmitool, b);
         eprintln!("ipmi-fleet: {n} BMCs, repetition {} of {} done", rep + 1, o.reps);
     }
-    let res = SizeResult { n, n_tool, tool_estimate, runs, idle: idle_all, live: live_all, tool_secs_per_bmc: median(&tool_secs) };
+    let res = SizeResult { n, n_tool, tool_estimate, runs, idle: idle_all, live: live_all, settled: settled_all, tool_secs_per_bmc: median(&tool_secs) };
     drop(collector);
     drop(fleet);
     drop(responder);
@@ -905,8 +914,9 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
          each process's sockets). **Worker resources**: `Threads` and `VmRSS` from `/proc/PID/status`, entries of `/proc/PID/fd` \
          (and those that are sockets), on the fresh worker after it leased every partition (idle) and right after the \
          cold run of (a), with every BMC's lane and session live (10 min lane idle timeout; sessions send a keep-alive \
-         after 10 s idle). RSS growth per live session = (RSS live − RSS idle) / N: an upper bound, as it includes \
-         buffers the run itself grew."
+         after 10 s idle), and again 20 s later with every session still live. RSS growth per live session = \
+         (RSS live − RSS idle) / N; right after the run it includes buffers the run itself grew, 20 s later what \
+         the allocator kept of them (the goal is decided on the later figure)."
             .into(),
         format!("Run: {date}, 1-minute load average at the start {load}; {versions}."),
     ];
@@ -965,13 +975,14 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     section.tables.extend(tables.into_iter().map(|(_, t)| t));
 
     let mut resources = Table::new(
-        "Worker resources: idle, and with every BMC's session live (right after the cold run of (a))",
-        &["BMCs", "threads idle", "threads live", "RSS idle", "RSS live", "RSS growth per live session", "fds idle → live", "sockets idle → live"],
+        "Worker resources: idle, and with every BMC's session live (right after the cold run of (a), and 20 s later)",
+        &["BMCs", "threads idle", "threads live", "RSS idle", "RSS live", "RSS growth per live session", "the same 20 s later", "fds idle → live", "sockets idle → live"],
     );
     let med_of = |v: &[Resources], f: &dyn Fn(&Resources) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
-    let per_session = |res: &SizeResult| -> f64 {
-        median(&res.idle.iter().zip(&res.live).map(|(i, l)| (l.rss_kib as f64 - i.rss_kib as f64) / res.n as f64).collect::<Vec<_>>())
+    let growth = |res: &SizeResult, at: &[Resources]| -> f64 {
+        median(&res.idle.iter().zip(at).map(|(i, l)| (l.rss_kib as f64 - i.rss_kib as f64) / res.n as f64).collect::<Vec<_>>())
     };
+    let per_session = |res: &SizeResult| growth(res, &res.live);
     for res in &results {
         resources.row(vec![
             num(res.n as f64, 0),
@@ -980,6 +991,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
             mib(med_of(&res.idle, &|r| r.rss_kib as f64)),
             mib(med_of(&res.live, &|r| r.rss_kib as f64)),
             kib_each(per_session(res) * res.n as f64, res.n),
+            kib_each(growth(res, &res.settled) * res.n as f64, res.n),
             format!("{} → {}", num(med_of(&res.idle, &|r| r.fds as f64), 0), num(med_of(&res.live, &|r| r.fds as f64), 0)),
             format!("{} → {}", num(med_of(&res.idle, &|r| r.sockets as f64), 0), num(med_of(&res.live, &|r| r.sockets as f64), 0)),
         ]);
@@ -1006,12 +1018,14 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         section.goal("IPMI fleet: worker threads independent of the number of BMCs", &target, measured, met);
     }
     for res in &results {
-        let per = per_session(res);
+        // Decided on the settled figure: what keeping the sessions costs,
+        // not what the run that opened them left in the allocator.
+        let (right_after, settled) = (per_session(res), growth(res, &res.settled));
         section.goal(
             &format!("IPMI fleet: worker RSS growth per live RMCP+ session, {} BMCs", num(res.n as f64, 0)),
             "≤ 8 KiB",
-            format!("{} KiB", num(per, 2)),
-            per <= 8.0,
+            format!("{} KiB 20 s after the run ({} KiB right after it)", num(settled, 2), num(right_after, 2)),
+            settled <= 8.0,
         );
     }
     for (w, what) in [(Workload::Status, "power status"), (Workload::Cycle, "PXE + cycle + status")] {

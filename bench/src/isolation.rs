@@ -22,6 +22,7 @@
 //! of the baseline.
 
 use crate::fleet::{cancel, sim_batch, status, status_round_trip, submit, Fleet, FleetOptions};
+use crate::harness;
 use crate::report::{Section, Table};
 use crate::stats::{median, ms, ops, rate, ratio, Latency};
 use anyhow::{bail, Context as _};
@@ -66,24 +67,12 @@ struct Phase {
 /// Run the healthy closed loops for `window`; returns every batch's latency.
 async fn healthy_loops(client: &async_nats::Client, healthy: usize, window: Duration) -> anyhow::Result<(Vec<Duration>, Duration)> {
     let started = Instant::now();
-    let end = started + window;
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..healthy {
+    let client = client.clone();
+    let tasks = harness::closed_loops(healthy, started + window, move |i| {
         let client = client.clone();
-        tasks.spawn(async move {
-            let mut samples = vec![];
-            while Instant::now() < end {
-                let t = Instant::now();
-                status_round_trip(&client, 1000 + i).await.context("a healthy BMC's batch")?;
-                samples.push(t.elapsed());
-            }
-            Ok::<_, anyhow::Error>(samples)
-        });
-    }
-    let mut all = vec![];
-    while let Some(r) = tasks.join_next().await {
-        all.extend(r.context("healthy loop")??);
-    }
+        async move { status_round_trip(&client, 1000 + i).await.context("a healthy BMC's batch") }
+    });
+    let all = harness::join_samples(tasks, "healthy loop").await?.into_iter().map(|(_, latency)| latency).collect();
     Ok((all, started.elapsed()))
 }
 

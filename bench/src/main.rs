@@ -252,23 +252,20 @@ async fn main() -> anyhow::Result<()> {
                 machine.push(("mode".into(), "**quick smoke run — reduced sizes, 1 repetition; not representative**".into()));
             }
             let mut out = vec![];
-            out.push(pipeline::run(&pipeline_opts(&p, reps)).await.context("pipeline benchmark")?);
-            print!("{}", out.last().expect("section").to_text());
-            out.push(ipmi::run(&ipmi_opts(&i, reps)).await.context("ipmi benchmark")?);
-            print!("{}", out.last().expect("section").to_text());
-            out.push(ipmi_fleet::run(&ipmi_fleet_opts(&fleet, reps)).await.context("ipmi-fleet benchmark")?);
-            print!("{}", out.last().expect("section").to_text());
-            out.push(redfish::run(&redfish_opts(&r, reps)).await.context("redfish benchmark")?);
-            print!("{}", out.last().expect("section").to_text());
-            out.push(scale::run(&scale_opts(&s, reps)).await.context("scale benchmark")?);
-            print!("{}", out.last().expect("section").to_text());
-            out.push(ordering::run(&ordering_opts(&o, reps)).await.context("ordering benchmark")?);
-            print!("{}", out.last().expect("section").to_text());
-            out.push(isolation::run(&isolation_opts(&iso, reps)).await.context("isolation benchmark")?);
-            print!("{}", out.last().expect("section").to_text());
+            // Each section is shown as soon as it is measured.
+            let mut show = |section: report::Section| {
+                print!("{}", section.to_text());
+                out.push(section);
+            };
+            show(pipeline::run(&pipeline_opts(&p, reps)).await.context("pipeline benchmark")?);
+            show(ipmi::run(&ipmi_opts(&i, reps)).await.context("ipmi benchmark")?);
+            show(ipmi_fleet::run(&ipmi_fleet_opts(&fleet, reps)).await.context("ipmi-fleet benchmark")?);
+            show(redfish::run(&redfish_opts(&r, reps)).await.context("redfish benchmark")?);
+            show(scale::run(&scale_opts(&s, reps)).await.context("scale benchmark")?);
+            show(ordering::run(&ordering_opts(&o, reps)).await.context("ordering benchmark")?);
+            show(isolation::run(&isolation_opts(&iso, reps)).await.context("isolation benchmark")?);
             let polls: PollArgs = if q { defaults(&["--machines", "500", "--interval", "10s"]) } else { defaults(&[]) };
-            out.push(poll::run(&poll::Options { machines: polls.machines as usize, interval: polls.interval, reps: 1 }).await.context("poll benchmark")?);
-            print!("{}", out.last().expect("section").to_text());
+            show(poll::run(&poll::Options { machines: polls.machines as usize, interval: polls.interval, reps: 1 }).await.context("poll benchmark")?);
             if let Some(path) = &all.out {
                 let doc = report::document(&machine, &command_line, &out, started.elapsed());
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -15,6 +15,7 @@
 //! arrival rate.
 
 use crate::fleet::{sim_address, sim_batch, status_round_trip, Fleet, FleetOptions};
+use crate::harness;
 use crate::proc::{CpuMeter, Meter};
 use crate::report::{Section, Table};
 use crate::stats::{median, ms, ops, rate, ratio, Latency};
@@ -201,32 +202,27 @@ async fn closed_loop(ctx: &Arc<Ctx>, side: Side, concurrency: usize, warmup: Dur
     let from = Instant::now() + warmup;
     let to = from + duration;
     let cpu = CpuMeter::new(&ctx.meters);
-    let mut tasks = tokio::task::JoinSet::new();
-    for slot in 0..concurrency {
+    let op = {
         let ctx = ctx.clone();
-        tasks.spawn(async move {
-            let mut samples = vec![];
-            while Instant::now() < to {
-                let t0 = Instant::now();
-                ctx.op(side, slot).await?;
-                let t1 = Instant::now();
-                if t1 >= from && t1 < to {
-                    samples.push(t1 - t0);
-                }
-            }
-            Ok::<_, anyhow::Error>(samples)
-        });
-    }
+        move |slot| {
+            let ctx = ctx.clone();
+            async move { ctx.op(side, slot).await }
+        }
+    };
+    let tasks = harness::closed_loops(concurrency, to, op);
     tokio::time::sleep_until(from.into()).await;
     let cpu = cpu.restart();
     let c0 = ctx.counters().await;
     tokio::time::sleep_until(to.into()).await;
     let cpu = cpu.stop();
     let c1 = ctx.counters().await;
-    let mut samples = vec![];
-    while let Some(r) = tasks.join_next().await {
-        samples.extend(r.context("benchmark task")??);
-    }
+    // Only calls that ended inside the measured window count.
+    let samples: Vec<Duration> = harness::join_samples(tasks, "benchmark task")
+        .await?
+        .into_iter()
+        .filter(|(end, _)| *end >= from && *end < to)
+        .map(|(_, latency)| latency)
+        .collect();
     let (msgs_per_op, log_bytes_per_op) = Ctx::per_op(&c0, &c1, samples.len());
     Ok(Run {
         rate: rate(samples.len(), duration),

@@ -4,6 +4,7 @@
 //! python `sushy` library in the same run, plus the same batch end to end
 //! through the gateway and a worker.
 
+use bmcfleet_provider::Offer;
 use crate::fleet::{Fleet, FleetOptions};
 use crate::harness::{child_pids, find_program, repo_tools_bin};
 use crate::proc::{CpuMeter, Meter};
