@@ -348,6 +348,13 @@ pub(crate) fn share_bound(configured: u32, per_bmc_cap: Option<i64>) -> i64 {
 }
 
 /// One BMC's lane: its batches, one at a time, in order.
+///
+/// A lane lives as long as its BMC's session (up to `--lane-idle-timeout`
+/// after its last batch), and a task is as large as the largest state it
+/// can await in. So the lane itself only waits for its queue; each piece
+/// of work runs in a boxed [`serve`] (allocated for that work only), and an
+/// idle lane's task holds no more than its queue, fence, session slot and
+/// guard (~1.5 KiB less per live BMC session than with the work inline).
 async fn lane(
     shared: Arc<Shared>,
     key: BmcKey,
@@ -362,75 +369,97 @@ async fn lane(
         if !fence.may_act() {
             break;
         }
-        let d = match work {
-            // Kept boxed: unboxed, the delivery (job and message) would
-            // size every idle lane's task too.
-            Work::Batch(d) => d,
-            Work::Poll(machine, with_inventory) => {
-                let permit = tokio::select! {
-                    p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),
-                    _ = fence.drain.cancelled() => break,
-                    _ = fence.lost.cancelled() => break,
-                };
-                // Boxed, like `execute` below: a lane lives as long as its
-                // BMC's session, and an inlined call would size every idle
-                // lane's task for the largest await inside it.
-                Box::pin(crate::state::poll(&shared, &machine, with_inventory, &mut slot, &mut guard, &fence))
-                    .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
-                    .await;
-                drop(permit);
-                let _ = done.send(Done::Polled(key.clone()));
-                continue;
-            }
-        };
-        let permit = tokio::select! {
-            p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),
-            _ = fence.drain.cancelled() => break,
-            _ = fence.lost.cancelled() => break,
-        };
-        let partition = key.partition(shared.subjects.partitions);
-        let span = tracing::info_span!(
-            "worker.execute",
-            otel.kind = "consumer",
-            batch = %d.job.id,
-            bmc = %key,
-            protocol = %d.job.target.protocol,
-            partition,
-            worker = %shared.worker_id,
-            stream_seq = d.seq,
-            actions = d.job.batch.actions.len(),
-            attempt = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-            state = tracing::field::Empty,
-        );
-        // Continue the producer → gateway trace carried in the job's headers.
-        bmcfleet_common::telemetry::set_parent(&span, d.msg.headers.as_ref());
-        let in_flight = shared.metrics.lanes_in_flight.get_or_create(&crate::metrics::Metrics::partition_label(partition)).clone();
-        in_flight.inc();
-        let outcome = Box::pin(execute(&shared, &d.job, d.msg.headers.as_ref(), &mut slot, &mut guard, &fence)).instrument(span.clone()).await;
-        in_flight.dec();
-        span.record("outcome", if outcome == Outcome::Done { "done" } else { "handed_back" });
-        drop(permit);
-        match outcome {
-            Outcome::Done => {
-                if let Err(e) = d.msg.ack().await {
-                    tracing::warn!(bmc = %key, batch = %d.job.id, error = %e, "Cannot acknowledge a finished job; it will be redelivered and recognised as done.");
-                }
-                let _ = done.send(Done::Batch(key.clone(), d.seq));
-            }
-            Outcome::HandBack => {
-                tracing::info!(bmc = %key, batch = %d.job.id, "Handing the batch back unfinished.");
-                if !fence.drain.is_cancelled() && !fence.lost.is_cancelled() {
-                    // Something else owns this batch now: stop the whole partition so
-                    // it is re-taken with a fresh consumer and order is kept.
-                    fence.lost.cancel();
-                }
-                break;
-            }
+        let with = LaneRefs { shared: &shared, key: &key, fence: &fence, done: &done };
+        if Box::pin(serve(with, work, &mut slot, &mut guard)).await == Flow::Stop {
+            break;
         }
     }
     // Logging out is a request too: not after the lease is gone.
-    slot.close_if(fence.valid()).await;
+    Box::pin(slot.close_if(fence.valid())).await;
+}
+
+/// What a lane shares with the work it serves.
+#[derive(Clone, Copy)]
+struct LaneRefs<'a> {
+    shared: &'a Arc<Shared>,
+    key: &'a BmcKey,
+    fence: &'a Fence,
+    done: &'a mpsc::UnboundedSender<Done>,
+}
+
+/// Whether a lane goes on after a piece of work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
+/// One piece of a lane's work: a state poll or a batch.
+async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &mut crate::guard::BmcGuard) -> Flow {
+    let LaneRefs { shared, key, fence, done } = with;
+    let d = match work {
+        // Kept boxed: the delivery (job and message) is not copied around.
+        Work::Batch(d) => d,
+        Work::Poll(machine, with_inventory) => {
+            let permit = tokio::select! {
+                p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),
+                _ = fence.drain.cancelled() => return Flow::Stop,
+                _ = fence.lost.cancelled() => return Flow::Stop,
+            };
+            crate::state::poll(shared, &machine, with_inventory, slot, guard, fence)
+                .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
+                .await;
+            drop(permit);
+            let _ = done.send(Done::Polled(key.clone()));
+            return Flow::Continue;
+        }
+    };
+    let permit = tokio::select! {
+        p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),
+        _ = fence.drain.cancelled() => return Flow::Stop,
+        _ = fence.lost.cancelled() => return Flow::Stop,
+    };
+    let partition = key.partition(shared.subjects.partitions);
+    let span = tracing::info_span!(
+        "worker.execute",
+        otel.kind = "consumer",
+        batch = %d.job.id,
+        bmc = %key,
+        protocol = %d.job.target.protocol,
+        partition,
+        worker = %shared.worker_id,
+        stream_seq = d.seq,
+        actions = d.job.batch.actions.len(),
+        attempt = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        state = tracing::field::Empty,
+    );
+    // Continue the producer → gateway trace carried in the job's headers.
+    bmcfleet_common::telemetry::set_parent(&span, d.msg.headers.as_ref());
+    let in_flight = shared.metrics.lanes_in_flight.get_or_create(&crate::metrics::Metrics::partition_label(partition)).clone();
+    in_flight.inc();
+    let outcome = execute(shared, &d.job, d.msg.headers.as_ref(), slot, guard, fence).instrument(span.clone()).await;
+    in_flight.dec();
+    span.record("outcome", if outcome == Outcome::Done { "done" } else { "handed_back" });
+    drop(permit);
+    match outcome {
+        Outcome::Done => {
+            if let Err(e) = d.msg.ack().await {
+                tracing::warn!(bmc = %key, batch = %d.job.id, error = %e, "Cannot acknowledge a finished job; it will be redelivered and recognised as done.");
+            }
+            let _ = done.send(Done::Batch(key.clone(), d.seq));
+            Flow::Continue
+        }
+        Outcome::HandBack => {
+            tracing::info!(bmc = %key, batch = %d.job.id, "Handing the batch back unfinished.");
+            if !fence.drain.is_cancelled() && !fence.lost.is_cancelled() {
+                // Something else owns this batch now: stop the whole partition so
+                // it is re-taken with a fresh consumer and order is kept.
+                fence.lost.cancel();
+            }
+            Flow::Stop
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,12 +5,34 @@ use crate::registry::Registry;
 use bmcfleet_provider::{capabilities, BmcSession, Ctx, ProviderError, ResolvedCredentials};
 use bmcfleet_schema::{BmcTarget, ErrorCode, Protocol};
 
-/// What a session was opened for; any change means a new session.
-#[derive(Clone, Debug, PartialEq)]
-struct Identity {
-    target: BmcTarget,
-    username: String,
-    password: bmcfleet_schema::Secret,
+/// What a session was opened for, as a SHA-256 digest; any change means a
+/// new session. The lane keeps it as long as the session lives: the
+/// target and credentials themselves (~300 bytes inline, a few strings on
+/// the heap, a CA bundle where the machine has one) would stay with every
+/// live session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Identity([u8; 32]);
+
+impl Identity {
+    /// The target as the provider sees it (its credentials' form left
+    /// out: a sealed password is a new box in every batch, so what they
+    /// resolve to counts instead), the user name and the password. Each
+    /// part is length-prefixed, so no two different identities hash the
+    /// same input.
+    fn of(target: &BmcTarget, creds: &ResolvedCredentials) -> Identity {
+        use sha2::Digest;
+        let mut same_target = target.clone();
+        same_target.credentials = bmcfleet_schema::Credentials::Ref(String::new());
+        // A derived `Serialize` of plain structs, lists and options cannot
+        // fail; should it, the identity is new and the session reopened.
+        let target = serde_json::to_vec(&same_target).unwrap_or_else(|_| ulid::Ulid::new().to_string().into_bytes());
+        let mut hash = sha2::Sha256::new();
+        for part in [&target[..], creds.username.as_bytes(), creds.password.expose().as_bytes()] {
+            hash.update((part.len() as u64).to_le_bytes());
+            hash.update(part);
+        }
+        Identity(hash.finalize().into())
+    }
 }
 
 struct Open {
@@ -42,11 +64,7 @@ impl SessionSlot {
         creds: &ResolvedCredentials,
         routine: bool,
     ) -> Result<&mut dyn BmcSession, ProviderError> {
-        // Compare what the credentials resolve to, not their form: a sealed
-        // password is a new box in every batch.
-        let mut same_target = target.clone();
-        same_target.credentials = bmcfleet_schema::Credentials::Ref(String::new());
-        let identity = Identity { target: same_target, username: creds.username.clone(), password: creds.password.clone() };
+        let identity = Identity::of(target, creds);
         let reuse = matches!(&self.open, Some(o) if o.identity == identity && o.session.is_healthy());
         if !reuse {
             // Logging the old session out is a request: it passes the gate too.
@@ -78,7 +96,7 @@ impl SessionSlot {
                             let caps: Vec<&str> = capabilities(session.as_mut()).iter().map(|c| c.as_str()).collect();
                             tracing::debug!(bmc = %target.address.key(), provider = session.provider(), capabilities = ?caps, routine, "BMC session opened.");
                         }
-                        self.open = Some(Open { identity: identity.clone(), session });
+                        self.open = Some(Open { identity, session });
                         last = None;
                         break;
                     }
@@ -120,6 +138,53 @@ impl SessionSlot {
             if may_send {
                 o.session.close().await;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bmcfleet_schema::Credentials;
+
+    fn target(address: &str, credentials: Credentials) -> BmcTarget {
+        BmcTarget {
+            address: address.parse().unwrap(),
+            protocol: Protocol::Ipmi,
+            credentials,
+            tls: Default::default(),
+            system_id: None,
+            options: Default::default(),
+        }
+    }
+
+    fn creds(username: &str, password: &str) -> ResolvedCredentials {
+        ResolvedCredentials { username: username.into(), password: password.into() }
+    }
+
+    #[test]
+    fn a_session_is_for_one_target_user_and_password_whatever_form_the_credentials_came_in() {
+        let by_ref = target("10.0.0.1:623", Credentials::Ref("rack12".into()));
+        let inline = target("10.0.0.1:623", Credentials::Inline { username: "other".into(), password: "other".into() });
+        let id = Identity::of(&by_ref, &creds("admin", "pw"));
+        assert_eq!(id, Identity::of(&inline, &creds("admin", "pw")), "the credentials' form does not count");
+        assert_eq!(id, Identity::of(&by_ref.clone(), &creds("admin", "pw")));
+        let mut tls = by_ref.clone();
+        tls.tls.insecure = true;
+        let mut suites = by_ref.clone();
+        suites.options.ipmi.cipher_suites = vec![3];
+        let mut system = by_ref.clone();
+        system.system_id = Some("2".into());
+        for (what, other) in [
+            ("password", Identity::of(&by_ref, &creds("admin", "pw2"))),
+            ("user", Identity::of(&by_ref, &creds("root", "pw"))),
+            ("user and password split elsewhere", Identity::of(&by_ref, &creds("adminp", "w"))),
+            ("address", Identity::of(&target("10.0.0.2:623", Credentials::Ref("rack12".into())), &creds("admin", "pw"))),
+            ("TLS options", Identity::of(&tls, &creds("admin", "pw"))),
+            ("provider options", Identity::of(&suites, &creds("admin", "pw"))),
+            ("system id", Identity::of(&system, &creds("admin", "pw"))),
+        ] {
+            assert_ne!(id, other, "another {what} is another session");
         }
     }
 }
