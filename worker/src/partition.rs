@@ -105,7 +105,10 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
 
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut lanes: HashMap<BmcKey, Lane> = HashMap::new();
-    let mut held: HashMap<u64, jetstream::Message> = HashMap::new();
+    // Held jobs (queued behind a busy lane, or running) by stream sequence:
+    // the reply subject their in-progress acks go to, not the message (a
+    // message with its JetStream context is ~350 bytes, a subject 32).
+    let mut held: HashMap<u64, async_nats::Subject> = HashMap::new();
     let mut lane_tasks = tokio::task::JoinSet::new();
     let mut progress = tokio::time::interval((settings.ack_wait / 3).max(Duration::from_millis(300)));
     let mut sweep = tokio::time::interval((settings.lane_idle_timeout / 2).max(Duration::from_millis(100)));
@@ -172,8 +175,8 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
             }
             _ = progress.tick() => {
                 // Keep held jobs (queued behind a busy lane, or running) from being redelivered.
-                for msg in held.values() {
-                    let _ = msg.ack_with(AckKind::Progress).await;
+                for reply in held.values() {
+                    let _ = shared.client.publish(reply.clone(), AckKind::Progress.into()).await;
                 }
             }
             Some(_) = lane_tasks.join_next() => {}
@@ -208,6 +211,8 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                     continue;
                 };
                 let seq = info.stream_sequence;
+                // (`info` came from the reply subject: there is one.)
+                let Some(reply) = msg.reply.clone() else { continue };
                 if held.contains_key(&seq) {
                     continue; // a redelivery of a job we already hold
                 }
@@ -227,7 +232,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 });
                 lane.poll_only = false;
                 lane.pending += 1;
-                held.insert(seq, msg.clone());
+                held.insert(seq, reply);
                 if lane.tx.unbounded_send(Work::Batch(Box::new(Delivery { seq, msg, job }))).is_err() {
                     // The lane stopped (handed back): stop the partition, keep order.
                     held.remove(&seq);
