@@ -32,9 +32,41 @@ fn tune_allocator() {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// A runtime thread about to sleep hands its jemalloc thread cache back
+/// (at most once a second per thread). Freed objects wait in a thread's
+/// cache until that thread allocates again, and a thread that goes idle
+/// after a burst of batches would keep them, and the pages they pin among
+/// long-lived sessions, indefinitely: 1.3 KiB per live session at 1,000
+/// BMCs in the fleet bench. Turning the cache off altogether does the same
+/// for memory but costs up to 20 % more CPU under load; a flush per idle
+/// second costs nothing measurable.
+#[cfg(target_os = "linux")]
+fn flush_thread_cache() {
+    use std::cell::Cell;
+    use std::time::{Duration, Instant};
+    use tikv_jemalloc_ctl::{Access, AsName};
+    thread_local!(static LAST: Cell<Option<Instant>> = const { Cell::new(None) });
+    LAST.with(|last| {
+        let now = Instant::now();
+        if last.get().is_some_and(|at| now.duration_since(at) < Duration::from_secs(1)) {
+            return;
+        }
+        last.set(Some(now));
+        // Disabling flushes the cache; enabling it again starts an empty one.
+        let enabled = b"thread.tcache.enabled\0".name();
+        if enabled.write(false).is_ok() {
+            let _ = enabled.write(true);
+        }
+    });
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
     #[cfg(target_os = "linux")]
-    tune_allocator();
-    bmcfleet_common::runtime::serve::<bmcfleet_worker::Config, _, _>("bmc-worker", bmcfleet_worker::run).await
+    {
+        tune_allocator();
+        runtime.on_thread_park(flush_thread_cache);
+    }
+    runtime.build()?.block_on(bmcfleet_common::runtime::serve::<bmcfleet_worker::Config, _, _>("bmc-worker", bmcfleet_worker::run))
 }
