@@ -409,22 +409,40 @@ fn fleet_ports_follow_the_base_port() {
         let ports: Vec<u16> = fleet.bmcs().iter().map(|b| b.port()).collect();
         assert_eq!(ports, (base..base + 5).collect::<Vec<_>>());
         assert!(fleet.bmcs().iter().all(|b| b.addr().ip().is_loopback()));
-        // Stopped on drop: the sockets are closed. Checked by the kernel's
-        // socket inodes, not by binding the ports again: a test running
-        // beside this one may bind a just-freed port (they lie in the
-        // ephemeral range), which would make a rebind fail for a reason
-        // that has nothing to do with the fleet.
-        // (The kernel's table is read in pieces while other tests bind and
-        // close sockets, so a line may come twice: compared as sets.)
-        let inodes: Vec<std::collections::BTreeSet<u64>> = ports.iter().map(|&p| udp_inodes(p)).collect();
-        assert!(inodes.iter().all(|set| !set.is_empty()), "a socket on every BMC port: {inodes:?}");
-        let ours: std::collections::BTreeSet<u64> = inodes.into_iter().flatten().collect();
+        // Stopped on drop: the sockets are closed. Not checked by binding
+        // the ports again: a test running beside this one may bind a
+        // just-freed port (they lie in the ephemeral range), and a rebind
+        // would fail for a reason that has nothing to do with the fleet.
+        // Instead: the kernel's inode of each port's socket, then whether
+        // this process still has a descriptor on any of them. The kernel's
+        // UDP table is read in pieces while other tests bind and close
+        // sockets, so a read may list a line twice or miss one: read until
+        // every port is seen. This process's descriptor table is exact.
+        let mut ours = std::collections::BTreeSet::new();
+        for &port in &ports {
+            let found = (0..100).map(|_| udp_inodes(port)).find(|set| !set.is_empty());
+            ours.extend(found.unwrap_or_else(|| panic!("no socket seen on port {port}")));
+        }
+        let held = socket_inodes_held();
+        assert!(ours.is_subset(&held), "the fleet's sockets are this process's: {ours:?} / {held:?}");
         drop(fleet);
-        let open: Vec<u64> = ports.iter().flat_map(|&p| udp_inodes(p)).filter(|i| ours.contains(i)).collect();
+        let open: Vec<u64> = socket_inodes_held().intersection(&ours).copied().collect();
         assert!(open.is_empty(), "sockets still open after the fleet was dropped: {open:?}");
         return;
     }
     panic!("no free block of 5 UDP ports");
+}
+
+/// Inodes of the sockets this process holds a descriptor on
+/// (`/proc/self/fd/N` links to `socket:[INODE]`).
+fn socket_inodes_held() -> std::collections::BTreeSet<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|entry| {
+            let target = std::fs::read_link(entry.ok()?.path()).ok()?;
+            target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect()
 }
 
 /// Inodes of the IPv4 UDP sockets bound to 127.0.0.1:`port`
