@@ -128,7 +128,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 Done::Batch(key, seq) => {
                     held.remove(&seq);
                     if held.is_empty() && held.capacity() > HELD_KEPT {
-                        // A burst's table (a message each) is not kept for the idle time after it.
+                        // A burst's table (a reply subject each) is not kept for the idle time after it.
                         held.shrink_to(HELD_KEPT);
                     }
                     if let Some(lane) = lanes.get_mut(&key) {
@@ -359,7 +359,7 @@ pub(crate) fn share_bound(configured: u32, per_bmc_cap: Option<i64>) -> i64 {
 /// can await in. So the lane itself only waits for its queue; each piece
 /// of work runs in a boxed [`serve`] (allocated for that work only), and an
 /// idle lane's task holds no more than its queue, fence, session slot and
-/// guard (~1.5 KiB less per live BMC session than with the work inline).
+/// guard (its future 384 bytes instead of 1,568 with the work inline).
 async fn lane(
     shared: Arc<Shared>,
     key: BmcKey,
@@ -399,6 +399,16 @@ enum Flow {
     Stop,
 }
 
+/// One of the worker's `--max-concurrent-batches` slots, or `None` when
+/// the partition is drained or lost first.
+async fn permit(shared: &Shared, fence: &Fence) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    tokio::select! {
+        p = shared.permits.clone().acquire_owned() => Some(p.expect("permits never close")),
+        _ = fence.drain.cancelled() => None,
+        _ = fence.lost.cancelled() => None,
+    }
+}
+
 /// One piece of a lane's work: a state poll or a batch.
 async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &mut crate::guard::BmcGuard) -> Flow {
     let LaneRefs { shared, key, fence, done } = with;
@@ -406,11 +416,7 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
         // Kept boxed: the delivery (job and message) is not copied around.
         Work::Batch(d) => d,
         Work::Poll(machine, with_inventory) => {
-            let permit = tokio::select! {
-                p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),
-                _ = fence.drain.cancelled() => return Flow::Stop,
-                _ = fence.lost.cancelled() => return Flow::Stop,
-            };
+            let Some(permit) = permit(shared, fence).await else { return Flow::Stop };
             crate::state::poll(shared, &machine, with_inventory, slot, guard, fence)
                 .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
                 .await;
@@ -419,11 +425,7 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
             return Flow::Continue;
         }
     };
-    let permit = tokio::select! {
-        p = shared.permits.clone().acquire_owned() => p.expect("permits never close"),
-        _ = fence.drain.cancelled() => return Flow::Stop,
-        _ = fence.lost.cancelled() => return Flow::Stop,
-    };
+    let Some(permit) = permit(shared, fence).await else { return Flow::Stop };
     let partition = key.partition(shared.subjects.partitions);
     let span = tracing::info_span!(
         "worker.execute",
