@@ -250,11 +250,10 @@ async fn an_update_whose_task_cannot_be_found_is_interrupted_never_requested_aga
 /// A firmware image directory for the workers: `bmc-2.5.bin`, a little
 /// over 1 MiB of non-repeating bytes, and its SHA-256.
 fn image_dir() -> (tempfile::TempDir, String) {
-    use sha2::Digest;
     let dir = tempfile::tempdir().unwrap();
     let data = bmcfleet_testing::redfish::image_bytes(0x0bad_cafe, (1 << 20) + 4321);
     std::fs::write(dir.path().join("bmc-2.5.bin"), &data).unwrap();
-    let sha = sha2::Sha256::digest(&data).iter().map(|b| format!("{b:02x}")).collect();
+    let sha = bmcfleet_testing::redfish::sha256_hex(&data);
     (dir, sha)
 }
 

@@ -17,7 +17,6 @@ use bmcfleet_schema::{Action, ActionData, ErrorCode, FirmwareUpdate, FirmwareUpd
 use bmcfleet_testing::redfish::{MockupServer, SilentServer, UpdateBehaviour, MULTIPART_PUSH};
 use bmcfleet_testing::tasks::{TaskEntry, TaskRecorder};
 use common::{connector, spec_service};
-use sha2::Digest;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,16 +49,12 @@ impl Images {
     }
 
     fn sha256(&self) -> String {
-        hex(&self.data)
+        bmcfleet_testing::redfish::sha256_hex(&self.data)
     }
 
     fn image_dir(&self, max: u64) -> Arc<ImageDir> {
         Arc::new(ImageDir::new(&self.dir(), max).unwrap())
     }
-}
-
-fn hex(data: &[u8]) -> String {
-    sha2::Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn push(file: &str, sha256: Option<&str>) -> Action {

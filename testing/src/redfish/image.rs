@@ -51,6 +51,13 @@ impl ImageServer {
     }
 }
 
+/// Lower-case hex SHA-256 of `data`: what a test expects a firmware image
+/// to hash to, computed here rather than by the code under test.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// `len` bytes that do not repeat (a linear congruential sequence from
 /// `seed`): a firmware image stand-in whose every byte counts in a hash.
 pub fn image_bytes(seed: u32, len: usize) -> Vec<u8> {

@@ -837,8 +837,7 @@ impl State {
         let Ok(parameters) = serde_json::from_slice::<Value>(&params.data) else {
             return redfish_error(400, "MalformedJSON", "The UpdateParameters part is not JSON.");
         };
-        use sha2::Digest;
-        let sha256: String = sha2::Sha256::digest(&file.data).iter().map(|b| format!("{b:02x}")).collect();
+        let sha256 = super::sha256_hex(&file.data);
         self.pushes.push(PushReceived {
             bytes: file.data.len(),
             sha256,
