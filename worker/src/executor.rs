@@ -278,7 +278,7 @@ impl SendGate for ActionGate {
     /// The fence alone: the session outlives this action, and must not keep
     /// its status record, event headers and NATS handles alive.
     fn for_session(self: Arc<Self>) -> Arc<dyn SendGate> {
-        Arc::new(crate::fence::FenceGate(self.fence.clone()))
+        self.fence.gate()
     }
 }
 

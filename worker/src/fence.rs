@@ -18,32 +18,56 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Shared between a partition's lanes and the lease keeper.
+/// Shared between a partition's lanes and the lease keeper: one allocation
+/// per lease, so a clone (each lane, each action, each BMC session's send
+/// gate) is one reference count.
 #[derive(Clone, Debug)]
-pub struct Fence {
+pub struct Fence(Arc<FenceState>);
+
+/// What a [`Fence`] shares.
+#[derive(Debug)]
+pub struct FenceState {
     base: Instant,
     /// Milliseconds after `base` until which the lease is known to be ours.
-    valid_until_ms: Arc<AtomicU64>,
+    valid_until_ms: AtomicU64,
     /// Cancelled when the lease is lost: stop at once, even mid-action.
     pub lost: CancellationToken,
     /// Cancelled for a graceful hand-over: finish the current action, then stop.
     pub drain: CancellationToken,
 }
 
+impl std::ops::Deref for Fence {
+    type Target = FenceState;
+
+    fn deref(&self) -> &FenceState {
+        &self.0
+    }
+}
+
 impl Fence {
     /// A fence for a lease whose acquiring request was sent at `sent_at`
     /// and holds for `valid_for` from then (not from when the answer came).
     pub fn new(sent_at: Instant, valid_for: Duration) -> Self {
-        let f = Fence {
+        let f = Fence(Arc::new(FenceState {
             base: sent_at,
-            valid_until_ms: Arc::new(AtomicU64::new(0)),
+            valid_until_ms: AtomicU64::new(0),
             lost: CancellationToken::new(),
             drain: CancellationToken::new(),
-        };
+        }));
         f.extend_from(sent_at, valid_for);
         f
     }
 
+    /// The fence as a send gate: a poll's requests (no status record to
+    /// write), and what a BMC session sends on its own between actions
+    /// (keep-alives, retransmits, logout; [`bmcfleet_provider::SendGate::for_session`]).
+    /// The gate is the fence itself: nothing is allocated per session.
+    pub fn gate(&self) -> Arc<dyn bmcfleet_provider::SendGate> {
+        self.0.clone()
+    }
+}
+
+impl FenceState {
     /// Record a renewal sent at `sent_at` that holds for `valid_for`.
     pub fn extend_from(&self, sent_at: Instant, valid_for: Duration) {
         let ms = (sent_at + valid_for).saturating_duration_since(self.base).as_millis() as u64;
@@ -67,16 +91,10 @@ impl Fence {
     }
 }
 
-/// The fence as a send gate: a poll's requests (no status record to
-/// write), and what a BMC session sends on its own between actions
-/// (keep-alives, retransmits, logout; [`bmcfleet_provider::SendGate::for_session`]).
-#[derive(Debug)]
-pub struct FenceGate(pub Fence);
-
 #[async_trait::async_trait]
-impl bmcfleet_provider::SendGate for FenceGate {
+impl bmcfleet_provider::SendGate for FenceState {
     async fn admit(&self, _for_action: bool) -> bmcfleet_provider::Result<()> {
-        if self.0.valid() {
+        if self.valid() {
             Ok(())
         } else {
             Err(bmcfleet_provider::ProviderError::new(
@@ -88,7 +106,7 @@ impl bmcfleet_provider::SendGate for FenceGate {
     }
 
     fn holds(&self) -> bool {
-        self.0.valid()
+        self.valid()
     }
 
     fn for_session(self: Arc<Self>) -> Arc<dyn bmcfleet_provider::SendGate> {
@@ -119,8 +137,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_fence_gate_admits_and_holds_only_while_the_lease_is_valid() {
         use bmcfleet_provider::SendGate;
-        let gate = Arc::new(FenceGate(Fence::new(Instant::now(), Duration::from_secs(10))));
+        let fence = Fence::new(Instant::now(), Duration::from_secs(10));
+        let gate = fence.gate();
         let session = gate.clone().for_session();
+        // One shared object, not one per session: a gate costs a reference count.
+        let at = |g: &Arc<dyn SendGate>| Arc::as_ptr(g) as *const ();
+        assert!(at(&session) == at(&gate) && at(&fence.gate()) == Arc::as_ptr(&fence.0) as *const ());
         assert!(gate.admit(true).await.is_ok() && session.holds());
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(!session.holds(), "the session's gate follows the fence");

@@ -465,7 +465,7 @@ pub async fn poll(
                 Ok(creds) => {
                     // The poll and its inventory read each have their own deadline.
                     let ctx_for = |timeout| {
-                        Ctx::with_timeout(timeout).with_gate(Arc::new(crate::fence::FenceGate(fence.clone()))).with_settle(Some(shared.power_settle))
+                        Ctx::with_timeout(timeout).with_gate(fence.gate()).with_settle(Some(shared.power_settle))
                     };
                     let ctx = ctx_for(shared.state.settings().poll_timeout);
                     let mut took = None;
