@@ -8,23 +8,33 @@ use async_trait::async_trait;
 use bmcfleet_provider::{BmcSession, Capability, Connector, Ctx, ProviderError, ResolvedCredentials, Result};
 use bmcfleet_schema::{BmcTarget, ErrorCode, IpmiOptions, Protocol};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use tracing::Instrument;
 
 /// The IPMI-over-LAN port (RMCP, UDP).
 pub const DEFAULT_PORT: u16 = 623;
 
 /// Opens IPMI 2.0 (RMCP+) sessions. Clones share the sockets every session
-/// is multiplexed over (see [`RmcpSockets`]).
-#[derive(Clone, Debug, Default)]
+/// is multiplexed over (see [`RmcpSockets`]), and the session settings
+/// every session without a machine's own settings shares.
+#[derive(Clone, Debug)]
 pub struct IpmiConnector {
     config: IpmiConfig,
+    rmcp: Arc<RmcpConfig>,
     sockets: RmcpSockets,
+}
+
+impl Default for IpmiConnector {
+    fn default() -> Self {
+        IpmiConnector::new(IpmiConfig::default())
+    }
 }
 
 impl IpmiConnector {
     pub fn new(config: IpmiConfig) -> Self {
         let sockets = RmcpSockets::new(config.sockets);
-        IpmiConnector { config, sockets }
+        let rmcp = Arc::new(config.rmcp.clone());
+        IpmiConnector { config, rmcp, sockets }
     }
 
     /// The shared sockets (open sockets, sessions, dropped datagrams).
@@ -67,7 +77,7 @@ impl IpmiConnector {
                 peer,
                 credentials.username.clone(),
                 credentials.password.clone(),
-                rmcp_config(&self.config.rmcp, &target.options.ipmi)?,
+                rmcp_config(&self.rmcp, &target.options.ipmi)?,
                 ctx.deadline,
                 ctx.send_gate(),
             )
@@ -84,17 +94,21 @@ impl IpmiConnector {
 }
 
 /// The session settings for one machine: the worker's, with the machine's
-/// cipher-suite order and privilege where it names them.
-fn rmcp_config(base: &RmcpConfig, options: &IpmiOptions) -> Result<RmcpConfig> {
+/// cipher-suite order and privilege where it names them (the worker's own,
+/// shared, where it names neither).
+fn rmcp_config(base: &Arc<RmcpConfig>, options: &IpmiOptions) -> Result<Arc<RmcpConfig>> {
     options.validate().map_err(|e| ProviderError::new(ErrorCode::InvalidField, e))?;
-    let mut config = base.clone();
+    if options.cipher_suites.is_empty() && options.privilege.is_none() {
+        return Ok(base.clone());
+    }
+    let mut config = RmcpConfig::clone(base);
     if !options.cipher_suites.is_empty() {
         config.cipher_suites = options.cipher_suites.iter().filter_map(|id| CipherSuite::from_id(*id)).collect();
     }
     if let Some(privilege) = options.privilege {
         config.privilege = privilege;
     }
-    Ok(config)
+    Ok(Arc::new(config))
 }
 
 async fn resolve(ctx: &Ctx, authority: &str) -> Result<SocketAddr> {
@@ -139,12 +153,13 @@ mod tests {
 
     #[test]
     fn a_machine_overrides_the_workers_suites_and_privilege_where_it_names_them() {
-        let base = RmcpConfig::default();
+        let base = Arc::new(RmcpConfig::default());
         let same = rmcp_config(&base, &IpmiOptions::default()).unwrap();
-        assert_eq!((same.cipher_suites, same.privilege), (vec![CipherSuite::S17, CipherSuite::S3], IpmiPrivilege::Administrator));
+        assert!(Arc::ptr_eq(&same, &base), "no copy per session without settings of the machine's own");
+        assert_eq!((same.cipher_suites.clone(), same.privilege), (vec![CipherSuite::S17, CipherSuite::S3], IpmiPrivilege::Administrator));
         let options = IpmiOptions { cipher_suites: vec![3], privilege: Some(IpmiPrivilege::User) };
         let mine = rmcp_config(&base, &options).unwrap();
-        assert_eq!((mine.cipher_suites, mine.privilege), (vec![CipherSuite::S3], IpmiPrivilege::User));
+        assert_eq!((mine.cipher_suites.clone(), mine.privilege), (vec![CipherSuite::S3], IpmiPrivilege::User));
         let weak = IpmiOptions { cipher_suites: vec![1], privilege: None };
         assert_eq!(rmcp_config(&base, &weak).unwrap_err().code, ErrorCode::InvalidField, "the registry's rule holds here too");
     }

@@ -157,11 +157,12 @@ impl RmcpTransport {
         peer: SocketAddr,
         username: String,
         password: Secret,
-        config: RmcpConfig,
+        config: impl Into<Arc<RmcpConfig>>,
         deadline: Instant,
         gate: Option<Arc<dyn SendGate>>,
     ) -> Result<RmcpTransport, TransportError> {
         let stats = Arc::new(Stats::default());
+        let config: Arc<RmcpConfig> = config.into();
         let privilege = config.privilege;
         let mut engine = Engine {
             peer,
@@ -363,7 +364,8 @@ struct Engine {
     sockets: RmcpSockets,
     username: String,
     password: Secret,
-    config: RmcpConfig,
+    /// Shared by the sessions with the same settings.
+    config: Arc<RmcpConfig>,
     session: Option<Session>,
     stats: Arc<Stats>,
     /// The worker's fence, asked before everything this session sends;
@@ -424,7 +426,8 @@ impl Engine {
             ));
         }
         let mut refusals = Vec::new();
-        for suite in self.config.cipher_suites.clone() {
+        let config = self.config.clone();
+        for &suite in &config.cipher_suites {
             // Username+privilege lookup first (it tells apart entries that
             // share a name); a BMC that finds no entry for that pair
             // ("unauthorized name") is asked again with name-only lookup,

@@ -36,6 +36,7 @@
 
 use super::crypto::random_u32;
 use super::wire::{route, Route};
+use smallvec::SmallVec;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -87,8 +88,11 @@ impl Drop for Inner {
     }
 }
 
-/// A peer's routes: (our session id, its queue).
-type Routes = HashMap<SocketAddr, Vec<(u32, Arc<Mailbox>)>>;
+/// Each peer's routes: (our session id, its queue). One route (a BMC's
+/// live session) is held in the table itself, with no allocation of its
+/// own; a peer's second route (a probe or handshake beside it) spills to
+/// the heap until it goes.
+type Routes = HashMap<SocketAddr, SmallVec<[(u32, Arc<Mailbox>); 1]>>;
 
 /// A session's queue of datagrams: at most [`QUEUE`], filled by the receive
 /// task without ever waiting, emptied by the session. Nothing is allocated
@@ -207,7 +211,7 @@ impl RmcpSockets {
             .into_iter()
             .flatten()
             .flatten()
-            .map(|s| s.routes().values().map(Vec::len).sum::<usize>())
+            .map(|s| s.routes().values().map(|list| list.len()).sum::<usize>())
             .sum()
     }
 
@@ -373,6 +377,8 @@ impl Drop for Endpoint {
         if let Some(list) = routes.get_mut(&self.peer) {
             if let Some(at) = list.iter().position(|(id, _)| *id == self.id) {
                 list.swap_remove(at);
+                // Back inline once one route is left.
+                list.shrink_to_fit();
             }
             if list.is_empty() {
                 routes.remove(&self.peer);
@@ -469,6 +475,21 @@ mod tests {
         drop(b);
         drop(probe);
         assert_eq!(sockets.routes(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_peer_with_one_session_keeps_its_route_inline() {
+        let sockets = RmcpSockets::new(1);
+        let bmc = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let peer = bmc.local_addr().unwrap();
+        let session = sockets.endpoint(peer, false).await.unwrap();
+        let spilled = || session.shared.routes()[&peer].spilled();
+        assert!(!spilled(), "one route: no allocation of its own");
+        let probe = sockets.endpoint(peer, true).await.unwrap();
+        assert!(spilled() && sockets.routes() == 2);
+        drop(probe);
+        assert!(!spilled(), "back inline when the second route goes");
+        assert_eq!(session.shared.routes()[&peer][0].0, session.id());
     }
 
     #[test]
