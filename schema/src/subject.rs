@@ -93,31 +93,6 @@ impl Subjects {
         format!("{}.events.>", self.prefix)
     }
 
-    pub fn jobs_stream(&self) -> String {
-        format!("{}_JOBS", self.stream)
-    }
-
-    pub fn events_stream(&self) -> String {
-        format!("{}_EVENTS", self.stream)
-    }
-
-    pub fn batches_bucket(&self) -> String {
-        format!("{}_BATCHES", self.stream)
-    }
-
-    pub fn leases_bucket(&self) -> String {
-        format!("{}_LEASES", self.stream)
-    }
-
-    pub fn workers_bucket(&self) -> String {
-        format!("{}_WORKERS", self.stream)
-    }
-
-    /// Audit stream name.
-    pub fn audit_stream(&self) -> String {
-        format!("{}_AUDIT", self.stream)
-    }
-
     /// Every audit subject (stream filter).
     pub fn audit_all(&self) -> String {
         format!("{}.audit.>", self.prefix)
@@ -131,22 +106,6 @@ impl Subjects {
     /// Audit records of registry changes.
     pub fn audit_registry(&self) -> String {
         format!("{}.audit.registry", self.prefix)
-    }
-
-    /// KV bucket of the machine registry (key: machine name, value: JSON [`crate::Machine`]).
-    pub fn machines_bucket(&self) -> String {
-        format!("{}_MACHINES", self.stream)
-    }
-
-    /// KV bucket of observed machine state (key: machine name, value: JSON
-    /// [`crate::state::MachineState`]); written by workers only.
-    pub fn state_bucket(&self) -> String {
-        format!("{}_STATE", self.stream)
-    }
-
-    /// KV bucket of named BMC credentials, each value sealed to the workers' key.
-    pub fn credentials_bucket(&self) -> String {
-        format!("{}_CREDENTIALS", self.stream)
     }
 
     /// The consumer of one owner of a partition: named after the lease
@@ -173,6 +132,38 @@ impl Subjects {
         let (p, key) = rest.split_once('.')?;
         Some((p.parse().ok()?, BmcKey::from_token(key)?))
     }
+}
+
+/// The streams and KV buckets of a deployment, each named
+/// `<STREAM>_<SUFFIX>`: one method per name.
+macro_rules! stream_names {
+    ($( $(#[$doc:meta])* $method:ident => $suffix:literal; )+) => {
+        impl Subjects {
+            $(
+                $(#[$doc])*
+                pub fn $method(&self) -> String {
+                    format!(concat!("{}_", $suffix), self.stream)
+                }
+            )+
+        }
+    };
+}
+
+stream_names! {
+    jobs_stream => "JOBS";
+    events_stream => "EVENTS";
+    batches_bucket => "BATCHES";
+    leases_bucket => "LEASES";
+    workers_bucket => "WORKERS";
+    /// Audit stream name.
+    audit_stream => "AUDIT";
+    /// KV bucket of the machine registry (key: machine name, value: JSON [`crate::Machine`]).
+    machines_bucket => "MACHINES";
+    /// KV bucket of observed machine state (key: machine name, value: JSON
+    /// [`crate::state::MachineState`]); written by workers only.
+    state_bucket => "STATE";
+    /// KV bucket of named BMC credentials, each value sealed to the workers' key.
+    credentials_bucket => "CREDENTIALS";
 }
 
 /// The gateway micro service's endpoints (`<service-prefix>.<endpoint>`).
@@ -219,6 +210,23 @@ mod tests {
         for other in ["part-10-42", "part-10", "part-1-", "part-1-x", "part-1-4-2", "part-2-42"] {
             assert!(!s.is_partition_consumer(1, other), "{other} is not partition 1's");
         }
+    }
+
+    #[test]
+    fn streams_and_buckets_are_named_after_the_stream_stem() {
+        let s = Subjects::new("bmc", "FLEET", 4);
+        let names = [
+            s.jobs_stream(),
+            s.events_stream(),
+            s.batches_bucket(),
+            s.leases_bucket(),
+            s.workers_bucket(),
+            s.audit_stream(),
+            s.machines_bucket(),
+            s.state_bucket(),
+            s.credentials_bucket(),
+        ];
+        assert_eq!(names, ["FLEET_JOBS", "FLEET_EVENTS", "FLEET_BATCHES", "FLEET_LEASES", "FLEET_WORKERS", "FLEET_AUDIT", "FLEET_MACHINES", "FLEET_STATE", "FLEET_CREDENTIALS"]);
     }
 
     #[test]
