@@ -101,8 +101,21 @@ fn check(python: &Path, cases: &[Case]) -> Vec<String> {
 // One exhaustive match per enum: a new variant must be tagged here, and the
 // test below fails until an example carries the new tag.
 
-fn action_tag(a: &Action) -> &'static str {
-    match a {
+/// A tag function, one exhaustive `match` (no wildcard), and the number of
+/// tags it has (one an arm).
+macro_rules! tags {
+    (fn $name:ident($ty:ty) -> $count:ident { $($pat:pat => $tag:literal,)+ }) => {
+        fn $name(x: &$ty) -> &'static str {
+            match x {
+                $($pat => $tag,)+
+            }
+        }
+        const $count: usize = [$($tag),+].len();
+    };
+}
+
+tags! {
+    fn action_tag(Action) -> ACTION_TAGS {
         Action::Power(_) => "power",
         Action::PowerSettle(_) => "power_settle",
         Action::BootDevice(_) => "boot_device",
@@ -132,19 +145,17 @@ fn action_tag(a: &Action) -> &'static str {
         Action::FirmwareUpdate(_) => "firmware_update",
     }
 }
-const ACTION_TAGS: usize = 27;
 
-fn credentials_tag(c: &Credentials) -> &'static str {
-    match c {
+tags! {
+    fn credentials_tag(Credentials) -> CREDENTIALS_TAGS {
         Credentials::Ref(_) => "ref",
         Credentials::Inline { .. } => "inline",
         Credentials::Sealed(_) => "sealed",
     }
 }
-const CREDENTIALS_TAGS: usize = 3;
 
-fn data_tag(d: &ActionData) -> &'static str {
-    match d {
+tags! {
+    fn data_tag(ActionData) -> DATA_TAGS {
         ActionData::PowerState(_) => "power_state",
         ActionData::BootDevice(_) => "boot_device",
         ActionData::BootDevicePending(_) => "boot_device_pending",
@@ -160,25 +171,23 @@ fn data_tag(d: &ActionData) -> &'static str {
         ActionData::FirmwareUpdate(_) => "firmware_update",
     }
 }
-const DATA_TAGS: usize = 13;
 
-fn event_tag(e: &EventKind) -> &'static str {
-    match e {
+tags! {
+    fn event_tag(EventKind) -> EVENT_TAGS {
         EventKind::ActionStarted { .. } => "action_started",
         EventKind::ActionFinished { .. } => "action_finished",
         EventKind::ActionProgress { .. } => "action_progress",
         EventKind::BatchFinished { .. } => "batch_finished",
     }
 }
-const EVENT_TAGS: usize = 4;
 
 fn machine_event_tag(e: &MachineEventKind) -> &'static str {
     e.name()
 }
 const MACHINE_EVENT_TAGS: usize = 4;
 
-fn reply_tag(r: &Reply) -> &'static str {
-    match r {
+tags! {
+    fn reply_tag(Reply) -> REPLY_TAGS {
         Reply::Accepted(_) => "accepted",
         Reply::Result(_) => "result",
         Reply::Status(_) => "status",
@@ -186,7 +195,6 @@ fn reply_tag(r: &Reply) -> &'static str {
         Reply::Error(_) => "error",
     }
 }
-const REPLY_TAGS: usize = 5;
 
 /// Every value of a field-less enum, checked exhaustively: the array is
 /// followed by a `match` that lists every variant.
