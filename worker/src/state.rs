@@ -76,41 +76,34 @@ struct Seen {
     inventory_ms: Option<u64>,
 }
 
-impl Seen {
-    fn of(s: &MachineState) -> Seen {
-        Seen {
-            power: s.power,
-            contactable: s.contactable,
-            error_code: s.error_code,
-            reason: s.reason.as_deref().map(Box::from),
-            last_seen_ms: s.last_seen_ms,
-            last_changed_ms: s.last_changed_ms,
-            updated_ms: s.updated_ms,
-            consecutive_failures: s.consecutive_failures,
-            provider: s.provider.as_deref().map(Box::from),
-            firmware: s.firmware.as_deref().map(Box::from),
-            inventory_ms: s.inventory_ms,
-        }
-    }
+/// `Seen::of` and `Seen::state` from one list of the fields a [`Seen`]
+/// keeps: `copied` as they are, `text` as boxed strings (and back).
+macro_rules! seen_fields {
+    (copied: $($copied:ident),+; text: $($text:ident),+;) => {
+        impl Seen {
+            fn of(s: &MachineState) -> Seen {
+                Seen {
+                    $($copied: s.$copied,)+
+                    $($text: s.$text.as_deref().map(Box::from),)+
+                }
+            }
 
-    fn state(&self, machine: &str, tenant: &str, worker: &str) -> MachineState {
-        MachineState {
-            machine: machine.to_owned(),
-            tenant: tenant.to_owned(),
-            power: self.power,
-            contactable: self.contactable,
-            error_code: self.error_code,
-            reason: self.reason.as_deref().map(str::to_owned),
-            last_seen_ms: self.last_seen_ms,
-            last_changed_ms: self.last_changed_ms,
-            updated_ms: self.updated_ms,
-            consecutive_failures: self.consecutive_failures,
-            provider: self.provider.as_deref().map(str::to_owned),
-            firmware: self.firmware.as_deref().map(str::to_owned),
-            inventory_ms: self.inventory_ms,
-            worker: worker.to_owned(),
+            fn state(&self, machine: &str, tenant: &str, worker: &str) -> MachineState {
+                MachineState {
+                    machine: machine.to_owned(),
+                    tenant: tenant.to_owned(),
+                    $($copied: self.$copied,)+
+                    $($text: self.$text.as_deref().map(str::to_owned),)+
+                    worker: worker.to_owned(),
+                }
+            }
         }
-    }
+    };
+}
+
+seen_fields! {
+    copied: power, contactable, error_code, last_seen_ms, last_changed_ms, updated_ms, consecutive_failures, inventory_ms;
+    text: reason, provider, firmware;
 }
 
 /// The last state of every machine this worker observed.
@@ -545,6 +538,27 @@ mod tests {
         let mut m = Machine::new(name, "10.0.0.1".parse().unwrap(), bmcfleet_schema::Protocol::Ipmi, "c");
         m.poll_interval = every;
         Arc::new(m)
+    }
+
+    #[test]
+    fn the_book_gives_back_every_field_it_keeps() {
+        let state = MachineState {
+            machine: "m1".into(),
+            tenant: "t".into(),
+            power: Some(PowerState::On),
+            contactable: false,
+            error_code: Some(bmcfleet_schema::ErrorCode::Timeout),
+            reason: Some("no answer".into()),
+            last_seen_ms: Some(1),
+            last_changed_ms: 2,
+            updated_ms: 3,
+            consecutive_failures: 4,
+            provider: Some("ipmi".into()),
+            firmware: Some("1.2".into()),
+            inventory_ms: Some(5),
+            worker: "w".into(),
+        };
+        assert_eq!(Seen::of(&state).state("m1", "t", "w"), state);
     }
 
     #[test]
