@@ -12,24 +12,34 @@ pub struct ChassisInfo {
     pub serial: Option<String>,
 }
 
-/// Fields of the board info area (section 11).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BoardInfo {
-    pub manufacturer: Option<String>,
-    pub product: Option<String>,
-    pub serial: Option<String>,
-    pub part_number: Option<String>,
+/// An info area whose fields are all type/length-encoded, declared in the
+/// order the spec lists them, which is the order they are read in.
+macro_rules! text_area {
+    ($(#[$doc:meta])* $name:ident { $($field:ident),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct $name {
+            $(pub $field: Option<String>,)+
+        }
+
+        impl $name {
+            /// From the area's fields, in order (a missing one is `None`).
+            fn from_fields(fields: Vec<Option<String>>) -> $name {
+                let mut f = fields.into_iter();
+                $name { $($field: f.next().flatten(),)+ }
+            }
+        }
+    };
 }
 
-/// Fields of the product info area (section 12).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ProductInfo {
-    pub manufacturer: Option<String>,
-    pub name: Option<String>,
-    pub part_number: Option<String>,
-    pub version: Option<String>,
-    pub serial: Option<String>,
-    pub asset_tag: Option<String>,
+text_area! {
+    /// Fields of the board info area (section 11).
+    BoardInfo { manufacturer, product, serial, part_number }
+}
+
+text_area! {
+    /// Fields of the product info area (section 12).
+    ProductInfo { manufacturer, name, part_number, version, serial, asset_tag }
 }
 
 /// Offsets (in bytes) of the areas named by the common header (section 8).
@@ -155,27 +165,13 @@ pub fn parse_chassis(area: &[u8]) -> Result<ChassisInfo, String> {
 /// Parses a complete board info area (its declared length).
 pub fn parse_board(area: &[u8]) -> Result<BoardInfo, String> {
     // version, length, language, 3-byte manufacturing date.
-    let mut f = fields(area, 6)?.into_iter();
-    Ok(BoardInfo {
-        manufacturer: f.next().flatten(),
-        product: f.next().flatten(),
-        serial: f.next().flatten(),
-        part_number: f.next().flatten(),
-    })
+    Ok(BoardInfo::from_fields(fields(area, 6)?))
 }
 
 /// Parses a complete product info area (its declared length).
 pub fn parse_product(area: &[u8]) -> Result<ProductInfo, String> {
     // version, length, language.
-    let mut f = fields(area, 3)?.into_iter();
-    Ok(ProductInfo {
-        manufacturer: f.next().flatten(),
-        name: f.next().flatten(),
-        part_number: f.next().flatten(),
-        version: f.next().flatten(),
-        serial: f.next().flatten(),
-        asset_tag: f.next().flatten(),
-    })
+    Ok(ProductInfo::from_fields(fields(area, 3)?))
 }
 
 #[cfg(test)]
@@ -194,26 +190,36 @@ mod tests {
         0x31, 0x2e, 0x30, 0xc8, 0x50, 0x52, 0x44, 0x2d, 0x30, 0x30, 0x30, 0x31, 0xc0, 0xc0, 0xc1, 0x00, 0xc4,
     ];
 
+    /// The area of [`SIM_FRU`] at `offset` (its declared length), parsed.
+    fn sim_area<T>(offset: usize, parse: fn(&[u8]) -> Result<T, String>) -> T {
+        let len = area_len(&SIM_FRU[offset..]).unwrap();
+        parse(&SIM_FRU[offset..offset + len]).unwrap()
+    }
+
     #[test]
     fn parses_the_simulator_fru() {
         let h = parse_header(&SIM_FRU).unwrap();
         assert_eq!(h, CommonHeader { chassis: Some(8), board: Some(32), product: Some(88) });
-        let chassis_len = area_len(&SIM_FRU[8..]).unwrap();
-        let chassis = parse_chassis(&SIM_FRU[8..8 + chassis_len]).unwrap();
+        let chassis = sim_area(8, parse_chassis);
         assert_eq!(chassis, ChassisInfo { kind: Some("Rack Mount Chassis".into()), part_number: Some("CH-PN-7".into()), serial: Some("CH-0001".into()) });
-        let board_len = area_len(&SIM_FRU[32..]).unwrap();
-        let board = parse_board(&SIM_FRU[32..32 + board_len]).unwrap();
-        assert_eq!(board.manufacturer.as_deref(), Some("bmcfleet"));
-        assert_eq!(board.product.as_deref(), Some("SIM-BOARD-1"));
-        assert_eq!(board.serial.as_deref(), Some("BRD-0001"));
-        assert_eq!(board.part_number.as_deref(), Some("PN-BRD-42"));
-        let product_len = area_len(&SIM_FRU[88..]).unwrap();
-        let product = parse_product(&SIM_FRU[88..88 + product_len]).unwrap();
-        assert_eq!(product.name.as_deref(), Some("IPMI-SIM"));
-        assert_eq!(product.part_number.as_deref(), Some("MODEL-X1"));
-        assert_eq!(product.version.as_deref(), Some("1.0"));
-        assert_eq!(product.serial.as_deref(), Some("PRD-0001"));
-        assert_eq!(product.asset_tag, None);
+        let text = |s: &str| Some(s.to_owned());
+        let board = sim_area(32, parse_board);
+        assert_eq!(
+            board,
+            BoardInfo { manufacturer: text("bmcfleet"), product: text("SIM-BOARD-1"), serial: text("BRD-0001"), part_number: text("PN-BRD-42") }
+        );
+        let product = sim_area(88, parse_product);
+        assert_eq!(
+            product,
+            ProductInfo {
+                manufacturer: text("bmcfleet"),
+                name: text("IPMI-SIM"),
+                part_number: text("MODEL-X1"),
+                version: text("1.0"),
+                serial: text("PRD-0001"),
+                asset_tag: None,
+            }
+        );
     }
 
     #[test]
