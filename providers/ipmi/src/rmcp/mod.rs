@@ -465,8 +465,9 @@ impl Engine {
         ))
     }
 
-    /// Sends a handshake message and waits for the reply `parse` accepts
-    /// (`Ok(None)`: not ours), retransmitting on loss.
+    /// Sends a handshake message and waits for the reply `parse` accepts,
+    /// retransmitting on loss. A reply with another message tag than the
+    /// request's (its first byte) is not ours: it is passed over unparsed.
     async fn presession<T>(
         &self,
         endpoint: &mut Endpoint,
@@ -474,9 +475,10 @@ impl Engine {
         payload: &[u8],
         reply_type: u8,
         deadline: Instant,
-        mut parse: impl FnMut(&[u8]) -> Result<Option<T>, &'static str>,
+        mut parse: impl FnMut(&[u8]) -> Result<T, &'static str>,
     ) -> Result<T, TransportError> {
         let packet = wire::presession(payload_type, payload);
+        let tag = payload.first();
         let mut discarded = None;
         for _ in 0..=self.config.retries {
             if Instant::now() >= deadline {
@@ -493,9 +495,11 @@ impl Engine {
             let attempt_end = (Instant::now() + self.config.attempt_timeout).min(deadline);
             while let Some(datagram) = endpoint.recv(attempt_end).await {
                 let Some(reply) = wire::presession_payload(&datagram, reply_type) else { continue };
+                if reply.first() != tag {
+                    continue;
+                }
                 match parse(reply) {
-                    Ok(Some(v)) => return Ok(v),
-                    Ok(None) => {}
+                    Ok(v) => return Ok(v),
                     Err(why) => {
                         tracing::debug!(bmc = %self.peer, why, "Discarded a handshake datagram.");
                         discarded = Some(why);
@@ -538,10 +542,7 @@ impl Engine {
         let open = wire::open_session_request(1, role, console_sid, suite);
         let opened = self
             .presession(&mut endpoint, wire::PT_OPEN_SESSION_REQUEST, &open, wire::PT_OPEN_SESSION_RESPONSE, deadline, |p| {
-                if p.first() != Some(&1) {
-                    return Ok(None);
-                }
-                wire::open_session_response(p, 1, console_sid, suite).map(Some)
+                wire::open_session_response(p, 1, console_sid, suite)
             })
             .await?;
         let bmc_sid = match opened {
@@ -564,12 +565,7 @@ impl Engine {
         let rm = random16();
         let rakp1 = wire::rakp1(2, bmc_sid, &rm, role, &user);
         let rakp2 = self
-            .presession(&mut endpoint, wire::PT_RAKP1, &rakp1, wire::PT_RAKP2, deadline, |p| {
-                if p.first() != Some(&2) {
-                    return Ok(None);
-                }
-                wire::rakp2(p, 2, console_sid).map(Some)
-            })
+            .presession(&mut endpoint, wire::PT_RAKP1, &rakp1, wire::PT_RAKP2, deadline, |p| wire::rakp2(p, 2, console_sid))
             .await?;
         let (rc, guid, code) = match rakp2 {
             wire::Rakp2::Ok { bmc_random, bmc_guid, auth_code } => (bmc_random, bmc_guid, auth_code),
@@ -601,12 +597,7 @@ impl Engine {
         let proof = hash.hmac(&kuid, &[&rc, &sids.0, &[role], &ulen, &user]);
         let rakp3 = wire::rakp3(3, bmc_sid, &proof);
         let rakp4 = self
-            .presession(&mut endpoint, wire::PT_RAKP3, &rakp3, wire::PT_RAKP4, deadline, |p| {
-                if p.first() != Some(&3) {
-                    return Ok(None);
-                }
-                wire::rakp4(p, 3, console_sid).map(Some)
-            })
+            .presession(&mut endpoint, wire::PT_RAKP3, &rakp3, wire::PT_RAKP4, deadline, |p| wire::rakp4(p, 3, console_sid))
             .await?;
         let icv = match rakp4 {
             Ok(icv) => icv,
