@@ -393,14 +393,20 @@ mod tests {
     use crate::rmcp::wire;
     use std::time::Duration;
 
+    /// A loopback socket standing in for a BMC (or another sender), and its address.
+    async fn loopback() -> (UdpSocket, SocketAddr) {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        (socket, addr)
+    }
+
     #[tokio::test]
     async fn a_socket_admits_no_more_outstanding_requests_than_its_receive_buffer_holds() {
         // Polled once, outside tokio's cooperative budget (thousands of
         // polls in one task would otherwise be told to yield).
         use futures::FutureExt as _;
         let sockets = RmcpSockets::new(1);
-        let bmc = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let peer = bmc.local_addr().unwrap();
+        let (_bmc, peer) = loopback().await;
         let mut first = sockets.endpoint(peer, false).await.unwrap();
         let shared = first.shared.clone();
         // The buffer asked for, or what net.core.rmem_max allows.
@@ -436,8 +442,7 @@ mod tests {
     #[tokio::test]
     async fn datagrams_reach_only_their_session_and_routes_go_away_with_it() {
         let sockets = RmcpSockets::new(2);
-        let bmc = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let peer = bmc.local_addr().unwrap();
+        let (bmc, peer) = loopback().await;
         let mut a = sockets.endpoint(peer, false).await.unwrap();
         let mut b = sockets.endpoint(peer, false).await.unwrap();
         let mut probe = sockets.endpoint(peer, true).await.unwrap();
@@ -467,7 +472,7 @@ mod tests {
         bmc.send_to(&v15, from["p"]).await.unwrap();
         assert_eq!(probe.recv(soon()).await.as_deref(), Some(&v15[..]));
         // Another sender, same id: dropped.
-        let stranger = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let (stranger, _) = loopback().await;
         stranger.send_to(&to_b, from["b"]).await.unwrap();
         assert_eq!(b.recv(soon()).await, None);
         assert!(sockets.dropped() >= 1);
@@ -508,8 +513,8 @@ mod tests {
     #[tokio::test]
     async fn a_datagram_offered_before_the_session_waits_is_not_missed() {
         let sockets = RmcpSockets::new(1);
-        let bmc = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let mut e = sockets.endpoint(bmc.local_addr().unwrap(), true).await.unwrap();
+        let (_bmc, peer) = loopback().await;
+        let mut e = sockets.endpoint(peer, true).await.unwrap();
         e.mailbox.offer(b"early");
         assert_eq!(e.recv(Instant::now() + Duration::from_secs(5)).await.as_deref(), Some(&b"early"[..]));
         // The stored wake-up of that offer is spent or spurious: the next
@@ -520,10 +525,10 @@ mod tests {
     #[tokio::test]
     async fn a_full_queue_drops_instead_of_blocking_others() {
         let sockets = RmcpSockets::new(1);
-        let flood = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let calm = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let slow = sockets.endpoint(flood.local_addr().unwrap(), true).await.unwrap();
-        let mut fast = sockets.endpoint(calm.local_addr().unwrap(), true).await.unwrap();
+        let (flood, flood_addr) = loopback().await;
+        let (calm, calm_addr) = loopback().await;
+        let slow = sockets.endpoint(flood_addr, true).await.unwrap();
+        let mut fast = sockets.endpoint(calm_addr, true).await.unwrap();
         slow.send(b"x").await.unwrap();
         let mut buf = [0u8; 8];
         let (_, ours) = flood.recv_from(&mut buf).await.unwrap();
