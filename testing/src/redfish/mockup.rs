@@ -118,24 +118,11 @@ fn norm(p: &str) -> String {
     }
 }
 
-/// One request the server received.
-#[derive(Clone, Debug)]
-pub struct RecordedRequest {
-    pub method: String,
-    /// Path without the query, trailing `/` removed.
-    pub path: String,
-    pub query: Option<String>,
-    /// Header names lower-cased.
-    pub headers: Vec<(String, String)>,
-    pub body: Bytes,
-}
+/// One request the server received: the request as the server read it,
+/// its method upper-cased and its path without a trailing `/`.
+pub use super::server::HttpRequest as RecordedRequest;
 
 impl RecordedRequest {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
-    }
-
     /// The body as JSON (`None` when empty or not JSON).
     pub fn json(&self) -> Option<Value> {
         serde_json::from_slice(&self.body).ok()
@@ -388,32 +375,23 @@ impl MockupBuilder {
         self
     }
 
-    /// Emulate the SessionService (default on). Off: POSTs to the sessions
-    /// collection get `404`, like a BMC without sessions.
-    pub fn sessions(mut self, enabled: bool) -> Self {
-        self.sessions = enabled;
-        self
-    }
-
-    /// Accept HTTP Basic (default on).
-    pub fn basic_auth(mut self, enabled: bool) -> Self {
-        self.basic = enabled;
-        self
-    }
-
-    /// Answer `428` to a PATCH without `If-Match` on a resource with an ETag.
-    pub fn require_if_match(mut self, required: bool) -> Self {
-        self.require_if_match = required;
-        self
-    }
-
-    /// Check PATCH values and action parameters against the advertised
-    /// `@Redfish.AllowableValues` (default on). Turn off to emulate firmware
-    /// whose advertised lists are wrong but which accepts the standard values
-    /// (Supermicro X12 lists `GracefulShutdownGracefulRestart` as one value).
-    pub fn validate_allowable(mut self, on: bool) -> Self {
-        self.validate = on;
-        self
+    setters! {
+        /// Emulate the SessionService (default on). Off: POSTs to the sessions
+        /// collection get `404`, like a BMC without sessions.
+        sessions(sessions: bool);
+        /// Accept HTTP Basic (default on).
+        basic_auth(basic: bool);
+        /// Answer `428` to a PATCH without `If-Match` on a resource with an ETag.
+        require_if_match(require_if_match: bool);
+        /// Check PATCH values and action parameters against the advertised
+        /// `@Redfish.AllowableValues` (default on). Turn off to emulate firmware
+        /// whose advertised lists are wrong but which accepts the standard values
+        /// (Supermicro X12 lists `GracefulShutdownGracefulRestart` as one value).
+        validate_allowable(validate: bool);
+        /// Also advertise `MultipartHttpPushUri` ([`MULTIPART_PUSH`]) on the
+        /// UpdateService (with [`MockupBuilder::update_service`]); without it
+        /// the BMC takes SimpleUpdate only.
+        multipart_push(push: bool);
     }
 
     /// Answer `405 Method Not Allowed` to `method` on `path`.
@@ -435,14 +413,6 @@ impl MockupBuilder {
     /// service root links both.
     pub fn update_service(mut self, behaviour: UpdateBehaviour) -> Self {
         self.update = Some(behaviour);
-        self
-    }
-
-    /// Also advertise `MultipartHttpPushUri` ([`MULTIPART_PUSH`]) on the
-    /// UpdateService (with [`MockupBuilder::update_service`]); without it
-    /// the BMC takes SimpleUpdate only.
-    pub fn multipart_push(mut self, on: bool) -> Self {
-        self.push = on;
         self
     }
 
@@ -618,13 +588,7 @@ impl State {
     fn handle(&mut self, req: HttpRequest) -> Option<HttpResponse> {
         let path = norm(&req.path);
         let method = req.method.to_ascii_uppercase();
-        self.requests.push(RecordedRequest {
-            method: method.clone(),
-            path: path.clone(),
-            query: req.query.clone(),
-            headers: req.headers.clone(),
-            body: req.body.clone(),
-        });
+        self.requests.push(RecordedRequest { method: method.clone(), path: path.clone(), ..req.clone() });
 
         let mut as_task = None;
         let fault = self.faults.iter_mut().find(|f| f.matches(&method, &path)).and_then(|f| {

@@ -24,6 +24,20 @@
 //!   (default: found on `PATH`).
 //! - `BMCFLEET_REQUIRE_PEERS=1`: a missing `sushy-emulator` fails instead of skipping.
 
+/// Builder methods that each set one field to the value given:
+/// `$(#[doc])* method(field: Type);`.
+macro_rules! setters {
+    ($( $(#[$doc:meta])* $method:ident($field:ident: $ty:ty); )+) => {
+        $(
+            $(#[$doc])*
+            pub fn $method(mut self, $field: $ty) -> Self {
+                self.$field = $field;
+                self
+            }
+        )+
+    };
+}
+
 pub mod fixtures;
 mod image;
 mod mockup;

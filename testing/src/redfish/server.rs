@@ -17,13 +17,15 @@ use tokio::task::{JoinHandle, JoinSet};
 /// Largest request body the harness reads.
 const MAX_REQUEST_BODY: usize = 4 * 1024 * 1024;
 
-/// A request as the harness handlers see it.
+/// A request as the harness handlers see it, and as the mockup records it
+/// (public there as [`RecordedRequest`](super::RecordedRequest)).
 #[derive(Clone, Debug)]
-pub(crate) struct HttpRequest {
+pub struct HttpRequest {
     pub method: String,
+    /// Path without the query (recorded with any trailing `/` removed).
     pub path: String,
     pub query: Option<String>,
-    /// Names lower-cased.
+    /// Header names lower-cased.
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
 }

@@ -65,21 +65,16 @@ fn py_str(s: &str) -> String {
 }
 
 impl SushyBuilder {
-    /// Replace the emulated systems (default: one, `fake`, powered off).
-    pub fn systems(mut self, systems: Vec<FakeSystem>) -> Self {
-        self.systems = systems;
-        self
+    setters! {
+        /// Replace the emulated systems (default: one, `fake`, powered off).
+        systems(systems: Vec<FakeSystem>);
+        /// How long to wait for the emulator to answer (default 30 s).
+        start_timeout(start_timeout: Duration);
     }
 
     pub fn credentials(mut self, username: &str, password: &str) -> Self {
         self.username = username.into();
         self.password = password.into();
-        self
-    }
-
-    /// How long to wait for the emulator to answer (default 30 s).
-    pub fn start_timeout(mut self, t: Duration) -> Self {
-        self.start_timeout = t;
         self
     }
 
