@@ -71,6 +71,12 @@ fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// What the client said (stdout and stderr) when it failed.
+fn failed(out: &Output) -> String {
+    assert!(!out.status.success(), "client succeeded: {}", text(out));
+    text(out)
+}
+
 fn fleet(count: usize, suites: &[u8]) -> LanFleet {
     LanFleet::start(LanConfig { count, cipher_suites: suites.to_vec(), ..LanConfig::default() }).expect("fleet")
 }
@@ -156,9 +162,8 @@ fn ipmitool_operator_user_gets_operator_and_no_more() {
     assert!(!out.status.success() && text(&out).contains("Insufficient privilege"), "{}", text(&out));
     assert_eq!(bmc.handle().snapshot().warm_resets, 0);
     // Asking for Administrator (ipmitool's default) is refused in RAKP 2.
-    let out = op(&["-v", "chassis", "power", "status"]);
-    assert!(!out.status.success());
-    assert!(text(&out).contains("unauthorized role requested"), "{}", text(&out));
+    let t = failed(&op(&["-v", "chassis", "power", "status"]));
+    assert!(t.contains("unauthorized role requested"), "{t}");
     assert_eq!(bmc.active_sessions(), 0);
 }
 
@@ -168,9 +173,7 @@ fn ipmitool_wrong_password_fails_the_rakp2_check() {
     let fleet = fleet(1, &[3, 17]);
     let bmc = fleet.bmc(0);
     for suite in ["17", "3"] {
-        let out = ipmitool(&bin, bmc, "admin", "wrong", &["-v", "-C", suite, "chassis", "power", "on"]);
-        assert!(!out.status.success());
-        let t = text(&out);
+        let t = failed(&ipmitool(&bin, bmc, "admin", "wrong", &["-v", "-C", suite, "chassis", "power", "on"]));
         assert!(
             t.contains("RAKP 2 HMAC is invalid") && t.contains("Unable to establish IPMI v2 / RMCP+ session"),
             "{t}"
@@ -253,9 +256,7 @@ fn ipmitool_rejects_a_wrong_console_session_id() {
     // replies are then refused and nothing is executed past Set Session
     // Privilege Level.
     bmc.faults().wrong_session_id = 100;
-    let out = admin(&bin, bmc, &["-C", "17", "chassis", "power", "on"]);
-    assert!(!out.status.success());
-    let t = text(&out);
+    let t = failed(&admin(&bin, bmc, &["-C", "17", "chassis", "power", "on"]));
     assert!(t.contains("Console session ID is not what we requested"), "{t}");
     assert!(t.contains("Received an Unexpected message ID"), "{t}");
     assert!(!bmc.handle().snapshot().power_on);
