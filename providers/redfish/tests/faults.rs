@@ -22,6 +22,11 @@ async fn open(server: &MockupServer) -> RedfishSession {
     connector().open(&ctx(10), &server.target(), &server.credentials()).await.expect("connect")
 }
 
+/// A power operation within 5 s, as most faults below are met.
+async fn power(s: &mut RedfishSession, op: PowerOp) -> Result<Option<bmcfleet_schema::PowerState>, bmcfleet_provider::ProviderError> {
+    s.power().unwrap().power(&ctx(5), op).await
+}
+
 /// A one-time UEFI boot override, as most faults below are met.
 async fn set_boot(s: &mut RedfishSession, device: BootDevice) -> Result<(), bmcfleet_provider::ProviderError> {
     let request = BootDeviceRequest { device, persistent: false, efi: true };
@@ -36,9 +41,7 @@ fn ctx_ms(ms: u64) -> Ctx {
 async fn wrong_password_is_auth_failed_with_sessions_and_with_basic() {
     for sessions in [true, false] {
         let server = spec_service().sessions(sessions).start().await.unwrap();
-        let mut creds = server.credentials();
-        creds.password = "wrong".into();
-        let e = connector().open(&ctx(10), &server.target(), &creds).await.err().expect("must fail");
+        let e = common::open_with_password(&server.target(), server.credentials(), "wrong", 10).await;
         assert_eq!(e.code, ErrorCode::AuthFailed, "sessions={sessions}: {e}");
         assert!(!e.retryable);
         assert!(e.message.contains("There is no valid session"), "the BMC's words are missing: {e}");
@@ -76,7 +79,7 @@ async fn conflict_is_a_bmc_error_sent_once() {
         &json!({"error": {"code": "Base.1.8.ActionNotSupported", "message": "Reset is not possible while the host is in POST"}}),
     ));
     let mut s = open(&server).await;
-    let e = s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap_err();
+    let e = power(&mut s, PowerOp::Reset).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     assert!(e.message.contains("409") && e.message.contains("while the host is in POST"), "{e}");
     assert!(!e.retryable);
@@ -113,10 +116,10 @@ async fn server_errors_are_retryable_but_not_retried() {
     let mut s = open(&server).await;
     server.push_fault(Fault::status("POST", RESET, 500));
     server.push_fault(Fault::status("GET", SYSTEM, 503).times(1));
-    let e = s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap_err();
+    let e = power(&mut s, PowerOp::Status).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     assert!(e.retryable && e.message.contains("503"), "{e}");
-    let e = s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap_err();
+    let e = power(&mut s, PowerOp::Reset).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     assert!(e.retryable && e.message.contains("500") && e.message.contains("injected"), "{e}");
     assert_eq!(server.requests_to("POST", RESET).len(), 1, "a non-idempotent POST was resent");
@@ -128,7 +131,7 @@ async fn not_implemented_is_unsupported() {
     let server = spec_service().start().await.unwrap();
     server.push_fault(Fault::status("POST", RESET, 501));
     let mut s = open(&server).await;
-    let e = s.power().unwrap().power(&ctx(5), PowerOp::Nmi).await.unwrap_err();
+    let e = power(&mut s, PowerOp::Nmi).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
 }
 
@@ -137,7 +140,7 @@ async fn malformed_json_is_a_protocol_error() {
     let server = spec_service().start().await.unwrap();
     let mut s = open(&server).await;
     server.push_fault(Fault::status("GET", SYSTEM, 200).raw(&b"{\"PowerState\": \"On\", oops"[..]));
-    let e = s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap_err();
+    let e = power(&mut s, PowerOp::Status).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
     assert!(e.message.contains("not valid JSON"), "{e}");
 
@@ -225,7 +228,7 @@ async fn oversized_answer_is_refused() {
     let c = RedfishConnector::new(RedfishConfig { max_response_bytes: 4096, ..RedfishConfig::default() });
     let mut s = c.open(&ctx(5), &server.target(), &server.credentials()).await.expect("connect");
     server.push_fault(Fault::status("GET", SYSTEM, 200).raw(vec![b' '; 64 * 1024]));
-    let e = s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap_err();
+    let e = power(&mut s, PowerOp::Status).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
     assert!(e.message.contains("larger than 4096"), "{e}");
 }
@@ -235,7 +238,7 @@ async fn redirects_are_not_followed() {
     let server = spec_service().start().await.unwrap();
     let mut s = open(&server).await;
     server.push_fault(Fault::status("GET", SYSTEM, 307).header("location", "https://198.51.100.1/redfish/v1/Systems/1"));
-    let e = s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap_err();
+    let e = power(&mut s, PowerOp::Status).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
     assert!(e.message.contains("307"), "{e}");
 }
@@ -515,7 +518,7 @@ async fn boot_changes_go_to_the_settings_object_and_apply_on_reset() {
     assert_eq!(server.resource(&sd).unwrap()["Boot"]["BootSourceOverrideTarget"], json!("Cd"));
     // Pending until the system resets; then it is the override.
     assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap().device, BootDevice::None);
-    s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap();
+    power(&mut s, PowerOp::Reset).await.unwrap();
     assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap().device, BootDevice::Cdrom);
 }
 
@@ -592,7 +595,7 @@ async fn a_resolved_host_name_is_not_looked_up_again() {
     assert_eq!(e.code, ErrorCode::Unreachable, "{e}");
     target.options.resolved = vec!["127.0.0.1".parse().unwrap()];
     let mut s = connector().open(&ctx(5), &target, &server.credentials()).await.expect("connects to the pinned address");
-    assert_eq!(s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap(), Some(bmcfleet_schema::PowerState::On));
+    assert_eq!(power(&mut s, PowerOp::Status).await.unwrap(), Some(bmcfleet_schema::PowerState::On));
 }
 
 /// Verified effects with the generic power layer (issue 17): a graceful

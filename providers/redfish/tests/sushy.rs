@@ -11,7 +11,7 @@ mod common;
 use bmcfleet_provider::Offer;
 use bmcfleet_provider::{capabilities, Connector};
 use bmcfleet_testing::redfish::{FakeSystem, ImageServer, SushyEmulator};
-use bmcfleet_redfish::AuthKind;
+use bmcfleet_redfish::{AuthKind, RedfishSession};
 use bmcfleet_schema::{
     BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, MediaKind, PowerOp, PowerState, RawIpmi, RawRedfish,
     RawRequest,
@@ -22,8 +22,20 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn power_is(want: &'static str) -> impl Fn(&Value) -> bool {
+fn power_is(want: &str) -> impl Fn(&Value) -> bool + '_ {
     move |v| v["PowerState"] == want
+}
+
+/// `op` is sent (it reports nothing), the emulator's power becomes `state`
+/// and the session reads it back; `op` again sends nothing and reports
+/// `state`.
+async fn lands(emu: &SushyEmulator, p: &mut dyn bmcfleet_provider::Power, op: PowerOp, state: PowerState) {
+    assert_eq!(p.power(&ctx(10), op).await.unwrap(), None, "{op:?}");
+    let name = format!("{state:?}");
+    emu.wait_for(&emu.system_path(0), WAIT, power_is(&name)).await.unwrap_or_else(|e| panic!("emulator reports {name}: {e:?}"));
+    assert_eq!(p.power(&ctx(10), PowerOp::Status).await.unwrap(), Some(state));
+    // Already there: nothing is sent, the state is reported.
+    assert_eq!(p.power(&ctx(10), op).await.unwrap(), Some(state), "{op:?} again");
 }
 
 macro_rules! emulator {
@@ -39,10 +51,14 @@ fn one(power: &str) -> bmcfleet_testing::redfish::SushyBuilder {
     SushyEmulator::builder().systems(vec![FakeSystem::new("9a1d0c6e-1111-4c3a-9d55-000000000001", "node1", power)])
 }
 
+async fn open(emu: &SushyEmulator) -> RedfishSession {
+    connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect")
+}
+
 #[tokio::test]
 async fn discovery_uses_basic_auth_when_there_is_no_session_service() {
     let emu = emulator!(one("Off"), "discovery_uses_basic_auth_when_there_is_no_session_service");
-    let s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let s = open(&emu).await;
     assert_eq!(s.auth_kind(), Some(AuthKind::Basic));
     assert_eq!(s.system_path(), emu.system_path(0));
     assert_eq!(s.manager_path(), Some(emu.system_path(0).replace("Systems", "Managers").as_str()));
@@ -67,35 +83,24 @@ async fn connector_declares_what_sessions_implement() {
 #[tokio::test]
 async fn power_on_then_soft_off_with_read_back() {
     let emu = emulator!(one("Off"), "power_on_then_soft_off_with_read_back");
-    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let mut s = open(&emu).await;
     let p = s.power().unwrap();
     assert_eq!(p.power(&ctx(10), PowerOp::Status).await.unwrap(), Some(PowerState::Off));
-
-    assert_eq!(p.power(&ctx(10), PowerOp::On).await.unwrap(), None);
-    emu.wait_for(&emu.system_path(0), WAIT, power_is("On")).await.expect("emulator reports On");
-    assert_eq!(p.power(&ctx(10), PowerOp::Status).await.unwrap(), Some(PowerState::On));
-    // Already on: nothing is sent, the state is reported.
-    assert_eq!(p.power(&ctx(10), PowerOp::On).await.unwrap(), Some(PowerState::On));
-
-    assert_eq!(p.power(&ctx(10), PowerOp::SoftOff).await.unwrap(), None);
-    emu.wait_for(&emu.system_path(0), WAIT, power_is("Off")).await.expect("emulator reports Off");
-    assert_eq!(p.power(&ctx(10), PowerOp::SoftOff).await.unwrap(), Some(PowerState::Off));
+    lands(&emu, p, PowerOp::On, PowerState::On).await;
+    lands(&emu, p, PowerOp::SoftOff, PowerState::Off).await;
 }
 
 #[tokio::test]
 async fn power_off_is_hard_and_idempotent() {
     let emu = emulator!(one("On"), "power_off_is_hard_and_idempotent");
-    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
-    let p = s.power().unwrap();
-    assert_eq!(p.power(&ctx(10), PowerOp::Off).await.unwrap(), None);
-    emu.wait_for(&emu.system_path(0), WAIT, power_is("Off")).await.expect("emulator reports Off");
-    assert_eq!(p.power(&ctx(10), PowerOp::Off).await.unwrap(), Some(PowerState::Off));
+    let mut s = open(&emu).await;
+    lands(&emu, s.power().unwrap(), PowerOp::Off, PowerState::Off).await;
 }
 
 #[tokio::test]
 async fn power_reset_is_force_restart() {
     let emu = emulator!(one("On"), "power_reset_is_force_restart");
-    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let mut s = open(&emu).await;
     s.power().unwrap().power(&ctx(10), PowerOp::Reset).await.unwrap();
     // sushy's fake driver drops to Off at once on a restart and comes back On
     // at a random later second (which, rarely, has already passed when we
@@ -112,7 +117,7 @@ async fn power_cycle_without_power_cycle_is_off_wait_on() {
     // sushy lists no PowerCycle: the provider sends ForceOff, waits for Off
     // on read-back, then On.
     let emu = emulator!(one("On"), "power_cycle_without_power_cycle_is_off_wait_on");
-    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let mut s = open(&emu).await;
     assert!(!s.system_reset().unwrap().allows("PowerCycle"));
     // sushy applies power changes after a random delay (0-11 s), so the time
     // taken proves nothing here; that On waits for Off is asserted against a
@@ -124,7 +129,7 @@ async fn power_cycle_without_power_cycle_is_off_wait_on() {
 #[tokio::test]
 async fn nmi_is_unsupported_with_the_emulators_words() {
     let emu = emulator!(one("On"), "nmi_is_unsupported_with_the_emulators_words");
-    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let mut s = open(&emu).await;
     let e = s.power().unwrap().power(&ctx(10), PowerOp::Nmi).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
     assert!(e.message.contains("HTTP 501"), "{e}");
@@ -134,7 +139,7 @@ async fn nmi_is_unsupported_with_the_emulators_words() {
 #[tokio::test]
 async fn boot_override_is_set_validated_and_read_back() {
     let emu = emulator!(one("Off"), "boot_override_is_set_validated_and_read_back");
-    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let mut s = open(&emu).await;
     let b = s.boot().unwrap();
 
     b.set_boot_device(&ctx(10), &BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true })
@@ -181,7 +186,7 @@ async fn boot_override_is_set_validated_and_read_back() {
 async fn virtual_media_insert_and_eject_cd_and_usb() {
     let emu = emulator!(one("Off"), "virtual_media_insert_and_eject_cd_and_usb");
     let image = ImageServer::start("boot.iso", vec![0u8; 64 * 1024]).await.unwrap();
-    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let mut s = open(&emu).await;
     let cd = format!("{}/VirtualMedia/Cd", emu.system_path(0));
     let floppy = format!("{}/VirtualMedia/Floppy", emu.system_path(0));
     let vm = s.virtual_media().unwrap();
@@ -211,7 +216,7 @@ async fn virtual_media_insert_and_eject_cd_and_usb() {
 #[tokio::test]
 async fn inventory_reads_system_and_manager() {
     let emu = emulator!(one("Off"), "inventory_reads_system_and_manager");
-    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let mut s = open(&emu).await;
     let inv = s.inventory().unwrap().inventory(&ctx(10)).await.unwrap();
     assert_eq!(inv.manufacturer.as_deref(), Some("Sushy Emulator"));
     assert_eq!(inv.firmware_version.as_deref(), Some("1.00"));
@@ -230,7 +235,7 @@ async fn inventory_reads_system_and_manager() {
 #[tokio::test]
 async fn raw_passthrough_reads_and_writes() {
     let emu = emulator!(one("Off"), "raw_passthrough_reads_and_writes");
-    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let mut s = open(&emu).await;
     let raw = s.raw().unwrap();
     let r = raw
         .raw(&ctx(10), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/Systems".into(), body: None }))
@@ -270,7 +275,7 @@ async fn raw_passthrough_reads_and_writes() {
 #[tokio::test]
 async fn services_sushy_lacks_are_unsupported() {
     let emu = emulator!(one("Off"), "services_sushy_lacks_are_unsupported");
-    let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
+    let mut s = open(&emu).await;
     let e = s.users().unwrap().list_users(&ctx(10)).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
     assert!(e.message.contains("AccountService"), "{e}");
@@ -288,9 +293,7 @@ async fn services_sushy_lacks_are_unsupported() {
 #[tokio::test]
 async fn wrong_password_is_auth_failed() {
     let emu = emulator!(one("Off"), "wrong_password_is_auth_failed");
-    let mut creds = emu.credentials();
-    creds.password = "not-the-password".into();
-    let e = connector().open(&ctx(20), &emu.target(), &creds).await.err().expect("must fail");
+    let e = common::open_with_password(&emu.target(), emu.credentials(), "not-the-password", 20).await;
     assert_eq!(e.code, ErrorCode::AuthFailed, "{e}");
     assert!(!e.retryable);
     assert!(e.message.contains("HTTP 401"), "{e}");

@@ -39,6 +39,18 @@ pub async fn raw_get(
     s.raw().unwrap().raw(&ctx(10), &request).await
 }
 
+/// Opening a session on `target` with `credentials` but `password`
+/// instead of theirs: the error (the test fails if the session opens).
+pub async fn open_with_password(
+    target: &bmcfleet_schema::BmcTarget,
+    mut credentials: bmcfleet_provider::ResolvedCredentials,
+    password: &str,
+    secs: u64,
+) -> bmcfleet_provider::ProviderError {
+    credentials.password = password.into();
+    connector().open(&ctx(secs), target, &credentials).await.err().expect("must fail")
+}
+
 #[allow(unused_imports)]
 pub use bmcfleet_testing::redfish::spec::{spec_service, MANAGER, RESET, SYSTEM};
 use bmcfleet_testing::redfish::MockupBuilder;
