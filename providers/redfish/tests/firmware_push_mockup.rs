@@ -77,6 +77,14 @@ async fn run(server: &MockupServer, images: Option<Arc<ImageDir>>, log: Arc<Task
     perform(&mut s, &ctx.for_attempt(), action).await
 }
 
+/// A push of `bios-2.1.bin` from the whole image directory, recorded in a
+/// fresh task log, that fails: the error and the log.
+async fn push_fails(server: &MockupServer, images: &Images, secs: u64) -> (ProviderError, Arc<TaskRecorder>) {
+    let log = Arc::new(TaskRecorder::fresh());
+    let e = run(server, Some(images.image_dir(1 << 30)), log.clone(), &push("bios-2.1.bin", None), secs).await.unwrap_err();
+    (e, log)
+}
+
 fn result(out: Option<ActionData>) -> FirmwareUpdateResult {
     match out {
         Some(ActionData::FirmwareUpdate(r)) => r,
@@ -153,8 +161,7 @@ async fn an_image_that_cannot_be_used_sends_nothing() {
 async fn a_bmc_without_multipart_push_is_unsupported() {
     let images = Images::new();
     let server = server(UpdateBehaviour::completes_after(Duration::from_millis(500)), false).await;
-    let log = Arc::new(TaskRecorder::fresh());
-    let e = run(&server, Some(images.image_dir(1 << 30)), log.clone(), &push("bios-2.1.bin", None), 10).await.unwrap_err();
+    let (e, log) = push_fails(&server, &images, 10).await;
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
     assert!(e.message.contains("no MultipartHttpPushUri") && e.message.contains("SimpleUpdate only"), "{e}");
     nothing_sent(&server, &log);
@@ -169,8 +176,7 @@ async fn a_push_uri_off_the_bmc_is_refused_without_a_connection_to_it() {
     let port = elsewhere.addr().port();
     for uri in [format!("https://127.0.0.1:{port}/upload"), format!("//127.0.0.1:{port}/upload"), format!("https://admin:password@127.0.0.1:{}/upload", server.addr().port())] {
         server.merge_resource("/redfish/v1/UpdateService", &serde_json::json!({"MultipartHttpPushUri": uri}));
-        let log = Arc::new(TaskRecorder::fresh());
-        let e = run(&server, Some(images.image_dir(1 << 30)), log.clone(), &push("bios-2.1.bin", None), 10).await.unwrap_err();
+        let (e, log) = push_fails(&server, &images, 10).await;
         assert_eq!(e.code, ErrorCode::ProtocolError, "{uri}: {e}");
         assert!(e.message.contains("MultipartHttpPushUri") && e.message.contains("points away from the BMC"), "{uri}: {e}");
         nothing_sent(&server, &log);
@@ -183,8 +189,7 @@ async fn a_push_uri_off_the_bmc_is_refused_without_a_connection_to_it() {
 async fn a_push_task_failing_half_way_is_update_failed() {
     let images = Images::new();
     let server = server(UpdateBehaviour::fails_at(Duration::from_millis(1000), 50), true).await;
-    let log = Arc::new(TaskRecorder::fresh());
-    let e = run(&server, Some(images.image_dir(1 << 30)), log.clone(), &push("bios-2.1.bin", None), 20).await.unwrap_err();
+    let (e, _) = push_fails(&server, &images, 20).await;
     assert_eq!(e.code, ErrorCode::UpdateFailed, "{e}");
     assert!(e.message.contains("ended Exception at 50%") && e.message.contains("Flashing bios-2.1.bin failed"), "{e}");
     assert_eq!(server.push_requests(), 1);
@@ -195,9 +200,8 @@ async fn a_push_task_failing_half_way_is_update_failed() {
 async fn a_new_owner_finds_the_pushed_update_and_never_pushes_again() {
     let images = Images::new();
     let server = server(UpdateBehaviour::completes_after(Duration::from_millis(2500)), true).await;
-    let first = Arc::new(TaskRecorder::fresh());
     // The first owner pushes; its deadline ends the watch early (before the task ends).
-    let e = run(&server, Some(images.image_dir(1 << 30)), first.clone(), &push("bios-2.1.bin", None), 1).await.unwrap_err();
+    let (e, first) = push_fails(&server, &images, 1).await;
     assert!(matches!(e.code, ErrorCode::Timeout | ErrorCode::DeadlineExceeded), "{e}");
     let Some(TaskEntry::Started(task)) = first.entries().get(1).cloned() else { panic!("{:?}", first.entries()) };
     // Only the request was recorded: the next owner finds the task on the BMC.
