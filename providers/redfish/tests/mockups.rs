@@ -61,18 +61,24 @@ fn w(method: &str, path: &str, body: Value) -> (String, String, Value) {
     (method.to_owned(), path.to_owned(), body)
 }
 
+/// The resets of `types` POSTed to `target`, in order, as [`writes`] lists them.
+fn resets(target: &str, types: &[&str]) -> Vec<(String, String, Value)> {
+    types.iter().map(|t| w("POST", target, json!({"ResetType": t}))).collect()
+}
+
+/// The bmclib captures of a vendor's fixture (Dell, Lenovo).
+fn bmclib(dir: &Path) -> MockupBuilder {
+    MockupServer::builder().dir(dir.join("bmclib")).unwrap_or_else(|e| panic!("{} mockup: {e:?}", dir.display()))
+}
+
 // ---------------------------------------------------------------- Dell iDRAC
 
 const DELL_SYSTEM: &str = "/redfish/v1/Systems/System.Embedded.1";
 const DELL_RESET: &str = "/redfish/v1/Systems/System.Embedded.1/Actions/ComputerSystem.Reset";
 
-fn dell(dir: &Path) -> MockupBuilder {
-    MockupServer::builder().dir(dir.join("bmclib")).expect("dell mockup")
-}
-
 #[tokio::test]
 async fn dell_logs_in_with_a_session_reuses_the_token_and_logs_out() {
-    let (server, mut s) = session!(dell, "dell", "dell_logs_in_with_a_session_reuses_the_token_and_logs_out");
+    let (server, mut s) = session!(bmclib, "dell", "dell_logs_in_with_a_session_reuses_the_token_and_logs_out");
     assert_eq!(s.auth_kind(), Some(AuthKind::Session));
     assert_eq!(s.system_path(), DELL_SYSTEM);
     assert_eq!(s.manager_path(), Some("/redfish/v1/Managers/iDRAC.Embedded.1"));
@@ -96,7 +102,7 @@ async fn dell_logs_in_with_a_session_reuses_the_token_and_logs_out() {
 
 #[tokio::test]
 async fn dell_power_uses_advertised_reset_types() {
-    let (server, mut s) = session!(dell, "dell", "dell_power_uses_advertised_reset_types");
+    let (server, mut s) = session!(bmclib, "dell", "dell_power_uses_advertised_reset_types");
     let p = s.power().unwrap();
     // The capture reports On: `on` sends nothing.
     assert_eq!(p.power(&ctx(5), PowerOp::On).await.unwrap(), Some(PowerState::On));
@@ -108,21 +114,12 @@ async fn dell_power_uses_advertised_reset_types() {
     assert_eq!(server.resource(DELL_SYSTEM).unwrap()["PowerState"], "Off");
     p.power(&ctx(5), PowerOp::On).await.unwrap();
     p.power(&ctx(5), PowerOp::Reset).await.unwrap();
-    assert_eq!(
-        writes(&server),
-        vec![
-            w("POST", DELL_RESET, json!({"ResetType": "PowerCycle"})),
-            w("POST", DELL_RESET, json!({"ResetType": "Nmi"})),
-            w("POST", DELL_RESET, json!({"ResetType": "GracefulShutdown"})),
-            w("POST", DELL_RESET, json!({"ResetType": "On"})),
-            w("POST", DELL_RESET, json!({"ResetType": "ForceRestart"})),
-        ]
-    );
+    assert_eq!(writes(&server), resets(DELL_RESET, &["PowerCycle", "Nmi", "GracefulShutdown", "On", "ForceRestart"]));
 }
 
 #[tokio::test]
 async fn dell_boot_override_patch_and_read_back() {
-    let (server, mut s) = session!(dell, "dell", "dell_boot_override_patch_and_read_back");
+    let (server, mut s) = session!(bmclib, "dell", "dell_boot_override_patch_and_read_back");
     let req = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true };
     s.boot().unwrap().set_boot_device(&ctx(5), &req).await.unwrap();
     assert_eq!(
@@ -142,13 +139,10 @@ async fn dell_boot_override_patch_and_read_back() {
 
 #[tokio::test]
 async fn dell_bmc_reset_cold_falls_back_to_graceful_restart() {
-    let (server, mut s) = session!(dell, "dell", "dell_bmc_reset_cold_falls_back_to_graceful_restart");
+    let (server, mut s) = session!(bmclib, "dell", "dell_bmc_reset_cold_falls_back_to_graceful_restart");
     assert!(s.is_healthy());
     s.bmc_reset().unwrap().reset_bmc(&ctx(5), BmcResetKind::Cold).await.unwrap();
-    assert_eq!(
-        writes(&server),
-        vec![w("POST", "/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Manager.Reset", json!({"ResetType": "GracefulRestart"}))]
-    );
+    assert_eq!(writes(&server), resets("/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Manager.Reset", &["GracefulRestart"]));
     assert!(!s.is_healthy(), "a session on a rebooting BMC must not be reused");
 }
 
@@ -156,7 +150,7 @@ async fn dell_bmc_reset_cold_falls_back_to_graceful_restart() {
 async fn dell_17g_virtual_media_sends_advertised_transfer_parameters() {
     let dir = fixture!("dell", "dell_17g_virtual_media_sends_advertised_transfer_parameters");
     // The 17G capture of the system links its VirtualMedia collection.
-    let server = dell(&dir).file(dir.join("bmclib/system.embedded.1.virtualmedia.json")).unwrap().start().await.unwrap();
+    let server = bmclib(&dir).file(dir.join("bmclib/system.embedded.1.virtualmedia.json")).unwrap().start().await.unwrap();
     let mut s = open(&server).await;
     let url = "http://192.0.2.10/images/boot.iso";
     s.virtual_media().unwrap().insert_media(&ctx(5), url, MediaKind::Cd).await.unwrap();
@@ -184,7 +178,7 @@ async fn dell_users_fill_an_empty_slot_and_empty_it_on_delete() {
     let dir = fixture!("dell", "dell_users_fill_an_empty_slot_and_empty_it_on_delete");
     // iDRAC's AccountService is not in the capture: 16 fixed slots, built
     // from its documented behaviour (slot 1 reserved, POST/DELETE refused).
-    let server = common::slot_accounts(dell(&dir), 16).start().await.unwrap();
+    let server = common::slot_accounts(bmclib(&dir), 16).start().await.unwrap();
     let mut s = open(&server).await;
     let u = s.users().unwrap();
     let spec = UserSpec { name: "ops".into(), password: "S3cret!pass".into(), role: UserRole::Operator, enabled: true };
@@ -230,7 +224,7 @@ async fn dell_users_fill_an_empty_slot_and_empty_it_on_delete() {
 async fn dell_job_error_body_is_quoted_and_not_retried() {
     let dir = fixture!("dell", "dell_job_error_body_is_quoted_and_not_retried");
     let body: Value = serde_json::from_slice(&std::fs::read(dir.join("sushy-oem/error_running_job.json")).unwrap()).unwrap();
-    let server = dell(&dir).start().await.unwrap();
+    let server = bmclib(&dir).start().await.unwrap();
     server.push_fault(Fault::status("POST", DELL_RESET, 400).json(&body));
     let mut s = open(&server).await;
     let e = s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap_err();
@@ -244,18 +238,11 @@ async fn dell_job_error_body_is_quoted_and_not_retried() {
 
 const LENOVO_RESET: &str = "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset";
 
-fn lenovo(dir: &Path) -> MockupBuilder {
-    MockupServer::builder().dir(dir.join("bmclib")).expect("lenovo mockup")
-}
-
 #[tokio::test]
 async fn lenovo_cycle_without_power_cycle_is_force_off_then_on() {
-    let (server, mut s) = session!(lenovo, "lenovo", "lenovo_cycle_without_power_cycle_is_force_off_then_on");
+    let (server, mut s) = session!(bmclib, "lenovo", "lenovo_cycle_without_power_cycle_is_force_off_then_on");
     s.power().unwrap().power(&ctx(5), PowerOp::Cycle).await.unwrap();
-    assert_eq!(
-        writes(&server),
-        vec![w("POST", LENOVO_RESET, json!({"ResetType": "ForceOff"})), w("POST", LENOVO_RESET, json!({"ResetType": "On"}))]
-    );
+    assert_eq!(writes(&server), resets(LENOVO_RESET, &["ForceOff", "On"]));
     // The power state was read between the two.
     let reqs = server.requests();
     let off = reqs.iter().position(|r| r.method == "POST" && r.json().unwrap()["ResetType"] == "ForceOff").unwrap();
@@ -265,7 +252,7 @@ async fn lenovo_cycle_without_power_cycle_is_force_off_then_on() {
 
 #[tokio::test]
 async fn lenovo_boot_refuses_persistent_before_sending() {
-    let (server, mut s) = session!(lenovo, "lenovo", "lenovo_boot_refuses_persistent_before_sending");
+    let (server, mut s) = session!(bmclib, "lenovo", "lenovo_boot_refuses_persistent_before_sending");
     let b = s.boot().unwrap();
     let e = b
         .set_boot_device(&ctx(5), &BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: false })
@@ -288,7 +275,7 @@ async fn lenovo_boot_refuses_persistent_before_sending() {
 
 #[tokio::test]
 async fn lenovo_virtual_media_without_actions_is_patched_on_the_manager() {
-    let (server, mut s) = session!(lenovo, "lenovo", "lenovo_virtual_media_without_actions_is_patched_on_the_manager");
+    let (server, mut s) = session!(bmclib, "lenovo", "lenovo_virtual_media_without_actions_is_patched_on_the_manager");
     let url = "https://192.0.2.10/isos/install.iso";
     let cd = "/redfish/v1/Managers/1/VirtualMedia/CD";
     s.virtual_media().unwrap().insert_media(&ctx(5), url, MediaKind::Cd).await.unwrap();
@@ -305,16 +292,13 @@ async fn lenovo_virtual_media_without_actions_is_patched_on_the_manager() {
 #[tokio::test]
 async fn lenovo_bmc_reset_types() {
     let dir = fixture!("lenovo", "lenovo_bmc_reset_types");
-    let server = lenovo(&dir).start().await.unwrap();
+    let server = bmclib(&dir).start().await.unwrap();
     let target = "/redfish/v1/Managers/1/Actions/Manager.Reset";
     let mut s = open(&server).await;
     s.bmc_reset().unwrap().reset_bmc(&ctx(5), BmcResetKind::Warm).await.unwrap();
     let mut s = open(&server).await;
     s.bmc_reset().unwrap().reset_bmc(&ctx(5), BmcResetKind::Cold).await.unwrap();
-    assert_eq!(
-        writes(&server),
-        vec![w("POST", target, json!({"ResetType": "GracefulRestart"})), w("POST", target, json!({"ResetType": "ForceRestart"}))]
-    );
+    assert_eq!(writes(&server), resets(target, &["GracefulRestart", "ForceRestart"]));
 }
 
 // ----------------------------------------------------------- Supermicro X12
@@ -341,10 +325,7 @@ async fn supermicro_concatenated_reset_types_are_split() {
     let reset = s.system_reset().unwrap();
     assert!(reset.allows("GracefulShutdown") && reset.allows("GracefulRestart"), "{:?}", reset.allowed);
     s.power().unwrap().power(&ctx(5), PowerOp::SoftOff).await.unwrap();
-    assert_eq!(
-        writes(&server),
-        vec![w("POST", "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", json!({"ResetType": "GracefulShutdown"}))]
-    );
+    assert_eq!(writes(&server), resets("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", &["GracefulShutdown"]));
 }
 
 #[tokio::test]
@@ -478,14 +459,7 @@ async fn dmtf_reset_is_force_restart_and_cycle_is_off_then_on() {
     let (server, mut s) = session!(dmtf, "dmtf-public-rackmount1", "dmtf_reset_is_force_restart_and_cycle_is_off_then_on");
     s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap();
     s.power().unwrap().power(&ctx(5), PowerOp::Cycle).await.unwrap();
-    assert_eq!(
-        writes(&server),
-        vec![
-            w("POST", DMTF_RESET, json!({"ResetType": "ForceRestart"})),
-            w("POST", DMTF_RESET, json!({"ResetType": "ForceOff"})),
-            w("POST", DMTF_RESET, json!({"ResetType": "On"})),
-        ]
-    );
+    assert_eq!(writes(&server), resets(DMTF_RESET, &["ForceRestart", "ForceOff", "On"]));
     s.bmc_reset().unwrap().reset_bmc(&ctx(5), BmcResetKind::Cold).await.unwrap();
     assert_eq!(
         writes(&server).last().unwrap(),
@@ -567,7 +541,7 @@ async fn dmtf_expired_session_is_renewed_once() {
     assert_eq!(server.requests_to("POST", "/redfish/v1/SessionService/Sessions").len(), 2);
     // The 401'd request was resent once, after the new login.
     assert_eq!(server.requests_to("POST", DMTF_RESET).len(), 2);
-    assert_eq!(writes(&server), vec![w("POST", DMTF_RESET, json!({"ResetType": "Nmi"})); 2]);
+    assert_eq!(writes(&server), resets(DMTF_RESET, &["Nmi", "Nmi"]));
 }
 
 #[tokio::test]
@@ -735,10 +709,7 @@ async fn reset_types_come_from_action_info_when_not_inline() {
     let e = s.power().unwrap().power(&ctx(5), PowerOp::SoftOff).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
     assert!(e.message.contains("ForceOn, ForceOff, ForceRestart"), "{e}");
-    assert_eq!(
-        writes(&server),
-        vec![w("POST", common::RESET, json!({"ResetType": "ForceOff"})), w("POST", common::RESET, json!({"ResetType": "ForceOn"}))]
-    );
+    assert_eq!(writes(&server), resets(common::RESET, &["ForceOff", "ForceOn"]));
 }
 
 #[tokio::test]
