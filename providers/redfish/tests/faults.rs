@@ -22,9 +22,24 @@ async fn open(server: &MockupServer) -> RedfishSession {
     connector().open(&ctx(10), &server.target(), &server.credentials()).await.expect("connect")
 }
 
+/// A spec-built BMC with `fault` injected, and a session open on it.
+async fn faulty(fault: Fault) -> (MockupServer, RedfishSession) {
+    let server = spec_service().start().await.unwrap();
+    server.push_fault(fault);
+    let s = open(&server).await;
+    (server, s)
+}
+
 /// A power operation within 5 s, as most faults below are met.
 async fn power(s: &mut RedfishSession, op: PowerOp) -> Result<Option<bmcfleet_schema::PowerState>, bmcfleet_provider::ProviderError> {
     s.power().unwrap().power(&ctx(5), op).await
+}
+
+/// The error of a power read that the BMC answers with `fault` (a fault
+/// on the GET of the system).
+async fn status_answered(server: &MockupServer, s: &mut RedfishSession, fault: Fault) -> bmcfleet_provider::ProviderError {
+    server.push_fault(fault);
+    power(s, PowerOp::Status).await.unwrap_err()
 }
 
 /// A one-time UEFI boot override, as most faults below are met.
@@ -51,12 +66,9 @@ async fn wrong_password_is_auth_failed_with_sessions_and_with_basic() {
 
 #[tokio::test]
 async fn forbidden_is_permission_denied() {
-    let server = spec_service().start().await.unwrap();
-    server.push_fault(Fault::status("PATCH", SYSTEM, 403));
-    let mut s = open(&server).await;
+    let (_server, mut s) = faulty(Fault::status("PATCH", SYSTEM, 403)).await;
     let e = set_boot(&mut s, BootDevice::Pxe).await.unwrap_err();
-    assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
-    assert!(e.message.contains("injected HTTP 403"), "{e}");
+    common::assert_error(&e, ErrorCode::PermissionDenied, "injected HTTP 403");
 }
 
 #[tokio::test]
@@ -74,11 +86,9 @@ async fn missing_resources_are_target_not_found() {
 
 #[tokio::test]
 async fn conflict_is_a_bmc_error_sent_once() {
-    let server = spec_service().start().await.unwrap();
-    server.push_fault(Fault::status("POST", RESET, 409).json(
+    let (server, mut s) = faulty(Fault::status("POST", RESET, 409).json(
         &json!({"error": {"code": "Base.1.8.ActionNotSupported", "message": "Reset is not possible while the host is in POST"}}),
-    ));
-    let mut s = open(&server).await;
+    )).await;
     let e = power(&mut s, PowerOp::Reset).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     assert!(e.message.contains("409") && e.message.contains("while the host is in POST"), "{e}");
@@ -93,8 +103,7 @@ async fn persistent_etag_mismatch_fails_after_one_fresh_retry() {
     server.push_fault(Fault::status("PATCH", SYSTEM, 412));
     let mut s = open(&server).await;
     let e = set_boot(&mut s, BootDevice::Pxe).await.unwrap_err();
-    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
-    assert!(e.message.contains("412"), "{e}");
+    common::assert_error(&e, ErrorCode::BmcError, "412");
     let patches = server.requests_to("PATCH", SYSTEM);
     assert_eq!(patches.len(), 2, "one PATCH, one retry with a fresh ETag, no more");
     assert!(patches.iter().all(|p| p.header("if-match") == Some("W/\"v1\"")));
@@ -102,9 +111,7 @@ async fn persistent_etag_mismatch_fails_after_one_fresh_retry() {
 
 #[tokio::test]
 async fn if_match_required_without_an_etag_is_explained() {
-    let server = spec_service().start().await.unwrap();
-    server.push_fault(Fault::status("PATCH", SYSTEM, 428));
-    let mut s = open(&server).await;
+    let (_server, mut s) = faulty(Fault::status("PATCH", SYSTEM, 428)).await;
     let e = set_boot(&mut s, BootDevice::Disk).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     assert!(e.message.contains("If-Match") && e.message.contains("no ETag"), "{e}");
@@ -115,8 +122,7 @@ async fn server_errors_are_retryable_but_not_retried() {
     let server = spec_service().start().await.unwrap();
     let mut s = open(&server).await;
     server.push_fault(Fault::status("POST", RESET, 500));
-    server.push_fault(Fault::status("GET", SYSTEM, 503).times(1));
-    let e = power(&mut s, PowerOp::Status).await.unwrap_err();
+    let e = status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 503).times(1)).await;
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     assert!(e.retryable && e.message.contains("503"), "{e}");
     let e = power(&mut s, PowerOp::Reset).await.unwrap_err();
@@ -128,9 +134,7 @@ async fn server_errors_are_retryable_but_not_retried() {
 
 #[tokio::test]
 async fn not_implemented_is_unsupported() {
-    let server = spec_service().start().await.unwrap();
-    server.push_fault(Fault::status("POST", RESET, 501));
-    let mut s = open(&server).await;
+    let (_server, mut s) = faulty(Fault::status("POST", RESET, 501)).await;
     let e = power(&mut s, PowerOp::Nmi).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
 }
@@ -139,10 +143,8 @@ async fn not_implemented_is_unsupported() {
 async fn malformed_json_is_a_protocol_error() {
     let server = spec_service().start().await.unwrap();
     let mut s = open(&server).await;
-    server.push_fault(Fault::status("GET", SYSTEM, 200).raw(&b"{\"PowerState\": \"On\", oops"[..]));
-    let e = power(&mut s, PowerOp::Status).await.unwrap_err();
-    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
-    assert!(e.message.contains("not valid JSON"), "{e}");
+    let e = status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 200).raw(&b"{\"PowerState\": \"On\", oops"[..])).await;
+    common::assert_error(&e, ErrorCode::ProtocolError, "not valid JSON");
 
     let server = spec_service().start().await.unwrap();
     server.push_fault(Fault::status("GET", "/redfish/v1", 200).raw(&b"<html>login</html>"[..]));
@@ -208,8 +210,7 @@ async fn untrusted_certificate_is_a_tls_error_unless_insecure() {
     // Another CA: still refused.
     target.tls = TlsOptions { insecure: false, ca_pem: Some(TestPki::generate().unwrap().ca_pem), pin_sha256: None, allow_plain_http: false };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
-    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
-    assert!(e.message.contains("TLS"), "{e}");
+    common::assert_error(&e, ErrorCode::ProtocolError, "TLS");
     assert!(server.requests().is_empty(), "a request went over an unverified connection");
 
     // Garbage CA bundle: refused before connecting.
@@ -227,20 +228,16 @@ async fn oversized_answer_is_refused() {
     let server = spec_service().start().await.unwrap();
     let c = RedfishConnector::new(RedfishConfig { max_response_bytes: 4096, ..RedfishConfig::default() });
     let mut s = c.open(&ctx(5), &server.target(), &server.credentials()).await.expect("connect");
-    server.push_fault(Fault::status("GET", SYSTEM, 200).raw(vec![b' '; 64 * 1024]));
-    let e = power(&mut s, PowerOp::Status).await.unwrap_err();
-    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
-    assert!(e.message.contains("larger than 4096"), "{e}");
+    let e = status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 200).raw(vec![b' '; 64 * 1024])).await;
+    common::assert_error(&e, ErrorCode::ProtocolError, "larger than 4096");
 }
 
 #[tokio::test]
 async fn redirects_are_not_followed() {
     let server = spec_service().start().await.unwrap();
     let mut s = open(&server).await;
-    server.push_fault(Fault::status("GET", SYSTEM, 307).header("location", "https://198.51.100.1/redfish/v1/Systems/1"));
-    let e = power(&mut s, PowerOp::Status).await.unwrap_err();
-    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
-    assert!(e.message.contains("307"), "{e}");
+    let e = status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 307).header("location", "https://198.51.100.1/redfish/v1/Systems/1")).await;
+    common::assert_error(&e, ErrorCode::ProtocolError, "307");
 }
 
 #[tokio::test]
@@ -305,8 +302,7 @@ async fn power_cycle_with_a_hung_read_back_is_a_timeout_naming_force_off() {
     // The first read (state before the cycle) answers; the next ones hang.
     server.push_fault(Fault::hang("GET", SYSTEM).after(1));
     let e = s.power().unwrap().power(&ctx_ms(1200), PowerOp::Cycle).await.unwrap_err();
-    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
-    assert!(e.message.contains("ForceOff was accepted"), "{e}");
+    common::assert_error(&e, ErrorCode::Timeout, "ForceOff was accepted");
     let resets: Vec<String> = server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].to_string()).collect();
     assert_eq!(resets, vec!["\"ForceOff\"".to_owned()], "only ForceOff may be sent");
 }
@@ -546,11 +542,9 @@ async fn a_linked_resource_that_is_missing_is_unsupported_everywhere() {
         .unwrap();
     let mut s = open(&server).await;
     let e = s.users().unwrap().list_users(&ctx(5)).await.unwrap_err();
-    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
-    assert!(e.message.contains("Accounts collection"), "{e}");
+    common::assert_error(&e, ErrorCode::Unsupported, "Accounts collection");
     let e = s.network_source().unwrap().network_source(&ctx(5)).await.unwrap_err();
-    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
-    assert!(e.message.contains("EthernetInterfaces"), "{e}");
+    common::assert_error(&e, ErrorCode::Unsupported, "EthernetInterfaces");
     // A user the batch names that is not there stays target_not_found.
     let upd = UserUpdate { name: "nobody".into(), password: Some("x-long-enough".into()), role: None, enabled: None };
     let server = common::standard_accounts(spec_service()).start().await.unwrap();

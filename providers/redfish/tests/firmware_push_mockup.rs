@@ -152,8 +152,7 @@ async fn an_image_that_cannot_be_used_sends_nothing() {
     // A worker without an image directory pushes nothing.
     let log = Arc::new(TaskRecorder::fresh());
     let e = run(&server, None, log.clone(), &push("bios-2.1.bin", None), 10).await.unwrap_err();
-    assert_eq!(e.code, ErrorCode::FirmwareUpdateDisabled, "{e}");
-    assert!(e.message.contains("--firmware-image-dir"), "{e}");
+    common::assert_error(&e, ErrorCode::FirmwareUpdateDisabled, "--firmware-image-dir");
     nothing_sent(&server, &log);
 }
 

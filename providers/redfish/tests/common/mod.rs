@@ -39,6 +39,13 @@ pub async fn raw_get(
     s.raw().unwrap().raw(&ctx(10), &request).await
 }
 
+/// `e` has `code` and its message says `words` (the BMC's own, or ours).
+#[track_caller]
+pub fn assert_error(e: &bmcfleet_provider::ProviderError, code: bmcfleet_schema::ErrorCode, words: &str) {
+    assert_eq!(e.code, code, "{e}");
+    assert!(e.message.contains(words), "{e}");
+}
+
 /// Opening a session on `target` with `credentials` but `password`
 /// instead of theirs: the error (the test fails if the session opens).
 pub async fn open_with_password(
