@@ -250,16 +250,7 @@ struct State {
     resources: BTreeMap<String, Value>,
     requests: Vec<RecordedRequest>,
     faults: Vec<Fault>,
-    username: String,
-    password: String,
-    sessions_enabled: bool,
-    basic_enabled: bool,
-    require_if_match: bool,
-    validate: bool,
-    denied: Vec<(String, String)>,
-    /// (path, property pointer, vendor error body): a PATCH carrying the
-    /// property is refused with that 400 body, as the vendor's BMC does.
-    read_only: Vec<(String, String, Value)>,
+    rules: Rules,
     /// token → session path
     tokens: BTreeMap<String, String>,
     monitors: BTreeMap<String, Monitor>,
@@ -270,17 +261,28 @@ struct State {
     pushes: Vec<PushReceived>,
 }
 
+/// The account the mockup accepts and how it treats requests: set on the
+/// builder, kept by the running server.
+struct Rules {
+    username: String,
+    password: String,
+    /// Emulate the SessionService.
+    sessions: bool,
+    /// Accept HTTP Basic.
+    basic: bool,
+    require_if_match: bool,
+    /// Check values against `@Redfish.AllowableValues`.
+    validate: bool,
+    denied: Vec<(String, String)>,
+    /// (path, property pointer, vendor error body): a PATCH carrying the
+    /// property is refused with that 400 body, as the vendor's BMC does.
+    read_only: Vec<(String, String, Value)>,
+}
+
 /// Builds a [`MockupServer`].
 pub struct MockupBuilder {
     resources: BTreeMap<String, Value>,
-    username: String,
-    password: String,
-    sessions: bool,
-    basic: bool,
-    require_if_match: bool,
-    validate: bool,
-    denied: Vec<(String, String)>,
-    read_only: Vec<(String, String, Value)>,
+    rules: Rules,
     pki: Option<TestPki>,
     update: Option<UpdateBehaviour>,
     push: bool,
@@ -308,14 +310,16 @@ impl Default for MockupBuilder {
     fn default() -> Self {
         MockupBuilder {
             resources: BTreeMap::new(),
-            username: "admin".into(),
-            password: "password".into(),
-            sessions: true,
-            basic: true,
-            require_if_match: false,
-            validate: true,
-            denied: Vec::new(),
-            read_only: Vec::new(),
+            rules: Rules {
+                username: "admin".into(),
+                password: "password".into(),
+                sessions: true,
+                basic: true,
+                require_if_match: false,
+                validate: true,
+                denied: Vec::new(),
+                read_only: Vec::new(),
+            },
             pki: None,
             update: None,
             push: false,
@@ -370,24 +374,24 @@ impl MockupBuilder {
 
     /// The one account the server accepts (default `admin` / `password`).
     pub fn credentials(mut self, username: &str, password: &str) -> Self {
-        self.username = username.into();
-        self.password = password.into();
+        self.rules.username = username.into();
+        self.rules.password = password.into();
         self
     }
 
     setters! {
         /// Emulate the SessionService (default on). Off: POSTs to the sessions
         /// collection get `404`, like a BMC without sessions.
-        sessions(sessions: bool);
+        sessions(rules.sessions: bool);
         /// Accept HTTP Basic (default on).
-        basic_auth(basic: bool);
+        basic_auth(rules.basic: bool);
         /// Answer `428` to a PATCH without `If-Match` on a resource with an ETag.
-        require_if_match(require_if_match: bool);
+        require_if_match(rules.require_if_match: bool);
         /// Check PATCH values and action parameters against the advertised
         /// `@Redfish.AllowableValues` (default on). Turn off to emulate firmware
         /// whose advertised lists are wrong but which accepts the standard values
         /// (Supermicro X12 lists `GracefulShutdownGracefulRestart` as one value).
-        validate_allowable(validate: bool);
+        validate_allowable(rules.validate: bool);
         /// Also advertise `MultipartHttpPushUri` ([`MULTIPART_PUSH`]) on the
         /// UpdateService (with [`MockupBuilder::update_service`]); without it
         /// the BMC takes SimpleUpdate only.
@@ -396,7 +400,7 @@ impl MockupBuilder {
 
     /// Answer `405 Method Not Allowed` to `method` on `path`.
     pub fn deny(mut self, method: &str, path: &str) -> Self {
-        self.denied.push((method.to_ascii_uppercase(), norm(path)));
+        self.rules.denied.push((method.to_ascii_uppercase(), norm(path)));
         self
     }
 
@@ -404,7 +408,7 @@ impl MockupBuilder {
     /// (`/Boot/BootSourceOverrideMode`) with `400` and the vendor's own
     /// error `body`, the way a BMC refuses a property its firmware owns.
     pub fn read_only(mut self, path: &str, pointer: &str, body: Value) -> Self {
-        self.read_only.push((norm(path), pointer.to_owned(), body));
+        self.rules.read_only.push((norm(path), pointer.to_owned(), body));
         self
     }
 
@@ -423,7 +427,7 @@ impl MockupBuilder {
     }
 
     pub async fn start(mut self) -> Result<MockupServer, HarnessError> {
-        if self.sessions {
+        if self.rules.sessions {
             self.resources.entry(SESSION_SERVICE.into()).or_insert_with(|| {
                 json!({"@odata.id": SESSION_SERVICE, "@odata.type": "#SessionService.v1_1_8.SessionService",
                        "Id": "SessionService", "ServiceEnabled": true, "SessionTimeout": 30,
@@ -459,18 +463,12 @@ impl MockupBuilder {
             Some(p) => p,
             None => TestPki::generate()?,
         };
+        let (username, password) = (self.rules.username.clone(), self.rules.password.clone());
         let state = Arc::new(Mutex::new(State {
             resources: self.resources,
             requests: Vec::new(),
             faults: Vec::new(),
-            username: self.username.clone(),
-            password: self.password.clone(),
-            sessions_enabled: self.sessions,
-            basic_enabled: self.basic,
-            require_if_match: self.require_if_match,
-            validate: self.validate,
-            denied: self.denied,
-            read_only: self.read_only,
+            rules: self.rules,
             tokens: BTreeMap::new(),
             monitors: BTreeMap::new(),
             counter: 0,
@@ -490,7 +488,7 @@ impl MockupBuilder {
             })
         });
         let running = server::start(Some(pki.server_config()?), handler).await?;
-        Ok(MockupServer { running, state, pki, username: self.username, password: self.password })
+        Ok(MockupServer { running, state, pki, username, password })
     }
 }
 
@@ -574,14 +572,14 @@ impl State {
         if let Some(token) = req.header("x-auth-token") {
             return self.tokens.contains_key(token);
         }
-        if !self.basic_enabled {
+        if !self.rules.basic {
             return false;
         }
         let Some(h) = req.header("authorization") else { return false };
         let Some(b64) = h.strip_prefix("Basic ").or_else(|| h.strip_prefix("basic ")) else { return false };
         let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(b64.trim()) else { return false };
         let Ok(pair) = String::from_utf8(raw) else { return false };
-        pair.split_once(':').is_some_and(|(u, p)| u == self.username && p == self.password)
+        pair.split_once(':').is_some_and(|(u, p)| u == self.rules.username && p == self.rules.password)
     }
 
     /// `None`: hang.
@@ -611,14 +609,14 @@ impl State {
         }
 
         let open = method == "GET" && (path == "/redfish/v1" || path == "/redfish" || path == "/");
-        let login = method == "POST" && path == SESSIONS && self.sessions_enabled;
+        let login = method == "POST" && path == SESSIONS && self.rules.sessions;
         if !open && !login && !self.authorized(&req) {
             return Some(
                 redfish_error(401, "NoValidSession", "There is no valid session established with the implementation.")
                     .with_header("www-authenticate", "Basic realm=\"mockup\""),
             );
         }
-        if self.denied.iter().any(|(m, p)| *m == method && *p == path) {
+        if self.rules.denied.iter().any(|(m, p)| *m == method && *p == path) {
             return Some(redfish_error(405, "OperationNotAllowed", &format!("{method} is not allowed on {path}")));
         }
         if let Some(resp) = self.monitor(&method, &path) {
@@ -709,16 +707,16 @@ impl State {
                 Some(_) => {
                     return redfish_error(412, "PreconditionFailed", "The ETag supplied did not match the ETag required to change this resource.")
                 }
-                None if self.require_if_match => {
+                None if self.rules.require_if_match => {
                     return redfish_error(428, "PreconditionRequired", "A precondition header or annotation is required to change this resource.")
                 }
                 None => {}
             }
         }
-        if let Some((_, _, refusal)) = self.read_only.iter().find(|(p, pointer, _)| p == path && body.pointer(pointer).is_some()) {
+        if let Some((_, _, refusal)) = self.rules.read_only.iter().find(|(p, pointer, _)| p == path && body.pointer(pointer).is_some()) {
             return HttpResponse::json(400, refusal);
         }
-        if self.validate {
+        if self.rules.validate {
             if let Err(why) = check_allowable(current, &body) {
                 return redfish_error(400, "PropertyValueNotInList", &why);
             }
@@ -736,7 +734,7 @@ impl State {
         let body = body.unwrap_or(Value::Null);
         let user = body.get("UserName").and_then(Value::as_str);
         let pass = body.get("Password").and_then(Value::as_str);
-        if user != Some(self.username.as_str()) || pass != Some(self.password.as_str()) {
+        if user != Some(self.rules.username.as_str()) || pass != Some(self.rules.password.as_str()) {
             return redfish_error(401, "InsufficientPrivilege", "Invalid username or password.");
         }
         let n = self.next();
@@ -744,7 +742,7 @@ impl State {
         let loc = format!("{SESSIONS}/{n}");
         self.tokens.insert(token.clone(), loc.clone());
         let session = json!({"@odata.id": loc, "@odata.type": "#Session.v1_3_0.Session", "Id": n.to_string(),
-                             "Name": "User Session", "UserName": self.username});
+                             "Name": "User Session", "UserName": self.rules.username});
         self.resources.insert(loc.clone(), session.clone());
         if let Some(coll) = self.resources.get_mut(SESSIONS) {
             add_member(coll, &loc);
@@ -871,7 +869,7 @@ impl State {
             let Some(params) = body.as_object() else {
                 return redfish_error(400, "MalformedJSON", "Action parameters must be a JSON object.");
             };
-            for (k, v) in params.iter().filter(|_| self.validate) {
+            for (k, v) in params.iter().filter(|_| self.rules.validate) {
                 if let (Some(s), Some(list)) =
                     (v.as_str(), action.get(format!("{k}@Redfish.AllowableValues")).and_then(Value::as_array))
                 {

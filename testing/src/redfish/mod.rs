@@ -25,13 +25,13 @@
 //! - `BMCFLEET_REQUIRE_PEERS=1`: a missing `sushy-emulator` fails instead of skipping.
 
 /// Builder methods that each set one field to the value given:
-/// `$(#[doc])* method(field: Type);`.
+/// `$(#[doc])* method(field: Type);` (the field may be a path, `rules.basic`).
 macro_rules! setters {
-    ($( $(#[$doc:meta])* $method:ident($field:ident: $ty:ty); )+) => {
+    ($( $(#[$doc:meta])* $method:ident($($field:ident).+: $ty:ty); )+) => {
         $(
             $(#[$doc])*
-            pub fn $method(mut self, $field: $ty) -> Self {
-                self.$field = $field;
+            pub fn $method(mut self, value: $ty) -> Self {
+                self.$($field).+ = value;
                 self
             }
         )+
