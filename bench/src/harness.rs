@@ -158,10 +158,17 @@ impl Bench for Child {
 
 /// Resident set size of a process in KiB (`VmRSS` in `/proc/PID/status`).
 pub fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS")
+}
+
+/// One KiB figure of `/proc/PID/status`: `VmRSS`, or its parts `RssAnon`
+/// (the process's own memory: heap, stacks) and `RssFile` (pages of mapped
+/// files, the executable's code among them).
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|n| n.parse().ok())
 }
