@@ -1,12 +1,14 @@
 //! Provider configuration.
 
 use crate::rmcp::RmcpConfig;
+use std::sync::Arc;
 
 /// Provider configuration.
 #[derive(Clone, Debug)]
 pub struct IpmiConfig {
-    /// Session timing (retransmits, keep-alive), cipher suites, privilege.
-    pub rmcp: RmcpConfig,
+    /// Session timing (retransmits, keep-alive), cipher suites, privilege:
+    /// shared by every session without settings of its machine's own.
+    pub rmcp: Arc<RmcpConfig>,
     /// UDP sockets per address family that all sessions share.
     pub sockets: usize,
     /// LAN channel for user access and LAN configuration commands. `None`:
@@ -18,6 +20,6 @@ pub struct IpmiConfig {
 
 impl Default for IpmiConfig {
     fn default() -> Self {
-        IpmiConfig { rmcp: RmcpConfig::default(), sockets: 4, channel: None, verify: Default::default() }
+        IpmiConfig { rmcp: Default::default(), sockets: 4, channel: None, verify: Default::default() }
     }
 }

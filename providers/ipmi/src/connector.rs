@@ -15,26 +15,17 @@ use tracing::Instrument;
 pub const DEFAULT_PORT: u16 = 623;
 
 /// Opens IPMI 2.0 (RMCP+) sessions. Clones share the sockets every session
-/// is multiplexed over (see [`RmcpSockets`]), and the session settings
-/// every session without a machine's own settings shares.
-#[derive(Clone, Debug)]
+/// is multiplexed over (see [`RmcpSockets`]).
+#[derive(Clone, Debug, Default)]
 pub struct IpmiConnector {
     config: IpmiConfig,
-    rmcp: Arc<RmcpConfig>,
     sockets: RmcpSockets,
-}
-
-impl Default for IpmiConnector {
-    fn default() -> Self {
-        IpmiConnector::new(IpmiConfig::default())
-    }
 }
 
 impl IpmiConnector {
     pub fn new(config: IpmiConfig) -> Self {
         let sockets = RmcpSockets::new(config.sockets);
-        let rmcp = Arc::new(config.rmcp.clone());
-        IpmiConnector { config, rmcp, sockets }
+        IpmiConnector { config, sockets }
     }
 
     /// The shared sockets (open sockets, sessions, dropped datagrams).
@@ -77,7 +68,7 @@ impl IpmiConnector {
                 peer,
                 credentials.username.clone(),
                 credentials.password.clone(),
-                rmcp_config(&self.rmcp, &target.options.ipmi)?,
+                rmcp_config(&self.config.rmcp, &target.options.ipmi)?,
                 ctx.deadline,
                 ctx.send_gate(),
             )

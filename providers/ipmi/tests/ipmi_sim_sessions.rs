@@ -266,7 +266,7 @@ async fn idle_session_sends_keepalives() {
             retries: 2,
             keepalive_interval: Duration::from_millis(50),
             ..Default::default()
-        },
+        }.into(),
         ..Default::default()
     });
     let mut s = fast.open(&ctx(), &sim.target(), &sim.credentials()).await.unwrap();

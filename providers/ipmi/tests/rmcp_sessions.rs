@@ -26,7 +26,7 @@ fn connector_with(suites: Vec<CipherSuite>, privilege: Privilege, sockets: usize
             cipher_suites: suites,
             privilege,
             ..Default::default()
-        },
+        }.into(),
         sockets,
         ..Default::default()
     })
@@ -231,7 +231,7 @@ async fn a_thousand_sessions_at_once_share_two_sockets_without_head_of_line_bloc
     let f = fleet(LanConfig { count: N, ..LanConfig::default() });
     // Patient retransmit timers: the slow BMC below answers within one attempt.
     let c = IpmiConnector::new(IpmiConfig {
-        rmcp: RmcpConfig { attempt_timeout: Duration::from_secs(3), ..Default::default() },
+        rmcp: RmcpConfig { attempt_timeout: Duration::from_secs(3), ..Default::default() }.into(),
         sockets: 2,
         ..Default::default()
     });

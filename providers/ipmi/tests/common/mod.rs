@@ -16,7 +16,7 @@ pub fn connector() -> IpmiConnector {
             retries: 2,
             keepalive_interval: Duration::from_secs(10),
             ..Default::default()
-        },
+        }.into(),
         ..Default::default()
     })
 }
