@@ -260,15 +260,7 @@ async fn several_simulators_side_by_side() {
 #[tokio::test]
 async fn idle_session_sends_keepalives() {
     let sim = start_sim();
-    let fast = bmcfleet_ipmi::IpmiConnector::new(bmcfleet_ipmi::IpmiConfig {
-        rmcp: bmcfleet_ipmi::RmcpConfig {
-            attempt_timeout: Duration::from_millis(300),
-            retries: 2,
-            keepalive_interval: Duration::from_millis(50),
-            ..Default::default()
-        }.into(),
-        ..Default::default()
-    });
+    let fast = common::connector_with_keepalive(Duration::from_millis(50));
     let mut s = fast.open(&ctx(), &sim.target(), &sim.credentials()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while s.transport().keepalives() < 3 && Instant::now() < deadline {

@@ -10,13 +10,13 @@ use std::time::Duration;
 /// Short retransmit timers so fault tests finish quickly; loopback answers
 /// in well under a millisecond.
 pub fn connector() -> IpmiConnector {
+    connector_with_keepalive(Duration::from_secs(10))
+}
+
+/// [`connector`] with sessions that send a keep-alive after `idle`.
+pub fn connector_with_keepalive(idle: Duration) -> IpmiConnector {
     IpmiConnector::new(IpmiConfig {
-        rmcp: RmcpConfig {
-            attempt_timeout: Duration::from_millis(300),
-            retries: 2,
-            keepalive_interval: Duration::from_secs(10),
-            ..Default::default()
-        }.into(),
+        rmcp: RmcpConfig { attempt_timeout: Duration::from_millis(300), retries: 2, keepalive_interval: idle, ..Default::default() }.into(),
         ..Default::default()
     })
 }
