@@ -109,9 +109,9 @@ impl<'w> tracing_subscriber::fmt::FormatFields<'w> for AppendJsonFields {
         if tail == "}" {
             return Ok(());
         }
-        let mut names = FieldNames(Vec::new());
-        fields.record(&mut names);
-        if names.0.iter().any(|name| current.fields.contains(&format!("\"{name}\":"))) {
+        let mut again = KeyIn { json: &current.fields, found: false };
+        fields.record(&mut again);
+        if again.found {
             // A field recorded again (or a value that merely looks like one
             // of its keys): merge, the later value winning.
             let mut merged: serde_json::Map<String, serde_json::Value> =
@@ -130,16 +130,24 @@ impl<'w> tracing_subscriber::fmt::FormatFields<'w> for AppendJsonFields {
     }
 }
 
-/// The names of the fields a span record carries, as [`JsonVisitor`]
-/// writes them (`r#type` as `type`).
+/// Whether any field of a span record already stands as a key (`"name":`)
+/// in `json`, its name as [`JsonVisitor`] writes it (`r#type` as `type`).
+/// Searched in place: this runs for every `Span::record`.
 ///
 /// [`JsonVisitor`]: tracing_subscriber::fmt::format::JsonVisitor
-struct FieldNames(Vec<&'static str>);
+struct KeyIn<'a> {
+    json: &'a str,
+    found: bool,
+}
 
-impl tracing::field::Visit for FieldNames {
+impl tracing::field::Visit for KeyIn<'_> {
     fn record_debug(&mut self, field: &tracing::field::Field, _: &dyn std::fmt::Debug) {
         let name = field.name();
-        self.0.push(name.strip_prefix("r#").unwrap_or(name));
+        let name = name.strip_prefix("r#").unwrap_or(name);
+        self.found |= self
+            .json
+            .match_indices(name)
+            .any(|(at, _)| self.json[..at].ends_with('"') && self.json[at + name.len()..].starts_with("\":"));
     }
 }
 
