@@ -485,8 +485,7 @@ mod tests {
     #[tokio::test]
     async fn a_peer_with_one_session_keeps_its_route_inline() {
         let sockets = RmcpSockets::new(1);
-        let bmc = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let peer = bmc.local_addr().unwrap();
+        let (_bmc, peer) = loopback().await;
         let session = sockets.endpoint(peer, false).await.unwrap();
         let spilled = || session.shared.routes()[&peer].spilled();
         assert!(!spilled(), "one route: no allocation of its own");
