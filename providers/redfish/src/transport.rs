@@ -426,7 +426,12 @@ impl Transport {
             }
             tokio::time::sleep(wait).await;
             let reply = match self.exchange(ctx, Method::GET, &monitor, None, None).await {
-                Err(e) if e.code == ErrorCode::DeadlineExceeded => return Err(still_running(&last_state)),
+                // The deadline passed before the read, or during it (the
+                // read's time limit was what was left of the action's):
+                // the task was last seen running either way.
+                Err(e) if e.code == ErrorCode::DeadlineExceeded || (e.code == ErrorCode::Timeout && ctx.remaining().is_err()) => {
+                    return Err(still_running(&last_state))
+                }
                 other => other?,
             };
             match read_poll(method, path, &monitor, &reply)? {

@@ -681,6 +681,26 @@ async fn task_still_running_at_the_deadline_is_a_timeout() {
 }
 
 #[tokio::test]
+async fn a_task_monitor_unanswered_until_the_deadline_is_a_task_still_running() {
+    let server = common::spec_service().start().await.unwrap();
+    server.push_fault(Fault::task("POST", common::RESET, usize::MAX, "Completed"));
+    // Whichever monitor the BMC names, reading it is never answered: the
+    // action deadline passes while a monitor read is in flight.
+    for n in 1..=16 {
+        server.push_fault(Fault::hang("GET", &format!("/redfish/v1/TaskService/TaskMonitors/{n}")));
+    }
+    let mut s = open(&server).await;
+    let e = s
+        .power()
+        .unwrap()
+        .power(&bmcfleet_provider::Ctx::with_timeout(Duration::from_millis(800)), PowerOp::Reset)
+        .await
+        .unwrap_err();
+    common::assert_error(&e, ErrorCode::Timeout, "still running at the action deadline");
+    assert!(server.requests().iter().any(|r| r.method == "GET" && r.path.starts_with("/redfish/v1/TaskService/TaskMonitors/")), "a monitor was read");
+}
+
+#[tokio::test]
 async fn reset_types_come_from_action_info_when_not_inline() {
     // DSP0266 @Redfish.ActionInfo instead of an inline AllowableValues list.
     let info = "/redfish/v1/Systems/1/ResetActionInfo";
