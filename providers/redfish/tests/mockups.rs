@@ -664,18 +664,18 @@ async fn task_exception_is_a_bmc_error_with_the_task_messages() {
     assert!(e.message.contains("Exception") && e.message.contains("firmware update"), "{e}");
 }
 
+/// A reset with an 800 ms action deadline, which must fail.
+async fn reset_with_800ms(s: &mut RedfishSession) -> bmcfleet_provider::ProviderError {
+    s.power().unwrap().power(&bmcfleet_provider::Ctx::with_timeout(Duration::from_millis(800)), PowerOp::Reset).await.unwrap_err()
+}
+
 #[tokio::test]
 async fn task_still_running_at_the_deadline_is_a_timeout() {
     let server = common::spec_service().start().await.unwrap();
     server.push_fault(Fault::task("POST", common::RESET, usize::MAX, "Completed"));
     let mut s = open(&server).await;
     let started = tokio::time::Instant::now();
-    let e = s
-        .power()
-        .unwrap()
-        .power(&bmcfleet_provider::Ctx::with_timeout(Duration::from_millis(800)), PowerOp::Reset)
-        .await
-        .unwrap_err();
+    let e = reset_with_800ms(&mut s).await;
     common::assert_error(&e, ErrorCode::Timeout, "still running");
     assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
 }
@@ -689,13 +689,7 @@ async fn a_task_monitor_unanswered_until_the_deadline_is_a_task_still_running() 
     for n in 1..=16 {
         server.push_fault(Fault::hang("GET", &format!("/redfish/v1/TaskService/TaskMonitors/{n}")));
     }
-    let mut s = open(&server).await;
-    let e = s
-        .power()
-        .unwrap()
-        .power(&bmcfleet_provider::Ctx::with_timeout(Duration::from_millis(800)), PowerOp::Reset)
-        .await
-        .unwrap_err();
+    let e = reset_with_800ms(&mut open(&server).await).await;
     common::assert_error(&e, ErrorCode::Timeout, "still running at the action deadline");
     assert!(server.requests().iter().any(|r| r.method == "GET" && r.path.starts_with("/redfish/v1/TaskService/TaskMonitors/")), "a monitor was read");
 }
