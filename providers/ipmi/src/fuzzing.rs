@@ -5,7 +5,9 @@
 //! scripted [`Transport`] whose replies (completion code and data) come from
 //! the fuzzer's bytes, so every decoder is reached the way a BMC's answers
 //! reach it in production: completion-code mapping, Get Chassis Status,
-//! boot options, LAN configuration, user slots, Get Device ID and FRU.
+//! boot options, LAN configuration, user slots, Get Device ID, FRU, and
+//! the SDR and SEL walks (record ids, lengths and reservations the BMC
+//! chooses).
 //! One selector value instead feeds the bytes straight to the pure decoders
 //! and to the session-less RMCP reply parser of [`crate::probe`] (with the
 //! flags byte as the expected sequence number) and every RMCP+ session
@@ -13,6 +15,8 @@
 //! suite, handshake replies, IPMI messages, the replay window).
 //!
 //! Input layout: `[op, flags, reply*]`, each reply `[cc, len, data[len]]`.
+//! Op 14 picks by `flags % 4`: NMI, sensors, read the event log (limit
+//! `flags >> 2`, offset `flags >> 5`), clear it.
 //! When the script runs out the transport answers with a timeout.
 
 use crate::cmd;
@@ -21,7 +25,7 @@ use crate::fru;
 use crate::transport::{Request, Response, Transport};
 use crate::{IpmiSession, TransportErrorKind};
 use async_trait::async_trait;
-use bmcfleet_provider::{BmcReset, BootControl, Ctx, Inventory, NetworkSource, Power, Raw, Users};
+use bmcfleet_provider::{BmcReset, BootControl, Ctx, EventLog, Inventory, NetworkSource, Power, Raw, Sensors, Users};
 use bmcfleet_schema::{
     BmcResetKind, BootDevice, BootDeviceRequest, PowerOp, RawIpmi, RawRequest, Secret, StaticIpv4, UserRole, UserSpec,
     UserUpdate,
@@ -141,9 +145,28 @@ async fn session_op(op: u8, flags: u8, script: &[u8]) {
             let kind = if flags & 1 != 0 { BmcResetKind::Cold } else { BmcResetKind::Warm };
             let _ = s.reset_bmc(&ctx, kind).await;
         }
-        _ => {
-            let _ = s.power(&ctx, PowerOp::Nmi).await;
-        }
+        // The walkers over BMC-chosen record ids and lengths (SDR, SEL).
+        _ => match flags % 4 {
+            1 => {
+                if let Ok(readings) = s.sensors(&ctx).await {
+                    assert!(readings.len() <= 1024, "{} sensors from one SDR walk", readings.len());
+                }
+            }
+            2 => {
+                let (limit, offset) = (u32::from(flags >> 2), u32::from(flags >> 5));
+                if let Ok(log) = s.read_event_log(&ctx, limit, offset).await {
+                    assert!(log.entries.len() <= limit as usize, "{} entries for a limit of {limit}", log.entries.len());
+                }
+            }
+            3 => {
+                // One status poll: the erase is polled 100 ms apart.
+                let ctx = Ctx::new(Instant::now() + Duration::from_millis(50));
+                let _ = s.clear_event_log(&ctx).await;
+            }
+            _ => {
+                let _ = s.power(&ctx, PowerOp::Nmi).await;
+            }
+        },
     }
 }
 
