@@ -15,6 +15,12 @@ use serde_json::{json, Value};
 
 /// The most entries read from one log (following `Members@odata.nextLink`).
 const MAX_ENTRIES_PER_LOG: usize = 5000;
+/// The most pages read from one log: a BMC whose `Members@odata.nextLink`
+/// leads on and on (back to the same page, say) is not followed until the
+/// action's deadline. A page without members ends the log too.
+const MAX_PAGES_PER_LOG: usize = 256;
+/// The most LogServices read from one owner (the ComputerSystem, the Manager).
+const MAX_LOG_SERVICES: usize = 16;
 
 /// A Redfish `Severity` / `Health` as ours.
 pub(crate) fn health(s: &str) -> Option<Health> {
@@ -63,7 +69,7 @@ impl RedfishSession {
             let Ok(r) = self.transport.get(ctx, &owner).await else { continue };
             let Some(coll) = link(&r.body, "LogServices") else { continue };
             let coll = self.transport.get_linked(ctx, &coll, "LogServices").await?;
-            for path in members(&coll.body) {
+            for path in members(&coll.body).into_iter().take(MAX_LOG_SERVICES) {
                 let svc = self.transport.get(ctx, &path).await?;
                 out.push((path, svc.body));
             }
@@ -86,6 +92,7 @@ impl EventLog for RedfishSession {
             let name = string_of(&svc, "Id").unwrap_or_else(|| crate::json::last_segment(&path).to_owned());
             let Some(mut page) = link(&svc, "Entries") else { continue };
             let mut got = 0;
+            let mut pages = 0;
             loop {
                 // One log the BMC cannot serve does not hide the others.
                 let coll = match self.transport.get(ctx, &page).await {
@@ -100,8 +107,10 @@ impl EventLog for RedfishSession {
                 if got == 0 {
                     read += 1;
                 }
+                pages += 1;
                 let items = coll.body.get("Members").and_then(Value::as_array).cloned().unwrap_or_default();
-                for item in items {
+                let more = !items.is_empty() && pages < MAX_PAGES_PER_LOG;
+                for item in items.into_iter().take(MAX_ENTRIES_PER_LOG.saturating_sub(got)) {
                     // Members are usually expanded; a bare link is fetched.
                     let body = if item.get("Id").is_some() {
                         item
@@ -114,7 +123,7 @@ impl EventLog for RedfishSession {
                     got += 1;
                 }
                 match str_of(&coll.body, "Members@odata.nextLink") {
-                    Some(next) if got < MAX_ENTRIES_PER_LOG => page = crate::json::norm_path(next),
+                    Some(next) if more && got < MAX_ENTRIES_PER_LOG => page = crate::json::norm_path(next),
                     _ => break,
                 }
             }

@@ -77,3 +77,38 @@ async fn a_bmc_without_log_services_is_unsupported() {
     // The Lenovo manager links LogServices it does not serve, or none at all.
     assert!(matches!(e.code, ErrorCode::Unsupported), "{e:?}");
 }
+
+/// A hostile BMC's `Members@odata.nextLink` that leads back to itself (or
+/// to page after empty page) is not followed until the action deadline:
+/// an empty page ends the log, and a log is read in a bounded number of pages.
+#[tokio::test]
+async fn an_endless_next_link_chain_is_not_followed_to_the_deadline() {
+    let Some(dir) = redfish_mockup_or_skip("dell", "an_endless_next_link_chain_is_not_followed_to_the_deadline") else { return };
+    let empty = format!("{MGR}/LogServices/Sel/Entries");
+    let looping = format!("{SYS}/LogServices/Log1/Entries");
+    let e1 = sel_entry(1, "2024-01-01T10:00:00Z", "OK", "System boot");
+    let server = MockupServer::builder()
+        .dir(dir.join("bmclib"))
+        .unwrap()
+        .resource(&format!("{MGR}/LogServices"), json!({"@odata.id": format!("{MGR}/LogServices"), "Members": [{"@odata.id": format!("{MGR}/LogServices/Sel")}]}))
+        .resource(&format!("{MGR}/LogServices/Sel"), json!({"@odata.id": format!("{MGR}/LogServices/Sel"), "Id": "Sel", "Entries": {"@odata.id": empty}}))
+        // No members, and a next page that is this page again.
+        .resource(&empty, json!({"@odata.id": empty, "Members": [], "Members@odata.nextLink": empty}))
+        .resource(&format!("{SYS}/LogServices"), json!({"@odata.id": format!("{SYS}/LogServices"), "Members": [{"@odata.id": format!("{SYS}/LogServices/Log1")}]}))
+        .resource(&format!("{SYS}/LogServices/Log1"), json!({"@odata.id": format!("{SYS}/LogServices/Log1"), "Id": "Log1", "Entries": {"@odata.id": looping}}))
+        // One entry, and a next page that is this page again.
+        .resource(&looping, json!({"@odata.id": looping, "Members": [e1], "Members@odata.nextLink": looping}))
+        .start()
+        .await
+        .unwrap();
+    server.merge_resource(SYS, &json!({"LogServices": {"@odata.id": format!("{SYS}/LogServices")}}));
+    let mut s: RedfishSession = connector().open(&ctx(10), &server.target(), &server.credentials()).await.unwrap();
+    let started = std::time::Instant::now();
+    let log = s.read_event_log(&ctx(10), 10, 0).await.unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_eq!(server.requests_to("GET", &empty).len(), 1, "an empty page ends the log");
+    let pages = server.requests_to("GET", &looping).len();
+    assert!(pages <= 256, "{pages} pages of one log read");
+    assert!(log.total.is_some_and(|t| t as usize <= pages));
+    s.close().await;
+}
