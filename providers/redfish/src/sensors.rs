@@ -2,12 +2,17 @@
 //! service's `Chassis` collection), read through the `Sensors` collection
 //! where the BMC has one (Redfish 2020.4+), else the older `Thermal`
 //! (temperatures, fans) and `Power` (consumption, voltages) resources.
+//! Bounded like the inventory: at most `MAX_CHASSIS` chassis,
+//! `MAX_COMPONENTS` sensors per collection or array, and `MAX_READS`
+//! Sensor resources read one by one.
 
 use crate::error::unsupported;
 use crate::event_log::health;
 use crate::json::{link, links, members, str_of};
 use crate::session::RedfishSession;
 use bmcfleet_provider::{Ctx, Result, Sensors};
+use crate::inventory::{MAX_CHASSIS, MAX_READS};
+use bmcfleet_schema::components::MAX_COMPONENTS;
 use bmcfleet_schema::{SensorKind, SensorReading, Thresholds};
 use serde_json::Value;
 
@@ -67,7 +72,7 @@ const POWER: [Legacy; 2] = [
 fn legacy(resource: &Value, arrays: &[Legacy]) -> Vec<SensorReading> {
     let mut out = Vec::new();
     for l in arrays {
-        for v in resource.get(l.array).and_then(Value::as_array).into_iter().flatten().filter(|v| present(v)) {
+        for v in resource.get(l.array).and_then(Value::as_array).into_iter().flatten().filter(|v| present(v)).take(MAX_COMPONENTS) {
             let unit = match str_of(v, "ReadingUnits") {
                 Some("Percent") if l.kind == SensorKind::Fan => "%",
                 _ => l.unit,
@@ -133,15 +138,23 @@ impl Sensors for RedfishSession {
         }
         let mut out = Vec::new();
         let mut any = false;
-        for path in chassis {
+        // Bounded like the inventory: a BMC listing its chassis or sensors
+        // over and over is not read until the action's deadline.
+        let mut reads = 0;
+        for path in chassis.into_iter().take(MAX_CHASSIS) {
             let c = self.transport.get(ctx, &path).await?.body;
             if let Some(coll) = link(&c, "Sensors") {
                 any = true;
                 let coll = self.transport.get_linked(ctx, &coll, "Sensors").await?.body;
-                for item in coll.get("Members").and_then(Value::as_array).cloned().unwrap_or_default() {
+                for item in coll.get("Members").and_then(Value::as_array).cloned().unwrap_or_default().into_iter().take(MAX_COMPONENTS) {
                     let body = if item.get("ReadingType").is_some() || item.get("Reading").is_some() {
                         item
                     } else if let Some(p) = item.get("@odata.id").and_then(Value::as_str) {
+                        if reads >= MAX_READS {
+                            tracing::debug!(bmc = %self.transport.bmc(), "Sensor read budget spent; the other sensors are left unread.");
+                            break;
+                        }
+                        reads += 1;
                         self.transport.get(ctx, &crate::json::norm_path(p)).await?.body
                     } else {
                         continue;

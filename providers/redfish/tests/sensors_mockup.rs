@@ -62,3 +62,30 @@ async fn the_sensors_collection_is_preferred_then_thermal_and_power() {
     );
     assert_eq!(r[3].thresholds, Thresholds { lower_critical: Some(11.0), upper_critical: Some(13.0), ..Thresholds::default() });
 }
+
+/// A hostile BMC listing its chassis, and the chassis' sensors, thousands of
+/// times over: the read stays bounded (as the inventory's is) instead of
+/// running one GET after another until the action's deadline.
+#[tokio::test]
+async fn endless_chassis_and_sensor_lists_are_read_within_a_budget() {
+    let Some(dir) = redfish_mockup_or_skip("dmtf-public-rackmount1", "endless_chassis_and_sensor_lists_are_read_within_a_budget") else { return };
+    const SYS: &str = "/redfish/v1/Systems/437XR1138R2";
+    let inlet = format!("{CH}/Sensors/Inlet");
+    let server = MockupServer::builder()
+        .dir(&dir)
+        .unwrap()
+        .resource(CH, json!({"@odata.id": CH, "Id": "1U", "Sensors": {"@odata.id": format!("{CH}/Sensors")}}))
+        .resource(&format!("{CH}/Sensors"), json!({"@odata.id": format!("{CH}/Sensors"), "Members": vec![json!({"@odata.id": inlet}); 2000]}))
+        .resource(&inlet, json!({"@odata.id": inlet, "Id": "Inlet", "Name": "Inlet Temp", "ReadingType": "Temperature", "Reading": 31.5, "ReadingUnits": "Cel"}))
+        .start()
+        .await
+        .unwrap();
+    server.merge_resource(SYS, &json!({"Links": {"Chassis": vec![json!({"@odata.id": CH}); 50]}}));
+    let mut s = connector().open(&ctx(10), &server.target(), &server.credentials()).await.unwrap();
+    let r = s.sensors(&ctx(10)).await.unwrap();
+    let chassis = server.requests_to("GET", CH).len();
+    let sensors = server.requests_to("GET", &inlet).len();
+    assert!(chassis <= 8, "{chassis} chassis reads");
+    assert!(sensors <= 1024, "{sensors} sensor reads");
+    assert!(!r.is_empty() && r.len() <= sensors);
+}
