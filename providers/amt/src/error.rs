@@ -116,9 +116,26 @@ impl AmtError {
     }
 }
 
+/// Longest message an error carries: AMT's text (a fault's reason and
+/// detail) comes from the BMC and can be as long as its whole answer.
+const MAX_MESSAGE: usize = 1024;
+
+/// `s` cut to at most [`MAX_MESSAGE`] bytes (on a character boundary), `…` marking a cut.
+pub(crate) fn clip(mut s: String) -> String {
+    if s.len() > MAX_MESSAGE {
+        let mut cut = MAX_MESSAGE;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
 impl From<AmtError> for ProviderError {
     fn from(e: AmtError) -> Self {
-        ProviderError::new(e.code(), e.to_string()).with_retryable(e.retryable()).with_not_sent(e.not_sent())
+        ProviderError::new(e.code(), clip(e.to_string())).with_retryable(e.retryable()).with_not_sent(e.not_sent())
     }
 }
 

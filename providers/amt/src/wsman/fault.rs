@@ -92,13 +92,13 @@ impl Fault {
             .child(ns::SOAP, "Reason")
             .map(|r| {
                 let texts: Vec<&str> = r.children_local("Text").map(Element::text_trim).filter(|t| !t.is_empty()).collect();
-                texts.join(" / ")
+                crate::error::clip(texts.join(" / "))
             })
             .unwrap_or_default();
         let detail = fault.child(ns::SOAP, "Detail").and_then(|d| {
             let mut parts = Vec::new();
             collect_text(d, &mut parts);
-            (!parts.is_empty()).then(|| parts.join(" "))
+            (!parts.is_empty()).then(|| crate::error::clip(parts.join(" ")))
         });
         Fault { code, subcode, reason, detail }
     }

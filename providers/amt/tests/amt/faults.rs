@@ -102,3 +102,20 @@ async fn a_bmc_that_refuses_connections_is_unreachable_and_nothing_was_sent() {
     assert!(e.retryable && e.not_sent, "a refused connection proves nothing was sent: {e:?}");
     assert!(e.message.contains("cannot connect"), "{}", e.message);
 }
+
+#[tokio::test]
+async fn a_huge_fault_text_is_clipped_in_the_error() {
+    // A hostile AMT answers with a fault whose reason is megabytes long: the
+    // error (logged, stored in the batch's status, published) stays short.
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    let reason = "A".repeat(2 * 1024 * 1024);
+    server.inject(
+        Op::Pull(Class::AssociatedPowerManagementService),
+        Injection::Fault { namespace: FaultNs::WsMan, subcode: "InternalError".into(), reason },
+    );
+    let e = Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError);
+    assert!(e.message.contains("InternalError"), "{}", &e.message[..e.message.len().min(200)]);
+    assert!(e.message.len() <= 2048, "an error message of {} bytes", e.message.len());
+}
