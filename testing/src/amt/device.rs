@@ -328,6 +328,29 @@ impl Device {
             Injection::Fault { namespace, subcode, reason } => {
                 self.fault(&req.message_id, (namespace.uri(), subcode.as_str()), &reason)
             }
+            Injection::PullPage { items } => {
+                let Op::Pull(class) = op else { return Reply::Http(500) };
+                let id = self.message_id();
+                let uri = class.uri();
+                ok(amt_envelope(
+                    &id,
+                    "http://schemas.xmlsoap.org/ws/2004/09/enumeration/PullResponse",
+                    Some(&uri),
+                    &req.message_id,
+                    ns::WSEN,
+                    &uri,
+                    |w| {
+                        w.start("g:PullResponse", &[]);
+                        w.text_element("g:EnumerationContext", &[], "more");
+                        w.start("g:Items", &[]);
+                        for _ in 0..items {
+                            write_item(w, class.name(), &[]);
+                        }
+                        w.end("g:Items");
+                        w.end("g:PullResponse");
+                    },
+                ))
+            }
             Injection::ReturnValue(v) => {
                 let doc = match op {
                     Op::RequestPowerStateChange => self.fixtures.request_power_state_change.clone(),

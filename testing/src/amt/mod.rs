@@ -204,6 +204,9 @@ pub enum Injection {
     StallMidBody,
     /// This HTTP status with an empty body.
     HttpStatus(u16),
+    /// A PullResponse (Pull only) holding `items` empty instances of the
+    /// class and a context to pull from again, without EndOfSequence.
+    PullPage { items: usize },
 }
 
 /// What the simulated AMT did, in order (for sequence assertions).

@@ -18,6 +18,10 @@ use tracing::Instrument;
 const MAX_OPERATION_TIMEOUT: Duration = Duration::from_secs(60);
 /// Pull rounds before an enumeration is declared runaway.
 const MAX_PULLS: usize = 64;
+/// Most response bytes one enumeration may take in all (AMT's are a few
+/// KiB): the items of every page are kept until the last one, so pages are
+/// bounded in total, not only one by one.
+const MAX_ENUMERATION_BYTES: usize = 4 * 1024 * 1024;
 
 pub struct WsmanClient {
     transport: Transport,
@@ -25,6 +29,8 @@ pub struct WsmanClient {
     bmc: String,
     /// False after an error that makes the connection suspect.
     healthy: bool,
+    /// Response bytes received so far (bounds an enumeration's pages in total).
+    received: usize,
 }
 
 /// A `wsa:MessageID` (`uuid:` + random version-4 UUID).
@@ -36,7 +42,7 @@ fn message_id() -> String {
 
 impl WsmanClient {
     pub fn new(transport: Transport, bmc: String) -> Self {
-        WsmanClient { transport, bmc, healthy: true }
+        WsmanClient { transport, bmc, healthy: true, received: 0 }
     }
 
     pub fn is_healthy(&self) -> bool {
@@ -92,6 +98,7 @@ impl WsmanClient {
             AmtError::ConnectFailed(m) if sent_before => AmtError::Unreachable(m),
             e => e,
         })?;
+        self.received = self.received.saturating_add(reply.body.len());
         read_reply(&req.describe(), reply.status, &reply.body)
     }
 
@@ -121,6 +128,7 @@ impl WsmanClient {
     pub async fn enumerate(&mut self, ctx: &Ctx, class: &str) -> Result<Vec<Element>, AmtError> {
         let uri = ns::class_uri(class);
         let req = Request::enumerate(&uri);
+        let start = self.received;
         let env = self.call(ctx, &req).await?;
         let mut context = env
             .enumeration_context()
@@ -132,6 +140,11 @@ impl WsmanClient {
             let page = env
                 .pull_page()
                 .ok_or_else(|| AmtError::Protocol(format!("{}: no PullResponse", req.describe())))?;
+            if self.received - start > MAX_ENUMERATION_BYTES {
+                return Err(AmtError::Protocol(format!(
+                    "{class}: the enumeration's answers exceed {MAX_ENUMERATION_BYTES} bytes in all; refused"
+                )));
+            }
             items.extend(page.items);
             if page.end_of_sequence {
                 return Ok(items);

@@ -119,3 +119,20 @@ async fn a_huge_fault_text_is_clipped_in_the_error() {
     assert!(e.message.contains("InternalError"), "{}", &e.message[..e.message.len().min(200)]);
     assert!(e.message.len() <= 2048, "an error message of {} bytes", e.message.len());
 }
+
+#[tokio::test]
+async fn an_enumeration_that_keeps_sending_pages_stops_at_a_byte_budget() {
+    // A hostile AMT answers every Pull with a page of thousands of instances
+    // and a context to pull again: the worker neither pulls its 64 rounds
+    // nor keeps all those pages (gigabytes of parsed XML) in memory.
+    let server = skip_without_fixtures!();
+    let mut s = session(&server).await;
+    let class = Class::AssociatedPowerManagementService;
+    for _ in 0..64 {
+        server.inject(Op::Pull(class), Injection::PullPage { items: 20_000 });
+    }
+    let e = Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap_err();
+    let pulls = server.ops().into_iter().filter(|o| *o == Op::Pull(class)).count();
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{}", e.message);
+    assert!(pulls <= 4, "{pulls} pages pulled: {}", e.message);
+}
