@@ -220,7 +220,8 @@ impl RedfishSession {
         let path = device.path.clone();
         match self.patch_with_etag(ctx, device, &body).await {
             Err(e) if e.status == Some(400) && body.as_object().is_some_and(|m| m.len() > 1) => {
-                tracing::info!(bmc = %self.transport.bmc(), device = %path, error = %e, "The BMC refused the media PATCH; once more with Image alone.");
+                // Not the BMC's words: they may quote the image URL sent, credentials and all.
+                tracing::info!(bmc = %self.transport.bmc(), device = %path, status = 400, code = %e.code, "The BMC refused the media PATCH; once more with Image alone.");
                 let fresh = self.transport.get(ctx, &path).await?;
                 self.patch_with_etag(ctx, fresh, &json!({"Image": body["Image"].clone()})).await
             }
