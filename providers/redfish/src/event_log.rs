@@ -10,11 +10,13 @@ use crate::error::unsupported;
 use crate::json::{link, members, str_of, string_of};
 use crate::session::RedfishSession;
 use bmcfleet_provider::{Ctx, EventLog, Result};
-use bmcfleet_schema::{EventLog as EventLogData, EventLogEntry, Health};
+use bmcfleet_schema::{components, EventLog as EventLogData, EventLogEntry, Health};
 use serde_json::{json, Value};
 
 /// The most entries read from one log (following `Members@odata.nextLink`).
 const MAX_ENTRIES_PER_LOG: usize = 5000;
+/// The longest entry message kept, in characters.
+const MAX_ENTRY_MESSAGE: usize = 1024;
 /// The most pages read from one log: a BMC whose `Members@odata.nextLink`
 /// leads on and on (back to the same page, say) is not followed until the
 /// action's deadline. A page without members ends the log too.
@@ -32,19 +34,23 @@ pub(crate) fn health(s: &str) -> Option<Health> {
     }
 }
 
-/// One `LogEntry` (v1.x) as an entry of the log named `log`.
+/// One `LogEntry` (v1.x) as an entry of the log named `log`. The BMC's
+/// text is clipped (the message to [`MAX_ENTRY_MESSAGE`] characters, the
+/// rest to [`components::MAX_TEXT`]) and its control characters replaced:
+/// it goes into the batch's status record and logs.
 pub(crate) fn entry(log: &str, v: &Value) -> EventLogEntry {
     let s = |k: &str| str_of(v, k).map(str::trim).filter(|x| !x.is_empty()).map(str::to_owned);
     let sensor = v.get("SensorNumber").and_then(Value::as_u64).map(|n| n.to_string()).or_else(|| link(v, "OriginOfCondition").or_else(|| v.get("Links").and_then(|l| link(l, "OriginOfCondition"))));
+    let message = s("Message").or_else(|| s("MessageId")).unwrap_or_default();
     EventLogEntry {
-        id: s("Id").unwrap_or_default(),
-        time: s("Created"),
+        id: components::clip(&s("Id").unwrap_or_default()),
+        time: s("Created").as_deref().map(components::clip),
         severity: s("Severity").as_deref().and_then(health),
-        sensor,
-        kind: s("SensorType").or_else(|| s("EntryType")),
-        message: s("Message").or_else(|| s("MessageId")).unwrap_or_default(),
+        sensor: sensor.as_deref().map(components::clip),
+        kind: s("SensorType").or_else(|| s("EntryType")).as_deref().map(components::clip),
+        message: message.chars().take(MAX_ENTRY_MESSAGE).map(|c| if c.is_control() { ' ' } else { c }).collect(),
         raw: None,
-        log: Some(log.to_owned()),
+        log: Some(components::clip(log)),
     }
 }
 
@@ -175,5 +181,18 @@ mod tests {
         let ids: Vec<&str> = all.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["7", "1", "8"]);
         assert_eq!(health("Unknown"), None);
+    }
+
+    #[test]
+    fn a_hostile_entry_is_clipped() {
+        // Text a BMC writes goes into the batch's status record: one entry
+        // of megabytes (or with forged log lines) must not go in whole.
+        let huge = "x".repeat(1 << 20);
+        let e = entry(&huge, &json!({"Id": huge, "Created": huge, "SensorType": huge, "SensorNumber": 1, "Message": format!("fan ok\n2026-01-01 INFO forged{huge}")}));
+        assert!(e.message.chars().count() <= MAX_ENTRY_MESSAGE, "{} characters", e.message.len());
+        assert!(e.message.starts_with("fan ok ") && !e.message.chars().any(char::is_control), "{}", &e.message[..40]);
+        for s in [Some(&e.id), e.time.as_ref(), e.kind.as_ref(), e.log.as_ref()] {
+            assert!(s.unwrap().chars().count() <= bmcfleet_schema::components::MAX_TEXT);
+        }
     }
 }
