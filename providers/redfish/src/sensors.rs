@@ -12,7 +12,7 @@ use crate::json::{link, links, members, str_of};
 use crate::session::RedfishSession;
 use bmcfleet_provider::{Ctx, Result, Sensors};
 use crate::inventory::{MAX_CHASSIS, MAX_READS};
-use bmcfleet_schema::components::MAX_COMPONENTS;
+use bmcfleet_schema::components::{self, MAX_COMPONENTS};
 use bmcfleet_schema::{SensorKind, SensorReading, Thresholds};
 use serde_json::Value;
 
@@ -24,8 +24,9 @@ fn status_health(v: &Value) -> Option<bmcfleet_schema::Health> {
     v.get("Status").and_then(|s| str_of(s, "Health")).and_then(health)
 }
 
+/// The name a BMC gives, clipped like the inventory's text (it goes into the batch's status record).
 fn name_of(v: &Value, fallback: &str) -> String {
-    str_of(v, "Name").or_else(|| str_of(v, "FanName")).or_else(|| str_of(v, "MemberId")).unwrap_or(fallback).trim().to_owned()
+    components::clip(str_of(v, "Name").or_else(|| str_of(v, "FanName")).or_else(|| str_of(v, "MemberId")).unwrap_or(fallback).trim())
 }
 
 /// Absent or disabled sensors (`Status.State` `Absent`/`Disabled`) are left out.
@@ -114,7 +115,7 @@ pub(crate) fn from_sensor(s: &Value) -> SensorReading {
         name: name_of(s, "sensor"),
         kind,
         value: num(s, "Reading"),
-        unit: str_of(s, "ReadingUnits").map(str::to_owned),
+        unit: str_of(s, "ReadingUnits").map(components::clip),
         thresholds: Thresholds {
             lower_critical: t("LowerCritical").or_else(|| t("LowerFatal")),
             lower_warning: t("LowerCaution"),
@@ -212,5 +213,17 @@ mod tests {
         assert_eq!((s.kind, s.value, s.unit.as_deref(), s.health), (SensorKind::Temperature, Some(24.5), Some("Cel"), Some(Health::Ok)));
         assert_eq!(s.thresholds, Thresholds { upper_warning: Some(40.0), upper_critical: Some(45.0), ..Thresholds::default() });
         assert_eq!(from_sensor(&json!({"Name": "x", "ReadingType": "Rotational"})).kind, SensorKind::Fan);
+    }
+
+    #[test]
+    fn a_hostile_sensor_is_clipped() {
+        // Names and units a BMC writes go into the batch's status record.
+        let huge = format!("Inlet\n{}", "x".repeat(1 << 20));
+        let max = bmcfleet_schema::components::MAX_TEXT;
+        let s = from_sensor(&json!({"Name": huge, "ReadingType": "Temperature", "Reading": 1, "ReadingUnits": huge}));
+        assert!(s.name.chars().count() <= max && s.unit.as_ref().unwrap().chars().count() <= max, "{} characters", s.name.len());
+        assert!(s.name.starts_with("Inlet ") && !s.name.chars().any(char::is_control));
+        let t = from_thermal(&json!({"Temperatures": [{"Name": huge, "ReadingCelsius": 1}], "Fans": [{"FanName": huge, "Reading": 1}]}));
+        assert!(t.iter().all(|r| r.name.chars().count() <= max), "{} characters", t[0].name.len());
     }
 }
