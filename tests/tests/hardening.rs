@@ -358,3 +358,44 @@ async fn lowering_the_per_bmc_cap_never_deletes_queued_batches() {
     assert!(matches!(&over, Reply::Error(e) if e.code == ErrorCode::BmcQueueFull), "{over:?}");
     assert!(gw.log_text().contains("kept at that queue's length"), "{}", gw.log_tail(20));
 }
+
+/// A BMC's answer can be larger than a NATS message may be (`max_payload`,
+/// 1 MiB by default): here an event log of 1,000 entries of a kilobyte
+/// each. Its result cannot go into the batch's status record or its
+/// events, so the action fails `too_large`, saying why, and the batch goes
+/// on and finishes: the record is never retried forever with the lane held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_too_large_for_the_status_record_fails_the_action_not_the_lane() {
+    use bmcfleet_testing::redfish::spec::SYSTEM;
+    use bmcfleet_tests::producer::{batch_for, Stack};
+    use serde_json::json;
+    let stack = Stack::start(1, &["--protocols", "redfish", "--retry-max", "0"]).await;
+    let log = format!("{SYSTEM}/LogServices/Log1");
+    let entries: Vec<serde_json::Value> = (0..1000)
+        .map(|i| json!({"@odata.id": format!("{log}/Entries/{i}"), "Id": i.to_string(), "EntryType": "Event",
+            "Created": "2024-01-01T00:00:00Z", "Severity": "OK", "Message": format!("{i:04} {}", "x".repeat(1000))}))
+        .collect();
+    let server = bmcfleet_testing::redfish::spec::spec_service()
+        .resource(&format!("{SYSTEM}/LogServices"), json!({"@odata.id": format!("{SYSTEM}/LogServices"), "Members": [{"@odata.id": log}]}))
+        .resource(&log, json!({"@odata.id": log, "Id": "Log1", "Entries": {"@odata.id": format!("{log}/Entries")}}))
+        .resource(&format!("{log}/Entries"), json!({"@odata.id": format!("{log}/Entries"), "Members": entries, "Members@odata.count": 1000}))
+        .start()
+        .await
+        .unwrap();
+    server.merge_resource(SYSTEM, &json!({"LogServices": {"@odata.id": format!("{SYSTEM}/LogServices")}}));
+    let mut batch = batch_for(
+        server.target(),
+        vec![Action::EventLog(EventLogOp::Read { limit: Some(1000), offset: 0 }), Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 0 })],
+    );
+    batch.deadline = Some(Duration::from_secs(20));
+    let r = stack.run(&batch).await;
+    let e = r.results[0].error.as_ref().unwrap_or_else(|| panic!("the first read should not fit: {:?}", r.results[0].outcome));
+    assert_eq!(e.code, ErrorCode::TooLarge, "{e:?}");
+    assert!(e.message.contains("max_payload") && e.message.contains("limit"), "{}", e.message);
+    assert!(r.results[0].data.is_none());
+    // The next action ran, and its (small) result is kept.
+    let Some(ActionData::EventLog(small)) = &r.results[1].data else { panic!("{:?}", r.results[1]) };
+    assert_eq!(small.entries.len(), 5);
+    assert_eq!(small.entries[0].id, "999", "newest first");
+    assert_eq!(r.state, BatchState::Failed);
+}

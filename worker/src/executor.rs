@@ -67,6 +67,20 @@ struct Run<'a> {
     /// Where the actions go: for a machine, its record in this worker's
     /// copy of the registry (never the job's copy); see [`Run::target`].
     target: bmcfleet_schema::BmcTarget,
+    /// Encoded bytes of the results pushed since the record's size was
+    /// last measured; `None` before the first measure (see [`Run::fit`]).
+    unmeasured: Option<usize>,
+}
+
+/// Bytes a status record leaves below the NATS server's `max_payload`:
+/// half for results pushed between two measures of its size, half for the
+/// write's headers and the record's own fields (see [`Run::fit`]).
+const RECORD_HEADROOM: usize = 16 * 1024;
+
+/// The MessagePack size of `value` (what a write of it sends); an encoding
+/// failure counts as too large.
+fn encoded_len<T: serde::Serialize>(value: &T) -> usize {
+    bmcfleet_schema::Encoding::MessagePack.encode(value).map_or(usize::MAX, |b| b.len())
 }
 
 /// Back off on store errors while the lease holds.
@@ -412,7 +426,9 @@ impl<'a> Run<'a> {
                 Err(e) => Err(e),
             };
             match step {
-                Ok(Some((status, revision))) => return Some(Run { shared, job, fence, trace, status, revision, target: job.target.clone() }),
+                Ok(Some((status, revision))) => {
+                    return Some(Run { shared, job, fence, trace, status, revision, target: job.target.clone(), unmeasured: None })
+                }
                 Ok(None) => unreachable!(),
                 Err(StatusError::Conflict) => continue,
                 Err(e) => {
@@ -442,9 +458,40 @@ impl<'a> Run<'a> {
     }
 
     fn push(&mut self, result: ActionResult) {
+        let result = self.fit(result);
         self.shared.metrics.action(&result, &self.target.protocol.to_string());
         self.status.results.push(result.clone());
         self.publish_soon(EventKind::ActionFinished { result });
+    }
+
+    /// `result` if the batch's status record can hold it, else the same
+    /// action failed `too_large`. A BMC's answer (an event log, a raw body)
+    /// can be larger than one NATS message may be (the server's
+    /// `max_payload`): a record or event that large is refused however
+    /// often it is written, and the batch would never finish. The record's
+    /// size is measured when growth since the last measure could reach
+    /// [`RECORD_HEADROOM`]` / 2`; the other half is left for the write's
+    /// headers and the record's own fields.
+    fn fit(&mut self, result: ActionResult) -> ActionResult {
+        let size = encoded_len(&result);
+        if let Some(grown) = self.unmeasured.filter(|g| g.saturating_add(size) < RECORD_HEADROOM / 2) {
+            self.unmeasured = Some(grown + size);
+            return result;
+        }
+        let max = self.shared.client.server_info().max_payload;
+        let taken = encoded_len(&self.status);
+        if taken.saturating_add(size).saturating_add(RECORD_HEADROOM) <= max {
+            self.unmeasured = Some(0);
+            return result;
+        }
+        tracing::warn!(batch = %self.job.id, index = result.index, action = %result.action, bytes = size, max_payload = max,
+            "An action's result is too large for the batch's status record; it is dropped.");
+        let message = format!(
+            "the action ran, but its result ({size} bytes encoded) does not fit the batch's status record: NATS max_payload is {max} \
+             bytes here and the record already takes {taken}; ask for less (a smaller event_log limit, a narrower raw request) or \
+             split the batch"
+        );
+        ActionResult::err(result.index, &result.action, result.provider, ErrorBody::new(ErrorCode::TooLarge, message), result.duration_ms)
     }
 
     fn fill_remaining(&mut self, code: ErrorCode, message: &str) {
