@@ -286,6 +286,56 @@ pub fn keeps(filter: &str, meta: &tracing::Metadata<'_>) -> bool {
     filter.contains("async_nats") || !(*meta.level() == tracing::Level::TRACE && meta.target().starts_with("async_nats"))
 }
 
+/// The pretty (text) log format: one line per event, its fields'
+/// control characters escaped ([`EscapedFields`]), colours only on a
+/// terminal (`ansi`).
+fn pretty<S, W>(writer: W, ansi: bool) -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt::layer().compact().fmt_fields(EscapedFields).with_ansi(ansi).with_writer(writer)
+}
+
+/// The pretty format's fields, written as tracing-subscriber writes them
+/// but with every control character escaped (`\n`, `\r`, `\t`, `\u{1b}`):
+/// a field's value can be a BMC's text (an error it sent, a path it
+/// linked), and a line break in it would otherwise start a line that reads
+/// like another event. (String values are already escaped; values logged
+/// with `%`, through `Display`, were not.)
+pub struct EscapedFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for EscapedFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut escaping = Escaping(&mut writer);
+        tracing_subscriber::fmt::format::DefaultFields::new().format_fields(tracing_subscriber::fmt::format::Writer::new(&mut escaping), fields)
+    }
+}
+
+/// Writes through to `0` with control characters escaped.
+struct Escaping<'a, W: std::fmt::Write>(&'a mut W);
+
+impl<W: std::fmt::Write> std::fmt::Write for Escaping<'_, W> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let mut rest = s;
+        while let Some((at, c)) = rest.char_indices().find(|(_, c)| c.is_control()) {
+            self.0.write_str(&rest[..at])?;
+            match c {
+                '\n' => self.0.write_str("\\n")?,
+                '\r' => self.0.write_str("\\r")?,
+                '\t' => self.0.write_str("\\t")?,
+                c => write!(self.0, "\\u{{{:x}}}", u32::from(c))?,
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        self.0.write_str(rest)
+    }
+}
+
 /// Install the global subscriber (call once, from `main`, inside the Tokio
 /// runtime). `service` is the default `service.name`.
 pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, String> {
@@ -295,7 +345,7 @@ pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, 
         LogFormat::Json => {
             tracing_subscriber::fmt::layer().fmt_fields(AppendJsonFields).event_format(JsonEvents).with_writer(std::io::stderr).boxed()
         }
-        LogFormat::Pretty => tracing_subscriber::fmt::layer().compact().with_writer(std::io::stderr).boxed(),
+        LogFormat::Pretty => pretty(std::io::stderr, std::io::IsTerminal::is_terminal(&std::io::stderr())).boxed(),
     }
     .with_filter(filter)
     .with_filter(tracing_subscriber::filter::filter_fn(move |meta| keeps(&log_filter, meta)));
@@ -474,6 +524,28 @@ mod tests {
         assert_eq!(lines[0].matches("\"outcome\":").count(), 2, "{}", lines[0]);
         assert_eq!(lines[2].matches("\"id\":").count(), 1, "{}", lines[2]);
         assert_eq!(ours[2]["span"]["id"], 10, "the later record wins: {}", lines[2]);
+    }
+
+    /// A BMC's text reaches log fields (its error messages, the paths it
+    /// links): with a line break in it, it must not start a line of its
+    /// own that reads like another event of the log.
+    #[test]
+    fn a_bmc_s_text_cannot_forge_a_pretty_log_line() {
+        let out = bmcfleet_testing::LogCapture::default();
+        let subscriber = tracing_subscriber::registry().with(pretty(out.clone(), false));
+        let forged = "refused\n2026-12-05T00:00:00.000000Z  INFO bmc_worker: Batch finished. state=Succeeded";
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("redfish.http", path = "/redfish/v1/Systems/1\r\nWARN forged", outcome = tracing::field::Empty);
+            span.record("outcome", "bad\u{1b}[31mred\u{7}");
+            span.in_scope(|| tracing::warn!(error = %forged, text = "tab\there", "The BMC refused the request."));
+        });
+        let text = out.text();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(!text.contains('\r') && !text.contains('\u{1b}') && !text.contains('\u{7}'), "{text:?}");
+        for escaped in ["refused\\n2026-12-05", "Systems/1\\r\\nWARN", "bad\\u{1b}[31mred\\u{7}", "tab\\there"] {
+            assert!(text.contains(escaped), "{escaped} in {text}");
+        }
+        assert!(text.contains("The BMC refused the request."), "{text}");
     }
 
     #[test]
