@@ -14,10 +14,14 @@ use serde_json::{json, Value};
 /// (`bmcfleet_schema::raw_policy::canonical_redfish_path`): the one the raw
 /// policy matched, whatever another spelling would mean to this BMC.
 pub(crate) fn validate_path(path: &str) -> Result<()> {
+    // The messages name the path without its query (it may carry a token).
+    let shown = crate::transport::shown_path(path);
     match bmcfleet_schema::raw_policy::canonical_redfish_path(path) {
         Ok(canonical) if canonical == path => Ok(()),
-        Ok(canonical) => Err(invalid(format!("raw Redfish path {path:?} is not canonical: send {canonical:?}"))),
-        Err(why) => Err(invalid(format!("raw Redfish path {path:?} is not a plain resource path: {why}"))),
+        Ok(canonical) => {
+            Err(invalid(format!("raw Redfish path {shown:?} is not canonical: send {:?}", crate::transport::shown_path(&canonical))))
+        }
+        Err(why) => Err(invalid(format!("raw Redfish path {shown:?} is not a plain resource path: {why}"))),
     }
 }
 
@@ -45,10 +49,12 @@ impl RedfishSession {
         if matches!(method, Method::GET | Method::DELETE) && req.body.is_some() {
             return Err(invalid(format!("a raw {method} takes no body")));
         }
-        tracing::info!(bmc = %self.transport.bmc(), %method, path = %req.path, "Raw Redfish request.");
+        // Never the query (it may carry a token): not in the log, not in an error the worker logs.
+        let shown = crate::transport::shown_path(&req.path);
+        tracing::info!(bmc = %self.transport.bmc(), %method, path = %shown, "Raw Redfish request.");
         let reply = self.transport.exchange(ctx, method.clone(), &req.path, req.body.as_ref(), None).await?;
         if !reply.status.is_success() {
-            return Err(crate::error::status_error(method.as_str(), &req.path, reply.status, &reply.body));
+            return Err(crate::error::status_error(method.as_str(), shown, reply.status, &reply.body));
         }
         let body = if reply.body.iter().all(u8::is_ascii_whitespace) {
             None
@@ -56,7 +62,7 @@ impl RedfishSession {
             match serde_json::from_slice::<Value>(&reply.body) {
                 Ok(v) => Some(v),
                 Err(_) if reply.header("content-type").is_some_and(|c| c.contains("json")) => {
-                    return Err(protocol(format!("{method} {}: the BMC's answer is not valid JSON", req.path)));
+                    return Err(protocol(format!("{method} {shown}: the BMC's answer is not valid JSON")));
                 }
                 Err(_) => Some(json!(String::from_utf8_lossy(&reply.body))),
             }

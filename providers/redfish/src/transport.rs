@@ -203,6 +203,9 @@ impl Transport {
         // Every path, ours or a link the BMC supplied, is resolved as a URL
         // against the BMC's base and must stay on the BMC (nothing is sent otherwise).
         let url = resolve(&self.base, path)?;
+        // Spans, logs and messages name the path without its query: a raw
+        // request's query may carry a token (its loggable form hides it too).
+        let path = shown_path(path);
         let span = tracing::info_span!(
             "redfish.http",
             bmc = %self.bmc,
@@ -274,7 +277,8 @@ impl Transport {
                     (Err(e), false)
                 }
                 Ok(Err(ReadError::Http(e))) => {
-                    let (perr, outcome) = transport_error(&self.bmc, method.as_str(), path, &e);
+                    // reqwest's message names the URL, query and all.
+                    let (perr, outcome) = transport_error(&self.bmc, method.as_str(), path, &e.without_url());
                     current.record("outcome", outcome);
                     (Err(perr), outcome != "protocol_error")
                 }
@@ -645,6 +649,12 @@ fn task_failed(method: &Method, path: &str, monitor: &str, state: &str, body: &[
 pub(crate) fn retry_after(reply: &Reply) -> Option<Duration> {
     let v = reply.headers.get(RETRY_AFTER)?.to_str().ok()?;
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// `path` as spans, logs and messages show it: without its query (a raw
+/// request's may carry a token or a signature; `Action::loggable` hides it).
+pub(crate) fn shown_path(path: &str) -> &str {
+    path.split_once('?').map_or(path, |(p, _)| p)
 }
 
 /// The URL of `path` (one of ours, or a link, `Location` or action target

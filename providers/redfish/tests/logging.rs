@@ -1,27 +1,47 @@
 //! What the provider logs on its own (before the worker scrubs the error it
-//! returns) never carries a secret the BMC echoes back.
+//! returns) never carries a secret the BMC echoes back, nor what the
+//! action's loggable form hides (a raw request's query).
 //!
 //! A test binary of its own: tracing caches callsite interest process-wide,
 //! so a subscriber installed by one test among parallel others may miss
-//! events. Here the subscriber is the global default, set before any call.
+//! events. Here the subscriber is the global default, set (once, for every
+//! test of this binary) before any call; each test looks for secrets of its own.
 
 use bmcfleet_provider::Offer;
 use bmcfleet_redfish::{RedfishConfig, RedfishConnector};
-use bmcfleet_schema::MediaKind;
+use bmcfleet_schema::{ErrorCode, HttpMethod, MediaKind, RawRedfish, RawRequest};
 use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
+use bmcfleet_testing::redfish::spec::spec_service;
 use bmcfleet_testing::redfish::{Fault, MockupServer};
 use bmcfleet_testing::LogCapture;
 use serde_json::json;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The one subscriber of this binary, writing into a shared capture.
+fn capture() -> LogCapture {
+    static CAPTURE: OnceLock<LogCapture> = OnceLock::new();
+    CAPTURE
+        .get_or_init(|| {
+            let cap = LogCapture::default();
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::TRACE)
+                .with_ansi(false)
+                .with_writer(cap.clone())
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this test binary");
+            cap
+        })
+        .clone()
+}
+
+fn connector() -> RedfishConnector {
+    RedfishConnector::new(RedfishConfig { task_poll_interval: Duration::from_millis(20), ..RedfishConfig::default() })
+}
 
 #[tokio::test]
 async fn a_refused_media_patch_echoing_the_image_url_is_not_logged_with_its_credentials() {
-    let cap = LogCapture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(cap.clone())
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this test binary");
+    let cap = capture();
     let Some(dir) = redfish_mockup_or_skip("lenovo", "a_refused_media_patch_echoing_the_image_url_is_not_logged_with_its_credentials") else { return };
     let server = MockupServer::builder().dir(dir.join("bmclib")).unwrap().start().await.unwrap();
     let ctx = || bmcfleet_provider::Ctx::with_timeout(std::time::Duration::from_secs(10));
@@ -41,5 +61,41 @@ async fn a_refused_media_patch_echoing_the_image_url_is_not_logged_with_its_cred
     assert!(out.contains("once more with Image alone"), "the retry is logged:\n{out}");
     for secret in ["S3cretMediaPw", "T0kenSig99"] {
         assert!(!out.contains(secret), "`{secret}` leaked into the log:\n{out}");
+    }
+}
+
+/// A raw Redfish request's query may carry a token (`loggable()` hides it):
+/// neither the provider's log line, the `redfish.http` span nor the error
+/// it returns (which the worker logs) carries it, whether the BMC answers,
+/// refuses or does not answer in time.
+#[tokio::test]
+async fn a_raw_request_query_is_in_no_log_span_or_error() {
+    let cap = capture();
+    let server = spec_service().start().await.unwrap();
+    let ctx = |ms| bmcfleet_provider::Ctx::with_timeout(Duration::from_millis(ms));
+    let mut s = connector().open(&ctx(10_000), &server.target(), &server.credentials()).await.unwrap();
+    let raw = |path: &str| RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: path.into(), body: None });
+
+    let answered = s.raw().unwrap().raw(&ctx(10_000), &raw("/redfish/v1/Systems?token=RawT0kenAnswered")).await.unwrap();
+    assert_eq!(answered.status, 200);
+    let got = server.requests_to("GET", "/redfish/v1/Systems");
+    assert_eq!(got.last().and_then(|r| r.query.as_deref()), Some("token=RawT0kenAnswered"), "the query is sent as given");
+
+    server.push_fault(Fault::status("GET", "/redfish/v1/Managers", 500).times(1));
+    let refused = s.raw().unwrap().raw(&ctx(10_000), &raw("/redfish/v1/Managers?sig=RawSigRefused")).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::BmcError, "{refused}");
+    assert!(refused.message.contains("GET /redfish/v1/Managers"), "{refused}");
+
+    server.push_fault(Fault::hang("GET", "/redfish/v1/SessionService"));
+    let hung = s.raw().unwrap().raw(&ctx(800), &raw("/redfish/v1/SessionService?X-Amz-Signature=RawSigHung")).await.unwrap_err();
+    assert_eq!(hung.code, ErrorCode::Timeout, "{hung}");
+
+    let out = cap.text();
+    assert!(out.contains("Raw Redfish request.") && out.contains("/redfish/v1/Systems"), "the request is logged:\n{out}");
+    for secret in ["RawT0kenAnswered", "RawSigRefused", "RawSigHung"] {
+        assert!(!out.contains(secret), "`{secret}` leaked into the log:\n{out}");
+        for e in [&refused, &hung] {
+            assert!(!e.message.contains(secret), "`{secret}` is in the error: {e}");
+        }
     }
 }
