@@ -274,7 +274,12 @@ impl FirmwareUpdate for RedfishSession {
             match self.transport.exchange(ctx, Method::GET, &task, None, None).await {
                 Err(e) if e.code == ErrorCode::DeadlineExceeded => return Err(still_running(&last)),
                 // A BMC applying an update is often busy or restarting: ask again.
-                Err(e) if e.retryable => tracing::info!(bmc = %self.transport.bmc(), %task, error = %e, "The BMC did not answer a task poll; polling again."),
+                // Not the error's words: they may be the BMC's (a refused new
+                // session), quoting what it was sent (the login, the image URL).
+                Err(e) if e.retryable => tracing::info!(
+                    bmc = %self.transport.bmc(), %task, code = %e.code, status = e.status,
+                    "The BMC did not answer a task poll; polling again."
+                ),
                 Err(e) => return Err(e),
                 Ok(reply) if reply.status == StatusCode::NOT_FOUND => {
                     return Err(err(

@@ -546,7 +546,12 @@ impl Transport {
                 return Err(self.no_session(&format!("the BMC refused to create a session (HTTP {})", reply.status.as_u16())));
             }
             s if self.mode == RedfishAuth::Session => {
-                return Err(status_error("POST", &path, s, &reply.body));
+                // The BMC's words may quote the login it refused: not the
+                // password (this error is logged where a read fails, before
+                // the worker scrubs what it returns).
+                let mut e = status_error("POST", &path, s, &reply.body);
+                e.message = bmcfleet_schema::secret::scrub(&e.message, &[self.password.expose()]);
+                return Err(e);
             }
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 // Either the credentials are wrong, or this BMC has no

@@ -7,12 +7,12 @@
 //! events. Here the subscriber is the global default, set (once, for every
 //! test of this binary) before any call; each test looks for secrets of its own.
 
-use bmcfleet_provider::Offer;
+use bmcfleet_provider::{Offer, Started};
 use bmcfleet_redfish::{RedfishConfig, RedfishConnector};
-use bmcfleet_schema::{ErrorCode, HttpMethod, MediaKind, RawRedfish, RawRequest};
+use bmcfleet_schema::{ErrorCode, FirmwareUpdate, HttpMethod, MediaKind, RawRedfish, RawRequest};
 use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
 use bmcfleet_testing::redfish::spec::spec_service;
-use bmcfleet_testing::redfish::{Fault, MockupServer};
+use bmcfleet_testing::redfish::{Fault, MockupServer, UpdateBehaviour};
 use bmcfleet_testing::LogCapture;
 use serde_json::json;
 use std::sync::OnceLock;
@@ -98,4 +98,56 @@ async fn a_raw_request_query_is_in_no_log_span_or_error() {
             assert!(!e.message.contains(secret), "`{secret}` is in the error: {e}");
         }
     }
+}
+
+/// A BMC polled for a firmware update task that wants a new session and
+/// then fails to create one (a 503 whose text quotes the login it was sent
+/// and the image it is fetching): the poll goes on, and what the provider
+/// logs about the failed poll is the error's code, not the BMC's words.
+#[tokio::test]
+async fn a_failed_task_poll_is_not_logged_with_the_bmcs_words() {
+    let cap = capture();
+    let server = spec_service()
+        .credentials("admin", "L0ginPassw0rdPoll")
+        .update_service(UpdateBehaviour::completes_after(Duration::from_millis(300)))
+        .start()
+        .await
+        .unwrap();
+    let mut target = server.target();
+    target.options.redfish.auth = bmcfleet_schema::RedfishAuth::Session;
+    let ctx = bmcfleet_provider::Ctx::with_timeout(Duration::from_secs(10));
+    let mut s = connector().open(&ctx, &target, &server.credentials()).await.unwrap();
+    let image = "https://fw:FwPassw0rdPoll@repo.example/bios.bin?sig=FwSigPoll";
+    let update = FirmwareUpdate { image_uri: Some(image.into()), ..FirmwareUpdate::default() };
+    let Started::Task(task) = s.firmware_update().unwrap().start_update(&ctx, &update).await.unwrap() else { panic!("no task") };
+    // The session expires; the new one is refused with the BMC's words.
+    server.expire_sessions();
+    let echo = json!({"error": {"code": "Base.1.8.ServiceTemporarilyUnavailable",
+        "message": format!("Busy fetching {image}; login admin/L0ginPassw0rdPoll deferred.")}});
+    server.push_fault(Fault::status("POST", "/redfish/v1/SessionService/Sessions", 503).json(&echo).times(1));
+    let _ = s.firmware_update().unwrap().watch_update(&ctx, &task).await;
+
+    let out = cap.text();
+    assert!(out.contains("polling again"), "the failed poll is logged:\n{out}");
+    for secret in ["L0ginPassw0rdPoll", "FwPassw0rdPoll", "FwSigPoll"] {
+        assert!(!out.contains(secret), "`{secret}` leaked into the log:\n{out}");
+    }
+}
+
+/// A session refused with a message quoting the password it was sent: the
+/// error (which the provider logs when a read fails, before any scrubbing
+/// by the worker) does not carry the password.
+#[tokio::test]
+async fn a_refused_session_echoing_the_login_password_does_not_carry_it() {
+    let _ = capture();
+    let server = spec_service().credentials("admin", "L0ginPassw0rdEcho/%").start().await.unwrap();
+    let mut target = server.target();
+    target.options.redfish.auth = bmcfleet_schema::RedfishAuth::Session;
+    let echo = json!({"error": {"code": "Base.1.8.GeneralError",
+        "message": "Cannot log in admin with password L0ginPassw0rdEcho/% (also L0ginPassw0rdEcho%2F%25) now."}});
+    server.push_fault(Fault::status("POST", "/redfish/v1/SessionService/Sessions", 503).json(&echo).times(1));
+    let ctx = bmcfleet_provider::Ctx::with_timeout(Duration::from_secs(10));
+    let e = connector().open(&ctx, &target, &server.credentials()).await.err().expect("no session");
+    assert!(e.message.contains("Cannot log in admin"), "the BMC's words are kept: {e}");
+    assert!(!e.message.contains("L0ginPassw0rdEcho"), "the password is in the error: {e}");
 }
