@@ -1188,21 +1188,44 @@ impl Action {
     }
 
     /// The secret strings of this action, as a BMC might echo them back in
-    /// an error: a user's password; a media URL's password, user info and
-    /// query string (and the whole URL). The worker removes them from every
-    /// message a BMC sends back before it is logged or stored.
+    /// an error: a user's password; a media URL's password, user info,
+    /// query string and each query parameter's value (and the whole URL),
+    /// each as written in the URL and decoded (a BMC quotes what it
+    /// decoded: `p%40ss` is the password `p@ss`; a query value's `+` may be
+    /// read as a space). The worker removes them, and their percent-encoded
+    /// forms, from every message a BMC sends back before it is logged or stored.
     pub fn secret_values(&self) -> Vec<String> {
         let Some((field, value)) = self.secret_param() else { return vec![] };
         match field {
             ParamField::Password => vec![value],
             ParamField::Url => {
                 let mut out = vec![value.clone()];
-                if let Ok(u) = url::Url::parse(&value) {
-                    out.extend(u.password().map(str::to_owned));
-                    if !u.username().is_empty() {
-                        out.push(format!("{}:", u.username()));
+                let mut add = |s: &str| {
+                    for form in [s.to_owned(), crate::secret::percent_decoded(s)] {
+                        if !out.contains(&form) {
+                            out.push(form);
+                        }
                     }
-                    out.extend(u.query().map(str::to_owned));
+                };
+                add(&value);
+                if let Ok(u) = url::Url::parse(&value) {
+                    add(u.as_str());
+                    if let Some(password) = u.password() {
+                        add(password);
+                        add(&format!("{}:{password}", u.username()));
+                    }
+                    if !u.username().is_empty() {
+                        add(&format!("{}:", u.username()));
+                    }
+                    if let Some(query) = u.query() {
+                        add(query);
+                        for pair in query.split('&') {
+                            add(pair.split_once('=').map_or(pair, |(_, v)| v));
+                        }
+                        for (_, v) in u.query_pairs() {
+                            add(&v);
+                        }
+                    }
                 }
                 out
             }

@@ -97,20 +97,62 @@ mod tests {
 }
 
 /// Remove every occurrence of each secret in `secrets` from `text` (as
-/// written and percent-encoded), replacing it with `[redacted]`. Secrets
-/// shorter than 4 characters are too common as text to remove reliably and
-/// are left alone. For messages a BMC writes, which may echo what it was
-/// sent.
+/// written and percent-encoded, with upper- or lower-case escapes),
+/// replacing it with `[redacted]`. Secrets shorter than 4 characters are
+/// too common as text to remove reliably and are left alone. For messages
+/// a BMC writes, which may echo what it was sent.
 pub fn scrub(text: &str, secrets: &[&str]) -> String {
     let mut out = text.to_owned();
-    for secret in secrets.iter().filter(|s| s.chars().count() >= 4) {
-        for form in [secret.to_string(), percent_encoded(secret)] {
+    // The longest first: a whole URL before its parts.
+    let mut secrets: Vec<&str> = secrets.iter().copied().filter(|s| s.chars().count() >= 4).collect();
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for secret in secrets {
+        let encoded = percent_encoded(secret);
+        for form in [secret.to_string(), lower_escapes(secret), lower_escapes(&encoded), encoded] {
             if out.contains(form.as_str()) {
                 out = out.replace(form.as_str(), "[redacted]");
             }
         }
     }
     out
+}
+
+/// `s` with the hex digits of its percent escapes in lower case (`%2F` → `%2f`).
+fn lower_escapes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut digits = 0;
+    for c in s.chars() {
+        if digits > 0 && c.is_ascii_hexdigit() {
+            out.push(c.to_ascii_lowercase());
+            digits -= 1;
+            continue;
+        }
+        digits = if c == '%' { 2 } else { 0 };
+        out.push(c);
+    }
+    out
+}
+
+/// `s` with its percent escapes decoded (a `+` stays a `+`); an escape that
+/// is not one, or bytes that are not UTF-8, are kept or replaced, never fail.
+pub(crate) fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%').then(|| b.get(i + 1..i + 3)).flatten().and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn percent_encoded(s: &str) -> String {

@@ -902,4 +902,37 @@ mod scrub_tests {
         assert_eq!(log.entries[0].message, "login failed: admin/[redacted]");
         assert_eq!(log.entries[1].message, "fan ok");
     }
+
+    /// A BMC may echo a media URL's secrets as it decoded them, re-encoded
+    /// in its own way, or one query parameter alone: every form is removed.
+    #[test]
+    fn bmc_echoes_of_a_media_url_lose_its_credentials_and_signature_in_any_form() {
+        use bmcfleet_schema::{MediaKind, VirtualMediaOp};
+        let creds = bmcfleet_provider::ResolvedCredentials { username: "admin".into(), password: Secret::new("hunter2-pw") };
+        let url = "https://media:p%40ss%3Aw%2Frd@img.example/x.iso?X-Amz-Signature=9f8e7d6c5b4a&sig=S1g%2Bv%2Fal&token=T0k+en";
+        let action = Action::VirtualMedia(VirtualMediaOp::Insert { url: url.into(), media: MediaKind::Cd });
+        for echo in [
+            "mount failed: password p@ss:w/rd rejected",
+            "cannot log in as media:p@ss:w/rd",
+            "auth media:p%40ss%3Aw%2Frd failed",
+            "bad password p%40ss%3aw%2frd",
+            "fetching https://media:p@ss:w/rd@img.example/x.iso failed",
+            "signature 9f8e7d6c5b4a expired",
+            "sig S1g+v/al refused",
+            "sig S1g%2Bv%2Fal refused",
+            "sig S1g%2bv%2fal refused",
+            "token T0k en unknown",
+            "token T0k+en unknown",
+        ] {
+            let e = scrub(ProviderError::new(ErrorCode::BmcError, echo), &action, &creds);
+            for secret in ["p@ss", "p%40ss", "9f8e7d6c5b4a", "S1g", "T0k"] {
+                assert!(!e.message.contains(secret), "`{secret}` survives in {echo:?} -> {:?}", e.message);
+            }
+            assert!(e.message.contains("[redacted]"), "{echo:?} -> {:?}", e.message);
+        }
+        // A firmware ImageURI is scrubbed the same way.
+        let fw = Action::FirmwareUpdate(bmcfleet_schema::FirmwareUpdate { image_uri: Some(url.into()), ..Default::default() });
+        let e = scrub(ProviderError::new(ErrorCode::BmcError, "download of p@ss:w/rd with 9f8e7d6c5b4a failed"), &fw, &creds);
+        assert!(!e.message.contains("p@ss") && !e.message.contains("9f8e7d6c5b4a"), "{}", e.message);
+    }
 }
