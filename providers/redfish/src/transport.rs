@@ -206,6 +206,20 @@ impl Transport {
         // Spans, logs and messages name the path without its query: a raw
         // request's query may carry a token (its loggable form hides it too).
         let path = shown_path(path);
+        // The ETag is the BMC's text: one that is no header value (a line
+        // break, a control character) cannot go out as If-Match. Refused here, before
+        // anything is sent, rather than as a failed connection (reqwest
+        // would refuse to build the request at `send`).
+        let if_match = match if_match {
+            Some(tag) => Some(HeaderValue::from_str(tag).map_err(|_| {
+                protocol(format!(
+                    "{method} {path}: the BMC's ETag for the resource is not a valid HTTP header value, so it cannot be sent back as If-Match; nothing was sent"
+                ))
+                .with_retryable(false)
+                .not_sent()
+            })?),
+            None => None,
+        };
         let span = tracing::info_span!(
             "redfish.http",
             bmc = %self.bmc,
@@ -222,7 +236,7 @@ impl Transport {
                 Auth::Basic => rb.basic_auth(&self.username, Some(self.password.expose())),
                 Auth::Session { token, .. } => {
                     let mut v = HeaderValue::from_str(token.expose())
-                        .map_err(|_| protocol("the BMC issued a session token that is not a valid header value"))?;
+                        .map_err(|_| protocol("the BMC issued a session token that is not a valid header value; nothing was sent").not_sent())?;
                     v.set_sensitive(true);
                     rb.header("X-Auth-Token", v)
                 }

@@ -623,3 +623,25 @@ async fn an_ignored_graceful_shutdown_escalates_to_force_off_only_when_asked() {
     let last = server.requests_to("POST", RESET).last().and_then(|r| r.json()).unwrap();
     assert_eq!(last["ResetType"], "GracefulShutdown", "never switched off hard unasked");
 }
+
+/// An `@odata.etag` that is no valid HTTP header value (a line break, a
+/// control character): the PATCH cannot carry it as `If-Match`, so it is not sent.
+/// A non-retryable protocol error marked not sent, and the session is fine
+/// (nothing went wrong on the wire).
+#[tokio::test]
+async fn an_etag_that_is_no_header_value_fails_the_patch_before_sending() {
+    for etag in ["W/\"1\"\r\nX-Injected: 1", "W/\"1\u{0}\"", "W/\"1\u{7f}\""] {
+        let server = spec_service().start().await.unwrap();
+        let mut s = open(&server).await;
+        let mut system = server.resource(SYSTEM).unwrap();
+        system["@odata.etag"] = json!(etag);
+        // Served once as the BMC wrote it (in the body only: no ETag header).
+        server.push_fault(Fault::status("GET", SYSTEM, 200).json(&system).times(1));
+        let e = set_boot(&mut s, BootDevice::Pxe).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::ProtocolError, "{etag:?}: {e}");
+        assert!(e.message.contains("ETag") && e.message.contains("nothing was sent"), "{e}");
+        assert!(!e.retryable && e.not_sent, "{etag:?}: {e:?}");
+        assert!(server.requests_to("PATCH", SYSTEM).is_empty(), "a PATCH was sent");
+        assert!(s.is_healthy(), "nothing went wrong on the wire");
+    }
+}
