@@ -79,9 +79,18 @@ fn messages(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The DSP8010 `TaskState` values: the only states reported as they are.
+/// A state goes to the worker's progress events and log, which are not
+/// scrubbed; a BMC's own text there may quote what it was sent (the
+/// ImageURI, credentials and all), so any other state is reported as
+/// [`OTHER_STATE`].
+const TASK_STATES: &[&str] =
+    &["New", "Starting", "Running", "Suspended", "Interrupted", "Pending", "Stopping", "Completed", "Killed", "Exception", "Service", "Cancelling", "Cancelled"];
+const OTHER_STATE: &str = "Other";
+
 /// Read a Task (or a monitor's answer) polled with `status`.
 fn view(status: StatusCode, v: &Value) -> TaskView {
-    let state = str_of(v, "TaskState").map(|s| s.chars().take(64).collect::<String>());
+    let state = str_of(v, "TaskState").map(|s| TASK_STATES.iter().find(|&&k| k == s).copied().unwrap_or(OTHER_STATE).to_owned());
     let percent = v.get("PercentComplete").and_then(Value::as_u64).map(|p| p.min(100) as u8);
     let done = match state.as_deref() {
         // A monitor that stops answering 202 without a Task: the operation's result.
@@ -409,6 +418,8 @@ mod tests {
         assert!(is_update_task(&json!({"Payload": {"TargetUri": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"}})));
         assert!(!is_update_task(&json!({"Payload": {"TargetUri": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"}, "Name": "update"})));
         assert!(is_update_task(&json!({"Name": "Firmware Update"})));
+        let vendor = view(StatusCode::OK, &json!({"TaskState": "Fetching https://u:pw@h/x"}));
+        assert_eq!((vendor.state.as_deref(), vendor.done), (Some(OTHER_STATE), None), "still running, under no text of the BMC's");
         assert!(!is_update_task(&json!({"Name": "Export logs"})));
     }
 }

@@ -135,3 +135,27 @@ async fn a_new_owner_watches_the_recorded_or_found_task_without_a_second_request
     assert_eq!(e.code, ErrorCode::Interrupted, "{e}");
     assert_eq!(server.update_requests(), 1);
 }
+
+/// The task state a BMC reports goes to the worker's progress events and
+/// log as is: only a DSP8010 `TaskState` is reported, never the BMC's free
+/// text there (which may quote the ImageURI it fetches, credentials and all).
+#[tokio::test]
+async fn only_a_standard_task_state_is_reported_as_progress() {
+    use bmcfleet_provider::{Offer as _, Started};
+    let server = server(Some(UpdateBehaviour::completes_after(Duration::from_millis(600)))).await;
+    let log = Arc::new(TaskRecorder::fresh());
+    let ctx = Ctx::with_timeout(Duration::from_secs(20)).with_tasks(log.clone());
+    let mut s = connector().open(&ctx, &server.target(), &server.credentials()).await.unwrap();
+    let image = "https://fw:FwPassw0rdState@repo.example/bios.bin?sig=FwSigState";
+    let update = FirmwareUpdate { image_uri: Some(image.into()), ..FirmwareUpdate::default() };
+    let Started::Task(task) = s.firmware_update().unwrap().start_update(&ctx, &update).await.unwrap() else { panic!("no task") };
+    let echo = serde_json::json!({"TaskState": format!("Fetching {image}"), "PercentComplete": 5});
+    server.push_fault(Fault::status("GET", &task, 202).json(&echo).times(1));
+    let r = s.firmware_update().unwrap().watch_update(&ctx, &task).await.unwrap();
+    assert_eq!(r.state, "Completed");
+    let states: Vec<String> = log.entries().into_iter().filter_map(|e| if let TaskEntry::Progress(_, s) = e { s } else { None }).collect();
+    assert!(states.iter().any(|s| s == "Running"), "standard states are reported: {states:?}");
+    for s in &states {
+        assert!(!s.contains("FwPassw0rdState") && !s.contains("FwSigState") && !s.contains("Fetching"), "the BMC's text is reported: {states:?}");
+    }
+}
