@@ -196,16 +196,21 @@ impl Registry {
         }
     }
 
-    /// The machine registered at this address's host, if any.
+    /// The machine registered at this address's host, if any, however the
+    /// address spells it (an IPv4-mapped IPv6 address is its IPv4 address).
     pub fn machine_at(&self, address: &BmcAddress) -> Option<String> {
-        self.machine_at_host(&address.host_string())
+        self.machine_at_host(&address.host_identity())
     }
 
-    /// The machine registered at `host` (a name, or an IP in its canonical
-    /// text form), if any.
+    /// The machine registered at `host` (a name, or an IP in any text
+    /// form), if any.
     pub fn machine_at_host(&self, host: &str) -> Option<String> {
+        let host = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => bmcfleet_schema::bmc::ip_identity(ip),
+            Err(_) => host.to_owned(),
+        };
         let copy = self.copy.read().expect("registry lock");
-        copy.hosts.get(host).and_then(|names| names.iter().next().cloned())
+        copy.hosts.get(&host).and_then(|names| names.iter().next().cloned())
     }
 
     /// Changes with every change of the copy.
@@ -341,5 +346,21 @@ mod tests {
         assert!(matches!(r.get("b"), Lookup::Found(_)));
         assert_eq!(r.machine_at(&"10.0.0.2:443".parse().unwrap()).as_deref(), Some("b"));
         assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn every_spelling_of_a_registered_ip_is_that_machine() {
+        // An ad hoc target (or a name resolving) to the IPv4-mapped IPv6
+        // spelling of a registered IPv4 address reaches the same BMC.
+        let r = Registry { copy: Arc::default(), generation: Arc::default(), store: None, stop: CancellationToken::new(), changes: tokio::sync::broadcast::channel(1).0 };
+        r.copy.write().unwrap().apply("a", Some(&record("a", "10.0.0.1")));
+        for spelling in ["::ffff:10.0.0.1", "[::ffff:10.0.0.1]:443", "[::ffff:a00:1]:623", "10.0.0.1:623"] {
+            assert_eq!(r.machine_at(&spelling.parse().unwrap()).as_deref(), Some("a"), "{spelling}");
+        }
+        assert_eq!(r.machine_at_host("::ffff:10.0.0.1").as_deref(), Some("a"), "a resolved address");
+        // A record at the mapped spelling is the same host as one at the IPv4 one: both refused.
+        r.copy.write().unwrap().apply("b", Some(&record("b", "[::ffff:10.0.0.1]:443")));
+        assert!(matches!(r.get("a"), Lookup::Conflict(_)));
+        assert!(matches!(r.get("b"), Lookup::Conflict(_)));
     }
 }

@@ -161,6 +161,18 @@ impl BmcAddress {
         }
     }
 
+    /// The host as one physical BMC is known by, whatever its spelling:
+    /// [`BmcAddress::host_string`], except that an IPv4-mapped IPv6
+    /// address (`::ffff:10.0.0.1`, which a socket reaches as
+    /// `10.0.0.1`) is its IPv4 address. What "a registered machine's
+    /// address" is compared by.
+    pub fn host_identity(&self) -> String {
+        match &self.host {
+            Host::V6(ip) => ip_identity(IpAddr::V6(*ip)),
+            _ => self.host_string(),
+        }
+    }
+
     /// `host:port` with the given default port, IPv6 bracketed.
     pub fn authority(&self, default_port: u16) -> String {
         format!("{}:{}", self.host_for_url(), self.port.unwrap_or(default_port))
@@ -201,6 +213,18 @@ impl BmcAddress {
             Host::V6(ip) => ip.is_loopback(),
             Host::Name(n) => n == "localhost",
         }
+    }
+}
+
+/// The text form of `ip` that [`BmcAddress::host_identity`] gives: an
+/// IPv4-mapped IPv6 address as its IPv4 address.
+pub fn ip_identity(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => v6.to_string(),
+        },
+        IpAddr::V4(v4) => v4.to_string(),
     }
 }
 

@@ -207,10 +207,11 @@ impl Machine {
         BmcKey::machine(&self.name)
     }
 
-    /// The address as registered, without the port: two machines may not
-    /// share one (one physical BMC is one machine).
+    /// The address as registered, without the port, in one spelling
+    /// ([`BmcAddress::host_identity`]): two machines may not share one (one
+    /// physical BMC is one machine).
     pub fn host_identity(&self) -> String {
-        self.address.host_string()
+        self.address.host_identity()
     }
 }
 
