@@ -14,6 +14,12 @@ pub enum Encoding {
 pub const JSON: &str = "application/json";
 pub const MSGPACK: &str = "application/msgpack";
 
+/// Deepest nesting of arrays and maps a MessagePack message may have: room
+/// for a JSON value of serde_json's 128 levels (a raw body, a BMC's answer)
+/// inside a job, event or status record, and far from the 1,000 levels
+/// that overflow a 2 MiB thread stack (rmp-serde's own limit is 1,024).
+pub const MAX_DEPTH: usize = 256;
+
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
     #[error("unsupported Content-Type `{0}` (use application/json or application/msgpack)")]
@@ -53,9 +59,16 @@ impl Encoding {
         })
     }
 
+    /// Decode `bytes`. MessagePack nested deeper than [`MAX_DEPTH`] is
+    /// refused (JSON stops at serde_json's 128), so no message can exhaust
+    /// the decoding thread's stack.
     pub fn decode<T: DeserializeOwned>(self, bytes: &[u8]) -> Result<T, CodecError> {
         Ok(match self {
-            Encoding::MessagePack => rmp_serde::from_slice(bytes)?,
+            Encoding::MessagePack => {
+                let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+                de.set_max_depth(MAX_DEPTH);
+                T::deserialize(&mut de)?
+            }
             Encoding::Json => serde_json::from_slice(bytes)?,
         })
     }

@@ -548,6 +548,44 @@ mod tests {
     }
 
     #[test]
+    fn deeply_nested_messagepack_is_refused_not_a_crash() {
+        // A raw Redfish body (any JSON value) nested 1,000 arrays deep, in
+        // MessagePack (JSON stops at 128 levels): 1 KiB that must not
+        // overflow the stack of the gateway thread decoding it.
+        let batch = |depth: usize| {
+            let mut m = vec![0x82];
+            let s = |m: &mut Vec<u8>, t: &str| {
+                m.push(0xa0 | t.len() as u8);
+                m.extend_from_slice(t.as_bytes());
+            };
+            s(&mut m, "machine");
+            s(&mut m, "m1");
+            s(&mut m, "actions");
+            m.extend([0x91, 0x81]);
+            s(&mut m, "raw");
+            m.push(0x81);
+            s(&mut m, "redfish");
+            m.push(0x83);
+            for t in ["method", "PATCH", "path", "/redfish/v1/Systems/1", "body"] {
+                s(&mut m, t);
+            }
+            m.extend(std::iter::repeat_n(0x91, depth));
+            m.push(0xc0);
+            m
+        };
+        let decode = |m: Vec<u8>| {
+            std::thread::Builder::new()
+                .stack_size(2 << 20) // a tokio worker thread's
+                .spawn(move || decode_batch(&m, Encoding::MessagePack, &Limits::default()).map(|_| ()))
+                .unwrap()
+                .join()
+                .unwrap()
+        };
+        assert_eq!(decode(batch(1000)).unwrap_err().code, ErrorCode::Malformed);
+        decode(batch(120)).expect("as deep as JSON allows");
+    }
+
+    #[test]
     fn ad_hoc_targets_are_off_by_default_and_bounded_when_on() {
         let s = format!(r#"{{"bmc":{{"address":"10.0.0.1","credentials":{INLINE}}},"actions":["inventory"]}}"#);
         let e = decode_batch(s.as_bytes(), Encoding::Json, &Limits { allow_inline_credentials: true, ..Limits::default() }).unwrap_err();
