@@ -49,8 +49,18 @@ pub struct AddressError {
     pub reason: &'static str,
 }
 
+/// The input as a refusal may show it (answered, and logged by the
+/// gateway): anything before an `@` is user info (a pasted URL's
+/// credentials) and is hidden.
 fn err(input: &str, reason: &'static str) -> AddressError {
-    AddressError { input: input.chars().take(300).collect(), reason }
+    let shown = match input.rsplit_once('@') {
+        Some((before, after)) => {
+            let scheme = before.split_once("://").map(|(s, _)| format!("{s}://")).unwrap_or_default();
+            format!("{scheme}[hidden]@{after}")
+        }
+        None => input.to_owned(),
+    };
+    AddressError { input: shown.chars().take(300).collect(), reason }
 }
 
 fn valid_hostname(name: &str) -> bool {
@@ -314,6 +324,19 @@ mod tests {
         ] {
             assert!(bad.parse::<BmcAddress>().is_err(), "accepted {bad:?}");
         }
+    }
+
+    #[test]
+    fn a_refused_address_never_echoes_credentials() {
+        // A careless producer pastes a URL with credentials: the refusal
+        // (answered, and logged by the gateway) must not carry them.
+        for bad in ["https://admin:s3cret@10.0.0.1/redfish/v1", "admin:s3cret@10.0.0.1", "[admin:s3cret@fe80::1]:443", "s3cret@bmc.example"] {
+            let e = bad.parse::<BmcAddress>().unwrap_err();
+            assert!(!e.to_string().contains("s3cret"), "{e}");
+            assert!(e.to_string().contains("[hidden]@"), "{e}");
+        }
+        let e = "10.0.0.300".parse::<BmcAddress>().unwrap_err();
+        assert!(e.to_string().contains("`10.0.0.300`"), "other input is shown as given: {e}");
     }
 
     #[test]
