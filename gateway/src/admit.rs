@@ -108,6 +108,11 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorBody::new(code, message))
 }
 
+/// Another tenant's batch holds the id: refused without saying anything about it.
+fn id_taken() -> Reply {
+    error(ErrorCode::InvalidField, "id: this batch id cannot be used; leave it out or choose another")
+}
+
 impl Gateway {
     pub fn new(
         client: async_nats::Client,
@@ -247,7 +252,7 @@ impl Gateway {
         // we subscribed. A batch queued just now cannot have finished before
         // the subscription (made before publishing), so only duplicates look.
         if accepted.duplicate {
-            if let Ok(Some(v)) = status::load(&self.res.batches, &id).await {
+            if let Ok(Some(v)) = status::load(&self.res.batches, &id).await.map(|v| v.filter(|v| v.status.tenant == job.tenant)) {
                 if let (true, Some(r)) = (v.status.state.is_final(), v.status.result) {
                     return Reply::Result(r);
                 }
@@ -328,9 +333,7 @@ impl Gateway {
         }
         let accepted = match known {
             // Another tenant's id: refused without saying anything about that batch.
-            Some(v) if v.status.tenant != job.tenant => {
-                return Err(error(ErrorCode::InvalidField, "id: this batch id cannot be used; leave it out or choose another"));
-            }
+            Some(v) if v.status.tenant != job.tenant => return Err(id_taken()),
             Some(v) => Accepted { id, stream_sequence: v.status.stream_sequence.unwrap_or(0), duplicate: true, subject: subject.clone() },
             None => self.publish(&job, &subject, headers).await?,
         };
@@ -441,6 +444,15 @@ impl Gateway {
             };
             error(code, format!("could not queue the batch: {e}"))
         })?;
+        if ack.duplicate {
+            // JetStream already held a job of this id, whose record we had
+            // not seen: it is its own admission's (or its worker's) to
+            // write, and may be another tenant's batch.
+            return match status::load(&self.res.batches, &job.id).await {
+                Ok(Some(v)) if v.status.tenant != job.tenant => Err(id_taken()),
+                _ => Ok(Accepted { id: job.id, stream_sequence: ack.sequence, duplicate: true, subject: subject.to_owned() }),
+            };
+        }
         let record = BatchStatus::queued(job, ack.sequence, now_ms());
         // The worker may already have written a newer record: creating fails then, which is right.
         match status::create(&self.res.batches, &record).await {

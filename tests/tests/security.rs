@@ -285,6 +285,59 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     assert!(line.contains(r#""actor":"tenant:tenant-a""#) && line.contains(r#""tenant":"tenant-a""#), "{line}");
 }
 
+/// A batch id that JetStream already holds for another tenant (its job is
+/// queued, its status record not written yet: the instant between the
+/// other gateway's publish and its record, or a record whose write failed)
+/// gives a second tenant nothing: no status record of its own for that id,
+/// so never the other batch's status or results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_id_queued_for_another_tenant_gives_nothing() {
+    let topo = Topology::default();
+    let nats = bmcfleet_tests::shipped::nats();
+    let sim = SimServer::start(SimConfig::default()).await.expect("simulator");
+    let _gateway = topo.gateway(&nats, &bmcfleet_tests::shipped::gateway_user());
+    let (b, _) = {
+        let (client, errors) = connect(&nats, "producer-b", PASSWORDS[6].1).await;
+        let p = Producer::new(client);
+        wait_gateway(&p).await;
+        (p, errors)
+    };
+    // Tenant A's job, as A's gateway queued it a moment ago (no worker yet, no record yet).
+    let (gw, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
+    let id = ulid::Ulid::new();
+    let mut a_batch = sim_batch("10.7.5.1", vec![Action::Power(PowerOp::On)]);
+    a_batch.id = Some(id);
+    let target = a_batch.bmc.take().unwrap();
+    let job = Job { batch: a_batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: "tenant-a".into(), sealed_params: vec![] };
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(async_nats::header::NATS_MESSAGE_ID, id.to_string().as_str());
+    let subject = topo.subjects().job(&job.key());
+    let js = async_nats::jetstream::new(gw.clone());
+    js.publish_with_headers(subject, h, Encoding::MessagePack.encode(&job).unwrap().into()).await.unwrap().await.unwrap();
+
+    // B reuses the id for a batch of its own.
+    let mut replay = sim_batch("10.7.5.2", vec![Action::Power(PowerOp::Status)]);
+    replay.id = Some(id);
+    let reply = b.submit(&replay, false).await;
+    assert!(!matches!(reply, Reply::Accepted(Accepted { duplicate: false, .. })), "B's batch was queued under A's id: {reply:?}");
+    assert_eq!(refusal(b.status(id).await).code, ErrorCode::NotFound, "B owns a status record for A's batch");
+
+    // A's batch runs: B still sees nothing of it, A's record is A's.
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &bmcfleet_tests::shipped::worker_user());
+    let batches = js.get_key_value(topo.subjects().batches_bucket()).await.unwrap();
+    let record = bmcfleet_tests::eventually(Duration::from_secs(30), "A's batch finished", || {
+        let batches = batches.clone();
+        async move {
+            let v = bmcfleet_common::status::load(&batches, &id).await.ok()??;
+            v.status.state.is_final().then_some(v.status)
+        }
+    })
+    .await;
+    assert_eq!(record.tenant, "tenant-a", "{record:?}");
+    assert_eq!(record.actions, ["power_on"], "{record:?}");
+    assert_eq!(refusal(b.status(id).await).code, ErrorCode::NotFound);
+}
+
 /// Issue 16 item 8: the gateway, the workers and the admin user hold only the
 /// JetStream API subjects of their own streams, consumers and buckets, by
 /// name. Everything else (another stream, listing the account, changing or
