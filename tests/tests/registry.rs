@@ -16,6 +16,7 @@ use bmcfleet_tests::producer::{ref_machine_batch, refusal, stream_messages, SimS
 use bmcfleet_tests::NatsServer;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 async fn env(worker_args: &[&str]) -> SimStack {
     SimStack::start(SimConfig { password: Some("pw-in-line".into()), ..SimConfig::default() }).await.with_workers(1, worker_args).await
@@ -257,6 +258,33 @@ async fn a_name_resolving_to_a_registered_machine_is_that_machine() {
     let err = r.results[0].error.as_ref().expect("refused");
     assert_eq!(err.code, ErrorCode::TargetForbidden, "{r:?}");
     assert!(err.message.contains("registered machine"), "{err:?}");
+}
+
+/// A machine the operator hands to another tenant runs none of the batches
+/// its old tenant still had queued (`machine_not_found`, as for a removed
+/// machine, nothing sent): a tenant cannot act on a machine it no longer
+/// owns, nor have its state reported to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_moved_to_another_tenant_runs_none_of_its_old_tenants_queued_batches() {
+    use bmcfleet_common::streams::{bucket, machines_config, Mode};
+    let e = SimStack::start(SimConfig::default()).await;
+    let p = &e.producer;
+    let target = bmcfleet_tests::checks::sim_batch("10.32.0.1", vec![]).bmc.unwrap();
+    let name = e.topology.register_machine(&p.client, &target).await;
+    // Queued by tenant `default` (no worker yet) ...
+    let b = bmcfleet_tests::producer::machine_batch(&name, vec![Action::Power(PowerOp::On)]);
+    let Reply::Accepted(a) = p.submit(&b, false).await else { panic!("accepted") };
+    // ... then the machine is moved to tenant-b.
+    let js = async_nats::jetstream::new(p.client.clone());
+    let machines = bucket(&js, machines_config(&e.topology.subjects(), 1), Mode::UseExisting).await.unwrap();
+    let mut m: Machine = serde_json::from_slice(&machines.get(&name).await.unwrap().unwrap()).unwrap();
+    m.tenant = "tenant-b".into();
+    bmcfleet_common::registry::put(&machines, &m).await.unwrap();
+    let e = e.with_workers(1, &[]).await;
+    let results = bmcfleet_tests::producer::wait_final_statuses(&e.producer.client, &e.topology.subjects(), &[a.id], Duration::from_secs(30)).await;
+    let r = &results[&a.id];
+    assert_eq!(r.results[0].error.as_ref().map(|e| e.code), Some(ErrorCode::MachineNotFound), "{r:?}");
+    assert!(!e.sim.log().iter().any(|l| l.action == "power_on"), "the old tenant's power on reached the BMC: {:?}", e.sim.log());
 }
 
 /// A machine's protocol preference and Redfish auth mode are the

@@ -4,7 +4,8 @@
 //! credentials, so it checks again with its own information:
 //! - a batch for a machine uses the machine's record from this worker's
 //!   copy of the registry (never the target the job carries), so a named
-//!   credential only ever reaches the address the operator bound it to;
+//!   credential only ever reaches the address the operator bound it to, and
+//!   only while the machine still belongs to the batch's tenant;
 //! - an ad hoc batch (an address in the batch) must fall inside the
 //!   worker's `--ad-hoc-targets` ranges *after* name resolution (a name
 //!   resolving to loopback or a metadata address is refused), may not use a
@@ -40,9 +41,12 @@ impl Targets {
     /// The target to use for `job`, or why nothing may be sent.
     pub async fn resolve(&self, job: &Job) -> Result<BmcTarget, ErrorBody> {
         if let Some(name) = &job.batch.machine {
+            let gone = || ErrorBody::new(ErrorCode::MachineNotFound, format!("machine `{name}` is not registered (any more)"));
             return match self.machines.get_fresh(name).await {
+                // Moved to another tenant since admission: no longer this batch's machine.
+                Lookup::Found(m) if m.tenant != job.tenant => Err(gone()),
                 Lookup::Found(m) => Ok(m.target()),
-                Lookup::NotFound => Err(ErrorBody::new(ErrorCode::MachineNotFound, format!("machine `{name}` is not registered (any more)"))),
+                Lookup::NotFound => Err(gone()),
                 Lookup::Invalid(why) => Err(ErrorBody::new(ErrorCode::MachineNotFound, format!("the record of machine `{name}` is unusable: {why}"))),
                 Lookup::Conflict(why) => Err(forbidden(why)),
             };
