@@ -365,7 +365,8 @@ impl Gateway {
     }
 
     /// Take every secret parameter (new users' passwords, media URLs with
-    /// credentials or signed queries) out of the actions, sealed to the
+    /// credentials or signed queries, raw request data and bodies) out of
+    /// the actions, sealed to the
     /// workers and bound to this batch, action and field. Without a workers'
     /// key (`--workers-public-key`) they stay in the job (warned at start).
     fn seal_params(&self, batch: &mut bmcfleet_schema::Batch, id: &str, expires_at_ms: u64) -> Result<Vec<SealedParam>, ErrorBody> {

@@ -65,7 +65,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let auditor = tokio::spawn(audit_registry(machines.changes(), resources.js.clone(), subjects.audit_registry()));
     if config.workers_public_key.is_none() {
         tracing::warn!(
-            "No --workers-public-key: new users' passwords and media URLs with credentials travel in the job stream in clear; \
+            "No --workers-public-key: new users' passwords, media URLs with credentials and raw request data travel in the job stream in clear; \
              give the workers' public key to seal them."
         );
     }

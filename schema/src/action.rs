@@ -1136,7 +1136,8 @@ pub struct Job {
     #[serde(default = "crate::machine::default_tenant")]
     pub tenant: String,
     /// Secrets taken out of the actions by the gateway (new users'
-    /// passwords, media URLs with credentials or signed queries), each
+    /// passwords, media URLs with credentials or signed queries, raw
+    /// requests' data and bodies), each
     /// sealed to the workers' key and bound to its batch, action and field;
     /// the actions hold a placeholder in their place.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -1161,6 +1162,9 @@ pub enum ParamField {
     Password,
     /// `virtual_media.insert.url` or `firmware_update.image_uri`.
     Url,
+    /// A raw request's data: `raw.ipmi.data` (as hex) or `raw.redfish.body`
+    /// (as JSON).
+    Raw,
 }
 
 impl ParamField {
@@ -1168,15 +1172,30 @@ impl ParamField {
         match self {
             ParamField::Password => "password",
             ParamField::Url => "url",
+            ParamField::Raw => "raw",
         }
     }
 }
 
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()
+}
+
 impl Action {
     /// The secret parameter this action carries, if any: (field, value).
-    /// A media URL counts when it has user info or a query string.
+    /// A media URL counts when it has user info or a query string; a raw
+    /// request's data or body always does.
     pub fn secret_param(&self) -> Option<(ParamField, String)> {
         match self {
+            Action::Raw(RawRequest::Ipmi(r)) if !r.data.is_empty() => Some((ParamField::Raw, to_hex(&r.data))),
+            Action::Raw(RawRequest::Redfish(RawRedfish { body: Some(body), .. })) => Some((ParamField::Raw, body.to_string())),
             Action::User(UserOp::Create(u)) => Some((ParamField::Password, u.password.expose().to_owned())),
             Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })) => Some((ParamField::Password, p.expose().to_owned())),
             Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) | Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some(url), .. }) => {
@@ -1198,6 +1217,9 @@ impl Action {
         let Some((field, value)) = self.secret_param() else { return vec![] };
         match field {
             ParamField::Password => vec![value],
+            // Request bytes and JSON, not strings a BMC would echo (and
+            // scrubbing short hex runs would mangle its messages).
+            ParamField::Raw => vec![],
             ParamField::Url => {
                 let mut out = vec![value.clone()];
                 let mut add = |s: &str| {
@@ -1240,18 +1262,36 @@ impl Action {
             (Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })), ParamField::Password) => *p = Secret::new(value),
             (Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }), ParamField::Url) => *url = value,
             (Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some(u), .. }), ParamField::Url) => *u = value,
+            (Action::Raw(RawRequest::Ipmi(r)), ParamField::Raw) => match from_hex(&value) {
+                Some(data) => r.data = data,
+                None => return false,
+            },
+            (Action::Raw(RawRequest::Redfish(r)), ParamField::Raw) => match serde_json::from_str(&value) {
+                Ok(body) => r.body = Some(body),
+                Err(_) => return false,
+            },
             _ => return false,
         }
         true
     }
 
     /// Replace the secret parameter by what logs may show (`[sealed]` for a
-    /// password, the URL without credentials and query).
+    /// password, the URL without credentials and query, nothing of a raw
+    /// request's data or body).
     pub fn hide_secret_param(&mut self) {
         let Some((field, value)) = self.secret_param() else { return };
         let shown = match field {
             ParamField::Url => loggable_url(&value),
             ParamField::Password => "[sealed]".into(),
+            // Nothing of the request's data stays: the worker puts it back.
+            ParamField::Raw => {
+                match self {
+                    Action::Raw(RawRequest::Ipmi(r)) => r.data.clear(),
+                    Action::Raw(RawRequest::Redfish(r)) => r.body = None,
+                    _ => {}
+                }
+                return;
+            }
         };
         self.set_secret_param(field, shown);
     }
@@ -1320,5 +1360,31 @@ mod tests {
         }
         assert_eq!(loggable_url("http://img.example:8080/a.iso"), "http://img.example:8080/a.iso");
         assert!(loggable_url("https://u:p@h/x").ends_with("[credentials and query hidden]"));
+    }
+
+    #[test]
+    fn raw_request_data_is_a_secret_parameter() {
+        // What the gateway seals and hides, and the worker puts back whole.
+        let ipmi = Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 1, data: vec![0xde, 0xad, 0x00, 0x0f] }));
+        let redfish = Action::Raw(RawRequest::Redfish(RawRedfish {
+            method: HttpMethod::Patch,
+            path: "/redfish/v1/AccountService/Accounts/3".into(),
+            body: Some(serde_json::json!({"Password": "p4ss", "Nested": [1, {"a": null}]})),
+        }));
+        for original in [ipmi, redfish] {
+            let (field, value) = original.secret_param().expect("a secret parameter");
+            assert_eq!(field, ParamField::Raw);
+            assert!(original.secret_values().is_empty(), "request bytes are not scrubbed from BMC messages");
+            let mut hidden = original.clone();
+            hidden.hide_secret_param();
+            let stored = serde_json::to_string(&hidden).unwrap();
+            assert!(!stored.contains("p4ss") && !stored.contains("222") && !stored.contains("dead"), "{stored}");
+            assert_eq!(hidden.secret_param(), None, "nothing of it stays");
+            assert!(hidden.set_secret_param(field, value), "put back");
+            assert_eq!(hidden, original);
+        }
+        let mut bad = Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 1, data: vec![] }));
+        assert_eq!(bad.secret_param(), None, "no data, nothing to seal");
+        assert!(!bad.set_secret_param(ParamField::Raw, "0g".into()), "not hex");
     }
 }

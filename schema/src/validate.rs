@@ -340,12 +340,18 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                     return Err(field(format!("actions[{i}]: raw Redfish path must be under /redfish/v1")));
                 }
                 if let Some(body) = &r.body {
-                    let n = serde_json::to_vec(body).map(|v| v.len()).unwrap_or(usize::MAX);
+                    let json = serde_json::to_vec(body).unwrap_or_default();
+                    let n = if json.is_empty() { usize::MAX } else { json.len() };
                     if n > limits.max_raw_body_bytes {
                         return Err(field(format!(
                             "actions[{i}]: raw Redfish body is {n} bytes; the limit is {}",
                             limits.max_raw_body_bytes
                         )));
+                    }
+                    // The body travels sealed as JSON text, which the worker
+                    // reads back (at most 128 levels deep, as a JSON submit).
+                    if serde_json::from_slice::<serde_json::Value>(&json).is_err() {
+                        return Err(field(format!("actions[{i}]: raw Redfish body is nested more than 128 levels deep")));
                     }
                 }
             }
@@ -583,6 +589,8 @@ mod tests {
         };
         assert_eq!(decode(batch(1000)).unwrap_err().code, ErrorCode::Malformed);
         decode(batch(120)).expect("as deep as JSON allows");
+        // Decodable, but deeper than the JSON the body is sealed as can be read back.
+        assert_eq!(decode(batch(200)).unwrap_err().code, ErrorCode::InvalidField);
     }
 
     #[test]

@@ -107,6 +107,8 @@ struct Bmc {
     users: Vec<User>,
     net: NetworkSourceOp,
     media: Option<String>,
+    /// The data of the last raw IPMI request.
+    raw_data: Option<Vec<u8>>,
     resets: u32,
     nmis: u32,
     /// The event log, oldest first: one entry per power change.
@@ -128,6 +130,7 @@ impl Default for Bmc {
             users: vec![User { id: 2, name: "admin".into(), role: UserRole::Admin, enabled: true, password: String::new() }],
             net: NetworkSourceOp::Dhcp,
             media: None,
+            raw_data: None,
             resets: 0,
             nmis: 0,
             events: Vec::new(),
@@ -201,6 +204,11 @@ impl SimServer {
 
     pub fn power(&self, bmc: &str) -> Option<PowerState> {
         self.state.lock().unwrap().bmcs.get(bmc).map(|b| b.power)
+    }
+
+    /// The data of the last raw IPMI request one BMC received.
+    pub fn raw_data(&self, bmc: &str) -> Option<Vec<u8>> {
+        self.state.lock().unwrap().bmcs.get(bmc).and_then(|b| b.raw_data.clone())
     }
 
     /// The inserted virtual media URL of one BMC.
@@ -437,6 +445,7 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             Response::Ok(None)
         }
         Action::Raw(RawRequest::Ipmi(r)) => {
+            bmc.raw_data = Some(r.data.clone());
             // Get Device ID answers; everything else is "invalid command".
             if r.netfn == 0x06 && r.cmd == 0x01 {
                 Response::Ok(Some(ActionData::Raw(RawResponse { status: 0, data: vec![0x20, 0x01, 0x02, 0x03, 0x02], body: None })))

@@ -255,9 +255,10 @@ async fn passwords_never_reach_nats_storage_or_logs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_parameters_never_reach_nats_storage_or_logs() {
-    // A new user's password (create, then update) and a media URL's password and signature.
+    // A new user's password (create, then update), a media URL's password
+    // and signature, and a raw request's data.
     let tag = ulid::Ulid::new().to_string();
-    let secrets: Vec<String> = ["create", "update", "urlpw", "urlsig"].iter().map(|k| format!("{k}-{tag}")).collect();
+    let secrets: Vec<String> = ["create", "update", "urlpw", "urlsig", "rawdata"].iter().map(|k| format!("{k}-{tag}")).collect();
     let url = format!("https://media:{}@img.example/boot.iso?X-Amz-Signature={}", secrets[2], secrets[3]);
     let needles: Vec<Vec<u8>> = secrets.iter().map(|s| s.as_bytes().to_vec()).collect();
     let trace = ["--log", "trace"];
@@ -273,6 +274,7 @@ async fn secret_parameters_never_reach_nats_storage_or_logs() {
         Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: secrets[0].clone().into(), role: UserRole::Operator, enabled: true })),
         Action::VirtualMedia(VirtualMediaOp::Insert { url: url.clone(), media: MediaKind::Cd }),
         Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: Some(secrets[1].clone().into()), role: None, enabled: None })),
+        Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x06, cmd: 0x01, data: secrets[4].as_bytes().to_vec() })),
     ];
     let Reply::Accepted(a) = producer.submit(&with_creds(sim_batch("10.9.5.1", actions), inline("pw")), false).await else { panic!("accepted") };
     drop(producer);
@@ -284,6 +286,7 @@ async fn secret_parameters_never_reach_nats_storage_or_logs() {
     assert_eq!(results[&a.id].state, BatchState::Succeeded, "{:?}", results[&a.id]);
     assert_eq!(sim.media("v4-10-9-5-1").as_deref(), Some(url.as_str()), "the media URL arrived whole");
     assert_eq!(sim.user_password("v4-10-9-5-1", "ops").as_deref(), Some(secrets[1].as_str()), "the updated password arrived");
+    assert_eq!(sim.raw_data("v4-10-9-5-1").as_deref(), Some(secrets[4].as_bytes()), "the raw data arrived whole");
     logs.extend(drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "a secret parameter").await);
     assert!(logs[2].1.contains("Action finished.") && logs[2].1.contains("img.example"), "the worker log does not show the actions");
     assert_not_in_logs(&logs, &needles, "a secret parameter");
