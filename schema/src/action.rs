@@ -519,7 +519,10 @@ impl FirmwareUpdate {
         for t in &self.targets {
             match crate::raw_policy::canonical_redfish_path(t) {
                 Ok(c) if c == *t && !t.contains('?') && t.len() <= 512 => {}
-                _ => return Err(format!("firmware_update.targets: {t:?} is not a plain resource path under /redfish/v1 (canonical, no query, at most 512 bytes)")),
+                _ => {
+                    let shown = t.split('?').next().unwrap_or("");
+                    return Err(format!("firmware_update.targets: {shown:?} is not a plain resource path under /redfish/v1 (canonical, no query, at most 512 bytes)"));
+                }
             }
         }
         Ok(())

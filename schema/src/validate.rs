@@ -191,7 +191,8 @@ fn canonicalize(batch: &mut Batch) -> Result<(), ValidationError> {
     for (i, action) in batch.actions.iter_mut().enumerate() {
         if let Action::Raw(RawRequest::Redfish(r)) = action {
             r.path = crate::raw_policy::canonical_redfish_path(&r.path)
-                .map_err(|why| field(format!("actions[{i}]: raw Redfish path {:?} is not a plain resource path: {why}", r.path)))?;
+                // Shown without its query, as logs show it (it may carry a token).
+                .map_err(|why| field(format!("actions[{i}]: raw Redfish path {:?} is not a plain resource path: {why}", r.path.split('?').next().unwrap_or(""))))?;
         }
     }
     Ok(())
@@ -551,6 +552,21 @@ mod tests {
         assert_eq!(code(&s), ErrorCode::TooManyActions);
         let limits = Limits { max_message_bytes: 10, ..Limits::default() };
         assert_eq!(decode_batch(OK.as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::TooLarge);
+    }
+
+    #[test]
+    fn a_refused_raw_path_never_echoes_its_query() {
+        // Logs show raw Redfish paths without their query (it may carry a
+        // token); a refusal is logged by the gateway too.
+        for path in ["/redfish/v1/Systems/../x?access_token=T0KEN", "/etc/passwd?access_token=T0KEN"] {
+            let s = format!(r#"{{"machine":"m1","actions":[{{"raw":{{"redfish":{{"method":"GET","path":"{path}"}}}}}}]}}"#);
+            let e = json(&s).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
+            assert!(!e.message.contains("T0KEN") && e.message.contains("/redfish/v1/Systems/../x") == path.starts_with("/redfish"), "{e}");
+        }
+        let t = FirmwareUpdate { image_uri: Some("https://repo.example/x.bin".into()), targets: vec!["/redfish/v1/../x?access_token=T0KEN".into()], ..FirmwareUpdate::default() };
+        let e = t.validate().unwrap_err();
+        assert!(!e.contains("T0KEN") && e.contains("firmware_update.targets"), "{e}");
     }
 
     #[test]
