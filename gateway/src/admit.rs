@@ -96,6 +96,16 @@ impl Requester {
     }
 }
 
+/// Whose share of the gateway's budgets a request takes (`budget`): its
+/// NATS account as nats-server names it, `""` for the operator's own
+/// account; a header naming no account shares `"?"` (refused later anyway).
+pub fn budget_key(headers: Option<&HeaderMap>) -> String {
+    match header(headers, REQUEST_INFO_HEADER) {
+        None => String::new(),
+        Some(info) => bmcfleet_schema::subject::request_account(info).unwrap_or_else(|_| "?".to_owned()),
+    }
+}
+
 fn header<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
     headers.and_then(|h| h.get(name)).map(|v| v.as_str())
 }

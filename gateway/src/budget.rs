@@ -3,50 +3,88 @@
 //! producer cannot freeze the service for everyone else.
 //!
 //! - Short requests (submit without waiting, status, cancel) share
-//!   `--max-concurrent-requests`.
+//!   `--max-concurrent-requests`, and each tenant at most
+//!   `--max-requests-per-tenant` of it.
 //! - Waiting submits (`Bmcfleet-Wait: true`, held open until the batch
-//!   finishes) have their own budget, `--max-waiting-submits`, and each
-//!   client at most `--max-waiting-per-client` of it. A client is the
-//!   connection a reply goes to: the reply subject without its last token
+//!   finishes) have their own budget, `--max-waiting-submits`, each tenant
+//!   at most `--max-waiting-per-tenant` of it and each client at most
+//!   `--max-waiting-per-client`. A client is the connection a reply goes
+//!   to: the reply subject without its last token
 //!   (`_INBOX.<connection>.<request>`).
+//!
+//! A tenant is the NATS account a request came from (nats-server names it
+//! in `Nats-Request-Info`; the operator's own account, with no such header,
+//! counts as one tenant too). By default a tenant may hold half of each
+//! budget, so one tenant flooding the gateway, with as many connections as
+//! it likes, always leaves the other half to the others.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Waiting submits held per client.
-type Clients = Arc<Mutex<HashMap<String, usize>>>;
+/// How much of each budget is held per key (a client, a tenant).
+#[derive(Clone, Debug, Default)]
+struct Shares(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Shares {
+    /// One more for `key`, unless it holds `limit` already (then how many it holds).
+    fn take(&self, key: &str, limit: usize) -> Result<Share, usize> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = held.get(key).copied().unwrap_or(0);
+        if mine >= limit {
+            return Err(mine);
+        }
+        held.insert(key.to_owned(), mine + 1);
+        Ok(Share { shares: self.clone(), key: key.to_owned() })
+    }
+}
+
+/// One unit of a key's share; given back when dropped.
+#[derive(Debug)]
+struct Share {
+    shares: Shares,
+    key: String,
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut held = self.shares.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The sizes of the budgets.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub short: usize,
+    pub short_per_tenant: usize,
+    pub waiting: usize,
+    pub waiting_per_tenant: usize,
+    pub waiting_per_client: usize,
+}
 
 /// The gateway's budgets.
 #[derive(Debug)]
 pub struct Budgets {
+    limits: Limits,
     short: Arc<Semaphore>,
-    /// The size of `short`, for messages.
-    short_size: usize,
+    short_tenants: Shares,
     waiting: Arc<Semaphore>,
-    per_client: usize,
-    clients: Clients,
+    waiting_tenants: Shares,
+    clients: Shares,
 }
 
-/// Held while a request is handled; returns its share when dropped.
+/// Held while a request is handled; returns its shares when dropped.
 #[derive(Debug)]
 pub struct Permit {
     _slot: OwnedSemaphorePermit,
-    client: Option<(Clients, String)>,
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        if let Some((clients, key)) = self.client.take() {
-            let mut clients = clients.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(n) = clients.get_mut(&key) {
-                *n -= 1;
-                if *n == 0 {
-                    clients.remove(&key);
-                }
-            }
-        }
-    }
+    _tenant: Share,
+    _client: Option<Share>,
 }
 
 /// The client a reply subject belongs to.
@@ -55,37 +93,44 @@ pub fn client_of(reply: Option<&str>) -> String {
 }
 
 impl Budgets {
-    pub fn new(short: usize, waiting: usize, per_client: usize) -> Budgets {
+    pub fn new(limits: Limits) -> Budgets {
         Budgets {
-            short: Arc::new(Semaphore::new(short)),
-            short_size: short,
-            waiting: Arc::new(Semaphore::new(waiting)),
-            per_client,
-            clients: Arc::default(),
+            limits,
+            short: Arc::new(Semaphore::new(limits.short)),
+            short_tenants: Shares::default(),
+            waiting: Arc::new(Semaphore::new(limits.waiting)),
+            waiting_tenants: Shares::default(),
+            clients: Shares::default(),
         }
     }
 
-    /// A permit for a request, or why there is none (for the `unavailable` answer).
-    pub fn admit(&self, waiting: bool, reply: Option<&str>) -> Result<Permit, String> {
+    /// A permit for a request of `tenant` (see the module doc), or why
+    /// there is none (for the `unavailable` answer).
+    pub fn admit(&self, waiting: bool, reply: Option<&str>, tenant: &str) -> Result<Permit, String> {
+        let l = &self.limits;
         if !waiting {
             let slot = self.short.clone().try_acquire_owned().map_err(|_| {
-                format!("the gateway is handling {} requests already; retry shortly", self.short_size)
+                format!("the gateway is handling {} requests already; retry shortly", l.short)
             })?;
-            return Ok(Permit { _slot: slot, client: None });
+            let share = self.short_tenants.take(tenant, l.short_per_tenant).map_err(|held| {
+                format!("this tenant has {held} requests in progress already (its share of the gateway); retry shortly")
+            })?;
+            return Ok(Permit { _slot: slot, _tenant: share, _client: None });
         }
-        let key = client_of(reply);
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        let mine = clients.get(&key).copied().unwrap_or(0);
-        if mine >= self.per_client {
-            return Err(format!(
-                "this client already has {mine} waiting submits (the limit per client); submit without waiting and follow the batch's events or status"
-            ));
-        }
+        let client = self.clients.take(&client_of(reply), l.waiting_per_client).map_err(|held| {
+            format!(
+                "this client already has {held} waiting submits (the limit per client); submit without waiting and follow the batch's events or status"
+            )
+        })?;
         let slot = self.waiting.clone().try_acquire_owned().map_err(|_| {
             "the gateway holds as many waiting submits as it may; submit without waiting and follow the batch's events or status".to_owned()
         })?;
-        *clients.entry(key.clone()).or_default() += 1;
-        Ok(Permit { _slot: slot, client: Some((self.clients.clone(), key)) })
+        let share = self.waiting_tenants.take(tenant, l.waiting_per_tenant).map_err(|held| {
+            format!(
+                "this tenant already has {held} waiting submits (its share of the gateway); submit without waiting and follow the batch's events or status"
+            )
+        })?;
+        Ok(Permit { _slot: slot, _tenant: share, _client: Some(client) })
     }
 }
 
@@ -100,22 +145,50 @@ mod tests {
         assert_eq!(client_of(None), "");
     }
 
+    fn limits(short: usize, waiting: usize, per_client: usize) -> Limits {
+        Limits { short, short_per_tenant: short, waiting, waiting_per_tenant: waiting, waiting_per_client: per_client }
+    }
+
     #[test]
     fn budgets_refuse_at_once_and_come_back() {
-        let b = Budgets::new(2, 3, 2);
-        let s1 = b.admit(false, None).unwrap();
-        let _s2 = b.admit(false, None).unwrap();
-        assert!(b.admit(false, None).unwrap_err().contains("handling 2 requests"));
+        let b = Budgets::new(limits(2, 3, 2));
+        let s1 = b.admit(false, None, "").unwrap();
+        let _s2 = b.admit(false, None, "").unwrap();
+        assert!(b.admit(false, None, "").unwrap_err().contains("handling 2 requests"));
         drop(s1);
-        let _s3 = b.admit(false, None).unwrap();
+        let _s3 = b.admit(false, None, "").unwrap();
         // Waiting submits: their own budget, and a share per client.
-        let a1 = b.admit(true, Some("_INBOX.a.1")).unwrap();
-        let _a2 = b.admit(true, Some("_INBOX.a.2")).unwrap();
-        assert!(b.admit(true, Some("_INBOX.a.3")).unwrap_err().contains("limit per client"));
-        let _b1 = b.admit(true, Some("_INBOX.b.1")).unwrap();
-        assert!(b.admit(true, Some("_INBOX.c.1")).unwrap_err().contains("as many waiting submits"));
+        let a1 = b.admit(true, Some("_INBOX.a.1"), "").unwrap();
+        let _a2 = b.admit(true, Some("_INBOX.a.2"), "").unwrap();
+        assert!(b.admit(true, Some("_INBOX.a.3"), "").unwrap_err().contains("limit per client"));
+        let _b1 = b.admit(true, Some("_INBOX.b.1"), "").unwrap();
+        assert!(b.admit(true, Some("_INBOX.c.1"), "").unwrap_err().contains("as many waiting submits"));
         drop(a1);
-        let _a3 = b.admit(true, Some("_INBOX.a.3")).unwrap();
-        assert!(b.admit(false, None).is_err(), "short requests are unaffected by waiting ones, and still full");
+        let _a3 = b.admit(true, Some("_INBOX.a.3"), "").unwrap();
+        assert!(b.admit(false, None, "").is_err(), "short requests are unaffected by waiting ones, and still full");
+    }
+
+    /// One tenant flooding the gateway, from as many connections as it
+    /// likes, holds at most its share: the others still get in.
+    #[test]
+    fn a_tenant_holds_at_most_its_share_of_each_budget() {
+        let b = Budgets::new(Limits { short: 4, short_per_tenant: 2, waiting: 4, waiting_per_tenant: 2, waiting_per_client: 4 });
+        let (s1, _s2) = (b.admit(false, None, "noisy").unwrap(), b.admit(false, None, "noisy").unwrap());
+        assert!(b.admit(false, None, "noisy").unwrap_err().contains("this tenant has 2 requests"));
+        let _quiet = b.admit(false, None, "quiet").unwrap();
+        let _operator = b.admit(false, None, "").unwrap();
+        assert!(b.admit(false, None, "other").unwrap_err().contains("handling 4 requests"), "the global budget still holds");
+        drop(s1);
+        let _s3 = b.admit(false, None, "noisy").unwrap();
+        // Waiting submits: new connections do not get a tenant more.
+        let w1 = b.admit(true, Some("_INBOX.n1.1"), "noisy").unwrap();
+        let _w2 = b.admit(true, Some("_INBOX.n2.1"), "noisy").unwrap();
+        assert!(b.admit(true, Some("_INBOX.n3.1"), "noisy").unwrap_err().contains("this tenant already has 2 waiting"));
+        let _q = b.admit(true, Some("_INBOX.q.1"), "quiet").unwrap();
+        // A refusal gives back what it took on the way (the client's share).
+        assert!(b.clients.0.lock().unwrap().get("_INBOX.n3").is_none());
+        drop(w1);
+        let _w3 = b.admit(true, Some("_INBOX.n3.1"), "noisy").unwrap();
+        assert!(b.short_tenants.0.lock().unwrap().get("quiet").is_some());
     }
 }

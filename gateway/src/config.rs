@@ -87,6 +87,15 @@ pub struct Config {
     /// Waiting submits one client (one connection's reply inbox) may hold at once.
     #[arg(long, env = "BMCFLEET_MAX_WAITING_PER_CLIENT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_waiting_per_client: u32,
+    /// Short requests one tenant (one NATS account; the operator's own
+    /// account counts as one) may have in progress at once [default: half
+    /// of --max-concurrent-requests].
+    #[arg(long, env = "BMCFLEET_MAX_REQUESTS_PER_TENANT", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_requests_per_tenant: Option<u32>,
+    /// Waiting submits one tenant may hold at once, over all its connections
+    /// [default: half of --max-waiting-submits].
+    #[arg(long, env = "BMCFLEET_MAX_WAITING_PER_TENANT", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_waiting_per_tenant: Option<u32>,
 }
 
 /// What the gateway does with inline credentials.
@@ -115,11 +124,31 @@ impl ServiceConfig for Config {
                 fmt(self.max_deadline)
             ));
         }
+        for (flag, share, of, total) in [
+            ("--max-requests-per-tenant", self.max_requests_per_tenant, "--max-concurrent-requests", self.max_concurrent_requests),
+            ("--max-waiting-per-tenant", self.max_waiting_per_tenant, "--max-waiting-submits", self.max_waiting_submits),
+        ] {
+            if share.is_some_and(|s| s > total) {
+                return Err(format!("{flag} ({}) must not exceed {of} ({total}): it is a tenant's share of that budget", share.unwrap_or(0)));
+            }
+        }
         Ok(())
     }
 }
 
 impl Config {
+    /// The admission budgets (`budget`), a tenant's shares resolved.
+    pub fn budgets(&self) -> crate::budget::Limits {
+        let half = |n: u32| (n / 2).max(1) as usize;
+        crate::budget::Limits {
+            short: self.max_concurrent_requests as usize,
+            short_per_tenant: self.max_requests_per_tenant.map_or(half(self.max_concurrent_requests), |n| n as usize),
+            waiting: self.max_waiting_submits as usize,
+            waiting_per_tenant: self.max_waiting_per_tenant.map_or(half(self.max_waiting_submits), |n| n as usize),
+            waiting_per_client: self.max_waiting_per_client as usize,
+        }
+    }
+
     pub fn limits(&self) -> Limits {
         Limits {
             max_actions: self.max_actions as usize,

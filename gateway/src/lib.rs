@@ -93,11 +93,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         firmware_update = %config.allow_firmware_update.describe(), "Gateway ready."
     );
 
-    let budgets = budget::Budgets::new(
-        config.max_concurrent_requests as usize,
-        config.max_waiting_submits as usize,
-        config.max_waiting_per_client as usize,
-    );
+    let budgets = budget::Budgets::new(config.budgets());
     let tracker = TaskTracker::new();
     tokio::pin!(shutdown);
     loop {
@@ -111,7 +107,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         // Never wait for capacity here: a full budget is an `unavailable`
         // answer now, and the loop stays free for status, cancel and SIGTERM.
         let reply = request.message.reply.as_ref().map(|r| r.as_str());
-        match budgets.admit(Gateway::waits(which, &request), reply) {
+        let tenant = admit::budget_key(request.message.headers.as_ref());
+        match budgets.admit(Gateway::waits(which, &request), reply, &tenant) {
             Ok(permit) => {
                 let gateway = gateway.clone();
                 tracker.spawn(async move {

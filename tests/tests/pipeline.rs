@@ -299,6 +299,13 @@ fn contradictory_gateway_flags_stop_it_at_start() {
     let status = g.wait();
     assert_eq!(status.code(), Some(2), "{}", g.log_text());
     assert!(g.log_text().contains("--default-deadline (3h) must not exceed --max-deadline (1h)"), "{}", g.log_text());
+    // A tenant's share of a budget larger than the budget, by flag or by environment.
+    let mut g = Process::spawn("bmc-gateway", &["--max-concurrent-requests".into(), "10".into(), "--max-requests-per-tenant".into(), "11".into()], &[]);
+    assert_eq!(g.wait().code(), Some(2), "{}", g.log_text());
+    assert!(g.log_text().contains("--max-requests-per-tenant (11) must not exceed --max-concurrent-requests (10)"), "{}", g.log_text());
+    let mut g = Process::spawn("bmc-gateway", &[], &[("BMCFLEET_MAX_WAITING_PER_TENANT", "2000".into())]);
+    assert_eq!(g.wait().code(), Some(2), "{}", g.log_text());
+    assert!(g.log_text().contains("--max-waiting-per-tenant (2000) must not exceed --max-waiting-submits (1024)"), "{}", g.log_text());
 }
 
 #[test]

@@ -338,6 +338,50 @@ async fn a_batch_id_queued_for_another_tenant_gives_nothing() {
     assert_eq!(refusal(b.status(id).await).code, ErrorCode::NotFound);
 }
 
+/// One tenant cannot starve another of the gateway: with as many
+/// connections as it likes, a tenant holds at most its share (by default
+/// half) of the waiting submits; the rest is refused at once, and another
+/// tenant's waiting submit is still admitted. (No worker runs, so every
+/// admitted waiting submit stays open.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_flooding_the_gateway_leaves_the_other_tenants_their_share() {
+    use bmcfleet_tests::metrics::{metrics_port, scrape, value};
+    let topo = Topology::default();
+    let nats = bmcfleet_tests::shipped::nats();
+    let gateway = topo.gateway(&nats, &[&bmcfleet_tests::shipped::gateway_user()[..], &["--max-waiting-submits", "8", "--metrics-addr", "127.0.0.1:0"]].concat());
+    let producer = |user: &'static str, password: &'static str| {
+        let nats = &nats;
+        async move {
+            let p = Producer::new(connect(nats, user, password).await.0);
+            wait_gateway(&p).await;
+            p
+        }
+    };
+    let a = [producer("producer-a", PASSWORDS[5].1).await, producer("producer-a", PASSWORDS[5].1).await, producer("producer-a", PASSWORDS[5].1).await];
+    let mut waiters = tokio::task::JoinSet::new();
+    for i in 0..10 {
+        let a = a[i % 3].clone();
+        waiters.spawn(async move { a.submit(&sim_batch(&format!("10.7.6.{}", i + 1), vec![Action::Power(PowerOp::On)]), true).await });
+    }
+    // Six are refused at once: A's share is 4 of the 8, whatever its connections.
+    for _ in 0..6 {
+        let r = tokio::time::timeout(Duration::from_secs(20), waiters.join_next()).await.expect("a refusal within 20 s").unwrap().unwrap();
+        let e = refusal(r);
+        assert_eq!(e.code, ErrorCode::Unavailable, "{e:?}");
+        assert!(e.message.contains("this tenant already has 4 waiting submits"), "{}", e.message);
+    }
+    // B's waiting submit is admitted (it waits; it is not refused).
+    let b = producer("producer-b", PASSWORDS[6].1).await;
+    let b_wait = tokio::spawn(async move { b.submit(&sim_batch("10.7.6.99", vec![Action::Power(PowerOp::On)]), true).await });
+    let port = metrics_port(&gateway).await;
+    bmcfleet_tests::eventually(Duration::from_secs(20), "B's waiting submit admitted", || async {
+        (value(&scrape(port), "bmcfleet_batches_admitted_total", &[]) == 5.0).then_some(())
+    })
+    .await;
+    assert!(!b_wait.is_finished(), "B's submit waits for its batch: {:?}", b_wait.await);
+    waiters.abort_all();
+}
+
 /// Issue 16 item 8: the gateway, the workers and the admin user hold only the
 /// JetStream API subjects of their own streams, consumers and buckets, by
 /// name. Everything else (another stream, listing the account, changing or
