@@ -260,6 +260,27 @@ async fn a_name_resolving_to_a_registered_machine_is_that_machine() {
     assert!(err.message.contains("registered machine"), "{err:?}");
 }
 
+/// The other way round: a machine registered by host name is reached by no
+/// ad hoc target at an address that name resolves to (an IP literal, or
+/// another name for the same address).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_a_registered_machine_s_name_resolves_to_is_that_machine() {
+    let e = env(&[]).await;
+    let p = &e.producer;
+    let mut registered = bmcfleet_tests::checks::sim_batch("localhost", vec![]).bmc.unwrap();
+    registered.protocol = Protocol::Ipmi;
+    let name = e.topology.register_machine(&p.client, &registered).await;
+    // (`localhost` resolves to 127.0.0.1 everywhere; to ::1 only on some machines.)
+    for host in ["127.0.0.1"] {
+        let mut b = bmcfleet_tests::checks::sim_batch(host, vec![Action::Power(PowerOp::Status)]);
+        b.bmc.as_mut().unwrap().protocol = Protocol::Ipmi;
+        let Reply::Result(r) = p.submit(&b, true).await else { panic!("a result") };
+        let err = r.results[0].error.as_ref().expect("refused");
+        assert_eq!(err.code, ErrorCode::TargetForbidden, "{host}: {r:?}");
+        assert!(err.message.contains(&format!("registered machine `{name}`")), "{host}: {err:?}");
+    }
+}
+
 /// A machine the operator hands to another tenant runs none of the batches
 /// its old tenant still had queued (`machine_not_found`, as for a removed
 /// machine, nothing sent): a tenant cannot act on a machine it no longer

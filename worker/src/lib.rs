@@ -187,7 +187,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         subjects,
         registry,
         credentials,
-        targets: targets::Targets { machines, ad_hoc: config.ad_hoc_targets.clone() },
+        targets: targets::Targets::new(machines, config.ad_hoc_targets.clone()),
         raw_policy: config.raw_policy.clone(),
         firmware_update: config.allow_firmware_update.clone(),
         firmware_update_timeout: config.firmware_update_timeout,

@@ -10,7 +10,10 @@
 //!   worker's `--ad-hoc-targets` ranges *after* name resolution (a name
 //!   resolving to loopback or a metadata address is refused), may not use a
 //!   named credential or producer TLS options, and may not be the address
-//!   of a registered machine.
+//!   of a registered machine: its address as registered, an address a
+//!   name the producer gave resolves to, or an address the host name a
+//!   machine is registered by resolves to (those names are resolved when
+//!   an ad hoc batch needs them and kept [`NAME_TTL`]).
 //!
 //! A refusal fails every action of the batch before anything is sent.
 //!
@@ -21,16 +24,34 @@
 
 use bmcfleet_common::registry::{Lookup, Registry};
 use bmcfleet_schema::machine::AdHocPolicy;
-use bmcfleet_schema::{BmcTarget, ErrorBody, ErrorCode, Job};
+use bmcfleet_schema::{BmcTarget, ErrorBody, ErrorCode, Host, Job};
+use futures::StreamExt;
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest wait for a name to resolve.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long what a registered machine's host name resolved to is used
+/// before it is resolved again.
+pub const NAME_TTL: Duration = Duration::from_secs(60);
+/// Registered host names resolved at once.
+const LOOKUPS_AT_ONCE: usize = 32;
 
 pub struct Targets {
     pub machines: Registry,
     pub ad_hoc: AdHocPolicy,
+    /// What registered machines' host names resolved to, and when.
+    names: tokio::sync::Mutex<HashMap<String, (Instant, Vec<IpAddr>)>>,
+}
+
+/// The addresses `host` resolves to (within [`RESOLVE_TIMEOUT`]).
+async fn lookup(host: &str, port: u16) -> Result<Vec<IpAddr>, ErrorBody> {
+    match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {
+        Ok(Ok(addrs)) => Ok(addrs.map(|a| a.ip()).collect()),
+        Ok(Err(e)) => Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} does not resolve: {e}"))),
+        Err(_) => Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} did not resolve within {RESOLVE_TIMEOUT:?}"))),
+    }
 }
 
 fn forbidden(message: impl Into<String>) -> ErrorBody {
@@ -38,6 +59,40 @@ fn forbidden(message: impl Into<String>) -> ErrorBody {
 }
 
 impl Targets {
+    pub fn new(machines: Registry, ad_hoc: AdHocPolicy) -> Targets {
+        Targets { machines, ad_hoc, names: Default::default() }
+    }
+
+    /// The registered machine whose host name resolves to one of `ips`
+    /// (names resolved more than [`NAME_TTL`] ago, or never, are resolved
+    /// now; a name that does not resolve stands for no address).
+    async fn machine_named_at(&self, ips: &[IpAddr]) -> Option<String> {
+        // A `sim` machine's name only labels a simulated BMC: never resolved.
+        let named = self.machines.machines(|m| matches!(m.address.host, Host::Name(_)) && m.protocol != bmcfleet_schema::Protocol::Sim);
+        if named.is_empty() || ips.is_empty() {
+            return None;
+        }
+        let mut names = self.names.lock().await;
+        let now = Instant::now();
+        names.retain(|_, (at, _)| now.duration_since(*at) < NAME_TTL);
+        let mut stale: Vec<String> = named.iter().map(|m| m.address.host_string()).filter(|h| !names.contains_key(h)).collect();
+        stale.sort();
+        stale.dedup();
+        let resolved: Vec<(String, Vec<IpAddr>)> = futures::stream::iter(stale)
+            .map(|host| async move {
+                let ips = lookup(&host, 1).await.unwrap_or_default();
+                (host, ips)
+            })
+            .buffer_unordered(LOOKUPS_AT_ONCE)
+            .collect()
+            .await;
+        names.extend(resolved.into_iter().map(|(host, ips)| (host, (now, ips))));
+        named
+            .iter()
+            .find(|m| names.get(&m.address.host_string()).is_some_and(|(_, at)| at.iter().any(|ip| ips.contains(ip))))
+            .map(|m| m.name.clone())
+    }
+
     /// The target to use for `job`, or why nothing may be sent.
     pub async fn resolve(&self, job: &Job) -> Result<BmcTarget, ErrorBody> {
         if let Some(name) = &job.batch.machine {
@@ -69,6 +124,13 @@ impl Targets {
                 return Err(forbidden(format!("{} resolves to a registered machine's address: name the machine instead", t.address.host_string())));
             }
         }
+        // An address a registered machine's host name resolves to is that machine.
+        if let Some(machine) = self.machine_named_at(&ips).await {
+            return Err(forbidden(format!(
+                "{} is an address of registered machine `{machine}` (registered by host name): name the machine instead",
+                t.address.host_string()
+            )));
+        }
         let mut target = t.clone();
         if t.address.ip().is_none() {
             // What was checked is what the provider connects to: no second lookup.
@@ -91,12 +153,7 @@ impl Targets {
             return Err(forbidden("ad hoc targets are off on this worker (--ad-hoc-targets)"));
         }
         let host = t.address.host_string();
-        let lookup = tokio::net::lookup_host((host.as_str(), t.address.port.unwrap_or(1)));
-        let ips: Vec<IpAddr> = match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-            Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
-            Ok(Err(e)) => return Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} does not resolve: {e}"))),
-            Err(_) => return Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} did not resolve within {RESOLVE_TIMEOUT:?}"))),
-        };
+        let ips = lookup(&host, t.address.port.unwrap_or(1)).await?;
         if ips.is_empty() {
             return Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} resolves to no address")));
         }
