@@ -68,6 +68,15 @@ pub enum OpenError {
     Expired(u64),
     #[error("the sealed box is not bound to a use (sealed by an older bmcctl or gateway); seal it again")]
     Unbound,
+    #[error("the sealed box carries no expiry; a box in a batch must (seal it with one, as the gateway and bmcctl do)")]
+    NoExpiry,
+}
+
+/// Whether a box for `context` must carry an expiry: every box that travels
+/// in a batch (a target's password, a sealed parameter) does; a named
+/// credential (`cred:`) is rotated by the operator instead.
+fn must_expire(context: &str) -> bool {
+    !context.starts_with("cred:")
 }
 
 /// The one use a sealed box may be opened for.
@@ -338,10 +347,11 @@ impl SealingKeys {
         if bound.user != s.username {
             return Err(OpenError::WrongUse("sealed for another user name".into()));
         }
-        if let Some(exp) = bound.exp {
-            if now_ms > exp {
-                return Err(OpenError::Expired(now_ms - exp));
-            }
+        match bound.exp {
+            Some(exp) if now_ms > exp => return Err(OpenError::Expired(now_ms - exp)),
+            // A box without one could be replayed against its target for ever.
+            None if must_expire(context) => return Err(OpenError::NoExpiry),
+            _ => {}
         }
         Ok(Secret::new(bound.secret))
     }
@@ -397,7 +407,7 @@ mod tests {
     const CTX: &str = "bmc:v4-10-0-0-1";
 
     fn b() -> Binding {
-        Binding { context: CTX.into(), expires_at_ms: None }
+        Binding { context: CTX.into(), expires_at_ms: Some(u64::MAX) }
     }
 
     /// Open for the use every test seals for.

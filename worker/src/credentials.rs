@@ -245,6 +245,12 @@ mod tests {
         let old = bmcfleet_common::runtime::now_ms() - CLOCK_SKEW_MS - 1_000;
         let late = bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key, &Binding::target(&test_key(), old)).unwrap();
         assert_eq!(store.resolve(&Credentials::Sealed(late), &test_key()).await.unwrap_err().code, ErrorCode::CredentialUnavailable);
+        // Sealed with no expiry at all (a producer's own tooling): it could be replayed for ever, so it is refused.
+        let forever = Binding { expires_at_ms: None, ..Binding::target(&test_key(), 0) };
+        let forever = bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key, &forever).unwrap();
+        let e = store.resolve(&Credentials::Sealed(forever), &test_key()).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::CredentialUnavailable);
+        assert!(e.message.contains("no expiry"), "{e}");
         let forged = SealedCredentials { sealed: "eGt2MQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".into(), ..sealed };
         let e = store.resolve(&Credentials::Sealed(forged), &test_key()).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::CredentialUnavailable);
