@@ -409,7 +409,9 @@ impl Gateway {
                 }
                 Lookup::Conflict(why) => return Err(error(ErrorCode::Conflict, why)),
             },
-            (None, Some(target)) => {
+            (None, Some(mut target)) => {
+                // One spelling per BMC: one ordering key, queue and per-BMC cap.
+                target.address = target.address.canonical();
                 if let Some(machine) = self.registry.machine_at(&target.address) {
                     let message = match who {
                         Requester::Operator => format!("{} is registered as machine `{machine}`: name the machine instead", target.address.host_string()),

@@ -183,6 +183,20 @@ impl BmcAddress {
         }
     }
 
+    /// The same BMC in one spelling: an IPv4-mapped IPv6 address as its
+    /// IPv4 address (what a socket reaches either way). The gateway stores
+    /// ad hoc targets so, so that every spelling of one BMC has one
+    /// ordering key: one queue, one per-BMC cap, one lane.
+    pub fn canonical(self) -> BmcAddress {
+        match self.host {
+            Host::V6(ip) => match ip.to_ipv4_mapped() {
+                Some(v4) => BmcAddress { host: Host::V4(v4), port: self.port },
+                None => self,
+            },
+            _ => self,
+        }
+    }
+
     /// `host:port` with the given default port, IPv6 bracketed.
     pub fn authority(&self, default_port: u16) -> String {
         format!("{}:{}", self.host_for_url(), self.port.unwrap_or(default_port))
@@ -313,6 +327,16 @@ mod tests {
         assert_eq!(key("BMC-12.Rack.example."), "h-bmc-12_rack_example");
         assert_eq!(key("bmc-12.rack.example:8443"), "h-bmc-12_rack_example-P8443");
         assert_eq!(key("[::0001]"), key("0:0::1"));
+    }
+
+    #[test]
+    fn the_canonical_spelling_of_a_mapped_address_is_ipv4() {
+        let canon = |s: &str| s.parse::<BmcAddress>().unwrap().canonical().to_string();
+        assert_eq!(canon("[::ffff:10.0.0.5]:623"), "10.0.0.5:623");
+        assert_eq!(canon("::ffff:10.0.0.5"), "10.0.0.5");
+        for same in ["10.0.0.5:623", "[fe80::1]:443", "[::1]", "bmc-1.example"] {
+            assert_eq!(canon(same), same.parse::<BmcAddress>().unwrap().to_string());
+        }
     }
 
     #[test]

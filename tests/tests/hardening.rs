@@ -399,3 +399,20 @@ async fn a_result_too_large_for_the_status_record_fails_the_action_not_the_lane(
     assert_eq!(small.entries[0].id, "999", "newest first");
     assert_eq!(r.state, BatchState::Failed);
 }
+
+/// Every spelling of one ad hoc BMC is one BMC: an IPv4-mapped IPv6
+/// address is queued on the IPv4 address's subject (one queue, one per-BMC
+/// cap, one lane), not beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipv4_mapped_spelling_of_an_ad_hoc_bmc_shares_its_queue() {
+    let nats = NatsServer::start();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &["--max-queued-per-bmc", "1"]);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let Reply::Accepted(first) = p.submit(&sim_batch("10.16.9.1:623", vec![Action::Power(PowerOp::On)]), false).await else { panic!("accepted") };
+    let again = p.submit(&sim_batch("[::ffff:10.16.9.1]:623", vec![Action::Power(PowerOp::Off)]), false).await;
+    let Reply::Error(e) = again else { panic!("a second batch for the same BMC past its cap of 1: {again:?}") };
+    assert_eq!(e.code, ErrorCode::BmcQueueFull, "{e:?}");
+    assert!(first.subject.ends_with("v4-10-16-9-1-P623"), "{}", first.subject);
+}
