@@ -92,6 +92,24 @@ impl ProviderError {
     }
 }
 
+/// Longest message a provider puts into an error: a BMC's own text (a
+/// Redfish error body, a WS-Man fault) can be as long as its whole answer.
+pub const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// `s` cut to at most [`MAX_ERROR_MESSAGE`] bytes (on a character
+/// boundary), `…` marking a cut.
+pub fn clip_message(mut s: String) -> String {
+    if s.len() > MAX_ERROR_MESSAGE {
+        let mut cut = MAX_ERROR_MESSAGE;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
 /// Lower-case hex of `bytes` (hashes, digests, raw records).
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;

@@ -377,11 +377,7 @@ impl Stack {
 
     /// Like [`Stack::start`], with extra gateway arguments.
     pub async fn start_with(gateway_args: &[&str], workers: usize, worker_args: &[&str]) -> Stack {
-        let nats = NatsServer::start();
-        let topology = Topology::default();
-        let gateway = topology.gateway(&nats, gateway_args);
-        let producer = Producer::new(nats.client().await);
-        wait_gateway(&producer).await;
+        let GatewayStack { producer, gateway, topology, nats } = GatewayStack::start(gateway_args).await;
         let workers = (0..workers).map(|i| topology.worker_plain(&nats, &format!("w{i}"), worker_args)).collect();
         wait_partitions_owned(&producer.client, &topology.subjects()).await;
         Stack { producer, topology, workers, gateway, nats }
@@ -399,6 +395,26 @@ impl Stack {
             Reply::Result(r) => r,
             other => panic!("expected a final result, got {other:?}"),
         }
+    }
+}
+
+/// NATS and a gateway with a producer it answers, no worker: what
+/// admission does, with nothing run. Fields drop producer first, NATS last.
+pub struct GatewayStack {
+    pub producer: Producer,
+    pub gateway: Process,
+    pub topology: Topology,
+    pub nats: NatsServer,
+}
+
+impl GatewayStack {
+    pub async fn start(gateway_args: &[&str]) -> GatewayStack {
+        let nats = NatsServer::start();
+        let topology = Topology::default();
+        let gateway = topology.gateway(&nats, gateway_args);
+        let producer = Producer::new(nats.client().await);
+        wait_gateway(&producer).await;
+        GatewayStack { producer, gateway, topology, nats }
     }
 }
 

@@ -5,8 +5,8 @@
 use bmcfleet_schema::*;
 use bmcfleet_tests::checks::sim_batch;
 use bmcfleet_tests::metrics::{metrics_port, scrape, value};
-use bmcfleet_tests::producer::{wait_gateway, Topology};
-use bmcfleet_tests::{NatsServer, Producer};
+use bmcfleet_tests::producer::{wait_gateway, GatewayStack, Topology};
+use bmcfleet_tests::Producer;
 use std::time::Duration;
 
 fn unavailable(r: &Reply) -> Option<&str> {
@@ -18,11 +18,7 @@ fn unavailable(r: &Reply) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_submits_cannot_starve_the_gateway() {
-    let nats = NatsServer::start();
-    let topo = Topology::default();
-    let mut gw = topo.gateway(&nats, &["--max-concurrent-requests", "32", "--max-waiting-per-client", "48"]);
-    let a = Producer::new(nats.client().await);
-    wait_gateway(&a).await;
+    let GatewayStack { nats, topology: _topo, gateway: mut gw, producer: a } = GatewayStack::start(&["--max-concurrent-requests", "32", "--max-waiting-per-client", "48"]).await;
 
     // No worker runs: every waiting submit stays open. Client A asks for 64.
     let mut waiters = tokio::task::JoinSet::new();
@@ -79,11 +75,7 @@ async fn waiting_submits_cannot_starve_the_gateway() {
 /// nothing stored, and what is stored (and later sent) is the canonical path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_redfish_paths_are_judged_and_stored_in_their_canonical_form() {
-    let nats = NatsServer::start();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &[]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
+    let GatewayStack { nats: _nats, topology: topo, gateway: _gw, producer: p } = GatewayStack::start(&[]).await;
     let jobs = topo.subjects().jobs_stream();
     let raw = |method: HttpMethod, path: &str| {
         sim_batch("10.16.8.1", vec![Action::Raw(RawRequest::Redfish(RawRedfish { method, path: path.into(), body: None }))])
@@ -340,11 +332,7 @@ async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
 /// the gateway keeps the cap at the longest queue it finds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lowering_the_per_bmc_cap_never_deletes_queued_batches() {
-    let nats = NatsServer::start();
-    let topo = Topology::default();
-    let mut gw = topo.gateway(&nats, &["--max-queued-per-bmc", "8"]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
+    let GatewayStack { nats, topology: topo, gateway: mut gw, producer: p } = GatewayStack::start(&["--max-queued-per-bmc", "8"]).await;
     let jobs = topo.subjects().jobs_stream();
     for _ in 0..5 {
         assert!(matches!(p.submit(&sim_batch("10.16.10.1", vec![Action::Power(PowerOp::On)]), false).await, Reply::Accepted(_)));
@@ -405,11 +393,7 @@ async fn a_result_too_large_for_the_status_record_fails_the_action_not_the_lane(
 /// cap, one lane), not beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ipv4_mapped_spelling_of_an_ad_hoc_bmc_shares_its_queue() {
-    let nats = NatsServer::start();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &["--max-queued-per-bmc", "1"]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
+    let GatewayStack { nats: _nats, topology: _topo, gateway: _gw, producer: p } = GatewayStack::start(&["--max-queued-per-bmc", "1"]).await;
     let Reply::Accepted(first) = p.submit(&sim_batch("10.16.9.1:623", vec![Action::Power(PowerOp::On)]), false).await else { panic!("accepted") };
     let again = p.submit(&sim_batch("[::ffff:10.16.9.1]:623", vec![Action::Power(PowerOp::Off)]), false).await;
     let Reply::Error(e) = again else { panic!("a second batch for the same BMC past its cap of 1: {again:?}") };

@@ -3,8 +3,7 @@
 
 use bmcfleet_schema::*;
 use bmcfleet_testing::SimConfig;
-use bmcfleet_tests::producer::{stream_messages, wait_gateway, SimStack, Topology};
-use bmcfleet_tests::{NatsServer, Producer};
+use bmcfleet_tests::producer::{stream_messages, GatewayStack, SimStack};
 use futures::StreamExt as _;
 use std::time::Duration;
 
@@ -147,11 +146,7 @@ async fn the_same_batch_id_executes_once() {
 #[tokio::test]
 async fn bad_input_gets_a_typed_error_and_nothing_is_stored() {
     use async_nats::HeaderMap;
-    let nats = NatsServer::start();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &["--max-message-bytes", "4096"]);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
+    let GatewayStack { nats: _nats, topology: topo, gateway: _gw, producer: p } = GatewayStack::start(&["--max-message-bytes", "4096"]).await;
     let json = || {
         let mut h = HeaderMap::new();
         h.insert("Content-Type", "application/json");

@@ -116,22 +116,9 @@ impl AmtError {
     }
 }
 
-/// Longest message an error carries: AMT's text (a fault's reason and
-/// detail) comes from the BMC and can be as long as its whole answer.
-const MAX_MESSAGE: usize = 1024;
-
-/// `s` cut to at most [`MAX_MESSAGE`] bytes (on a character boundary), `…` marking a cut.
-pub(crate) fn clip(mut s: String) -> String {
-    if s.len() > MAX_MESSAGE {
-        let mut cut = MAX_MESSAGE;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push('…');
-    }
-    s
-}
+/// AMT's text in an error (a fault's reason and detail) comes from the BMC
+/// and can be as long as its whole answer: it is clipped like every provider's.
+pub(crate) use bmcfleet_provider::clip_message as clip;
 
 impl From<AmtError> for ProviderError {
     fn from(e: AmtError) -> Self {

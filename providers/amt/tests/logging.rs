@@ -13,13 +13,7 @@ use bmcfleet_testing::LogCapture;
 
 #[tokio::test]
 async fn spans_carry_bmc_action_outcome_and_no_secrets() {
-    let cap = LogCapture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(cap.clone())
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this test binary");
+    let cap = LogCapture::global();
     let Some(server) = AmtFixtureServer::start_or_skip(ServerOptions::default()).await else { return };
     let ctx = || Ctx::with_timeout(std::time::Duration::from_secs(15));
 

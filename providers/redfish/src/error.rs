@@ -20,13 +20,10 @@
 //! Messages always carry the BMC's own words: `error.message` and every
 //! `@Message.ExtendedInfo[].Message` of the body.
 
-use bmcfleet_provider::ProviderError;
+use bmcfleet_provider::{clip_message as clip, ProviderError};
 use bmcfleet_schema::ErrorCode;
 use reqwest::StatusCode;
 use serde_json::Value;
-
-/// Longest message we put into an error (the BMC's text can be long).
-const MAX_MESSAGE: usize = 1024;
 
 pub(crate) fn err(code: ErrorCode, msg: impl Into<String>) -> ProviderError {
     ProviderError::new(code, clip(msg.into()))
@@ -42,18 +39,6 @@ pub(crate) fn protocol(msg: impl Into<String>) -> ProviderError {
 
 pub(crate) fn invalid(msg: impl Into<String>) -> ProviderError {
     err(ErrorCode::InvalidField, msg)
-}
-
-fn clip(mut s: String) -> String {
-    if s.len() > MAX_MESSAGE {
-        let mut cut = MAX_MESSAGE;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push('…');
-    }
-    s
 }
 
 /// The BMC's own explanation in a Redfish error (or success) body: the
@@ -297,6 +282,6 @@ mod tests {
     fn clip_respects_char_boundaries() {
         let long = "é".repeat(2000);
         let e = err(ErrorCode::BmcError, long);
-        assert!(e.message.len() <= MAX_MESSAGE + 3);
+        assert!(e.message.len() <= bmcfleet_provider::MAX_ERROR_MESSAGE + 3);
     }
 }

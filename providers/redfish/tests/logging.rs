@@ -15,24 +15,11 @@ use bmcfleet_testing::redfish::spec::spec_service;
 use bmcfleet_testing::redfish::{Fault, MockupServer, UpdateBehaviour};
 use bmcfleet_testing::LogCapture;
 use serde_json::json;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The one subscriber of this binary, writing into a shared capture.
 fn capture() -> LogCapture {
-    static CAPTURE: OnceLock<LogCapture> = OnceLock::new();
-    CAPTURE
-        .get_or_init(|| {
-            let cap = LogCapture::default();
-            let subscriber = tracing_subscriber::fmt()
-                .with_max_level(tracing::Level::TRACE)
-                .with_ansi(false)
-                .with_writer(cap.clone())
-                .finish();
-            tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this test binary");
-            cap
-        })
-        .clone()
+    LogCapture::global()
 }
 
 fn connector() -> RedfishConnector {

@@ -330,26 +330,7 @@ impl Device {
             }
             Injection::PullPage { items } => {
                 let Op::Pull(class) = op else { return Reply::Http(500) };
-                let id = self.message_id();
-                let uri = class.uri();
-                ok(amt_envelope(
-                    &id,
-                    "http://schemas.xmlsoap.org/ws/2004/09/enumeration/PullResponse",
-                    Some(&uri),
-                    &req.message_id,
-                    ns::WSEN,
-                    &uri,
-                    |w| {
-                        w.start("g:PullResponse", &[]);
-                        w.text_element("g:EnumerationContext", &[], "more");
-                        w.start("g:Items", &[]);
-                        for _ in 0..items {
-                            write_item(w, class.name(), &[]);
-                        }
-                        w.end("g:Items");
-                        w.end("g:PullResponse");
-                    },
-                ))
+                self.pull_response(&req.message_id, class, &(0..items).map(|_| Vec::new()).collect::<Vec<_>>(), true)
             }
             Injection::ReturnValue(v) => {
                 let doc = match op {
@@ -542,27 +523,31 @@ impl Device {
                 .map_err(|_| Reply::Http(500))?;
             return Ok(ok(doc));
         }
+        let items = self.items(class);
+        Ok(self.pull_response(&req.message_id, class, &items, false))
+    }
+
+    /// A PullResponse (to the request `relates_to`) with `items` of
+    /// `class`: the last page (`EndOfSequence`), or one with `more` to come
+    /// (a new `EnumerationContext`).
+    fn pull_response(&mut self, relates_to: &str, class: Class, items: &[Vec<Prop>], more: bool) -> Reply {
         let id = self.message_id();
         let uri = class.uri();
-        let items = self.items(class);
-        Ok(ok(amt_envelope(
-            &id,
-            "http://schemas.xmlsoap.org/ws/2004/09/enumeration/PullResponse",
-            Some(&uri),
-            &req.message_id,
-            ns::WSEN,
-            &uri,
-            |w| {
-                w.start("g:PullResponse", &[]);
-                w.start("g:Items", &[]);
-                for item in &items {
-                    write_item(w, class.name(), item);
-                }
-                w.end("g:Items");
+        ok(amt_envelope(&id, "http://schemas.xmlsoap.org/ws/2004/09/enumeration/PullResponse", Some(&uri), relates_to, ns::WSEN, &uri, |w| {
+            w.start("g:PullResponse", &[]);
+            if more {
+                w.text_element("g:EnumerationContext", &[], "more");
+            }
+            w.start("g:Items", &[]);
+            for item in items {
+                write_item(w, class.name(), item);
+            }
+            w.end("g:Items");
+            if !more {
                 w.empty("g:EndOfSequence", &[]);
-                w.end("g:PullResponse");
-            },
-        )))
+            }
+            w.end("g:PullResponse");
+        }))
     }
 
     fn items(&self, class: Class) -> Vec<Vec<Prop>> {
