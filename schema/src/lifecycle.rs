@@ -10,6 +10,7 @@
 //!                      └──cancel──▶ Cancelled (queued: at once)
 //!                         cancel on Running: cancel_requested, the worker finishes it
 //! unreadable record ──interrupted──▶ Failed (every action `interrupted`, none run again)
+//! Queued, unreadable job ──unread──▶ Failed (every action `internal`, none run)
 //! ```
 //!
 //! An action that starts a long-running BMC task ([`crate::Action::watches_task`]:
@@ -153,6 +154,22 @@ impl BatchStatus {
         s
     }
 
+    /// The job of this queued batch cannot be read by the worker that
+    /// pulled it (`why`: a release that seals a field it does not know, a
+    /// corrupt message): nothing of it runs, and it finishes as Failed with
+    /// every action `internal`, saying why, instead of staying queued with
+    /// no result. `None` when the record is not `Queued` (it ran, or is
+    /// running, elsewhere: not this worker's to finish).
+    pub fn unread(mut self, worker: &str, now_ms: u64, why: &str) -> Option<BatchStatus> {
+        if self.state != BatchState::Queued {
+            return None;
+        }
+        let message = format!("worker {worker} could not read this batch's job ({why}); nothing of it was run (is the worker older than the gateway?)");
+        let results = self.actions.iter().enumerate().map(|(i, kind)| ActionResult::err(i as u32, kind, None, ErrorBody::new(ErrorCode::Internal, message.clone()), 0)).collect();
+        self.close(results, worker, now_ms);
+        Some(self)
+    }
+
     fn close(&mut self, results: Vec<ActionResult>, worker: &str, now_ms: u64) -> &BatchResult {
         let code = |r: &ActionResult| r.error.as_ref().map(|e| e.code);
         let state = if results.iter().any(|r| code(r) == Some(ErrorCode::Cancelled)) {
@@ -260,5 +277,18 @@ mod tests {
         let r = s.result.as_ref().unwrap();
         assert_eq!((s.state, r.state), (BatchState::Failed, BatchState::Failed));
         assert!(r.results.iter().all(|a| a.error.as_ref().unwrap().code == ErrorCode::Interrupted), "{r:?}");
+    }
+
+    #[test]
+    fn an_unread_job_finishes_its_queued_batch_and_nothing_else() {
+        let s = BatchStatus::queued(&job(), 1, 0).unread("w1", 9, "unknown variant `x`").unwrap();
+        let r = s.result.as_ref().unwrap();
+        assert_eq!((s.state, r.state, r.results.len()), (BatchState::Failed, BatchState::Failed, 2));
+        assert!(r.results.iter().all(|a| a.error.as_ref().unwrap().code == ErrorCode::Internal && a.error.as_ref().unwrap().message.contains("unknown variant `x`")), "{r:?}");
+        // Running or finished elsewhere: not this worker's to finish.
+        let mut running = BatchStatus::queued(&job(), 1, 0);
+        running.claim("w2", 1);
+        assert!(running.unread("w1", 9, "x").is_none());
+        assert!(s.unread("w1", 10, "x").is_none());
     }
 }

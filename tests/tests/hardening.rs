@@ -400,3 +400,41 @@ async fn an_ipv4_mapped_spelling_of_an_ad_hoc_bmc_shares_its_queue() {
     assert_eq!(e.code, ErrorCode::BmcQueueFull, "{e:?}");
     assert!(first.subject.ends_with("v4-10-16-9-1-P623"), "{}", first.subject);
 }
+
+/// A job the worker cannot read (here bytes that are no job; in a rollout,
+/// a job sealing a field an older worker does not know) is not dropped
+/// silently: its queued batch finishes Failed, every action `internal`,
+/// nothing run, and its final event reaches whoever waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_the_worker_cannot_read_still_gets_its_batch_a_result() {
+    use bmcfleet_tests::producer::{wait_final_statuses, Stack};
+    let stack = Stack::start(1, &[]).await;
+    let (client, subjects) = (&stack.producer.client, stack.topology.subjects());
+    let id = ulid::Ulid::new();
+    let mut batch = sim_batch("10.16.11.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]);
+    batch.id = Some(id);
+    let target = batch.bmc.take().unwrap();
+    let tenant = bmcfleet_schema::machine::DEFAULT_TENANT.to_owned();
+    let job = Job { batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: tenant.clone(), sealed_params: vec![] };
+    // The queued record as the gateway writes it, then a job message that does not decode.
+    let js = async_nats::jetstream::new(client.clone());
+    let batches = js.get_key_value(subjects.batches_bucket()).await.unwrap();
+    bmcfleet_common::status::create(&batches, &BatchStatus::queued(&job, 1, 1)).await.unwrap();
+    let mut events = client.subscribe(subjects.events(&tenant, &id)).await.unwrap();
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(async_nats::header::NATS_MESSAGE_ID, id.to_string().as_str());
+    js.publish_with_headers(subjects.job(&job.key()), h, vec![0x93, 0x01, 0x02, 0x03].into()).await.unwrap().await.unwrap();
+
+    let results = wait_final_statuses(client, &subjects, &[id], Duration::from_secs(30)).await;
+    let r = &results[&id];
+    assert_eq!(r.state, BatchState::Failed, "{r:?}");
+    assert_eq!(r.results.len(), 2, "{r:?}");
+    for a in &r.results {
+        let e = a.error.as_ref().expect("an error");
+        assert_eq!(e.code, ErrorCode::Internal, "{e:?}");
+        assert!(e.message.contains("does not decode") && e.message.contains("nothing of it was run"), "{}", e.message);
+    }
+    let ev = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut events)).await.expect("the final event").unwrap();
+    let ev: Event = Encoding::MessagePack.decode(&ev.payload).unwrap();
+    assert!(matches!(ev.event, EventKind::BatchFinished { ref result } if result.state == BatchState::Failed), "{ev:?}");
+}

@@ -218,8 +218,11 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 }
                 let job = match decode(&shared, &msg) {
                     Ok(job) => job,
-                    Err(why) => {
-                        tracing::error!(partition = p, seq, subject = %msg.subject, reason = %why, "Unusable job; terminating it (it will not run).");
+                    Err(unusable) => {
+                        tracing::error!(partition = p, seq, subject = %msg.subject, reason = %unusable.why(), "Unusable job; terminating it (it will not run).");
+                        if let Unusable::Unreadable(_) = unusable {
+                            finish_unread(&shared, &msg).await;
+                        }
                         let _ = msg.ack_with(AckKind::Term).await;
                         continue;
                     }
@@ -262,16 +265,59 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
     tracing::info!(partition = p, "Partition stopped.");
 }
 
-fn decode(shared: &Shared, msg: &jetstream::Message) -> Result<Job, String> {
-    let job: Job = Encoding::MessagePack.decode(&msg.payload).map_err(|e| e.to_string())?;
+/// Why a job message cannot run.
+enum Unusable {
+    /// It does not decode as a job (a release that seals a field this one
+    /// does not know, a corrupt message).
+    Unreadable(String),
+    /// It decodes, but not as a job of its subject (or of its own batch id).
+    Mismatch(String),
+}
+
+impl Unusable {
+    fn why(&self) -> &str {
+        match self {
+            Unusable::Unreadable(why) | Unusable::Mismatch(why) => why,
+        }
+    }
+}
+
+fn decode(shared: &Shared, msg: &jetstream::Message) -> Result<Job, Unusable> {
+    let job: Job = Encoding::MessagePack.decode(&msg.payload).map_err(|e| Unusable::Unreadable(e.to_string()))?;
     let (_, key) = shared
         .subjects
         .key_of_job_subject(&msg.subject)
-        .ok_or_else(|| format!("subject {} is not a job subject", msg.subject))?;
+        .ok_or_else(|| Unusable::Mismatch(format!("subject {} is not a job subject", msg.subject)))?;
     if key != job.key() || job.batch.id != Some(job.id) {
-        return Err("job does not match its subject".into());
+        return Err(Unusable::Mismatch("job does not match its subject".into()));
     }
     Ok(job)
+}
+
+/// A job this worker cannot read still gets a result: the batch its
+/// message id names, if still queued, finishes Failed (every action
+/// `internal`, nothing run; see `BatchStatus::unread`) and its final event
+/// is published, so a producer waiting for it hears why instead of
+/// waiting for ever. (Not for a job that reads but does not match its
+/// subject: the batch it names may be queued elsewhere, whole.) The
+/// decoder's own words stay in the log: they may quote the message.
+async fn finish_unread(shared: &Shared, msg: &jetstream::Message) {
+    use bmcfleet_schema::{BatchId, Event, EventKind};
+    let id = msg.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)).and_then(|v| v.as_str().parse::<BatchId>().ok());
+    let Some(id) = id else { return };
+    let batches = &shared.res.batches;
+    let Ok(Some(v)) = bmcfleet_common::status::load(batches, &id).await else { return };
+    let now = bmcfleet_common::runtime::now_ms();
+    let Some(done) = v.status.unread(&shared.worker_id, now, "it does not decode as a job of this worker's release") else { return };
+    if bmcfleet_common::status::update(batches, &done, v.revision).await.is_err() {
+        return;
+    }
+    if let Some(result) = done.result.clone() {
+        let ev = Event { batch: id, at_ms: now, event: EventKind::BatchFinished { result } };
+        if let Err(e) = bmcfleet_common::events::publish(&shared.res.js, &shared.subjects, &done.tenant, &ev, None).await {
+            tracing::warn!(batch = %id, error = %e, "Cannot publish the final result of an unreadable job (its status record has it).");
+        }
+    }
 }
 
 async fn open_consumer(
