@@ -321,6 +321,11 @@ struct Escaping<'a, W: std::fmt::Write>(&'a mut W);
 
 impl<W: std::fmt::Write> std::fmt::Write for Escaping<'_, W> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        // Most text holds no control character: C0 and DEL are single
+        // bytes, and every C1 character's UTF-8 starts with 0xC2.
+        if !s.bytes().any(|b| b < 0x20 || b == 0x7F || b == 0xC2) {
+            return self.0.write_str(s);
+        }
         let mut rest = s;
         while let Some((at, c)) = rest.char_indices().find(|(_, c)| c.is_control()) {
             self.0.write_str(&rest[..at])?;
@@ -537,10 +542,12 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             let span = tracing::info_span!("redfish.http", path = "/redfish/v1/Systems/1\r\nWARN forged", outcome = tracing::field::Empty);
             span.record("outcome", "bad\u{1b}[31mred\u{7}");
+            tracing::info!(c1 = %"next\u{85}line", latin = %"café ©", "C1 controls too; other text as it is.");
             span.in_scope(|| tracing::warn!(error = %forged, text = "tab\there", "The BMC refused the request."));
         });
         let text = out.text();
-        assert_eq!(text.lines().count(), 1, "{text}");
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.contains("c1=next\\u{85}line latin=café ©"), "{text}");
         assert!(!text.contains('\r') && !text.contains('\u{1b}') && !text.contains('\u{7}'), "{text:?}");
         for escaped in ["refused\\n2026-12-05", "Systems/1\\r\\nWARN", "bad\\u{1b}[31mred\\u{7}", "tab\\there"] {
             assert!(text.contains(escaped), "{escaped} in {text}");
