@@ -48,7 +48,7 @@ pub fn bmc_messages(body: &[u8]) -> Option<String> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
         return None;
     }
-    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+    let Ok(v) = crate::json::parse(body) else {
         let text: String = String::from_utf8_lossy(&body[..body.len().min(300)])
             .chars()
             .map(|c| if c.is_control() { ' ' } else { c })

@@ -2,6 +2,64 @@
 
 use serde_json::Value;
 
+/// The most JSON values one answer may hold (arrays, objects, strings,
+/// numbers, literals alike). Real Redfish documents hold far fewer: a BIOS
+/// attribute registry or an expanded event log, tens of thousands. Parsed,
+/// a value costs 32 bytes and more, so an answer of millions of tiny values
+/// (`[0,0,0,…]`, 2 bytes each) would grow a few MiB into hundreds: it is
+/// refused before it is parsed.
+pub(crate) const MAX_VALUES: usize = 500_000;
+
+/// `body` parsed as JSON, unless it holds more than [`MAX_VALUES`] values
+/// (counted without parsing: one for the document and one for every `[`,
+/// `,` and `:` outside a string, which counts every element and member
+/// value, and the keys after an object's first; `Err` says why).
+pub(crate) fn parse(body: &[u8]) -> Result<Value, Unparsed> {
+    let values = value_count(body);
+    if values > MAX_VALUES {
+        return Err(Unparsed::TooMany(values));
+    }
+    serde_json::from_slice(body).map_err(Unparsed::Invalid)
+}
+
+/// Why a body was not parsed; reads after "the BMC's answer".
+#[derive(Debug)]
+pub(crate) enum Unparsed {
+    TooMany(usize),
+    Invalid(serde_json::Error),
+}
+
+impl std::fmt::Display for Unparsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unparsed::TooMany(n) => write!(f, "holds {n} JSON values, more than {MAX_VALUES}: refused unparsed"),
+            Unparsed::Invalid(e) => write!(f, "is not valid JSON ({e})"),
+        }
+    }
+}
+
+/// How many values `body` holds, if it is JSON (an upper bound otherwise).
+fn value_count(body: &[u8]) -> usize {
+    let (mut count, mut in_string, mut escaped) = (1, false, false);
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b',' | b':' => count += 1,
+            _ => {}
+        }
+    }
+    count
+}
+
 /// Normalise an `@odata.id` / action target: the fragment and a trailing
 /// `/` are dropped (except for `/`). An absolute URL is kept whole: the
 /// transport resolves every link against the BMC's base and refuses one that
@@ -59,6 +117,21 @@ pub(crate) fn last_segment(path: &str) -> &str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_answer_of_millions_of_tiny_values_is_refused_unparsed() {
+        let tiny = format!("[{}0]", "0,".repeat(MAX_VALUES + 1));
+        let e = parse(tiny.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("more than 500000: refused unparsed"), "{e}");
+        let keys: String = (0..MAX_VALUES + 1).map(|i| format!("\"{i}\":{{}},")).collect();
+        assert!(matches!(parse(format!("{{{keys}\"x\":1}}").as_bytes()), Err(Unparsed::TooMany(_))));
+        // Commas, colons and brackets inside strings are text, not values.
+        let text = format!("{{\"Message\": \"{}\", \"esc\": \"a\\\"[,:\"}}", ",:[".repeat(MAX_VALUES));
+        assert_eq!(parse(text.as_bytes()).unwrap()["esc"], "a\"[,:");
+        // The object, its members' values and keys after the first, the array's elements.
+        assert_eq!(value_count(br#"{"a":[1,2,{"b":null}],"c":"x,y"}"#), 8);
+        assert!(matches!(parse(b"not json"), Err(Unparsed::Invalid(_))));
+    }
 
     #[test]
     fn normalises_paths() {

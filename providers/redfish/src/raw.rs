@@ -8,7 +8,7 @@ use crate::session::RedfishSession;
 use bmcfleet_provider::{Ctx, Raw, Result};
 use bmcfleet_schema::{HttpMethod, RawRedfish, RawRequest, RawResponse};
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Only the canonical spelling of a path is sent
 /// (`bmcfleet_schema::raw_policy::canonical_redfish_path`): the one the raw
@@ -59,10 +59,10 @@ impl RedfishSession {
         let body = if reply.body.iter().all(u8::is_ascii_whitespace) {
             None
         } else {
-            match serde_json::from_slice::<Value>(&reply.body) {
+            match crate::json::parse(&reply.body) {
                 Ok(v) => Some(v),
-                Err(_) if reply.header("content-type").is_some_and(|c| c.contains("json")) => {
-                    return Err(protocol(format!("{method} {shown}: the BMC's answer is not valid JSON")));
+                Err(e) if reply.header("content-type").is_some_and(|c| c.contains("json")) => {
+                    return Err(protocol(format!("{method} {shown}: the BMC's answer {e}")));
                 }
                 Err(_) => Some(json!(String::from_utf8_lossy(&reply.body))),
             }

@@ -54,12 +54,12 @@ impl Reply {
         if self.body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Value::Null);
         }
-        serde_json::from_slice(&self.body).map_err(|e| {
+        crate::json::parse(&self.body).map_err(|e| {
             let start: String = String::from_utf8_lossy(&self.body[..self.body.len().min(80)])
                 .chars()
                 .map(|c| if c.is_control() { ' ' } else { c })
                 .collect();
-            protocol(format!("{method} {path}: the BMC's answer is not valid JSON ({e}); it starts with {start:?}"))
+            protocol(format!("{method} {path}: the BMC's answer {e}; it starts with {start:?}"))
         })
     }
 

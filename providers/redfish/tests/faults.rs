@@ -232,6 +232,20 @@ async fn oversized_answer_is_refused() {
     common::assert_error(&e, ErrorCode::ProtocolError, "larger than 4096");
 }
 
+/// An answer within the size limit that would grow many times larger
+/// parsed (a million tiny values: 2 bytes of JSON, 32 of memory each) is
+/// refused before it is parsed; the BMC's other answers still are read.
+#[tokio::test]
+async fn an_answer_of_a_million_tiny_values_is_refused_unparsed() {
+    let server = spec_service().start().await.unwrap();
+    let mut s = open(&server).await;
+    let body = format!("{{\"PowerState\": \"On\", \"Padding\": [{}0]}}", "0,".repeat(1_000_000));
+    let e = status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 200).raw(body.into_bytes()).times(1)).await;
+    common::assert_error(&e, ErrorCode::ProtocolError, "more than 500000: refused unparsed");
+    assert!(e.message.len() < 2048, "{} bytes", e.message.len());
+    assert_eq!(power(&mut s, PowerOp::Status).await.unwrap(), Some(bmcfleet_schema::PowerState::On));
+}
+
 #[tokio::test]
 async fn redirects_are_not_followed() {
     let server = spec_service().start().await.unwrap();
