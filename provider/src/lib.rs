@@ -110,15 +110,8 @@ pub fn clip_message(mut s: String) -> String {
     s
 }
 
-/// Lower-case hex of `bytes` (hashes, digests, raw records).
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
+/// Lower-case hex of `bytes` (hashes, digests, raw records): the schema's.
+pub use bmcfleet_schema::hex;
 
 /// The local cause when `e` (or an error in its source chain) is this
 /// process running out of file descriptors (`EMFILE`, `ENFILE`) — found on

@@ -520,7 +520,7 @@ impl FirmwareUpdate {
             match crate::raw_policy::canonical_redfish_path(t) {
                 Ok(c) if c == *t && !t.contains('?') && t.len() <= 512 => {}
                 _ => {
-                    let shown = t.split('?').next().unwrap_or("");
+                    let shown = crate::raw_policy::without_query(t);
                     return Err(format!("firmware_update.targets: {shown:?} is not a plain resource path under /redfish/v1 (canonical, no query, at most 512 bytes)"));
                 }
             }
@@ -808,7 +808,7 @@ impl Action {
             Action::NetworkSource(op) => format!("{op:?}"),
             Action::Raw(RawRequest::Ipmi(r)) => format!("netfn=0x{:02x} cmd=0x{:02x} data=[{} bytes]", r.netfn, r.cmd, r.data.len()),
             Action::Raw(RawRequest::Redfish(r)) => {
-                format!("{} {} body={}", r.method.as_str(), r.path.split('?').next().unwrap_or(""), if r.body.is_some() { "[hidden]" } else { "-" })
+                format!("{} {} body={}", r.method.as_str(), crate::raw_policy::without_query(&r.path), if r.body.is_some() { "[hidden]" } else { "-" })
             }
             Action::VirtualMedia(VirtualMediaOp::Insert { url, media }) => format!("{media:?} {}", loggable_url(url)),
             Action::VirtualMedia(VirtualMediaOp::Eject { media }) => format!("{media:?}"),
@@ -1180,8 +1180,14 @@ impl ParamField {
     }
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// Lower-case hex of `bytes` (hashes, digests, raw records and data).
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
 }
 
 fn from_hex(text: &str) -> Option<Vec<u8>> {
@@ -1197,7 +1203,7 @@ impl Action {
     /// request's data or body always does.
     pub fn secret_param(&self) -> Option<(ParamField, String)> {
         match self {
-            Action::Raw(RawRequest::Ipmi(r)) if !r.data.is_empty() => Some((ParamField::Raw, to_hex(&r.data))),
+            Action::Raw(RawRequest::Ipmi(r)) if !r.data.is_empty() => Some((ParamField::Raw, hex(&r.data))),
             Action::Raw(RawRequest::Redfish(RawRedfish { body: Some(body), .. })) => Some((ParamField::Raw, body.to_string())),
             Action::User(UserOp::Create(u)) => Some((ParamField::Password, u.password.expose().to_owned())),
             Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })) => Some((ParamField::Password, p.expose().to_owned())),

@@ -43,6 +43,12 @@ use std::fmt;
 /// Longest raw Redfish path (with its query) accepted.
 pub const MAX_REDFISH_PATH: usize = 1024;
 
+/// A Redfish path as logs, spans and messages show it: without its query,
+/// which may carry a token or a signature.
+pub fn without_query(path: &str) -> &str {
+    path.split_once('?').map_or(path, |(p, _)| p)
+}
+
 /// The one spelling of a raw Redfish path that is matched and sent: percent
 /// escapes decoded (once), repeated slashes collapsed, no `.` or `..`
 /// segment, no trailing slash, under `/redfish/v1`; the query is kept as
@@ -339,7 +345,7 @@ impl RawPolicy {
                         Ok(c) => c,
                         Err(why) => return Err(format!("{target} is refused: its path cannot be made canonical ({why})")),
                     };
-                    let p = p.split('?').next().unwrap_or("").to_ascii_lowercase();
+                    let p = without_query(&p).to_ascii_lowercase();
                     (methods.is_empty() || methods.iter().any(|m| m.eq_ignore_ascii_case(method))) && glob(path, &p)
                 }
                 (Matcher::Action { kind }, RawTarget::Action { kind: k }) => glob(kind, k),

@@ -192,7 +192,7 @@ fn canonicalize(batch: &mut Batch) -> Result<(), ValidationError> {
         if let Action::Raw(RawRequest::Redfish(r)) = action {
             r.path = crate::raw_policy::canonical_redfish_path(&r.path)
                 // Shown without its query, as logs show it (it may carry a token).
-                .map_err(|why| field(format!("actions[{i}]: raw Redfish path {:?} is not a plain resource path: {why}", r.path.split('?').next().unwrap_or(""))))?;
+                .map_err(|why| field(format!("actions[{i}]: raw Redfish path {:?} is not a plain resource path: {why}", crate::raw_policy::without_query(&r.path))))?;
         }
     }
     Ok(())

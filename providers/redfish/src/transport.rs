@@ -672,9 +672,7 @@ pub(crate) fn retry_after(reply: &Reply) -> Option<Duration> {
 
 /// `path` as spans, logs and messages show it: without its query (a raw
 /// request's may carry a token or a signature; `Action::loggable` hides it).
-pub(crate) fn shown_path(path: &str) -> &str {
-    path.split_once('?').map_or(path, |(p, _)| p)
-}
+pub(crate) use bmcfleet_schema::raw_policy::without_query as shown_path;
 
 /// The URL of `path` (one of ours, or a link, `Location` or action target
 /// the BMC supplied) resolved against the BMC's base `https://host:port` the
