@@ -189,9 +189,9 @@ impl BmcAddress {
     /// ordering key: one queue, one per-BMC cap, one lane.
     pub fn canonical(self) -> BmcAddress {
         match self.host {
-            Host::V6(ip) => match ip.to_ipv4_mapped() {
-                Some(v4) => BmcAddress { host: Host::V4(v4), port: self.port },
-                None => self,
+            Host::V6(ip) => match IpAddr::V6(ip).to_canonical() {
+                IpAddr::V4(v4) => BmcAddress { host: Host::V4(v4), port: self.port },
+                IpAddr::V6(_) => self,
             },
             _ => self,
         }
@@ -243,13 +243,7 @@ impl BmcAddress {
 /// The text form of `ip` that [`BmcAddress::host_identity`] gives: an
 /// IPv4-mapped IPv6 address as its IPv4 address.
 pub fn ip_identity(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => v6.to_string(),
-        },
-        IpAddr::V4(v4) => v4.to_string(),
-    }
+    ip.to_canonical().to_string()
 }
 
 impl Serialize for BmcAddress {
