@@ -87,22 +87,23 @@ impl Requester {
         Ok(Requester::Tenant(account))
     }
 
+    /// Whose share of the gateway's budgets its requests take (`budget`):
+    /// `""` for the operator's own account, else the tenant. (A request
+    /// that names no usable tenant shares `"?"`; it is refused anyway.)
+    pub fn budget_key(who: &Result<Requester, String>) -> &str {
+        match who {
+            Ok(Requester::Operator) => "",
+            Ok(Requester::Tenant(t)) => t,
+            Err(_) => "?",
+        }
+    }
+
     /// Whether this requester may see a batch of `tenant`.
     fn sees(&self, tenant: &str) -> bool {
         match self {
             Requester::Operator => true,
             Requester::Tenant(t) => t == tenant,
         }
-    }
-}
-
-/// Whose share of the gateway's budgets a request takes (`budget`): its
-/// NATS account as nats-server names it, `""` for the operator's own
-/// account; a header naming no account shares `"?"` (refused later anyway).
-pub fn budget_key(headers: Option<&HeaderMap>) -> String {
-    match header(headers, REQUEST_INFO_HEADER) {
-        None => String::new(),
-        Some(info) => bmcfleet_schema::subject::request_account(info).unwrap_or_else(|_| "?".to_owned()),
     }
 }
 
@@ -169,8 +170,9 @@ impl Gateway {
         self.respond(endpoint, request, encoding, error(ErrorCode::Unavailable, why)).await;
     }
 
-    /// Handle one request and reply to it (always exactly one reply).
-    pub async fn handle(&self, endpoint: Endpoint, request: Request) {
+    /// Handle one request of `who` (`Requester::of` its headers) and reply
+    /// to it (always exactly one reply).
+    pub async fn handle(&self, endpoint: Endpoint, request: Request, who: Result<Requester, String>) {
         let headers = request.message.headers.as_ref();
         let (encoding, reply) = match Encoding::from_content_type(header(headers, CONTENT_TYPE)) {
             Err(e) => {
@@ -180,7 +182,7 @@ impl Gateway {
                 (Encoding::Json, error(ErrorCode::Malformed, e.to_string()))
             }
             Ok(enc) => {
-                let reply = match Requester::of(headers) {
+                let reply = match who {
                     Err(why) => error(ErrorCode::PermissionDenied, why),
                     Ok(who) => match endpoint {
                         Endpoint::Submit => self.submit(enc, &request.message.payload, headers, &who).await,

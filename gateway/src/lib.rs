@@ -107,12 +107,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         // Never wait for capacity here: a full budget is an `unavailable`
         // answer now, and the loop stays free for status, cancel and SIGTERM.
         let reply = request.message.reply.as_ref().map(|r| r.as_str());
-        let tenant = admit::budget_key(request.message.headers.as_ref());
-        match budgets.admit(Gateway::waits(which, &request), reply, &tenant) {
+        let who = admit::Requester::of(request.message.headers.as_ref());
+        match budgets.admit(Gateway::waits(which, &request), reply, admit::Requester::budget_key(&who)) {
             Ok(permit) => {
                 let gateway = gateway.clone();
                 tracker.spawn(async move {
-                    gateway.handle(which, request).await;
+                    gateway.handle(which, request, who).await;
                     drop(permit);
                 });
             }
