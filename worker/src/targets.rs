@@ -68,14 +68,19 @@ impl Targets {
     /// now; a name that does not resolve stands for no address).
     async fn machine_named_at(&self, ips: &[IpAddr]) -> Option<String> {
         // A `sim` machine's name only labels a simulated BMC: never resolved.
-        let named = self.machines.machines(|m| matches!(m.address.host, Host::Name(_)) && m.protocol != bmcfleet_schema::Protocol::Sim);
+        let named: Vec<(String, String)> = self
+            .machines
+            .machines(|m| matches!(m.address.host, Host::Name(_)) && m.protocol != bmcfleet_schema::Protocol::Sim)
+            .iter()
+            .map(|m| (m.address.host_string(), m.name.clone()))
+            .collect();
         if named.is_empty() || ips.is_empty() {
             return None;
         }
         let mut names = self.names.lock().await;
         let now = Instant::now();
         names.retain(|_, (at, _)| now.duration_since(*at) < NAME_TTL);
-        let mut stale: Vec<String> = named.iter().map(|m| m.address.host_string()).filter(|h| !names.contains_key(h)).collect();
+        let mut stale: Vec<String> = named.iter().map(|(host, _)| host).filter(|h| !names.contains_key(*h)).cloned().collect();
         stale.sort();
         stale.dedup();
         let resolved: Vec<(String, Vec<IpAddr>)> = futures::stream::iter(stale)
@@ -88,9 +93,9 @@ impl Targets {
             .await;
         names.extend(resolved.into_iter().map(|(host, ips)| (host, (now, ips))));
         named
-            .iter()
-            .find(|m| names.get(&m.address.host_string()).is_some_and(|(_, at)| at.iter().any(|ip| ips.contains(ip))))
-            .map(|m| m.name.clone())
+            .into_iter()
+            .find(|(host, _)| names.get(host).is_some_and(|(_, resolved)| resolved.iter().any(|ip| ips.contains(ip))))
+            .map(|(_, machine)| machine)
     }
 
     /// The target to use for `job`, or why nothing may be sent.
