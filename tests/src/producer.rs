@@ -324,6 +324,15 @@ pub async fn stream_messages(client: &async_nats::Client, stream: &str) -> u64 {
     }
 }
 
+/// A stream's last sequence: grows by one per message stored, and does not
+/// fall when a work queue drops an acknowledged job (a message count would,
+/// racing the acknowledgement of a batch that just finished).
+pub async fn stream_last_sequence(client: &async_nats::Client, stream: &str) -> u64 {
+    let js = async_nats::jetstream::new(client.clone());
+    let mut s = js.get_stream(stream).await.unwrap_or_else(|e| panic!("stream {stream}: {e}"));
+    s.info().await.unwrap_or_else(|e| panic!("stream {stream}: {e}")).state.last_sequence
+}
+
 /// Collects final results from the events subjects.
 pub struct ResultCollector {
     sub: async_nats::Subscriber,

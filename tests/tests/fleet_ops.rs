@@ -23,7 +23,7 @@
 
 use bmcfleet_schema::{BatchState, BmcAddress, PowerState, Reply};
 use bmcfleet_testing::{SimConfig, SimServer};
-use bmcfleet_tests::producer::Stack;
+use bmcfleet_tests::producer::{stream_last_sequence, Stack};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -163,9 +163,7 @@ impl Fleet {
 
     /// The jobs stream's last sequence: grows by one per batch queued.
     async fn queued(&self) -> u64 {
-        let js = async_nats::jetstream::new(self.stack.producer.client.clone());
-        let mut s = js.get_stream(self.stack.topology.subjects().jobs_stream()).await.unwrap();
-        s.info().await.unwrap().state.last_sequence
+        stream_last_sequence(&self.stack.producer.client, &self.stack.topology.subjects().jobs_stream()).await
     }
 
     /// The distinct batches that reached the simulated BMC at `address`, with the actions each ran.

@@ -12,7 +12,7 @@
 
 use bmcfleet_schema::*;
 use bmcfleet_testing::SimConfig;
-use bmcfleet_tests::producer::{ref_machine_batch, refusal, stream_messages, SimStack, Topology};
+use bmcfleet_tests::producer::{ref_machine_batch, refusal, stream_last_sequence, stream_messages, SimStack, Topology};
 use bmcfleet_tests::NatsServer;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -51,11 +51,7 @@ async fn a_named_credential_never_reaches_a_host_the_producer_chose() {
     let jobs = e.topology.subjects().jobs_stream();
     // The stream's last sequence: the good batch's job leaves the work queue
     // when acknowledged (racing a message count), a refused one would add one.
-    let last_seq = || async {
-        let mut s = async_nats::jetstream::new(p.client.clone()).get_stream(&jobs).await.unwrap();
-        s.info().await.unwrap().state.last_sequence
-    };
-    let queued = last_seq().await;
+    let queued = stream_last_sequence(&p.client, &jobs).await;
     for tls in ["", r#","tls":{"insecure":true}"#, r#","tls":{"ca_pem":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}"#] {
         let json = format!(r#"{{"bmc":{{"address":"127.0.0.1:{port}","protocol":"redfish","credentials":{{"ref":"rack12"}}{tls}}},"actions":[{{"power":"status"}}]}}"#);
         let err = refusal(p.submit_json(&json, true).await);
@@ -64,7 +60,7 @@ async fn a_named_credential_never_reaches_a_host_the_producer_chose() {
     // Also aimed at the machine's own name but another host: there is no such field to aim with.
     let json = r#"{"machine":"sim-v4-10-30-0-1","bmc":{"address":"127.0.0.1:1","credentials":{"ref":"rack12"}},"actions":["inventory"]}"#;
     assert_eq!(refusal(p.submit_json(json, true).await).code, ErrorCode::InvalidField);
-    assert_eq!(last_seq().await, queued, "a refused batch was queued");
+    assert_eq!(stream_last_sequence(&p.client, &jobs).await, queued, "a refused batch was queued");
     assert_eq!(seen.load(Ordering::SeqCst), 0, "the producer's listener was contacted");
 }
 

@@ -4,7 +4,7 @@
 use bmcfleet_schema::*;
 use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
-use bmcfleet_tests::producer::{refusal, stream_messages, wait_gateway, wait_partitions_owned, Topology};
+use bmcfleet_tests::producer::{refusal, stream_last_sequence, stream_messages, wait_gateway, wait_partitions_owned, Topology};
 use async_nats::ConnectOptions;
 use bmcfleet_tests::shipped::{connect, shipped, PASSWORDS};
 use bmcfleet_tests::{NatsServer, Producer};
@@ -36,11 +36,7 @@ async fn producers_cannot_bypass_the_gateway() {
     let jobs = topo.subjects().jobs_stream();
     // The stream's last sequence: an acknowledged job leaves the work queue,
     // a forged one would add a sequence.
-    let last_seq = |c: async_nats::Client, name: String| async move {
-        let mut s = async_nats::jetstream::new(c).get_stream(name).await.unwrap();
-        s.info().await.unwrap().state.last_sequence
-    };
-    let before = last_seq(admin.clone(), jobs.clone()).await;
+    let before = stream_last_sequence(&admin, &jobs).await;
 
     // A producer publishing straight onto a job subject is refused by the server.
     let subject = topo.subjects().job(&"10.7.0.1".parse::<BmcAddress>().unwrap().key());
@@ -60,7 +56,7 @@ async fn producers_cannot_bypass_the_gateway() {
     worker_client.flush().await.unwrap();
     wait_error(&worker_errors, "Permissions Violation for Publish").await;
 
-    assert_eq!(last_seq(admin.clone(), jobs.clone()).await, before, "a forged job reached the stream");
+    assert_eq!(stream_last_sequence(&admin, &jobs).await, before, "a forged job reached the stream");
 
     // The gateway's user sets streams up but cannot destroy queued work or
     // history: deleting or purging a stream, or one of its messages, is refused.
