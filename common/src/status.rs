@@ -39,6 +39,26 @@ pub async fn load(kv: &kv::Store, id: &BatchId) -> Result<Option<Versioned>, Sta
     Ok(Some(Versioned { status, revision: entry.revision }))
 }
 
+/// The record, read again until it is written or `within` has passed
+/// (`None` then). Reads back off from 10 ms, doubling, so a record written
+/// a moment later is seen at once and a missing one costs a handful of
+/// direct reads (a watch would create a consumer on the bucket per wait).
+pub async fn wait(kv: &kv::Store, id: &BatchId, within: std::time::Duration) -> Result<Option<Versioned>, StatusError> {
+    let until = tokio::time::Instant::now() + within;
+    let mut pause = std::time::Duration::from_millis(10);
+    loop {
+        if let Some(v) = load(kv, id).await? {
+            return Ok(Some(v));
+        }
+        let now = tokio::time::Instant::now();
+        if now >= until {
+            return Ok(None);
+        }
+        tokio::time::sleep(pause.min(until - now)).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(500));
+    }
+}
+
 fn encode(status: &BatchStatus) -> Result<Bytes, StatusError> {
     Encoding::MessagePack.encode(status).map(Bytes::from).map_err(|e| StatusError::Store(e.to_string()))
 }

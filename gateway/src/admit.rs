@@ -120,6 +120,11 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
 }
 
 /// Another tenant's batch holds the id: refused without saying anything about it.
+/// How long a submit whose id JetStream already holds waits for that
+/// batch's status record (written by its own admission right after the job,
+/// or by the worker that claims it).
+const DUPLICATE_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn id_taken() -> Reply {
     error(ErrorCode::InvalidField, "id: this batch id cannot be used; leave it out or choose another")
 }
@@ -462,10 +467,17 @@ impl Gateway {
         if ack.duplicate {
             // JetStream already held a job of this id, whose record we had
             // not seen: it is its own admission's (or its worker's) to
-            // write, and may be another tenant's batch.
-            return match status::load(&self.res.batches, &job.id).await {
+            // write, and may be another tenant's batch. Only that record
+            // says whose, so this answer waits for it; without one, saying
+            // "duplicate" would claim a batch nobody may have queued for us.
+            return match status::wait(&self.res.batches, &job.id, DUPLICATE_RECORD_WAIT).await {
                 Ok(Some(v)) if v.status.tenant != job.tenant => Err(id_taken()),
-                _ => Ok(Accepted { id: job.id, stream_sequence: ack.sequence, duplicate: true, subject: subject.to_owned() }),
+                Ok(Some(v)) => Ok(Accepted { id: job.id, stream_sequence: v.status.stream_sequence.unwrap_or(ack.sequence), duplicate: true, subject: subject.to_owned() }),
+                Ok(None) => Err(error(
+                    ErrorCode::Unavailable,
+                    "a batch of this id is being queued and has no status record yet; nothing new was stored: retry with the same id shortly",
+                )),
+                Err(e) => Err(error(ErrorCode::Unavailable, format!("cannot read batch status: {e}"))),
             };
         }
         let record = BatchStatus::queued(job, ack.sequence, now_ms());

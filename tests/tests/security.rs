@@ -311,12 +311,20 @@ async fn a_batch_id_queued_for_another_tenant_gives_nothing() {
     let js = async_nats::jetstream::new(gw.clone());
     js.publish_with_headers(subject, h, Encoding::MessagePack.encode(&job).unwrap().into()).await.unwrap().await.unwrap();
 
-    // B reuses the id for a batch of its own.
+    // B reuses the id for a batch of its own. Whose the stored job is, only
+    // its record will say: B is told to retry, not that its batch is queued.
     let mut replay = sim_batch("10.7.5.2", vec![Action::Power(PowerOp::Status)]);
     replay.id = Some(id);
-    let reply = b.submit(&replay, false).await;
-    assert!(!matches!(reply, Reply::Accepted(Accepted { duplicate: false, .. })), "B's batch was queued under A's id: {reply:?}");
+    let err = refusal(b.submit(&replay, false).await);
+    assert_eq!(err.code, ErrorCode::Unavailable, "B was told its batch is queued under A's id: {err:?}");
+    assert!(err.message.contains("retry") && !err.message.contains("tenant-a"), "{err:?}");
     assert_eq!(refusal(b.status(id).await).code, ErrorCode::NotFound, "B owns a status record for A's batch");
+    // A retrying in the same window is told the same, and nothing new is stored.
+    let (a, _) = connect(&nats, "producer-a", PASSWORDS[5].1).await;
+    let a = Producer::new(a);
+    let mut a_again = sim_batch("10.7.5.1", vec![Action::Power(PowerOp::On)]);
+    a_again.id = Some(id);
+    assert_eq!(refusal(a.submit(&a_again, false).await).code, ErrorCode::Unavailable);
 
     // A's batch runs: B still sees nothing of it, A's record is A's.
     let _worker = topo.worker(&nats, "w0", sim.addr(), &bmcfleet_tests::shipped::worker_user());
@@ -332,6 +340,36 @@ async fn a_batch_id_queued_for_another_tenant_gives_nothing() {
     assert_eq!(record.tenant, "tenant-a", "{record:?}");
     assert_eq!(record.actions, ["power_on"], "{record:?}");
     assert_eq!(refusal(b.status(id).await).code, ErrorCode::NotFound);
+    // With the record written, B's retry is refused as another's id, and A's is a duplicate.
+    assert_eq!(refusal(b.submit(&replay, false).await).code, ErrorCode::InvalidField);
+    assert!(matches!(a.submit(&a_again, false).await, Reply::Accepted(Accepted { duplicate: true, .. })));
+}
+
+/// What a submit whose id JetStream already holds waits on: the status
+/// record, read when it is written during the wait, and nothing once the
+/// wait is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_record_written_during_the_wait_is_read() {
+    use bmcfleet_common::status;
+    let nats = NatsServer::start();
+    let js = async_nats::jetstream::new(nats.client().await);
+    let kv = js.create_key_value(async_nats::jetstream::kv::Config { bucket: "WAIT".into(), ..Default::default() }).await.unwrap();
+    let id = ulid::Ulid::new();
+    let mut batch = sim_batch("10.7.6.1", vec![Action::Power(PowerOp::On)]);
+    batch.id = Some(id);
+    let target = batch.bmc.take().unwrap();
+    let job = Job { batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: "tenant-a".into(), sealed_params: vec![] };
+
+    // Never written: nothing, after the wait.
+    assert!(status::wait(&kv, &id, Duration::from_millis(300)).await.unwrap().is_none());
+    // Written while a wait runs: its first poll sends the first read on
+    // this connection, so the write, sent after it, is found by a later read.
+    let waiting = status::wait(&kv, &id, Duration::from_secs(120));
+    tokio::pin!(waiting);
+    assert!(futures::poll!(&mut waiting).is_pending());
+    let revision = status::create(&kv, &BatchStatus::queued(&job, 7, 1)).await.unwrap();
+    let got = waiting.await.unwrap().expect("the record written during the wait");
+    assert_eq!((got.status.tenant.as_str(), got.status.stream_sequence, got.revision), ("tenant-a", Some(7), revision));
 }
 
 /// One tenant cannot starve another of the gateway: with as many
