@@ -306,11 +306,13 @@ fn contradictory_gateway_flags_stop_it_at_start() {
 #[test]
 fn environment_variables_are_validated_exactly_like_flags() {
     use bmcfleet_tests::Process;
-    let cases: [(&str, &str, &str, &str); 4] = [
+    let cases: [(&str, &str, &str, &str); 5] = [
         ("bmc-gateway", "--max-wait", "BMCFLEET_MAX_WAIT", "30"),
         ("bmc-gateway", "--nats-url", "BMCFLEET_NATS_URL", "http://127.0.0.1:4222"),
         ("bmc-worker", "--lease-ttl", "BMCFLEET_LEASE_TTL", "15"),
         ("bmc-worker", "--partitions", "BMCFLEET_PARTITIONS", "0"),
+        // Less than the largest Redfish answer's charge: no such answer could ever be read.
+        ("bmc-worker", "--redfish-max-buffered-bytes", "BMCFLEET_REDFISH_MAX_BUFFERED_BYTES", "1048576"),
     ];
     for (bin, flag, var, bad) in cases {
         let mut by_flag = Process::spawn(bin, &[flag.into(), bad.into()], &[]);

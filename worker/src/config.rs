@@ -132,6 +132,13 @@ pub struct Config {
     /// Largest firmware image this worker pushes, in bytes.
     #[arg(long, env = "BMCFLEET_FIRMWARE_IMAGE_MAX_BYTES", default_value_t = bmcfleet_provider::image::DEFAULT_MAX_IMAGE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
     pub firmware_image_max_bytes: u64,
+    /// The most bytes of Redfish answers this worker holds at once, all
+    /// BMCs together: each answer counts its body and an estimate of its
+    /// parsed JSON (up to ~32 MiB for the largest, 8 MiB, answer). Past it a
+    /// read fails `worker_exhausted` (retryable, not a BMC fault) instead of
+    /// many BMCs answering large at once growing the worker without bound.
+    #[arg(long, env = "BMCFLEET_REDFISH_MAX_BUFFERED_BYTES", default_value_t = 512 * 1024 * 1024, value_parser = redfish_buffered_bytes)]
+    pub redfish_max_buffered_bytes: u64,
     /// Address ranges ad hoc batches (an address instead of a machine) may
     /// reach, checked after name resolution (comma-separated CIDRs), or
     /// `off` (the default). Loopback, link-local and metadata addresses need
@@ -159,6 +166,16 @@ fn poll_interval(s: &str) -> Result<PollInterval, String> {
         return Err(format!("at least {} (or `off`)", bmcfleet_schema::duration::format(bmcfleet_schema::machine::MIN_POLL_INTERVAL)));
     }
     Ok(PollInterval(Some(d)))
+}
+
+/// `--redfish-max-buffered-bytes`: room for at least the largest answer.
+fn redfish_buffered_bytes(s: &str) -> Result<u64, String> {
+    let n: u64 = s.trim().parse().map_err(|e| format!("a number of bytes: {e}"))?;
+    let least = bmcfleet_redfish::RedfishConfig::default().largest_answer_charge() as u64;
+    if n < least {
+        return Err(format!("at least {least} bytes (the largest Redfish answer a worker reads, with its parsed JSON)"));
+    }
+    Ok(n)
 }
 
 /// `--firmware-image-dir`: an existing directory (checked at start: a

@@ -758,14 +758,15 @@ impl<'a> Run<'a> {
             let result = self.call(slot, ctx, action, creds, &protocol, retry).await.map(|d| d.map(|d| scrub_data(d, action, creds))).map_err(|e| scrub(e, action, creds));
             // A long-running action's time is its BMC task's, not a slow answer.
             let took = if action.watches_task() { Duration::ZERO } else { started.elapsed() };
-            // Out of descriptors is this worker's fault, never the BMC's: a
-            // distinct error, a metric and an alarm, and the breaker is not
-            // fed. Providers set the code only from the typed I/O error of a
-            // socket they could not make, never from text a BMC sent.
+            // Out of descriptors (or of Redfish answer memory) is this
+            // worker's fault, never the BMC's: a distinct error, a metric
+            // and an alarm, and the breaker is not fed. Providers set the
+            // code only from the typed I/O error of a socket they could not
+            // make, or from their own memory budget, never from text a BMC sent.
             if let Err(e) = &result {
                 if e.code == ErrorCode::WorkerExhausted {
                     self.shared.metrics.worker_exhausted.inc();
-                    tracing::error!(bmc = %key, action = action.kind(), error = %e, "This worker ran out of file descriptors; raise its open-files limit (not a BMC fault).");
+                    tracing::error!(bmc = %key, action = action.kind(), error = %e, "This worker ran out of a local resource (the error says which); raise its limit (not a BMC fault).");
                     return Err(e.clone());
                 }
             }

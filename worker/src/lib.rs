@@ -90,7 +90,10 @@ pub fn registry(config: &Config) -> Registry {
     for p in &config.protocols {
         r = match p {
             Protocol::Ipmi => r.with(Arc::new(bmcfleet_ipmi::IpmiConnector::new(bmcfleet_ipmi::IpmiConfig::default()))),
-            Protocol::Redfish => r.with(Arc::new(bmcfleet_redfish::RedfishConnector::new(bmcfleet_redfish::RedfishConfig::default()))),
+            Protocol::Redfish => r.with(Arc::new(bmcfleet_redfish::RedfishConnector::new(bmcfleet_redfish::RedfishConfig {
+                max_buffered_bytes: usize::try_from(config.redfish_max_buffered_bytes).unwrap_or(usize::MAX),
+                ..bmcfleet_redfish::RedfishConfig::default()
+            }))),
             Protocol::Amt => r.with(Arc::new(bmcfleet_amt::AmtConnector::new(bmcfleet_amt::AmtConfig::default()))),
             Protocol::Sim | Protocol::Auto => r,
         };

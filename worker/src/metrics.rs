@@ -92,7 +92,7 @@ bmcfleet_common::metrics! {
         batches_finished: Family<StateLabels, Counter> = Family::default(), "batches_finished";
         /// Retried BMC calls (retryable failures, within the action deadline), by protocol
         bmc_retries: Family<ProtocolLabels, Counter> = Family::default(), "bmc_retries";
-        /// BMC calls that failed because this worker ran out of file descriptors (raise its limit)
+        /// BMC calls that failed because this worker ran out of file descriptors or of Redfish answer memory (raise its limit)
         worker_exhausted: Counter = Counter::default(), "fd_exhausted";
         /// BMC circuit breakers on this worker that are open or half-open
         breakers_open: Gauge = Gauge::default(), "breakers_open";

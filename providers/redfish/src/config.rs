@@ -15,6 +15,14 @@ pub struct RedfishConfig {
     /// Largest response body accepted, in bytes; a bigger one is a
     /// `protocol_error` rather than unbounded memory. Default 8 MiB.
     pub max_response_bytes: usize,
+    /// The most bytes of BMC answers all sessions of one connector (one
+    /// worker) hold at once, each answer counted as its body plus an
+    /// estimate of its parsed JSON (48 bytes per
+    /// value). An answer that would go past it fails `worker_exhausted`
+    /// (retryable, not a BMC fault) instead of the worker growing without
+    /// bound when many BMCs send large answers at once. Default 512 MiB;
+    /// at least [`RedfishConfig::largest_answer_charge`].
+    pub max_buffered_bytes: usize,
     /// Largest raw-passthrough request body, in bytes (the gateway enforces
     /// the same default limit at admission). Default 64 KiB.
     pub max_raw_body_bytes: usize,
@@ -36,11 +44,21 @@ impl Default for RedfishConfig {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             max_response_bytes: 8 * 1024 * 1024,
+            max_buffered_bytes: 512 * 1024 * 1024,
             max_raw_body_bytes: 64 * 1024,
             task_poll_interval: Duration::from_secs(1),
             state_poll_interval: Duration::from_secs(1),
             close_timeout: Duration::from_secs(5),
             user_agent: concat!("bmcfleet-redfish/", env!("CARGO_PKG_VERSION")).to_owned(),
         }
+    }
+}
+
+impl RedfishConfig {
+    /// What the largest answer this config accepts may be charged against
+    /// [`RedfishConfig::max_buffered_bytes`]: its body, and every value a
+    /// body that size may hold, parsed.
+    pub fn largest_answer_charge(&self) -> usize {
+        self.max_response_bytes + crate::json::MAX_VALUES.min(self.max_response_bytes) * crate::json::PARSED_VALUE_BYTES
     }
 }

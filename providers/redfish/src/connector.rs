@@ -1,7 +1,7 @@
 //! [`RedfishConnector`]: builds a per-BMC HTTPS client (its own TLS trust),
 //! logs in and discovers the service.
 
-use crate::transport::Transport;
+use crate::transport::{AnswerMemory, Transport};
 use crate::config::RedfishConfig;
 use crate::discovery::Service;
 use crate::error::err;
@@ -17,6 +17,9 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct RedfishConnector {
     config: Arc<RedfishConfig>,
+    /// Bytes of BMC answers all sessions opened here hold at once
+    /// (`max_buffered_bytes`).
+    memory: AnswerMemory,
     /// The host trust store, read once and shared by every BMC without its own CA.
     system_roots: SystemRoots,
 }
@@ -29,11 +32,18 @@ impl Default for RedfishConnector {
 
 impl RedfishConnector {
     pub fn new(config: RedfishConfig) -> Self {
-        RedfishConnector { config: Arc::new(config), system_roots: SystemRoots::default() }
+        let memory = AnswerMemory::new(config.max_buffered_bytes);
+        RedfishConnector { config: Arc::new(config), memory, system_roots: SystemRoots::default() }
     }
 
     pub fn config(&self) -> &RedfishConfig {
         &self.config
+    }
+
+    /// Bytes of BMC answers this connector's sessions hold now (being read,
+    /// or read and not yet dropped), of `max_buffered_bytes`.
+    pub fn answer_bytes_held(&self) -> usize {
+        self.memory.held()
     }
 
     /// Like [`Connector::connect`], returning the concrete session type.
@@ -70,7 +80,7 @@ impl RedfishConnector {
             .build()
             .map_err(|e| err(ErrorCode::Internal, format!("building the HTTPS client: {e}")))?;
         let base = format!("https://{}", target.address.authority(443));
-        let mut transport = Transport::new(http, base, target.address.to_string(), credentials, self.config.clone(), target.options.redfish.auth);
+        let mut transport = Transport::new(http, base, target.address.to_string(), credentials, self.config.clone(), self.memory.clone(), target.options.redfish.auth);
         let root = transport.service_root(ctx).await?;
         transport.login(ctx, &root).await?;
         let service = match Service::discover(&mut transport, ctx, &root, target.system_id.as_deref()).await {

@@ -10,6 +10,11 @@ use serde_json::Value;
 /// refused before it is parsed.
 pub(crate) const MAX_VALUES: usize = 500_000;
 
+/// What one parsed JSON value is charged against the worker's answer
+/// memory ((`RedfishConfig::max_buffered_bytes`)): a `serde_json`
+/// value is 32 bytes, and map entries, keys and vector slack add to it.
+pub(crate) const PARSED_VALUE_BYTES: usize = 48;
+
 /// `body` parsed as JSON, unless it holds more than [`MAX_VALUES`] values
 /// (counted without parsing: one for the document and one for every `[`,
 /// `,` and `:` outside a string, which counts every element and member
@@ -39,7 +44,7 @@ impl std::fmt::Display for Unparsed {
 }
 
 /// How many values `body` holds, if it is JSON (an upper bound otherwise).
-fn value_count(body: &[u8]) -> usize {
+pub(crate) fn value_count(body: &[u8]) -> usize {
     let (mut count, mut in_string, mut escaped) = (1, false, false);
     for &b in body {
         if in_string {

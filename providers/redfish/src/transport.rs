@@ -17,6 +17,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::field::Empty;
 use tracing::Instrument;
 
@@ -46,6 +47,51 @@ pub(crate) struct Reply {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// Its share of the connector's [`AnswerMemory`], given back when the
+    /// reply (and so the body it is parsed from) is dropped.
+    #[expect(dead_code, reason = "held for its drop, never read")]
+    pub held: Option<OwnedSemaphorePermit>,
+}
+
+/// The bytes of BMC answers one connector's sessions hold at once
+/// (`RedfishConfig::max_buffered_bytes`), shared by all of them: many
+/// BMCs answering large at once make reads fail `worker_exhausted`
+/// rather than the worker grow without bound. One BMC has one request in
+/// flight, so it alone can hold at most one answer's charge.
+#[derive(Clone, Debug)]
+pub(crate) struct AnswerMemory {
+    free: Arc<Semaphore>,
+    limit: usize,
+}
+
+/// The budget had not that many bytes left.
+#[derive(Debug)]
+struct Exhausted;
+
+impl AnswerMemory {
+    pub fn new(limit: usize) -> Self {
+        let limit = limit.min(Semaphore::MAX_PERMITS);
+        AnswerMemory { free: Arc::new(Semaphore::new(limit)), limit }
+    }
+
+    /// Bytes held now by replies being read or still alive.
+    pub fn held(&self) -> usize {
+        self.limit - self.free.available_permits()
+    }
+
+    /// Add `n` bytes to what `held` holds, at once or not at all.
+    fn take(&self, held: &mut Option<OwnedSemaphorePermit>, n: usize) -> std::result::Result<(), Exhausted> {
+        if n == 0 {
+            return Ok(());
+        }
+        let n = u32::try_from(n).map_err(|_| Exhausted)?;
+        let more = self.free.clone().try_acquire_many_owned(n).map_err(|_| Exhausted)?;
+        match held {
+            Some(h) => h.merge(more),
+            None => *held = Some(more),
+        }
+        Ok(())
+    }
 }
 
 impl Reply {
@@ -95,6 +141,8 @@ pub(crate) struct Transport {
     /// Where sessions are created (from the service root), when there is a SessionService.
     sessions_path: Option<String>,
     config: Arc<RedfishConfig>,
+    /// The connector's, shared with every other session it opened.
+    memory: AnswerMemory,
     /// Set after a transport failure (timeout, refused, TLS): the worker
     /// should reconnect rather than reuse this conversation.
     broken: bool,
@@ -118,6 +166,8 @@ impl<'a> From<Option<&'a [u8]>> for Payload<'a> {
 enum ReadError {
     Http(reqwest::Error),
     TooLarge(usize),
+    /// The connector's answer memory cannot hold this answer: bytes wanted.
+    Exhausted(usize),
 }
 
 impl Transport {
@@ -127,6 +177,7 @@ impl Transport {
         bmc: String,
         credentials: &ResolvedCredentials,
         config: Arc<RedfishConfig>,
+        memory: AnswerMemory,
         mode: RedfishAuth,
     ) -> Self {
         Transport {
@@ -140,6 +191,7 @@ impl Transport {
             mode,
             sessions_path: None,
             config,
+            memory,
             broken: false,
         }
     }
@@ -252,13 +304,25 @@ impl Transport {
             rb = rb.header(IF_MATCH, tag);
         }
         let max = self.config.max_response_bytes;
+        let memory = self.memory.clone();
         let sent_before = ctx.sending().await?;
         let exchange = async move {
             let mut resp = rb.send().await.map_err(ReadError::Http)?;
+            // What this answer holds of the connector's memory: the length
+            // it announces up front, then whatever more arrives, then its
+            // values' parsed size.
+            let (mut held, mut charged) = (None, 0usize);
+            let mut charge = |held: &mut Option<OwnedSemaphorePermit>, total: usize| {
+                let more = total.saturating_sub(charged);
+                memory.take(held, more).map_err(|_| ReadError::Exhausted(more))?;
+                charged = charged.max(total);
+                Ok(())
+            };
             if let Some(len) = resp.content_length() {
                 if len as usize > max {
                     return Err(ReadError::TooLarge(len as usize));
                 }
+                charge(&mut held, len as usize)?;
             }
             let status = resp.status();
             let headers = resp.headers().clone();
@@ -267,9 +331,13 @@ impl Transport {
                 if buf.len() + chunk.len() > max {
                     return Err(ReadError::TooLarge(buf.len() + chunk.len()));
                 }
+                charge(&mut held, buf.len() + chunk.len())?;
                 buf.extend_from_slice(&chunk);
             }
-            Ok(Reply { status, headers, body: buf.freeze() })
+            if !buf.is_empty() {
+                charge(&mut held, buf.len() + crate::json::value_count(&buf) * crate::json::PARSED_VALUE_BYTES)?;
+            }
+            Ok(Reply { status, headers, body: buf.freeze(), held })
         };
         let (outcome, fatal) = async {
             let res = tokio::time::timeout(budget, exchange).await;
@@ -288,6 +356,19 @@ impl Transport {
                     let e = protocol(format!(
                         "{method} {path}: the answer is larger than {max} bytes ({n} so far); refused"
                     ));
+                    (Err(e), false)
+                }
+                Ok(Err(ReadError::Exhausted(n))) => {
+                    current.record("outcome", "worker_exhausted");
+                    let e = err(
+                        ErrorCode::WorkerExhausted,
+                        format!(
+                            "{method} {path}: this worker already holds {} of its {} bytes for BMC answers (max_buffered_bytes) and this answer needs {n} more; refused (not a BMC fault)",
+                            self.memory.held(),
+                            self.memory.limit
+                        ),
+                    )
+                    .with_retryable(true);
                     (Err(e), false)
                 }
                 Ok(Err(ReadError::Http(e))) => {
@@ -749,7 +830,7 @@ mod tests {
         if let Some(l) = location {
             headers.insert(LOCATION, HeaderValue::from_str(l).unwrap());
         }
-        Reply { status: StatusCode::from_u16(status).unwrap(), headers, body: Bytes::copy_from_slice(body.as_bytes()) }
+        Reply { status: StatusCode::from_u16(status).unwrap(), headers, body: Bytes::copy_from_slice(body.as_bytes()), held: None }
     }
 
     fn poll(status: u16, body: &str) -> Result<Poll> {

@@ -246,6 +246,71 @@ async fn an_answer_of_a_million_tiny_values_is_refused_unparsed() {
     assert_eq!(power(&mut s, PowerOp::Status).await.unwrap(), Some(bmcfleet_schema::PowerState::On));
 }
 
+/// A connector whose sessions may hold at most `bytes` of BMC answers at once.
+fn connector_holding(bytes: usize) -> RedfishConnector {
+    RedfishConnector::new(RedfishConfig { max_buffered_bytes: bytes, request_timeout: Duration::from_secs(60), ..RedfishConfig::default() })
+}
+
+/// Answers are charged against the worker's answer memory, body and
+/// parsed values: one that does not fit fails `worker_exhausted`
+/// (retryable, the worker's limit, not the BMC's fault), and every answer
+/// gives its share back once dropped.
+#[tokio::test]
+async fn an_answer_past_the_worker_s_answer_memory_is_refused_and_memory_is_given_back() {
+    let server = spec_service().start().await.unwrap();
+    let connector = connector_holding(1 << 20);
+    let mut s = connector.open(&ctx(10), &server.target(), &server.credentials()).await.expect("connect");
+    assert_eq!(connector.answer_bytes_held(), 0);
+    // 2 MiB of body (well within the 8 MiB size limit), few values.
+    let big = format!("{{\"PowerState\": \"On\", \"Padding\": \"{}\"}}", "x".repeat(2 << 20));
+    let e = status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 200).raw(big.into_bytes()).times(1)).await;
+    common::assert_error(&e, ErrorCode::WorkerExhausted, "max_buffered_bytes");
+    assert!(e.retryable && !e.not_sent, "{e:?}");
+    assert_eq!(connector.answer_bytes_held(), 0, "a refused answer kept its share");
+    // 200 KB of body, but 100,000 values: parsed, several MiB.
+    let many = format!("{{\"PowerState\": \"On\", \"Padding\": [{}0]}}", "0,".repeat(100_000));
+    let e = status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 200).raw(many.into_bytes()).times(1)).await;
+    common::assert_error(&e, ErrorCode::WorkerExhausted, "max_buffered_bytes");
+    // Ordinary answers fit, and give their share back.
+    assert_eq!(power(&mut s, PowerOp::Status).await.unwrap(), Some(bmcfleet_schema::PowerState::On));
+    assert_eq!(connector.answer_bytes_held(), 0);
+}
+
+/// The answer memory is the connector's, shared by all its sessions: an
+/// answer one BMC is still sending holds its announced length, and another
+/// BMC's answer that does not fit beside it is refused, until it is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_of_one_connector_share_its_answer_memory() {
+    let (slow, other) = (spec_service().start().await.unwrap(), spec_service().start().await.unwrap());
+    let connector = std::sync::Arc::new(connector_holding(10 << 20));
+    let held_reaches = |pred: fn(usize) -> bool| {
+        let connector = connector.clone();
+        async move {
+            let until = Instant::now() + Duration::from_secs(30);
+            while !pred(connector.answer_bytes_held()) {
+                assert!(Instant::now() < until, "answer memory stayed at {} bytes", connector.answer_bytes_held());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let mut a = connector.open(&ctx(10), &slow.target(), &slow.credentials()).await.expect("connect");
+    let mut b = connector.open(&ctx(10), &other.target(), &other.credentials()).await.expect("connect");
+    // A's BMC announces 7 MiB, sends a few bytes and stalls: A holds 7 MiB.
+    slow.push_fault(Fault::stall("GET", SYSTEM, 7 << 20).times(1));
+    let stalled = tokio::spawn(async move { a.power().unwrap().power(&ctx(60), PowerOp::Status).await.map(drop) });
+    held_reaches(|n| n >= 7 << 20).await;
+    // B's answer: 200 KB holding 100,000 values, charged about 5 MiB: more than is left.
+    let padded = format!("{{\"PowerState\": \"On\", \"Padding\": [{}0]}}", "0,".repeat(100_000));
+    let e = status_answered(&other, &mut b, Fault::status("GET", SYSTEM, 200).raw(padded.clone().into_bytes()).times(1)).await;
+    common::assert_error(&e, ErrorCode::WorkerExhausted, "max_buffered_bytes");
+    // A's action ends: its share comes back, and B's same answer fits.
+    stalled.abort();
+    assert!(stalled.await.unwrap_err().is_cancelled());
+    held_reaches(|n| n == 0).await;
+    other.push_fault(Fault::status("GET", SYSTEM, 200).raw(padded.into_bytes()).times(1));
+    assert_eq!(power(&mut b, PowerOp::Status).await.unwrap(), Some(bmcfleet_schema::PowerState::On));
+}
+
 #[tokio::test]
 async fn redirects_are_not_followed() {
     let server = spec_service().start().await.unwrap();

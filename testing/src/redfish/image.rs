@@ -33,7 +33,7 @@ impl ImageServer {
                 if req.method == "GET" {
                     count.fetch_add(1, Ordering::SeqCst);
                 }
-                HttpResponse { status: 200, headers: vec![("content-type".into(), "application/octet-stream".into())], body: content }
+                HttpResponse { status: 200, headers: vec![("content-type".into(), "application/octet-stream".into())], body: content, stall: false }
             })
         });
         let running = server::start(None, handler).await?;

@@ -137,6 +137,8 @@ impl RecordedRequest {
 enum FaultKind {
     Respond { status: u16, headers: Vec<(String, String)>, body: Bytes },
     Hang,
+    /// `200`, a `content-length` of this many bytes, a few of them, then nothing.
+    Stall(usize),
     Task { polls: usize, final_state: String, messages: Vec<String> },
 }
 
@@ -203,6 +205,12 @@ impl Fault {
     /// Accept the connection and the request, never answer.
     pub fn hang(method: &str, path: &str) -> Fault {
         Fault::new(method, path, FaultKind::Hang)
+    }
+
+    /// Answer `200` announcing a body of `content_length` bytes, send its
+    /// first few, then nothing more, never ending the answer.
+    pub fn stall(method: &str, path: &str, content_length: usize) -> Fault {
+        Fault::new(method, path, FaultKind::Stall(content_length))
     }
 
     /// Process the request normally, then answer `202 Accepted` with a Task
@@ -602,8 +610,16 @@ impl State {
                 *n -= 1;
             }
             match f.kind.clone() {
-                FaultKind::Respond { status, headers, body } => return Some(HttpResponse { status, headers, body }),
+                FaultKind::Respond { status, headers, body } => return Some(HttpResponse { status, headers, body, stall: false }),
                 FaultKind::Hang => return None,
+                FaultKind::Stall(length) => {
+                    return Some(HttpResponse {
+                        status: 200,
+                        headers: vec![("content-type".into(), "application/json".into()), ("content-length".into(), length.to_string())],
+                        body: Bytes::from_static(b"{\"Padding\": \""),
+                        stall: true,
+                    })
+                }
                 FaultKind::Task { polls, final_state, messages } => as_task = Some((polls, final_state, messages)),
             }
         }

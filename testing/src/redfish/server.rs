@@ -42,6 +42,9 @@ pub(crate) struct HttpResponse {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
+    /// After `body`, send nothing more and never end the response (with a
+    /// larger `content-length`: an answer that stalls part way).
+    pub stall: bool,
 }
 
 impl HttpResponse {
@@ -50,11 +53,12 @@ impl HttpResponse {
             status,
             headers: vec![("content-type".into(), "application/json".into())],
             body: Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
+            stall: false,
         }
     }
 
     pub fn empty(status: u16) -> HttpResponse {
-        HttpResponse { status, headers: Vec::new(), body: Bytes::new() }
+        HttpResponse { status, headers: Vec::new(), body: Bytes::new(), stall: false }
     }
 
     pub fn with_header(mut self, k: &str, v: impl Into<String>) -> HttpResponse {
@@ -117,7 +121,7 @@ where
     let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
 }
 
-async fn handle(req: hyper::Request<Incoming>, handler: Handler) -> hyper::Response<Full<Bytes>> {
+async fn handle(req: hyper::Request<Incoming>, handler: Handler) -> hyper::Response<Body> {
     let (parts, body) = req.into_parts();
     let body = match Limited::new(body, MAX_REQUEST_BODY).collect().await {
         Ok(b) => b.to_bytes(),
@@ -139,14 +143,46 @@ async fn handle(req: hyper::Request<Incoming>, handler: Handler) -> hyper::Respo
     response(handler(req).await)
 }
 
-fn response(r: HttpResponse) -> hyper::Response<Full<Bytes>> {
+fn response(r: HttpResponse) -> hyper::Response<Body> {
     let mut b = hyper::Response::builder().status(r.status);
     for (k, v) in &r.headers {
         b = b.header(k.as_str(), v.as_str());
     }
-    b.body(Full::new(r.body)).unwrap_or_else(|_| {
-        let mut resp = hyper::Response::new(Full::new(Bytes::from_static(b"bad harness response")));
+    let body = if r.stall { Body::Stalled(Some(r.body)) } else { Body::Full(Full::new(r.body)) };
+    b.body(body).unwrap_or_else(|_| {
+        let mut resp = hyper::Response::new(Body::Full(Full::new(Bytes::from_static(b"bad harness response"))));
         *resp.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
         resp
     })
+}
+
+/// A response body: whole, or its first bytes and then nothing, forever.
+enum Body {
+    Full(Full<Bytes>),
+    Stalled(Option<Bytes>),
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Full(full) => Pin::new(full).poll_frame(cx),
+            Body::Stalled(first) => match first.take() {
+                Some(bytes) => std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(bytes)))),
+                None => std::task::Poll::Pending,
+            },
+        }
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            Body::Full(full) => full.size_hint(),
+            Body::Stalled(_) => hyper::body::SizeHint::default(),
+        }
+    }
 }
