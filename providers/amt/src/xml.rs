@@ -12,7 +12,9 @@
 use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
 use quick_xml::name::{QName, ResolveResult};
 use quick_xml::reader::NsReader;
+use std::collections::HashSet;
 use std::fmt;
+use std::sync::Arc;
 
 /// Deepest element nesting accepted (a WS-Man envelope needs about 10).
 const MAX_DEPTH: usize = 64;
@@ -28,7 +30,8 @@ pub struct XmlError(pub String);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
     /// Namespace URI; `None` for unprefixed attributes (they are in no namespace).
-    pub ns: Option<String>,
+    /// Shared with every name of the document in that namespace.
+    pub ns: Option<Arc<str>>,
     pub name: String,
     pub value: String,
 }
@@ -36,8 +39,10 @@ pub struct Attr {
 /// One element with its namespace resolved.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Element {
-    /// Namespace URI, `None` when the element is in no namespace.
-    pub ns: Option<String>,
+    /// Namespace URI, `None` when the element is in no namespace. Shared
+    /// with every name of the document in that namespace: a BMC's long
+    /// namespace name is held once, not once per element and attribute.
+    pub ns: Option<Arc<str>>,
     /// Local name.
     pub name: String,
     pub attrs: Vec<Attr>,
@@ -46,7 +51,7 @@ pub struct Element {
     pub text: String,
     /// When the text is a `prefix:local` QName whose prefix was in scope,
     /// its resolved form (SOAP fault codes are QNames in text).
-    pub text_qname: Option<(String, String)>,
+    pub text_qname: Option<(Arc<str>, String)>,
 }
 
 impl Element {
@@ -96,9 +101,26 @@ fn err(msg: impl fmt::Display) -> XmlError {
     XmlError(msg.to_string())
 }
 
-fn owned_ns(r: &ResolveResult<'_>) -> Result<Option<String>, XmlError> {
+/// The namespace names of one document, each held once: a name is bound
+/// once (up to a few KiB of the document) and may be in scope for every
+/// element, attribute and QName text that follows (a few bytes each).
+#[derive(Default)]
+struct Names(HashSet<Arc<str>>);
+
+impl Names {
+    fn get(&mut self, ns: &str) -> Arc<str> {
+        if let Some(held) = self.0.get(ns) {
+            return held.clone();
+        }
+        let held: Arc<str> = Arc::from(ns);
+        self.0.insert(held.clone());
+        held
+    }
+}
+
+fn owned_ns(names: &mut Names, r: &ResolveResult<'_>) -> Result<Option<Arc<str>>, XmlError> {
     match r {
-        ResolveResult::Bound(ns) => Ok(Some(ns.into_inner().to_owned())),
+        ResolveResult::Bound(ns) => Ok(Some(names.get(ns.into_inner()))),
         ResolveResult::Unbound => Ok(None),
         ResolveResult::Unknown(p) => Err(err(format_args!("undeclared namespace prefix `{p}`"))),
     }
@@ -136,6 +158,7 @@ pub fn parse(input: &str) -> Result<Element, XmlError> {
     let mut stack: Vec<Element> = Vec::new();
     let mut root: Option<Element> = None;
     let mut count = 0usize;
+    let mut names = Names::default();
 
     loop {
         let (resolved, event) = reader.read_resolved_event().map_err(err)?;
@@ -151,7 +174,7 @@ pub fn parse(input: &str) -> Result<Element, XmlError> {
                 if stack.len() >= MAX_DEPTH {
                     return Err(err("elements nested too deeply"));
                 }
-                let ns = owned_ns(&resolved)?;
+                let ns = owned_ns(&mut names, &resolved)?;
                 let name = e.local_name().into_inner().to_owned();
                 let mut attrs = Vec::new();
                 for a in e.attributes() {
@@ -161,7 +184,7 @@ pub fn parse(input: &str) -> Result<Element, XmlError> {
                     }
                     let (ans, local) = reader.resolver().resolve_attribute(a.key);
                     let value = a.normalized_value(quick_xml::XmlVersion::Implicit1_0).map_err(err)?.into_owned();
-                    attrs.push(Attr { ns: owned_ns(&ans)?, name: local.into_inner().to_owned(), value });
+                    attrs.push(Attr { ns: owned_ns(&mut names, &ans)?, name: local.into_inner().to_owned(), value });
                 }
                 let el = Element { ns, name, attrs, ..Element::default() };
                 if matches!(event, Event::Empty(_)) {
@@ -177,7 +200,7 @@ pub fn parse(input: &str) -> Result<Element, XmlError> {
                     if let (ResolveResult::Bound(ns), _) =
                         reader.resolver().resolve(QName(&format!("{p}:{l}")), true)
                     {
-                        el.text_qname = Some((ns.into_inner().to_owned(), l.to_owned()));
+                        el.text_qname = Some((names.get(ns.into_inner()), l.to_owned()));
                     }
                 }
                 attach(&mut stack, &mut root, el);
@@ -343,6 +366,36 @@ mod tests {
         }
         let deep = "<a>".repeat(MAX_DEPTH + 1) + &"</a>".repeat(MAX_DEPTH + 1);
         assert!(parse(&deep).is_err());
+    }
+
+    /// The bytes of namespace names a tree holds: each distinct
+    /// allocation once (names shared between elements count once).
+    fn namespace_bytes(e: &Element, seen: &mut std::collections::HashSet<usize>) -> usize {
+        let names = e.ns.iter().chain(e.attrs.iter().filter_map(|a| a.ns.as_ref())).chain(e.text_qname.iter().map(|(ns, _)| ns));
+        let own: usize = names.filter(|n| seen.insert(n.as_ptr() as usize)).map(|n| n.len()).sum();
+        own + e.children.iter().map(|c| namespace_bytes(c, seen)).sum::<usize>()
+    }
+
+    #[test]
+    fn a_long_namespace_name_is_not_copied_into_every_element_and_attribute() {
+        // 4 KiB namespace names, then 10,000 elements in the default
+        // namespace, each with an attribute and a QName text in the prefixed
+        // one: 230 KiB of document. A copy of the name per element,
+        // attribute and QName is 120 MiB of tree (4 MiB of answer, gigabytes).
+        let long = |c: char| format!("urn:{}", c.to_string().repeat(4 * 1024));
+        let mut doc = format!(r#"<r xmlns="{}" xmlns:p="{}">"#, long('d'), long('p'));
+        for i in 0..10_000 {
+            doc.push_str(&format!(r#"<a p:n="{i}">p:v</a>"#));
+        }
+        doc.push_str("</r>");
+        let root = parse(&doc).expect("a well-formed document");
+        assert_eq!(root.children.len(), 10_000);
+        let last = &root.children[9_999];
+        assert!(last.is(&long('d'), "a"));
+        assert_eq!(last.attrs[0].ns.as_deref(), Some(long('p').as_str()));
+        assert_eq!(last.text_qname.as_ref().map(|(ns, l)| (&**ns, l.as_str())), Some((long('p').as_str(), "v")));
+        let held = namespace_bytes(&root, &mut Default::default());
+        assert!(held <= doc.len(), "a {} byte document read into a tree holding {held} bytes of namespace names", doc.len());
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub struct QValue {
 impl QValue {
     fn from_element(e: &Element) -> QValue {
         match &e.text_qname {
-            Some((ns, local)) => QValue { ns: Some(ns.clone()), local: local.clone() },
+            Some((ns, local)) => QValue { ns: Some(ns.to_string()), local: local.clone() },
             None => {
                 let t = e.text_trim();
                 QValue { ns: None, local: t.rsplit(':').next().unwrap_or(t).to_owned() }
