@@ -281,11 +281,18 @@ impl VirtualMedia for RedfishSession {
                 }
             },
         }
+        // The insert is done when the device reads back inserted (a BMC's
+        // acknowledgement alone is not the effect), with this image when it
+        // names one.
         let after = self.transport.get(ctx, &path).await?;
         match str_of(&after.body, "Image") {
-            Some(img) if img != url => Err(err(
+            Some(img) if img != url && is_inserted(&after.body) => Err(err(
                 ErrorCode::BmcError,
                 format!("the BMC accepted the media insert but {path} reports another image"),
+            )),
+            _ if !is_inserted(&after.body) => Err(err(
+                ErrorCode::BmcError,
+                format!("the BMC accepted the media insert but {path} does not read back inserted"),
             )),
             _ => Ok(()),
         }
@@ -297,7 +304,14 @@ impl VirtualMedia for RedfishSession {
             tracing::debug!(bmc = %self.transport.bmc(), device = %device.path, "Nothing inserted; nothing to eject.");
             return Ok(());
         }
-        self.eject_device(ctx, device).await
+        let path = device.path.clone();
+        self.eject_device(ctx, device).await?;
+        // Done when the device reads back empty, not when the BMC says so.
+        let after = self.transport.get(ctx, &path).await?;
+        if is_inserted(&after.body) {
+            return Err(err(ErrorCode::BmcError, format!("the BMC accepted the media eject but {path} still reads back inserted")));
+        }
+        Ok(())
     }
 }
 

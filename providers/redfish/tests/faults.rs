@@ -532,6 +532,38 @@ async fn hpe_oem_virtual_media_actions_are_used_before_any_patch() {
     assert_eq!(server.resource(&vm).unwrap()["Inserted"], json!(false));
 }
 
+/// A BMC that acknowledges InsertMedia or EjectMedia (`204`) and does
+/// nothing: the device does not read back inserted (or ejected), so the
+/// action is not reported done; it is once the BMC does it.
+#[tokio::test]
+async fn media_actions_acknowledged_but_not_done_are_not_reported_done() {
+    let vm = format!("{}/VirtualMedia/2", common::MANAGER);
+    let insert = format!("{vm}/Actions/VirtualMedia.InsertMedia");
+    let eject = format!("{vm}/Actions/VirtualMedia.EjectMedia");
+    let server = ilo_media(json!({"@odata.id": vm, "Id": "2", "MediaTypes": ["CD"], "Image": null, "Inserted": false,
+        "Actions": {"#VirtualMedia.InsertMedia": {"target": insert}, "#VirtualMedia.EjectMedia": {"target": eject}}}))
+    .start()
+    .await
+    .unwrap();
+    let mut s = open(&server).await;
+    let url = "http://192.0.2.10/boot.iso";
+    let cd = bmcfleet_schema::MediaKind::Cd;
+
+    server.push_fault(Fault::status("POST", &insert, 204).raw("").times(1));
+    let e = s.virtual_media().unwrap().insert_media(&ctx(5), url, cd).await.expect_err("nothing was inserted");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert_eq!(server.resource(&vm).unwrap()["Inserted"], json!(false));
+    s.virtual_media().unwrap().insert_media(&ctx(5), url, cd).await.expect("inserted");
+    assert_eq!(server.resource(&vm).unwrap()["Inserted"], json!(true));
+
+    server.push_fault(Fault::status("POST", &eject, 204).raw("").times(1));
+    let e = s.virtual_media().unwrap().eject_media(&ctx(5), cd).await.expect_err("nothing was ejected");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert_eq!(server.resource(&vm).unwrap()["Image"], json!(url));
+    s.virtual_media().unwrap().eject_media(&ctx(5), cd).await.expect("ejected");
+    assert_eq!(server.resource(&vm).unwrap()["Inserted"], json!(false));
+}
+
 #[tokio::test]
 async fn media_patch_sends_only_what_the_device_has_and_falls_back_on_a_400() {
     let vm = format!("{}/VirtualMedia/2", common::MANAGER);
