@@ -20,8 +20,10 @@
 //! Timeouts, lost connections and the send gate's refusal fail the read.
 //! Members are taken as given when expanded, otherwise read one by one:
 //! at most [`MAX_COMPONENTS`](bmcfleet_schema::components::MAX_COMPONENTS)
-//! per collection and [`MAX_READS`] resources per inventory (a section the
-//! budget cuts short is `unread`); the result is bounded by
+//! per collection and [`MAX_READS`] resources per inventory, and the
+//! members of one collection (held until they are converted) in one
+//! answer's worth of bytes (a section a budget cuts short is `unread`);
+//! the result is bounded by
 //! [`bmcfleet_schema::components::bound`].
 
 use crate::event_log::health as parse_health;
@@ -159,11 +161,22 @@ impl Walk<'_> {
         }
     }
 
+    /// The members read since `start` and kept together stay within one
+    /// answer's worth ([`Transport::kept_within`]); past it, the section is
+    /// left unread.
+    fn kept_within(&self, start: u64, what: &str) -> Step<()> {
+        self.t.kept_within(start, what).map_err(|e| {
+            tracing::debug!(bmc = %self.t.bmc(), error = %e, "Inventory collection too large to keep; its section is left unread.");
+            Stop::Section
+        })
+    }
+
     /// The resources of a collection (expanded members as given, others read).
     async fn members(&mut self, collection: &str) -> Step<Vec<Value>> {
         let Some(coll) = self.get(collection).await? else { return Ok(Vec::new()) };
         let items: Vec<Value> = coll.get("Members").and_then(Value::as_array).cloned().unwrap_or_default();
         let mut out = Vec::new();
+        let start = self.t.received();
         for item in items.into_iter().take(components::MAX_COMPONENTS) {
             if expanded(&item) {
                 out.push(item);
@@ -171,6 +184,7 @@ impl Walk<'_> {
                 if let Some(body) = self.get(&norm_path(p)).await? {
                     out.push(body);
                 }
+                self.kept_within(start, collection)?;
             }
         }
         Ok(out)
@@ -244,10 +258,12 @@ impl Walk<'_> {
             }
         }
         let mut out = Vec::new();
+        let start = self.t.received();
         for p in paths.into_iter().take(MAX_CHASSIS) {
             if let Some(c) = self.get(&p).await? {
                 out.push(c);
             }
+            self.kept_within(start, "the chassis")?;
         }
         Ok(out)
     }

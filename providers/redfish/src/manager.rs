@@ -123,12 +123,14 @@ impl RedfishSession {
         })?;
         let list = self.transport.get_linked(ctx, &coll, "an EthernetInterfaces collection").await?;
         let mut ifaces = Vec::new();
+        let start = self.transport.received();
         for m in members(&list.body) {
             match self.transport.get(ctx, &m).await {
                 Ok(r) => ifaces.push(r),
                 Err(e) if e.code == ErrorCode::TargetNotFound => continue,
                 Err(e) => return Err(e),
             }
+            self.transport.kept_within(start, &format!("the Ethernet interfaces of {coll}"))?;
         }
         let ip = match &self.bmc_address.host {
             Host::V4(ip) => Some(*ip),

@@ -146,6 +146,9 @@ pub(crate) struct Transport {
     /// Set after a transport failure (timeout, refused, TLS): the worker
     /// should reconnect rather than reuse this conversation.
     broken: bool,
+    /// Response body bytes read on this conversation so far (see
+    /// [`Transport::kept_within`]).
+    received: u64,
 }
 
 /// What a request carries.
@@ -193,6 +196,7 @@ impl Transport {
             config,
             memory,
             broken: false,
+            received: 0,
         }
     }
 
@@ -218,6 +222,29 @@ impl Transport {
 
     pub fn is_broken(&self) -> bool {
         self.broken
+    }
+
+    /// Response body bytes read on this conversation so far: a reading
+    /// taken before a walk, for [`Transport::kept_within`].
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// A walk that keeps the resources it reads (a collection's members,
+    /// held until it chooses among them) holds at most one answer's worth
+    /// (`max_response_bytes`) of them: every member is a bounded answer,
+    /// but how many a BMC lists is bounded only by the deadline. `Err`
+    /// (`protocol_error`, naming `what`) once the answers read since
+    /// `start` (a [`Transport::received`] reading) take more.
+    pub fn kept_within(&self, start: u64, what: &str) -> Result<()> {
+        let kept = self.received.saturating_sub(start);
+        let max = self.config.max_response_bytes as u64;
+        if kept > max {
+            return Err(protocol(format!(
+                "{what}: the members read so far take {kept} bytes, more than one answer may ({max} bytes); refused, the rest is not read"
+            )));
+        }
+        Ok(())
     }
 
     /// A URI the BMC named (a task to record and poll) as a path on the
@@ -389,6 +416,9 @@ impl Transport {
         .await;
         if fatal {
             self.broken = true;
+        }
+        if let Ok(reply) = &outcome {
+            self.received = self.received.saturating_add(reply.body.len() as u64);
         }
         outcome.map_err(|e| ctx.settle(sent_before, e))
     }

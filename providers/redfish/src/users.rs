@@ -131,6 +131,7 @@ impl RedfishSession {
         let path = self.accounts_path(ctx).await?;
         let coll = self.transport.get_linked(ctx, &path, "an Accounts collection").await?;
         let mut out = Vec::new();
+        let start = self.transport.received();
         for m in members(&coll.body) {
             match self.transport.get(ctx, &m).await {
                 Ok(r) => out.push(Account::from(r)),
@@ -139,6 +140,7 @@ impl RedfishSession {
                 }
                 Err(e) => return Err(e),
             }
+            self.transport.kept_within(start, &format!("the accounts of {path}"))?;
         }
         Ok((path, out))
     }

@@ -166,6 +166,7 @@ impl RedfishSession {
         }
         let mut devices = Vec::new();
         let mut last_err = None;
+        let start = self.transport.received();
         for c in &collections {
             let list = match self.transport.get(ctx, c).await {
                 Ok(l) => l,
@@ -183,6 +184,7 @@ impl RedfishSession {
                     }
                     Err(e) => return Err(e),
                 }
+                self.transport.kept_within(start, &format!("the media devices of {c}"))?;
             }
             if choose_device(&devices, kind).is_some() {
                 break;

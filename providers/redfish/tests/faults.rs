@@ -756,3 +756,65 @@ async fn an_etag_that_is_no_header_value_fails_the_patch_before_sending() {
         assert!(s.is_healthy(), "nothing went wrong on the wire");
     }
 }
+
+/// A BMC whose collection members are fat: 12 members of 1 MiB each
+/// (each one a legal answer). A walk that keeps the members it reads
+/// (accounts, the manager's interfaces, media devices, an inventory
+/// collection) stops once they pass one answer's worth
+/// (`max_response_bytes`, 8 MiB) instead of holding them all: what a BMC
+/// lists is otherwise bounded only by the deadline (thousands of such
+/// members in a minute over a LAN, gigabytes held at once).
+#[tokio::test]
+async fn walks_that_keep_members_hold_at_most_one_answers_worth() {
+    const FAT: usize = 12;
+    let pad = "x".repeat(1 << 20);
+    let fat = |path: &str, body: serde_json::Value| {
+        let mut body = body;
+        body["@odata.id"] = json!(path);
+        body["Description"] = json!(pad);
+        body
+    };
+    let collection = |base: &str| json!({"Members": (0..FAT).map(|i| json!({"@odata.id": format!("{base}/{i}")})).collect::<Vec<_>>(), "Members@odata.count": FAT});
+    let accounts = "/redfish/v1/AccountService/Accounts";
+    let nics = format!("{}/EthernetInterfaces", common::MANAGER);
+    let media = format!("{}/VirtualMedia", common::MANAGER);
+    let cpus = format!("{SYSTEM}/Processors");
+    let mut builder = common::standard_accounts(spec_service())
+        .resource(
+            common::MANAGER,
+            json!({"@odata.type": "#Manager.v1_17_0.Manager", "Id": "BMC", "ManagerType": "BMC", "FirmwareVersion": "1.0.0",
+                   "EthernetInterfaces": {"@odata.id": nics}, "VirtualMedia": {"@odata.id": media}}),
+        )
+        .resource(accounts, collection(accounts))
+        .resource(&nics, collection(&nics))
+        .resource(&media, collection(&media))
+        .resource(&cpus, collection(&cpus));
+    for i in 0..FAT {
+        let p = |base: &str| format!("{base}/{i}");
+        builder = builder
+            .resource(&p(accounts), fat(&p(accounts), json!({"Id": i.to_string(), "UserName": format!("u{i}"), "RoleId": "ReadOnly", "Enabled": true})))
+            .resource(&p(&nics), fat(&p(&nics), json!({"Id": i.to_string(), "InterfaceEnabled": true, "IPv4Addresses": []})))
+            .resource(&p(&media), fat(&p(&media), json!({"Id": i.to_string(), "MediaTypes": ["Floppy"], "Inserted": false})))
+            .resource(&p(&cpus), fat(&p(&cpus), json!({"Id": i.to_string(), "Model": "spec cpu", "TotalCores": 8})));
+    }
+    let server = builder.start().await.unwrap();
+    server.merge_resource(SYSTEM, &json!({"Processors": {"@odata.id": cpus}}));
+    let mut s = open(&server).await;
+    let read = |base: &str| server.requests().iter().filter(|r| r.method == "GET" && r.path.starts_with(&format!("{base}/"))).count();
+
+    let e = s.users().unwrap().list_users(&ctx(20)).await.expect_err("12 MiB of accounts held");
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
+    assert!(read(accounts) < FAT, "{} accounts read", read(accounts));
+
+    let e = s.network_source().unwrap().network_source(&ctx(20)).await.expect_err("12 MiB of interfaces held");
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
+    assert!(read(&nics) < FAT, "{} interfaces read", read(&nics));
+
+    let e = s.virtual_media().unwrap().insert_media(&ctx(20), "http://192.0.2.10/boot.iso", bmcfleet_schema::MediaKind::Cd).await.expect_err("12 MiB of devices held");
+    assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
+    assert!(read(&media) < FAT, "{} media devices read", read(&media));
+
+    let inv = s.inventory().unwrap().inventory(&ctx(20)).await.expect("the other sections");
+    assert!(inv.unread.contains(&bmcfleet_schema::components::Section::Processors), "{:?}", inv.unread);
+    assert!(read(&cpus) < FAT, "{} processors read", read(&cpus));
+}
