@@ -12,6 +12,9 @@
 //! Only `AMT_GeneralSettings` is required: a WS-Man fault on any other class
 //! (older firmware lacks some) leaves its fields empty. Transport and
 //! authentication errors always fail the action.
+//! What the AMT wrote is bounded like every provider's inventory
+//! ([`bmcfleet_schema::components::bound`]; at most `MAX_SOFTWARE` software
+//! identities).
 
 use crate::wsman::client::WsmanClient;
 use crate::error::AmtError;
@@ -19,6 +22,11 @@ use crate::power;
 use crate::wsman::response::{epr_selectors, prop};
 use bmcfleet_provider::Ctx;
 use bmcfleet_schema::Inventory;
+
+/// Most `CIM_SoftwareIdentity` versions kept as `amt_sw_*` extras (an AMT
+/// has about ten), so that the extras after them fit in
+/// [`bmcfleet_schema::components::MAX_EXTRA`].
+const MAX_SOFTWARE: usize = 32;
 
 /// `AMT_GeneralSettings` properties copied to `extra`.
 const GENERAL: &[(&str, &str)] = &[
@@ -71,7 +79,7 @@ pub async fn inventory(client: &mut WsmanClient, ctx: &Ctx) -> Result<Inventory,
             Some(b) if !v.ends_with(&b) => format!("{v}.{b}"),
             _ => v,
         });
-        for i in &items {
+        for i in items.iter().filter(|i| prop(i, "InstanceID").is_some()).take(MAX_SOFTWARE) {
             if let (Some(id), Some(v)) = (non_empty(prop(i, "InstanceID")), non_empty(prop(i, "VersionString"))) {
                 let key: String = id.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
                 inv.extra.push((format!("amt_sw_{key}"), v));
@@ -110,5 +118,8 @@ pub async fn inventory(client: &mut WsmanClient, ctx: &Ctx) -> Result<Inventory,
         inv.power_state = Some(st.mapped());
         inv.extra.push(("amt_power_state".into(), format!("{} ({})", st.state, power::describe(st.state))));
     }
+    // What the AMT wrote is bounded like every provider's inventory: so
+    // many extras, so many characters each, no control characters.
+    bmcfleet_schema::components::bound(&mut inv);
     Ok(inv)
 }

@@ -353,6 +353,7 @@ impl Device {
             Injection::Stall => Reply::Stall,
             Injection::StallMidBody => Reply::StallMidBody(self.dispatch_body(req, op)),
             Injection::HttpStatus(s) => Reply::Http(s),
+            Injection::Document(body) => ok(body),
         }
     }
 

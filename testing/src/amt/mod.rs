@@ -207,6 +207,8 @@ pub enum Injection {
     /// A PullResponse (Pull only) holding `items` empty instances of the
     /// class and a context to pull from again, without EndOfSequence.
     PullPage { items: usize },
+    /// This document, as it is, with HTTP 200 (what a hostile AMT may write).
+    Document(String),
 }
 
 /// What the simulated AMT did, in order (for sequence assertions).
