@@ -72,7 +72,12 @@ pub fn decode_full_sensor(record: &[u8]) -> Option<FullSensor> {
         return None;
     }
     let id_len = usize::from(b(48) & 0x1F);
-    let name = record.get(48..48 + id_len).map(|n| String::from_utf8_lossy(n).trim().to_owned()).unwrap_or_default();
+    // The BMC's bytes, shown as they are elsewhere: no control characters
+    // (`components::clip`, as every provider's sensor and inventory text).
+    let name = record
+        .get(48..48 + id_len)
+        .map(|n| bmcfleet_schema::components::clip(String::from_utf8_lossy(n).trim()).trim().to_owned())
+        .unwrap_or_default();
     Some(FullSensor {
         number: b(8),
         name: if name.is_empty() { format!("sensor 0x{:02x}", b(8)) } else { name },
@@ -285,6 +290,21 @@ mod tests {
         other[13] = 0x6F;
         assert_eq!(decode_full_sensor(&other), None);
         assert_eq!(decode_full_sensor(&hex(VCORE)[..20]), None);
+    }
+
+    #[test]
+    fn a_hostile_sensor_name_has_no_control_characters() {
+        // The ID string is the BMC's bytes; the name goes into the batch's
+        // status record and bmcctl's tables (an escape sequence there
+        // rewrites the operator's terminal, a line break forges a row).
+        let mut record = hex(VCORE);
+        record.truncate(47);
+        let id = b"Fan1\n\x1b[2J\x1b]0;x\x07\r";
+        record.push(0xC0 | id.len() as u8);
+        record.extend_from_slice(id);
+        let s = decode_full_sensor(&record).unwrap();
+        assert!(!s.name.chars().any(char::is_control), "{:?}", s.name);
+        assert!(s.name.starts_with("Fan1 "), "{:?}", s.name);
     }
 
     #[test]
