@@ -40,7 +40,7 @@
 use crate::error::{err, invalid, protocol, status_error, unsupported};
 use crate::json::{allowable, link, members, norm_path, str_of};
 use crate::session::RedfishSession;
-use crate::transport::{retry_after, Reply};
+use crate::transport::{poll_wait, Reply};
 use bmcfleet_provider::image::Image;
 use bmcfleet_provider::{Ctx, FirmwareUpdate, ProviderError, Result, Started};
 use bmcfleet_schema::{ErrorCode, FirmwareUpdate as Update, FirmwareUpdateResult, ImageSource};
@@ -297,11 +297,11 @@ impl FirmwareUpdate for RedfishSession {
                     ))
                 }
                 Ok(reply) if reply.status.is_server_error() || reply.status == StatusCode::TOO_MANY_REQUESTS => {
-                    wait = retry_after(&reply).unwrap_or(wait);
+                    wait = poll_wait(&reply, wait);
                     tracing::info!(bmc = %self.transport.bmc(), %task, status = reply.status.as_u16(), "The BMC is busy; polling the task again.");
                 }
                 Ok(reply) if reply.status.is_success() => {
-                    wait = retry_after(&reply).unwrap_or(wait);
+                    wait = poll_wait(&reply, wait);
                     let v = reply.json(&Method::GET, &task)?;
                     let mut now = view(reply.status, &v);
                     if now.percent.is_none() {

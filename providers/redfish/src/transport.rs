@@ -536,9 +536,7 @@ impl Transport {
         let mut last = accepted;
         let mut last_state = task_state(&body);
         loop {
-            let wait = retry_after(&last)
-                .unwrap_or(self.config.task_poll_interval)
-                .clamp(Duration::from_millis(10), Duration::from_secs(30));
+            let wait = poll_wait(&last, self.config.task_poll_interval);
             let still_running = |state: &Option<String>| {
                 err(
                     ErrorCode::Timeout,
@@ -779,6 +777,14 @@ fn task_failed(method: &Method, path: &str, monitor: &str, state: &str, body: &[
 pub(crate) fn retry_after(reply: &Reply) -> Option<Duration> {
     let v = reply.headers.get(RETRY_AFTER)?.to_str().ok()?;
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// How long to wait before polling a task again after `reply`: the poll
+/// `interval`, longer when the BMC's `Retry-After` asks for it (it says
+/// how long to wait at least: a `0` does not make the worker poll faster),
+/// at most 30 s.
+pub(crate) fn poll_wait(reply: &Reply, interval: Duration) -> Duration {
+    retry_after(reply).unwrap_or_default().max(interval).clamp(Duration::from_millis(10), Duration::from_secs(30))
 }
 
 /// `path` as spans, logs and messages show it: without its query (a raw

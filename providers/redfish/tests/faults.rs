@@ -818,3 +818,30 @@ async fn walks_that_keep_members_hold_at_most_one_answers_worth() {
     assert!(inv.unread.contains(&bmcfleet_schema::components::Section::Processors), "{:?}", inv.unread);
     assert!(read(&cpus) < FAT, "{} processors read", read(&cpus));
 }
+
+/// `Retry-After` says how long to wait at least: a BMC answering every
+/// poll of a task with `Retry-After: 0` does not make the worker poll it
+/// faster than its own interval (it asked for 10 ms polls, a hundred
+/// HTTPS exchanges a second for as long as the action lasts). Both task
+/// loops: a `202` followed to completion, and a firmware update's task.
+#[tokio::test]
+async fn retry_after_never_makes_the_worker_poll_faster_than_its_interval() {
+    let monitor = "/redfish/v1/TaskService/Tasks/9";
+    let server = spec_service().start().await.unwrap();
+    let connector = RedfishConnector::new(RedfishConfig { task_poll_interval: Duration::from_millis(250), ..RedfishConfig::default() });
+    let mut s = connector.open(&ctx(10), &server.target(), &server.credentials()).await.expect("connect");
+    server.push_fault(Fault::status("POST", RESET, 202).json(&json!({})).header("Location", monitor).times(1));
+    server.push_fault(Fault::status("GET", monitor, 202).json(&json!({"TaskState": "Running"})).header("Retry-After", "0"));
+    let e = s.power().unwrap().power(&ctx_ms(1_000), PowerOp::Reset).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
+    let polls = server.requests_to("GET", monitor).len();
+    assert!(polls <= 5, "{polls} polls in a second at a 250 ms interval");
+
+    server.clear_faults();
+    server.clear_requests();
+    server.push_fault(Fault::status("GET", monitor, 503).header("Retry-After", "0"));
+    let e = s.firmware_update().unwrap().watch_update(&ctx_ms(1_000), monitor).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Timeout, "{e}");
+    let polls = server.requests_to("GET", monitor).len();
+    assert!(polls <= 5, "{polls} polls of a busy update task in a second at a 250 ms interval");
+}
