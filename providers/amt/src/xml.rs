@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 /// Deepest element nesting accepted (a WS-Man envelope needs about 10).
 const MAX_DEPTH: usize = 64;
-/// Most elements accepted in one document.
+/// Most elements and attributes (together) accepted in one document: each
+/// is a few bytes of the answer and dozens of bytes of tree.
 const MAX_ELEMENTS: usize = 200_000;
 
 /// Why a document could not be read.
@@ -181,6 +182,10 @@ pub fn parse(input: &str) -> Result<Element, XmlError> {
                     let a = a.map_err(err)?;
                     if a.key.0 == "xmlns" || a.key.0.starts_with("xmlns:") {
                         continue;
+                    }
+                    count += 1;
+                    if count > MAX_ELEMENTS {
+                        return Err(err("too many elements and attributes"));
                     }
                     let (ans, local) = reader.resolver().resolve_attribute(a.key);
                     let value = a.normalized_value(quick_xml::XmlVersion::Implicit1_0).map_err(err)?.into_owned();
@@ -396,6 +401,20 @@ mod tests {
         assert_eq!(last.text_qname.as_ref().map(|(ns, l)| (&**ns, l.as_str())), Some((long('p').as_str(), "v")));
         let held = namespace_bytes(&root, &mut Default::default());
         assert!(held <= doc.len(), "a {} byte document read into a tree holding {held} bytes of namespace names", doc.len());
+    }
+
+    #[test]
+    fn attributes_count_toward_the_document_limit() {
+        // An attribute is a few bytes of document and a few dozen of tree,
+        // like an element: 300,000 of them on one element (2.3 MiB, under
+        // the 4 MiB answer limit) are refused like as many elements.
+        let mut doc = String::from("<r");
+        for i in 0..300_000 {
+            doc.push_str(&format!(" a{i}=\"\""));
+        }
+        doc.push_str("/>");
+        let e = parse(&doc).map(|r| r.attrs.len()).expect_err("300,000 attributes");
+        assert!(e.0.contains("too many"), "{e}");
     }
 
     #[test]
