@@ -98,6 +98,31 @@ pub(crate) fn pick_slot(accounts: &[Account]) -> Option<&Account> {
     empty.first().copied()
 }
 
+/// An account changed with `body` reads back as asked: named `name`, with
+/// the role and the enabled state `body` sent (the password cannot be read
+/// back). A BMC's acknowledgement alone is not the change: `bmc_error`
+/// naming what differs.
+fn verify(info: UserInfo, path: &str, name: &str, body: &Value) -> Result<UserInfo> {
+    let mut differs = Vec::new();
+    if info.name != name {
+        differs.push("another user name".to_owned());
+    }
+    if let Some(want) = body.get("RoleId").and_then(Value::as_str) {
+        if info.role.is_none() || info.role != role_of(want) {
+            differs.push(format!("a role other than {want}"));
+        }
+    }
+    if let Some(want) = body.get("Enabled").and_then(Value::as_bool) {
+        if info.enabled != want {
+            differs.push(if want { "disabled" } else { "enabled" }.to_owned());
+        }
+    }
+    if differs.is_empty() {
+        return Ok(info);
+    }
+    Err(err(ErrorCode::BmcError, format!("the BMC accepted the change of user `{name}` but {path} reads back {}", differs.join(", "))))
+}
+
 fn account_body(name: Option<&str>, password: Option<&str>, role: Option<UserRole>, enabled: Option<bool>) -> Result<Value> {
     let mut m = Map::new();
     if let Some(n) = name {
@@ -181,7 +206,7 @@ impl Users for RedfishSession {
             tracing::info!(bmc = %self.transport.bmc(), slot = %slot.id, "Creating a user in an empty account slot.");
             let path = slot.resource.path.clone();
             self.patch_with_etag(ctx, slot.resource, &body).await?;
-            return self.read_account(ctx, &path).await;
+            return verify(self.read_account(ctx, &path).await?, &path, &spec.name, &body);
         }
         tracing::info!(bmc = %self.transport.bmc(), "Creating a user in the Accounts collection.");
         let reply = self.transport.post(ctx, &coll, &body).await.map_err(|e| {
@@ -195,10 +220,11 @@ impl Users for RedfishSession {
             .location()
             .or_else(|| reply.json(&reqwest::Method::POST, &coll).ok().and_then(|v| str_of(&v, "@odata.id").map(crate::json::norm_path)));
         match created {
-            Some(path) => self.read_account(ctx, &path).await,
+            Some(path) => verify(self.read_account(ctx, &path).await?, &path, &spec.name, &body),
             None => {
                 let (_, _, a) = self.find_account(ctx, &spec.name).await?;
-                Ok(a.info())
+                let path = a.resource.path.clone();
+                verify(a.info(), &path, &spec.name, &body)
             }
         }
     }
@@ -216,7 +242,7 @@ impl Users for RedfishSession {
         }
         let path = account.resource.path.clone();
         self.patch_with_etag(ctx, account.resource, &body).await?;
-        self.read_account(ctx, &path).await
+        verify(self.read_account(ctx, &path).await?, &path, &update.name, &body)
     }
 
     async fn delete_user(&mut self, ctx: &Ctx, name: &str) -> Result<()> {

@@ -845,3 +845,34 @@ async fn retry_after_never_makes_the_worker_poll_faster_than_its_interval() {
     let polls = server.requests_to("GET", monitor).len();
     assert!(polls <= 5, "{polls} polls of a busy update task in a second at a 250 ms interval");
 }
+
+/// A BMC that acknowledges an account change without making it (a `204`
+/// to the PATCH, a `201` naming an account that already existed): the
+/// user action fails, since the account does not read back as asked,
+/// instead of reporting whatever account the BMC shows as done.
+#[tokio::test]
+async fn user_changes_acknowledged_but_not_made_are_not_reported_done() {
+    let accounts = "/redfish/v1/AccountService/Accounts";
+    let viewer = format!("{accounts}/2");
+    let server = common::standard_accounts(spec_service()).start().await.unwrap();
+    let mut s = open(&server).await;
+
+    let promote = UserUpdate { name: "viewer".into(), password: None, role: Some(UserRole::Admin), enabled: None };
+    server.push_fault(Fault::status("PATCH", &viewer, 204).raw("").times(1));
+    let e = s.users().unwrap().update_user(&ctx(5), &promote).await.expect_err("the role did not change");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert_eq!(server.resource(&viewer).unwrap()["RoleId"], json!("ReadOnly"));
+    assert_eq!(s.users().unwrap().update_user(&ctx(5), &promote).await.expect("promoted").role, Some(UserRole::Admin));
+
+    let disable = UserUpdate { name: "viewer".into(), password: None, role: None, enabled: Some(false) };
+    server.push_fault(Fault::status("PATCH", &viewer, 204).raw("").times(1));
+    let e = s.users().unwrap().update_user(&ctx(5), &disable).await.expect_err("still enabled");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+
+    let spec = UserSpec { name: "ops".into(), password: Secret::new("an-ops-password-1"), role: UserRole::Operator, enabled: true };
+    server.push_fault(Fault::status("POST", accounts, 201).raw("").header("Location", &format!("{accounts}/1")).times(1));
+    let e = s.users().unwrap().create_user(&ctx(5), &spec).await.expect_err("no account was created");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    let created = s.users().unwrap().create_user(&ctx(5), &spec).await.expect("created");
+    assert_eq!((created.name.as_str(), created.role, created.enabled), ("ops", Some(UserRole::Operator), true));
+}
