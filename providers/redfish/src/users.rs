@@ -180,6 +180,16 @@ impl RedfishSession {
         Ok((path, accounts, found))
     }
 
+    /// After a removal: no account is named `name` any more (a BMC's
+    /// acknowledgement alone is not the removal).
+    async fn gone(&mut self, ctx: &Ctx, name: &str, path: &str) -> Result<()> {
+        match self.find_account(ctx, name).await {
+            Err(e) if e.code == ErrorCode::TargetNotFound => Ok(()),
+            Err(e) => Err(e),
+            Ok(_) => Err(err(ErrorCode::BmcError, format!("the BMC accepted the removal of user `{name}` but the accounts still list it ({path})"))),
+        }
+    }
+
     async fn read_account(&mut self, ctx: &Ctx, path: &str) -> Result<UserInfo> {
         Ok(Account::from(self.transport.get(ctx, path).await?).info())
     }
@@ -258,12 +268,13 @@ impl Users for RedfishSession {
             let reply = self.transport.exchange(ctx, reqwest::Method::DELETE, &path, None, None).await?;
             if !matches!(reply.status, StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED) {
                 self.transport.complete(ctx, &reqwest::Method::DELETE, &path, reply).await?;
-                return Ok(());
+                return self.gone(ctx, name, &path).await;
             }
             tracing::debug!(bmc = %self.transport.bmc(), "DELETE refused; emptying the account slot instead.");
         }
         let clear = if models_enabled(&accounts) { json!({"UserName": "", "Enabled": false}) } else { json!({"UserName": ""}) };
-        self.patch_with_etag(ctx, account.resource, &clear).await
+        self.patch_with_etag(ctx, account.resource, &clear).await?;
+        self.gone(ctx, name, &path).await
     }
 }
 

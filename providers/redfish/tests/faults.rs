@@ -876,3 +876,30 @@ async fn user_changes_acknowledged_but_not_made_are_not_reported_done() {
     let created = s.users().unwrap().create_user(&ctx(5), &spec).await.expect("created");
     assert_eq!((created.name.as_str(), created.role, created.enabled), ("ops", Some(UserRole::Operator), true));
 }
+
+/// A BMC that acknowledges deleting an account (`204` to the DELETE, or to
+/// the PATCH emptying a slot) and keeps it: the delete fails, since the
+/// user still reads back, instead of being reported done.
+#[tokio::test]
+async fn a_user_delete_acknowledged_but_not_made_is_not_reported_done() {
+    let viewer = "/redfish/v1/AccountService/Accounts/2";
+    let server = common::standard_accounts(spec_service()).start().await.unwrap();
+    let mut s = open(&server).await;
+    server.push_fault(Fault::status("DELETE", viewer, 204).raw("").times(1));
+    let e = s.users().unwrap().delete_user(&ctx(5), "viewer").await.expect_err("the user is still there");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert!(server.resource(viewer).is_some());
+    s.users().unwrap().delete_user(&ctx(5), "viewer").await.expect("deleted");
+    assert!(server.resource(viewer).is_none());
+
+    let server = common::slot_accounts(spec_service(), 4).start().await.unwrap();
+    let mut s = open(&server).await;
+    let spec = UserSpec { name: "ops".into(), password: Secret::new("an-ops-password-1"), role: UserRole::Operator, enabled: true };
+    let created = s.users().unwrap().create_user(&ctx(5), &spec).await.expect("created");
+    let slot = format!("/redfish/v1/AccountService/Accounts/{}", created.id);
+    server.push_fault(Fault::status("PATCH", &slot, 204).raw("").times(1));
+    let e = s.users().unwrap().delete_user(&ctx(5), "ops").await.expect_err("the slot still holds the user");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    s.users().unwrap().delete_user(&ctx(5), "ops").await.expect("deleted");
+    assert_eq!(server.resource(&slot).unwrap()["UserName"], json!(""));
+}
