@@ -55,6 +55,39 @@ impl<T: Transport> IpmiSession<T> {
         })
     }
 
+    /// A slot as it reads back after a change (a completion code 0 alone is
+    /// not the change): named `name`, with `privilege` and `enabled` where
+    /// the change set them; `bmc_error` naming what differs.
+    async fn verify_slot(
+        &mut self,
+        ctx: &Ctx,
+        channel: u8,
+        id: u8,
+        name: &str,
+        privilege: Option<u8>,
+        enabled: Option<bool>,
+    ) -> Result<UserInfo> {
+        let read = cmd::decode_user_name(&self.exec(ctx, &cmd::GET_USER_NAME, vec![id]).await?);
+        let access = self.user_access(ctx, channel, id).await?;
+        let mut differs = Vec::new();
+        if read != name {
+            differs.push("another name".to_owned());
+        }
+        if let Some(want) = privilege.filter(|p| access.privilege & 0x0F != *p) {
+            differs.push(format!("privilege 0x{:X}, not 0x{want:X}", access.privilege & 0x0F));
+        }
+        if let Some(want) = enabled.filter(|e| access.is_enabled() != *e) {
+            differs.push(if want { "disabled" } else { "enabled" }.to_owned());
+        }
+        if !differs.is_empty() {
+            return Err(ProviderError::new(
+                ErrorCode::BmcError,
+                format!("{}: the BMC accepted the change of user {name:?} (slot {id}) but the slot reads back {}", self.bmc, differs.join(", ")),
+            ));
+        }
+        Ok(UserInfo { id: id.to_string(), name: read, role: cmd::privilege_role(access.privilege), enabled: access.is_enabled() })
+    }
+
     async fn set_enabled(
         &mut self,
         ctx: &Ctx,
@@ -154,13 +187,17 @@ impl<T: Transport> Users for IpmiSession<T> {
                     format!("no free user slot (all {} slots are named)", names.len()),
                 )
             })?;
-        if let Err(e) = self.create_in_slot(ctx, channel, id, spec).await {
+        let made = match self.create_in_slot(ctx, channel, id, spec).await {
+            Ok(()) => self.verify_slot(ctx, channel, id, &spec.name, Some(cmd::role_privilege(spec.role)), Some(spec.enabled)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = made {
             if let Err(cleanup) = self.clear_slot(ctx, channel, id).await {
                 tracing::warn!(bmc = %self.bmc, slot = id, error = %cleanup, "Could not clear a half-created user slot.");
             }
             return Err(e);
         }
-        self.user_info(ctx, channel, id, spec.name.clone()).await
+        made
     }
 
     /// Finds the user by name (TargetNotFound when missing: never creates),
@@ -182,18 +219,20 @@ impl<T: Transport> Users for IpmiSession<T> {
         if let Some(pw) = &update.password {
             self.exec(ctx, &cmd::SET_USER_PASSWORD, cmd::encode_set_user_password(id, PasswordOp::Set, Some(pw.expose()))).await?;
         }
+        let (mut privilege, mut enabled) = (None, None);
         if update.role.is_some() || update.enabled.is_some() {
             let current = self.user_access(ctx, channel, id).await?;
-            let privilege = match update.role {
+            let p = match update.role {
                 Some(role) => cmd::role_privilege(role),
                 None if cmd::privilege_role(current.privilege).is_some() => current.privilege,
                 None => cmd::role_privilege(UserRole::NoAccess),
             };
-            let enabled = update.enabled.unwrap_or_else(|| current.is_enabled());
-            self.set_enabled(ctx, channel, id, privilege, enabled)
+            let e = update.enabled.unwrap_or_else(|| current.is_enabled());
+            self.set_enabled(ctx, channel, id, p, e)
                 .await?;
+            (privilege, enabled) = (update.role.map(|_| p), update.enabled);
         }
-        self.user_info(ctx, channel, id, update.name.clone()).await
+        self.verify_slot(ctx, channel, id, &update.name, privilege, enabled).await
     }
 
     /// Disable (Set User Password, disable), privilege No Access with IPMI
@@ -207,6 +246,14 @@ impl<T: Transport> Users for IpmiSession<T> {
                 format!("no user named {name:?} on the BMC"),
             )
         })?;
-        self.clear_slot(ctx, channel, id).await
+        self.clear_slot(ctx, channel, id).await?;
+        // Gone when no slot is named so any more, not when the BMC said 0.
+        if self.find_user(ctx, channel, name).await?.is_some() {
+            return Err(ProviderError::new(
+                ErrorCode::BmcError,
+                format!("{}: the BMC accepted the removal of user {name:?} (slot {id}) but a slot is still named so", self.bmc),
+            ));
+        }
+        Ok(())
     }
 }

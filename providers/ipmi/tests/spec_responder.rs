@@ -157,6 +157,38 @@ async fn users_with_spec_enable_status() {
     assert_eq!((slot.name.as_str(), slot.enabled, slot.privilege, slot.ipmi_messaging), ("", false, 0xF, false));
 }
 
+/// A BMC that answers a user change with completion code 0 and does not
+/// make it: the action fails, since the slot does not read back as asked,
+/// instead of reporting the requested user as done (a create that did
+/// not take leaves the slot cleared).
+#[tokio::test]
+async fn user_changes_acknowledged_but_not_made_are_not_reported_done() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    let spec = UserSpec { name: "alice".into(), password: Secret::new("a-password-1"), role: UserRole::Operator, enabled: true };
+    // Set User Name (app 0x45) answered 0, not done.
+    bmc.inject(0x06, 0x45, Fault::CompletionCode(0));
+    let e = s.create_user(&ctx, &spec).await.expect_err("no slot was named alice");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    let slot = bmc.snapshot().users[2].clone();
+    assert_eq!((slot.name.as_str(), slot.enabled, slot.privilege), ("", false, 0xF), "the half-made slot is cleared");
+    assert_eq!(s.create_user(&ctx, &spec).await.expect("created").role, Some(UserRole::Operator));
+
+    // Set User Access (app 0x43) answered 0, not done.
+    bmc.inject(0x06, 0x43, Fault::CompletionCode(0));
+    let promote = UserUpdate { name: "alice".into(), password: None, role: Some(UserRole::Admin), enabled: None };
+    let e = s.update_user(&ctx, &promote).await.expect_err("still an operator");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert_eq!(bmc.snapshot().user("alice").unwrap().1.privilege, 3);
+
+    // The name is not cleared.
+    bmc.inject(0x06, 0x45, Fault::CompletionCode(0));
+    let e = s.delete_user(&ctx, "alice").await.expect_err("alice is still there");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    s.delete_user(&ctx, "alice").await.expect("deleted");
+    assert!(bmc.snapshot().user("alice").is_none());
+}
+
 #[tokio::test]
 async fn user_creation_validates_and_rolls_back() {
     let (mut s, bmc) = session();
