@@ -37,7 +37,16 @@ impl SecureBoot for RedfishSession {
         if r.body.get("SecureBootEnable").and_then(Value::as_bool) != Some(enabled) {
             self.patch_with_etag(ctx, r, &json!({"SecureBootEnable": enabled})).await?;
         }
-        Ok(state(&self.transport.get(ctx, &path).await?.body))
+        // Done when SecureBootEnable reads back as asked (it is the setting
+        // for the next boot), not when the BMC acknowledges the PATCH.
+        let after = state(&self.transport.get(ctx, &path).await?.body);
+        if after.enabled != enabled {
+            return Err(crate::error::err(
+                bmcfleet_schema::ErrorCode::BmcError,
+                format!("the BMC accepted SecureBootEnable {enabled} but {path} reads back {}", after.enabled),
+            ));
+        }
+        Ok(after)
     }
 
     async fn reset_secure_boot_keys(&mut self, ctx: &Ctx, kind: SecureBootResetKeys) -> Result<()> {

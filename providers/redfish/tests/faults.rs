@@ -903,3 +903,22 @@ async fn a_user_delete_acknowledged_but_not_made_is_not_reported_done() {
     s.users().unwrap().delete_user(&ctx(5), "ops").await.expect("deleted");
     assert_eq!(server.resource(&slot).unwrap()["UserName"], json!(""));
 }
+
+/// A BMC that acknowledges enabling UEFI Secure Boot (`204`) and leaves it
+/// off: the action fails instead of succeeding with a result that reads
+/// `enabled: false`.
+#[tokio::test]
+async fn secure_boot_acknowledged_but_not_set_is_not_reported_done() {
+    let sb = format!("{SYSTEM}/SecureBoot");
+    let server = spec_service()
+        .resource(&sb, json!({"Id": "SecureBoot", "SecureBootEnable": false, "SecureBootCurrentBoot": "Disabled", "SecureBootMode": "UserMode"}))
+        .start()
+        .await
+        .unwrap();
+    server.merge_resource(SYSTEM, &json!({"SecureBoot": {"@odata.id": sb}}));
+    let mut s = open(&server).await;
+    server.push_fault(Fault::status("PATCH", &sb, 204).raw("").times(1));
+    let e = s.secure_boot().unwrap().set_secure_boot(&ctx(5), true).await.expect_err("secure boot is still off");
+    assert_eq!(e.code, ErrorCode::BmcError, "{e}");
+    assert!(s.secure_boot().unwrap().set_secure_boot(&ctx(5), true).await.expect("enabled").enabled);
+}
