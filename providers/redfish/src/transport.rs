@@ -651,9 +651,16 @@ impl Transport {
         match reply.status {
             s if s.is_success() => match reply.header("x-auth-token") {
                 Some(token) if !token.is_empty() => {
-                    let location = reply.location().or_else(|| {
-                        reply.json(&Method::POST, &path).ok().and_then(|v| str_of(&v, "@odata.id").map(norm_path))
-                    });
+                    let location = reply
+                        .location()
+                        .or_else(|| reply.json(&Method::POST, &path).ok().and_then(|v| str_of(&v, "@odata.id").map(norm_path)))
+                        .and_then(|l| {
+                            let member = session_member(&self.base, &path, &l);
+                            if member.is_none() {
+                                tracing::warn!(bmc = %self.bmc, "The BMC named a session resource outside its sessions collection; the session will not be deleted on logout.");
+                            }
+                            member
+                        });
                     tracing::debug!(bmc = %self.bmc, "Redfish session created.");
                     self.auth = Auth::Session { token: Secret::new(token), location };
                 }
@@ -791,6 +798,18 @@ pub(crate) fn poll_wait(reply: &Reply, interval: Duration) -> Duration {
 /// request's may carry a token or a signature; `Action::loggable` hides it).
 pub(crate) use bmcfleet_schema::raw_policy::without_query as shown_path;
 
+/// The session resource to DELETE on logout, as the BMC named it at
+/// login (`location`): only a member of the sessions `collection` (both
+/// resolved on the BMC, dot segments and escapes included), with no query.
+/// Any other resource a BMC names (an account, say) would be deleted with
+/// the worker's own token: `None`, and the session is left to expire.
+pub(crate) fn session_member(base: &str, collection: &str, location: &str) -> Option<String> {
+    let (collection, member) = (resolve(base, collection).ok()?, resolve(base, location).ok()?);
+    let prefix = format!("{}/", collection.path().trim_end_matches('/'));
+    let path = member.path();
+    (member.query().is_none() && path.len() > prefix.len() && path.starts_with(&prefix)).then(|| path.to_owned())
+}
+
 /// The URL of `path` (one of ours, or a link, `Location` or action target
 /// the BMC supplied) resolved against the BMC's base `https://host:port` the
 /// way a URL parser reads it. It must keep the base's scheme, host and port
@@ -813,6 +832,30 @@ pub(crate) fn resolve(base: &str, path: &str) -> Result<url::Url> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_logout_deletes_only_a_member_of_the_sessions_collection() {
+        let (base, sessions) = ("https://10.0.0.5:8443", "/redfish/v1/SessionService/Sessions");
+        for (location, member) in [
+            ("/redfish/v1/SessionService/Sessions/5", "/redfish/v1/SessionService/Sessions/5"),
+            ("https://10.0.0.5:8443/redfish/v1/SessionService/Sessions/ab", "/redfish/v1/SessionService/Sessions/ab"),
+            ("/redfish/v1/SessionService/Sessions/5/", "/redfish/v1/SessionService/Sessions/5/"),
+        ] {
+            assert_eq!(session_member(base, sessions, location).as_deref(), Some(member), "{location}");
+        }
+        for location in [
+            "/redfish/v1/AccountService/Accounts/3",
+            "/redfish/v1/SessionService/Sessions",
+            "/redfish/v1/SessionService/Sessions/",
+            "/redfish/v1/SessionService/Sessions/../../AccountService/Accounts/3",
+            "/redfish/v1/SessionService/Sessions/%2e%2e/%2e%2e/AccountService/Accounts/3",
+            "/redfish/v1/SessionService/SessionsX/1",
+            "/redfish/v1/SessionService/Sessions/5?$select=x",
+            "https://10.9.9.9:8443/redfish/v1/SessionService/Sessions/5",
+        ] {
+            assert_eq!(session_member(base, sessions, location), None, "{location}");
+        }
+    }
 
     #[test]
     fn links_stay_on_the_bmc() {
