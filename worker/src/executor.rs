@@ -842,8 +842,10 @@ impl<'a> Run<'a> {
         let result = match tokio::time::timeout(left, work).await {
             Ok(r) => r,
             Err(_) => {
-                // The provider overran its deadline: the session's state is unknown.
-                slot.close_if(self.fence.valid()).await;
+                // The provider overran its deadline: the session's state is
+                // unknown, and its BMC is not answering: the logout is not
+                // waited for (it would overrun the deadline by its own timeout).
+                slot.close_in_background(self.fence.valid());
                 let code = if now_ms() >= self.job.deadline_at_ms { ErrorCode::DeadlineExceeded } else { ErrorCode::Timeout };
                 Err(ProviderError::new(code, format!("no answer within {}", bmcfleet_schema::duration::format(left))))
             }

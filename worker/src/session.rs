@@ -67,10 +67,17 @@ impl SessionSlot {
         let identity = Identity::of(target, creds);
         let reuse = matches!(&self.open, Some(o) if o.identity == identity && o.session.is_healthy());
         if !reuse {
-            // Logging the old session out is a request: it passes the gate too.
-            if self.open.is_some() {
+            // Logging the old session out is a request: it passes the gate
+            // too. A broken session's BMC just failed to answer: its logout
+            // would most likely wait out its own timeout, so it is not waited for.
+            if let Some(o) = &self.open {
+                let broken = !o.session.is_healthy();
                 let may_send = ctx.sending().await.is_ok();
-                self.close_if(may_send).await;
+                if broken {
+                    self.close_in_background(may_send);
+                } else {
+                    self.close_if(may_send).await;
+                }
             }
             let connectors = match target.protocol {
                 Protocol::Auto => registry.auto(&target.options.protocols),
@@ -140,6 +147,19 @@ impl SessionSlot {
             }
         }
     }
+
+    /// Close the session at once, its logout (when `may_send`) left to run
+    /// on its own: for a session whose BMC just did not answer (a call cut
+    /// off at its deadline, a broken transport), whose logout would hold
+    /// the lane for as long as the provider's close timeout (Redfish: 5 s)
+    /// past the action's deadline, or into the next action's.
+    pub fn close_in_background(&mut self, may_send: bool) {
+        if let Some(mut o) = self.open.take() {
+            if may_send {
+                tokio::spawn(async move { o.session.close().await });
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -160,6 +180,48 @@ mod tests {
 
     fn creds(username: &str, password: &str) -> ResolvedCredentials {
         ResolvedCredentials { username: username.into(), password: password.into() }
+    }
+
+    /// A session whose BMC stopped answering: broken, and its logout never ends.
+    struct HungLogout(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+    impl bmcfleet_provider::Offer for HungLogout {}
+
+    #[async_trait::async_trait]
+    impl BmcSession for HungLogout {
+        fn provider(&self) -> &'static str {
+            "test"
+        }
+        fn is_healthy(&self) -> bool {
+            false
+        }
+        async fn close(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            std::future::pending::<()>().await
+        }
+    }
+
+    /// Reopening after a broken session does not wait for the old one's
+    /// logout (which a hung BMC never answers): the logout is sent, and the
+    /// new session's opening goes on at once. (Paused clock: a wait would
+    /// end only at the test's hour-long bound.)
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_session_s_logout_does_not_hold_up_the_next_open() {
+        let logout_sent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut slot = SessionSlot { open: Some(Open { identity: Identity([0; 32]), session: Box::new(HungLogout(logout_sent.clone())) }) };
+        let ctx = Ctx::with_timeout(std::time::Duration::from_secs(30));
+        let target = target("10.0.0.1:623", Credentials::Ref("rack12".into()));
+        let opened = tokio::time::timeout(std::time::Duration::from_secs(3600), slot.get(&Registry::default(), &ctx, &target, &creds("admin", "pw"), false)).await;
+        let Ok(Err(e)) = opened else { panic!("the reopen waited for the old session's logout") };
+        assert_eq!(e.code, ErrorCode::UnsupportedProtocol, "{e}");
+        assert!(slot.provider().is_none());
+        tokio::time::timeout(std::time::Duration::from_secs(3600), async {
+            while !logout_sent.load(std::sync::atomic::Ordering::SeqCst) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the old session's logout was never sent");
     }
 
     #[test]
