@@ -24,7 +24,10 @@
 //! the event log) are checked against `action:KIND` rules (`KIND` a glob
 //! over [`crate::Action::kind`]): the default rules deny them all, so an
 //! operator allows one by putting `allow action:event_log_clear` before
-//! `default` (`--raw-policy 'allow action:event_log_clear; default'`).
+//! `default` (`--raw-policy 'allow action:event_log_clear; default'`). The
+//! default rules also deny their raw spellings (IPMI Clear SEL, the Redfish
+//! requests that clear a log, reset the BIOS or secure boot keys), which an
+//! operator allows with rules of their own.
 //!
 //! Redfish paths are matched in their canonical form
 //! ([`canonical_redfish_path`]: percent-decoded once, repeated slashes
@@ -101,13 +104,23 @@ pub fn canonical_redfish_path(path: &str) -> Result<String, String> {
 
 /// The default rules: IPMI firmware netfns, HPM.1 upgrade commands, Send
 /// Message (bridging: the inner request is not visible) and every write to
-/// a Redfish update service (standard or OEM) are denied; everything else is
-/// allowed.
+/// a Redfish update service (standard or OEM) are denied; so are the raw
+/// spellings of the destructive typed actions, which the last rule denies
+/// (Clear SEL; a log service's `ClearLog` and its entries' deletion,
+/// `Bios.ResetBios`, secure boot `ResetKeys` and deleting secure boot
+/// keys): a request the default refuses as `{"event_log": "clear"}` is
+/// not let through as a raw request. Everything else is allowed.
 pub const DEFAULT_RULES: &str = "deny ipmi:netfn=0x08-0x09; \
      deny ipmi:netfn=0x2c,cmd=0x2e-0x34; \
      deny ipmi:netfn=0x06,cmd=0x34; \
+     deny ipmi:netfn=0x0a,cmd=0x47; \
      allow ipmi:*; \
      deny redfish:POST|PATCH|PUT|DELETE:*updateservice*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*clearlog*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/logservices/*/entries*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*resetbios*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*resetkeys*; \
+     deny redfish:DELETE:*/securebootdatabases/*; \
      allow redfish:*:*; \
      deny action:*";
 
@@ -561,5 +574,42 @@ mod destructive_tests {
         assert!(allowed.check((&clear).into()).is_ok());
         assert!(allowed.check(RawTarget::Ipmi { netfn: 0x08, cmd: 0 }).is_err(), "the defaults still apply");
         assert!(RawPolicy::parse("allow action:Event-Log").is_err());
+    }
+
+    /// What the default denies as a destructive typed action it also
+    /// denies spelled as a raw request: Clear SEL over IPMI, and the Redfish
+    /// actions (and deletes) the typed actions use. Reads stay allowed.
+    #[test]
+    fn the_raw_spellings_of_destructive_actions_are_denied_by_default() {
+        let p = RawPolicy::default();
+        let ipmi = RawTarget::Ipmi { netfn: 0x0a, cmd: 0x47 };
+        let e = p.check(ipmi).unwrap_err();
+        assert!(e.contains("netfn=0x0a,cmd=0x47"), "Clear SEL: {e}");
+        for (method, path) in [
+            ("POST", "/redfish/v1/Systems/1/LogServices/Log/Actions/LogService.ClearLog"),
+            ("POST", "/redfish/v1/Managers/iDRAC.Embedded.1/LogServices/Sel/Actions/LogService.ClearLog"),
+            ("POST", "/redfish/v1/Managers/1/Oem/Vendor/Actions/VendorLog.ClearLog"),
+            ("DELETE", "/redfish/v1/Systems/1/LogServices/SEL/Entries/1"),
+            ("POST", "/redfish/v1/Systems/1/Bios/Actions/Bios.ResetBios"),
+            ("POST", "/redfish/v1/Systems/1/SecureBoot/Actions/SecureBoot.ResetKeys"),
+            ("POST", "/redfish/v1/Systems/1/SecureBoot/SecureBootDatabases/PK/Actions/SecureBootDatabase.ResetKeys"),
+            ("DELETE", "/redfish/v1/Systems/1/SecureBoot/SecureBootDatabases/PK/Certificates/1"),
+            ("POST", "/redfish/v1/Systems/1/Bios/Actions/Bios.Reset%42ios"),
+        ] {
+            let e = p.check(RawTarget::Redfish { method, path }).unwrap_err();
+            assert!(e.contains("denied by the raw policy rule"), "{method} {path}: {e}");
+        }
+        for (method, path) in [
+            ("GET", "/redfish/v1/Systems/1/LogServices/Log/Entries"),
+            ("GET", "/redfish/v1/Systems/1/SecureBoot/SecureBootDatabases/PK/Certificates/1"),
+            ("POST", "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"),
+            ("PATCH", "/redfish/v1/Systems/1/Bios/Settings"),
+        ] {
+            assert!(p.check(RawTarget::Redfish { method, path }).is_ok(), "{method} {path}");
+        }
+        assert!(p.check(RawTarget::Ipmi { netfn: 0x0a, cmd: 0x40 }).is_ok(), "reading the SEL info stays allowed");
+        // An operator who allows a destructive action allows its raw spelling with a rule of its own.
+        let allowed = RawPolicy::parse("allow action:event_log_clear; allow ipmi:netfn=0x0a,cmd=0x47; default").unwrap();
+        assert!(allowed.check(ipmi).is_ok());
     }
 }

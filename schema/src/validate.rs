@@ -673,6 +673,11 @@ mod tests {
         assert_eq!(decode_batch(ipmi(6).as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::RawNotAllowed);
         let upd = r#"{"machine":"m1","actions":[{"raw":{"redfish":{"method":"POST","path":"/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate","body":{}}}}]}"#;
         assert_eq!(code(upd), ErrorCode::RawNotAllowed);
+        // A destructive action the default denies is denied spelled as a raw request too.
+        let clear_sel = r#"{"machine":"m1","actions":[{"raw":{"ipmi":{"netfn":10,"cmd":71,"data":[0,0,67,76,82,170]}}}]}"#;
+        assert_eq!(code(clear_sel), ErrorCode::RawNotAllowed);
+        let clear_log = r#"{"machine":"m1","actions":[{"raw":{"redfish":{"method":"POST","path":"/redfish/v1/Systems/1/LogServices/SEL/Actions/LogService.ClearLog","body":{}}}}]}"#;
+        assert_eq!(code(clear_log), ErrorCode::RawNotAllowed);
     }
 
     #[test]
