@@ -38,8 +38,10 @@
 //! the BMC gets, however a server would read another spelling.
 //!
 //! IPMI requests that carry another request (Send Message, app 0x34, used to
-//! bridge to other controllers) are denied by the default rules: the policy
-//! cannot see the inner command.
+//! bridge to other controllers; Master Write-Read, app 0x52, which writes
+//! raw bytes, an IPMB request frame among them, to the IPMB or a private
+//! bus) are denied by the default rules: the policy cannot see the inner
+//! command.
 
 use std::fmt;
 
@@ -103,7 +105,8 @@ pub fn canonical_redfish_path(path: &str) -> Result<String, String> {
 }
 
 /// The default rules: IPMI firmware netfns, HPM.1 upgrade commands, Send
-/// Message (bridging: the inner request is not visible) and every write to
+/// Message and Master Write-Read (bridging and raw bus writes: the inner
+/// request is not visible) and every write to
 /// a Redfish update service (standard or OEM) are denied; so are the raw
 /// spellings of the destructive typed actions, which the last rule denies
 /// (Clear SEL; a log service's `ClearLog` and its entries' deletion,
@@ -113,6 +116,7 @@ pub fn canonical_redfish_path(path: &str) -> Result<String, String> {
 pub const DEFAULT_RULES: &str = "deny ipmi:netfn=0x08-0x09; \
      deny ipmi:netfn=0x2c,cmd=0x2e-0x34; \
      deny ipmi:netfn=0x06,cmd=0x34; \
+     deny ipmi:netfn=0x06,cmd=0x52; \
      deny ipmi:netfn=0x0a,cmd=0x47; \
      allow ipmi:*; \
      deny redfish:POST|PATCH|PUT|DELETE:*updateservice*; \
@@ -484,6 +488,21 @@ mod tests {
 
     fn rf<'a>(method: &'a str, path: &'a str) -> RawTarget<'a> {
         RawTarget::Redfish { method, path }
+    }
+
+    /// Master Write-Read (app 0x52) writes raw bytes to the IPMB or a
+    /// private bus: an IPMB request frame written that way reaches another
+    /// controller as Send Message (app 0x34) would, with any netfn the
+    /// policy never sees (the firmware ones included), and a private bus
+    /// holds EEPROMs and voltage regulators. The default denies both.
+    #[test]
+    fn requests_the_policy_cannot_see_inside_are_denied_by_default() {
+        let p = RawPolicy::default();
+        for (cmd, rule) in [(0x34, "netfn=0x06,cmd=0x34"), (0x52, "netfn=0x06,cmd=0x52")] {
+            let e = p.check(ipmi(0x06, cmd)).unwrap_err();
+            assert!(e.contains(rule), "app {cmd:#04x}: {e}");
+        }
+        assert!(p.check(ipmi(0x06, 0x33)).is_ok(), "Get Message only reads what arrived");
     }
 
     #[test]
