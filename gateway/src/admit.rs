@@ -115,6 +115,26 @@ fn truthy(v: Option<&str>) -> bool {
     matches!(v.map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("1" | "true" | "yes" | "on"))
 }
 
+/// Longest refusal message the `Nats-Service-Error` header carries (the
+/// reply's body carries it whole).
+const MAX_ERROR_HEADER: usize = 1024;
+
+/// A refusal's message as a header value and a log line: control
+/// characters (line breaks above all: a header value cannot hold one, and
+/// `HeaderValue::from` panics on them) as spaces, at most
+/// [`MAX_ERROR_HEADER`] bytes. A message may quote what a producer sent
+/// (an unknown field, a duration, an address), line breaks included.
+fn one_line(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(MAX_ERROR_HEADER));
+    for c in message.chars() {
+        if out.len() + c.len_utf8() > MAX_ERROR_HEADER {
+            break;
+        }
+        out.push(if c.is_control() { ' ' } else { c });
+    }
+    out
+}
+
 fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorBody::new(code, message))
 }
@@ -205,8 +225,9 @@ impl Gateway {
         let mut out = HeaderMap::new();
         out.insert(CONTENT_TYPE, encoding.content_type());
         if let Reply::Error(e) = &reply {
-            tracing::info!(endpoint = ?endpoint, code = %e.code, message = %e.message, "Request refused.");
-            out.insert(async_nats::service::NATS_SERVICE_ERROR, e.message.as_str());
+            let line = one_line(&e.message);
+            tracing::info!(endpoint = ?endpoint, code = %e.code, message = %line, "Request refused.");
+            out.insert(async_nats::service::NATS_SERVICE_ERROR, line.as_str());
             out.insert(async_nats::service::NATS_SERVICE_ERROR_CODE, e.code.status().to_string().as_str());
         }
         let body = match encoding.encode(&reply) {
@@ -549,4 +570,21 @@ fn per_bmc_cap_reached(e: &async_nats::jetstream::context::PublishError) -> bool
     };
     js.error_code() == async_nats::jetstream::ErrorCode::STREAM_STORE_FAILED
         && js.to_string().to_ascii_lowercase().contains("maximum messages per subject")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_headers_are_one_bounded_line() {
+        assert_eq!(one_line("unknown field `x\r\nInjected: 1`"), "unknown field `x  Injected: 1`");
+        assert_eq!(one_line("plain"), "plain");
+        let long = "é".repeat(2000);
+        let cut = one_line(&long);
+        assert!(cut.len() <= MAX_ERROR_HEADER && cut.chars().all(|c| c == 'é'), "{}", cut.len());
+        // What the header is built from never panics.
+        let mut h = HeaderMap::new();
+        h.insert(async_nats::service::NATS_SERVICE_ERROR, one_line("a\nb\u{0}c").as_str());
+    }
 }

@@ -416,6 +416,42 @@ async fn a_tenant_flooding_the_gateway_leaves_the_other_tenants_their_share() {
     waiters.abort_all();
 }
 
+/// A refusal whose message quotes what a producer sent (an unknown field,
+/// a duration, an address) is answered like any other even when that
+/// holds a line break: the gateway never panics building the
+/// `Nats-Service-Error` header (a header value cannot hold one), and it goes
+/// on answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_quoting_a_line_break_is_still_answered() {
+    let topo = Topology::default();
+    let nats = NatsServer::start();
+    let _gateway = topo.gateway(&nats, &[]);
+    let producer = Producer::new(nats.client().await);
+    wait_gateway(&producer).await;
+    let json = |body: &str| {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(bmcfleet_schema::subject::CONTENT_TYPE, "application/json");
+        (h, body.as_bytes().to_vec())
+    };
+    for (body, code) in [
+        (r#"{"machine":"m1","actions":["inventory"],"x\nInjected: 1":1}"#, ErrorCode::Malformed),
+        (r#"{"machine":"m1","actions":["inventory"],"deadline":"5m\r\nx"}"#, ErrorCode::Malformed),
+        (r#"{"bmc":{"address":"10.0.0.1\nx","credentials":{"inline":{"username":"a","password":"p"}}},"actions":["inventory"]}"#, ErrorCode::InvalidAddress),
+        (r#"{"machine":"m1","actions":[{"power":"on\nx"}]}"#, ErrorCode::Malformed),
+    ] {
+        let (h, b) = json(body);
+        let req = async_nats::Request::new().headers(h).payload(b.into()).timeout(Some(Duration::from_secs(10)));
+        let answer = producer.client.send_request("bmcfleet.submit", req).await.unwrap_or_else(|e| panic!("no answer to {body:?}: {e}"));
+        let reply: Reply = Encoding::Json.decode(&answer.payload).unwrap();
+        let e = refusal(reply);
+        assert_eq!(e.code, code, "{body:?}: {e:?}");
+        let header = answer.headers.as_ref().and_then(|h| h.get(async_nats::service::NATS_SERVICE_ERROR)).map(|v| v.as_str().to_owned()).unwrap_or_default();
+        assert!(!header.is_empty() && !header.contains(['\r', '\n']), "{header:?}");
+    }
+    // Still serving.
+    assert_eq!(refusal(producer.status(ulid::Ulid::new()).await).code, ErrorCode::NotFound);
+}
+
 /// Issue 16 item 8: the gateway, the workers and the admin user hold only the
 /// JetStream API subjects of their own streams, consumers and buckets, by
 /// name. Everything else (another stream, listing the account, changing or
