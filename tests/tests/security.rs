@@ -452,6 +452,76 @@ async fn a_refusal_quoting_a_line_break_is_still_answered() {
     assert_eq!(refusal(producer.status(ulid::Ulid::new()).await).code, ErrorCode::NotFound);
 }
 
+/// One tenant cannot starve another of a worker's batch slots: with more
+/// slow batches than the worker has slots, a tenant holds at most its share
+/// of them (by default half of --max-concurrent-batches), and another
+/// tenant's batch runs at once instead of waiting behind them past its
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_with_slow_batches_leaves_the_other_tenants_worker_slots() {
+    use bmcfleet_tests::shipped::shipped_with;
+    // `slow-*` BMCs take two minutes per action; the worker runs two batches at once.
+    let sim = SimConfig { slow_latency: Duration::from_secs(120), ..SimConfig::default() };
+    let stack = shipped_with(Topology::default(), sim, &[], &["--max-concurrent-batches", "2", "--poll-interval", "off"]).await;
+    let (nats, topo) = (&stack.nats, &stack.topo);
+    let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
+    let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
+    let (b, _) = stack.producer("producer-b", PASSWORDS[6].1).await;
+    stack.wait_partitions_owned().await;
+    let put = bmcctl_as(nats, "admin", PASSWORDS[4].1, &["cred", "put", "rack", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "pw\n");
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    put_machine(&admin, topo, "a-slow1", "slow-a1", "tenant-a", "rack").await;
+    put_machine(&admin, topo, "a-slow2", "slow-a2", "tenant-a", "rack").await;
+    put_machine(&admin, topo, "b-node1", "10.41.0.1", "tenant-b", "rack").await;
+    let batch = |machine: &str, deadline: u64| Batch {
+        id: None,
+        machine: Some(machine.into()),
+        bmc: None,
+        actions: vec![Action::Power(PowerOp::Status)],
+        on_error: OnError::Stop,
+        deadline: Some(Duration::from_secs(deadline)),
+    };
+    let queued = |r: Reply| match r {
+        Reply::Accepted(a) => a.id,
+        other => panic!("not queued: {other:?}"),
+    };
+    let state = |p: &Producer, id: BatchId| {
+        let p = p.clone();
+        async move {
+            match p.status(id).await {
+                Reply::Status(s) => Some(s.state),
+                _ => None,
+            }
+        }
+    };
+    // Tenant A: two slow batches, as many as the worker has slots.
+    let a1 = queued(a.submit(&batch("a-slow1", 600), false).await);
+    let a2 = queued(a.submit(&batch("a-slow2", 600), false).await);
+    bmcfleet_tests::eventually(Duration::from_secs(30), "A's first batch running", || {
+        let s = state(&a, a1);
+        async move { (s.await == Some(BatchState::Running)).then_some(()) }
+    })
+    .await;
+    // A's second batch takes the worker's last slot, or waits for A's share.
+    bmcfleet_tests::eventually(Duration::from_secs(30), "A's second batch running or waiting for A's share", || {
+        let s = state(&a, a2);
+        let log = stack.worker.log_text();
+        async move { (s.await == Some(BatchState::Running) || log.contains("this tenant's share")).then_some(()) }
+    })
+    .await;
+
+    // Tenant B's batch runs now, not after A's (two minutes, past its deadline).
+    let started = std::time::Instant::now();
+    let r = match b.submit(&batch("b-node1", 20), true).await {
+        Reply::Result(r) => r,
+        other => panic!("B's batch waited behind tenant A's: {other:?}"),
+    };
+    assert_eq!(r.state, BatchState::Succeeded, "B's batch waited behind tenant A's: {r:?}");
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    // A holds its share only: its second batch still waits.
+    assert_eq!(state(&a, a2).await, Some(BatchState::Queued));
+}
+
 /// Issue 16 item 8: the gateway, the workers and the admin user hold only the
 /// JetStream API subjects of their own streams, consumers and buckets, by
 /// name. Everything else (another stream, listing the account, changing or

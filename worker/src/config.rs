@@ -35,6 +35,12 @@ pub struct Config {
     /// Batches executing at once on this worker (across all BMCs).
     #[arg(long, env = "BMCFLEET_MAX_CONCURRENT_BATCHES", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_concurrent_batches: u32,
+    /// Of those, how many one tenant's batches (and its machines' polls)
+    /// may hold at once (default: half of --max-concurrent-batches, at
+    /// least 1), so one tenant with many machines or slow batches leaves
+    /// the other tenants the rest.
+    #[arg(long, env = "BMCFLEET_MAX_BATCHES_PER_TENANT", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_batches_per_tenant: Option<u32>,
     /// How long a machine may take to show a power change (on, off, cycle,
     /// reset) before the action fails with `not_reached`; an action's
     /// `power_settle.settle` overrides it. A soft off without one waits as
@@ -232,6 +238,11 @@ impl ServiceConfig for Config {
                 ));
             }
         }
+        if let Some(n) = self.max_batches_per_tenant {
+            if n > self.max_concurrent_batches {
+                return Err(format!("--max-batches-per-tenant ({n}) must be at most --max-concurrent-batches ({})", self.max_concurrent_batches));
+            }
+        }
         if self.ack_wait < Duration::from_secs(1) {
             return Err("--ack-wait must be at least 1s".into());
         }
@@ -250,6 +261,12 @@ impl ServiceConfig for Config {
 }
 
 impl Config {
+    /// The worker's batch slots and each tenant's share of them.
+    pub fn slots(&self) -> crate::slots::Slots {
+        let total = self.max_concurrent_batches as usize;
+        crate::slots::Slots::new(total, self.max_batches_per_tenant.map_or(total / 2, |n| n as usize))
+    }
+
     /// Polling and state settings.
     pub fn state(&self) -> crate::state::Settings {
         crate::state::Settings {
@@ -320,6 +337,19 @@ mod tests {
         assert!(e.contains("--bmc-min-interval") && e.contains("--lane-idle-timeout"), "{e}");
         let c = Config::try_parse_from(["w", "--bmc-min-interval", "3m"]).unwrap();
         assert!(c.validate().unwrap_err().contains("--action-timeout"));
+    }
+
+    #[test]
+    fn a_tenant_holds_half_of_the_batch_slots_by_default() {
+        let c = Config::try_parse_from(["w", "--max-concurrent-batches", "10"]).unwrap();
+        assert_eq!(c.slots().per_tenant(), 5);
+        assert_eq!(Config::try_parse_from(["w", "--max-concurrent-batches", "1"]).unwrap().slots().per_tenant(), 1);
+        let c = Config::try_parse_from(["w", "--max-concurrent-batches", "10", "--max-batches-per-tenant", "10"]).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.slots().per_tenant(), 10);
+        let c = Config::try_parse_from(["w", "--max-concurrent-batches", "10", "--max-batches-per-tenant", "11"]).unwrap();
+        assert!(c.validate().unwrap_err().contains("--max-batches-per-tenant"));
+        assert!(Config::try_parse_from(["w", "--max-batches-per-tenant", "0"]).is_err());
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod partition;
 pub mod registry;
 pub mod session;
+pub mod slots;
 pub mod state;
 pub mod targets;
 
@@ -39,7 +40,6 @@ use registry::Registry;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// What every partition, lane and executor of this worker shares.
@@ -65,8 +65,8 @@ pub struct Shared {
     pub power_settle: Duration,
     /// Retries, circuit breaker and pacing (applied per BMC lane).
     pub guard: guard::Settings,
-    /// Worker-wide bound on batches executing at once.
-    pub permits: Arc<Semaphore>,
+    /// Worker-wide bound on batches executing at once, and each tenant's share of it.
+    pub slots: slots::Slots,
     /// Counters and histograms served on `/metrics`.
     pub metrics: metrics::Metrics,
     /// Observed state of the machines this worker polls.
@@ -198,7 +198,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         action_timeout: config.action_timeout,
         power_settle: config.power_settle_timeout,
         guard: config.guard(),
-        permits: Arc::new(Semaphore::new(config.max_concurrent_batches as usize)),
+        slots: config.slots(),
         metrics,
         state: state::StateBook::new(state_store, config.state()),
     });

@@ -14,7 +14,8 @@
 //! and take jobs out of order.
 //!
 //! A lane runs one BMC's batches one after the other. Lanes of different
-//! BMCs run concurrently, bounded by the worker-wide permit count. Idle lanes
+//! BMCs run concurrently, bounded by the worker-wide slots, of which each
+//! tenant holds at most its share ([`crate::slots`]). Idle lanes
 //! are dropped (and their BMC sessions closed) after the idle timeout.
 
 use crate::executor::{execute, Outcome};
@@ -445,11 +446,12 @@ enum Flow {
     Stop,
 }
 
-/// One of the worker's `--max-concurrent-batches` slots, or `None` when
-/// the partition is drained or lost first.
-async fn permit(shared: &Shared, fence: &Fence) -> Option<tokio::sync::OwnedSemaphorePermit> {
+/// One of the worker's `--max-concurrent-batches` slots, taken from
+/// `tenant`'s share of them (see [`crate::slots`]), or `None` when the
+/// partition is drained or lost first.
+async fn permit(shared: &Shared, fence: &Fence, tenant: &str, work: &(dyn std::fmt::Display + Sync)) -> Option<crate::slots::Slot> {
     tokio::select! {
-        p = shared.permits.clone().acquire_owned() => Some(p.expect("permits never close")),
+        p = shared.slots.acquire(tenant, work) => Some(p),
         _ = fence.drain.cancelled() => None,
         _ = fence.lost.cancelled() => None,
     }
@@ -462,7 +464,8 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
         // Kept boxed: the delivery (job and message) is not copied around.
         Work::Batch(d) => d,
         Work::Poll(machine, with_inventory) => {
-            let Some(permit) = permit(shared, fence).await else { return Flow::Stop };
+            let work = format!("poll of machine {}", machine.name);
+            let Some(permit) = permit(shared, fence, &machine.tenant, &work).await else { return Flow::Stop };
             crate::state::poll(shared, &machine, with_inventory, slot, guard, fence)
                 .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
                 .await;
@@ -471,7 +474,8 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
             return Flow::Continue;
         }
     };
-    let Some(permit) = permit(shared, fence).await else { return Flow::Stop };
+    let work = format!("batch {}", d.job.id);
+    let Some(permit) = permit(shared, fence, &d.job.tenant, &work).await else { return Flow::Stop };
     let partition = key.partition(shared.subjects.partitions);
     let span = tracing::info_span!(
         "worker.execute",

@@ -1,0 +1,92 @@
+//! The worker's `--max-concurrent-batches` slots, shared between tenants.
+//!
+//! A batch (or a state poll) runs in one of the worker's slots, and first
+//! takes one of its tenant's share of them (`--max-batches-per-tenant`, by
+//! default half of the slots). A tenant with many machines, or with many
+//! slow batches (long power settles, firmware updates, BMCs that answer
+//! slowly), therefore holds at most its share, and the other tenants'
+//! batches still find slots: without the share, one tenant's lanes could
+//! take every slot and the other tenants' batches would wait behind them
+//! until their deadlines passed. A lane whose tenant holds its whole share
+//! waits for it without holding a worker slot, so it keeps no other
+//! tenant waiting.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The worker's slots and every tenant's share of them.
+#[derive(Debug)]
+pub struct Slots {
+    all: Arc<Semaphore>,
+    per_tenant: usize,
+    /// One share per tenant seen (tenants are NATS accounts: few).
+    tenants: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+/// One slot, with its tenant's share: both given back when dropped.
+#[derive(Debug)]
+pub struct Slot {
+    _all: OwnedSemaphorePermit,
+    _tenant: OwnedSemaphorePermit,
+}
+
+impl Slots {
+    /// `total` slots, of which one tenant may hold `per_tenant` (at least 1, at most `total`).
+    pub fn new(total: usize, per_tenant: usize) -> Slots {
+        let total = total.max(1);
+        Slots { all: Arc::new(Semaphore::new(total)), per_tenant: per_tenant.clamp(1, total), tenants: Mutex::default() }
+    }
+
+    /// How many slots one tenant may hold.
+    pub fn per_tenant(&self) -> usize {
+        self.per_tenant
+    }
+
+    fn share(&self, tenant: &str) -> Arc<Semaphore> {
+        let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+        tenants.entry(tenant.to_owned()).or_insert_with(|| Arc::new(Semaphore::new(self.per_tenant))).clone()
+    }
+
+    /// A slot for work of `tenant` (`work` names it in the log line written
+    /// when the tenant's share is spent and it has to wait for it).
+    pub async fn acquire(&self, tenant: &str, work: &(dyn std::fmt::Display + Sync)) -> Slot {
+        let share = self.share(tenant);
+        let mine = match share.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                tracing::info!(
+                    tenant, per_tenant = self.per_tenant, work = %work,
+                    "Waiting for a slot of this tenant's share (--max-batches-per-tenant): its other batches hold all of it."
+                );
+                share.acquire_owned().await.expect("tenant shares are never closed")
+            }
+        };
+        let all = self.all.clone().acquire_owned().await.expect("the worker's slots are never closed");
+        Slot { _all: all, _tenant: mine }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    #[tokio::test]
+    async fn a_tenant_holds_at_most_its_share_and_leaves_the_rest() {
+        let slots = Slots::new(4, 2);
+        let a1 = slots.acquire("a", &"a1").await;
+        let _a2 = slots.acquire("a", &"a2").await;
+        // A third of tenant a waits for a's share, holding no worker slot...
+        let mut a3 = Box::pin(slots.acquire("a", &"a3"));
+        assert!((&mut a3).now_or_never().is_none());
+        // ... so the other tenants find theirs.
+        let _b1 = slots.acquire("b", &"b1").await;
+        let _op = slots.acquire("default", &"op").await;
+        assert!(Box::pin(slots.acquire("b", &"b2")).now_or_never().is_none(), "every slot of the worker is taken");
+        drop(a1);
+        let _a3 = a3.await;
+        assert_eq!(Slots::new(1, 0).per_tenant(), 1, "a tenant may always run something");
+        assert_eq!(Slots::new(2, 9).per_tenant(), 2);
+    }
+}
