@@ -24,6 +24,30 @@ use tracing_subscriber::{EnvFilter, Layer};
 /// The W3C trace-context headers carried on requests, jobs and events.
 pub const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 
+/// Longest `tracestate` passed on (what W3C Trace Context asks every
+/// vendor to propagate at least); a longer one is dropped.
+pub const MAX_TRACESTATE: usize = 512;
+
+/// The value of trace header `name` as it may be read and passed on, or
+/// `None`: a `traceparent` of the W3C shape (lower-case hex fields joined
+/// by `-`, 55 to 128 characters), a `tracestate` of at most
+/// [`MAX_TRACESTATE`] bytes. These headers come from producers and go with
+/// the job and every event of its batch: unchecked, a producer could attach
+/// up to the server's 64 KiB header limit of its own to each (headers do
+/// not count against --max-message-bytes), and a final event made too
+/// large by them could never be published.
+fn trace_header<'a>(name: &str, value: &'a str) -> Option<&'a str> {
+    let ok = match name {
+        "traceparent" => {
+            (55..=128).contains(&value.len())
+                && value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-')
+        }
+        "tracestate" => value.len() <= MAX_TRACESTATE && value.bytes().all(|b| (0x20..0x7f).contains(&b)),
+        _ => false,
+    };
+    ok.then_some(value)
+}
+
 /// The installed telemetry; [`Telemetry::shutdown`] flushes exported spans.
 #[must_use = "call shutdown() before exiting so buffered spans are exported"]
 pub struct Telemetry {
@@ -384,10 +408,10 @@ struct HeaderExtractor<'a>(&'a HeaderMap);
 
 impl Extractor for HeaderExtractor<'_> {
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(|v| v.as_str())
+        self.0.get(key).and_then(|v| trace_header(key, v.as_str()))
     }
     fn keys(&self) -> Vec<&str> {
-        TRACE_HEADERS.iter().copied().filter(|k| self.0.get(*k).is_some()).collect()
+        TRACE_HEADERS.iter().copied().filter(|k| self.get(k).is_some()).collect()
     }
 }
 
@@ -416,16 +440,20 @@ pub fn set_parent(span: &tracing::Span, headers: Option<&HeaderMap>) {
 
 /// The trace context to send on: `span`'s own when spans are exported,
 /// otherwise the trace headers of `incoming` unchanged (so the trace still
-/// connects across processes that do export).
+/// connects across processes that do export), those of their W3C shape and
+/// size only ([`trace_header`]; a `tracestate` only with its `traceparent`).
 pub fn trace_headers(span: &tracing::Span, incoming: Option<&HeaderMap>) -> HeaderMap {
     let mut out = HeaderMap::new();
     let cx = span.context();
     if cx.span().span_context().is_valid() {
         TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(&mut out));
     } else if let Some(h) = incoming {
-        for name in TRACE_HEADERS {
-            if let Some(v) = h.get(name) {
-                out.insert(name, v.as_str());
+        // A tracestate belongs to its traceparent: without one, neither.
+        let valid = |name: &str| h.get(name).and_then(|v| trace_header(name, v.as_str()));
+        if let Some(parent) = valid("traceparent") {
+            out.insert("traceparent", parent);
+            if let Some(state) = valid("tracestate") {
+                out.insert("tracestate", state);
             }
         }
     }
@@ -473,6 +501,29 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn only_w3c_sized_trace_headers_are_passed_on() {
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let mut incoming = HeaderMap::new();
+        incoming.insert("traceparent", parent);
+        incoming.insert("tracestate", "vendor=abc");
+        let out = trace_headers(&tracing::Span::none(), Some(&incoming));
+        assert_eq!(out.get("traceparent").map(|v| v.as_str()), Some(parent));
+        assert_eq!(out.get("tracestate").map(|v| v.as_str()), Some("vendor=abc"));
+        let long = format!("vendor={}", "x".repeat(MAX_TRACESTATE));
+        for (name, value) in [("tracestate", long.as_str()), ("traceparent", "00-ZZ-1"), ("traceparent", &format!("00-{}-b7ad6b7169203331-01", "0".repeat(200)))] {
+            let mut h = incoming.clone();
+            h.insert(name, value);
+            let out = trace_headers(&tracing::Span::none(), Some(&h));
+            assert!(out.get(name).is_none(), "{name} {} bytes passed on", value.len());
+            if name == "traceparent" {
+                assert!(out.is_empty(), "a tracestate without its traceparent");
+            }
+            assert!(extract(Some(&h)).is_none() || name == "tracestate", "{name} read");
+        }
+        assert!(extract(Some(&incoming)).is_some());
+    }
 
     /// Spans with fields recorded at creation, later, twice, with quotes
     /// and braces in values, a span without fields, events inside and

@@ -5,6 +5,7 @@ use bmcfleet_schema::*;
 use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
 use bmcfleet_tests::producer::{refusal, stream_last_sequence, stream_messages, wait_gateway, wait_partitions_owned, Topology};
+use bmcfleet_schema::subject::WAIT_HEADER;
 use async_nats::ConnectOptions;
 use bmcfleet_tests::shipped::{connect, shipped, PASSWORDS};
 use bmcfleet_tests::{NatsServer, Producer};
@@ -450,6 +451,54 @@ async fn a_refusal_quoting_a_line_break_is_still_answered() {
     }
     // Still serving.
     assert_eq!(refusal(producer.status(ulid::Ulid::new()).await).code, ErrorCode::NotFound);
+}
+
+/// The trace context a producer sends is passed on (to the job and every
+/// event of its batch) only in its W3C shape and size: a `traceparent` that
+/// is not one (and its `tracestate` with it), or a `tracestate` longer than
+/// 512 bytes, is dropped. Before, a producer could attach up to the
+/// server's 64 KiB header limit of its own in these headers (they do not
+/// count against --max-message-bytes), stored with its job and again with
+/// each of its batch's events; a final event pushed over that limit was
+/// retried for ever, holding its lane and worker slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producers_trace_headers_are_passed_on_only_in_their_w3c_size() {
+    let topo = Topology::default();
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.expect("simulator");
+    let _gateway = topo.gateway(&nats, &[]);
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
+    let client = nats.client().await;
+    let producer = Producer::new(client.clone());
+    wait_gateway(&producer).await;
+    wait_partitions_owned(&client, &topo.subjects()).await;
+    let events = async_nats::jetstream::new(client.clone()).get_stream(topo.subjects().events_stream()).await.unwrap();
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let huge_state = format!("vendor={}", "x".repeat(60_000));
+    let huge_parent = format!("00-{}-b7ad6b7169203331-01", "0af7651916cd43dd".repeat(3_750));
+    for (i, (traceparent, tracestate, kept_parent, kept_state)) in [
+        (parent, huge_state.as_str(), Some(parent), None),
+        (huge_parent.as_str(), "vendor=abc", None, None),
+        (parent, "vendor=abc", Some(parent), Some("vendor=abc")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(WAIT_HEADER, "true");
+        h.insert("traceparent", traceparent);
+        h.insert("tracestate", tracestate);
+        let batch = sim_batch(&format!("10.7.9.{}", i + 1), vec![Action::Power(PowerOp::Status)]);
+        let (_, reply) = producer.raw("submit", h, Encoding::MessagePack.encode(&batch).unwrap(), Duration::from_secs(60)).await;
+        let Reply::Result(r) = reply else { panic!("case {i}: {reply:?}") };
+        assert_eq!(r.state, BatchState::Succeeded, "case {i}: {r:?}");
+        // The batch's last event, as stored.
+        let last = events.get_last_raw_message_by_subject(&topo.subjects().events("default", &r.id)).await.unwrap();
+        let header = |name: &str| last.headers.get(name).map(|v| v.as_str().to_owned());
+        assert_eq!(header("traceparent").as_deref(), kept_parent, "case {i}");
+        assert_eq!(header("tracestate").as_deref(), kept_state, "case {i}");
+        assert!(last.headers.iter().map(|(k, v)| k.to_string().len() + v.iter().map(|v| v.as_str().len()).sum::<usize>()).sum::<usize>() < 4096, "case {i}: the event's headers are large");
+    }
 }
 
 /// One tenant cannot starve another of a worker's batch slots: with more
