@@ -346,6 +346,62 @@ async fn a_batch_id_queued_for_another_tenant_gives_nothing() {
     assert!(matches!(a.submit(&a_again, false).await, Reply::Accepted(Accepted { duplicate: true, .. })));
 }
 
+/// A worker never runs a job into another tenant's status record. Should
+/// a batch id come to be both tenant A's queued job and tenant B's status
+/// record (A's record write at admission was lost, its job waited past the
+/// dedupe window, and B then submitted A's id: the gateway found no record
+/// and JetStream no duplicate), the worker used to claim B's record for A's
+/// job, run A's actions and store A's results in it, where B reads them.
+/// It now leaves both alone: nothing is sent, and B's record is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_never_runs_into_another_tenants_status_record() {
+    let topo = Topology::default();
+    let nats = bmcfleet_tests::shipped::nats();
+    let sim = SimServer::start(SimConfig::default()).await.expect("simulator");
+    let _gateway = topo.gateway(&nats, &bmcfleet_tests::shipped::gateway_user());
+    let (b, _) = {
+        let (client, errors) = connect(&nats, "producer-b", PASSWORDS[6].1).await;
+        let p = Producer::new(client);
+        wait_gateway(&p).await;
+        (p, errors)
+    };
+    let (gw, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
+    let js = async_nats::jetstream::new(gw.clone());
+    // Tenant A's job, queued, whose own record was never written.
+    let id = ulid::Ulid::new();
+    let mut a_batch = sim_batch("10.7.7.1", vec![Action::Power(PowerOp::On)]);
+    a_batch.id = Some(id);
+    let target = a_batch.bmc.take().unwrap();
+    let job = Job { batch: a_batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: "tenant-a".into(), sealed_params: vec![] };
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(async_nats::header::NATS_MESSAGE_ID, id.to_string().as_str());
+    let subject = topo.subjects().job(&job.key());
+    js.publish_with_headers(subject, h, Encoding::MessagePack.encode(&job).unwrap().into()).await.unwrap().await.unwrap();
+    // Tenant B's record under the same id, as its admission wrote it.
+    let mut b_batch = sim_batch("10.7.7.2", vec![Action::Power(PowerOp::Status)]);
+    b_batch.id = Some(id);
+    let b_target = b_batch.bmc.take().unwrap();
+    let b_job = Job { batch: b_batch, id, target: b_target, admitted_at_ms: 2, deadline_at_ms: u64::MAX / 2, tenant: "tenant-b".into(), sealed_params: vec![] };
+    let batches = js.get_key_value(topo.subjects().batches_bucket()).await.unwrap();
+    bmcfleet_common::status::create(&batches, &BatchStatus::queued(&b_job, 99, 2)).await.unwrap();
+
+    // A worker takes A's job.
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &bmcfleet_tests::shipped::worker_user());
+    let jobs = topo.subjects().jobs_stream();
+    let before = stream_last_sequence(&gw, &jobs).await;
+    bmcfleet_tests::eventually(Duration::from_secs(30), "A's job taken off the queue", || {
+        let gw = gw.clone();
+        let jobs = jobs.clone();
+        async move { (stream_messages(&gw, &jobs).await == 0).then_some(()) }
+    })
+    .await;
+    assert_eq!(stream_last_sequence(&gw, &jobs).await, before);
+    // B's record is B's as written (B reads nothing of A's batch), and nothing of A's batch ran.
+    let Reply::Status(s) = b.status(id).await else { panic!("B's record") };
+    assert_eq!((s.tenant.as_str(), s.state, s.actions.as_slice(), s.results.len()), ("tenant-b", BatchState::Queued, &["power_status".to_owned()][..], 0), "{s:?}");
+    assert!(sim.log().iter().all(|e| e.action != "power_on"), "A's action was sent: {:?}", sim.log());
+}
+
 /// What a submit whose id JetStream already holds waits on: the status
 /// record, read when it is written during the wait, and nothing once the
 /// wait is over.

@@ -350,8 +350,9 @@ pub async fn execute(
     guard: &mut BmcGuard,
     fence: &Fence,
 ) -> Outcome {
-    let Some(mut run) = Run::begin(shared, job, fence, trace).await else {
-        return Outcome::HandBack;
+    let mut run = match Run::begin(shared, job, fence, trace).await {
+        Ok(run) => run,
+        Err(outcome) => return outcome,
     };
     tracing::Span::current().record("attempt", run.status.deliveries);
     run.count_delivery();
@@ -394,18 +395,29 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Load or create the status record and claim it for this worker.
-    async fn begin(shared: &'a Shared, job: &'a Job, fence: &'a Fence, trace: Option<&'a HeaderMap>) -> Option<Run<'a>> {
+    /// Load or create the status record and claim it for this worker;
+    /// `Err` with what to do with the job when there is nothing to run.
+    async fn begin(shared: &'a Shared, job: &'a Job, fence: &'a Fence, trace: Option<&'a HeaderMap>) -> Result<Run<'a>, Outcome> {
         let kv = &shared.res.batches;
         let mut attempt = 0;
         loop {
             if !fence.valid() {
-                return None;
+                return Err(Outcome::HandBack);
             }
             let step = match status::load(kv, &job.id).await {
                 Ok(None) => {
                     let s = BatchStatus::running(job, &shared.worker_id, now_ms());
                     status::create(kv, &s).await.map(|rev| Some((s, rev)))
+                }
+                // The id is another tenant's batch (its record): this job is
+                // neither run into that record (its results would be the other
+                // tenant's to read) nor given its result. Acknowledged unrun.
+                Ok(Some(v)) if v.status.tenant != job.tenant => {
+                    tracing::error!(
+                        batch = %job.id, tenant = %job.tenant, record_tenant = %v.status.tenant,
+                        "The batch's status record belongs to another tenant; not running this job (nothing is sent)."
+                    );
+                    return Err(Outcome::Done);
                 }
                 Ok(Some(v)) if v.status.state.is_final() => Ok(Some((v.status, v.revision))),
                 Ok(Some(v)) => {
@@ -427,13 +439,13 @@ impl<'a> Run<'a> {
             };
             match step {
                 Ok(Some((status, revision))) => {
-                    return Some(Run { shared, job, fence, trace, status, revision, target: job.target.clone(), unmeasured: None })
+                    return Ok(Run { shared, job, fence, trace, status, revision, target: job.target.clone(), unmeasured: None })
                 }
                 Ok(None) => unreachable!(),
                 Err(StatusError::Conflict) => continue,
                 Err(e) => {
                     tracing::warn!(batch = %job.id, error = %e, "Cannot read or claim the status record; retrying.");
-                    pause(fence, attempt).await.ok()?;
+                    pause(fence, attempt).await.map_err(|Stop| Outcome::HandBack)?;
                     attempt += 1;
                 }
             }
