@@ -449,7 +449,7 @@ enum Flow {
 /// One of the worker's `--max-concurrent-batches` slots, taken from
 /// `tenant`'s share of them (see [`crate::slots`]), or `None` when the
 /// partition is drained or lost first.
-async fn permit(shared: &Shared, fence: &Fence, tenant: &str, work: &(dyn std::fmt::Display + Sync)) -> Option<crate::slots::Slot> {
+async fn permit(shared: &Shared, fence: &Fence, tenant: &str, work: crate::slots::For<'_>) -> Option<crate::slots::Slot> {
     tokio::select! {
         p = shared.slots.acquire(tenant, work) => Some(p),
         _ = fence.drain.cancelled() => None,
@@ -464,8 +464,7 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
         // Kept boxed: the delivery (job and message) is not copied around.
         Work::Batch(d) => d,
         Work::Poll(machine, with_inventory) => {
-            let work = format!("poll of machine {}", machine.name);
-            let Some(permit) = permit(shared, fence, &machine.tenant, &work).await else { return Flow::Stop };
+            let Some(permit) = permit(shared, fence, &machine.tenant, crate::slots::For::Poll(&machine.name)).await else { return Flow::Stop };
             crate::state::poll(shared, &machine, with_inventory, slot, guard, fence)
                 .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
                 .await;
@@ -474,8 +473,7 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
             return Flow::Continue;
         }
     };
-    let work = format!("batch {}", d.job.id);
-    let Some(permit) = permit(shared, fence, &d.job.tenant, &work).await else { return Flow::Stop };
+    let Some(permit) = permit(shared, fence, &d.job.tenant, crate::slots::For::Batch(&d.job.id)).await else { return Flow::Stop };
     let partition = key.partition(shared.subjects.partitions);
     let span = tracing::info_span!(
         "worker.execute",

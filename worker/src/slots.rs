@@ -24,6 +24,23 @@ pub struct Slots {
     tenants: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
+/// What asks for a slot, as the log line written when it has to wait names it.
+#[derive(Clone, Copy, Debug)]
+pub enum For<'a> {
+    Batch(&'a bmcfleet_schema::BatchId),
+    /// A state poll of the machine of this name.
+    Poll(&'a str),
+}
+
+impl std::fmt::Display for For<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            For::Batch(id) => write!(f, "batch {id}"),
+            For::Poll(machine) => write!(f, "poll of machine {machine}"),
+        }
+    }
+}
+
 /// One slot, with its tenant's share: both given back when dropped.
 #[derive(Debug)]
 pub struct Slot {
@@ -45,12 +62,15 @@ impl Slots {
 
     fn share(&self, tenant: &str) -> Arc<Semaphore> {
         let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(share) = tenants.get(tenant) {
+            return share.clone();
+        }
         tenants.entry(tenant.to_owned()).or_insert_with(|| Arc::new(Semaphore::new(self.per_tenant))).clone()
     }
 
     /// A slot for work of `tenant` (`work` names it in the log line written
     /// when the tenant's share is spent and it has to wait for it).
-    pub async fn acquire(&self, tenant: &str, work: &(dyn std::fmt::Display + Sync)) -> Slot {
+    pub async fn acquire(&self, tenant: &str, work: For<'_>) -> Slot {
         let share = self.share(tenant);
         let mine = match share.clone().try_acquire_owned() {
             Ok(p) => p,
@@ -75,15 +95,15 @@ mod tests {
     #[tokio::test]
     async fn a_tenant_holds_at_most_its_share_and_leaves_the_rest() {
         let slots = Slots::new(4, 2);
-        let a1 = slots.acquire("a", &"a1").await;
-        let _a2 = slots.acquire("a", &"a2").await;
+        let a1 = slots.acquire("a", For::Poll("a1")).await;
+        let _a2 = slots.acquire("a", For::Poll("a2")).await;
         // A third of tenant a waits for a's share, holding no worker slot...
-        let mut a3 = Box::pin(slots.acquire("a", &"a3"));
+        let mut a3 = Box::pin(slots.acquire("a", For::Poll("a3")));
         assert!((&mut a3).now_or_never().is_none());
         // ... so the other tenants find theirs.
-        let _b1 = slots.acquire("b", &"b1").await;
-        let _op = slots.acquire("default", &"op").await;
-        assert!(Box::pin(slots.acquire("b", &"b2")).now_or_never().is_none(), "every slot of the worker is taken");
+        let _b1 = slots.acquire("b", For::Poll("b1")).await;
+        let _op = slots.acquire("default", For::Poll("op")).await;
+        assert!(Box::pin(slots.acquire("b", For::Poll("b2"))).now_or_never().is_none(), "every slot of the worker is taken");
         drop(a1);
         let _a3 = a3.await;
         assert_eq!(Slots::new(1, 0).per_tenant(), 1, "a tenant may always run something");
