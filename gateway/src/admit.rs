@@ -456,6 +456,22 @@ impl Gateway {
             (None, None) => return Err(error(ErrorCode::InvalidField, "the batch names no target")),
         };
         check_target(&target, &self.limits).map_err(|e| Reply::Error(e.into()))?;
+        // A BMC given another registered machine's address would be sent
+        // that machine's credentials by the worker (checked there again).
+        for (i, action) in batch.actions.iter().enumerate() {
+            if let bmcfleet_schema::Action::NetworkSource(bmcfleet_schema::NetworkSourceOp::Static(s)) = action {
+                if let Some(other) = self.registry.machine_at_host(&s.address.to_string()).filter(|m| Some(m) != batch.machine.as_ref()) {
+                    let whose = match who {
+                        Requester::Operator => format!("registered machine `{other}`"),
+                        Requester::Tenant(_) => "a registered machine".to_owned(),
+                    };
+                    return Err(error(
+                        ErrorCode::TargetForbidden,
+                        format!("actions[{i}]: {} is the address of {whose}: a BMC may not be given another machine's address", s.address),
+                    ));
+                }
+            }
+        }
         Ok((target, tenant))
     }
 

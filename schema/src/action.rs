@@ -1198,6 +1198,15 @@ fn from_hex(text: &str) -> Option<Vec<u8>> {
 }
 
 impl Action {
+    /// The BMC account this action creates, changes or deletes, if any (a
+    /// listing changes none).
+    pub fn user_changed(&self) -> Option<&str> {
+        match self {
+            Action::User(UserOp::Create(UserSpec { name, .. }) | UserOp::Update(UserUpdate { name, .. }) | UserOp::Delete { name }) => Some(name),
+            _ => None,
+        }
+    }
+
     /// The secret parameter this action carries, if any: (field, value).
     /// A media URL counts when it has user info or a query string; a raw
     /// request's data or body always does.

@@ -112,14 +112,26 @@ pub fn canonical_redfish_path(path: &str) -> Result<String, String> {
 /// (Clear SEL; a log service's `ClearLog` and its entries' deletion,
 /// `Bios.ResetBios`, secure boot `ResetKeys` and deleting secure boot
 /// keys): a request the default refuses as `{"event_log": "clear"}` is
-/// not let through as a raw request. Everything else is allowed.
+/// not let through as a raw request. So are raw writes of BMC accounts
+/// (IPMI Set User Access, Name and Password; Redfish writes under the
+/// account service) and of the BMC's network settings (IPMI Set LAN
+/// Configuration Parameters; Redfish writes to Ethernet interfaces): the
+/// typed `user` and `network_source` actions do these with the worker's
+/// checks (the account it logs in with, another machine's address), which
+/// a raw request would bypass. Everything else is allowed.
 pub const DEFAULT_RULES: &str = "deny ipmi:netfn=0x08-0x09; \
      deny ipmi:netfn=0x2c,cmd=0x2e-0x34; \
      deny ipmi:netfn=0x06,cmd=0x34; \
      deny ipmi:netfn=0x06,cmd=0x52; \
      deny ipmi:netfn=0x0a,cmd=0x47; \
+     deny ipmi:netfn=0x06,cmd=0x43; \
+     deny ipmi:netfn=0x06,cmd=0x45; \
+     deny ipmi:netfn=0x06,cmd=0x47; \
+     deny ipmi:netfn=0x0c,cmd=0x01; \
      allow ipmi:*; \
      deny redfish:POST|PATCH|PUT|DELETE:*updateservice*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/accountservice*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/ethernetinterfaces*; \
      deny redfish:POST|PATCH|PUT|DELETE:*clearlog*; \
      deny redfish:POST|PATCH|PUT|DELETE:*/logservices/*/entries*; \
      deny redfish:POST|PATCH|PUT|DELETE:*resetbios*; \
@@ -503,6 +515,30 @@ mod tests {
             assert!(e.contains(rule), "app {cmd:#04x}: {e}");
         }
         assert!(p.check(ipmi(0x06, 0x33)).is_ok(), "Get Message only reads what arrived");
+    }
+
+    /// Raw account and network writes would bypass the typed actions'
+    /// checks (the worker's own login account, another machine's address).
+    #[test]
+    fn raw_account_and_network_writes_are_denied_by_default_and_reads_are_not() {
+        let p = RawPolicy::default();
+        for (netfn, cmd) in [(0x06, 0x43), (0x06, 0x45), (0x06, 0x47), (0x0c, 0x01)] {
+            assert!(p.check(ipmi(netfn, cmd)).is_err(), "netfn {netfn:#04x} cmd {cmd:#04x}");
+        }
+        for (netfn, cmd) in [(0x06, 0x44), (0x06, 0x46), (0x0c, 0x02)] {
+            assert!(p.check(ipmi(netfn, cmd)).is_ok(), "a read: netfn {netfn:#04x} cmd {cmd:#04x}");
+        }
+        for (method, path) in [
+            ("PATCH", "/redfish/v1/AccountService/Accounts/2"),
+            ("POST", "/redfish/v1/AccountService/Accounts"),
+            ("DELETE", "/redfish/v1/AccountService/Accounts/3"),
+            ("PATCH", "/redfish/v1/AccountService"),
+            ("PATCH", "/redfish/v1/Managers/1/EthernetInterfaces/1"),
+        ] {
+            assert!(p.check(rf(method, path)).is_err(), "{method} {path}");
+        }
+        assert!(p.check(rf("GET", "/redfish/v1/AccountService/Accounts/2")).is_ok());
+        assert!(p.check(rf("GET", "/redfish/v1/Managers/1/EthernetInterfaces/1")).is_ok());
     }
 
     #[test]

@@ -402,6 +402,85 @@ async fn a_job_never_runs_into_another_tenants_status_record() {
     assert!(sim.log().iter().all(|e| e.action != "power_on"), "A's action was sent: {:?}", sim.log());
 }
 
+/// A tenant may manage its machine's BMC users and network settings, but
+/// not the account the worker logs in with (the operator's credential), and
+/// not by giving its BMC another registered machine's address (the worker
+/// would then send that machine's credentials to it): refused at admission
+/// and by the worker, nothing sent; the raw spellings are denied by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_take_the_login_account_or_another_machine_s_address() {
+    let stack = shipped(SimConfig::default()).await;
+    let (nats, topo) = (&stack.nats, &stack.topo);
+    let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
+    let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
+    let (b, _) = stack.producer("producer-b", PASSWORDS[6].1).await;
+    stack.wait_partitions_owned().await;
+    for (cred, pw) in [("rack-a", "pw-a\n"), ("rack-b", "pw-b\n")] {
+        let put = bmcctl_as(nats, "admin", PASSWORDS[4].1, &["cred", "put", cred, "--username", "Admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], pw);
+        assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    }
+    put_machine(&admin, topo, "a-node2", "10.40.1.1", "tenant-a", "rack-a").await;
+    put_machine(&admin, topo, "b-node2", "10.40.1.2", "tenant-b", "rack-b").await;
+    let batch = |machine: &str, actions: Vec<Action>| Batch {
+        id: None,
+        machine: Some(machine.into()),
+        bmc: None,
+        actions,
+        on_error: OnError::Continue,
+        deadline: Some(Duration::from_secs(60)),
+    };
+    // B's machine runs a batch: gateway and worker know it.
+    let Reply::Result(r) = b.submit(&batch("b-node2", vec![Action::Power(PowerOp::Status)]), true).await else { panic!("B's batch") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+
+    // The login account ("Admin", any case) is off limits to A; another user is not.
+    let disable = Action::User(UserOp::Update(UserUpdate { name: "admin".into(), password: None, role: None, enabled: Some(false) }));
+    let delete = Action::User(UserOp::Delete { name: " ADMIN".into() });
+    let create = |name: &str| Action::User(UserOp::Create(UserSpec { name: name.into(), password: Secret::new("x-Pw-1234"), role: UserRole::Admin, enabled: true }));
+    let Reply::Result(r) = a.submit(&batch("a-node2", vec![disable, delete, create("admin"), create("ops")]), true).await else { panic!("A's batch") };
+    for (i, result) in r.results.iter().enumerate().take(3) {
+        let e = result.error.as_ref().unwrap_or_else(|| panic!("action {i} on the login account ran: {r:?}"));
+        assert_eq!(e.code, ErrorCode::TargetForbidden, "action {i}: {e:?}");
+        assert!(e.message.contains("logs in"), "{e:?}");
+    }
+    assert!(r.results[3].error.is_none(), "another user: {r:?}");
+    let user_calls: Vec<_> = stack.sim.log().into_iter().filter(|l| l.bmc == "v4-10-40-1-1" && l.action.starts_with("user")).collect();
+    assert_eq!(user_calls.len(), 1, "only the other user's create reached the BMC: {user_calls:?}");
+
+    // B's machine's address for A's BMC: refused at admission, B's machine not named.
+    let readdress = |ip: [u8; 4]| Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 { address: ip.into(), netmask: [255, 255, 255, 0].into(), gateway: None }));
+    let e = refusal(a.submit(&batch("a-node2", vec![readdress([10, 40, 1, 2])]), true).await);
+    assert_eq!(e.code, ErrorCode::TargetForbidden, "{e:?}");
+    assert!(e.message.contains("actions[0]") && !e.message.contains("b-node2"), "{e:?}");
+    // Its own address, or a free one, is A's to set.
+    let Reply::Result(r) = a.submit(&batch("a-node2", vec![readdress([10, 40, 1, 1]), readdress([10, 40, 1, 9])]), true).await else { panic!("A's batch") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    // The raw spellings are denied by the default policy.
+    let raw = |netfn: u8, cmd: u8| Action::Raw(RawRequest::Ipmi(RawIpmi { netfn, cmd, data: vec![2, 0] }));
+    for (netfn, cmd) in [(0x06, 0x43), (0x06, 0x45), (0x06, 0x47), (0x0c, 0x01)] {
+        let e = refusal(a.submit(&batch("a-node2", vec![raw(netfn, cmd)]), true).await);
+        assert_eq!(e.code, ErrorCode::RawNotAllowed, "netfn {netfn:#04x} cmd {cmd:#04x}: {e:?}");
+    }
+
+    // The worker checks the address too: a job queued before B's machine
+    // held that address (published here as the gateway would have).
+    let (gw, _) = connect(nats, "gateway", PASSWORDS[0].1).await;
+    let id = ulid::Ulid::new();
+    let job_batch = Batch { id: Some(id), ..batch("a-node2", vec![readdress([10, 40, 1, 2])]) };
+    let target = Machine { tenant: "tenant-a".into(), ..Machine::new("a-node2", "10.40.1.1".parse().unwrap(), Protocol::Sim, "rack-a") }.target();
+    let job = Job { batch: job_batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: "tenant-a".into(), sealed_params: vec![] };
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(async_nats::header::NATS_MESSAGE_ID, id.to_string().as_str());
+    let js = async_nats::jetstream::new(gw.clone());
+    js.publish_with_headers(topo.subjects().job(&job.key()), h, Encoding::MessagePack.encode(&job).unwrap().into()).await.unwrap().await.unwrap();
+    let results = bmcfleet_tests::producer::wait_final_statuses(&gw, &topo.subjects(), &[id], Duration::from_secs(30)).await;
+    let e = results[&id].results[0].error.as_ref().expect("refused by the worker");
+    assert_eq!(e.code, ErrorCode::TargetForbidden, "{e:?}");
+    assert!(!e.message.contains("b-node2"), "{e:?}");
+    let set_calls = stack.sim.log().into_iter().filter(|l| l.bmc == "v4-10-40-1-1" && l.action == "network_source_set").count();
+    assert_eq!(set_calls, 2, "only A's two allowed address changes reached the BMC");
+}
+
 /// What a submit whose id JetStream already holds waits on: the status
 /// record, read when it is written during the wait, and nothing once the
 /// wait is over.

@@ -735,6 +735,25 @@ impl<'a> Run<'a> {
             }
         }
         let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
+        // The account the worker logs in with is the operator's (the
+        // machine's credential): a tenant's batch may not create another of
+        // that name, change it or delete it, which would lock the operator
+        // out of the machine (or, with IPMI name-only lookup, let a second
+        // account of that name answer for it). The operator's own batches may.
+        if let Some(name) = action.user_changed() {
+            if self.job.tenant != bmcfleet_schema::machine::DEFAULT_TENANT && name.trim().eq_ignore_ascii_case(creds.username.trim()) {
+                return Err(ProviderError::new(
+                    ErrorCode::TargetForbidden,
+                    format!("user `{name}` is the account this worker logs in to the BMC with (the machine's credential): a tenant's batch may not create, change or delete it; nothing was sent"),
+                )
+                .not_sent());
+            }
+        }
+        if let bmcfleet_schema::Action::NetworkSource(bmcfleet_schema::NetworkSourceOp::Static(s)) = action {
+            if let Some(refusal) = self.shared.targets.static_address_refusal(self.job, s.address).await {
+                return Err(ProviderError::new(refusal.code, refusal.message).not_sent());
+            }
+        }
         let settings = &self.shared.guard;
         let policy = RetryPolicy { max: settings.retry_max, backoff: settings.retry_backoff };
         let key = self.job.key();

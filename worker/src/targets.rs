@@ -144,6 +144,24 @@ impl Targets {
         Ok(target)
     }
 
+    /// Why a `network_source static` action of `job` may not give its
+    /// BMC `address`: it is another registered machine's (as registered,
+    /// or what a machine's host name resolves to). The worker would then
+    /// send that machine's credentials to this BMC.
+    pub async fn static_address_refusal(&self, job: &Job, address: std::net::Ipv4Addr) -> Option<ErrorBody> {
+        let ip = IpAddr::V4(address);
+        let own = job.batch.machine.as_deref();
+        let other = match self.machines.machine_at_host(&ip.to_string()) {
+            Some(m) => Some(m),
+            None => self.machine_named_at(&[ip]).await,
+        };
+        other.filter(|m| Some(m.as_str()) != own).map(|m| {
+            // Another tenant's machine is not named to a tenant.
+            let whose = if job.tenant == bmcfleet_schema::machine::DEFAULT_TENANT { format!("registered machine `{m}`") } else { "a registered machine".to_owned() };
+            forbidden(format!("{address} is the address of {whose}: a BMC may not be given another machine's address; nothing was sent"))
+        })
+    }
+
     /// Every address the target's host stands for.
     async fn addresses(&self, t: &BmcTarget) -> Result<Vec<IpAddr>, ErrorBody> {
         if let Some(ip) = t.address.ip() {
