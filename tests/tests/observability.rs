@@ -316,7 +316,7 @@ async fn secrets_never_reach_logs_or_spans() {
         }
     }
     assert!(
-        all.iter().any(|s| s.events.iter().any(|(_, a)| a.values().any(|v| v.contains("AccountService")))),
+        all.iter().any(|s| s.events.iter().any(|(_, a)| a.values().any(|v| v.contains("Bios/Settings")))),
         "span events carry the parameters logs may show"
     );
     for body in collector.raw_bodies() {
