@@ -357,9 +357,20 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                 }
             }
             Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) => {
+                // What the BMC is told to fetch, as an image_uri is: bounded,
+                // one token (nothing a BMC or a log could split), a host.
+                if url.len() > crate::action::MAX_IMAGE_URI || url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+                    return Err(field(format!(
+                        "actions[{i}]: virtual media url: at most {} characters, no spaces or control characters",
+                        crate::action::MAX_IMAGE_URI
+                    )));
+                }
                 let u = url::Url::parse(url).map_err(|e| field(format!("actions[{i}]: virtual media url: {e}")))?;
                 if !matches!(u.scheme(), "http" | "https" | "nfs" | "cifs" | "smb") {
                     return Err(field(format!("actions[{i}]: virtual media url scheme must be http, https, nfs, cifs or smb")));
+                }
+                if u.host_str().is_none_or(str::is_empty) {
+                    return Err(field(format!("actions[{i}]: virtual media url names no host")));
                 }
             }
             Action::PowerSettle(p) => p.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
@@ -658,6 +669,17 @@ mod tests {
         let e = decode_batch(s(&other).as_bytes(), Encoding::Json, &limits).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidField);
         assert!(e.message.contains(&key), "{e}");
+    }
+
+    #[test]
+    fn a_virtual_media_url_is_one_bounded_token_naming_a_host() {
+        let insert = |url: &str| format!(r#"{{"machine":"m1","actions":[{{"virtual_media":{{"insert":{{"url":{},"media":"cd"}}}}}}]}}"#, serde_json::json!(url));
+        json(&insert("https://img.example/boot.iso")).unwrap();
+        json(&insert("nfs://10.0.0.9/export/boot.iso")).unwrap();
+        let long = format!("https://img.example/{}.iso", "a".repeat(2100));
+        for bad in ["https://img.example/a b.iso", "https://img.example/a\nInjected: 1", "https://img.example/\u{7}.iso", long.as_str(), "nfs:///export/boot.iso", "ftp://img.example/x.iso"] {
+            assert_eq!(code(&insert(bad)), ErrorCode::InvalidField, "{bad:?}");
+        }
     }
 
     #[test]
