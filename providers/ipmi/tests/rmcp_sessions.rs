@@ -291,3 +291,36 @@ async fn a_rakp_2_superseded_by_a_crossed_retransmit_is_handshaken_again_once() 
     assert!(e.message.contains("RAKP 3"), "{e}");
     assert_eq!(bmc.stats().open_session_requests, 2);
 }
+
+/// Silent BMCs (powered-off racks, or hostile ones) take every probe slot
+/// of the connector, each until its deadline if it could: an answering
+/// BMC still gets its probe within a round of attempts (a silent probe
+/// goes back in line after one), not after the silent ones' deadlines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_bmcs_holding_every_probe_slot_do_not_keep_an_answering_one_waiting() {
+    let fleet = LanFleet::start(LanConfig::default()).unwrap();
+    let connector = std::sync::Arc::new(connector());
+    let mut silent = Vec::new();
+    for _ in 0..bmcfleet_ipmi::MAX_CONCURRENT_PROBES {
+        silent.push(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    }
+    let mut probing = tokio::task::JoinSet::new();
+    for s in &silent {
+        let mut target = target(fleet.bmc(0));
+        target.address.port = Some(s.local_addr().unwrap().port());
+        let connector = connector.clone();
+        probing.spawn(async move {
+            let _ = connector.open(&Ctx::with_timeout(Duration::from_secs(300)), &target, &admin()).await;
+        });
+    }
+    // Every silent BMC has been sent a probe: every slot is taken.
+    for s in &silent {
+        let mut buf = [0u8; 64];
+        tokio::time::timeout(Duration::from_secs(60), s.recv(&mut buf)).await.expect("a probe reaches every silent BMC").unwrap();
+    }
+    let (long, answering, admin) = (Ctx::with_timeout(Duration::from_secs(300)), target(fleet.bmc(0)), admin());
+    let open = connector.open(&long, &answering, &admin);
+    let mut session = tokio::time::timeout(Duration::from_secs(60), open).await.expect("the answering BMC waited for the silent ones' deadlines").expect("open");
+    Power::power(&mut session, &ctx(), PowerOp::Status).await.expect("power status");
+    probing.abort_all();
+}

@@ -17,7 +17,8 @@
 //! 1. **Probe**: session-less Get Channel Authentication Capabilities
 //!    ([`crate::probe`]) on a short-lived connected socket (a closed port is
 //!    refused at once; at most [`MAX_CONCURRENT_PROBES`] at a time per
-//!    connector, so descriptors stay bounded). BMCs without IPMI 2.0 are
+//!    connector, so descriptors stay bounded, each for one round of
+//!    attempts before a silent BMC's probe goes back in line). BMCs without IPMI 2.0 are
 //!    refused: bmcfleet never opens an IPMI 1.5 session.
 //! 2. **Handshake** (§13.17–13.23): Open Session with each cipher suite of
 //!    the configured order ([`RmcpConfig::cipher_suites`], default 17 then
@@ -415,9 +416,19 @@ impl Engine {
         if !self.may_send() {
             return Err(self.fenced());
         }
-        let caps = {
+        // A probe holds one of the connector's probe slots for one round
+        // of attempts at most: a BMC that stays silent goes back in line
+        // behind the others (the slots are handed out first come, first
+        // served), so silent BMCs, however many, never keep an answering
+        // one from its probe until their deadlines.
+        let round = self.config.attempt_timeout * (self.config.retries + 1);
+        let caps = loop {
             let _slot = self.sockets.probe_slot().await;
-            probe::channel_auth_caps_async(self.peer, deadline, self.config.attempt_timeout).await?
+            let round_end = (Instant::now() + round).min(deadline);
+            match probe::channel_auth_caps_async(self.peer, round_end, self.config.attempt_timeout).await {
+                Err(e) if e.kind == TransportErrorKind::Unreachable && round_end < deadline && Instant::now() >= round_end => continue,
+                other => break other?,
+            }
         };
         if !caps.ipmi20 {
             return Err(self.error(
