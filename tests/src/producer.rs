@@ -324,6 +324,30 @@ pub async fn stream_messages(client: &async_nats::Client, stream: &str) -> u64 {
     }
 }
 
+/// `batch` (its `bmc` the target, its id set) as the job a gateway queues
+/// for `tenant`.
+pub fn job_of(mut batch: Batch, tenant: &str) -> bmcfleet_schema::Job {
+    let id = *batch.id.get_or_insert_with(ulid::Ulid::new);
+    let target = batch.bmc.take().expect("a batch with its target");
+    bmcfleet_schema::Job { batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: tenant.into(), sealed_params: vec![] }
+}
+
+/// Store `payload` on `job`'s subject of the jobs stream as a gateway does
+/// (the job's id as the message id), without a gateway: for jobs in a
+/// state a gateway does not leave them in (no status record, another
+/// tenant's id, bytes that are no job). `client` must be allowed to.
+pub async fn queue_job_bytes(client: &async_nats::Client, subjects: &Subjects, job: &bmcfleet_schema::Job, payload: Vec<u8>) {
+    let mut h = HeaderMap::new();
+    h.insert(async_nats::header::NATS_MESSAGE_ID, job.id.to_string().as_str());
+    let js = async_nats::jetstream::new(client.clone());
+    js.publish_with_headers(subjects.job(&job.key()), h, payload.into()).await.expect("publish the job").await.expect("the job stored");
+}
+
+/// [`queue_job_bytes`] with the job itself.
+pub async fn queue_job(client: &async_nats::Client, subjects: &Subjects, job: &bmcfleet_schema::Job) {
+    queue_job_bytes(client, subjects, job, Encoding::MessagePack.encode(job).expect("encode the job")).await
+}
+
 /// A stream's last sequence: grows by one per message stored, and does not
 /// fall when a work queue drops an acknowledged job (a message count would,
 /// racing the acknowledgement of a batch that just finished).

@@ -410,20 +410,15 @@ async fn a_job_the_worker_cannot_read_still_gets_its_batch_a_result() {
     use bmcfleet_tests::producer::{wait_final_statuses, Stack};
     let stack = Stack::start(1, &[]).await;
     let (client, subjects) = (&stack.producer.client, stack.topology.subjects());
-    let id = ulid::Ulid::new();
-    let mut batch = sim_batch("10.16.11.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]);
-    batch.id = Some(id);
-    let target = batch.bmc.take().unwrap();
     let tenant = bmcfleet_schema::machine::DEFAULT_TENANT.to_owned();
-    let job = Job { batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: tenant.clone(), sealed_params: vec![] };
+    let job = bmcfleet_tests::producer::job_of(sim_batch("10.16.11.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), &tenant);
+    let id = job.id;
     // The queued record as the gateway writes it, then a job message that does not decode.
     let js = async_nats::jetstream::new(client.clone());
     let batches = js.get_key_value(subjects.batches_bucket()).await.unwrap();
     bmcfleet_common::status::create(&batches, &BatchStatus::queued(&job, 1, 1)).await.unwrap();
     let mut events = client.subscribe(subjects.events(&tenant, &id)).await.unwrap();
-    let mut h = async_nats::HeaderMap::new();
-    h.insert(async_nats::header::NATS_MESSAGE_ID, id.to_string().as_str());
-    js.publish_with_headers(subjects.job(&job.key()), h, vec![0x93, 0x01, 0x02, 0x03].into()).await.unwrap().await.unwrap();
+    bmcfleet_tests::producer::queue_job_bytes(client, &subjects, &job, vec![0x93, 0x01, 0x02, 0x03]).await;
 
     let results = wait_final_statuses(client, &subjects, &[id], Duration::from_secs(30)).await;
     let r = &results[&id];

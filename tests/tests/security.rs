@@ -4,7 +4,7 @@
 use bmcfleet_schema::*;
 use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
-use bmcfleet_tests::producer::{refusal, stream_last_sequence, stream_messages, wait_gateway, wait_partitions_owned, Topology};
+use bmcfleet_tests::producer::{job_of, queue_job, refusal, stream_last_sequence, stream_messages, wait_gateway, wait_partitions_owned, Topology};
 use bmcfleet_schema::subject::WAIT_HEADER;
 use async_nats::ConnectOptions;
 use bmcfleet_tests::shipped::{connect, shipped, PASSWORDS};
@@ -282,6 +282,31 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     assert!(line.contains(r#""actor":"tenant:tenant-a""#) && line.contains(r#""tenant":"tenant-a""#), "{line}");
 }
 
+/// The shipped accounts with a gateway and no worker yet, tenant B's
+/// producer, and a connection as the gateway's user (to queue jobs as a
+/// gateway would, in states a gateway does not leave them in).
+struct GatewayNoWorker {
+    topo: Topology,
+    nats: NatsServer,
+    sim: SimServer,
+    gateway: bmcfleet_tests::Process,
+    b: Producer,
+    gw: async_nats::Client,
+}
+
+impl GatewayNoWorker {
+    async fn start() -> GatewayNoWorker {
+        let topo = Topology::default();
+        let nats = bmcfleet_tests::shipped::nats();
+        let sim = SimServer::start(SimConfig::default()).await.expect("simulator");
+        let gateway = topo.gateway(&nats, &bmcfleet_tests::shipped::gateway_user());
+        let b = Producer::new(connect(&nats, "producer-b", PASSWORDS[6].1).await.0);
+        wait_gateway(&b).await;
+        let gw = connect(&nats, "gateway", PASSWORDS[0].1).await.0;
+        GatewayNoWorker { topo, nats, sim, gateway, b, gw }
+    }
+}
+
 /// A batch id that JetStream already holds for another tenant (its job is
 /// queued, its status record not written yet: the instant between the
 /// other gateway's publish and its record, or a record whose write failed)
@@ -289,28 +314,12 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
 /// so never the other batch's status or results.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_id_queued_for_another_tenant_gives_nothing() {
-    let topo = Topology::default();
-    let nats = bmcfleet_tests::shipped::nats();
-    let sim = SimServer::start(SimConfig::default()).await.expect("simulator");
-    let _gateway = topo.gateway(&nats, &bmcfleet_tests::shipped::gateway_user());
-    let (b, _) = {
-        let (client, errors) = connect(&nats, "producer-b", PASSWORDS[6].1).await;
-        let p = Producer::new(client);
-        wait_gateway(&p).await;
-        (p, errors)
-    };
+    let GatewayNoWorker { topo, nats, sim, gateway: _gateway, b, gw } = GatewayNoWorker::start().await;
     // Tenant A's job, as A's gateway queued it a moment ago (no worker yet, no record yet).
-    let (gw, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
-    let id = ulid::Ulid::new();
-    let mut a_batch = sim_batch("10.7.5.1", vec![Action::Power(PowerOp::On)]);
-    a_batch.id = Some(id);
-    let target = a_batch.bmc.take().unwrap();
-    let job = Job { batch: a_batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: "tenant-a".into(), sealed_params: vec![] };
-    let mut h = async_nats::HeaderMap::new();
-    h.insert(async_nats::header::NATS_MESSAGE_ID, id.to_string().as_str());
-    let subject = topo.subjects().job(&job.key());
+    let job = job_of(sim_batch("10.7.5.1", vec![Action::Power(PowerOp::On)]), "tenant-a");
+    let id = job.id;
+    queue_job(&gw, &topo.subjects(), &job).await;
     let js = async_nats::jetstream::new(gw.clone());
-    js.publish_with_headers(subject, h, Encoding::MessagePack.encode(&job).unwrap().into()).await.unwrap().await.unwrap();
 
     // B reuses the id for a batch of its own. Whose the stored job is, only
     // its record will say: B is told to retry, not that its batch is queued.
@@ -355,33 +364,14 @@ async fn a_batch_id_queued_for_another_tenant_gives_nothing() {
 /// It now leaves both alone: nothing is sent, and B's record is unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_never_runs_into_another_tenants_status_record() {
-    let topo = Topology::default();
-    let nats = bmcfleet_tests::shipped::nats();
-    let sim = SimServer::start(SimConfig::default()).await.expect("simulator");
-    let _gateway = topo.gateway(&nats, &bmcfleet_tests::shipped::gateway_user());
-    let (b, _) = {
-        let (client, errors) = connect(&nats, "producer-b", PASSWORDS[6].1).await;
-        let p = Producer::new(client);
-        wait_gateway(&p).await;
-        (p, errors)
-    };
-    let (gw, _) = connect(&nats, "gateway", PASSWORDS[0].1).await;
+    let GatewayNoWorker { topo, nats, sim, gateway: _gateway, b, gw } = GatewayNoWorker::start().await;
     let js = async_nats::jetstream::new(gw.clone());
     // Tenant A's job, queued, whose own record was never written.
-    let id = ulid::Ulid::new();
-    let mut a_batch = sim_batch("10.7.7.1", vec![Action::Power(PowerOp::On)]);
-    a_batch.id = Some(id);
-    let target = a_batch.bmc.take().unwrap();
-    let job = Job { batch: a_batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: "tenant-a".into(), sealed_params: vec![] };
-    let mut h = async_nats::HeaderMap::new();
-    h.insert(async_nats::header::NATS_MESSAGE_ID, id.to_string().as_str());
-    let subject = topo.subjects().job(&job.key());
-    js.publish_with_headers(subject, h, Encoding::MessagePack.encode(&job).unwrap().into()).await.unwrap().await.unwrap();
+    let job = job_of(sim_batch("10.7.7.1", vec![Action::Power(PowerOp::On)]), "tenant-a");
+    let id = job.id;
+    queue_job(&gw, &topo.subjects(), &job).await;
     // Tenant B's record under the same id, as its admission wrote it.
-    let mut b_batch = sim_batch("10.7.7.2", vec![Action::Power(PowerOp::Status)]);
-    b_batch.id = Some(id);
-    let b_target = b_batch.bmc.take().unwrap();
-    let b_job = Job { batch: b_batch, id, target: b_target, admitted_at_ms: 2, deadline_at_ms: u64::MAX / 2, tenant: "tenant-b".into(), sealed_params: vec![] };
+    let b_job = job_of(Batch { id: Some(id), ..sim_batch("10.7.7.2", vec![Action::Power(PowerOp::Status)]) }, "tenant-b");
     let batches = js.get_key_value(topo.subjects().batches_bucket()).await.unwrap();
     bmcfleet_common::status::create(&batches, &BatchStatus::queued(&b_job, 99, 2)).await.unwrap();
 
@@ -465,14 +455,10 @@ async fn a_tenant_cannot_take_the_login_account_or_another_machine_s_address() {
     // The worker checks the address too: a job queued before B's machine
     // held that address (published here as the gateway would have).
     let (gw, _) = connect(nats, "gateway", PASSWORDS[0].1).await;
-    let id = ulid::Ulid::new();
-    let job_batch = Batch { id: Some(id), ..batch("a-node2", vec![readdress([10, 40, 1, 2])]) };
     let target = Machine { tenant: "tenant-a".into(), ..Machine::new("a-node2", "10.40.1.1".parse().unwrap(), Protocol::Sim, "rack-a") }.target();
-    let job = Job { batch: job_batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: "tenant-a".into(), sealed_params: vec![] };
-    let mut h = async_nats::HeaderMap::new();
-    h.insert(async_nats::header::NATS_MESSAGE_ID, id.to_string().as_str());
-    let js = async_nats::jetstream::new(gw.clone());
-    js.publish_with_headers(topo.subjects().job(&job.key()), h, Encoding::MessagePack.encode(&job).unwrap().into()).await.unwrap().await.unwrap();
+    let job = job_of(Batch { bmc: Some(target), ..batch("a-node2", vec![readdress([10, 40, 1, 2])]) }, "tenant-a");
+    let id = job.id;
+    queue_job(&gw, &topo.subjects(), &job).await;
     let results = bmcfleet_tests::producer::wait_final_statuses(&gw, &topo.subjects(), &[id], Duration::from_secs(30)).await;
     let e = results[&id].results[0].error.as_ref().expect("refused by the worker");
     assert_eq!(e.code, ErrorCode::TargetForbidden, "{e:?}");
