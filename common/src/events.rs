@@ -40,13 +40,24 @@ pub fn headers(event: &Event, extra: Option<&HeaderMap>) -> HeaderMap {
     h
 }
 
+/// Why an event was not stored.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct PublishError {
+    pub message: String,
+    /// Sending the same event again cannot succeed (it does not encode, or
+    /// it is larger than the server takes); anything else may be retried.
+    pub permanent: bool,
+}
+
 /// Publish an event of a batch of `tenant` and wait for the stream's acknowledgement.
-pub async fn publish(js: &Context, subjects: &Subjects, tenant: &str, event: &Event, extra: Option<&HeaderMap>) -> Result<(), String> {
-    let body = Encoding::MessagePack.encode(event).map_err(|e| e.to_string())?;
-    js.publish_with_headers(subjects.events(tenant, &event.batch), headers(event, extra), body.into())
-        .await
-        .map_err(|e| e.to_string())?
-        .await
-        .map_err(|e| e.to_string())?;
+pub async fn publish(js: &Context, subjects: &Subjects, tenant: &str, event: &Event, extra: Option<&HeaderMap>) -> Result<(), PublishError> {
+    use async_nats::jetstream::context::PublishErrorKind;
+    let failed = |e: async_nats::jetstream::context::PublishError| PublishError {
+        permanent: e.kind() == PublishErrorKind::MaxPayloadExceeded,
+        message: e.to_string(),
+    };
+    let body = Encoding::MessagePack.encode(event).map_err(|e| PublishError { message: e.to_string(), permanent: true })?;
+    js.publish_with_headers(subjects.events(tenant, &event.batch), headers(event, extra), body.into()).await.map_err(failed)?.await.map_err(failed)?;
     Ok(())
 }

@@ -433,3 +433,36 @@ async fn a_job_the_worker_cannot_read_still_gets_its_batch_a_result() {
     let ev: Event = Encoding::MessagePack.decode(&ev.payload).unwrap();
     assert!(matches!(ev.event, EventKind::BatchFinished { ref result } if result.state == BatchState::Failed), "{ev:?}");
 }
+
+/// An event the server can never take (larger than its `max_payload`) is a
+/// permanent failure, which the worker does not retry as it is; one the
+/// events stream did not store for another reason may be retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_larger_than_the_server_takes_is_a_permanent_failure() {
+    let GatewayStack { nats: _nats, topology: topo, gateway: _gw, producer: p } = GatewayStack::start(&[]).await;
+    let js = async_nats::jetstream::new(p.client.clone());
+    let subjects = topo.subjects();
+    let entry = EventLogEntry { id: "1".into(), message: "x".repeat(2 << 20), ..EventLogEntry::default() };
+    let data = ActionData::EventLog(EventLog { total: Some(1), entries: vec![entry] });
+    let result = BatchResult {
+        id: ulid::Ulid::new(),
+        bmc: "v4-10-16-12-1".into(),
+        state: BatchState::Succeeded,
+        results: vec![ActionResult::ok(0, "event_log_read", Some("sim".into()), Some(data), 1)],
+        worker: "w".into(),
+        deliveries: 1,
+        admitted_at_ms: 1,
+        finished_at_ms: 2,
+    };
+    let mut ev = Event { batch: result.id, at_ms: 2, event: EventKind::BatchFinished { result } };
+    let e = bmcfleet_common::events::publish(&js, &subjects, "default", &ev, None).await.unwrap_err();
+    assert!(e.permanent, "{e}");
+    // Without the data it is stored.
+    let EventKind::BatchFinished { result } = &mut ev.event else { unreachable!() };
+    result.results[0].data = None;
+    bmcfleet_common::events::publish(&js, &subjects, "default", &ev, None).await.unwrap();
+    // Another stream's subjects (none stores them): not permanent.
+    let other = Subjects::new("nope", "NOPE", 8);
+    let e = tokio::time::timeout(Duration::from_secs(30), bmcfleet_common::events::publish(&js, &other, "default", &ev, None)).await.expect("an answer").unwrap_err();
+    assert!(!e.permanent, "{e}");
+}

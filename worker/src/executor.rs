@@ -903,7 +903,7 @@ impl<'a> Run<'a> {
         let Some(result) = self.status.result.clone() else {
             return Ok(());
         };
-        let ev = Event { batch: self.job.id, at_ms: now_ms(), event: EventKind::BatchFinished { result } };
+        let mut ev = Event { batch: self.job.id, at_ms: now_ms(), event: EventKind::BatchFinished { result } };
         let headers = self.event_headers();
         let mut attempt = 0;
         loop {
@@ -912,6 +912,18 @@ impl<'a> Run<'a> {
             }
             match events::publish(&self.shared.res.js, &self.shared.subjects, &self.job.tenant, &ev, Some(&headers)).await {
                 Ok(()) => return Ok(()),
+                // Sending it again cannot help: the result goes without its
+                // actions' data (states and errors stay; the status record
+                // has it all), and failing that, the batch is done without
+                // its final event rather than its lane retrying forever.
+                Err(e) if e.permanent => {
+                    if without_data(&mut ev) {
+                        tracing::warn!(batch = %self.job.id, error = %e, "The final result cannot be published whole; publishing it without its actions' data (the status record has it).");
+                        continue;
+                    }
+                    tracing::error!(batch = %self.job.id, error = %e, "The final result cannot be published; the batch is done (its status record has the result).");
+                    return Ok(());
+                }
                 Err(e) => {
                     tracing::warn!(batch = %self.job.id, error = %e, "Cannot publish the final result; retrying.");
                     pause(self.fence, attempt).await?;
@@ -922,10 +934,41 @@ impl<'a> Run<'a> {
     }
 }
 
+/// A final event's result without its actions' data (states, errors and
+/// timings stay); `false` when it had none to drop.
+fn without_data(ev: &mut Event) -> bool {
+    let EventKind::BatchFinished { result } = &mut ev.event else { return false };
+    let mut dropped = false;
+    for r in &mut result.results {
+        dropped |= r.data.take().is_some();
+    }
+    dropped
+}
+
 #[cfg(test)]
 mod scrub_tests {
     use super::*;
     use bmcfleet_schema::{Action, ActionData, EventLog, EventLogEntry, EventLogOp, Secret};
+
+    #[test]
+    fn a_final_event_loses_its_actions_data_once_and_keeps_the_rest() {
+        use bmcfleet_schema::{ActionResult, BatchResult, BatchState, PowerState};
+        let result = BatchResult {
+            id: ulid::Ulid::new(),
+            bmc: "v4-10-0-0-1".into(),
+            state: BatchState::Succeeded,
+            results: vec![ActionResult::ok(0, "power_status", Some("sim".into()), Some(ActionData::PowerState(PowerState::On)), 3)],
+            worker: "w".into(),
+            deliveries: 1,
+            admitted_at_ms: 1,
+            finished_at_ms: 2,
+        };
+        let mut ev = Event { batch: result.id, at_ms: 2, event: EventKind::BatchFinished { result } };
+        assert!(without_data(&mut ev));
+        let EventKind::BatchFinished { result } = &ev.event else { unreachable!() };
+        assert_eq!((result.results[0].data.as_ref(), result.results[0].action.as_str(), result.state), (None, "power_status", BatchState::Succeeded));
+        assert!(!without_data(&mut ev), "nothing left to drop: give up");
+    }
 
     #[test]
     fn bmc_text_in_data_loses_the_login_password() {
