@@ -132,13 +132,6 @@ impl Fleet {
         if !self.options.worker_args.iter().chain(extra).any(|a| a == flag || a.starts_with("--bmc-min-interval=")) {
             args.extend([flag.into(), "0s".into()]);
         }
-        // Likewise one tenant's share of the worker's batch slots (default
-        // half): the benchmarks run a single tenant, which may use them all.
-        let given: Vec<&String> = self.options.worker_args.iter().chain(extra).collect();
-        if !given.iter().any(|a| a.starts_with("--max-batches-per-tenant")) {
-            let total = given.windows(2).find(|w| w[0] == "--max-concurrent-batches").map_or("256".to_owned(), |w| w[1].clone());
-            args.extend(["--max-batches-per-tenant".into(), total]);
-        }
         args.extend(self.options.worker_args.iter().cloned());
         args.extend(extra.iter().cloned());
         let env = [("BMCFLEET_SEALING_KEY", self.sealing.0.expose().to_owned())];
