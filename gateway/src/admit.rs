@@ -139,12 +139,12 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorBody::new(code, message))
 }
 
-/// Another tenant's batch holds the id: refused without saying anything about it.
 /// How long a submit whose id JetStream already holds waits for that
 /// batch's status record (written by its own admission right after the job,
 /// or by the worker that claims it).
 const DUPLICATE_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Another tenant's batch holds the id: refused without saying anything about it.
 fn id_taken() -> Reply {
     error(ErrorCode::InvalidField, "id: this batch id cannot be used; leave it out or choose another")
 }

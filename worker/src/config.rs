@@ -38,7 +38,8 @@ pub struct Config {
     /// Of those, how many one tenant's batches (and its machines' polls)
     /// may hold at once (default: half of --max-concurrent-batches, at
     /// least 1), so one tenant with many machines or slow batches leaves
-    /// the other tenants the rest.
+    /// the other tenants the rest. The operator's own machines (tenant
+    /// `default`) are not limited by it.
     #[arg(long, env = "BMCFLEET_MAX_BATCHES_PER_TENANT", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_batches_per_tenant: Option<u32>,
     /// How long a machine may take to show a power change (on, off, cycle,

@@ -1,8 +1,11 @@
 //! The worker's `--max-concurrent-batches` slots, shared between tenants.
 //!
-//! A batch (or a state poll) runs in one of the worker's slots, and first
-//! takes one of its tenant's share of them (`--max-batches-per-tenant`, by
-//! default half of the slots). A tenant with many machines, or with many
+//! A batch (or a state poll) runs in one of the worker's slots, and a
+//! tenant's first takes one of its tenant's share of them
+//! (`--max-batches-per-tenant`, by default half of the slots). The
+//! operator's own machines (tenant `default`) have no share: a deployment
+//! without tenants keeps every slot, and the operator may use what the
+//! tenants leave. A tenant with many machines, or with many
 //! slow batches (long power settles, firmware updates, BMCs that answer
 //! slowly), therefore holds at most its share, and the other tenants'
 //! batches still find slots: without the share, one tenant's lanes could
@@ -41,11 +44,12 @@ impl std::fmt::Display for For<'_> {
     }
 }
 
-/// One slot, with its tenant's share: both given back when dropped.
+/// One slot, with its tenant's share (none for the operator's own): both
+/// given back when dropped.
 #[derive(Debug)]
 pub struct Slot {
     _all: OwnedSemaphorePermit,
-    _tenant: OwnedSemaphorePermit,
+    _tenant: Option<OwnedSemaphorePermit>,
 }
 
 impl Slots {
@@ -71,6 +75,10 @@ impl Slots {
     /// A slot for work of `tenant` (`work` names it in the log line written
     /// when the tenant's share is spent and it has to wait for it).
     pub async fn acquire(&self, tenant: &str, work: For<'_>) -> Slot {
+        if tenant == bmcfleet_schema::machine::DEFAULT_TENANT {
+            let all = self.all.clone().acquire_owned().await.expect("the worker's slots are never closed");
+            return Slot { _all: all, _tenant: None };
+        }
         let share = self.share(tenant);
         let mine = match share.clone().try_acquire_owned() {
             Ok(p) => p,
@@ -83,7 +91,7 @@ impl Slots {
             }
         };
         let all = self.all.clone().acquire_owned().await.expect("the worker's slots are never closed");
-        Slot { _all: all, _tenant: mine }
+        Slot { _all: all, _tenant: Some(mine) }
     }
 }
 
@@ -106,6 +114,10 @@ mod tests {
         assert!(Box::pin(slots.acquire("b", For::Poll("b2"))).now_or_never().is_none(), "every slot of the worker is taken");
         drop(a1);
         let _a3 = a3.await;
+        // The operator's own machines have no share: all the slots.
+        let few = Slots::new(3, 1);
+        let _ops = [few.acquire("default", For::Poll("1")).await, few.acquire("default", For::Poll("2")).await, few.acquire("default", For::Poll("3")).await];
+        assert!(Box::pin(few.acquire("default", For::Poll("4"))).now_or_never().is_none(), "still at most every slot");
         assert_eq!(Slots::new(1, 0).per_tenant(), 1, "a tenant may always run something");
         assert_eq!(Slots::new(2, 9).per_tenant(), 2);
     }
