@@ -335,9 +335,10 @@ impl Transport {
         let sent_before = ctx.sending().await?;
         let exchange = async move {
             let mut resp = rb.send().await.map_err(ReadError::Http)?;
-            // What this answer holds of the connector's memory: the length
-            // it announces up front, then whatever more arrives, then its
-            // values' parsed size.
+            // What this answer holds of the connector's memory: the bytes
+            // as they arrive (not the length it announces, which a BMC that
+            // then stalls would hold for nothing), then its values' parsed
+            // size, at most what an answer that is parsed may hold.
             let (mut held, mut charged) = (None, 0usize);
             let mut charge = |held: &mut Option<OwnedSemaphorePermit>, total: usize| {
                 let more = total.saturating_sub(charged);
@@ -349,7 +350,6 @@ impl Transport {
                 if len as usize > max {
                     return Err(ReadError::TooLarge(len as usize));
                 }
-                charge(&mut held, len as usize)?;
             }
             let status = resp.status();
             let headers = resp.headers().clone();
@@ -362,7 +362,9 @@ impl Transport {
                 buf.extend_from_slice(&chunk);
             }
             if !buf.is_empty() {
-                charge(&mut held, buf.len() + crate::json::value_count(&buf) * crate::json::PARSED_VALUE_BYTES)?;
+                // More values than that are refused unparsed (`json::parse`).
+                let values = crate::json::value_count(&buf).min(crate::json::MAX_VALUES);
+                charge(&mut held, buf.len() + values * crate::json::PARSED_VALUE_BYTES)?;
             }
             Ok(Reply { status, headers, body: buf.freeze(), held })
         };

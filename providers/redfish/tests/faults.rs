@@ -271,14 +271,22 @@ async fn an_answer_past_the_worker_s_answer_memory_is_refused_and_memory_is_give
     let many = format!("{{\"PowerState\": \"On\", \"Padding\": [{}0]}}", "0,".repeat(100_000));
     let e = status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 200).raw(many.into_bytes()).times(1)).await;
     common::assert_error(&e, ErrorCode::WorkerExhausted, "max_buffered_bytes");
+    // More values than any answer that is parsed may hold: charged as that
+    // many at most, and refused as the BMC's fault, not the worker's.
+    let nested = "[".repeat(4 << 20);
+    let roomy = connector_holding(64 << 20);
+    let mut t = roomy.open(&ctx(10), &server.target(), &server.credentials()).await.expect("connect");
+    let e = status_answered(&server, &mut t, Fault::status("GET", SYSTEM, 200).raw(nested.into_bytes()).times(1)).await;
+    common::assert_error(&e, ErrorCode::ProtocolError, "refused unparsed");
     // Ordinary answers fit, and give their share back.
     assert_eq!(power(&mut s, PowerOp::Status).await.unwrap(), Some(bmcfleet_schema::PowerState::On));
     assert_eq!(connector.answer_bytes_held(), 0);
 }
 
 /// The answer memory is the connector's, shared by all its sessions: an
-/// answer one BMC is still sending holds its announced length, and another
-/// BMC's answer that does not fit beside it is refused, until it is given back.
+/// answer one BMC is still sending holds what it sent so far (not the
+/// length it announced), and another BMC's answer that does not fit beside
+/// it is refused, until it is given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_of_one_connector_share_its_answer_memory() {
     let (slow, other) = (spec_service().start().await.unwrap(), spec_service().start().await.unwrap());
@@ -295,10 +303,11 @@ async fn sessions_of_one_connector_share_its_answer_memory() {
     };
     let mut a = connector.open(&ctx(10), &slow.target(), &slow.credentials()).await.expect("connect");
     let mut b = connector.open(&ctx(10), &other.target(), &other.credentials()).await.expect("connect");
-    // A's BMC announces 7 MiB, sends a few bytes and stalls: A holds 7 MiB.
+    // A's BMC announces 8 MiB, sends 7 MiB of it and stalls: A holds those 7 MiB.
     slow.push_fault(Fault::stall("GET", SYSTEM, 7 << 20).times(1));
     let stalled = tokio::spawn(async move { a.power().unwrap().power(&ctx(60), PowerOp::Status).await.map(drop) });
     held_reaches(|n| n >= 7 << 20).await;
+    assert!(connector.answer_bytes_held() < 8 << 20, "the announced length is held, not what was sent: {}", connector.answer_bytes_held());
     // B's answer: 200 KB holding 100,000 values, charged about 5 MiB: more than is left.
     let padded = format!("{{\"PowerState\": \"On\", \"Padding\": [{}0]}}", "0,".repeat(100_000));
     let e = status_answered(&other, &mut b, Fault::status("GET", SYSTEM, 200).raw(padded.clone().into_bytes()).times(1)).await;

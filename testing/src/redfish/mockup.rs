@@ -137,7 +137,8 @@ impl RecordedRequest {
 enum FaultKind {
     Respond { status: u16, headers: Vec<(String, String)>, body: Bytes },
     Hang,
-    /// `200`, a `content-length` of this many bytes, a few of them, then nothing.
+    /// `200`, a `content-length` 1 MiB larger than the body, this many
+    /// bytes of it, then nothing.
     Stall(usize),
     Task { polls: usize, final_state: String, messages: Vec<String> },
 }
@@ -207,10 +208,10 @@ impl Fault {
         Fault::new(method, path, FaultKind::Hang)
     }
 
-    /// Answer `200` announcing a body of `content_length` bytes, send its
-    /// first few, then nothing more, never ending the answer.
-    pub fn stall(method: &str, path: &str, content_length: usize) -> Fault {
-        Fault::new(method, path, FaultKind::Stall(content_length))
+    /// Answer `200` announcing a body 1 MiB longer than it sends: `sent`
+    /// bytes of it, then nothing more, never ending the answer.
+    pub fn stall(method: &str, path: &str, sent: usize) -> Fault {
+        Fault::new(method, path, FaultKind::Stall(sent))
     }
 
     /// Process the request normally, then answer `202 Accepted` with a Task
@@ -612,11 +613,13 @@ impl State {
             match f.kind.clone() {
                 FaultKind::Respond { status, headers, body } => return Some(HttpResponse { status, headers, body, stall: false }),
                 FaultKind::Hang => return None,
-                FaultKind::Stall(length) => {
+                FaultKind::Stall(sent) => {
+                    let mut body = b"{\"Padding\": \"".to_vec();
+                    body.resize(sent.max(body.len()), b'x');
                     return Some(HttpResponse {
                         status: 200,
-                        headers: vec![("content-type".into(), "application/json".into()), ("content-length".into(), length.to_string())],
-                        body: Bytes::from_static(b"{\"Padding\": \""),
+                        headers: vec![("content-type".into(), "application/json".into()), ("content-length".into(), (body.len() + (1 << 20)).to_string())],
+                        body: Bytes::from(body),
                         stall: true,
                     })
                 }
