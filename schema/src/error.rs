@@ -39,7 +39,8 @@ pub enum ErrorCode {
     /// machine, producer TLS options that would weaken verification, or the
     /// address of a registered machine (use the machine). Also an action
     /// result: a tenant's user action on the BMC account the worker logs in
-    /// with, or a static address that is another registered machine's.
+    /// to a registered machine with, or a static address that is another
+    /// registered machine's.
     TargetForbidden,
     /// The request cannot be honoured in the batch's current state
     /// (e.g. cancelling a finished batch).

@@ -436,6 +436,11 @@ async fn a_tenant_cannot_take_the_login_account_or_another_machine_s_address() {
     assert!(r.results[3].error.is_none(), "another user: {r:?}");
     let user_calls: Vec<_> = stack.sim.log().into_iter().filter(|l| l.bmc == "v4-10-40-1-1" && l.action.starts_with("user")).collect();
     assert_eq!(user_calls.len(), 1, "only the other user's create reached the BMC: {user_calls:?}");
+    // An ad hoc BMC's login is the producer's own credential: its to change
+    // (a factory password, say).
+    let own = Action::User(UserOp::Update(UserUpdate { name: "admin".into(), password: Some(Secret::new("new-Pw-5678")), role: None, enabled: None }));
+    let Reply::Result(r) = a.submit(&sim_batch("10.40.1.50", vec![own]), true).await else { panic!("A's ad hoc batch") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 
     // B's machine's address for A's BMC: refused at admission, B's machine not named.
     let readdress = |ip: [u8; 4]| Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 { address: ip.into(), netmask: [255, 255, 255, 0].into(), gateway: None }));

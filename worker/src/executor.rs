@@ -735,13 +735,16 @@ impl<'a> Run<'a> {
             }
         }
         let creds = creds.as_ref().map_err(|e| ProviderError::new(e.code, e.message.clone()))?;
-        // The account the worker logs in with is the operator's (the
-        // machine's credential): a tenant's batch may not create another of
-        // that name, change it or delete it, which would lock the operator
-        // out of the machine (or, with IPMI name-only lookup, let a second
-        // account of that name answer for it). The operator's own batches may.
+        // On a registered machine the account the worker logs in with is
+        // the operator's (the machine's credential): a tenant's batch may
+        // not create another of that name, change it or delete it, which
+        // would lock the operator out of the machine (or, with IPMI
+        // name-only lookup, let a second account of that name answer for
+        // it). The operator's own machines' batches may. An ad hoc target's
+        // login is the producer's own credential: its to change.
         if let Some(name) = action.user_changed() {
-            if self.job.tenant != bmcfleet_schema::machine::DEFAULT_TENANT && name.trim().eq_ignore_ascii_case(creds.username.trim()) {
+            let operators = self.job.batch.machine.is_some() && self.job.tenant != bmcfleet_schema::machine::DEFAULT_TENANT;
+            if operators && name.trim().eq_ignore_ascii_case(creds.username.trim()) {
                 return Err(ProviderError::new(
                     ErrorCode::TargetForbidden,
                     format!("user `{name}` is the account this worker logs in to the BMC with (the machine's credential): a tenant's batch may not create, change or delete it; nothing was sent"),
