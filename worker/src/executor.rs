@@ -161,6 +161,17 @@ fn scrub(mut e: ProviderError, action: &bmcfleet_schema::Action, creds: &bmcflee
 /// failure logged with the password typed): the same secrets are removed
 /// from every string in it. Data without such a string is returned as is.
 fn scrub_data(data: bmcfleet_schema::ActionData, action: &bmcfleet_schema::Action, creds: &bmcfleet_provider::ResolvedCredentials) -> bmcfleet_schema::ActionData {
+    // User names are the BMC's text, shown in tables like sensor names:
+    // no control characters, whichever provider read them.
+    let data = match data {
+        bmcfleet_schema::ActionData::Users(mut users) => {
+            for u in users.iter_mut().filter(|u| u.name.chars().any(char::is_control)) {
+                u.name = bmcfleet_schema::components::clip(&u.name);
+            }
+            bmcfleet_schema::ActionData::Users(users)
+        }
+        other => other,
+    };
     let values = action.secret_values();
     let mut secrets: Vec<&str> = values.iter().map(String::as_str).collect();
     secrets.push(creds.password.expose());
@@ -971,6 +982,16 @@ mod scrub_tests {
         let EventKind::BatchFinished { result } = &ev.event else { unreachable!() };
         assert_eq!((result.results[0].data.as_ref(), result.results[0].action.as_str(), result.state), (None, "power_status", BatchState::Succeeded));
         assert!(!without_data(&mut ev), "nothing left to drop: give up");
+    }
+
+    #[test]
+    fn user_names_a_bmc_reads_back_have_no_control_characters() {
+        use bmcfleet_schema::{UserInfo, UserOp};
+        let creds = bmcfleet_provider::ResolvedCredentials { username: "admin".into(), password: Secret::new("hunter2-pw") };
+        let user = |name: &str| UserInfo { id: "3".into(), name: name.into(), role: None, enabled: true };
+        let data = ActionData::Users(vec![user("ops\n\u{1b}[2Jx"), user("admin")]);
+        let ActionData::Users(users) = scrub_data(data, &Action::User(UserOp::List), &creds) else { unreachable!() };
+        assert_eq!((users[0].name.as_str(), users[1].name.as_str()), ("ops  [2Jx", "admin"));
     }
 
     #[test]
