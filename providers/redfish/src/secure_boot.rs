@@ -39,7 +39,13 @@ impl SecureBoot for RedfishSession {
         }
         // Done when SecureBootEnable reads back as asked (it is the setting
         // for the next boot), not when the BMC acknowledges the PATCH.
-        let after = state(&self.transport.get(ctx, &path).await?.body);
+        let mut round = 0;
+        let after = loop {
+            let after = state(&self.transport.get(ctx, &path).await?.body);
+            if after.enabled == enabled || !self.transport.settle(ctx, &mut round).await {
+                break after;
+            }
+        };
         if after.enabled != enabled {
             return Err(crate::error::err(
                 bmcfleet_schema::ErrorCode::BmcError,

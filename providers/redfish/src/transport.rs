@@ -41,6 +41,10 @@ enum Auth {
     },
 }
 
+/// Reads of an accepted change after the first, before it counts as not
+/// made ([`Transport::settle`]).
+pub(crate) const SETTLE_READS: u32 = 4;
+
 /// A response as read off the wire (any status).
 #[derive(Debug)]
 pub(crate) struct Reply {
@@ -222,6 +226,21 @@ impl Transport {
 
     pub fn is_broken(&self) -> bool {
         self.broken
+    }
+
+    /// Before reading back once more a change the BMC accepted but does
+    /// not show yet (some apply it a moment later): waits
+    /// `state_poll_interval` and says `true`, or says `false` at once when
+    /// [`SETTLE_READS`] more reads were made already or the action has not
+    /// that long left (the change then counts as not made).
+    pub async fn settle(&self, ctx: &Ctx, round: &mut u32) -> bool {
+        let wait = self.config.state_poll_interval;
+        if *round >= SETTLE_READS || ctx.remaining().map_or(true, |left| left <= wait) {
+            return false;
+        }
+        *round += 1;
+        tokio::time::sleep(wait).await;
+        true
     }
 
     /// Response body bytes read on this conversation so far: a reading

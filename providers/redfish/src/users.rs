@@ -196,6 +196,18 @@ impl RedfishSession {
     async fn read_account(&mut self, ctx: &Ctx, path: &str) -> Result<UserInfo> {
         Ok(Account::from(self.transport.get(ctx, path).await?).info())
     }
+
+    /// The account at `path` read back until it is as `body` asked
+    /// ([`verify`]), settling a moment for a BMC that applies a change late.
+    async fn read_back(&mut self, ctx: &Ctx, path: &str, name: &str, body: &Value) -> Result<UserInfo> {
+        let mut round = 0;
+        loop {
+            let checked = verify(self.read_account(ctx, path).await?, path, name, body);
+            if checked.is_ok() || !self.transport.settle(ctx, &mut round).await {
+                return checked;
+            }
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -219,7 +231,7 @@ impl Users for RedfishSession {
             tracing::info!(bmc = %self.transport.bmc(), slot = %slot.id, "Creating a user in an empty account slot.");
             let path = slot.resource.path.clone();
             self.patch_with_etag(ctx, slot.resource, &body).await?;
-            return verify(self.read_account(ctx, &path).await?, &path, &spec.name, &body);
+            return self.read_back(ctx, &path, &spec.name, &body).await;
         }
         tracing::info!(bmc = %self.transport.bmc(), "Creating a user in the Accounts collection.");
         let reply = self.transport.post(ctx, &coll, &body).await.map_err(|e| {
@@ -233,7 +245,7 @@ impl Users for RedfishSession {
             .location()
             .or_else(|| reply.json(&reqwest::Method::POST, &coll).ok().and_then(|v| str_of(&v, "@odata.id").map(crate::json::norm_path)));
         match created {
-            Some(path) => verify(self.read_account(ctx, &path).await?, &path, &spec.name, &body),
+            Some(path) => self.read_back(ctx, &path, &spec.name, &body).await,
             None => {
                 let (_, _, a) = self.find_account(ctx, &spec.name).await?;
                 let path = a.resource.path.clone();
@@ -255,7 +267,7 @@ impl Users for RedfishSession {
         }
         let path = account.resource.path.clone();
         self.patch_with_etag(ctx, account.resource, &body).await?;
-        verify(self.read_account(ctx, &path).await?, &path, &update.name, &body)
+        self.read_back(ctx, &path, &update.name, &body).await
     }
 
     async fn delete_user(&mut self, ctx: &Ctx, name: &str) -> Result<()> {

@@ -931,3 +931,20 @@ async fn secure_boot_acknowledged_but_not_set_is_not_reported_done() {
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     assert!(s.secure_boot().unwrap().set_secure_boot(&ctx(5), true).await.expect("enabled").enabled);
 }
+
+/// A BMC that applies an accepted change a moment later (its first read
+/// back still shows the old value) is read again before the change counts
+/// as not made.
+#[tokio::test]
+async fn a_change_the_bmc_shows_a_moment_later_is_done() {
+    let sb = format!("{SYSTEM}/SecureBoot");
+    let off = json!({"Id": "SecureBoot", "SecureBootEnable": false, "SecureBootCurrentBoot": "Disabled", "SecureBootMode": "UserMode"});
+    let server = spec_service().resource(&sb, off.clone()).start().await.unwrap();
+    server.merge_resource(SYSTEM, &json!({"SecureBoot": {"@odata.id": sb}}));
+    let mut s = open(&server).await;
+    // The read before the change is served; the first read after it is stale.
+    server.push_fault(Fault::status("GET", &sb, 200).json(&off).after(1).times(1));
+    assert!(s.secure_boot().unwrap().set_secure_boot(&ctx(5), true).await.expect("enabled once the BMC shows it").enabled);
+    let stale = server.requests_to("GET", &sb).len();
+    assert_eq!(stale, 3, "read before, stale read back, read again");
+}
