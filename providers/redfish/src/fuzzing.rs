@@ -46,7 +46,7 @@ pub fn redfish_json(data: &[u8]) {
             headers.insert(RETRY_AFTER, v);
         }
     }
-    let reply = Reply { status, headers, body: Bytes::copy_from_slice(body), held: None };
+    let reply = Reply::new(status, headers, Bytes::copy_from_slice(body));
 
     let _ = bmc_messages(body);
     let _ = status_error("GET", "/redfish/v1/Systems/1", status, body).to_string();

@@ -20,7 +20,12 @@ pub(crate) const PARSED_VALUE_BYTES: usize = 48;
 /// `,` and `:` outside a string, which counts every element and member
 /// value, and the keys after an object's first; `Err` says why).
 pub(crate) fn parse(body: &[u8]) -> Result<Value, Unparsed> {
-    let values = value_count(body);
+    parse_counted(body, value_count(body))
+}
+
+/// [`parse`] of a body whose values were counted already
+/// ([`value_count`]: the transport counts them as the answer arrives).
+pub(crate) fn parse_counted(body: &[u8], values: usize) -> Result<Value, Unparsed> {
     if values > MAX_VALUES {
         return Err(Unparsed::TooMany(values));
     }

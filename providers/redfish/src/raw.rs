@@ -59,7 +59,7 @@ impl RedfishSession {
         let body = if reply.body.iter().all(u8::is_ascii_whitespace) {
             None
         } else {
-            match crate::json::parse(&reply.body) {
+            match reply.parse() {
                 Ok(v) => Some(v),
                 Err(e) if reply.header("content-type").is_some_and(|c| c.contains("json")) => {
                     return Err(protocol(format!("{method} {shown}: the BMC's answer {e}")));

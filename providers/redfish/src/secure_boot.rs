@@ -39,13 +39,7 @@ impl SecureBoot for RedfishSession {
         }
         // Done when SecureBootEnable reads back as asked (it is the setting
         // for the next boot), not when the BMC acknowledges the PATCH.
-        let mut round = 0;
-        let after = loop {
-            let after = state(&self.transport.get(ctx, &path).await?.body);
-            if after.enabled == enabled || !self.transport.settle(ctx, &mut round).await {
-                break after;
-            }
-        };
+        let after = state(&self.transport.read_back(ctx, &path, |r| state(&r.body).enabled == enabled).await?.body);
         if after.enabled != enabled {
             return Err(crate::error::err(
                 bmcfleet_schema::ErrorCode::BmcError,

@@ -42,8 +42,8 @@ enum Auth {
 }
 
 /// Reads of an accepted change after the first, before it counts as not
-/// made ([`Transport::settle`]).
-pub(crate) const SETTLE_READS: u32 = 4;
+/// made ([`Transport::read_back`]).
+const SETTLE_READS: u32 = 4;
 
 /// A response as read off the wire (any status).
 #[derive(Debug)]
@@ -55,6 +55,9 @@ pub(crate) struct Reply {
     /// reply (and so the body it is parsed from) is dropped.
     #[expect(dead_code, reason = "held for its drop, never read")]
     pub held: Option<OwnedSemaphorePermit>,
+    /// The body's JSON values ([`crate::json::value_count`]), counted once
+    /// as it was read: what it was charged, and what parsing checks.
+    pub values: usize,
 }
 
 /// The bytes of BMC answers one connector's sessions hold at once
@@ -99,12 +102,23 @@ impl AnswerMemory {
 }
 
 impl Reply {
+    /// A reply not read off the wire (tests, fuzzing): its values counted here.
+    pub fn new(status: StatusCode, headers: HeaderMap, body: Bytes) -> Reply {
+        let values = crate::json::value_count(&body);
+        Reply { status, headers, body, held: None, values }
+    }
+
+    /// The body parsed as JSON ([`crate::json::parse`]), its values not counted again.
+    pub fn parse(&self) -> std::result::Result<Value, crate::json::Unparsed> {
+        crate::json::parse_counted(&self.body, self.values)
+    }
+
     /// The body as JSON; an empty body is `null`.
     pub fn json(&self, method: &Method, path: &str) -> Result<Value> {
         if self.body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Value::Null);
         }
-        crate::json::parse(&self.body).map_err(|e| {
+        self.parse().map_err(|e| {
             let start: String = String::from_utf8_lossy(&self.body[..self.body.len().min(80)])
                 .chars()
                 .map(|c| if c.is_control() { ' ' } else { c })
@@ -228,12 +242,26 @@ impl Transport {
         self.broken
     }
 
-    /// Before reading back once more a change the BMC accepted but does
-    /// not show yet (some apply it a moment later): waits
+    /// `path` read back after a change the BMC accepted, until `done` says
+    /// the change shows: a BMC may apply it a moment later, so it is read
+    /// again up to [`SETTLE_READS`] times, `state_poll_interval` apart,
+    /// while the action has that long left. The last read either way (the
+    /// caller says what a change that never showed means).
+    pub async fn read_back(&mut self, ctx: &Ctx, path: &str, done: impl Fn(&Resource) -> bool) -> Result<Resource> {
+        let mut round = 0;
+        loop {
+            let r = self.get(ctx, path).await?;
+            if done(&r) || !self.settle(ctx, &mut round).await {
+                return Ok(r);
+            }
+        }
+    }
+
+    /// Before another read of [`Transport::read_back`]: waits
     /// `state_poll_interval` and says `true`, or says `false` at once when
     /// [`SETTLE_READS`] more reads were made already or the action has not
-    /// that long left (the change then counts as not made).
-    pub async fn settle(&self, ctx: &Ctx, round: &mut u32) -> bool {
+    /// that long left.
+    async fn settle(&self, ctx: &Ctx, round: &mut u32) -> bool {
         let wait = self.config.state_poll_interval;
         if *round >= SETTLE_READS || ctx.remaining().map_or(true, |left| left <= wait) {
             return false;
@@ -380,12 +408,12 @@ impl Transport {
                 charge(&mut held, buf.len() + chunk.len())?;
                 buf.extend_from_slice(&chunk);
             }
+            let values = if buf.is_empty() { 0 } else { crate::json::value_count(&buf) };
             if !buf.is_empty() {
                 // More values than that are refused unparsed (`json::parse`).
-                let values = crate::json::value_count(&buf).min(crate::json::MAX_VALUES);
-                charge(&mut held, buf.len() + values * crate::json::PARSED_VALUE_BYTES)?;
+                charge(&mut held, buf.len() + values.min(crate::json::MAX_VALUES) * crate::json::PARSED_VALUE_BYTES)?;
             }
-            Ok(Reply { status, headers, body: buf.freeze(), held })
+            Ok(Reply { status, headers, body: buf.freeze(), held, values })
         };
         let (outcome, fatal) = async {
             let res = tokio::time::timeout(budget, exchange).await;
@@ -930,7 +958,7 @@ mod tests {
         if let Some(l) = location {
             headers.insert(LOCATION, HeaderValue::from_str(l).unwrap());
         }
-        Reply { status: StatusCode::from_u16(status).unwrap(), headers, body: Bytes::copy_from_slice(body.as_bytes()), held: None }
+        Reply::new(StatusCode::from_u16(status).unwrap(), headers, Bytes::copy_from_slice(body.as_bytes()))
     }
 
     fn poll(status: u16, body: &str) -> Result<Poll> {

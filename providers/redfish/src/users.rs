@@ -193,20 +193,12 @@ impl RedfishSession {
         }
     }
 
-    async fn read_account(&mut self, ctx: &Ctx, path: &str) -> Result<UserInfo> {
-        Ok(Account::from(self.transport.get(ctx, path).await?).info())
-    }
-
     /// The account at `path` read back until it is as `body` asked
-    /// ([`verify`]), settling a moment for a BMC that applies a change late.
+    /// ([`verify`]; [`Transport::read_back`] settles a moment for a BMC
+    /// that applies a change late).
     async fn read_back(&mut self, ctx: &Ctx, path: &str, name: &str, body: &Value) -> Result<UserInfo> {
-        let mut round = 0;
-        loop {
-            let checked = verify(self.read_account(ctx, path).await?, path, name, body);
-            if checked.is_ok() || !self.transport.settle(ctx, &mut round).await {
-                return checked;
-            }
-        }
+        let r = self.transport.read_back(ctx, path, |r| verify(Account::from(r.clone()).info(), path, name, body).is_ok()).await?;
+        verify(Account::from(r).info(), path, name, body)
     }
 }
 

@@ -286,14 +286,10 @@ impl VirtualMedia for RedfishSession {
         // The insert is done when the device reads back inserted (a BMC's
         // acknowledgement alone is not the effect), with this image when it
         // names one.
-        let mut round = 0;
-        let after = loop {
-            let after = self.transport.get(ctx, &path).await?;
-            let done = is_inserted(&after.body) && str_of(&after.body, "Image").is_none_or(|img| img == url);
-            if done || !self.transport.settle(ctx, &mut round).await {
-                break after;
-            }
-        };
+        let after = self
+            .transport
+            .read_back(ctx, &path, |r| is_inserted(&r.body) && str_of(&r.body, "Image").is_none_or(|img| img == url))
+            .await?;
         match str_of(&after.body, "Image") {
             Some(img) if img != url && is_inserted(&after.body) => Err(err(
                 ErrorCode::BmcError,
@@ -316,13 +312,7 @@ impl VirtualMedia for RedfishSession {
         let path = device.path.clone();
         self.eject_device(ctx, device).await?;
         // Done when the device reads back empty, not when the BMC says so.
-        let mut round = 0;
-        let after = loop {
-            let after = self.transport.get(ctx, &path).await?;
-            if !is_inserted(&after.body) || !self.transport.settle(ctx, &mut round).await {
-                break after;
-            }
-        };
+        let after = self.transport.read_back(ctx, &path, |r| !is_inserted(&r.body)).await?;
         if is_inserted(&after.body) {
             return Err(err(ErrorCode::BmcError, format!("the BMC accepted the media eject but {path} still reads back inserted")));
         }
