@@ -199,18 +199,27 @@ impl Registry {
     /// The machine registered at this address's host, if any, however the
     /// address spells it (an IPv4-mapped IPv6 address is its IPv4 address).
     pub fn machine_at(&self, address: &BmcAddress) -> Option<String> {
-        self.machine_at_host(&address.host_identity())
+        self.machine_at_identity(&address.host_identity())
     }
 
     /// The machine registered at `host` (a name, or an IP in any text
     /// form), if any.
     pub fn machine_at_host(&self, host: &str) -> Option<String> {
-        let host = match host.parse::<std::net::IpAddr>() {
-            Ok(ip) => bmcfleet_schema::bmc::ip_identity(ip),
-            Err(_) => host.to_owned(),
-        };
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => self.machine_at_ip(ip),
+            Err(_) => self.machine_at_identity(host),
+        }
+    }
+
+    /// The machine registered at this IP address (however an address of
+    /// that host is spelled), if any.
+    pub fn machine_at_ip(&self, ip: std::net::IpAddr) -> Option<String> {
+        self.machine_at_identity(&bmcfleet_schema::bmc::ip_identity(ip))
+    }
+
+    fn machine_at_identity(&self, host: &str) -> Option<String> {
         let copy = self.copy.read().expect("registry lock");
-        copy.hosts.get(&host).and_then(|names| names.iter().next().cloned())
+        copy.hosts.get(host).and_then(|names| names.iter().next().cloned())
     }
 
     /// Changes with every change of the copy.

@@ -460,7 +460,7 @@ impl Gateway {
         // that machine's credentials by the worker (checked there again).
         for (i, action) in batch.actions.iter().enumerate() {
             if let bmcfleet_schema::Action::NetworkSource(bmcfleet_schema::NetworkSourceOp::Static(s)) = action {
-                if let Some(other) = self.registry.machine_at_host(&s.address.to_string()).filter(|m| Some(m) != batch.machine.as_ref()) {
+                if let Some(other) = self.registry.machine_at_ip(s.address.into()).filter(|m| Some(m) != batch.machine.as_ref()) {
                     let whose = match who {
                         Requester::Operator => format!("registered machine `{other}`"),
                         Requester::Tenant(_) => "a registered machine".to_owned(),

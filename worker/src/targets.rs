@@ -125,7 +125,7 @@ impl Targets {
         for ip in &ips {
             self.ad_hoc.check(*ip).map_err(|why| forbidden(format!("{}: {why}", t.address.host_string())))?;
             // A name that resolves to a registered machine is that machine.
-            if t.address.ip().is_none() && self.machines.machine_at_host(&ip.to_string()).is_some() {
+            if t.address.ip().is_none() && self.machines.machine_at_ip(*ip).is_some() {
                 return Err(forbidden(format!("{} resolves to a registered machine's address: name the machine instead", t.address.host_string())));
             }
         }
@@ -151,7 +151,7 @@ impl Targets {
     pub async fn static_address_refusal(&self, job: &Job, address: std::net::Ipv4Addr) -> Option<ErrorBody> {
         let ip = IpAddr::V4(address);
         let own = job.batch.machine.as_deref();
-        let other = match self.machines.machine_at_host(&ip.to_string()) {
+        let other = match self.machines.machine_at_ip(ip) {
             Some(m) => Some(m),
             None => self.machine_named_at(&[ip]).await,
         };
