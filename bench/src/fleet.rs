@@ -7,7 +7,8 @@ use anyhow::{bail, Context as _};
 use async_nats::HeaderMap;
 use bmcfleet_schema::subject::{CONTENT_TYPE, EVENT_HEADER, WAIT_HEADER};
 use bmcfleet_schema::{
-    Action, Batch, BatchId, BatchResult, BatchState, Encoding, Event, EventKind, PowerOp, Protocol, Reply, Secret, Subjects,
+    Action, Batch, BatchId, BatchResult, BatchState, Encoding, Event, EventKind, PowerOp, Protocol, Reply, Secret,
+    Subjects,
 };
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
@@ -35,7 +36,15 @@ pub struct FleetOptions {
 
 impl Default for FleetOptions {
     fn default() -> Self {
-        FleetOptions { partitions: 16, sim: None, lease_ttl: "15s".into(), rebalance: "3s".into(), worker_args: vec![], max_queued_per_bmc: 1024, ad_hoc_targets: "10.0.0.0/8".into() }
+        FleetOptions {
+            partitions: 16,
+            sim: None,
+            lease_ttl: "15s".into(),
+            rebalance: "3s".into(),
+            worker_args: vec![],
+            max_queued_per_bmc: 1024,
+            ad_hoc_targets: "10.0.0.0/8".into(),
+        }
     }
 }
 
@@ -62,7 +71,10 @@ pub fn sim_batch(address: &str, actions: Vec<Action>) -> anyhow::Result<Batch> {
 /// to with `protocol`, inline credentials `admin`/`password`.
 pub fn target_batch(address: &str, protocol: Protocol, password: &str, actions: Vec<Action>) -> anyhow::Result<Batch> {
     let address = address.parse().with_context(|| format!("address {address}"))?;
-    Ok(Batch { id: Some(ulid::Ulid::new()), ..bmcfleet_tests::checks::target_batch(address, protocol, password, actions) })
+    Ok(Batch {
+        id: Some(ulid::Ulid::new()),
+        ..bmcfleet_tests::checks::target_batch(address, protocol, password, actions)
+    })
 }
 
 /// The address of simulated BMC number `i` (distinct for i < 2^24).
@@ -81,7 +93,8 @@ impl Fleet {
         // workers start (hence 1024 by default); `isolation` uses the default cap.
         args.extend(["--max-queued-per-bmc".into(), options.max_queued_per_bmc.to_string()]);
         let sealing = bmcfleet_common::sealing::generate();
-        let env = [("BMCFLEET_INLINE_CREDENTIALS", "sealed".to_owned()), ("BMCFLEET_WORKERS_PUBLIC_KEY", sealing.1.clone())];
+        let env =
+            [("BMCFLEET_INLINE_CREDENTIALS", "sealed".to_owned()), ("BMCFLEET_WORKERS_PUBLIC_KEY", sealing.1.clone())];
         let gateway = harness::spawn(&workspace_bin("bmc-gateway")?, "bmc-gateway", &args, &env)?;
         let client = nats.client().await?;
         let mut fleet = Fleet { workers: BTreeMap::new(), gateway, client, subjects, options, sealing, nats };
@@ -93,7 +106,8 @@ impl Fleet {
         let end = Instant::now() + Duration::from_secs(30);
         loop {
             self.gateway.ensure_running()?;
-            let req = async_nats::Request::new().payload(b"{}".to_vec().into()).timeout(Some(Duration::from_millis(500)));
+            let req =
+                async_nats::Request::new().payload(b"{}".to_vec().into()).timeout(Some(Duration::from_millis(500)));
             if self.client.send_request("bmcfleet.status", req).await.is_ok() {
                 return Ok(());
             }
@@ -172,7 +186,8 @@ impl Fleet {
                 w.ensure_running()?;
             }
             if let Ok(owners) = self.lease_owners().await {
-                let all = owners.len() == self.subjects.partitions as usize && owners.values().all(|o| workers.contains(&o.as_str()));
+                let all = owners.len() == self.subjects.partitions as usize
+                    && owners.values().all(|o| workers.contains(&o.as_str()));
                 let fair = workers.iter().all(|w| owners.values().filter(|o| o == w).count() >= min_each);
                 if all && fair {
                     return Ok(());
@@ -193,7 +208,11 @@ impl Fleet {
     /// Submit `batches` with `concurrency` requests in flight, not waiting for
     /// results; fails on any refusal. Returns the time it took and each
     /// batch's stream sequence (its position in its BMC's queue).
-    pub async fn submit_all(&self, batches: Arc<Vec<Batch>>, concurrency: usize) -> anyhow::Result<(Duration, HashMap<BatchId, u64>)> {
+    pub async fn submit_all(
+        &self,
+        batches: Arc<Vec<Batch>>,
+        concurrency: usize,
+    ) -> anyhow::Result<(Duration, HashMap<BatchId, u64>)> {
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
@@ -309,7 +328,9 @@ impl Collector {
                 if kind.as_deref().is_some_and(|k| k != "batch_finished") {
                     continue;
                 }
-                if let Ok(Event { event: EventKind::BatchFinished { result }, .. }) = Encoding::MessagePack.decode::<Event>(&msg.payload) {
+                if let Ok(Event { event: EventKind::BatchFinished { result }, .. }) =
+                    Encoding::MessagePack.decode::<Event>(&msg.payload)
+                {
                     let BatchResult { id, state, worker, .. } = result;
                     sink.lock().expect("collector lock").entry(id).or_insert(Finished { at, state, worker });
                 }
@@ -321,8 +342,12 @@ impl Collector {
     /// Status records of `missing` (at most 1,000): final ones are added to
     /// the finished set; returns a description of the others.
     async fn recover(&self, missing: &[BatchId]) -> anyhow::Result<(usize, Vec<String>)> {
-        let kv = async_nats::jetstream::new(self.client.clone()).get_key_value(&self.bucket).await.context("status bucket")?;
-        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+        let kv = async_nats::jetstream::new(self.client.clone())
+            .get_key_value(&self.bucket)
+            .await
+            .context("status bucket")?;
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
         let (mut recovered, mut pending) = (0, vec![]);
         for id in missing.iter().take(1000) {
             let status = match kv.get(id.to_string()).await.context("status read")? {
@@ -333,10 +358,21 @@ impl Collector {
                 Some(bmcfleet_schema::BatchStatus { result: Some(r), .. }) => {
                     let ago = Duration::from_millis(now_ms.saturating_sub(r.finished_at_ms));
                     let at = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
-                    self.finished.lock().expect("collector lock").entry(*id).or_insert(Finished { at, state: r.state, worker: r.worker });
+                    self.finished.lock().expect("collector lock").entry(*id).or_insert(Finished {
+                        at,
+                        state: r.state,
+                        worker: r.worker,
+                    });
                     recovered += 1;
                 }
-                Some(s) => pending.push(format!("{id}: {:?} on {:?}, {} of {} actions done, {} deliveries", s.state, s.worker, s.results.len(), s.actions.len(), s.deliveries)),
+                Some(s) => pending.push(format!(
+                    "{id}: {:?} on {:?}, {} of {} actions done, {} deliveries",
+                    s.state,
+                    s.worker,
+                    s.results.len(),
+                    s.actions.len(),
+                    s.deliveries
+                )),
                 None => pending.push(format!("{id}: no status record")),
             }
         }

@@ -101,7 +101,10 @@ where
 
 /// Every sample of the [`closed_loops`] `tasks`, or the first failure (in
 /// the context `what`).
-pub async fn join_samples(mut tasks: tokio::task::JoinSet<anyhow::Result<Vec<Sample>>>, what: &'static str) -> anyhow::Result<Vec<Sample>> {
+pub async fn join_samples(
+    mut tasks: tokio::task::JoinSet<anyhow::Result<Vec<Sample>>>,
+    what: &'static str,
+) -> anyhow::Result<Vec<Sample>> {
     let mut all = vec![];
     while let Some(r) = tasks.join_next().await {
         all.extend(r.context(what)??);
@@ -117,7 +120,8 @@ pub type Child = bmcfleet_tests::Process;
 pub fn spawn(program: &Path, name: &str, args: &[String], env: &[(&str, String)]) -> anyhow::Result<Child> {
     let dir = tempfile::Builder::new().prefix("bmc-bench-").tempdir().context("temporary directory")?;
     let log = dir.path().join(format!("{}.log", name.replace([':', '/'], "_")));
-    Child::start(program, name, args, env, log, Some(dir)).with_context(|| format!("starting {} ({})", name, program.display()))
+    Child::start(program, name, args, env, log, Some(dir))
+        .with_context(|| format!("starting {} ({})", name, program.display()))
 }
 
 /// What the benchmarks read of their children.
@@ -178,7 +182,9 @@ pub fn socket_count(pid: u32) -> Option<usize> {
     let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
     Some(
         dir.filter_map(Result::ok)
-            .filter(|e| std::fs::read_link(e.path()).map(|t| t.to_string_lossy().starts_with("socket:")).unwrap_or(false))
+            .filter(|e| {
+                std::fs::read_link(e.path()).map(|t| t.to_string_lossy().starts_with("socket:")).unwrap_or(false)
+            })
             .count(),
     )
 }
@@ -211,7 +217,9 @@ pub fn udp_drops(pid: u32) -> Option<u64> {
         for line in text.lines().skip(1) {
             let f: Vec<&str> = line.split_whitespace().collect();
             // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops
-            if let (Some(inode), Some(d)) = (f.get(9).and_then(|i| i.parse::<u64>().ok()), f.last().and_then(|d| d.parse::<u64>().ok())) {
+            if let (Some(inode), Some(d)) =
+                (f.get(9).and_then(|i| i.parse::<u64>().ok()), f.last().and_then(|d| d.parse::<u64>().ok()))
+            {
                 if inodes.contains(&inode) {
                     drops += d;
                 }
@@ -232,7 +240,10 @@ pub fn child_pids(comm: &str) -> Vec<u32> {
         .filter(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             let name = stat.split_once('(').and_then(|(_, r)| r.rsplit_once(')')).map(|(c, _)| c.to_owned());
-            let ppid = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
             name.as_deref() == Some(comm) && ppid == Some(me)
         })
         .collect();
@@ -285,7 +296,9 @@ impl Nats {
                         .find_map(|l| l.split_once(marker).map(|(_, rest)| rest.trim().to_owned()))
                         .and_then(|addr| addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()))
                 };
-                if let (Some(c), Some(m)) = (find("Listening for client connections on "), find("Starting http monitor on ")) {
+                if let (Some(c), Some(m)) =
+                    (find("Listening for client connections on "), find("Starting http monitor on "))
+                {
                     if healthz(m).await {
                         break (c, m);
                     }
@@ -330,7 +343,10 @@ impl Nats {
 /// GET a loopback HTTP/1.0 resource; the body on a 200.
 async fn http_get(port: u16, path: &str) -> Option<Vec<u8>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(("127.0.0.1", port))).await.ok()?.ok()?;
+    let mut s = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(("127.0.0.1", port)))
+        .await
+        .ok()?
+        .ok()?;
     let req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
     s.write_all(req.as_bytes()).await.ok()?;
     let mut resp = Vec::new();

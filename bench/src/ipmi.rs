@@ -7,15 +7,15 @@
 //! - FreeIPMI (`ipmipower --stat`, `ipmi-raw`) over the whole fleet in one
 //!   invocation (its own parallel fan-out), invocations back to back.
 
-use bmcfleet_provider::Offer;
 use crate::proc::{CpuMeter, Meter};
 use crate::report::{Section, Table};
 use crate::stats::{median, num, ops, ratio};
 use anyhow::{bail, Context as _};
-use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_ipmi::{IpmiConnector, IpmiSession, RmcpTransport};
+use bmcfleet_provider::Offer;
 use bmcfleet_provider::{BmcSession, Ctx};
 use bmcfleet_schema::{PowerOp, RawIpmi, RawRequest};
+use bmcfleet_testing::ipmi::IpmiSim;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,7 +70,10 @@ struct Fleet {
 
 fn ipmitool_args(sim: &IpmiSim, op: Op) -> Vec<String> {
     let mut a: Vec<String> =
-        ["-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", &sim.port().to_string(), "-U", sim.username(), "-E"].iter().map(|s| s.to_string()).collect();
+        ["-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", &sim.port().to_string(), "-U", sim.username(), "-E"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
     match op {
         Op::PowerStatus => a.extend(["power".into(), "status".into()]),
         Op::DeviceId => a.extend(["raw".into(), "6".into(), "1".into()]),
@@ -82,7 +85,18 @@ fn freeipmi_command(sims: &[&IpmiSim], op: Op) -> (String, Vec<String>) {
     let hosts = sims.iter().map(|s| format!("127.0.0.1:{}", s.port())).collect::<Vec<_>>().join(",");
     let user = sims.first().map(|s| s.username().to_owned()).unwrap_or_default();
     let password = sims.first().map(|s| s.password().expose().to_owned()).unwrap_or_default();
-    let mut a: Vec<String> = vec!["-D".into(), "LAN_2_0".into(), "-h".into(), hosts, "-u".into(), user, "-p".into(), password, "-W".into(), "opensesspriv".into()];
+    let mut a: Vec<String> = vec![
+        "-D".into(),
+        "LAN_2_0".into(),
+        "-h".into(),
+        hosts,
+        "-u".into(),
+        user,
+        "-p".into(),
+        password,
+        "-W".into(),
+        "opensesspriv".into(),
+    ];
     match op {
         Op::PowerStatus => {
             a.push("--stat".into());
@@ -188,7 +202,12 @@ impl Fleet {
                 let (program, args) = freeipmi_command(&sims, op);
                 let (mut ok, mut err) = (0, 0);
                 while Instant::now() < end {
-                    let out = tokio::process::Command::new(&program).args(&args).stdin(Stdio::null()).output().await.with_context(|| format!("running {program}"))?;
+                    let out = tokio::process::Command::new(&program)
+                        .args(&args)
+                        .stdin(Stdio::null())
+                        .output()
+                        .await
+                        .with_context(|| format!("running {program}"))?;
                     let good = freeipmi_successes(op, &String::from_utf8_lossy(&out.stdout));
                     ok += good;
                     err += n.saturating_sub(good);
@@ -210,7 +229,12 @@ async fn chassis_control_cost(sim: &IpmiSim, runs: usize) -> anyhow::Result<f64>
     let mut times = vec![];
     for _ in 0..runs {
         let t0 = Instant::now();
-        let out = tokio::process::Command::new("/bin/sh").arg(&script).arg(sim.chassis_dir()).args(["get", "power"]).output().await?;
+        let out = tokio::process::Command::new("/bin/sh")
+            .arg(&script)
+            .arg(sim.chassis_dir())
+            .args(["get", "power"])
+            .output()
+            .await?;
         if !out.status.success() {
             bail!("chassis_control failed: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -222,7 +246,8 @@ async fn chassis_control_cost(sim: &IpmiSim, runs: usize) -> anyhow::Result<f64>
 pub async fn run(o: &Options) -> anyhow::Result<Section> {
     let started = Instant::now();
     let n = o.fleet.max(1);
-    let mut section = Section::new(format!("2. IPMI: bmcfleet native provider vs ipmitool vs FreeIPMI, 1 and {n} ipmi_sim BMCs"));
+    let mut section =
+        Section::new(format!("2. IPMI: bmcfleet native provider vs ipmitool vs FreeIPMI, 1 and {n} ipmi_sim BMCs"));
     section.method = vec![
         format!(
             "Peers: {n} OpenIPMI `ipmi_sim` instances on loopback UDP ports, configured by the repository's \
@@ -253,10 +278,16 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     let mut sessions = vec![];
     for sim in &sims {
         let ctx = Ctx::with_timeout(Duration::from_secs(15));
-        let s = connector.open(&ctx, &sim.target(), &sim.credentials()).await.with_context(|| format!("opening an IPMI session to {}", sim.address()))?;
+        let s = connector
+            .open(&ctx, &sim.target(), &sim.credentials())
+            .await
+            .with_context(|| format!("opening an IPMI session to {}", sim.address()))?;
         sessions.push(Arc::new(Mutex::new(s)));
     }
-    let sim_meters = crate::harness::child_pids("ipmi_sim").into_iter().map(|pid| Meter::pid_with_children("ipmi_sim", pid)).collect::<Vec<_>>();
+    let sim_meters = crate::harness::child_pids("ipmi_sim")
+        .into_iter()
+        .map(|pid| Meter::pid_with_children("ipmi_sim", pid))
+        .collect::<Vec<_>>();
     if sim_meters.len() != n {
         bail!("found {} ipmi_sim processes, expected {n}", sim_meters.len());
     }
@@ -292,7 +323,12 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     let fork_ms = chassis_control_cost(&fleet.sims[0], 20).await?;
 
     let med = |op: usize, size: usize, client: usize, f: &dyn Fn(&Sample) -> f64| -> f64 {
-        median(&results.get(&(op as u8, size, client as u8)).map(|v| v.iter().map(f).collect::<Vec<_>>()).unwrap_or_default())
+        median(
+            &results
+                .get(&(op as u8, size, client as u8))
+                .map(|v| v.iter().map(f).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        )
     };
     let errors = |op: usize, size: usize, client: usize| -> usize {
         results.get(&(op as u8, size, client as u8)).map(|v| v.iter().map(|s| s.errors).sum()).unwrap_or(0)
@@ -305,10 +341,21 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         let freeipmi = if *op == Op::PowerStatus { "ipmipower" } else { "ipmi-raw" };
         let mut t = Table::new(
             caption,
-            &["BMCs", "bmcfleet native", "ipmitool (exec per call)", &format!("FreeIPMI {freeipmi} (fleet)"), "native / ipmitool", &format!("native / {freeipmi}"), "errors (native/ipmitool/FreeIPMI)"],
+            &[
+                "BMCs",
+                "bmcfleet native",
+                "ipmitool (exec per call)",
+                &format!("FreeIPMI {freeipmi} (fleet)"),
+                "native / ipmitool",
+                &format!("native / {freeipmi}"),
+                "errors (native/ipmitool/FreeIPMI)",
+            ],
         );
         let mut cpu = Table::new(
-            format!("{} — CPU µs per operation: client side / BMC side", if *op == Op::PowerStatus { "Power status" } else { "Get Device ID" }),
+            format!(
+                "{} — CPU µs per operation: client side / BMC side",
+                if *op == Op::PowerStatus { "Power status" } else { "Get Device ID" }
+            ),
             &["BMCs", "bmcfleet native", "ipmitool", freeipmi],
         );
         for &size in &sizes {
@@ -323,12 +370,28 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
                 ratio(nat / free),
                 format!("{}/{}/{}", errors(oi, size, 0), errors(oi, size, 1), errors(oi, size, 2)),
             ]);
-            let c = |ci: usize| format!("{} / {}", num(med(oi, size, ci, &|s| s.client_cpu_us), 0), num(med(oi, size, ci, &|s| s.bmc_cpu_us), 0));
+            let c = |ci: usize| {
+                format!(
+                    "{} / {}",
+                    num(med(oi, size, ci, &|s| s.client_cpu_us), 0),
+                    num(med(oi, size, ci, &|s| s.bmc_cpu_us), 0)
+                )
+            };
             cpu.row(vec![size.to_string(), c(0), c(1), c(2)]);
             if *op == Op::PowerStatus {
                 let bmcs = if size == 1 { "1 BMC".to_owned() } else { format!("{size} BMCs") };
-                section.goal(&format!("IPMI power status, {bmcs}: native vs ipmitool"), "≥ 10×", ratio(nat / tool), nat / tool >= 10.0);
-                section.goal(&format!("IPMI power status, {bmcs}: native vs ipmipower"), "≥ 1×", ratio(nat / free), nat / free >= 1.0);
+                section.goal(
+                    &format!("IPMI power status, {bmcs}: native vs ipmitool"),
+                    "≥ 10×",
+                    ratio(nat / tool),
+                    nat / tool >= 10.0,
+                );
+                section.goal(
+                    &format!("IPMI power status, {bmcs}: native vs ipmipower"),
+                    "≥ 1×",
+                    ratio(nat / free),
+                    nat / free >= 1.0,
+                );
             }
         }
         section.tables.push(t);

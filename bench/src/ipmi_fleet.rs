@@ -98,7 +98,8 @@ fn ephemeral_start() -> u16 {
 /// Base ports to try, 20000 first, all below the ephemeral range where possible.
 fn candidate_bases(count: usize) -> Vec<u16> {
     let top = usize::from(ephemeral_start());
-    let mut v: Vec<usize> = std::iter::once(20_000).chain((10_000..top).step_by(1000)).filter(|b| b + count <= top).collect();
+    let mut v: Vec<usize> =
+        std::iter::once(20_000).chain((10_000..top).step_by(1000)).filter(|b| b + count <= top).collect();
     if v.is_empty() {
         // A fleet larger than the ports below the ephemeral range.
         v.extend((1024..=65_536usize.saturating_sub(count)).step_by(1000).take(30));
@@ -184,7 +185,10 @@ impl Responder {
         loop {
             child.ensure_running()?;
             let pid = child.pid().context("responder pid")?;
-            if harness::socket_count(pid).unwrap_or(0) >= count && pongs(base).await && pongs(base + (count - 1) as u16).await {
+            if harness::socket_count(pid).unwrap_or(0) >= count
+                && pongs(base).await
+                && pongs(base + (count - 1) as u16).await
+            {
                 return Ok(());
             }
             if Instant::now() >= end {
@@ -246,7 +250,10 @@ struct UdpDrops {
 
 impl UdpDrops {
     fn now(worker: Option<u32>, responder: &Responder) -> UdpDrops {
-        UdpDrops { worker: worker.and_then(harness::udp_drops), responder: responder.child.pid().and_then(harness::udp_drops) }
+        UdpDrops {
+            worker: worker.and_then(harness::udp_drops),
+            responder: responder.child.pid().and_then(harness::udp_drops),
+        }
     }
 
     /// Drops since `before`.
@@ -344,7 +351,8 @@ async fn failure_reasons(fleet: &Fleet, failed: &[BatchId]) -> BTreeMap<String, 
     if failed.is_empty() {
         return out;
     }
-    let kv = match async_nats::jetstream::new(fleet.client.clone()).get_key_value(fleet.subjects.batches_bucket()).await {
+    let kv = match async_nats::jetstream::new(fleet.client.clone()).get_key_value(fleet.subjects.batches_bucket()).await
+    {
         Ok(kv) => kv,
         Err(e) => {
             out.insert(format!("(status bucket unreadable: {e})"), failed.len());
@@ -362,10 +370,18 @@ async fn failure_reasons(fleet: &Fleet, failed: &[BatchId]) -> BTreeMap<String, 
                 match results.iter().find(|r| r.error.is_some()) {
                     Some(r) => {
                         let e = r.error.as_ref().expect("checked");
-                        let code = serde_json::to_value(e.code).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| format!("{:?}", e.code));
+                        let code = serde_json::to_value(e.code)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_else(|| format!("{:?}", e.code));
                         format!("`{code}` in {}: {}", r.action, without_ports(&e.message))
                     }
-                    None => format!("{:?} without an action error ({} of {} actions done)", s.state, results.len(), s.actions.len()),
+                    None => format!(
+                        "{:?} without an action error ({} of {} actions done)",
+                        s.state,
+                        results.len(),
+                        s.actions.len()
+                    ),
                 }
             }
             None => "no readable status record".into(),
@@ -379,11 +395,19 @@ async fn failure_reasons(fleet: &Fleet, failed: &[BatchId]) -> BTreeMap<String, 
 }
 
 /// bmcfleet: one batch per BMC (all submitted at once), completion through the events.
-async fn bmcfleet_run(fleet: &Fleet, collector: &Collector, responder: &Responder, workload: Workload, o: &Options) -> anyhow::Result<Run> {
+async fn bmcfleet_run(
+    fleet: &Fleet,
+    collector: &Collector,
+    responder: &Responder,
+    workload: Workload,
+    o: &Options,
+) -> anyhow::Result<Run> {
     let worker = fleet.workers.values().next().and_then(|w| w.pid());
     let n = responder.count;
     let batches = (0..n)
-        .map(|i| target_batch(&format!("127.0.0.1:{}", responder.port(i)), Protocol::Ipmi, PASSWORD, workload.actions()))
+        .map(|i| {
+            target_batch(&format!("127.0.0.1:{}", responder.port(i)), Protocol::Ipmi, PASSWORD, workload.actions())
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let ids: Vec<BatchId> = batches.iter().filter_map(|b| b.id).collect();
     let drops = UdpDrops::now(worker, responder);
@@ -394,7 +418,8 @@ async fn bmcfleet_run(fleet: &Fleet, collector: &Collector, responder: &Responde
     let last = done.iter().map(|f| f.at).max().unwrap_or(started);
     let cpu = cpu.stop();
     let drops = UdpDrops::now(worker, responder).since(drops);
-    let failed: Vec<BatchId> = ids.iter().zip(&done).filter(|(_, f)| f.state != BatchState::Succeeded).map(|(id, _)| *id).collect();
+    let failed: Vec<BatchId> =
+        ids.iter().zip(&done).filter(|(_, f)| f.state != BatchState::Succeeded).map(|(id, _)| *id).collect();
     let ok = n - failed.len();
     Ok(Run {
         bmcs: n,
@@ -438,16 +463,24 @@ fn freeipmi_args(hosts: &str) -> Vec<String> {
 /// `ipmipower ... OP` over the first `n` BMCs, split into invocations of
 /// `o.ipmipower_chunk` hosts, `o.ipmipower_parallel` at a time; returns the
 /// lines ending in `: <want>` and the other lines (tallied).
-async fn ipmipower(program: &Path, r: &Responder, n: usize, o: &Options, op: &str, want: &str) -> anyhow::Result<(usize, BTreeMap<String, usize>)> {
+async fn ipmipower(
+    program: &Path,
+    r: &Responder,
+    n: usize,
+    o: &Options,
+    op: &str,
+    want: &str,
+) -> anyhow::Result<(usize, BTreeMap<String, usize>)> {
     use futures::StreamExt as _;
-    let runs: Vec<anyhow::Result<Ran>> = futures::stream::iter(r.host_ranges(n, o.ipmipower_chunk).into_iter().map(|hosts| {
-        let mut args = freeipmi_args(&hosts);
-        args.push(op.into());
-        async move { run_tool(program, &args, &[]).await }
-    }))
-    .buffer_unordered(o.ipmipower_parallel.max(1))
-    .collect()
-    .await;
+    let runs: Vec<anyhow::Result<Ran>> =
+        futures::stream::iter(r.host_ranges(n, o.ipmipower_chunk).into_iter().map(|hosts| {
+            let mut args = freeipmi_args(&hosts);
+            args.push(op.into());
+            async move { run_tool(program, &args, &[]).await }
+        }))
+        .buffer_unordered(o.ipmipower_parallel.max(1))
+        .collect()
+        .await;
     let (mut ok, mut other) = (0, BTreeMap::new());
     let suffix = format!(": {want}");
     for ran in runs {
@@ -467,15 +500,30 @@ async fn ipmipower(program: &Path, r: &Responder, n: usize, o: &Options, op: &st
 /// first `n` BMCs in one invocation (its own sliding window of `fanout`);
 /// it prints nothing for a host that succeeded and prefixes every error
 /// with the host and port, so the BMCs that failed are known.
-async fn ipmi_config_pxe(program: &Path, r: &Responder, n: usize, fanout: usize) -> anyhow::Result<(usize, BTreeMap<String, usize>)> {
+async fn ipmi_config_pxe(
+    program: &Path,
+    r: &Responder,
+    n: usize,
+    fanout: usize,
+) -> anyhow::Result<(usize, BTreeMap<String, usize>)> {
     let hosts = r.host_ranges(n, n).remove(0);
     let mut args = freeipmi_args(&hosts);
-    args.extend(["-F".into(), fanout.to_string(), "--category=chassis".into(), "--commit".into(), "-e".into(), "Chassis_Boot_Flags:Boot_Device=PXE".into()]);
+    args.extend([
+        "-F".into(),
+        fanout.to_string(),
+        "--category=chassis".into(),
+        "--commit".into(),
+        "-e".into(),
+        "Chassis_Boot_Flags:Boot_Device=PXE".into(),
+    ]);
     let ran = run_tool(program, &args, &[]).await?;
     let mut failed_hosts = std::collections::BTreeSet::new();
     let mut other = BTreeMap::new();
     for line in ran.stdout.lines().chain(ran.stderr.lines()).map(str::trim).filter(|l| !l.is_empty()) {
-        let host = line.strip_prefix("127.0.0.1:").and_then(|rest| rest.split(':').next()).filter(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty());
+        let host = line
+            .strip_prefix("127.0.0.1:")
+            .and_then(|rest| rest.split(':').next())
+            .filter(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty());
         if let Some(port) = host {
             failed_hosts.insert(port.to_owned());
         }
@@ -486,7 +534,13 @@ async fn ipmi_config_pxe(program: &Path, r: &Responder, n: usize, fanout: usize)
 }
 
 /// FreeIPMI, workload (a) or (b).
-async fn freeipmi_run(fleet: &Fleet, r: &Responder, workload: Workload, o: &Options, tools: &Tools) -> anyhow::Result<Run> {
+async fn freeipmi_run(
+    fleet: &Fleet,
+    r: &Responder,
+    workload: Workload,
+    o: &Options,
+    tools: &Tools,
+) -> anyhow::Result<Run> {
     let n = r.count;
     let drops = UdpDrops::now(None, r);
     let cpu = CpuMeter::new(&meters(fleet, None, r));
@@ -524,7 +578,14 @@ async fn freeipmi_run(fleet: &Fleet, r: &Responder, workload: Workload, o: &Opti
 
 /// ipmitool, `parallel` processes at a time over the first `n` BMCs; each
 /// BMC runs the workload's commands in sequence (one process each).
-async fn ipmitool_run(fleet: &Fleet, r: &Responder, n: usize, workload: Workload, o: &Options, tools: &Tools) -> anyhow::Result<Run> {
+async fn ipmitool_run(
+    fleet: &Fleet,
+    r: &Responder,
+    n: usize,
+    workload: Workload,
+    o: &Options,
+    tools: &Tools,
+) -> anyhow::Result<Run> {
     let drops = UdpDrops::now(None, r);
     let cpu = CpuMeter::new(&meters(fleet, None, r));
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -543,11 +604,21 @@ async fn ipmitool_run(fleet: &Fleet, r: &Responder, n: usize, workload: Workload
                 let mut failed = None;
                 for (command, expect) in workload.ipmitool_steps() {
                     let mut args: Vec<String> =
-                        ["-I", "lanplus", "-C", "17", "-H", "127.0.0.1", "-p", &port, "-U", USER, "-E"].iter().map(|s| s.to_string()).collect();
+                        ["-I", "lanplus", "-C", "17", "-H", "127.0.0.1", "-p", &port, "-U", USER, "-E"]
+                            .iter()
+                            .map(|s| s.to_string())
+                            .collect();
                     args.extend(command.iter().map(|s| s.to_string()));
                     let ran = run_tool(&program, &args, &[("IPMI_PASSWORD", PASSWORD)]).await?;
                     if !(ran.success && ran.stdout.contains(expect)) {
-                        let why = ran.stderr.lines().chain(ran.stdout.lines()).map(str::trim).find(|l| !l.is_empty()).unwrap_or("no output").to_owned();
+                        let why = ran
+                            .stderr
+                            .lines()
+                            .chain(ran.stdout.lines())
+                            .map(str::trim)
+                            .find(|l| !l.is_empty())
+                            .unwrap_or("no output")
+                            .to_owned();
                         failed = Some(format!("ipmitool {}: {}", command.join(" "), without_ports(&why)));
                         break;
                     }
@@ -668,7 +739,12 @@ impl SizeResult {
     }
 }
 
-async fn measure_size(n: usize, o: &Options, tools: &Tools, prior_secs_per_bmc: Option<f64>) -> anyhow::Result<SizeResult> {
+async fn measure_size(
+    n: usize,
+    o: &Options,
+    tools: &Tools,
+    prior_secs_per_bmc: Option<f64>,
+) -> anyhow::Result<SizeResult> {
     // The responder first: its ports are taken before any other socket here.
     let responder = Responder::start(n, o.latency).await.with_context(|| format!("starting {n} BMCs"))?;
     eprintln!("ipmi-fleet: {n} BMCs on 127.0.0.1:{}-{}", responder.base, responder.port(n - 1));
@@ -761,7 +837,16 @@ async fn measure_size(n: usize, o: &Options, tools: &Tools, prior_secs_per_bmc: 
         push(Workload::Cycle, Client::Ipmitool, b);
         eprintln!("ipmi-fleet: {n} BMCs, repetition {} of {} done", rep + 1, o.reps);
     }
-    let res = SizeResult { n, n_tool, tool_estimate, runs, idle: idle_all, live: live_all, settled: settled_all, tool_secs_per_bmc: median(&tool_secs) };
+    let res = SizeResult {
+        n,
+        n_tool,
+        tool_estimate,
+        runs,
+        idle: idle_all,
+        live: live_all,
+        settled: settled_all,
+        tool_secs_per_bmc: median(&tool_secs),
+    };
     drop(collector);
     drop(fleet);
     drop(responder);
@@ -775,7 +860,11 @@ fn client_label(c: Client, res: &SizeResult, o: &Options) -> String {
         Client::FreeIpmi => {
             let k = res.n.div_ceil(o.ipmipower_chunk.max(1));
             if k > 1 {
-                format!("FreeIPMI ({k} ipmipower of ≤ {}, {} at a time)", num(o.ipmipower_chunk as f64, 0), o.ipmipower_parallel)
+                format!(
+                    "FreeIPMI ({k} ipmipower of ≤ {}, {} at a time)",
+                    num(o.ipmipower_chunk as f64, 0),
+                    o.ipmipower_parallel
+                )
             } else {
                 "FreeIPMI (one ipmipower)".into()
             }
@@ -791,11 +880,20 @@ fn successes(res: &SizeResult, w: Workload, c: Client) -> String {
     let lo = res.med(w, c, |r| r.ok as f64);
     let hi = res.med(w, c, |r| r.ok_upper as f64);
     let of = res.med(w, c, |r| r.bmcs as f64);
-    let mut cell = if lo == hi { format!("{} of {}", num(lo, 0), num(of, 0)) } else { format!("{}–{} of {}", num(lo, 0), num(hi, 0), num(of, 0)) };
+    let mut cell = if lo == hi {
+        format!("{} of {}", num(lo, 0), num(of, 0))
+    } else {
+        format!("{}–{} of {}", num(lo, 0), num(hi, 0), num(of, 0))
+    };
     // Per step where a step failed somewhere (FreeIPMI's (b)).
     let steps: Vec<f64> = (0..3).map(|i| res.med(w, c, |r| r.steps.get(i).map_or(f64::NAN, |v| *v as f64))).collect();
     if steps.iter().all(|v| v.is_finite()) && steps.iter().any(|v| *v < of) {
-        cell.push_str(&format!(" (ipmi-config {}, --cycle {}, --stat {})", num(steps[0], 0), num(steps[1], 0), num(steps[2], 0)));
+        cell.push_str(&format!(
+            " (ipmi-config {}, --cycle {}, --stat {})",
+            num(steps[0], 0),
+            num(steps[1], 0),
+            num(steps[2], 0)
+        ));
     }
     cell
 }
@@ -831,9 +929,12 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         bail!("--sizes needs fleet sizes of at least 1");
     }
     let tools = Tools {
-        ipmipower: harness::find_program("ipmipower", None, &[]).context("ipmipower is required (apt-get install freeipmi-tools)")?,
-        ipmi_config: harness::find_program("ipmi-config", None, &[]).context("ipmi-config is required (apt-get install freeipmi-tools)")?,
-        ipmitool: harness::find_program("ipmitool", None, &[]).context("ipmitool is required (apt-get install ipmitool)")?,
+        ipmipower: harness::find_program("ipmipower", None, &[])
+            .context("ipmipower is required (apt-get install freeipmi-tools)")?,
+        ipmi_config: harness::find_program("ipmi-config", None, &[])
+            .context("ipmi-config is required (apt-get install freeipmi-tools)")?,
+        ipmitool: harness::find_program("ipmitool", None, &[])
+            .context("ipmitool is required (apt-get install ipmitool)")?,
     };
     let largest = o.sizes.iter().copied().max().unwrap_or(1);
     // The responder holds one socket per BMC, and each ipmipower two per host of its chunk.
@@ -847,13 +948,19 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         "{}; {}; {}",
         version(&tools.ipmitool, &["-V"]),
         version(&tools.ipmipower, &["--version"]).replace("ipmipower - ", "FreeIPMI ipmipower "),
-        harness::nats_server_binary().ok().map(|p| version(&p, &["--version"])).unwrap_or_else(|| "nats-server not found".into()),
+        harness::nats_server_binary()
+            .ok()
+            .map(|p| version(&p, &["--version"]))
+            .unwrap_or_else(|| "nats-server not found".into()),
     );
     let date = time::format_description::parse_borrowed::<1>("[year]-[month]-[day] [hour]:[minute] UTC")
         .ok()
         .and_then(|f| time::OffsetDateTime::now_utc().format(&f).ok())
         .unwrap_or_else(|| "unknown date".into());
-    let load = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next().map(str::to_owned)).unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_default();
 
     let mut section = Section::new(format!("8. IPMI at fleet scale: {} RMCP+ BMCs", sizes_title(&o.sizes)));
     section.method = vec![
@@ -952,7 +1059,10 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     ];
     let mut tables = vec![
         (Workload::Status, Table::new("Workload (a): power status of every BMC (medians)", &header)),
-        (Workload::Cycle, Table::new("Workload (b): boot PXE, power cycle, power status of every BMC (medians)", &header)),
+        (
+            Workload::Cycle,
+            Table::new("Workload (b): boot PXE, power cycle, power status of every BMC (medians)", &header),
+        ),
     ];
     for (w, t) in &mut tables {
         for res in &results {
@@ -1012,8 +1122,16 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
             kib_each(per_session(res) * res.n as f64, res.n),
             kib_each(growth(res, &res.settled) * res.n as f64, res.n),
             kib_each(anon_growth(res) * res.n as f64, res.n),
-            format!("{} → {}", num(med_of(&res.idle, &|r| r.fds as f64), 0), num(med_of(&res.live, &|r| r.fds as f64), 0)),
-            format!("{} → {}", num(med_of(&res.idle, &|r| r.sockets as f64), 0), num(med_of(&res.live, &|r| r.sockets as f64), 0)),
+            format!(
+                "{} → {}",
+                num(med_of(&res.idle, &|r| r.fds as f64), 0),
+                num(med_of(&res.live, &|r| r.fds as f64), 0)
+            ),
+            format!(
+                "{} → {}",
+                num(med_of(&res.idle, &|r| r.sockets as f64), 0),
+                num(med_of(&res.live, &|r| r.sockets as f64), 0)
+            ),
         ]);
     }
     section.tables.push(resources);
@@ -1026,12 +1144,18 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     if let (Some(first), Some(last)) = (threads.first(), threads.last()) {
         let measured = threads
             .iter()
-            .map(|(n, idle, live)| format!("{} live at {} BMCs (idle {})", num(*live, 0), num(*n as f64, 0), num(*idle, 0)))
+            .map(|(n, idle, live)| {
+                format!("{} live at {} BMCs (idle {})", num(*live, 0), num(*n as f64, 0), num(*idle, 0))
+            })
             .collect::<Vec<_>>()
             .join(", ");
         let met = last.2 <= first.2 && threads.iter().all(|(_, idle, live)| live <= idle);
         let target = if threads.len() > 1 {
-            format!("no more threads at {} than at {} BMCs, none added by live sessions", num(last.0 as f64, 0), num(first.0 as f64, 0))
+            format!(
+                "no more threads at {} than at {} BMCs, none added by live sessions",
+                num(last.0 as f64, 0),
+                num(first.0 as f64, 0)
+            )
         } else {
             "none added by live sessions".into()
         };
@@ -1052,7 +1176,9 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         // in the allocator, nor the pages of its executable the first run
         // touched (file-backed, the same at any fleet size).
         let (right_after, settled, anon) = (per_session(res), growth(res, &res.settled), anon_growth(res));
-        let slope = slope.map(|k| format!("; over the fleet sizes, each live session adds {} KiB of RSS", num(k, 2))).unwrap_or_default();
+        let slope = slope
+            .map(|k| format!("; over the fleet sizes, each live session adds {} KiB of RSS", num(k, 2)))
+            .unwrap_or_default();
         section.goal(
             &format!("IPMI fleet: worker RSS growth per live RMCP+ session, {} BMCs", num(res.n as f64, 0)),
             "≤ 8 KiB",
@@ -1069,12 +1195,22 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     }
     for (w, what) in [(Workload::Status, "power status"), (Workload::Cycle, "PXE + cycle + status")] {
         for res in &results {
-            let (cold, warm, free) = (res.makespan(w, Client::Cold), res.makespan(w, Client::Warm), res.makespan(w, Client::FreeIpmi));
+            let (cold, warm, free) =
+                (res.makespan(w, Client::Cold), res.makespan(w, Client::Warm), res.makespan(w, Client::FreeIpmi));
             let peer = if w == Workload::Status { "ipmipower" } else { "FreeIPMI (ipmi-config + ipmipower ×2)" };
             section.goal(
-                &format!("IPMI fleet, {what} of {} BMCs: bmcfleet makespan (sessions opened in the run) vs {peer}", num(res.n as f64, 0)),
+                &format!(
+                    "IPMI fleet, {what} of {} BMCs: bmcfleet makespan (sessions opened in the run) vs {peer}",
+                    num(res.n as f64, 0)
+                ),
                 &format!("≤ {peer}'s"),
-                format!("{} s vs {} s ({}; sessions already open: {} s)", num(cold, 2), num(free, 2), ratio(cold / free), num(warm, 2)),
+                format!(
+                    "{} s vs {} s ({}; sessions already open: {} s)",
+                    num(cold, 2),
+                    num(free, 2),
+                    ratio(cold / free),
+                    num(warm, 2)
+                ),
                 cold <= free,
             );
         }
@@ -1084,10 +1220,15 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     for res in &results {
         let n = res.n as f64;
         let total = |w: Workload, c: Client| -> f64 {
-            ["worker", "gateway", "nats-server", "responder", "client"].iter().map(|p| res.med(w, c, |r| r.cpu_of(p))).filter(|v| v.is_finite()).sum()
+            ["worker", "gateway", "nats-server", "responder", "client"]
+                .iter()
+                .map(|p| res.med(w, c, |r| r.cpu_of(p)))
+                .filter(|v| v.is_finite())
+                .sum()
         };
         let submit = res.med(Workload::Status, Client::Cold, |r| r.submit.map_or(f64::NAN, |d| d.as_secs_f64()));
-        let bmcfleet_cpu = total(Workload::Status, Client::Cold) - res.med(Workload::Status, Client::Cold, |r| r.cpu_of("responder"));
+        let bmcfleet_cpu =
+            total(Workload::Status, Client::Cold) - res.med(Workload::Status, Client::Cold, |r| r.cpu_of("responder"));
         let free_cpu = res.med(Workload::Status, Client::FreeIpmi, |r| r.cpu_of("client"));
         section.findings.push(format!(
             "{} BMCs, (a) with sessions opened in the run: admission of all {} batches took {} s of the {} s makespan; bmcfleet's \
@@ -1120,7 +1261,9 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
             for r in runs {
                 for (k, v) in &r.failures {
                     let label = match c {
-                        Client::Cold | Client::Warm => format!("bmcfleet ({}) {k}", if *w == Workload::Status { "a" } else { "b" }),
+                        Client::Cold | Client::Warm => {
+                            format!("bmcfleet ({}) {k}", if *w == Workload::Status { "a" } else { "b" })
+                        }
                         _ => format!("({}) {k}", if *w == Workload::Status { "a" } else { "b" }),
                     };
                     *failures.entry(label).or_default() += v;
@@ -1148,7 +1291,10 @@ mod tests {
 
     #[test]
     fn ports_are_folded_out_of_reasons() {
-        assert_eq!(without_ports("timeout talking to 127.0.0.1:20005 (127.0.0.1:20006)"), "timeout talking to 127.0.0.1:PORT (127.0.0.1:PORT)");
+        assert_eq!(
+            without_ports("timeout talking to 127.0.0.1:20005 (127.0.0.1:20006)"),
+            "timeout talking to 127.0.0.1:PORT (127.0.0.1:PORT)"
+        );
         assert_eq!(without_ports("127.0.0.1: on"), "127.0.0.1: on");
     }
 

@@ -65,7 +65,11 @@ struct Phase {
 }
 
 /// Run the healthy closed loops for `window`; returns every batch's latency.
-async fn healthy_loops(client: &async_nats::Client, healthy: usize, window: Duration) -> anyhow::Result<(Vec<Duration>, Duration)> {
+async fn healthy_loops(
+    client: &async_nats::Client,
+    healthy: usize,
+    window: Duration,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
     let started = Instant::now();
     let client = client.clone();
     let tasks = harness::closed_loops(healthy, started + window, move |i| {
@@ -110,9 +114,12 @@ async fn phase(fleet: &Fleet, sim: &SimServer, o: &Options, faults: Faults) -> a
         let slow = format!("slow-backlog-{rep}.bench");
         let slow_key = slow.parse::<bmcfleet_schema::BmcAddress>()?.key().to_string();
         backlog = fill_backlog(fleet, &slow).await?;
-        crate::harness::poll(Duration::from_secs(30), Duration::from_millis(5), "the backlogged BMC's first request", || async {
-            sim.calls(&slow_key).iter().any(|c| c.action.is_some()).then_some(())
-        })
+        crate::harness::poll(
+            Duration::from_secs(30),
+            Duration::from_millis(5),
+            "the backlogged BMC's first request",
+            || async { sim.calls(&slow_key).iter().any(|c| c.action.is_some()).then_some(()) },
+        )
         .await?;
     }
     if let Faults::HungAndSlow(rep) = faults {
@@ -124,7 +131,10 @@ async fn phase(fleet: &Fleet, sim: &SimServer, o: &Options, faults: Faults) -> a
         peers.spawn(async move {
             match submit(&client, &hung, true).await? {
                 Reply::Result(r)
-                    if r.results[0].error.as_ref().is_some_and(|e| matches!(e.code, ErrorCode::Timeout | ErrorCode::DeadlineExceeded)) =>
+                    if r.results[0]
+                        .error
+                        .as_ref()
+                        .is_some_and(|e| matches!(e.code, ErrorCode::Timeout | ErrorCode::DeadlineExceeded)) =>
                 {
                     Ok(())
                 }
@@ -147,9 +157,16 @@ async fn phase(fleet: &Fleet, sim: &SimServer, o: &Options, faults: Faults) -> a
             Ok(())
         });
         // Measure only once both faulty peers are occupying their lanes.
-        crate::harness::poll(Duration::from_secs(30), Duration::from_millis(5), "the faulty BMCs' first requests", || async {
-            (sim.calls(&hung_key).iter().any(|c| c.action.is_none()) && sim.calls(&slow_key).iter().any(|c| c.action.is_some())).then_some(())
-        })
+        crate::harness::poll(
+            Duration::from_secs(30),
+            Duration::from_millis(5),
+            "the faulty BMCs' first requests",
+            || async {
+                (sim.calls(&hung_key).iter().any(|c| c.action.is_none())
+                    && sim.calls(&slow_key).iter().any(|c| c.action.is_some()))
+                .then_some(())
+            },
+        )
         .await?;
     }
     let (samples, elapsed) = healthy_loops(&fleet.client, o.healthy, o.duration).await?;
@@ -165,12 +182,17 @@ async fn phase(fleet: &Fleet, sim: &SimServer, o: &Options, faults: Faults) -> a
         }
     }
     if let Some(last) = backlog.last() {
-        crate::harness::poll(Duration::from_secs(120), Duration::from_millis(20), "the cancelled backlog to drain", || async {
-            match status(&fleet.client, *last).await.ok()? {
-                Reply::Status(s) if s.state.is_final() => Some(()),
-                _ => None,
-            }
-        })
+        crate::harness::poll(
+            Duration::from_secs(120),
+            Duration::from_millis(20),
+            "the cancelled backlog to drain",
+            || async {
+                match status(&fleet.client, *last).await.ok()? {
+                    Reply::Status(s) if s.state.is_final() => Some(()),
+                    _ => None,
+                }
+            },
+        )
         .await?;
     }
     Ok(Phase { latency: Latency::of(&samples), rate: rate(samples.len(), elapsed) })
@@ -178,7 +200,8 @@ async fn phase(fleet: &Fleet, sim: &SimServer, o: &Options, faults: Faults) -> a
 
 pub async fn run(o: &Options) -> anyhow::Result<Section> {
     let started = Instant::now();
-    let mut section = Section::new("6. Isolation: healthy BMCs next to a hung and a slow BMC on the same partition and worker");
+    let mut section =
+        Section::new("6. Isolation: healthy BMCs next to a hung and a slow BMC on the same partition and worker");
     section.method = vec![
         "One worker process owns the only partition (`--partitions 1`), so every BMC shares one consumer, one \
          dispatcher and one worker. Healthy simulated BMCs (fixed latency per action) each run a closed loop of \
@@ -196,16 +219,22 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
          repetition, then the median is taken."
             .into(),
     ];
-    let sim = SimServer::start(SimConfig { latency: o.sim_latency, slow_latency: o.slow_latency, record_calls: true, ..SimConfig::default() })
-        .await
-        .context("starting the simulator")?;
+    let sim = SimServer::start(SimConfig {
+        latency: o.sim_latency,
+        slow_latency: o.slow_latency,
+        record_calls: true,
+        ..SimConfig::default()
+    })
+    .await
+    .context("starting the simulator")?;
     // The fleet starts workers with --bmc-min-interval 0s.
     let mut fleet = Fleet::start(FleetOptions {
-            partitions: 1,
-            sim: Some(sim.addr()),
-            max_queued_per_bmc: bmcfleet_common::streams::DEFAULT_MAX_QUEUED_PER_BMC as u32,
-            ..FleetOptions::default()
-        }).await?;
+        partitions: 1,
+        sim: Some(sim.addr()),
+        max_queued_per_bmc: bmcfleet_common::streams::DEFAULT_MAX_QUEUED_PER_BMC as u32,
+        ..FleetOptions::default()
+    })
+    .await?;
     fleet.spawn_worker("w0", &[])?;
     fleet.wait_owned_by(&["w0"], 1, Duration::from_secs(30)).await?;
     healthy_loops(&fleet.client, o.healthy, o.warmup).await.context("warm-up")?;
@@ -224,9 +253,12 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         );
     }
     let med = |v: &[Phase], f: fn(&Phase) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
-    let (b50, b99, brate) = (med(&base, |p| p.latency.p50_ms), med(&base, |p| p.latency.p99_ms), med(&base, |p| p.rate));
-    let (f50, f99, frate) = (med(&faulty, |p| p.latency.p50_ms), med(&faulty, |p| p.latency.p99_ms), med(&faulty, |p| p.rate));
-    let (l50, l99, lrate) = (med(&backlog, |p| p.latency.p50_ms), med(&backlog, |p| p.latency.p99_ms), med(&backlog, |p| p.rate));
+    let (b50, b99, brate) =
+        (med(&base, |p| p.latency.p50_ms), med(&base, |p| p.latency.p99_ms), med(&base, |p| p.rate));
+    let (f50, f99, frate) =
+        (med(&faulty, |p| p.latency.p50_ms), med(&faulty, |p| p.latency.p99_ms), med(&faulty, |p| p.rate));
+    let (l50, l99, lrate) =
+        (med(&backlog, |p| p.latency.p50_ms), med(&backlog, |p| p.latency.p99_ms), med(&backlog, |p| p.rate));
     let samples = |v: &[Phase]| v.iter().map(|p| p.latency.samples).sum::<usize>();
 
     let mut t = Table::new(
@@ -240,9 +272,27 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     );
     t.row(vec!["baseline (healthy only)".into(), ms(b50), ms(b99), ops(brate), samples(&base).to_string()]);
     t.row(vec!["with a hung and a slow BMC".into(), ms(f50), ms(f99), ops(frate), samples(&faulty).to_string()]);
-    t.row(vec!["ratio (faulty / baseline)".into(), ratio(f50 / b50), ratio(f99 / b99), ratio(frate / brate), String::new()]);
-    t.row(vec!["next to a slow BMC with a full queue".into(), ms(l50), ms(l99), ops(lrate), samples(&backlog).to_string()]);
-    t.row(vec!["ratio (backlog / baseline)".into(), ratio(l50 / b50), ratio(l99 / b99), ratio(lrate / brate), String::new()]);
+    t.row(vec![
+        "ratio (faulty / baseline)".into(),
+        ratio(f50 / b50),
+        ratio(f99 / b99),
+        ratio(frate / brate),
+        String::new(),
+    ]);
+    t.row(vec![
+        "next to a slow BMC with a full queue".into(),
+        ms(l50),
+        ms(l99),
+        ops(lrate),
+        samples(&backlog).to_string(),
+    ]);
+    t.row(vec![
+        "ratio (backlog / baseline)".into(),
+        ratio(l50 / b50),
+        ratio(l99 / b99),
+        ratio(lrate / brate),
+        String::new(),
+    ]);
     section.tables.push(t);
     section.goal(
         "healthy BMCs' p99 latency with a hung and a slow BMC on the same partition and worker",

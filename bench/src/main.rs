@@ -165,7 +165,13 @@ struct AllArgs {
 }
 
 fn pipeline_opts(a: &PipelineArgs, reps: usize) -> pipeline::Options {
-    pipeline::Options { concurrency: a.concurrency.clone(), open_rate: a.open_rate, duration: a.duration, reps, ..pipeline::Options::default() }
+    pipeline::Options {
+        concurrency: a.concurrency.clone(),
+        open_rate: a.open_rate,
+        duration: a.duration,
+        reps,
+        ..pipeline::Options::default()
+    }
 }
 
 fn ipmi_opts(a: &IpmiArgs, reps: usize) -> ipmi::Options {
@@ -173,7 +179,12 @@ fn ipmi_opts(a: &IpmiArgs, reps: usize) -> ipmi::Options {
 }
 
 fn ipmi_fleet_opts(a: &IpmiFleetArgs, reps: usize) -> ipmi_fleet::Options {
-    ipmi_fleet::Options { sizes: a.sizes.iter().map(|n| *n as usize).collect(), latency: a.latency, reps, ..ipmi_fleet::Options::default() }
+    ipmi_fleet::Options {
+        sizes: a.sizes.iter().map(|n| *n as usize).collect(),
+        latency: a.latency,
+        reps,
+        ..ipmi_fleet::Options::default()
+    }
 }
 
 fn redfish_opts(a: &RedfishArgs, reps: usize) -> redfish::Options {
@@ -195,11 +206,23 @@ fn scale_opts(a: &ScaleArgs, reps: usize) -> scale::Options {
 }
 
 fn ordering_opts(a: &OrderingArgs, reps: usize) -> ordering::Options {
-    ordering::Options { batches: a.batches, bmc_counts: a.bmcs.clone(), sim_latency: a.sim_latency, reps, ..ordering::Options::default() }
+    ordering::Options {
+        batches: a.batches,
+        bmc_counts: a.bmcs.clone(),
+        sim_latency: a.sim_latency,
+        reps,
+        ..ordering::Options::default()
+    }
 }
 
 fn isolation_opts(a: &IsolationArgs, reps: usize) -> isolation::Options {
-    isolation::Options { healthy: a.healthy, duration: a.duration, slow_latency: a.slow_latency, reps, ..isolation::Options::default() }
+    isolation::Options {
+        healthy: a.healthy,
+        duration: a.duration,
+        slow_latency: a.slow_latency,
+        reps,
+        ..isolation::Options::default()
+    }
 }
 
 /// Parse a subcommand's defaults (so `all` uses exactly what the subcommands would).
@@ -217,7 +240,13 @@ async fn main() -> anyhow::Result<()> {
     // The program by name only (its build directory says nothing about the run).
     let command_line = std::env::args()
         .enumerate()
-        .map(|(i, a)| if i == 0 { std::path::Path::new(&a).file_name().map_or(a.clone(), |n| n.to_string_lossy().into_owned()) } else { a })
+        .map(|(i, a)| {
+            if i == 0 {
+                std::path::Path::new(&a).file_name().map_or(a.clone(), |n| n.to_string_lossy().into_owned())
+            } else {
+                a
+            }
+        })
         .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
         .collect::<Vec<_>>()
         .join(" ");
@@ -229,7 +258,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Scale(a) => vec![scale::run(&scale_opts(a, reps)).await?],
         Command::Ordering(a) => vec![ordering::run(&ordering_opts(a, reps)).await?],
         Command::Isolation(a) => vec![isolation::run(&isolation_opts(a, reps)).await?],
-        Command::Poll(a) => vec![poll::run(&poll::Options { machines: a.machines as usize, interval: a.interval, reps }).await?],
+        Command::Poll(a) => {
+            vec![poll::run(&poll::Options { machines: a.machines as usize, interval: a.interval, reps }).await?]
+        }
         Command::All(all) => {
             let q = all.quick;
             let (p, i, r, s, o): (PipelineArgs, IpmiArgs, RedfishArgs, ScaleArgs, OrderingArgs) = if q {
@@ -249,7 +280,10 @@ async fn main() -> anyhow::Result<()> {
             // Describe the machine before the run loads it.
             let mut machine = report::machine();
             if q {
-                machine.push(("mode".into(), "**quick smoke run — reduced sizes, 1 repetition; not representative**".into()));
+                machine.push((
+                    "mode".into(),
+                    "**quick smoke run — reduced sizes, 1 repetition; not representative**".into(),
+                ));
             }
             let mut out = vec![];
             // Each section is shown as soon as it is measured.
@@ -265,7 +299,11 @@ async fn main() -> anyhow::Result<()> {
             show(ordering::run(&ordering_opts(&o, reps)).await.context("ordering benchmark")?);
             show(isolation::run(&isolation_opts(&iso, reps)).await.context("isolation benchmark")?);
             let polls: PollArgs = if q { defaults(&["--machines", "500", "--interval", "10s"]) } else { defaults(&[]) };
-            show(poll::run(&poll::Options { machines: polls.machines as usize, interval: polls.interval, reps: 1 }).await.context("poll benchmark")?);
+            show(
+                poll::run(&poll::Options { machines: polls.machines as usize, interval: polls.interval, reps: 1 })
+                    .await
+                    .context("poll benchmark")?,
+            );
             if let Some(path) = &all.out {
                 let doc = report::document(&machine, &command_line, &out, started.elapsed());
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -16,8 +16,8 @@ use crate::report::{Section, Table};
 use crate::stats::{median, num, ops, ratio, steady_rate};
 use anyhow::{bail, Context as _};
 use async_nats::jetstream::{self, consumer::pull};
-use bmcfleet_provider::{BmcSession, CallInfo, Connector, Ctx, ResolvedCredentials};
 use bmcfleet_common::sealing::SealingKeys;
+use bmcfleet_provider::{BmcSession, CallInfo, Connector, Ctx, ResolvedCredentials};
 use bmcfleet_schema::{Action, Batch, BatchId, Credentials, Encoding, Job, PowerOp};
 use bmcfleet_sim::SimConnector;
 use bmcfleet_testing::{SimConfig, SimServer};
@@ -42,7 +42,13 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { batches: 5000, bmc_counts: vec![1000, 10], sim_latency: Duration::from_millis(1), inflight: 256, reps: 3 }
+        Options {
+            batches: 5000,
+            bmc_counts: vec![1000, 10],
+            sim_latency: Duration::from_millis(1),
+            inflight: 256,
+            reps: 3,
+        }
     }
 }
 
@@ -75,11 +81,16 @@ struct Drain {
 
 fn creds(job: &Job, keys: &SealingKeys) -> anyhow::Result<ResolvedCredentials> {
     match &job.target.credentials {
-        Credentials::Inline { username, password } => Ok(ResolvedCredentials { username: username.clone(), password: password.clone() }),
+        Credentials::Inline { username, password } => {
+            Ok(ResolvedCredentials { username: username.clone(), password: password.clone() })
+        }
         // The gateway seals inline passwords: open them as a worker does.
         Credentials::Sealed(s) => {
             let context = bmcfleet_common::sealing::Binding::target(&job.key(), 0).context;
-            Ok(ResolvedCredentials { username: s.username.clone(), password: keys.open(s, &context, bmcfleet_common::runtime::now_ms())? })
+            Ok(ResolvedCredentials {
+                username: s.username.clone(),
+                password: keys.open(s, &context, bmcfleet_common::runtime::now_ms())?,
+            })
         }
         Credentials::Ref(r) => bail!("credential reference {r} in a bench job"),
     }
@@ -87,7 +98,12 @@ fn creds(job: &Job, keys: &SealingKeys) -> anyhow::Result<ResolvedCredentials> {
 
 async fn run_job(session: &mut Box<dyn BmcSession>, job: &Job, tag: &str) -> anyhow::Result<()> {
     for (i, action) in job.batch.actions.iter().enumerate() {
-        let ctx = Ctx::with_timeout(Duration::from_secs(30)).with_call(CallInfo { batch: job.id, index: i as u32, delivery: 1, worker: tag.to_owned() });
+        let ctx = Ctx::with_timeout(Duration::from_secs(30)).with_call(CallInfo {
+            batch: job.id,
+            index: i as u32,
+            delivery: 1,
+            worker: tag.to_owned(),
+        });
         match action {
             Action::Power(op) => {
                 session.power().context("power")?.power(&ctx, *op).await?;
@@ -102,7 +118,14 @@ async fn run_job(session: &mut Box<dyn BmcSession>, job: &Job, tag: &str) -> any
 type SessionPool = HashMap<String, Vec<Box<dyn BmcSession>>>;
 
 /// A consumer in the bench process, ordered (per-BMC lanes) or not.
-async fn baseline(fleet: &Fleet, sim: &SimServer, n: usize, ordered: bool, inflight: usize, tag: &str) -> anyhow::Result<Vec<Instant>> {
+async fn baseline(
+    fleet: &Fleet,
+    sim: &SimServer,
+    n: usize,
+    ordered: bool,
+    inflight: usize,
+    tag: &str,
+) -> anyhow::Result<Vec<Instant>> {
     let client = fleet.nats.client().await?;
     let keys = Arc::new(fleet.sealing_keys()?);
     let js = jetstream::new(client);
@@ -137,7 +160,8 @@ async fn baseline(fleet: &Fleet, sim: &SimServer, n: usize, ordered: bool, infli
         if ordered {
             let tx = lanes.entry(key).or_insert_with(|| {
                 let (tx, mut rx) = mpsc::unbounded_channel::<(jetstream::Message, Job)>();
-                let (connector, done, sem, tag, keys) = (connector.clone(), done.clone(), sem.clone(), tag.to_owned(), keys.clone());
+                let (connector, done, sem, tag, keys) =
+                    (connector.clone(), done.clone(), sem.clone(), tag.to_owned(), keys.clone());
                 tasks.spawn(async move {
                     let mut session: Option<Box<dyn BmcSession>> = None;
                     while let Some((msg, job)) = rx.recv().await {
@@ -157,12 +181,17 @@ async fn baseline(fleet: &Fleet, sim: &SimServer, n: usize, ordered: bool, infli
             tx.send((msg, job)).map_err(|_| anyhow::anyhow!("lane stopped"))?;
         } else {
             let permit = sem.clone().acquire_owned().await.expect("semaphore open");
-            let (connector, done, pool, tag, keys) = (connector.clone(), done.clone(), pool.clone(), tag.to_owned(), keys.clone());
+            let (connector, done, pool, tag, keys) =
+                (connector.clone(), done.clone(), pool.clone(), tag.to_owned(), keys.clone());
             tasks.spawn(async move {
                 let pooled = pool.lock().expect("pool lock").get_mut(&key).and_then(Vec::pop);
                 let mut session = match pooled {
                     Some(s) => s,
-                    None => connector.connect(&Ctx::with_timeout(Duration::from_secs(30)), &job.target, &creds(&job, &keys)?).await?,
+                    None => {
+                        connector
+                            .connect(&Ctx::with_timeout(Duration::from_secs(30)), &job.target, &creds(&job, &keys)?)
+                            .await?
+                    }
                 };
                 run_job(&mut session, &job, &tag).await?;
                 msg.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;
@@ -227,8 +256,18 @@ fn check_order(sim: &SimServer, tag: &str, seqs: &HashMap<BatchId, u64>) -> (usi
     (out_of_order, overlapping)
 }
 
-async fn drain(fleet: &mut Fleet, collector: &Collector, sim: &SimServer, o: &Options, bmcs: usize, variant: Variant, tag: &str) -> anyhow::Result<Drain> {
-    let batches: Vec<Batch> = (0..o.batches).map(|i| sim_batch(&sim_address(50_000 + i % bmcs), vec![Action::Power(PowerOp::On)])).collect::<anyhow::Result<_>>()?;
+async fn drain(
+    fleet: &mut Fleet,
+    collector: &Collector,
+    sim: &SimServer,
+    o: &Options,
+    bmcs: usize,
+    variant: Variant,
+    tag: &str,
+) -> anyhow::Result<Drain> {
+    let batches: Vec<Batch> = (0..o.batches)
+        .map(|i| sim_batch(&sim_address(50_000 + i % bmcs), vec![Action::Power(PowerOp::On)]))
+        .collect::<anyhow::Result<_>>()?;
     let ids: Vec<BatchId> = batches.iter().filter_map(|b| b.id).collect();
     let (_, seqs) = fleet.submit_all(Arc::new(batches), 64).await?;
     let t0 = Instant::now();
@@ -254,7 +293,8 @@ async fn drain(fleet: &mut Fleet, collector: &Collector, sim: &SimServer, o: &Op
 
 pub async fn run(o: &Options) -> anyhow::Result<Section> {
     let started = Instant::now();
-    let mut section = Section::new("5. Ordering cost: strict per-BMC order vs an unordered consumer on the same stream");
+    let mut section =
+        Section::new("5. Ordering cost: strict per-BMC order vs an unordered consumer on the same stream");
     section.method = vec![format!(
         "{} batches (1 action: `power on`, {} per simulated action) are queued through the gateway on the jobs stream \
          (work queue, {} partitions) with no consumer running, then drained by one of three consumers, in turn, within each \
@@ -272,17 +312,33 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     let variants = [Variant::Unordered, Variant::OrderedLanes, Variant::Bmcfleet];
     let mut table = Table::new(
         "Drain rate (batches/s) by consumer",
-        &["BMCs", "consumer", "steady batch/s", "vs unordered", "drain time (s)", "BMCs out of order", "overlapping actions"],
+        &[
+            "BMCs",
+            "consumer",
+            "steady batch/s",
+            "vs unordered",
+            "drain time (s)",
+            "BMCs out of order",
+            "overlapping actions",
+        ],
     );
     for &bmcs in &o.bmc_counts {
         let sim = SimServer::start(SimConfig { latency: o.sim_latency, ..SimConfig::default() }).await?;
-        let mut fleet = Fleet::start(FleetOptions { sim: Some(sim.addr()), lease_ttl: "6s".into(), rebalance: "2s".into(), ..FleetOptions::default() }).await?;
+        let mut fleet = Fleet::start(FleetOptions {
+            sim: Some(sim.addr()),
+            lease_ttl: "6s".into(),
+            rebalance: "2s".into(),
+            ..FleetOptions::default()
+        })
+        .await?;
         let collector = Collector::start(&fleet.client, &fleet.subjects).await?;
         let mut results: HashMap<usize, Vec<Drain>> = HashMap::new();
         for rep in 0..o.reps {
             for (vi, v) in variants.iter().enumerate() {
                 let tag = format!("ord-{vi}-{bmcs}-r{rep}");
-                let d = drain(&mut fleet, &collector, &sim, o, bmcs, *v, &tag).await.with_context(|| format!("{} drain", v.name()))?;
+                let d = drain(&mut fleet, &collector, &sim, o, bmcs, *v, &tag)
+                    .await
+                    .with_context(|| format!("{} drain", v.name()))?;
                 results.entry(vi).or_default().push(d);
             }
             eprintln!("ordering: {bmcs} BMCs, repetition {} of {} done", rep + 1, o.reps);

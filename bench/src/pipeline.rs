@@ -45,7 +45,13 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { concurrency: vec![1, 16], open_rate: 200.0, duration: Duration::from_secs(4), warmup: Duration::from_secs(1), reps: 3 }
+        Options {
+            concurrency: vec![1, 16],
+            open_rate: 200.0,
+            duration: Duration::from_secs(4),
+            warmup: Duration::from_secs(1),
+            reps: 3,
+        }
     }
 }
 
@@ -114,7 +120,15 @@ impl Raw {
         let batch = sim_batch(&sim_address(1), vec![Action::Power(PowerOp::Status)])?;
         let mut batch = batch;
         let target = batch.bmc.take().expect("an ad hoc sim batch");
-        let job = Job { id: batch.id.expect("id"), admitted_at_ms: 0, deadline_at_ms: u64::MAX / 2, batch, target, tenant: "default".into(), sealed_params: vec![] };
+        let job = Job {
+            id: batch.id.expect("id"),
+            admitted_at_ms: 0,
+            deadline_at_ms: u64::MAX / 2,
+            batch,
+            target,
+            tenant: "default".into(),
+            sealed_params: vec![],
+        };
         let payload = Encoding::MessagePack.encode(&job)?.into();
         Ok(Raw { js, next: AtomicU64::new(0), pending, payload, tasks: vec![responder, dispatcher] })
     }
@@ -127,7 +141,10 @@ impl Raw {
         h.insert(REPLY_HEADER, format!("rawbench.reply.{id}").as_str());
         let ack = self.js.publish_with_headers(format!("rawbench.jobs.{task}"), h, self.payload.clone()).await?;
         ack.await.context("raw publish ack")?;
-        tokio::time::timeout(Duration::from_secs(30), rx).await.context("raw reply timed out")?.context("raw reply lost")?;
+        tokio::time::timeout(Duration::from_secs(30), rx)
+            .await
+            .context("raw reply timed out")?
+            .context("raw reply lost")?;
         Ok(())
     }
 }
@@ -198,7 +215,13 @@ impl Ctx {
 }
 
 /// Closed loop: `concurrency` tasks, each one request at a time.
-async fn closed_loop(ctx: &Arc<Ctx>, side: Side, concurrency: usize, warmup: Duration, duration: Duration) -> anyhow::Result<Run> {
+async fn closed_loop(
+    ctx: &Arc<Ctx>,
+    side: Side,
+    concurrency: usize,
+    warmup: Duration,
+    duration: Duration,
+) -> anyhow::Result<Run> {
     let from = Instant::now() + warmup;
     let to = from + duration;
     let cpu = CpuMeter::new(&ctx.meters);
@@ -234,7 +257,13 @@ async fn closed_loop(ctx: &Arc<Ctx>, side: Side, concurrency: usize, warmup: Dur
 }
 
 /// Open loop: requests start at a fixed rate whatever the latency.
-async fn open_loop(ctx: &Arc<Ctx>, side: Side, per_sec: f64, warmup: Duration, duration: Duration) -> anyhow::Result<Run> {
+async fn open_loop(
+    ctx: &Arc<Ctx>,
+    side: Side,
+    per_sec: f64,
+    warmup: Duration,
+    duration: Duration,
+) -> anyhow::Result<Run> {
     let from = Instant::now() + warmup;
     let to = from + duration;
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / per_sec));
@@ -290,7 +319,8 @@ struct Agg {
 }
 
 fn aggregate(runs: &[Run]) -> Agg {
-    let names: Vec<String> = runs.first().map(|r| r.cpu_per_op_us.iter().map(|(n, _)| n.clone()).collect()).unwrap_or_default();
+    let names: Vec<String> =
+        runs.first().map(|r| r.cpu_per_op_us.iter().map(|(n, _)| n.clone()).collect()).unwrap_or_default();
     Agg {
         rate: median(&runs.iter().map(|r| r.rate).collect::<Vec<_>>()),
         p50: median(&runs.iter().map(|r| r.latency.p50_ms).collect::<Vec<_>>()),
@@ -300,7 +330,12 @@ fn aggregate(runs: &[Run]) -> Agg {
         cpu: names
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.clone(), median(&runs.iter().map(|r| r.cpu_per_op_us.get(i).map_or(f64::NAN, |x| x.1)).collect::<Vec<_>>())))
+            .map(|(i, n)| {
+                (
+                    n.clone(),
+                    median(&runs.iter().map(|r| r.cpu_per_op_us.get(i).map_or(f64::NAN, |x| x.1)).collect::<Vec<_>>()),
+                )
+            })
             .collect(),
     }
 }
@@ -344,16 +379,31 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     for rep in 0..o.reps {
         for (c, raw_runs, bmc_runs) in closed.iter_mut() {
             raw_runs.push(closed_loop(&ctx, Side::Raw, *c, o.warmup, o.duration).await.context("raw closed loop")?);
-            bmc_runs.push(closed_loop(&ctx, Side::Bmcfleet, *c, o.warmup, o.duration).await.context("bmcfleet closed loop")?);
+            bmc_runs.push(
+                closed_loop(&ctx, Side::Bmcfleet, *c, o.warmup, o.duration).await.context("bmcfleet closed loop")?,
+            );
         }
         open_raw.push(open_loop(&ctx, Side::Raw, o.open_rate, o.warmup, o.duration).await.context("raw open loop")?);
-        open_bmc.push(open_loop(&ctx, Side::Bmcfleet, o.open_rate, o.warmup, o.duration).await.context("bmcfleet open loop")?);
+        open_bmc.push(
+            open_loop(&ctx, Side::Bmcfleet, o.open_rate, o.warmup, o.duration).await.context("bmcfleet open loop")?,
+        );
         eprintln!("pipeline: repetition {} of {} done", rep + 1, o.reps);
     }
 
     let mut t = Table::new(
         "Closed loop (N requests in flight): throughput and latency",
-        &["in flight", "raw msg/s", "raw p50 ms", "raw p99 ms", "bmcfleet batch/s", "bmcfleet p50 ms", "bmcfleet p99 ms", "bmcfleet / raw rate", "added p50 ms", "added p99 ms"],
+        &[
+            "in flight",
+            "raw msg/s",
+            "raw p50 ms",
+            "raw p99 ms",
+            "bmcfleet batch/s",
+            "bmcfleet p50 ms",
+            "bmcfleet p99 ms",
+            "bmcfleet / raw rate",
+            "added p50 ms",
+            "added p99 ms",
+        ],
     );
     let mut cpu_table = Table::new(
         "Where the time goes, closed loop: CPU µs per round trip by process, messages through nats-server and log bytes per round trip",
@@ -389,8 +439,20 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         format!("Open loop at {} requests/s: latency", ops(o.open_rate)),
         &["side", "achieved /s", "p50 ms", "p99 ms", "CPU µs per round trip (all processes)"],
     );
-    open.row(vec!["raw JetStream".into(), ops(or.rate), ms(or.p50), ms(or.p99), crate::stats::num(or.cpu.iter().map(|x| x.1).sum::<f64>(), 0)]);
-    open.row(vec!["bmcfleet".into(), ops(ob.rate), ms(ob.p50), ms(ob.p99), crate::stats::num(ob.cpu.iter().map(|x| x.1).sum::<f64>(), 0)]);
+    open.row(vec![
+        "raw JetStream".into(),
+        ops(or.rate),
+        ms(or.p50),
+        ms(or.p99),
+        crate::stats::num(or.cpu.iter().map(|x| x.1).sum::<f64>(), 0),
+    ]);
+    open.row(vec![
+        "bmcfleet".into(),
+        ops(ob.rate),
+        ms(ob.p50),
+        ms(ob.p99),
+        crate::stats::num(ob.cpu.iter().map(|x| x.1).sum::<f64>(), 0),
+    ]);
     open.row(vec!["added by bmcfleet".into(), String::new(), ms(ob.p50 - or.p50), ms(ob.p99 - or.p99), String::new()]);
     section.tables = vec![t, open, cpu_table];
 

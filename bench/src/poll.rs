@@ -80,24 +80,35 @@ async fn one(o: &Options, sim: &SimServer) -> anyhow::Result<Sample> {
     .await?;
     fleet.spawn_worker("w0", &[])?;
     fleet.wait_owned_by(&["w0"], 16, Duration::from_secs(60)).await?;
-    let port = crate::harness::poll(Duration::from_secs(10), Duration::from_millis(50), "the worker's metrics port", || {
-        let log = fleet.workers["w0"].log_text();
-        async move { metrics_port(&log) }
-    })
-    .await?;
+    let port =
+        crate::harness::poll(Duration::from_secs(10), Duration::from_millis(50), "the worker's metrics port", || {
+            let log = fleet.workers["w0"].log_text();
+            async move { metrics_port(&log) }
+        })
+        .await?;
     tokio::time::sleep(Duration::from_secs(2)).await; // settle before the baseline
     let rss_before = fleet.workers["w0"].rss_kib().context("worker RSS")? as f64;
 
     // One named credential for every machine, then the machines.
     let js = async_nats::jetstream::new(fleet.client.clone());
     let subjects = &fleet.subjects;
-    let creds = bmcfleet_common::streams::bucket(&js, bmcfleet_common::streams::credentials_config(subjects, 1), bmcfleet_common::streams::Mode::UseExisting).await?;
+    let creds = bmcfleet_common::streams::bucket(
+        &js,
+        bmcfleet_common::streams::credentials_config(subjects, 1),
+        bmcfleet_common::streams::Mode::UseExisting,
+    )
+    .await?;
     let sealed = bmcfleet_common::sealing::Sealer::new(&fleet.sealing.1)
         .map_err(anyhow::Error::msg)?
         .seal("admin", &bmcfleet_schema::Secret::new("bench"), &bmcfleet_common::sealing::Binding::credential("bench"))
         .map_err(anyhow::Error::msg)?;
     creds.put("bench", serde_json::to_vec(&sealed)?.into()).await.context("credential")?;
-    let machines = bmcfleet_common::streams::bucket(&js, bmcfleet_common::streams::machines_config(subjects, 1), bmcfleet_common::streams::Mode::UseExisting).await?;
+    let machines = bmcfleet_common::streams::bucket(
+        &js,
+        bmcfleet_common::streams::machines_config(subjects, 1),
+        bmcfleet_common::streams::Mode::UseExisting,
+    )
+    .await?;
     let puts = (0..o.machines).map(|i| {
         let machines = machines.clone();
         async move {
@@ -105,7 +116,12 @@ async fn one(o: &Options, sim: &SimServer) -> anyhow::Result<Sample> {
             bmcfleet_common::registry::put(&machines, &m).await.map_err(anyhow::Error::msg)
         }
     });
-    futures::stream::iter(puts).buffer_unordered(64).collect::<Vec<_>>().await.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+    futures::stream::iter(puts)
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<_>>>()?;
 
     // Warm-up: every machine's first poll (a random point of the interval) and first write.
     let warm = o.interval + o.interval / 5;
@@ -124,7 +140,10 @@ async fn one(o: &Options, sim: &SimServer) -> anyhow::Result<Sample> {
     tokio::time::sleep(Duration::from_secs(6)).await;
     let worker_pid = fleet.workers["w0"].pid().context("worker pid")?;
     let nats_pid = fleet.nats.pid().context("nats pid")?;
-    let meter = crate::proc::CpuMeter::new(&[crate::proc::Meter::pid("worker", Some(worker_pid)), crate::proc::Meter::pid("nats-server", Some(nats_pid))]);
+    let meter = crate::proc::CpuMeter::new(&[
+        crate::proc::Meter::pid("worker", Some(worker_pid)),
+        crate::proc::Meter::pid("nats-server", Some(nats_pid)),
+    ]);
     let msgs0 = fleet.nats.message_counts().await.context("nats message counts")?;
     let polls0 = metric(port, "bmcfleet_polls_total").await.unwrap_or(0.0);
     let ok0 = metric(port, "bmcfleet_polls_total{outcome=\"ok\"}").await;
@@ -178,8 +197,21 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     }
     let m = |f: fn(&Sample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
     let mut t = Table::new(
-        format!("{} machines, one worker, polled every {} (median of {} repetition(s))", o.machines, dur(o.interval), o.reps),
-        &["polls in the window", "failed polls", "worker CPU (% of one core)", "nats-server CPU (%)", "NATS msgs per poll", "state writes per poll", "worker KiB per machine"],
+        format!(
+            "{} machines, one worker, polled every {} (median of {} repetition(s))",
+            o.machines,
+            dur(o.interval),
+            o.reps
+        ),
+        &[
+            "polls in the window",
+            "failed polls",
+            "worker CPU (% of one core)",
+            "nats-server CPU (%)",
+            "NATS msgs per poll",
+            "state writes per poll",
+            "worker KiB per machine",
+        ],
     );
     t.row(vec![
         num(m(|s| s.polls), 0),
@@ -192,11 +224,21 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     ]);
     section.tables.push(t);
     let cpu = (m(|s| s.worker_cpu) + m(|s| s.nats_cpu)) * 100.0;
-    section.goal("worker + nats-server CPU while polling", "≤ 5 % of one core", format!("{}%", num(cpu, 2)), cpu <= 5.0);
+    section.goal(
+        "worker + nats-server CPU while polling",
+        "≤ 5 % of one core",
+        format!("{}%", num(cpu, 2)),
+        cpu <= 5.0,
+    );
     let kib = m(|s| s.kib_per_machine);
     section.goal("memory per idle machine (worker)", "≤ 2 KiB", format!("{} KiB", num(kib, 2)), kib <= 2.0);
     let writes = m(|s| s.writes_per_poll);
-    section.goal("state writes at rest", "only on change (+ heartbeat ≤ once per interval)", format!("{} per poll", num(writes, 3)), writes <= 0.01);
+    section.goal(
+        "state writes at rest",
+        "only on change (+ heartbeat ≤ once per interval)",
+        format!("{} per poll", num(writes, 3)),
+        writes <= 0.01,
+    );
     section.elapsed = started.elapsed();
     Ok(section)
 }

@@ -4,17 +4,17 @@
 //! python `sushy` library in the same run, plus the same batch end to end
 //! through the gateway and a worker.
 
-use bmcfleet_provider::Offer;
 use crate::fleet::{Fleet, FleetOptions};
 use crate::harness::{child_pids, find_program, repo_tools_bin};
 use crate::proc::{CpuMeter, Meter};
 use crate::report::{Section, Table};
 use crate::stats::{median, ms, num, ops, percentile_sorted, ratio};
 use anyhow::{bail, Context as _};
+use bmcfleet_provider::Offer;
 use bmcfleet_provider::{BmcSession, Ctx};
-use bmcfleet_testing::redfish::{FakeSystem, SushyEmulator};
 use bmcfleet_redfish::{RedfishConnector, RedfishSession};
 use bmcfleet_schema::{Action, Batch, BatchState, BootDevice, BootDeviceRequest, OnError, PowerOp, Reply};
+use bmcfleet_testing::redfish::{FakeSystem, SushyEmulator};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -155,7 +155,12 @@ impl PyRef {
         if let (Some(obj), Some(more)) = (s.as_object_mut(), extra.as_object()) {
             obj.extend(more.clone());
         }
-        let out = tokio::process::Command::new(&self.python).arg(&self.script).arg(s.to_string()).output().await.context("running python")?;
+        let out = tokio::process::Command::new(&self.python)
+            .arg(&self.script)
+            .arg(s.to_string())
+            .output()
+            .await
+            .context("running python")?;
         if !out.status.success() {
             bail!("python sushy client failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
         }
@@ -213,7 +218,9 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     let mut fleet = Fleet::start(FleetOptions::default()).await?;
     fleet.spawn_worker("w0", &["--protocols".into(), "redfish".into()])?;
     fleet.wait_owned_by(&["w0"], 1, Duration::from_secs(30)).await?;
-    let machine = bmcfleet_tests::producer::register_machine(&fleet.client, &fleet.subjects, &fleet.sealing.1, &emu.target()).await;
+    let machine =
+        bmcfleet_tests::producer::register_machine(&fleet.client, &fleet.subjects, &fleet.sealing.1, &emu.target())
+            .await;
     let pipeline_batch = || Batch {
         id: Some(ulid::Ulid::new()),
         machine: Some(machine.clone()),
@@ -248,7 +255,9 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         ours.cpu.push((u[0].1, u[1].1));
 
         // Power status, python sushy (it measures its own and the emulator's CPU over its window).
-        let v = py.call(serde_json::json!({"mode": "status", "warmup_s": 0.3, "duration_s": o.duration.as_secs_f64()})).await?;
+        let v = py
+            .call(serde_json::json!({"mode": "status", "warmup_s": 0.3, "duration_s": o.duration.as_secs_f64()}))
+            .await?;
         let n = v["ops"].as_u64().context("ops")? as usize;
         theirs.status_rates.push(n as f64 / v["elapsed_s"].as_f64().context("elapsed")?);
         let per_op = |k: &str| v[k].as_f64().map_or(f64::NAN, |s| s * 1e6 / n.max(1) as f64);
@@ -266,7 +275,8 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         ours.batch_ms.extend(lat);
 
         let v = py.call(serde_json::json!({"mode": "batch", "warmup_batches": 1, "batches": o.batches})).await?;
-        let lat: Vec<f64> = v["latencies_ms"].as_array().context("latencies")?.iter().filter_map(|x| x.as_f64()).collect();
+        let lat: Vec<f64> =
+            v["latencies_ms"].as_array().context("latencies")?.iter().filter_map(|x| x.as_f64()).collect();
         theirs.batch_p50s.push(median(&lat));
         theirs.batch_ms.extend(lat);
 
@@ -287,23 +297,42 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
 
     let rate_ours = median(&ours.status_rates);
     let rate_theirs = median(&theirs.status_rates);
-    let cpu = |side: &Side, which: usize| median(&side.cpu.iter().map(|c| if which == 0 { c.0 } else { c.1 }).collect::<Vec<_>>());
+    let cpu = |side: &Side, which: usize| {
+        median(&side.cpu.iter().map(|c| if which == 0 { c.0 } else { c.1 }).collect::<Vec<_>>())
+    };
     let mut t = Table::new(
         "Power status against sushy-emulator, operations per second (one request at a time)",
         &["client", "ops/s", "vs python sushy", "client CPU µs/op", "emulator CPU µs/op"],
     );
-    t.row(vec!["bmcfleet provider".into(), ops(rate_ours), ratio(rate_ours / rate_theirs), num(cpu(&ours, 0), 0), num(cpu(&ours, 1), 0)]);
+    t.row(vec![
+        "bmcfleet provider".into(),
+        ops(rate_ours),
+        ratio(rate_ours / rate_theirs),
+        num(cpu(&ours, 0), 0),
+        num(cpu(&ours, 1), 0),
+    ]);
     t.row(vec!["python sushy".into(), ops(rate_theirs), ratio(1.0), num(cpu(&theirs, 0), 0), num(cpu(&theirs, 1), 0)]);
     let pct = |v: &[f64], p: f64| {
         let mut s = v.to_vec();
         s.sort_by(f64::total_cmp);
         percentile_sorted(&s, p)
     };
-    let mut b = Table::new("5-action batch latency (ms)", &["client", "p50", "p99", "batches", "vs python sushy (p50)"]);
+    let mut b =
+        Table::new("5-action batch latency (ms)", &["client", "p50", "p99", "batches", "vs python sushy (p50)"]);
     let theirs_p50 = pct(&theirs.batch_ms, 50.0);
-    for (name, side) in [("bmcfleet provider (direct)", &ours), ("python sushy", &theirs), ("bmcfleet pipeline (gateway + worker)", &pipe)] {
+    for (name, side) in [
+        ("bmcfleet provider (direct)", &ours),
+        ("python sushy", &theirs),
+        ("bmcfleet pipeline (gateway + worker)", &pipe),
+    ] {
         let p50 = pct(&side.batch_ms, 50.0);
-        b.row(vec![name.into(), ms(p50), ms(pct(&side.batch_ms, 99.0)), side.batch_ms.len().to_string(), ratio(theirs_p50 / p50)]);
+        b.row(vec![
+            name.into(),
+            ms(p50),
+            ms(pct(&side.batch_ms, 99.0)),
+            side.batch_ms.len().to_string(),
+            ratio(theirs_p50 / p50),
+        ]);
     }
     section.tables = vec![t, b];
     let (ours_p50, pipe_p50) = (pct(&ours.batch_ms, 50.0), pct(&pipe.batch_ms, 50.0));

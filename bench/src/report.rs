@@ -60,10 +60,22 @@ impl Section {
         for t in &self.tables {
             let _ = writeln!(out, "\n{}", t.caption);
             let widths: Vec<usize> = (0..t.header.len())
-                .map(|i| t.rows.iter().map(|r| r.get(i).map_or(0, |c| c.chars().count())).chain([t.header[i].chars().count()]).max().unwrap_or(0))
+                .map(|i| {
+                    t.rows
+                        .iter()
+                        .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                        .chain([t.header[i].chars().count()])
+                        .max()
+                        .unwrap_or(0)
+                })
                 .collect();
             let line = |cells: &[String]| {
-                cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths.get(i).copied().unwrap_or(0))).collect::<Vec<_>>().join("  ")
+                cells
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| format!("{c:<w$}", w = widths.get(i).copied().unwrap_or(0)))
+                    .collect::<Vec<_>>()
+                    .join("  ")
             };
             let _ = writeln!(out, "  {}", line(&t.header));
             for r in &t.rows {
@@ -73,7 +85,14 @@ impl Section {
         if !self.goals.is_empty() {
             let _ = writeln!(out, "\nGoals:");
             for g in &self.goals {
-                let _ = writeln!(out, "  [{}] {}: target {}, measured {}", if g.met { "met" } else { "MISSED" }, g.what, g.target, g.measured);
+                let _ = writeln!(
+                    out,
+                    "  [{}] {}: target {}, measured {}",
+                    if g.met { "met" } else { "MISSED" },
+                    g.what,
+                    g.target,
+                    g.measured
+                );
             }
         }
         for f in &self.findings {
@@ -94,14 +113,22 @@ impl Section {
             let _ = writeln!(out, "| {} |", t.header.join(" | "));
             let _ = writeln!(out, "|{}|", t.header.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
             for r in &t.rows {
-                let _ = writeln!(out, "| {} |", r.iter().map(|c| c.replace('|', "\\|")).collect::<Vec<_>>().join(" | "));
+                let _ =
+                    writeln!(out, "| {} |", r.iter().map(|c| c.replace('|', "\\|")).collect::<Vec<_>>().join(" | "));
             }
             out.push('\n');
         }
         if !self.goals.is_empty() {
             let _ = writeln!(out, "| goal | target | measured | met |\n|---|---|---|---|");
             for g in &self.goals {
-                let _ = writeln!(out, "| {} | {} | {} | {} |", g.what, g.target, g.measured, if g.met { "yes" } else { "**no**" });
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} |",
+                    g.what,
+                    g.target,
+                    g.measured,
+                    if g.met { "yes" } else { "**no**" }
+                );
             }
             out.push('\n');
         }
@@ -145,7 +172,14 @@ pub fn document(machine: &[(String, String)], command: &str, sections: &[Section
     if !goals.is_empty() {
         out.push_str("## Goals at a glance\n\n| goal | target | measured | met |\n|---|---|---|---|\n");
         for g in goals {
-            let _ = writeln!(out, "| {} | {} | {} | {} |", g.what, g.target, g.measured, if g.met { "yes" } else { "**no**" });
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                g.what,
+                g.target,
+                g.measured,
+                if g.met { "yes" } else { "**no**" }
+            );
         }
         out.push('\n');
     }
@@ -165,11 +199,18 @@ pub fn machine() -> Vec<(String, String)> {
         .unwrap_or_else(|| "unknown".into());
     v.push(("date (UTC)".into(), date));
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|s| s.trim_start_matches([' ', '\t', ':']).trim().to_owned());
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|s| s.trim_start_matches([' ', '\t', ':']).trim().to_owned());
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     v.push(("CPU".into(), format!("{} — {cpus} logical CPUs available", model.unwrap_or_else(|| "unknown".into()))));
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    if let Some(kib) = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok()) {
+    if let Some(kib) = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+    {
         v.push(("memory".into(), format!("{} GiB", crate::stats::num(kib / 1024.0 / 1024.0, 1))));
     }
     let os = std::fs::read_to_string("/etc/os-release")
@@ -179,7 +220,9 @@ pub fn machine() -> Vec<(String, String)> {
         .unwrap_or_else(|| "unknown".into());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
     v.push(("OS / kernel".into(), format!("{os} / Linux {kernel}")));
-    if let Some(load) = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next().map(str::to_owned)) {
+    if let Some(load) =
+        std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next().map(str::to_owned))
+    {
         v.push(("load average at start (1 min)".into(), load));
     }
     v.push(("bmcfleet".into(), format!("{} (release build)", env!("CARGO_PKG_VERSION"))));
@@ -189,7 +232,10 @@ pub fn machine() -> Vec<(String, String)> {
             .and_then(|p| version_line(&p, args))
             .unwrap_or_else(|| "not found".into())
     };
-    v.push(("nats-server".into(), nats_server_binary().ok().and_then(|p| version_line(&p, &["--version"])).unwrap_or_else(|| "not found".into())));
+    v.push((
+        "nats-server".into(),
+        nats_server_binary().ok().and_then(|p| version_line(&p, &["--version"])).unwrap_or_else(|| "not found".into()),
+    ));
     v.push(("ipmi_sim (OpenIPMI)".into(), tool("ipmi_sim", Some("IPMI_SIM_BIN"), &["--version"])));
     v.push(("ipmitool".into(), tool("ipmitool", None, &["-V"])));
     v.push(("FreeIPMI ipmipower".into(), tool("ipmipower", None, &["--version"])));

@@ -111,7 +111,13 @@ struct Wave {
 }
 
 /// One wave: every BMC in `first..first + bmcs` gets one batch.
-async fn wave(fleet: &Fleet, collector: &Collector, first: usize, bmcs: usize, concurrency: usize) -> anyhow::Result<Wave> {
+async fn wave(
+    fleet: &Fleet,
+    collector: &Collector,
+    first: usize,
+    bmcs: usize,
+    concurrency: usize,
+) -> anyhow::Result<Wave> {
     let batches: Vec<Batch> = (first..first + bmcs).map(status_batch).collect::<anyhow::Result<_>>()?;
     let ids: Vec<BatchId> = batches.iter().filter_map(|b| b.id).collect();
     let pids: Vec<u32> = fleet.workers.values().filter_map(|w| w.pid()).collect();
@@ -122,7 +128,9 @@ async fn wave(fleet: &Fleet, collector: &Collector, first: usize, bmcs: usize, c
     let samples = sampler.finish().await;
     let last = done.iter().map(|f| f.at).max().unwrap_or(started);
     let n_workers = fleet.workers.len();
-    let peak_rss = (0..n_workers).map(|i| samples.iter().map(|(_, v)| v.get(i).copied().unwrap_or(0)).max().unwrap_or(0)).collect();
+    let peak_rss = (0..n_workers)
+        .map(|i| samples.iter().map(|(_, v)| v.get(i).copied().unwrap_or(0)).max().unwrap_or(0))
+        .collect();
     Ok(Wave {
         submit,
         end_to_end: rate(ids.len(), last.duration_since(started)),
@@ -135,7 +143,12 @@ async fn wave(fleet: &Fleet, collector: &Collector, first: usize, bmcs: usize, c
 /// Wait until the worker's sockets fall back to `base` (+ slack), i.e. its
 /// idle lanes were evicted and their BMC sessions closed; then until its RSS
 /// stops moving. Returns the settled RSS (KiB) and how long eviction took.
-async fn wait_evicted(fleet: &mut Fleet, id: &str, base_sockets: usize, idle: Duration) -> anyhow::Result<(u64, Duration)> {
+async fn wait_evicted(
+    fleet: &mut Fleet,
+    id: &str,
+    base_sockets: usize,
+    idle: Duration,
+) -> anyhow::Result<(u64, Duration)> {
     let started = Instant::now();
     let w = fleet.worker(id)?;
     let pid = w.pid().context("worker pid")?;
@@ -305,11 +318,28 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
 
     let mut throughput = Table::new(
         "Throughput (1-action batches, every BMC distinct)",
-        &["workers", "wave", "batches", "submit (admission) /s", "end-to-end batch/s", "steady batch/s", "peak worker RSS", "failed"],
+        &[
+            "workers",
+            "wave",
+            "batches",
+            "submit (admission) /s",
+            "end-to-end batch/s",
+            "steady batch/s",
+            "peak worker RSS",
+            "failed",
+        ],
     );
     let mut memory = Table::new(
         "Worker memory with idle BMC lanes (1 worker)",
-        &["RSS before traffic", "live idle lanes", "RSS with live lanes", "per live idle lane (upper bound)", "settled RSS after each wave's eviction", "settled RSS growth per new BMC, wave to wave", "eviction took"],
+        &[
+            "RSS before traffic",
+            "live idle lanes",
+            "RSS with live lanes",
+            "per live idle lane (upper bound)",
+            "settled RSS after each wave's eviction",
+            "settled RSS growth per new BMC, wave to wave",
+            "eviction took",
+        ],
     );
     let mut rebalance = Table::new(
         "Partition rebalance after a worker stops (3 workers)",
@@ -317,7 +347,18 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     );
     let mut drain = Table::new(
         "Backlog drain (1 worker)",
-        &["queued", "admission /s", "drain time", "steady batch/s", "RSS at 10 %", "RSS at 50 %", "RSS peak", "RSS at end", "growth over 2nd half", "nats-server RSS peak"],
+        &[
+            "queued",
+            "admission /s",
+            "drain time",
+            "steady batch/s",
+            "RSS at 10 %",
+            "RSS at 50 %",
+            "RSS peak",
+            "RSS at end",
+            "growth over 2nd half",
+            "nats-server RSS peak",
+        ],
     );
 
     for &w in &o.workers {
@@ -341,7 +382,8 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         let cold = wave(&e.fleet, &e.collector, 0, o.bmcs, o.submit_concurrency).await?;
         row("cold", &cold);
         let live_rss = e.fleet.workers.values().next().and_then(|c| c.rss_kib()).unwrap_or(0);
-        let live_lanes = e.fleet.workers.values().next().and_then(|c| c.sockets()).unwrap_or(0).saturating_sub(base_sockets[0]);
+        let live_lanes =
+            e.fleet.workers.values().next().and_then(|c| c.sockets()).unwrap_or(0).saturating_sub(base_sockets[0]);
         let warm = wave(&e.fleet, &e.collector, 0, o.bmcs, o.submit_concurrency).await?;
         row("warm", &warm);
         eprintln!("scale: {w} worker(s): cold {} /s, warm {} /s", ops(cold.end_to_end), ops(warm.end_to_end));
@@ -467,7 +509,8 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         let half = times[times.len() / 2];
         let tenth = times[times.len() / 10];
         // The first sample taken at or after `at`.
-        let worker_rss = |at: Instant| samples.iter().find(|(t, _)| *t >= at).or(samples.last()).map_or(0, |(_, v)| v[0]);
+        let worker_rss =
+            |at: Instant| samples.iter().find(|(t, _)| *t >= at).or(samples.last()).map_or(0, |(_, v)| v[0]);
         let (early, mid, end) = (worker_rss(tenth), worker_rss(half), worker_rss(last));
         let peak = samples.iter().map(|(_, v)| v[0]).max().unwrap_or(0);
         let nats_peak = samples.iter().map(|(_, v)| v[1]).max().unwrap_or(0);

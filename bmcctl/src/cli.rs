@@ -10,9 +10,9 @@
 //! registered machine (`--machine`), or many (`--machine` repeated,
 //! `--selector`, `--tenant`: a fleet run, see [`crate::cmd::fleet`]).
 
+use crate::output::Format;
 use bmcfleet_common::config::{duration, NatsArgs, OtelArgs, ServiceArgs, TopologyArgs};
 use bmcfleet_schema::{BmcAddress, BmcResetKind, BootDevice, HttpMethod, MediaKind, PowerOp, Protocol, UserRole};
-use crate::output::Format;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -37,7 +37,15 @@ pub struct Cli {
     /// columns: times, batch ids, workers, last errors) or `json`
     /// (machine-readable: one document, or one line per item where a
     /// command streams: `watch`, `machine watch`, `machine ls`, `audit`, a fleet run).
-    #[arg(long, short = 'o', global = true, value_enum, env = "BMCCTL_OUTPUT", default_value = "table", value_name = "FORMAT")]
+    #[arg(
+        long,
+        short = 'o',
+        global = true,
+        value_enum,
+        env = "BMCCTL_OUTPUT",
+        default_value = "table",
+        value_name = "FORMAT"
+    )]
     pub output: Format,
     /// The same as `--output json` (and it wins over `--output`).
     #[arg(long, global = true)]
@@ -471,7 +479,11 @@ impl ValueEnum for BootArg {
     fn value_variants<'a>() -> &'a [Self] {
         // The schema's settable devices, after `get`: a new one appears by itself.
         static ALL: std::sync::OnceLock<Vec<BootArg>> = std::sync::OnceLock::new();
-        ALL.get_or_init(|| std::iter::once(BootArg::Get).chain(BootDevice::value_variants().iter().copied().map(BootArg::Set)).collect())
+        ALL.get_or_init(|| {
+            std::iter::once(BootArg::Get)
+                .chain(BootDevice::value_variants().iter().copied().map(BootArg::Set))
+                .collect()
+        })
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
@@ -868,7 +880,9 @@ mod tests {
 
     #[test]
     fn value_enums_are_the_schemas() {
-        let Command::Power { op, target, .. } = parse(&["power", "soft-off", "--bmc", "10.0.0.5", "--cred", "r"]).unwrap().command else {
+        let Command::Power { op, target, .. } =
+            parse(&["power", "soft-off", "--bmc", "10.0.0.5", "--cred", "r"]).unwrap().command
+        else {
             panic!("power")
         };
         assert_eq!((op, target.protocol), (PowerOp::SoftOff, Protocol::Auto));
@@ -887,7 +901,19 @@ mod tests {
     fn shared_flags_work_after_the_subcommand() {
         let cli = parse(&["watch", "--subject-prefix", "lab", "--service-prefix", "lab.gw"]).unwrap();
         assert_eq!((cli.topology.subject_prefix.as_str(), cli.service.service_prefix.as_str()), ("lab", "lab.gw"));
-        let cli = parse(&["cred", "put", "x", "--username", "u", "--password-stdin", "--workers-public-key", "X", "--replicas", "3"]).unwrap();
+        let cli = parse(&[
+            "cred",
+            "put",
+            "x",
+            "--username",
+            "u",
+            "--password-stdin",
+            "--workers-public-key",
+            "X",
+            "--replicas",
+            "3",
+        ])
+        .unwrap();
         assert_eq!(cli.topology.replicas, 3);
         assert!(parse(&["status", "01JD5Q8K3C2V7X9N4M6P1R0T8S", "--service-prefix", "bad..prefix"]).is_err());
     }
@@ -906,11 +932,24 @@ mod tests {
             Ok(other) => panic!("{other:?}"),
             Err(e) => Err(e.kind()),
         };
-        let t = target(&["--machine", "a", "--machine", "b", "--canary", "1", "--max-parallel", "4", "--stop-after-failures", "2"]).unwrap();
+        let t = target(&[
+            "--machine",
+            "a",
+            "--machine",
+            "b",
+            "--canary",
+            "1",
+            "--max-parallel",
+            "4",
+            "--stop-after-failures",
+            "2",
+        ])
+        .unwrap();
         assert_eq!(t.machines, ["a", "b"]);
         assert_eq!(t.fleet, FleetArgs { max_parallel: Some(4), canary: Some(1), stop_after_failures: Some(2) });
         let t = target(&["--selector", "rack=12, role=worker", "--tenant", "tenant-a"]).unwrap();
-        let want: BTreeMap<String, String> = [("rack", "12"), ("role", "worker")].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+        let want: BTreeMap<String, String> =
+            [("rack", "12"), ("role", "worker")].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
         assert_eq!((t.selector.unwrap().0, t.tenant.as_deref()), (want, Some("tenant-a")));
         for bad in [
             &["--selector", "rack"][..],
@@ -939,35 +978,86 @@ mod tests {
         ok(&["user", "update", "ops", "--enabled", "false", "--machine", "a"]);
         ok(&["user", "delete", "ops", "--machine", "a"]);
         ok(&["bmc-reset", "cold", "--machine", "a"]);
-        ok(&["network", "static", "--address", "10.1.0.5", "--netmask", "255.255.255.0", "--gateway", "10.1.0.1", "--machine", "a"]);
+        ok(&[
+            "network",
+            "static",
+            "--address",
+            "10.1.0.5",
+            "--netmask",
+            "255.255.255.0",
+            "--gateway",
+            "10.1.0.1",
+            "--machine",
+            "a",
+        ]);
         ok(&["raw", "ipmi", "--netfn", "0x06", "--cmd", "1", "--data", "01 0x02,ff", "--machine", "a"]);
         ok(&["raw", "redfish", "patch", "/redfish/v1/Systems/1", "--body-file", "-", "--machine", "a"]);
         ok(&["media", "insert", "https://img/x.iso", "--media", "usb", "--machine", "a"]);
         ok(&["virtual-media", "eject", "--machine", "a"]);
         // Never a password on the command line; never both sources; a role the schema knows.
         assert!(parse(&["user", "create", "ops", "--role", "admin", "--password", "x", "--machine", "a"]).is_err());
-        assert!(parse(&["user", "create", "ops", "--role", "admin", "--new-password-file", "f", "--new-password-env", "V", "--machine", "a"]).is_err());
-        assert!(parse(&["user", "create", "ops", "--role", "root", "--new-password-env", "V", "--machine", "a"]).is_err());
-        assert!(parse(&["network", "static", "--address", "10.1.0.300", "--netmask", "255.255.255.0", "--machine", "a"]).is_err());
+        assert!(parse(&[
+            "user",
+            "create",
+            "ops",
+            "--role",
+            "admin",
+            "--new-password-file",
+            "f",
+            "--new-password-env",
+            "V",
+            "--machine",
+            "a"
+        ])
+        .is_err());
+        assert!(
+            parse(&["user", "create", "ops", "--role", "root", "--new-password-env", "V", "--machine", "a"]).is_err()
+        );
+        assert!(parse(&[
+            "network",
+            "static",
+            "--address",
+            "10.1.0.300",
+            "--netmask",
+            "255.255.255.0",
+            "--machine",
+            "a"
+        ])
+        .is_err());
         assert!(parse(&["raw", "ipmi", "--netfn", "0x100", "--cmd", "1", "--machine", "a"]).is_err());
         assert!(parse(&["media", "insert", "--machine", "a"]).is_err(), "a URL or --url-file");
         // Every role of the schema has a flag value (and only those).
-        let roles: Vec<String> = Role::value_variants().iter().map(|r| serde_json::to_value(UserRole::from(*r)).unwrap().as_str().unwrap().to_owned()).collect();
-        let names: Vec<String> = Role::value_variants().iter().map(|r| r.to_possible_value().unwrap().get_name().to_owned()).collect();
+        let roles: Vec<String> = Role::value_variants()
+            .iter()
+            .map(|r| serde_json::to_value(UserRole::from(*r)).unwrap().as_str().unwrap().to_owned())
+            .collect();
+        let names: Vec<String> =
+            Role::value_variants().iter().map(|r| r.to_possible_value().unwrap().get_name().to_owned()).collect();
         assert_eq!(roles, names, "flag values are the wire names");
     }
 
     #[test]
     fn machine_watch_takes_names_or_a_selector_and_tenant_never_a_wildcard() {
         let watch = |args: &[&str]| match parse(&[&["machine", "watch"], args].concat()).map(|c| c.command) {
-            Ok(Command::Machine { op: MachineOp::Watch { names, selector, tenant } }) => Ok((names, selector.map(|s| s.to_string()), tenant)),
+            Ok(Command::Machine { op: MachineOp::Watch { names, selector, tenant } }) => {
+                Ok((names, selector.map(|s| s.to_string()), tenant))
+            }
             Ok(other) => panic!("{other:?}"),
             Err(e) => Err(e.kind()),
         };
         assert_eq!(watch(&[]).unwrap(), (vec![], None, None));
         assert_eq!(watch(&["web-1", "web-2"]).unwrap().0, ["web-1", "web-2"]);
-        assert_eq!(watch(&["--selector", "rack=12", "--tenant", "tenant-a"]).unwrap(), (vec![], Some("rack=12".into()), Some("tenant-a".into())));
-        for bad in [&["web-1", "--selector", "rack=1"][..], &["web-1", "--tenant", "t"], &["web.*"], &["--tenant", ">"], &["--selector", "rack"]] {
+        assert_eq!(
+            watch(&["--selector", "rack=12", "--tenant", "tenant-a"]).unwrap(),
+            (vec![], Some("rack=12".into()), Some("tenant-a".into()))
+        );
+        for bad in [
+            &["web-1", "--selector", "rack=1"][..],
+            &["web-1", "--tenant", "t"],
+            &["web.*"],
+            &["--tenant", ">"],
+            &["--selector", "rack"],
+        ] {
             assert!(watch(bad).is_err(), "{bad:?}");
         }
     }

@@ -40,7 +40,8 @@ impl Client {
             .send_request(subject.clone(), req)
             .await
             .map_err(|e| anyhow::Error::new(e).context(format!("no answer from the gateway on {subject}")))?;
-        let enc = Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))?;
+        let enc =
+            Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))?;
         Ok(enc.decode(&msg.payload)?)
     }
 

@@ -63,7 +63,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return cmd::cred::run(nats, &cli.topology, op, format).await;
     }
     if let Command::Machine { op } = &cli.command {
-        let actor = format!("operator:{}", cli.nats.user.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into()));
+        let actor = format!(
+            "operator:{}",
+            cli.nats.user.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into())
+        );
         return cmd::machine::run(nats, &cli.topology, op, &actor, format).await;
     }
     if let Command::Audit { since } = &cli.command {
@@ -89,7 +92,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { id } => cmd::status::status(&client, *id).await,
         Command::Cancel { id } => cmd::status::cancel(&client, *id).await,
         Command::Watch { id } => cmd::watch::run(&client, &cli.topology.subjects(), *id).await,
-        Command::Keygen { .. } | Command::Cred { .. } | Command::Machine { .. } | Command::Audit { .. } | Command::Completions { .. } | Command::Man { .. } => {
+        Command::Keygen { .. }
+        | Command::Cred { .. }
+        | Command::Machine { .. }
+        | Command::Audit { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. } => {
             unreachable!("handled above")
         }
     }

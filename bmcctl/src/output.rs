@@ -37,7 +37,11 @@ impl Format {
 /// Rows under a header, each column as wide as its widest cell, two spaces
 /// apart; the last column is not padded and no line ends in blanks.
 /// `style(row, column, padded cell)` may dress a cell (colour); row 0 is the header.
-fn grid<const N: usize>(head: [&str; N], rows: &[[String; N]], style: impl Fn(usize, usize, String) -> String) -> String {
+fn grid<const N: usize>(
+    head: [&str; N],
+    rows: &[[String; N]],
+    style: impl Fn(usize, usize, String) -> String,
+) -> String {
     let mut width = head.map(|h| h.chars().count());
     for row in rows {
         for (w, cell) in width.iter_mut().zip(row) {
@@ -66,14 +70,30 @@ fn or_dash<T: ToString>(v: Option<T>) -> String {
 
 fn data_text(d: &ActionData, wide: bool) -> String {
     match d {
-        ActionData::PowerState(s) => format!("power={}", serde_json::to_value(s).unwrap_or_default().as_str().unwrap_or("?")),
+        ActionData::PowerState(s) => {
+            format!("power={}", serde_json::to_value(s).unwrap_or_default().as_str().unwrap_or("?"))
+        }
         // One row each under the action's line (the JSON is in --output json).
         ActionData::EventLog(log) => {
-            let mut out = format!("{} of {} entries", log.entries.len(), log.total.map(|t| t.to_string()).unwrap_or_else(|| "?".into()));
+            let mut out = format!(
+                "{} of {} entries",
+                log.entries.len(),
+                log.total.map(|t| t.to_string()).unwrap_or_else(|| "?".into())
+            );
             for e in &log.entries {
                 let sev = e.severity.map(|h| name(&h)).unwrap_or_else(|| "-".into());
-                let what = [e.log.as_deref(), e.kind.as_deref(), e.sensor.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(" ");
-                out.push_str(&format!("\n       {:<6} {:<25} {:<8} {what}: {}", e.id, e.time.as_deref().unwrap_or("-"), sev, e.message));
+                let what = [e.log.as_deref(), e.kind.as_deref(), e.sensor.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                out.push_str(&format!(
+                    "\n       {:<6} {:<25} {:<8} {what}: {}",
+                    e.id,
+                    e.time.as_deref().unwrap_or("-"),
+                    sev,
+                    e.message
+                ));
                 if let (true, Some(raw)) = (wide, &e.raw) {
                     out.push_str(&format!(" [raw {raw}]"));
                 }
@@ -83,7 +103,8 @@ fn data_text(d: &ActionData, wide: bool) -> String {
         ActionData::Sensors(sensors) => {
             let mut out = format!("{} sensors", sensors.len());
             for r in sensors {
-                let value = r.value.map(|v| format!("{v} {}", r.unit.as_deref().unwrap_or(""))).unwrap_or_else(|| "-".into());
+                let value =
+                    r.value.map(|v| format!("{v} {}", r.unit.as_deref().unwrap_or(""))).unwrap_or_else(|| "-".into());
                 let health = r.health.map(|h| name(&h)).unwrap_or_else(|| "-".into());
                 let row = format!("\n       {:<24} {:<12} {:<14} {health:<8}", r.name, name(&r.kind), value.trim_end());
                 out.push_str(if wide { &row } else { row.trim_end() });
@@ -131,24 +152,103 @@ pub fn component_tables(inv: &bmcfleet_schema::Inventory) -> String {
             out.push_str(&format!("\n       {}", line.join("  ").trim_end()));
         }
     }
-    let mut out = [&inv.manufacturer, &inv.model, &inv.serial].into_iter().flatten().cloned().collect::<Vec<_>>().join(" ");
+    let mut out =
+        [&inv.manufacturer, &inv.model, &inv.serial].into_iter().flatten().cloned().collect::<Vec<_>>().join(" ");
     if let Some(fw) = &inv.firmware_version {
         out.push_str(&format!(" (BMC firmware {fw})"));
     }
-    table(&mut out, "processors", &["ID", "MODEL", "CORES", "THREADS", "MAX MHZ", "HEALTH"],
-        inv.processors.iter().map(|p| vec![p.id.clone(), o(&p.model), o(&p.cores), o(&p.threads), o(&p.max_speed_mhz), h(&p.health)]).collect());
-    table(&mut out, "memory", &["ID", "MIB", "TYPE", "MHZ", "MANUFACTURER", "PART", "SERIAL", "HEALTH"],
-        inv.memory.iter().map(|m| vec![m.id.clone(), o(&m.capacity_mib), o(&m.memory_type), o(&m.speed_mhz), o(&m.manufacturer), o(&m.part_number), o(&m.serial), h(&m.health)]).collect());
-    table(&mut out, "drives", &["ID", "MODEL", "SERIAL", "BYTES", "MEDIA", "PROTOCOL", "FIRMWARE", "HEALTH"],
-        inv.drives.iter().map(|d| vec![d.id.clone(), o(&d.model), o(&d.serial), o(&d.capacity_bytes), o(&d.media_type), o(&d.protocol), o(&d.firmware_version), h(&d.health)]).collect());
-    table(&mut out, "nics", &["ID", "MAC", "MBPS", "LINK", "MODEL", "FIRMWARE", "HEALTH"],
-        inv.nics.iter().map(|n| vec![n.id.clone(), if n.mac_addresses.is_empty() { "-".into() } else { n.mac_addresses.join(",") }, o(&n.speed_mbps), o(&n.link_status), o(&n.model), o(&n.firmware_version), h(&n.health)]).collect());
-    table(&mut out, "power supplies", &["ID", "MODEL", "SERIAL", "WATTS", "FIRMWARE", "HEALTH"],
-        inv.power_supplies.iter().map(|p| vec![p.id.clone(), o(&p.model), o(&p.serial), o(&p.capacity_w), o(&p.firmware_version), h(&p.health)]).collect());
-    table(&mut out, "firmware", &["ID", "NAME", "VERSION", "UPDATEABLE"],
-        inv.firmware.iter().map(|f| vec![f.id.clone(), o(&f.name), o(&f.version), o(&f.updateable)]).collect());
+    table(
+        &mut out,
+        "processors",
+        &["ID", "MODEL", "CORES", "THREADS", "MAX MHZ", "HEALTH"],
+        inv.processors
+            .iter()
+            .map(|p| vec![p.id.clone(), o(&p.model), o(&p.cores), o(&p.threads), o(&p.max_speed_mhz), h(&p.health)])
+            .collect(),
+    );
+    table(
+        &mut out,
+        "memory",
+        &["ID", "MIB", "TYPE", "MHZ", "MANUFACTURER", "PART", "SERIAL", "HEALTH"],
+        inv.memory
+            .iter()
+            .map(|m| {
+                vec![
+                    m.id.clone(),
+                    o(&m.capacity_mib),
+                    o(&m.memory_type),
+                    o(&m.speed_mhz),
+                    o(&m.manufacturer),
+                    o(&m.part_number),
+                    o(&m.serial),
+                    h(&m.health),
+                ]
+            })
+            .collect(),
+    );
+    table(
+        &mut out,
+        "drives",
+        &["ID", "MODEL", "SERIAL", "BYTES", "MEDIA", "PROTOCOL", "FIRMWARE", "HEALTH"],
+        inv.drives
+            .iter()
+            .map(|d| {
+                vec![
+                    d.id.clone(),
+                    o(&d.model),
+                    o(&d.serial),
+                    o(&d.capacity_bytes),
+                    o(&d.media_type),
+                    o(&d.protocol),
+                    o(&d.firmware_version),
+                    h(&d.health),
+                ]
+            })
+            .collect(),
+    );
+    table(
+        &mut out,
+        "nics",
+        &["ID", "MAC", "MBPS", "LINK", "MODEL", "FIRMWARE", "HEALTH"],
+        inv.nics
+            .iter()
+            .map(|n| {
+                vec![
+                    n.id.clone(),
+                    if n.mac_addresses.is_empty() { "-".into() } else { n.mac_addresses.join(",") },
+                    o(&n.speed_mbps),
+                    o(&n.link_status),
+                    o(&n.model),
+                    o(&n.firmware_version),
+                    h(&n.health),
+                ]
+            })
+            .collect(),
+    );
+    table(
+        &mut out,
+        "power supplies",
+        &["ID", "MODEL", "SERIAL", "WATTS", "FIRMWARE", "HEALTH"],
+        inv.power_supplies
+            .iter()
+            .map(|p| {
+                vec![p.id.clone(), o(&p.model), o(&p.serial), o(&p.capacity_w), o(&p.firmware_version), h(&p.health)]
+            })
+            .collect(),
+    );
+    table(
+        &mut out,
+        "firmware",
+        &["ID", "NAME", "VERSION", "UPDATEABLE"],
+        inv.firmware.iter().map(|f| vec![f.id.clone(), o(&f.name), o(&f.version), o(&f.updateable)]).collect(),
+    );
     if let Some(fru) = &inv.fru {
-        table(&mut out, "fru", &["FIELD", "VALUE"], fru.fields().iter().filter_map(|(k, v)| v.as_ref().map(|v| vec![(*k).to_owned(), v.clone()])).collect());
+        table(
+            &mut out,
+            "fru",
+            &["FIELD", "VALUE"],
+            fru.fields().iter().filter_map(|(k, v)| v.as_ref().map(|v| vec![(*k).to_owned(), v.clone()])).collect(),
+        );
     }
     let list = |s: &[bmcfleet_schema::components::Section]| s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
     if !inv.unread.is_empty() {
@@ -171,7 +271,12 @@ pub fn result_text(r: &BatchResult, wide: bool) -> String {
     let mut out = format!("batch {} on {}: {:?} (worker {}, delivery {}", r.id, r.bmc, r.state, r.worker, r.deliveries);
     if wide {
         let took = r.finished_at_ms.saturating_sub(r.admitted_at_ms);
-        out.push_str(&format!(", admitted {}, finished {}, {} in all", at(r.admitted_at_ms), at(r.finished_at_ms), elapsed(took)));
+        out.push_str(&format!(
+            ", admitted {}, finished {}, {} in all",
+            at(r.admitted_at_ms),
+            at(r.finished_at_ms),
+            elapsed(took)
+        ));
     }
     out.push_str(")\n");
     for a in &r.results {
@@ -207,7 +312,14 @@ pub fn reply_text(reply: &Reply, wide: bool) -> String {
         ),
         Reply::Result(r) => result_text(r, wide),
         Reply::Status(s) => {
-            let mut out = format!("batch {} on {}: {:?}, {} of {} actions done", s.id, s.bmc, s.state, s.results.len(), s.actions.len());
+            let mut out = format!(
+                "batch {} on {}: {:?}, {} of {} actions done",
+                s.id,
+                s.bmc,
+                s.state,
+                s.results.len(),
+                s.actions.len()
+            );
             if wide {
                 out.push_str(&format!(
                     " (tenant {}, worker {}, delivery {}, admitted {}{})",
@@ -227,7 +339,9 @@ pub fn reply_text(reply: &Reply, wide: bool) -> String {
                         let i = i as u32;
                         let now = match s.results.iter().find(|a| a.index == i) {
                             Some(a) if a.is_ok() => "ok".to_owned(),
-                            Some(a) => format!("ERROR {}", a.error.as_ref().map(|e| e.code.to_string()).unwrap_or_default()),
+                            Some(a) => {
+                                format!("ERROR {}", a.error.as_ref().map(|e| e.code.to_string()).unwrap_or_default())
+                            }
                             None if s.in_progress == Some(i) => "running".to_owned(),
                             None => "pending".to_owned(),
                         };
@@ -337,8 +451,21 @@ fn state_cells(state: Option<&MachineState>, now: u64) -> [String; 3] {
 pub fn machine_table(rows: &[(&Machine, Option<&MachineState>)], now: u64, wide: bool) -> String {
     if wide {
         const HEAD: [&str; 15] = [
-            "NAME", "ADDRESS", "PROTOCOL", "TENANT", "POWER", "CONTACTABLE", "LAST SEEN", "LAST CHANGED", "FAILURES", "PROVIDER", "FIRMWARE", "WORKER",
-            "CREDENTIALS", "LABELS", "LAST ERROR",
+            "NAME",
+            "ADDRESS",
+            "PROTOCOL",
+            "TENANT",
+            "POWER",
+            "CONTACTABLE",
+            "LAST SEEN",
+            "LAST CHANGED",
+            "FAILURES",
+            "PROVIDER",
+            "FIRMWARE",
+            "WORKER",
+            "CREDENTIALS",
+            "LABELS",
+            "LAST ERROR",
         ];
         let cells: Vec<[String; 15]> = rows
             .iter()
@@ -373,7 +500,16 @@ pub fn machine_table(rows: &[(&Machine, Option<&MachineState>)], now: u64, wide:
         .iter()
         .map(|(m, state)| {
             let [power, contactable, seen] = state_cells(*state, now);
-            [m.name.clone(), m.address.to_string(), m.protocol.to_string(), m.tenant.clone(), power, contactable, seen, labels(m)]
+            [
+                m.name.clone(),
+                m.address.to_string(),
+                m.protocol.to_string(),
+                m.tenant.clone(),
+                power,
+                contactable,
+                seen,
+                labels(m),
+            ]
         })
         .collect();
     grid(HEAD, &cells, |_, _, c| c)
@@ -441,7 +577,9 @@ fn fleet_row(o: &Outcome, wide: bool) -> [String; 6] {
         (Verdict::Running, _, Some(id)) => format!("batch {id} still running (bmcctl status {id})"),
         (Verdict::Unknown, Some(e), Some(id)) => format!("{} (bmcctl status {id})", e.message),
         (_, Some(e), _) => e.message.clone(),
-        _ => o.results.iter().filter_map(|a| a.data.as_ref()).map(|d| data_text(d, wide)).collect::<Vec<_>>().join("; "),
+        _ => {
+            o.results.iter().filter_map(|a| a.data.as_ref()).map(|d| data_text(d, wide)).collect::<Vec<_>>().join("; ")
+        }
     };
     let time = o.elapsed_ms.map(elapsed).unwrap_or_else(|| "-".into());
     [o.machine.clone(), o.result.as_str().to_owned(), time, failed, code, detail.replace(['\n', '\r'], " ")]
@@ -456,19 +594,47 @@ pub fn fleet_row_line(o: &Outcome, color: bool) -> String {
 
 /// The end of a fleet run: a row per machine, the totals, why it stopped.
 /// `wide` adds each machine's batch, worker, and when it was admitted and finished.
-pub fn fleet_summary(outcomes: &[Outcome], stopped: Option<Stopped>, schedule: Schedule, color: bool, wide: bool) -> String {
+pub fn fleet_summary(
+    outcomes: &[Outcome],
+    stopped: Option<Stopped>,
+    schedule: Schedule,
+    color: bool,
+    wide: bool,
+) -> String {
     let style = |r: usize, column: usize, cell: String| match (r, column) {
         (1.., 1) => paint(&cell, verdict_color(outcomes[r - 1].result), color),
         _ => cell,
     };
     let mut out = if wide {
-        const HEAD: [&str; 10] = ["MACHINE", "RESULT", "TIME", "FAILED ACTION", "ERROR", "BATCH", "WORKER", "ADMITTED", "FINISHED", "DETAIL"];
+        const HEAD: [&str; 10] = [
+            "MACHINE",
+            "RESULT",
+            "TIME",
+            "FAILED ACTION",
+            "ERROR",
+            "BATCH",
+            "WORKER",
+            "ADMITTED",
+            "FINISHED",
+            "DETAIL",
+        ];
         let rows: Vec<[String; 10]> = outcomes
             .iter()
             .map(|o| {
                 let [machine, result, time, failed, code, detail] = fleet_row(o, true);
                 let (batch, worker) = (or_dash(o.batch), or_dash(o.worker.as_deref()));
-                [machine, result, time, failed, code, batch, worker, or_dash(o.admitted_at_ms.map(at)), or_dash(o.finished_at_ms.map(at)), detail]
+                [
+                    machine,
+                    result,
+                    time,
+                    failed,
+                    code,
+                    batch,
+                    worker,
+                    or_dash(o.admitted_at_ms.map(at)),
+                    or_dash(o.finished_at_ms.map(at)),
+                    detail,
+                ]
             })
             .collect();
         grid(HEAD, &rows, style)
@@ -484,7 +650,12 @@ pub fn fleet_summary(outcomes: &[Outcome], stopped: Option<Stopped>, schedule: S
             (n > 0).then(|| format!("{n} {}", v.as_str()))
         })
         .collect();
-    out.push_str(&format!("{} machine{}: {}\n", outcomes.len(), if outcomes.len() == 1 { "" } else { "s" }, counts.join(", ")));
+    out.push_str(&format!(
+        "{} machine{}: {}\n",
+        outcomes.len(),
+        if outcomes.len() == 1 { "" } else { "s" },
+        counts.join(", ")
+    ));
     if let Some(why) = stopped {
         out.push_str(&format!("{}\n", stopped_text(why, schedule)));
     }
@@ -497,7 +668,10 @@ fn stopped_text(why: Stopped, schedule: Schedule) -> String {
         Stopped::Canary { failed, canaries } => {
             format!("Stopped: {failed} of {canaries} canary machine{} did not succeed (--canary {}); no other machine was started.", if canaries == 1 { "" } else { "s" }, schedule.canary)
         }
-        Stopped::Failures(k) => format!("Stopped after {k} failure{} (--stop-after-failures {k}): no further machine was started.", if k == 1 { "" } else { "s" }),
+        Stopped::Failures(k) => format!(
+            "Stopped after {k} failure{} (--stop-after-failures {k}): no further machine was started.",
+            if k == 1 { "" } else { "s" }
+        ),
         Stopped::Interrupted => "Interrupted: no further machine was started.".into(),
     }
 }
@@ -531,8 +705,15 @@ mod tests {
             admitted_at_ms: 1,
             finished_at_ms: 2,
         };
-        let ok = ActionResult::ok(0, "power_status", Some("sim".into()), Some(ActionData::PowerState(PowerState::On)), 3);
-        let bad = ActionResult::err(0, "power_status", None, ErrorBody::new(ErrorCode::UnknownCredential, "no credential `c`\nanywhere"), 3);
+        let ok =
+            ActionResult::ok(0, "power_status", Some("sim".into()), Some(ActionData::PowerState(PowerState::On)), 3);
+        let bad = ActionResult::err(
+            0,
+            "power_status",
+            None,
+            ErrorBody::new(ErrorCode::UnknownCredential, "no credential `c`\nanywhere"),
+            3,
+        );
         let outcomes = [
             Outcome::finished("web-1", result(BatchState::Succeeded, ok), Duration::from_millis(812)),
             Outcome::finished("web-22", result(BatchState::Failed, bad), Duration::from_millis(12_340)),
@@ -543,12 +724,18 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "MACHINE  RESULT       TIME   FAILED ACTION    ERROR               DETAIL");
         assert_eq!(lines[1], "web-1    succeeded    812ms  -                -                   power=on");
-        assert_eq!(lines[2], "web-22   failed       12.3s  #0 power_status  unknown_credential  no credential `c` anywhere");
+        assert_eq!(
+            lines[2],
+            "web-22   failed       12.3s  #0 power_status  unknown_credential  no credential `c` anywhere"
+        );
         assert_eq!(lines[3], "web-3    not started  -      -                -");
         assert_eq!(lines[4], "3 machines: 1 succeeded, 1 failed, 1 not started");
         assert!(lines[5].starts_with("Stopped after 1 failure (--stop-after-failures 1)"), "{text}");
         assert!(!text.contains('\x1b'));
-        assert!(fleet_summary(&outcomes, None, schedule, true, false).contains("\x1b[31mfailed"), "colour on a terminal");
+        assert!(
+            fleet_summary(&outcomes, None, schedule, true, false).contains("\x1b[31mfailed"),
+            "colour on a terminal"
+        );
         assert_eq!(elapsed(125_000), "2m05s");
     }
 
@@ -578,9 +765,18 @@ mod tests {
             m.labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
             m
         };
-        let (a, b, c, d) = (m("web-1", "10.0.0.1", &[("rack", "12")]), m("web-22", "10.0.0.2", &[]), m("web-3", "10.0.0.3", &[]), m("web-4", "10.0.0.4", &[]));
+        let (a, b, c, d) = (
+            m("web-1", "10.0.0.1", &[("rack", "12")]),
+            m("web-22", "10.0.0.2", &[]),
+            m("web-3", "10.0.0.3", &[]),
+            m("web-4", "10.0.0.4", &[]),
+        );
         let now = 1_700_000_000_000;
-        let (up, down, unread) = (state(Some(PowerState::On), true, Some(now - 12_400)), state(Some(PowerState::Off), false, Some(now - 3 * 3_600_000)), state(None, false, None));
+        let (up, down, unread) = (
+            state(Some(PowerState::On), true, Some(now - 12_400)),
+            state(Some(PowerState::Off), false, Some(now - 3 * 3_600_000)),
+            state(None, false, None),
+        );
         let text = machine_table(&[(&a, Some(&up)), (&b, Some(&down)), (&c, Some(&unread)), (&d, None)], now, false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LABELS");
@@ -607,18 +803,38 @@ mod tests {
     fn a_machine_event_is_one_line_time_machine_event_detail() {
         use bmcfleet_schema::state::InventoryChange;
         let at = 1_764_756_902_123;
-        let e = |event| MachineEvent { machine: "web-1".into(), at_ms: at, event, state: state(Some(PowerState::On), true, Some(at)) };
-        let on = machine_event(&e(MachineEventKind::PowerChanged { from: Some(PowerState::Off), to: PowerState::On }), false);
+        let e = |event| MachineEvent {
+            machine: "web-1".into(),
+            at_ms: at,
+            event,
+            state: state(Some(PowerState::On), true, Some(at)),
+        };
+        let on = machine_event(
+            &e(MachineEventKind::PowerChanged { from: Some(PowerState::Off), to: PowerState::On }),
+            false,
+        );
         assert_eq!(on, format!("2025-12-03T10:15:02.123Z  web-1{}power_changed     off→on", " ".repeat(20)));
-        assert!(machine_event(&e(MachineEventKind::PowerChanged { from: None, to: PowerState::Off }), false).ends_with("power_changed     -→off"));
+        assert!(machine_event(&e(MachineEventKind::PowerChanged { from: None, to: PowerState::Off }), false)
+            .ends_with("power_changed     -→off"));
         let down = MachineEventKind::Unreachable { code: ErrorCode::Timeout, reason: "no reply\nwithin 900ms".into() };
         assert!(machine_event(&e(down), false).ends_with("unreachable       timeout: no reply within 900ms"));
         assert!(machine_event(&e(MachineEventKind::Recovered), false).ends_with("web-1                    recovered"));
         let changes = vec![
-            InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()), change: Default::default() },
-            InventoryChange { field: "extra.psus".into(), from: None, to: Some("2".into()), change: Default::default() },
+            InventoryChange {
+                field: "firmware_version".into(),
+                from: Some("1.0".into()),
+                to: Some("2.0".into()),
+                change: Default::default(),
+            },
+            InventoryChange {
+                field: "extra.psus".into(),
+                from: None,
+                to: Some("2".into()),
+                change: Default::default(),
+            },
         ];
-        assert!(machine_event(&e(MachineEventKind::InventoryChanged { changes }), false).ends_with("inventory_changed firmware_version 1.0→2.0, extra.psus -→2"));
+        assert!(machine_event(&e(MachineEventKind::InventoryChanged { changes }), false)
+            .ends_with("inventory_changed firmware_version 1.0→2.0, extra.psus -→2"));
     }
 
     #[test]
@@ -638,7 +854,12 @@ mod tests {
         });
         let text = data_text(&log, false);
         assert!(text.starts_with("1 of 7 entries\n"), "{text}");
-        assert!(text.contains("0042") && text.contains("critical") && text.contains("Temperature 0x30: Upper Critical going high (asserted)"), "{text}");
+        assert!(
+            text.contains("0042")
+                && text.contains("critical")
+                && text.contains("Temperature 0x30: Upper Critical going high (asserted)"),
+            "{text}"
+        );
         let sensors = ActionData::Sensors(vec![SensorReading {
             name: "Fan 1".into(),
             kind: SensorKind::Fan,
@@ -648,7 +869,14 @@ mod tests {
             health: Some(Health::Warning),
         }]);
         let text = data_text(&sensors, false);
-        assert!(text.starts_with("1 sensors\n") && text.contains("Fan 1") && text.contains("fan") && text.contains("750 RPM") && text.ends_with("warning"), "{text}");
+        assert!(
+            text.starts_with("1 sensors\n")
+                && text.contains("Fan 1")
+                && text.contains("fan")
+                && text.contains("750 RPM")
+                && text.ends_with("warning"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -674,7 +902,8 @@ mod tests {
         );
         assert_eq!(lines[2], "web-4   10.0.0.4  auto      default  -      -             -          -             -         -         -         -       c                     -");
         // The table view of the same rows is the one of every day.
-        assert!(machine_table(&[(&m, Some(&down))], now, false).starts_with("NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LABELS\n"));
+        assert!(machine_table(&[(&m, Some(&down))], now, false)
+            .starts_with("NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LABELS\n"));
     }
 
     #[test]
@@ -684,7 +913,13 @@ mod tests {
             id,
             bmc: "m".into(),
             state: BatchState::Succeeded,
-            results: vec![ActionResult::ok(0, "power_status", Some("sim".into()), Some(ActionData::PowerState(PowerState::On)), 3)],
+            results: vec![ActionResult::ok(
+                0,
+                "power_status",
+                Some("sim".into()),
+                Some(ActionData::PowerState(PowerState::On)),
+                3,
+            )],
             worker: "w1".into(),
             deliveries: 1,
             admitted_at_ms: 1_764_756_902_123,
@@ -730,7 +965,14 @@ mod tests {
         let text = reply_text(&Reply::Status(status.clone()), true);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], format!("batch {id} on m-web-1: Running, 1 of 3 actions done (tenant default, worker w0, delivery 1, admitted 2025-12-03T10:15:02Z, cancel requested)"));
-        assert_eq!(&lines[1..], ["   0 boot_device            ok", "   1 power_cycle            running", "   2 power_status           pending"]);
+        assert_eq!(
+            &lines[1..],
+            [
+                "   0 boot_device            ok",
+                "   1 power_cycle            running",
+                "   2 power_status           pending"
+            ]
+        );
         assert_eq!(reply_text(&Reply::Status(status), false).lines().count(), 1, "table: the one line");
     }
 
@@ -748,9 +990,16 @@ mod tests {
         let wide = data_text(&sensors, true);
         assert!(wide.ends_with("ok       lower -/- upper 95/85 (critical/warning)"), "{wide:?}");
         assert!(!data_text(&sensors, false).contains("upper"));
-        let ev = Event { batch: ulid::Ulid::nil(), at_ms: 1_764_756_902_123, event: EventKind::ActionStarted { index: 0, action: "power_on".into() } };
+        let ev = Event {
+            batch: ulid::Ulid::nil(),
+            at_ms: 1_764_756_902_123,
+            event: EventKind::ActionStarted { index: 0, action: "power_on".into() },
+        };
         assert_eq!(event_text(&ev, false), format!("{} #0 power_on started\n", ulid::Ulid::nil()));
-        assert_eq!(event_text(&ev, true), format!("2025-12-03T10:15:02.123Z  {} #0 power_on started\n", ulid::Ulid::nil()));
+        assert_eq!(
+            event_text(&ev, true),
+            format!("2025-12-03T10:15:02.123Z  {} #0 power_on started\n", ulid::Ulid::nil())
+        );
     }
 
     #[test]
@@ -760,9 +1009,24 @@ mod tests {
             manufacturer: Some("Contoso".into()),
             model: Some("3500".into()),
             firmware_version: Some("1.45".into()),
-            memory: vec![MemoryModule { id: "DIMM1".into(), capacity_mib: Some(32768), memory_type: Some("DDR4".into()), ..Default::default() }],
-            drives: vec![Drive { id: "Disk.Bay.0".into(), model: Some("PM883".into()), firmware_version: Some("HXT7".into()), ..Default::default() }],
-            firmware: vec![Firmware { id: "BMC".into(), name: Some("BMC".into()), version: Some("1.45".into()), updateable: Some(true) }],
+            memory: vec![MemoryModule {
+                id: "DIMM1".into(),
+                capacity_mib: Some(32768),
+                memory_type: Some("DDR4".into()),
+                ..Default::default()
+            }],
+            drives: vec![Drive {
+                id: "Disk.Bay.0".into(),
+                model: Some("PM883".into()),
+                firmware_version: Some("HXT7".into()),
+                ..Default::default()
+            }],
+            firmware: vec![Firmware {
+                id: "BMC".into(),
+                name: Some("BMC".into()),
+                version: Some("1.45".into()),
+                updateable: Some(true),
+            }],
             fru: Some(Fru { chassis_serial: Some("CH-0001".into()), ..Default::default() }),
             unread: vec![Section::Nics],
             ..Default::default()
@@ -775,7 +1039,10 @@ mod tests {
         assert!(lines.contains(&"       chassis_serial  CH-0001"), "{t}");
         assert!(t.contains("HXT7") && t.ends_with("unread (the BMC answered an error): nics"), "{t}");
         assert!(!t.contains("processors"), "empty sections are left out: {t}");
-        let plain = ActionData::Inventory(Box::new(bmcfleet_schema::Inventory { model: Some("x".into()), ..Default::default() }));
+        let plain = ActionData::Inventory(Box::new(bmcfleet_schema::Inventory {
+            model: Some("x".into()),
+            ..Default::default()
+        }));
         assert!(data_text(&plain, false).starts_with('{'), "no components: the JSON as before");
     }
 }

@@ -91,12 +91,15 @@ pub struct Bar {
 impl Bar {
     /// A bar for `total` machines running `what`, drawn on stderr when `on`.
     pub fn new(what: &str, total: usize, on: bool, color: bool) -> Bar {
-        let target = if on { ProgressDrawTarget::stderr_with_hz(REDRAWS_PER_SECOND) } else { ProgressDrawTarget::hidden() };
+        let target =
+            if on { ProgressDrawTarget::stderr_with_hz(REDRAWS_PER_SECOND) } else { ProgressDrawTarget::hidden() };
         Bar::with_target(what, total, target, on, color)
     }
 
     fn with_target(what: &str, total: usize, target: ProgressDrawTarget, on: bool, color: bool) -> Bar {
-        let bar = ProgressBar::with_draw_target(Some(total as u64), target).with_style(style(color, false)).with_prefix(what.to_owned());
+        let bar = ProgressBar::with_draw_target(Some(total as u64), target)
+            .with_style(style(color, false))
+            .with_prefix(what.to_owned());
         let me = Bar { bar, on, color, started: 0, failed: 0 };
         me.bar.set_message(me.message());
         me
@@ -222,7 +225,10 @@ mod tests {
         let text = run(true);
         let last = text.rsplit("\r\x1b[2K").next().unwrap();
         assert!(text.contains(&format!("\x1b[32m{}", "#".repeat(6))), "green while all succeed: {text:?}");
-        assert!(last.contains(&format!("\x1b[33m{}", "#".repeat(18))) && last.contains("\x1b[31m1 failed\x1b[0m"), "yellow after a failure: {last:?}");
+        assert!(
+            last.contains(&format!("\x1b[33m{}", "#".repeat(18))) && last.contains("\x1b[31m1 failed\x1b[0m"),
+            "yellow after a failure: {last:?}"
+        );
     }
 
     #[test]
@@ -238,7 +244,11 @@ mod tests {
         assert!(!color_with(true, Some(OsStr::new("1"))));
         assert!(!color_with(true, Some(OsStr::new("false"))), "any value, even `false`");
         assert!(!color_with(false, None), "never colour what is not a terminal");
-        assert!(!drawable(true, Some(OsStr::new("dumb"))) && drawable(true, Some(OsStr::new("xterm"))) && !drawable(false, None));
+        assert!(
+            !drawable(true, Some(OsStr::new("dumb")))
+                && drawable(true, Some(OsStr::new("xterm")))
+                && !drawable(false, None)
+        );
     }
 
     #[test]

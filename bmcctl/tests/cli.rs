@@ -65,7 +65,10 @@ fn the_bash_completion_is_valid_and_completes_commands_and_values() {
     let check = Command::new(&bash).arg("-n").arg(&script).output().unwrap();
     assert!(check.status.success(), "bash -n: {}", String::from_utf8_lossy(&check.stderr));
 
-    let registered = Command::new(&bash).args(["--norc", "-c", &format!("source '{}'; complete -p bmcctl", script.display())]).output().unwrap();
+    let registered = Command::new(&bash)
+        .args(["--norc", "-c", &format!("source '{}'; complete -p bmcctl", script.display())])
+        .output()
+        .unwrap();
     let registered = String::from_utf8(registered.stdout).unwrap();
     assert!(registered.contains("-F _bmcctl") && registered.trim_end().ends_with(" bmcctl"), "{registered}");
 
@@ -93,8 +96,28 @@ fn the_man_page_renders_and_names_every_command() {
     let page = stdout(&bmcctl(&["man"]));
     assert!(page.contains(".TH BMCCTL 1"), "{}", &page[..page.len().min(300)]);
     let commands = [
-        "power", "boot", "inventory", "event-log", "sensors", "bios", "secure-boot", "user", "bmc-reset", "network", "raw", "media", "submit", "status",
-        "cancel", "watch", "keygen", "cred", "machine", "audit", "completions", "man",
+        "power",
+        "boot",
+        "inventory",
+        "event-log",
+        "sensors",
+        "bios",
+        "secure-boot",
+        "user",
+        "bmc-reset",
+        "network",
+        "raw",
+        "media",
+        "submit",
+        "status",
+        "cancel",
+        "watch",
+        "keygen",
+        "cred",
+        "machine",
+        "audit",
+        "completions",
+        "man",
     ];
     let Some(groff) = peer("groff") else {
         for c in commands {
@@ -107,8 +130,18 @@ fn the_man_page_renders_and_names_every_command() {
     std::fs::write(&file, &page).unwrap();
     // -k: the page is UTF-8 (preconv), as man(1) reads it; -ww: every warning.
     let render = |file: &Path| {
-        let out = Command::new(&groff).args(["-k", "-man", "-Tutf8", "-ww"]).arg(file).env("LC_ALL", "C.UTF-8").output().unwrap();
-        assert!(out.status.success() && out.stderr.is_empty(), "{}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(&groff)
+            .args(["-k", "-man", "-Tutf8", "-ww"])
+            .arg(file)
+            .env("LC_ALL", "C.UTF-8")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "{}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         // Bold and underline by overstriking: keep the characters.
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let mut plain = String::new();
@@ -148,7 +181,11 @@ fn an_unknown_output_format_is_a_usage_error() {
     let out = bmcctl(&["--output", "yaml", "machine", "ls"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("possible values: table, wide, json"));
-    let out = Command::new(env!("CARGO_BIN_EXE_bmcctl")).args(["machine", "ls"]).env("BMCCTL_OUTPUT", "xml").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bmcctl"))
+        .args(["machine", "ls"])
+        .env("BMCCTL_OUTPUT", "xml")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "the environment twin is parsed the same way");
 }
 
@@ -158,7 +195,9 @@ fn on_a_terminal_errors_are_coloured_unless_no_color() {
     let Some(script) = peer("script") else { return };
     let on_tty = |no_color: Option<&str>| {
         let mut cmd = Command::new(&script);
-        cmd.args(["-q", "-e", "-c", &format!("'{}' --bogus", env!("CARGO_BIN_EXE_bmcctl")), "/dev/null"]).env("TERM", "xterm").env_remove("NO_COLOR");
+        cmd.args(["-q", "-e", "-c", &format!("'{}' --bogus", env!("CARGO_BIN_EXE_bmcctl")), "/dev/null"])
+            .env("TERM", "xterm")
+            .env_remove("NO_COLOR");
         if let Some(v) = no_color {
             cmd.env("NO_COLOR", v);
         }

@@ -20,14 +20,23 @@ pub async fn write(js: &Context, subject: String, record: &AuditRecord, msg_id: 
 }
 
 /// Store several records as one message.
-pub async fn write_many(js: &Context, subject: String, records: &[AuditRecord], msg_id: Option<&str>) -> Result<(), String> {
+pub async fn write_many(
+    js: &Context,
+    subject: String,
+    records: &[AuditRecord],
+    msg_id: Option<&str>,
+) -> Result<(), String> {
     let body = serde_json::to_vec(records).map_err(|e| e.to_string())?;
     let mut h = HeaderMap::new();
     h.insert(CONTENT_TYPE, Encoding::Json.content_type());
     if let Some(id) = msg_id {
         h.insert(async_nats::header::NATS_MESSAGE_ID, id);
     }
-    js.publish_with_headers(subject, h, body.into()).await.map_err(|e| e.to_string())?.await.map_err(|e| e.to_string())?;
+    js.publish_with_headers(subject, h, body.into())
+        .await
+        .map_err(|e| e.to_string())?
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -48,7 +57,8 @@ pub fn registry_change(change: &crate::registry::Change) -> AuditRecord {
         Some(bytes) => AuditEvent::MachinePut {
             machine: change.machine.clone(),
             revision: change.revision,
-            record: serde_json::from_slice(bytes).unwrap_or_else(|_| String::from_utf8_lossy(bytes).into_owned().into()),
+            record: serde_json::from_slice(bytes)
+                .unwrap_or_else(|_| String::from_utf8_lossy(bytes).into_owned().into()),
         },
         None => AuditEvent::MachineRemoved { machine: change.machine.clone(), revision: change.revision },
     };

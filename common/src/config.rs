@@ -29,7 +29,10 @@ pub struct MetricsAddr(pub Option<std::net::SocketAddr>);
 pub fn metrics_addr(s: &str) -> Result<MetricsAddr, String> {
     match s.trim() {
         "off" | "none" => Ok(MetricsAddr(None)),
-        a => a.parse().map(|a| MetricsAddr(Some(a))).map_err(|e| format!("`{a}`: {e}; expected IP:PORT (e.g. 0.0.0.0:9090) or `off`")),
+        a => a
+            .parse()
+            .map(|a| MetricsAddr(Some(a)))
+            .map_err(|e| format!("`{a}`: {e}; expected IP:PORT (e.g. 0.0.0.0:9090) or `off`")),
     }
 }
 
@@ -164,7 +167,8 @@ pub struct ServiceArgs {
 /// A service prefix: dot-separated tokens of `[A-Za-z0-9_-]`.
 pub fn service_prefix(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
-        && s.split('.').all(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
+        && s.split('.')
+            .all(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
     if ok {
         Ok(s.to_owned())
     } else {
@@ -231,18 +235,17 @@ pub struct OtelArgs {
     #[arg(long = "otel-service-name", env = "OTEL_SERVICE_NAME")]
     pub service_name: Option<String>,
     /// Which spans are exported (tracing env-filter syntax; independent of --log).
-    #[arg(long = "otel-filter", env = "BMCFLEET_OTEL_FILTER", default_value = "info,bmcfleet_ipmi=debug,bmcfleet_redfish=debug,bmcfleet_amt=debug")]
+    #[arg(
+        long = "otel-filter",
+        env = "BMCFLEET_OTEL_FILTER",
+        default_value = "info,bmcfleet_ipmi=debug,bmcfleet_redfish=debug,bmcfleet_amt=debug"
+    )]
     pub filter: String,
 }
 
 impl Default for OtelArgs {
     fn default() -> Self {
-        OtelArgs {
-            endpoint: None,
-            protocol: OtlpProtocol::HttpProtobuf,
-            service_name: None,
-            filter: "info".into(),
-        }
+        OtelArgs { endpoint: None, protocol: OtlpProtocol::HttpProtobuf, service_name: None, filter: "info".into() }
     }
 }
 
@@ -278,7 +281,16 @@ mod tests {
         assert!(t.otel.endpoint.is_none(), "export is off by default");
         assert_eq!(t.otel.protocol, OtlpProtocol::HttpProtobuf);
         assert_eq!(t.metrics.addr.0.unwrap().port(), 9090);
-        let t = T::try_parse_from(["t", "--otlp-endpoint", "http://127.0.0.1:4317", "--otlp-protocol", "grpc", "--metrics-addr", "127.0.0.1:0"]).unwrap();
+        let t = T::try_parse_from([
+            "t",
+            "--otlp-endpoint",
+            "http://127.0.0.1:4317",
+            "--otlp-protocol",
+            "grpc",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .unwrap();
         assert_eq!(t.otel.protocol, OtlpProtocol::Grpc);
         assert_eq!(t.metrics.addr.0.unwrap().port(), 0);
         assert!(T::try_parse_from(["t", "--otlp-endpoint", "127.0.0.1:4317"]).is_err());

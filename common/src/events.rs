@@ -51,13 +51,24 @@ pub struct PublishError {
 }
 
 /// Publish an event of a batch of `tenant` and wait for the stream's acknowledgement.
-pub async fn publish(js: &Context, subjects: &Subjects, tenant: &str, event: &Event, extra: Option<&HeaderMap>) -> Result<(), PublishError> {
+pub async fn publish(
+    js: &Context,
+    subjects: &Subjects,
+    tenant: &str,
+    event: &Event,
+    extra: Option<&HeaderMap>,
+) -> Result<(), PublishError> {
     use async_nats::jetstream::context::PublishErrorKind;
     let failed = |e: async_nats::jetstream::context::PublishError| PublishError {
         permanent: e.kind() == PublishErrorKind::MaxPayloadExceeded,
         message: e.to_string(),
     };
-    let body = Encoding::MessagePack.encode(event).map_err(|e| PublishError { message: e.to_string(), permanent: true })?;
-    js.publish_with_headers(subjects.events(tenant, &event.batch), headers(event, extra), body.into()).await.map_err(failed)?.await.map_err(failed)?;
+    let body =
+        Encoding::MessagePack.encode(event).map_err(|e| PublishError { message: e.to_string(), permanent: true })?;
+    js.publish_with_headers(subjects.events(tenant, &event.batch), headers(event, extra), body.into())
+        .await
+        .map_err(failed)?
+        .await
+        .map_err(failed)?;
     Ok(())
 }

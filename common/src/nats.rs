@@ -33,17 +33,15 @@ pub async fn connect(args: &NatsArgs, name: &str) -> Result<async_nats::Client, 
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         opts = opts.add_client_certificate(cert.clone(), key.clone()).require_tls(true);
     }
-    opts = opts
-        .name(name)
-        .connection_timeout(args.connect_timeout)
-        .max_reconnects(None)
-        .event_callback(|event| async move {
+    opts = opts.name(name).connection_timeout(args.connect_timeout).max_reconnects(None).event_callback(
+        |event| async move {
             match event {
                 async_nats::Event::Connected => tracing::info!("Connected to NATS."),
                 async_nats::Event::Disconnected => tracing::warn!("Disconnected from NATS; reconnecting."),
                 other => tracing::info!(event = %other, "NATS event."),
             }
-        });
+        },
+    );
     let url = args.url.clone();
     let servers = server_addrs(&url)?;
     match tokio::time::timeout(args.connect_timeout, opts.connect(servers)).await {

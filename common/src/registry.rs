@@ -106,12 +106,25 @@ pub struct Registry {
 impl Registry {
     /// Open (creating when missing) the registry bucket, load it completely
     /// and keep following it until [`Registry::stop`] or the token is cancelled.
-    pub async fn start(js: &Context, subjects: &Subjects, replicas: usize, stop: CancellationToken) -> Result<Registry, SetupError> {
+    pub async fn start(
+        js: &Context,
+        subjects: &Subjects,
+        replicas: usize,
+        stop: CancellationToken,
+    ) -> Result<Registry, SetupError> {
         let store = bucket(js, machines_config(subjects, replicas), Mode::UseExisting).await?;
         let (changes, _) = tokio::sync::broadcast::channel(1024);
-        let registry = Registry { copy: Arc::default(), generation: Arc::default(), store: Some(store.clone()), stop, changes };
+        let registry =
+            Registry { copy: Arc::default(), generation: Arc::default(), store: Some(store.clone()), stop, changes };
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(follow(store, registry.copy.clone(), registry.generation.clone(), registry.stop.clone(), synced_tx, registry.changes.clone()));
+        tokio::spawn(follow(
+            store,
+            registry.copy.clone(),
+            registry.generation.clone(),
+            registry.stop.clone(),
+            synced_tx,
+            registry.changes.clone(),
+        ));
         match tokio::time::timeout(INITIAL_SYNC, synced_rx).await {
             Ok(Ok(())) => Ok(registry),
             _ => Err(SetupError::JetStream {
@@ -155,7 +168,8 @@ impl Registry {
             for n in &to_read {
                 match store.entry(n).await {
                     Ok(entry) => {
-                        let value = entry.as_ref().filter(|e| matches!(e.operation, Operation::Put)).map(|e| e.value.to_vec());
+                        let value =
+                            entry.as_ref().filter(|e| matches!(e.operation, Operation::Put)).map(|e| e.value.to_vec());
                         self.copy.write().expect("registry lock").apply(n, value.as_deref());
                     }
                     Err(e) => {
@@ -166,7 +180,9 @@ impl Registry {
             }
             read.append(&mut to_read);
             match self.get(name) {
-                Lookup::Conflict(_) => to_read = self.names_at_host_of(name).into_iter().filter(|n| !read.contains(n)).collect(),
+                Lookup::Conflict(_) => {
+                    to_read = self.names_at_host_of(name).into_iter().filter(|n| !read.contains(n)).collect()
+                }
                 other => return other,
             }
             if to_read.is_empty() {
@@ -191,7 +207,9 @@ impl Registry {
         let Some(m) = copy.machines.get(name) else { return Lookup::NotFound };
         let host = m.host_identity();
         match copy.hosts.get(&host).and_then(|names| names.iter().find(|n| *n != name)) {
-            Some(other) => Lookup::Conflict(format!("machines `{name}` and `{other}` are registered at the same host {host}; one BMC is one machine")),
+            Some(other) => Lookup::Conflict(format!(
+                "machines `{name}` and `{other}` are registered at the same host {host}; one BMC is one machine"
+            )),
             None => Lookup::Found(m.clone()),
         }
     }
@@ -308,7 +326,11 @@ async fn follow_once(
             None => {
                 shared.write().expect("registry lock").apply(&entry.key, value);
                 generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                let _ = changes.send(Change { machine: entry.key.clone(), revision: entry.revision, value: value.map(<[u8]>::to_vec) });
+                let _ = changes.send(Change {
+                    machine: entry.key.clone(),
+                    revision: entry.revision,
+                    value: value.map(<[u8]>::to_vec),
+                });
             }
         }
         if entry.delta == 0 {
@@ -335,7 +357,13 @@ mod tests {
 
     #[test]
     fn the_copy_refuses_what_it_cannot_trust() {
-        let r = Registry { copy: Arc::default(), generation: Arc::default(), store: None, stop: CancellationToken::new(), changes: tokio::sync::broadcast::channel(1).0 };
+        let r = Registry {
+            copy: Arc::default(),
+            generation: Arc::default(),
+            store: None,
+            stop: CancellationToken::new(),
+            changes: tokio::sync::broadcast::channel(1).0,
+        };
         {
             let mut c = r.copy.write().unwrap();
             c.apply("a", Some(&record("a", "10.0.0.1")));
@@ -361,7 +389,13 @@ mod tests {
     fn every_spelling_of_a_registered_ip_is_that_machine() {
         // An ad hoc target (or a name resolving) to the IPv4-mapped IPv6
         // spelling of a registered IPv4 address reaches the same BMC.
-        let r = Registry { copy: Arc::default(), generation: Arc::default(), store: None, stop: CancellationToken::new(), changes: tokio::sync::broadcast::channel(1).0 };
+        let r = Registry {
+            copy: Arc::default(),
+            generation: Arc::default(),
+            store: None,
+            stop: CancellationToken::new(),
+            changes: tokio::sync::broadcast::channel(1).0,
+        };
         r.copy.write().unwrap().apply("a", Some(&record("a", "10.0.0.1")));
         for spelling in ["::ffff:10.0.0.1", "[::ffff:10.0.0.1]:443", "[::ffff:a00:1]:623", "10.0.0.1:623"] {
             assert_eq!(r.machine_at(&spelling.parse().unwrap()).as_deref(), Some("a"), "{spelling}");

@@ -33,7 +33,7 @@
 //! which the machine registry binds to their machines, and never in a batch.
 
 use base64::Engine as _;
-use bmcfleet_schema::{Secret, SealedCredentials};
+use bmcfleet_schema::{SealedCredentials, Secret};
 use crypto_box::aead::{Aead, AeadCore, OsRng};
 use crypto_box::SalsaBox;
 use nkeys::XKey;
@@ -68,7 +68,9 @@ pub enum OpenError {
     Expired(u64),
     #[error("the sealed box is not bound to a use (sealed by an older bmcctl or gateway); seal it again")]
     Unbound,
-    #[error("the sealed box carries no expiry; a box in a batch must (seal it with one, as the gateway and bmcctl do)")]
+    #[error(
+        "the sealed box carries no expiry; a box in a batch must (seal it with one, as the gateway and bmcctl do)"
+    )]
     NoExpiry,
 }
 
@@ -113,7 +115,12 @@ struct Bound {
 }
 
 fn bound_plaintext(username: &str, password: &Secret, binding: &Binding) -> Vec<u8> {
-    let bound = Bound { ctx: binding.context.clone(), user: username.to_owned(), exp: binding.expires_at_ms, secret: password.expose().to_owned() };
+    let bound = Bound {
+        ctx: binding.context.clone(),
+        user: username.to_owned(),
+        exp: binding.expires_at_ms,
+        secret: password.expose().to_owned(),
+    };
     let mut plain = BOUND_V1.to_vec();
     plain.extend_from_slice(&serde_json::to_vec(&bound).expect("plain JSON"));
     plain
@@ -169,7 +176,8 @@ pub fn generate() -> (Secret, String) {
 /// The 32 raw bytes inside an nkeys-encoded key (base32 of prefix bytes,
 /// the key and a CRC16, already checked by `nkeys`).
 fn raw_key(encoded: &str, prefix_len: usize) -> Result<[u8; 32], KeyError> {
-    let bytes = data_encoding::BASE32_NOPAD.decode(encoded.as_bytes()).map_err(|e| KeyError::Encoding(e.to_string()))?;
+    let bytes =
+        data_encoding::BASE32_NOPAD.decode(encoded.as_bytes()).map_err(|e| KeyError::Encoding(e.to_string()))?;
     bytes
         .get(prefix_len..prefix_len + 32)
         .and_then(|b| <[u8; 32]>::try_from(b).ok())
@@ -198,9 +206,16 @@ fn seal_with(agreed: &SalsaBox, plain: &[u8]) -> Result<Vec<u8>, KeyError> {
 
 /// Seal `password` for `binding` to `recipient` (the workers' public key)
 /// with a one-off sender key (two X25519 operations; a gateway uses a [`Sealer`]).
-pub fn seal(username: &str, password: &Secret, recipient: &XKey, binding: &Binding) -> Result<SealedCredentials, KeyError> {
+pub fn seal(
+    username: &str,
+    password: &Secret,
+    recipient: &XKey,
+    binding: &Binding,
+) -> Result<SealedCredentials, KeyError> {
     let sender = XKey::new();
-    let sealed = sender.seal(&bound_plaintext(username, password, binding), recipient).map_err(|e| KeyError::Seal(e.to_string()))?;
+    let sealed = sender
+        .seal(&bound_plaintext(username, password, binding), recipient)
+        .map_err(|e| KeyError::Seal(e.to_string()))?;
     Ok(SealedCredentials {
         username: username.to_owned(),
         key: recipient.public_key(),
@@ -279,7 +294,12 @@ impl Sealer {
             (k.public.clone(), k.agreed.clone())
         };
         let sealed = seal_with(&agreed, &bound_plaintext(username, password, binding))?;
-        Ok(SealedCredentials { username: username.to_owned(), key: self.recipient.clone(), sender, sealed: B64.encode(sealed) })
+        Ok(SealedCredentials {
+            username: username.to_owned(),
+            key: self.recipient.clone(),
+            sender,
+            sealed: B64.encode(sealed),
+        })
     }
 }
 
@@ -340,7 +360,8 @@ impl SealingKeys {
     pub fn open(&self, s: &SealedCredentials, context: &str, now_ms: u64) -> Result<Secret, OpenError> {
         let plain = self.open_raw(s)?;
         let json = plain.strip_prefix(BOUND_V1).ok_or(OpenError::Unbound)?;
-        let bound: Bound = serde_json::from_slice(json).map_err(|_| OpenError::Invalid("the bound plaintext is malformed".into()))?;
+        let bound: Bound =
+            serde_json::from_slice(json).map_err(|_| OpenError::Invalid("the bound plaintext is malformed".into()))?;
         if bound.ctx != context {
             return Err(OpenError::WrongUse(format!("sealed for `{}`, used for `{context}`", bound.ctx)));
         }
@@ -363,7 +384,9 @@ impl SealingKeys {
         match self.open(s, &Binding::credential(name).context, 0) {
             Err(OpenError::Unbound) => {
                 let plain = self.open_raw(s)?;
-                String::from_utf8(plain).map(Secret::new).map_err(|_| OpenError::Invalid("the password is not UTF-8".into()))
+                String::from_utf8(plain)
+                    .map(Secret::new)
+                    .map_err(|_| OpenError::Invalid("the password is not UTF-8".into()))
             }
             other => other,
         }
@@ -389,7 +412,10 @@ impl SealingKeys {
             return Ok(b.clone());
         }
         let sender_key = public_key(sender).map_err(|e| OpenError::Invalid(e.to_string()))?;
-        let agreed = Arc::new(SalsaBox::new(&raw_public(&sender_key).map_err(|e| OpenError::Invalid(e.to_string()))?, &raw_secret(key).map_err(|e| OpenError::Invalid(e.to_string()))?));
+        let agreed = Arc::new(SalsaBox::new(
+            &raw_public(&sender_key).map_err(|e| OpenError::Invalid(e.to_string()))?,
+            &raw_secret(key).map_err(|e| OpenError::Invalid(e.to_string()))?,
+        ));
         let mut cache = self.agreed.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= OPEN_CACHE_ENTRIES {
             // One-off senders (`bmcctl`) fill it; gateways' keys come right back.
@@ -481,7 +507,8 @@ mod tests {
         let worker = XKey::from_seed(seed.expose()).unwrap();
         let sealer = Sealer::with_rotation(&public, Duration::from_secs(3600), 3).unwrap();
         assert_eq!(sealer.recipient(), public);
-        let boxes: Vec<_> = (0..4).map(|i| sealer.seal("admin", &Secret::new(format!("pw{i}")), &b()).unwrap()).collect();
+        let boxes: Vec<_> =
+            (0..4).map(|i| sealer.seal("admin", &Secret::new(format!("pw{i}")), &b()).unwrap()).collect();
         for (i, b) in boxes.iter().enumerate() {
             assert_eq!(b.key, public);
             assert_eq!(keys.open_for(b).unwrap().expose(), format!("pw{i}"));
@@ -489,7 +516,11 @@ mod tests {
             let raw = B64.decode(&b.sealed).unwrap();
             let sender = XKey::from_public_key(&b.sender).unwrap();
             let plain = worker.open(&raw, &sender).unwrap();
-            assert!(plain.starts_with(BOUND_V1) && plain.ends_with(format!("\"pw{i}\"}}").as_bytes()), "{}", String::from_utf8_lossy(&plain));
+            assert!(
+                plain.starts_with(BOUND_V1) && plain.ends_with(format!("\"pw{i}\"}}").as_bytes()),
+                "{}",
+                String::from_utf8_lossy(&plain)
+            );
         }
         // One sender key for max_uses boxes, then a new one; a fresh nonce per box.
         assert!(boxes[0].sender == boxes[1].sender && boxes[1].sender == boxes[2].sender);
@@ -499,7 +530,8 @@ mod tests {
         assert_ne!(again.sealed, boxes[0].sealed);
         // A zero lifetime means a new sender key for every box.
         let short = Sealer::with_rotation(&public, Duration::ZERO, 1000).unwrap();
-        let (first, second) = (short.seal("u", &Secret::new("x"), &b()).unwrap(), short.seal("u", &Secret::new("x"), &b()).unwrap());
+        let (first, second) =
+            (short.seal("u", &Secret::new("x"), &b()).unwrap(), short.seal("u", &Secret::new("x"), &b()).unwrap());
         assert_ne!(first.sender, second.sender);
         assert_eq!(keys.open_for(&second).unwrap().expose(), "x");
         // nkeys' own one-off seal opens here too (cached agreement or not).

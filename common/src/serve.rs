@@ -134,7 +134,8 @@ async fn accept(listener: TcpListener, state: Arc<State>, stop: CancellationToke
 fn text(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
-    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_str(content_type).expect("static content type"));
+    r.headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_str(content_type).expect("static content type"));
     r
 }
 
@@ -160,7 +161,11 @@ fn respond(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
 
 /// Start the endpoint, or log why it could not bind and go on without it
 /// (metrics are not worth refusing to move BMC work for; the error is loud).
-pub async fn start_unless_off(addr: Option<SocketAddr>, registry: Registry, ready: Readiness) -> Result<Option<Server>, ServeError> {
+pub async fn start_unless_off(
+    addr: Option<SocketAddr>,
+    registry: Registry,
+    ready: Readiness,
+) -> Result<Option<Server>, ServeError> {
     match addr {
         None => {
             tracing::info!("Metrics and health endpoints are off (--metrics-addr off).");
@@ -233,7 +238,10 @@ mod tests {
         c.inc_by(3);
         let ready = Arc::new(AtomicBool::new(false));
         let r = ready.clone();
-        let server = Server::start("127.0.0.1:0".parse().unwrap(), registry, Arc::new(move || r.load(Ordering::SeqCst))).await.unwrap();
+        let server =
+            Server::start("127.0.0.1:0".parse().unwrap(), registry, Arc::new(move || r.load(Ordering::SeqCst)))
+                .await
+                .unwrap();
         assert_ne!(server.addr.port(), 0);
         let m = get(server.addr, "/metrics").await;
         assert!(m.starts_with("HTTP/1.1 200"), "{m}");

@@ -33,9 +33,11 @@ pub async fn load(kv: &kv::Store, id: &BatchId) -> Result<Option<Versioned>, Sta
     if entry.operation != kv::Operation::Put {
         return Ok(None);
     }
-    let status = Encoding::MessagePack
-        .decode::<BatchStatus>(&entry.value)
-        .map_err(|e| StatusError::Corrupt { id: *id, revision: entry.revision, reason: e.to_string() })?;
+    let status = Encoding::MessagePack.decode::<BatchStatus>(&entry.value).map_err(|e| StatusError::Corrupt {
+        id: *id,
+        revision: entry.revision,
+        reason: e.to_string(),
+    })?;
     Ok(Some(Versioned { status, revision: entry.revision }))
 }
 

@@ -16,8 +16,8 @@
 //! refuses to start instead of publishing to partitions nobody consumes.
 
 use async_nats::jetstream::{self, kv, stream, Context};
-use futures::StreamExt;
 use bmcfleet_schema::Subjects;
+use futures::StreamExt;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -125,16 +125,34 @@ fn jobs_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
 fn events_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
     stream::Config {
         allow_direct: true,
-        ..limits_stream(s.events_stream(), "bmcfleet per-batch events and results", s.events_all(), set, set.events_max_age)
+        ..limits_stream(
+            s.events_stream(),
+            "bmcfleet per-batch events and results",
+            s.events_all(),
+            set,
+            set.events_max_age,
+        )
     }
 }
 
 fn audit_config(s: &Subjects, set: &StreamSettings) -> stream::Config {
-    limits_stream(s.audit_stream(), "bmcfleet audit log: admitted batches and machine registry changes", s.audit_all(), set, set.audit_max_age)
+    limits_stream(
+        s.audit_stream(),
+        "bmcfleet audit log: admitted batches and machine registry changes",
+        s.audit_all(),
+        set,
+        set.audit_max_age,
+    )
 }
 
 /// A file-backed stream of one subject tree that keeps messages for `max_age`.
-fn limits_stream(name: String, description: &str, subjects: String, set: &StreamSettings, max_age: Duration) -> stream::Config {
+fn limits_stream(
+    name: String,
+    description: &str,
+    subjects: String,
+    set: &StreamSettings,
+    max_age: Duration,
+) -> stream::Config {
     stream::Config {
         name,
         description: Some(description.into()),
@@ -232,7 +250,11 @@ pub async fn bucket(js: &Context, config: kv::Config, mode: Mode) -> Result<kv::
 fn check_partitions(subjects: &Subjects, metadata: &HashMap<String, String>) -> Result<(), SetupError> {
     match metadata.get(PARTITIONS_KEY) {
         Some(p) if *p == subjects.partitions.to_string() => Ok(()),
-        Some(p) => Err(SetupError::PartitionMismatch { stream: subjects.jobs_stream(), existing: p.clone(), configured: subjects.partitions }),
+        Some(p) => Err(SetupError::PartitionMismatch {
+            stream: subjects.jobs_stream(),
+            existing: p.clone(),
+            configured: subjects.partitions,
+        }),
         None => Err(SetupError::PartitionMismatch {
             stream: subjects.jobs_stream(),
             existing: "an unknown number of".into(),
@@ -275,7 +297,12 @@ async fn safe_cap(jobs: &stream::Stream, existing: &stream::Config, configured: 
 /// anything is updated, so a gateway started with another `--partitions`
 /// refuses to start instead of rewriting the deployment's partitioning
 /// under workers that still consume the old one.
-pub async fn ensure(client: async_nats::Client, subjects: &Subjects, settings: &StreamSettings, mode: Mode) -> Result<Resources, SetupError> {
+pub async fn ensure(
+    client: async_nats::Client,
+    subjects: &Subjects,
+    settings: &StreamSettings,
+    mode: Mode,
+) -> Result<Resources, SetupError> {
     let js = jetstream::new(client);
     let mut jobs_settings = settings.clone();
     if let Ok(mut existing) = js.get_stream(subjects.jobs_stream()).await {
@@ -304,9 +331,12 @@ pub async fn ensure_with_retry(
     mode: Mode,
     give_up_after: Duration,
 ) -> Result<Resources, SetupError> {
-    retry_setup("stream setup", give_up_after, |e| matches!(e, SetupError::PartitionMismatch { .. }), || {
-        ensure(client.clone(), subjects, settings, mode)
-    })
+    retry_setup(
+        "stream setup",
+        give_up_after,
+        |e| matches!(e, SetupError::PartitionMismatch { .. }),
+        || ensure(client.clone(), subjects, settings, mode),
+    )
     .await
 }
 
@@ -315,7 +345,12 @@ pub async fn ensure_with_retry(
 /// `give_up_after`: a fresh cluster answers "no suitable peers", timeouts or
 /// "no responders" until its meta and stream leaders exist. An error for
 /// which `fatal` holds (a configuration error) is returned at once.
-pub async fn retry_setup<T, E, F, Fut>(what: &str, give_up_after: Duration, fatal: impl Fn(&E) -> bool, mut step: F) -> Result<T, E>
+pub async fn retry_setup<T, E, F, Fut>(
+    what: &str,
+    give_up_after: Duration,
+    fatal: impl Fn(&E) -> bool,
+    mut step: F,
+) -> Result<T, E>
 where
     E: std::fmt::Display,
     F: FnMut() -> Fut,

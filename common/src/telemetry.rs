@@ -140,7 +140,8 @@ impl<'w> tracing_subscriber::fmt::FormatFields<'w> for AppendJsonFields {
             // of its keys): merge, the later value winning.
             let mut merged: serde_json::Map<String, serde_json::Value> =
                 serde_json::from_str(&current.fields).map_err(|_| std::fmt::Error)?;
-            let later: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&added).map_err(|_| std::fmt::Error)?;
+            let later: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(&added).map_err(|_| std::fmt::Error)?;
             merged.extend(later);
             current.fields = serde_json::to_string(&merged).map_err(|_| std::fmt::Error)?;
             return Ok(());
@@ -200,7 +201,8 @@ where
         let meta = event.metadata();
         let mut out = String::with_capacity(512);
         out.push_str("{\"timestamp\":\"");
-        tracing_subscriber::fmt::time::SystemTime.format_time(&mut tracing_subscriber::fmt::format::Writer::new(&mut out))?;
+        tracing_subscriber::fmt::time::SystemTime
+            .format_time(&mut tracing_subscriber::fmt::format::Writer::new(&mut out))?;
         out.push_str("\",\"level\":\"");
         out.push_str(meta.level().as_str());
         out.push('"');
@@ -307,7 +309,8 @@ impl tracing::field::Visit for EventFields<'_> {
 /// from the bucket): such events are dropped unless the filter names
 /// `async_nats` explicitly. Other levels are left to the filter.
 pub fn keeps(filter: &str, meta: &tracing::Metadata<'_>) -> bool {
-    filter.contains("async_nats") || !(*meta.level() == tracing::Level::TRACE && meta.target().starts_with("async_nats"))
+    filter.contains("async_nats")
+        || !(*meta.level() == tracing::Level::TRACE && meta.target().starts_with("async_nats"))
 }
 
 /// The pretty (text) log format: one line per event, its fields'
@@ -336,7 +339,8 @@ impl<'w> tracing_subscriber::fmt::FormatFields<'w> for EscapedFields {
         fields: R,
     ) -> std::fmt::Result {
         let mut escaping = Escaping(&mut writer);
-        tracing_subscriber::fmt::format::DefaultFields::new().format_fields(tracing_subscriber::fmt::format::Writer::new(&mut escaping), fields)
+        tracing_subscriber::fmt::format::DefaultFields::new()
+            .format_fields(tracing_subscriber::fmt::format::Writer::new(&mut escaping), fields)
     }
 }
 
@@ -371,9 +375,11 @@ pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, 
     let filter = EnvFilter::try_new(&log.log).map_err(|e| format!("invalid log filter `{}`: {e}", log.log))?;
     let log_filter = log.log.clone();
     let fmt = match log.log_format {
-        LogFormat::Json => {
-            tracing_subscriber::fmt::layer().fmt_fields(AppendJsonFields).event_format(JsonEvents).with_writer(std::io::stderr).boxed()
-        }
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .fmt_fields(AppendJsonFields)
+            .event_format(JsonEvents)
+            .with_writer(std::io::stderr)
+            .boxed(),
         LogFormat::Pretty => pretty(std::io::stderr, std::io::IsTerminal::is_terminal(&std::io::stderr())).boxed(),
     }
     .with_filter(filter)
@@ -381,8 +387,8 @@ pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, 
     let (layer, provider) = match otel.endpoint.as_deref().filter(|e| !e.is_empty()) {
         None => (None, None),
         Some(endpoint) => {
-            let span_filter =
-                EnvFilter::try_new(&otel.filter).map_err(|e| format!("invalid OpenTelemetry filter `{}`: {e}", otel.filter))?;
+            let span_filter = EnvFilter::try_new(&otel.filter)
+                .map_err(|e| format!("invalid OpenTelemetry filter `{}`: {e}", otel.filter))?;
             let name = otel.service_name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| service.to_owned());
             let provider = SdkTracerProvider::builder()
                 .with_batch_exporter(exporter(otel, endpoint)?)
@@ -492,7 +498,16 @@ mod tests {
         }
         static CS: Cs = Cs;
         let meta = |level, target| {
-            tracing::Metadata::new("e", target, level, None, None, None, tracing::field::FieldSet::new(&[], Identifier(&CS)), Kind::EVENT)
+            tracing::Metadata::new(
+                "e",
+                target,
+                level,
+                None,
+                None,
+                None,
+                tracing::field::FieldSet::new(&[], Identifier(&CS)),
+                Kind::EVENT,
+            )
         };
         assert!(!super::keeps("trace", &meta(tracing::Level::TRACE, "async_nats::connection")));
         assert!(super::keeps("trace", &meta(tracing::Level::DEBUG, "async_nats::connection")));
@@ -512,7 +527,11 @@ mod tests {
         assert_eq!(out.get("traceparent").map(|v| v.as_str()), Some(parent));
         assert_eq!(out.get("tracestate").map(|v| v.as_str()), Some("vendor=abc"));
         let long = format!("vendor={}", "x".repeat(MAX_TRACESTATE));
-        for (name, value) in [("tracestate", long.as_str()), ("traceparent", "00-ZZ-1"), ("traceparent", &format!("00-{}-b7ad6b7169203331-01", "0".repeat(200)))] {
+        for (name, value) in [
+            ("tracestate", long.as_str()),
+            ("traceparent", "00-ZZ-1"),
+            ("traceparent", &format!("00-{}-b7ad6b7169203331-01", "0".repeat(200))),
+        ] {
             let mut h = incoming.clone();
             h.insert(name, value);
             let out = trace_headers(&tracing::Span::none(), Some(&h));
@@ -569,8 +588,12 @@ mod tests {
 
     #[test]
     fn json_events_write_what_the_stock_json_format_writes() {
-        let (stock, _) = logged(|out| tracing_subscriber::fmt::layer().json().flatten_event(true).fmt_fields(AppendJsonFields).with_writer(out));
-        let (ours, text) = logged(|out| tracing_subscriber::fmt::layer().fmt_fields(AppendJsonFields).event_format(JsonEvents).with_writer(out));
+        let (stock, _) = logged(|out| {
+            tracing_subscriber::fmt::layer().json().flatten_event(true).fmt_fields(AppendJsonFields).with_writer(out)
+        });
+        let (ours, text) = logged(|out| {
+            tracing_subscriber::fmt::layer().fmt_fields(AppendJsonFields).event_format(JsonEvents).with_writer(out)
+        });
         assert_eq!(stock.len(), 4, "{stock:?}");
         assert_eq!(ours, stock, "{text}");
         // No key twice in a span's object, though `outcome` and `id` were
@@ -591,7 +614,11 @@ mod tests {
         let subscriber = tracing_subscriber::registry().with(pretty(out.clone(), false));
         let forged = "refused\n2026-12-05T00:00:00.000000Z  INFO bmc_worker: Batch finished. state=Succeeded";
         tracing::subscriber::with_default(subscriber, || {
-            let span = tracing::info_span!("redfish.http", path = "/redfish/v1/Systems/1\r\nWARN forged", outcome = tracing::field::Empty);
+            let span = tracing::info_span!(
+                "redfish.http",
+                path = "/redfish/v1/Systems/1\r\nWARN forged",
+                outcome = tracing::field::Empty
+            );
             span.record("outcome", "bad\u{1b}[31mred\u{7}");
             tracing::info!(c1 = %"next\u{85}line", latin = %"café ©", "C1 controls too; other text as it is.");
             span.in_scope(|| tracing::warn!(error = %forged, text = "tab\there", "The BMC refused the request."));
@@ -609,14 +636,26 @@ mod tests {
     #[test]
     fn fields_recorded_later_join_the_span_s_json_object() {
         let out = bmcfleet_testing::LogCapture::default();
-        let layer = tracing_subscriber::fmt::layer().fmt_fields(AppendJsonFields).event_format(JsonEvents).with_writer(out.clone());
+        let layer = tracing_subscriber::fmt::layer()
+            .fmt_fields(AppendJsonFields)
+            .event_format(JsonEvents)
+            .with_writer(out.clone());
         let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::with_default(subscriber, log_some_spans);
         let text = out.text();
-        let line: serde_json::Value = serde_json::from_str(text.lines().next().expect("one line")).unwrap_or_else(|e| panic!("{e}: {text}"));
+        let line: serde_json::Value =
+            serde_json::from_str(text.lines().next().expect("one line")).unwrap_or_else(|e| panic!("{e}: {text}"));
         let span = &line["span"];
-        assert_eq!((span["name"].as_str(), span["batch"].as_str(), span["provider"].as_str()), (Some("work"), Some("b1"), Some("ipmi")), "{line}");
-        assert_eq!((span["ms"].as_u64(), span["outcome"].as_str()), (Some(12), Some("ok")), "the later record wins: {line}");
+        assert_eq!(
+            (span["name"].as_str(), span["batch"].as_str(), span["provider"].as_str()),
+            (Some("work"), Some("b1"), Some("ipmi")),
+            "{line}"
+        );
+        assert_eq!(
+            (span["ms"].as_u64(), span["outcome"].as_str()),
+            (Some(12), Some("ok")),
+            "the later record wins: {line}"
+        );
         assert_eq!(line["spans"][0]["later"], true, "a span created without fields: {line}");
         assert_eq!(line["n"], 1, "{line}");
     }

@@ -3,20 +3,20 @@
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::service::Request;
 use async_nats::HeaderMap;
+use bmcfleet_common::events;
+use bmcfleet_common::registry::{Lookup, Registry};
 use bmcfleet_common::runtime::now_ms;
+use bmcfleet_common::sealing::Binding;
 use bmcfleet_common::status::{self, StatusError};
 use bmcfleet_common::streams::Resources;
-use bmcfleet_common::events;
 use bmcfleet_common::telemetry;
-use bmcfleet_schema::subject::{CONTENT_TYPE, REQUEST_INFO_HEADER, WAIT_HEADER};
-use bmcfleet_schema::lifecycle::Cancel;
-use bmcfleet_common::registry::{Lookup, Registry};
-use bmcfleet_common::sealing::Binding;
 use bmcfleet_schema::audit::{AuditEvent, AuditRecord};
+use bmcfleet_schema::lifecycle::Cancel;
+use bmcfleet_schema::subject::{CONTENT_TYPE, REQUEST_INFO_HEADER, WAIT_HEADER};
 use bmcfleet_schema::validate::{check_target, decode_batch};
 use bmcfleet_schema::{
-    Accepted, BatchId, BatchStatus, BmcTarget, Credentials, SealedParam, Encoding, ErrorBody, ErrorCode, Event,
-    EventKind, IdRequest, Job, Limits, Reply, Subjects,
+    Accepted, BatchId, BatchStatus, BmcTarget, Credentials, Encoding, ErrorBody, ErrorCode, Event, EventKind,
+    IdRequest, Job, Limits, Reply, SealedParam, Subjects,
 };
 use futures::StreamExt;
 use std::sync::Arc;
@@ -160,8 +160,23 @@ impl Gateway {
         max_wait: Duration,
     ) -> Self {
         let metrics = crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
-        let seal_to = limits.sealing_key.as_deref().map(|k| bmcfleet_common::sealing::Sealer::new(k).expect("validated at start"));
-        Gateway { client, res, subjects, limits, registry, audit, max_wait, metrics, seal_to, params_sealer: None, stopping: Default::default() }
+        let seal_to = limits
+            .sealing_key
+            .as_deref()
+            .map(|k| bmcfleet_common::sealing::Sealer::new(k).expect("validated at start"));
+        Gateway {
+            client,
+            res,
+            subjects,
+            limits,
+            registry,
+            audit,
+            max_wait,
+            metrics,
+            seal_to,
+            params_sealer: None,
+            stopping: Default::default(),
+        }
     }
 
     /// Seal secret action parameters to the workers' public key `key` (`X...`).
@@ -191,7 +206,8 @@ impl Gateway {
         if matches!(endpoint, Endpoint::Submit) {
             self.metrics.rejected(ErrorCode::Unavailable);
         }
-        let encoding = Encoding::from_content_type(header(request.message.headers.as_ref(), CONTENT_TYPE)).unwrap_or(Encoding::Json);
+        let encoding = Encoding::from_content_type(header(request.message.headers.as_ref(), CONTENT_TYPE))
+            .unwrap_or(Encoding::Json);
         self.respond(endpoint, request, encoding, error(ErrorCode::Unavailable, why)).await;
     }
 
@@ -290,7 +306,9 @@ impl Gateway {
         // we subscribed. A batch queued just now cannot have finished before
         // the subscription (made before publishing), so only duplicates look.
         if accepted.duplicate {
-            if let Ok(Some(v)) = status::load(&self.res.batches, &id).await.map(|v| v.filter(|v| v.status.tenant == job.tenant)) {
+            if let Ok(Some(v)) =
+                status::load(&self.res.batches, &id).await.map(|v| v.filter(|v| v.status.tenant == job.tenant))
+            {
                 if let (true, Some(r)) = (v.status.state.is_final(), v.status.result) {
                     return Reply::Result(r);
                 }
@@ -322,16 +340,26 @@ impl Gateway {
             Ok(None) => error(ErrorCode::Unavailable, "lost the result subscription; query status"),
             Err(_) => error(
                 ErrorCode::Timeout,
-                format!("batch {id} is still queued or running after {}; query status", bmcfleet_schema::duration::format(limit)),
+                format!(
+                    "batch {id} is still queued or running after {}; query status",
+                    bmcfleet_schema::duration::format(limit)
+                ),
             ),
         }
     }
 
     /// Decode, validate, dedupe and queue (durably) one batch.
-    async fn admit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>, who: &Requester) -> Result<Admission, Reply> {
+    async fn admit(
+        &self,
+        enc: Encoding,
+        payload: &[u8],
+        headers: Option<&HeaderMap>,
+        who: &Requester,
+    ) -> Result<Admission, Reply> {
         let mut batch = decode_batch(payload, enc, &self.limits).map_err(|e| Reply::Error(e.into()))?;
         let (mut target, tenant) = self.target(&mut batch, who).await?;
-        bmcfleet_schema::validate::check_firmware_updates(&batch, &tenant, &self.limits.firmware_update).map_err(|e| Reply::Error(e.into()))?;
+        bmcfleet_schema::validate::check_firmware_updates(&batch, &tenant, &self.limits.firmware_update)
+            .map_err(|e| Reply::Error(e.into()))?;
         let wait = truthy(header(headers, WAIT_HEADER));
         let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
         let key = bmcfleet_schema::ordering_key(batch.machine.as_deref(), &target.address);
@@ -343,10 +371,14 @@ impl Gateway {
         // workers, bound to this target and to the batch's deadline.
         if let Credentials::Inline { username, password } = &target.credentials {
             let Some(sealer) = &self.seal_to else {
-                return Err(error(ErrorCode::InlineCredentialsDisabled, "this deployment accepts no inline credentials: name a registered machine"));
+                return Err(error(
+                    ErrorCode::InlineCredentialsDisabled,
+                    "this deployment accepts no inline credentials: name a registered machine",
+                ));
             };
             let binding = Binding::target(&key, deadline_at_ms);
-            let sealed = sealer.seal(username, password, &binding).map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+            let sealed =
+                sealer.seal(username, password, &binding).map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
             target.credentials = Credentials::Sealed(sealed);
         }
         let sealed_params = self.seal_params(&mut batch, &id.to_string(), deadline_at_ms).map_err(Reply::Error)?;
@@ -372,7 +404,12 @@ impl Gateway {
         let accepted = match known {
             // Another tenant's id: refused without saying anything about that batch.
             Some(v) if v.status.tenant != job.tenant => return Err(id_taken()),
-            Some(v) => Accepted { id, stream_sequence: v.status.stream_sequence.unwrap_or(0), duplicate: true, subject: subject.clone() },
+            Some(v) => Accepted {
+                id,
+                stream_sequence: v.status.stream_sequence.unwrap_or(0),
+                duplicate: true,
+                subject: subject.clone(),
+            },
             None => self.publish(&job, &subject, headers).await?,
         };
         span.record("duplicate", accepted.duplicate);
@@ -407,13 +444,20 @@ impl Gateway {
     /// the actions, sealed to the
     /// workers and bound to this batch, action and field. Without a workers'
     /// key (`--workers-public-key`) they stay in the job (warned at start).
-    fn seal_params(&self, batch: &mut bmcfleet_schema::Batch, id: &str, expires_at_ms: u64) -> Result<Vec<SealedParam>, ErrorBody> {
+    fn seal_params(
+        &self,
+        batch: &mut bmcfleet_schema::Batch,
+        id: &str,
+        expires_at_ms: u64,
+    ) -> Result<Vec<SealedParam>, ErrorBody> {
         let Some(sealer) = &self.params_sealer else { return Ok(vec![]) };
         let mut out = vec![];
         for (i, action) in batch.actions.iter_mut().enumerate() {
             let Some((field, value)) = action.secret_param() else { continue };
             let binding = Binding::param(id, i as u32, field.as_str(), expires_at_ms);
-            let sealed = sealer.seal("", &bmcfleet_schema::Secret::new(value), &binding).map_err(|e| ErrorBody::new(ErrorCode::Internal, e.to_string()))?;
+            let sealed = sealer
+                .seal("", &bmcfleet_schema::Secret::new(value), &binding)
+                .map_err(|e| ErrorBody::new(ErrorCode::Internal, e.to_string()))?;
             action.hide_secret_param();
             out.push(SealedParam { action: i as u32, field, sealed });
         }
@@ -424,7 +468,8 @@ impl Gateway {
     /// target (taken out of the batch: the job carries it once), which may
     /// not be a registered machine's address.
     async fn target(&self, batch: &mut bmcfleet_schema::Batch, who: &Requester) -> Result<(BmcTarget, String), Reply> {
-        let not_found = |name: &str| error(ErrorCode::MachineNotFound, format!("no machine named `{name}` is registered"));
+        let not_found =
+            |name: &str| error(ErrorCode::MachineNotFound, format!("no machine named `{name}` is registered"));
         let (target, tenant) = match (&batch.machine, batch.bmc.take()) {
             (Some(name), _) => match self.registry.get_fresh(name).await {
                 // Another tenant's machine answers exactly like a missing one.
@@ -433,7 +478,10 @@ impl Gateway {
                 Lookup::NotFound => return Err(not_found(name)),
                 Lookup::Invalid(_) | Lookup::Conflict(_) if *who != Requester::Operator => return Err(not_found(name)),
                 Lookup::Invalid(why) => {
-                    return Err(error(ErrorCode::MachineNotFound, format!("the record of machine `{name}` is unusable: {why}")))
+                    return Err(error(
+                        ErrorCode::MachineNotFound,
+                        format!("the record of machine `{name}` is unusable: {why}"),
+                    ))
                 }
                 Lookup::Conflict(why) => return Err(error(ErrorCode::Conflict, why)),
             },
@@ -442,8 +490,14 @@ impl Gateway {
                 target.address = target.address.canonical();
                 if let Some(machine) = self.registry.machine_at(&target.address) {
                     let message = match who {
-                        Requester::Operator => format!("{} is registered as machine `{machine}`: name the machine instead", target.address.host_string()),
-                        Requester::Tenant(_) => format!("{} is a registered machine's address: name the machine instead", target.address.host_string()),
+                        Requester::Operator => format!(
+                            "{} is registered as machine `{machine}`: name the machine instead",
+                            target.address.host_string()
+                        ),
+                        Requester::Tenant(_) => format!(
+                            "{} is a registered machine's address: name the machine instead",
+                            target.address.host_string()
+                        ),
                     };
                     return Err(error(ErrorCode::TargetForbidden, message));
                 }
@@ -460,7 +514,9 @@ impl Gateway {
         // that machine's credentials by the worker (checked there again).
         for (i, action) in batch.actions.iter().enumerate() {
             if let bmcfleet_schema::Action::NetworkSource(bmcfleet_schema::NetworkSourceOp::Static(s)) = action {
-                if let Some(other) = self.registry.machine_at_ip(s.address.into()).filter(|m| Some(m) != batch.machine.as_ref()) {
+                if let Some(other) =
+                    self.registry.machine_at_ip(s.address.into()).filter(|m| Some(m) != batch.machine.as_ref())
+                {
                     let whose = match who {
                         Requester::Operator => format!("registered machine `{other}`"),
                         Requester::Tenant(_) => "a registered machine".to_owned(),
@@ -523,7 +579,12 @@ impl Gateway {
             Ok(_) | Err(StatusError::Conflict) => {}
             Err(e) => tracing::warn!(batch = %job.id, error = %e, "Cannot record queued status; the worker will."),
         }
-        Ok(Accepted { id: job.id, stream_sequence: ack.sequence, duplicate: ack.duplicate, subject: subject.to_owned() })
+        Ok(Accepted {
+            id: job.id,
+            stream_sequence: ack.sequence,
+            duplicate: ack.duplicate,
+            subject: subject.to_owned(),
+        })
     }
 
     pub async fn status(&self, enc: Encoding, payload: &[u8], who: &Requester) -> Reply {
@@ -556,7 +617,9 @@ impl Gateway {
             let mut s = v.status;
             let now = now_ms();
             let queued = match s.cancel(now) {
-                Err(state) => return error(ErrorCode::Conflict, format!("batch {} already finished ({state:?})", req.id)),
+                Err(state) => {
+                    return error(ErrorCode::Conflict, format!("batch {} already finished ({state:?})", req.id))
+                }
                 Ok(outcome) => outcome == Cancel::Finished,
             };
             match status::update(&self.res.batches, &s, v.revision).await {

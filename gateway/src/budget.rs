@@ -109,9 +109,11 @@ impl Budgets {
     pub fn admit(&self, waiting: bool, reply: Option<&str>, tenant: &str) -> Result<Permit, String> {
         let l = &self.limits;
         if !waiting {
-            let slot = self.short.clone().try_acquire_owned().map_err(|_| {
-                format!("the gateway is handling {} requests already; retry shortly", l.short)
-            })?;
+            let slot = self
+                .short
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| format!("the gateway is handling {} requests already; retry shortly", l.short))?;
             let share = self.short_tenants.take(tenant, l.short_per_tenant).map_err(|held| {
                 format!("this tenant has {held} requests in progress already (its share of the gateway); retry shortly")
             })?;
@@ -172,12 +174,21 @@ mod tests {
     /// likes, holds at most its share: the others still get in.
     #[test]
     fn a_tenant_holds_at_most_its_share_of_each_budget() {
-        let b = Budgets::new(Limits { short: 4, short_per_tenant: 2, waiting: 4, waiting_per_tenant: 2, waiting_per_client: 4 });
+        let b = Budgets::new(Limits {
+            short: 4,
+            short_per_tenant: 2,
+            waiting: 4,
+            waiting_per_tenant: 2,
+            waiting_per_client: 4,
+        });
         let (s1, _s2) = (b.admit(false, None, "noisy").unwrap(), b.admit(false, None, "noisy").unwrap());
         assert!(b.admit(false, None, "noisy").unwrap_err().contains("this tenant has 2 requests"));
         let _quiet = b.admit(false, None, "quiet").unwrap();
         let _operator = b.admit(false, None, "").unwrap();
-        assert!(b.admit(false, None, "other").unwrap_err().contains("handling 4 requests"), "the global budget still holds");
+        assert!(
+            b.admit(false, None, "other").unwrap_err().contains("handling 4 requests"),
+            "the global budget still holds"
+        );
         drop(s1);
         let _s3 = b.admit(false, None, "noisy").unwrap();
         // Waiting submits: new connections do not get a tenant more.

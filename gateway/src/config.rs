@@ -125,11 +125,24 @@ impl ServiceConfig for Config {
             ));
         }
         for (flag, share, of, total) in [
-            ("--max-requests-per-tenant", self.max_requests_per_tenant, "--max-concurrent-requests", self.max_concurrent_requests),
-            ("--max-waiting-per-tenant", self.max_waiting_per_tenant, "--max-waiting-submits", self.max_waiting_submits),
+            (
+                "--max-requests-per-tenant",
+                self.max_requests_per_tenant,
+                "--max-concurrent-requests",
+                self.max_concurrent_requests,
+            ),
+            (
+                "--max-waiting-per-tenant",
+                self.max_waiting_per_tenant,
+                "--max-waiting-submits",
+                self.max_waiting_submits,
+            ),
         ] {
             if share.is_some_and(|s| s > total) {
-                return Err(format!("{flag} ({}) must not exceed {of} ({total}): it is a tenant's share of that budget", share.unwrap_or(0)));
+                return Err(format!(
+                    "{flag} ({}) must not exceed {of} ({total}): it is a tenant's share of that budget",
+                    share.unwrap_or(0)
+                ));
             }
         }
         Ok(())
@@ -201,10 +214,14 @@ mod tests {
         // sealed needs the workers' public key, in the right format.
         assert!(Config::try_parse_from(["g", "--inline-credentials", "sealed"]).is_err());
         let (seed, public) = bmcfleet_common::sealing::generate();
-        assert!(Config::try_parse_from(["g", "--inline-credentials", "sealed", "--workers-public-key", seed.expose()]).is_err());
-        assert!(Config::try_parse_from(["g", "--inline-credentials", "sealed", "--workers-public-key", "Xnope"]).is_err());
+        assert!(Config::try_parse_from(["g", "--inline-credentials", "sealed", "--workers-public-key", seed.expose()])
+            .is_err());
+        assert!(
+            Config::try_parse_from(["g", "--inline-credentials", "sealed", "--workers-public-key", "Xnope"]).is_err()
+        );
         assert!(Config::try_parse_from(["g", "--inline-credentials", "plain"]).is_err());
-        let c = Config::try_parse_from(["g", "--inline-credentials", "sealed", "--workers-public-key", &public]).unwrap();
+        let c =
+            Config::try_parse_from(["g", "--inline-credentials", "sealed", "--workers-public-key", &public]).unwrap();
         assert!(c.limits().allow_inline_credentials);
         assert_eq!(c.limits().sealing_key.as_deref(), Some(public.as_str()));
     }
@@ -212,8 +229,16 @@ mod tests {
     #[test]
     fn firmware_update_flag() {
         use bmcfleet_schema::FirmwareUpdatePolicy;
-        assert_eq!(Config::try_parse_from(["g"]).unwrap().limits().firmware_update, FirmwareUpdatePolicy::Off, "off by default");
-        assert_eq!(Config::try_parse_from(["g", "--allow-firmware-update"]).unwrap().allow_firmware_update, FirmwareUpdatePolicy::All, "a bare flag");
+        assert_eq!(
+            Config::try_parse_from(["g"]).unwrap().limits().firmware_update,
+            FirmwareUpdatePolicy::Off,
+            "off by default"
+        );
+        assert_eq!(
+            Config::try_parse_from(["g", "--allow-firmware-update"]).unwrap().allow_firmware_update,
+            FirmwareUpdatePolicy::All,
+            "a bare flag"
+        );
         let some = Config::try_parse_from(["g", "--allow-firmware-update=t1,t2"]).unwrap().allow_firmware_update;
         assert!(some.check("t2").is_ok() && some.check("t3").is_err());
         assert!(Config::try_parse_from(["g", "--allow-firmware-update=Not_A_Tenant"]).is_err());

@@ -13,8 +13,8 @@
 //! - [`run`]: start-up, the service loop and shutdown.
 
 pub mod admit;
-pub mod config;
 pub mod budget;
+pub mod config;
 pub mod metrics;
 
 pub use config::Config;
@@ -47,18 +47,28 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let metrics = metrics::Metrics::register(&mut registry);
     // Ready once connected to NATS with the service started (and while the connection holds).
     let ready = bmcfleet_common::serve::Ready::new();
-    let server = bmcfleet_common::serve::start_unless_off(config.process.metrics.addr.0, registry, ready.check()).await?;
+    let server =
+        bmcfleet_common::serve::start_unless_off(config.process.metrics.addr.0, registry, ready.check()).await?;
     let client = bmcfleet_common::nats::connect(&config.process.nats, SERVICE_NAME).await?;
     ready.connected(&client);
-    let resources = streams::ensure_with_retry(client.clone(), &subjects, &config.stream_settings(), Mode::Update, std::time::Duration::from_secs(60))
-        .await
-        .context("setting up JetStream streams and buckets")?;
+    let resources = streams::ensure_with_retry(
+        client.clone(),
+        &subjects,
+        &config.stream_settings(),
+        Mode::Update,
+        std::time::Duration::from_secs(60),
+    )
+    .await
+    .context("setting up JetStream streams and buckets")?;
     let backlog = tokio::spawn(watch_backlog(resources.jobs.clone(), metrics.jobs_backlog.clone()));
     let stop_registry = tokio_util::sync::CancellationToken::new();
     let replicas = usize::from(config.process.topology.replicas);
-    let machines = streams::retry_setup("machine registry", std::time::Duration::from_secs(60), |_| false, || {
-        Registry::start(&resources.js, &subjects, replicas, stop_registry.child_token())
-    })
+    let machines = streams::retry_setup(
+        "machine registry",
+        std::time::Duration::from_secs(60),
+        |_| false,
+        || Registry::start(&resources.js, &subjects, replicas, stop_registry.child_token()),
+    )
     .await
     .context("reading the machine registry")?;
     tracing::info!(machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets, "Machine registry loaded.");
@@ -153,7 +163,10 @@ async fn audit_registry(
         let change = match changes.recv().await {
             Ok(c) => c,
             Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                tracing::error!(missed = n, "Registry changes came faster than the audit log took them; some are not recorded.");
+                tracing::error!(
+                    missed = n,
+                    "Registry changes came faster than the audit log took them; some are not recorded."
+                );
                 continue;
             }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -165,7 +178,10 @@ async fn audit_registry(
 
 /// Keep `gauge` at the job stream's message count (one stream-info request
 /// every [`BACKLOG_EVERY`]; a failed read keeps the last value).
-async fn watch_backlog(mut jobs: async_nats::jetstream::stream::Stream, gauge: prometheus_client::metrics::gauge::Gauge) {
+async fn watch_backlog(
+    mut jobs: async_nats::jetstream::stream::Stream,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+) {
     let mut tick = tokio::time::interval(BACKLOG_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

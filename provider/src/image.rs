@@ -90,9 +90,13 @@ impl ImageDir {
         let resolved = match std::fs::canonicalize(&path) {
             Ok(p) => p,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(invalid(format!("no firmware image {name} in the worker's image directory (--firmware-image-dir); nothing was sent")))
+                return Err(invalid(format!(
+                    "no firmware image {name} in the worker's image directory (--firmware-image-dir); nothing was sent"
+                )))
             }
-            Err(e) => return Err(invalid(format!("the firmware image {name} cannot be resolved: {e}; nothing was sent"))),
+            Err(e) => {
+                return Err(invalid(format!("the firmware image {name} cannot be resolved: {e}; nothing was sent")))
+            }
         };
         if !resolved.starts_with(&self.root) {
             return Err(invalid(format!(
@@ -104,7 +108,9 @@ impl ImageDir {
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&resolved)
             .map_err(|e| invalid(format!("the firmware image {name} cannot be opened: {e}; nothing was sent")))?;
-        let meta = file.metadata().map_err(|e| invalid(format!("the firmware image {name} cannot be read: {e}; nothing was sent")))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| invalid(format!("the firmware image {name} cannot be read: {e}; nothing was sent")))?;
         if !meta.is_file() {
             return Err(invalid(format!("the firmware image {name} is not a regular file; nothing was sent")));
         }
@@ -219,7 +225,10 @@ impl ImageReader {
     fn changed(&self, why: String) -> ProviderError {
         ProviderError::new(
             ErrorCode::FirmwareImageInvalid,
-            format!("the firmware image {} changed while it was sent ({why}); the upload was cut short", self.image.name),
+            format!(
+                "the firmware image {} changed while it was sent ({why}); the upload was cut short",
+                self.image.name
+            ),
         )
     }
 }
@@ -236,7 +245,11 @@ mod tests {
     }
 
     fn dir() -> Dir {
-        let d = std::env::temp_dir().join(format!("bmcfleet-images-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let d = std::env::temp_dir().join(format!(
+            "bmcfleet-images-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(d.join("images")).unwrap();
         Dir(d)

@@ -252,7 +252,16 @@ pub struct CallInfo {
 
 impl Ctx {
     pub fn new(deadline: Instant) -> Self {
-        Ctx { deadline, call: None, sent: Default::default(), gate: None, for_action: false, tasks: None, settle: None, images: None }
+        Ctx {
+            deadline,
+            call: None,
+            sent: Default::default(),
+            gate: None,
+            for_action: false,
+            tasks: None,
+            settle: None,
+            images: None,
+        }
     }
 
     /// The same deadline, call and gate, with nothing sent yet: one attempt
@@ -445,7 +454,10 @@ mod tests {
         let setup = Ctx::with_timeout(Duration::from_secs(5)).with_gate(gate.clone());
         assert!(!setup.sending().await.unwrap(), "session set-up request admitted");
         let attempt = setup.for_attempt();
-        assert!(!attempt.sending().await.unwrap(), "the attempt's first request admitted, nothing of the attempt sent before");
+        assert!(
+            !attempt.sending().await.unwrap(),
+            "the attempt's first request admitted, nothing of the attempt sent before"
+        );
         let refused = attempt.sending().await.unwrap_err();
         assert_eq!(refused.code, ErrorCode::Interrupted);
         assert_eq!(*gate.asked.lock().unwrap(), vec![false, true, true], "set-up, then the action's own requests");

@@ -493,18 +493,32 @@ impl FirmwareUpdate {
     /// Checks what the gateway accepts (and the worker before sending).
     pub fn validate(&self) -> Result<(), String> {
         match (&self.image_uri, &self.image_file) {
-            (Some(_), Some(_)) => return Err("firmware_update: image_uri (the BMC fetches) and image_file (the worker pushes) exclude each other".into()),
-            (None, None) => return Err("firmware_update: needs image_uri (the BMC fetches the image) or image_file (the worker pushes it)".into()),
+            (Some(_), Some(_)) => return Err(
+                "firmware_update: image_uri (the BMC fetches) and image_file (the worker pushes) exclude each other"
+                    .into(),
+            ),
+            (None, None) => {
+                return Err(
+                    "firmware_update: needs image_uri (the BMC fetches the image) or image_file (the worker pushes it)"
+                        .into(),
+                )
+            }
             (Some(uri), None) => {
                 if self.sha256.is_some() {
-                    return Err("firmware_update.sha256: only with image_file (the worker cannot check what the BMC fetches)".into());
+                    return Err(
+                        "firmware_update.sha256: only with image_file (the worker cannot check what the BMC fetches)"
+                            .into(),
+                    );
                 }
                 validate_image_uri(uri)?;
             }
             (None, Some(name)) => {
                 validate_image_file(name)?;
                 if self.transfer_protocol.is_some() {
-                    return Err("firmware_update.transfer_protocol: only with image_uri (a pushed image is sent by the worker)".into());
+                    return Err(
+                        "firmware_update.transfer_protocol: only with image_uri (a pushed image is sent by the worker)"
+                            .into(),
+                    );
                 }
                 if let Some(h) = &self.sha256 {
                     if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -531,7 +545,9 @@ impl FirmwareUpdate {
 
 fn validate_image_uri(uri: &str) -> Result<(), String> {
     if uri.len() > MAX_IMAGE_URI || uri.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(format!("firmware_update.image_uri: at most {MAX_IMAGE_URI} characters, no spaces or control characters"));
+        return Err(format!(
+            "firmware_update.image_uri: at most {MAX_IMAGE_URI} characters, no spaces or control characters"
+        ));
     }
     let u = url::Url::parse(uri).map_err(|e| format!("firmware_update.image_uri is not a URL: {e}"))?;
     if TransferProtocol::from_scheme(u.scheme()).is_none() {
@@ -708,7 +724,9 @@ impl From<EventLogOpWire> for EventLogOp {
     fn from(w: EventLogOpWire) -> Self {
         match w {
             EventLogOpWire::Name(EventLogOpName::Read) => EventLogOp::read(),
-            EventLogOpWire::Name(EventLogOpName::Clear) | EventLogOpWire::Tagged(EventLogOpTagged::Clear) => EventLogOp::Clear,
+            EventLogOpWire::Name(EventLogOpName::Clear) | EventLogOpWire::Tagged(EventLogOpTagged::Clear) => {
+                EventLogOp::Clear
+            }
             EventLogOpWire::Tagged(EventLogOpTagged::Read { limit, offset }) => EventLogOp::Read { limit, offset },
         }
     }
@@ -737,12 +755,17 @@ impl PowerSettle {
     /// Checks what the gateway accepts.
     pub fn validate(&self) -> Result<(), String> {
         if matches!(self.op, PowerOp::Status | PowerOp::Nmi) {
-            return Err(format!("power_settle.op: {:?} changes no power state to wait for (use power)", self.op).to_lowercase());
+            return Err(
+                format!("power_settle.op: {:?} changes no power state to wait for (use power)", self.op).to_lowercase()
+            );
         }
         for (name, d) in [("settle", self.settle), ("escalate_after", self.escalate_after)] {
             if let Some(d) = d {
                 if d.is_zero() || d > MAX_POWER_SETTLE {
-                    return Err(format!("power_settle.{name}: more than 0s and at most {}", crate::duration::format(MAX_POWER_SETTLE)));
+                    return Err(format!(
+                        "power_settle.{name}: more than 0s and at most {}",
+                        crate::duration::format(MAX_POWER_SETTLE)
+                    ));
                 }
             }
         }
@@ -759,7 +782,12 @@ pub fn loggable_url(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(u) => {
             let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
-            let hidden = if u.username().is_empty() && u.password().is_none() && u.query().is_none() && u.fragment().is_none() { "" } else { " [credentials and query hidden]" };
+            let hidden =
+                if u.username().is_empty() && u.password().is_none() && u.query().is_none() && u.fragment().is_none() {
+                    ""
+                } else {
+                    " [credentials and query hidden]"
+                };
             format!("{}://{}{port}{}{hidden}", u.scheme(), u.host_str().unwrap_or(""), u.path())
         }
         Err(_) => "[unparsable URL hidden]".into(),
@@ -779,7 +807,12 @@ impl Action {
                 p.escalate_after.map(crate::duration::format).unwrap_or_else(|| "-".into())
             ),
             Action::BootDevice(b) => format!("{:?} persistent={} efi={}", b.device, b.persistent, b.efi),
-            Action::GetBootDevice | Action::Inventory | Action::Sensors | Action::BiosGet | Action::BiosReset | Action::SecureBootGet => String::new(),
+            Action::GetBootDevice
+            | Action::Inventory
+            | Action::Sensors
+            | Action::BiosGet
+            | Action::BiosReset
+            | Action::SecureBootGet => String::new(),
             // Names only: a value may be anything the BIOS keeps.
             Action::BiosSet(b) => format!("attributes={}", b.attributes.keys().cloned().collect::<Vec<_>>().join(",")),
             Action::SecureBootSet(s) => format!("enabled={}", s.enabled),
@@ -801,14 +834,27 @@ impl Action {
             Action::User(UserOp::List) => String::new(),
             Action::User(UserOp::Create(u)) => format!("name={} role={:?} enabled={}", u.name, u.role, u.enabled),
             Action::User(UserOp::Update(u)) => {
-                format!("name={} password={} role={:?} enabled={:?}", u.name, if u.password.is_some() { "[changed]" } else { "-" }, u.role, u.enabled)
+                format!(
+                    "name={} password={} role={:?} enabled={:?}",
+                    u.name,
+                    if u.password.is_some() { "[changed]" } else { "-" },
+                    u.role,
+                    u.enabled
+                )
             }
             Action::User(UserOp::Delete { name }) => format!("name={name}"),
             Action::BmcReset(k) => format!("{k:?}"),
             Action::NetworkSource(op) => format!("{op:?}"),
-            Action::Raw(RawRequest::Ipmi(r)) => format!("netfn=0x{:02x} cmd=0x{:02x} data=[{} bytes]", r.netfn, r.cmd, r.data.len()),
+            Action::Raw(RawRequest::Ipmi(r)) => {
+                format!("netfn=0x{:02x} cmd=0x{:02x} data=[{} bytes]", r.netfn, r.cmd, r.data.len())
+            }
             Action::Raw(RawRequest::Redfish(r)) => {
-                format!("{} {} body={}", r.method.as_str(), crate::raw_policy::without_query(&r.path), if r.body.is_some() { "[hidden]" } else { "-" })
+                format!(
+                    "{} {} body={}",
+                    r.method.as_str(),
+                    crate::raw_policy::without_query(&r.path),
+                    if r.body.is_some() { "[hidden]" } else { "-" }
+                )
             }
             Action::VirtualMedia(VirtualMediaOp::Insert { url, media }) => format!("{media:?} {}", loggable_url(url)),
             Action::VirtualMedia(VirtualMediaOp::Eject { media }) => format!("{media:?}"),
@@ -968,7 +1014,9 @@ pub enum UserOp {
     Create(UserSpec),
     /// Changes an existing user; a missing user is an error, never a create.
     Update(UserUpdate),
-    Delete { name: String },
+    Delete {
+        name: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1202,7 +1250,11 @@ impl Action {
     /// listing changes none).
     pub fn user_changed(&self) -> Option<&str> {
         match self {
-            Action::User(UserOp::Create(UserSpec { name, .. }) | UserOp::Update(UserUpdate { name, .. }) | UserOp::Delete { name }) => Some(name),
+            Action::User(
+                UserOp::Create(UserSpec { name, .. })
+                | UserOp::Update(UserUpdate { name, .. })
+                | UserOp::Delete { name },
+            ) => Some(name),
             _ => None,
         }
     }
@@ -1213,12 +1265,18 @@ impl Action {
     pub fn secret_param(&self) -> Option<(ParamField, String)> {
         match self {
             Action::Raw(RawRequest::Ipmi(r)) if !r.data.is_empty() => Some((ParamField::Raw, hex(&r.data))),
-            Action::Raw(RawRequest::Redfish(RawRedfish { body: Some(body), .. })) => Some((ParamField::Raw, body.to_string())),
+            Action::Raw(RawRequest::Redfish(RawRedfish { body: Some(body), .. })) => {
+                Some((ParamField::Raw, body.to_string()))
+            }
             Action::User(UserOp::Create(u)) => Some((ParamField::Password, u.password.expose().to_owned())),
-            Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })) => Some((ParamField::Password, p.expose().to_owned())),
-            Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) | Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some(url), .. }) => {
+            Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })) => {
+                Some((ParamField::Password, p.expose().to_owned()))
+            }
+            Action::VirtualMedia(VirtualMediaOp::Insert { url, .. })
+            | Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some(url), .. }) => {
                 let u = url::Url::parse(url).ok()?;
-                (!u.username().is_empty() || u.password().is_some() || u.query().is_some()).then(|| (ParamField::Url, url.clone()))
+                (!u.username().is_empty() || u.password().is_some() || u.query().is_some())
+                    .then(|| (ParamField::Url, url.clone()))
             }
             _ => None,
         }
@@ -1277,7 +1335,9 @@ impl Action {
     pub fn set_secret_param(&mut self, field: ParamField, value: String) -> bool {
         match (self, field) {
             (Action::User(UserOp::Create(u)), ParamField::Password) => u.password = Secret::new(value),
-            (Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })), ParamField::Password) => *p = Secret::new(value),
+            (Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })), ParamField::Password) => {
+                *p = Secret::new(value)
+            }
             (Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }), ParamField::Url) => *url = value,
             (Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some(u), .. }), ParamField::Url) => *u = value,
             (Action::Raw(RawRequest::Ipmi(r)), ParamField::Raw) => match from_hex(&value) {
@@ -1348,7 +1408,10 @@ mod tests {
         let parse = |j: &str| serde_json::from_str::<Action>(j).unwrap();
         assert_eq!(parse(r#"{"event_log": "read"}"#), Action::EventLog(EventLogOp::read()));
         assert_eq!(parse(r#"{"event_log": "clear"}"#), Action::EventLog(EventLogOp::Clear));
-        assert_eq!(parse(r#"{"event_log": {"read": {"limit": 5, "offset": 2}}}"#), Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 2 }));
+        assert_eq!(
+            parse(r#"{"event_log": {"read": {"limit": 5, "offset": 2}}}"#),
+            Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 2 })
+        );
         assert_eq!(parse(r#""sensors""#), Action::Sensors);
         assert!(serde_json::from_str::<Action>(r#"{"event_log": "erase"}"#).is_err());
         let a = Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 2 });
@@ -1362,14 +1425,22 @@ mod tests {
 
     #[test]
     fn logs_never_see_parameters_that_carry_secrets() {
-        let url = Action::VirtualMedia(VirtualMediaOp::Insert { url: "https://u:p4ss@img.example/x.iso?sig=S3CR".into(), media: MediaKind::Cd });
+        let url = Action::VirtualMedia(VirtualMediaOp::Insert {
+            url: "https://u:p4ss@img.example/x.iso?sig=S3CR".into(),
+            media: MediaKind::Cd,
+        });
         let raw = Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 1, data: vec![0xde, 0xad] }));
         let body = Action::Raw(RawRequest::Redfish(RawRedfish {
             method: HttpMethod::Post,
             path: "/redfish/v1/x?token=T0K".into(),
             body: Some(serde_json::json!({"Password": "p4ss"})),
         }));
-        let user = Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: "p4ss".into(), role: UserRole::Admin, enabled: true }));
+        let user = Action::User(UserOp::Create(UserSpec {
+            name: "ops".into(),
+            password: "p4ss".into(),
+            role: UserRole::Admin,
+            enabled: true,
+        }));
         for a in [url, raw, body, user] {
             let shown = a.loggable();
             for secret in ["p4ss", "S3CR", "T0K", "222", "173", "dead"] {

@@ -59,8 +59,12 @@ impl AuditRecord {
                 machine.as_deref().unwrap_or(target),
                 actions.join(", ")
             ),
-            AuditEvent::MachinePut { machine, revision, .. } => format!("{} put machine {machine} (revision {revision})", self.actor),
-            AuditEvent::MachineRemoved { machine, revision } => format!("{} removed machine {machine} (revision {revision})", self.actor),
+            AuditEvent::MachinePut { machine, revision, .. } => {
+                format!("{} put machine {machine} (revision {revision})", self.actor)
+            }
+            AuditEvent::MachineRemoved { machine, revision } => {
+                format!("{} removed machine {machine} (revision {revision})", self.actor)
+            }
         }
     }
 }

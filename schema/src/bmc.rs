@@ -95,26 +95,18 @@ impl FromStr for BmcAddress {
         };
         // [v6] or [v6]:port
         if let Some(rest) = s.strip_prefix('[') {
-            let (inner, after) = rest
-                .split_once(']')
-                .ok_or_else(|| err(input, "unclosed `[` in IPv6 address"))?;
-            let ip: Ipv6Addr = inner
-                .parse()
-                .map_err(|_| err(input, "not a valid IPv6 address inside brackets"))?;
+            let (inner, after) = rest.split_once(']').ok_or_else(|| err(input, "unclosed `[` in IPv6 address"))?;
+            let ip: Ipv6Addr = inner.parse().map_err(|_| err(input, "not a valid IPv6 address inside brackets"))?;
             let port = match after {
                 "" => None,
-                a => Some(parse_port(
-                    a.strip_prefix(':')
-                        .ok_or_else(|| err(input, "expected `:port` after `]`"))?,
-                )?),
+                a => Some(parse_port(a.strip_prefix(':').ok_or_else(|| err(input, "expected `:port` after `]`"))?)?),
             };
             return Ok(BmcAddress { host: Host::V6(ip), port });
         }
         // Bare IPv6 (two or more colons, no brackets, no port).
         if s.matches(':').count() >= 2 {
-            let ip: Ipv6Addr = s
-                .parse()
-                .map_err(|_| err(input, "not a valid IPv6 address (use [addr]:port to add a port)"))?;
+            let ip: Ipv6Addr =
+                s.parse().map_err(|_| err(input, "not a valid IPv6 address (use [addr]:port to add a port)"))?;
             return Ok(BmcAddress { host: Host::V6(ip), port: None });
         }
         let (host, port) = match s.split_once(':') {
@@ -336,9 +328,23 @@ mod tests {
     #[test]
     fn rejects_bad_addresses() {
         for bad in [
-            "", "  ", "10.0.0.256", "1.2.3", "http://10.0.0.1", "10.0.0.1:0", "10.0.0.1:99999",
-            "host name", "a..b", "-a.b", "[fe80::1", "[fe80::1]x", "fe80::zz", "bmc.*", "bmc>",
-            "x:y", "ünï.example",
+            "",
+            "  ",
+            "10.0.0.256",
+            "1.2.3",
+            "http://10.0.0.1",
+            "10.0.0.1:0",
+            "10.0.0.1:99999",
+            "host name",
+            "a..b",
+            "-a.b",
+            "[fe80::1",
+            "[fe80::1]x",
+            "fe80::zz",
+            "bmc.*",
+            "bmc>",
+            "x:y",
+            "ünï.example",
         ] {
             assert!(bad.parse::<BmcAddress>().is_err(), "accepted {bad:?}");
         }
@@ -348,7 +354,12 @@ mod tests {
     fn a_refused_address_never_echoes_credentials() {
         // A careless producer pastes a URL with credentials: the refusal
         // (answered, and logged by the gateway) must not carry them.
-        for bad in ["https://admin:s3cret@10.0.0.1/redfish/v1", "admin:s3cret@10.0.0.1", "[admin:s3cret@fe80::1]:443", "s3cret@bmc.example"] {
+        for bad in [
+            "https://admin:s3cret@10.0.0.1/redfish/v1",
+            "admin:s3cret@10.0.0.1",
+            "[admin:s3cret@fe80::1]:443",
+            "s3cret@bmc.example",
+        ] {
             let e = bad.parse::<BmcAddress>().unwrap_err();
             assert!(!e.to_string().contains("s3cret"), "{e}");
             assert!(e.to_string().contains("[hidden]@"), "{e}");

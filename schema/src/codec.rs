@@ -99,11 +99,27 @@ mod tests {
                 Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true }),
                 Action::Power(PowerOp::On),
                 Action::Inventory,
-                Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: Some("x".into()), role: None, enabled: Some(true) })),
-                Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 { address: [10, 0, 0, 9].into(), netmask: [255, 255, 255, 0].into(), gateway: None })),
+                Action::User(UserOp::Update(UserUpdate {
+                    name: "ops".into(),
+                    password: Some("x".into()),
+                    role: None,
+                    enabled: Some(true),
+                })),
+                Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 {
+                    address: [10, 0, 0, 9].into(),
+                    netmask: [255, 255, 255, 0].into(),
+                    gateway: None,
+                })),
                 Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 6, cmd: 1, data: vec![] })),
-                Action::Raw(RawRequest::Redfish(RawRedfish { method: HttpMethod::Patch, path: "/redfish/v1/Systems/1".into(), body: Some(serde_json::json!({"a": [1, "b"]})) })),
-                Action::VirtualMedia(VirtualMediaOp::Insert { url: "http://127.0.0.1/x.iso".into(), media: MediaKind::Cd }),
+                Action::Raw(RawRequest::Redfish(RawRedfish {
+                    method: HttpMethod::Patch,
+                    path: "/redfish/v1/Systems/1".into(),
+                    body: Some(serde_json::json!({"a": [1, "b"]})),
+                })),
+                Action::VirtualMedia(VirtualMediaOp::Insert {
+                    url: "http://127.0.0.1/x.iso".into(),
+                    media: MediaKind::Cd,
+                }),
             ],
             on_error: OnError::Continue,
             deadline: Some(Duration::from_secs(90)),
@@ -124,11 +140,16 @@ mod tests {
         let j = r#"{"sealed":{"username":"admin","key":"XKEY","sender":"XSENDER","sealed":"eGt2MQ=="}}"#;
         let c: Credentials = Encoding::Json.decode(j.as_bytes()).unwrap();
         let Credentials::Sealed(s) = &c else { panic!("{c:?}") };
-        assert_eq!((s.username.as_str(), s.key.as_str(), s.sender.as_str(), s.sealed.as_str()), ("admin", "XKEY", "XSENDER", "eGt2MQ=="));
+        assert_eq!(
+            (s.username.as_str(), s.key.as_str(), s.sender.as_str(), s.sealed.as_str()),
+            ("admin", "XKEY", "XSENDER", "eGt2MQ==")
+        );
         for enc in [Encoding::MessagePack, Encoding::Json] {
             assert_eq!(enc.decode::<Credentials>(&enc.encode(&c).unwrap()).unwrap(), c);
         }
-        assert!(Encoding::Json.decode::<Credentials>(br#"{"sealed":{"username":"a","key":"X","sender":"X","sealed":"","extra":1}}"#).is_err());
+        assert!(Encoding::Json
+            .decode::<Credentials>(br#"{"sealed":{"username":"a","key":"X","sender":"X","sealed":"","extra":1}}"#)
+            .is_err());
     }
 
     #[test]
@@ -170,7 +191,13 @@ mod tests {
             bmc: "v4-10-0-0-5".into(),
             state: BatchState::Failed,
             results: vec![
-                ActionResult::ok(0, "power_status", Some("sim".into()), Some(ActionData::PowerState(PowerState::On)), 3),
+                ActionResult::ok(
+                    0,
+                    "power_status",
+                    Some("sim".into()),
+                    Some(ActionData::PowerState(PowerState::On)),
+                    3,
+                ),
                 ActionResult::err(1, "power_on", Some("sim".into()), ErrorBody::new(ErrorCode::AuthFailed, "nope"), 4),
             ],
             worker: "w1".into(),
@@ -195,20 +222,43 @@ mod tests {
 
     fn arb_action() -> impl Strategy<Value = Action> {
         let power = prop_oneof![
-            Just(PowerOp::On), Just(PowerOp::Off), Just(PowerOp::SoftOff), Just(PowerOp::Cycle),
-            Just(PowerOp::Reset), Just(PowerOp::Status), Just(PowerOp::Nmi)
+            Just(PowerOp::On),
+            Just(PowerOp::Off),
+            Just(PowerOp::SoftOff),
+            Just(PowerOp::Cycle),
+            Just(PowerOp::Reset),
+            Just(PowerOp::Status),
+            Just(PowerOp::Nmi)
         ];
-        let dev = prop_oneof![Just(BootDevice::Pxe), Just(BootDevice::Disk), Just(BootDevice::Cdrom), Just(BootDevice::Bios), Just(BootDevice::Safe)];
+        let dev = prop_oneof![
+            Just(BootDevice::Pxe),
+            Just(BootDevice::Disk),
+            Just(BootDevice::Cdrom),
+            Just(BootDevice::Bios),
+            Just(BootDevice::Safe)
+        ];
         prop_oneof![
             power.prop_map(Action::Power),
-            (dev, any::<bool>(), any::<bool>()).prop_map(|(device, persistent, efi)| Action::BootDevice(BootDeviceRequest { device, persistent, efi })),
+            (dev, any::<bool>(), any::<bool>()).prop_map(|(device, persistent, efi)| Action::BootDevice(
+                BootDeviceRequest { device, persistent, efi }
+            )),
             Just(Action::Inventory),
             Just(Action::GetBootDevice),
-            ("[a-z]{1,16}", "\\PC{0,20}").prop_map(|(n, p)| Action::User(UserOp::Create(UserSpec { name: n, password: p.into(), role: UserRole::Operator, enabled: true }))),
+            ("[a-z]{1,16}", "\\PC{0,20}").prop_map(|(n, p)| Action::User(UserOp::Create(UserSpec {
+                name: n,
+                password: p.into(),
+                role: UserRole::Operator,
+                enabled: true
+            }))),
             "[a-z]{1,16}".prop_map(|n| Action::User(UserOp::Delete { name: n })),
-            (any::<u8>(), any::<u8>(), proptest::collection::vec(any::<u8>(), 0..32)).prop_map(|(netfn, cmd, data)| Action::Raw(RawRequest::Ipmi(RawIpmi { netfn, cmd, data }))),
+            (any::<u8>(), any::<u8>(), proptest::collection::vec(any::<u8>(), 0..32))
+                .prop_map(|(netfn, cmd, data)| Action::Raw(RawRequest::Ipmi(RawIpmi { netfn, cmd, data }))),
             prop_oneof![Just(BmcResetKind::Warm), Just(BmcResetKind::Cold)].prop_map(Action::BmcReset),
-            any::<([u8; 4], [u8; 4])>().prop_map(|(a, m)| Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 { address: a.into(), netmask: m.into(), gateway: Some(a.into()) }))),
+            any::<([u8; 4], [u8; 4])>().prop_map(|(a, m)| Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 {
+                address: a.into(),
+                netmask: m.into(),
+                gateway: Some(a.into())
+            }))),
         ]
     }
 

@@ -17,7 +17,7 @@
 //! state, not inventory: they are stored, never compared.
 
 use crate::result::{Health, Inventory};
-use crate::state::{InventoryChange, ChangeKind};
+use crate::state::{ChangeKind, InventoryChange};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -46,8 +46,15 @@ pub enum Section {
 }
 
 impl Section {
-    pub const ALL: [Section; 7] =
-        [Section::Processors, Section::Memory, Section::Drives, Section::Nics, Section::PowerSupplies, Section::Firmware, Section::Fru];
+    pub const ALL: [Section; 7] = [
+        Section::Processors,
+        Section::Memory,
+        Section::Drives,
+        Section::Nics,
+        Section::PowerSupplies,
+        Section::Firmware,
+        Section::Fru,
+    ];
 
     /// The wire name (`power_supplies`), also the first part of a drift key.
     pub fn as_str(self) -> &'static str {
@@ -219,7 +226,11 @@ pub trait Component {
     /// A short description for an added or removed component.
     fn summary(&self) -> String {
         let parts: Vec<String> = self.compared().into_iter().filter_map(|(_, v)| v).take(3).collect();
-        if parts.is_empty() { "present".to_owned() } else { parts.join(" ") }
+        if parts.is_empty() {
+            "present".to_owned()
+        } else {
+            parts.join(" ")
+        }
     }
 }
 
@@ -289,7 +300,14 @@ impl Component for Drive {
         ]
     }
     fn strings(&mut self) -> Vec<&mut Option<String>> {
-        vec![&mut self.model, &mut self.manufacturer, &mut self.serial, &mut self.media_type, &mut self.protocol, &mut self.firmware_version]
+        vec![
+            &mut self.model,
+            &mut self.manufacturer,
+            &mut self.serial,
+            &mut self.media_type,
+            &mut self.protocol,
+            &mut self.firmware_version,
+        ]
     }
 }
 
@@ -322,7 +340,13 @@ impl Component for PowerSupply {
         ]
     }
     fn strings(&mut self) -> Vec<&mut Option<String>> {
-        vec![&mut self.model, &mut self.manufacturer, &mut self.serial, &mut self.part_number, &mut self.firmware_version]
+        vec![
+            &mut self.model,
+            &mut self.manufacturer,
+            &mut self.serial,
+            &mut self.part_number,
+            &mut self.firmware_version,
+        ]
     }
 }
 
@@ -498,7 +522,12 @@ fn diff_list<C: Component>(section: Section, before: &[C], after: &[C], partial:
             (Some(a), Some(b)) => {
                 for ((field, x), (_, y)) in a.compared().into_iter().zip(b.compared()) {
                     if x != y {
-                        out.push(InventoryChange { field: format!("{name}.{id}.{field}"), from: x, to: y, change: ChangeKind::Changed });
+                        out.push(InventoryChange {
+                            field: format!("{name}.{id}.{field}"),
+                            from: x,
+                            to: y,
+                            change: ChangeKind::Changed,
+                        });
                     }
                 }
             }
@@ -527,7 +556,13 @@ pub fn component_drift(before: &Inventory, after: &Inventory) -> Vec<InventoryCh
         diff_list(Section::Nics, &before.nics, &after.nics, partial(Section::Nics), &mut out);
     }
     if !skip(Section::PowerSupplies) {
-        diff_list(Section::PowerSupplies, &before.power_supplies, &after.power_supplies, partial(Section::PowerSupplies), &mut out);
+        diff_list(
+            Section::PowerSupplies,
+            &before.power_supplies,
+            &after.power_supplies,
+            partial(Section::PowerSupplies),
+            &mut out,
+        );
     }
     if !skip(Section::Firmware) {
         // The version is the firmware's identity for drift: `firmware.<id>`.
@@ -538,11 +573,26 @@ pub fn component_drift(before: &Inventory, after: &Inventory) -> Vec<InventoryCh
             let key = format!("firmware.{id}");
             match (old.get(id), new.get(id)) {
                 (Some(_), None) | (None, Some(_)) if partial => {}
-                (Some(a), None) => out.push(InventoryChange { field: key, from: a.version.clone(), to: None, change: ChangeKind::Removed }),
-                (None, Some(b)) => out.push(InventoryChange { field: key, from: None, to: b.version.clone(), change: ChangeKind::Added }),
+                (Some(a), None) => out.push(InventoryChange {
+                    field: key,
+                    from: a.version.clone(),
+                    to: None,
+                    change: ChangeKind::Removed,
+                }),
+                (None, Some(b)) => out.push(InventoryChange {
+                    field: key,
+                    from: None,
+                    to: b.version.clone(),
+                    change: ChangeKind::Added,
+                }),
                 (Some(a), Some(b)) => {
                     if a.version != b.version {
-                        out.push(InventoryChange { field: key, from: a.version.clone(), to: b.version.clone(), change: ChangeKind::Changed });
+                        out.push(InventoryChange {
+                            field: key,
+                            from: a.version.clone(),
+                            to: b.version.clone(),
+                            change: ChangeKind::Changed,
+                        });
                     }
                     diff_list(Section::Firmware, std::slice::from_ref(*a), std::slice::from_ref(*b), true, &mut out);
                 }
@@ -555,7 +605,12 @@ pub fn component_drift(before: &Inventory, after: &Inventory) -> Vec<InventoryCh
             (Some(a), Some(b)) => {
                 for ((field, x), (_, y)) in a.fields().into_iter().zip(b.fields()) {
                     if x != y {
-                        out.push(InventoryChange { field: format!("fru.{field}"), from: x.clone(), to: y.clone(), change: ChangeKind::Changed });
+                        out.push(InventoryChange {
+                            field: format!("fru.{field}"),
+                            from: x.clone(),
+                            to: y.clone(),
+                            change: ChangeKind::Changed,
+                        });
                     }
                 }
             }
@@ -568,8 +623,13 @@ pub fn component_drift(before: &Inventory, after: &Inventory) -> Vec<InventoryCh
 }
 
 fn fru_summary(f: &Fru) -> String {
-    let parts: Vec<&str> = [&f.product_name, &f.product_serial, &f.board_serial].into_iter().flatten().map(String::as_str).collect();
-    if parts.is_empty() { "present".to_owned() } else { parts.join(" ") }
+    let parts: Vec<&str> =
+        [&f.product_name, &f.product_serial, &f.board_serial].into_iter().flatten().map(String::as_str).collect();
+    if parts.is_empty() {
+        "present".to_owned()
+    } else {
+        parts.join(" ")
+    }
 }
 
 #[cfg(test)]
@@ -578,17 +638,63 @@ mod tests {
 
     fn inv() -> Inventory {
         Inventory {
-            processors: vec![Processor { id: "CPU1".into(), model: Some("Xeon 6338".into()), cores: Some(32), threads: Some(64), health: Some(Health::Ok), ..Default::default() }],
+            processors: vec![Processor {
+                id: "CPU1".into(),
+                model: Some("Xeon 6338".into()),
+                cores: Some(32),
+                threads: Some(64),
+                health: Some(Health::Ok),
+                ..Default::default()
+            }],
             memory: vec![
-                MemoryModule { id: "DIMM1".into(), capacity_mib: Some(16384), memory_type: Some("DDR4".into()), serial: Some("M1".into()), ..Default::default() },
-                MemoryModule { id: "DIMM2".into(), capacity_mib: Some(16384), memory_type: Some("DDR4".into()), serial: Some("M2".into()), ..Default::default() },
+                MemoryModule {
+                    id: "DIMM1".into(),
+                    capacity_mib: Some(16384),
+                    memory_type: Some("DDR4".into()),
+                    serial: Some("M1".into()),
+                    ..Default::default()
+                },
+                MemoryModule {
+                    id: "DIMM2".into(),
+                    capacity_mib: Some(16384),
+                    memory_type: Some("DDR4".into()),
+                    serial: Some("M2".into()),
+                    ..Default::default()
+                },
             ],
-            drives: vec![Drive { id: "Disk.Bay.0".into(), model: Some("PM883".into()), serial: Some("S1".into()), capacity_bytes: Some(960_197_124_096), ..Default::default() }],
-            nics: vec![Nic { id: "NIC.1".into(), mac_addresses: vec!["00:11:22:33:44:55".into()], speed_mbps: Some(10_000), link_status: Some("LinkUp".into()), ..Default::default() }],
-            power_supplies: vec![PowerSupply { id: "PSU1".into(), model: Some("PWS-1K".into()), capacity_w: Some(1000), ..Default::default() }],
+            drives: vec![Drive {
+                id: "Disk.Bay.0".into(),
+                model: Some("PM883".into()),
+                serial: Some("S1".into()),
+                capacity_bytes: Some(960_197_124_096),
+                ..Default::default()
+            }],
+            nics: vec![Nic {
+                id: "NIC.1".into(),
+                mac_addresses: vec!["00:11:22:33:44:55".into()],
+                speed_mbps: Some(10_000),
+                link_status: Some("LinkUp".into()),
+                ..Default::default()
+            }],
+            power_supplies: vec![PowerSupply {
+                id: "PSU1".into(),
+                model: Some("PWS-1K".into()),
+                capacity_w: Some(1000),
+                ..Default::default()
+            }],
             firmware: vec![
-                Firmware { id: "BMC".into(), name: Some("BMC Firmware".into()), version: Some("1.00".into()), updateable: Some(true) },
-                Firmware { id: "BIOS".into(), name: Some("BIOS".into()), version: Some("2.1".into()), updateable: Some(true) },
+                Firmware {
+                    id: "BMC".into(),
+                    name: Some("BMC Firmware".into()),
+                    version: Some("1.00".into()),
+                    updateable: Some(true),
+                },
+                Firmware {
+                    id: "BIOS".into(),
+                    name: Some("BIOS".into()),
+                    version: Some("2.1".into()),
+                    updateable: Some(true),
+                },
             ],
             fru: Some(Fru { board_serial: Some("B1".into()), product_name: Some("X1".into()), ..Default::default() }),
             ..Default::default()
@@ -614,9 +720,19 @@ mod tests {
         b.nics[0].link_status = Some("LinkDown".into());
         b.nics[0].speed_mbps = None;
         let d = component_drift(&a, &b);
-        assert_eq!(keys(&d), ["memory.DIMM1.capacity_mib", "memory.DIMM2", "drives.Disk.Bay.1", "firmware.BMC", "fru.board_serial"], "{d:?}");
-        assert_eq!((d[0].from.as_deref(), d[0].to.as_deref(), d[0].change), (Some("16384"), Some("32768"), ChangeKind::Changed));
-        assert_eq!((d[1].from.as_deref(), d[1].to.as_deref(), d[1].change), (Some("16384 MiB DDR4 M2"), None, ChangeKind::Removed));
+        assert_eq!(
+            keys(&d),
+            ["memory.DIMM1.capacity_mib", "memory.DIMM2", "drives.Disk.Bay.1", "firmware.BMC", "fru.board_serial"],
+            "{d:?}"
+        );
+        assert_eq!(
+            (d[0].from.as_deref(), d[0].to.as_deref(), d[0].change),
+            (Some("16384"), Some("32768"), ChangeKind::Changed)
+        );
+        assert_eq!(
+            (d[1].from.as_deref(), d[1].to.as_deref(), d[1].change),
+            (Some("16384 MiB DDR4 M2"), None, ChangeKind::Removed)
+        );
         assert_eq!((d[2].from.as_deref(), d[2].change), (None, ChangeKind::Added));
         assert_eq!((d[3].from.as_deref(), d[3].to.as_deref()), (Some("1.00"), Some("1.10")));
     }
@@ -645,7 +761,14 @@ mod tests {
         let mut i = Inventory::default();
         let long = "x".repeat(10_000);
         i.model = Some(long.clone());
-        i.drives = (0..5000).map(|n| Drive { id: if n % 2 == 0 { "d".into() } else { String::new() }, model: Some(long.clone()), serial: Some(format!("S\u{7}{n}")), ..Default::default() }).collect();
+        i.drives = (0..5000)
+            .map(|n| Drive {
+                id: if n % 2 == 0 { "d".into() } else { String::new() },
+                model: Some(long.clone()),
+                serial: Some(format!("S\u{7}{n}")),
+                ..Default::default()
+            })
+            .collect();
         i.nics = vec![Nic { id: "n".into(), mac_addresses: vec!["aa".into(); 100], ..Default::default() }];
         i.extra = (0..1000).map(|n| (n.to_string(), long.clone())).collect();
         bound(&mut i);
@@ -672,7 +795,10 @@ mod tests {
         let mp = rmp_serde::to_vec_named(&new).unwrap();
         assert_eq!(rmp_serde::from_slice::<Inventory>(&mp).unwrap(), new);
         let json = serde_json::to_value(&new).unwrap();
-        assert_eq!(json["firmware"][0], serde_json::json!({"id": "BMC", "name": "BMC Firmware", "version": "1.00", "updateable": true}));
+        assert_eq!(
+            json["firmware"][0],
+            serde_json::json!({"id": "BMC", "name": "BMC Firmware", "version": "1.00", "updateable": true})
+        );
         assert_eq!(serde_json::from_value::<Inventory>(json).unwrap(), new);
     }
 }

@@ -32,8 +32,7 @@ pub mod option {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         let v: Option<String> = Option::deserialize(d)?;
-        v.map(|s| super::parse(&s).map_err(serde::de::Error::custom))
-            .transpose()
+        v.map(|s| super::parse(&s).map_err(serde::de::Error::custom)).transpose()
     }
 }
 

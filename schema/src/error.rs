@@ -178,12 +178,17 @@ impl ErrorCode {
             | ErrorCode::TargetForbidden
             | ErrorCode::FirmwareUpdateDisabled => 403,
             ErrorCode::AuthFailed => 401,
-            ErrorCode::NotFound | ErrorCode::TargetNotFound | ErrorCode::UnknownCredential | ErrorCode::MachineNotFound => 404,
+            ErrorCode::NotFound
+            | ErrorCode::TargetNotFound
+            | ErrorCode::UnknownCredential
+            | ErrorCode::MachineNotFound => 404,
             ErrorCode::Conflict => 409,
             ErrorCode::BmcQueueFull => 429,
             ErrorCode::TooLarge => 413,
             ErrorCode::Unsupported | ErrorCode::UnsupportedProtocol => 501,
-            ErrorCode::Unavailable | ErrorCode::Unreachable | ErrorCode::CircuitOpen | ErrorCode::WorkerExhausted => 503,
+            ErrorCode::Unavailable | ErrorCode::Unreachable | ErrorCode::CircuitOpen | ErrorCode::WorkerExhausted => {
+                503
+            }
             ErrorCode::Timeout | ErrorCode::DeadlineExceeded | ErrorCode::NotReached => 504,
             _ => 500,
         }

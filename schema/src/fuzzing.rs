@@ -60,7 +60,9 @@ pub fn redfish_path(data: &[u8]) {
     let policy = RawPolicy::default();
     let judge = |method: &'static str, path: &str| policy.check(RawTarget::Redfish { method, path }).is_ok();
     match canonical_redfish_path(given) {
-        Err(_) => assert!(!judge("POST", given) && !judge("GET", given), "{given:?} has no canonical form but was allowed"),
+        Err(_) => {
+            assert!(!judge("POST", given) && !judge("GET", given), "{given:?} has no canonical form but was allowed")
+        }
         Ok(c) => {
             assert_eq!(canonical_redfish_path(&c).as_deref(), Ok(c.as_str()), "{given:?}: {c:?} is not a fixed point");
             let path = crate::raw_policy::without_query(&c);

@@ -21,17 +21,17 @@ pub mod action;
 pub mod audit;
 pub mod bmc;
 pub mod codec;
-pub mod duration;
-pub mod lifecycle;
-pub mod machine;
-pub mod raw_policy;
-pub mod error;
 pub mod components;
+pub mod duration;
+pub mod error;
 /// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
 /// the `fuzzing` feature, so release builds do not contain them.
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod lifecycle;
+pub mod machine;
+pub mod raw_policy;
 pub mod result;
 pub mod secret;
 pub mod state;
@@ -41,11 +41,11 @@ pub mod validate;
 pub use action::*;
 pub use bmc::{BmcAddress, BmcKey, Host};
 pub use codec::Encoding;
-pub use machine::Machine;
 pub use error::{ErrorBody, ErrorCode};
+pub use lifecycle::TaskResume;
+pub use machine::Machine;
+pub use raw_policy::RawPolicy;
 pub use result::*;
 pub use secret::Secret;
 pub use subject::Subjects;
-pub use raw_policy::RawPolicy;
-pub use lifecycle::TaskResume;
 pub use validate::{FirmwareUpdatePolicy, Limits, ValidationError};

@@ -122,7 +122,15 @@ impl BatchStatus {
             .actions
             .iter()
             .enumerate()
-            .map(|(i, kind)| ActionResult::err(i as u32, kind, None, ErrorBody::new(ErrorCode::Cancelled, "cancelled before it ran"), 0))
+            .map(|(i, kind)| {
+                ActionResult::err(
+                    i as u32,
+                    kind,
+                    None,
+                    ErrorBody::new(ErrorCode::Cancelled, "cancelled before it ran"),
+                    0,
+                )
+            })
             .collect();
         self.close(results, "gateway", now_ms);
         Ok(Cancel::Finished)
@@ -165,7 +173,14 @@ impl BatchStatus {
             return None;
         }
         let message = format!("worker {worker} could not read this batch's job ({why}); nothing of it was run (is the worker older than the gateway?)");
-        let results = self.actions.iter().enumerate().map(|(i, kind)| ActionResult::err(i as u32, kind, None, ErrorBody::new(ErrorCode::Internal, message.clone()), 0)).collect();
+        let results = self
+            .actions
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| {
+                ActionResult::err(i as u32, kind, None, ErrorBody::new(ErrorCode::Internal, message.clone()), 0)
+            })
+            .collect();
         self.close(results, worker, now_ms);
         Some(self)
     }
@@ -220,7 +235,15 @@ mod tests {
             system_id: None,
             options: Default::default(),
         };
-        Job { id: batch.id.unwrap(), admitted_at_ms: 1, deadline_at_ms: 1_000, batch, target, tenant: "t1".into(), sealed_params: vec![] }
+        Job {
+            id: batch.id.unwrap(),
+            admitted_at_ms: 1,
+            deadline_at_ms: 1_000,
+            batch,
+            target,
+            tenant: "t1".into(),
+            sealed_params: vec![],
+        }
     }
 
     #[test]
@@ -261,12 +284,21 @@ mod tests {
         let mut s = BatchStatus::running(&job(), "w1", 1);
         assert_eq!(s.task_resume(1), TaskResume::Fresh, "nothing recorded: run it");
         s.task_requested(1);
-        assert_eq!((s.task_resume(1), s.task_resume(0)), (TaskResume::Find, TaskResume::Fresh), "another index is not this task");
+        assert_eq!(
+            (s.task_resume(1), s.task_resume(0)),
+            (TaskResume::Find, TaskResume::Fresh),
+            "another index is not this task"
+        );
         s.task_started(1, "/redfish/v1/TaskService/TaskMonitors/7");
         assert_eq!(s.task_resume(1), TaskResume::Watch("/redfish/v1/TaskService/TaskMonitors/7".into()));
         s.claim("w2", 2);
-        assert_eq!(s.task_resume(1), TaskResume::Watch("/redfish/v1/TaskService/TaskMonitors/7".into()), "a new owner sees it");
-        s.results = vec![ActionResult::ok(0, "power_on", None, None, 1), ActionResult::ok(1, "power_cycle", None, None, 1)];
+        assert_eq!(
+            s.task_resume(1),
+            TaskResume::Watch("/redfish/v1/TaskService/TaskMonitors/7".into()),
+            "a new owner sees it"
+        );
+        s.results =
+            vec![ActionResult::ok(0, "power_on", None, None, 1), ActionResult::ok(1, "power_cycle", None, None, 1)];
         s.finish("w2", 3);
         assert!(s.task.is_none() && s.in_progress.is_none());
     }
@@ -284,7 +316,11 @@ mod tests {
         let s = BatchStatus::queued(&job(), 1, 0).unread("w1", 9, "unknown variant `x`").unwrap();
         let r = s.result.as_ref().unwrap();
         assert_eq!((s.state, r.state, r.results.len()), (BatchState::Failed, BatchState::Failed, 2));
-        assert!(r.results.iter().all(|a| a.error.as_ref().unwrap().code == ErrorCode::Internal && a.error.as_ref().unwrap().message.contains("unknown variant `x`")), "{r:?}");
+        assert!(
+            r.results.iter().all(|a| a.error.as_ref().unwrap().code == ErrorCode::Internal
+                && a.error.as_ref().unwrap().message.contains("unknown variant `x`")),
+            "{r:?}"
+        );
         // Running or finished elsewhere: not this worker's to finish.
         let mut running = BatchStatus::queued(&job(), 1, 0);
         running.claim("w2", 1);

@@ -107,7 +107,12 @@ pub const NAME_RULE: &str = "1-63 characters of [a-z0-9-], not starting or endin
 impl Machine {
     /// A machine of the default tenant with the system's TLS roots, no
     /// labels and no provider options (set the fields to change them).
-    pub fn new(name: impl Into<String>, address: BmcAddress, protocol: Protocol, credentials: impl Into<String>) -> Machine {
+    pub fn new(
+        name: impl Into<String>,
+        address: BmcAddress,
+        protocol: Protocol,
+        credentials: impl Into<String>,
+    ) -> Machine {
         Machine {
             name: name.into(),
             address,
@@ -153,18 +158,24 @@ impl Machine {
             }
             for (i, p) in self.protocols.iter().enumerate() {
                 if matches!(p, Protocol::Auto | Protocol::Sim) {
-                    return Err(bad(format!("protocols: `{p}` cannot be in a preference list (use redfish, ipmi, amt)")));
+                    return Err(bad(format!(
+                        "protocols: `{p}` cannot be in a preference list (use redfish, ipmi, amt)"
+                    )));
                 }
                 if self.protocols[..i].contains(p) {
                     return Err(bad(format!("protocols: `{p}` is listed twice")));
                 }
             }
         }
-        let redfish_possible = matches!(self.protocol, Protocol::Redfish) || (self.protocol == Protocol::Auto && (self.protocols.is_empty() || self.protocols.contains(&Protocol::Redfish)));
+        let redfish_possible = matches!(self.protocol, Protocol::Redfish)
+            || (self.protocol == Protocol::Auto
+                && (self.protocols.is_empty() || self.protocols.contains(&Protocol::Redfish)));
         if !self.redfish.is_default() && !redfish_possible {
             return Err(bad("redfish options on a machine the worker never speaks Redfish to".into()));
         }
-        let ipmi_possible = matches!(self.protocol, Protocol::Ipmi) || (self.protocol == Protocol::Auto && (self.protocols.is_empty() || self.protocols.contains(&Protocol::Ipmi)));
+        let ipmi_possible = matches!(self.protocol, Protocol::Ipmi)
+            || (self.protocol == Protocol::Auto
+                && (self.protocols.is_empty() || self.protocols.contains(&Protocol::Ipmi)));
         if !self.ipmi.is_default() && !ipmi_possible {
             return Err(bad("ipmi options on a machine the worker never speaks IPMI to".into()));
         }
@@ -173,9 +184,13 @@ impl Machine {
             return Err(bad(format!("poll_interval: at least {}", crate::duration::format(MIN_POLL_INTERVAL))));
         }
         for (k, v) in &self.labels {
-            let key_ok = !k.is_empty() && k.len() <= 63 && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
+            let key_ok =
+                !k.is_empty() && k.len() <= 63 && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
             if !key_ok || v.len() > 63 || v.chars().any(|c| c.is_control()) {
-                return Err(bad(format!("label `{}`: keys are 1-63 of [A-Za-z0-9-_./], values at most 63 printable characters", k.chars().take(80).collect::<String>())));
+                return Err(bad(format!(
+                    "label `{}`: keys are 1-63 of [A-Za-z0-9-_./], values at most 63 printable characters",
+                    k.chars().take(80).collect::<String>()
+                )));
             }
         }
         if self.labels.len() > 64 {
@@ -225,10 +240,14 @@ pub fn ad_hoc_refusal(target: &BmcTarget) -> Option<&'static str> {
         );
     }
     if matches!(target.credentials, Credentials::Ref(_)) {
-        return Some("bmc.credentials.ref: a named credential is usable only through the registered machine it is bound to");
+        return Some(
+            "bmc.credentials.ref: a named credential is usable only through the registered machine it is bound to",
+        );
     }
     if !target.options.is_default() {
-        return Some("bmc.options: protocol preferences and provider options come only from an operator's machine record");
+        return Some(
+            "bmc.options: protocol preferences and provider options come only from an operator's machine record",
+        );
     }
     None
 }
@@ -274,7 +293,11 @@ impl std::str::FromStr for Cidr {
         let max = if ip.is_ipv4() { 32 } else { 128 };
         let len = match len {
             None => max,
-            Some(l) => l.parse::<u8>().ok().filter(|l| *l <= max).ok_or_else(|| format!("`{s}`: prefix length must be 0-{max}"))?,
+            Some(l) => l
+                .parse::<u8>()
+                .ok()
+                .filter(|l| *l <= max)
+                .ok_or_else(|| format!("`{s}`: prefix length must be 0-{max}"))?,
         };
         let cidr = Cidr { net: ip, len };
         if !cidr.contains(ip) || mask_host_bits(ip, len) != ip {
@@ -360,11 +383,15 @@ impl AdHocPolicy {
     pub fn check(&self, ip: IpAddr) -> Result<(), String> {
         let ip = canonical_ip(ip);
         if self.is_off() {
-            return Err("ad hoc targets are off in this deployment: name a registered machine (`{\"machine\": \"NAME\"}`)".into());
+            return Err(
+                "ad hoc targets are off in this deployment: name a registered machine (`{\"machine\": \"NAME\"}`)"
+                    .into(),
+            );
         }
         static BLOCKS: std::sync::LazyLock<Vec<Cidr>> =
             std::sync::LazyLock::new(|| SENSITIVE.iter().map(|s| s.parse().expect("valid constant")).collect());
-        let allowed = self.ranges.iter().any(|r| r.contains(ip) && BLOCKS.iter().filter(|s| s.contains(ip)).all(|s| r.within(s)));
+        let allowed =
+            self.ranges.iter().any(|r| r.contains(ip) && BLOCKS.iter().filter(|s| s.contains(ip)).all(|s| r.within(s)));
         if allowed {
             Ok(())
         } else {
@@ -407,7 +434,10 @@ mod tests {
         let m = machine();
         m.validate().unwrap();
         assert_eq!(m.tenant, DEFAULT_TENANT);
-        let pinned = Machine { tls: TlsOptions { pin_sha256: Some("AB:".repeat(31) + "AB"), ..TlsOptions::default() }, ..m.clone() };
+        let pinned = Machine {
+            tls: TlsOptions { pin_sha256: Some("AB:".repeat(31) + "AB"), ..TlsOptions::default() },
+            ..m.clone()
+        };
         pinned.validate().unwrap();
         assert_eq!(pinned.tls.pin().unwrap(), Some([0xab; 32]));
         let t = m.target();
@@ -446,7 +476,9 @@ mod tests {
             }
             serde_json::from_value::<Machine>(v).unwrap().validate()
         };
-        let ok = with(serde_json::json!({"protocol": "auto", "protocols": ["ipmi", "redfish"], "redfish": {"auth": "session"}}));
+        let ok = with(
+            serde_json::json!({"protocol": "auto", "protocols": ["ipmi", "redfish"], "redfish": {"auth": "session"}}),
+        );
         assert!(ok.is_ok(), "{ok:?}");
         let m: Machine = serde_json::from_value({
             let mut v = serde_json::to_value(machine()).unwrap();
@@ -455,14 +487,21 @@ mod tests {
             v
         })
         .unwrap();
-        assert_eq!(m.target().options.protocols, vec![Protocol::Ipmi, Protocol::Redfish], "the target carries the preference");
+        assert_eq!(
+            m.target().options.protocols,
+            vec![Protocol::Ipmi, Protocol::Redfish],
+            "the target carries the preference"
+        );
         for (patch, says) in [
             (serde_json::json!({"protocols": ["ipmi"]}), "needs protocol `auto`"),
             (serde_json::json!({"protocol": "auto", "protocols": ["ipmi", "ipmi"]}), "twice"),
             (serde_json::json!({"protocol": "auto", "protocols": ["sim"]}), "cannot be in a preference"),
             (serde_json::json!({"protocol": "auto", "protocols": ["auto"]}), "cannot be in a preference"),
             (serde_json::json!({"protocol": "ipmi", "redfish": {"auth": "basic"}}), "never speaks Redfish"),
-            (serde_json::json!({"protocol": "auto", "protocols": ["amt"], "redfish": {"auth": "basic"}}), "never speaks Redfish"),
+            (
+                serde_json::json!({"protocol": "auto", "protocols": ["amt"], "redfish": {"auth": "basic"}}),
+                "never speaks Redfish",
+            ),
             (serde_json::json!({"protocol": "redfish", "ipmi": {"privilege": "operator"}}), "never speaks IPMI"),
             (serde_json::json!({"protocol": "ipmi", "ipmi": {"cipher_suites": [2]}}), "not allowed"),
             (serde_json::json!({"protocol": "ipmi", "ipmi": {"cipher_suites": [0]}}), "not allowed"),
@@ -471,13 +510,18 @@ mod tests {
             let e = with(patch.clone()).unwrap_err();
             assert!(e.reason.contains(says), "{patch}: {e}");
         }
-        let ipmi = with(serde_json::json!({"protocol": "auto", "ipmi": {"cipher_suites": [3, 17], "privilege": "operator"}}));
+        let ipmi =
+            with(serde_json::json!({"protocol": "auto", "ipmi": {"cipher_suites": [3, 17], "privilege": "operator"}}));
         assert!(ipmi.is_ok(), "{ipmi:?}");
         let mut v = serde_json::to_value(machine()).unwrap();
         v["protocol"] = "ipmi".into();
         v["ipmi"] = serde_json::json!({"cipher_suites": [3], "privilege": "user"});
         let t = serde_json::from_value::<Machine>(v).unwrap().target();
-        assert_eq!((t.options.ipmi.cipher_suites.clone(), t.options.ipmi.privilege), (vec![3], Some(crate::IpmiPrivilege::User)), "the target carries them");
+        assert_eq!(
+            (t.options.ipmi.cipher_suites.clone(), t.options.ipmi.privilege),
+            (vec![3], Some(crate::IpmiPrivilege::User)),
+            "the target carries them"
+        );
         let mut v = serde_json::to_value(machine()).unwrap();
         v["ipmi"] = serde_json::json!({"privilege": "root"});
         assert!(serde_json::from_value::<Machine>(v).is_err(), "unknown privileges are refused");
@@ -516,7 +560,16 @@ mod tests {
         let p = AdHocPolicy::parse("10.0.0.0/8, 0.0.0.0/0").unwrap();
         assert!(p.check(ip("10.1.2.3")).is_ok());
         // A catch-all range never opens loopback, link-local, metadata or the unspecified address.
-        for bad in ["127.0.0.1", "169.254.169.254", "0.0.0.0", "::1", "::ffff:127.0.0.1", "fe80::1", "224.0.0.1", "100.100.100.200"] {
+        for bad in [
+            "127.0.0.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "::1",
+            "::ffff:127.0.0.1",
+            "fe80::1",
+            "224.0.0.1",
+            "100.100.100.200",
+        ] {
             assert!(p.check(ip(bad)).is_err(), "{bad}");
         }
         let v6only = AdHocPolicy::parse("fd00::/8").unwrap();

@@ -78,7 +78,10 @@ pub fn canonical_redfish_path(path: &str) -> Result<String, String> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
             decoded.push(hex.ok_or("a `%` that is not a percent escape")?);
             i += 3;
         } else {
@@ -152,11 +155,19 @@ impl Range {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Matcher {
-    Ipmi { netfn: Option<Range>, cmd: Option<Range> },
+    Ipmi {
+        netfn: Option<Range>,
+        cmd: Option<Range>,
+    },
     /// Methods upper-case (empty = any), the path glob lower-case.
-    Redfish { methods: Vec<String>, path: String },
+    Redfish {
+        methods: Vec<String>,
+        path: String,
+    },
     /// A destructive typed action's kind glob.
-    Action { kind: String },
+    Action {
+        kind: String,
+    },
 }
 
 /// One `allow` / `deny` rule, kept with its text for messages.
@@ -188,10 +199,18 @@ impl Default for RawPolicy {
 /// What a raw request is, for matching.
 #[derive(Clone, Copy, Debug)]
 pub enum RawTarget<'a> {
-    Ipmi { netfn: u8, cmd: u8 },
-    Redfish { method: &'a str, path: &'a str },
+    Ipmi {
+        netfn: u8,
+        cmd: u8,
+    },
+    Redfish {
+        method: &'a str,
+        path: &'a str,
+    },
     /// A destructive typed action ([`crate::Action::is_destructive`]), by kind.
-    Action { kind: &'a str },
+    Action {
+        kind: &'a str,
+    },
 }
 
 impl fmt::Display for RawTarget<'_> {
@@ -268,7 +287,9 @@ fn glob(pattern: &str, text: &str) -> bool {
 }
 
 fn rule(text: &str) -> Result<Rule, String> {
-    let (verb, rest) = text.split_once(char::is_whitespace).ok_or_else(|| format!("rule `{text}`: expected `allow` or `deny` and a target"))?;
+    let (verb, rest) = text
+        .split_once(char::is_whitespace)
+        .ok_or_else(|| format!("rule `{text}`: expected `allow` or `deny` and a target"))?;
     let allow = match verb {
         "allow" => true,
         "deny" => false,
@@ -280,7 +301,8 @@ fn rule(text: &str) -> Result<Rule, String> {
         let (mut netfn, mut cmd) = (None, None);
         if spec.trim() != "*" {
             for part in spec.split(',') {
-                let (k, v) = part.split_once('=').ok_or_else(|| bad("IPMI targets are `*` or `netfn=N[-M][,cmd=N[-M]]`"))?;
+                let (k, v) =
+                    part.split_once('=').ok_or_else(|| bad("IPMI targets are `*` or `netfn=N[-M][,cmd=N[-M]]`"))?;
                 let r = range(v).map_err(|e| bad(&e))?;
                 match k.trim() {
                     "netfn" => netfn = Some(r),
@@ -291,7 +313,9 @@ fn rule(text: &str) -> Result<Rule, String> {
         }
         Matcher::Ipmi { netfn, cmd }
     } else if let Some(spec) = target.strip_prefix("redfish:") {
-        let (methods, path) = spec.split_once(':').ok_or_else(|| bad("Redfish targets are `METHOD:PATH` (METHOD `*` or `GET|POST|...`)"))?;
+        let (methods, path) = spec
+            .split_once(':')
+            .ok_or_else(|| bad("Redfish targets are `METHOD:PATH` (METHOD `*` or `GET|POST|...`)"))?;
         let methods = if methods.trim() == "*" {
             vec![]
         } else {
@@ -333,8 +357,11 @@ impl RawPolicy {
     /// Parse rules (see the module documentation). `@FILE` is not resolved
     /// here: see [`RawPolicy::from_arg`].
     pub fn parse(text: &str) -> Result<Self, String> {
-        let lines: Vec<&str> =
-            text.split(['\n', ';']).map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).collect();
+        let lines: Vec<&str> = text
+            .split(['\n', ';'])
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .filter(|l| !l.is_empty())
+            .collect();
         match lines.as_slice() {
             [] => return Err("the raw policy has no rules: use `off` to deny every raw request".into()),
             ["off"] => return Ok(RawPolicy::off()),
@@ -355,7 +382,8 @@ impl RawPolicy {
     pub fn from_arg(arg: &str) -> Result<Self, String> {
         match arg.strip_prefix('@') {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read raw policy file {path}: {e}"))?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|e| format!("cannot read raw policy file {path}: {e}"))?;
                 RawPolicy::parse(&text).map_err(|e| format!("raw policy file {path}: {e}"))
             }
             None => RawPolicy::parse(arg),
@@ -372,7 +400,9 @@ impl RawPolicy {
                 (Matcher::Redfish { methods, path }, RawTarget::Redfish { method, path: p }) => {
                     let p = match canonical_redfish_path(p) {
                         Ok(c) => c,
-                        Err(why) => return Err(format!("{target} is refused: its path cannot be made canonical ({why})")),
+                        Err(why) => {
+                            return Err(format!("{target} is refused: its path cannot be made canonical ({why})"))
+                        }
                     };
                     let p = without_query(&p).to_ascii_lowercase();
                     (methods.is_empty() || methods.iter().any(|m| m.eq_ignore_ascii_case(method))) && glob(path, &p)
@@ -559,7 +589,10 @@ mod tests {
 
     #[test]
     fn first_match_decides_and_no_match_denies() {
-        let p = RawPolicy::parse("allow ipmi:netfn=0x06,cmd=0x01\ndeny ipmi:netfn=0x06 # the rest of App\nallow redfish:GET:/redfish/v1/*").unwrap();
+        let p = RawPolicy::parse(
+            "allow ipmi:netfn=0x06,cmd=0x01\ndeny ipmi:netfn=0x06 # the rest of App\nallow redfish:GET:/redfish/v1/*",
+        )
+        .unwrap();
         assert!(p.check(ipmi(0x06, 0x01)).is_ok());
         assert!(p.check(ipmi(0x06, 0x02)).unwrap_err().contains("deny ipmi:netfn=0x06"));
         assert!(p.check(ipmi(0x00, 0x02)).unwrap_err().contains("no raw policy rule allows it"));
@@ -664,7 +697,8 @@ mod destructive_tests {
         }
         assert!(p.check(RawTarget::Ipmi { netfn: 0x0a, cmd: 0x40 }).is_ok(), "reading the SEL info stays allowed");
         // An operator who allows a destructive action allows its raw spelling with a rule of its own.
-        let allowed = RawPolicy::parse("allow action:event_log_clear; allow ipmi:netfn=0x0a,cmd=0x47; default").unwrap();
+        let allowed =
+            RawPolicy::parse("allow action:event_log_clear; allow ipmi:netfn=0x0a,cmd=0x47; default").unwrap();
         assert!(allowed.check(ipmi).is_ok());
     }
 }

@@ -41,7 +41,15 @@ impl ActionResult {
     }
 
     pub fn err(index: u32, action: &str, provider: Option<String>, error: ErrorBody, duration_ms: u64) -> Self {
-        ActionResult { index, action: action.into(), outcome: Outcome::Error, error: Some(error), data: None, provider, duration_ms }
+        ActionResult {
+            index,
+            action: action.into(),
+            outcome: Outcome::Error,
+            error: Some(error),
+            data: None,
+            provider,
+            duration_ms,
+        }
     }
 
     pub fn is_ok(&self) -> bool {
@@ -396,8 +404,13 @@ pub struct Event {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
-    ActionStarted { index: u32, action: String },
-    ActionFinished { result: ActionResult },
+    ActionStarted {
+        index: u32,
+        action: String,
+    },
+    ActionFinished {
+        result: ActionResult,
+    },
     /// A long-running action's progress (a firmware update's BMC task):
     /// published when the percentage or the task state changes.
     ActionProgress {
@@ -410,7 +423,9 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         state: Option<String>,
     },
-    BatchFinished { result: BatchResult },
+    BatchFinished {
+        result: BatchResult,
+    },
 }
 
 /// Reply to `submit` when the producer does not wait.

@@ -115,15 +115,22 @@ pub fn inventory_drift(before: &crate::result::Inventory, after: &crate::result:
     let mut out = Vec::new();
     let mut field = |name: &str, a: &Option<String>, b: &Option<String>| {
         if a != b {
-            out.push(InventoryChange { field: name.to_owned(), from: a.clone(), to: b.clone(), change: ChangeKind::Changed });
+            out.push(InventoryChange {
+                field: name.to_owned(),
+                from: a.clone(),
+                to: b.clone(),
+                change: ChangeKind::Changed,
+            });
         }
     };
     field("manufacturer", &before.manufacturer, &after.manufacturer);
     field("model", &before.model, &after.model);
     field("serial", &before.serial, &after.serial);
     field("firmware_version", &before.firmware_version, &after.firmware_version);
-    let old: std::collections::BTreeMap<&str, &str> = before.extra.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let new: std::collections::BTreeMap<&str, &str> = after.extra.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let old: std::collections::BTreeMap<&str, &str> =
+        before.extra.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let new: std::collections::BTreeMap<&str, &str> =
+        after.extra.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     for key in old.keys().chain(new.keys()).collect::<std::collections::BTreeSet<_>>() {
         let (a, b) = (old.get(key).map(|v| v.to_string()), new.get(key).map(|v| v.to_string()));
         if a != b {
@@ -209,19 +216,35 @@ mod tests {
         assert_eq!(changes(Some(&on), &on), vec![], "nothing changed, nothing said");
         assert_eq!(changes(Some(&on), &state(Some(Off), true)), vec![K::PowerChanged { from: Some(On), to: Off }]);
         let down = state(Some(On), false);
-        assert_eq!(changes(Some(&on), &down), vec![K::Unreachable { code: ErrorCode::Unreachable, reason: "no reply".into() }]);
+        assert_eq!(
+            changes(Some(&on), &down),
+            vec![K::Unreachable { code: ErrorCode::Unreachable, reason: "no reply".into() }]
+        );
         assert_eq!(changes(Some(&down), &down), vec![], "one unreachable event per outage");
         assert_eq!(changes(Some(&down), &on), vec![K::Recovered], "recovered with the power it had");
-        assert_eq!(changes(Some(&down), &state(Some(Off), true)), vec![K::Recovered, K::PowerChanged { from: Some(On), to: Off }]);
+        assert_eq!(
+            changes(Some(&down), &state(Some(Off), true)),
+            vec![K::Recovered, K::PowerChanged { from: Some(On), to: Off }]
+        );
         assert_eq!(changes(None, &state(None, false)).len(), 1, "unreachable from the first poll");
     }
 
     #[test]
     fn inventory_drift_names_each_changed_field() {
         use crate::result::Inventory;
-        let a = Inventory { model: Some("R650".into()), firmware_version: Some("5.10".into()), extra: vec![("cpus".into(), "2".into())], ..Default::default() };
+        let a = Inventory {
+            model: Some("R650".into()),
+            firmware_version: Some("5.10".into()),
+            extra: vec![("cpus".into(), "2".into())],
+            ..Default::default()
+        };
         assert!(inventory_drift(&a, &a).is_empty());
-        let b = Inventory { firmware_version: Some("6.00".into()), extra: vec![("cpus".into(), "1".into()), ("psus".into(), "2".into())], power_state: Some(PowerState::On), ..a.clone() };
+        let b = Inventory {
+            firmware_version: Some("6.00".into()),
+            extra: vec![("cpus".into(), "1".into()), ("psus".into(), "2".into())],
+            power_state: Some(PowerState::On),
+            ..a.clone()
+        };
         let d = inventory_drift(&a, &b);
         let fields: Vec<&str> = d.iter().map(|c| c.field.as_str()).collect();
         assert_eq!(fields, ["firmware_version", "extra.cpus", "extra.psus"], "{d:?}");
@@ -230,7 +253,12 @@ mod tests {
 
     #[test]
     fn the_wire_form_is_stable() {
-        let e = MachineEvent { machine: "m".into(), at_ms: 1, event: MachineEventKind::PowerChanged { from: None, to: PowerState::On }, state: state(Some(PowerState::On), true) };
+        let e = MachineEvent {
+            machine: "m".into(),
+            at_ms: 1,
+            event: MachineEventKind::PowerChanged { from: None, to: PowerState::On },
+            state: state(Some(PowerState::On), true),
+        };
         let json = serde_json::to_value(&e).unwrap();
         assert_eq!(json["event"], serde_json::json!({"power_changed": {"to": "on"}}));
         assert_eq!(json["state"]["contactable"], true);

@@ -86,7 +86,10 @@ impl Subjects {
     /// Whether `subject` carries machine-state events (not a batch's).
     pub fn is_machine_event(&self, subject: &str) -> bool {
         let mut t = subject.split('.');
-        t.next() == Some(self.prefix.as_str()) && t.next() == Some("events") && t.next().is_some() && t.next() == Some("machine")
+        t.next() == Some(self.prefix.as_str())
+            && t.next() == Some("events")
+            && t.next().is_some()
+            && t.next() == Some("machine")
     }
 
     pub fn events_all(&self) -> String {
@@ -119,7 +122,11 @@ impl Subjects {
     /// epoch-less name of earlier releases).
     pub fn is_partition_consumer(&self, partition: u16, name: &str) -> bool {
         let base = format!("part-{partition}");
-        name == base || name.strip_prefix(&base).and_then(|r| r.strip_prefix('-')).is_some_and(|e| !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()))
+        name == base
+            || name
+                .strip_prefix(&base)
+                .and_then(|r| r.strip_prefix('-'))
+                .is_some_and(|e| !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()))
     }
 
     pub fn lease_key(&self, partition: u16) -> String {
@@ -193,7 +200,9 @@ pub fn request_account(header: &str) -> Result<String, String> {
     struct Info {
         acc: String,
     }
-    serde_json::from_str::<Info>(header).map(|i| i.acc).map_err(|e| format!("unreadable {REQUEST_INFO_HEADER} header: {e}"))
+    serde_json::from_str::<Info>(header)
+        .map(|i| i.acc)
+        .map_err(|e| format!("unreadable {REQUEST_INFO_HEADER} header: {e}"))
 }
 
 #[cfg(test)]
@@ -226,7 +235,20 @@ mod tests {
             s.state_bucket(),
             s.credentials_bucket(),
         ];
-        assert_eq!(names, ["FLEET_JOBS", "FLEET_EVENTS", "FLEET_BATCHES", "FLEET_LEASES", "FLEET_WORKERS", "FLEET_AUDIT", "FLEET_MACHINES", "FLEET_STATE", "FLEET_CREDENTIALS"]);
+        assert_eq!(
+            names,
+            [
+                "FLEET_JOBS",
+                "FLEET_EVENTS",
+                "FLEET_BATCHES",
+                "FLEET_LEASES",
+                "FLEET_WORKERS",
+                "FLEET_AUDIT",
+                "FLEET_MACHINES",
+                "FLEET_STATE",
+                "FLEET_CREDENTIALS"
+            ]
+        );
     }
 
     #[test]

@@ -77,7 +77,10 @@ impl FirmwareUpdatePolicy {
         let mut tenants = std::collections::BTreeSet::new();
         for name in t.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             if !crate::machine::valid_name(name) {
-                return Err(format!("`{name}` is not a tenant name ({}); give off, all or tenant names", crate::machine::NAME_RULE));
+                return Err(format!(
+                    "`{name}` is not a tenant name ({}); give off, all or tenant names",
+                    crate::machine::NAME_RULE
+                ));
             }
             tenants.insert(name.to_owned());
         }
@@ -92,8 +95,12 @@ impl FirmwareUpdatePolicy {
         match self {
             FirmwareUpdatePolicy::All => Ok(()),
             FirmwareUpdatePolicy::Tenants(t) if t.contains(tenant) => Ok(()),
-            FirmwareUpdatePolicy::Off => Err("firmware updates are off in this deployment (--allow-firmware-update)".into()),
-            FirmwareUpdatePolicy::Tenants(_) => Err(format!("firmware updates are not allowed for tenant `{tenant}` (--allow-firmware-update)")),
+            FirmwareUpdatePolicy::Off => {
+                Err("firmware updates are off in this deployment (--allow-firmware-update)".into())
+            }
+            FirmwareUpdatePolicy::Tenants(_) => {
+                Err(format!("firmware updates are not allowed for tenant `{tenant}` (--allow-firmware-update)"))
+            }
         }
     }
 
@@ -116,10 +123,19 @@ impl std::str::FromStr for FirmwareUpdatePolicy {
 
 /// Refuses the batch's firmware updates unless `policy` allows its tenant
 /// (the gateway, once the tenant is known; the worker before sending).
-pub fn check_firmware_updates(batch: &Batch, tenant: &str, policy: &FirmwareUpdatePolicy) -> Result<(), ValidationError> {
+pub fn check_firmware_updates(
+    batch: &Batch,
+    tenant: &str,
+    policy: &FirmwareUpdatePolicy,
+) -> Result<(), ValidationError> {
     for (i, action) in batch.actions.iter().enumerate() {
         if matches!(action, Action::FirmwareUpdate(_)) {
-            policy.check(tenant).map_err(|why| ValidationError::new(ErrorCode::FirmwareUpdateDisabled, format!("actions[{i}]: {why}; nothing was sent")))?;
+            policy.check(tenant).map_err(|why| {
+                ValidationError::new(
+                    ErrorCode::FirmwareUpdateDisabled,
+                    format!("actions[{i}]: {why}; nothing was sent"),
+                )
+            })?;
         }
     }
     Ok(())
@@ -192,7 +208,12 @@ fn canonicalize(batch: &mut Batch) -> Result<(), ValidationError> {
         if let Action::Raw(RawRequest::Redfish(r)) = action {
             r.path = crate::raw_policy::canonical_redfish_path(&r.path)
                 // Shown without its query, as logs show it (it may carry a token).
-                .map_err(|why| field(format!("actions[{i}]: raw Redfish path {:?} is not a plain resource path: {why}", crate::raw_policy::without_query(&r.path))))?;
+                .map_err(|why| {
+                    field(format!(
+                        "actions[{i}]: raw Redfish path {:?} is not a plain resource path: {why}",
+                        crate::raw_policy::without_query(&r.path)
+                    ))
+                })?;
         }
     }
     Ok(())
@@ -221,7 +242,9 @@ fn forbidden(msg: impl Into<String>) -> ValidationError {
 /// only, and no weakening of TLS verification.
 fn ad_hoc(target: &BmcTarget, limits: &Limits) -> Result<(), ValidationError> {
     if limits.ad_hoc.is_off() {
-        return Err(forbidden("ad hoc targets are off in this deployment: name a registered machine ({\"machine\": \"NAME\"})"));
+        return Err(forbidden(
+            "ad hoc targets are off in this deployment: name a registered machine ({\"machine\": \"NAME\"})",
+        ));
     }
     if let Some(ip) = target.address.ip() {
         limits.ad_hoc.check(ip).map_err(|why| forbidden(format!("bmc.address: {why}")))?;
@@ -231,7 +254,9 @@ fn ad_hoc(target: &BmcTarget, limits: &Limits) -> Result<(), ValidationError> {
     }
     match &target.credentials {
         // Already refused by `ad_hoc_refusal`; kept closed here too.
-        Credentials::Ref(_) => return Err(forbidden("bmc.credentials.ref: a named credential needs a registered machine")),
+        Credentials::Ref(_) => {
+            return Err(forbidden("bmc.credentials.ref: a named credential needs a registered machine"))
+        }
         Credentials::Inline { username, .. } => {
             if !limits.allow_inline_credentials {
                 return Err(ValidationError::new(
@@ -257,7 +282,9 @@ fn ad_hoc(target: &BmcTarget, limits: &Limits) -> Result<(), ValidationError> {
                 return Err(field("bmc.credentials.sealed.username is empty"));
             }
             if s.sealed.is_empty() || s.sealed.len() > 4096 || !s.sender.starts_with('X') || s.sender.len() != 56 {
-                return Err(field("bmc.credentials.sealed needs a sender public key (X...) and a sealed box of at most 4 KiB"));
+                return Err(field(
+                    "bmc.credentials.sealed needs a sender public key (X...) and a sealed box of at most 4 KiB",
+                ));
             }
         }
     }
@@ -316,7 +343,9 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
             Action::User(UserOp::Update(u)) => {
                 non_empty_name("user update", i, &u.name)?;
                 if u.password.is_none() && u.role.is_none() && u.enabled.is_none() {
-                    return Err(field(format!("actions[{i}]: user update changes nothing (give password, role or enabled)")));
+                    return Err(field(format!(
+                        "actions[{i}]: user update changes nothing (give password, role or enabled)"
+                    )));
                 }
             }
             Action::User(UserOp::Delete { name }) => non_empty_name("user delete", i, name)?,
@@ -333,7 +362,9 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                     )));
                 }
                 if r.netfn > 0x3f || r.netfn % 2 == 1 {
-                    return Err(field(format!("actions[{i}]: raw IPMI netfn must be an even request netfn (0x00-0x3E)")));
+                    return Err(field(format!(
+                        "actions[{i}]: raw IPMI netfn must be an even request netfn (0x00-0x3E)"
+                    )));
                 }
             }
             Action::Raw(RawRequest::Redfish(r)) => {
@@ -352,14 +383,17 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                     // The body travels sealed as JSON text, which the worker
                     // reads back (at most 128 levels deep, as a JSON submit).
                     if serde_json::from_slice::<serde_json::Value>(&json).is_err() {
-                        return Err(field(format!("actions[{i}]: raw Redfish body is nested more than 128 levels deep")));
+                        return Err(field(format!(
+                            "actions[{i}]: raw Redfish body is nested more than 128 levels deep"
+                        )));
                     }
                 }
             }
             Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }) => {
                 // What the BMC is told to fetch, as an image_uri is: bounded,
                 // one token (nothing a BMC or a log could split), a host.
-                if url.len() > crate::action::MAX_IMAGE_URI || url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+                if url.len() > crate::action::MAX_IMAGE_URI || url.chars().any(|c| c.is_control() || c.is_whitespace())
+                {
                     return Err(field(format!(
                         "actions[{i}]: virtual media url: at most {} characters, no spaces or control characters",
                         crate::action::MAX_IMAGE_URI
@@ -367,7 +401,9 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                 }
                 let u = url::Url::parse(url).map_err(|e| field(format!("actions[{i}]: virtual media url: {e}")))?;
                 if !matches!(u.scheme(), "http" | "https" | "nfs" | "cifs" | "smb") {
-                    return Err(field(format!("actions[{i}]: virtual media url scheme must be http, https, nfs, cifs or smb")));
+                    return Err(field(format!(
+                        "actions[{i}]: virtual media url scheme must be http, https, nfs, cifs or smb"
+                    )));
                 }
                 if u.host_str().is_none_or(str::is_empty) {
                     return Err(field(format!("actions[{i}]: virtual media url names no host")));
@@ -376,7 +412,10 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
             Action::PowerSettle(p) => p.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
             Action::FirmwareUpdate(u) => u.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
             Action::EventLog(EventLogOp::Read { limit: Some(l), .. }) if *l == 0 || *l > EventLogOp::MAX_LIMIT => {
-                return Err(field(format!("actions[{i}]: event_log read limit must be 1 to {}", EventLogOp::MAX_LIMIT)));
+                return Err(field(format!(
+                    "actions[{i}]: event_log read limit must be 1 to {}",
+                    EventLogOp::MAX_LIMIT
+                )));
             }
             Action::BiosSet(b) => {
                 if b.attributes.is_empty() {
@@ -387,7 +426,9 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                         return Err(field(format!("actions[{i}]: bios_set: `{name}` is not accepted (BIOS passwords are not set through bios_set)")));
                     }
                     if !(value.is_string() || value.is_number() || value.is_boolean()) {
-                        return Err(field(format!("actions[{i}]: bios_set: `{name}` must be a string, number or boolean")));
+                        return Err(field(format!(
+                            "actions[{i}]: bios_set: `{name}` must be a string, number or boolean"
+                        )));
                     }
                 }
             }
@@ -400,10 +441,16 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
             _ => {}
         }
         if let Action::Raw(raw) = action {
-            limits.raw_policy.check(raw.into()).map_err(|why| ValidationError::new(ErrorCode::RawNotAllowed, format!("actions[{i}]: {why}")))?;
+            limits
+                .raw_policy
+                .check(raw.into())
+                .map_err(|why| ValidationError::new(ErrorCode::RawNotAllowed, format!("actions[{i}]: {why}")))?;
         }
         if action.is_destructive() {
-            limits.raw_policy.check(action.into()).map_err(|why| ValidationError::new(ErrorCode::RawNotAllowed, format!("actions[{i}]: {why}")))?;
+            limits
+                .raw_policy
+                .check(action.into())
+                .map_err(|why| ValidationError::new(ErrorCode::RawNotAllowed, format!("actions[{i}]: {why}")))?;
         }
     }
     Ok(())
@@ -416,7 +463,9 @@ mod tests {
     #[test]
     fn firmware_updates_are_checked_and_allowed_per_tenant() {
         let parse = |json: &str| serde_json::from_str::<Action>(json).unwrap();
-        let ok = parse(r#"{"firmware_update": {"image_uri": "https://repo.example/bios.bin", "targets": ["/redfish/v1/UpdateService/FirmwareInventory/BIOS"], "transfer_protocol": "https", "apply_time": "on_reset"}}"#);
+        let ok = parse(
+            r#"{"firmware_update": {"image_uri": "https://repo.example/bios.bin", "targets": ["/redfish/v1/UpdateService/FirmwareInventory/BIOS"], "transfer_protocol": "https", "apply_time": "on_reset"}}"#,
+        );
         let Action::FirmwareUpdate(u) = &ok else { panic!("{ok:?}") };
         assert!(u.validate().is_ok());
         assert!(!ok.is_idempotent() && ok.watches_task() && !ok.is_destructive());
@@ -436,7 +485,22 @@ mod tests {
         for good in ["bios-2.1.bin", "BMC_fw+2.4~rc1.bin", "a", &"x".repeat(255)] {
             assert!(push(good).validate().is_ok(), "{good}");
         }
-        for bad in ["", "../etc/passwd", "..", ".", ".hidden", "a/b", "a\\b", "a\0b", "a\nb", "a b", "bios\u{202e}.bin", "é.bin", &"x".repeat(256), "/etc/passwd"] {
+        for bad in [
+            "",
+            "../etc/passwd",
+            "..",
+            ".",
+            ".hidden",
+            "a/b",
+            "a\\b",
+            "a\0b",
+            "a\nb",
+            "a b",
+            "bios\u{202e}.bin",
+            "é.bin",
+            &"x".repeat(256),
+            "/etc/passwd",
+        ] {
             let e = push(bad).validate().unwrap_err();
             assert!(e.contains("image_file"), "{bad:?}: {e}");
         }
@@ -444,9 +508,22 @@ mod tests {
         assert!(FirmwareUpdate { sha256: Some(sha.to_uppercase()), ..push("x.bin") }.validate().is_ok());
         for (u, says) in [
             (FirmwareUpdate { sha256: Some("abc".into()), ..push("x.bin") }, "64 hexadecimal"),
-            (FirmwareUpdate { image_uri: Some("https://repo.example/x.bin".into()), ..push("x.bin") }, "exclude each other"),
-            (FirmwareUpdate { transfer_protocol: Some(TransferProtocol::Https), ..push("x.bin") }, "only with image_uri"),
-            (FirmwareUpdate { image_uri: Some("https://repo.example/x.bin".into()), sha256: Some(sha.into()), ..FirmwareUpdate::default() }, "only with image_file"),
+            (
+                FirmwareUpdate { image_uri: Some("https://repo.example/x.bin".into()), ..push("x.bin") },
+                "exclude each other",
+            ),
+            (
+                FirmwareUpdate { transfer_protocol: Some(TransferProtocol::Https), ..push("x.bin") },
+                "only with image_uri",
+            ),
+            (
+                FirmwareUpdate {
+                    image_uri: Some("https://repo.example/x.bin".into()),
+                    sha256: Some(sha.into()),
+                    ..FirmwareUpdate::default()
+                },
+                "only with image_file",
+            ),
             (FirmwareUpdate::default(), "needs image_uri"),
         ] {
             assert!(u.validate().unwrap_err().contains(says), "{u:?}");
@@ -455,10 +532,20 @@ mod tests {
         assert!(pushed.loggable().contains("push file=bios-2.1.bin sha256=9f86"), "{}", pushed.loggable());
         assert!(pushed.secret_param().is_none());
         // A URI with credentials is a secret parameter, hidden in logs.
-        let secret = Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some("https://u:pw@repo.example/x.bin?sig=S1G".into()), ..FirmwareUpdate::default() });
+        let secret = Action::FirmwareUpdate(FirmwareUpdate {
+            image_uri: Some("https://u:pw@repo.example/x.bin?sig=S1G".into()),
+            ..FirmwareUpdate::default()
+        });
         assert_eq!(secret.secret_param().map(|p| p.0), Some(ParamField::Url));
         assert!(!secret.loggable().contains("S1G") && !secret.loggable().contains("pw@"), "{}", secret.loggable());
-        let batch = Batch { id: None, machine: Some("m".into()), bmc: None, actions: vec![Action::Inventory, ok], on_error: OnError::Stop, deadline: None };
+        let batch = Batch {
+            id: None,
+            machine: Some("m".into()),
+            bmc: None,
+            actions: vec![Action::Inventory, ok],
+            on_error: OnError::Stop,
+            deadline: None,
+        };
         let off = check_firmware_updates(&batch, "t1", &FirmwareUpdatePolicy::default()).unwrap_err();
         assert_eq!(off.code, ErrorCode::FirmwareUpdateDisabled);
         assert!(off.message.starts_with("actions[1]: firmware updates are off"), "{}", off.message);
@@ -469,7 +556,10 @@ mod tests {
         assert_eq!(FirmwareUpdatePolicy::parse("off").unwrap(), FirmwareUpdatePolicy::Off);
         assert!(FirmwareUpdatePolicy::parse("Bad_Tenant").is_err());
         let plain = Batch { actions: vec![Action::Inventory], ..batch };
-        assert!(check_firmware_updates(&plain, "t3", &FirmwareUpdatePolicy::Off).is_ok(), "other actions need no permission");
+        assert!(
+            check_firmware_updates(&plain, "t3", &FirmwareUpdatePolicy::Off).is_ok(),
+            "other actions need no permission"
+        );
     }
 
     #[test]
@@ -477,7 +567,10 @@ mod tests {
         let parse = |json: &str| serde_json::from_str::<Action>(json).unwrap();
         let ok = parse(r#"{"power_settle": {"op": "soft_off", "settle": "5m", "escalate_after": "2m"}}"#);
         let Action::PowerSettle(p) = &ok else { panic!("{ok:?}") };
-        assert_eq!((p.settle, p.escalate_after), (Some(std::time::Duration::from_secs(300)), Some(std::time::Duration::from_secs(120))));
+        assert_eq!(
+            (p.settle, p.escalate_after),
+            (Some(std::time::Duration::from_secs(300)), Some(std::time::Duration::from_secs(120)))
+        );
         assert!(p.validate().is_ok());
         assert_eq!(ok.kind(), "power_soft_off", "the same action name as a plain soft off");
         for (json, says) in [
@@ -489,8 +582,14 @@ mod tests {
             let Action::PowerSettle(p) = parse(json) else { panic!() };
             assert!(p.validate().unwrap_err().contains(says), "{json}");
         }
-        assert!(serde_json::from_str::<Action>(r#"{"power_settle": {"op": "on", "settle": "5"}}"#).is_err(), "durations need a unit");
-        assert!(serde_json::from_str::<Action>(r#"{"power_settle": {"op": "on", "wait": "5s"}}"#).is_err(), "unknown fields");
+        assert!(
+            serde_json::from_str::<Action>(r#"{"power_settle": {"op": "on", "settle": "5"}}"#).is_err(),
+            "durations need a unit"
+        );
+        assert!(
+            serde_json::from_str::<Action>(r#"{"power_settle": {"op": "on", "wait": "5s"}}"#).is_err(),
+            "unknown fields"
+        );
     }
 
     #[test]
@@ -515,7 +614,11 @@ mod tests {
 
     /// A deployment that allows ad hoc targets in 10.0.0.0/8.
     fn ad_hoc_limits() -> Limits {
-        Limits { ad_hoc: crate::machine::AdHocPolicy::parse("10.0.0.0/8").unwrap(), allow_inline_credentials: true, ..Limits::default() }
+        Limits {
+            ad_hoc: crate::machine::AdHocPolicy::parse("10.0.0.0/8").unwrap(),
+            allow_inline_credentials: true,
+            ..Limits::default()
+        }
     }
 
     const INLINE: &str = r#"{"inline":{"username":"a","password":"p"}}"#;
@@ -543,17 +646,29 @@ mod tests {
     #[test]
     fn typed_errors() {
         assert_eq!(code(r#"{"machine":"m1","actions":[]}"#), ErrorCode::EmptyBatch);
-        assert_eq!(code(r#"{"bmc":{"address":"10.0.0.300","credentials":{"ref":"r"}},"actions":["inventory"]}"#), ErrorCode::InvalidAddress);
+        assert_eq!(
+            code(r#"{"bmc":{"address":"10.0.0.300","credentials":{"ref":"r"}},"actions":["inventory"]}"#),
+            ErrorCode::InvalidAddress
+        );
         assert_eq!(code(r#"{"machine":"Rack 12","actions":["inventory"]}"#), ErrorCode::InvalidField);
         assert_eq!(code(r#"{"actions":["inventory"]}"#), ErrorCode::InvalidField);
         assert_eq!(code(r#"{"machine":"m1","actions":["inventory"],"x":1}"#), ErrorCode::Malformed);
         assert_eq!(code("{not json"), ErrorCode::Malformed);
         assert_eq!(code(""), ErrorCode::Malformed);
-        assert_eq!(code(r#"{"machine":"m1","actions":[{"user":{"update":{"name":"","enabled":true}}}]}"#), ErrorCode::InvalidField);
+        assert_eq!(
+            code(r#"{"machine":"m1","actions":[{"user":{"update":{"name":"","enabled":true}}}]}"#),
+            ErrorCode::InvalidField
+        );
         assert_eq!(code(r#"{"machine":"m1","actions":[{"user":{"update":{"enabled":true}}}]}"#), ErrorCode::Malformed);
-        assert_eq!(code(r#"{"machine":"m1","actions":[{"raw":{"redfish":{"method":"GET","path":"/etc/passwd"}}}]}"#), ErrorCode::InvalidField);
+        assert_eq!(
+            code(r#"{"machine":"m1","actions":[{"raw":{"redfish":{"method":"GET","path":"/etc/passwd"}}}]}"#),
+            ErrorCode::InvalidField
+        );
         assert_eq!(code(r#"{"machine":"m1","actions":["inventory"],"deadline":"30"}"#), ErrorCode::Malformed);
-        assert_eq!(ad_hoc(&format!(r#"{{"address":"10.0.0.1","protocol":"sim","credentials":{INLINE}}}"#)).unwrap_err().code, ErrorCode::InvalidField);
+        assert_eq!(
+            ad_hoc(&format!(r#"{{"address":"10.0.0.1","protocol":"sim","credentials":{INLINE}}}"#)).unwrap_err().code,
+            ErrorCode::InvalidField
+        );
     }
 
     #[test]
@@ -570,12 +685,21 @@ mod tests {
         // Logs show raw Redfish paths without their query (it may carry a
         // token); a refusal is logged by the gateway too.
         for path in ["/redfish/v1/Systems/../x?access_token=T0KEN", "/etc/passwd?access_token=T0KEN"] {
-            let s = format!(r#"{{"machine":"m1","actions":[{{"raw":{{"redfish":{{"method":"GET","path":"{path}"}}}}}}]}}"#);
+            let s =
+                format!(r#"{{"machine":"m1","actions":[{{"raw":{{"redfish":{{"method":"GET","path":"{path}"}}}}}}]}}"#);
             let e = json(&s).unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
-            assert!(!e.message.contains("T0KEN") && e.message.contains("/redfish/v1/Systems/../x") == path.starts_with("/redfish"), "{e}");
+            assert!(
+                !e.message.contains("T0KEN")
+                    && e.message.contains("/redfish/v1/Systems/../x") == path.starts_with("/redfish"),
+                "{e}"
+            );
         }
-        let t = FirmwareUpdate { image_uri: Some("https://repo.example/x.bin".into()), targets: vec!["/redfish/v1/../x?access_token=T0KEN".into()], ..FirmwareUpdate::default() };
+        let t = FirmwareUpdate {
+            image_uri: Some("https://repo.example/x.bin".into()),
+            targets: vec!["/redfish/v1/../x?access_token=T0KEN".into()],
+            ..FirmwareUpdate::default()
+        };
         let e = t.validate().unwrap_err();
         assert!(!e.contains("T0KEN") && e.contains("firmware_update.targets"), "{e}");
     }
@@ -623,7 +747,9 @@ mod tests {
     #[test]
     fn ad_hoc_targets_are_off_by_default_and_bounded_when_on() {
         let s = format!(r#"{{"bmc":{{"address":"10.0.0.1","credentials":{INLINE}}},"actions":["inventory"]}}"#);
-        let e = decode_batch(s.as_bytes(), Encoding::Json, &Limits { allow_inline_credentials: true, ..Limits::default() }).unwrap_err();
+        let e =
+            decode_batch(s.as_bytes(), Encoding::Json, &Limits { allow_inline_credentials: true, ..Limits::default() })
+                .unwrap_err();
         assert_eq!(e.code, ErrorCode::TargetForbidden, "{e}");
         ad_hoc(&format!(r#"{{"address":"10.0.0.1","credentials":{INLINE}}}"#)).unwrap();
         // Hostnames pass here; the worker checks what they resolve to.
@@ -635,7 +761,13 @@ mod tests {
             (format!(r#"{{"address":"[::ffff:127.0.0.1]:443","credentials":{INLINE}}}"#), "outside"),
             (format!(r#"{{"address":"10.0.0.1","credentials":{INLINE},"tls":{{"insecure":true}}}}"#), "bmc.tls"),
             (format!(r#"{{"address":"10.0.0.1","credentials":{INLINE},"tls":{{"ca_pem":"x"}}}}"#), "bmc.tls"),
-            (format!(r#"{{"address":"10.0.0.1","credentials":{INLINE},"tls":{{"pin_sha256":"{}"}}}}"#, "ab".repeat(32)), "bmc.tls"),
+            (
+                format!(
+                    r#"{{"address":"10.0.0.1","credentials":{INLINE},"tls":{{"pin_sha256":"{}"}}}}"#,
+                    "ab".repeat(32)
+                ),
+                "bmc.tls",
+            ),
         ] {
             let e = ad_hoc(&target).unwrap_err();
             assert_eq!(e.code, ErrorCode::TargetForbidden, "{target}: {e}");
@@ -649,7 +781,10 @@ mod tests {
     fn inline_credentials_are_refused_by_default() {
         let s = format!(r#"{{"bmc":{{"address":"10.0.0.1","credentials":{INLINE}}},"actions":["inventory"]}}"#);
         let limits = Limits { allow_inline_credentials: false, ..ad_hoc_limits() };
-        assert_eq!(decode_batch(s.as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::InlineCredentialsDisabled);
+        assert_eq!(
+            decode_batch(s.as_bytes(), Encoding::Json, &limits).unwrap_err().code,
+            ErrorCode::InlineCredentialsDisabled
+        );
         decode_batch(s.as_bytes(), Encoding::Json, &ad_hoc_limits()).unwrap();
     }
 
@@ -663,7 +798,10 @@ mod tests {
             )
         };
         let refusing = ad_hoc_limits();
-        assert_eq!(decode_batch(s(&key).as_bytes(), Encoding::Json, &refusing).unwrap_err().code, ErrorCode::InlineCredentialsDisabled);
+        assert_eq!(
+            decode_batch(s(&key).as_bytes(), Encoding::Json, &refusing).unwrap_err().code,
+            ErrorCode::InlineCredentialsDisabled
+        );
         let limits = Limits { sealing_key: Some(key.clone()), ..ad_hoc_limits() };
         decode_batch(s(&key).as_bytes(), Encoding::Json, &limits).unwrap();
         let e = decode_batch(s(&other).as_bytes(), Encoding::Json, &limits).unwrap_err();
@@ -673,11 +811,23 @@ mod tests {
 
     #[test]
     fn a_virtual_media_url_is_one_bounded_token_naming_a_host() {
-        let insert = |url: &str| format!(r#"{{"machine":"m1","actions":[{{"virtual_media":{{"insert":{{"url":{},"media":"cd"}}}}}}]}}"#, serde_json::json!(url));
+        let insert = |url: &str| {
+            format!(
+                r#"{{"machine":"m1","actions":[{{"virtual_media":{{"insert":{{"url":{},"media":"cd"}}}}}}]}}"#,
+                serde_json::json!(url)
+            )
+        };
         json(&insert("https://img.example/boot.iso")).unwrap();
         json(&insert("nfs://10.0.0.9/export/boot.iso")).unwrap();
         let long = format!("https://img.example/{}.iso", "a".repeat(2100));
-        for bad in ["https://img.example/a b.iso", "https://img.example/a\nInjected: 1", "https://img.example/\u{7}.iso", long.as_str(), "nfs:///export/boot.iso", "ftp://img.example/x.iso"] {
+        for bad in [
+            "https://img.example/a b.iso",
+            "https://img.example/a\nInjected: 1",
+            "https://img.example/\u{7}.iso",
+            long.as_str(),
+            "nfs:///export/boot.iso",
+            "ftp://img.example/x.iso",
+        ] {
             assert_eq!(code(&insert(bad)), ErrorCode::InvalidField, "{bad:?}");
         }
     }
@@ -692,11 +842,15 @@ mod tests {
         assert_eq!(e.code, ErrorCode::RawNotAllowed);
         assert!(e.message.starts_with("actions[1]") && e.message.contains("deny ipmi:netfn=0x08-0x09"), "{e}");
         let limits = Limits { raw_policy: crate::RawPolicy::off(), ..Limits::default() };
-        assert_eq!(decode_batch(ipmi(6).as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::RawNotAllowed);
+        assert_eq!(
+            decode_batch(ipmi(6).as_bytes(), Encoding::Json, &limits).unwrap_err().code,
+            ErrorCode::RawNotAllowed
+        );
         let upd = r#"{"machine":"m1","actions":[{"raw":{"redfish":{"method":"POST","path":"/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate","body":{}}}}]}"#;
         assert_eq!(code(upd), ErrorCode::RawNotAllowed);
         // A destructive action the default denies is denied spelled as a raw request too.
-        let clear_sel = r#"{"machine":"m1","actions":[{"raw":{"ipmi":{"netfn":10,"cmd":71,"data":[0,0,67,76,82,170]}}}]}"#;
+        let clear_sel =
+            r#"{"machine":"m1","actions":[{"raw":{"ipmi":{"netfn":10,"cmd":71,"data":[0,0,67,76,82,170]}}}]}"#;
         assert_eq!(code(clear_sel), ErrorCode::RawNotAllowed);
         let clear_log = r#"{"machine":"m1","actions":[{"raw":{"redfish":{"method":"POST","path":"/redfish/v1/Systems/1/LogServices/SEL/Actions/LogService.ClearLog","body":{}}}}]}"#;
         assert_eq!(code(clear_log), ErrorCode::RawNotAllowed);
@@ -710,15 +864,25 @@ mod tests {
             assert_eq!(e.code, ErrorCode::RawNotAllowed, "{a}");
             assert!(e.message.contains("deny action:*"), "{e}");
         }
-        let limits = Limits { raw_policy: crate::RawPolicy::parse("allow action:event_log_clear; default").unwrap(), ..Limits::default() };
+        let limits = Limits {
+            raw_policy: crate::RawPolicy::parse("allow action:event_log_clear; default").unwrap(),
+            ..Limits::default()
+        };
         decode_batch(batch(r#"{"event_log":"clear"}"#).as_bytes(), Encoding::Json, &limits).unwrap();
-        assert_eq!(decode_batch(batch(r#""bios_reset""#).as_bytes(), Encoding::Json, &limits).unwrap_err().code, ErrorCode::RawNotAllowed);
+        assert_eq!(
+            decode_batch(batch(r#""bios_reset""#).as_bytes(), Encoding::Json, &limits).unwrap_err().code,
+            ErrorCode::RawNotAllowed
+        );
         json(&batch(r#"{"event_log":{"read":{"limit":10}}}"#)).unwrap();
         assert_eq!(code(&batch(r#"{"event_log":{"read":{"limit":0}}}"#)), ErrorCode::InvalidField);
         assert_eq!(code(&batch(r#"{"event_log":{"read":{"limit":1001}}}"#)), ErrorCode::InvalidField);
 
         json(&batch(r#"{"bios_set":{"attributes":{"BootMode":"Uefi","Cores":4}}}"#)).unwrap();
-        for bad in [r#"{"bios_set":{"attributes":{}}}"#, r#"{"bios_set":{"attributes":{"AdminPassword":"x"}}}"#, r#"{"bios_set":{"attributes":{"A":[1]}}}"#] {
+        for bad in [
+            r#"{"bios_set":{"attributes":{}}}"#,
+            r#"{"bios_set":{"attributes":{"AdminPassword":"x"}}}"#,
+            r#"{"bios_set":{"attributes":{"A":[1]}}}"#,
+        ] {
             assert_eq!(code(&batch(bad)), ErrorCode::InvalidField, "{bad}");
         }
     }

@@ -68,7 +68,9 @@ fn case(label: impl Into<String>, schema: &'static str, value: &impl serde::Seri
 fn check(python: &Path, cases: &[Case]) -> Vec<String> {
     let input: String = cases
         .iter()
-        .map(|c| json!({"label": c.label, "schema": c.schema, "instance": c.instance, "valid": c.valid}).to_string() + "\n")
+        .map(|c| {
+            json!({"label": c.label, "schema": c.schema, "instance": c.instance, "valid": c.valid}).to_string() + "\n"
+        })
         .collect();
     let mut child = Command::new(python)
         .arg(schema_dir().join("check.py"))
@@ -90,7 +92,8 @@ fn check(python: &Path, cases: &[Case]) -> Vec<String> {
     if out.status.success() {
         return Vec::new();
     }
-    let mut complaints: Vec<String> = stdout.lines().filter(|l| !l.starts_with("checked ")).map(str::to_owned).collect();
+    let mut complaints: Vec<String> =
+        stdout.lines().filter(|l| !l.starts_with("checked ")).map(str::to_owned).collect();
     if complaints.is_empty() {
         complaints.push(format!("check.py failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
@@ -261,14 +264,29 @@ fn id() -> BatchId {
 }
 
 fn every_action() -> Vec<Action> {
-    let mut out: Vec<Action> = every!(PowerOp: On, Off, SoftOff, Cycle, Reset, Status, Nmi).into_iter().map(Action::Power).collect();
+    let mut out: Vec<Action> =
+        every!(PowerOp: On, Off, SoftOff, Cycle, Reset, Status, Nmi).into_iter().map(Action::Power).collect();
     out.extend([
-        Action::PowerSettle(PowerSettle { op: PowerOp::SoftOff, settle: Some(Duration::from_secs(120)), escalate_after: Some(Duration::from_secs(90)) }),
+        Action::PowerSettle(PowerSettle {
+            op: PowerOp::SoftOff,
+            settle: Some(Duration::from_secs(120)),
+            escalate_after: Some(Duration::from_secs(90)),
+        }),
         Action::PowerSettle(PowerSettle { op: PowerOp::On, settle: None, escalate_after: None }),
         Action::GetBootDevice,
         Action::User(UserOp::List),
-        Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: Secret::new("pw"), role: UserRole::Operator, enabled: true })),
-        Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: Some(Secret::new("pw2")), role: Some(UserRole::NoAccess), enabled: Some(false) })),
+        Action::User(UserOp::Create(UserSpec {
+            name: "ops".into(),
+            password: Secret::new("pw"),
+            role: UserRole::Operator,
+            enabled: true,
+        })),
+        Action::User(UserOp::Update(UserUpdate {
+            name: "ops".into(),
+            password: Some(Secret::new("pw2")),
+            role: Some(UserRole::NoAccess),
+            enabled: Some(false),
+        })),
         Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: None, role: None, enabled: None })),
         Action::User(UserOp::Delete { name: "ops".into() }),
         Action::NetworkSource(NetworkSourceOp::Get),
@@ -279,14 +297,25 @@ fn every_action() -> Vec<Action> {
             gateway: Some("10.0.0.1".parse().unwrap()),
         })),
         Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x06, cmd: 0x01, data: vec![1, 255] })),
-        Action::Raw(RawRequest::Redfish(RawRedfish { method: HttpMethod::Patch, path: "/redfish/v1/Systems/1".into(), body: Some(json!({"AssetTag": "x"})) })),
+        Action::Raw(RawRequest::Redfish(RawRedfish {
+            method: HttpMethod::Patch,
+            path: "/redfish/v1/Systems/1".into(),
+            body: Some(json!({"AssetTag": "x"})),
+        })),
         Action::Inventory,
         Action::EventLog(EventLogOp::read()),
         Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 20 }),
         Action::EventLog(EventLogOp::Clear),
         Action::Sensors,
         Action::BiosGet,
-        Action::BiosSet(BiosSet { attributes: [("BootMode".to_owned(), json!("Uefi")), ("Cores".to_owned(), json!(4)), ("Vt".to_owned(), json!(true))].into() }),
+        Action::BiosSet(BiosSet {
+            attributes: [
+                ("BootMode".to_owned(), json!("Uefi")),
+                ("Cores".to_owned(), json!(4)),
+                ("Vt".to_owned(), json!(true)),
+            ]
+            .into(),
+        }),
         Action::BiosReset,
         Action::SecureBootGet,
         Action::SecureBootSet(SecureBootSet { enabled: true }),
@@ -294,8 +323,14 @@ fn every_action() -> Vec<Action> {
     for kind in every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk) {
         out.push(Action::SecureBootResetKeys(kind));
     }
-    out.push(Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some("https://repo.example/bios.bin".into()), ..FirmwareUpdate::default() }));
-    out.push(Action::FirmwareUpdate(FirmwareUpdate { image_file: Some("bios-2.1.bin".into()), ..FirmwareUpdate::default() }));
+    out.push(Action::FirmwareUpdate(FirmwareUpdate {
+        image_uri: Some("https://repo.example/bios.bin".into()),
+        ..FirmwareUpdate::default()
+    }));
+    out.push(Action::FirmwareUpdate(FirmwareUpdate {
+        image_file: Some("bios-2.1.bin".into()),
+        ..FirmwareUpdate::default()
+    }));
     out.push(Action::FirmwareUpdate(FirmwareUpdate {
         image_file: Some("BMC_fw+2.4~rc1.bin".into()),
         sha256: Some("9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08".into()),
@@ -332,13 +367,35 @@ fn every_credentials() -> Vec<Credentials> {
     vec![
         Credentials::Ref("rack12-bmc".into()),
         Credentials::Inline { username: "admin".into(), password: Secret::new("pw") },
-        Credentials::Sealed(SealedCredentials { username: "admin".into(), key: "XKEY".into(), sender: "XSENDER".into(), sealed: "Ym94".into() }),
+        Credentials::Sealed(SealedCredentials {
+            username: "admin".into(),
+            key: "XKEY".into(),
+            sender: "XSENDER".into(),
+            sealed: "Ym94".into(),
+        }),
     ]
 }
 
 fn every_batch() -> Vec<Batch> {
-    let machine = Batch { id: Some(id()), machine: Some("rack12-node3".into()), bmc: None, actions: every_action(), on_error: OnError::Continue, deadline: Some(Duration::from_secs(300)) };
-    let mut out = vec![machine, Batch { id: None, machine: Some("m".into()), bmc: None, actions: vec![Action::Inventory], on_error: OnError::Stop, deadline: None }];
+    let machine = Batch {
+        id: Some(id()),
+        machine: Some("rack12-node3".into()),
+        bmc: None,
+        actions: every_action(),
+        on_error: OnError::Continue,
+        deadline: Some(Duration::from_secs(300)),
+    };
+    let mut out = vec![
+        machine,
+        Batch {
+            id: None,
+            machine: Some("m".into()),
+            bmc: None,
+            actions: vec![Action::Inventory],
+            on_error: OnError::Stop,
+            deadline: None,
+        },
+    ];
     for (i, credentials) in every_credentials().into_iter().enumerate() {
         let protocol = every!(Protocol: Ipmi, Redfish, Amt, Auto, Sim)[i % 5];
         let full = i == 0;
@@ -349,7 +406,16 @@ fn every_batch() -> Vec<Batch> {
                 address: "[fe80::1]:623".parse().unwrap(),
                 protocol,
                 credentials,
-                tls: if full { TlsOptions { insecure: true, ca_pem: Some("PEM".into()), pin_sha256: Some("ab".repeat(32)), allow_plain_http: true } } else { TlsOptions::default() },
+                tls: if full {
+                    TlsOptions {
+                        insecure: true,
+                        ca_pem: Some("PEM".into()),
+                        pin_sha256: Some("ab".repeat(32)),
+                        allow_plain_http: true,
+                    }
+                } else {
+                    TlsOptions::default()
+                },
                 system_id: full.then(|| "1".into()),
                 options: if full {
                     TargetOptions {
@@ -392,13 +458,68 @@ fn every_data() -> Vec<ActionData> {
             ..Default::default()
         })),
         ActionData::Inventory(Box::new(Inventory {
-            processors: vec![Processor { id: "CPU1".into(), model: Some("Xeon".into()), manufacturer: Some("Intel".into()), cores: Some(32), threads: Some(64), max_speed_mhz: Some(3500), health: Some(Health::Ok) }],
-            memory: vec![MemoryModule { id: "DIMM1".into(), capacity_mib: Some(32768), memory_type: Some("DDR5".into()), speed_mhz: Some(4800), manufacturer: Some("Hynix".into()), part_number: Some("HMCG".into()), serial: Some("M1".into()), health: Some(Health::Warning) }],
-            drives: vec![Drive { id: "Disk.Bay.0".into(), model: Some("PM883".into()), manufacturer: Some("Samsung".into()), serial: Some("S1".into()), capacity_bytes: Some(960_197_124_096), media_type: Some("SSD".into()), protocol: Some("SATA".into()), firmware_version: Some("HXT7".into()), health: Some(Health::Ok) }],
-            nics: vec![Nic { id: "NIC.1".into(), mac_addresses: vec!["00:11:22:33:44:55".into()], speed_mbps: Some(25_000), link_status: Some("LinkUp".into()), model: Some("X710".into()), manufacturer: Some("Intel".into()), firmware_version: Some("9.1".into()), health: None }],
-            power_supplies: vec![PowerSupply { id: "PSU1".into(), model: Some("PWS".into()), manufacturer: Some("Delta".into()), serial: Some("P1".into()), part_number: Some("PN".into()), capacity_w: Some(1600), firmware_version: Some("1.2".into()), health: Some(Health::Critical) }],
-            firmware: vec![Firmware { id: "BMC".into(), name: Some("BMC".into()), version: Some("6.10".into()), updateable: Some(true) }],
-            fru: Some(Fru { chassis_type: Some("Rack Mount Chassis".into()), board_serial: Some("B1".into()), asset_tag: Some("A1".into()), ..Default::default() }),
+            processors: vec![Processor {
+                id: "CPU1".into(),
+                model: Some("Xeon".into()),
+                manufacturer: Some("Intel".into()),
+                cores: Some(32),
+                threads: Some(64),
+                max_speed_mhz: Some(3500),
+                health: Some(Health::Ok),
+            }],
+            memory: vec![MemoryModule {
+                id: "DIMM1".into(),
+                capacity_mib: Some(32768),
+                memory_type: Some("DDR5".into()),
+                speed_mhz: Some(4800),
+                manufacturer: Some("Hynix".into()),
+                part_number: Some("HMCG".into()),
+                serial: Some("M1".into()),
+                health: Some(Health::Warning),
+            }],
+            drives: vec![Drive {
+                id: "Disk.Bay.0".into(),
+                model: Some("PM883".into()),
+                manufacturer: Some("Samsung".into()),
+                serial: Some("S1".into()),
+                capacity_bytes: Some(960_197_124_096),
+                media_type: Some("SSD".into()),
+                protocol: Some("SATA".into()),
+                firmware_version: Some("HXT7".into()),
+                health: Some(Health::Ok),
+            }],
+            nics: vec![Nic {
+                id: "NIC.1".into(),
+                mac_addresses: vec!["00:11:22:33:44:55".into()],
+                speed_mbps: Some(25_000),
+                link_status: Some("LinkUp".into()),
+                model: Some("X710".into()),
+                manufacturer: Some("Intel".into()),
+                firmware_version: Some("9.1".into()),
+                health: None,
+            }],
+            power_supplies: vec![PowerSupply {
+                id: "PSU1".into(),
+                model: Some("PWS".into()),
+                manufacturer: Some("Delta".into()),
+                serial: Some("P1".into()),
+                part_number: Some("PN".into()),
+                capacity_w: Some(1600),
+                firmware_version: Some("1.2".into()),
+                health: Some(Health::Critical),
+            }],
+            firmware: vec![Firmware {
+                id: "BMC".into(),
+                name: Some("BMC".into()),
+                version: Some("6.10".into()),
+                updateable: Some(true),
+            }],
+            fru: Some(Fru {
+                chassis_type: Some("Rack Mount Chassis".into()),
+                board_serial: Some("B1".into()),
+                asset_tag: Some("A1".into()),
+                ..Default::default()
+            }),
             unread: vec![Section::Drives],
             truncated: vec![Section::Memory, Section::Firmware],
             ..Default::default()
@@ -416,7 +537,13 @@ fn every_data() -> Vec<ActionData> {
                     raw: Some("42000200".repeat(4)),
                     log: None,
                 },
-                EventLogEntry { id: "1".into(), message: "m".into(), log: Some("SEL".into()), severity: Some(Health::Warning), ..EventLogEntry::default() },
+                EventLogEntry {
+                    id: "1".into(),
+                    message: "m".into(),
+                    log: Some("SEL".into()),
+                    severity: Some(Health::Warning),
+                    ..EventLogEntry::default()
+                },
             ],
         }),
         ActionData::Sensors(vec![
@@ -425,23 +552,61 @@ fn every_data() -> Vec<ActionData> {
                 kind: SensorKind::Temperature,
                 value: Some(24.5),
                 unit: Some("Cel".into()),
-                thresholds: Thresholds { lower_critical: Some(0.0), lower_warning: Some(5.0), upper_warning: Some(40.0), upper_critical: Some(45.0) },
+                thresholds: Thresholds {
+                    lower_critical: Some(0.0),
+                    lower_warning: Some(5.0),
+                    upper_warning: Some(40.0),
+                    upper_critical: Some(45.0),
+                },
                 health: Some(Health::Ok),
             },
-            SensorReading { name: "Fan1".into(), kind: SensorKind::Fan, value: None, unit: None, thresholds: Thresholds::default(), health: None },
+            SensorReading {
+                name: "Fan1".into(),
+                kind: SensorKind::Fan,
+                value: None,
+                unit: None,
+                thresholds: Thresholds::default(),
+                health: None,
+            },
         ]),
         ActionData::Bios(Bios {
             attributes: [("BootMode".to_owned(), json!("Uefi")), ("Cores".to_owned(), json!(4))].into(),
             pending: [("BootMode".to_owned(), json!("Bios"))].into(),
             registry: vec![
-                BiosAttribute { name: "BootMode".into(), kind: "Enumeration".into(), read_only: false, allowed: vec!["Bios".into(), "Uefi".into()], ..BiosAttribute::default() },
-                BiosAttribute { name: "Cores".into(), kind: "Integer".into(), read_only: true, allowed: vec![], lower_bound: Some(1), upper_bound: Some(64), max_length: None },
-                BiosAttribute { name: "Tag".into(), kind: "String".into(), max_length: Some(16), ..BiosAttribute::default() },
+                BiosAttribute {
+                    name: "BootMode".into(),
+                    kind: "Enumeration".into(),
+                    read_only: false,
+                    allowed: vec!["Bios".into(), "Uefi".into()],
+                    ..BiosAttribute::default()
+                },
+                BiosAttribute {
+                    name: "Cores".into(),
+                    kind: "Integer".into(),
+                    read_only: true,
+                    allowed: vec![],
+                    lower_bound: Some(1),
+                    upper_bound: Some(64),
+                    max_length: None,
+                },
+                BiosAttribute {
+                    name: "Tag".into(),
+                    kind: "String".into(),
+                    max_length: Some(16),
+                    ..BiosAttribute::default()
+                },
             ],
         }),
         ActionData::Bios(Bios::default()),
-        ActionData::BiosPending(BiosPending { attributes: [("BootMode".to_owned(), json!("Bios"))].into(), apply_time: Some("OnReset".into()) }),
-        ActionData::SecureBoot(SecureBootState { enabled: true, current_boot: Some("Enabled".into()), mode: Some("DeployedMode".into()) }),
+        ActionData::BiosPending(BiosPending {
+            attributes: [("BootMode".to_owned(), json!("Bios"))].into(),
+            apply_time: Some("OnReset".into()),
+        }),
+        ActionData::SecureBoot(SecureBootState {
+            enabled: true,
+            current_boot: Some("Enabled".into()),
+            mode: Some("DeployedMode".into()),
+        }),
         ActionData::SecureBoot(SecureBootState::default()),
         ActionData::FirmwareUpdate(FirmwareUpdateResult {
             task: Some("/redfish/v1/TaskService/TaskMonitors/7".into()),
@@ -450,12 +615,19 @@ fn every_data() -> Vec<ActionData> {
             messages: vec!["Update successful".into()],
             resumed: true,
         }),
-        ActionData::FirmwareUpdate(FirmwareUpdateResult { state: "Accepted".into(), ..FirmwareUpdateResult::default() }),
+        ActionData::FirmwareUpdate(FirmwareUpdateResult {
+            state: "Accepted".into(),
+            ..FirmwareUpdateResult::default()
+        }),
     ]
 }
 
 fn every_result() -> Vec<ActionResult> {
-    let mut out: Vec<ActionResult> = every_data().into_iter().enumerate().map(|(i, d)| ActionResult::ok(i as u32, "power_status", Some("sim".into()), Some(d), 50)).collect();
+    let mut out: Vec<ActionResult> = every_data()
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| ActionResult::ok(i as u32, "power_status", Some("sim".into()), Some(d), 50))
+        .collect();
     out.push(ActionResult::ok(0, "power_on", None, None, 0));
     for (i, code) in every_error_code().into_iter().enumerate() {
         out.push(ActionResult::err(i as u32, "power_cycle", Some("ipmi".into()), ErrorBody::new(code, "why"), 1));
@@ -464,7 +636,16 @@ fn every_result() -> Vec<ActionResult> {
 }
 
 fn batch_result(state: BatchState) -> BatchResult {
-    BatchResult { id: id(), bmc: "v4-10-0-0-5".into(), state, results: every_result(), worker: "w1".into(), deliveries: 1, admitted_at_ms: 1, finished_at_ms: 2 }
+    BatchResult {
+        id: id(),
+        bmc: "v4-10-0-0-5".into(),
+        state,
+        results: every_result(),
+        worker: "w1".into(),
+        deliveries: 1,
+        admitted_at_ms: 1,
+        finished_at_ms: 2,
+    }
 }
 
 fn every_state() -> Vec<BatchState> {
@@ -479,7 +660,13 @@ fn batch_status(state: BatchState, full: bool) -> BatchStatus {
         state,
         results: if full { every_result() } else { vec![] },
         in_progress: full.then_some(3),
-        task: full.then(|| Box::new(TaskRecord { index: 3, requested: true, uri: Some("/redfish/v1/TaskService/TaskMonitors/7".into()) })),
+        task: full.then(|| {
+            Box::new(TaskRecord {
+                index: 3,
+                requested: true,
+                uri: Some("/redfish/v1/TaskService/TaskMonitors/7".into()),
+            })
+        }),
         cancel_requested: full,
         actions: vec!["power_on".into(), "boot_device".into()],
         stream_sequence: full.then_some(12),
@@ -509,7 +696,12 @@ fn every_event() -> Vec<Event> {
     let kinds = vec![
         EventKind::ActionStarted { index: 0, action: "power_on".into() },
         EventKind::ActionFinished { result: every_result().pop().unwrap() },
-        EventKind::ActionProgress { index: 1, action: "firmware_update".into(), percent: Some(40), state: Some("Running".into()) },
+        EventKind::ActionProgress {
+            index: 1,
+            action: "firmware_update".into(),
+            percent: Some(40),
+            state: Some("Running".into()),
+        },
         EventKind::ActionProgress { index: 1, action: "firmware_update".into(), percent: None, state: None },
         EventKind::BatchFinished { result: batch_result(BatchState::Failed) },
     ];
@@ -543,15 +735,34 @@ fn every_machine_event() -> Vec<MachineEvent> {
         MachineEventKind::Recovered,
         MachineEventKind::InventoryChanged {
             changes: vec![
-                InventoryChange { field: "firmware_version".into(), from: Some("1.0".into()), to: Some("2.0".into()), change: Default::default() },
+                InventoryChange {
+                    field: "firmware_version".into(),
+                    from: Some("1.0".into()),
+                    to: Some("2.0".into()),
+                    change: Default::default(),
+                },
                 InventoryChange { field: "extra.bios".into(), from: None, to: None, change: Default::default() },
                 InventoryChange::added("drives.Disk.Bay.1".into(), "PM883 S2".into()),
                 InventoryChange::removed("memory.DIMM2".into(), "32768 MiB DDR5".into()),
-                InventoryChange { field: "firmware.BMC".into(), from: Some("6.00".into()), to: Some("6.10".into()), change: ChangeKind::Changed },
+                InventoryChange {
+                    field: "firmware.BMC".into(),
+                    from: Some("6.00".into()),
+                    to: Some("6.10".into()),
+                    change: ChangeKind::Changed,
+                },
             ],
         },
     ];
-    kinds.into_iter().enumerate().map(|(i, event)| MachineEvent { machine: "rack12-node3".into(), at_ms: 12, event, state: machine_state(i % 2 == 0) }).collect()
+    kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, event)| MachineEvent {
+            machine: "rack12-node3".into(),
+            at_ms: 12,
+            event,
+            state: machine_state(i % 2 == 0),
+        })
+        .collect()
 }
 
 fn every_machine() -> Vec<Machine> {
@@ -573,7 +784,14 @@ fn cases() -> Vec<Case> {
         out.push(case(format!("batch {i}"), "batch.json", b));
     }
     for a in every_action() {
-        let b = Batch { id: None, machine: Some("m".into()), bmc: None, actions: vec![a.clone()], on_error: OnError::Stop, deadline: None };
+        let b = Batch {
+            id: None,
+            machine: Some("m".into()),
+            bmc: None,
+            actions: vec![a.clone()],
+            on_error: OnError::Stop,
+            deadline: None,
+        };
         out.push(case(format!("batch with action {}", action_tag(&a)), "batch.json", &b));
     }
     out.push(case("accepted", "accepted.json", &accepted()));
@@ -615,26 +833,61 @@ fn inventory_reply(inventory: Value) -> Value {
 
 /// Values the schemas must refuse: proves they constrain something.
 fn invalid_cases() -> Vec<Case> {
-    let bad = |label: &str, schema: &'static str, instance: Value| Case { label: label.into(), schema, instance, valid: false };
+    let bad = |label: &str, schema: &'static str, instance: Value| Case {
+        label: label.into(),
+        schema,
+        instance,
+        valid: false,
+    };
     let batch = |actions: Value| json!({"machine": "m", "actions": actions});
     vec![
         bad("unknown batch field", "batch.json", json!({"machine": "m", "actions": ["inventory"], "priority": 1})),
         bad("no target", "batch.json", json!({"actions": ["inventory"]})),
-        bad("machine and bmc", "batch.json", json!({"machine": "m", "bmc": {"address": "10.0.0.1", "credentials": {"ref": "c"}}, "actions": ["inventory"]})),
+        bad(
+            "machine and bmc",
+            "batch.json",
+            json!({"machine": "m", "bmc": {"address": "10.0.0.1", "credentials": {"ref": "c"}}, "actions": ["inventory"]}),
+        ),
         bad("no actions", "batch.json", batch(json!([]))),
         bad("unknown power op", "batch.json", batch(json!([{"power": "sideways"}]))),
         bad("unknown action", "batch.json", batch(json!([{"reboot": {}}]))),
         bad("two keys in an action", "batch.json", batch(json!([{"power": "on", "bmc_reset": "warm"}]))),
         bad("boot device without device", "batch.json", batch(json!([{"boot_device": {"persistent": true}}]))),
-        bad("cipher suite 0", "batch.json", json!({"bmc": {"address": "a", "credentials": {"ref": "c"}, "options": {"ipmi": {"cipher_suites": [0]}}}, "actions": ["inventory"]})),
+        bad(
+            "cipher suite 0",
+            "batch.json",
+            json!({"bmc": {"address": "a", "credentials": {"ref": "c"}, "options": {"ipmi": {"cipher_suites": [0]}}}, "actions": ["inventory"]}),
+        ),
         bad("raw netfn out of range", "batch.json", batch(json!([{"raw": {"ipmi": {"netfn": 256, "cmd": 1}}}]))),
         bad("firmware update without an image", "batch.json", batch(json!([{"firmware_update": {"targets": []}}]))),
-        bad("firmware image uri and file", "batch.json", batch(json!([{"firmware_update": {"image_uri": "https://r/x.bin", "image_file": "x.bin"}}]))),
-        bad("firmware image file with a path", "batch.json", batch(json!([{"firmware_update": {"image_file": "../etc/passwd"}}]))),
+        bad(
+            "firmware image uri and file",
+            "batch.json",
+            batch(json!([{"firmware_update": {"image_uri": "https://r/x.bin", "image_file": "x.bin"}}])),
+        ),
+        bad(
+            "firmware image file with a path",
+            "batch.json",
+            batch(json!([{"firmware_update": {"image_file": "../etc/passwd"}}])),
+        ),
         bad("firmware image file hidden", "batch.json", batch(json!([{"firmware_update": {"image_file": ".x"}}]))),
-        bad("firmware sha256 not hex", "batch.json", batch(json!([{"firmware_update": {"image_file": "x.bin", "sha256": "xyz"}}]))),
-        bad("firmware sha256 with a uri", "batch.json", batch(json!([{"firmware_update": {"image_uri": "https://r/x.bin", "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}}]))),
-        bad("firmware push with a transfer protocol", "batch.json", batch(json!([{"firmware_update": {"image_file": "x.bin", "transfer_protocol": "https"}}]))),
+        bad(
+            "firmware sha256 not hex",
+            "batch.json",
+            batch(json!([{"firmware_update": {"image_file": "x.bin", "sha256": "xyz"}}])),
+        ),
+        bad(
+            "firmware sha256 with a uri",
+            "batch.json",
+            batch(
+                json!([{"firmware_update": {"image_uri": "https://r/x.bin", "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}}]),
+            ),
+        ),
+        bad(
+            "firmware push with a transfer protocol",
+            "batch.json",
+            batch(json!([{"firmware_update": {"image_file": "x.bin", "transfer_protocol": "https"}}])),
+        ),
         bad("bad deadline", "batch.json", json!({"machine": "m", "actions": ["inventory"], "deadline": "soon"})),
         bad("bad id", "batch.json", json!({"id": "not-a-ulid", "machine": "m", "actions": ["inventory"]})),
         bad("unknown error code", "error-body.json", json!({"code": "oops", "message": ""})),
@@ -643,7 +896,11 @@ fn invalid_cases() -> Vec<Case> {
             v["state"] = json!("exploded");
             v
         }),
-        bad("unknown event kind", "event.json", json!({"batch": id().to_string(), "at_ms": 1, "event": {"action_paused": {}}})),
+        bad(
+            "unknown event kind",
+            "event.json",
+            json!({"batch": id().to_string(), "at_ms": 1, "event": {"action_paused": {}}}),
+        ),
         bad("unknown machine event kind", "machine-event.json", {
             let mut v = serde_json::to_value(&every_machine_event()[3]).unwrap();
             v["event"] = json!("vanished");
@@ -656,7 +913,11 @@ fn invalid_cases() -> Vec<Case> {
         }),
         bad("unknown reply", "reply.json", json!({"maybe": {}})),
         bad("drive without id", "reply.json", inventory_reply(json!({"drives": [{"model": "x"}]}))),
-        bad("negative capacity", "reply.json", inventory_reply(json!({"memory": [{"id": "DIMM1", "capacity_mib": -1}]}))),
+        bad(
+            "negative capacity",
+            "reply.json",
+            inventory_reply(json!({"memory": [{"id": "DIMM1", "capacity_mib": -1}]})),
+        ),
         bad("unknown inventory section", "reply.json", inventory_reply(json!({"unread": ["gpus"]}))),
         bad("unknown inventory change kind", "machine-event.json", {
             let mut v = serde_json::to_value(&every_machine_event()[4]).unwrap();
@@ -670,7 +931,8 @@ fn invalid_cases() -> Vec<Case> {
 fn every_variant_has_an_example() {
     let actions: BTreeSet<_> = every_action().iter().map(action_tag).collect();
     assert_eq!(actions.len(), ACTION_TAGS, "an Action variant without an example: {actions:?}");
-    let creds: BTreeSet<_> = every_batch().iter().filter_map(|b| b.bmc.as_ref()).map(|t| credentials_tag(&t.credentials)).collect();
+    let creds: BTreeSet<_> =
+        every_batch().iter().filter_map(|b| b.bmc.as_ref()).map(|t| credentials_tag(&t.credentials)).collect();
     assert_eq!(creds.len(), CREDENTIALS_TAGS, "{creds:?}");
     let data: BTreeSet<_> = every_data().iter().map(data_tag).collect();
     assert_eq!(data.len(), DATA_TAGS, "{data:?}");
@@ -697,7 +959,13 @@ fn schema_enums_equal_the_rust_enums() {
             .map(|v| v.as_str().unwrap().to_owned())
             .collect();
         let (r, s): (BTreeSet<_>, BTreeSet<_>) = (rust.iter().collect(), schema.iter().collect());
-        assert_eq!(r, s, "{name}: Rust {:?} vs schema {:?}", r.difference(&s).collect::<Vec<_>>(), s.difference(&r).collect::<Vec<_>>());
+        assert_eq!(
+            r,
+            s,
+            "{name}: Rust {:?} vs schema {:?}",
+            r.difference(&s).collect::<Vec<_>>(),
+            s.difference(&r).collect::<Vec<_>>()
+        );
     }
     // The event kind names in the Bmcfleet-Event header equal the schema's tags.
     let tags = |def: &str| -> BTreeSet<String> {
@@ -705,14 +973,20 @@ fn schema_enums_equal_the_rust_enums() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|alt| alt.get("const").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| alt["required"][0].as_str().unwrap().to_owned()))
+            .map(|alt| {
+                alt.get("const")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| alt["required"][0].as_str().unwrap().to_owned())
+            })
             .collect()
     };
     let events: BTreeSet<String> = every_event().iter().map(|e| event_tag(&e.event).to_owned()).collect();
     assert_eq!(tags("EventKind"), events);
     let machine: BTreeSet<String> = every_machine_event().iter().map(|e| e.event.name().to_owned()).collect();
     assert_eq!(tags("MachineEventKind"), machine);
-    let actions: BTreeSet<String> = every_action().iter().map(|a| action_tag(a).split('.').next().unwrap().to_owned()).collect();
+    let actions: BTreeSet<String> =
+        every_action().iter().map(|a| action_tag(a).split('.').next().unwrap().to_owned()).collect();
     assert_eq!(tags("Action"), actions);
 }
 
@@ -721,7 +995,13 @@ fn rust_values_validate_against_the_schemas() {
     let Some(python) = python() else { return };
     let cases = cases();
     let complaints = check(&python, &cases);
-    assert!(complaints.is_empty(), "{} of {} values do not match the schemas:\n{}", complaints.len(), cases.len(), complaints.join("\n"));
+    assert!(
+        complaints.is_empty(),
+        "{} of {} values do not match the schemas:\n{}",
+        complaints.len(),
+        cases.len(),
+        complaints.join("\n")
+    );
 }
 
 #[test]
@@ -751,7 +1031,8 @@ fn readme_batches_validate() {
             let where_ = format!("{} json block {i}", file.strip_prefix(root()).unwrap().display());
             let value: Value = serde_json::from_str(block).unwrap_or_else(|e| panic!("{where_} does not parse: {e}"));
             if value.get("actions").is_some() {
-                let _: Batch = serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{where_}: a batch the decoder refuses: {e}"));
+                let _: Batch = serde_json::from_value(value.clone())
+                    .unwrap_or_else(|e| panic!("{where_}: a batch the decoder refuses: {e}"));
                 cases.push(Case { label: where_, schema: "batch.json", instance: value, valid: true });
             }
         }
@@ -780,14 +1061,17 @@ fn yaml_block(doc: &str, header: &str) -> Vec<(String, String)> {
     lines
         .take_while(|l| l.len() - l.trim_start().len() >= indent && !l.trim().is_empty())
         .filter(|l| l.len() - l.trim_start().len() == indent)
-        .filter_map(|l| l.trim().split_once(':').map(|(k, v)| (k.trim().to_owned(), v.trim().trim_matches('\'').to_owned())))
+        .filter_map(|l| {
+            l.trim().split_once(':').map(|(k, v)| (k.trim().to_owned(), v.trim().trim_matches('\'').to_owned()))
+        })
         .collect()
 }
 
 /// The inline `[a, b]` list of `key: [...]` (possibly over several lines) after `after`.
 fn yaml_list(doc: &str, after: &str, key: &str) -> BTreeSet<String> {
     let rest = &doc[doc.find(after).unwrap_or_else(|| panic!("asyncapi.yaml has no `{after}`"))..];
-    let start = rest.find(&format!("{key}: [")).unwrap_or_else(|| panic!("no `{key}: [` after `{after}`")) + key.len() + 3;
+    let start =
+        rest.find(&format!("{key}: [")).unwrap_or_else(|| panic!("no `{key}: [` after `{after}`")) + key.len() + 3;
     let end = start + rest[start..].find(']').unwrap();
     rest[start..end].split(',').map(|s| s.trim().trim_matches('\'').to_owned()).filter(|s| !s.is_empty()).collect()
 }
@@ -796,8 +1080,15 @@ fn yaml_list(doc: &str, after: &str, key: &str) -> BTreeSet<String> {
 fn asyncapi_error_codes_and_statuses_equal_the_rust_ones() {
     let doc = asyncapi();
     let statuses: BTreeSet<(String, String)> = yaml_block(&doc, "x-status:").into_iter().collect();
-    let rust: BTreeSet<(String, String)> = every_error_code().into_iter().map(|c| (c.as_str().to_owned(), c.status().to_string())).collect();
-    assert_eq!(statuses, rust, "x-status differs: only in the document {:?}, only in Rust {:?}", statuses.difference(&rust).collect::<Vec<_>>(), rust.difference(&statuses).collect::<Vec<_>>());
+    let rust: BTreeSet<(String, String)> =
+        every_error_code().into_iter().map(|c| (c.as_str().to_owned(), c.status().to_string())).collect();
+    assert_eq!(
+        statuses,
+        rust,
+        "x-status differs: only in the document {:?}, only in Rust {:?}",
+        statuses.difference(&rust).collect::<Vec<_>>(),
+        rust.difference(&statuses).collect::<Vec<_>>()
+    );
     let listed = yaml_list(&doc, "    ErrorCode:", "enum");
     let names: BTreeSet<String> = every_error_code().into_iter().map(|c| c.as_str().to_owned()).collect();
     assert_eq!(listed, names);
@@ -825,9 +1116,23 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
     for endpoint in subject::ENDPOINTS {
         assert_eq!(address(endpoint), subject::service_subject("bmcfleet", endpoint));
     }
-    assert_eq!(address("batchEvents").replace("{tenant}", "acme").replace("{batch}", &id.to_string()), s.events("acme", &id));
-    assert_eq!(address("machineEvents").replace("{tenant}", "acme").replace("{machine}", "n1"), s.machine_events("acme", "n1"));
-    for header in [subject::CONTENT_TYPE, subject::WAIT_HEADER, subject::EVENT_HEADER, subject::WORKER_HEADER, "Nats-Service-Error", "Nats-Service-Error-Code", "traceparent"] {
+    assert_eq!(
+        address("batchEvents").replace("{tenant}", "acme").replace("{batch}", &id.to_string()),
+        s.events("acme", &id)
+    );
+    assert_eq!(
+        address("machineEvents").replace("{tenant}", "acme").replace("{machine}", "n1"),
+        s.machine_events("acme", "n1")
+    );
+    for header in [
+        subject::CONTENT_TYPE,
+        subject::WAIT_HEADER,
+        subject::EVENT_HEADER,
+        subject::WORKER_HEADER,
+        "Nats-Service-Error",
+        "Nats-Service-Error-Code",
+        "traceparent",
+    ] {
         assert!(doc.contains(&format!("        {header}:")), "header {header} is not described");
     }
     let batch_kinds: BTreeSet<String> = every_event().iter().map(|e| event_tag(&e.event).to_owned()).collect();

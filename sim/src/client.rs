@@ -4,7 +4,9 @@
 
 use crate::proto::{Call, Request, Response};
 use async_trait::async_trait;
-use bmcfleet_provider::{ActionExecutor, BmcSession, Capability, Connector, Ctx, ProviderError, ResolvedCredentials, Result};
+use bmcfleet_provider::{
+    ActionExecutor, BmcSession, Capability, Connector, Ctx, ProviderError, ResolvedCredentials, Result,
+};
 use bmcfleet_schema::{Action, ActionData, BmcKey, BmcTarget, ErrorCode, Secret};
 use std::net::SocketAddr;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -42,7 +44,10 @@ impl Connector for SimConnector {
             .map_err(|_| ProviderError::new(ErrorCode::Timeout, "connecting to the simulator timed out"))?
             .map_err(|e| {
                 if bmcfleet_provider::is_descriptor_exhaustion(&e) {
-                    return ProviderError::worker_exhausted(format_args!("connecting to the simulator at {}", self.endpoint), &e);
+                    return ProviderError::worker_exhausted(
+                        format_args!("connecting to the simulator at {}", self.endpoint),
+                        &e,
+                    );
                 }
                 ProviderError::new(ErrorCode::Unreachable, format!("simulator at {}: {e}", self.endpoint))
             })?;

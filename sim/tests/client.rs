@@ -1,11 +1,11 @@
 //! The `sim` provider against the simulator it was built for.
 
+use bmcfleet_provider::capabilities;
 use bmcfleet_provider::{perform, Connector, Ctx, ResolvedCredentials};
 use bmcfleet_schema::{Action, ActionData, BmcTarget, ErrorCode, PowerOp, PowerState, UserOp, UserUpdate};
+use bmcfleet_schema::{Credentials, Protocol, TlsOptions};
 use bmcfleet_sim::SimConnector;
 use bmcfleet_testing::{SimConfig, SimServer};
-use bmcfleet_provider::capabilities;
-use bmcfleet_schema::{Credentials, Protocol, TlsOptions};
 use std::time::Duration;
 
 fn target(host: &str) -> BmcTarget {

@@ -18,8 +18,13 @@ impl LogCapture {
         CAPTURE
             .get_or_init(|| {
                 let cap = LogCapture::default();
-                let subscriber = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_ansi(false).with_writer(cap.clone()).finish();
-                tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber in this test binary");
+                let subscriber = tracing_subscriber::fmt()
+                    .with_max_level(tracing::Level::TRACE)
+                    .with_ansi(false)
+                    .with_writer(cap.clone())
+                    .finish();
+                tracing::subscriber::set_global_default(subscriber)
+                    .expect("no other global subscriber in this test binary");
                 cap
             })
             .clone()

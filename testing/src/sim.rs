@@ -6,12 +6,13 @@
 //! replies of the next N actions, hang). [`SimServer::calls`] lists every
 //! request a BMC received, faults included, with its arrival time.
 
-use bmcfleet_sim::proto::{Call, Request, Response};
 use bmcfleet_schema::{
-    Action, ActionData, Bios, BiosPending, BmcResetKind, SecureBootState, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode,
-    EventLog, EventLogEntry, EventLogOp, FirmwareUpdateResult, Health, Inventory, SensorKind, SensorReading, Thresholds, NetworkSourceOp, PowerOp, PowerState, RawRequest, RawResponse, UserInfo, UserOp,
-    UserRole, VirtualMediaOp,
+    Action, ActionData, Bios, BiosPending, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode, EventLog,
+    EventLogEntry, EventLogOp, FirmwareUpdateResult, Health, Inventory, NetworkSourceOp, PowerOp, PowerState,
+    RawRequest, RawResponse, SecureBootState, SensorKind, SensorReading, Thresholds, UserInfo, UserOp, UserRole,
+    VirtualMediaOp,
 };
+use bmcfleet_sim::proto::{Call, Request, Response};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -127,7 +128,13 @@ impl Default for Bmc {
         Bmc {
             power: PowerState::Off,
             boot: BootDeviceRequest { device: BootDevice::None, persistent: false, efi: false },
-            users: vec![User { id: 2, name: "admin".into(), role: UserRole::Admin, enabled: true, password: String::new() }],
+            users: vec![User {
+                id: 2,
+                name: "admin".into(),
+                role: UserRole::Admin,
+                enabled: true,
+                password: String::new(),
+            }],
             net: NetworkSourceOp::Dhcp,
             media: None,
             raw_data: None,
@@ -218,7 +225,12 @@ impl SimServer {
 
     /// The password one BMC user was last given.
     pub fn user_password(&self, bmc: &str, user: &str) -> Option<String> {
-        self.state.lock().unwrap().bmcs.get(bmc).and_then(|b| b.users.iter().find(|u| u.name == user).map(|u| u.password.clone()))
+        self.state
+            .lock()
+            .unwrap()
+            .bmcs
+            .get(bmc)
+            .and_then(|b| b.users.iter().find(|u| u.name == user).map(|u| u.password.clone()))
     }
 
     pub fn boot(&self, bmc: &str) -> Option<BootDeviceRequest> {
@@ -297,7 +309,12 @@ async fn serve(socket: TcpStream, state: Arc<Mutex<State>>, config: Arc<SimConfi
         let injected = {
             let mut st = state.lock().unwrap();
             if config.record_calls {
-                st.calls.push(CallRecord { bmc: req.bmc.clone(), action: req.action.as_ref().map(|a| a.kind().to_owned()), call: req.call.clone(), at: Instant::now() });
+                st.calls.push(CallRecord {
+                    bmc: req.bmc.clone(),
+                    action: req.action.as_ref().map(|a| a.kind().to_owned()),
+                    call: req.call.clone(),
+                    at: Instant::now(),
+                });
             }
             match st.faults.get_mut(&req.bmc) {
                 Some(f) if f.hang => Injected::Hang,
@@ -448,7 +465,11 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             bmc.raw_data = Some(r.data.clone());
             // Get Device ID answers; everything else is "invalid command".
             if r.netfn == 0x06 && r.cmd == 0x01 {
-                Response::Ok(Some(ActionData::Raw(RawResponse { status: 0, data: vec![0x20, 0x01, 0x02, 0x03, 0x02], body: None })))
+                Response::Ok(Some(ActionData::Raw(RawResponse {
+                    status: 0,
+                    data: vec![0x20, 0x01, 0x02, 0x03, 0x02],
+                    body: None,
+                })))
             } else {
                 Response::Ok(Some(ActionData::Raw(RawResponse { status: 0xC1, data: vec![], body: None })))
             }
@@ -479,13 +500,23 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             thresholds: Thresholds { upper_warning: Some(40.0), upper_critical: Some(45.0), ..Thresholds::default() },
             health: Some(Health::Ok),
         }]))),
-        Action::BiosGet => Response::Ok(Some(ActionData::Bios(Bios { attributes: bmc.bios.clone(), pending: bmc.bios_pending.clone(), registry: vec![] }))),
+        Action::BiosGet => Response::Ok(Some(ActionData::Bios(Bios {
+            attributes: bmc.bios.clone(),
+            pending: bmc.bios_pending.clone(),
+            registry: vec![],
+        }))),
         Action::BiosSet(set) => {
             if let Some(name) = set.attributes.keys().find(|k| !bmc.bios.contains_key(*k)) {
-                return bmc_err(ErrorCode::InvalidField, format!("bios_set: `{name}` is not a BIOS attribute of this system"));
+                return bmc_err(
+                    ErrorCode::InvalidField,
+                    format!("bios_set: `{name}` is not a BIOS attribute of this system"),
+                );
             }
             bmc.bios_pending.extend(set.attributes.clone());
-            Response::Ok(Some(ActionData::BiosPending(BiosPending { attributes: set.attributes.clone(), apply_time: Some("OnReset".into()) })))
+            Response::Ok(Some(ActionData::BiosPending(BiosPending {
+                attributes: set.attributes.clone(),
+                apply_time: Some("OnReset".into()),
+            })))
         }
         Action::BiosReset => {
             bmc.bios = default_bios();
@@ -524,28 +555,85 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
 /// A small two-socket machine: what a simulated BMC's inventory reports.
 fn default_components() -> Inventory {
     use bmcfleet_schema::components::{Drive, Firmware, MemoryModule, Nic, PowerSupply, Processor};
-    let cpu = |id: &str| Processor { id: id.into(), model: Some("Sim CPU 16C".into()), manufacturer: Some("bmcfleet".into()), cores: Some(16), threads: Some(32), max_speed_mhz: Some(3000), health: Some(Health::Ok) };
-    let dimm = |id: &str, serial: &str| MemoryModule { id: id.into(), capacity_mib: Some(16384), memory_type: Some("DDR5".into()), speed_mhz: Some(4800), manufacturer: Some("bmcfleet".into()), part_number: Some("SIM-16G".into()), serial: Some(serial.into()), health: Some(Health::Ok) };
+    let cpu = |id: &str| Processor {
+        id: id.into(),
+        model: Some("Sim CPU 16C".into()),
+        manufacturer: Some("bmcfleet".into()),
+        cores: Some(16),
+        threads: Some(32),
+        max_speed_mhz: Some(3000),
+        health: Some(Health::Ok),
+    };
+    let dimm = |id: &str, serial: &str| MemoryModule {
+        id: id.into(),
+        capacity_mib: Some(16384),
+        memory_type: Some("DDR5".into()),
+        speed_mhz: Some(4800),
+        manufacturer: Some("bmcfleet".into()),
+        part_number: Some("SIM-16G".into()),
+        serial: Some(serial.into()),
+        health: Some(Health::Ok),
+    };
     Inventory {
         processors: vec![cpu("CPU1"), cpu("CPU2")],
         memory: vec![dimm("DIMM1", "D-0001"), dimm("DIMM2", "D-0002")],
-        drives: vec![Drive { id: "Disk.Bay.0".into(), model: Some("Sim SSD".into()), serial: Some("S-0001".into()), capacity_bytes: Some(960_197_124_096), media_type: Some("SSD".into()), protocol: Some("NVMe".into()), firmware_version: Some("1.0".into()), health: Some(Health::Ok), ..Drive::default() }],
-        nics: vec![Nic { id: "NIC1".into(), mac_addresses: vec!["02:00:00:00:00:01".into()], speed_mbps: Some(25_000), link_status: Some("LinkUp".into()), ..Nic::default() }],
-        power_supplies: vec![PowerSupply { id: "PSU1".into(), model: Some("Sim PSU".into()), capacity_w: Some(800), firmware_version: Some("1.0".into()), health: Some(Health::Ok), ..PowerSupply::default() }],
+        drives: vec![Drive {
+            id: "Disk.Bay.0".into(),
+            model: Some("Sim SSD".into()),
+            serial: Some("S-0001".into()),
+            capacity_bytes: Some(960_197_124_096),
+            media_type: Some("SSD".into()),
+            protocol: Some("NVMe".into()),
+            firmware_version: Some("1.0".into()),
+            health: Some(Health::Ok),
+            ..Drive::default()
+        }],
+        nics: vec![Nic {
+            id: "NIC1".into(),
+            mac_addresses: vec!["02:00:00:00:00:01".into()],
+            speed_mbps: Some(25_000),
+            link_status: Some("LinkUp".into()),
+            ..Nic::default()
+        }],
+        power_supplies: vec![PowerSupply {
+            id: "PSU1".into(),
+            model: Some("Sim PSU".into()),
+            capacity_w: Some(800),
+            firmware_version: Some("1.0".into()),
+            health: Some(Health::Ok),
+            ..PowerSupply::default()
+        }],
         firmware: vec![
-            Firmware { id: "BMC".into(), name: Some("BMC firmware".into()), version: Some(env!("CARGO_PKG_VERSION").into()), updateable: Some(true) },
-            Firmware { id: "BIOS".into(), name: Some("BIOS".into()), version: Some("1.0.0".into()), updateable: Some(true) },
+            Firmware {
+                id: "BMC".into(),
+                name: Some("BMC firmware".into()),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+                updateable: Some(true),
+            },
+            Firmware {
+                id: "BIOS".into(),
+                name: Some("BIOS".into()),
+                version: Some("1.0.0".into()),
+                updateable: Some(true),
+            },
         ],
         ..Inventory::default()
     }
 }
 
 fn default_bios() -> BTreeMap<String, serde_json::Value> {
-    [("BootMode", serde_json::json!("Uefi")), ("ProcTurboMode", serde_json::json!("Enabled"))].into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    [("BootMode", serde_json::json!("Uefi")), ("ProcTurboMode", serde_json::json!("Enabled"))]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
 }
 
 fn secure_boot(enabled: bool) -> SecureBootState {
-    SecureBootState { enabled, current_boot: Some(if enabled { "Enabled" } else { "Disabled" }.into()), mode: Some("DeployedMode".into()) }
+    SecureBootState {
+        enabled,
+        current_boot: Some(if enabled { "Enabled" } else { "Disabled" }.into()),
+        mode: Some("DeployedMode".into()),
+    }
 }
 
 fn info(u: &User) -> UserInfo {
@@ -562,7 +650,13 @@ fn user(bmc: &mut Bmc, op: &UserOp) -> Response {
             let Some(id) = (2..=16).find(|id| !bmc.users.iter().any(|u| u.id == *id)) else {
                 return bmc_err(ErrorCode::BmcError, "no free user slot");
             };
-            let u = User { id, name: spec.name.clone(), role: spec.role, enabled: spec.enabled, password: spec.password.expose().to_owned() };
+            let u = User {
+                id,
+                name: spec.name.clone(),
+                role: spec.role,
+                enabled: spec.enabled,
+                password: spec.password.expose().to_owned(),
+            };
             bmc.users.push(u.clone());
             Response::Ok(Some(ActionData::Users(vec![info(&u)])))
         }

@@ -38,7 +38,10 @@ impl TaskRecorder {
 
     /// The percentages reported, in order.
     pub fn percents(&self) -> Vec<u8> {
-        self.entries().into_iter().filter_map(|e| if let TaskEntry::Progress(Some(p), _) = e { Some(p) } else { None }).collect()
+        self.entries()
+            .into_iter()
+            .filter_map(|e| if let TaskEntry::Progress(Some(p), _) = e { Some(p) } else { None })
+            .collect()
     }
 
     fn push(&self, e: TaskEntry) {

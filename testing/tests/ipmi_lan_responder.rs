@@ -383,7 +383,8 @@ fn freeipmi_ipmi_config_commits_boot_device_pxe_under_suite_17() {
     let bin = peer_or_skip!("ipmi-config");
     let fleet = fleet(1, &[17]);
     let bmc = fleet.bmc(0);
-    let config = |args: &[&str]| freeipmi_admin(&bin, fleet.bmcs(), "17", &[&["--category=chassis"][..], args].concat());
+    let config =
+        |args: &[&str]| freeipmi_admin(&bin, fleet.bmcs(), "17", &[&["--category=chassis"][..], args].concat());
     // No `-W opensesspriv`: a spec-correct responder does not need it.
     ok(&config(&["--commit", "-e", "Chassis_Boot_Flags:Boot_Device=PXE"]));
     assert!(boot_pxe(bmc), "{:?}", bmc.handle().snapshot().boot_flags);
@@ -508,7 +509,8 @@ fn fleet_binary_serves_with_latency_until_sigterm() {
     let options = lanplus(port, "root");
     let run_tool = |suite: &str| {
         let start = Instant::now();
-        let args: Vec<&str> = options.iter().map(String::as_str).chain(["-C", suite, "chassis", "power", "on"]).collect();
+        let args: Vec<&str> =
+            options.iter().map(String::as_str).chain(["-C", suite, "chassis", "power", "on"]).collect();
         let out = run(&bin, &args, &[("IPMI_PASSWORD", "calvin")]);
         (out, start.elapsed())
     };

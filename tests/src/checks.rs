@@ -164,7 +164,10 @@ pub fn assert_exactly_once(
             assert!(killed.contains(w), "{batch}/{index} ran again after a run on {w}, which was not killed");
         }
         assert!(
-            !matches!(entries[0].action.as_str(), "power_cycle" | "power_reset" | "power_nmi" | "bmc_reset" | "raw" | "user_create"),
+            !matches!(
+                entries[0].action.as_str(),
+                "power_cycle" | "power_reset" | "power_nmi" | "bmc_reset" | "raw" | "user_create"
+            ),
             "non-idempotent {batch}/{index} ({}) ran {} times",
             entries[0].action,
             entries.len()

@@ -109,7 +109,14 @@ impl NatsCluster {
         let log = std::fs::File::create(&node.log).expect("log file");
         let child = Command::new(nats_server_binary())
             .args(["-js", "-n", &node.name, "-a", "127.0.0.1", "-p", &port(node.port), "-m", &port(node.monitor_port)])
-            .args(["--cluster_name", &cluster_name, "--cluster", &format!("nats://127.0.0.1:{}", node.cluster_port), "--routes", &routes])
+            .args([
+                "--cluster_name",
+                &cluster_name,
+                "--cluster",
+                &format!("nats://127.0.0.1:{}", node.cluster_port),
+                "--routes",
+                &routes,
+            ])
             .arg("-sd")
             .arg(&node.store)
             .stdin(Stdio::null())
@@ -159,7 +166,9 @@ impl NatsCluster {
                 })
                 .collect();
             let agreed = leaders.first().cloned().flatten().filter(|l| leaders.iter().all(|x| x.as_deref() == Some(l)));
-            if agreed.is_some() && running.iter().all(|n| http_get(n.monitor_port, "/healthz").is_some_and(|(c, _)| c == 200)) {
+            if agreed.is_some()
+                && running.iter().all(|n| http_get(n.monitor_port, "/healthz").is_some_and(|(c, _)| c == 200))
+            {
                 return;
             }
             if Instant::now() > end {
@@ -190,7 +199,12 @@ impl NatsCluster {
             };
             let last = match js.get_or_create_stream(config).await {
                 Ok(mut s) => match s.info().await {
-                    Ok(info) if info.cluster.as_ref().is_some_and(|c| c.leader.is_some() && c.replicas.len() + 1 == replicas) => {
+                    Ok(info)
+                        if info
+                            .cluster
+                            .as_ref()
+                            .is_some_and(|c| c.leader.is_some() && c.replicas.len() + 1 == replicas) =>
+                    {
                         match js.delete_stream(&name).await {
                             Ok(_) => return,
                             Err(e) => e.to_string(),
@@ -221,7 +235,8 @@ impl NatsCluster {
 
     /// A client that knows every node, so it fails over like the binaries do.
     pub async fn client(&self) -> async_nats::Client {
-        let addrs: Vec<async_nats::ServerAddr> = self.nodes.iter().map(|n| n.url().parse().expect("server address")).collect();
+        let addrs: Vec<async_nats::ServerAddr> =
+            self.nodes.iter().map(|n| n.url().parse().expect("server address")).collect();
         async_nats::ConnectOptions::new()
             .max_reconnects(None)
             .connect(addrs)
@@ -271,7 +286,14 @@ impl NatsCluster {
     }
 
     /// A worker, connected to every node, with `replicas` JetStream replicas.
-    pub fn worker(&self, topo: &Topology, replicas: u8, id: &str, sim: std::net::SocketAddr, extra: &[&str]) -> Process {
+    pub fn worker(
+        &self,
+        topo: &Topology,
+        replicas: u8,
+        id: &str,
+        sim: std::net::SocketAddr,
+        extra: &[&str],
+    ) -> Process {
         let mut args = self.common_args(topo, replicas);
         args.extend(topo.worker_args(id));
         args.extend(["--sim-endpoint".into(), sim.to_string()]);

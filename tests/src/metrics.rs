@@ -12,7 +12,10 @@ pub async fn metrics_port(p: &Process) -> u16 {
         async move {
             log.lines().find_map(|l| {
                 let rest = l.split_once("Metrics listening on ")?.1;
-                let addr: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']')).collect();
+                let addr: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']'))
+                    .collect();
                 addr.trim_end_matches('.').parse::<std::net::SocketAddr>().ok().map(|a| a.port())
             })
         }

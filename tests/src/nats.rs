@@ -86,7 +86,10 @@ impl NatsServer {
                 }
             }
             if Instant::now() > end {
-                panic!("nats-server did not become ready; log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+                panic!(
+                    "nats-server did not become ready; log:\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -120,7 +123,8 @@ impl NatsServer {
     /// SIGTERM: a clean shutdown that flushes the file store; waits for the exit.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
             let end = Instant::now() + Duration::from_secs(15);
             while Instant::now() < end {
                 if let Ok(Some(_)) = c.try_wait() {

@@ -175,10 +175,15 @@ impl OtlpCollector {
                                 } else {
                                     400
                                 };
-                                let body: ReplyBody = Full::new(if status == 200 { Bytes::from(reply) } else { Bytes::new() })
-                                    .map_err(|never| match never {})
-                                    .boxed();
-                                hyper::Response::builder().status(status).header("content-type", "application/x-protobuf").body(body).unwrap()
+                                let body: ReplyBody =
+                                    Full::new(if status == 200 { Bytes::from(reply) } else { Bytes::new() })
+                                        .map_err(|never| match never {})
+                                        .boxed();
+                                hyper::Response::builder()
+                                    .status(status)
+                                    .header("content-type", "application/x-protobuf")
+                                    .body(body)
+                                    .unwrap()
                             })
                         }
                     });
@@ -198,7 +203,11 @@ impl OtlpCollector {
 
     /// The `--otlp-protocol` value for this collector.
     pub fn protocol(&self) -> &'static str {
-        if self.grpc { "grpc" } else { "http/protobuf" }
+        if self.grpc {
+            "grpc"
+        } else {
+            "http/protobuf"
+        }
     }
 
     /// The base URL to give `--otlp-endpoint`.

@@ -31,7 +31,13 @@ impl Process {
     }
 
     /// Spawn with the log at a given path (kept after the process ends).
-    pub fn spawn_logged(name: &str, args: &[String], env: &[(&str, String)], log: PathBuf, dir: Option<tempfile::TempDir>) -> Process {
+    pub fn spawn_logged(
+        name: &str,
+        args: &[String],
+        env: &[(&str, String)],
+        log: PathBuf,
+        dir: Option<tempfile::TempDir>,
+    ) -> Process {
         let binary = name.split(':').next().unwrap_or(name);
         Self::start(&bin(binary), name, args, env, log, dir).unwrap_or_else(|e| panic!("spawn {name}: {e}"))
     }

@@ -1,10 +1,10 @@
 //! A producer's view: submit batches, read replies, and a fleet launcher.
 
 use crate::{NatsServer, Process};
-use bmcfleet_testing::{SimConfig, SimServer};
 use async_nats::HeaderMap;
 use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::{Batch, BatchId, Encoding, IdRequest, Reply, Subjects};
+use bmcfleet_testing::{SimConfig, SimServer};
 use std::time::Duration;
 
 /// Talks to the gateway like a producer would.
@@ -20,12 +20,19 @@ impl Producer {
     }
 
     /// Send raw bytes to an endpoint with headers; decode the reply.
-    pub async fn raw(&self, endpoint: &str, headers: HeaderMap, body: Vec<u8>, timeout: Duration) -> (HeaderMap, Reply) {
+    pub async fn raw(
+        &self,
+        endpoint: &str,
+        headers: HeaderMap,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> (HeaderMap, Reply) {
         let subject = format!("{}.{endpoint}", self.prefix);
         let req = async_nats::Request::new().headers(headers.clone()).payload(body.into()).timeout(Some(timeout));
         let msg = self.client.send_request(subject, req).await.expect("gateway reply");
-        let enc = Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))
-            .expect("reply content type");
+        let enc =
+            Encoding::from_content_type(msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str()))
+                .expect("reply content type");
         let reply = enc.decode::<Reply>(&msg.payload).expect("decodable reply");
         (msg.headers.unwrap_or_default(), reply)
     }
@@ -132,8 +139,14 @@ impl Topology {
 
     /// Flags every process of the topology shares, with NATS at `nats_url`.
     pub fn common_args_at(&self, nats_url: &str) -> Vec<String> {
-        let mut args: Vec<String> =
-            vec!["--nats-url".into(), nats_url.into(), "--partitions".into(), self.partitions.to_string(), "--log-format".into(), "json".into()];
+        let mut args: Vec<String> = vec![
+            "--nats-url".into(),
+            nats_url.into(),
+            "--partitions".into(),
+            self.partitions.to_string(),
+            "--log-format".into(),
+            "json".into(),
+        ];
         args.extend(["--ad-hoc-targets".into(), TEST_AD_HOC_TARGETS.into()]);
         args
     }
@@ -166,7 +179,11 @@ pub async fn ref_machine_batch(
     let js = async_nats::jetstream::new(client.clone());
     let machines = bucket(&js, machines_config(subjects, 1), Mode::UseExisting).await.expect("machines bucket");
     bmcfleet_common::registry::put(&machines, &machine).await.expect("put machine");
-    Batch { on_error: bmcfleet_schema::OnError::Stop, deadline: Some(Duration::from_secs(600)), ..machine_batch(&name, actions) }
+    Batch {
+        on_error: bmcfleet_schema::OnError::Stop,
+        deadline: Some(Duration::from_secs(600)),
+        ..machine_batch(&name, actions)
+    }
 }
 
 /// [`Topology::register_machine`] for any deployment: `workers_key` is the
@@ -191,8 +208,12 @@ pub async fn register_machine(
                     .seal(username, password, &bmcfleet_common::sealing::Binding::credential(&credential))
                     .expect("seal")
             }
-            bmcfleet_schema::Credentials::Sealed(_) => panic!("register_machine needs the password to seal it for the credential"),
-            bmcfleet_schema::Credentials::Ref(r) => panic!("register_machine needs the password, not the reference {r}"),
+            bmcfleet_schema::Credentials::Sealed(_) => {
+                panic!("register_machine needs the password to seal it for the credential")
+            }
+            bmcfleet_schema::Credentials::Ref(r) => {
+                panic!("register_machine needs the password, not the reference {r}")
+            }
         };
         let creds = bucket(&js, credentials_config(subjects, 1), Mode::UseExisting).await.expect("credentials bucket");
         creds.put(&credential, serde_json::to_vec(&sealed).unwrap().into()).await.expect("put credential");
@@ -291,7 +312,8 @@ pub async fn wait_gateway(p: &Producer) {
         let c = p.client.clone();
         let subject = format!("{}.status", p.prefix);
         async move {
-            let req = async_nats::Request::new().payload(b"{}".to_vec().into()).timeout(Some(Duration::from_millis(500)));
+            let req =
+                async_nats::Request::new().payload(b"{}".to_vec().into()).timeout(Some(Duration::from_millis(500)));
             c.send_request(subject, req).await.ok().map(|_| ())
         }
     })
@@ -329,18 +351,35 @@ pub async fn stream_messages(client: &async_nats::Client, stream: &str) -> u64 {
 pub fn job_of(mut batch: Batch, tenant: &str) -> bmcfleet_schema::Job {
     let id = *batch.id.get_or_insert_with(ulid::Ulid::new);
     let target = batch.bmc.take().expect("a batch with its target");
-    bmcfleet_schema::Job { batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: tenant.into(), sealed_params: vec![] }
+    bmcfleet_schema::Job {
+        batch,
+        id,
+        target,
+        admitted_at_ms: 1,
+        deadline_at_ms: u64::MAX / 2,
+        tenant: tenant.into(),
+        sealed_params: vec![],
+    }
 }
 
 /// Store `payload` on `job`'s subject of the jobs stream as a gateway does
 /// (the job's id as the message id), without a gateway: for jobs in a
 /// state a gateway does not leave them in (no status record, another
 /// tenant's id, bytes that are no job). `client` must be allowed to.
-pub async fn queue_job_bytes(client: &async_nats::Client, subjects: &Subjects, job: &bmcfleet_schema::Job, payload: Vec<u8>) {
+pub async fn queue_job_bytes(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    job: &bmcfleet_schema::Job,
+    payload: Vec<u8>,
+) {
     let mut h = HeaderMap::new();
     h.insert(async_nats::header::NATS_MESSAGE_ID, job.id.to_string().as_str());
     let js = async_nats::jetstream::new(client.clone());
-    js.publish_with_headers(subjects.job(&job.key()), h, payload.into()).await.expect("publish the job").await.expect("the job stored");
+    js.publish_with_headers(subjects.job(&job.key()), h, payload.into())
+        .await
+        .expect("publish the job")
+        .await
+        .expect("the job stored");
 }
 
 /// [`queue_job_bytes`] with the job itself.

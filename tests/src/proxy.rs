@@ -62,7 +62,11 @@ impl Drop for PausableProxy {
 }
 
 /// Copy one direction; while paused, neither read nor write.
-async fn pipe(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, mut paused: watch::Receiver<bool>) {
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut paused: watch::Receiver<bool>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         if paused.wait_for(|p| !*p).await.is_err() {

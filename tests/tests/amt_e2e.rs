@@ -3,15 +3,16 @@
 //! responses (../shared/fixtures/amt, or $BMCFLEET_FIXTURES/amt) and keeps
 //! power and boot state, so the order of operations can be asserted.
 
-use bmcfleet_testing::amt::{AmtEvent, AmtFixtureServer, ServerOptions};
 use bmcfleet_schema::*;
+use bmcfleet_testing::amt::{AmtEvent, AmtFixtureServer, ServerOptions};
 use bmcfleet_tests::producer::{batch_for, Stack};
 
 const PXE: &str = "Intel(r) AMT: Force PXE Boot";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pxe_then_cycle_through_the_pipeline() {
-    let Some(amt) = AmtFixtureServer::start_or_skip(ServerOptions { power_state: 8, ..ServerOptions::default() }).await else {
+    let Some(amt) = AmtFixtureServer::start_or_skip(ServerOptions { power_state: 8, ..ServerOptions::default() }).await
+    else {
         assert!(std::env::var("BMCFLEET_REQUIRE_FIXTURES").is_err(), "AMT fixtures are required here");
         return;
     };
@@ -35,14 +36,21 @@ async fn pxe_then_cycle_through_the_pipeline() {
     // The host booted from PXE because the boot source was set before power on.
     let events = amt.events();
     let booted = events.iter().find(|e| matches!(e, AmtEvent::Booted { .. })).expect("host booted");
-    assert_eq!(booted, &AmtEvent::Booted { source: Some(PXE.into()), bios_setup: false, safe_mode: false }, "{events:?}");
+    assert_eq!(
+        booted,
+        &AmtEvent::Booted { source: Some(PXE.into()), bios_setup: false, safe_mode: false },
+        "{events:?}"
+    );
     let set = events.iter().position(|e| matches!(e, AmtEvent::BootConfigRoleSet { role: 1 })).unwrap();
     let power = events.iter().position(|e| matches!(e, AmtEvent::PowerStateChange { requested: 2, .. })).unwrap();
     assert!(set < power, "{events:?}");
 
     // Persistent boot is not something AMT offers: typed, not silently ignored.
     let r = stack
-        .run(&batch_for(amt.target(), vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: false })]))
+        .run(&batch_for(
+            amt.target(),
+            vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: false })],
+        ))
         .await;
     assert_eq!(r.results[0].error.as_ref().map(|e| e.code), Some(ErrorCode::Unsupported), "{r:#?}");
     // Capabilities AMT lacks are reported, not attempted.

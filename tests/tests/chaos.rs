@@ -37,7 +37,9 @@ async fn repeated_worker_sigkills_lose_nothing_and_keep_order() {
     wait_partitions_owned(&p.client, &topo.subjects()).await;
 
     let started = Instant::now();
-    let batches: Vec<Batch> = (0..batches_n).map(|i| sim_batch(&format!("10.9.{}.{}", i % bmcs / 250, i % bmcs % 250 + 1), mixed_actions(i / bmcs))).collect();
+    let batches: Vec<Batch> = (0..batches_n)
+        .map(|i| sim_batch(&format!("10.9.{}.{}", i % bmcs / 250, i % bmcs % 250 + 1), mixed_actions(i / bmcs)))
+        .collect();
     let submitter = {
         let p = p.clone();
         tokio::spawn(async move { submit_all(&p, batches).await })
@@ -90,7 +92,8 @@ async fn nats_server_sigkill_and_restart_mid_run() {
     let _workers: Vec<Process> = (0..2).map(|i| topo.worker(&nats, &format!("w{i}"), sim.addr(), &[])).collect();
     wait_partitions_owned(&p.client, &topo.subjects()).await;
 
-    let batches: Vec<Batch> = (0..600).map(|i| sim_batch(&format!("10.8.0.{}", i % 20 + 1), mixed_actions(i / 20))).collect();
+    let batches: Vec<Batch> =
+        (0..600).map(|i| sim_batch(&format!("10.8.0.{}", i % 20 + 1), mixed_actions(i / 20))).collect();
     let (ids, per_bmc) = submit_all(&p, batches).await;
     assert!(sim.wait_for(Duration::from_secs(60), |log| log.len() > 100).await, "work started");
     nats.kill();
@@ -107,5 +110,7 @@ async fn nats_server_sigkill_and_restart_mid_run() {
     let cost = assert_exactly_once(&log, &ids, &results, &everyone);
     eprintln!("nats restart: {} batches, {} re-runs, {} interrupted", ids.len(), cost.reruns, cost.interrupted);
     // After the restart the gateway serves again.
-    let Reply::Accepted(_) = p.submit(&sim_batch("10.8.1.1", vec![Action::Power(PowerOp::Status)]), false).await else { panic!("gateway after restart") };
+    let Reply::Accepted(_) = p.submit(&sim_batch("10.8.1.1", vec![Action::Power(PowerOp::Status)]), false).await else {
+        panic!("gateway after restart")
+    };
 }

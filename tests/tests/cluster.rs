@@ -57,7 +57,9 @@ async fn submit_all(p: Producer, batches: Vec<Batch>) -> Submitted {
             let why = match p.client.send_request(subject.clone(), req).await {
                 Ok(msg) => match Encoding::MessagePack.decode::<Reply>(&msg.payload) {
                     Ok(Reply::Accepted(a)) => break a,
-                    Ok(Reply::Error(e)) if matches!(e.code, ErrorCode::Unavailable | ErrorCode::Timeout) => format!("{}: {}", e.code, e.message),
+                    Ok(Reply::Error(e)) if matches!(e.code, ErrorCode::Unavailable | ErrorCode::Timeout) => {
+                        format!("{}: {}", e.code, e.message)
+                    }
                     other => panic!("batch {id}: unexpected reply {other:?}"),
                 },
                 Err(e) => e.to_string(),
@@ -80,13 +82,30 @@ async fn submit_all(p: Producer, batches: Vec<Batch>) -> Submitted {
 /// re-creates itself if its server dies) until every id in `want` has a
 /// final result and everything stored up to then is read. Returns every
 /// `batch_finished` event per batch id.
-async fn read_final_results(client: &async_nats::Client, subjects: &Subjects, want: &HashSet<BatchId>, timeout: Duration) -> HashMap<BatchId, Vec<BatchResult>> {
+async fn read_final_results(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    want: &HashSet<BatchId>,
+    timeout: Duration,
+) -> HashMap<BatchId, Vec<BatchResult>> {
     use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
     let js = async_nats::jetstream::new(client.clone());
-    let config = OrderedConfig { filter_subject: subjects.events_all(), deliver_policy: DeliverPolicy::All, ..Default::default() };
+    let config = OrderedConfig {
+        filter_subject: subjects.events_all(),
+        deliver_policy: DeliverPolicy::All,
+        ..Default::default()
+    };
     let mut messages = js_retry("an ordered consumer on the events stream", || {
         let (js, config) = (js.clone(), config.clone());
-        async move { js.get_stream(subjects.events_stream()).await?.create_consumer(config).await?.messages().await.map_err(Into::into) }
+        async move {
+            js.get_stream(subjects.events_stream())
+                .await?
+                .create_consumer(config)
+                .await?
+                .messages()
+                .await
+                .map_err(Into::into)
+        }
     })
     .await;
     let mut finals: HashMap<BatchId, Vec<BatchResult>> = HashMap::new();
@@ -104,7 +123,12 @@ async fn read_final_results(client: &async_nats::Client, subjects: &Subjects, wa
             Ok(None) => panic!("events consumer ended"),
             Err(_) => {
                 let missing: Vec<_> = want.iter().filter(|id| !finals.contains_key(id)).collect();
-                panic!("timed out: {} of {} batches have no final result in the events stream, e.g. {:?}", missing.len(), want.len(), missing.iter().take(5).collect::<Vec<_>>());
+                panic!(
+                    "timed out: {} of {} batches have no final result in the events stream, e.g. {:?}",
+                    missing.len(),
+                    want.len(),
+                    missing.iter().take(5).collect::<Vec<_>>()
+                );
             }
         };
         let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
@@ -197,7 +221,9 @@ impl Drop for LogsOnPanic {
                 // Without backtrace frames, so an error's own message shows.
                 let is_frame = |l: &str| {
                     let t = l.trim_start();
-                    t.starts_with("at ") || t.split_once(": ").is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+                    t.starts_with("at ")
+                        || t.split_once(": ")
+                            .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
                 };
                 let tail: Vec<&str> = text.lines().filter(|l| !is_frame(l)).rev().take(40).collect();
                 eprintln!("--- last lines of {name} ---");
@@ -228,12 +254,14 @@ async fn r3_cluster_loses_no_batch_when_a_nats_node_and_a_worker_die() {
         assert_running(&mut gateway);
         let c = p.client.clone();
         async move {
-            let req = async_nats::Request::new().payload(b"{}".to_vec().into()).timeout(Some(Duration::from_millis(500)));
+            let req =
+                async_nats::Request::new().payload(b"{}".to_vec().into()).timeout(Some(Duration::from_millis(500)));
             c.send_request("bmcfleet.status", req).await.ok().map(|_| ())
         }
     })
     .await;
-    let mut workers: Vec<Process> = (0..3).map(|i| cluster.worker(&topo, 3, &format!("w{i}"), sim.addr(), &[])).collect();
+    let mut workers: Vec<Process> =
+        (0..3).map(|i| cluster.worker(&topo, 3, &format!("w{i}"), sim.addr(), &[])).collect();
     for w in &mut workers {
         assert_running(w);
     }
@@ -277,21 +305,33 @@ async fn r3_cluster_loses_no_batch_when_a_nats_node_and_a_worker_die() {
     }
 
     let ready = started.elapsed();
-    let batches: Vec<Batch> = (0..BATCHES).map(|i| batch(&format!("10.9.0.{}", i % BMCS + 1), mixed_actions(i / BMCS))).collect();
+    let batches: Vec<Batch> =
+        (0..BATCHES).map(|i| batch(&format!("10.9.0.{}", i % BMCS + 1), mixed_actions(i / BMCS))).collect();
     let expected_actions: usize = batches.iter().map(|b| b.actions.len()).sum();
     let submitter = tokio::spawn(submit_all(p.clone(), batches));
 
     // 1. SIGKILL the jobs stream's leader once execution is well under way.
-    assert!(sim.wait_for(Duration::from_secs(30), |log| log.len() >= expected_actions / 7).await, "execution did not start");
-    let leader = stream_info(&js, &subjects.jobs_stream()).await.cluster.and_then(|c| c.leader).expect("the jobs stream has a leader");
+    assert!(
+        sim.wait_for(Duration::from_secs(30), |log| log.len() >= expected_actions / 7).await,
+        "execution did not start"
+    );
+    let leader = stream_info(&js, &subjects.jobs_stream())
+        .await
+        .cluster
+        .and_then(|c| c.leader)
+        .expect("the jobs stream has a leader");
     let victim = cluster.index_of(&leader).unwrap_or_else(|| panic!("unknown leader {leader}"));
     let nats_killed_at = sim.log().len();
     cluster.kill(victim);
-    eprintln!("{:5.1}s killed nats node {leader} (jobs stream leader) after {nats_killed_at} of {expected_actions} actions", started.elapsed().as_secs_f64());
+    eprintln!(
+        "{:5.1}s killed nats node {leader} (jobs stream leader) after {nats_killed_at} of {expected_actions} actions",
+        started.elapsed().as_secs_f64()
+    );
 
     // 2. Once the fleet demonstrably executes again, SIGKILL the worker that
     //    has been the busiest since (so the kill lands on running lanes).
-    let recovered = sim.wait_for(Duration::from_secs(40), |log| log.len() >= nats_killed_at + expected_actions / 10).await;
+    let recovered =
+        sim.wait_for(Duration::from_secs(40), |log| log.len() >= nats_killed_at + expected_actions / 10).await;
     assert!(recovered, "execution did not resume within 40s of losing NATS node {leader}");
     let log = sim.log();
     let worker_killed_at = log.len();
@@ -299,7 +339,8 @@ async fn r3_cluster_loses_no_batch_when_a_nats_node_and_a_worker_die() {
     for e in &log[nats_killed_at..] {
         *busy.entry(e.call.as_ref().map(|c| c.worker.as_str()).unwrap_or("")).or_default() += 1;
     }
-    let (victim_worker, _) = busy.iter().max_by_key(|(w, n)| (**n, **w)).map(|(w, n)| (w.to_string(), *n)).expect("someone executed");
+    let (victim_worker, _) =
+        busy.iter().max_by_key(|(w, n)| (**n, **w)).map(|(w, n)| (w.to_string(), *n)).expect("someone executed");
     let victim_index: usize = victim_worker.trim_start_matches('w').parse().expect("worker ids are w<N>");
     workers[victim_index].kill();
     eprintln!(
@@ -314,7 +355,12 @@ async fn r3_cluster_loses_no_batch_when_a_nats_node_and_a_worker_die() {
     let all_done = started.elapsed();
 
     // No batch lost, none finished twice: exactly one durable final result each.
-    assert_eq!(finals.len(), BATCHES, "final results for unknown batches: {:?}", finals.keys().filter(|id| !want.contains(id)).collect::<Vec<_>>());
+    assert_eq!(
+        finals.len(),
+        BATCHES,
+        "final results for unknown batches: {:?}",
+        finals.keys().filter(|id| !want.contains(id)).collect::<Vec<_>>()
+    );
     for (id, results) in &finals {
         assert_eq!(results.len(), 1, "batch {id} has {} final results: {results:?}", results.len());
     }
@@ -335,10 +381,17 @@ async fn r3_cluster_loses_no_batch_when_a_nats_node_and_a_worker_die() {
         assert_eq!(r.results.len(), sub.actions[&r.id].len(), "batch {}: one result per action", r.id);
         for a in &r.results {
             if let Some(e) = &a.error {
-                assert!(matches!(e.code, ErrorCode::Interrupted | ErrorCode::Skipped), "unexpected failure {a:?} in batch {}", r.id);
+                assert!(
+                    matches!(e.code, ErrorCode::Interrupted | ErrorCode::Skipped),
+                    "unexpected failure {a:?} in batch {}",
+                    r.id
+                );
                 if e.code == ErrorCode::Interrupted {
                     interrupted += 1;
-                    assert!(!sub.actions[&r.id][a.index as usize].is_idempotent(), "an idempotent action was reported interrupted: {a:?}");
+                    assert!(
+                        !sub.actions[&r.id][a.index as usize].is_idempotent(),
+                        "an idempotent action was reported interrupted: {a:?}"
+                    );
                 }
             }
         }
@@ -357,9 +410,17 @@ async fn r3_cluster_loses_no_batch_when_a_nats_node_and_a_worker_die() {
     for ((batch_id, index), entries) in &runs {
         let action = &sub.actions[batch_id][*index as usize];
         if entries.len() > 1 {
-            assert!(action.is_idempotent(), "non-idempotent {} of {batch_id}/{index} ran {} times: {entries:?}", action.kind(), entries.len());
+            assert!(
+                action.is_idempotent(),
+                "non-idempotent {} of {batch_id}/{index} ran {} times: {entries:?}",
+                action.kind(),
+                entries.len()
+            );
             reruns += entries.len() - 1;
-            reruns_after_lapse += entries[..entries.len() - 1].iter().filter(|e| e.call.as_ref().unwrap().worker != victim_worker).count();
+            reruns_after_lapse += entries[..entries.len() - 1]
+                .iter()
+                .filter(|e| e.call.as_ref().unwrap().worker != victim_worker)
+                .count();
         }
     }
     let succeeded = finals.values().filter(|v| v[0].state == BatchState::Succeeded).count();

@@ -10,7 +10,9 @@ use base64::Engine as _;
 use bmcfleet_schema::*;
 use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
-use bmcfleet_tests::producer::{stream_last_sequence, stream_messages, wait_gateway, wait_partitions_owned, SealingKey, Topology};
+use bmcfleet_tests::producer::{
+    stream_last_sequence, stream_messages, wait_gateway, wait_partitions_owned, SealingKey, Topology,
+};
 use bmcfleet_tests::{bin, NatsServer, Process, Producer};
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -29,7 +31,11 @@ fn bmcctl(nats: &NatsServer, args: &[&str], stdin: &str) -> (bool, String, Strin
         .expect("spawn bmcctl");
     child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn with_creds(mut b: Batch, credentials: Credentials) -> Batch {
@@ -71,7 +77,8 @@ struct Env {
 
 async fn env(password: Option<&str>, nats_args: &[&str], gateway_args: &[&str], worker_args: &[&str]) -> Env {
     let nats = NatsServer::start_with(nats_args);
-    let sim = SimServer::start(SimConfig { password: password.map(str::to_owned), ..SimConfig::default() }).await.unwrap();
+    let sim =
+        SimServer::start(SimConfig { password: password.map(str::to_owned), ..SimConfig::default() }).await.unwrap();
     let topo = Topology::default();
     let gateway = topo.gateway(&nats, gateway_args);
     let producer = Producer::new(nats.client().await);
@@ -97,12 +104,25 @@ async fn inline_credentials_are_refused_by_default_and_nothing_is_stored() {
     assert_eq!(e.code, ErrorCode::InlineCredentialsDisabled, "{e:?}");
     // A pre-sealed box is refused too when inline credentials are off.
     let binding = bmcfleet_common::sealing::Binding::target(&"10.9.0.1".parse::<BmcAddress>().unwrap().key(), u64::MAX);
-    let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &bmcfleet_common::sealing::public_key(&topo.sealing.public).unwrap(), &binding).unwrap();
+    let sealed = bmcfleet_common::sealing::seal(
+        "admin",
+        &Secret::new(&password),
+        &bmcfleet_common::sealing::public_key(&topo.sealing.public).unwrap(),
+        &binding,
+    )
+    .unwrap();
     let e = refused(producer.submit(&with_creds(b.clone(), Credentials::Sealed(sealed)), false).await);
     assert_eq!(e.code, ErrorCode::InlineCredentialsDisabled, "{e:?}");
     assert_eq!(stream_messages(&producer.client, &jobs).await, 0, "a refused batch reached the jobs stream");
     // References are what such a deployment takes.
-    let b = bmcfleet_tests::producer::ref_machine_batch(&producer.client, &topo.subjects(), "10.9.0.1", "rack12", b.actions).await;
+    let b = bmcfleet_tests::producer::ref_machine_batch(
+        &producer.client,
+        &topo.subjects(),
+        "10.9.0.1",
+        "rack12",
+        b.actions,
+    )
+    .await;
     let Reply::Accepted(a) = producer.submit(&b, false).await else { panic!("a ref batch") };
     assert!(!a.duplicate);
     assert_eq!(stream_messages(&producer.client, &jobs).await, 1);
@@ -155,7 +175,13 @@ async fn drain_stop_and_scan(
 /// nats-server cleanly so everything is on disk, check the scan sees each of
 /// `present` (so it reads the right place), fail if `what` (any of
 /// `needles`) is there, and return the gateway's log.
-fn stop_and_scan_queued(gateway: &mut Process, nats: &mut NatsServer, present: &[&[u8]], needles: &[Vec<u8>], what: &str) -> String {
+fn stop_and_scan_queued(
+    gateway: &mut Process,
+    nats: &mut NatsServer,
+    present: &[&[u8]],
+    needles: &[Vec<u8>],
+    what: &str,
+) -> String {
     gateway.terminate(Duration::from_secs(15));
     let log = gateway.log_text();
     nats.stop();
@@ -182,7 +208,8 @@ async fn run_queued(
     let gateway = topo.gateway(nats, args);
     let worker = topo.worker(nats, "w0", sim.addr(), args);
     let client = nats.client().await;
-    let results = bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), ids, Duration::from_secs(60)).await;
+    let results =
+        bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), ids, Duration::from_secs(60)).await;
     (gateway, worker, client, results)
 }
 
@@ -211,21 +238,58 @@ async fn passwords_never_reach_nats_storage_or_logs() {
     let mut ids = vec![];
     // 1. Inline credentials, sealed by the gateway.
     for i in 0..4 {
-        let b = with_creds(sim_batch(&format!("10.9.1.{i}"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), inline(&password));
+        let b = with_creds(
+            sim_batch(&format!("10.9.1.{i}"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]),
+            inline(&password),
+        );
         ids.push(accept(producer.submit(&b, false).await));
     }
     // 2. Sealed by the producer itself (the gateway never sees the password).
     let key = bmcfleet_common::sealing::public_key(&topo.sealing.public).unwrap();
-    let binding = bmcfleet_common::sealing::Binding::target(&"10.9.1.5".parse::<BmcAddress>().unwrap().key(), bmcfleet_common::runtime::now_ms() + 600_000);
+    let binding = bmcfleet_common::sealing::Binding::target(
+        &"10.9.1.5".parse::<BmcAddress>().unwrap().key(),
+        bmcfleet_common::runtime::now_ms() + 600_000,
+    );
     let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new(&password), &key, &binding).unwrap();
-    ids.push(accept(producer.submit(&with_creds(sim_batch("10.9.1.5", vec![Action::Power(PowerOp::On)]), Credentials::Sealed(sealed)), false).await));
+    ids.push(accept(
+        producer
+            .submit(
+                &with_creds(sim_batch("10.9.1.5", vec![Action::Power(PowerOp::On)]), Credentials::Sealed(sealed)),
+                false,
+            )
+            .await,
+    ));
     // 3. A named credential in the KV bucket, written by bmcctl.
-    let (ok, out, err) = bmcctl(&nats, &["cred", "put", "rack9", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], &format!("{password}\n"));
+    let (ok, out, err) = bmcctl(
+        &nats,
+        &[
+            "cred",
+            "put",
+            "rack9",
+            "--username",
+            "admin",
+            "--password-stdin",
+            "--workers-public-key",
+            &topo.sealing.public,
+        ],
+        &format!("{password}\n"),
+    );
     assert!(ok, "{out}{err}");
-    let b = bmcfleet_tests::producer::ref_machine_batch(&producer.client, &topo.subjects(), "10.9.1.6", "rack9", vec![Action::Power(PowerOp::On), Action::Inventory]).await;
+    let b = bmcfleet_tests::producer::ref_machine_batch(
+        &producer.client,
+        &topo.subjects(),
+        "10.9.1.6",
+        "rack9",
+        vec![Action::Power(PowerOp::On), Action::Inventory],
+    )
+    .await;
     ids.push(accept(producer.submit(&b, false).await));
     // 4. A wrong password, to show the sim does check.
-    let wrong = accept(producer.submit(&with_creds(sim_batch("10.9.1.9", vec![Action::Power(PowerOp::On)]), inline("not-it")), false).await);
+    let wrong = accept(
+        producer
+            .submit(&with_creds(sim_batch("10.9.1.9", vec![Action::Power(PowerOp::On)]), inline("not-it")), false)
+            .await,
+    );
     assert_eq!(stream_messages(&producer.client, &topo.subjects().jobs_stream()).await, 7);
 
     // (a) what JetStream stored, with the jobs still queued: the jobs (their
@@ -237,19 +301,38 @@ async fn passwords_never_reach_nats_storage_or_logs() {
     logs.push(("gateway", stop_and_scan_queued(&mut gateway, &mut nats, &present, &needles, "the password")));
 
     // Phase 2: run them; the worker opens the boxes and the sim accepts the password.
-    let (mut gateway, mut worker, client, results) = run_queued(&topo, &mut nats, &sim, &trace, &[ids.clone(), vec![wrong]].concat()).await;
+    let (mut gateway, mut worker, client, results) =
+        run_queued(&topo, &mut nats, &sim, &trace, &[ids.clone(), vec![wrong]].concat()).await;
     for id in &ids {
         assert_eq!(results[id].state, BatchState::Succeeded, "{:?}", results[id]);
     }
-    assert_eq!(results[&wrong].results[0].error.as_ref().map(|e| e.code), Some(ErrorCode::AuthFailed), "{:?}", results[&wrong]);
-    assert_eq!(sim.log().iter().filter(|l| l.ok).count(), 4 * 2 + 1 + 2, "every action reached the sim with the right password");
+    assert_eq!(
+        results[&wrong].results[0].error.as_ref().map(|e| e.code),
+        Some(ErrorCode::AuthFailed),
+        "{:?}",
+        results[&wrong]
+    );
+    assert_eq!(
+        sim.log().iter().filter(|l| l.ok).count(),
+        4 * 2 + 1 + 2,
+        "every action reached the sim with the right password"
+    );
 
     // (a) again after execution, (b) every log: trace level for gateway and worker, debug for NATS.
-    logs.extend(drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "the password").await);
-    assert!(logs[2].1.contains("Action finished.") && logs[0].1.contains("Batch admitted."), "logs are not at the expected level");
+    logs.extend(
+        drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "the password").await,
+    );
+    assert!(
+        logs[2].1.contains("Action finished.") && logs[0].1.contains("Batch admitted."),
+        "logs are not at the expected level"
+    );
     // (`--log trace`; async-nats's trace events are dropped because they hold payloads.)
     assert!(logs[2].1.contains("\"level\":\"DEBUG\""), "the worker log is not verbose");
-    assert!(logs[3].1.contains("[DBG]"), "the NATS log is not at debug level: {}", &logs[3].1[..logs[3].1.len().min(2000)]);
+    assert!(
+        logs[3].1.contains("[DBG]"),
+        "the NATS log is not at debug level: {}",
+        &logs[3].1[..logs[3].1.len().min(2000)]
+    );
     assert_not_in_logs(&logs, &needles, "the password");
 }
 
@@ -258,7 +341,8 @@ async fn secret_parameters_never_reach_nats_storage_or_logs() {
     // A new user's password (create, then update), a media URL's password
     // and signature, and a raw request's data.
     let tag = ulid::Ulid::new().to_string();
-    let secrets: Vec<String> = ["create", "update", "urlpw", "urlsig", "rawdata"].iter().map(|k| format!("{k}-{tag}")).collect();
+    let secrets: Vec<String> =
+        ["create", "update", "urlpw", "urlsig", "rawdata"].iter().map(|k| format!("{k}-{tag}")).collect();
     let url = format!("https://media:{}@img.example/boot.iso?X-Amz-Signature={}", secrets[2], secrets[3]);
     let needles: Vec<Vec<u8>> = secrets.iter().map(|s| s.as_bytes().to_vec()).collect();
     let trace = ["--log", "trace"];
@@ -271,24 +355,47 @@ async fn secret_parameters_never_reach_nats_storage_or_logs() {
     let producer = Producer::new(nats.client().await);
     wait_gateway(&producer).await;
     let actions = vec![
-        Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: secrets[0].clone().into(), role: UserRole::Operator, enabled: true })),
+        Action::User(UserOp::Create(UserSpec {
+            name: "ops".into(),
+            password: secrets[0].clone().into(),
+            role: UserRole::Operator,
+            enabled: true,
+        })),
         Action::VirtualMedia(VirtualMediaOp::Insert { url: url.clone(), media: MediaKind::Cd }),
-        Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: Some(secrets[1].clone().into()), role: None, enabled: None })),
+        Action::User(UserOp::Update(UserUpdate {
+            name: "ops".into(),
+            password: Some(secrets[1].clone().into()),
+            role: None,
+            enabled: None,
+        })),
         Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x06, cmd: 0x01, data: secrets[4].as_bytes().to_vec() })),
     ];
-    let Reply::Accepted(a) = producer.submit(&with_creds(sim_batch("10.9.5.1", actions), inline("pw")), false).await else { panic!("accepted") };
+    let Reply::Accepted(a) = producer.submit(&with_creds(sim_batch("10.9.5.1", actions), inline("pw")), false).await
+    else {
+        panic!("accepted")
+    };
     drop(producer);
-    let gateway_log = stop_and_scan_queued(&mut gateway, &mut nats, &[b"10.9.5.1", b"img.example"], &needles, "a secret parameter");
+    let gateway_log =
+        stop_and_scan_queued(&mut gateway, &mut nats, &[b"10.9.5.1", b"img.example"], &needles, "a secret parameter");
     let mut logs = vec![("gateway", gateway_log)];
 
     // Run it: the worker opens the parameters and the BMC gets them whole.
     let (mut gateway, mut worker, client, results) = run_queued(&topo, &mut nats, &sim, &trace, &[a.id]).await;
     assert_eq!(results[&a.id].state, BatchState::Succeeded, "{:?}", results[&a.id]);
     assert_eq!(sim.media("v4-10-9-5-1").as_deref(), Some(url.as_str()), "the media URL arrived whole");
-    assert_eq!(sim.user_password("v4-10-9-5-1", "ops").as_deref(), Some(secrets[1].as_str()), "the updated password arrived");
+    assert_eq!(
+        sim.user_password("v4-10-9-5-1", "ops").as_deref(),
+        Some(secrets[1].as_str()),
+        "the updated password arrived"
+    );
     assert_eq!(sim.raw_data("v4-10-9-5-1").as_deref(), Some(secrets[4].as_bytes()), "the raw data arrived whole");
-    logs.extend(drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "a secret parameter").await);
-    assert!(logs[2].1.contains("Action finished.") && logs[2].1.contains("img.example"), "the worker log does not show the actions");
+    logs.extend(
+        drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "a secret parameter").await,
+    );
+    assert!(
+        logs[2].1.contains("Action finished.") && logs[2].1.contains("img.example"),
+        "the worker log does not show the actions"
+    );
     assert_not_in_logs(&logs, &needles, "a secret parameter");
 }
 
@@ -296,12 +403,36 @@ async fn secret_parameters_never_reach_nats_storage_or_logs() {
 async fn credentials_from_the_bucket_rotate_without_restart() {
     let e = env(Some("right-pw"), &[], &[], &["--credentials-cache-ttl", "0s"]).await;
     let p = &e.producer;
-    let put = |name: &str, pw: &str| bmcctl(&e.nats, &["cred", "put", name, "--username", "admin", "--password-stdin", "--workers-public-key", &e.topo.sealing.public], &format!("{pw}\n"));
+    let put = |name: &str, pw: &str| {
+        bmcctl(
+            &e.nats,
+            &[
+                "cred",
+                "put",
+                name,
+                "--username",
+                "admin",
+                "--password-stdin",
+                "--workers-public-key",
+                &e.topo.sealing.public,
+            ],
+            &format!("{pw}\n"),
+        )
+    };
     let subjects = e.topo.subjects();
     let (client, subjects) = (&p.client, &subjects);
     let batch = |addr: &str, name: &str| {
         let (addr, name) = (addr.to_owned(), name.to_owned());
-        async move { bmcfleet_tests::producer::ref_machine_batch(client, subjects, &addr, &name, vec![Action::Power(PowerOp::On)]).await }
+        async move {
+            bmcfleet_tests::producer::ref_machine_batch(
+                client,
+                subjects,
+                &addr,
+                &name,
+                vec![Action::Power(PowerOp::On)],
+            )
+            .await
+        }
     };
     let code = |r: &BatchResult| r.results[0].error.as_ref().map(|e| e.code);
 
@@ -317,7 +448,14 @@ async fn credentials_from_the_bucket_rotate_without_restart() {
     assert_eq!(code(&r), Some(ErrorCode::AuthFailed), "{r:?}");
     // Sealed to a key the workers do not hold: typed error, the worker carries on.
     let other = SealingKey::generate();
-    assert!(bmcctl(&e.nats, &["cred", "put", "rack2", "--username", "admin", "--password-stdin", "--workers-public-key", &other.public], "right-pw\n").0);
+    assert!(
+        bmcctl(
+            &e.nats,
+            &["cred", "put", "rack2", "--username", "admin", "--password-stdin", "--workers-public-key", &other.public],
+            "right-pw\n"
+        )
+        .0
+    );
     let r = run(p, &batch("10.9.2.2", "rack2").await).await;
     assert_eq!(code(&r), Some(ErrorCode::CredentialUnavailable), "{r:?}");
     // Listing shows names only; deleting makes a name unknown.
@@ -329,7 +467,14 @@ async fn credentials_from_the_bucket_rotate_without_restart() {
     assert_eq!(code(&r), Some(ErrorCode::UnknownCredential), "{r:?}");
     // bmcctl refuses bad input before writing anything.
     assert!(!put("bad name", "x").0);
-    assert!(!bmcctl(&e.nats, &["cred", "put", "rack3", "--username", "admin", "--password-stdin", "--workers-public-key", "Xnope"], "x\n").0);
+    assert!(
+        !bmcctl(
+            &e.nats,
+            &["cred", "put", "rack3", "--username", "admin", "--password-stdin", "--workers-public-key", "Xnope"],
+            "x\n"
+        )
+        .0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -337,7 +482,14 @@ async fn a_box_sealed_to_another_key_fails_the_batch_not_the_worker() {
     // The gateway seals to a key the worker does not hold (a botched rotation).
     let other = SealingKey::generate();
     let mut e = env(None, &[], &["--inline-credentials", "sealed", "--workers-public-key", &other.public], &[]).await;
-    let r = run(&e.producer, &with_creds(sim_batch("10.9.3.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), inline("pw"))).await;
+    let r = run(
+        &e.producer,
+        &with_creds(
+            sim_batch("10.9.3.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]),
+            inline("pw"),
+        ),
+    )
+    .await;
     assert_eq!(r.state, BatchState::Failed);
     let err = r.results[0].error.as_ref().unwrap();
     assert_eq!(err.code, ErrorCode::CredentialUnavailable, "{r:?}");
@@ -345,7 +497,8 @@ async fn a_box_sealed_to_another_key_fails_the_batch_not_the_worker() {
     assert!(e.sim.log().is_empty(), "nothing reached the BMC");
     assert!(e.worker.try_wait().is_none(), "the worker is still running");
     // Holding both seeds (rotation), the worker opens it.
-    let both = e.topo.worker(&e.nats, "w1", e.sim.addr(), &["--sealing-key-file", &other.seed_file.display().to_string()]);
+    let both =
+        e.topo.worker(&e.nats, "w1", e.sim.addr(), &["--sealing-key-file", &other.seed_file.display().to_string()]);
     e.worker.terminate(Duration::from_secs(15));
     wait_partitions_owned(&e.producer.client, &e.topo.subjects()).await;
     let r = run(&e.producer, &with_creds(sim_batch("10.9.3.2", vec![Action::Power(PowerOp::On)]), inline("pw"))).await;
@@ -366,7 +519,9 @@ async fn raw_policy_refuses_at_admission_and_in_the_worker() {
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
     // The last sequence, not a count: the batch above leaves the work queue when acknowledged.
     let before = stream_last_sequence(&p.client, &jobs).await;
-    let Reply::Error(err) = p.submit(&sim_batch("10.9.4.1", vec![Action::Power(PowerOp::Status), raw(0x30)]), true).await else {
+    let Reply::Error(err) =
+        p.submit(&sim_batch("10.9.4.1", vec![Action::Power(PowerOp::Status), raw(0x30)]), true).await
+    else {
         panic!("expected a refusal")
     };
     assert_eq!(err.code, ErrorCode::RawNotAllowed);
@@ -386,7 +541,8 @@ fn keygen_writes_a_private_seed_and_prints_the_public_key() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("workers.xkey");
-    let keygen = || Command::new(bin("bmcctl")).args(["keygen", "--out"]).arg(&path).env_remove("RUST_LOG").output().unwrap();
+    let keygen =
+        || Command::new(bin("bmcctl")).args(["keygen", "--out"]).arg(&path).env_remove("RUST_LOG").output().unwrap();
     let out = keygen();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let public = String::from_utf8(out.stdout).unwrap().trim().to_owned();
@@ -422,7 +578,8 @@ async fn ipmi_password_is_sealed_end_to_end_against_ipmi_sim() {
     let mut gateway = topo.gateway(&nats, &trace);
     let producer = Producer::new(nats.client().await);
     wait_gateway(&producer).await;
-    let batch = bmcfleet_tests::producer::batch_for(bmc.target(), vec![Action::Power(PowerOp::Status), Action::Inventory]);
+    let batch =
+        bmcfleet_tests::producer::batch_for(bmc.target(), vec![Action::Power(PowerOp::Status), Action::Inventory]);
     let Reply::Accepted(a) = producer.submit(&batch, false).await else { panic!("not accepted") };
     gateway.terminate(Duration::from_secs(15));
     let mut logs = vec![("gateway", gateway.log_text())];
@@ -430,7 +587,10 @@ async fn ipmi_password_is_sealed_end_to_end_against_ipmi_sim() {
     nats.stop();
     let files = nats.store_files();
     let all: Vec<u8> = files.iter().flat_map(|(_, b)| b.iter().copied()).collect();
-    assert!(find(&all, a.id.to_string().as_bytes()) && find(&all, b"eGt2M"), "the queued, sealed job is not in the store");
+    assert!(
+        find(&all, a.id.to_string().as_bytes()) && find(&all, b"eGt2M"),
+        "the queued, sealed job is not in the store"
+    );
     if let Some(path) = leaked(&files, &needles) {
         panic!("the IPMI password is stored in plain text in {}", path.display());
     }
@@ -440,11 +600,15 @@ async fn ipmi_password_is_sealed_end_to_end_against_ipmi_sim() {
     let mut gateway = topo.gateway(&nats, &trace);
     let mut worker = topo.worker_plain(&nats, "w0", &trace);
     let client = nats.client().await;
-    let results = bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), &[a.id], Duration::from_secs(60)).await;
+    let results =
+        bmcfleet_tests::producer::wait_final_statuses(&client, &topo.subjects(), &[a.id], Duration::from_secs(60))
+            .await;
     let r = &results[&a.id];
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
     assert_eq!(r.results[0].provider.as_deref(), Some("ipmi"));
-    logs.extend(drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "the IPMI password").await);
+    logs.extend(
+        drain_stop_and_scan(client, &topo, &mut worker, &mut gateway, &mut nats, &needles, "the IPMI password").await,
+    );
     assert!(logs[2].1.contains("BMC session opened."), "no IPMI session in the worker log");
     assert_not_in_logs(&logs, &needles, "the IPMI password");
 }

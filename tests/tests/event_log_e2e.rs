@@ -54,7 +54,15 @@ async fn event_log_read_and_clear_behind_the_policy() {
 
     // Both allow it: cleared, as ipmitool sees.
     let stack = Stack::start_with(&["--raw-policy", ALLOW_CLEAR], 1, &["--raw-policy", ALLOW_CLEAR]).await;
-    let r = stack.run(&batch_for(bmc.target(), vec![Action::EventLog(EventLogOp::Clear), Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 0 })])).await;
+    let r = stack
+        .run(&batch_for(
+            bmc.target(),
+            vec![
+                Action::EventLog(EventLogOp::Clear),
+                Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 0 }),
+            ],
+        ))
+        .await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
     let Some(ActionData::EventLog(log)) = &r.results[1].data else { panic!("event log") };
     assert!(log.entries.iter().all(|e| e.kind.as_deref() != Some("Temperature")), "{log:?}");

@@ -104,7 +104,8 @@ struct Seen {
 
 /// Every event published on the events subjects, as live subscribers see them.
 async fn record_events(nats: &NatsServer, subjects: &Subjects) -> Arc<Mutex<Vec<Seen>>> {
-    let client = async_nats::ConnectOptions::new().subscription_capacity(1 << 20).connect(nats.url()).await.expect("connect");
+    let client =
+        async_nats::ConnectOptions::new().subscription_capacity(1 << 20).connect(nats.url()).await.expect("connect");
     let mut sub = client.subscribe(subjects.events_all()).await.expect("subscribe events");
     client.flush().await.expect("flush");
     let seen = Arc::new(Mutex::new(vec![]));
@@ -155,7 +156,10 @@ impl Scenario {
 
 fn idempotent_actions(i: usize) -> Vec<Action> {
     match i % 3 {
-        0 => vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true }), Action::Power(PowerOp::On)],
+        0 => vec![
+            Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true }),
+            Action::Power(PowerOp::On),
+        ],
         1 => vec![Action::Power(PowerOp::Status)],
         _ => vec![Action::Power(PowerOp::Off), Action::Power(PowerOp::On)],
     }
@@ -190,7 +194,10 @@ fn ms(t: SystemTime) -> u64 {
 async fn run(s: Scenario) {
     let freezes_n = env_usize("BMCFLEET_FENCING_FREEZES", 3);
     let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig { latency: Duration::from_millis(20), record_calls: true, ..SimConfig::default() }).await.unwrap();
+    let sim =
+        SimServer::start(SimConfig { latency: Duration::from_millis(20), record_calls: true, ..SimConfig::default() })
+            .await
+            .unwrap();
     let clock = Clock::now();
     let topo = Topology { partitions: 8, lease_ttl: "6s", rebalance: "1s", ..Topology::default() };
     let subjects = topo.subjects();
@@ -289,16 +296,25 @@ async fn run(s: Scenario) {
             if owner.as_deref() == Some(call.worker.as_str()) {
                 continue;
             }
-            let in_flight = freezes.iter().position(|f| f.worker == call.worker && at >= f.resumed && at < f.resumed + IN_FLIGHT_GRACE);
+            let in_flight = freezes
+                .iter()
+                .position(|f| f.worker == call.worker && at >= f.resumed && at < f.resumed + IN_FLIGHT_GRACE);
             if let Some(f) = in_flight.filter(|f| allowed.insert(*f)) {
-                eprintln!("{}: request in flight at freeze {f}: {key} {:?} from {} at {}", s.name, c.action, call.worker, ms(at));
+                eprintln!(
+                    "{}: request in flight at freeze {f}: {key} {:?} from {} at {}",
+                    s.name,
+                    c.action,
+                    call.worker,
+                    ms(at)
+                );
                 late.insert((key.clone(), call.batch, call.index, call.worker.clone()));
                 continue;
             }
             violations.push(describe_call(key, &c, at, owner));
         }
     }
-    let batch_bmc: HashMap<BatchId, &str> = per_bmc.iter().flat_map(|(k, ids)| ids.iter().map(move |id| (*id, k.as_str()))).collect();
+    let batch_bmc: HashMap<BatchId, &str> =
+        per_bmc.iter().flat_map(|(k, ids)| ids.iter().map(move |id| (*id, k.as_str()))).collect();
     let mut events_checked = 0;
     for seen in events.lock().unwrap().iter() {
         let worker = seen.worker.clone().or_else(|| match &seen.event.event {
@@ -334,17 +350,35 @@ async fn run(s: Scenario) {
             eprintln!("--- {id} log tail ---\n{}", w.log_tail(60));
         }
     }
-    assert!(violations.is_empty(), "{}: {} requests or events from a worker that did not hold the lease", s.name, violations.len());
+    assert!(
+        violations.is_empty(),
+        "{}: {} requests or events from a worker that did not hold the lease",
+        s.name,
+        violations.len()
+    );
     // The run tested something: work flowed, events were seen, and every
     // faulted worker's partitions really moved to another worker.
-    assert!(calls > ids.len() && events_checked > ids.len(), "{}: too little traffic to judge ({calls} requests, {events_checked} events)", s.name);
+    assert!(
+        calls > ids.len() && events_checked > ids.len(),
+        "{}: too little traffic to judge ({calls} requests, {events_checked} events)",
+        s.name
+    );
     for f in &freezes {
-        assert!(leases.takeovers_from(&f.worker) > 0, "{}: no partition of {} was taken over while it was frozen or cut off", s.name, f.worker);
+        assert!(
+            leases.takeovers_from(&f.worker) > 0,
+            "{}: no partition of {} was taken over while it was frozen or cut off",
+            s.name,
+            f.worker
+        );
     }
     assert_call_order(&sim, &per_bmc, &late);
     assert_ordered(&without_late(sim.log(), &late), &per_bmc);
     // A frozen or cut-off worker counts as killed: its action in flight may be re-run (idempotent) or reported interrupted.
-    let frozen: HashSet<String> = if s.lose_replies { workers.iter().map(|(id, _)| id.clone()).collect() } else { freezes.iter().map(|f| f.worker.clone()).collect() };
+    let frozen: HashSet<String> = if s.lose_replies {
+        workers.iter().map(|(id, _)| id.clone()).collect()
+    } else {
+        freezes.iter().map(|f| f.worker.clone()).collect()
+    };
     // A request in flight at a freeze may run an action a second time,
     // after the new owner's run: that is the documented residual window,
     // counted and printed rather than failed.
@@ -380,7 +414,10 @@ fn is_late(late: &HashSet<(String, BatchId, u32, String)>, bmc: &str, call: &bmc
 /// The simulator's log without the requests in flight at a freeze, and
 /// without the overlap the first of them may have had with the action the
 /// new owner was running on that BMC.
-fn without_late(log: Vec<bmcfleet_testing::sim::LogEntry>, late: &HashSet<(String, BatchId, u32, String)>) -> Vec<bmcfleet_testing::sim::LogEntry> {
+fn without_late(
+    log: Vec<bmcfleet_testing::sim::LogEntry>,
+    late: &HashSet<(String, BatchId, u32, String)>,
+) -> Vec<bmcfleet_testing::sim::LogEntry> {
     let mut overlapped: HashSet<String> = HashSet::new();
     let mut out = Vec::with_capacity(log.len());
     for mut e in log {
@@ -408,11 +445,15 @@ fn assert_call_order(sim: &SimServer, per_bmc: &PerBmc, late: &HashSet<(String, 
             }
             let batch = c.call.as_ref().expect("call info").batch;
             if runs.last() != Some(&batch) {
-                assert!(!runs.contains(&batch), "{key}: a request of batch {batch} arrived after a later batch's: {c:?}");
+                assert!(
+                    !runs.contains(&batch),
+                    "{key}: a request of batch {batch} arrived after a later batch's: {c:?}"
+                );
                 runs.push(batch);
             }
         }
-        let order: Vec<usize> = runs.iter().map(|b| submitted.iter().position(|s| s == b).expect("a submitted batch")).collect();
+        let order: Vec<usize> =
+            runs.iter().map(|b| submitted.iter().position(|s| s == b).expect("a submitted batch")).collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{key}: requests out of submission order: {order:?}");
     }
 }
@@ -444,5 +485,9 @@ async fn frozen_worker_in_retry_backoff_sends_nothing_after_resume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_cut_off_from_nats_sends_nothing_after_its_lease() {
-    run(Scenario { worker_args: &["--bmc-min-interval", "200ms"], ..Scenario::new("cut", Fault::CutNats, Duration::from_millis(500)) }).await;
+    run(Scenario {
+        worker_args: &["--bmc-min-interval", "200ms"],
+        ..Scenario::new("cut", Fault::CutNats, Duration::from_millis(500))
+    })
+    .await;
 }

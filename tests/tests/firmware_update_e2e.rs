@@ -27,8 +27,8 @@ use bmcfleet_schema::subject::WORKER_HEADER;
 use bmcfleet_schema::*;
 use bmcfleet_testing::redfish::spec::spec_service;
 use bmcfleet_testing::redfish::{Fault, MockupServer, UpdateBehaviour, MULTIPART_PUSH, SIMPLE_UPDATE};
-use bmcfleet_tests::producer::{wait_final_statuses, Stack};
 use bmcfleet_tests::eventually;
+use bmcfleet_tests::producer::{wait_final_statuses, Stack};
 use futures::StreamExt;
 use std::time::Duration;
 
@@ -50,7 +50,14 @@ async fn mockup(behaviour: UpdateBehaviour) -> MockupServer {
 /// A batch for the machine registered at `server`, with an id (to follow its events).
 async fn batch(stack: &Stack, server: &MockupServer, actions: Vec<Action>) -> Batch {
     let machine = stack.topology.register_machine(&stack.producer.client, &server.target()).await;
-    Batch { id: Some(ulid::Ulid::new()), machine: Some(machine), bmc: None, actions, on_error: OnError::Stop, deadline: Some(Duration::from_secs(120)) }
+    Batch {
+        id: Some(ulid::Ulid::new()),
+        machine: Some(machine),
+        bmc: None,
+        actions,
+        on_error: OnError::Stop,
+        deadline: Some(Duration::from_secs(120)),
+    }
 }
 
 /// Every event of batch `id` (subscribed before it is submitted), with the worker that published it.
@@ -72,7 +79,9 @@ async fn events(stack: &Stack, id: BatchId) -> tokio::sync::mpsc::UnboundedRecei
 }
 
 fn percents(seen: &[(Option<String>, EventKind)]) -> Vec<u8> {
-    seen.iter().filter_map(|(_, e)| if let EventKind::ActionProgress { percent, .. } = e { *percent } else { None }).collect()
+    seen.iter()
+        .filter_map(|(_, e)| if let EventKind::ActionProgress { percent, .. } = e { *percent } else { None })
+        .collect()
 }
 
 fn update_result(r: &BatchResult) -> FirmwareUpdateResult {
@@ -112,7 +121,10 @@ async fn an_update_reports_its_percentage_and_completes() {
         }
     }
     let p = percents(&seen);
-    assert!(p.len() >= 2 && p.windows(2).all(|w| w[0] < w[1]) && p[0] < 100 && p.last() == Some(&100), "progress events: {p:?}");
+    assert!(
+        p.len() >= 2 && p.windows(2).all(|w| w[0] < w[1]) && p[0] < 100 && p.last() == Some(&100),
+        "progress events: {p:?}"
+    );
     assert!(seen.iter().any(|(_, e)| matches!(e, EventKind::ActionProgress { action, state: Some(s), .. } if action == "firmware_update" && s == "Running")));
 }
 
@@ -152,10 +164,20 @@ async fn firmware_updates_are_refused_unless_the_operator_allows_them_for_the_te
     })
     .await;
     assert_eq!(refused.code, ErrorCode::FirmwareUpdateDisabled, "{refused:?}");
-    assert!(matches!(stack.producer.status(other.id.unwrap()).await, Reply::Error(ErrorBody { code: ErrorCode::NotFound, .. })), "nothing stored");
+    assert!(
+        matches!(
+            stack.producer.status(other.id.unwrap()).await,
+            Reply::Error(ErrorBody { code: ErrorCode::NotFound, .. })
+        ),
+        "nothing stored"
+    );
 
     // The typed action is the sanctioned path: a raw POST to the update service stays denied.
-    let raw = RawRequest::Redfish(RawRedfish { method: HttpMethod::Post, path: SIMPLE_UPDATE.into(), body: Some(serde_json::json!({"ImageURI": "https://repo.example/x.bin"})) });
+    let raw = RawRequest::Redfish(RawRedfish {
+        method: HttpMethod::Post,
+        path: SIMPLE_UPDATE.into(),
+        body: Some(serde_json::json!({"ImageURI": "https://repo.example/x.bin"})),
+    });
     let b = Batch { id: None, actions: vec![Action::Raw(raw)], ..b };
     match stack.producer.submit(&b, false).await {
         Reply::Error(e) => assert_eq!(e.code, ErrorCode::RawNotAllowed, "{e:?}"),
@@ -166,7 +188,8 @@ async fn firmware_updates_are_refused_unless_the_operator_allows_them_for_the_te
 
 /// SIGKILL the stack's worker named `worker` (`w<i>`); returns `i`.
 fn kill(stack: &mut Stack, worker: &str) -> usize {
-    let i = (0..stack.workers.len()).find(|i| format!("w{i}") == worker).unwrap_or_else(|| panic!("no worker {worker}"));
+    let i =
+        (0..stack.workers.len()).find(|i| format!("w{i}") == worker).unwrap_or_else(|| panic!("no worker {worker}"));
     stack.workers[i].kill();
     i
 }
@@ -192,7 +215,8 @@ async fn kill_mid_task(stack: &mut Stack, b: &Batch, requests: impl Fn() -> usiz
     assert!(first.1.is_some_and(|p| p < 100), "killed mid-update: {first:?}");
     assert_eq!(requests(), 1);
     let killed = kill(stack, &first.0);
-    let mut results = wait_final_statuses(&stack.producer.client, &stack.topology.subjects(), &[id], Duration::from_secs(90)).await;
+    let mut results =
+        wait_final_statuses(&stack.producer.client, &stack.topology.subjects(), &[id], Duration::from_secs(90)).await;
     let r = results.remove(&id).unwrap();
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
     assert_ne!(r.worker, format!("w{killed}"), "finished by the next owner");
@@ -220,7 +244,8 @@ async fn kill_before_task(stack: &mut Stack, b: &Batch, requests: impl Fn() -> u
     let s = bmcfleet_common::status::load(&kv, &id).await.unwrap().unwrap().status;
     assert_eq!(s.task.as_deref(), Some(&TaskRecord { index: 0, requested: true, uri: None }), "{s:#?}");
     let killed = kill(stack, s.worker.as_deref().unwrap());
-    let results = wait_final_statuses(&stack.producer.client, &stack.topology.subjects(), &[id], Duration::from_secs(90)).await;
+    let results =
+        wait_final_statuses(&stack.producer.client, &stack.topology.subjects(), &[id], Duration::from_secs(90)).await;
     let r = &results[&id];
     let e = r.results[0].error.as_ref().expect("interrupted");
     assert_eq!(e.code, ErrorCode::Interrupted, "{r:#?}");
@@ -280,7 +305,11 @@ async fn a_pushed_image_reaches_the_bmc_whole_and_the_update_completes() {
     completes(&stack, &b).await;
     let pushes = server.pushes();
     assert_eq!(pushes.len(), 1, "one multipart POST");
-    assert_eq!((pushes[0].sha256.as_str(), pushes[0].filename.as_deref()), (sha.as_str(), Some("bmc-2.5.bin")), "the BMC received exactly the file");
+    assert_eq!(
+        (pushes[0].sha256.as_str(), pushes[0].filename.as_deref()),
+        (sha.as_str(), Some("bmc-2.5.bin")),
+        "the BMC received exactly the file"
+    );
     assert_eq!(pushes[0].parameters["Targets"][0], "/redfish/v1/UpdateService/FirmwareInventory/BMC");
     assert_eq!(server.update_requests(), 0, "no SimpleUpdate");
 }
@@ -304,13 +333,25 @@ async fn a_push_needs_the_workers_image_dir_and_a_plain_file_name() {
     for name in ["../etc/passwd", "/etc/passwd", "images/x.bin", ".hidden"] {
         let bad = Batch { id: Some(ulid::Ulid::new()), actions: vec![push(name, None)], ..b.clone() };
         match stack.producer.submit(&bad, false).await {
-            Reply::Error(e) => assert!(e.code == ErrorCode::InvalidField && e.message.contains("image_file"), "{name}: {e:?}"),
+            Reply::Error(e) => {
+                assert!(e.code == ErrorCode::InvalidField && e.message.contains("image_file"), "{name}: {e:?}")
+            }
             other => panic!("{name}: {other:?}"),
         }
-        assert!(matches!(stack.producer.status(bad.id.unwrap()).await, Reply::Error(ErrorBody { code: ErrorCode::NotFound, .. })), "{name}: nothing stored");
+        assert!(
+            matches!(
+                stack.producer.status(bad.id.unwrap()).await,
+                Reply::Error(ErrorBody { code: ErrorCode::NotFound, .. })
+            ),
+            "{name}: nothing stored"
+        );
     }
     // The typed action is the sanctioned path: a raw POST to the push URI stays denied.
-    let raw = RawRequest::Redfish(RawRedfish { method: HttpMethod::Post, path: MULTIPART_PUSH.into(), body: Some(serde_json::json!({})) });
+    let raw = RawRequest::Redfish(RawRedfish {
+        method: HttpMethod::Post,
+        path: MULTIPART_PUSH.into(),
+        body: Some(serde_json::json!({})),
+    });
     match stack.producer.submit(&Batch { id: None, actions: vec![Action::Raw(raw)], ..b }, false).await {
         Reply::Error(e) => assert_eq!(e.code, ErrorCode::RawNotAllowed, "{e:?}"),
         other => panic!("{other:?}"),

@@ -87,7 +87,8 @@ impl Run {
         self.out
             .lines()
             .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}\n{}", self.out));
+                let v: serde_json::Value =
+                    serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}\n{}", self.out));
                 (v["machine"].as_str().expect("every line names its machine").to_owned(), v)
             })
             .collect()
@@ -95,7 +96,10 @@ impl Run {
 
     /// The summary row of `machine` (its first words: machine, result).
     fn row(&self, machine: &str) -> &str {
-        self.out.lines().find(|l| l.split_whitespace().next() == Some(machine)).unwrap_or_else(|| panic!("no row for {machine}:\n{}", self.out))
+        self.out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(machine))
+            .unwrap_or_else(|| panic!("no row for {machine}:\n{}", self.out))
     }
 }
 
@@ -106,7 +110,19 @@ impl Fleet {
         let stack = Stack::start(1, &["--sim-endpoint", &endpoint]).await;
         let fleet = Fleet { stack, sim, dir: tempfile::tempdir().unwrap() };
         let put = fleet
-            .bmcctl_stdin(&["cred", "put", "fleet", "--username", "admin", "--password-stdin", "--workers-public-key", &fleet.stack.topology.sealing.public], "pw\n")
+            .bmcctl_stdin(
+                &[
+                    "cred",
+                    "put",
+                    "fleet",
+                    "--username",
+                    "admin",
+                    "--password-stdin",
+                    "--workers-public-key",
+                    &fleet.stack.topology.sealing.public,
+                ],
+                "pw\n",
+            )
             .await;
         assert_eq!(put.code, Some(0), "{}{}", put.out, put.err);
         fleet
@@ -138,7 +154,11 @@ impl Fleet {
             .expect("spawn bmcctl");
         child.stdin.take().unwrap().write_all(stdin.as_bytes()).await.unwrap();
         let out = child.wait_with_output().await.unwrap();
-        Run { code: out.status.code(), out: String::from_utf8_lossy(&out.stdout).into_owned(), err: String::from_utf8_lossy(&out.stderr).into_owned() }
+        Run {
+            code: out.status.code(),
+            out: String::from_utf8_lossy(&out.stdout).into_owned(),
+            err: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
     }
 
     /// Register machines with `bmcctl machine apply`.
@@ -187,7 +207,13 @@ fn key(address: &str) -> String {
 fn windows(lines: &BTreeMap<String, serde_json::Value>) -> Vec<(u64, u64, String)> {
     let mut w: Vec<(u64, u64, String)> = lines
         .iter()
-        .map(|(name, l)| (l["admitted_at_ms"].as_u64().expect("admitted_at_ms"), l["finished_at_ms"].as_u64().expect("finished_at_ms"), name.clone()))
+        .map(|(name, l)| {
+            (
+                l["admitted_at_ms"].as_u64().expect("admitted_at_ms"),
+                l["finished_at_ms"].as_u64().expect("finished_at_ms"),
+                name.clone(),
+            )
+        })
         .collect();
     w.sort();
     w
@@ -241,7 +267,11 @@ async fn a_selector_runs_one_batch_on_every_machine_it_matches_and_no_other() {
     let r = f.bmcctl(&["--json", "power", "status", "--selector", "rack=70,role=worker"]).await;
     assert_eq!(r.code, Some(0), "{}{}", r.out, r.err);
     let lines = r.lines();
-    assert_eq!(lines.keys().map(String::as_str).collect::<Vec<_>>(), ["r70-a", "r70-b", "r70-c", "r70-d", "t70-a"], "no tenant: both tenants");
+    assert_eq!(
+        lines.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["r70-a", "r70-b", "r70-c", "r70-d", "t70-a"],
+        "no tenant: both tenants"
+    );
     assert_eq!(r.out.lines().count(), 5, "one line per machine:\n{}", r.out);
     for (name, line) in &lines {
         assert_eq!(line["result"], "succeeded", "{line}");
@@ -312,7 +342,11 @@ async fn a_failing_canary_stops_the_run_and_a_passing_one_goes_first() {
         assert_eq!(lines[name]["result"], "not_started", "{}", lines[name]);
         assert!(lines[name].get("batch").is_none(), "{}", lines[name]);
     }
-    assert!(f.batches_at("10.81.0.2").is_empty() && f.batches_at("10.81.0.3").is_empty() && f.batches_at("10.81.0.4").is_empty());
+    assert!(
+        f.batches_at("10.81.0.2").is_empty()
+            && f.batches_at("10.81.0.3").is_empty()
+            && f.batches_at("10.81.0.4").is_empty()
+    );
     assert_eq!(f.queued().await, before + 2);
 
     // Canaries that pass: they run first, then the others.
@@ -338,18 +372,34 @@ async fn after_k_failures_no_machine_starts_and_running_ones_finish() {
     f.register(&[serial, parallel].concat()).await;
 
     // One at a time: the second failure stops the run.
-    let r = f.bmcctl(&["power", "on", "--selector", "rack=83", "--max-parallel", "1", "--stop-after-failures", "2"]).await;
+    let r =
+        f.bmcctl(&["power", "on", "--selector", "rack=83", "--max-parallel", "1", "--stop-after-failures", "2"]).await;
     assert_eq!(r.code, Some(1), "{}{}", r.out, r.err);
     assert!(r.row("s-1").contains("succeeded"), "{}", r.out);
     assert!(r.row("s-2").contains("failed") && r.row("s-3").contains("failed"), "{}", r.out);
     assert!(r.row("s-4").contains("not started") && r.row("s-5").contains("not started"), "{}", r.out);
-    assert!(f.batches_at("10.83.0.4").is_empty() && f.batches_at("10.83.0.5").is_empty(), "a machine ran after the second failure");
+    assert!(
+        f.batches_at("10.83.0.4").is_empty() && f.batches_at("10.83.0.5").is_empty(),
+        "a machine ran after the second failure"
+    );
     assert!(r.out.contains("5 machines: 1 succeeded, 2 failed, 2 not started"), "{}", r.out);
     assert!(r.out.contains("Stopped after 2 failures (--stop-after-failures 2)"), "{}", r.out);
 
     // Three at once: f-1 fails at once while f-2 and f-3 (slow BMCs) run;
     // they finish, and nothing starts after the failure.
-    let r = f.bmcctl(&["--json", "power", "on", "--selector", "rack=84", "--max-parallel", "3", "--stop-after-failures", "1"]).await;
+    let r = f
+        .bmcctl(&[
+            "--json",
+            "power",
+            "on",
+            "--selector",
+            "rack=84",
+            "--max-parallel",
+            "3",
+            "--stop-after-failures",
+            "1",
+        ])
+        .await;
     assert_eq!(r.code, Some(1), "{}{}", r.out, r.err);
     let lines = r.lines();
     assert_eq!(lines["f-1"]["result"], "failed", "{}", r.out);
@@ -358,9 +408,16 @@ async fn after_k_failures_no_machine_starts_and_running_ones_finish() {
     }
     let failed_at = lines["f-1"]["finished_at_ms"].as_u64().unwrap();
     for name in ["f-2", "f-3"] {
-        assert!(lines[name]["admitted_at_ms"].as_u64().unwrap() <= failed_at, "{name} was not running when f-1 failed: {}", r.out);
+        assert!(
+            lines[name]["admitted_at_ms"].as_u64().unwrap() <= failed_at,
+            "{name} was not running when f-1 failed: {}",
+            r.out
+        );
     }
-    assert!(f.batches_at("10.84.0.4").is_empty() && f.batches_at("10.84.0.5").is_empty(), "a machine started after the failure");
+    assert!(
+        f.batches_at("10.84.0.4").is_empty() && f.batches_at("10.84.0.5").is_empty(),
+        "a machine started after the failure"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,7 +432,11 @@ async fn max_parallel_one_runs_one_batch_at_a_time() {
     let w = windows(&r.lines());
     assert_eq!(w.len(), 5);
     assert_eq!(overlaps(&w), 0, "batches overlapped with --max-parallel 1: {w:?}");
-    assert_eq!(w.iter().map(|(_, _, n)| n.as_str()).collect::<Vec<_>>(), ["m-1", "m-2", "m-3", "m-4", "m-5"], "in name order");
+    assert_eq!(
+        w.iter().map(|(_, _, n)| n.as_str()).collect::<Vec<_>>(),
+        ["m-1", "m-2", "m-3", "m-4", "m-5"],
+        "in name order"
+    );
 
     // The same check sees overlap when more may run at once.
     let r = f.bmcctl(&["--json", "power", "status", "--selector", "rack=85", "--max-parallel", "5"]).await;
@@ -390,41 +451,75 @@ async fn max_parallel_one_runs_one_batch_at_a_time() {
 async fn output_wide_names_each_batch_and_output_json_is_json() {
     let f = Fleet::start(SimConfig::default()).await;
     f.register(&rack("o", 87, &[Bmc::Ok, Bmc::Fail, Bmc::Ok])).await;
-    const WIDE: [&str; 10] = ["MACHINE", "RESULT", "TIME", "FAILED ACTION", "ERROR", "BATCH", "WORKER", "ADMITTED", "FINISHED", "DETAIL"];
+    const WIDE: [&str; 10] =
+        ["MACHINE", "RESULT", "TIME", "FAILED ACTION", "ERROR", "BATCH", "WORKER", "ADMITTED", "FINISHED", "DETAIL"];
 
     let r = f.bmcctl(&["--output", "wide", "power", "on", "--selector", "rack=87"]).await;
     assert_eq!(r.code, Some(1), "{}{}", r.out, r.err);
     let header = r.out.lines().next().unwrap();
     assert_eq!(header.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect::<Vec<_>>(), WIDE, "{header}");
     assert!(r.out.contains("3 machines: 2 succeeded, 1 failed"), "{}", r.out);
-    assert!(!r.out.contains('\x1b') && !r.err.contains('\x1b'), "no bar or colour off a terminal: {:?} {:?}", r.out, r.err);
-    for (name, address, want) in [("o-1", "10.87.0.1", "succeeded"), ("o-2", "fail-2.rack87", "failed"), ("o-3", "10.87.0.3", "succeeded")] {
+    assert!(
+        !r.out.contains('\x1b') && !r.err.contains('\x1b'),
+        "no bar or colour off a terminal: {:?} {:?}",
+        r.out,
+        r.err
+    );
+    for (name, address, want) in
+        [("o-1", "10.87.0.1", "succeeded"), ("o-2", "fail-2.rack87", "failed"), ("o-3", "10.87.0.3", "succeeded")]
+    {
         // machine, result, time, failed action (two words when there is one), error, batch, worker, admitted, finished.
         let words: Vec<&str> = r.row(name).split_whitespace().collect();
         let skip = usize::from(want == "failed");
         assert_eq!(words[1], want, "{}", r.out);
-        let id: ulid::Ulid = words[5 + skip].parse().unwrap_or_else(|e| panic!("{name}: batch `{}`: {e}\n{}", words[5 + skip], r.out));
+        let id: ulid::Ulid =
+            words[5 + skip].parse().unwrap_or_else(|e| panic!("{name}: batch `{}`: {e}\n{}", words[5 + skip], r.out));
         assert!(f.batches_at(address).contains_key(&id.to_string()), "{name}: batch {id} did not reach its BMC");
         let Reply::Status(s) = f.stack.producer.status(id).await else { panic!("status of {id}") };
         let result = s.result.as_ref().expect("a final result");
         assert_eq!(words[6 + skip], result.worker, "{}", r.out);
-        let at = |ms: u64| time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap().format(&time::format_description::well_known::Rfc3339).unwrap();
-        assert_eq!((words[7 + skip], words[8 + skip]), (at(result.admitted_at_ms).as_str(), at(result.finished_at_ms).as_str()), "{}", r.out);
+        let at = |ms: u64| {
+            time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+                .unwrap()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap()
+        };
+        assert_eq!(
+            (words[7 + skip], words[8 + skip]),
+            (at(result.admitted_at_ms).as_str(), at(result.finished_at_ms).as_str()),
+            "{}",
+            r.out
+        );
     }
     assert!(r.row("o-2").contains("#0 power_on") && r.row("o-2").contains("bmc_error"), "{}", r.out);
 
     // json: one line per machine, as --json prints them; from the environment too.
-    for (args, env) in [(&["--output", "json"][..], &[][..]), (&[][..], &[("BMCCTL_OUTPUT", "json")][..]), (&["--json", "--output", "wide"][..], &[][..])] {
+    for (args, env) in [
+        (&["--output", "json"][..], &[][..]),
+        (&[][..], &[("BMCCTL_OUTPUT", "json")][..]),
+        (&["--json", "--output", "wide"][..], &[][..]),
+    ] {
         let argv = [args, &["power", "status", "--selector", "rack=87"]].concat();
         let r = f.bmcctl_with(&argv, "", env).await;
         assert_eq!(r.code, Some(1), "{args:?} {env:?}: {}{}", r.out, r.err);
         let lines = r.lines();
         assert_eq!(lines.len(), 3, "{args:?} {env:?}: {}", r.out);
-        assert_eq!((lines["o-1"]["result"].as_str(), lines["o-2"]["result"].as_str()), (Some("succeeded"), Some("failed")), "{}", r.out);
+        assert_eq!(
+            (lines["o-1"]["result"].as_str(), lines["o-2"]["result"].as_str()),
+            (Some("succeeded"), Some("failed")),
+            "{}",
+            r.out
+        );
         assert_eq!(lines["o-3"]["results"][0]["data"]["power_state"], "on", "{}", r.out);
     }
     // The flag wins over the environment.
-    let r = f.bmcctl_with(&["--output", "table", "power", "status", "--selector", "rack=87"], "", &[("BMCCTL_OUTPUT", "json")]).await;
+    let r = f
+        .bmcctl_with(
+            &["--output", "table", "power", "status", "--selector", "rack=87"],
+            "",
+            &[("BMCCTL_OUTPUT", "json")],
+        )
+        .await;
     assert!(r.out.starts_with("MACHINE  ") && r.row("o-1").contains("power=on"), "{}", r.out);
 }
 
@@ -441,9 +536,16 @@ async fn on_a_terminal_a_progress_line_in_colour_unless_no_color() {
     let f = Fleet::start(SimConfig::default()).await;
     f.register(&rack("t", 86, &[Bmc::Ok, Bmc::Fail])).await;
     let on_tty = |no_color: Option<&str>| {
-        let command = format!("'{}' --nats-url '{}' power on --selector rack=86", bmcfleet_tests::bin("bmcctl").display(), f.stack.nats.url());
+        let command = format!(
+            "'{}' --nats-url '{}' power on --selector rack=86",
+            bmcfleet_tests::bin("bmcctl").display(),
+            f.stack.nats.url()
+        );
         let mut cmd = tokio::process::Command::new(&script);
-        cmd.args(["-q", "-e", "-c", &command, "/dev/null"]).env("TERM", "xterm").env_remove("NO_COLOR").env_remove("RUST_LOG");
+        cmd.args(["-q", "-e", "-c", &command, "/dev/null"])
+            .env("TERM", "xterm")
+            .env_remove("NO_COLOR")
+            .env_remove("RUST_LOG");
         if let Some(v) = no_color {
             cmd.env("NO_COLOR", v);
         }
@@ -487,5 +589,8 @@ async fn on_a_terminal_a_progress_line_in_colour_unless_no_color() {
     assert!(tty.contains("power_on [") && tty.contains("2/2 done"), "no bar on the terminal's stderr: {tty:?}");
     assert!(!tty.contains("MACHINE "), "the summary went to the terminal: {tty:?}");
     assert!(summary.starts_with("MACHINE ") && summary.contains("2 machines: 1 succeeded, 1 failed"), "{summary:?}");
-    assert!(!summary.contains('\x1b') && !summary.contains("power_on ["), "a file gets no bar and no colour: {summary:?}");
+    assert!(
+        !summary.contains('\x1b') && !summary.contains("power_on ["),
+        "a file gets no bar and no colour: {summary:?}"
+    );
 }

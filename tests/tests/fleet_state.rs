@@ -29,7 +29,8 @@ impl Events {
         let task = tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
                 let e: MachineEvent = Encoding::MessagePack.decode(&msg.payload).expect("a machine event");
-                let header = msg.headers.as_ref().and_then(|h| h.get(subject::EVENT_HEADER)).map(|v| v.as_str().to_owned());
+                let header =
+                    msg.headers.as_ref().and_then(|h| h.get(subject::EVENT_HEADER)).map(|v| v.as_str().to_owned());
                 assert_eq!(header.as_deref(), Some(e.event.name()), "the header names the event");
                 sink.lock().unwrap().push(e);
             }
@@ -109,7 +110,11 @@ async fn ipmi_power_changed_behind_our_back_and_an_outage_are_observed() {
     let switched = Instant::now();
     bmc.ipmitool(&["power", "on"]).unwrap();
     let e = events.wait_for("power_changed to on", Duration::from_secs(5), power_changed_to(PowerState::On)).await;
-    assert!(switched.elapsed() < Duration::from_secs(4), "seen {:?} after the switch (interval 1s)", switched.elapsed());
+    assert!(
+        switched.elapsed() < Duration::from_secs(4),
+        "seen {:?} after the switch (interval 1s)",
+        switched.elapsed()
+    );
     assert_eq!(e.event, MachineEventKind::PowerChanged { from: Some(PowerState::Off), to: PowerState::On });
     assert_eq!(e.state.power, Some(PowerState::On));
     // Further polls see no change and say nothing.
@@ -122,9 +127,14 @@ async fn ipmi_power_changed_behind_our_back_and_an_outage_are_observed() {
 
     // The BMC stops answering: not contactable, with the reason.
     bmc.kill();
-    let e = events.wait_for("unreachable", Duration::from_secs(10), |e| matches!(e, MachineEventKind::Unreachable { .. })).await;
+    let e = events
+        .wait_for("unreachable", Duration::from_secs(10), |e| matches!(e, MachineEventKind::Unreachable { .. }))
+        .await;
     let MachineEventKind::Unreachable { code, reason } = &e.event else { unreachable!() };
-    assert!(matches!(code, ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::DeadlineExceeded), "{code:?}: {reason}");
+    assert!(
+        matches!(code, ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::DeadlineExceeded),
+        "{code:?}: {reason}"
+    );
     assert!(!reason.is_empty());
     let down = state_of(client, &subjects, &name).await.unwrap();
     assert!(!down.contactable && down.error_code.is_some() && down.consecutive_failures >= 1, "{down:?}");
@@ -142,7 +152,9 @@ async fn ipmi_power_changed_behind_our_back_and_an_outage_are_observed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redfish_power_changed_by_another_client_is_observed() {
-    let Some(emu) = bmcfleet_tests::sushy_node(19, "redfish_power_changed_by_another_client_is_observed").await else { return };
+    let Some(emu) = bmcfleet_tests::sushy_node(19, "redfish_power_changed_by_another_client_is_observed").await else {
+        return;
+    };
     let stack = Stack::start(1, &["--poll-interval", "1s", "--poll-timeout", "900ms"]).await;
     let subjects = stack.topology.subjects();
     let name = stack.topology.register_machine(&stack.producer.client, &emu.target()).await;
@@ -176,14 +188,26 @@ async fn redfish_power_changed_by_another_client_is_observed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polls_never_overlap_a_batch_on_the_same_machine() {
     use bmcfleet_testing::{SimConfig, SimServer};
-    let sim = SimServer::start(SimConfig { slow_latency: Duration::from_millis(400), ..SimConfig::default() }).await.unwrap();
+    let sim =
+        SimServer::start(SimConfig { slow_latency: Duration::from_millis(400), ..SimConfig::default() }).await.unwrap();
     let nats = bmcfleet_tests::NatsServer::start();
     let topology = bmcfleet_tests::producer::Topology::default();
     let gateway = topology.gateway(&nats, &[]);
     let producer = bmcfleet_tests::producer::Producer::new(nats.client().await);
     bmcfleet_tests::producer::wait_gateway(&producer).await;
-    let mut worker = topology.worker(&nats, "w0", sim.addr(), &["--poll-interval", "1s", "--poll-timeout", "900ms", "--lane-idle-timeout", "10m"]);
-    if tokio::time::timeout(Duration::from_secs(20), bmcfleet_tests::producer::wait_partitions_owned(&producer.client, &topology.subjects())).await.is_err() {
+    let mut worker = topology.worker(
+        &nats,
+        "w0",
+        sim.addr(),
+        &["--poll-interval", "1s", "--poll-timeout", "900ms", "--lane-idle-timeout", "10m"],
+    );
+    if tokio::time::timeout(
+        Duration::from_secs(20),
+        bmcfleet_tests::producer::wait_partitions_owned(&producer.client, &topology.subjects()),
+    )
+    .await
+    .is_err()
+    {
         panic!("worker did not start: {:?}\n{}", worker.try_wait(), worker.log_text());
     }
     let stack = Stack { producer, topology, workers: vec![worker], gateway, nats };
@@ -217,8 +241,13 @@ async fn polls_never_overlap_a_batch_on_the_same_machine() {
         async move { (p == Some(PowerState::On)).then_some(()) }
     })
     .await;
-    assert!(on.is_some(), "the desired power was enforced: {:?}", sim.log().iter().filter(|e| e.bmc.starts_with("h-fix")).collect::<Vec<_>>());
-    let fixes: Vec<_> = sim.log().into_iter().filter(|e| e.bmc == "h-fix-19_example" && e.action == "power_on").collect();
+    assert!(
+        on.is_some(),
+        "the desired power was enforced: {:?}",
+        sim.log().iter().filter(|e| e.bmc.starts_with("h-fix")).collect::<Vec<_>>()
+    );
+    let fixes: Vec<_> =
+        sim.log().into_iter().filter(|e| e.bmc == "h-fix-19_example" && e.action == "power_on").collect();
     assert_eq!(fixes.len(), 1, "switched once: {fixes:?}");
     assert!(fixes[0].call.is_none(), "by a poll, not a batch");
 }
@@ -229,7 +258,8 @@ async fn polls_never_overlap_a_batch_on_the_same_machine() {
 async fn a_killed_workers_machines_are_polled_by_the_survivor() {
     let bmc = IpmiSim::start().expect("ipmi_sim");
     let interval = Duration::from_secs(2);
-    let stack = Stack::start(2, &["--poll-interval", "2s", "--poll-timeout", "1500ms", "--state-heartbeat", "1s"]).await;
+    let stack =
+        Stack::start(2, &["--poll-interval", "2s", "--poll-timeout", "1500ms", "--state-heartbeat", "1s"]).await;
     let subjects = stack.topology.subjects();
     let client = &stack.producer.client;
     let name = stack.topology.register_machine(client, &bmc.target()).await;
@@ -245,11 +275,12 @@ async fn a_killed_workers_machines_are_polled_by_the_survivor() {
     workers[victim].kill();
     let killed = Instant::now();
     let ttl = Duration::from_secs(3); // Topology::default().lease_ttl
-    let taken = bmcfleet_tests::poll_until(interval + ttl + Duration::from_secs(6), Duration::from_millis(50), || async {
-        state_of(client, &subjects, &name).await.filter(|s| s.worker == survivor)
-    })
-    .await
-    .unwrap_or_else(|| panic!("{survivor} never polled the machine after {owner} died"));
+    let taken =
+        bmcfleet_tests::poll_until(interval + ttl + Duration::from_secs(6), Duration::from_millis(50), || async {
+            state_of(client, &subjects, &name).await.filter(|s| s.worker == survivor)
+        })
+        .await
+        .unwrap_or_else(|| panic!("{survivor} never polled the machine after {owner} died"));
     let gap = killed.elapsed();
     assert!(taken.contactable, "{taken:?}");
     // One interval + the TTL, plus the rebalance period that notices the
@@ -264,7 +295,8 @@ async fn a_killed_workers_machines_are_polled_by_the_survivor() {
 async fn an_inventory_change_is_announced() {
     use bmcfleet_testing::{SimConfig, SimServer};
     let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let stack = sim_stack(&sim, &["--poll-interval", "1s", "--poll-timeout", "900ms", "--inventory-interval", "1s"]).await;
+    let stack =
+        sim_stack(&sim, &["--poll-interval", "1s", "--poll-timeout", "900ms", "--inventory-interval", "1s"]).await;
     let subjects = stack.topology.subjects();
     let client = &stack.producer.client;
 
@@ -278,14 +310,24 @@ async fn an_inventory_change_is_announced() {
     .expect("an inventory read");
     assert_eq!(first.firmware.as_deref(), Some(env!("CARGO_PKG_VERSION")), "{first:?}");
     let kv = async_nats::jetstream::new(client.clone()).get_key_value(subjects.state_bucket()).await.unwrap();
-    let stored: Inventory = serde_json::from_slice(&kv.get(format!("{name}.inventory")).await.unwrap().unwrap()).unwrap();
+    let stored: Inventory =
+        serde_json::from_slice(&kv.get(format!("{name}.inventory")).await.unwrap().unwrap()).unwrap();
     assert_eq!(stored.model.as_deref(), Some("bmc-sim"));
 
     let r = stack.run(&machine_batch(&name, vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Reset)])).await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
-    let e = events.wait_for("inventory_changed", Duration::from_secs(10), |e| matches!(e, MachineEventKind::InventoryChanged { .. })).await;
+    let e = events
+        .wait_for("inventory_changed", Duration::from_secs(10), |e| {
+            matches!(e, MachineEventKind::InventoryChanged { .. })
+        })
+        .await;
     let MachineEventKind::InventoryChanged { changes } = &e.event else { unreachable!() };
-    assert!(changes.iter().any(|c| c.field == "extra.resets" && c.from.as_deref() == Some("0") && c.to.as_deref() == Some("1")), "{changes:?}");
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.field == "extra.resets" && c.from.as_deref() == Some("0") && c.to.as_deref() == Some("1")),
+        "{changes:?}"
+    );
     // Later reads find nothing new.
     let quiet = Instant::now() + Duration::from_secs(3);
     while Instant::now() < quiet {
@@ -304,7 +346,8 @@ async fn a_swapped_component_is_announced_by_name() {
     use bmcfleet_schema::state::ChangeKind;
     use bmcfleet_testing::{SimConfig, SimServer};
     let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let args = ["--poll-interval", "1s", "--poll-timeout", "900ms", "--inventory-interval", "1s", "--inventory-timeout", "5s"];
+    let args =
+        ["--poll-interval", "1s", "--poll-timeout", "900ms", "--inventory-interval", "1s", "--inventory-timeout", "5s"];
     let stack = sim_stack(&sim, &args).await;
     let subjects = stack.topology.subjects();
     let client = &stack.producer.client;
@@ -315,26 +358,40 @@ async fn a_swapped_component_is_announced_by_name() {
     let stored = |kv: async_nats::jetstream::kv::Store, key: String| async move {
         kv.get(key).await.ok().flatten().map(|b| serde_json::from_slice::<Inventory>(&b).expect("an inventory record"))
     };
-    let first = bmcfleet_tests::poll_until(Duration::from_secs(10), Duration::from_millis(100), || stored(kv.clone(), format!("{name}.inventory")))
-        .await
-        .expect("an inventory read");
+    let first = bmcfleet_tests::poll_until(Duration::from_secs(10), Duration::from_millis(100), || {
+        stored(kv.clone(), format!("{name}.inventory"))
+    })
+    .await
+    .expect("an inventory read");
     assert_eq!(first.memory.len(), 2, "{first:?}");
     assert_eq!(first.memory[1].serial.as_deref(), Some("D-0002"));
     assert!(first.firmware.iter().any(|f| f.id == "BIOS" && f.version.as_deref() == Some("1.0.0")), "{first:?}");
 
-    let key = sim.log().iter().find(|e| e.action == "inventory").map(|e| e.bmc.clone()).expect("the simulator served the inventory");
+    let key = sim
+        .log()
+        .iter()
+        .find(|e| e.action == "inventory")
+        .map(|e| e.bmc.clone())
+        .expect("the simulator served the inventory");
     sim.change_components(&key, |inv| {
         inv.memory[1].serial = Some("D-0099".into());
         inv.firmware.iter_mut().find(|f| f.id == "BIOS").unwrap().version = Some("1.1.0".into());
         inv.nics[0].link_status = Some("LinkDown".into()); // state, not inventory
     });
-    let e = events.wait_for("inventory_changed", Duration::from_secs(10), |e| matches!(e, MachineEventKind::InventoryChanged { .. })).await;
+    let e = events
+        .wait_for("inventory_changed", Duration::from_secs(10), |e| {
+            matches!(e, MachineEventKind::InventoryChanged { .. })
+        })
+        .await;
     let MachineEventKind::InventoryChanged { changes } = &e.event else { unreachable!() };
     let got: Vec<(&str, Option<&str>, Option<&str>, ChangeKind)> =
         changes.iter().map(|c| (c.field.as_str(), c.from.as_deref(), c.to.as_deref(), c.change)).collect();
     assert_eq!(
         got,
-        [("memory.DIMM2.serial", Some("D-0002"), Some("D-0099"), ChangeKind::Changed), ("firmware.BIOS", Some("1.0.0"), Some("1.1.0"), ChangeKind::Changed)]
+        [
+            ("memory.DIMM2.serial", Some("D-0002"), Some("D-0099"), ChangeKind::Changed),
+            ("firmware.BIOS", Some("1.0.0"), Some("1.1.0"), ChangeKind::Changed)
+        ]
     );
     let now = stored(kv.clone(), format!("{name}.inventory")).await.unwrap();
     assert_eq!(now.memory[1].serial.as_deref(), Some("D-0099"));

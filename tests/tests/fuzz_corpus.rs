@@ -77,5 +77,10 @@ fn every_fuzz_target_is_replayed() {
         assert!(manifest.contains(&format!("name = \"{name}\"")), "fuzz/Cargo.toml has no target {name}");
     }
     let declared = manifest.matches("[[bin]]").count();
-    assert_eq!(declared, TARGETS.len(), "fuzz/Cargo.toml declares {declared} targets; this test replays {}", TARGETS.len());
+    assert_eq!(
+        declared,
+        TARGETS.len(),
+        "fuzz/Cargo.toml declares {declared} targets; this test replays {}",
+        TARGETS.len()
+    );
 }

@@ -18,34 +18,46 @@ fn unavailable(r: &Reply) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_submits_cannot_starve_the_gateway() {
-    let GatewayStack { nats, topology: _topo, gateway: mut gw, producer: a } = GatewayStack::start(&["--max-concurrent-requests", "32", "--max-waiting-per-client", "48"]).await;
+    let GatewayStack { nats, topology: _topo, gateway: mut gw, producer: a } =
+        GatewayStack::start(&["--max-concurrent-requests", "32", "--max-waiting-per-client", "48"]).await;
 
     // No worker runs: every waiting submit stays open. Client A asks for 64.
     let mut waiters = tokio::task::JoinSet::new();
     for i in 0..64 {
         let a = a.clone();
-        waiters.spawn(async move { a.submit(&sim_batch(&format!("10.16.5.{}", i % 50 + 1), vec![Action::Power(PowerOp::On)]), true).await });
+        waiters.spawn(async move {
+            a.submit(&sim_batch(&format!("10.16.5.{}", i % 50 + 1), vec![Action::Power(PowerOp::On)]), true).await
+        });
     }
     // The 16 beyond A's share are refused at once, not queued behind the others.
     let mut refused = 0;
     while refused < 16 {
-        let r = tokio::time::timeout(Duration::from_secs(20), waiters.join_next()).await.expect("a refusal within 20 s").unwrap().unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(20), waiters.join_next())
+            .await
+            .expect("a refusal within 20 s")
+            .unwrap()
+            .unwrap();
         let why = unavailable(&r).unwrap_or_else(|| panic!("expected a refusal, got {r:?}"));
         assert!(why.contains("limit per client"), "{why}");
         refused += 1;
     }
 
     // Meanwhile A itself still gets answers for everything else, promptly.
-    let status = tokio::time::timeout(Duration::from_secs(3), a.status(ulid::Ulid::new())).await.expect("status answered");
+    let status =
+        tokio::time::timeout(Duration::from_secs(3), a.status(ulid::Ulid::new())).await.expect("status answered");
     assert!(matches!(&status, Reply::Error(e) if e.code == ErrorCode::NotFound), "{status:?}");
-    let queued = tokio::time::timeout(Duration::from_secs(3), a.submit(&sim_batch("10.16.6.1", vec![Action::Power(PowerOp::On)]), false))
-        .await
-        .expect("a plain submit answered");
+    let queued = tokio::time::timeout(
+        Duration::from_secs(3),
+        a.submit(&sim_batch("10.16.6.1", vec![Action::Power(PowerOp::On)]), false),
+    )
+    .await
+    .expect("a plain submit answered");
     assert!(matches!(queued, Reply::Accepted(_)), "{queued:?}");
 
     // Another client's waiting submit is admitted (it waits, it is not refused).
     let b = Producer::new(nats.client().await);
-    let b_wait = tokio::spawn(async move { b.submit(&sim_batch("10.16.7.1", vec![Action::Power(PowerOp::On)]), true).await });
+    let b_wait =
+        tokio::spawn(async move { b.submit(&sim_batch("10.16.7.1", vec![Action::Power(PowerOp::On)]), true).await });
 
     // Admitted so far: A's 48 waiting submits, its plain one, and B's.
     let port = metrics_port(&gw).await;
@@ -57,10 +69,17 @@ async fn waiting_submits_cannot_starve_the_gateway() {
     // SIGTERM: the gateway answers every waiting submit and exits promptly.
     let started = std::time::Instant::now();
     let exit = gw.terminate(Duration::from_secs(20));
-    assert!(exit.is_some_and(|s| s.success()), "the gateway did not stop cleanly within 20 s: {exit:?}\n{}", gw.log_tail(20));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "the gateway did not stop cleanly within 20 s: {exit:?}\n{}",
+        gw.log_tail(20)
+    );
     assert!(started.elapsed() < Duration::from_secs(8), "stopping took {:?}", started.elapsed());
     let b_reply = b_wait.await.unwrap();
-    assert!(unavailable(&b_reply).is_some_and(|m| m.contains("stopping")), "B was admitted and told the gateway stops: {b_reply:?}");
+    assert!(
+        unavailable(&b_reply).is_some_and(|m| m.contains("stopping")),
+        "B was admitted and told the gateway stops: {b_reply:?}"
+    );
     let mut answered = 0;
     while let Some(r) = waiters.join_next().await {
         let r = r.unwrap();
@@ -78,7 +97,10 @@ async fn raw_redfish_paths_are_judged_and_stored_in_their_canonical_form() {
     let GatewayStack { nats: _nats, topology: topo, gateway: _gw, producer: p } = GatewayStack::start(&[]).await;
     let jobs = topo.subjects().jobs_stream();
     let raw = |method: HttpMethod, path: &str| {
-        sim_batch("10.16.8.1", vec![Action::Raw(RawRequest::Redfish(RawRedfish { method, path: path.into(), body: None }))])
+        sim_batch(
+            "10.16.8.1",
+            vec![Action::Raw(RawRequest::Redfish(RawRedfish { method, path: path.into(), body: None }))],
+        )
     };
     let before = bmcfleet_tests::producer::stream_messages(&p.client, &jobs).await;
     for path in [
@@ -89,12 +111,16 @@ async fn raw_redfish_paths_are_judged_and_stored_in_their_canonical_form() {
         "/redfish/v1/Systems/../UpdateService",
         "/redfish/v1/UpdateService;x=1",
     ] {
-        let Reply::Error(e) = p.submit(&raw(HttpMethod::Post, path), false).await else { panic!("POST {path} admitted") };
+        let Reply::Error(e) = p.submit(&raw(HttpMethod::Post, path), false).await else {
+            panic!("POST {path} admitted")
+        };
         assert!(matches!(e.code, ErrorCode::RawNotAllowed | ErrorCode::InvalidField), "POST {path}: {e:?}");
     }
     assert_eq!(bmcfleet_tests::producer::stream_messages(&p.client, &jobs).await, before, "a refused batch was stored");
 
-    let Reply::Accepted(a) = p.submit(&raw(HttpMethod::Get, "//redfish/v1//%53ystems/"), false).await else { panic!("GET refused") };
+    let Reply::Accepted(a) = p.submit(&raw(HttpMethod::Get, "//redfish/v1//%53ystems/"), false).await else {
+        panic!("GET refused")
+    };
     let js = async_nats::jetstream::new(p.client.clone());
     let stored = js.get_stream(&jobs).await.unwrap().get_raw_message(a.stream_sequence).await.unwrap();
     let job: Job = Encoding::MessagePack.decode(&stored.payload).unwrap();
@@ -107,7 +133,9 @@ async fn raw_redfish_paths_are_judged_and_stored_in_their_canonical_form() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_out_of_descriptors_is_the_workers_fault_not_the_bmcs() {
     use bmcfleet_tests::producer::{batch_for, Stack};
-    let stack = Stack::start(1, &["--protocols", "redfish", "--metrics-addr", "127.0.0.1:0", "--lane-idle-timeout", "10m"]).await;
+    let stack =
+        Stack::start(1, &["--protocols", "redfish", "--metrics-addr", "127.0.0.1:0", "--lane-idle-timeout", "10m"])
+            .await;
     let worker = &stack.workers[0];
     assert!(worker.log_text().contains("Open-files limit"), "the worker does not log its descriptor budget");
     // Leave the worker a handful of descriptors beyond what it holds now.
@@ -116,7 +144,10 @@ async fn running_out_of_descriptors_is_the_workers_fault_not_the_bmcs() {
     let limit = open + 6;
     // The soft limit only (`N:`), so it can be raised back without privileges.
     let prlimit = |soft: String| {
-        let status = std::process::Command::new("prlimit").args(["--pid", &pid.to_string(), &format!("--nofile={soft}:")]).status().expect("prlimit");
+        let status = std::process::Command::new("prlimit")
+            .args(["--pid", &pid.to_string(), &format!("--nofile={soft}:")])
+            .status()
+            .expect("prlimit");
         assert!(status.success());
     };
     prlimit(limit.to_string());
@@ -136,7 +167,12 @@ async fn running_out_of_descriptors_is_the_workers_fault_not_the_bmcs() {
     assert!(!codes.contains(&Some(ErrorCode::Unreachable)), "descriptor exhaustion was blamed on a BMC: {codes:?}");
     // Room again, to read the metrics.
     let hard = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
-    let hard = hard.lines().find(|l| l.starts_with("Max open files")).and_then(|l| l.split_whitespace().nth(4)).unwrap().to_owned();
+    let hard = hard
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4))
+        .unwrap()
+        .to_owned();
     prlimit(hard);
     let metrics = scrape(metrics_port(worker).await);
     assert!(value(&metrics, "bmcfleet_fd_exhausted_total", &[]) >= 1.0);
@@ -177,10 +213,16 @@ async fn secrets_a_bmc_echoes_back_are_scrubbed() {
     use bmcfleet_tests::producer::{batch_for, Stack};
     let stack = Stack::start(1, &["--protocols", "redfish", "--retry-max", "0", "--log", "trace"]).await;
     let server = bmcfleet_testing::redfish::spec::spec_service()
-        .resource("/redfish/v1/AccountService", serde_json::json!({"@odata.id": "/redfish/v1/AccountService", "Id": "AccountService",
-            "Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"}}))
-        .resource("/redfish/v1/AccountService/Accounts", serde_json::json!({"@odata.id": "/redfish/v1/AccountService/Accounts",
-            "Members": [], "Members@odata.count": 0}))
+        .resource(
+            "/redfish/v1/AccountService",
+            serde_json::json!({"@odata.id": "/redfish/v1/AccountService", "Id": "AccountService",
+            "Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"}}),
+        )
+        .resource(
+            "/redfish/v1/AccountService/Accounts",
+            serde_json::json!({"@odata.id": "/redfish/v1/AccountService/Accounts",
+            "Members": [], "Members@odata.count": 0}),
+        )
         .credentials("admin", "L0gin-S3cret!")
         .start()
         .await
@@ -269,7 +311,9 @@ async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
     // No worker yet: the slow BMC's queue fills up to its cap.
     let mut slow_ids = Vec::new();
     for _ in 0..4 {
-        let Reply::Accepted(a) = p.submit(&sim_batch("slow-1.test", status()), false).await else { panic!("refused below the cap") };
+        let Reply::Accepted(a) = p.submit(&sim_batch("slow-1.test", status()), false).await else {
+            panic!("refused below the cap")
+        };
         slow_ids.push(a.id);
     }
     let stored = bmcfleet_tests::producer::stream_messages(&observer, &jobs).await;
@@ -284,9 +328,14 @@ async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
         other => panic!("a fifth batch for a BMC capped at four was {other:?}"),
     }
     assert_eq!(bmcfleet_tests::producer::stream_messages(&observer, &jobs).await, stored, "a refused batch was stored");
-    assert!(matches!(p.status(over_id).await, Reply::Error(e) if e.code == ErrorCode::NotFound), "no status record for a refused batch");
+    assert!(
+        matches!(p.status(over_id).await, Reply::Error(e) if e.code == ErrorCode::NotFound),
+        "no status record for a refused batch"
+    );
     // The cap is per BMC: another BMC's batch (queued behind the slow ones) is admitted.
-    let Reply::Accepted(healthy) = p.submit(&sim_batch("10.16.9.1", status()), false).await else { panic!("a healthy BMC's batch was refused") };
+    let Reply::Accepted(healthy) = p.submit(&sim_batch("10.16.9.1", status()), false).await else {
+        panic!("a healthy BMC's batch was refused")
+    };
 
     // A worker configured to hold 2 jobs per partition would take two of the
     // slow BMC's four and wait on them; the per-BMC share raises it to 16.
@@ -294,7 +343,20 @@ async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
         &nats,
         "w1",
         sim.addr(),
-        &[&worker_user()[..], &["--max-inflight-per-partition", "2", "--slow-call-threshold", "1s", "--breaker-threshold", "2", "--retry-max", "0"]].concat(),
+        &[
+            &worker_user()[..],
+            &[
+                "--max-inflight-per-partition",
+                "2",
+                "--slow-call-threshold",
+                "1s",
+                "--breaker-threshold",
+                "2",
+                "--retry-max",
+                "0",
+            ],
+        ]
+        .concat(),
     );
     let done = bmcfleet_tests::eventually(Duration::from_secs(30), "the healthy BMC's batch finished", || async {
         state_of(&p, healthy.id).await.filter(|s| s.state.is_final())
@@ -332,10 +394,14 @@ async fn a_slow_bmc_is_capped_at_admission_and_cannot_stall_its_partition() {
 /// the gateway keeps the cap at the longest queue it finds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lowering_the_per_bmc_cap_never_deletes_queued_batches() {
-    let GatewayStack { nats, topology: topo, gateway: mut gw, producer: p } = GatewayStack::start(&["--max-queued-per-bmc", "8"]).await;
+    let GatewayStack { nats, topology: topo, gateway: mut gw, producer: p } =
+        GatewayStack::start(&["--max-queued-per-bmc", "8"]).await;
     let jobs = topo.subjects().jobs_stream();
     for _ in 0..5 {
-        assert!(matches!(p.submit(&sim_batch("10.16.10.1", vec![Action::Power(PowerOp::On)]), false).await, Reply::Accepted(_)));
+        assert!(matches!(
+            p.submit(&sim_batch("10.16.10.1", vec![Action::Power(PowerOp::On)]), false).await,
+            Reply::Accepted(_)
+        ));
     }
     assert!(gw.terminate(Duration::from_secs(20)).is_some_and(|s| s.success()));
 
@@ -360,24 +426,38 @@ async fn a_result_too_large_for_the_status_record_fails_the_action_not_the_lane(
     let stack = Stack::start(1, &["--protocols", "redfish", "--retry-max", "0"]).await;
     let log = format!("{SYSTEM}/LogServices/Log1");
     let entries: Vec<serde_json::Value> = (0..1000)
-        .map(|i| json!({"@odata.id": format!("{log}/Entries/{i}"), "Id": i.to_string(), "EntryType": "Event",
-            "Created": "2024-01-01T00:00:00Z", "Severity": "OK", "Message": format!("{i:04} {}", "x".repeat(1000))}))
+        .map(|i| {
+            json!({"@odata.id": format!("{log}/Entries/{i}"), "Id": i.to_string(), "EntryType": "Event",
+            "Created": "2024-01-01T00:00:00Z", "Severity": "OK", "Message": format!("{i:04} {}", "x".repeat(1000))})
+        })
         .collect();
     let server = bmcfleet_testing::redfish::spec::spec_service()
-        .resource(&format!("{SYSTEM}/LogServices"), json!({"@odata.id": format!("{SYSTEM}/LogServices"), "Members": [{"@odata.id": log}]}))
+        .resource(
+            &format!("{SYSTEM}/LogServices"),
+            json!({"@odata.id": format!("{SYSTEM}/LogServices"), "Members": [{"@odata.id": log}]}),
+        )
         .resource(&log, json!({"@odata.id": log, "Id": "Log1", "Entries": {"@odata.id": format!("{log}/Entries")}}))
-        .resource(&format!("{log}/Entries"), json!({"@odata.id": format!("{log}/Entries"), "Members": entries, "Members@odata.count": 1000}))
+        .resource(
+            &format!("{log}/Entries"),
+            json!({"@odata.id": format!("{log}/Entries"), "Members": entries, "Members@odata.count": 1000}),
+        )
         .start()
         .await
         .unwrap();
     server.merge_resource(SYSTEM, &json!({"LogServices": {"@odata.id": format!("{SYSTEM}/LogServices")}}));
     let mut batch = batch_for(
         server.target(),
-        vec![Action::EventLog(EventLogOp::Read { limit: Some(1000), offset: 0 }), Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 0 })],
+        vec![
+            Action::EventLog(EventLogOp::Read { limit: Some(1000), offset: 0 }),
+            Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 0 }),
+        ],
     );
     batch.deadline = Some(Duration::from_secs(20));
     let r = stack.run(&batch).await;
-    let e = r.results[0].error.as_ref().unwrap_or_else(|| panic!("the first read should not fit: {:?}", r.results[0].outcome));
+    let e = r.results[0]
+        .error
+        .as_ref()
+        .unwrap_or_else(|| panic!("the first read should not fit: {:?}", r.results[0].outcome));
     assert_eq!(e.code, ErrorCode::TooLarge, "{e:?}");
     assert!(e.message.contains("max_payload") && e.message.contains("limit"), "{}", e.message);
     assert!(r.results[0].data.is_none());
@@ -393,8 +473,12 @@ async fn a_result_too_large_for_the_status_record_fails_the_action_not_the_lane(
 /// cap, one lane), not beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ipv4_mapped_spelling_of_an_ad_hoc_bmc_shares_its_queue() {
-    let GatewayStack { nats: _nats, topology: _topo, gateway: _gw, producer: p } = GatewayStack::start(&["--max-queued-per-bmc", "1"]).await;
-    let Reply::Accepted(first) = p.submit(&sim_batch("10.16.9.1:623", vec![Action::Power(PowerOp::On)]), false).await else { panic!("accepted") };
+    let GatewayStack { nats: _nats, topology: _topo, gateway: _gw, producer: p } =
+        GatewayStack::start(&["--max-queued-per-bmc", "1"]).await;
+    let Reply::Accepted(first) = p.submit(&sim_batch("10.16.9.1:623", vec![Action::Power(PowerOp::On)]), false).await
+    else {
+        panic!("accepted")
+    };
     let again = p.submit(&sim_batch("[::ffff:10.16.9.1]:623", vec![Action::Power(PowerOp::Off)]), false).await;
     let Reply::Error(e) = again else { panic!("a second batch for the same BMC past its cap of 1: {again:?}") };
     assert_eq!(e.code, ErrorCode::BmcQueueFull, "{e:?}");
@@ -411,7 +495,10 @@ async fn a_job_the_worker_cannot_read_still_gets_its_batch_a_result() {
     let stack = Stack::start(1, &[]).await;
     let (client, subjects) = (&stack.producer.client, stack.topology.subjects());
     let tenant = bmcfleet_schema::machine::DEFAULT_TENANT.to_owned();
-    let job = bmcfleet_tests::producer::job_of(sim_batch("10.16.11.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), &tenant);
+    let job = bmcfleet_tests::producer::job_of(
+        sim_batch("10.16.11.1", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]),
+        &tenant,
+    );
     let id = job.id;
     // The queued record as the gateway writes it, then a job message that does not decode.
     let js = async_nats::jetstream::new(client.clone());
@@ -429,9 +516,15 @@ async fn a_job_the_worker_cannot_read_still_gets_its_batch_a_result() {
         assert_eq!(e.code, ErrorCode::Internal, "{e:?}");
         assert!(e.message.contains("does not decode") && e.message.contains("nothing of it was run"), "{}", e.message);
     }
-    let ev = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut events)).await.expect("the final event").unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut events))
+        .await
+        .expect("the final event")
+        .unwrap();
     let ev: Event = Encoding::MessagePack.decode(&ev.payload).unwrap();
-    assert!(matches!(ev.event, EventKind::BatchFinished { ref result } if result.state == BatchState::Failed), "{ev:?}");
+    assert!(
+        matches!(ev.event, EventKind::BatchFinished { ref result } if result.state == BatchState::Failed),
+        "{ev:?}"
+    );
 }
 
 /// An event the server can never take (larger than its `max_payload`) is a
@@ -463,6 +556,12 @@ async fn an_event_larger_than_the_server_takes_is_a_permanent_failure() {
     bmcfleet_common::events::publish(&js, &subjects, "default", &ev, None).await.unwrap();
     // Another stream's subjects (none stores them): not permanent.
     let other = Subjects::new("nope", "NOPE", 8);
-    let e = tokio::time::timeout(Duration::from_secs(30), bmcfleet_common::events::publish(&js, &other, "default", &ev, None)).await.expect("an answer").unwrap_err();
+    let e = tokio::time::timeout(
+        Duration::from_secs(30),
+        bmcfleet_common::events::publish(&js, &other, "default", &ev, None),
+    )
+    .await
+    .expect("an answer")
+    .unwrap_err();
     assert!(!e.permanent, "{e}");
 }

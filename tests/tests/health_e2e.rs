@@ -20,7 +20,10 @@ async fn sensors_bios_and_secure_boot_through_the_pipeline() {
     let stack = Stack::start(1, &[]).await;
 
     // IPMI: sensors; BIOS and secure boot are unsupported (the batch goes on).
-    let mut b = batch_for(bmc.target(), vec![Action::Sensors, Action::BiosGet, Action::SecureBootGet, Action::Power(PowerOp::Status)]);
+    let mut b = batch_for(
+        bmc.target(),
+        vec![Action::Sensors, Action::BiosGet, Action::SecureBootGet, Action::Power(PowerOp::Status)],
+    );
     b.on_error = OnError::Continue;
     let r = stack.run(&b).await;
     let Some(ActionData::Sensors(sensors)) = &r.results[0].data else { panic!("sensors: {r:#?}") };
@@ -35,16 +38,24 @@ async fn sensors_bios_and_secure_boot_through_the_pipeline() {
     assert!(r.results[3].is_ok());
 
     // Redfish (sushy-emulator): Thermal sensors, secure boot set and read back.
-    let Some(emu) = bmcfleet_tests::sushy_node(9, "sensors_bios_and_secure_boot_through_the_pipeline").await else { return };
+    let Some(emu) = bmcfleet_tests::sushy_node(9, "sensors_bios_and_secure_boot_through_the_pipeline").await else {
+        return;
+    };
     let r = stack
-        .run(&batch_for(emu.target(), vec![Action::Sensors, Action::SecureBootSet(SecureBootSet { enabled: true }), Action::SecureBootGet]))
+        .run(&batch_for(
+            emu.target(),
+            vec![Action::Sensors, Action::SecureBootSet(SecureBootSet { enabled: true }), Action::SecureBootGet],
+        ))
         .await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
     let Some(ActionData::Sensors(sensors)) = &r.results[0].data else { panic!("sensors") };
     assert!(sensors.iter().any(|s| s.name == "Chassis Intake Temp" && s.value == Some(25.0)), "{sensors:?}");
     let Some(ActionData::SecureBoot(sb)) = &r.results[2].data else { panic!("secure boot") };
     assert!(sb.enabled);
-    assert_eq!(emu.get(&format!("{}/SecureBoot", emu.system_path(0))).await.unwrap()["SecureBootEnable"], serde_json::json!(true));
+    assert_eq!(
+        emu.get(&format!("{}/SecureBoot", emu.system_path(0))).await.unwrap()["SecureBootEnable"],
+        serde_json::json!(true)
+    );
 
     // Destructive: refused at admission by the default policy.
     let mut reset = batch_for(emu.target(), vec![Action::SecureBootResetKeys(SecureBootResetKeys::DeleteAllKeys)]);
@@ -81,27 +92,57 @@ async fn bios_pending_until_reset_and_destructive_actions_allowed_by_rules() {
     };
 
     let set = BiosSet { attributes: [("BootMode".to_owned(), serde_json::json!("Bios"))].into() };
-    let r = run(vec![Action::BiosSet(set), Action::BiosGet, Action::Power(PowerOp::On), Action::Power(PowerOp::Cycle), Action::BiosGet]).await;
+    let r = run(vec![
+        Action::BiosSet(set),
+        Action::BiosGet,
+        Action::Power(PowerOp::On),
+        Action::Power(PowerOp::Cycle),
+        Action::BiosGet,
+    ])
+    .await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
     let Some(ActionData::BiosPending(p)) = &r.results[0].data else { panic!("pending") };
     assert_eq!(p.apply_time.as_deref(), Some("OnReset"));
     let Some(ActionData::Bios(before)) = &r.results[1].data else { panic!("bios") };
-    assert_eq!((before.attributes["BootMode"].clone(), before.pending["BootMode"].clone()), (serde_json::json!("Uefi"), serde_json::json!("Bios")));
+    assert_eq!(
+        (before.attributes["BootMode"].clone(), before.pending["BootMode"].clone()),
+        (serde_json::json!("Uefi"), serde_json::json!("Bios"))
+    );
     let Some(ActionData::Bios(after)) = &r.results[4].data else { panic!("bios") };
     assert_eq!(after.attributes["BootMode"], serde_json::json!("Bios"), "applied by the cycle");
     assert!(after.pending.is_empty());
 
-    let r = run(vec![Action::EventLog(EventLogOp::Read { limit: Some(1), offset: 0 }), Action::EventLog(EventLogOp::Clear), Action::EventLog(EventLogOp::read()), Action::BiosReset, Action::BiosGet]).await;
+    let r = run(vec![
+        Action::EventLog(EventLogOp::Read { limit: Some(1), offset: 0 }),
+        Action::EventLog(EventLogOp::Clear),
+        Action::EventLog(EventLogOp::read()),
+        Action::BiosReset,
+        Action::BiosGet,
+    ])
+    .await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
     let Some(ActionData::EventLog(log)) = &r.results[0].data else { panic!("event log") };
-    assert_eq!((log.total, log.entries.len(), log.entries[0].message.as_str()), (Some(2), 1, "power cycle"), "newest first, paged");
+    assert_eq!(
+        (log.total, log.entries.len(), log.entries[0].message.as_str()),
+        (Some(2), 1, "power cycle"),
+        "newest first, paged"
+    );
     let Some(ActionData::EventLog(log)) = &r.results[2].data else { panic!("event log") };
     assert!(log.entries.is_empty());
     let Some(ActionData::Bios(reset)) = &r.results[4].data else { panic!("bios") };
     assert_eq!(reset.attributes["BootMode"], serde_json::json!("Uefi"));
 
     // Allowed kinds only: secure boot keys are still refused.
-    match producer.submit(&bmcfleet_tests::checks::sim_batch("10.0.7.1", vec![Action::SecureBootResetKeys(SecureBootResetKeys::DeletePk)]), true).await {
+    match producer
+        .submit(
+            &bmcfleet_tests::checks::sim_batch(
+                "10.0.7.1",
+                vec![Action::SecureBootResetKeys(SecureBootResetKeys::DeletePk)],
+            ),
+            true,
+        )
+        .await
+    {
         Reply::Error(e) => assert_eq!(e.code, ErrorCode::RawNotAllowed),
         other => panic!("expected a refusal, got {other:?}"),
     }

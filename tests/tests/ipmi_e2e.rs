@@ -6,8 +6,8 @@
 //! asserted to come back as typed errors. Their success paths are tested
 //! against the spec-built responder in providers/ipmi/tests/spec_responder.rs.
 
-use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_schema::*;
+use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_tests::producer::{batch_for, Stack};
 use std::time::Duration;
 
@@ -55,9 +55,24 @@ async fn every_capability_through_the_pipeline_agrees_with_ipmitool() {
         .run(&batch_for(
             bmc.target(),
             vec![
-                Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: "ops-pass-1".into(), role: UserRole::Operator, enabled: true })),
-                Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: None, role: Some(UserRole::Admin), enabled: None })),
-                Action::User(UserOp::Update(UserUpdate { name: "ghost".into(), password: None, role: None, enabled: Some(true) })),
+                Action::User(UserOp::Create(UserSpec {
+                    name: "ops".into(),
+                    password: "ops-pass-1".into(),
+                    role: UserRole::Operator,
+                    enabled: true,
+                })),
+                Action::User(UserOp::Update(UserUpdate {
+                    name: "ops".into(),
+                    password: None,
+                    role: Some(UserRole::Admin),
+                    enabled: None,
+                })),
+                Action::User(UserOp::Update(UserUpdate {
+                    name: "ghost".into(),
+                    password: None,
+                    role: None,
+                    enabled: Some(true),
+                })),
                 Action::User(UserOp::List),
             ],
         ))
@@ -154,7 +169,10 @@ async fn faults_are_typed_and_the_lane_goes_on() {
     let mut b = batch_for(t, vec![Action::Power(PowerOp::Status)]);
     b.deadline = Some(Duration::from_secs(5));
     let r = stack.run(&b).await;
-    assert!(matches!(code(&r.results[0]), Some(ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::DeadlineExceeded)), "{r:#?}");
+    assert!(
+        matches!(code(&r.results[0]), Some(ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::DeadlineExceeded)),
+        "{r:#?}"
+    );
 }
 
 /// A machine's IPMI options reach its session (issue 17): cipher suite 3
@@ -169,13 +187,19 @@ async fn a_machines_ipmi_options_choose_the_cipher_suite_and_privilege() {
     let mut target = bmc.target();
     target.options.ipmi = IpmiOptions { cipher_suites: vec![3], privilege: Some(IpmiPrivilege::Operator) };
 
-    let r = stack.run(&batch_for(target.clone(), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)])).await;
+    let r =
+        stack.run(&batch_for(target.clone(), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)])).await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
     assert!(bmc.power_on());
     let sessions = bmc.ipmitool(&["session", "info", "all"]).unwrap();
     assert!(sessions.contains("OPERATOR"), "the worker's session runs at operator: {sessions}");
 
-    let create = Action::User(UserOp::Create(UserSpec { name: "nope".into(), password: "nope-pass-1".into(), role: UserRole::User, enabled: true }));
+    let create = Action::User(UserOp::Create(UserSpec {
+        name: "nope".into(),
+        password: "nope-pass-1".into(),
+        role: UserRole::User,
+        enabled: true,
+    }));
     let r = stack.run(&batch_for(target.clone(), vec![create])).await;
     assert_eq!(code(&r.results[0]), Some(ErrorCode::PermissionDenied), "{r:#?}");
     let message = &r.results[0].error.as_ref().unwrap().message;

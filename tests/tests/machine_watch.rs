@@ -69,7 +69,16 @@ impl Env {
         let gateway = topology.gateway(&nats, &[]);
         let producer = Producer::new(nats.client().await);
         wait_gateway(&producer).await;
-        let env = Env { nats, topology, producer, sim, _gateway: gateway, worker: None, user: vec![], dir: tempfile::tempdir().unwrap() };
+        let env = Env {
+            nats,
+            topology,
+            producer,
+            sim,
+            _gateway: gateway,
+            worker: None,
+            user: vec![],
+            dir: tempfile::tempdir().unwrap(),
+        };
         env.put_credential().await;
         env
     }
@@ -84,7 +93,16 @@ impl Env {
         wait_gateway(&producer).await;
         wait_partitions_owned(&connect(&s.nats, "worker", PASSWORDS[1].1).await.0, &s.topo.subjects()).await;
         let user = ["--nats-user", "admin", "--nats-password", PASSWORDS[4].1].map(str::to_owned).to_vec();
-        let env = Env { nats: s.nats, topology: s.topo, producer, sim: s.sim, _gateway: s.gateway, worker: Some(s.worker), user, dir: tempfile::tempdir().unwrap() };
+        let env = Env {
+            nats: s.nats,
+            topology: s.topo,
+            producer,
+            sim: s.sim,
+            _gateway: s.gateway,
+            worker: Some(s.worker),
+            user,
+            dir: tempfile::tempdir().unwrap(),
+        };
         env.put_credential().await;
         env
     }
@@ -92,7 +110,12 @@ impl Env {
     /// The operator's credential `fleet`, for every machine here.
     async fn put_credential(&self) {
         let public = self.topology.sealing.public.clone();
-        let put = self.bmcctl_stdin(&["cred", "put", "fleet", "--username", "admin", "--password-stdin", "--workers-public-key", &public], "pw\n").await;
+        let put = self
+            .bmcctl_stdin(
+                &["cred", "put", "fleet", "--username", "admin", "--password-stdin", "--workers-public-key", &public],
+                "pw\n",
+            )
+            .await;
         assert_eq!(put.code, Some(0), "{}{}", put.out, put.err);
     }
 
@@ -104,7 +127,12 @@ impl Env {
 
     fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(bmcfleet_tests::bin("bmcctl"));
-        cmd.args(["--nats-url", &self.nats.url()]).args(&self.user).args(args).env("USER", "watch-test").env_remove("RUST_LOG").env("NO_COLOR", "1");
+        cmd.args(["--nats-url", &self.nats.url()])
+            .args(&self.user)
+            .args(args)
+            .env("USER", "watch-test")
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1");
         cmd
     }
 
@@ -113,10 +141,20 @@ impl Env {
     }
 
     async fn bmcctl_stdin(&self, args: &[&str], stdin: &str) -> Run {
-        let mut child = self.command(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn bmcctl");
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn bmcctl");
         child.stdin.take().unwrap().write_all(stdin.as_bytes()).await.unwrap();
         let out = child.wait_with_output().await.unwrap();
-        Run { code: out.status.code(), out: String::from_utf8_lossy(&out.stdout).into_owned(), err: String::from_utf8_lossy(&out.stderr).into_owned() }
+        Run {
+            code: out.status.code(),
+            out: String::from_utf8_lossy(&out.stdout).into_owned(),
+            err: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
     }
 
     /// Register simulated machines (credential `fleet`) with `bmcctl machine apply`.
@@ -124,7 +162,10 @@ impl Env {
         let mut yaml = String::from("machines:\n");
         for (name, address, labels) in machines {
             let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}: '{v}'")).collect();
-            yaml.push_str(&format!("  - {{name: {name}, address: '{address}', protocol: sim, credentials: fleet, labels: {{{}}}}}\n", labels.join(", ")));
+            yaml.push_str(&format!(
+                "  - {{name: {name}, address: '{address}', protocol: sim, credentials: fleet, labels: {{{}}}}}\n",
+                labels.join(", ")
+            ));
         }
         let file = self.dir.path().join(format!("machines-{}.yaml", ulid::Ulid::new()));
         std::fs::write(&file, yaml).unwrap();
@@ -159,7 +200,14 @@ impl Env {
 
     /// Start a long-running bmcctl (a watch) and wait until it says it is subscribed.
     async fn watch(&self, args: &[&str]) -> Watch {
-        let mut child = self.command(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).spawn().expect("spawn bmcctl");
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn bmcctl");
         let (out_tx, out) = unbounded_channel();
         let (err_tx, err) = unbounded_channel();
         let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -205,7 +253,9 @@ impl Watch {
                         return;
                     }
                 }
-                Ok(None) => panic!("`{}` ended before subscribing ({:?}): {:?}", self.what, self.child.try_wait(), self.said),
+                Ok(None) => {
+                    panic!("`{}` ended before subscribing ({:?}): {:?}", self.what, self.child.try_wait(), self.said)
+                }
                 Err(_) => panic!("`{}` did not subscribe within 20s: {:?}", self.what, self.said),
             }
         }
@@ -222,8 +272,17 @@ impl Watch {
                         return line;
                     }
                 }
-                Ok(None) => panic!("`{}` ended ({:?}) before printing {what}: {:#?}\nstderr: {:?}", self.what, self.child.try_wait(), self.printed, self.said),
-                Err(_) => panic!("`{}` printed no {what} within {timeout:?}: {:#?}\nstderr: {:?}", self.what, self.printed, self.said),
+                Ok(None) => panic!(
+                    "`{}` ended ({:?}) before printing {what}: {:#?}\nstderr: {:?}",
+                    self.what,
+                    self.child.try_wait(),
+                    self.printed,
+                    self.said
+                ),
+                Err(_) => panic!(
+                    "`{}` printed no {what} within {timeout:?}: {:#?}\nstderr: {:?}",
+                    self.what, self.printed, self.said
+                ),
             }
         }
     }
@@ -232,7 +291,9 @@ impl Watch {
     async fn interrupt(mut self) -> Option<i32> {
         let pid = nix::unistd::Pid::from_raw(self.child.id().expect("running") as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.unwrap_or_else(|_| panic!("`{}` ignored Ctrl-C", self.what));
+        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("`{}` ignored Ctrl-C", self.what));
         status.unwrap().code()
     }
 }
@@ -248,8 +309,21 @@ fn cell<'a>(header: &str, row: &'a str, column: &str) -> &'a str {
 
 /// The columns of `machine ls --output wide`.
 const WIDE: [&str; 15] = [
-    "NAME", "ADDRESS", "PROTOCOL", "TENANT", "POWER", "CONTACTABLE", "LAST SEEN", "LAST CHANGED", "FAILURES", "PROVIDER", "FIRMWARE", "WORKER", "CREDENTIALS",
-    "LABELS", "LAST ERROR",
+    "NAME",
+    "ADDRESS",
+    "PROTOCOL",
+    "TENANT",
+    "POWER",
+    "CONTACTABLE",
+    "LAST SEEN",
+    "LAST CHANGED",
+    "FAILURES",
+    "PROVIDER",
+    "FIRMWARE",
+    "WORKER",
+    "CREDENTIALS",
+    "LABELS",
+    "LAST ERROR",
 ];
 
 /// Every cell of `row` by column, from the header's column positions
@@ -258,7 +332,8 @@ fn cells<'a>(header: &str, row: &'a str, columns: &[&'a str]) -> BTreeMap<&'a st
     let mut starts = vec![];
     for c in columns {
         let from = starts.last().copied().unwrap_or(0);
-        starts.push(from + header[from..].find(c).unwrap_or_else(|| panic!("no {c} column after byte {from}: {header}")));
+        starts
+            .push(from + header[from..].find(c).unwrap_or_else(|| panic!("no {c} column after byte {from}: {header}")));
     }
     let mut out = BTreeMap::new();
     for (i, c) in columns.iter().enumerate() {
@@ -270,7 +345,9 @@ fn cells<'a>(header: &str, row: &'a str, columns: &[&'a str]) -> BTreeMap<&'a st
 
 /// The row of `machine` in `machine ls` output.
 fn row<'a>(out: &'a str, machine: &str) -> &'a str {
-    out.lines().find(|l| l.split_whitespace().next() == Some(machine)).unwrap_or_else(|| panic!("no row for {machine}:\n{out}"))
+    out.lines()
+        .find(|l| l.split_whitespace().next() == Some(machine))
+        .unwrap_or_else(|| panic!("no row for {machine}:\n{out}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,7 +357,10 @@ async fn machine_ls_shows_power_contactable_and_last_seen_from_the_polls() {
 
     // No worker has run: there is no state bucket, and ls says so with dashes.
     let js = async_nats::jetstream::new(env.producer.client.clone());
-    assert!(js.get_key_value(env.subjects().state_bucket()).await.is_err(), "the state bucket exists before any worker ran");
+    assert!(
+        js.get_key_value(env.subjects().state_bucket()).await.is_err(),
+        "the state bucket exists before any worker ran"
+    );
     let r = env.bmcctl(&["machine", "ls"]).await;
     assert_eq!(r.code, Some(0), "{}{}", r.out, r.err);
     assert!(r.err.is_empty(), "a missing state bucket is no warning: {}", r.err);
@@ -304,7 +384,12 @@ async fn machine_ls_shows_power_contactable_and_last_seen_from_the_polls() {
         (ok.contactable && !failed.contactable).then_some(())
     })
     .await;
-    assert!(polled.is_some(), "not polled within 15s: {:?} {:?}", env.stored_state("ls-ok").await, env.stored_state("ls-fail").await);
+    assert!(
+        polled.is_some(),
+        "not polled within 15s: {:?} {:?}",
+        env.stored_state("ls-ok").await,
+        env.stored_state("ls-fail").await
+    );
 
     let r = env.bmcctl(&["machine", "ls"]).await;
     assert_eq!(r.code, Some(0), "{}{}", r.out, r.err);
@@ -313,7 +398,10 @@ async fn machine_ls_shows_power_contactable_and_last_seen_from_the_polls() {
     let ok = row(&r.out, "ls-ok");
     assert_eq!((cell(header, ok, "POWER"), cell(header, ok, "CONTACTABLE")), ("off", "yes"), "\n{}", r.out);
     let seen = cell(header, ok, "LAST SEEN");
-    let secs: u64 = seen.strip_suffix("s ago").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("LAST SEEN `{seen}` is not `Ns ago`:\n{}", r.out));
+    let secs: u64 = seen
+        .strip_suffix("s ago")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("LAST SEEN `{seen}` is not `Ns ago`:\n{}", r.out));
     assert!(secs < 30, "last seen {secs}s ago, polled every second:\n{}", r.out);
     let failed = row(&r.out, "ls-fail");
     assert_eq!(cell(header, failed, "POWER"), "-", "never read:\n{}", r.out);
@@ -327,17 +415,23 @@ async fn machine_ls_shows_power_contactable_and_last_seen_from_the_polls() {
         let stored = serde_json::to_value(env.stored_state(name).await.unwrap()).unwrap();
         assert_eq!(listed[name]["state"], stored, "{name}");
     }
-    assert_eq!((listed["ls-ok"]["state"]["power"].as_str(), listed["ls-ok"]["state"]["worker"].as_str()), (Some("off"), Some("w0")));
+    assert_eq!(
+        (listed["ls-ok"]["state"]["power"].as_str(), listed["ls-ok"]["state"]["worker"].as_str()),
+        (Some("off"), Some("w0"))
+    );
     assert_eq!(listed["ls-fail"]["state"]["error_code"], "bmc_error");
 
     // --output json is --json; so is BMCCTL_OUTPUT=json, unless --output says otherwise.
     let json = env.bmcctl(&["machine", "ls", "--output", "json"]).await;
     assert_eq!(json.code, Some(0), "{}{}", json.out, json.err);
-    let lines = |out: &str| out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect::<Vec<_>>();
+    let lines = |out: &str| {
+        out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect::<Vec<_>>()
+    };
     assert_eq!(lines(&json.out), listed.values().cloned().collect::<Vec<_>>(), "{}", json.out);
     let by_env = env.command(&["machine", "ls"]).env("BMCCTL_OUTPUT", "json").output().await.unwrap();
     assert_eq!(lines(&String::from_utf8_lossy(&by_env.stdout)), lines(&json.out));
-    let table = env.command(&["machine", "ls", "--output", "table"]).env("BMCCTL_OUTPUT", "json").output().await.unwrap();
+    let table =
+        env.command(&["machine", "ls", "--output", "table"]).env("BMCCTL_OUTPUT", "json").output().await.unwrap();
     assert!(String::from_utf8_lossy(&table.stdout).starts_with("NAME "), "the flag wins over the environment");
 
     // --output wide: the same machines with more columns; the last error is the stored reason.
@@ -351,14 +445,28 @@ async fn machine_ls_shows_power_contactable_and_last_seen_from_the_polls() {
     let reason = stored.reason.as_deref().expect("a failure's reason").replace(['\n', '\r'], " ");
     assert_eq!(failed["LAST ERROR"], reason, "\n{}", r.out);
     assert_eq!(
-        (failed["NAME"], failed["ADDRESS"], failed["POWER"], failed["CONTACTABLE"], failed["LAST SEEN"], failed["WORKER"], failed["CREDENTIALS"], failed["LABELS"]),
+        (
+            failed["NAME"],
+            failed["ADDRESS"],
+            failed["POWER"],
+            failed["CONTACTABLE"],
+            failed["LAST SEEN"],
+            failed["WORKER"],
+            failed["CREDENTIALS"],
+            failed["LABELS"]
+        ),
         ("ls-fail", "fail-1.rack93", "-", "no (bmc_error)", "never", "w0", "fleet", "rack=93"),
         "\n{}",
         r.out
     );
     assert!(failed["FAILURES"].parse::<u32>().is_ok_and(|n| n >= 1), "\n{}", r.out);
     let ok = cells(header, row(&r.out, "ls-ok"), &WIDE);
-    assert_eq!((ok["POWER"], ok["CONTACTABLE"], ok["PROVIDER"], ok["FAILURES"], ok["LAST ERROR"]), ("off", "yes", "sim", "0", "-"), "\n{}", r.out);
+    assert_eq!(
+        (ok["POWER"], ok["CONTACTABLE"], ok["PROVIDER"], ok["FAILURES"], ok["LAST ERROR"]),
+        ("off", "yes", "sim", "0", "-"),
+        "\n{}",
+        r.out
+    );
     assert!(ok["LAST CHANGED"].ends_with(" ago"), "\n{}", r.out);
 }
 
@@ -395,18 +503,28 @@ async fn machine_watch_prints_power_changed_when_a_batch_powers_a_machine_on() {
     let on = env.bmcctl(&["power", "on", "--machine", "wa-1", "--wait"]).await;
     assert_eq!(on.code, Some(0), "{}{}", on.out, on.err);
     let line = selected
-        .line("power_changed to on", Duration::from_secs(10), |l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["event"]["power_changed"]["to"] == "on"))
+        .line("power_changed to on", Duration::from_secs(10), |l| {
+            serde_json::from_str::<Value>(l).is_ok_and(|v| v["event"]["power_changed"]["to"] == "on")
+        })
         .await;
     let event: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(event["machine"], "wa-1", "{line}");
     assert_eq!(event["event"]["power_changed"]["from"], "off", "{line}");
-    assert_eq!((event["state"]["power"].as_str(), event["state"]["contactable"].as_bool()), (Some("on"), Some(true)), "{line}");
+    assert_eq!(
+        (event["state"]["power"].as_str(), event["state"]["contactable"].as_bool()),
+        (Some("on"), Some(true)),
+        "{line}"
+    );
     assert!(event["at_ms"].as_u64().is_some(), "{line}");
     for l in &selected.printed {
         let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("--json printed a non-JSON line ({e}): {l}"));
         assert_eq!(v["machine"], "wa-1", "--selector rack=94 printed another machine's event: {l}");
     }
-    assert!(named.printed.iter().all(|l| l.contains(" wa-2 ")), "the named watch printed another machine: {:?}", named.printed);
+    assert!(
+        named.printed.iter().all(|l| l.contains(" wa-2 ")),
+        "the named watch printed another machine: {:?}",
+        named.printed
+    );
 
     // A batch after both changes: `bmcctl watch` has seen the machine
     // events by the time it prints this batch's end, and printed batch events only.
@@ -418,7 +536,8 @@ async fn machine_watch_prints_power_changed_when_a_batch_powers_a_machine_on() {
         finished += 1;
     }
     for l in &batches.printed {
-        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("`bmcctl watch --json` printed a non-JSON line ({e}): {l}"));
+        let v: Value = serde_json::from_str(l)
+            .unwrap_or_else(|e| panic!("`bmcctl watch --json` printed a non-JSON line ({e}): {l}"));
         assert!(v["batch"].as_str().is_some_and(|b| b.parse::<ulid::Ulid>().is_ok()), "not a batch event: {l}");
         assert!(v.get("machine").is_none() && v.get("state").is_none(), "a machine event in `bmcctl watch`: {l}");
     }
@@ -457,7 +576,9 @@ async fn the_shipped_admin_user_lists_and_watches_machine_state() {
     let on = env.bmcctl(&["power", "on", "--machine", "adm-1", "--wait"]).await;
     assert_eq!(on.code, Some(0), "{}{}", on.out, on.err);
     let line = watch
-        .line("power_changed to on", Duration::from_secs(10), |l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["event"]["power_changed"]["to"] == "on"))
+        .line("power_changed to on", Duration::from_secs(10), |l| {
+            serde_json::from_str::<Value>(l).is_ok_and(|v| v["event"]["power_changed"]["to"] == "on")
+        })
         .await;
     assert!(line.contains("\"machine\":\"adm-1\""), "{line}");
     assert_eq!(watch.interrupt().await, Some(0));
@@ -468,8 +589,15 @@ fn the_dashboard_charts_the_fleet_state() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/bmcfleet.json");
     let d: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("valid JSON");
     let panels = d["panels"].as_array().unwrap();
-    let panel = |title: &str| panels.iter().find(|p| p["title"].as_str().is_some_and(|t| t.starts_with(title))).unwrap_or_else(|| panic!("no panel `{title}`"));
-    let exprs = |p: &Value| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    let panel = |title: &str| {
+        panels
+            .iter()
+            .find(|p| p["title"].as_str().is_some_and(|t| t.starts_with(title)))
+            .unwrap_or_else(|| panic!("no panel `{title}`"))
+    };
+    let exprs = |p: &Value| {
+        p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
     for (title, metric, shape) in [
         ("Machines by power state and contactable", "bmcfleet_machines{", "sum by (power, contactable)"),
         ("Polls by outcome", "bmcfleet_polls_total{", "sum by (outcome) (rate("),
@@ -479,7 +607,10 @@ fn the_dashboard_charts_the_fleet_state() {
     ] {
         let p = panel(title);
         let e = exprs(p);
-        assert!(e.iter().any(|x| x.contains(metric) && x.contains(shape) && x.contains("job=~\"$job\"")), "{title}: {e:?}");
+        assert!(
+            e.iter().any(|x| x.contains(metric) && x.contains(shape) && x.contains("job=~\"$job\"")),
+            "{title}: {e:?}"
+        );
         assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
         assert!(p["targets"].as_array().unwrap().iter().all(|t| t["datasource"]["uid"] == "${datasource}"), "{title}");
     }

@@ -57,7 +57,9 @@ fn registered(source: &str, prefix: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for line in source.lines().map(str::trim) {
         let Some(entry) = line.strip_suffix("\";") else { continue };
-        let (Some((decl, name)), Some((_, rest))) = (entry.rsplit_once(", \""), entry.split_once(": ")) else { continue };
+        let (Some((decl, name)), Some((_, rest))) = (entry.rsplit_once(", \""), entry.split_once(": ")) else {
+            continue;
+        };
         let Some((ty, _)) = rest.split_once(" = ") else { continue };
         let full = format!("{prefix}_{name}");
         match ty {
@@ -100,7 +102,13 @@ async fn every_metric_the_dashboard_rules_and_readme_use_is_exported() {
     let prefix = prefix(&read("common/src/serve.rs"));
     let mut names = registered(&read("gateway/src/metrics.rs"), &prefix);
     names.extend(registered(&read("worker/src/metrics.rs"), &prefix));
-    for expected in ["bmcfleet_batches_rejected_total", "bmcfleet_partitions_owned", "bmcfleet_queue_wait_seconds_bucket", "bmcfleet_machines", "bmcfleet_polls_behind_seconds"] {
+    for expected in [
+        "bmcfleet_batches_rejected_total",
+        "bmcfleet_partitions_owned",
+        "bmcfleet_queue_wait_seconds_bucket",
+        "bmcfleet_machines",
+        "bmcfleet_polls_behind_seconds",
+    ] {
         assert!(names.contains(expected), "{expected} not registered: {names:?}");
     }
     assert!(!names.contains("bmcfleet_polls_behind_seconds_bucket"), "a gauge read as a histogram");
@@ -151,7 +159,11 @@ async fn every_metric_the_dashboard_rules_and_readme_use_is_exported() {
         assert!(!names_used.is_empty() || *file == "deploy/prometheus/alerts.yaml", "{file} uses no bmcfleet_ metric?");
         missing.extend(names_used.difference(&names).map(|n| format!("{file}: {n}")));
     }
-    assert!(missing.is_empty(), "metric names used but not exported by the gateway or worker:\n{}\nexported: {names:?}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "metric names used but not exported by the gateway or worker:\n{}\nexported: {names:?}",
+        missing.join("\n")
+    );
 }
 
 #[test]
@@ -159,6 +171,7 @@ fn a_renamed_metric_is_noticed() {
     let exported: BTreeSet<String> = ["bmcfleet_breakers_open".to_owned()].into();
     let used = used("sum(bmcfleet_breaker_open) > 1 # instance:bmcfleet_breakers_open:sum, every bmcfleet_* name");
     assert_eq!(used.difference(&exported).cloned().collect::<Vec<_>>(), ["bmcfleet_breaker_open"]);
-    let prose = quoted("`bmcfleet_breakers_opened` and `bmcfleet_polls_total{outcome}`, not `info,bmcfleet_ipmi=debug`");
+    let prose =
+        quoted("`bmcfleet_breakers_opened` and `bmcfleet_polls_total{outcome}`, not `info,bmcfleet_ipmi=debug`");
     assert_eq!(prose.into_iter().collect::<Vec<_>>(), ["bmcfleet_breakers_opened", "bmcfleet_polls_total"]);
 }

@@ -60,8 +60,18 @@ async fn env(collector: Option<&OtlpCollector>, log: &str) -> Env {
     wait_gateway(&producer).await;
     let sim_addr = sim.addr().to_string();
     let mut worker_args = common(&[
-        "--worker-id", "w0", "--lease-ttl", topo.lease_ttl, "--rebalance-interval", topo.rebalance, "--ack-wait", "5s",
-        "--drain-timeout", "5s", "--sim-endpoint", &sim_addr,
+        "--worker-id",
+        "w0",
+        "--lease-ttl",
+        topo.lease_ttl,
+        "--rebalance-interval",
+        topo.rebalance,
+        "--ack-wait",
+        "5s",
+        "--drain-timeout",
+        "5s",
+        "--sim-endpoint",
+        &sim_addr,
     ]);
     worker_args.extend(topo.sealing.worker_args());
     let worker = Process::spawn("bmc-worker:w0", &worker_args, &env);
@@ -81,7 +91,14 @@ fn target(address: &str, password: &str) -> BmcTarget {
 }
 
 fn batch(target: BmcTarget, actions: Vec<Action>) -> Batch {
-    Batch { id: None, machine: None, bmc: Some(target), actions, on_error: OnError::Stop, deadline: Some(Duration::from_secs(60)) }
+    Batch {
+        id: None,
+        machine: None,
+        bmc: Some(target),
+        actions,
+        on_error: OnError::Stop,
+        deadline: Some(Duration::from_secs(60)),
+    }
 }
 
 /// Submit and wait for the final result, with optional extra request headers.
@@ -177,7 +194,12 @@ async fn connected_trace(collector: OtlpCollector) {
             break msg;
         }
     };
-    let tp = finished.headers.as_ref().and_then(|h| h.get("traceparent")).map(|v| v.as_str().to_owned()).expect("traceparent on the result");
+    let tp = finished
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("traceparent"))
+        .map(|v| v.as_str().to_owned())
+        .expect("traceparent on the result");
     assert!(tp.starts_with(&format!("00-{trace_id}-")), "{tp}");
     assert_eq!(tp.split('-').nth(2), Some(exec.span_id.as_str()), "the final event names the worker's batch span");
     drop(e.sim);
@@ -194,15 +216,27 @@ async fn metrics_count_what_was_executed() {
     }
 
     // Succeeds: 2 actions.
-    let ok = run(&e.producer, &batch(target("10.9.1.1", "pw"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), HeaderMap::new()).await;
+    let ok = run(
+        &e.producer,
+        &batch(target("10.9.1.1", "pw"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]),
+        HeaderMap::new(),
+    )
+    .await;
     assert_eq!(ok.state, BatchState::Succeeded, "{ok:?}");
     // Fails: NMI unsupported on `basic-*`, the next action is skipped.
-    let bad = run(&e.producer, &batch(target("basic-1.example", "pw"), vec![Action::Power(PowerOp::Nmi), Action::Power(PowerOp::On)]), HeaderMap::new()).await;
+    let bad = run(
+        &e.producer,
+        &batch(target("basic-1.example", "pw"), vec![Action::Power(PowerOp::Nmi), Action::Power(PowerOp::On)]),
+        HeaderMap::new(),
+    )
+    .await;
     assert_eq!(bad.state, BatchState::Failed, "{bad:?}");
     assert_eq!(bad.results[0].error.as_ref().unwrap().code, ErrorCode::Unsupported);
     assert_eq!(bad.results[1].error.as_ref().unwrap().code, ErrorCode::Skipped);
     // Refused: empty.
-    let Reply::Error(err) = e.producer.submit(&batch(target("10.9.1.2", "pw"), vec![]), false).await else { panic!("empty batch accepted") };
+    let Reply::Error(err) = e.producer.submit(&batch(target("10.9.1.2", "pw"), vec![]), false).await else {
+        panic!("empty batch accepted")
+    };
     assert_eq!(err.code, ErrorCode::EmptyBatch);
     // A duplicate of the first batch.
     let mut dup = batch(target("10.9.1.1", "pw"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]);
@@ -218,7 +252,9 @@ async fn metrics_count_what_was_executed() {
     assert_eq!(value(&g, "bmcfleet_admit_duration_seconds", &[]), 3.0);
 
     let w = scrape(wk);
-    let actions = |action, outcome| value(&w, "bmcfleet_actions_total", &[("action", action), ("protocol", "sim"), ("outcome", outcome)]);
+    let actions = |action, outcome| {
+        value(&w, "bmcfleet_actions_total", &[("action", action), ("protocol", "sim"), ("outcome", outcome)])
+    };
     assert_eq!(actions("power_on", "ok"), 1.0);
     assert_eq!(actions("power_status", "ok"), 1.0);
     assert_eq!(actions("power_nmi", "unsupported"), 1.0);
@@ -252,7 +288,10 @@ async fn gateway_exports_the_job_backlog_for_autoscaling() {
     let within = Duration::from_secs(15); // the gateway reads the stream every 5 s
     bmcfleet_tests::eventually(within, "a backlog of 5 jobs", || async { (backlog() == 5.0).then_some(()) }).await;
     let _worker = stack.worker("w0", &[]);
-    bmcfleet_tests::eventually(within + Duration::from_secs(20), "the backlog drained", || async { (backlog() == 0.0).then_some(()) }).await;
+    bmcfleet_tests::eventually(within + Duration::from_secs(20), "the backlog drained", || async {
+        (backlog() == 0.0).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -308,7 +347,8 @@ async fn secrets_never_reach_logs_or_spans() {
     let all = collector.spans();
     assert!(all.len() >= spans.len());
     for s in &all {
-        let texts = s.attributes.values().chain(s.events.iter().flat_map(|(n, a)| std::iter::once(n).chain(a.values())));
+        let texts =
+            s.attributes.values().chain(s.events.iter().flat_map(|(n, a)| std::iter::once(n).chain(a.values())));
         for t in texts {
             for secret in [INLINE, RAW, NEW_USER] {
                 assert!(!t.contains(secret), "secret in span {} attribute/event: {t}", s.name);
@@ -336,7 +376,14 @@ fn grafana_dashboard_covers_the_metrics() {
     assert!(d["uid"].as_str().is_some());
     let panels = d["panels"].as_array().expect("panels");
     let titles: Vec<&str> = panels.iter().filter_map(|p| p["title"].as_str()).collect();
-    for expected in ["Throughput", "Error rate by protocol", "BMC call latency p50 / p99", "Queue wait", "Partitions owned", "Rejected"] {
+    for expected in [
+        "Throughput",
+        "Error rate by protocol",
+        "BMC call latency p50 / p99",
+        "Queue wait",
+        "Partitions owned",
+        "Rejected",
+    ] {
         assert!(titles.iter().any(|t| t.starts_with(expected)), "missing panel `{expected}` in {titles:?}");
     }
     let exprs: Vec<&str> = panels

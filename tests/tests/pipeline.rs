@@ -58,12 +58,16 @@ use std::collections::HashMap;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_bmc_order_holds_across_three_workers() {
-    let stack = SimStack::start(SimConfig { latency: Duration::from_millis(1), ..SimConfig::default() }).await.with_workers(3, &[]).await;
+    let stack = SimStack::start(SimConfig { latency: Duration::from_millis(1), ..SimConfig::default() })
+        .await
+        .with_workers(3, &[])
+        .await;
     let (p, topo, sim) = (&stack.producer, &stack.topology, &stack.sim);
     let mut results = ResultCollector::start(&p.client, &topo.subjects()).await;
 
     // 2,000 batches over 50 BMCs, interleaved.
-    let batches: Vec<Batch> = (0..2000).map(|i| batch(&format!("10.1.0.{}", i % 50 + 1), mixed_actions(i / 50))).collect();
+    let batches: Vec<Batch> =
+        (0..2000).map(|i| batch(&format!("10.1.0.{}", i % 50 + 1), mixed_actions(i / 50))).collect();
     let (ids, per_bmc) = submit_all(p, batches).await;
     results.wait_all(&ids, Duration::from_secs(240)).await;
 
@@ -93,15 +97,24 @@ async fn per_bmc_order_holds_across_three_workers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_a_worker_loses_nothing_and_keeps_order() {
-    let mut stack = SimStack::start(SimConfig { latency: Duration::from_millis(5), ..SimConfig::default() }).await.with_workers(3, &[]).await;
+    let mut stack = SimStack::start(SimConfig { latency: Duration::from_millis(5), ..SimConfig::default() })
+        .await
+        .with_workers(3, &[])
+        .await;
     let (p, topo, sim) = (&stack.producer, &stack.topology, &stack.sim);
     let mut results = ResultCollector::start(&p.client, &topo.subjects()).await;
 
-    let batches: Vec<Batch> = (0..600).map(|i| batch(&format!("10.2.0.{}", i % 20 + 1), mixed_actions(i / 20))).collect();
+    let batches: Vec<Batch> =
+        (0..600).map(|i| batch(&format!("10.2.0.{}", i % 20 + 1), mixed_actions(i / 20))).collect();
     let (ids, per_bmc) = submit_all(p, batches).await;
     // Kill w0 once it has demonstrably been executing.
     assert!(
-        sim.wait_for(Duration::from_secs(60), |log| log.iter().filter(|e| e.call.as_ref().is_some_and(|c| c.worker == "w0")).count() > 20).await,
+        sim.wait_for(Duration::from_secs(60), |log| log
+            .iter()
+            .filter(|e| e.call.as_ref().is_some_and(|c| c.worker == "w0"))
+            .count()
+            > 20)
+            .await,
         "w0 never executed anything"
     );
     stack.workers[0].kill();
@@ -146,7 +159,8 @@ async fn the_same_batch_id_executes_once() {
 #[tokio::test]
 async fn bad_input_gets_a_typed_error_and_nothing_is_stored() {
     use async_nats::HeaderMap;
-    let GatewayStack { nats: _nats, topology: topo, gateway: _gw, producer: p } = GatewayStack::start(&["--max-message-bytes", "4096"]).await;
+    let GatewayStack { nats: _nats, topology: topo, gateway: _gw, producer: p } =
+        GatewayStack::start(&["--max-message-bytes", "4096"]).await;
     let json = || {
         let mut h = HeaderMap::new();
         h.insert("Content-Type", "application/json");
@@ -155,27 +169,55 @@ async fn bad_input_gets_a_typed_error_and_nothing_is_stored() {
     let cases: Vec<(&str, HeaderMap, Vec<u8>, ErrorCode)> = vec![
         ("malformed msgpack", HeaderMap::new(), vec![0xc1, 0x00, 0xff], ErrorCode::Malformed),
         ("malformed json", json(), b"{\"bmc\": ".to_vec(), ErrorCode::Malformed),
-        ("unknown field", json(), br#"{"machine":"m1","actions":["inventory"],"priority":9}"#.to_vec(), ErrorCode::Malformed),
+        (
+            "unknown field",
+            json(),
+            br#"{"machine":"m1","actions":["inventory"],"priority":9}"#.to_vec(),
+            ErrorCode::Malformed,
+        ),
         ("oversized", json(), vec![b' '; 5000], ErrorCode::TooLarge),
-        ("invalid address", json(), br#"{"bmc":{"address":"300.1.1.1","credentials":{"ref":"r"}},"actions":["inventory"]}"#.to_vec(), ErrorCode::InvalidAddress),
+        (
+            "invalid address",
+            json(),
+            br#"{"bmc":{"address":"300.1.1.1","credentials":{"ref":"r"}},"actions":["inventory"]}"#.to_vec(),
+            ErrorCode::InvalidAddress,
+        ),
         ("empty batch", json(), br#"{"machine":"m1","actions":[]}"#.to_vec(), ErrorCode::EmptyBatch),
-        ("update without name", json(), br#"{"machine":"m1","actions":[{"user":{"update":{"name":" ","enabled":false}}}]}"#.to_vec(), ErrorCode::InvalidField),
-        ("unknown content type", {
-            let mut h = HeaderMap::new();
-            h.insert("Content-Type", "text/xml");
-            h
-        }, b"<batch/>".to_vec(), ErrorCode::Malformed),
+        (
+            "update without name",
+            json(),
+            br#"{"machine":"m1","actions":[{"user":{"update":{"name":" ","enabled":false}}}]}"#.to_vec(),
+            ErrorCode::InvalidField,
+        ),
+        (
+            "unknown content type",
+            {
+                let mut h = HeaderMap::new();
+                h.insert("Content-Type", "text/xml");
+                h
+            },
+            b"<batch/>".to_vec(),
+            ErrorCode::Malformed,
+        ),
     ];
     for (what, headers, body, code) in cases {
         let (h, reply) = p.raw("submit", headers, body, Duration::from_secs(10)).await;
         let Reply::Error(err) = reply else { panic!("{what}: expected an error, got {reply:?}") };
         assert_eq!(err.code, code, "{what}: {err}");
         assert!(!err.message.is_empty());
-        assert_eq!(h.get("Nats-Service-Error-Code").map(|v| v.as_str().to_owned()), Some(code.status().to_string()), "{what}");
+        assert_eq!(
+            h.get("Nats-Service-Error-Code").map(|v| v.as_str().to_owned()),
+            Some(code.status().to_string()),
+            "{what}"
+        );
     }
     let subjects = topo.subjects();
     assert_eq!(stream_messages(&p.client, &subjects.jobs_stream()).await, 0, "a refused batch was queued");
-    assert_eq!(stream_messages(&p.client, &format!("KV_{}", subjects.batches_bucket())).await, 0, "a refused batch left a status");
+    assert_eq!(
+        stream_messages(&p.client, &format!("KV_{}", subjects.batches_bucket())).await,
+        0,
+        "a refused batch left a status"
+    );
     // A status query for an unknown id is a typed not_found.
     let Reply::Error(e) = p.status(ulid::Ulid::new()).await else { panic!("status of unknown id") };
     assert_eq!(e.code, ErrorCode::NotFound);
@@ -199,10 +241,13 @@ async fn failures_are_typed_results_and_the_lane_goes_on() {
     assert_eq!(r.results[1].error.as_ref().unwrap().code, ErrorCode::Skipped);
     // Wrong password, then the same BMC works with the right one.
     let mut b = batch("10.4.0.2", vec![Action::Power(PowerOp::On)]);
-    b.bmc.as_mut().unwrap().credentials = Credentials::Inline { username: "admin".into(), password: Secret::new("wrong") };
+    b.bmc.as_mut().unwrap().credentials =
+        Credentials::Inline { username: "admin".into(), password: Secret::new("wrong") };
     let Reply::Result(r) = e.producer.submit(&b, true).await else { panic!("result") };
     assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::AuthFailed);
-    let Reply::Result(r) = e.producer.submit(&batch("10.4.0.2", vec![Action::Power(PowerOp::On)]), true).await else { panic!() };
+    let Reply::Result(r) = e.producer.submit(&batch("10.4.0.2", vec![Action::Power(PowerOp::On)]), true).await else {
+        panic!()
+    };
     assert_eq!(r.state, BatchState::Succeeded);
     // on_error: continue runs past a failure; unsupported operations are typed.
     let mut b = batch("basic-1.lab", vec![Action::Power(PowerOp::Nmi), Action::Power(PowerOp::Status)]);
@@ -211,8 +256,16 @@ async fn failures_are_typed_results_and_the_lane_goes_on() {
     assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::Unsupported);
     assert!(r.results[1].is_ok());
     // A missing user is never created by an update.
-    let upd = Action::User(UserOp::Update(UserUpdate { name: "ghost".into(), password: Some("x".into()), role: None, enabled: None }));
-    let Reply::Result(r) = e.producer.submit(&batch("10.4.0.3", vec![upd, Action::User(UserOp::List)]), true).await else { panic!() };
+    let upd = Action::User(UserOp::Update(UserUpdate {
+        name: "ghost".into(),
+        password: Some("x".into()),
+        role: None,
+        enabled: None,
+    }));
+    let Reply::Result(r) = e.producer.submit(&batch("10.4.0.3", vec![upd, Action::User(UserOp::List)]), true).await
+    else {
+        panic!()
+    };
     assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::TargetNotFound);
 }
 
@@ -225,7 +278,11 @@ async fn a_hung_bmc_hits_its_deadline_without_stalling_others() {
     let hung_result = tokio::spawn(async move { p2.submit(&hung, true).await });
     // Meanwhile other BMCs (likely on the same worker and partition) keep working.
     for i in 0..20 {
-        let Reply::Result(r) = e.producer.submit(&batch(&format!("10.5.0.{i}"), vec![Action::Power(PowerOp::On)]), true).await else { panic!() };
+        let Reply::Result(r) =
+            e.producer.submit(&batch(&format!("10.5.0.{i}"), vec![Action::Power(PowerOp::On)]), true).await
+        else {
+            panic!()
+        };
         assert_eq!(r.state, BatchState::Succeeded);
     }
     let Reply::Result(r) = hung_result.await.unwrap() else { panic!("hung batch result") };
@@ -238,12 +295,21 @@ async fn a_hung_bmc_hits_its_deadline_without_stalling_others() {
 async fn cancel_a_queued_and_a_running_batch() {
     let e = env(1).await;
     // A slow BMC keeps batch 1 busy; batch 2 waits behind it in the lane.
-    let b1 = batch("slow-1.lab", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status), Action::Power(PowerOp::Status)]);
+    let b1 = batch(
+        "slow-1.lab",
+        vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status), Action::Power(PowerOp::Status)],
+    );
     let b2 = batch("slow-1.lab", vec![Action::Power(PowerOp::Off)]);
     let Reply::Accepted(a1) = e.producer.submit(&b1, false).await else { panic!() };
     let Reply::Accepted(a2) = e.producer.submit(&b2, false).await else { panic!() };
     let mut results = ResultCollector::start(&e.producer.client, &e.topology.subjects()).await;
-    assert!(e.sim.wait_for(Duration::from_secs(20), |log| log.iter().any(|x| x.call.as_ref().is_some_and(|c| c.batch == a1.id))).await);
+    assert!(
+        e.sim
+            .wait_for(Duration::from_secs(20), |log| log
+                .iter()
+                .any(|x| x.call.as_ref().is_some_and(|c| c.batch == a1.id)))
+            .await
+    );
     let Reply::Cancelled { state, .. } = e.producer.cancel(a2.id).await else { panic!("cancel queued") };
     assert_eq!(state, BatchState::Cancelled);
     let Reply::Cancelled { state, .. } = e.producer.cancel(a1.id).await else { panic!("cancel running") };
@@ -274,7 +340,10 @@ async fn sigterm_hands_partitions_back_and_work_completes() {
     let status = w0.terminate(Duration::from_secs(20)).expect("w0 exits on SIGTERM within the drain timeout");
     assert!(status.success(), "w0 exit status {status:?}");
     results.wait_all(&ids, Duration::from_secs(60)).await;
-    assert!(results.results.values().all(|r| r.state == BatchState::Succeeded), "a graceful hand-over interrupts nothing");
+    assert!(
+        results.results.values().all(|r| r.state == BatchState::Succeeded),
+        "a graceful hand-over interrupts nothing"
+    );
     let log = sim.log();
     for id in &ids {
         if !log.iter().any(|e| e.call.as_ref().is_some_and(|c| c.batch == *id)) {
@@ -290,17 +359,33 @@ async fn sigterm_hands_partitions_back_and_work_completes() {
 #[test]
 fn contradictory_gateway_flags_stop_it_at_start() {
     use bmcfleet_tests::Process;
-    let mut g = Process::spawn("bmc-gateway", &["--default-deadline".into(), "3h".into()], &[("BMCFLEET_MAX_DEADLINE", "1h".into())]);
+    let mut g = Process::spawn(
+        "bmc-gateway",
+        &["--default-deadline".into(), "3h".into()],
+        &[("BMCFLEET_MAX_DEADLINE", "1h".into())],
+    );
     let status = g.wait();
     assert_eq!(status.code(), Some(2), "{}", g.log_text());
     assert!(g.log_text().contains("--default-deadline (3h) must not exceed --max-deadline (1h)"), "{}", g.log_text());
     // A tenant's share of a budget larger than the budget, by flag or by environment.
-    let mut g = Process::spawn("bmc-gateway", &["--max-concurrent-requests".into(), "10".into(), "--max-requests-per-tenant".into(), "11".into()], &[]);
+    let mut g = Process::spawn(
+        "bmc-gateway",
+        &["--max-concurrent-requests".into(), "10".into(), "--max-requests-per-tenant".into(), "11".into()],
+        &[],
+    );
     assert_eq!(g.wait().code(), Some(2), "{}", g.log_text());
-    assert!(g.log_text().contains("--max-requests-per-tenant (11) must not exceed --max-concurrent-requests (10)"), "{}", g.log_text());
+    assert!(
+        g.log_text().contains("--max-requests-per-tenant (11) must not exceed --max-concurrent-requests (10)"),
+        "{}",
+        g.log_text()
+    );
     let mut g = Process::spawn("bmc-gateway", &[], &[("BMCFLEET_MAX_WAITING_PER_TENANT", "2000".into())]);
     assert_eq!(g.wait().code(), Some(2), "{}", g.log_text());
-    assert!(g.log_text().contains("--max-waiting-per-tenant (2000) must not exceed --max-waiting-submits (1024)"), "{}", g.log_text());
+    assert!(
+        g.log_text().contains("--max-waiting-per-tenant (2000) must not exceed --max-waiting-submits (1024)"),
+        "{}",
+        g.log_text()
+    );
 }
 
 #[test]
@@ -322,7 +407,9 @@ fn environment_variables_are_validated_exactly_like_flags() {
         assert_eq!(s2.code(), Some(2), "{bin} {var}={bad}: {}", by_env.log_text());
         let (l1, l2) = (by_flag.log_text(), by_env.log_text());
         // Same parser, same complaint (clap names the flag in both).
-        let reason = |l: &str| l.lines().find(|x| x.starts_with("error:")).map(|x| x.split(": ").last().unwrap_or("").to_owned());
+        let reason = |l: &str| {
+            l.lines().find(|x| x.starts_with("error:")).map(|x| x.split(": ").last().unwrap_or("").to_owned())
+        };
         assert_eq!(reason(&l1), reason(&l2), "{bin}: flag said {l1:?}, env said {l2:?}");
         assert!(l1.contains(flag) && l2.contains(flag), "{l1}\n{l2}");
     }
@@ -334,7 +421,8 @@ async fn the_gateway_is_a_discoverable_micro_service() {
     let reply = e.producer.client.request("$SRV.INFO.bmcfleet-gateway", "".into()).await.expect("service info");
     let info: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
     assert_eq!(info["name"], "bmcfleet-gateway");
-    let subjects: Vec<&str> = info["endpoints"].as_array().unwrap().iter().map(|e| e["subject"].as_str().unwrap()).collect();
+    let subjects: Vec<&str> =
+        info["endpoints"].as_array().unwrap().iter().map(|e| e["subject"].as_str().unwrap()).collect();
     for s in ["bmcfleet.submit", "bmcfleet.status", "bmcfleet.cancel"] {
         assert!(subjects.contains(&s), "{subjects:?}");
     }
@@ -344,7 +432,15 @@ async fn the_gateway_is_a_discoverable_micro_service() {
 async fn a_batch_longer_than_ack_wait_is_not_redelivered() {
     // Workers run with --ack-wait 5s; this batch takes about 8 s (4 actions × 2 s on a slow-* BMC).
     let e = env(1).await;
-    let b = batch("slow-9.lab", vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Cycle), Action::Power(PowerOp::Status), Action::Inventory]);
+    let b = batch(
+        "slow-9.lab",
+        vec![
+            Action::Power(PowerOp::On),
+            Action::Power(PowerOp::Cycle),
+            Action::Power(PowerOp::Status),
+            Action::Inventory,
+        ],
+    );
     let Reply::Result(r) = e.producer.submit(&b, true).await else { panic!("result") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
     assert_eq!(r.deliveries, 1, "in-progress acks keep a long batch from being redelivered");
@@ -357,7 +453,11 @@ async fn idle_lanes_are_evicted_and_their_sessions_closed() {
     let stack = SimStack::start(SimConfig::default()).await.with_workers(1, &["--lane-idle-timeout", "1s"]).await;
     let (p, sim) = (&stack.producer, &stack.sim);
     for i in 0..5 {
-        let Reply::Result(r) = p.submit(&batch(&format!("10.11.0.{i}"), vec![Action::Power(PowerOp::Status)]), true).await else { panic!() };
+        let Reply::Result(r) =
+            p.submit(&batch(&format!("10.11.0.{i}"), vec![Action::Power(PowerOp::Status)]), true).await
+        else {
+            panic!()
+        };
         assert_eq!(r.state, BatchState::Succeeded);
     }
     assert_eq!(sim.connections(), 5, "one session per BMC lane");
@@ -368,7 +468,9 @@ async fn idle_lanes_are_evicted_and_their_sessions_closed() {
     })
     .await;
     // A new batch for an evicted BMC opens a new session.
-    let Reply::Result(r) = p.submit(&batch("10.11.0.0", vec![Action::Power(PowerOp::Status)]), true).await else { panic!() };
+    let Reply::Result(r) = p.submit(&batch("10.11.0.0", vec![Action::Power(PowerOp::Status)]), true).await else {
+        panic!()
+    };
     assert_eq!(r.state, BatchState::Succeeded);
     assert_eq!(sim.connections(), 6);
 }
@@ -383,29 +485,65 @@ async fn bmcctl_submits_waits_and_reports() {
         cmd.args(["--nats-url", &url]).args(args).env("BMC_PW", "from-the-environment");
         async move {
             let out = cmd.output().await.unwrap();
-            (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
         }
     };
     // A copy of every submit request as it travels from bmcctl to the gateway.
     let mut submits = e.nats.client().await.subscribe("bmcfleet.submit").await.unwrap();
-    let (code, out, err) = bmcctl(&["power", "on", "--bmc", "10.12.0.1", "--protocol", "sim", "--user", "admin", "--password-env", "BMC_PW", "--wait"]).await;
+    let (code, out, err) = bmcctl(&[
+        "power",
+        "on",
+        "--bmc",
+        "10.12.0.1",
+        "--protocol",
+        "sim",
+        "--user",
+        "admin",
+        "--password-env",
+        "BMC_PW",
+        "--wait",
+    ])
+    .await;
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("Succeeded") && out.contains("power_on"), "{out}");
     assert_eq!(e.sim.power("v4-10-12-0-1"), Some(PowerState::On));
     assert!(!out.contains("from-the-environment") && !err.contains("from-the-environment"));
     let seen = tokio::time::timeout(Duration::from_secs(5), submits.next()).await.unwrap().unwrap();
-    assert!(String::from_utf8_lossy(&seen.payload).contains("from-the-environment"), "inline: in clear up to the gateway");
+    assert!(
+        String::from_utf8_lossy(&seen.payload).contains("from-the-environment"),
+        "inline: in clear up to the gateway"
+    );
 
     // With the workers' key, bmcctl seals the password itself: the request
     // carries only the box, and the batch still runs (the worker opens it).
     let public = e.topology.sealing.public.clone();
     for args in [
-        vec!["power", "off", "--bmc", "10.12.0.1", "--protocol", "sim", "--user", "admin", "--password-env", "BMC_PW", "--wait", "--workers-public-key", &public],
+        vec![
+            "power",
+            "off",
+            "--bmc",
+            "10.12.0.1",
+            "--protocol",
+            "sim",
+            "--user",
+            "admin",
+            "--password-env",
+            "BMC_PW",
+            "--wait",
+            "--workers-public-key",
+            &public,
+        ],
         vec!["submit", "-", "--wait", "--workers-public-key", &public],
     ] {
         let mut cmd = tokio::process::Command::new(bmcfleet_tests::bin("bmcctl"));
         cmd.args(["--nats-url", &url]).args(&args).env("BMC_PW", "from-the-environment");
-        cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         let body = r#"{"bmc":{"address":"10.12.0.1","protocol":"sim","credentials":{"inline":{"username":"admin","password":"from-the-environment"}}},"actions":[{"power":"on"}]}"#;
         use tokio::io::AsyncWriteExt;
@@ -416,15 +554,45 @@ async fn bmcctl_submits_waits_and_reports() {
         assert!(text.contains("Succeeded"), "{text}");
         let seen = tokio::time::timeout(Duration::from_secs(5), submits.next()).await.unwrap().unwrap();
         let payload = String::from_utf8_lossy(&seen.payload);
-        assert!(!payload.contains("from-the-environment") && payload.contains("sealed") && payload.contains(&public), "{payload}");
+        assert!(
+            !payload.contains("from-the-environment") && payload.contains("sealed") && payload.contains(&public),
+            "{payload}"
+        );
     }
     assert_eq!(e.sim.power("v4-10-12-0-1"), Some(PowerState::On), "off, then on again");
     // A key that is not a workers' public key is refused when parsing flags.
-    let (code, _, err) = bmcctl(&["power", "on", "--bmc", "10.12.0.1", "--user", "admin", "--password-env", "BMC_PW", "--workers-public-key", "SXnope"]).await;
+    let (code, _, err) = bmcctl(&[
+        "power",
+        "on",
+        "--bmc",
+        "10.12.0.1",
+        "--user",
+        "admin",
+        "--password-env",
+        "BMC_PW",
+        "--workers-public-key",
+        "SXnope",
+    ])
+    .await;
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("not a public xkey"), "{err}");
 
-    let (code, out, _) = bmcctl(&["--json", "boot", "pxe", "--once", "--efi", "--bmc", "10.12.0.1", "--protocol", "sim", "--user", "admin", "--password-env", "BMC_PW"]).await;
+    let (code, out, _) = bmcctl(&[
+        "--json",
+        "boot",
+        "pxe",
+        "--once",
+        "--efi",
+        "--bmc",
+        "10.12.0.1",
+        "--protocol",
+        "sim",
+        "--user",
+        "admin",
+        "--password-env",
+        "BMC_PW",
+    ])
+    .await;
     assert_eq!(code, Some(0));
     let reply: Reply = serde_json::from_str(&out).expect("--json prints a reply");
     let Reply::Accepted(a) = reply else { panic!("{out}") };
@@ -443,7 +611,8 @@ async fn bmcctl_submits_waits_and_reports() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("unsupported"), "{out}");
     let refused = dir.path().join("bad.json");
-    std::fs::write(&refused, r#"{"bmc":{"address":"10.12.0.300","credentials":{"ref":"r"}},"actions":["inventory"]}"#).unwrap();
+    std::fs::write(&refused, r#"{"bmc":{"address":"10.12.0.300","credentials":{"ref":"r"}},"actions":["inventory"]}"#)
+        .unwrap();
     let (code, _, err) = bmcctl(&["submit", refused.to_str().unwrap()]).await;
     assert_eq!(code, Some(3));
     assert!(err.contains("invalid_address"), "{err}");
@@ -457,12 +626,16 @@ async fn a_corrupt_status_record_finishes_the_batch_interrupted_and_runs_nothing
     let stack = SimStack::start(SimConfig { record_calls: true, ..SimConfig::default() }).await;
     let (p, topo, sim) = (&stack.producer, &stack.topology, &stack.sim);
     // No worker yet: the batch stays queued while its record is damaged.
-    let Reply::Accepted(a) = p.submit(&sim_batch("10.6.9.1", vec![Action::Power(PowerOp::Cycle)]), false).await else { panic!("not accepted") };
+    let Reply::Accepted(a) = p.submit(&sim_batch("10.6.9.1", vec![Action::Power(PowerOp::Cycle)]), false).await else {
+        panic!("not accepted")
+    };
     let js = async_nats::jetstream::new(p.client.clone());
     let kv = js.get_key_value(topo.subjects().batches_bucket()).await.unwrap();
     kv.put(a.id.to_string(), "not a status record".into()).await.unwrap();
     let _w = stack.worker("w0", &[]);
-    let results = bmcfleet_tests::producer::wait_final_statuses(&p.client, &topo.subjects(), &[a.id], Duration::from_secs(60)).await;
+    let results =
+        bmcfleet_tests::producer::wait_final_statuses(&p.client, &topo.subjects(), &[a.id], Duration::from_secs(60))
+            .await;
     let r = &results[&a.id];
     assert_eq!(r.state, BatchState::Failed, "{r:?}");
     assert!(r.results.iter().all(|x| x.error.as_ref().is_some_and(|e| e.code == ErrorCode::Interrupted)), "{r:?}");

@@ -31,7 +31,13 @@ fn free_port() -> u16 {
 
 fn encode(s: &str) -> String {
     s.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect()
 }
 
@@ -82,7 +88,8 @@ fn start_prometheus(binary: &Path, gateway: u16, worker: u16) -> Prometheus {
 /// Every PromQL expression of the dashboard, with Grafana's variables
 /// replaced as Grafana would (`$job` = All, `$__rate_interval` ≥ 4 scrapes).
 fn dashboard_queries() -> Vec<(String, String)> {
-    let d: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root().join("deploy/grafana/bmcfleet.json")).unwrap()).unwrap();
+    let d: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("deploy/grafana/bmcfleet.json")).unwrap()).unwrap();
     let mut out = Vec::new();
     for p in d["panels"].as_array().unwrap() {
         for t in p["targets"].as_array().into_iter().flatten() {
@@ -100,7 +107,10 @@ fn dashboard_queries() -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_the_processes_and_the_dashboard_queries_return_series() {
     let Some(binary) = prometheus() else { return };
-    let stack = SimStack::start(SimConfig::default()).await.with_workers(1, &["--poll-interval", "10s", "--poll-timeout", "2s"]).await;
+    let stack = SimStack::start(SimConfig::default())
+        .await
+        .with_workers(1, &["--poll-interval", "10s", "--poll-timeout", "2s"])
+        .await;
     let (producer, topo, sim) = (&stack.producer, &stack.topology, &stack.sim);
     let prom = start_prometheus(&binary, metrics_port(&stack.gateway).await, metrics_port(&stack.workers[0]).await);
 
@@ -116,7 +126,9 @@ async fn prometheus_scrapes_the_processes_and_the_dashboard_queries_return_serie
             other => panic!("{other:?}"),
         }
     }
-    let Reply::Error(_) = producer.submit_json(r#"{"machine": "m", "actions": []}"#, false).await else { panic!("an empty batch accepted") };
+    let Reply::Error(_) = producer.submit_json(r#"{"machine": "m", "actions": []}"#, false).await else {
+        panic!("an empty batch accepted")
+    };
 
     // Both targets up, then every dashboard query returns series.
     bmcfleet_tests::eventually(Duration::from_secs(30), "prometheus scraping both targets", || async {
@@ -141,7 +153,10 @@ async fn prometheus_scrapes_the_processes_and_the_dashboard_queries_return_serie
             .map(|(title, q)| format!("{title}: {q}"))
             .collect()
     };
-    let waited = bmcfleet_tests::poll_until(Duration::from_secs(60), Duration::from_millis(500), || async { empty().is_empty().then_some(()) }).await;
+    let waited = bmcfleet_tests::poll_until(Duration::from_secs(60), Duration::from_millis(500), || async {
+        empty().is_empty().then_some(())
+    })
+    .await;
     assert!(waited.is_some(), "dashboard queries without series:\n{}", empty().join("\n"));
 
     // Every recording and alerting rule loaded and evaluates without error
@@ -149,7 +164,12 @@ async fn prometheus_scrapes_the_processes_and_the_dashboard_queries_return_serie
     let rules = || -> Vec<serde_json::Value> {
         let (_, body) = http_get(prom.port, "/api/v1/rules").expect("rules");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        v["data"]["groups"].as_array().expect("rule groups").iter().flat_map(|g| g["rules"].as_array().unwrap().clone()).collect()
+        v["data"]["groups"]
+            .as_array()
+            .expect("rule groups")
+            .iter()
+            .flat_map(|g| g["rules"].as_array().unwrap().clone())
+            .collect()
     };
     let evaluated = bmcfleet_tests::poll_until(Duration::from_secs(60), Duration::from_millis(500), || async {
         let all = rules();
@@ -170,5 +190,9 @@ async fn prometheus_scrapes_the_processes_and_the_dashboard_queries_return_serie
         (v["data"]["result"][0]["value"][1] == partitions.as_str()).then_some(())
     })
     .await;
-    assert!(recorded.is_some(), "bmcfleet:partitions_owned:sum is not {partitions}: {}", query(prom.port, "bmcfleet:partitions_owned:sum"));
+    assert!(
+        recorded.is_some(),
+        "bmcfleet:partitions_owned:sum is not {partitions}: {}",
+        query(prom.port, "bmcfleet:partitions_owned:sum")
+    );
 }

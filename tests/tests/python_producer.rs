@@ -23,7 +23,8 @@ fn root() -> PathBuf {
 }
 
 fn python() -> Option<PathBuf> {
-    let candidates = std::env::var_os("BMCFLEET_PYTHON").map(PathBuf::from).into_iter().chain([root().join(".tools/bin/python3")]);
+    let candidates =
+        std::env::var_os("BMCFLEET_PYTHON").map(PathBuf::from).into_iter().chain([root().join(".tools/bin/python3")]);
     peers::or_skip(
         peers::python_with(candidates, "nats, msgpack, jsonschema"),
         "no python3 with nats-py, msgpack and jsonschema (examples/python/requirements.txt)",
@@ -34,7 +35,8 @@ fn python() -> Option<PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_producer_works_against_the_real_stack() {
     let Some(python) = python() else { return };
-    let stack = SimStack::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.with_workers(1, &[]).await;
+    let stack =
+        SimStack::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.with_workers(1, &[]).await;
     let (producer, topo, sim) = (&stack.producer, &stack.topology, &stack.sim);
     let register = |address: &'static str| {
         let target = sim_batch(address, vec![]).bmc.unwrap();
@@ -47,10 +49,22 @@ async fn the_python_producer_works_against_the_real_stack() {
 
     let run = tokio::process::Command::new(&python)
         .arg(root().join("examples/python/demo.py"))
-        .args(["--server", &stack.nats.url(), "--machine", &machine, "--failing-machine", &failing, "--slow-machine", &slow])
+        .args([
+            "--server",
+            &stack.nats.url(),
+            "--machine",
+            &machine,
+            "--failing-machine",
+            &failing,
+            "--slow-machine",
+            &slow,
+        ])
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), run).await.expect("demo.py finishes within 180 s").expect("run python");
+    let out = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .expect("demo.py finishes within 180 s")
+        .expect("run python");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo.py failed ({}):\n{stdout}\n{stderr}", out.status);
@@ -85,5 +99,9 @@ async fn the_python_producer_works_against_the_real_stack() {
     );
     assert_eq!(sim.power("v4-10-0-0-7"), Some(PowerState::On));
     assert!(actions("h-slow-1_example").len() <= 1, "a cancelled batch ran on: {:?}", actions("h-slow-1_example"));
-    assert_eq!(actions("h-fail-1_example"), ["power_on"], "the failing BMC got the first action only (the second was skipped)");
+    assert_eq!(
+        actions("h-fail-1_example"),
+        ["power_on"],
+        "the failing BMC got the first action only (the second was skipped)"
+    );
 }

@@ -7,8 +7,8 @@
 //! 501 for Nmi: those come back as typed errors here and are tested for
 //! success against vendor mockups in providers/redfish/tests/mockups.rs.
 
-use bmcfleet_testing::redfish::ImageServer;
 use bmcfleet_schema::*;
+use bmcfleet_testing::redfish::ImageServer;
 use bmcfleet_tests::producer::{batch_for, Stack};
 use std::time::Duration;
 
@@ -18,7 +18,9 @@ fn code(r: &ActionResult) -> Option<ErrorCode> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capabilities_through_the_pipeline_against_sushy() {
-    let Some(emu) = bmcfleet_tests::sushy_node(1, "capabilities_through_the_pipeline_against_sushy").await else { return };
+    let Some(emu) = bmcfleet_tests::sushy_node(1, "capabilities_through_the_pipeline_against_sushy").await else {
+        return;
+    };
     let image = ImageServer::start("boot.iso", vec![0u8; 64 * 1024]).await.unwrap();
     let stack = Stack::start(1, &[]).await;
     let system = emu.system_path(0);
@@ -32,7 +34,11 @@ async fn capabilities_through_the_pipeline_against_sushy() {
                 Action::Power(PowerOp::On),
                 Action::GetBootDevice,
                 Action::Inventory,
-                Action::Raw(RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: system.clone(), body: None })),
+                Action::Raw(RawRequest::Redfish(RawRedfish {
+                    method: HttpMethod::Get,
+                    path: system.clone(),
+                    body: None,
+                })),
             ],
         ))
         .await;

@@ -19,7 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 async fn env(worker_args: &[&str]) -> SimStack {
-    SimStack::start(SimConfig { password: Some("pw-in-line".into()), ..SimConfig::default() }).await.with_workers(1, worker_args).await
+    SimStack::start(SimConfig { password: Some("pw-in-line".into()), ..SimConfig::default() })
+        .await
+        .with_workers(1, worker_args)
+        .await
 }
 
 /// A loopback TCP listener standing for a host the producer controls: counts connections.
@@ -43,7 +46,9 @@ async fn a_named_credential_never_reaches_a_host_the_producer_chose() {
     // The operator's machine, bound to its credential "rack12".
     let (ok, _, err) = bmcctl_cred_put(&e, "rack12", "pw-in-line");
     assert!(ok, "{err}");
-    let good = ref_machine_batch(&p.client, &e.topology.subjects(), "10.30.0.1", "rack12", vec![Action::Power(PowerOp::On)]).await;
+    let good =
+        ref_machine_batch(&p.client, &e.topology.subjects(), "10.30.0.1", "rack12", vec![Action::Power(PowerOp::On)])
+            .await;
     let Reply::Result(r) = p.submit(&good, true).await else { panic!("a machine batch runs") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 
@@ -52,8 +57,14 @@ async fn a_named_credential_never_reaches_a_host_the_producer_chose() {
     // The stream's last sequence: the good batch's job leaves the work queue
     // when acknowledged (racing a message count), a refused one would add one.
     let queued = stream_last_sequence(&p.client, &jobs).await;
-    for tls in ["", r#","tls":{"insecure":true}"#, r#","tls":{"ca_pem":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}"#] {
-        let json = format!(r#"{{"bmc":{{"address":"127.0.0.1:{port}","protocol":"redfish","credentials":{{"ref":"rack12"}}{tls}}},"actions":[{{"power":"status"}}]}}"#);
+    for tls in [
+        "",
+        r#","tls":{"insecure":true}"#,
+        r#","tls":{"ca_pem":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}"#,
+    ] {
+        let json = format!(
+            r#"{{"bmc":{{"address":"127.0.0.1:{port}","protocol":"redfish","credentials":{{"ref":"rack12"}}{tls}}},"actions":[{{"power":"status"}}]}}"#
+        );
         let err = refusal(p.submit_json(&json, true).await);
         assert_eq!(err.code, ErrorCode::TargetForbidden, "{tls}: {err:?}");
     }
@@ -68,7 +79,18 @@ fn bmcctl_cred_put(e: &SimStack, name: &str, password: &str) -> (bool, String, S
     use std::io::Write;
     let url = e.nats.url();
     let mut child = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
-        .args(["--nats-url", &url, "cred", "put", name, "--username", "admin", "--password-stdin", "--workers-public-key", &e.topology.sealing.public])
+        .args([
+            "--nats-url",
+            &url,
+            "cred",
+            "put",
+            name,
+            "--username",
+            "admin",
+            "--password-stdin",
+            "--workers-public-key",
+            &e.topology.sealing.public,
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -76,7 +98,11 @@ fn bmcctl_cred_put(e: &SimStack, name: &str, password: &str) -> (bool, String, S
         .expect("spawn bmcctl");
     child.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,7 +123,9 @@ async fn batches_name_registered_machines() {
     assert_eq!(e.sim.power("v4-10-31-0-1"), Some(PowerState::On), "the machine's BMC was driven");
 
     // An ad hoc batch at the machine's address is refused: name the machine.
-    let err = refusal(p.submit(&bmcfleet_tests::checks::sim_batch("10.31.0.1", vec![Action::Power(PowerOp::Off)]), false).await);
+    let err = refusal(
+        p.submit(&bmcfleet_tests::checks::sim_batch("10.31.0.1", vec![Action::Power(PowerOp::Off)]), false).await,
+    );
     assert_eq!(err.code, ErrorCode::TargetForbidden, "{err:?}");
     assert!(err.message.contains(&name), "{err:?}");
 }
@@ -119,7 +147,11 @@ async fn the_worker_checks_what_a_name_resolves_to() {
     assert!(err.message.contains("127.0.0.1") || err.message.contains("::1"), "{err:?}");
     assert!(e.sim.log().iter().all(|l| l.bmc != "h-localhost"), "the BMC behind the name was called");
     // An address inside the worker's ranges runs.
-    let Reply::Result(r) = p.submit(&bmcfleet_tests::checks::sim_batch("10.32.0.1", vec![Action::Power(PowerOp::On)]), true).await else { panic!() };
+    let Reply::Result(r) =
+        p.submit(&bmcfleet_tests::checks::sim_batch("10.32.0.1", vec![Action::Power(PowerOp::On)]), true).await
+    else {
+        panic!()
+    };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 }
 
@@ -161,7 +193,11 @@ fn bmcctl(e: &SimStack, args: &[&str]) -> (bool, String, String) {
         .env_remove("RUST_LOG")
         .output()
         .expect("run bmcctl");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,11 +221,19 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     let (_, ls, _) = bmcctl(&e, &["machine", "ls"]);
     assert!(!ls.contains("web-3"), "a refused file wrote something: {ls}");
     // Change one, prune the other: first as a dry run in JSON (one document, nothing written).
-    std::fs::write(&file, "machines:\n  - {name: web-1, address: 10.50.0.1, protocol: sim, credentials: rack50, labels: {rack: '51'}}\n").unwrap();
+    std::fs::write(
+        &file,
+        "machines:\n  - {name: web-1, address: 10.50.0.1, protocol: sim, credentials: rack50, labels: {rack: '51'}}\n",
+    )
+    .unwrap();
     let (ok, out, err) = bmcctl(&e, &["machine", "apply", "-f", f, "--prune", "--dry-run", "--output", "json"]);
     assert!(ok, "{out}{err}");
-    let plan: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not one JSON document ({e}): {out}"));
-    assert_eq!(plan, serde_json::json!({"added": [], "changed": ["web-1"], "removed": ["web-2"], "unchanged": 0, "dry_run": true}));
+    let plan: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not one JSON document ({e}): {out}"));
+    assert_eq!(
+        plan,
+        serde_json::json!({"added": [], "changed": ["web-1"], "removed": ["web-2"], "unchanged": 0, "dry_run": true})
+    );
     let (_, got, _) = bmcctl(&e, &["machine", "get", "web-1"]);
     assert!(got.contains("\"50\""), "a dry run wrote: {got}");
     let (ok, out, _) = bmcctl(&e, &["machine", "apply", "-f", f, "--prune"]);
@@ -198,11 +242,27 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     assert!(ok && got.contains("\"51\""), "{got}");
 
     // One machine at a time.
-    let (ok, out, err) = bmcctl(&e, &["machine", "add", "web-9", "--address", "10.50.0.9", "--protocol", "sim", "--credentials", "rack50", "--label", "rack=59"]);
+    let (ok, out, err) = bmcctl(
+        &e,
+        &[
+            "machine",
+            "add",
+            "web-9",
+            "--address",
+            "10.50.0.9",
+            "--protocol",
+            "sim",
+            "--credentials",
+            "rack50",
+            "--label",
+            "rack=59",
+        ],
+    );
     assert!(ok, "{out}{err}");
     let (ok, _, err) = bmcctl(&e, &["machine", "add", "web-9", "--address", "10.50.0.19", "--credentials", "rack50"]);
     assert!(!ok && err.contains("already registered"), "{err}");
-    let (ok, _, err) = bmcctl(&e, &["machine", "add", "web-10", "--address", "10.50.0.1:623", "--credentials", "rack50"]);
+    let (ok, _, err) =
+        bmcctl(&e, &["machine", "add", "web-10", "--address", "10.50.0.1:623", "--credentials", "rack50"]);
     assert!(!ok && err.contains("already machine `web-1`"), "{err}");
     let (ok, _, err) = bmcctl(&e, &["machine", "set", "web-9", "--label", "rack=60", "--tenant", "Bad Tenant"]);
     assert!(!ok && err.contains("tenant"), "{err}");
@@ -210,7 +270,24 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     let (_, got, _) = bmcctl(&e, &["machine", "get", "web-9"]);
     assert!(ok && got.contains("\"60\""), "{got}");
     // IPMI options: the cipher-suite order and the privilege, checked.
-    let (ok, out, err) = bmcctl(&e, &["machine", "add", "ipmi-9", "--address", "10.50.0.99", "--protocol", "ipmi", "--credentials", "rack50", "--ipmi-cipher-suites", "3,17", "--ipmi-privilege", "operator"]);
+    let (ok, out, err) = bmcctl(
+        &e,
+        &[
+            "machine",
+            "add",
+            "ipmi-9",
+            "--address",
+            "10.50.0.99",
+            "--protocol",
+            "ipmi",
+            "--credentials",
+            "rack50",
+            "--ipmi-cipher-suites",
+            "3,17",
+            "--ipmi-privilege",
+            "operator",
+        ],
+    );
     assert!(ok, "{out}{err}");
     let (_, got, _) = bmcctl(&e, &["machine", "get", "ipmi-9"]);
     let got: serde_json::Value = serde_json::from_str(&got).expect("machine get prints JSON");
@@ -231,12 +308,32 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     .await;
     use bmcfleet_schema::audit::AuditEvent;
     let by = |actor: &str, pred: &dyn Fn(&AuditEvent) -> bool| log.iter().any(|r| r.actor == actor && pred(&r.what));
-    assert!(by("operator:alice", &|w| matches!(w, AuditEvent::MachinePut { machine, .. } if machine == "web-2")), "{log:#?}");
-    assert!(by("operator:alice", &|w| matches!(w, AuditEvent::MachineRemoved { machine, .. } if machine == "web-2")), "{log:#?}");
-    assert!(by("registry", &|w| matches!(w, AuditEvent::MachineRemoved { machine, .. } if machine == "web-2")), "{log:#?}");
-    assert!(by("operator", &|w| matches!(w, AuditEvent::BatchAdmitted { machine: Some(m), actions, .. } if m == "web-1" && actions == &["power_status"])), "{log:#?}");
+    assert!(
+        by("operator:alice", &|w| matches!(w, AuditEvent::MachinePut { machine, .. } if machine == "web-2")),
+        "{log:#?}"
+    );
+    assert!(
+        by("operator:alice", &|w| matches!(w, AuditEvent::MachineRemoved { machine, .. } if machine == "web-2")),
+        "{log:#?}"
+    );
+    assert!(
+        by("registry", &|w| matches!(w, AuditEvent::MachineRemoved { machine, .. } if machine == "web-2")),
+        "{log:#?}"
+    );
+    assert!(
+        by(
+            "operator",
+            &|w| matches!(w, AuditEvent::BatchAdmitted { machine: Some(m), actions, .. } if m == "web-1" && actions == &["power_status"])
+        ),
+        "{log:#?}"
+    );
     // One record per registry revision, however many gateways saw it.
-    let puts = log.iter().filter(|r| r.actor == "registry" && matches!(&r.what, AuditEvent::MachinePut { machine, .. } if machine == "web-1")).count();
+    let puts = log
+        .iter()
+        .filter(|r| {
+            r.actor == "registry" && matches!(&r.what, AuditEvent::MachinePut { machine, .. } if machine == "web-1")
+        })
+        .count();
     assert_eq!(puts, 2, "{log:#?}");
 }
 
@@ -298,10 +395,20 @@ async fn a_machine_moved_to_another_tenant_runs_none_of_its_old_tenants_queued_b
     m.tenant = "tenant-b".into();
     bmcfleet_common::registry::put(&machines, &m).await.unwrap();
     let e = e.with_workers(1, &[]).await;
-    let results = bmcfleet_tests::producer::wait_final_statuses(&e.producer.client, &e.topology.subjects(), &[a.id], Duration::from_secs(30)).await;
+    let results = bmcfleet_tests::producer::wait_final_statuses(
+        &e.producer.client,
+        &e.topology.subjects(),
+        &[a.id],
+        Duration::from_secs(30),
+    )
+    .await;
     let r = &results[&a.id];
     assert_eq!(r.results[0].error.as_ref().map(|e| e.code), Some(ErrorCode::MachineNotFound), "{r:?}");
-    assert!(!e.sim.log().iter().any(|l| l.action == "power_on"), "the old tenant's power on reached the BMC: {:?}", e.sim.log());
+    assert!(
+        !e.sim.log().iter().any(|l| l.action == "power_on"),
+        "the old tenant's power on reached the BMC: {:?}",
+        e.sim.log()
+    );
 }
 
 /// A machine's protocol preference and Redfish auth mode are the
@@ -321,7 +428,10 @@ async fn a_machines_protocol_preference_is_the_only_order_tried() {
     let r = stack.run(&batch_for(target.clone(), status())).await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
     assert_eq!(r.results[0].provider.as_deref(), Some("redfish"));
-    assert!(server.requests_to("POST", "/redfish/v1/SessionService/Sessions").is_empty(), "redfish.auth basic: no session");
+    assert!(
+        server.requests_to("POST", "/redfish/v1/SessionService/Sessions").is_empty(),
+        "redfish.auth basic: no session"
+    );
 
     // Preference [ipmi]: this worker speaks Redfish too, but never to this machine.
     server.clear_requests();
@@ -330,7 +440,11 @@ async fn a_machines_protocol_preference_is_the_only_order_tried() {
     let r = stack.run(&batch_for(target.clone(), status())).await;
     let code = r.results[0].error.as_ref().map(|e| e.code);
     assert!(matches!(code, Some(ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::DeadlineExceeded)), "{r:?}");
-    assert!(server.requests().is_empty(), "Redfish was tried against the machine's preference: {:?}", server.requests().len());
+    assert!(
+        server.requests().is_empty(),
+        "Redfish was tried against the machine's preference: {:?}",
+        server.requests().len()
+    );
 
     // A producer cannot choose them for an ad hoc target.
     let mut ad_hoc = bmcfleet_tests::checks::sim_batch("10.31.9.1", status());

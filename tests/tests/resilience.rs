@@ -26,13 +26,19 @@ use std::time::Duration;
 
 async fn env(worker_args: &[&str]) -> SimStack {
     let topology = Topology { partitions: 1, ..Topology::default() };
-    SimStack::start_with(SimConfig { record_calls: true, ..SimConfig::default() }, topology, &[]).await.with_workers(1, worker_args).await
+    SimStack::start_with(SimConfig { record_calls: true, ..SimConfig::default() }, topology, &[])
+        .await
+        .with_workers(1, worker_args)
+        .await
 }
 
 /// Requests the BMC received: (logins, action calls of `kind`).
 fn calls(e: &SimStack, bmc: &str, kind: &str) -> (usize, usize) {
     let calls = e.sim.calls(bmc);
-    (calls.iter().filter(|c| c.action.is_none()).count(), calls.iter().filter(|c| c.action.as_deref() == Some(kind)).count())
+    (
+        calls.iter().filter(|c| c.action.is_none()).count(),
+        calls.iter().filter(|c| c.action.as_deref() == Some(kind)).count(),
+    )
 }
 
 /// The worker's metrics.
@@ -111,7 +117,8 @@ async fn auth_failures_are_never_retried_and_do_not_trip_the_breaker() {
     let e = env(&["--retry-backoff", "50ms", "--breaker-threshold", "1"]).await;
     let bmc = "v4-10-22-0-1";
     let mut wrong = batch("10.22.0.1", vec![Action::Power(PowerOp::Status)]);
-    wrong.bmc.as_mut().unwrap().credentials = Credentials::Inline { username: "admin".into(), password: Secret::new("wrong") };
+    wrong.bmc.as_mut().unwrap().credentials =
+        Credentials::Inline { username: "admin".into(), password: Secret::new("wrong") };
     for n in 1..=3 {
         let r = e.run(&wrong).await;
         assert_eq!(code(&r.results[0]), Some(ErrorCode::AuthFailed), "{r:#?}");
@@ -120,14 +127,27 @@ async fn auth_failures_are_never_retried_and_do_not_trip_the_breaker() {
     // Answers, even refusals, are health: the breaker stayed closed.
     let r = e.run(&batch("10.22.0.1", vec![Action::Power(PowerOp::Status)])).await;
     assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
-    assert_values(&metrics(&e).await, &[Expect("bmcfleet_bmc_retries_total", &[], 0.0), Expect("bmcfleet_breaker_opens_total", &[], 0.0)]);
+    assert_values(
+        &metrics(&e).await,
+        &[Expect("bmcfleet_bmc_retries_total", &[], 0.0), Expect("bmcfleet_breaker_opens_total", &[], 0.0)],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_bmc_opens_its_breaker_fails_fast_and_a_probe_decides() {
     let action_timeout = Duration::from_secs(3);
     let cooldown = Duration::from_secs(2);
-    let e = env(&["--action-timeout", "3s", "--breaker-threshold", "2", "--breaker-cooldown", "2s", "--retry-backoff", "50ms"]).await;
+    let e = env(&[
+        "--action-timeout",
+        "3s",
+        "--breaker-threshold",
+        "2",
+        "--breaker-cooldown",
+        "2s",
+        "--retry-backoff",
+        "50ms",
+    ])
+    .await;
     let bmc = "v4-10-23-0-1";
     e.sim.inject(bmc, Faults { hang: true, ..Faults::default() });
     let status = || batch("10.23.0.1", vec![Action::Power(PowerOp::Status)]);
@@ -176,7 +196,10 @@ async fn a_silent_bmc_opens_its_breaker_fails_fast_and_a_probe_decides() {
         assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
     }
     assert_eq!(calls(&e, bmc, "power_status").1, 2);
-    assert_values(&metrics(&e).await, &[Expect("bmcfleet_breakers_open", &[], 0.0), Expect("bmcfleet_breaker_opens_total", &[], 2.0)]);
+    assert_values(
+        &metrics(&e).await,
+        &[Expect("bmcfleet_breakers_open", &[], 0.0), Expect("bmcfleet_breaker_opens_total", &[], 2.0)],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,12 +208,20 @@ async fn calls_to_one_bmc_are_paced_and_other_bmcs_are_not_held_back() {
     let e = env(&["--bmc-min-interval", "200ms"]).await;
     let mut results = ResultCollector::start(&e.producer.client, &e.topology.subjects()).await;
     let paced = "v4-10-24-0-1";
-    let Reply::Accepted(a) = e.producer.submit(&batch("10.24.0.1", vec![Action::Power(PowerOp::Status); 6]), false).await else { panic!() };
+    let Reply::Accepted(a) =
+        e.producer.submit(&batch("10.24.0.1", vec![Action::Power(PowerOp::Status); 6]), false).await
+    else {
+        panic!()
+    };
     // Once the paced BMC is under way, ten other BMCs of the same partition get one action each.
     assert!(e.sim.wait_for(Duration::from_secs(20), |log| log.iter().any(|x| x.bmc == paced)).await);
     let mut ids = vec![a.id];
     for i in 0..10 {
-        let Reply::Accepted(b) = e.producer.submit(&batch(&format!("10.24.1.{i}"), vec![Action::Power(PowerOp::On)]), false).await else { panic!() };
+        let Reply::Accepted(b) =
+            e.producer.submit(&batch(&format!("10.24.1.{i}"), vec![Action::Power(PowerOp::On)]), false).await
+        else {
+            panic!()
+        };
         ids.push(b.id);
     }
     results.wait_all(&ids, Duration::from_secs(60)).await;
@@ -208,7 +239,11 @@ async fn calls_to_one_bmc_are_paced_and_other_bmcs_are_not_held_back() {
     assert!(starts[5] - starts[0] >= interval * 5 - Duration::from_millis(20));
     // The other BMCs are not spaced by the paced one's interval: their calls
     // (one per BMC, all in the same partition) start closer together than it.
-    let mut others: Vec<_> = (0..10).flat_map(|i| e.sim.calls(&format!("v4-10-24-1-{i}"))).filter(|c| c.action.is_some()).map(|c| c.at).collect();
+    let mut others: Vec<_> = (0..10)
+        .flat_map(|i| e.sim.calls(&format!("v4-10-24-1-{i}")))
+        .filter(|c| c.action.is_some())
+        .map(|c| c.at)
+        .collect();
     others.sort();
     assert_eq!(others.len(), 10);
     let closest = others.windows(2).map(|w| w[1] - w[0]).min().unwrap();
@@ -236,7 +271,13 @@ async fn a_hung_bmc_times_out_while_twenty_others_on_its_partition_complete() {
     let mut others = tokio::task::JoinSet::new();
     for i in 0..20 {
         let p = e.producer.clone();
-        others.spawn(async move { p.submit(&batch(&format!("10.25.1.{i}"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]), true).await });
+        others.spawn(async move {
+            p.submit(
+                &batch(&format!("10.25.1.{i}"), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)]),
+                true,
+            )
+            .await
+        });
     }
     while let Some(r) = others.join_next().await {
         let Reply::Result(r) = r.unwrap() else { panic!("a healthy BMC got no result") };
@@ -246,7 +287,11 @@ async fn a_hung_bmc_times_out_while_twenty_others_on_its_partition_complete() {
     assert!(!hung.is_finished(), "the hung BMC's deadline fired before the healthy BMCs finished");
     let Reply::Result(r) = hung.await.unwrap() else { panic!("hung batch result") };
     assert_eq!(r.state, BatchState::Failed);
-    assert_eq!(r.results.iter().map(code).collect::<Vec<_>>(), vec![Some(ErrorCode::Timeout), Some(ErrorCode::Skipped)], "{r:#?}");
+    assert_eq!(
+        r.results.iter().map(code).collect::<Vec<_>>(),
+        vec![Some(ErrorCode::Timeout), Some(ErrorCode::Skipped)],
+        "{r:#?}"
+    );
     assert_eq!(e.sim.calls(hung_key).len(), 1, "the deadline left no time for a retry");
 }
 
@@ -264,12 +309,25 @@ fn resilience_flags_are_validated_with_their_environment_twins() {
         let mut by_env = Process::spawn("bmc-worker", &[], &[(var, bad.into())]);
         assert_eq!(by_flag.wait().code(), Some(2), "{flag} {bad}: {}", by_flag.log_text());
         assert_eq!(by_env.wait().code(), Some(2), "{var}={bad}: {}", by_env.log_text());
-        assert!(by_flag.log_text().contains(flag) && by_env.log_text().contains(flag), "{}\n{}", by_flag.log_text(), by_env.log_text());
+        assert!(
+            by_flag.log_text().contains(flag) && by_env.log_text().contains(flag),
+            "{}\n{}",
+            by_flag.log_text(),
+            by_env.log_text()
+        );
     }
     // Cross-checks run at start, before NATS is contacted, with a clear message.
-    let mut p = Process::spawn("bmc-worker", &["--bmc-min-interval".into(), "2s".into(), "--lane-idle-timeout".into(), "1s".into()], &[]);
+    let mut p = Process::spawn(
+        "bmc-worker",
+        &["--bmc-min-interval".into(), "2s".into(), "--lane-idle-timeout".into(), "1s".into()],
+        &[],
+    );
     assert_eq!(p.wait().code(), Some(2));
-    assert!(p.log_text().contains("--bmc-min-interval (2s) must be shorter than --lane-idle-timeout (1s)"), "{}", p.log_text());
+    assert!(
+        p.log_text().contains("--bmc-min-interval (2s) must be shorter than --lane-idle-timeout (1s)"),
+        "{}",
+        p.log_text()
+    );
 }
 
 /// SIGTERM while NATS is gone: the worker still exits within its drain
@@ -282,7 +340,10 @@ async fn a_worker_stops_within_its_drain_timeout_when_nats_is_gone() {
     let mut w = stack.worker("w0", &["--action-timeout", "60s"]);
     stack.wait_partitions_owned().await;
     let (p, sim) = (&stack.producer, &stack.sim);
-    let Reply::Accepted(_) = p.submit(&sim_batch("hang-1.example", vec![Action::Power(PowerOp::Status)]), false).await else { panic!("not accepted") };
+    let Reply::Accepted(_) = p.submit(&sim_batch("hang-1.example", vec![Action::Power(PowerOp::Status)]), false).await
+    else {
+        panic!("not accepted")
+    };
     bmcfleet_tests::eventually(Duration::from_secs(20), "the hung BMC's lane busy", || {
         let key = "hang-1.example".parse::<BmcAddress>().unwrap().key().to_string();
         let busy = !sim.calls(&key).is_empty(); // the login hangs: the lane is busy

@@ -1,12 +1,14 @@
 //! Security against the real nats-server: the least-privilege accounts of
 //! deploy/nats/bmcfleet.conf, and TLS between bmcfleet and NATS.
 
+use async_nats::ConnectOptions;
+use bmcfleet_schema::subject::WAIT_HEADER;
 use bmcfleet_schema::*;
 use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
-use bmcfleet_tests::producer::{job_of, queue_job, refusal, stream_last_sequence, stream_messages, wait_gateway, wait_partitions_owned, Topology};
-use bmcfleet_schema::subject::WAIT_HEADER;
-use async_nats::ConnectOptions;
+use bmcfleet_tests::producer::{
+    job_of, queue_job, refusal, stream_last_sequence, stream_messages, wait_gateway, wait_partitions_owned, Topology,
+};
 use bmcfleet_tests::shipped::{connect, shipped, PASSWORDS};
 use bmcfleet_tests::{NatsServer, Producer};
 use std::sync::{Arc, Mutex};
@@ -49,7 +51,10 @@ async fn producers_cannot_bypass_the_gateway() {
     producer_client.subscribe("bmc.jobs.>").await.unwrap();
     wait_error(&producer_errors, "Permissions Violation for Subscription").await;
     let js = async_nats::jetstream::new(producer_client.clone());
-    assert!(tokio::time::timeout(Duration::from_secs(5), js.get_stream(&jobs)).await.map(|r| r.is_err()).unwrap_or(true));
+    assert!(tokio::time::timeout(Duration::from_secs(5), js.get_stream(&jobs))
+        .await
+        .map(|r| r.is_err())
+        .unwrap_or(true));
 
     // Workers consume jobs but may not publish them either.
     let (worker_client, worker_errors) = connect(nats, "worker", PASSWORDS[1].1).await;
@@ -70,9 +75,14 @@ async fn producers_cannot_bypass_the_gateway() {
         (format!("$JS.API.STREAM.DELETE.{events}"), ""),
         (format!("$JS.API.STREAM.DELETE.{jobs}"), ""),
     ] {
-        let req = async_nats::Request::new().payload(body.as_bytes().to_vec().into()).timeout(Some(Duration::from_secs(2)));
+        let req =
+            async_nats::Request::new().payload(body.as_bytes().to_vec().into()).timeout(Some(Duration::from_secs(2)));
         if let Ok(answer) = admin.send_request(api.clone(), req).await {
-            assert!(String::from_utf8_lossy(&answer.payload).contains("error"), "{api} was allowed: {:?}", answer.payload);
+            assert!(
+                String::from_utf8_lossy(&answer.payload).contains("error"),
+                "{api} was allowed: {:?}",
+                answer.payload
+            );
         }
     }
     let e = wait_error(&admin_errors, "Permissions Violation for Publish").await;
@@ -94,11 +104,17 @@ async fn gateway_and_worker_speak_tls_to_nats() {
     let topo = Topology::default();
     let _gw = topo.gateway(&nats, &["--nats-tls-ca", &ca]);
     let _w = topo.worker(&nats, "w0", sim.addr(), &["--nats-tls-ca", &ca]);
-    let client = ConnectOptions::new().add_root_certificates(dir.path().join("ca.pem")).require_tls(true).connect(nats.url()).await.unwrap();
+    let client = ConnectOptions::new()
+        .add_root_certificates(dir.path().join("ca.pem"))
+        .require_tls(true)
+        .connect(nats.url())
+        .await
+        .unwrap();
     let producer = Producer::new(client.clone());
     wait_gateway(&producer).await;
     wait_partitions_owned(&client, &topo.subjects()).await;
-    let Reply::Result(r) = producer.submit(&sim_batch("10.7.1.1", vec![Action::Power(PowerOp::Status)]), true).await else {
+    let Reply::Result(r) = producer.submit(&sim_batch("10.7.1.1", vec![Action::Power(PowerOp::Status)]), true).await
+    else {
         panic!("submit over TLS")
     };
     assert_eq!(r.state, BatchState::Succeeded);
@@ -136,7 +152,22 @@ async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
     stack.wait_partitions_owned().await;
     let bucket = topo.subjects().credentials_bucket();
     let put = |user: &str, pw: &str| {
-        bmcctl_as(nats, user, pw, &["cred", "put", "rack7", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "bmc-pw-77\n")
+        bmcctl_as(
+            nats,
+            user,
+            pw,
+            &[
+                "cred",
+                "put",
+                "rack7",
+                "--username",
+                "admin",
+                "--password-stdin",
+                "--workers-public-key",
+                &topo.sealing.public,
+            ],
+            "bmc-pw-77\n",
+        )
     };
 
     // Neither the gateway nor a worker may write credentials; the admin user may.
@@ -147,27 +178,52 @@ async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
     let worker_js = async_nats::jetstream::new(worker_client.clone());
     let kv = worker_js.get_key_value(&bucket).await.expect("workers read the bucket");
     assert!(kv.get("rack7").await.unwrap().is_some());
-    assert!(tokio::time::timeout(Duration::from_secs(2), kv.put("rack7", "forged".into())).await.map(|r| r.is_err()).unwrap_or(true));
+    assert!(tokio::time::timeout(Duration::from_secs(2), kv.put("rack7", "forged".into()))
+        .await
+        .map(|r| r.is_err())
+        .unwrap_or(true));
     assert!(tokio::time::timeout(Duration::from_secs(2), kv.purge("rack7")).await.map(|r| r.is_err()).unwrap_or(true));
-    assert!(kv.get("rack7").await.unwrap().is_some_and(|v| !v.is_empty() && &v[..] != b"forged"), "a worker changed a credential");
+    assert!(
+        kv.get("rack7").await.unwrap().is_some_and(|v| !v.is_empty() && &v[..] != b"forged"),
+        "a worker changed a credential"
+    );
 
     // Producers and the gateway cannot read it, by any JetStream path.
     for client in [&producer_client, &gateway_client] {
         let js = async_nats::jetstream::new(client.clone());
         let short = Duration::from_secs(2);
-        assert!(tokio::time::timeout(short, js.get_key_value(&bucket)).await.map(|r| r.is_err()).unwrap_or(true), "bucket info readable");
+        assert!(
+            tokio::time::timeout(short, js.get_key_value(&bucket)).await.map(|r| r.is_err()).unwrap_or(true),
+            "bucket info readable"
+        );
         let stream = format!("KV_{bucket}");
-        assert!(tokio::time::timeout(short, js.get_stream(&stream)).await.map(|r| r.is_err()).unwrap_or(true), "stream info readable");
+        assert!(
+            tokio::time::timeout(short, js.get_stream(&stream)).await.map(|r| r.is_err()).unwrap_or(true),
+            "stream info readable"
+        );
         // Direct get and message get, as raw API requests: refused (no reply or an error, never the value).
-        for subject in [format!("$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.rack7"), format!("$JS.API.STREAM.MSG.GET.{stream}")] {
-            let req = async_nats::Request::new().payload(br#"{"last_by_subj":"$KV.BMCFLEET_CREDENTIALS.rack7"}"#.to_vec().into()).timeout(Some(short));
+        for subject in
+            [format!("$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.rack7"), format!("$JS.API.STREAM.MSG.GET.{stream}")]
+        {
+            let req = async_nats::Request::new()
+                .payload(br#"{"last_by_subj":"$KV.BMCFLEET_CREDENTIALS.rack7"}"#.to_vec().into())
+                .timeout(Some(short));
             if let Ok(msg) = client.send_request(subject.clone(), req).await {
                 let status = msg.status.map(|s| s.as_u16()).unwrap_or(200);
-                assert!(status >= 400 || String::from_utf8_lossy(&msg.payload).contains("error"), "{subject} answered {status}");
+                assert!(
+                    status >= 400 || String::from_utf8_lossy(&msg.payload).contains("error"),
+                    "{subject} answered {status}"
+                );
             }
         }
         // A consumer on the bucket's stream cannot be created either.
-        let req = async_nats::Request::new().payload(br#"{"stream_name":"KV_BMCFLEET_CREDENTIALS","config":{"ack_policy":"none","deliver_policy":"all"}}"#.to_vec().into()).timeout(Some(short));
+        let req = async_nats::Request::new()
+            .payload(
+                br#"{"stream_name":"KV_BMCFLEET_CREDENTIALS","config":{"ack_policy":"none","deliver_policy":"all"}}"#
+                    .to_vec()
+                    .into(),
+            )
+            .timeout(Some(short));
         if let Ok(msg) = client.send_request(format!("$JS.API.CONSUMER.CREATE.{stream}"), req).await {
             assert!(String::from_utf8_lossy(&msg.payload).contains("error"), "consumer created: {:?}", msg.payload);
         }
@@ -180,17 +236,32 @@ async fn only_workers_read_the_credentials_bucket_and_only_admin_writes_it() {
     // And the worker uses it, under these permissions, end to end.
     // Through a machine the operator registers: a named credential is usable only that way.
     let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
-    let b = bmcfleet_tests::producer::ref_machine_batch(&admin, &topo.subjects(), "10.7.2.1", "rack7", vec![Action::Power(PowerOp::On)]).await;
+    let b = bmcfleet_tests::producer::ref_machine_batch(
+        &admin,
+        &topo.subjects(),
+        "10.7.2.1",
+        "rack7",
+        vec![Action::Power(PowerOp::On)],
+    )
+    .await;
     let Reply::Result(r) = producer.submit(&b, true).await else { panic!("submit") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 }
 
 /// A machine of `tenant` at `address` (sim), written by the operator.
-async fn put_machine(admin: &async_nats::Client, topo: &Topology, name: &str, address: &str, tenant: &str, credential: &str) {
+async fn put_machine(
+    admin: &async_nats::Client,
+    topo: &Topology,
+    name: &str,
+    address: &str,
+    tenant: &str,
+    credential: &str,
+) {
     use bmcfleet_common::streams::{bucket, machines_config, Mode};
     let js = async_nats::jetstream::new(admin.clone());
     let kv = bucket(&js, machines_config(&topo.subjects(), 1), Mode::UseExisting).await.unwrap();
-    let machine = Machine { tenant: tenant.into(), ..Machine::new(name, address.parse().unwrap(), Protocol::Sim, credential) };
+    let machine =
+        Machine { tenant: tenant.into(), ..Machine::new(name, address.parse().unwrap(), Protocol::Sim, credential) };
     bmcfleet_common::registry::put(&kv, &machine).await.unwrap();
 }
 
@@ -203,7 +274,22 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     let (b, b_errors) = stack.producer("producer-b", PASSWORDS[6].1).await;
     let (a_client, b_client) = (a.client.clone(), b.client.clone());
     stack.wait_partitions_owned().await;
-    let put = bmcctl_as(nats, "admin", PASSWORDS[4].1, &["cred", "put", "rack-a", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "pw-a\n");
+    let put = bmcctl_as(
+        nats,
+        "admin",
+        PASSWORDS[4].1,
+        &[
+            "cred",
+            "put",
+            "rack-a",
+            "--username",
+            "admin",
+            "--password-stdin",
+            "--workers-public-key",
+            &topo.sealing.public,
+        ],
+        "pw-a\n",
+    );
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
     put_machine(&admin, topo, "a-node1", "10.40.0.1", "tenant-a", "rack-a").await;
 
@@ -227,21 +313,35 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     let Reply::Result(r) = a.submit(&batch("a-node1"), true).await else { panic!("tenant A's batch") };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
     let id = r.id;
-    let first = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut a_events)).await.expect("A sees its events").unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut a_events))
+        .await
+        .expect("A sees its events")
+        .unwrap();
     assert!(first.subject.as_str().ends_with(&id.to_string()), "{}", first.subject);
     let Reply::Status(s) = a.status(id).await else { panic!("A reads its batch") };
     assert_eq!(s.tenant, "tenant-a");
     // The machine's observed state (issue 19) reaches its tenant through the same export.
-    let state = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut a_machine)).await.expect("A sees its machine's state").unwrap();
+    let state = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut a_machine))
+        .await
+        .expect("A sees its machine's state")
+        .unwrap();
     let e: bmcfleet_schema::state::MachineEvent = Encoding::MessagePack.decode(&state.payload).unwrap();
-    assert_eq!((e.machine.as_str(), e.state.tenant.as_str(), e.state.power), ("a-node1", "tenant-a", Some(PowerState::On)));
+    assert_eq!(
+        (e.machine.as_str(), e.state.tenant.as_str(), e.state.power),
+        ("a-node1", "tenant-a", Some(PowerState::On))
+    );
 
     // B: another tenant's batch and machine answer exactly like missing ones.
     let unknown = ulid::Ulid::new();
-    for (mine, theirs) in [(b.status(unknown).await, b.status(id).await), (b.cancel(unknown).await, b.cancel(id).await)] {
+    for (mine, theirs) in [(b.status(unknown).await, b.status(id).await), (b.cancel(unknown).await, b.cancel(id).await)]
+    {
         let (mine, theirs) = (refusal(mine), refusal(theirs));
         assert_eq!(theirs.code, ErrorCode::NotFound, "{theirs:?}");
-        assert_eq!(theirs.message.replace(&id.to_string(), "ID"), mine.message.replace(&unknown.to_string(), "ID"), "the answers differ");
+        assert_eq!(
+            theirs.message.replace(&id.to_string(), "ID"),
+            mine.message.replace(&unknown.to_string(), "ID"),
+            "the answers differ"
+        );
     }
     let theirs = refusal(b.submit(&batch("a-node1"), false).await);
     let missing = refusal(b.submit(&batch("nobody"), false).await);
@@ -264,10 +364,18 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
 
     // Nothing of A's batch reached any of B's subscriptions (B's own replies did).
     b_client.flush().await.unwrap();
-    assert!(tokio::time::timeout(Duration::from_millis(300), futures::StreamExt::next(&mut b_events)).await.is_err(), "B received an event");
-    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), futures::StreamExt::next(&mut b_inboxes)).await {
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), futures::StreamExt::next(&mut b_events)).await.is_err(),
+        "B received an event"
+    );
+    while let Ok(Some(m)) =
+        tokio::time::timeout(Duration::from_millis(300), futures::StreamExt::next(&mut b_inboxes)).await
+    {
         let text = String::from_utf8_lossy(&m.payload);
-        assert!(!text.contains("power_on") && !text.contains("a-node1\"") && !text.contains("Succeeded"), "B's inbox saw {text}");
+        assert!(
+            !text.contains("power_on") && !text.contains("a-node1\"") && !text.contains("Succeeded"),
+            "B's inbox saw {text}"
+        );
     }
     // Operators see every tenant's batch, and the audit log says who admitted it.
     let op = Producer::new(admin.clone());
@@ -371,7 +479,8 @@ async fn a_job_never_runs_into_another_tenants_status_record() {
     let id = job.id;
     queue_job(&gw, &topo.subjects(), &job).await;
     // Tenant B's record under the same id, as its admission wrote it.
-    let b_job = job_of(Batch { id: Some(id), ..sim_batch("10.7.7.2", vec![Action::Power(PowerOp::Status)]) }, "tenant-b");
+    let b_job =
+        job_of(Batch { id: Some(id), ..sim_batch("10.7.7.2", vec![Action::Power(PowerOp::Status)]) }, "tenant-b");
     let batches = js.get_key_value(topo.subjects().batches_bucket()).await.unwrap();
     bmcfleet_common::status::create(&batches, &BatchStatus::queued(&b_job, 99, 2)).await.unwrap();
 
@@ -388,7 +497,11 @@ async fn a_job_never_runs_into_another_tenants_status_record() {
     assert_eq!(stream_last_sequence(&gw, &jobs).await, before);
     // B's record is B's as written (B reads nothing of A's batch), and nothing of A's batch ran.
     let Reply::Status(s) = b.status(id).await else { panic!("B's record") };
-    assert_eq!((s.tenant.as_str(), s.state, s.actions.as_slice(), s.results.len()), ("tenant-b", BatchState::Queued, &["power_status".to_owned()][..], 0), "{s:?}");
+    assert_eq!(
+        (s.tenant.as_str(), s.state, s.actions.as_slice(), s.results.len()),
+        ("tenant-b", BatchState::Queued, &["power_status".to_owned()][..], 0),
+        "{s:?}"
+    );
     assert!(sim.log().iter().all(|e| e.action != "power_on"), "A's action was sent: {:?}", sim.log());
 }
 
@@ -406,7 +519,22 @@ async fn a_tenant_cannot_take_the_login_account_or_another_machine_s_address() {
     let (b, _) = stack.producer("producer-b", PASSWORDS[6].1).await;
     stack.wait_partitions_owned().await;
     for (cred, pw) in [("rack-a", "pw-a\n"), ("rack-b", "pw-b\n")] {
-        let put = bmcctl_as(nats, "admin", PASSWORDS[4].1, &["cred", "put", cred, "--username", "Admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], pw);
+        let put = bmcctl_as(
+            nats,
+            "admin",
+            PASSWORDS[4].1,
+            &[
+                "cred",
+                "put",
+                cred,
+                "--username",
+                "Admin",
+                "--password-stdin",
+                "--workers-public-key",
+                &topo.sealing.public,
+            ],
+            pw,
+        );
         assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
     }
     put_machine(&admin, topo, "a-node2", "10.40.1.1", "tenant-a", "rack-a").await;
@@ -420,35 +548,71 @@ async fn a_tenant_cannot_take_the_login_account_or_another_machine_s_address() {
         deadline: Some(Duration::from_secs(60)),
     };
     // B's machine runs a batch: gateway and worker know it.
-    let Reply::Result(r) = b.submit(&batch("b-node2", vec![Action::Power(PowerOp::Status)]), true).await else { panic!("B's batch") };
+    let Reply::Result(r) = b.submit(&batch("b-node2", vec![Action::Power(PowerOp::Status)]), true).await else {
+        panic!("B's batch")
+    };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 
     // The login account ("Admin", any case) is off limits to A; another user is not.
-    let disable = Action::User(UserOp::Update(UserUpdate { name: "admin".into(), password: None, role: None, enabled: Some(false) }));
+    let disable = Action::User(UserOp::Update(UserUpdate {
+        name: "admin".into(),
+        password: None,
+        role: None,
+        enabled: Some(false),
+    }));
     let delete = Action::User(UserOp::Delete { name: " ADMIN".into() });
-    let create = |name: &str| Action::User(UserOp::Create(UserSpec { name: name.into(), password: Secret::new("x-Pw-1234"), role: UserRole::Admin, enabled: true }));
-    let Reply::Result(r) = a.submit(&batch("a-node2", vec![disable, delete, create("admin"), create("ops")]), true).await else { panic!("A's batch") };
+    let create = |name: &str| {
+        Action::User(UserOp::Create(UserSpec {
+            name: name.into(),
+            password: Secret::new("x-Pw-1234"),
+            role: UserRole::Admin,
+            enabled: true,
+        }))
+    };
+    let Reply::Result(r) =
+        a.submit(&batch("a-node2", vec![disable, delete, create("admin"), create("ops")]), true).await
+    else {
+        panic!("A's batch")
+    };
     for (i, result) in r.results.iter().enumerate().take(3) {
         let e = result.error.as_ref().unwrap_or_else(|| panic!("action {i} on the login account ran: {r:?}"));
         assert_eq!(e.code, ErrorCode::TargetForbidden, "action {i}: {e:?}");
         assert!(e.message.contains("logs in"), "{e:?}");
     }
     assert!(r.results[3].error.is_none(), "another user: {r:?}");
-    let user_calls: Vec<_> = stack.sim.log().into_iter().filter(|l| l.bmc == "v4-10-40-1-1" && l.action.starts_with("user")).collect();
+    let user_calls: Vec<_> =
+        stack.sim.log().into_iter().filter(|l| l.bmc == "v4-10-40-1-1" && l.action.starts_with("user")).collect();
     assert_eq!(user_calls.len(), 1, "only the other user's create reached the BMC: {user_calls:?}");
     // An ad hoc BMC's login is the producer's own credential: its to change
     // (a factory password, say).
-    let own = Action::User(UserOp::Update(UserUpdate { name: "admin".into(), password: Some(Secret::new("new-Pw-5678")), role: None, enabled: None }));
-    let Reply::Result(r) = a.submit(&sim_batch("10.40.1.50", vec![own]), true).await else { panic!("A's ad hoc batch") };
+    let own = Action::User(UserOp::Update(UserUpdate {
+        name: "admin".into(),
+        password: Some(Secret::new("new-Pw-5678")),
+        role: None,
+        enabled: None,
+    }));
+    let Reply::Result(r) = a.submit(&sim_batch("10.40.1.50", vec![own]), true).await else {
+        panic!("A's ad hoc batch")
+    };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 
     // B's machine's address for A's BMC: refused at admission, B's machine not named.
-    let readdress = |ip: [u8; 4]| Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 { address: ip.into(), netmask: [255, 255, 255, 0].into(), gateway: None }));
+    let readdress = |ip: [u8; 4]| {
+        Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 {
+            address: ip.into(),
+            netmask: [255, 255, 255, 0].into(),
+            gateway: None,
+        }))
+    };
     let e = refusal(a.submit(&batch("a-node2", vec![readdress([10, 40, 1, 2])]), true).await);
     assert_eq!(e.code, ErrorCode::TargetForbidden, "{e:?}");
     assert!(e.message.contains("actions[0]") && !e.message.contains("b-node2"), "{e:?}");
     // Its own address, or a free one, is A's to set.
-    let Reply::Result(r) = a.submit(&batch("a-node2", vec![readdress([10, 40, 1, 1]), readdress([10, 40, 1, 9])]), true).await else { panic!("A's batch") };
+    let Reply::Result(r) =
+        a.submit(&batch("a-node2", vec![readdress([10, 40, 1, 1]), readdress([10, 40, 1, 9])]), true).await
+    else {
+        panic!("A's batch")
+    };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
     // The raw spellings are denied by the default policy.
     let raw = |netfn: u8, cmd: u8| Action::Raw(RawRequest::Ipmi(RawIpmi { netfn, cmd, data: vec![2, 0] }));
@@ -460,15 +624,21 @@ async fn a_tenant_cannot_take_the_login_account_or_another_machine_s_address() {
     // The worker checks the address too: a job queued before B's machine
     // held that address (published here as the gateway would have).
     let (gw, _) = connect(nats, "gateway", PASSWORDS[0].1).await;
-    let target = Machine { tenant: "tenant-a".into(), ..Machine::new("a-node2", "10.40.1.1".parse().unwrap(), Protocol::Sim, "rack-a") }.target();
+    let target = Machine {
+        tenant: "tenant-a".into(),
+        ..Machine::new("a-node2", "10.40.1.1".parse().unwrap(), Protocol::Sim, "rack-a")
+    }
+    .target();
     let job = job_of(Batch { bmc: Some(target), ..batch("a-node2", vec![readdress([10, 40, 1, 2])]) }, "tenant-a");
     let id = job.id;
     queue_job(&gw, &topo.subjects(), &job).await;
-    let results = bmcfleet_tests::producer::wait_final_statuses(&gw, &topo.subjects(), &[id], Duration::from_secs(30)).await;
+    let results =
+        bmcfleet_tests::producer::wait_final_statuses(&gw, &topo.subjects(), &[id], Duration::from_secs(30)).await;
     let e = results[&id].results[0].error.as_ref().expect("refused by the worker");
     assert_eq!(e.code, ErrorCode::TargetForbidden, "{e:?}");
     assert!(!e.message.contains("b-node2"), "{e:?}");
-    let set_calls = stack.sim.log().into_iter().filter(|l| l.bmc == "v4-10-40-1-1" && l.action == "network_source_set").count();
+    let set_calls =
+        stack.sim.log().into_iter().filter(|l| l.bmc == "v4-10-40-1-1" && l.action == "network_source_set").count();
     assert_eq!(set_calls, 2, "only A's two allowed address changes reached the BMC");
 }
 
@@ -480,12 +650,23 @@ async fn a_status_record_written_during_the_wait_is_read() {
     use bmcfleet_common::status;
     let nats = NatsServer::start();
     let js = async_nats::jetstream::new(nats.client().await);
-    let kv = js.create_key_value(async_nats::jetstream::kv::Config { bucket: "WAIT".into(), ..Default::default() }).await.unwrap();
+    let kv = js
+        .create_key_value(async_nats::jetstream::kv::Config { bucket: "WAIT".into(), ..Default::default() })
+        .await
+        .unwrap();
     let id = ulid::Ulid::new();
     let mut batch = sim_batch("10.7.6.1", vec![Action::Power(PowerOp::On)]);
     batch.id = Some(id);
     let target = batch.bmc.take().unwrap();
-    let job = Job { batch, id, target, admitted_at_ms: 1, deadline_at_ms: u64::MAX / 2, tenant: "tenant-a".into(), sealed_params: vec![] };
+    let job = Job {
+        batch,
+        id,
+        target,
+        admitted_at_ms: 1,
+        deadline_at_ms: u64::MAX / 2,
+        tenant: "tenant-a".into(),
+        sealed_params: vec![],
+    };
 
     // Never written: nothing, after the wait.
     assert!(status::wait(&kv, &id, Duration::from_millis(300)).await.unwrap().is_none());
@@ -509,7 +690,14 @@ async fn a_tenant_flooding_the_gateway_leaves_the_other_tenants_their_share() {
     use bmcfleet_tests::metrics::{metrics_port, scrape, value};
     let topo = Topology::default();
     let nats = bmcfleet_tests::shipped::nats();
-    let gateway = topo.gateway(&nats, &[&bmcfleet_tests::shipped::gateway_user()[..], &["--max-waiting-submits", "8", "--metrics-addr", "127.0.0.1:0"]].concat());
+    let gateway = topo.gateway(
+        &nats,
+        &[
+            &bmcfleet_tests::shipped::gateway_user()[..],
+            &["--max-waiting-submits", "8", "--metrics-addr", "127.0.0.1:0"],
+        ]
+        .concat(),
+    );
     let producer = |user: &'static str, password: &'static str| {
         let nats = &nats;
         async move {
@@ -518,22 +706,33 @@ async fn a_tenant_flooding_the_gateway_leaves_the_other_tenants_their_share() {
             p
         }
     };
-    let a = [producer("producer-a", PASSWORDS[5].1).await, producer("producer-a", PASSWORDS[5].1).await, producer("producer-a", PASSWORDS[5].1).await];
+    let a = [
+        producer("producer-a", PASSWORDS[5].1).await,
+        producer("producer-a", PASSWORDS[5].1).await,
+        producer("producer-a", PASSWORDS[5].1).await,
+    ];
     let mut waiters = tokio::task::JoinSet::new();
     for i in 0..10 {
         let a = a[i % 3].clone();
-        waiters.spawn(async move { a.submit(&sim_batch(&format!("10.7.6.{}", i + 1), vec![Action::Power(PowerOp::On)]), true).await });
+        waiters.spawn(async move {
+            a.submit(&sim_batch(&format!("10.7.6.{}", i + 1), vec![Action::Power(PowerOp::On)]), true).await
+        });
     }
     // Six are refused at once: A's share is 4 of the 8, whatever its connections.
     for _ in 0..6 {
-        let r = tokio::time::timeout(Duration::from_secs(20), waiters.join_next()).await.expect("a refusal within 20 s").unwrap().unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(20), waiters.join_next())
+            .await
+            .expect("a refusal within 20 s")
+            .unwrap()
+            .unwrap();
         let e = refusal(r);
         assert_eq!(e.code, ErrorCode::Unavailable, "{e:?}");
         assert!(e.message.contains("this tenant already has 4 waiting submits"), "{}", e.message);
     }
     // B's waiting submit is admitted (it waits; it is not refused).
     let b = producer("producer-b", PASSWORDS[6].1).await;
-    let b_wait = tokio::spawn(async move { b.submit(&sim_batch("10.7.6.99", vec![Action::Power(PowerOp::On)]), true).await });
+    let b_wait =
+        tokio::spawn(async move { b.submit(&sim_batch("10.7.6.99", vec![Action::Power(PowerOp::On)]), true).await });
     let port = metrics_port(&gateway).await;
     bmcfleet_tests::eventually(Duration::from_secs(20), "B's waiting submit admitted", || async {
         (value(&scrape(port), "bmcfleet_batches_admitted_total", &[]) == 5.0).then_some(())
@@ -563,16 +762,28 @@ async fn a_refusal_quoting_a_line_break_is_still_answered() {
     for (body, code) in [
         (r#"{"machine":"m1","actions":["inventory"],"x\nInjected: 1":1}"#, ErrorCode::Malformed),
         (r#"{"machine":"m1","actions":["inventory"],"deadline":"5m\r\nx"}"#, ErrorCode::Malformed),
-        (r#"{"bmc":{"address":"10.0.0.1\nx","credentials":{"inline":{"username":"a","password":"p"}}},"actions":["inventory"]}"#, ErrorCode::InvalidAddress),
+        (
+            r#"{"bmc":{"address":"10.0.0.1\nx","credentials":{"inline":{"username":"a","password":"p"}}},"actions":["inventory"]}"#,
+            ErrorCode::InvalidAddress,
+        ),
         (r#"{"machine":"m1","actions":[{"power":"on\nx"}]}"#, ErrorCode::Malformed),
     ] {
         let (h, b) = json(body);
         let req = async_nats::Request::new().headers(h).payload(b.into()).timeout(Some(Duration::from_secs(10)));
-        let answer = producer.client.send_request("bmcfleet.submit", req).await.unwrap_or_else(|e| panic!("no answer to {body:?}: {e}"));
+        let answer = producer
+            .client
+            .send_request("bmcfleet.submit", req)
+            .await
+            .unwrap_or_else(|e| panic!("no answer to {body:?}: {e}"));
         let reply: Reply = Encoding::Json.decode(&answer.payload).unwrap();
         let e = refusal(reply);
         assert_eq!(e.code, code, "{body:?}: {e:?}");
-        let header = answer.headers.as_ref().and_then(|h| h.get(async_nats::service::NATS_SERVICE_ERROR)).map(|v| v.as_str().to_owned()).unwrap_or_default();
+        let header = answer
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(async_nats::service::NATS_SERVICE_ERROR))
+            .map(|v| v.as_str().to_owned())
+            .unwrap_or_default();
         assert!(!header.is_empty() && !header.contains(['\r', '\n']), "{header:?}");
     }
     // Still serving.
@@ -615,7 +826,8 @@ async fn a_producers_trace_headers_are_passed_on_only_in_their_w3c_size() {
         h.insert("traceparent", traceparent);
         h.insert("tracestate", tracestate);
         let batch = sim_batch(&format!("10.7.9.{}", i + 1), vec![Action::Power(PowerOp::Status)]);
-        let (_, reply) = producer.raw("submit", h, Encoding::MessagePack.encode(&batch).unwrap(), Duration::from_secs(60)).await;
+        let (_, reply) =
+            producer.raw("submit", h, Encoding::MessagePack.encode(&batch).unwrap(), Duration::from_secs(60)).await;
         let Reply::Result(r) = reply else { panic!("case {i}: {reply:?}") };
         assert_eq!(r.state, BatchState::Succeeded, "case {i}: {r:?}");
         // The batch's last event, as stored.
@@ -623,7 +835,14 @@ async fn a_producers_trace_headers_are_passed_on_only_in_their_w3c_size() {
         let header = |name: &str| last.headers.get(name).map(|v| v.as_str().to_owned());
         assert_eq!(header("traceparent").as_deref(), kept_parent, "case {i}");
         assert_eq!(header("tracestate").as_deref(), kept_state, "case {i}");
-        assert!(last.headers.iter().map(|(k, v)| k.to_string().len() + v.iter().map(|v| v.as_str().len()).sum::<usize>()).sum::<usize>() < 4096, "case {i}: the event's headers are large");
+        assert!(
+            last.headers
+                .iter()
+                .map(|(k, v)| k.to_string().len() + v.iter().map(|v| v.as_str().len()).sum::<usize>())
+                .sum::<usize>()
+                < 4096,
+            "case {i}: the event's headers are large"
+        );
     }
 }
 
@@ -637,13 +856,29 @@ async fn a_tenant_with_slow_batches_leaves_the_other_tenants_worker_slots() {
     use bmcfleet_tests::shipped::shipped_with;
     // `slow-*` BMCs take two minutes per action; the worker runs two batches at once.
     let sim = SimConfig { slow_latency: Duration::from_secs(120), ..SimConfig::default() };
-    let stack = shipped_with(Topology::default(), sim, &[], &["--max-concurrent-batches", "2", "--poll-interval", "off"]).await;
+    let stack =
+        shipped_with(Topology::default(), sim, &[], &["--max-concurrent-batches", "2", "--poll-interval", "off"]).await;
     let (nats, topo) = (&stack.nats, &stack.topo);
     let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
     let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
     let (b, _) = stack.producer("producer-b", PASSWORDS[6].1).await;
     stack.wait_partitions_owned().await;
-    let put = bmcctl_as(nats, "admin", PASSWORDS[4].1, &["cred", "put", "rack", "--username", "admin", "--password-stdin", "--workers-public-key", &topo.sealing.public], "pw\n");
+    let put = bmcctl_as(
+        nats,
+        "admin",
+        PASSWORDS[4].1,
+        &[
+            "cred",
+            "put",
+            "rack",
+            "--username",
+            "admin",
+            "--password-stdin",
+            "--workers-public-key",
+            &topo.sealing.public,
+        ],
+        "pw\n",
+    );
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
     put_machine(&admin, topo, "a-slow1", "slow-a1", "tenant-a", "rack").await;
     put_machine(&admin, topo, "a-slow2", "slow-a2", "tenant-a", "rack").await;
@@ -709,13 +944,16 @@ async fn each_role_holds_only_its_own_jetstream_api() {
     let (producer, _) = stack.producer("producer", PASSWORDS[2].1).await;
     stack.wait_partitions_owned().await;
     // Under these permissions the whole pipeline still works.
-    let Reply::Result(r) = producer.submit(&sim_batch("10.7.9.1", vec![Action::Power(PowerOp::On)]), true).await else { panic!("submit") };
+    let Reply::Result(r) = producer.submit(&sim_batch("10.7.9.1", vec![Action::Power(PowerOp::On)]), true).await else {
+        panic!("submit")
+    };
     assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
 
     let s = topo.subjects();
     let (jobs, events, audit) = (s.jobs_stream(), s.events_stream(), s.audit_stream());
     let kv = |b: String| format!("KV_{b}");
-    let (batches, leases, machines, creds) = (kv(s.batches_bucket()), kv(s.leases_bucket()), kv(s.machines_bucket()), kv(s.credentials_bucket()));
+    let (batches, leases, machines, creds) =
+        (kv(s.batches_bucket()), kv(s.leases_bucket()), kv(s.machines_bucket()), kv(s.credentials_bucket()));
     let refused: [(&str, &str, Vec<String>); 3] = [
         (
             "gateway",

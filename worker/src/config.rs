@@ -170,7 +170,10 @@ fn poll_interval(s: &str) -> Result<PollInterval, String> {
     }
     let d = bmcfleet_schema::duration::parse(s)?;
     if d < bmcfleet_schema::machine::MIN_POLL_INTERVAL {
-        return Err(format!("at least {} (or `off`)", bmcfleet_schema::duration::format(bmcfleet_schema::machine::MIN_POLL_INTERVAL)));
+        return Err(format!(
+            "at least {} (or `off`)",
+            bmcfleet_schema::duration::format(bmcfleet_schema::machine::MIN_POLL_INTERVAL)
+        ));
     }
     Ok(PollInterval(Some(d)))
 }
@@ -180,7 +183,9 @@ fn redfish_buffered_bytes(s: &str) -> Result<u64, String> {
     let n: u64 = s.trim().parse().map_err(|e| format!("a number of bytes: {e}"))?;
     let least = bmcfleet_redfish::RedfishConfig::default().largest_answer_charge() as u64;
     if n < least {
-        return Err(format!("at least {least} bytes (the largest Redfish answer a worker reads, with its parsed JSON)"));
+        return Err(format!(
+            "at least {least} bytes (the largest Redfish answer a worker reads, with its parsed JSON)"
+        ));
     }
     Ok(n)
 }
@@ -241,7 +246,10 @@ impl ServiceConfig for Config {
         }
         if let Some(n) = self.max_batches_per_tenant {
             if n > self.max_concurrent_batches {
-                return Err(format!("--max-batches-per-tenant ({n}) must be at most --max-concurrent-batches ({})", self.max_concurrent_batches));
+                return Err(format!(
+                    "--max-batches-per-tenant ({n}) must be at most --max-concurrent-batches ({})",
+                    self.max_concurrent_batches
+                ));
             }
         }
         if self.ack_wait < Duration::from_secs(1) {
@@ -249,12 +257,28 @@ impl ServiceConfig for Config {
         }
         let fmt = bmcfleet_schema::duration::format;
         for (short, short_flag, long, long_flag, why) in [
-            (self.retry_backoff, "--retry-backoff", self.action_timeout, "--action-timeout", ", or no retry could ever start"),
+            (
+                self.retry_backoff,
+                "--retry-backoff",
+                self.action_timeout,
+                "--action-timeout",
+                ", or no retry could ever start",
+            ),
             (self.bmc_min_interval, "--bmc-min-interval", self.action_timeout, "--action-timeout", ""),
-            (self.bmc_min_interval, "--bmc-min-interval", self.lane_idle_timeout, "--lane-idle-timeout", ": the last start is kept by the lane"),
+            (
+                self.bmc_min_interval,
+                "--bmc-min-interval",
+                self.lane_idle_timeout,
+                "--lane-idle-timeout",
+                ": the last start is kept by the lane",
+            ),
         ] {
             if short >= long {
-                return Err(format!("{short_flag} ({}) must be shorter than {long_flag} ({}){why}", fmt(short), fmt(long)));
+                return Err(format!(
+                    "{short_flag} ({}) must be shorter than {long_flag} ({}){why}",
+                    fmt(short),
+                    fmt(long)
+                ));
             }
         }
         Ok(())
@@ -311,8 +335,17 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.guard(), crate::guard::Settings::default(), "the documented defaults");
         let c = Config::try_parse_from([
-            "w", "--retry-max", "0", "--retry-backoff", "50ms", "--breaker-threshold", "0", "--breaker-cooldown", "2s",
-            "--bmc-min-interval", "0s",
+            "w",
+            "--retry-max",
+            "0",
+            "--retry-backoff",
+            "50ms",
+            "--breaker-threshold",
+            "0",
+            "--breaker-cooldown",
+            "2s",
+            "--bmc-min-interval",
+            "0s",
         ])
         .unwrap();
         c.validate().unwrap();
@@ -345,10 +378,12 @@ mod tests {
         let c = Config::try_parse_from(["w", "--max-concurrent-batches", "10"]).unwrap();
         assert_eq!(c.slots().per_tenant(), 5);
         assert_eq!(Config::try_parse_from(["w", "--max-concurrent-batches", "1"]).unwrap().slots().per_tenant(), 1);
-        let c = Config::try_parse_from(["w", "--max-concurrent-batches", "10", "--max-batches-per-tenant", "10"]).unwrap();
+        let c =
+            Config::try_parse_from(["w", "--max-concurrent-batches", "10", "--max-batches-per-tenant", "10"]).unwrap();
         c.validate().unwrap();
         assert_eq!(c.slots().per_tenant(), 10);
-        let c = Config::try_parse_from(["w", "--max-concurrent-batches", "10", "--max-batches-per-tenant", "11"]).unwrap();
+        let c =
+            Config::try_parse_from(["w", "--max-concurrent-batches", "10", "--max-batches-per-tenant", "11"]).unwrap();
         assert!(c.validate().unwrap_err().contains("--max-batches-per-tenant"));
         assert!(Config::try_parse_from(["w", "--max-batches-per-tenant", "0"]).is_err());
     }
@@ -368,11 +403,24 @@ mod tests {
 
     #[test]
     fn sealing_keys_repeat_and_never_print() {
-        let c = Config::try_parse_from(["w", "--sealing-key-file", "/a", "--sealing-key-file", "/b", "--sealing-key", "SXsecret"]).unwrap();
+        let c = Config::try_parse_from([
+            "w",
+            "--sealing-key-file",
+            "/a",
+            "--sealing-key-file",
+            "/b",
+            "--sealing-key",
+            "SXsecret",
+        ])
+        .unwrap();
         assert_eq!(c.sealing_key_file.len(), 2);
         assert!(!format!("{c:?}").contains("SXsecret"));
         assert_eq!(c.raw_policy, RawPolicy::default());
-        assert_eq!(c.allow_firmware_update, bmcfleet_schema::FirmwareUpdatePolicy::Off, "firmware updates are off by default");
+        assert_eq!(
+            c.allow_firmware_update,
+            bmcfleet_schema::FirmwareUpdatePolicy::Off,
+            "firmware updates are off by default"
+        );
     }
 
     #[test]
@@ -381,9 +429,20 @@ mod tests {
         assert!(c.firmware_images().is_none(), "push updates are off by default");
         assert_eq!(c.firmware_image_max_bytes, 512 * 1024 * 1024);
         let dir = std::env::temp_dir();
-        let c = Config::try_parse_from(["w", "--firmware-image-dir", dir.to_str().unwrap(), "--firmware-image-max-bytes", "1000"]).unwrap();
+        let c = Config::try_parse_from([
+            "w",
+            "--firmware-image-dir",
+            dir.to_str().unwrap(),
+            "--firmware-image-max-bytes",
+            "1000",
+        ])
+        .unwrap();
         assert_eq!(c.firmware_images().map(|d| d.max_bytes()), Some(1000));
-        for bad in [&["--firmware-image-dir", "/nonexistent/images"][..], &["--firmware-image-dir", "/etc/hostname"], &["--firmware-image-max-bytes", "0"]] {
+        for bad in [
+            &["--firmware-image-dir", "/nonexistent/images"][..],
+            &["--firmware-image-dir", "/etc/hostname"],
+            &["--firmware-image-max-bytes", "0"],
+        ] {
             let e = Config::try_parse_from(["w"].iter().chain(bad.iter())).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad:?}");
         }

@@ -68,7 +68,8 @@ fn unavailable(message: impl Into<String>) -> ErrorBody {
 impl CredentialStore {
     /// Load `{"name": {"username": "...", "password": "..."}}` from a JSON file.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read credentials file {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read credentials file {}: {e}", path.display()))?;
         let entries: HashMap<String, Entry> =
             serde_json::from_str(&text).map_err(|e| format!("credentials file {} is invalid: {e}", path.display()))?;
         let named = entries
@@ -104,7 +105,9 @@ impl CredentialStore {
     fn open(&self, sealed: &SealedCredentials, what: &str, use_: Use<'_>) -> Result<ResolvedCredentials, ErrorBody> {
         let opened = match use_ {
             Use::Named(name) => self.keys.open_named(sealed, name),
-            Use::Target(context) => self.keys.open(sealed, context, bmcfleet_common::runtime::now_ms().saturating_sub(CLOCK_SKEW_MS)),
+            Use::Target(context) => {
+                self.keys.open(sealed, context, bmcfleet_common::runtime::now_ms().saturating_sub(CLOCK_SKEW_MS))
+            }
         };
         match opened {
             Ok(password) => Ok(ResolvedCredentials { username: sealed.username.clone(), password }),
@@ -122,7 +125,11 @@ impl CredentialStore {
     }
 
     /// The credentials of a batch whose target has the ordering key `key`.
-    pub async fn resolve(&self, creds: &Credentials, key: &bmcfleet_schema::BmcKey) -> Result<ResolvedCredentials, ErrorBody> {
+    pub async fn resolve(
+        &self,
+        creds: &Credentials,
+        key: &bmcfleet_schema::BmcKey,
+    ) -> Result<ResolvedCredentials, ErrorBody> {
         match creds {
             Credentials::Inline { username, password } => {
                 Ok(ResolvedCredentials { username: username.clone(), password: password.clone() })
@@ -137,7 +144,10 @@ impl CredentialStore {
                 }
                 match &self.bucket {
                     Some(bucket) => self.resolve_in_bucket(bucket, name).await,
-                    None => Err(ErrorBody::new(ErrorCode::UnknownCredential, format!("credential `{name}` is not known to this worker"))),
+                    None => Err(ErrorBody::new(
+                        ErrorCode::UnknownCredential,
+                        format!("credential `{name}` is not known to this worker"),
+                    )),
                 }
             }
         }
@@ -152,20 +162,26 @@ impl CredentialStore {
         let unknown = || {
             ErrorBody::new(
                 ErrorCode::UnknownCredential,
-                format!("credential `{name}` is neither in this worker's credentials file nor in bucket {}", bucket.name),
+                format!(
+                    "credential `{name}` is neither in this worker's credentials file nor in bucket {}",
+                    bucket.name
+                ),
             )
         };
         let store = {
             let mut slot = bucket.store.lock().await;
             match &*slot {
                 Some(s) => s.clone(),
-                None => match tokio::time::timeout(Duration::from_secs(5), bucket.js.get_key_value(&bucket.name)).await {
+                None => match tokio::time::timeout(Duration::from_secs(5), bucket.js.get_key_value(&bucket.name)).await
+                {
                     Ok(Ok(s)) => slot.insert(s).clone(),
                     Ok(Err(e)) if error_chain(&e).contains("not found") => {
                         tracing::debug!(bucket = %bucket.name, error = %e, "No credentials bucket.");
                         return Err(unknown());
                     }
-                    Ok(Err(e)) => return Err(unavailable(format!("cannot open credentials bucket {}: {e}", bucket.name))),
+                    Ok(Err(e)) => {
+                        return Err(unavailable(format!("cannot open credentials bucket {}: {e}", bucket.name)))
+                    }
                     Err(_) => return Err(unavailable(format!("credentials bucket {} did not answer", bucket.name))),
                 },
             }
@@ -173,11 +189,14 @@ impl CredentialStore {
         let entry = match tokio::time::timeout(Duration::from_secs(5), store.get(name)).await {
             Ok(Ok(Some(bytes))) => bytes,
             Ok(Ok(None)) => return Err(unknown()),
-            Ok(Err(e)) => return Err(unavailable(format!("cannot read credential `{name}` from {}: {e}", bucket.name))),
+            Ok(Err(e)) => {
+                return Err(unavailable(format!("cannot read credential `{name}` from {}: {e}", bucket.name)))
+            }
             Err(_) => return Err(unavailable(format!("credentials bucket {} did not answer", bucket.name))),
         };
-        let sealed: SealedCredentials = serde_json::from_slice(&entry)
-            .map_err(|e| unavailable(format!("credential `{name}` in {} is not a sealed credential: {e}", bucket.name)))?;
+        let sealed: SealedCredentials = serde_json::from_slice(&entry).map_err(|e| {
+            unavailable(format!("credential `{name}` in {} is not a sealed credential: {e}", bucket.name))
+        })?;
         let c = self.open(&sealed, &format!("credential `{name}`"), Use::Named(name))?;
         bucket.cache.lock().expect("cache lock").insert(name.to_owned(), (Instant::now(), c.clone()));
         Ok(c)
@@ -215,7 +234,10 @@ mod tests {
         assert_eq!(c.username, "root");
         assert_eq!(c.password.expose(), "s3cret");
         assert!(!format!("{store:?} {c:?}").contains("s3cret"));
-        assert_eq!(store.resolve(&Credentials::Ref("nope".into()), &test_key()).await.unwrap_err().code, ErrorCode::UnknownCredential);
+        assert_eq!(
+            store.resolve(&Credentials::Ref("nope".into()), &test_key()).await.unwrap_err().code,
+            ErrorCode::UnknownCredential
+        );
         std::fs::write(&path, r#"{"x": {"username": "u"}}"#).unwrap();
         assert!(CredentialStore::load(&path).is_err());
     }
@@ -226,7 +248,9 @@ mod tests {
         let (seed, public) = bmcfleet_common::sealing::generate();
         let key = bmcfleet_common::sealing::public_key(&public).unwrap();
         let far = bmcfleet_common::runtime::now_ms() + 3_600_000;
-        let sealed = bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key, &Binding::target(&test_key(), far)).unwrap();
+        let sealed =
+            bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key, &Binding::target(&test_key(), far))
+                .unwrap();
         let none = CredentialStore::default();
         let e = none.resolve(&Credentials::Sealed(sealed.clone()), &test_key()).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::CredentialUnavailable);
@@ -243,8 +267,13 @@ mod tests {
         assert!(e.message.contains("another use"), "{e}");
         // Past its expiry (beyond the clock-skew tolerance): refused.
         let old = bmcfleet_common::runtime::now_ms() - CLOCK_SKEW_MS - 1_000;
-        let late = bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key, &Binding::target(&test_key(), old)).unwrap();
-        assert_eq!(store.resolve(&Credentials::Sealed(late), &test_key()).await.unwrap_err().code, ErrorCode::CredentialUnavailable);
+        let late =
+            bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key, &Binding::target(&test_key(), old))
+                .unwrap();
+        assert_eq!(
+            store.resolve(&Credentials::Sealed(late), &test_key()).await.unwrap_err().code,
+            ErrorCode::CredentialUnavailable
+        );
         // Sealed with no expiry at all (a producer's own tooling): it could be replayed for ever, so it is refused.
         let forever = Binding { expires_at_ms: None, ..Binding::target(&test_key(), 0) };
         let forever = bmcfleet_common::sealing::seal("admin", &Secret::new("hunter2"), &key, &forever).unwrap();

@@ -30,9 +30,9 @@ use crate::Shared;
 use async_nats::HeaderMap;
 use bmcfleet_common::backoff::Backoff;
 use bmcfleet_common::events;
-use bmcfleet_common::telemetry;
 use bmcfleet_common::runtime::now_ms;
 use bmcfleet_common::status::{self, StatusError};
+use bmcfleet_common::telemetry;
 use bmcfleet_provider::{CallInfo, Ctx, ProviderError, SendGate};
 use bmcfleet_schema::subject::WORKER_HEADER;
 use bmcfleet_schema::{
@@ -148,7 +148,11 @@ async fn save_record(
 /// A BMC's words may echo what it was sent (a rejected password, a media
 /// URL): every secret of the action and the login password are removed from
 /// the error before anything logs, retries on, stores or publishes it.
-fn scrub(mut e: ProviderError, action: &bmcfleet_schema::Action, creds: &bmcfleet_provider::ResolvedCredentials) -> ProviderError {
+fn scrub(
+    mut e: ProviderError,
+    action: &bmcfleet_schema::Action,
+    creds: &bmcfleet_provider::ResolvedCredentials,
+) -> ProviderError {
     let values = action.secret_values();
     let mut secrets: Vec<&str> = values.iter().map(String::as_str).collect();
     secrets.push(creds.password.expose());
@@ -160,7 +164,11 @@ fn scrub(mut e: ProviderError, action: &bmcfleet_schema::Action, creds: &bmcflee
 /// inventory text) is its text too, and may quote what it was sent (a login
 /// failure logged with the password typed): the same secrets are removed
 /// from every string in it. Data without such a string is returned as is.
-fn scrub_data(data: bmcfleet_schema::ActionData, action: &bmcfleet_schema::Action, creds: &bmcfleet_provider::ResolvedCredentials) -> bmcfleet_schema::ActionData {
+fn scrub_data(
+    data: bmcfleet_schema::ActionData,
+    action: &bmcfleet_schema::Action,
+    creds: &bmcfleet_provider::ResolvedCredentials,
+) -> bmcfleet_schema::ActionData {
     // User names are the BMC's text, shown in tables like sensor names:
     // no control characters, whichever provider read them.
     let data = match data {
@@ -241,7 +249,11 @@ impl ActionGate {
     fn refuse(&self) -> ProviderError {
         self.refused.store(true, Ordering::SeqCst);
         tracing::warn!(batch = %self.batch, "Not sending: this worker no longer holds the lease of the BMC's partition.");
-        ProviderError::new(ErrorCode::Interrupted, "this worker no longer holds the lease of the BMC's partition; nothing was sent").not_sent()
+        ProviderError::new(
+            ErrorCode::Interrupted,
+            "this worker no longer holds the lease of the BMC's partition; nothing was sent",
+        )
+        .not_sent()
     }
 
     fn refused(&self) -> bool {
@@ -252,7 +264,11 @@ impl ActionGate {
     async fn record(&self, change: impl FnOnce(&mut BatchStatus)) -> bmcfleet_provider::Result<()> {
         let mut marker = self.marker.lock().await;
         let (Marker::Pending { status, revision } | Marker::Written { status, revision }) = &mut *marker else {
-            return Err(ProviderError::new(ErrorCode::Internal, "a long-running action without its in-progress marker").not_sent());
+            return Err(ProviderError::new(
+                ErrorCode::Internal,
+                "a long-running action without its in-progress marker",
+            )
+            .not_sent());
         };
         change(status);
         if save_record(&self.kv, &self.worker, &self.fence, status, revision).await.is_err() {
@@ -325,7 +341,12 @@ impl bmcfleet_provider::TaskLog for ActionGate {
     fn progress(&self, percent: Option<u8>, state: Option<&str>) {
         tracing::info!(batch = %self.batch, index = self.index, percent, state, "BMC task progress.");
         let p = &self.progress;
-        let event = EventKind::ActionProgress { index: self.index, action: p.action.clone(), percent, state: state.map(str::to_owned) };
+        let event = EventKind::ActionProgress {
+            index: self.index,
+            action: p.action.clone(),
+            percent,
+            state: state.map(str::to_owned),
+        };
         publish_event(&p.client, p.subject.clone(), &p.headers, &self.fence, self.batch, event);
     }
 }
@@ -334,7 +355,14 @@ impl bmcfleet_provider::TaskLog for ActionGate {
 /// events stream stores it), unless the fence has run out by then. Stamped
 /// before the fence check: an event is never stamped later than the last
 /// moment this worker was seen to hold the lease.
-fn publish_event(client: &async_nats::Client, subject: String, base: &HeaderMap, fence: &Fence, batch: BatchId, event: EventKind) {
+fn publish_event(
+    client: &async_nats::Client,
+    subject: String,
+    base: &HeaderMap,
+    fence: &Fence,
+    batch: BatchId,
+    event: EventKind,
+) {
     let ev = Event { batch, at_ms: now_ms(), event };
     let headers = events::headers(&ev, Some(base));
     let Ok(body) = bmcfleet_schema::Encoding::MessagePack.encode(&ev) else { return };
@@ -396,7 +424,9 @@ impl<'a> Run<'a> {
             (false, _) => {
                 let partition = self.job.key().partition(self.shared.subjects.partitions);
                 let waited = now_ms().saturating_sub(self.job.admitted_at_ms) as f64 / 1000.0;
-                m.queue_wait_seconds.get_or_create(&crate::metrics::Metrics::partition_label(partition)).observe(waited);
+                m.queue_wait_seconds
+                    .get_or_create(&crate::metrics::Metrics::partition_label(partition))
+                    .observe(waited);
                 None
             }
             _ => None,
@@ -408,7 +438,12 @@ impl<'a> Run<'a> {
 
     /// Load or create the status record and claim it for this worker;
     /// `Err` with what to do with the job when there is nothing to run.
-    async fn begin(shared: &'a Shared, job: &'a Job, fence: &'a Fence, trace: Option<&'a HeaderMap>) -> Result<Run<'a>, Outcome> {
+    async fn begin(
+        shared: &'a Shared,
+        job: &'a Job,
+        fence: &'a Fence,
+        trace: Option<&'a HeaderMap>,
+    ) -> Result<Run<'a>, Outcome> {
         let kv = &shared.res.batches;
         let mut attempt = 0;
         loop {
@@ -450,7 +485,16 @@ impl<'a> Run<'a> {
             };
             match step {
                 Ok(Some((status, revision))) => {
-                    return Ok(Run { shared, job, fence, trace, status, revision, target: job.target.clone(), unmeasured: None })
+                    return Ok(Run {
+                        shared,
+                        job,
+                        fence,
+                        trace,
+                        status,
+                        revision,
+                        target: job.target.clone(),
+                        unmeasured: None,
+                    })
                 }
                 Ok(None) => unreachable!(),
                 Err(StatusError::Conflict) => continue,
@@ -465,7 +509,8 @@ impl<'a> Run<'a> {
 
     /// Write the record (CAS) while the lease holds; see [`save_record`].
     async fn save(&mut self) -> Result<(), Stop> {
-        save_record(&self.shared.res.batches, &self.shared.worker_id, self.fence, &mut self.status, &mut self.revision).await
+        save_record(&self.shared.res.batches, &self.shared.worker_id, self.fence, &mut self.status, &mut self.revision)
+            .await
     }
 
     /// Headers of this worker's events: trace context and who published it.
@@ -514,7 +559,13 @@ impl<'a> Run<'a> {
              bytes here and the record already takes {taken}; ask for less (a smaller event_log limit, a narrower raw request) or \
              split the batch"
         );
-        ActionResult::err(result.index, &result.action, result.provider, ErrorBody::new(ErrorCode::TooLarge, message), result.duration_ms)
+        ActionResult::err(
+            result.index,
+            &result.action,
+            result.provider,
+            ErrorBody::new(ErrorCode::TooLarge, message),
+            result.duration_ms,
+        )
     }
 
     fn fill_remaining(&mut self, code: ErrorCode, message: &str) {
@@ -574,7 +625,10 @@ impl<'a> Run<'a> {
                 break;
             }
             if now_ms() >= self.job.deadline_at_ms {
-                self.fill_remaining(ErrorCode::DeadlineExceeded, "the batch deadline passed before this action could start");
+                self.fill_remaining(
+                    ErrorCode::DeadlineExceeded,
+                    "the batch deadline passed before this action could start",
+                );
                 break;
             }
             if !self.fence.may_act() {
@@ -616,19 +670,23 @@ impl<'a> Run<'a> {
                 error.code = Empty,
                 duration_ms = Empty,
             );
-            span.in_scope(|| self.publish_soon(EventKind::ActionStarted { index: i as u32, action: action.kind().to_owned() }));
+            span.in_scope(|| {
+                self.publish_soon(EventKind::ActionStarted { index: i as u32, action: action.kind().to_owned() })
+            });
             let left = Duration::from_millis(self.job.deadline_at_ms.saturating_sub(now_ms()));
-            let longest = if action.watches_task() { self.shared.firmware_update_timeout } else { self.shared.action_timeout };
-            let ctx = Ctx::new(Instant::now() + left.min(longest)).with_call(CallInfo {
-                batch: self.job.id,
-                index: i as u32,
-                delivery: self.status.deliveries,
-                worker: self.shared.worker_id.clone(),
-            })
-            .with_gate(gate.clone())
-            .with_tasks(gate.clone())
-            .with_settle(Some(self.shared.power_settle))
-            .with_images(self.shared.firmware_images.clone());
+            let longest =
+                if action.watches_task() { self.shared.firmware_update_timeout } else { self.shared.action_timeout };
+            let ctx = Ctx::new(Instant::now() + left.min(longest))
+                .with_call(CallInfo {
+                    batch: self.job.id,
+                    index: i as u32,
+                    delivery: self.status.deliveries,
+                    worker: self.shared.worker_id.clone(),
+                })
+                .with_gate(gate.clone())
+                .with_tasks(gate.clone())
+                .with_settle(Some(self.shared.power_settle))
+                .with_images(self.shared.firmware_images.clone());
             let started = Instant::now();
             let work = async {
                 let action = self.with_secrets(i, action)?;
@@ -659,15 +717,21 @@ impl<'a> Run<'a> {
                     i as u32,
                     action.kind(),
                     provider,
-                    ErrorBody::new(ErrorCode::DeadlineExceeded, format!("the batch deadline passed during the action ({})", e.message)),
+                    ErrorBody::new(
+                        ErrorCode::DeadlineExceeded,
+                        format!("the batch deadline passed during the action ({})", e.message),
+                    ),
                     ms,
                 ),
                 Err(e) => ActionResult::err(i as u32, action.kind(), provider, e.into(), ms),
             };
             // A registered machine's power read by a batch refreshes its observed state.
-            if let (Some(machine), Some(bmcfleet_schema::ActionData::PowerState(power))) = (&self.job.batch.machine, &result.data) {
+            if let (Some(machine), Some(bmcfleet_schema::ActionData::PowerState(power))) =
+                (&self.job.batch.machine, &result.data)
+            {
                 if self.fence.valid() {
-                    let seen = crate::state::Observation::Answered { power: Some(*power), provider: result.provider.clone() };
+                    let seen =
+                        crate::state::Observation::Answered { power: Some(*power), provider: result.provider.clone() };
                     self.shared.state.observe(self.shared, machine, &self.job.tenant, seen).await;
                 }
             }
@@ -699,7 +763,11 @@ impl<'a> Run<'a> {
 
     /// The action with its sealed parameters (if any) opened and put back;
     /// a parameter that does not open fails the action before anything is sent.
-    fn with_secrets<'b>(&self, i: usize, action: &'b bmcfleet_schema::Action) -> Result<std::borrow::Cow<'b, bmcfleet_schema::Action>, ProviderError> {
+    fn with_secrets<'b>(
+        &self,
+        i: usize,
+        action: &'b bmcfleet_schema::Action,
+    ) -> Result<std::borrow::Cow<'b, bmcfleet_schema::Action>, ProviderError> {
         let mut params = self.job.sealed_params.iter().filter(|p| p.action as usize == i).peekable();
         if params.peek().is_none() {
             return Ok(std::borrow::Cow::Borrowed(action));
@@ -708,9 +776,17 @@ impl<'a> Run<'a> {
         let batch = self.job.id.to_string();
         for p in params {
             let context = bmcfleet_common::sealing::Binding::param(&batch, i as u32, p.field.as_str(), 0).context;
-            let value = self.shared.credentials.open_param(&p.sealed, &context).map_err(|e| ProviderError::new(e.code, e.message).not_sent())?;
+            let value = self
+                .shared
+                .credentials
+                .open_param(&p.sealed, &context)
+                .map_err(|e| ProviderError::new(e.code, e.message).not_sent())?;
             if !action.set_secret_param(p.field, value.expose().to_owned()) {
-                return Err(ProviderError::new(ErrorCode::Internal, format!("a sealed {} for an action without one", p.field.as_str())).not_sent());
+                return Err(ProviderError::new(
+                    ErrorCode::Internal,
+                    format!("a sealed {} for an action without one", p.field.as_str()),
+                )
+                .not_sent());
             }
         }
         Ok(std::borrow::Cow::Owned(action))
@@ -730,13 +806,15 @@ impl<'a> Run<'a> {
         gate: &ActionGate,
     ) -> Result<Option<bmcfleet_schema::ActionData>, ProviderError> {
         if matches!(action, bmcfleet_schema::Action::Raw(_)) || action.is_destructive() {
-            self.shared.raw_policy.check(action.into()).map_err(|why| ProviderError::new(ErrorCode::RawNotAllowed, why))?;
+            self.shared
+                .raw_policy
+                .check(action.into())
+                .map_err(|why| ProviderError::new(ErrorCode::RawNotAllowed, why))?;
         }
         if let bmcfleet_schema::Action::FirmwareUpdate(update) = action {
-            self.shared
-                .firmware_update
-                .check(&self.job.tenant)
-                .map_err(|why| ProviderError::new(ErrorCode::FirmwareUpdateDisabled, format!("{why}; nothing was sent")).not_sent())?;
+            self.shared.firmware_update.check(&self.job.tenant).map_err(|why| {
+                ProviderError::new(ErrorCode::FirmwareUpdateDisabled, format!("{why}; nothing was sent")).not_sent()
+            })?;
             if update.image_file.is_some() && self.shared.firmware_images.is_none() {
                 return Err(ProviderError::new(
                     ErrorCode::FirmwareUpdateDisabled,
@@ -754,7 +832,8 @@ impl<'a> Run<'a> {
         // it). The operator's own machines' batches may. An ad hoc target's
         // login is the producer's own credential: its to change.
         if let Some(name) = action.user_changed() {
-            let operators = self.job.batch.machine.is_some() && self.job.tenant != bmcfleet_schema::machine::DEFAULT_TENANT;
+            let operators =
+                self.job.batch.machine.is_some() && self.job.tenant != bmcfleet_schema::machine::DEFAULT_TENANT;
             if operators && name.trim().eq_ignore_ascii_case(creds.username.trim()) {
                 return Err(ProviderError::new(
                     ErrorCode::TargetForbidden,
@@ -800,7 +879,11 @@ impl<'a> Run<'a> {
             }
             let started = Instant::now();
             guard.pacer.started(started);
-            let result = self.call(slot, ctx, action, creds, &protocol, retry).await.map(|d| d.map(|d| scrub_data(d, action, creds))).map_err(|e| scrub(e, action, creds));
+            let result = self
+                .call(slot, ctx, action, creds, &protocol, retry)
+                .await
+                .map(|d| d.map(|d| scrub_data(d, action, creds)))
+                .map_err(|e| scrub(e, action, creds));
             // A long-running action's time is its BMC task's, not a slow answer.
             let took = if action.watches_task() { Duration::ZERO } else { started.elapsed() };
             // Out of descriptors (or of Redfish answer memory) is this
@@ -875,7 +958,10 @@ impl<'a> Run<'a> {
         );
         let work = async {
             // A session that cannot be opened never carried the action.
-            let session = slot.get(&self.shared.registry, ctx, &self.target, creds, false).await.map_err(ProviderError::not_sent)?;
+            let session = slot
+                .get(&self.shared.registry, ctx, &self.target, creds, false)
+                .await
+                .map_err(ProviderError::not_sent)?;
             tracing::Span::current().record("provider", session.provider());
             // What the session open sent is not the action's: "not sent"
             // is judged from the action's own first request on.
@@ -891,11 +977,16 @@ impl<'a> Run<'a> {
                 // unknown, and its BMC is not answering: the logout is not
                 // waited for (it would overrun the deadline by its own timeout).
                 slot.close_in_background(self.fence.valid());
-                let code = if now_ms() >= self.job.deadline_at_ms { ErrorCode::DeadlineExceeded } else { ErrorCode::Timeout };
+                let code =
+                    if now_ms() >= self.job.deadline_at_ms { ErrorCode::DeadlineExceeded } else { ErrorCode::Timeout };
                 Err(ProviderError::new(code, format!("no answer within {}", bmcfleet_schema::duration::format(left))))
             }
         };
-        self.shared.metrics.bmc_call_seconds.get_or_create(&protocol_label(slot, protocol)).observe(started.elapsed().as_secs_f64());
+        self.shared
+            .metrics
+            .bmc_call_seconds
+            .get_or_create(&protocol_label(slot, protocol))
+            .observe(started.elapsed().as_secs_f64());
         match &result {
             Ok(_) => span.record("outcome", "ok"),
             Err(e) => span.record("outcome", e.code.as_str()).record("error.code", e.code.as_str()),
@@ -906,7 +997,11 @@ impl<'a> Run<'a> {
     async fn finish(&mut self) -> Result<(), Stop> {
         let state = self.status.finish(&self.shared.worker_id, now_ms()).state;
         self.save().await?;
-        self.shared.metrics.batches_finished.get_or_create(&crate::metrics::StateLabels { state: format!("{state:?}").to_lowercase() }).inc();
+        self.shared
+            .metrics
+            .batches_finished
+            .get_or_create(&crate::metrics::StateLabels { state: format!("{state:?}").to_lowercase() })
+            .inc();
         tracing::Span::current().record("state", tracing::field::debug(state));
         tracing::info!(batch = %self.job.id, bmc = %self.status.bmc, state = ?state, "Batch finished.");
         self.publish_final().await
@@ -924,7 +1019,9 @@ impl<'a> Run<'a> {
             if !self.fence.valid() {
                 return Err(Stop);
             }
-            match events::publish(&self.shared.res.js, &self.shared.subjects, &self.job.tenant, &ev, Some(&headers)).await {
+            match events::publish(&self.shared.res.js, &self.shared.subjects, &self.job.tenant, &ev, Some(&headers))
+                .await
+            {
                 Ok(()) => return Ok(()),
                 // Sending it again cannot help: the result goes without its
                 // actions' data (states and errors stay; the status record
@@ -971,7 +1068,13 @@ mod scrub_tests {
             id: ulid::Ulid::new(),
             bmc: "v4-10-0-0-1".into(),
             state: BatchState::Succeeded,
-            results: vec![ActionResult::ok(0, "power_status", Some("sim".into()), Some(ActionData::PowerState(PowerState::On)), 3)],
+            results: vec![ActionResult::ok(
+                0,
+                "power_status",
+                Some("sim".into()),
+                Some(ActionData::PowerState(PowerState::On)),
+                3,
+            )],
             worker: "w".into(),
             deliveries: 1,
             admitted_at_ms: 1,
@@ -980,14 +1083,18 @@ mod scrub_tests {
         let mut ev = Event { batch: result.id, at_ms: 2, event: EventKind::BatchFinished { result } };
         assert!(without_data(&mut ev));
         let EventKind::BatchFinished { result } = &ev.event else { unreachable!() };
-        assert_eq!((result.results[0].data.as_ref(), result.results[0].action.as_str(), result.state), (None, "power_status", BatchState::Succeeded));
+        assert_eq!(
+            (result.results[0].data.as_ref(), result.results[0].action.as_str(), result.state),
+            (None, "power_status", BatchState::Succeeded)
+        );
         assert!(!without_data(&mut ev), "nothing left to drop: give up");
     }
 
     #[test]
     fn user_names_a_bmc_reads_back_have_no_control_characters() {
         use bmcfleet_schema::{UserInfo, UserOp};
-        let creds = bmcfleet_provider::ResolvedCredentials { username: "admin".into(), password: Secret::new("hunter2-pw") };
+        let creds =
+            bmcfleet_provider::ResolvedCredentials { username: "admin".into(), password: Secret::new("hunter2-pw") };
         let user = |name: &str| UserInfo { id: "3".into(), name: name.into(), role: None, enabled: true };
         let data = ActionData::Users(vec![user("ops\n\u{1b}[2Jx"), user("admin")]);
         let ActionData::Users(users) = scrub_data(data, &Action::User(UserOp::List), &creds) else { unreachable!() };
@@ -996,10 +1103,16 @@ mod scrub_tests {
 
     #[test]
     fn bmc_text_in_data_loses_the_login_password() {
-        let creds = bmcfleet_provider::ResolvedCredentials { username: "admin".into(), password: Secret::new("hunter2-pw") };
+        let creds =
+            bmcfleet_provider::ResolvedCredentials { username: "admin".into(), password: Secret::new("hunter2-pw") };
         let entry = |m: &str| EventLogEntry { id: "1".into(), message: m.into(), ..EventLogEntry::default() };
-        let data = ActionData::EventLog(EventLog { total: Some(2), entries: vec![entry("login failed: admin/hunter2-pw"), entry("fan ok")] });
-        let ActionData::EventLog(log) = scrub_data(data, &Action::EventLog(EventLogOp::read()), &creds) else { unreachable!() };
+        let data = ActionData::EventLog(EventLog {
+            total: Some(2),
+            entries: vec![entry("login failed: admin/hunter2-pw"), entry("fan ok")],
+        });
+        let ActionData::EventLog(log) = scrub_data(data, &Action::EventLog(EventLogOp::read()), &creds) else {
+            unreachable!()
+        };
         assert_eq!(log.entries[0].message, "login failed: admin/[redacted]");
         assert_eq!(log.entries[1].message, "fan ok");
     }
@@ -1009,7 +1122,8 @@ mod scrub_tests {
     #[test]
     fn bmc_echoes_of_a_media_url_lose_its_credentials_and_signature_in_any_form() {
         use bmcfleet_schema::{MediaKind, VirtualMediaOp};
-        let creds = bmcfleet_provider::ResolvedCredentials { username: "admin".into(), password: Secret::new("hunter2-pw") };
+        let creds =
+            bmcfleet_provider::ResolvedCredentials { username: "admin".into(), password: Secret::new("hunter2-pw") };
         let url = "https://media:p%40ss%3Aw%2Frd@img.example/x.iso?X-Amz-Signature=9f8e7d6c5b4a&sig=S1g%2Bv%2Fal&token=T0k+en";
         let action = Action::VirtualMedia(VirtualMediaOp::Insert { url: url.into(), media: MediaKind::Cd });
         for echo in [
@@ -1032,8 +1146,15 @@ mod scrub_tests {
             assert!(e.message.contains("[redacted]"), "{echo:?} -> {:?}", e.message);
         }
         // A firmware ImageURI is scrubbed the same way.
-        let fw = Action::FirmwareUpdate(bmcfleet_schema::FirmwareUpdate { image_uri: Some(url.into()), ..Default::default() });
-        let e = scrub(ProviderError::new(ErrorCode::BmcError, "download of p@ss:w/rd with 9f8e7d6c5b4a failed"), &fw, &creds);
+        let fw = Action::FirmwareUpdate(bmcfleet_schema::FirmwareUpdate {
+            image_uri: Some(url.into()),
+            ..Default::default()
+        });
+        let e = scrub(
+            ProviderError::new(ErrorCode::BmcError, "download of p@ss:w/rd with 9f8e7d6c5b4a failed"),
+            &fw,
+            &creds,
+        );
         assert!(!e.message.contains("p@ss") && !e.message.contains("9f8e7d6c5b4a"), "{}", e.message);
     }
 }

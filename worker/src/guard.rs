@@ -89,7 +89,8 @@ impl RetryPolicy {
     /// uniform draw in the upper half) so lanes that failed together do not
     /// retry together. `unit` is a uniform number in [0, 1).
     pub fn delay(&self, retry: u32, unit: f64) -> Duration {
-        let capped = bmcfleet_common::backoff::Backoff::new(self.backoff, MAX_BACKOFF.max(self.backoff)).delay(retry.saturating_sub(1));
+        let capped = bmcfleet_common::backoff::Backoff::new(self.backoff, MAX_BACKOFF.max(self.backoff))
+            .delay(retry.saturating_sub(1));
         capped / 2 + capped.mul_f64(unit.clamp(0.0, 1.0) / 2.0)
     }
 }
@@ -157,7 +158,15 @@ pub struct Breaker {
 
 impl Breaker {
     pub fn new(threshold: u32, cooldown: Duration, metrics: BreakerMetrics) -> Breaker {
-        Breaker { threshold, cooldown, slow_call: Duration::ZERO, failures: 0, state: BreakerState::Closed, last_error: None, metrics }
+        Breaker {
+            threshold,
+            cooldown,
+            slow_call: Duration::ZERO,
+            failures: 0,
+            state: BreakerState::Closed,
+            last_error: None,
+            metrics,
+        }
     }
 
     /// Count calls that took `slow_call` or longer like unanswered ones (zero: off).
@@ -289,7 +298,8 @@ pub struct BmcGuard {
 impl BmcGuard {
     pub fn new(settings: &Settings, metrics: BreakerMetrics) -> BmcGuard {
         BmcGuard {
-            breaker: Breaker::new(settings.breaker_threshold, settings.breaker_cooldown, metrics).with_slow_call(settings.slow_call),
+            breaker: Breaker::new(settings.breaker_threshold, settings.breaker_cooldown, metrics)
+                .with_slow_call(settings.slow_call),
             pacer: Pacer::new(settings.min_interval),
         }
     }
@@ -318,7 +328,13 @@ mod tests {
         assert!(p.should_retry(&on, &err(ErrorCode::Timeout), 0));
         assert!(p.should_retry(&on, &err(ErrorCode::BmcError).with_retryable(true), 1));
         assert!(!p.should_retry(&on, &err(ErrorCode::Timeout), 2), "bounded by max");
-        for code in [ErrorCode::AuthFailed, ErrorCode::PermissionDenied, ErrorCode::Unsupported, ErrorCode::InvalidField, ErrorCode::BmcError] {
+        for code in [
+            ErrorCode::AuthFailed,
+            ErrorCode::PermissionDenied,
+            ErrorCode::Unsupported,
+            ErrorCode::InvalidField,
+            ErrorCode::BmcError,
+        ] {
             assert!(!p.should_retry(&on, &err(code), 0), "{code} is not retried");
         }
         // An auth failure stays final even if a provider marked it oddly as unsent.
@@ -402,7 +418,11 @@ mod tests {
         // A prompt answer in between resets the count.
         assert_eq!(b.record(t0, Ok(()), slow - Duration::from_millis(1)), None);
         assert_eq!(b.record(t0, Ok(()), slow), None);
-        assert_eq!(b.record(t0, Err(&err(ErrorCode::BmcError)), Duration::from_secs(11)), None, "a slow error answer counts too");
+        assert_eq!(
+            b.record(t0, Err(&err(ErrorCode::BmcError)), Duration::from_secs(11)),
+            None,
+            "a slow error answer counts too"
+        );
         assert_eq!(b.record(t0, Err(&err(ErrorCode::Timeout)), Duration::from_secs(1)), Some(Transition::Opened));
         let until = t0 + Duration::from_secs(30);
         let refusal = b.refusal(until, t0);
@@ -410,7 +430,11 @@ mod tests {
         // A slow probe reopens it; a prompt one closes it.
         assert_eq!(b.admit(until), Admission::Probe);
         assert_eq!(b.record(until, Ok(()), Duration::from_secs(12)), Some(Transition::Reopened));
-        assert!(b.refusal(until + Duration::from_secs(30), until).message.contains("answered only after 12s"), "{}", b.refusal(until, until).message);
+        assert!(
+            b.refusal(until + Duration::from_secs(30), until).message.contains("answered only after 12s"),
+            "{}",
+            b.refusal(until, until).message
+        );
         let t2 = until + Duration::from_secs(30);
         assert_eq!(b.admit(t2), Admission::Probe);
         assert_eq!(b.record(t2, Ok(()), Duration::from_millis(5)), Some(Transition::Closed));

@@ -76,7 +76,9 @@ pub struct Shared {
 fn default_worker_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
-        .map(|h| h.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect::<String>())
+        .map(|h| {
+            h.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect::<String>()
+        })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "worker".into());
     let suffix = ulid::Ulid::new().to_string();
@@ -90,10 +92,12 @@ pub fn registry(config: &Config) -> Registry {
     for p in &config.protocols {
         r = match p {
             Protocol::Ipmi => r.with(Arc::new(bmcfleet_ipmi::IpmiConnector::new(bmcfleet_ipmi::IpmiConfig::default()))),
-            Protocol::Redfish => r.with(Arc::new(bmcfleet_redfish::RedfishConnector::new(bmcfleet_redfish::RedfishConfig {
-                max_buffered_bytes: usize::try_from(config.redfish_max_buffered_bytes).unwrap_or(usize::MAX),
-                ..bmcfleet_redfish::RedfishConfig::default()
-            }))),
+            Protocol::Redfish => {
+                r.with(Arc::new(bmcfleet_redfish::RedfishConnector::new(bmcfleet_redfish::RedfishConfig {
+                    max_buffered_bytes: usize::try_from(config.redfish_max_buffered_bytes).unwrap_or(usize::MAX),
+                    ..bmcfleet_redfish::RedfishConfig::default()
+                })))
+            }
             Protocol::Amt => r.with(Arc::new(bmcfleet_amt::AmtConnector::new(bmcfleet_amt::AmtConfig::default()))),
             Protocol::Sim | Protocol::Auto => r,
         };
@@ -115,7 +119,11 @@ async fn census(shared: Arc<Shared>, stop: CancellationToken) {
         let counts = shared.state.census();
         shared.metrics.machines.clear();
         for ((power, contactable), n) in counts {
-            shared.metrics.machines.get_or_create(&metrics::MachineLabels { power, contactable: contactable.to_string() }).set(n);
+            shared
+                .metrics
+                .machines
+                .get_or_create(&metrics::MachineLabels { power, contactable: contactable.to_string() })
+                .set(n);
         }
     }
 }
@@ -138,7 +146,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     let sealing_keys = keys.public_keys();
     match bmcfleet_common::runtime::raise_fd_limit() {
-        Ok(l) => tracing::info!(before = l.before, now = l.now, hard = l.hard, "Open-files limit: each BMC session and connection holds one."),
+        Ok(l) => tracing::info!(
+            before = l.before,
+            now = l.now,
+            hard = l.hard,
+            "Open-files limit: each BMC session and connection holds one."
+        ),
         Err(e) => tracing::warn!(error = %e, "Cannot read or raise the open-files limit."),
     }
     let registry = registry(&config);
@@ -146,7 +159,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let metrics = metrics::Metrics::register(&mut prometheus);
     // Ready while connected to NATS with the membership loop running.
     let ready = bmcfleet_common::serve::Ready::new();
-    let server = bmcfleet_common::serve::start_unless_off(config.process.metrics.addr.0, prometheus, ready.check()).await?;
+    let server =
+        bmcfleet_common::serve::start_unless_off(config.process.metrics.addr.0, prometheus, ready.check()).await?;
     let client = bmcfleet_common::nats::connect(&config.process.nats, &format!("bmc-worker {worker_id}")).await?;
     ready.connected(&client);
     // Lease renewals on a connection of their own: nats-server reads one
@@ -154,11 +168,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     // wait behind every status write and event of thousands of running
     // batches, and a lease could lapse under load although the worker is
     // healthy (its batches then end `interrupted`).
-    let control = bmcfleet_common::nats::connect(&config.process.nats, &format!("bmc-worker {worker_id} leases")).await?;
+    let control =
+        bmcfleet_common::nats::connect(&config.process.nats, &format!("bmc-worker {worker_id} leases")).await?;
     let settings = StreamSettings { replicas: config.process.topology.replicas as usize, ..StreamSettings::default() };
-    let res = streams::ensure_with_retry(client.clone(), &subjects, &settings, Mode::UseExisting, std::time::Duration::from_secs(60))
-        .await
-        .context("setting up JetStream streams and buckets")?;
+    let res = streams::ensure_with_retry(
+        client.clone(),
+        &subjects,
+        &settings,
+        Mode::UseExisting,
+        std::time::Duration::from_secs(60),
+    )
+    .await
+    .context("setting up JetStream streams and buckets")?;
     let credentials = credentials.with_keys(keys).with_bucket(
         async_nats::jetstream::new(client.clone()),
         subjects.credentials_bucket(),
@@ -166,14 +187,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     );
     let stop = CancellationToken::new();
     let replicas = usize::from(config.process.topology.replicas);
-    let machines = streams::retry_setup("machine registry", std::time::Duration::from_secs(60), |_| false, || {
-        bmcfleet_common::registry::Registry::start(&res.js, &subjects, replicas, stop.child_token())
-    })
+    let machines = streams::retry_setup(
+        "machine registry",
+        std::time::Duration::from_secs(60),
+        |_| false,
+        || bmcfleet_common::registry::Registry::start(&res.js, &subjects, replicas, stop.child_token()),
+    )
     .await
     .context("reading the machine registry")?;
-    let state_store = streams::retry_setup("the machine state bucket", std::time::Duration::from_secs(60), |_| false, || {
-        streams::bucket(&res.js, streams::state_config(&subjects, replicas), Mode::UseExisting)
-    })
+    let state_store = streams::retry_setup(
+        "the machine state bucket",
+        std::time::Duration::from_secs(60),
+        |_| false,
+        || streams::bucket(&res.js, streams::state_config(&subjects, replicas), Mode::UseExisting),
+    )
     .await
     .context("setting up the machine state bucket")?;
     let providers = registry.describe();
@@ -204,22 +231,27 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     });
     // The lease and presence buckets, like the streams: a fresh cluster may
     // refuse them for a while.
-    let membership = streams::retry_setup("the partition lease buckets", std::time::Duration::from_secs(60), |_| false, || {
-        membership::Membership::new(
-            shared.clone(),
-            control.clone(),
-            config.lease_ttl,
-            config.rebalance_interval,
-            config.process.topology.replicas as usize,
-            partition::Settings {
-                ack_wait: config.ack_wait,
-                max_inflight: config.max_inflight_per_partition,
-                lane_idle_timeout: config.lane_idle_timeout,
-                drain_timeout: config.drain_timeout,
-            },
-            providers.clone(),
-        )
-    })
+    let membership = streams::retry_setup(
+        "the partition lease buckets",
+        std::time::Duration::from_secs(60),
+        |_| false,
+        || {
+            membership::Membership::new(
+                shared.clone(),
+                control.clone(),
+                config.lease_ttl,
+                config.rebalance_interval,
+                config.process.topology.replicas as usize,
+                partition::Settings {
+                    ack_wait: config.ack_wait,
+                    max_inflight: config.max_inflight_per_partition,
+                    lane_idle_timeout: config.lane_idle_timeout,
+                    drain_timeout: config.drain_timeout,
+                },
+                providers.clone(),
+            )
+        },
+    )
     .await
     .context("setting up the partition lease buckets")?;
     let task = tokio::spawn(membership.run(stop.clone()));

@@ -68,5 +68,7 @@ fn main() -> anyhow::Result<()> {
         tune_allocator();
         runtime.on_thread_park(flush_thread_cache);
     }
-    runtime.build()?.block_on(bmcfleet_common::runtime::serve::<bmcfleet_worker::Config, _, _>("bmc-worker", bmcfleet_worker::run))
+    runtime
+        .build()?
+        .block_on(bmcfleet_common::runtime::serve::<bmcfleet_worker::Config, _, _>("bmc-worker", bmcfleet_worker::run))
 }

@@ -118,13 +118,22 @@ impl Membership {
     ) -> Result<Membership, MembershipError> {
         use bmcfleet_common::streams::{bucket, Mode};
         let js = &async_nats::jetstream::new(control);
-        let leases = bucket(js, kv_config(shared.subjects.leases_bucket(), "bmcfleet partition leases", ttl, replicas), Mode::UseExisting)
-            .await
-            .map_err(|e| MembershipError::new("setting up the lease bucket", e))?;
-        let presence = bucket(js, kv_config(shared.subjects.workers_bucket(), "bmcfleet live workers", ttl, replicas), Mode::UseExisting)
-            .await
-            .map_err(|e| MembershipError::new("setting up the presence bucket", e))?;
-        let lease_status = leases.status().await.map_err(|e| MembershipError::new("reading the lease bucket's settings", e))?;
+        let leases = bucket(
+            js,
+            kv_config(shared.subjects.leases_bucket(), "bmcfleet partition leases", ttl, replicas),
+            Mode::UseExisting,
+        )
+        .await
+        .map_err(|e| MembershipError::new("setting up the lease bucket", e))?;
+        let presence = bucket(
+            js,
+            kv_config(shared.subjects.workers_bucket(), "bmcfleet live workers", ttl, replicas),
+            Mode::UseExisting,
+        )
+        .await
+        .map_err(|e| MembershipError::new("setting up the presence bucket", e))?;
+        let lease_status =
+            leases.status().await.map_err(|e| MembershipError::new("reading the lease bucket's settings", e))?;
         let existing = lease_status.info.config.max_age;
         let ttl = if existing != ttl && !existing.is_zero() {
             tracing::warn!(configured = ?ttl, bucket = ?existing, "Lease TTL differs from the lease bucket's; using the bucket's so all workers agree.");
@@ -147,7 +156,9 @@ impl Membership {
     }
 
     fn lease_value(&self) -> bytes::Bytes {
-        serde_json::to_vec(&Lease { worker: self.shared.worker_id.clone(), acquired_at_ms: now_ms() }).unwrap_or_default().into()
+        serde_json::to_vec(&Lease { worker: self.shared.worker_id.clone(), acquired_at_ms: now_ms() })
+            .unwrap_or_default()
+            .into()
     }
 
     /// Partitions currently owned (including ones being handed back).
@@ -242,7 +253,8 @@ impl Membership {
         let total = self.shared.subjects.partitions as usize;
         let live = self.live_workers().await?;
         let share = total.div_ceil(live);
-        let active: Vec<u16> = self.owned.iter().filter(|(_, o)| !o.releasing && !o.fence.lost.is_cancelled()).map(|(p, _)| *p).collect();
+        let active: Vec<u16> =
+            self.owned.iter().filter(|(_, o)| !o.releasing && !o.fence.lost.is_cancelled()).map(|(p, _)| *p).collect();
         if active.len() > share {
             for p in active.iter().rev().take(active.len() - share) {
                 let o = self.owned.get_mut(p).expect("active");
@@ -258,7 +270,8 @@ impl Membership {
         }
         let taken: HashSet<String> = keys_of(&self.leases, "listing leases").await?.into_iter().collect();
         // Start the scan at a worker-specific offset so workers don't all race for partition 0.
-        let offset = bmcfleet_schema::BmcKey::from_token(&self.shared.worker_id).map(|k| k.partition(total as u16)).unwrap_or(0);
+        let offset =
+            bmcfleet_schema::BmcKey::from_token(&self.shared.worker_id).map(|k| k.partition(total as u16)).unwrap_or(0);
         for i in 0..total {
             if want == 0 {
                 break;
@@ -273,7 +286,13 @@ impl Membership {
                 Ok(revision) => {
                     let fence = Fence::new(sent, self.valid_for());
                     // The lease's creating revision names this ownership (its epoch).
-                    let task = tokio::spawn(partition::run(self.shared.clone(), p, revision, fence.clone(), self.settings.clone()));
+                    let task = tokio::spawn(partition::run(
+                        self.shared.clone(),
+                        p,
+                        revision,
+                        fence.clone(),
+                        self.settings.clone(),
+                    ));
                     tracing::info!(partition = p, share, live, "Partition acquired.");
                     self.owned.insert(p, Owned { revision, fence, task, releasing: false });
                     self.shared.metrics.lease("acquired");

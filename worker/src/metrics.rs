@@ -132,7 +132,11 @@ impl Metrics {
         let outcome = result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("ok");
         let protocol = result.provider.as_deref().unwrap_or(protocol);
         self.actions
-            .get_or_create(&ActionLabels { action: result.action.clone(), protocol: protocol.to_owned(), outcome: outcome.to_owned() })
+            .get_or_create(&ActionLabels {
+                action: result.action.clone(),
+                protocol: protocol.to_owned(),
+                outcome: outcome.to_owned(),
+            })
             .inc();
     }
 

@@ -250,10 +250,8 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
     drop(messages);
     fence.drain.cancel();
     lanes.clear();
-    let drained = tokio::time::timeout(settings.drain_timeout, async {
-        while lane_tasks.join_next().await.is_some() {}
-    })
-    .await;
+    let drained =
+        tokio::time::timeout(settings.drain_timeout, async { while lane_tasks.join_next().await.is_some() {} }).await;
     if drained.is_err() {
         tracing::warn!(partition = p, "Lanes did not finish in the drain timeout; aborting them.");
         fence.lost.cancel();
@@ -304,18 +302,27 @@ fn decode(shared: &Shared, msg: &jetstream::Message) -> Result<Job, Unusable> {
 /// decoder's own words stay in the log: they may quote the message.
 async fn finish_unread(shared: &Shared, msg: &jetstream::Message) {
     use bmcfleet_schema::{BatchId, Event, EventKind};
-    let id = msg.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)).and_then(|v| v.as_str().parse::<BatchId>().ok());
+    let id = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+        .and_then(|v| v.as_str().parse::<BatchId>().ok());
     let Some(id) = id else { return };
     let batches = &shared.res.batches;
     let Ok(Some(v)) = bmcfleet_common::status::load(batches, &id).await else { return };
     let now = bmcfleet_common::runtime::now_ms();
-    let Some(done) = v.status.unread(&shared.worker_id, now, "it does not decode as a job of this worker's release") else { return };
+    let Some(done) = v.status.unread(&shared.worker_id, now, "it does not decode as a job of this worker's release")
+    else {
+        return;
+    };
     if bmcfleet_common::status::update(batches, &done, v.revision).await.is_err() {
         return;
     }
     if let Some(result) = done.result.clone() {
         let ev = Event { batch: id, at_ms: now, event: EventKind::BatchFinished { result } };
-        if let Err(e) = bmcfleet_common::events::publish(&shared.res.js, &shared.subjects, &done.tenant, &ev, None).await {
+        if let Err(e) =
+            bmcfleet_common::events::publish(&shared.res.js, &shared.subjects, &done.tenant, &ev, None).await
+        {
             tracing::warn!(batch = %id, error = %e, "Cannot publish the final result of an unreadable job (its status record has it).");
         }
     }
@@ -362,7 +369,8 @@ async fn open_consumer(
             Err(e) => {
                 tracing::warn!(partition = p, error = %e, "Cannot create the partition consumer; retrying.");
                 attempt += 1;
-                let d = bmcfleet_common::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(2)).delay(attempt);
+                let d = bmcfleet_common::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
+                    .delay(attempt);
                 tokio::select! {
                     _ = tokio::time::sleep(d) => {}
                     _ = fence.lost.cancelled() => return None,
@@ -449,7 +457,12 @@ enum Flow {
 /// One of the worker's `--max-concurrent-batches` slots, taken from
 /// `tenant`'s share of them (see [`crate::slots`]), or `None` when the
 /// partition is drained or lost first.
-async fn permit(shared: &Shared, fence: &Fence, tenant: &str, work: crate::slots::For<'_>) -> Option<crate::slots::Slot> {
+async fn permit(
+    shared: &Shared,
+    fence: &Fence,
+    tenant: &str,
+    work: crate::slots::For<'_>,
+) -> Option<crate::slots::Slot> {
     tokio::select! {
         p = shared.slots.acquire(tenant, work) => Some(p),
         _ = fence.drain.cancelled() => None,
@@ -464,7 +477,10 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
         // Kept boxed: the delivery (job and message) is not copied around.
         Work::Batch(d) => d,
         Work::Poll(machine, with_inventory) => {
-            let Some(permit) = permit(shared, fence, &machine.tenant, crate::slots::For::Poll(&machine.name)).await else { return Flow::Stop };
+            let Some(permit) = permit(shared, fence, &machine.tenant, crate::slots::For::Poll(&machine.name)).await
+            else {
+                return Flow::Stop;
+            };
             crate::state::poll(shared, &machine, with_inventory, slot, guard, fence)
                 .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
                 .await;
@@ -473,7 +489,9 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
             return Flow::Continue;
         }
     };
-    let Some(permit) = permit(shared, fence, &d.job.tenant, crate::slots::For::Batch(&d.job.id)).await else { return Flow::Stop };
+    let Some(permit) = permit(shared, fence, &d.job.tenant, crate::slots::For::Batch(&d.job.id)).await else {
+        return Flow::Stop;
+    };
     let partition = key.partition(shared.subjects.partitions);
     let span = tracing::info_span!(
         "worker.execute",
@@ -491,7 +509,8 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
     );
     // Continue the producer → gateway trace carried in the job's headers.
     bmcfleet_common::telemetry::set_parent(&span, d.msg.headers.as_ref());
-    let in_flight = shared.metrics.lanes_in_flight.get_or_create(&crate::metrics::Metrics::partition_label(partition)).clone();
+    let in_flight =
+        shared.metrics.lanes_in_flight.get_or_create(&crate::metrics::Metrics::partition_label(partition)).clone();
     in_flight.inc();
     let outcome = execute(shared, &d.job, d.msg.headers.as_ref(), slot, guard, fence).instrument(span.clone()).await;
     in_flight.dec();

@@ -114,7 +114,8 @@ impl SessionSlot {
                         // any protocol or BMC error) ends it: the credentials
                         // are never offered to a weaker protocol after a
                         // stronger one refused them or could not be verified.
-                        let stop = !matches!(e.code, ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::TargetNotFound);
+                        let stop =
+                            !matches!(e.code, ErrorCode::Unreachable | ErrorCode::Timeout | ErrorCode::TargetNotFound);
                         last = Some(e);
                         if stop {
                             break;
@@ -208,10 +209,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_broken_session_s_logout_does_not_hold_up_the_next_open() {
         let logout_sent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let mut slot = SessionSlot { open: Some(Open { identity: Identity([0; 32]), session: Box::new(HungLogout(logout_sent.clone())) }) };
+        let mut slot = SessionSlot {
+            open: Some(Open { identity: Identity([0; 32]), session: Box::new(HungLogout(logout_sent.clone())) }),
+        };
         let ctx = Ctx::with_timeout(std::time::Duration::from_secs(30));
         let target = target("10.0.0.1:623", Credentials::Ref("rack12".into()));
-        let opened = tokio::time::timeout(std::time::Duration::from_secs(3600), slot.get(&Registry::default(), &ctx, &target, &creds("admin", "pw"), false)).await;
+        let opened = tokio::time::timeout(
+            std::time::Duration::from_secs(3600),
+            slot.get(&Registry::default(), &ctx, &target, &creds("admin", "pw"), false),
+        )
+        .await;
         let Ok(Err(e)) = opened else { panic!("the reopen waited for the old session's logout") };
         assert_eq!(e.code, ErrorCode::UnsupportedProtocol, "{e}");
         assert!(slot.provider().is_none());
@@ -241,7 +248,10 @@ mod tests {
             ("password", Identity::of(&by_ref, &creds("admin", "pw2"))),
             ("user", Identity::of(&by_ref, &creds("root", "pw"))),
             ("user and password split elsewhere", Identity::of(&by_ref, &creds("adminp", "w"))),
-            ("address", Identity::of(&target("10.0.0.2:623", Credentials::Ref("rack12".into())), &creds("admin", "pw"))),
+            (
+                "address",
+                Identity::of(&target("10.0.0.2:623", Credentials::Ref("rack12".into())), &creds("admin", "pw")),
+            ),
             ("TLS options", Identity::of(&tls, &creds("admin", "pw"))),
             ("provider options", Identity::of(&suites, &creds("admin", "pw"))),
             ("system id", Identity::of(&system, &creds("admin", "pw"))),

@@ -56,7 +56,11 @@ impl Slots {
     /// `total` slots, of which one tenant may hold `per_tenant` (at least 1, at most `total`).
     pub fn new(total: usize, per_tenant: usize) -> Slots {
         let total = total.max(1);
-        Slots { all: Arc::new(Semaphore::new(total)), per_tenant: per_tenant.clamp(1, total), tenants: Mutex::default() }
+        Slots {
+            all: Arc::new(Semaphore::new(total)),
+            per_tenant: per_tenant.clamp(1, total),
+            tenants: Mutex::default(),
+        }
     }
 
     /// How many slots one tenant may hold.
@@ -111,12 +115,19 @@ mod tests {
         // ... so the other tenants find theirs.
         let _b1 = slots.acquire("b", For::Poll("b1")).await;
         let _op = slots.acquire("default", For::Poll("op")).await;
-        assert!(Box::pin(slots.acquire("b", For::Poll("b2"))).now_or_never().is_none(), "every slot of the worker is taken");
+        assert!(
+            Box::pin(slots.acquire("b", For::Poll("b2"))).now_or_never().is_none(),
+            "every slot of the worker is taken"
+        );
         drop(a1);
         let _a3 = a3.await;
         // The operator's own machines have no share: all the slots.
         let few = Slots::new(3, 1);
-        let _ops = [few.acquire("default", For::Poll("1")).await, few.acquire("default", For::Poll("2")).await, few.acquire("default", For::Poll("3")).await];
+        let _ops = [
+            few.acquire("default", For::Poll("1")).await,
+            few.acquire("default", For::Poll("2")).await,
+            few.acquire("default", For::Poll("3")).await,
+        ];
         assert!(Box::pin(few.acquire("default", For::Poll("4"))).now_or_never().is_none(), "still at most every slot");
         assert_eq!(Slots::new(1, 0).per_tenant(), 1, "a tenant may always run something");
         assert_eq!(Slots::new(2, 9).per_tenant(), 2);

@@ -197,7 +197,9 @@ impl StateBook {
         if changed {
             after.last_changed_ms = now;
         }
-        let heartbeat_due = before.as_ref().is_none_or(|b| now.saturating_sub(b.updated_ms) >= self.settings.heartbeat.as_millis() as u64);
+        let heartbeat_due = before
+            .as_ref()
+            .is_none_or(|b| now.saturating_sub(b.updated_ms) >= self.settings.heartbeat.as_millis() as u64);
         if changed || heartbeat_due {
             after.updated_ms = now;
             match serde_json::to_vec(&after) {
@@ -218,7 +220,9 @@ impl StateBook {
                 bmcfleet_schema::state::MachineEventKind::Unreachable { code, reason } => {
                     tracing::warn!(machine, code = code.as_str(), reason = %reason, "Machine not contactable.")
                 }
-                bmcfleet_schema::state::MachineEventKind::Recovered => tracing::info!(machine, "Machine contactable again."),
+                bmcfleet_schema::state::MachineEventKind::Recovered => {
+                    tracing::info!(machine, "Machine contactable again.")
+                }
                 bmcfleet_schema::state::MachineEventKind::PowerChanged { from, to } => {
                     tracing::info!(machine, from = ?from, to = ?to, "Machine power changed.")
                 }
@@ -232,10 +236,16 @@ impl StateBook {
     /// Records an inventory read: stored under `<name>.inventory`, compared
     /// with the previous one (an `inventory_changed` event names what
     /// differs), the firmware version copied into the machine's state.
-    pub async fn inventory(&self, shared: &Shared, machine: &str, tenant: &str, mut inventory: bmcfleet_schema::Inventory) {
+    pub async fn inventory(
+        &self,
+        shared: &Shared,
+        machine: &str,
+        tenant: &str,
+        mut inventory: bmcfleet_schema::Inventory,
+    ) {
         use bmcfleet_schema::state::{inventory_drift, MachineEventKind};
         inventory.power_state = None; // the poll's business, and not a component
-        // Whatever the provider did, the stored record is bounded (64 KiB).
+                                      // Whatever the provider did, the stored record is bounded (64 KiB).
         bmcfleet_schema::components::bound(&mut inventory);
         let key = format!("{machine}.inventory");
         let before: Option<bmcfleet_schema::Inventory> = match self.store.get(&key).await {
@@ -248,7 +258,8 @@ impl StateBook {
         }
         // A record from before typed components is a new baseline, not a
         // fleet-wide burst of "components added" events.
-        let baseline = before.as_ref().is_some_and(|b| !b.has_components() && b.unread.is_empty() && inventory.has_components());
+        let baseline =
+            before.as_ref().is_some_and(|b| !b.has_components() && b.unread.is_empty() && inventory.has_components());
         let drift = match &before {
             Some(b) if !baseline => inventory_drift(b, &inventory),
             _ => Vec::new(),
@@ -287,7 +298,15 @@ impl StateBook {
         }
     }
 
-    async fn announce(&self, shared: &Shared, machine: &str, tenant: &str, now: u64, event: bmcfleet_schema::state::MachineEventKind, state: MachineState) {
+    async fn announce(
+        &self,
+        shared: &Shared,
+        machine: &str,
+        tenant: &str,
+        now: u64,
+        event: bmcfleet_schema::state::MachineEventKind,
+        state: MachineState,
+    ) {
         let kind = event.name();
         let message = MachineEvent { machine: machine.to_owned(), at_ms: now, event, state };
         let Ok(payload) = Encoding::MessagePack.encode(&message) else { return };
@@ -357,7 +376,13 @@ impl Schedule {
     /// `machines` is not called: a partition runner asks every tick, and a
     /// scan of the registry copy per tick and partition was most of an idle
     /// fleet's CPU.
-    pub fn refresh(&mut self, generation: u64, machines: impl FnOnce() -> Vec<Arc<Machine>>, settings: &Settings, now: Instant) {
+    pub fn refresh(
+        &mut self,
+        generation: u64,
+        machines: impl FnOnce() -> Vec<Arc<Machine>>,
+        settings: &Settings,
+        now: Instant,
+    ) {
         if self.generation == Some(generation) {
             return;
         }
@@ -428,7 +453,6 @@ impl Schedule {
         self.at.keys().map(|k| &**k)
     }
 }
-
 
 /// One poll of `machine` inside its lane: the power state (and, with a
 /// desired power, the correction), then the observation recorded.

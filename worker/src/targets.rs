@@ -50,7 +50,9 @@ async fn lookup(host: &str, port: u16) -> Result<Vec<IpAddr>, ErrorBody> {
     match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {
         Ok(Ok(addrs)) => Ok(addrs.map(|a| a.ip()).collect()),
         Ok(Err(e)) => Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} does not resolve: {e}"))),
-        Err(_) => Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} did not resolve within {RESOLVE_TIMEOUT:?}"))),
+        Err(_) => {
+            Err(ErrorBody::new(ErrorCode::Unreachable, format!("{host} did not resolve within {RESOLVE_TIMEOUT:?}")))
+        }
     }
 }
 
@@ -80,7 +82,8 @@ impl Targets {
         let mut names = self.names.lock().await;
         let now = Instant::now();
         names.retain(|_, (at, _)| now.duration_since(*at) < NAME_TTL);
-        let mut stale: Vec<String> = named.iter().map(|(host, _)| host).filter(|h| !names.contains_key(*h)).cloned().collect();
+        let mut stale: Vec<String> =
+            named.iter().map(|(host, _)| host).filter(|h| !names.contains_key(*h)).cloned().collect();
         stale.sort();
         stale.dedup();
         let resolved: Vec<(String, Vec<IpAddr>)> = futures::stream::iter(stale)
@@ -101,13 +104,17 @@ impl Targets {
     /// The target to use for `job`, or why nothing may be sent.
     pub async fn resolve(&self, job: &Job) -> Result<BmcTarget, ErrorBody> {
         if let Some(name) = &job.batch.machine {
-            let gone = || ErrorBody::new(ErrorCode::MachineNotFound, format!("machine `{name}` is not registered (any more)"));
+            let gone =
+                || ErrorBody::new(ErrorCode::MachineNotFound, format!("machine `{name}` is not registered (any more)"));
             return match self.machines.get_fresh(name).await {
                 // Moved to another tenant since admission: no longer this batch's machine.
                 Lookup::Found(m) if m.tenant != job.tenant => Err(gone()),
                 Lookup::Found(m) => Ok(m.target()),
                 Lookup::NotFound => Err(gone()),
-                Lookup::Invalid(why) => Err(ErrorBody::new(ErrorCode::MachineNotFound, format!("the record of machine `{name}` is unusable: {why}"))),
+                Lookup::Invalid(why) => Err(ErrorBody::new(
+                    ErrorCode::MachineNotFound,
+                    format!("the record of machine `{name}` is unusable: {why}"),
+                )),
                 Lookup::Conflict(why) => Err(forbidden(why)),
             };
         }
@@ -116,7 +123,10 @@ impl Targets {
             return Err(forbidden(why));
         }
         if let Some(machine) = self.machines.machine_at(&t.address) {
-            return Err(forbidden(format!("{} is registered as machine `{machine}`: name the machine instead", t.address.host_string())));
+            return Err(forbidden(format!(
+                "{} is registered as machine `{machine}`: name the machine instead",
+                t.address.host_string()
+            )));
         }
         let mut ips = self.addresses(t).await?;
         // A stable order, so the lane's session is reused across batches.
@@ -126,7 +136,10 @@ impl Targets {
             self.ad_hoc.check(*ip).map_err(|why| forbidden(format!("{}: {why}", t.address.host_string())))?;
             // A name that resolves to a registered machine is that machine.
             if t.address.ip().is_none() && self.machines.machine_at_ip(*ip).is_some() {
-                return Err(forbidden(format!("{} resolves to a registered machine's address: name the machine instead", t.address.host_string())));
+                return Err(forbidden(format!(
+                    "{} resolves to a registered machine's address: name the machine instead",
+                    t.address.host_string()
+                )));
             }
         }
         // An address a registered machine's host name resolves to is that machine.

@@ -3,14 +3,18 @@
 //! flags; the batch goes to one target, or to many machines (a fleet run,
 //! [`super::fleet`]).
 
-use crate::cli::{BiosCmd, BootArg, Command, EventLogCmd, FirmwareCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd, SecureBootCmd, Target, UserCmd};
+use crate::cli::{
+    BiosCmd, BootArg, Command, EventLogCmd, FirmwareCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd, SecureBootCmd,
+    Target, UserCmd,
+};
 use crate::client::Client;
 use crate::Usage;
 use anyhow::Context;
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_schema::{
-    Action, Batch, BiosSet, BmcTarget, BootDeviceRequest, Credentials, Encoding, EventLogOp, NetworkSourceOp, OnError, RawIpmi, RawRedfish, RawRequest, Secret,
-    SecureBootSet, StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate, VirtualMediaOp,
+    Action, Batch, BiosSet, BmcTarget, BootDeviceRequest, Credentials, Encoding, EventLogOp, NetworkSourceOp, OnError,
+    RawIpmi, RawRedfish, RawRequest, Secret, SecureBootSet, StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate,
+    VirtualMediaOp,
 };
 use std::process::ExitCode;
 use std::time::Duration;
@@ -20,7 +24,8 @@ impl Target {
     /// several `--machine`, or any fleet flag. One `--machine` alone is a
     /// single batch, as `--bmc` is.
     pub fn is_fleet(&self) -> bool {
-        self.bmc.is_none() && (self.selector.is_some() || self.tenant.is_some() || self.machines.len() > 1 || self.fleet.any())
+        self.bmc.is_none()
+            && (self.selector.is_some() || self.tenant.is_some() || self.machines.len() > 1 || self.fleet.any())
     }
 
     /// The batch of `actions` for this (single) target.
@@ -37,7 +42,8 @@ impl Target {
         let credentials = match (&self.cred, &self.user, &self.password_env) {
             (Some(name), _, _) => Credentials::Ref(name.clone()),
             (None, Some(user), Some(var)) => {
-                let pw = std::env::var(var).with_context(|| format!("environment variable {var} (the BMC password) is not set"))?;
+                let pw = std::env::var(var)
+                    .with_context(|| format!("environment variable {var} (the BMC password) is not set"))?;
                 Credentials::Inline { username: user.clone(), password: Secret::new(pw) }
             }
             _ => anyhow::bail!("give --cred NAME, or --user and --password-env"),
@@ -102,13 +108,17 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
         }
         Command::Boot { device: BootArg::Get, persistent, once, efi, target } => {
             if *persistent || *once || *efi {
-                return Err(Usage("`boot get` reads the override: --persistent, --once and --efi are for setting one".into()).into());
+                return Err(Usage(
+                    "`boot get` reads the override: --persistent, --once and --efi are for setting one".into(),
+                )
+                .into());
             }
             action(target, Action::GetBootDevice)
         }
-        Command::Boot { device: BootArg::Set(device), persistent, efi, target, .. } => {
-            action(target, Action::BootDevice(BootDeviceRequest { device: *device, persistent: *persistent, efi: *efi }))
-        }
+        Command::Boot { device: BootArg::Set(device), persistent, efi, target, .. } => action(
+            target,
+            Action::BootDevice(BootDeviceRequest { device: *device, persistent: *persistent, efi: *efi }),
+        ),
         Command::Inventory { target } => action(target, Action::Inventory),
         Command::EventLog { op: EventLogCmd::Read { limit, offset, target } } => {
             action(target, Action::EventLog(EventLogOp::Read { limit: *limit, offset: *offset }))
@@ -117,16 +127,22 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
         Command::Sensors { target } => action(target, Action::Sensors),
         Command::Bios { op } => match op {
             BiosCmd::Get { target } => action(target, Action::BiosGet),
-            BiosCmd::Set { attributes, target } => action(target, Action::BiosSet(BiosSet { attributes: attributes.iter().cloned().collect() })),
+            BiosCmd::Set { attributes, target } => {
+                action(target, Action::BiosSet(BiosSet { attributes: attributes.iter().cloned().collect() }))
+            }
             BiosCmd::Reset { target } => action(target, Action::BiosReset),
         },
         Command::SecureBoot { op } => match op {
             SecureBootCmd::Get { target } => action(target, Action::SecureBootGet),
             SecureBootCmd::Enable { target } => action(target, Action::SecureBootSet(SecureBootSet { enabled: true })),
-            SecureBootCmd::Disable { target } => action(target, Action::SecureBootSet(SecureBootSet { enabled: false })),
+            SecureBootCmd::Disable { target } => {
+                action(target, Action::SecureBootSet(SecureBootSet { enabled: false }))
+            }
             SecureBootCmd::ResetKeys { kind, target } => action(target, Action::SecureBootResetKeys(*kind)),
         },
-        Command::Firmware { op: FirmwareCmd::Update { image, image_file, sha256, components, transfer_protocol, apply_time, target } } => {
+        Command::Firmware {
+            op: FirmwareCmd::Update { image, image_file, sha256, components, transfer_protocol, apply_time, target },
+        } => {
             let update = bmcfleet_schema::FirmwareUpdate {
                 image_uri: image.clone(),
                 image_file: image_file.clone(),
@@ -142,14 +158,27 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
             UserCmd::List { target } => action(target, Action::User(UserOp::List)),
             UserCmd::Create { name, role, disabled, password, target } => {
                 let Some(password) = password.read()? else {
-                    return Err(Usage("user create needs the new password: --new-password-file FILE or --new-password-env VAR".into()).into());
+                    return Err(Usage(
+                        "user create needs the new password: --new-password-file FILE or --new-password-env VAR".into(),
+                    )
+                    .into());
                 };
-                action(target, Action::User(UserOp::Create(UserSpec { name: name.clone(), password, role: (*role).into(), enabled: !disabled })))
+                action(
+                    target,
+                    Action::User(UserOp::Create(UserSpec {
+                        name: name.clone(),
+                        password,
+                        role: (*role).into(),
+                        enabled: !disabled,
+                    })),
+                )
             }
             UserCmd::Update { name, role, enabled, password, target } => {
                 let password = password.read()?;
                 if role.is_none() && enabled.is_none() && password.is_none() {
-                    return Err(Usage("user update changes nothing: give --role, --enabled or a new password".into()).into());
+                    return Err(
+                        Usage("user update changes nothing: give --role, --enabled or a new password".into()).into()
+                    );
                 }
                 let update = UserUpdate { name: name.clone(), password, role: role.map(Into::into), enabled: *enabled };
                 action(target, Action::User(UserOp::Update(update)))
@@ -160,21 +189,35 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
         Command::Network { op } => match op {
             NetworkCmd::Get { target } => action(target, Action::NetworkSource(NetworkSourceOp::Get)),
             NetworkCmd::Dhcp { target } => action(target, Action::NetworkSource(NetworkSourceOp::Dhcp)),
-            NetworkCmd::Static { address, netmask, gateway, target } => {
-                action(target, Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 { address: *address, netmask: *netmask, gateway: *gateway })))
-            }
+            NetworkCmd::Static { address, netmask, gateway, target } => action(
+                target,
+                Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 {
+                    address: *address,
+                    netmask: *netmask,
+                    gateway: *gateway,
+                })),
+            ),
         },
         Command::Raw { op } => match op {
-            RawCmd::Ipmi { netfn, cmd, data, target } => action(target, Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: *netfn, cmd: *cmd, data: data.0.clone() }))),
+            RawCmd::Ipmi { netfn, cmd, data, target } => action(
+                target,
+                Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: *netfn, cmd: *cmd, data: data.0.clone() })),
+            ),
             RawCmd::Redfish { method, path, body_file, target } => {
                 let body = match body_file {
                     Some(file) => {
                         let text = read_source(file)?;
-                        Some(serde_json::from_str(&text).map_err(|e| Usage(format!("{} is not JSON: {e}", file.display())))?)
+                        Some(
+                            serde_json::from_str(&text)
+                                .map_err(|e| Usage(format!("{} is not JSON: {e}", file.display())))?,
+                        )
                     }
                     None => None,
                 };
-                action(target, Action::Raw(RawRequest::Redfish(RawRedfish { method: (*method).into(), path: path.clone(), body })))
+                action(
+                    target,
+                    Action::Raw(RawRequest::Redfish(RawRedfish { method: (*method).into(), path: path.clone(), body })),
+                )
             }
         },
         Command::Media { op } => match op {
@@ -186,7 +229,9 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
                 };
                 action(target, Action::VirtualMedia(VirtualMediaOp::Insert { url, media: (*media).into() }))
             }
-            MediaCmd::Eject { media, target } => action(target, Action::VirtualMedia(VirtualMediaOp::Eject { media: (*media).into() })),
+            MediaCmd::Eject { media, target } => {
+                action(target, Action::VirtualMedia(VirtualMediaOp::Eject { media: (*media).into() }))
+            }
         },
         Command::Submit(_)
         | Command::Status { .. }
@@ -228,8 +273,25 @@ mod tests {
 
     #[test]
     fn flags_become_the_batch() {
-        let b = batch_of(&["boot", "pxe", "--persistent", "--bmc", "10.0.0.5", "--protocol", "redfish", "--cred", "rack12", "--insecure", "--deadline", "30s"]).unwrap();
-        assert_eq!(b.actions, vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: false })]);
+        let b = batch_of(&[
+            "boot",
+            "pxe",
+            "--persistent",
+            "--bmc",
+            "10.0.0.5",
+            "--protocol",
+            "redfish",
+            "--cred",
+            "rack12",
+            "--insecure",
+            "--deadline",
+            "30s",
+        ])
+        .unwrap();
+        assert_eq!(
+            b.actions,
+            vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: false })]
+        );
         assert_eq!(b.bmc.as_ref().unwrap().protocol, Protocol::Redfish);
         assert_eq!(b.bmc.as_ref().unwrap().credentials, Credentials::Ref("rack12".into()));
         assert!(b.bmc.as_ref().unwrap().tls.insecure);
@@ -239,7 +301,8 @@ mod tests {
     }
 
     fn actions_of(args: &[&str]) -> anyhow::Result<Vec<Action>> {
-        let cli = Cli::try_parse_from(std::iter::once("bmcctl").chain(args.iter().copied())).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let cli = Cli::try_parse_from(std::iter::once("bmcctl").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
         Ok(plan(&cli.command)?.expect("an action command").1)
     }
 
@@ -257,25 +320,48 @@ mod tests {
             (vec!["power", "on"], Action::Power(PowerOp::On)),
             (
                 vec!["power", "soft-off", "--escalate-after", "90s"],
-                Action::PowerSettle(PowerSettle { op: PowerOp::SoftOff, settle: None, escalate_after: Some(std::time::Duration::from_secs(90)) }),
+                Action::PowerSettle(PowerSettle {
+                    op: PowerOp::SoftOff,
+                    settle: None,
+                    escalate_after: Some(std::time::Duration::from_secs(90)),
+                }),
             ),
             (
                 vec!["power", "cycle", "--settle", "3m"],
-                Action::PowerSettle(PowerSettle { op: PowerOp::Cycle, settle: Some(std::time::Duration::from_secs(180)), escalate_after: None }),
+                Action::PowerSettle(PowerSettle {
+                    op: PowerOp::Cycle,
+                    settle: Some(std::time::Duration::from_secs(180)),
+                    escalate_after: None,
+                }),
             ),
             (vec!["boot", "get"], Action::GetBootDevice),
             (vec!["user", "list"], Action::User(UserOp::List)),
             (
                 vec!["user", "create", "ops", "--role", "operator", "--disabled", "--new-password-file", pw],
-                Action::User(UserOp::Create(UserSpec { name: "ops".into(), password: "n3w-secret".into(), role: UserRole::Operator, enabled: false })),
+                Action::User(UserOp::Create(UserSpec {
+                    name: "ops".into(),
+                    password: "n3w-secret".into(),
+                    role: UserRole::Operator,
+                    enabled: false,
+                })),
             ),
             (
                 vec!["user", "update", "ops", "--role", "no_access", "--enabled", "true"],
-                Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: None, role: Some(UserRole::NoAccess), enabled: Some(true) })),
+                Action::User(UserOp::Update(UserUpdate {
+                    name: "ops".into(),
+                    password: None,
+                    role: Some(UserRole::NoAccess),
+                    enabled: Some(true),
+                })),
             ),
             (
                 vec!["user", "update", "ops", "--password-file", pw],
-                Action::User(UserOp::Update(UserUpdate { name: "ops".into(), password: Some("n3w-secret".into()), role: None, enabled: None })),
+                Action::User(UserOp::Update(UserUpdate {
+                    name: "ops".into(),
+                    password: Some("n3w-secret".into()),
+                    role: None,
+                    enabled: None,
+                })),
             ),
             (vec!["user", "delete", "ops"], Action::User(UserOp::Delete { name: "ops".into() })),
             (vec!["bmc-reset", "warm"], Action::BmcReset(BmcResetKind::Warm)),
@@ -283,34 +369,74 @@ mod tests {
             (vec!["network", "dhcp"], Action::NetworkSource(NetworkSourceOp::Dhcp)),
             (
                 vec!["network", "static", "--address", "10.1.0.5", "--netmask", "255.255.255.0"],
-                Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 { address: [10, 1, 0, 5].into(), netmask: [255, 255, 255, 0].into(), gateway: None })),
+                Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 {
+                    address: [10, 1, 0, 5].into(),
+                    netmask: [255, 255, 255, 0].into(),
+                    gateway: None,
+                })),
             ),
-            (vec!["raw", "ipmi", "--netfn", "0x06", "--cmd", "0x01"], Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 6, cmd: 1, data: vec![] }))),
-            (vec!["raw", "ipmi", "--netfn", "0x30", "--cmd", "2", "--data", "de ad"], Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 2, data: vec![0xde, 0xad] }))),
+            (
+                vec!["raw", "ipmi", "--netfn", "0x06", "--cmd", "0x01"],
+                Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 6, cmd: 1, data: vec![] })),
+            ),
+            (
+                vec!["raw", "ipmi", "--netfn", "0x30", "--cmd", "2", "--data", "de ad"],
+                Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 2, data: vec![0xde, 0xad] })),
+            ),
             (
                 vec!["raw", "redfish", "patch", "/redfish/v1/Systems/1", "--body-file", body.to_str().unwrap()],
-                Action::Raw(RawRequest::Redfish(RawRedfish { method: HttpMethod::Patch, path: "/redfish/v1/Systems/1".into(), body: Some(serde_json::json!({"AssetTag": "r12"})) })),
+                Action::Raw(RawRequest::Redfish(RawRedfish {
+                    method: HttpMethod::Patch,
+                    path: "/redfish/v1/Systems/1".into(),
+                    body: Some(serde_json::json!({"AssetTag": "r12"})),
+                })),
             ),
-            (vec!["media", "insert", "https://img/x.iso"], Action::VirtualMedia(VirtualMediaOp::Insert { url: "https://img/x.iso".into(), media: MediaKind::Cd })),
-            (vec!["media", "eject", "--media", "usb"], Action::VirtualMedia(VirtualMediaOp::Eject { media: MediaKind::Usb })),
+            (
+                vec!["media", "insert", "https://img/x.iso"],
+                Action::VirtualMedia(VirtualMediaOp::Insert { url: "https://img/x.iso".into(), media: MediaKind::Cd }),
+            ),
+            (
+                vec!["media", "eject", "--media", "usb"],
+                Action::VirtualMedia(VirtualMediaOp::Eject { media: MediaKind::Usb }),
+            ),
             (vec!["event-log", "read"], Action::EventLog(EventLogOp::read())),
-            (vec!["event-log", "read", "--limit", "5", "--offset", "10"], Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 10 })),
+            (
+                vec!["event-log", "read", "--limit", "5", "--offset", "10"],
+                Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 10 }),
+            ),
             (vec!["event-log", "clear"], Action::EventLog(EventLogOp::Clear)),
             (vec!["sensors"], Action::Sensors),
             (vec!["bios", "get"], Action::BiosGet),
             (
                 vec!["bios", "set", "BootMode=Uefi", "Cores=4", "Vt=true"],
                 Action::BiosSet(BiosSet {
-                    attributes: [("BootMode".to_owned(), serde_json::json!("Uefi")), ("Cores".to_owned(), serde_json::json!(4)), ("Vt".to_owned(), serde_json::json!(true))].into(),
+                    attributes: [
+                        ("BootMode".to_owned(), serde_json::json!("Uefi")),
+                        ("Cores".to_owned(), serde_json::json!(4)),
+                        ("Vt".to_owned(), serde_json::json!(true)),
+                    ]
+                    .into(),
                 }),
             ),
             (vec!["bios", "reset"], Action::BiosReset),
             (vec!["secure-boot", "get"], Action::SecureBootGet),
             (vec!["secure-boot", "enable"], Action::SecureBootSet(SecureBootSet { enabled: true })),
             (vec!["secure-boot", "disable"], Action::SecureBootSet(SecureBootSet { enabled: false })),
-            (vec!["secure-boot", "reset-keys", "delete-pk"], Action::SecureBootResetKeys(SecureBootResetKeys::DeletePk)),
             (
-                vec!["firmware", "update", "--image", "https://repo/bmc.bin", "--component", "/redfish/v1/UpdateService/FirmwareInventory/BMC", "--apply-time", "on-reset"],
+                vec!["secure-boot", "reset-keys", "delete-pk"],
+                Action::SecureBootResetKeys(SecureBootResetKeys::DeletePk),
+            ),
+            (
+                vec![
+                    "firmware",
+                    "update",
+                    "--image",
+                    "https://repo/bmc.bin",
+                    "--component",
+                    "/redfish/v1/UpdateService/FirmwareInventory/BMC",
+                    "--apply-time",
+                    "on-reset",
+                ],
                 Action::FirmwareUpdate(FirmwareUpdate {
                     image_uri: Some("https://repo/bmc.bin".into()),
                     targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/BMC".into()],
@@ -319,7 +445,14 @@ mod tests {
                 }),
             ),
             (
-                vec!["firmware", "update", "--image-file", "bios-2.1.bin", "--sha256", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"],
+                vec![
+                    "firmware",
+                    "update",
+                    "--image-file",
+                    "bios-2.1.bin",
+                    "--sha256",
+                    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+                ],
                 Action::FirmwareUpdate(FirmwareUpdate {
                     image_file: Some("bios-2.1.bin".into()),
                     sha256: Some("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into()),
@@ -367,7 +500,8 @@ mod tests {
         assert!(usage(&["user", "create", "ops", "--role", "admin"]).contains("--new-password-file"));
         assert!(usage(&["user", "update", "ops"]).contains("changes nothing"));
         assert!(usage(&["firmware", "update", "--image-file", "../etc/passwd"]).contains("image_file"));
-        assert!(usage(&["user", "update", "ops", "--new-password-env", "BMCCTL_TEST_UNSET_NEW_PASSWORD"]).contains("BMCCTL_TEST_UNSET_NEW_PASSWORD"));
+        assert!(usage(&["user", "update", "ops", "--new-password-env", "BMCCTL_TEST_UNSET_NEW_PASSWORD"])
+            .contains("BMCCTL_TEST_UNSET_NEW_PASSWORD"));
         assert!(usage(&["user", "update", "ops", "--new-password-file", "/nonexistent/pw"]).contains("/nonexistent/pw"));
         let dir = tempfile_dir();
         let empty = dir.join("empty");
@@ -375,7 +509,8 @@ mod tests {
         assert!(usage(&["user", "update", "ops", "--new-password-file", empty.to_str().unwrap()]).contains("empty"));
         let not_json = dir.join("body");
         std::fs::write(&not_json, "{nope").unwrap();
-        assert!(usage(&["raw", "redfish", "post", "/redfish/v1/x", "--body-file", not_json.to_str().unwrap()]).contains("not JSON"));
+        assert!(usage(&["raw", "redfish", "post", "/redfish/v1/x", "--body-file", not_json.to_str().unwrap()])
+            .contains("not JSON"));
     }
 
     #[test]
@@ -383,12 +518,30 @@ mod tests {
         let var = "BMCCTL_TEST_PASSWORD_SEALED";
         std::env::set_var(var, "s3cret");
         let b = batch_of(&["power", "on", "--bmc", "h", "--user", "admin", "--password-env", var]).unwrap();
-        assert!(matches!(&b.bmc.as_ref().unwrap().credentials, Credentials::Inline { username, password } if username == "admin" && password.expose() == "s3cret"));
+        assert!(
+            matches!(&b.bmc.as_ref().unwrap().credentials, Credentials::Inline { username, password } if username == "admin" && password.expose() == "s3cret")
+        );
         let (_, public) = bmcfleet_common::sealing::generate();
-        let b = batch_of(&["power", "on", "--bmc", "h", "--user", "admin", "--password-env", var, "--workers-public-key", &public]).unwrap();
-        let Credentials::Sealed(sealed) = &b.bmc.as_ref().unwrap().credentials else { panic!("not sealed: {:?}", b.bmc) };
+        let b = batch_of(&[
+            "power",
+            "on",
+            "--bmc",
+            "h",
+            "--user",
+            "admin",
+            "--password-env",
+            var,
+            "--workers-public-key",
+            &public,
+        ])
+        .unwrap();
+        let Credentials::Sealed(sealed) = &b.bmc.as_ref().unwrap().credentials else {
+            panic!("not sealed: {:?}", b.bmc)
+        };
         assert!(!serde_json::to_string(sealed).unwrap().contains("s3cret"));
-        let missing = batch_of(&["power", "on", "--bmc", "h", "--user", "admin", "--password-env", "BMCCTL_TEST_UNSET_VARIABLE"]).unwrap_err();
+        let missing =
+            batch_of(&["power", "on", "--bmc", "h", "--user", "admin", "--password-env", "BMCCTL_TEST_UNSET_VARIABLE"])
+                .unwrap_err();
         assert!(missing.to_string().contains("BMCCTL_TEST_UNSET_VARIABLE"), "{missing}");
     }
 }

@@ -11,18 +11,27 @@ use futures::StreamExt;
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, since: Duration, format: Format) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    nats: async_nats::Client,
+    topology: &TopologyArgs,
+    since: Duration,
+    format: Format,
+) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
     let js = async_nats::jetstream::new(nats);
     let name = subjects.audit_stream();
-    let mut stream = js.get_stream(&name).await.with_context(|| format!("the audit stream {name} (the gateway creates it)"))?;
+    let mut stream =
+        js.get_stream(&name).await.with_context(|| format!("the audit stream {name} (the gateway creates it)"))?;
     let last = stream.info().await?.state.last_sequence;
     if last == 0 {
         return Ok(ExitCode::SUCCESS);
     }
     let start = time::OffsetDateTime::now_utc() - since;
     let consumer = stream
-        .create_consumer(pull::OrderedConfig { deliver_policy: DeliverPolicy::ByStartTime { start_time: start }, ..Default::default() })
+        .create_consumer(pull::OrderedConfig {
+            deliver_policy: DeliverPolicy::ByStartTime { start_time: start },
+            ..Default::default()
+        })
         .await?;
     let mut messages = consumer.messages().await?;
     loop {

@@ -12,7 +12,12 @@ use bmcfleet_schema::Secret;
 use futures::TryStreamExt;
 use std::process::ExitCode;
 
-pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &CredOp, format: Format) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    nats: async_nats::Client,
+    topology: &TopologyArgs,
+    op: &CredOp,
+    format: Format,
+) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
     let js = async_nats::jetstream::new(nats);
     let bucket = subjects.credentials_bucket();
@@ -25,10 +30,13 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &CredOp,
             let password = Secret::new(line.trim_end_matches(['\r', '\n']));
             anyhow::ensure!(!password.is_empty(), "empty password on standard input");
             let binding = bmcfleet_common::sealing::Binding::credential(name);
-            let sealed = bmcfleet_common::sealing::seal(username, &password, &key, &binding).map_err(anyhow::Error::msg)?;
+            let sealed =
+                bmcfleet_common::sealing::seal(username, &password, &key, &binding).map_err(anyhow::Error::msg)?;
             let config = streams::credentials_config(&subjects, usize::from(topology.replicas));
             let kv = streams::bucket(&js, config, streams::Mode::UseExisting).await?;
-            kv.put(name.as_str(), serde_json::to_vec(&sealed)?.into()).await.with_context(|| format!("writing {name} to {bucket}"))?;
+            kv.put(name.as_str(), serde_json::to_vec(&sealed)?.into())
+                .await
+                .with_context(|| format!("writing {name} to {bucket}"))?;
             println!("stored {name} in {bucket} (sealed to {})", sealed.key);
         }
         CredOp::Delete { name } => {

@@ -18,7 +18,10 @@ use crate::cli::{FleetArgs, Target};
 use crate::client::Client;
 use crate::Usage;
 use bmcfleet_common::config::TopologyArgs;
-use bmcfleet_schema::{Action, ActionResult, Batch, BatchResult, BatchState, Encoding, ErrorBody, ErrorCode, IdRequest, Machine, OnError, Reply};
+use bmcfleet_schema::{
+    Action, ActionResult, Batch, BatchResult, BatchState, Encoding, ErrorBody, ErrorCode, IdRequest, Machine, OnError,
+    Reply,
+};
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
@@ -91,8 +94,15 @@ pub enum Verdict {
 
 impl Verdict {
     /// Every verdict, in the order the summary counts them.
-    pub const ALL: [Verdict; 7] =
-        [Verdict::Succeeded, Verdict::Failed, Verdict::Cancelled, Verdict::Refused, Verdict::Unknown, Verdict::NotStarted, Verdict::Running];
+    pub const ALL: [Verdict; 7] = [
+        Verdict::Succeeded,
+        Verdict::Failed,
+        Verdict::Cancelled,
+        Verdict::Refused,
+        Verdict::Unknown,
+        Verdict::NotStarted,
+        Verdict::Running,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -181,12 +191,21 @@ impl Outcome {
 
     /// Nothing was queued: the gateway said why (or no gateway answered).
     pub fn refused(machine: &str, error: ErrorBody, elapsed: Duration) -> Outcome {
-        Outcome { error: Some(error), elapsed_ms: Some(elapsed.as_millis() as u64), ..Outcome::empty(machine, Verdict::Refused) }
+        Outcome {
+            error: Some(error),
+            elapsed_ms: Some(elapsed.as_millis() as u64),
+            ..Outcome::empty(machine, Verdict::Refused)
+        }
     }
 
     /// Queued, then lost track of.
     pub fn unknown(machine: &str, batch: Ulid, error: ErrorBody, elapsed: Duration) -> Outcome {
-        Outcome { batch: Some(batch), error: Some(error), elapsed_ms: Some(elapsed.as_millis() as u64), ..Outcome::empty(machine, Verdict::Unknown) }
+        Outcome {
+            batch: Some(batch),
+            error: Some(error),
+            elapsed_ms: Some(elapsed.as_millis() as u64),
+            ..Outcome::empty(machine, Verdict::Unknown)
+        }
     }
 
     pub fn not_started(machine: &str) -> Outcome {
@@ -228,7 +247,8 @@ pub fn select(registry: &BTreeMap<String, Machine>, target: &Target) -> Result<V
     if !target.machines.is_empty() {
         let mut seen = HashSet::new();
         let names: Vec<String> = target.machines.iter().filter(|n| seen.insert(n.as_str())).cloned().collect();
-        let missing: Vec<String> = names.iter().filter(|n| !registry.contains_key(*n)).map(|n| format!("`{n}`")).collect();
+        let missing: Vec<String> =
+            names.iter().filter(|n| !registry.contains_key(*n)).map(|n| format!("`{n}`")).collect();
         if !missing.is_empty() {
             return Err(Usage(format!(
                 "machine_not_found: no machine named {} is registered (bmcctl machine ls); nothing was submitted",
@@ -239,7 +259,10 @@ pub fn select(registry: &BTreeMap<String, Machine>, target: &Target) -> Result<V
     }
     let matched: Vec<String> = registry
         .iter()
-        .filter(|(_, m)| target.selector.as_ref().is_none_or(|s| s.matches(&m.labels)) && target.tenant.as_ref().is_none_or(|t| m.tenant == *t))
+        .filter(|(_, m)| {
+            target.selector.as_ref().is_none_or(|s| s.matches(&m.labels))
+                && target.tenant.as_ref().is_none_or(|t| m.tenant == *t)
+        })
         .map(|(name, _)| name.clone())
         .collect();
     if matched.is_empty() {
@@ -372,7 +395,13 @@ async fn submit_one(client: &Client, planned: Planned, actions: &[Action], deadl
     };
     let body = match Encoding::Json.encode(&batch) {
         Ok(b) => b,
-        Err(e) => return Outcome::refused(machine, ErrorBody::new(ErrorCode::Internal, format!("cannot encode the batch: {e}")), started.elapsed()),
+        Err(e) => {
+            return Outcome::refused(
+                machine,
+                ErrorBody::new(ErrorCode::Internal, format!("cannot encode the batch: {e}")),
+                started.elapsed(),
+            )
+        }
     };
     let lost = match client.request("submit", true, body, deadline + Duration::from_secs(10)).await {
         Ok(Reply::Result(r)) => return Outcome::finished(machine, r, started.elapsed()),
@@ -380,7 +409,9 @@ async fn submit_one(client: &Client, planned: Planned, actions: &[Action], deadl
         // longer than it may: the batch may be queued. Its status says.
         Ok(Reply::Error(e)) if matches!(e.code, ErrorCode::Timeout | ErrorCode::Unavailable) => e,
         Ok(Reply::Error(e)) => return Outcome::refused(machine, e, started.elapsed()),
-        Ok(other) => ErrorBody::new(ErrorCode::Internal, format!("the gateway answered a waiting submit with {other:?}")),
+        Ok(other) => {
+            ErrorBody::new(ErrorCode::Internal, format!("the gateway answered a waiting submit with {other:?}"))
+        }
         Err(e) => {
             let no_gateway = e
                 .downcast_ref::<async_nats::RequestError>()
@@ -397,7 +428,14 @@ async fn submit_one(client: &Client, planned: Planned, actions: &[Action], deadl
 
 /// Look a batch up by status until it is final, or until its deadline (and
 /// a margin) has passed.
-async fn follow(client: &Client, machine: &str, id: Ulid, lost: ErrorBody, started: Instant, deadline: Duration) -> Outcome {
+async fn follow(
+    client: &Client,
+    machine: &str,
+    id: Ulid,
+    lost: ErrorBody,
+    started: Instant,
+    deadline: Duration,
+) -> Outcome {
     let give_up = started + deadline + Duration::from_secs(30);
     let body = serde_json::to_vec(&IdRequest { id }).expect("an id request serialises");
     loop {
@@ -408,7 +446,9 @@ async fn follow(client: &Client, machine: &str, id: Ulid, lost: ErrorBody, start
                 }
             }
             // Never admitted: the first answer was a refusal after all.
-            Ok(Reply::Error(e)) if e.code == ErrorCode::NotFound => return Outcome::refused(machine, lost, started.elapsed()),
+            Ok(Reply::Error(e)) if e.code == ErrorCode::NotFound => {
+                return Outcome::refused(machine, lost, started.elapsed())
+            }
             _ => {}
         }
         if Instant::now() >= give_up {
@@ -424,9 +464,15 @@ fn interrupts() -> impl Stream<Item = ()> + Unpin {
 }
 
 /// Run `actions` on the machines `target` chooses: one batch per machine.
-pub async fn run(client: &Client, topology: &TopologyArgs, target: &Target, actions: Vec<Action>) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    client: &Client,
+    topology: &TopologyArgs,
+    target: &Target,
+    actions: Vec<Action>,
+) -> anyhow::Result<ExitCode> {
     let registry = super::machine::registry(client.nats.clone(), topology).await?;
-    let planned: Vec<Planned> = select(&registry, target)?.into_iter().map(|machine| Planned { machine, batch: Ulid::new() }).collect();
+    let planned: Vec<Planned> =
+        select(&registry, target)?.into_iter().map(|machine| Planned { machine, batch: Ulid::new() }).collect();
     let schedule = Schedule::from(&target.fleet);
     let what: Vec<&str> = actions.iter().map(Action::kind).collect();
     let format = client.format;
@@ -474,9 +520,24 @@ mod tests {
         let action = if state == BatchState::Succeeded {
             ActionResult::ok(0, "power_on", Some("sim".into()), None, 1)
         } else {
-            ActionResult::err(0, "power_on", Some("sim".into()), ErrorBody::new(ErrorCode::BmcError, "completion code 0xff"), 1)
+            ActionResult::err(
+                0,
+                "power_on",
+                Some("sim".into()),
+                ErrorBody::new(ErrorCode::BmcError, "completion code 0xff"),
+                1,
+            )
         };
-        BatchResult { id: Ulid::new(), bmc: "m".into(), state, results: vec![action], worker: "w0".into(), deliveries: 1, admitted_at_ms: 1, finished_at_ms: 2 }
+        BatchResult {
+            id: Ulid::new(),
+            bmc: "m".into(),
+            state,
+            results: vec![action],
+            worker: "w0".into(),
+            deliveries: 1,
+            admitted_at_ms: 1,
+            finished_at_ms: 2,
+        }
     }
 
     /// Machines whose name starts with `bad` fail; the others succeed.
@@ -531,7 +592,10 @@ mod tests {
         let planned = plan(&["bad-1", "ok-2", "ok-3", "ok-4"]);
         let (outcomes, stopped) = run_all(&planned, schedule(16, 1, None), by_name, never(), note).await;
         assert_eq!(stopped, Some(Stopped::Canary { failed: 1, canaries: 1 }));
-        assert_eq!(verdicts(&outcomes), [Verdict::Failed, Verdict::NotStarted, Verdict::NotStarted, Verdict::NotStarted]);
+        assert_eq!(
+            verdicts(&outcomes),
+            [Verdict::Failed, Verdict::NotStarted, Verdict::NotStarted, Verdict::NotStarted]
+        );
         assert_eq!(*started.borrow(), ["bad-1"], "only the canary was submitted");
 
         // Canaries run alone, even when more could run at once; then the rest.
@@ -543,10 +607,17 @@ mod tests {
             _ => {}
         };
         let (outcomes, stopped) = run_all(&planned, schedule(16, 2, None), by_name, never(), note).await;
-        assert_eq!((verdicts(&outcomes), stopped), (vec![Verdict::Succeeded, Verdict::Succeeded, Verdict::Failed, Verdict::Succeeded], None));
+        assert_eq!(
+            (verdicts(&outcomes), stopped),
+            (vec![Verdict::Succeeded, Verdict::Succeeded, Verdict::Failed, Verdict::Succeeded], None)
+        );
         let order = order.borrow();
         let first_after = order.iter().position(|e| e == "start bad-3").unwrap();
-        assert!(order[..first_after].contains(&"end ok-1".to_owned()) && order[..first_after].contains(&"end ok-2".to_owned()), "{order:?}");
+        assert!(
+            order[..first_after].contains(&"end ok-1".to_owned())
+                && order[..first_after].contains(&"end ok-2".to_owned()),
+            "{order:?}"
+        );
     }
 
     #[tokio::test]
@@ -555,7 +626,10 @@ mod tests {
         let planned = plan(&["ok-1", "bad-2", "bad-3", "ok-4", "ok-5"]);
         let (outcomes, stopped) = run_all(&planned, schedule(1, 0, Some(2)), by_name, never(), |_| {}).await;
         assert_eq!(stopped, Some(Stopped::Failures(2)));
-        assert_eq!(verdicts(&outcomes), [Verdict::Succeeded, Verdict::Failed, Verdict::Failed, Verdict::NotStarted, Verdict::NotStarted]);
+        assert_eq!(
+            verdicts(&outcomes),
+            [Verdict::Succeeded, Verdict::Failed, Verdict::Failed, Verdict::NotStarted, Verdict::NotStarted]
+        );
         // Three at once: the first failure (the quickest here) stops new
         // starts; the two already running finish.
         let quick_failure = |p: Planned| async move {
@@ -574,17 +648,18 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_interrupt_lets_running_machines_finish_two_leave_them_running() {
-        let slow = |p: Planned| {
-            async move {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                by_name(p).await
-            }
+        let slow = |p: Planned| async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            by_name(p).await
         };
         let planned = plan(&["a", "b", "c", "d"]);
         let once = futures::stream::once(async {}).chain(futures::stream::pending());
         let (outcomes, stopped) = run_all(&planned, schedule(2, 0, None), slow, Box::pin(once), |_| {}).await;
         assert_eq!(stopped, Some(Stopped::Interrupted));
-        assert_eq!(verdicts(&outcomes), [Verdict::Succeeded, Verdict::Succeeded, Verdict::NotStarted, Verdict::NotStarted]);
+        assert_eq!(
+            verdicts(&outcomes),
+            [Verdict::Succeeded, Verdict::Succeeded, Verdict::NotStarted, Verdict::NotStarted]
+        );
 
         let twice = futures::stream::iter([(), ()]).chain(futures::stream::pending());
         let (outcomes, _) = run_all(&planned, schedule(2, 0, None), slow, Box::pin(twice), |_| {}).await;
@@ -602,7 +677,10 @@ mod tests {
         assert_eq!(o.failed_action, Some(FailedAction { index: 1, action: "power_on".into() }));
         assert_eq!(o.error.as_ref().map(|e| e.code), Some(ErrorCode::BmcError));
         let line: serde_json::Value = serde_json::from_str(&serde_json::to_string(&o).unwrap()).unwrap();
-        assert_eq!((line["machine"].as_str(), line["result"].as_str(), line["error"]["code"].as_str()), (Some("m"), Some("failed"), Some("bmc_error")));
+        assert_eq!(
+            (line["machine"].as_str(), line["result"].as_str(), line["error"]["code"].as_str()),
+            (Some("m"), Some("failed"), Some("bmc_error"))
+        );
         assert_eq!(line["elapsed_ms"], 1500);
         let line = serde_json::to_string(&Outcome::not_started("n")).unwrap();
         assert_eq!(line, r#"{"machine":"n","result":"not_started"}"#);
@@ -635,7 +713,10 @@ mod tests {
         assert_eq!(select(&registry, &target(&["--selector", "rack=12,role=worker"])).unwrap(), ["a", "b"]);
         assert_eq!(select(&registry, &target(&["--selector", "rack=12", "--tenant", "default"])).unwrap(), ["b", "c"]);
         assert_eq!(select(&registry, &target(&["--tenant", "tenant-a"])).unwrap(), ["a"]);
-        assert_eq!(select(&registry, &target(&["--machine", "d", "--machine", "a", "--machine", "d"])).unwrap(), ["d", "a"]);
+        assert_eq!(
+            select(&registry, &target(&["--machine", "d", "--machine", "a", "--machine", "d"])).unwrap(),
+            ["d", "a"]
+        );
         let e = select(&registry, &target(&["--selector", "rack=99"])).unwrap_err().0;
         assert!(e.contains("--selector rack=99") && e.contains("nothing was submitted"), "{e}");
         let e = select(&registry, &target(&["--machine", "a", "--machine", "zz", "--machine", "yy"])).unwrap_err().0;
@@ -657,6 +738,12 @@ mod tests {
             assert!(target(args).is_fleet(), "{args:?}");
         }
         assert_eq!(Schedule::from(&target(&["--selector", "a=b"]).fleet), schedule(DEFAULT_MAX_PARALLEL, 0, None));
-        assert_eq!(Schedule::from(&target(&["--selector", "a=b", "--max-parallel", "1", "--canary", "2", "--stop-after-failures", "3"]).fleet), schedule(1, 2, Some(3)));
+        assert_eq!(
+            Schedule::from(
+                &target(&["--selector", "a=b", "--max-parallel", "1", "--canary", "2", "--stop-after-failures", "3"])
+                    .fleet
+            ),
+            schedule(1, 2, Some(3))
+        );
     }
 }

@@ -60,7 +60,11 @@ pub fn parse_file(text: &str, file: &str) -> anyhow::Result<Vec<Machine>> {
             bail!("{file}: machines[{i}]: the name `{}` is also used by machines[{j}]", m.name);
         }
         if let Some(other) = hosts.insert(m.host_identity(), m.name.clone()) {
-            bail!("{file}: machines[{i}] (`{}`): host {} is also machine `{other}`; one BMC is one machine", m.name, m.host_identity());
+            bail!(
+                "{file}: machines[{i}] (`{}`): host {} is also machine `{other}`; one BMC is one machine",
+                m.name,
+                m.host_identity()
+            );
         }
     }
     Ok(parsed.machines)
@@ -88,7 +92,10 @@ impl crate::cli::MachineFields {
             m.protocols = list
                 .iter()
                 .filter(|p| !p.is_empty())
-                .map(|p| serde_json::from_value::<bmcfleet_schema::Protocol>(serde_json::Value::String(p.trim().to_owned())).map_err(|_| anyhow::anyhow!("--protocols: `{p}` is not a protocol (redfish, ipmi, amt)")))
+                .map(|p| {
+                    serde_json::from_value::<bmcfleet_schema::Protocol>(serde_json::Value::String(p.trim().to_owned()))
+                        .map_err(|_| anyhow::anyhow!("--protocols: `{p}` is not a protocol (redfish, ipmi, amt)"))
+                })
                 .collect::<anyhow::Result<_>>()?;
         }
         if let Some(auth) = self.redfish_auth {
@@ -98,14 +105,19 @@ impl crate::cli::MachineFields {
             m.ipmi.cipher_suites = list
                 .iter()
                 .filter(|s| !s.is_empty())
-                .map(|s| s.trim().parse::<u8>().map_err(|_| anyhow::anyhow!("--ipmi-cipher-suites: `{s}` is not a cipher suite number (17, 3)")))
+                .map(|s| {
+                    s.trim().parse::<u8>().map_err(|_| {
+                        anyhow::anyhow!("--ipmi-cipher-suites: `{s}` is not a cipher suite number (17, 3)")
+                    })
+                })
                 .collect::<anyhow::Result<_>>()?;
         }
         if let Some(p) = self.ipmi_privilege {
             m.ipmi.privilege = Some(p);
         }
         if let Some(path) = &self.ca_file {
-            m.tls.ca_pem = Some(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?);
+            m.tls.ca_pem =
+                Some(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?);
         }
         if let Some(i) = self.insecure {
             m.tls.insecure = i;
@@ -137,23 +149,37 @@ async fn put_one(
     m: &Machine,
 ) -> anyhow::Result<()> {
     m.validate()?;
-    if let Some(other) = load_all(kv).await?.values().find(|o| o.name != m.name && o.host_identity() == m.host_identity()) {
+    if let Some(other) =
+        load_all(kv).await?.values().find(|o| o.name != m.name && o.host_identity() == m.host_identity())
+    {
         bail!("host {} is already machine `{}`; one BMC is one machine", m.host_identity(), other.name);
     }
     let revision = bmcfleet_common::registry::put(kv, m).await.map_err(anyhow::Error::msg)?;
-    audit(js, subjects, actor, AuditEvent::MachinePut { machine: m.name.clone(), revision, record: serde_json::to_value(m)? }).await;
+    audit(
+        js,
+        subjects,
+        actor,
+        AuditEvent::MachinePut { machine: m.name.clone(), revision, record: serde_json::to_value(m)? },
+    )
+    .await;
     Ok(())
 }
 
 /// Every registered machine, by name: what a fleet run chooses from.
-pub(crate) async fn registry(nats: async_nats::Client, topology: &TopologyArgs) -> anyhow::Result<BTreeMap<String, Machine>> {
+pub(crate) async fn registry(
+    nats: async_nats::Client,
+    topology: &TopologyArgs,
+) -> anyhow::Result<BTreeMap<String, Machine>> {
     let bucket = topology.subjects().machines_bucket();
     let kv = registry_bucket(&async_nats::jetstream::new(nats), topology).await?;
     load_all(&kv).await.with_context(|| format!("the machine registry (bucket {bucket})"))
 }
 
 /// The machine registry's bucket (created when missing, as `apply` would).
-pub(crate) async fn registry_bucket(js: &async_nats::jetstream::Context, topology: &TopologyArgs) -> anyhow::Result<async_nats::jetstream::kv::Store> {
+pub(crate) async fn registry_bucket(
+    js: &async_nats::jetstream::Context,
+    topology: &TopologyArgs,
+) -> anyhow::Result<async_nats::jetstream::kv::Store> {
     let subjects = topology.subjects();
     let bucket = subjects.machines_bucket();
     streams::bucket(js, streams::machines_config(&subjects, usize::from(topology.replicas)), streams::Mode::UseExisting)
@@ -168,7 +194,11 @@ const STATE_READS_IN_FLIGHT: usize = 32;
 /// Only workers create the state bucket: before any has run there is none,
 /// and every machine simply has no state. Any other failure is a warning,
 /// not an error: the registry is still worth listing.
-pub(crate) async fn states<'a>(js: &async_nats::jetstream::Context, subjects: &Subjects, names: impl Iterator<Item = &'a str>) -> BTreeMap<String, MachineState> {
+pub(crate) async fn states<'a>(
+    js: &async_nats::jetstream::Context,
+    subjects: &Subjects,
+    names: impl Iterator<Item = &'a str>,
+) -> BTreeMap<String, MachineState> {
     let bucket = subjects.state_bucket();
     let kv = match js.get_key_value(&bucket).await {
         Ok(kv) => kv,
@@ -204,9 +234,9 @@ pub(crate) async fn states<'a>(js: &async_nats::jetstream::Context, subjects: &S
 fn bucket_missing(e: &async_nats::jetstream::context::KeyValueError) -> bool {
     use async_nats::jetstream::context::{GetStreamError, GetStreamErrorKind};
     use async_nats::jetstream::ErrorCode;
-    std::error::Error::source(e)
-        .and_then(|s| s.downcast_ref::<GetStreamError>())
-        .is_some_and(|s| matches!(s.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND))
+    std::error::Error::source(e).and_then(|s| s.downcast_ref::<GetStreamError>()).is_some_and(
+        |s| matches!(s.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND),
+    )
 }
 
 /// One `machine ls --output json` line, and `machine get --output wide`:
@@ -237,7 +267,9 @@ pub(crate) async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::R
                 Ok(m) => {
                     all.insert(k, m);
                 }
-                Err(e) => eprintln!("warning: the stored record of `{k}` is unreadable ({e}); apply replaces it if the file names it"),
+                Err(e) => eprintln!(
+                    "warning: the stored record of `{k}` is unreadable ({e}); apply replaces it if the file names it"
+                ),
             }
         }
     }
@@ -245,14 +277,25 @@ pub(crate) async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::R
 }
 
 /// Record who changed the registry (the gateways record every revision too).
-async fn audit(js: &async_nats::jetstream::Context, subjects: &bmcfleet_schema::Subjects, actor: &str, what: AuditEvent) {
+async fn audit(
+    js: &async_nats::jetstream::Context,
+    subjects: &bmcfleet_schema::Subjects,
+    actor: &str,
+    what: AuditEvent,
+) {
     let record = AuditRecord { at_ms: bmcfleet_common::runtime::now_ms(), actor: actor.to_owned(), what };
     if let Err(e) = bmcfleet_common::audit::write(js, subjects.audit_registry(), &record, None).await {
         eprintln!("warning: the change is made but not in the audit log: {e}");
     }
 }
 
-pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &MachineOp, actor: &str, format: Format) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    nats: async_nats::Client,
+    topology: &TopologyArgs,
+    op: &MachineOp,
+    actor: &str,
+    format: Format,
+) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
     let js = async_nats::jetstream::new(nats);
     let kv = registry_bucket(&js, topology).await?;
@@ -284,9 +327,13 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
                     println!("{} {}", if stored.contains_key(&m.name) { "~" } else { "+" }, m.name);
                 }
                 if !dry_run {
-                    let revision = bmcfleet_common::registry::put(&kv, m).await.map_err(anyhow::Error::msg).with_context(|| format!("writing {}", m.name))?;
+                    let revision = bmcfleet_common::registry::put(&kv, m)
+                        .await
+                        .map_err(anyhow::Error::msg)
+                        .with_context(|| format!("writing {}", m.name))?;
                     let record = serde_json::to_value(m)?;
-                    audit(&js, &subjects, actor, AuditEvent::MachinePut { machine: m.name.clone(), revision, record }).await;
+                    audit(&js, &subjects, actor, AuditEvent::MachinePut { machine: m.name.clone(), revision, record })
+                        .await;
                 }
             }
             if *prune {
@@ -296,8 +343,10 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
                     }
                     plan.removed.push(name.clone());
                     if !dry_run {
-                        let revision = kv.delete(name.as_str()).await.map(|_| 0).with_context(|| format!("removing {name}"))?;
-                        audit(&js, &subjects, actor, AuditEvent::MachineRemoved { machine: name.clone(), revision }).await;
+                        let revision =
+                            kv.delete(name.as_str()).await.map(|_| 0).with_context(|| format!("removing {name}"))?;
+                        audit(&js, &subjects, actor, AuditEvent::MachineRemoved { machine: name.clone(), revision })
+                            .await;
                     }
                 }
             }
@@ -349,7 +398,8 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
         MachineOp::Ls => {
             let machines = load_all(&kv).await?;
             let states = states(&js, &subjects, machines.keys().map(String::as_str)).await;
-            let rows: Vec<(&Machine, Option<&MachineState>)> = machines.values().map(|m| (m, states.get(&m.name))).collect();
+            let rows: Vec<(&Machine, Option<&MachineState>)> =
+                machines.values().map(|m| (m, states.get(&m.name))).collect();
             if format.is_json() {
                 for (machine, state) in rows {
                     println!("{}", serde_json::to_string(&Listed { machine, state })?);
@@ -359,7 +409,11 @@ pub async fn run(nats: async_nats::Client, topology: &TopologyArgs, op: &Machine
             }
         }
         MachineOp::Watch { names, selector, tenant } => {
-            let filter = super::machine_watch::Filter { names: names.clone(), selector: selector.clone(), tenant: tenant.clone() };
+            let filter = super::machine_watch::Filter {
+                names: names.clone(),
+                selector: selector.clone(),
+                tenant: tenant.clone(),
+            };
             return super::machine_watch::run(&js, topology, &kv, filter, format).await;
         }
         MachineOp::Rm { name } => {

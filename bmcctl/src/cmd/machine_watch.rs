@@ -81,7 +81,13 @@ fn labels_of(registry: &BTreeMap<String, Machine>) -> BTreeMap<String, BTreeMap<
     registry.iter().map(|(name, m)| (name.clone(), m.labels.clone())).collect()
 }
 
-pub async fn run(js: &async_nats::jetstream::Context, topology: &TopologyArgs, registry: &Store, filter: Filter, format: Format) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    js: &async_nats::jetstream::Context,
+    topology: &TopologyArgs,
+    registry: &Store,
+    filter: Filter,
+    format: Format,
+) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
     let nats = js.client();
     // The registry is read only when it decides something: the names must
@@ -93,13 +99,21 @@ pub async fn run(js: &async_nats::jetstream::Context, topology: &TopologyArgs, r
     let mut labels = BTreeMap::new();
     if !filter.names.is_empty() || filter.selector.is_some() {
         let machines = super::machine::load_all(registry).await?;
-        let missing: Vec<String> = filter.names.iter().filter(|n| !machines.contains_key(*n)).map(|n| format!("`{n}`")).collect();
+        let missing: Vec<String> =
+            filter.names.iter().filter(|n| !machines.contains_key(*n)).map(|n| format!("`{n}`")).collect();
         if !missing.is_empty() {
-            return Err(Usage(format!("machine_not_found: no machine named {} is registered (bmcctl machine ls)", missing.join(", "))).into());
+            return Err(Usage(format!(
+                "machine_not_found: no machine named {} is registered (bmcctl machine ls)",
+                missing.join(", ")
+            ))
+            .into());
         }
         labels = labels_of(&machines);
         if let Some(s) = &filter.selector {
-            if !labels.iter().any(|(name, l)| s.matches(l) && filter.tenant.as_ref().is_none_or(|t| machines[name].tenant == *t)) {
+            if !labels
+                .iter()
+                .any(|(name, l)| s.matches(l) && filter.tenant.as_ref().is_none_or(|t| machines[name].tenant == *t))
+            {
                 eprintln!("note: no registered machine matches --selector {s} yet; its events are shown once one does");
             }
         }
@@ -183,10 +197,17 @@ mod tests {
     #[test]
     fn names_follow_their_own_subjects_a_tenant_its_own_and_otherwise_all() {
         let s = Subjects::default();
-        let f = |names: &[&str], tenant: Option<&str>| Filter { names: names.iter().map(|n| n.to_string()).collect(), selector: None, tenant: tenant.map(str::to_owned) };
+        let f = |names: &[&str], tenant: Option<&str>| Filter {
+            names: names.iter().map(|n| n.to_string()).collect(),
+            selector: None,
+            tenant: tenant.map(str::to_owned),
+        };
         assert_eq!(f(&[], None).subjects(&s), ["bmc.events.*.machine.*"]);
         assert_eq!(f(&[], Some("tenant-a")).subjects(&s), ["bmc.events.tenant-a.machine.*"]);
-        assert_eq!(f(&["web-1", "web-2"], None).subjects(&s), ["bmc.events.*.machine.web-1", "bmc.events.*.machine.web-2"]);
+        assert_eq!(
+            f(&["web-1", "web-2"], None).subjects(&s),
+            ["bmc.events.*.machine.web-1", "bmc.events.*.machine.web-2"]
+        );
         for subject in f(&["web-1"], None).subjects(&s).iter().chain(&f(&[], Some("t")).subjects(&s)) {
             assert!(s.is_machine_event(subject), "{subject}");
         }

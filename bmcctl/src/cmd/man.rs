@@ -84,8 +84,10 @@ mod tests {
     fn a_directory_gets_a_page_per_command_at_any_depth() {
         let dir = std::env::temp_dir().join(format!("bmcctl-man-{}", ulid::Ulid::new()));
         let written = write_all(&dir).unwrap();
-        let names: Vec<String> = written.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-        for want in ["bmcctl.1", "bmcctl-machine.1", "bmcctl-machine-ls.1", "bmcctl-power.1", "bmcctl-event-log-read.1"] {
+        let names: Vec<String> =
+            written.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        for want in ["bmcctl.1", "bmcctl-machine.1", "bmcctl-machine-ls.1", "bmcctl-power.1", "bmcctl-event-log-read.1"]
+        {
             assert!(names.iter().any(|n| n == want), "no {want} in {names:?}");
         }
         assert!(!names.iter().any(|n| n.contains("-help")), "{names:?}");

@@ -32,7 +32,8 @@ pub(crate) fn seal_inline(
             let key = bmcfleet_common::sealing::public_key(key).map_err(anyhow::Error::msg)?;
             let expires = bmcfleet_common::runtime::now_ms() + (deadline + BOX_SLACK).as_millis() as u64;
             let binding = bmcfleet_common::sealing::Binding::target(&target.key(), expires);
-            let sealed = bmcfleet_common::sealing::seal(&username, &password, &key, &binding).map_err(anyhow::Error::msg)?;
+            let sealed =
+                bmcfleet_common::sealing::seal(&username, &password, &key, &binding).map_err(anyhow::Error::msg)?;
             Ok(Credentials::Sealed(sealed))
         }
         (c, _) => Ok(c),

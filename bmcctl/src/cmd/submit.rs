@@ -13,7 +13,9 @@ use std::process::ExitCode;
 /// refused here rather than sent with a password in clear.
 pub fn payload(text: String, file: &str, workers_public_key: Option<&str>) -> anyhow::Result<Vec<u8>> {
     let Some(key) = workers_public_key else { return Ok(text.into_bytes()) };
-    let mut batch: Batch = Encoding::Json.decode(text.as_bytes()).with_context(|| format!("{file} is not a batch (needed to seal its password)"))?;
+    let mut batch: Batch = Encoding::Json
+        .decode(text.as_bytes())
+        .with_context(|| format!("{file} is not a batch (needed to seal its password)"))?;
     let Some(target) = batch.bmc.as_mut().filter(|t| matches!(t.credentials, Credentials::Inline { .. })) else {
         return Ok(text.into_bytes());
     };
@@ -46,7 +48,11 @@ mod tests {
         assert_eq!(payload(INLINE.into(), "f", None).unwrap(), INLINE.as_bytes(), "no key: untouched");
         let by_ref = INLINE.replace(r#"{"inline":{"username":"admin","password":"s3cret"}}"#, r#"{"ref":"r"}"#);
         let (_, public) = bmcfleet_common::sealing::generate();
-        assert_eq!(payload(by_ref.clone(), "f", Some(&public)).unwrap(), by_ref.as_bytes(), "nothing to seal: untouched");
+        assert_eq!(
+            payload(by_ref.clone(), "f", Some(&public)).unwrap(),
+            by_ref.as_bytes(),
+            "nothing to seal: untouched"
+        );
         let sealed = String::from_utf8(payload(INLINE.into(), "f", Some(&public)).unwrap()).unwrap();
         assert!(!sealed.contains("s3cret") && sealed.contains("\"sealed\""), "{sealed}");
         let e = payload("{not json".into(), "batch.json", Some(&public)).unwrap_err();

@@ -69,7 +69,8 @@ mod tests {
     fn machine_state_events_are_not_batch_events() {
         let s = Subjects::default();
         let id = ulid::Ulid::new();
-        let batch = Event { batch: id, at_ms: 1, event: EventKind::ActionStarted { index: 0, action: "power_on".into() } };
+        let batch =
+            Event { batch: id, at_ms: 1, event: EventKind::ActionStarted { index: 0, action: "power_on".into() } };
         let bytes = Encoding::MessagePack.encode(&batch).unwrap();
         assert_eq!(batch_event(&s, &s.events("default", &id), &bytes), Some(batch));
         let state = MachineState {
@@ -88,7 +89,12 @@ mod tests {
             inventory_ms: None,
             worker: "w0".into(),
         };
-        let machine = MachineEvent { machine: "web-1".into(), at_ms: 1, event: MachineEventKind::PowerChanged { from: None, to: PowerState::On }, state };
+        let machine = MachineEvent {
+            machine: "web-1".into(),
+            at_ms: 1,
+            event: MachineEventKind::PowerChanged { from: None, to: PowerState::On },
+            state,
+        };
         let subject = s.machine_events("default", "web-1");
         assert!(batch_event(&s, &subject, &Encoding::MessagePack.encode(&machine).unwrap()).is_none());
         // Even one that decoded as a batch event is skipped by its subject.

@@ -99,7 +99,12 @@ mod tests {
         }
         async fn watch_update(&mut self, _ctx: &Ctx, task: &str) -> Result<FirmwareUpdateResult> {
             self.calls.push(format!("watch {task}"));
-            Ok(FirmwareUpdateResult { task: Some(task.into()), state: "Completed".into(), percent: Some(100), ..Default::default() })
+            Ok(FirmwareUpdateResult {
+                task: Some(task.into()),
+                state: "Completed".into(),
+                percent: Some(100),
+                ..Default::default()
+            })
         }
         async fn find_update_task(&mut self, _ctx: &Ctx) -> Result<Option<String>> {
             self.calls.push("find".into());
@@ -146,7 +151,11 @@ mod tests {
     async fn a_started_update_is_recorded_then_watched() {
         let (out, calls, written) = run(TaskResume::Fresh, None).await;
         assert_eq!(calls, ["start", "watch /redfish/v1/TaskService/Tasks/1"]);
-        assert_eq!(written, ["requested", "task /redfish/v1/TaskService/Tasks/1"], "the request, then the task, before watching");
+        assert_eq!(
+            written,
+            ["requested", "task /redfish/v1/TaskService/Tasks/1"],
+            "the request, then the task, before watching"
+        );
         let Some(ActionData::FirmwareUpdate(r)) = out.unwrap() else { panic!() };
         assert!(!r.resumed);
     }

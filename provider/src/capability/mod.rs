@@ -218,7 +218,11 @@ mod tests {
     fn examples() -> Vec<Action> {
         let all = vec![
             Action::Power(PowerOp::On),
-            Action::PowerSettle(PowerSettle { op: PowerOp::SoftOff, settle: None, escalate_after: Some(std::time::Duration::from_secs(60)) }),
+            Action::PowerSettle(PowerSettle {
+                op: PowerOp::SoftOff,
+                settle: None,
+                escalate_after: Some(std::time::Duration::from_secs(60)),
+            }),
             Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true }),
             Action::GetBootDevice,
             Action::User(UserOp::List),
@@ -231,7 +235,10 @@ mod tests {
             Action::Sensors,
             Action::BiosGet,
             Action::SecureBootGet,
-            Action::FirmwareUpdate(bmcfleet_schema::FirmwareUpdate { image_uri: Some("https://repo.example/x.bin".into()), ..Default::default() }),
+            Action::FirmwareUpdate(bmcfleet_schema::FirmwareUpdate {
+                image_uri: Some("https://repo.example/x.bin".into()),
+                ..Default::default()
+            }),
         ];
         for a in &all {
             match a {
@@ -291,7 +298,24 @@ mod tests {
     #[test]
     fn names_are_the_wire_names() {
         let names: Vec<&str> = Capability::ALL.iter().map(|c| c.as_str()).collect();
-        assert_eq!(names, ["power", "boot_device", "users", "bmc_reset", "network_source", "raw", "virtual_media", "inventory", "event_log", "sensors", "bios", "secure_boot", "firmware_update"]);
+        assert_eq!(
+            names,
+            [
+                "power",
+                "boot_device",
+                "users",
+                "bmc_reset",
+                "network_source",
+                "raw",
+                "virtual_media",
+                "inventory",
+                "event_log",
+                "sensors",
+                "bios",
+                "secure_boot",
+                "firmware_update"
+            ]
+        );
     }
 
     /// A session offering power only.
@@ -323,7 +347,10 @@ mod tests {
         let mut s = PowerOnly;
         let ctx = Ctx::with_timeout(std::time::Duration::from_secs(1));
         assert_eq!(capabilities(&mut s), [Capability::Power]);
-        assert_eq!(perform(&mut s, &ctx, &Action::Power(PowerOp::Status)).await.unwrap(), Some(ActionData::PowerState(PowerState::On)));
+        assert_eq!(
+            perform(&mut s, &ctx, &Action::Power(PowerOp::Status)).await.unwrap(),
+            Some(ActionData::PowerState(PowerState::On))
+        );
         let e = perform(&mut s, &ctx, &Action::Inventory).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::Unsupported);
         assert_eq!(e.message, "the test provider does not implement inventory (it offers: power)");

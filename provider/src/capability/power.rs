@@ -74,7 +74,9 @@ async fn change(cap: &mut dyn Power, ctx: &Ctx, op: PowerOp) -> Result<Option<Ac
     let Some(want) = leads_to(op) else {
         return match (op, reported) {
             (_, Some(s)) => Ok(Some(ActionData::PowerState(s))),
-            (PowerOp::Status, None) => Err(ProviderError::new(ErrorCode::ProtocolError, "the BMC returned no power state")),
+            (PowerOp::Status, None) => {
+                Err(ProviderError::new(ErrorCode::ProtocolError, "the BMC returned no power state"))
+            }
             _ => Ok(None),
         };
     };
@@ -89,7 +91,8 @@ async fn change(cap: &mut dyn Power, ctx: &Ctx, op: PowerOp) -> Result<Option<Ac
             Ok(Some(s)) if s == want => return Ok(Some(ActionData::PowerState(s))),
             Ok(s) => last = s.or(last),
             // A read cut short by the deadline: the change was accepted, its effect unseen.
-            Err(e) if matches!(e.code, ErrorCode::DeadlineExceeded | ErrorCode::Timeout) && Instant::now() >= give_up => {}
+            Err(e)
+                if matches!(e.code, ErrorCode::DeadlineExceeded | ErrorCode::Timeout) && Instant::now() >= give_up => {}
             Err(e) => return Err(e),
         }
         let now = Instant::now();
@@ -184,8 +187,15 @@ mod tests {
         // The action's own settle overrides the worker's.
         let mut m = Lagging::new(PowerState::Off, usize::MAX);
         let started = Instant::now();
-        let own = Action::PowerSettle(bmcfleet_schema::PowerSettle { op: PowerOp::On, settle: Some(Duration::from_secs(2)), escalate_after: None });
-        assert_eq!(perform(&mut m, &ctx(Some(Duration::from_secs(20))), &own).await.unwrap_err().code, ErrorCode::NotReached);
+        let own = Action::PowerSettle(bmcfleet_schema::PowerSettle {
+            op: PowerOp::On,
+            settle: Some(Duration::from_secs(2)),
+            escalate_after: None,
+        });
+        assert_eq!(
+            perform(&mut m, &ctx(Some(Duration::from_secs(20))), &own).await.unwrap_err().code,
+            ErrorCode::NotReached
+        );
         assert!(started.elapsed() <= Duration::from_secs(2));
     }
 
@@ -211,14 +221,20 @@ mod tests {
         assert_eq!(m.sent, vec![PowerOp::SoftOff], "never switched off hard unasked");
         // A soft off that works does not escalate.
         let mut m = Lagging::new(PowerState::On, 2);
-        assert_eq!(perform(&mut m, &ctx(None), &escalating).await.unwrap(), Some(ActionData::PowerState(PowerState::Off)));
+        assert_eq!(
+            perform(&mut m, &ctx(None), &escalating).await.unwrap(),
+            Some(ActionData::PowerState(PowerState::Off))
+        );
         assert_eq!(m.sent, vec![PowerOp::SoftOff]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn status_and_nmi_are_not_verified() {
         let mut m = Lagging::new(PowerState::On, 1);
-        assert_eq!(perform(&mut m, &ctx(None), &Action::Power(PowerOp::Status)).await.unwrap(), Some(ActionData::PowerState(PowerState::On)));
+        assert_eq!(
+            perform(&mut m, &ctx(None), &Action::Power(PowerOp::Status)).await.unwrap(),
+            Some(ActionData::PowerState(PowerState::On))
+        );
         assert_eq!(perform(&mut m, &ctx(None), &Action::Power(PowerOp::Nmi)).await.unwrap(), None);
         assert_eq!(m.statuses.len(), 1, "one read for the status, none for the NMI");
     }

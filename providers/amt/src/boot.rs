@@ -31,8 +31,8 @@
 //! `CIM_BootSourceSetting` with the lowest non-zero `AssignedSequence` is the
 //! forced source. Read-back always reports `persistent: false, efi: false`.
 
-use crate::wsman::client::WsmanClient;
 use crate::error::AmtError;
+use crate::wsman::client::WsmanClient;
 use crate::wsman::request::{is_safe_name, Property};
 use crate::wsman::response::{epr_resource_uri, epr_selectors, prop, prop_bool};
 use crate::wsman::{names, ns, Epr, Param};
@@ -122,15 +122,12 @@ fn boot_config_epr() -> Epr {
 
 async fn change_boot_order(client: &mut WsmanClient, ctx: &Ctx, source: Option<&str>) -> Result<(), AmtError> {
     let params = match source {
-        Some(s) => vec![Param::Ref {
-            name: "Source",
-            epr: Epr::new(ns::cim("CIM_BootSourceSetting"), &[("InstanceID", s)]),
-        }],
+        Some(s) => {
+            vec![Param::Ref { name: "Source", epr: Epr::new(ns::cim("CIM_BootSourceSetting"), &[("InstanceID", s)]) }]
+        }
         None => Vec::new(),
     };
-    client
-        .invoke(ctx, "CIM_BootConfigSetting", &[("InstanceID", names::BOOT_CONFIG)], "ChangeBootOrder", params)
-        .await
+    client.invoke(ctx, "CIM_BootConfigSetting", &[("InstanceID", names::BOOT_CONFIG)], "ChangeBootOrder", params).await
 }
 
 async fn set_boot_config_role(client: &mut WsmanClient, ctx: &Ctx) -> Result<(), AmtError> {

@@ -19,11 +19,11 @@
 //! [`AmtConfig::require_tls`] refuses plain HTTP altogether.
 
 use crate::config::AmtConfig;
-use crate::wsman::client::WsmanClient;
 use crate::error::AmtError;
 use crate::session::AmtSession;
 use crate::tls::Trust;
 use crate::transport::{Transport, TransportOptions, WSMAN_PATH};
+use crate::wsman::client::WsmanClient;
 use async_trait::async_trait;
 use bmcfleet_provider::{BmcSession, Capability, Connector, Ctx, ProviderError, ResolvedCredentials};
 use bmcfleet_schema::BmcTarget;
@@ -52,15 +52,17 @@ impl AmtConnector {
         ctx.remaining()?;
         let (url, trust) = endpoint(target, self.config.require_tls)?;
         let pinned = (target.address.ip().is_none() && !target.options.resolved.is_empty()).then(|| {
-            (target.address.host_string(), target.options.resolved.iter().map(|ip| std::net::SocketAddr::new(*ip, 0)).collect())
+            (
+                target.address.host_string(),
+                target.options.resolved.iter().map(|ip| std::net::SocketAddr::new(*ip, 0)).collect(),
+            )
         });
         let opts = TransportOptions {
             connect_timeout: self.config.connect_timeout,
             max_response_bytes: self.config.max_response_bytes,
             pinned,
         };
-        let transport =
-            Transport::new(url, &trust, credentials.username.clone(), credentials.password.clone(), &opts)?;
+        let transport = Transport::new(url, &trust, credentials.username.clone(), credentials.password.clone(), &opts)?;
         let mut client = WsmanClient::new(transport, target.address.to_string());
         // Probe: reachability, TLS trust, credentials and "is this AMT" in one call.
         client.get(ctx, "AMT_GeneralSettings", &[]).await.map_err(|e| {
@@ -92,7 +94,11 @@ pub fn endpoint(target: &BmcTarget, require_tls: bool) -> Result<(String, Trust)
         _ => wants_tls,
     };
     if !tls && (require_tls || !tls_opts.allow_plain_http) {
-        let why = if require_tls { "this worker requires TLS for AMT" } else { "AMT over plain HTTP lets an observer record the Digest exchange" };
+        let why = if require_tls {
+            "this worker requires TLS for AMT"
+        } else {
+            "AMT over plain HTTP lets an observer record the Digest exchange"
+        };
         return Err(AmtError::Config(format!(
             "{why}: give the machine tls.ca_pem (or tls.pin_sha256) and use port 16993, or allow plain HTTP for this machine (tls.allow_plain_http)"
         )));
@@ -149,7 +155,10 @@ mod tests {
         let e = |a, ca, ins| endpoint(&target(a, ca, ins), false);
         assert_eq!(e("10.0.0.5", None, false).unwrap(), ("http://10.0.0.5:16992/wsman".into(), Trust::Nothing));
         assert_eq!(e("10.0.0.5", None, true).unwrap(), ("https://10.0.0.5:16993/wsman".into(), Trust::Insecure));
-        assert_eq!(e("10.0.0.5", Some("P"), true).unwrap(), ("https://10.0.0.5:16993/wsman".into(), Trust::CaPem("P".into())));
+        assert_eq!(
+            e("10.0.0.5", Some("P"), true).unwrap(),
+            ("https://10.0.0.5:16993/wsman".into(), Trust::CaPem("P".into()))
+        );
         assert_eq!(e("10.0.0.5:16992", None, false).unwrap().0, "http://10.0.0.5:16992/wsman");
         assert!(matches!(e("10.0.0.5:16992", Some("P"), false), Err(AmtError::Config(_))));
         assert!(matches!(e("10.0.0.5:16993", None, false), Err(AmtError::Config(_))));

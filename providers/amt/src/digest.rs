@@ -227,19 +227,16 @@ impl Challenge {
         if all.is_empty() {
             return Err(ChallengeError::Missing);
         }
-        all.iter()
-            .filter_map(Challenge::from_params)
-            .max_by_key(|c| c.algorithm.strength())
-            .ok_or_else(|| {
-                let offered: Vec<String> = all
-                    .iter()
-                    .map(|a| match a.get("algorithm") {
-                        Some(alg) => format!("{} {alg}", a.scheme),
-                        None => a.scheme.clone(),
-                    })
-                    .collect();
-                ChallengeError::Unsupported(offered.join(", "))
-            })
+        all.iter().filter_map(Challenge::from_params).max_by_key(|c| c.algorithm.strength()).ok_or_else(|| {
+            let offered: Vec<String> = all
+                .iter()
+                .map(|a| match a.get("algorithm") {
+                    Some(alg) => format!("{} {alg}", a.scheme),
+                    None => a.scheme.clone(),
+                })
+                .collect();
+            ChallengeError::Unsupported(offered.join(", "))
+        })
     }
 }
 
@@ -429,7 +426,8 @@ mod tests {
         assert_eq!(c.algorithm, Algorithm::Sha256);
         assert!(c.stale && c.algorithm_given);
         // Both in one header value, with a Basic challenge too.
-        let c = Challenge::select([r#"Basic realm="x", Digest realm="r", nonce="a\"b", algorithm=MD5, qop="auth""#]).unwrap();
+        let c = Challenge::select([r#"Basic realm="x", Digest realm="r", nonce="a\"b", algorithm=MD5, qop="auth""#])
+            .unwrap();
         assert_eq!(c.nonce, "a\"b");
         assert!(c.qop_auth);
     }
@@ -442,7 +440,11 @@ mod tests {
         assert!(Challenge::select([r#"Digest realm="x", nonce="y", qop="auth-int""#]).is_err());
         assert!(Challenge::select([r#"Digest nonce="y""#]).is_err());
         // RFC 2069 mode (no qop, no client nonce) is crackable offline: refused, whatever the algorithm.
-        for no_qop in [r#"Digest realm="x", nonce="y""#, r#"Digest realm="x", nonce="y", algorithm=MD5"#, r#"Digest realm="x", nonce="y", algorithm=SHA-256"#] {
+        for no_qop in [
+            r#"Digest realm="x", nonce="y""#,
+            r#"Digest realm="x", nonce="y", algorithm=MD5"#,
+            r#"Digest realm="x", nonce="y", algorithm=SHA-256"#,
+        ] {
             assert!(matches!(Challenge::select([no_qop]), Err(ChallengeError::Unsupported(_))), "{no_qop}");
         }
     }
@@ -452,7 +454,9 @@ mod tests {
         let mut st = DigestState::default();
         let pw = Secret::new("P@ssw0rd");
         assert!(st.authorization("POST", "/wsman", "admin", &pw).is_none());
-        st.set_challenge(Challenge::select([r#"Digest realm="Digest:AB", nonce="xyz", qop="auth", opaque="op""#]).unwrap());
+        st.set_challenge(
+            Challenge::select([r#"Digest realm="Digest:AB", nonce="xyz", qop="auth", opaque="op""#]).unwrap(),
+        );
         for expected_nc in ["00000001", "00000002"] {
             let h = st.authorization("POST", "/wsman", "admin", &pw).unwrap();
             let p = &parse_auth_header(&h)[0];
@@ -485,7 +489,10 @@ mod tests {
         assert_eq!(parse_auth_header(&h)[0].get("username"), Some("a\"b"));
         let h = st.authorization("POST", "/wsman", "jürgen", &pw).unwrap();
         assert_eq!(parse_auth_header(&h)[0].get("username*"), Some("UTF-8''j%C3%BCrgen"));
-        st.set_challenge(Challenge::select([r#"Digest realm="r", nonce="n", qop="auth", userhash=true, algorithm=SHA-256"#]).unwrap());
+        st.set_challenge(
+            Challenge::select([r#"Digest realm="r", nonce="n", qop="auth", userhash=true, algorithm=SHA-256"#])
+                .unwrap(),
+        );
         let h = st.authorization("POST", "/wsman", "admin", &pw).unwrap();
         let p = &parse_auth_header(&h)[0];
         assert_eq!(p.get("username"), Some(Algorithm::Sha256.hash(b"admin:r").as_str()));

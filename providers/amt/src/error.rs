@@ -89,7 +89,10 @@ impl AmtError {
             AmtError::Fault(f) => f.classify().1,
             AmtError::ReturnValue(r) => r.retryable(),
             AmtError::Http { status, .. } => matches!(status, 502..=504),
-            AmtError::ConnectFailed(_) | AmtError::Unreachable(_) | AmtError::Timeout(_) | AmtError::WorkerExhausted(_) => true,
+            AmtError::ConnectFailed(_)
+            | AmtError::Unreachable(_)
+            | AmtError::Timeout(_)
+            | AmtError::WorkerExhausted(_) => true,
             AmtError::AuthFailed(_)
             | AmtError::Tls(_)
             | AmtError::DeadlineExceeded
@@ -105,7 +108,11 @@ impl AmtError {
     pub fn breaks_session(&self) -> bool {
         matches!(
             self,
-            AmtError::ConnectFailed(_) | AmtError::Unreachable(_) | AmtError::Tls(_) | AmtError::Timeout(_) | AmtError::AuthFailed(_)
+            AmtError::ConnectFailed(_)
+                | AmtError::Unreachable(_)
+                | AmtError::Tls(_)
+                | AmtError::Timeout(_)
+                | AmtError::AuthFailed(_)
         )
     }
 

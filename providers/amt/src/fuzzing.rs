@@ -12,9 +12,9 @@
 //! Input layout: `[status_selector, body…]`.
 
 use crate::boot::{self, device_of, forced_source, settings_for};
-use crate::wsman::client::read_reply;
 use crate::digest::{parse_auth_header, Challenge};
 use crate::power::{self, status_from};
+use crate::wsman::client::read_reply;
 use crate::wsman::response::{epr_resource_uri, epr_selectors, prop_bool, props};
 use crate::wsman::Request;
 use crate::{xml, AmtError};
@@ -60,7 +60,12 @@ fn envelope(env: &crate::wsman::Envelope) {
             let plan = boot::plan(device).expect("a settable device");
             if let Ok(properties) = settings_for(el, &plan) {
                 // What we send back must be well-formed whatever the BMC said.
-                let req = Request::put("http://intel.com/wbem/wscim/1/amt-schema/1/AMT_BootSettingData", &[], &el.name, properties);
+                let req = Request::put(
+                    "http://intel.com/wbem/wscim/1/amt-schema/1/AMT_BootSettingData",
+                    &[],
+                    &el.name,
+                    properties,
+                );
                 let out = String::from_utf8(req.to_xml("uuid:fuzz", Duration::from_secs(10))).expect("UTF-8 request");
                 if let Err(e) = xml::parse(&out) {
                     panic!("Put body built from a BMC instance is not well-formed ({e}): {out}");

@@ -16,9 +16,9 @@
 //! ([`bmcfleet_schema::components::bound`]; at most `MAX_SOFTWARE` software
 //! identities).
 
-use crate::wsman::client::WsmanClient;
 use crate::error::AmtError;
 use crate::power;
+use crate::wsman::client::WsmanClient;
 use crate::wsman::response::{epr_selectors, prop};
 use bmcfleet_provider::Ctx;
 use bmcfleet_schema::Inventory;
@@ -70,10 +70,7 @@ pub async fn inventory(client: &mut WsmanClient, ctx: &Ctx) -> Result<Inventory,
     let sw = client.enumerate(ctx, "CIM_SoftwareIdentity").await;
     if let Some(items) = optional("CIM_SoftwareIdentity", &bmc, sw)? {
         let version_of = |id: &str| {
-            items
-                .iter()
-                .find(|i| prop(i, "InstanceID") == Some(id))
-                .and_then(|i| non_empty(prop(i, "VersionString")))
+            items.iter().find(|i| prop(i, "InstanceID") == Some(id)).and_then(|i| non_empty(prop(i, "VersionString")))
         };
         inv.firmware_version = version_of("AMT").map(|v| match version_of("Build Number") {
             Some(b) if !v.ends_with(&b) => format!("{v}.{b}"),
@@ -81,14 +78,16 @@ pub async fn inventory(client: &mut WsmanClient, ctx: &Ctx) -> Result<Inventory,
         });
         for i in items.iter().filter(|i| prop(i, "InstanceID").is_some()).take(MAX_SOFTWARE) {
             if let (Some(id), Some(v)) = (non_empty(prop(i, "InstanceID")), non_empty(prop(i, "VersionString"))) {
-                let key: String = id.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+                let key: String =
+                    id.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
                 inv.extra.push((format!("amt_sw_{key}"), v));
             }
         }
     }
 
     let pkg = client.enumerate(ctx, "CIM_ComputerSystemPackage").await;
-    let mut chassis_selectors = vec![("CreationClassName".to_owned(), "CIM_Chassis".to_owned()), ("Tag".to_owned(), "CIM_Chassis".to_owned())];
+    let mut chassis_selectors =
+        vec![("CreationClassName".to_owned(), "CIM_Chassis".to_owned()), ("Tag".to_owned(), "CIM_Chassis".to_owned())];
     if let Some(items) = optional("CIM_ComputerSystemPackage", &bmc, pkg)? {
         if let Some(p) = items.first() {
             if let Some(guid) = non_empty(prop(p, "PlatformGUID")) {

@@ -33,8 +33,8 @@
 //! | 3, 4              | Sleep - Light / Deep (S1, S3) | `unknown` |
 //! | others            | transitions (cycle, reset…) | `unknown` |
 
-use crate::wsman::client::WsmanClient;
 use crate::error::AmtError;
+use crate::wsman::client::WsmanClient;
 use crate::wsman::response::{epr_resource_uri, epr_selectors, prop, props};
 use crate::wsman::{names, ns, Epr, Param};
 use bmcfleet_provider::Ctx;
@@ -119,9 +119,9 @@ pub fn status_from(items: &[crate::xml::Element]) -> Result<PowerStatus, AmtErro
         .ok_or_else(|| AmtError::Protocol("CIM_AssociatedPowerManagementService: no instance for the host".into()))?;
     let raw = prop(item, "PowerState")
         .ok_or_else(|| AmtError::Protocol("CIM_AssociatedPowerManagementService: no PowerState".into()))?;
-    let state = raw
-        .parse::<u16>()
-        .map_err(|_| AmtError::Protocol(format!("CIM_AssociatedPowerManagementService: PowerState `{raw}` is not a number")))?;
+    let state = raw.parse::<u16>().map_err(|_| {
+        AmtError::Protocol(format!("CIM_AssociatedPowerManagementService: PowerState `{raw}` is not a number"))
+    })?;
     let available = props(item, "AvailableRequestedPowerStates").iter().filter_map(|v| v.parse().ok()).collect();
     Ok(PowerStatus { state, available })
 }

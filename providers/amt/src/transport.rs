@@ -95,9 +95,7 @@ impl Transport {
     pub async fn post(&mut self, deadline: Instant, body: Vec<u8>) -> Result<HttpReply, AmtError> {
         match tokio::time::timeout_at(deadline, self.exchange(body)).await {
             Ok(r) => r,
-            Err(_) => Err(AmtError::Timeout(
-                "the BMC did not answer completely within the action deadline".into(),
-            )),
+            Err(_) => Err(AmtError::Timeout("the BMC did not answer completely within the action deadline".into())),
         }
     }
 
@@ -113,8 +111,9 @@ impl Transport {
                 .header(CONTENT_TYPE, "application/soap+xml;charset=UTF-8")
                 .body(body.clone());
             if let Some(a) = auth {
-                let v = HeaderValue::from_str(&a)
-                    .map_err(|_| AmtError::Protocol("the Digest challenge holds characters unusable in a header".into()))?;
+                let v = HeaderValue::from_str(&a).map_err(|_| {
+                    AmtError::Protocol("the Digest challenge holds characters unusable in a header".into())
+                })?;
                 req = req.header(AUTHORIZATION, v);
             }
             let resp = req.send().await.map_err(map_reqwest)?;

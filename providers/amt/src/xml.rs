@@ -202,9 +202,7 @@ pub fn parse(input: &str) -> Result<Element, XmlError> {
                 let mut el = stack.pop().ok_or_else(|| err("unexpected end tag"))?;
                 // Resolve a QName in text while this element's bindings are in scope.
                 if let Some((p, l)) = looks_like_qname(el.text_trim()) {
-                    if let (ResolveResult::Bound(ns), _) =
-                        reader.resolver().resolve(QName(&format!("{p}:{l}")), true)
-                    {
+                    if let (ResolveResult::Bound(ns), _) = reader.resolver().resolve(QName(&format!("{p}:{l}")), true) {
                         el.text_qname = Some((names.get(ns.into_inner()), l.to_owned()));
                     }
                 }
@@ -376,7 +374,10 @@ mod tests {
     /// The bytes of namespace names a tree holds: each distinct
     /// allocation once (names shared between elements count once).
     fn namespace_bytes(e: &Element, seen: &mut std::collections::HashSet<usize>) -> usize {
-        let names = e.ns.iter().chain(e.attrs.iter().filter_map(|a| a.ns.as_ref())).chain(e.text_qname.iter().map(|(ns, _)| ns));
+        let names =
+            e.ns.iter()
+                .chain(e.attrs.iter().filter_map(|a| a.ns.as_ref()))
+                .chain(e.text_qname.iter().map(|(ns, _)| ns));
         let own: usize = names.filter(|n| seen.insert(n.as_ptr() as usize)).map(|n| n.len()).sum();
         own + e.children.iter().map(|c| namespace_bytes(c, seen)).sum::<usize>()
     }
@@ -400,7 +401,11 @@ mod tests {
         assert_eq!(last.attrs[0].ns.as_deref(), Some(long('p').as_str()));
         assert_eq!(last.text_qname.as_ref().map(|(ns, l)| (&**ns, l.as_str())), Some((long('p').as_str(), "v")));
         let held = namespace_bytes(&root, &mut Default::default());
-        assert!(held <= doc.len(), "a {} byte document read into a tree holding {held} bytes of namespace names", doc.len());
+        assert!(
+            held <= doc.len(),
+            "a {} byte document read into a tree holding {held} bytes of namespace names",
+            doc.len()
+        );
     }
 
     #[test]

@@ -5,10 +5,10 @@
 //! so a subscriber installed by one test among parallel others may miss
 //! events. Here the subscriber is the global default, set before any call.
 
-use bmcfleet_testing::amt::{AmtFixtureServer, ServerOptions};
 use bmcfleet_amt::AmtConnector;
 use bmcfleet_provider::{Ctx, Power, ResolvedCredentials};
 use bmcfleet_schema::{PowerOp, Secret};
+use bmcfleet_testing::amt::{AmtFixtureServer, ServerOptions};
 use bmcfleet_testing::LogCapture;
 
 #[tokio::test]

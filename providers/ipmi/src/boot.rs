@@ -41,9 +41,7 @@ impl<T: Transport> BootControl for IpmiSession<T> {
 
     /// Get System Boot Options (chassis 0x09), parameter 5.
     async fn boot_device(&mut self, ctx: &Ctx) -> Result<BootDeviceRequest> {
-        let data = self
-            .exec(ctx, &cmd::GET_BOOT_OPTIONS, cmd::get_boot_flags_request())
-            .await?;
+        let data = self.exec(ctx, &cmd::GET_BOOT_OPTIONS, cmd::get_boot_flags_request()).await?;
         cmd::decode_boot_flags(&data)
     }
 }

@@ -93,8 +93,11 @@ pub const GET_CHASSIS_STATUS: Command = command("Get Chassis Status", NETFN_CHAS
 /// 28.3 Chassis Control.
 /// Its only data byte is the function, so "invalid data field" means the
 /// BMC does not implement that function (e.g. `ipmi_sim` and NMI).
-pub const CHASSIS_CONTROL: Command = command("Chassis Control", NETFN_CHASSIS, 0x02, Retry::Once)
-    .with(&[cc(0xCC, ErrorCode::Unsupported, "invalid data field: the BMC does not implement this chassis control function")]);
+pub const CHASSIS_CONTROL: Command = command("Chassis Control", NETFN_CHASSIS, 0x02, Retry::Once).with(&[cc(
+    0xCC,
+    ErrorCode::Unsupported,
+    "invalid data field: the BMC does not implement this chassis control function",
+)]);
 /// 28.12 Set System Boot Options.
 pub const SET_BOOT_OPTIONS: Command = command("Set System Boot Options", NETFN_CHASSIS, 0x08, Retry::Safe).with(&[
     cc(0x80, ErrorCode::Unsupported, "boot option parameter not supported"),
@@ -102,20 +105,32 @@ pub const SET_BOOT_OPTIONS: Command = command("Set System Boot Options", NETFN_C
     cc(0x82, ErrorCode::Unsupported, "attempt to write a read-only parameter"),
 ]);
 /// 28.13 Get System Boot Options.
-pub const GET_BOOT_OPTIONS: Command = command("Get System Boot Options", NETFN_CHASSIS, 0x09, Retry::Safe).with(&[cc(0x80, ErrorCode::Unsupported, "boot option parameter not supported")]);
+pub const GET_BOOT_OPTIONS: Command = command("Get System Boot Options", NETFN_CHASSIS, 0x09, Retry::Safe).with(&[cc(
+    0x80,
+    ErrorCode::Unsupported,
+    "boot option parameter not supported",
+)]);
 
 // --- Storage (netfn 0x0A) ---
 /// 34.1 Get FRU Inventory Area Info.
 pub const GET_FRU_INFO: Command = command("Get FRU Inventory Area Info", NETFN_STORAGE, 0x10, Retry::Safe);
 /// 34.2 Read FRU Data.
-pub const READ_FRU: Command = command("Read FRU Data", NETFN_STORAGE, 0x11, Retry::Safe).with(&[cc(0x81, ErrorCode::BmcError, "FRU device busy")]);
+pub const READ_FRU: Command = command("Read FRU Data", NETFN_STORAGE, 0x11, Retry::Safe).with(&[cc(
+    0x81,
+    ErrorCode::BmcError,
+    "FRU device busy",
+)]);
 
 /// 31.2 Get SEL Info.
 pub const GET_SEL_INFO: Command = command("Get SEL Info", NETFN_STORAGE, 0x40, Retry::Safe);
 /// 31.4 Reserve SEL.
 pub const RESERVE_SEL: Command = command("Reserve SEL", NETFN_STORAGE, 0x42, Retry::Safe);
 /// 31.5 Get SEL Entry.
-pub const GET_SEL_ENTRY: Command = command("Get SEL Entry", NETFN_STORAGE, 0x43, Retry::Safe).with(&[cc(0x81, ErrorCode::BmcError, "cannot execute command, SEL erase in progress")]);
+pub const GET_SEL_ENTRY: Command = command("Get SEL Entry", NETFN_STORAGE, 0x43, Retry::Safe).with(&[cc(
+    0x81,
+    ErrorCode::BmcError,
+    "cannot execute command, SEL erase in progress",
+)]);
 /// 31.9 Clear SEL (initiate erase, or get its status: both safe to repeat).
 pub const CLEAR_SEL: Command = command("Clear SEL", NETFN_STORAGE, 0x47, Retry::Safe);
 
@@ -138,9 +153,11 @@ const LAN_SPECIFIC: &[SpecificCode] = &[
     cc(0x83, ErrorCode::Unsupported, "attempt to read a write-only parameter"),
 ];
 /// 23.1 Set LAN Configuration Parameters.
-pub const SET_LAN_CONFIG: Command = command("Set LAN Configuration Parameters", NETFN_TRANSPORT, 0x01, Retry::Safe).with(LAN_SPECIFIC);
+pub const SET_LAN_CONFIG: Command =
+    command("Set LAN Configuration Parameters", NETFN_TRANSPORT, 0x01, Retry::Safe).with(LAN_SPECIFIC);
 /// 23.2 Get LAN Configuration Parameters.
-pub const GET_LAN_CONFIG: Command = command("Get LAN Configuration Parameters", NETFN_TRANSPORT, 0x02, Retry::Safe).with(LAN_SPECIFIC);
+pub const GET_LAN_CONFIG: Command =
+    command("Get LAN Configuration Parameters", NETFN_TRANSPORT, 0x02, Retry::Safe).with(LAN_SPECIFIC);
 
 /// "This channel" in channel-number fields.
 pub const CURRENT_CHANNEL: u8 = 0x0E;
@@ -217,8 +234,15 @@ fn device_selector(device: BootDevice) -> Result<u8, ProviderError> {
         BootDevice::Safe => 0x3,
         BootDevice::Cdrom => 0x5,
         BootDevice::Bios => 0x6,
-        BootDevice::Http => return Err(ProviderError::unsupported_op("IPMI has no UEFI HTTP boot device (Redfish `UefiHttp` has)")),
-        BootDevice::Other => return Err(ProviderError::new(ErrorCode::InvalidField, "`other` is a boot device the BMC reports, not one to set")),
+        BootDevice::Http => {
+            return Err(ProviderError::unsupported_op("IPMI has no UEFI HTTP boot device (Redfish `UefiHttp` has)"))
+        }
+        BootDevice::Other => {
+            return Err(ProviderError::new(
+                ErrorCode::InvalidField,
+                "`other` is a boot device the BMC reports, not one to set",
+            ))
+        }
     })
 }
 
@@ -294,7 +318,10 @@ pub fn check_boot_read_back(set: &BootDeviceRequest, data: &[u8]) -> Result<Boot
     let (b1, selector) = boot_flags_fields(data)?;
     let want = device_selector(set.device)?;
     let differs = |what: String| {
-        ProviderError::new(ErrorCode::BmcError, format!("the BMC accepted the boot device but reads back {what}; the boot device is not set"))
+        ProviderError::new(
+            ErrorCode::BmcError,
+            format!("the BMC accepted the boot device but reads back {what}; the boot device is not set"),
+        )
     };
     if selector != want {
         return Err(differs(format!("device selector 0x{selector:X} instead of 0x{want:X}")));
@@ -313,11 +340,19 @@ pub fn check_boot_read_back(set: &BootDeviceRequest, data: &[u8]) -> Result<Boot
 }
 
 fn once_or_always(persistent: bool) -> &'static str {
-    if persistent { "persistent" } else { "next boot only" }
+    if persistent {
+        "persistent"
+    } else {
+        "next boot only"
+    }
 }
 
 fn legacy_or_efi(efi: bool) -> &'static str {
-    if efi { "EFI" } else { "legacy" }
+    if efi {
+        "EFI"
+    } else {
+        "legacy"
+    }
 }
 
 /// Get System Boot Options request data for parameter 5.
@@ -346,7 +381,11 @@ pub fn decode_boot_flags(data: &[u8]) -> Result<BootDeviceRequest, ProviderError
         0x6 => BootDevice::Bios,
         other => {
             // Reported readably rather than failing the read.
-            tracing::debug!(selector = other, name = selector_name(other), "The BMC's boot device selector has no bmcfleet name; reporting `other`.");
+            tracing::debug!(
+                selector = other,
+                name = selector_name(other),
+                "The BMC's boot device selector has no bmcfleet name; reporting `other`."
+            );
             BootDevice::Other
         }
     };
@@ -514,8 +553,7 @@ pub fn encode_set_lan_param(channel: u8, param: u8, value: &[u8]) -> Vec<u8> {
 /// The parameter bytes of a Get LAN Configuration Parameters response
 /// (after the revision byte).
 pub fn lan_param_value(data: &[u8], len: usize) -> Result<&[u8], String> {
-    data.get(1..1 + len)
-        .ok_or_else(|| format!("LAN parameter response has {} bytes, expected {}", data.len(), len + 1))
+    data.get(1..1 + len).ok_or_else(|| format!("LAN parameter response has {} bytes, expected {}", data.len(), len + 1))
 }
 
 pub fn ipv4(bytes: &[u8]) -> Ipv4Addr {

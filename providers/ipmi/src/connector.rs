@@ -147,11 +147,18 @@ mod tests {
         let base = Arc::new(RmcpConfig::default());
         let same = rmcp_config(&base, &IpmiOptions::default()).unwrap();
         assert!(Arc::ptr_eq(&same, &base), "no copy per session without settings of the machine's own");
-        assert_eq!((same.cipher_suites.clone(), same.privilege), (vec![CipherSuite::S17, CipherSuite::S3], IpmiPrivilege::Administrator));
+        assert_eq!(
+            (same.cipher_suites.clone(), same.privilege),
+            (vec![CipherSuite::S17, CipherSuite::S3], IpmiPrivilege::Administrator)
+        );
         let options = IpmiOptions { cipher_suites: vec![3], privilege: Some(IpmiPrivilege::User) };
         let mine = rmcp_config(&base, &options).unwrap();
         assert_eq!((mine.cipher_suites.clone(), mine.privilege), (vec![CipherSuite::S3], IpmiPrivilege::User));
         let weak = IpmiOptions { cipher_suites: vec![1], privilege: None };
-        assert_eq!(rmcp_config(&base, &weak).unwrap_err().code, ErrorCode::InvalidField, "the registry's rule holds here too");
+        assert_eq!(
+            rmcp_config(&base, &weak).unwrap_err().code,
+            ErrorCode::InvalidField,
+            "the registry's rule holds here too"
+        );
     }
 }

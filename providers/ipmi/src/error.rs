@@ -105,7 +105,10 @@ impl From<TransportError> for ProviderError {
         };
         let retryable = matches!(
             e.kind,
-            TransportErrorKind::Unreachable | TransportErrorKind::Timeout | TransportErrorKind::Busy | TransportErrorKind::WorkerExhausted
+            TransportErrorKind::Unreachable
+                | TransportErrorKind::Timeout
+                | TransportErrorKind::Busy
+                | TransportErrorKind::WorkerExhausted
         );
         ProviderError::new(code, e.message).with_retryable(retryable).with_not_sent(e.not_sent)
     }
@@ -182,17 +185,11 @@ impl fmt::Display for CommandId {
 /// The provider error for a non-zero completion code of `command`.
 pub fn completion_code_error(command: CommandId, cc: u8, specific: &[SpecificCode]) -> ProviderError {
     if let Some(s) = specific.iter().find(|s| s.cc == cc) {
-        return ProviderError::new(
-            s.code,
-            format!("{command} failed: completion code 0x{cc:02X} ({})", s.meaning),
-        );
+        return ProviderError::new(s.code, format!("{command} failed: completion code 0x{cc:02X} ({})", s.meaning));
     }
     let (code, retryable) = completion_code_class(cc);
-    ProviderError::new(
-        code,
-        format!("{command} failed: completion code 0x{cc:02X} ({})", completion_code_meaning(cc)),
-    )
-    .with_retryable(retryable)
+    ProviderError::new(code, format!("{command} failed: completion code 0x{cc:02X} ({})", completion_code_meaning(cc)))
+        .with_retryable(retryable)
 }
 
 /// A socket this worker could not make: `WorkerExhausted` when it is out of
@@ -201,7 +198,9 @@ pub(crate) fn socket_error(what: impl std::fmt::Display, e: &std::io::Error) -> 
     if bmcfleet_provider::is_descriptor_exhaustion(e) {
         return TransportError::new(
             TransportErrorKind::WorkerExhausted,
-            format!("{what}: the worker ran out of file descriptors (not a BMC fault; raise its open-files limit): {e}"),
+            format!(
+                "{what}: the worker ran out of file descriptors (not a BMC fault; raise its open-files limit): {e}"
+            ),
         )
         .not_sent();
     }

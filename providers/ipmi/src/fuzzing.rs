@@ -76,7 +76,8 @@ async fn session_op(op: u8, flags: u8, script: &[u8]) {
     let ctx = Ctx::new(Instant::now() + Duration::from_secs(3600));
     let transport = Scripted { rest: script, calls: 0 };
     // Verification polls without waiting: the script's replies decide.
-    let mut s = IpmiSession::new(transport, "fuzz").with_verify(crate::session::Verify { poll: Duration::ZERO, limit: Duration::from_secs(3600) });
+    let mut s = IpmiSession::new(transport, "fuzz")
+        .with_verify(crate::session::Verify { poll: Duration::ZERO, limit: Duration::from_secs(3600) });
     if flags & 0x80 != 0 {
         s = s.with_channel(flags);
     }
@@ -155,7 +156,11 @@ async fn session_op(op: u8, flags: u8, script: &[u8]) {
             2 => {
                 let (limit, offset) = (u32::from(flags >> 2), u32::from(flags >> 5));
                 if let Ok(log) = s.read_event_log(&ctx, limit, offset).await {
-                    assert!(log.entries.len() <= limit as usize, "{} entries for a limit of {limit}", log.entries.len());
+                    assert!(
+                        log.entries.len() <= limit as usize,
+                        "{} entries for a limit of {limit}",
+                        log.entries.len()
+                    );
                 }
             }
             3 => {

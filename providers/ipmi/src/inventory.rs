@@ -14,38 +14,23 @@ use bmcfleet_schema::{Inventory as InventoryData, PowerState};
 impl<T: Transport> IpmiSession<T> {
     /// Reads `len` bytes of FRU device 0 from `offset`, in chunks the BMC
     /// accepts (32 bytes, smaller when it says the request is too large).
-    async fn read_fru(
-        &mut self,
-        ctx: &Ctx,
-        offset: usize,
-        len: usize,
-        words: bool,
-    ) -> Result<Vec<u8>> {
+    async fn read_fru(&mut self, ctx: &Ctx, offset: usize, len: usize, words: bool) -> Result<Vec<u8>> {
         let unit = if words { 2 } else { 1 };
         let mut out = Vec::with_capacity(len);
         let mut chunk: usize = 32;
         while out.len() < len {
             let at = (offset + out.len()) / unit;
             let want = (len - out.len()).min(chunk).div_ceil(unit);
-            let at16 =
-                u16::try_from(at).map_err(|_| protocol(cmd::READ_FRU.id, "offset past 64 KiB"))?;
+            let at16 = u16::try_from(at).map_err(|_| protocol(cmd::READ_FRU.id, "offset past 64 KiB"))?;
             let [lo, hi] = at16.to_le_bytes();
-            let response = self
-                .send(ctx, &cmd::READ_FRU, vec![0, lo, hi, want as u8])
-                .await?;
+            let response = self.send(ctx, &cmd::READ_FRU, vec![0, lo, hi, want as u8]).await?;
             match response.cc {
                 0 => {}
                 0xC7..=0xCA if chunk > 8 => {
                     chunk /= 2;
                     continue;
                 }
-                cc => {
-                    return Err(completion_code_error(
-                        cmd::READ_FRU.id,
-                        cc,
-                        cmd::READ_FRU.specific,
-                    ))
-                }
+                cc => return Err(completion_code_error(cmd::READ_FRU.id, cc, cmd::READ_FRU.specific)),
             }
             let count = usize::from(*response.data.first().unwrap_or(&0)) * unit;
             let bytes = response.data.get(1..1 + count).unwrap_or(&[]);
@@ -61,11 +46,7 @@ impl<T: Transport> IpmiSession<T> {
     /// Chassis, board and product info of FRU device 0 (a problem with one
     /// area is noted in `extra` as `fru_error`). A BMC without FRU data
     /// yields nothing.
-    async fn fru_info(
-        &mut self,
-        ctx: &Ctx,
-        extra: &mut Vec<(String, String)>,
-    ) -> Result<Option<Fru>> {
+    async fn fru_info(&mut self, ctx: &Ctx, extra: &mut Vec<(String, String)>) -> Result<Option<Fru>> {
         let info = self.send(ctx, &cmd::GET_FRU_INFO, vec![0]).await?;
         if info.cc != 0 || info.data.len() < 3 {
             return Ok(None);
@@ -138,45 +119,25 @@ impl<T: Transport> Inventory for IpmiSession<T> {
         let mut extra: Vec<(String, String)> = vec![
             ("device_id".into(), device.device_id.to_string()),
             ("device_revision".into(), device.device_revision.to_string()),
-            (
-                "ipmi_version".into(),
-                format!("{}.{}", device.major_version, device.minor_version),
-            ),
+            ("ipmi_version".into(), format!("{}.{}", device.major_version, device.minor_version)),
             ("manufacturer_id".into(), device.manufacturer_id.to_string()),
             ("product_id".into(), device.product_id.to_string()),
         ];
         if let Some(aux) = device.aux_revision {
-            extra.push((
-                "aux_firmware_revision".into(),
-                bmcfleet_provider::hex(&aux),
-            ));
+            extra.push(("aux_firmware_revision".into(), bmcfleet_provider::hex(&aux)));
         }
 
         let mut power_state = None;
         let status = self.send(ctx, &cmd::GET_CHASSIS_STATUS, vec![]).await?;
-        if let Some(s) = (status.cc == 0)
-            .then(|| cmd::decode_chassis_status(&status.data))
-            .flatten()
-        {
-            power_state = Some(if s.power_on {
-                PowerState::On
-            } else {
-                PowerState::Off
-            });
-            extra.push((
-                "power_restore_policy".into(),
-                cmd::restore_policy_name(s.restore_policy).into(),
-            ));
+        if let Some(s) = (status.cc == 0).then(|| cmd::decode_chassis_status(&status.data)).flatten() {
+            power_state = Some(if s.power_on { PowerState::On } else { PowerState::Off });
+            extra.push(("power_restore_policy".into(), cmd::restore_policy_name(s.restore_policy).into()));
             extra.push(("power_fault".into(), s.power_fault.to_string()));
             extra.push(("power_overload".into(), s.power_overload.to_string()));
             extra.push(("chassis_intrusion".into(), (s.misc & 0x01 != 0).to_string()));
         }
 
-        let fru = if device.fru_inventory_support {
-            self.fru_info(ctx, &mut extra).await?
-        } else {
-            None
-        };
+        let fru = if device.fru_inventory_support { self.fru_info(ctx, &mut extra).await? } else { None };
         let f = fru.clone().unwrap_or_default();
         let mut inv = InventoryData {
             manufacturer: f.product_manufacturer.or(f.board_manufacturer),

@@ -138,7 +138,6 @@ impl<T: Transport + 'static> bmcfleet_provider::Offer for IpmiSession<T> {
     }
 }
 
-
 pub use config::IpmiConfig;
 pub use connector::{IpmiConnector, DEFAULT_PORT};
 pub use error::{TransportError, TransportErrorKind};

@@ -23,26 +23,14 @@ impl<T: Transport> BmcReset for IpmiSession<T> {
 }
 
 impl<T: Transport> IpmiSession<T> {
-    async fn lan_param(
-        &mut self,
-        ctx: &Ctx,
-        channel: u8,
-        param: u8,
-        len: usize,
-    ) -> Result<Vec<u8>> {
+    async fn lan_param(&mut self, ctx: &Ctx, channel: u8, param: u8, len: usize) -> Result<Vec<u8>> {
         let data = self.exec(ctx, &cmd::GET_LAN_CONFIG, cmd::encode_get_lan_param(channel, param)).await?;
         cmd::lan_param_value(&data, len)
             .map(<[u8]>::to_vec)
             .map_err(|e| protocol(cmd::GET_LAN_CONFIG.id, format!("parameter {param}: {e}")))
     }
 
-    async fn set_lan_param(
-        &mut self,
-        ctx: &Ctx,
-        channel: u8,
-        param: u8,
-        value: &[u8],
-    ) -> Result<()> {
+    async fn set_lan_param(&mut self, ctx: &Ctx, channel: u8, param: u8, value: &[u8]) -> Result<()> {
         self.exec(ctx, &cmd::SET_LAN_CONFIG, cmd::encode_set_lan_param(channel, param, value)).await?;
         Ok(())
     }
@@ -52,16 +40,8 @@ impl<T: Transport> IpmiSession<T> {
     /// write, set complete. On a BMC with rollback (ipmi_sim) "set complete"
     /// without "commit write" discards the writes, so a failure part-way
     /// leaves the old configuration in place.
-    async fn set_lan_params(
-        &mut self,
-        ctx: &Ctx,
-        channel: u8,
-        params: &[(u8, Vec<u8>)],
-    ) -> Result<()> {
-        let locked = match self
-            .set_lan_param(ctx, channel, cmd::LAN_SET_IN_PROGRESS, &[0x01])
-            .await
-        {
+    async fn set_lan_params(&mut self, ctx: &Ctx, channel: u8, params: &[(u8, Vec<u8>)]) -> Result<()> {
+        let locked = match self.set_lan_param(ctx, channel, cmd::LAN_SET_IN_PROGRESS, &[0x01]).await {
             Ok(()) => true,
             Err(e) if matches!(e.code, ErrorCode::Unsupported | ErrorCode::InvalidField) => false,
             Err(e) => return Err(e),
@@ -77,22 +57,13 @@ impl<T: Transport> IpmiSession<T> {
             if result.is_ok() {
                 // Commit write is optional in the spec: a BMC without it
                 // applies the values at "set complete".
-                match self
-                    .set_lan_param(ctx, channel, cmd::LAN_SET_IN_PROGRESS, &[0x02])
-                    .await
-                {
-                    Err(e)
-                        if !matches!(e.code, ErrorCode::Unsupported | ErrorCode::InvalidField) =>
-                    {
-                        result = Err(e)
-                    }
+                match self.set_lan_param(ctx, channel, cmd::LAN_SET_IN_PROGRESS, &[0x02]).await {
+                    Err(e) if !matches!(e.code, ErrorCode::Unsupported | ErrorCode::InvalidField) => result = Err(e),
                     _ => {}
                 }
             }
             // Set complete releases the lock whatever happened above.
-            let complete = self
-                .set_lan_param(ctx, channel, cmd::LAN_SET_IN_PROGRESS, &[0x00])
-                .await;
+            let complete = self.set_lan_param(ctx, channel, cmd::LAN_SET_IN_PROGRESS, &[0x00]).await;
             result = result.and(complete);
         }
         result
@@ -113,16 +84,8 @@ impl<T: Transport> NetworkSource for IpmiSession<T> {
             return Ok(NetworkSourceOp::Dhcp);
         }
         let address = cmd::ipv4(&self.lan_param(ctx, channel, cmd::LAN_IP_ADDRESS, 4).await?);
-        let netmask = cmd::ipv4(
-            &self
-                .lan_param(ctx, channel, cmd::LAN_SUBNET_MASK, 4)
-                .await?,
-        );
-        let gateway = cmd::ipv4(
-            &self
-                .lan_param(ctx, channel, cmd::LAN_DEFAULT_GATEWAY, 4)
-                .await?,
-        );
+        let netmask = cmd::ipv4(&self.lan_param(ctx, channel, cmd::LAN_SUBNET_MASK, 4).await?);
+        let gateway = cmd::ipv4(&self.lan_param(ctx, channel, cmd::LAN_DEFAULT_GATEWAY, 4).await?);
         Ok(NetworkSourceOp::Static(StaticIpv4 {
             address,
             netmask,
@@ -133,12 +96,7 @@ impl<T: Transport> NetworkSource for IpmiSession<T> {
     /// Set LAN Configuration Parameters (transport 0x01): parameter 4 = DHCP.
     async fn set_dhcp(&mut self, ctx: &Ctx) -> Result<()> {
         let channel = self.channel(ctx).await?;
-        self.set_lan_params(
-            ctx,
-            channel,
-            &[(cmd::LAN_IP_SOURCE, vec![cmd::IP_SOURCE_DHCP])],
-        )
-        .await
+        self.set_lan_params(ctx, channel, &[(cmd::LAN_IP_SOURCE, vec![cmd::IP_SOURCE_DHCP])]).await
     }
 
     /// Set LAN Configuration Parameters: parameter 4 = static, then 3, 6 and
@@ -161,28 +119,18 @@ impl<T: Transport> NetworkSource for IpmiSession<T> {
 fn validate_static(addr: &StaticIpv4) -> Result<()> {
     let mask = u32::from(addr.netmask);
     if mask == 0 || mask.leading_ones() + mask.trailing_zeros() != 32 {
-        return Err(invalid(format!(
-            "netmask {} is not a contiguous prefix",
-            addr.netmask
-        )));
+        return Err(invalid(format!("netmask {} is not a contiguous prefix", addr.netmask)));
     }
     let bad = |ip: Ipv4Addr| ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast();
     if bad(addr.address) {
-        return Err(invalid(format!(
-            "{} is not a usable host address",
-            addr.address
-        )));
+        return Err(invalid(format!("{} is not a usable host address", addr.address)));
     }
     if let Some(gw) = addr.gateway {
         if bad(gw) {
             return Err(invalid(format!("{gw} is not a usable gateway address")));
         }
         if u32::from(gw) & mask != u32::from(addr.address) & mask {
-            return Err(invalid(format!(
-                "gateway {gw} is outside {}/{}",
-                addr.address,
-                mask.leading_ones()
-            )));
+            return Err(invalid(format!("gateway {gw} is outside {}/{}", addr.address, mask.leading_ones())));
         }
     }
     Ok(())
@@ -202,10 +150,7 @@ mod tests {
         assert!(validate_static(&ok).is_ok());
         let mut bad = ok.clone();
         bad.netmask = "255.0.255.0".parse().unwrap();
-        assert_eq!(
-            validate_static(&bad).unwrap_err().code,
-            ErrorCode::InvalidField
-        );
+        assert_eq!(validate_static(&bad).unwrap_err().code, ErrorCode::InvalidField);
         let mut bad = ok.clone();
         bad.gateway = Some("198.51.100.1".parse().unwrap());
         assert!(validate_static(&bad).is_err());

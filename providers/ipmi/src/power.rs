@@ -29,7 +29,8 @@ pub(crate) fn expected_state(op: PowerOp) -> Option<PowerState> {
 impl<T: Transport> IpmiSession<T> {
     async fn chassis_power(&mut self, ctx: &Ctx) -> Result<PowerState> {
         let data = self.exec(ctx, &cmd::GET_CHASSIS_STATUS, vec![]).await?;
-        let status = cmd::decode_chassis_status(&data).ok_or_else(|| protocol(cmd::GET_CHASSIS_STATUS.id, "empty response"))?;
+        let status =
+            cmd::decode_chassis_status(&data).ok_or_else(|| protocol(cmd::GET_CHASSIS_STATUS.id, "empty response"))?;
         Ok(if status.power_on { PowerState::On } else { PowerState::Off })
     }
 
@@ -49,7 +50,9 @@ impl<T: Transport> IpmiSession<T> {
                 Ok(s) if s == want => return Ok(s),
                 Ok(s) => last = Some(s),
                 // A read cut short by the deadline: the command was accepted, its effect unseen.
-                Err(e) if matches!(e.code, ErrorCode::DeadlineExceeded | ErrorCode::Timeout) && Instant::now() >= give_up => {}
+                Err(e)
+                    if matches!(e.code, ErrorCode::DeadlineExceeded | ErrorCode::Timeout)
+                        && Instant::now() >= give_up => {}
                 Err(e) => return Err(e),
             }
             let now = Instant::now();

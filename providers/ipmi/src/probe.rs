@@ -107,7 +107,9 @@ fn interpret(addr: SocketAddr, rq_seq: u8, datagram: &[u8], extended: &mut bool)
     let (cc, data) = match decode(rq_seq, datagram) {
         Ok(Some(reply)) => reply,
         Ok(None) => return Step::Ignore,
-        Err(why) => return Step::Done(Err(TransportError::new(TransportErrorKind::Protocol, format!("{addr}: {why}")))),
+        Err(why) => {
+            return Step::Done(Err(TransportError::new(TransportErrorKind::Protocol, format!("{addr}: {why}"))))
+        }
     };
     if cc == 0xCC && *extended {
         // An IPMI 1.5-only BMC rejects the "IPMI 2.0 extended data" bit.
@@ -127,7 +129,11 @@ fn interpret(addr: SocketAddr, rq_seq: u8, datagram: &[u8], extended: &mut bool)
         )));
     }
     let ext = data[1] & 0x80 != 0;
-    Step::Done(Ok(AuthCaps { channel: data[0] & 0x0F, ipmi20: ext && data[3] & 0x02 != 0, ipmi15: !ext || data[3] & 0x01 != 0 }))
+    Step::Done(Ok(AuthCaps {
+        channel: data[0] & 0x0F,
+        ipmi20: ext && data[3] & 0x02 != 0,
+        ipmi15: !ext || data[3] & 0x01 != 0,
+    }))
 }
 
 fn wildcard(addr: SocketAddr) -> SocketAddr {
@@ -188,7 +194,9 @@ pub fn channel_auth_caps(
                 runtime.block_on(channel_auth_caps_async(addr, deadline, attempt_timeout))
             })
             .join()
-            .unwrap_or_else(|_| Err(TransportError::new(TransportErrorKind::Internal, format!("{addr}: the probe thread panicked"))))
+            .unwrap_or_else(|_| {
+                Err(TransportError::new(TransportErrorKind::Internal, format!("{addr}: the probe thread panicked")))
+            })
     })
 }
 

@@ -16,11 +16,7 @@ impl<T: Transport> Raw for IpmiSession<T> {
     async fn raw(&mut self, ctx: &Ctx, req: &RawRequest) -> Result<RawResponse> {
         let raw = match req {
             RawRequest::Ipmi(raw) => raw,
-            RawRequest::Redfish(_) => {
-                return Err(invalid(
-                    "a Redfish raw request cannot be sent to an IPMI BMC",
-                ))
-            }
+            RawRequest::Redfish(_) => return Err(invalid("a Redfish raw request cannot be sent to an IPMI BMC")),
         };
         if raw.netfn >= 0x40 || raw.netfn % 2 != 0 {
             return Err(invalid(format!(
@@ -29,25 +25,14 @@ impl<T: Transport> Raw for IpmiSession<T> {
             )));
         }
         if raw.data.len() > MAX_RAW_DATA {
-            return Err(invalid(format!(
-                "raw data is {} bytes; the limit is {MAX_RAW_DATA}",
-                raw.data.len()
-            )));
+            return Err(invalid(format!("raw data is {} bytes; the limit is {MAX_RAW_DATA}", raw.data.len())));
         }
         let command = Command {
-            id: CommandId {
-                name: "raw",
-                netfn: raw.netfn,
-                cmd: raw.cmd,
-            },
+            id: CommandId { name: "raw", netfn: raw.netfn, cmd: raw.cmd },
             retry: Retry::Once,
             specific: &[],
         };
         let response = self.send(ctx, &command, raw.data.clone()).await?;
-        Ok(RawResponse {
-            status: u16::from(response.cc),
-            data: response.data,
-            body: None,
-        })
+        Ok(RawResponse { status: u16::from(response.cc), data: response.data, body: None })
     }
 }

@@ -44,7 +44,10 @@ pub fn sel_time(ts: u32) -> Option<String> {
     if ts == 0xFFFF_FFFF || ts <= 0x2000_0000 {
         return None;
     }
-    time::OffsetDateTime::from_unix_timestamp(i64::from(ts)).ok()?.format(&time::format_description::well_known::Rfc3339).ok()
+    time::OffsetDateTime::from_unix_timestamp(i64::from(ts))
+        .ok()?
+        .format(&time::format_description::well_known::Rfc3339)
+        .ok()
 }
 
 /// The severity of a threshold event (event/reading type 0x01, §42.1):
@@ -78,7 +81,11 @@ pub fn decode_sel_record(record: &[u8]) -> std::result::Result<EventLogEntry, St
         Entry::System { sensor_type, sensor_number, event_direction, event_type, event_data, .. } => {
             let kind = ipmi_rs::storage::sdr::SensorType::from(*sensor_type).to_string();
             let what = Description(&entry).to_string();
-            let what = if what.trim().is_empty() { format!("event type 0x{event_type:02x} offset {}", event_data.offset) } else { what };
+            let what = if what.trim().is_empty() {
+                format!("event type 0x{event_type:02x} offset {}", event_data.offset)
+            } else {
+                what
+            };
             let dir = match event_direction {
                 EventDirection::Assert => "asserted",
                 EventDirection::Deassert => "deasserted",
@@ -132,7 +139,8 @@ impl<T: Transport> IpmiSession<T> {
                 0xCB if !out.is_empty() || id == 0 => break,
                 cc => return Err(completion_code_error(cmd::GET_SEL_ENTRY.id, cc, cmd::GET_SEL_ENTRY.specific)),
             }
-            let (next, record) = sel_entry_response(&r.data).ok_or_else(|| protocol(cmd::GET_SEL_ENTRY.id, "response shorter than a record"))?;
+            let (next, record) = sel_entry_response(&r.data)
+                .ok_or_else(|| protocol(cmd::GET_SEL_ENTRY.id, "response shorter than a record"))?;
             out.push(decode_sel_record(record).unwrap_or_else(|why| EventLogEntry {
                 id: format!("{:04x}", u16::from_le_bytes([record[0], record[1]])),
                 message: why,
@@ -225,7 +233,10 @@ mod tests {
         assert_eq!(e.kind.as_deref(), Some("OEM 0xc1"));
         assert_eq!(e.message, "OEM record (manufacturer 343)");
         assert!(decode_sel_record(&rec[..10]).is_err());
-        assert!(decode_sel_record(&[0x01, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err(), "record type 0x10 is unknown");
+        assert!(
+            decode_sel_record(&[0x01, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err(),
+            "record type 0x10 is unknown"
+        );
 
         // Get SEL Info: version 0x51, 3 entries, ...
         assert_eq!(sel_entries(&[0x51, 0x03, 0x00, 0xFF, 0xFF]), Some(3));

@@ -105,7 +105,8 @@ impl FullSensor {
             2 => f64::from(raw as i8),
             _ => return None,
         };
-        let y = (f64::from(self.m) * x + f64::from(self.b) * 10f64.powi(self.b_exp.into())) * 10f64.powi(self.r_exp.into());
+        let y =
+            (f64::from(self.m) * x + f64::from(self.b) * 10f64.powi(self.b_exp.into())) * 10f64.powi(self.r_exp.into());
         let v = match self.linearization {
             0 => y,
             1 => y.ln(),
@@ -158,7 +159,8 @@ impl FullSensor {
     }
 
     pub fn thresholds(&self) -> Thresholds {
-        let t = |bit: usize| (self.readable & (1 << bit) != 0).then(|| self.convert(self.raw_thresholds[bit])).flatten();
+        let t =
+            |bit: usize| (self.readable & (1 << bit) != 0).then(|| self.convert(self.raw_thresholds[bit])).flatten();
         // Non-recoverable thresholds count as critical where there is no critical one.
         Thresholds {
             lower_warning: t(0),
@@ -254,7 +256,14 @@ impl<T: Transport> Sensors for IpmiSession<T> {
             let value = raw.and_then(|x| sensor.convert(x));
             let thresholds = sensor.thresholds();
             let health = status.or_else(|| value.map(|v| thresholds.health(v)));
-            out.push(SensorReading { name: sensor.name.clone(), kind: sensor.kind(), value, unit: sensor.unit(), thresholds, health });
+            out.push(SensorReading {
+                name: sensor.name.clone(),
+                kind: sensor.kind(),
+                value,
+                unit: sensor.unit(),
+                thresholds,
+                health,
+            });
         }
         Ok(out)
     }
@@ -275,9 +284,15 @@ mod tests {
     #[test]
     fn a_full_sensor_record_decodes_and_linearises() {
         let s = decode_full_sensor(&hex(VCORE)).unwrap();
-        assert_eq!((s.number, s.name.as_str(), s.kind(), s.unit().as_deref()), (0x50, "VCore", SensorKind::Voltage, Some("V")));
+        assert_eq!(
+            (s.number, s.name.as_str(), s.kind(), s.unit().as_deref()),
+            (0x50, "VCore", SensorKind::Voltage, Some("V"))
+        );
         assert_eq!(s.convert(60), Some(1.2));
-        assert_eq!(s.thresholds(), Thresholds { lower_critical: Some(1.0), upper_critical: Some(1.4), ..Thresholds::default() });
+        assert_eq!(
+            s.thresholds(),
+            Thresholds { lower_critical: Some(1.0), upper_critical: Some(1.4), ..Thresholds::default() }
+        );
         // Signed fields: M = -3 (10-bit), B = 5, B exp 1, R exp -1, 2's complement reading.
         assert_eq!((signed10(0xFD, 0xC0), signed4(0x0F), signed4(0x07)), (-3, -1, 7));
         let mut t = s.clone();
@@ -310,7 +325,11 @@ mod tests {
     #[test]
     fn readings_decode() {
         assert_eq!(decode_reading(&[60, 0xC0, 0x00]), Some((Some(60), Some(Health::Ok))));
-        assert_eq!(decode_reading(&[15, 0xC0, 0x01]), Some((Some(15), Some(Health::Warning))), "below lower non-critical");
+        assert_eq!(
+            decode_reading(&[15, 0xC0, 0x01]),
+            Some((Some(15), Some(Health::Warning))),
+            "below lower non-critical"
+        );
         assert_eq!(decode_reading(&[99, 0xC0, 0x18]), Some((Some(99), Some(Health::Critical))), "above upper critical");
         assert_eq!(decode_reading(&[0, 0xE0]), Some((None, None)), "reading unavailable");
         assert_eq!(decode_reading(&[0, 0x80]), Some((None, None)), "scanning disabled");

@@ -8,9 +8,7 @@ use crate::error::{completion_code_error, CommandId};
 use crate::transport::{Request, Response, Transport};
 use crate::Privilege;
 use async_trait::async_trait;
-use bmcfleet_provider::{
-    BmcSession, Ctx, ProviderError, Result,
-};
+use bmcfleet_provider::{BmcSession, Ctx, ProviderError, Result};
 use bmcfleet_schema::ErrorCode;
 use tracing::Instrument;
 
@@ -150,4 +148,3 @@ impl<T: Transport + 'static> BmcSession for IpmiSession<T> {
         self.transport.close().await;
     }
 }
-

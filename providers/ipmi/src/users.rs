@@ -10,8 +10,7 @@ use bmcfleet_schema::{ErrorCode, UserInfo, UserRole, UserSpec, UserUpdate};
 impl<T: Transport> IpmiSession<T> {
     async fn user_access(&mut self, ctx: &Ctx, channel: u8, id: u8) -> Result<UserAccess> {
         let data = self.exec(ctx, &cmd::GET_USER_ACCESS, cmd::encode_get_user_access(channel, id)).await?;
-        cmd::decode_user_access(&data)
-            .ok_or_else(|| protocol(cmd::GET_USER_ACCESS.id, "response too short"))
+        cmd::decode_user_access(&data).ok_or_else(|| protocol(cmd::GET_USER_ACCESS.id, "response too short"))
     }
 
     /// Every slot's name (`None` where the BMC refuses to name the slot),
@@ -33,19 +32,10 @@ impl<T: Transport> IpmiSession<T> {
 
     async fn find_user(&mut self, ctx: &Ctx, channel: u8, name: &str) -> Result<Option<u8>> {
         let names = self.user_names(ctx, channel).await?;
-        Ok(names
-            .into_iter()
-            .find(|(_, n)| n.as_deref() == Some(name))
-            .map(|(id, _)| id))
+        Ok(names.into_iter().find(|(_, n)| n.as_deref() == Some(name)).map(|(id, _)| id))
     }
 
-    async fn user_info(
-        &mut self,
-        ctx: &Ctx,
-        channel: u8,
-        id: u8,
-        name: String,
-    ) -> Result<UserInfo> {
+    async fn user_info(&mut self, ctx: &Ctx, channel: u8, id: u8, name: String) -> Result<UserInfo> {
         let access = self.user_access(ctx, channel, id).await?;
         Ok(UserInfo {
             id: id.to_string(),
@@ -82,47 +72,37 @@ impl<T: Transport> IpmiSession<T> {
         if !differs.is_empty() {
             return Err(ProviderError::new(
                 ErrorCode::BmcError,
-                format!("{}: the BMC accepted the change of user {name:?} (slot {id}) but the slot reads back {}", self.bmc, differs.join(", ")),
+                format!(
+                    "{}: the BMC accepted the change of user {name:?} (slot {id}) but the slot reads back {}",
+                    self.bmc,
+                    differs.join(", ")
+                ),
             ));
         }
-        Ok(UserInfo { id: id.to_string(), name: read, role: cmd::privilege_role(access.privilege), enabled: access.is_enabled() })
+        Ok(UserInfo {
+            id: id.to_string(),
+            name: read,
+            role: cmd::privilege_role(access.privilege),
+            enabled: access.is_enabled(),
+        })
     }
 
-    async fn set_enabled(
-        &mut self,
-        ctx: &Ctx,
-        channel: u8,
-        id: u8,
-        privilege: u8,
-        enabled: bool,
-    ) -> Result<()> {
+    async fn set_enabled(&mut self, ctx: &Ctx, channel: u8, id: u8, privilege: u8, enabled: bool) -> Result<()> {
         self.exec(ctx, &cmd::SET_USER_ACCESS, cmd::encode_set_user_access(channel, id, privilege, enabled)).await?;
-        let op = if enabled {
-            PasswordOp::Enable
-        } else {
-            PasswordOp::Disable
-        };
+        let op = if enabled { PasswordOp::Enable } else { PasswordOp::Disable };
         self.exec(ctx, &cmd::SET_USER_PASSWORD, cmd::encode_set_user_password(id, op, None)).await?;
         Ok(())
     }
 
-    async fn create_in_slot(
-        &mut self,
-        ctx: &Ctx,
-        channel: u8,
-        id: u8,
-        spec: &UserSpec,
-    ) -> Result<()> {
+    async fn create_in_slot(&mut self, ctx: &Ctx, channel: u8, id: u8, spec: &UserSpec) -> Result<()> {
         self.exec(ctx, &cmd::SET_USER_NAME, cmd::encode_set_user_name(id, &spec.name)).await?;
-        self.exec(ctx, &cmd::SET_USER_PASSWORD, cmd::encode_set_user_password(id, PasswordOp::Set, Some(spec.password.expose()))).await?;
-        self.set_enabled(
+        self.exec(
             ctx,
-            channel,
-            id,
-            cmd::role_privilege(spec.role),
-            spec.enabled,
+            &cmd::SET_USER_PASSWORD,
+            cmd::encode_set_user_password(id, PasswordOp::Set, Some(spec.password.expose())),
         )
-        .await
+        .await?;
+        self.set_enabled(ctx, channel, id, cmd::role_privilege(spec.role), spec.enabled).await
     }
 
     async fn clear_slot(&mut self, ctx: &Ctx, channel: u8, id: u8) -> Result<()> {
@@ -130,16 +110,10 @@ impl<T: Transport> IpmiSession<T> {
         self.exec(
             ctx,
             &cmd::SET_USER_ACCESS,
-            cmd::encode_set_user_access(
-                channel,
-                id,
-                cmd::role_privilege(UserRole::NoAccess),
-                false,
-            ),
+            cmd::encode_set_user_access(channel, id, cmd::role_privilege(UserRole::NoAccess), false),
         )
         .await?;
-        self.exec(ctx, &cmd::SET_USER_NAME, cmd::encode_set_user_name(id, ""))
-            .await?;
+        self.exec(ctx, &cmd::SET_USER_NAME, cmd::encode_set_user_name(id, "")).await?;
         Ok(())
     }
 }
@@ -168,27 +142,20 @@ impl<T: Transport> Users for IpmiSession<T> {
         cmd::validate_password(spec.password.expose()).map_err(invalid)?;
         let channel = self.channel(ctx).await?;
         let names = self.user_names(ctx, channel).await?;
-        if let Some((id, _)) = names
-            .iter()
-            .find(|(_, n)| n.as_deref() == Some(spec.name.as_str()))
-        {
+        if let Some((id, _)) = names.iter().find(|(_, n)| n.as_deref() == Some(spec.name.as_str())) {
             return Err(ProviderError::new(
                 ErrorCode::Conflict,
                 format!("a user named {:?} already exists in slot {id}", spec.name),
             ));
         }
-        let id = names
-            .iter()
-            .find(|(_, n)| n.as_deref() == Some(""))
-            .map(|(id, _)| *id)
-            .ok_or_else(|| {
-                ProviderError::new(
-                    ErrorCode::BmcError,
-                    format!("no free user slot (all {} slots are named)", names.len()),
-                )
-            })?;
+        let id = names.iter().find(|(_, n)| n.as_deref() == Some("")).map(|(id, _)| *id).ok_or_else(|| {
+            ProviderError::new(ErrorCode::BmcError, format!("no free user slot (all {} slots are named)", names.len()))
+        })?;
         let made = match self.create_in_slot(ctx, channel, id, spec).await {
-            Ok(()) => self.verify_slot(ctx, channel, id, &spec.name, Some(cmd::role_privilege(spec.role)), Some(spec.enabled)).await,
+            Ok(()) => {
+                self.verify_slot(ctx, channel, id, &spec.name, Some(cmd::role_privilege(spec.role)), Some(spec.enabled))
+                    .await
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = made {
@@ -207,17 +174,16 @@ impl<T: Transport> Users for IpmiSession<T> {
             cmd::validate_password(pw.expose()).map_err(invalid)?;
         }
         let channel = self.channel(ctx).await?;
-        let id = self
-            .find_user(ctx, channel, &update.name)
-            .await?
-            .ok_or_else(|| {
-                ProviderError::new(
-                    ErrorCode::TargetNotFound,
-                    format!("no user named {:?} on the BMC", update.name),
-                )
-            })?;
+        let id = self.find_user(ctx, channel, &update.name).await?.ok_or_else(|| {
+            ProviderError::new(ErrorCode::TargetNotFound, format!("no user named {:?} on the BMC", update.name))
+        })?;
         if let Some(pw) = &update.password {
-            self.exec(ctx, &cmd::SET_USER_PASSWORD, cmd::encode_set_user_password(id, PasswordOp::Set, Some(pw.expose()))).await?;
+            self.exec(
+                ctx,
+                &cmd::SET_USER_PASSWORD,
+                cmd::encode_set_user_password(id, PasswordOp::Set, Some(pw.expose())),
+            )
+            .await?;
         }
         let (mut privilege, mut enabled) = (None, None);
         if update.role.is_some() || update.enabled.is_some() {
@@ -228,8 +194,7 @@ impl<T: Transport> Users for IpmiSession<T> {
                 None => cmd::role_privilege(UserRole::NoAccess),
             };
             let e = update.enabled.unwrap_or_else(|| current.is_enabled());
-            self.set_enabled(ctx, channel, id, p, e)
-                .await?;
+            self.set_enabled(ctx, channel, id, p, e).await?;
             (privilege, enabled) = (update.role.map(|_| p), update.enabled);
         }
         self.verify_slot(ctx, channel, id, &update.name, privilege, enabled).await
@@ -241,17 +206,17 @@ impl<T: Transport> Users for IpmiSession<T> {
     async fn delete_user(&mut self, ctx: &Ctx, name: &str) -> Result<()> {
         let channel = self.channel(ctx).await?;
         let id = self.find_user(ctx, channel, name).await?.ok_or_else(|| {
-            ProviderError::new(
-                ErrorCode::TargetNotFound,
-                format!("no user named {name:?} on the BMC"),
-            )
+            ProviderError::new(ErrorCode::TargetNotFound, format!("no user named {name:?} on the BMC"))
         })?;
         self.clear_slot(ctx, channel, id).await?;
         // Gone when no slot is named so any more, not when the BMC said 0.
         if self.find_user(ctx, channel, name).await?.is_some() {
             return Err(ProviderError::new(
                 ErrorCode::BmcError,
-                format!("{}: the BMC accepted the removal of user {name:?} (slot {id}) but a slot is still named so", self.bmc),
+                format!(
+                    "{}: the BMC accepted the removal of user {name:?} (slot {id}) but a slot is still named so",
+                    self.bmc
+                ),
             ));
         }
         Ok(())

@@ -9,13 +9,13 @@
 
 mod common;
 
-use bmcfleet_testing::ipmi::wait_until;
 use bmcfleet_ipmi::CAPABILITIES;
 use bmcfleet_provider::{capabilities, BootControl, Connector, Inventory, NetworkSource, Power, Raw, Users};
 use bmcfleet_schema::{
-    BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, NetworkSourceOp, PowerOp, PowerState, RawIpmi,
-    RawRedfish, RawRequest, HttpMethod, Secret, StaticIpv4, UserRole, UserSpec, UserUpdate,
+    BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, NetworkSourceOp, PowerOp, PowerState, RawIpmi,
+    RawRedfish, RawRequest, Secret, StaticIpv4, UserRole, UserSpec, UserUpdate,
 };
+use bmcfleet_testing::ipmi::wait_until;
 use common::{ctx, field, ipmitool_users, open, open_powered_on, start_sim};
 use std::time::Duration;
 
@@ -36,7 +36,11 @@ async fn power_on_off_status_agree_with_ipmitool() {
     let mut s = open(&sim).await;
 
     assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::Off));
-    assert_eq!(Power::power(&mut s, &ctx, PowerOp::On).await.unwrap(), Some(PowerState::On), "verified: the chassis reports on");
+    assert_eq!(
+        Power::power(&mut s, &ctx, PowerOp::On).await.unwrap(),
+        Some(PowerState::On),
+        "verified: the chassis reports on"
+    );
     assert!(sim.power_on(), "chassis program state");
     assert_eq!(sim.ipmitool(&["power", "status"]).unwrap().trim(), "Chassis Power is on");
     assert_eq!(Power::power(&mut s, &ctx, PowerOp::Status).await.unwrap(), Some(PowerState::On));
@@ -151,7 +155,8 @@ async fn users_lifecycle_cross_checked_with_ipmitool() {
     assert_eq!((users[0].role, users[0].enabled), (Some(UserRole::Admin), true));
 
     // Create: lands in the first free slot, visible to ipmitool.
-    let spec = UserSpec { name: "ops".into(), password: Secret::new("ops-pass-1"), role: UserRole::Operator, enabled: true };
+    let spec =
+        UserSpec { name: "ops".into(), password: Secret::new("ops-pass-1"), role: UserRole::Operator, enabled: true };
     let created = s.create_user(&ctx, &spec).await.unwrap();
     assert_eq!((created.id.as_str(), created.role, created.enabled), ("3", Some(UserRole::Operator), true));
     let tool = ipmitool_users(&sim);
@@ -159,7 +164,12 @@ async fn users_lifecycle_cross_checked_with_ipmitool() {
     assert_eq!((row.name.as_str(), row.ipmi_msg, row.privilege.as_str()), ("ops", true, "OPERATOR"));
 
     // The password works: an Administrator created by us can log in.
-    let admin2 = UserSpec { name: "admin2".into(), password: Secret::new("s3cret-admin2"), role: UserRole::Admin, enabled: true };
+    let admin2 = UserSpec {
+        name: "admin2".into(),
+        password: Secret::new("s3cret-admin2"),
+        role: UserRole::Admin,
+        enabled: true,
+    };
     s.create_user(&ctx, &admin2).await.unwrap();
     let creds = bmcfleet_provider::ResolvedCredentials { username: "admin2".into(), password: admin2.password.clone() };
     let mut s2 = common::connector().open(&ctx, &sim.target(), &creds).await.expect("log in as the created user");
@@ -171,7 +181,12 @@ async fn users_lifecycle_cross_checked_with_ipmitool() {
 
     // Updating a missing user is an error and creates nothing.
     let before = s.list_users(&ctx).await.unwrap();
-    let missing = UserUpdate { name: "ghost".into(), password: Some(Secret::new("x")), role: Some(UserRole::Admin), enabled: Some(true) };
+    let missing = UserUpdate {
+        name: "ghost".into(),
+        password: Some(Secret::new("x")),
+        role: Some(UserRole::Admin),
+        enabled: Some(true),
+    };
     let e = s.update_user(&ctx, &missing).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::TargetNotFound, "{e}");
     assert_eq!(s.list_users(&ctx).await.unwrap(), before);

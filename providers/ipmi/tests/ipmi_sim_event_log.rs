@@ -40,8 +40,14 @@ async fn entries_added_by_ipmitool_read_newest_first_and_clear() {
     assert_eq!(log.entries.len(), before + 3, "{log:?}");
     assert_eq!(log.total, Some(log.entries.len() as u32));
     let [newest, middle, oldest] = &log.entries[..3] else { unreachable!() };
-    assert_eq!((oldest.kind.as_deref(), oldest.sensor.as_deref(), oldest.severity), (Some("Temperature"), Some("0x30"), Some(Health::Critical)));
-    assert_eq!((middle.kind.as_deref(), middle.sensor.as_deref(), middle.severity), (Some("Power Supply"), Some("0x41"), None));
+    assert_eq!(
+        (oldest.kind.as_deref(), oldest.sensor.as_deref(), oldest.severity),
+        (Some("Temperature"), Some("0x30"), Some(Health::Critical))
+    );
+    assert_eq!(
+        (middle.kind.as_deref(), middle.sensor.as_deref(), middle.severity),
+        (Some("Power Supply"), Some("0x41"), None)
+    );
     assert_eq!(newest.severity, Some(Health::Ok));
     assert!(newest.message.ends_with("(deasserted)"), "{}", newest.message);
     for e in &log.entries[..3] {

@@ -15,21 +15,46 @@ async fn sensors_read_with_units_thresholds_and_health_agree_with_ipmitool() {
     let mut s = open(&sim).await;
     let sensors = s.sensors(&ctx()).await.unwrap();
     let tool = sim.ipmitool(&["sensor"]).unwrap();
-    let by = |name: &str| sensors.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name} in {sensors:?}\nipmitool:\n{tool}"));
+    let by = |name: &str| {
+        sensors.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name} in {sensors:?}\nipmitool:\n{tool}"))
+    };
 
     let cpu = by("CPU Temp");
-    assert_eq!((cpu.kind, cpu.value, cpu.unit.as_deref(), cpu.health), (SensorKind::Temperature, Some(45.0), Some("Cel"), Some(Health::Ok)));
-    assert_eq!(cpu.thresholds, Thresholds { lower_critical: Some(5.0), lower_warning: Some(10.0), upper_warning: Some(75.0), upper_critical: Some(85.0) });
+    assert_eq!(
+        (cpu.kind, cpu.value, cpu.unit.as_deref(), cpu.health),
+        (SensorKind::Temperature, Some(45.0), Some("Cel"), Some(Health::Ok))
+    );
+    assert_eq!(
+        cpu.thresholds,
+        Thresholds {
+            lower_critical: Some(5.0),
+            lower_warning: Some(10.0),
+            upper_warning: Some(75.0),
+            upper_critical: Some(85.0)
+        }
+    );
     let fan = by("Fan 1");
-    assert_eq!((fan.kind, fan.value, fan.unit.as_deref(), fan.health), (SensorKind::Fan, Some(750.0), Some("RPM"), Some(Health::Warning)));
-    assert_eq!(fan.thresholds, Thresholds { lower_critical: Some(500.0), lower_warning: Some(1000.0), ..Thresholds::default() });
+    assert_eq!(
+        (fan.kind, fan.value, fan.unit.as_deref(), fan.health),
+        (SensorKind::Fan, Some(750.0), Some("RPM"), Some(Health::Warning))
+    );
+    assert_eq!(
+        fan.thresholds,
+        Thresholds { lower_critical: Some(500.0), lower_warning: Some(1000.0), ..Thresholds::default() }
+    );
     let v = by("VCore");
-    assert_eq!((v.kind, v.value, v.unit.as_deref(), v.health), (SensorKind::Voltage, Some(1.2), Some("V"), Some(Health::Ok)));
+    assert_eq!(
+        (v.kind, v.value, v.unit.as_deref(), v.health),
+        (SensorKind::Voltage, Some(1.2), Some("V"), Some(Health::Ok))
+    );
     assert_eq!(sensors.len(), 3);
 
     // ipmitool's `sensor` table: name | value | unit | status | lnr | lcr | lnc | unc | ucr | unr.
     for r in &sensors {
-        let line = tool.lines().find(|l| l.split('|').next().map(str::trim) == Some(r.name.as_str())).unwrap_or_else(|| panic!("{} in\n{tool}", r.name));
+        let line = tool
+            .lines()
+            .find(|l| l.split('|').next().map(str::trim) == Some(r.name.as_str()))
+            .unwrap_or_else(|| panic!("{} in\n{tool}", r.name));
         let cols: Vec<&str> = line.split('|').map(str::trim).collect();
         let value: f64 = cols[1].parse().unwrap();
         assert!((value - r.value.unwrap()).abs() < 1e-3, "{line}");

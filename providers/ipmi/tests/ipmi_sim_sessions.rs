@@ -4,9 +4,9 @@
 
 mod common;
 
-use bmcfleet_testing::ipmi::{IpmiSim, IpmiSimOptions};
 use bmcfleet_provider::{BmcSession, Connector, Ctx, Power, Raw, ResolvedCredentials};
 use bmcfleet_schema::{BmcAddress, ErrorCode, Host, PowerOp, PowerState, RawIpmi, RawRequest, Secret};
+use bmcfleet_testing::ipmi::{IpmiSim, IpmiSimOptions};
 use common::{connector, ctx, open, open_powered_on, start_sim};
 use std::net::{Ipv4Addr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 /// Active sessions on the BMC, from Get Session Info (app 0x3D, current
 /// session): response byte 3.
 async fn active_sessions(session: &mut bmcfleet_ipmi::IpmiSession<bmcfleet_ipmi::RmcpTransport>) -> u8 {
-    let info = Raw::raw(session, &ctx(), &RawRequest::Ipmi(RawIpmi { netfn: 0x06, cmd: 0x3D, data: vec![0] }))
-        .await
-        .unwrap();
+    let info =
+        Raw::raw(session, &ctx(), &RawRequest::Ipmi(RawIpmi { netfn: 0x06, cmd: 0x3D, data: vec![0] })).await.unwrap();
     assert_eq!(info.status, 0);
     info.data[2] & 0x3F
 }
@@ -61,10 +60,7 @@ async fn close_sends_close_session() {
     let dropped = open(&sim).await;
     assert_eq!(active_sessions(&mut watcher).await, baseline + 1);
     drop(dropped);
-    assert!(
-        wait_for_sessions(&mut watcher, baseline).await,
-        "dropping a session closes it on the BMC"
-    );
+    assert!(wait_for_sessions(&mut watcher, baseline).await, "dropping a session closes it on the BMC");
 }
 
 async fn wait_for_sessions(
@@ -278,7 +274,10 @@ async fn idle_session_sends_keepalives() {
 /// type 0x11) to `status`: how a BMC that offers none of our cipher suites
 /// answers. Everything else passes through unchanged. Returns the relay's port
 /// and a counter of the responses it rewrote.
-fn open_session_rewriter(bmc: std::net::SocketAddr, status: Option<u8>) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+fn open_session_rewriter(
+    bmc: std::net::SocketAddr,
+    status: Option<u8>,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let front = UdpSocket::bind("127.0.0.1:0").unwrap();
     let back = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -325,8 +324,14 @@ async fn unsupported_cipher_suite_is_a_typed_unsupported_error() {
     let e = connector().connect(&ctx(), &loopback(port), &sim.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
     assert!(!e.retryable, "a cipher suite mismatch is an answer, not a transient fault: {e}");
-    assert!(e.message.contains("cipher suite 17") && e.message.contains("cipher suite 3"), "the message names every suite tried: {e}");
-    assert!(rewritten.load(std::sync::atomic::Ordering::SeqCst) >= 2, "one refused Open Session per suite went through the relay");
+    assert!(
+        e.message.contains("cipher suite 17") && e.message.contains("cipher suite 3"),
+        "the message names every suite tried: {e}"
+    );
+    assert!(
+        rewritten.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "one refused Open Session per suite went through the relay"
+    );
     assert!(started.elapsed() < Duration::from_secs(3), "answered, not timed out: {:?}", started.elapsed());
     // The same relay without rewriting works: the fault is the status code alone.
     let (port, _) = open_session_rewriter(sim.socket_addr(), None);

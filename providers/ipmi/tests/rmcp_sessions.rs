@@ -26,7 +26,8 @@ fn connector_with(suites: Vec<CipherSuite>, privilege: Privilege, sockets: usize
             cipher_suites: suites,
             privilege,
             ..Default::default()
-        }.into(),
+        }
+        .into(),
         sockets,
         ..Default::default()
     })
@@ -75,7 +76,8 @@ async fn suite_17_by_default_and_every_capability_works_over_it() {
     assert_eq!(s.transport().cipher_suite(), Some(CipherSuite::S17));
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::On).await.unwrap(), Some(PowerState::On));
     assert!(bmc.handle().snapshot().power_on);
-    let create = UserSpec { name: "ops".into(), password: "ops-pass-1".into(), role: UserRole::Operator, enabled: true };
+    let create =
+        UserSpec { name: "ops".into(), password: "ops-pass-1".into(), role: UserRole::Operator, enabled: true };
     Users::create_user(&mut s, &ctx(), &create).await.unwrap();
     assert!(bmc.handle().snapshot().user("ops").is_some());
     assert_eq!(s.transport().handshakes(), 1);
@@ -101,7 +103,8 @@ async fn a_bmc_without_suite_17_gets_suite_3_and_the_order_is_the_machines() {
     let s = open(&connector(), bmc, &admin()).await;
     assert_eq!(s.transport().cipher_suite(), Some(CipherSuite::S3));
     bmc.faults().refused_suites.clear();
-    let s = open(&connector_with(vec![CipherSuite::S3, CipherSuite::S17], Privilege::Administrator, 1), bmc, &admin()).await;
+    let s = open(&connector_with(vec![CipherSuite::S3, CipherSuite::S17], Privilege::Administrator, 1), bmc, &admin())
+        .await;
     assert_eq!(s.transport().cipher_suite(), Some(CipherSuite::S3), "the configured order is followed");
 
     // Only 17 offered, only 3 asked for: a typed answer, not a timeout.
@@ -137,7 +140,8 @@ async fn privilege_levels_limit_what_a_session_offers_and_sends() {
     let bmc = f.bmc(0);
 
     // An operator: power control yes, user changes no (refused before sending), no BMC reset.
-    let mut s = open(&connector_with(vec![CipherSuite::S17], Privilege::Operator, 1), bmc, &creds("oper", "oper-pass")).await;
+    let mut s =
+        open(&connector_with(vec![CipherSuite::S17], Privilege::Operator, 1), bmc, &creds("oper", "oper-pass")).await;
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::On).await.unwrap(), Some(PowerState::On));
     let offered = capabilities(&mut s);
     assert!(offered.contains(&Capability::BootDevice) && !offered.contains(&Capability::BmcReset), "{offered:?}");
@@ -149,13 +153,18 @@ async fn privilege_levels_limit_what_a_session_offers_and_sends() {
     assert_eq!(bmc.stats().requests_for(APP, 0x45), before, "no Set User Name reached the BMC");
 
     // A user-level session: power status only.
-    let mut s = open(&connector_with(vec![CipherSuite::S17], Privilege::User, 1), bmc, &creds("viewer", "view-pass")).await;
+    let mut s =
+        open(&connector_with(vec![CipherSuite::S17], Privilege::User, 1), bmc, &creds("viewer", "view-pass")).await;
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap(), Some(PowerState::On));
     let e = Power::power(&mut s, &ctx(), PowerOp::Off).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
     assert!(bmc.handle().snapshot().power_on, "nothing switched the host off");
     let offered = capabilities(&mut s);
-    assert_eq!(offered, vec![Capability::Power, Capability::Raw, Capability::Inventory, Capability::EventLog, Capability::Sensors], "{offered:?}");
+    assert_eq!(
+        offered,
+        vec![Capability::Power, Capability::Raw, Capability::Inventory, Capability::EventLog, Capability::Sensors],
+        "{offered:?}"
+    );
 
     // A user-level account cannot log in as operator.
     let e = connector_with(vec![CipherSuite::S17], Privilege::Operator, 1)
@@ -254,7 +263,9 @@ async fn a_thousand_sessions_at_once_share_two_sockets_without_head_of_line_bloc
     // One slow BMC among them: the others answer while it is pending.
     f.bmc(1).set_latency(Duration::from_secs(2));
     let mut slow = sessions.remove(0);
-    let slow_call = tokio::spawn(async move { Power::power(&mut slow, &Ctx::with_timeout(Duration::from_secs(10)), PowerOp::Status).await });
+    let slow_call = tokio::spawn(async move {
+        Power::power(&mut slow, &Ctx::with_timeout(Duration::from_secs(10)), PowerOp::Status).await
+    });
     let started = Instant::now();
     for s in sessions.iter_mut().take(50) {
         Power::power(s, &ctx(), PowerOp::Status).await.unwrap();
@@ -316,11 +327,17 @@ async fn silent_bmcs_holding_every_probe_slot_do_not_keep_an_answering_one_waiti
     // Every silent BMC has been sent a probe: every slot is taken.
     for s in &silent {
         let mut buf = [0u8; 64];
-        tokio::time::timeout(Duration::from_secs(60), s.recv(&mut buf)).await.expect("a probe reaches every silent BMC").unwrap();
+        tokio::time::timeout(Duration::from_secs(60), s.recv(&mut buf))
+            .await
+            .expect("a probe reaches every silent BMC")
+            .unwrap();
     }
     let (long, answering, admin) = (Ctx::with_timeout(Duration::from_secs(300)), target(fleet.bmc(0)), admin());
     let open = connector.open(&long, &answering, &admin);
-    let mut session = tokio::time::timeout(Duration::from_secs(60), open).await.expect("the answering BMC waited for the silent ones' deadlines").expect("open");
+    let mut session = tokio::time::timeout(Duration::from_secs(60), open)
+        .await
+        .expect("the answering BMC waited for the silent ones' deadlines")
+        .expect("open");
     Power::power(&mut session, &ctx(), PowerOp::Status).await.expect("power status");
     probing.abort_all();
 }

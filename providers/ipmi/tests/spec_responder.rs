@@ -6,15 +6,15 @@
 //! 0xFF), privilege errors, and exact request sequences (LAN commit,
 //! user-slot rollback) that a simulator cannot show.
 
-use bmcfleet_testing::ipmi::{Fault, SpecBmc, SpecHandle};
 use bmcfleet_ipmi::{IpmiSession, CAPABILITIES};
 use bmcfleet_provider::{
     capabilities, BmcReset, BmcSession, BootControl, Ctx, Inventory, NetworkSource, Power, Raw, Users,
 };
 use bmcfleet_schema::{
-    BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, NetworkSourceOp, PowerOp, PowerState, RawIpmi,
-    RawRequest, Secret, StaticIpv4, UserRole, UserSpec, UserUpdate,
+    BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, NetworkSourceOp, PowerOp, PowerState, RawIpmi, RawRequest,
+    Secret, StaticIpv4, UserRole, UserSpec, UserUpdate,
 };
+use bmcfleet_testing::ipmi::{Fault, SpecBmc, SpecHandle};
 use std::time::Duration;
 
 fn session() -> (IpmiSession<SpecBmc>, SpecHandle) {
@@ -87,9 +87,7 @@ async fn boot_flags_persistent_efi_and_safe_mode_round_trip() {
         }
     }
     // Exact spec bytes for "PXE, persistent, UEFI": valid|persistent|EFI, selector 0001b.
-    s.set_boot_device(&ctx, &BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: true })
-        .await
-        .unwrap();
+    s.set_boot_device(&ctx, &BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: true }).await.unwrap();
     assert_eq!(bmc.snapshot().boot_flags, [0xE0, 0x04, 0, 0, 0]);
     // Safe mode: selector 0011b, legacy, one-time.
     s.set_boot_device(&ctx, &BootDeviceRequest { device: BootDevice::Safe, persistent: false, efi: false })
@@ -105,7 +103,10 @@ async fn boot_flags_persistent_efi_and_safe_mode_round_trip() {
     assert_eq!(s.boot_device(&ctx).await.unwrap().device, BootDevice::Other);
     // UEFI HTTP boot has no IPMI selector: refused, nothing sent.
     let before = bmc.snapshot().calls.len();
-    let e = s.set_boot_device(&ctx, &BootDeviceRequest { device: BootDevice::Http, persistent: false, efi: true }).await.unwrap_err();
+    let e = s
+        .set_boot_device(&ctx, &BootDeviceRequest { device: BootDevice::Http, persistent: false, efi: true })
+        .await
+        .unwrap_err();
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
     assert_eq!(bmc.snapshot().calls.len(), before, "a request was sent");
 }
@@ -127,7 +128,12 @@ async fn insufficient_privilege_is_permission_denied() {
 async fn users_with_spec_enable_status() {
     let (mut s, bmc) = session();
     let ctx = ctx();
-    let spec = UserSpec { name: "alice".into(), password: Secret::new("a-20-byte-password!!"), role: UserRole::Operator, enabled: false };
+    let spec = UserSpec {
+        name: "alice".into(),
+        password: Secret::new("a-20-byte-password!!"),
+        role: UserRole::Operator,
+        enabled: false,
+    };
     let created = s.create_user(&ctx, &spec).await.unwrap();
     assert_eq!((created.id.as_str(), created.enabled, created.role), ("3", false, Some(UserRole::Operator)));
     let st = bmc.snapshot();
@@ -136,7 +142,10 @@ async fn users_with_spec_enable_status() {
     assert_eq!((alice.privilege, alice.enabled, alice.ipmi_messaging), (3, false, false));
 
     let updated = s
-        .update_user(&ctx, &UserUpdate { name: "alice".into(), password: Some(Secret::new("new")), role: None, enabled: Some(true) })
+        .update_user(
+            &ctx,
+            &UserUpdate { name: "alice".into(), password: Some(Secret::new("new")), role: None, enabled: Some(true) },
+        )
         .await
         .unwrap();
     assert_eq!((updated.enabled, updated.role), (true, Some(UserRole::Operator)));
@@ -144,7 +153,10 @@ async fn users_with_spec_enable_status() {
 
     let before = bmc.snapshot().users;
     let e = s
-        .update_user(&ctx, &UserUpdate { name: "bob".into(), password: Some(Secret::new("x")), role: None, enabled: None })
+        .update_user(
+            &ctx,
+            &UserUpdate { name: "bob".into(), password: Some(Secret::new("x")), role: None, enabled: None },
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::TargetNotFound);
@@ -165,7 +177,12 @@ async fn users_with_spec_enable_status() {
 async fn user_changes_acknowledged_but_not_made_are_not_reported_done() {
     let (mut s, bmc) = session();
     let ctx = ctx();
-    let spec = UserSpec { name: "alice".into(), password: Secret::new("a-password-1"), role: UserRole::Operator, enabled: true };
+    let spec = UserSpec {
+        name: "alice".into(),
+        password: Secret::new("a-password-1"),
+        role: UserRole::Operator,
+        enabled: true,
+    };
     // Set User Name (app 0x45) answered 0, not done.
     bmc.inject(0x06, 0x45, Fault::CompletionCode(0));
     let e = s.create_user(&ctx, &spec).await.expect_err("no slot was named alice");
@@ -283,9 +300,11 @@ async fn completion_codes_and_transport_faults_are_typed() {
 
     // Raw returns the completion code as data, never as an error.
     bmc.inject(0x30, 0x01, Fault::CompletionCode(0xD4));
-    let raw = Raw::raw(&mut s, &ctx, &RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 0x01, data: vec![1, 2] })).await.unwrap();
+    let raw =
+        Raw::raw(&mut s, &ctx, &RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 0x01, data: vec![1, 2] })).await.unwrap();
     assert_eq!(raw.status, 0xD4);
-    let raw = Raw::raw(&mut s, &ctx, &RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 0x02, data: vec![] })).await.unwrap();
+    let raw =
+        Raw::raw(&mut s, &ctx, &RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 0x02, data: vec![] })).await.unwrap();
     assert_eq!(raw.status, 0xC1, "unknown OEM command");
 }
 
@@ -305,9 +324,14 @@ async fn close_reaches_the_transport() {
 #[tokio::test]
 async fn power_and_boot_effects_are_verified() {
     let (s, bmc) = session();
-    let mut s = s.with_verify(bmcfleet_ipmi::Verify { poll: Duration::from_millis(10), limit: Duration::from_millis(300) });
+    let mut s =
+        s.with_verify(bmcfleet_ipmi::Verify { poll: Duration::from_millis(10), limit: Duration::from_millis(300) });
     let ctx = ctx();
-    assert_eq!(Power::power(&mut s, &ctx, PowerOp::On).await.unwrap(), Some(PowerState::On), "the verified state is reported");
+    assert_eq!(
+        Power::power(&mut s, &ctx, PowerOp::On).await.unwrap(),
+        Some(PowerState::On),
+        "the verified state is reported"
+    );
     // A BMC that accepts Chassis Control (completion code 0) but whose chassis stays on.
     bmc.inject(0x00, 0x02, Fault::CompletionCode(0x00));
     let e = Power::power(&mut s, &ctx, PowerOp::Off).await.unwrap_err();
@@ -319,7 +343,11 @@ async fn power_and_boot_effects_are_verified() {
     let started = std::time::Instant::now();
     let settled = ctx.clone().with_settle(Some(Duration::from_millis(50)));
     assert_eq!(Power::power(&mut s, &settled, PowerOp::Off).await.unwrap_err().code, ErrorCode::NotReached);
-    assert!(started.elapsed() < Duration::from_millis(250), "bounded by the settle time, not the 300 ms limit: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "bounded by the settle time, not the 300 ms limit: {:?}",
+        started.elapsed()
+    );
 
     let req = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: true };
     s.set_boot_device(&ctx, &req).await.unwrap();

@@ -25,8 +25,13 @@ pub(crate) fn registry_attribute(v: &Value) -> Option<BiosAttribute> {
     Some(BiosAttribute {
         name: str_of(v, "AttributeName")?.to_owned(),
         kind: str_of(v, "Type").unwrap_or("String").to_owned(),
-        read_only: v.get("ReadOnly").and_then(Value::as_bool).unwrap_or(false) || v.get("Immutable").and_then(Value::as_bool).unwrap_or(false),
-        allowed: v.get("Value").and_then(Value::as_array).map(|a| a.iter().filter_map(|x| str_of(x, "ValueName").map(str::to_owned)).collect()).unwrap_or_default(),
+        read_only: v.get("ReadOnly").and_then(Value::as_bool).unwrap_or(false)
+            || v.get("Immutable").and_then(Value::as_bool).unwrap_or(false),
+        allowed: v
+            .get("Value")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|x| str_of(x, "ValueName").map(str::to_owned)).collect())
+            .unwrap_or_default(),
         lower_bound: v.get("LowerBound").and_then(Value::as_i64),
         upper_bound: v.get("UpperBound").and_then(Value::as_i64),
         max_length: v.get("MaxLength").and_then(Value::as_u64),
@@ -48,7 +53,12 @@ pub(crate) fn registry_attributes(registry: &Value) -> BTreeMap<String, BiosAttr
 
 /// Checks one attribute to set: against its registry entry when there is
 /// a registry, else against the current value's JSON type.
-pub(crate) fn check_attribute(name: &str, value: &Value, registry: Option<&BTreeMap<String, BiosAttribute>>, current: &Map<String, Value>) -> std::result::Result<(), String> {
+pub(crate) fn check_attribute(
+    name: &str,
+    value: &Value,
+    registry: Option<&BTreeMap<String, BiosAttribute>>,
+    current: &Map<String, Value>,
+) -> std::result::Result<(), String> {
     let Some(registry) = registry else {
         return match current.get(name) {
             None => Err(format!("`{name}` is not a BIOS attribute of this system")),
@@ -78,7 +88,9 @@ pub(crate) fn check_attribute(name: &str, value: &Value, registry: Option<&BTree
         },
         "Boolean" if !value.is_boolean() => Err(format!("`{name}` takes true or false, not {value}")),
         "String" => match value.as_str() {
-            Some(s) if a.max_length.is_some_and(|m| s.chars().count() as u64 > m) => Err(format!("`{name}` takes at most {} characters", a.max_length.unwrap_or(0))),
+            Some(s) if a.max_length.is_some_and(|m| s.chars().count() as u64 > m) => {
+                Err(format!("`{name}` takes at most {} characters", a.max_length.unwrap_or(0)))
+            }
             Some(_) => Ok(()),
             None => Err(format!("`{name}` takes a string, not {value}")),
         },
@@ -90,7 +102,8 @@ pub(crate) fn check_attribute(name: &str, value: &Value, registry: Option<&BTree
 impl RedfishSession {
     async fn bios_resource(&mut self, ctx: &Ctx) -> Result<crate::transport::Resource> {
         let system = self.transport.get(ctx, &self.service.system.path.clone()).await?;
-        let path = link(&system.body, "Bios").ok_or_else(|| unsupported("the ComputerSystem links no Bios resource"))?;
+        let path =
+            link(&system.body, "Bios").ok_or_else(|| unsupported("the ComputerSystem links no Bios resource"))?;
         self.transport.get_linked(ctx, &path, "Bios").await
     }
 
@@ -128,7 +141,12 @@ impl RedfishSession {
 impl Bios for RedfishSession {
     async fn bios(&mut self, ctx: &Ctx) -> Result<BiosData> {
         let bios = self.bios_resource(ctx).await?;
-        let attributes: BTreeMap<String, Value> = bios.body.get("Attributes").and_then(Value::as_object).map(|m| m.clone().into_iter().collect()).unwrap_or_default();
+        let attributes: BTreeMap<String, Value> = bios
+            .body
+            .get("Attributes")
+            .and_then(Value::as_object)
+            .map(|m| m.clone().into_iter().collect())
+            .unwrap_or_default();
         let mut pending = BTreeMap::new();
         if let Some(settings) = settings_object(&bios.body).filter(|p| *p != bios.path) {
             if let Ok(s) = self.transport.get(ctx, &settings).await {
@@ -149,8 +167,13 @@ impl Bios for RedfishSession {
     async fn set_bios(&mut self, ctx: &Ctx, set: &BiosSet) -> Result<BiosPending> {
         let bios = self.bios_resource(ctx).await?;
         let current = bios.body.get("Attributes").and_then(Value::as_object).cloned().unwrap_or_default();
-        let registry = self.bios_registry(ctx, &bios.body).await.map(|r| registry_attributes(&r)).filter(|r| !r.is_empty());
-        let problems: Vec<String> = set.attributes.iter().filter_map(|(k, v)| check_attribute(k, v, registry.as_ref(), &current).err()).collect();
+        let registry =
+            self.bios_registry(ctx, &bios.body).await.map(|r| registry_attributes(&r)).filter(|r| !r.is_empty());
+        let problems: Vec<String> = set
+            .attributes
+            .iter()
+            .filter_map(|(k, v)| check_attribute(k, v, registry.as_ref(), &current).err())
+            .collect();
         if !problems.is_empty() {
             return Err(invalid(format!("bios_set: {}", problems.join("; "))));
         }
@@ -164,12 +187,16 @@ impl Bios for RedfishSession {
             _ => bios,
         };
         self.patch_with_etag(ctx, target, &body).await?;
-        Ok(BiosPending { attributes: set.attributes.clone(), apply_time: Some(apply_time.unwrap_or("OnReset").to_owned()) })
+        Ok(BiosPending {
+            attributes: set.attributes.clone(),
+            apply_time: Some(apply_time.unwrap_or("OnReset").to_owned()),
+        })
     }
 
     async fn reset_bios(&mut self, ctx: &Ctx) -> Result<()> {
         let bios = self.bios_resource(ctx).await?;
-        let (target, _, _) = action_of(&bios.body, "#Bios.ResetBios").ok_or_else(|| unsupported("the Bios resource offers no Bios.ResetBios"))?;
+        let (target, _, _) = action_of(&bios.body, "#Bios.ResetBios")
+            .ok_or_else(|| unsupported("the Bios resource offers no Bios.ResetBios"))?;
         self.transport.post(ctx, &target, &json!({})).await?;
         Ok(())
     }
@@ -196,7 +223,10 @@ mod tests {
         let cur = Map::new();
         let check = |k: &str, v: Value| check_attribute(k, &v, Some(&r), &cur);
         assert!(check("BootMode", json!("Uefi")).is_ok());
-        assert_eq!(check("BootMode", json!("Legacy")).unwrap_err(), "`BootMode` must be one of Bios, Uefi, not \"Legacy\"");
+        assert_eq!(
+            check("BootMode", json!("Legacy")).unwrap_err(),
+            "`BootMode` must be one of Bios, Uefi, not \"Legacy\""
+        );
         assert_eq!(check("Nope", json!(1)).unwrap_err(), "`Nope` is not in the BIOS attribute registry");
         assert_eq!(check("SerialNumber", json!("x")).unwrap_err(), "`SerialNumber` is read-only");
         assert_eq!(check("NumCores", json!(65)).unwrap_err(), "`NumCores` must be from 1 to 64, not 65");

@@ -3,13 +3,13 @@
 //! anything is sent, PATCHed with `If-Match` when the BMC gives an ETag,
 //! then read back.
 
-use crate::transport::Resource;
 use crate::error::{err, status_error, unsupported};
 use crate::json::{allowable, norm_path, str_of};
 use crate::session::RedfishSession;
+use crate::transport::Resource;
 use bmcfleet_provider::{Applies, BootControl, Ctx, Result};
-use reqwest::{Method, StatusCode};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode};
+use reqwest::{Method, StatusCode};
 use serde_json::{json, Map, Value};
 
 /// The Redfish `BootSourceOverrideTarget` for a device.
@@ -24,7 +24,9 @@ pub(crate) fn target_for(device: BootDevice) -> Result<Option<&'static str>> {
         BootDevice::Safe => {
             return Err(unsupported("Redfish has no `safe` boot override (it is an IPMI boot flag)"));
         }
-        BootDevice::Other => return Err(crate::error::invalid("`other` is a boot device the BMC reports, not one to set")),
+        BootDevice::Other => {
+            return Err(crate::error::invalid("`other` is a boot device the BMC reports, not one to set"))
+        }
     })
 }
 
@@ -207,9 +209,10 @@ impl BootControl for RedfishSession {
     async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<Applies> {
         let path = self.service.system.path.clone();
         let system = self.transport.get(ctx, &path).await?;
-        let live = system.body.get("Boot").cloned().ok_or_else(|| {
-            unsupported(format!("system {path} has no Boot object: boot override is not available"))
-        })?;
+        let live =
+            system.body.get("Boot").cloned().ok_or_else(|| {
+                unsupported(format!("system {path} has no Boot object: boot override is not available"))
+            })?;
         let apply_time = on_reset_apply_time(&system.body);
         let (target, boot, applies) = match settings_object(&system.body) {
             Some(settings) => {
@@ -244,10 +247,18 @@ impl BootControl for RedfishSession {
         }
         let after = self.transport.get(ctx, &written_to).await?;
         verify(&body, &after.body).map_err(|why| {
-            err(ErrorCode::BmcError, format!("the BMC accepted the boot override but {why} (read back from {written_to})"))
+            err(
+                ErrorCode::BmcError,
+                format!("the BMC accepted the boot override but {why} (read back from {written_to})"),
+            )
         })?;
         if let Some(want) = mode_refused {
-            let got = after.body.get("Boot").and_then(|b| str_of(b, "BootSourceOverrideMode")).unwrap_or("(absent)").to_owned();
+            let got = after
+                .body
+                .get("Boot")
+                .and_then(|b| str_of(b, "BootSourceOverrideMode"))
+                .unwrap_or("(absent)")
+                .to_owned();
             if got != want {
                 return Err(unsupported(format!(
                     "the boot device is set, but the BMC refused BootSourceOverrideMode {want} and keeps {got} \

@@ -1,12 +1,12 @@
 //! [`RedfishConnector`]: builds a per-BMC HTTPS client (its own TLS trust),
 //! logs in and discovers the service.
 
-use crate::transport::{AnswerMemory, Transport};
 use crate::config::RedfishConfig;
 use crate::discovery::Service;
 use crate::error::err;
 use crate::session::RedfishSession;
 use crate::tls::{client_config, SystemRoots};
+use crate::transport::{AnswerMemory, Transport};
 use bmcfleet_provider::{BmcSession, Capability, Connector, Ctx, ResolvedCredentials, Result};
 use bmcfleet_schema::{BmcTarget, ErrorCode, Protocol};
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT};
@@ -47,7 +47,12 @@ impl RedfishConnector {
     }
 
     /// Like [`Connector::connect`], returning the concrete session type.
-    pub async fn open(&self, ctx: &Ctx, target: &BmcTarget, credentials: &ResolvedCredentials) -> Result<RedfishSession> {
+    pub async fn open(
+        &self,
+        ctx: &Ctx,
+        target: &BmcTarget,
+        credentials: &ResolvedCredentials,
+    ) -> Result<RedfishSession> {
         if !matches!(target.protocol, Protocol::Redfish | Protocol::Auto) {
             return Err(err(
                 ErrorCode::UnsupportedProtocol,
@@ -59,9 +64,12 @@ impl RedfishConnector {
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
         headers.insert("OData-Version", HeaderValue::from_static("4.0"));
         let mut builder = reqwest::Client::builder();
-        if let (Some(host), false) = (target.address.ip().is_none().then(|| target.address.host_string()), target.options.resolved.is_empty()) {
+        if let (Some(host), false) =
+            (target.address.ip().is_none().then(|| target.address.host_string()), target.options.resolved.is_empty())
+        {
             // Connect to what the worker resolved and checked; never look the name up again.
-            let addrs: Vec<std::net::SocketAddr> = target.options.resolved.iter().map(|ip| std::net::SocketAddr::new(*ip, 0)).collect();
+            let addrs: Vec<std::net::SocketAddr> =
+                target.options.resolved.iter().map(|ip| std::net::SocketAddr::new(*ip, 0)).collect();
             builder = builder.resolve_to_addrs(&host, &addrs);
         }
         let http = builder
@@ -80,7 +88,15 @@ impl RedfishConnector {
             .build()
             .map_err(|e| err(ErrorCode::Internal, format!("building the HTTPS client: {e}")))?;
         let base = format!("https://{}", target.address.authority(443));
-        let mut transport = Transport::new(http, base, target.address.to_string(), credentials, self.config.clone(), self.memory.clone(), target.options.redfish.auth);
+        let mut transport = Transport::new(
+            http,
+            base,
+            target.address.to_string(),
+            credentials,
+            self.config.clone(),
+            self.memory.clone(),
+            target.options.redfish.auth,
+        );
         let root = transport.service_root(ctx).await?;
         transport.login(ctx, &root).await?;
         let service = match Service::discover(&mut transport, ctx, &root, target.system_id.as_deref()).await {
@@ -104,7 +120,12 @@ impl Connector for RedfishConnector {
         <RedfishSession as bmcfleet_provider::Offer>::offered()
     }
 
-    async fn connect(&self, ctx: &Ctx, target: &BmcTarget, credentials: &ResolvedCredentials) -> Result<Box<dyn BmcSession>> {
+    async fn connect(
+        &self,
+        ctx: &Ctx,
+        target: &BmcTarget,
+        credentials: &ResolvedCredentials,
+    ) -> Result<Box<dyn BmcSession>> {
         Ok(Box::new(self.open(ctx, target, credentials).await?))
     }
 }

@@ -5,9 +5,9 @@
 //! Only *structure* is cached (paths, action targets, allowable values).
 //! State (power, boot override, media) is read fresh for every action.
 
-use crate::transport::Transport;
 use crate::error::{err, invalid};
 use crate::json::{allowable, last_segment, link, links, members, norm_path, str_of, string_of};
+use crate::transport::Transport;
 use bmcfleet_provider::{Ctx, Result};
 use bmcfleet_schema::ErrorCode;
 use serde_json::Value;
@@ -91,10 +91,7 @@ fn split_known(mut s: &str) -> Option<Vec<&'static str>> {
     let mut parts = Vec::new();
     while !s.is_empty() {
         // Longest match first so `ForceOn` never steals from `ForceOff` etc.
-        let next = RESET_TYPES
-            .iter()
-            .filter(|t| s.starts_with(**t))
-            .max_by_key(|t| t.len())?;
+        let next = RESET_TYPES.iter().filter(|t| s.starts_with(**t)).max_by_key(|t| t.len())?;
         parts.push(*next);
         s = &s[next.len()..];
     }
@@ -141,9 +138,8 @@ impl RootInfo {
     /// What the service root says (vendor, links), as read.
     pub fn from_root(root: &Value) -> RootInfo {
         RootInfo {
-            vendor: string_of(root, "Vendor").or_else(|| {
-                root.get("Oem").and_then(Value::as_object).and_then(|o| o.keys().next().cloned())
-            }),
+            vendor: string_of(root, "Vendor")
+                .or_else(|| root.get("Oem").and_then(Value::as_object).and_then(|o| o.keys().next().cloned())),
             product: string_of(root, "Product"),
             redfish_version: string_of(root, "RedfishVersion"),
             systems: link(root, "Systems"),
@@ -190,7 +186,12 @@ impl Service {
     }
 }
 
-async fn choose_system(t: &mut Transport, ctx: &Ctx, collection: &str, wanted: Option<&str>) -> Result<(String, Value)> {
+async fn choose_system(
+    t: &mut Transport,
+    ctx: &Ctx,
+    collection: &str,
+    wanted: Option<&str>,
+) -> Result<(String, Value)> {
     let coll = t.get(ctx, collection).await?;
     let paths = members(&coll.body);
     let ids: Vec<&str> = paths.iter().map(|p| last_segment(p)).collect();
@@ -233,7 +234,12 @@ async fn choose_system(t: &mut Transport, ctx: &Ctx, collection: &str, wanted: O
 /// the Managers collection member that manages this system, else its first
 /// BMC. `None` when the BMC exposes no manager (manager capabilities then
 /// report `unsupported`).
-async fn choose_manager(t: &mut Transport, ctx: &Ctx, system: &(String, Value), managers: Option<&str>) -> Option<(String, Value)> {
+async fn choose_manager(
+    t: &mut Transport,
+    ctx: &Ctx,
+    system: &(String, Value),
+    managers: Option<&str>,
+) -> Option<(String, Value)> {
     let managed_by = system.1.get("Links").map(|l| links(l, "ManagedBy")).unwrap_or_default();
     for p in &managed_by {
         match t.get(ctx, p).await {
@@ -301,8 +307,18 @@ mod tests {
     #[test]
     fn splits_concatenated_reset_types() {
         // Supermicro X12 (fixture smc_1.14.0_systems_1.json).
-        let got = normalise_reset_types(s(&["On", "ForceOff", "GracefulShutdownGracefulRestart", "ForceRestart", "Nmi", "ForceOn"]));
-        assert_eq!(got, s(&["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "Nmi", "ForceOn"]));
+        let got = normalise_reset_types(s(&[
+            "On",
+            "ForceOff",
+            "GracefulShutdownGracefulRestart",
+            "ForceRestart",
+            "Nmi",
+            "ForceOn",
+        ]));
+        assert_eq!(
+            got,
+            s(&["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "Nmi", "ForceOn"])
+        );
     }
 
     #[test]
@@ -332,7 +348,12 @@ mod tests {
         let info = serde_json::json!({"Parameters": [{"Name": "Other"}, {"Name": "ResetType", "AllowableValues": ["On", 3, "ForceOff"]}]});
         assert_eq!(action_info_allowed(&info), Some(s(&["On", "ForceOff"])));
         assert_eq!(action_info_allowed(&serde_json::json!({"Parameters": {}})), None);
-        let root = RootInfo::from_root(&serde_json::json!({"Oem": {"Supermicro": {}}, "Systems": {"@odata.id": "/redfish/v1/Systems/"}}));
-        assert_eq!((root.vendor.as_deref(), root.systems.as_deref()), (Some("Supermicro"), Some("/redfish/v1/Systems")));
+        let root = RootInfo::from_root(
+            &serde_json::json!({"Oem": {"Supermicro": {}}, "Systems": {"@odata.id": "/redfish/v1/Systems/"}}),
+        );
+        assert_eq!(
+            (root.vendor.as_deref(), root.systems.as_deref()),
+            (Some("Supermicro"), Some("/redfish/v1/Systems"))
+        );
     }
 }

@@ -79,14 +79,19 @@ pub fn bmc_messages(body: &[u8]) -> Option<String> {
                     .take(8)
                     .collect()
             };
-            let mut text = match (item.get("Message").and_then(Value::as_str), item.get("MessageId").and_then(Value::as_str)) {
-                (Some(m), _) if !m.trim().is_empty() => m.trim().to_owned(),
-                (_, Some(id)) => {
-                    let args = strings("MessageArgs");
-                    if args.is_empty() { id.to_owned() } else { format!("{id} ({})", args.join(", ")) }
-                }
-                _ => continue,
-            };
+            let mut text =
+                match (item.get("Message").and_then(Value::as_str), item.get("MessageId").and_then(Value::as_str)) {
+                    (Some(m), _) if !m.trim().is_empty() => m.trim().to_owned(),
+                    (_, Some(id)) => {
+                        let args = strings("MessageArgs");
+                        if args.is_empty() {
+                            id.to_owned()
+                        } else {
+                            format!("{id} ({})", args.join(", "))
+                        }
+                    }
+                    _ => continue,
+                };
             let related = strings("RelatedProperties");
             if !related.is_empty() {
                 text = format!("{text} [{}]", related.join(", "));
@@ -143,7 +148,12 @@ pub(crate) fn status_error(method: &str, path: &str, status: StatusCode, body: &
 }
 
 /// Map a reqwest transport failure (no HTTP status) to a typed error.
-pub(crate) fn transport_error(bmc: &str, method: &str, path: &str, e: &reqwest::Error) -> (ProviderError, &'static str) {
+pub(crate) fn transport_error(
+    bmc: &str,
+    method: &str,
+    path: &str,
+    e: &reqwest::Error,
+) -> (ProviderError, &'static str) {
     if let Some(io) = bmcfleet_provider::descriptor_exhaustion(e) {
         return (ProviderError::worker_exhausted(format_args!("connecting to {bmc}"), io), "worker_exhausted");
     }
@@ -155,7 +165,8 @@ pub(crate) fn transport_error(bmc: &str, method: &str, path: &str, e: &reqwest::
             ""
         };
         return (
-            err(ErrorCode::ProtocolError, format!("TLS handshake with {bmc} failed: {tls}{hint}")).with_retryable(false),
+            err(ErrorCode::ProtocolError, format!("TLS handshake with {bmc} failed: {tls}{hint}"))
+                .with_retryable(false),
             "tls_error",
         );
     }
@@ -182,10 +193,7 @@ pub(crate) fn transport_error(bmc: &str, method: &str, path: &str, e: &reqwest::
             "protocol_error",
         );
     }
-    (
-        err(ErrorCode::Unreachable, format!("{method} {path}: connection to {bmc} failed: {chain}")),
-        "unreachable",
-    )
+    (err(ErrorCode::Unreachable, format!("{method} {path}: connection to {bmc} failed: {chain}")), "unreachable")
 }
 
 /// Every error in the chain, including the ones `io::Error` wraps (its
@@ -231,10 +239,7 @@ mod tests {
         let body = br#"{"error":{"code":"Base.1.0.GeneralError","message":"A general error has occurred.",
             "@Message.ExtendedInfo":[{"MessageId":"Base.1.0.PropertyValueNotInList","Message":"The value Red is not allowed"},
             {"MessageId":"Base.1.0.X","Message":"A general error has occurred."}]}}"#;
-        assert_eq!(
-            bmc_messages(body).unwrap(),
-            "A general error has occurred.; The value Red is not allowed"
-        );
+        assert_eq!(bmc_messages(body).unwrap(), "A general error has occurred.; The value Red is not allowed");
     }
 
     #[test]

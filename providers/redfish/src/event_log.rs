@@ -40,7 +40,10 @@ pub(crate) fn health(s: &str) -> Option<Health> {
 /// it goes into the batch's status record and logs.
 pub(crate) fn entry(log: &str, v: &Value) -> EventLogEntry {
     let s = |k: &str| str_of(v, k).map(str::trim).filter(|x| !x.is_empty()).map(str::to_owned);
-    let sensor = v.get("SensorNumber").and_then(Value::as_u64).map(|n| n.to_string()).or_else(|| link(v, "OriginOfCondition").or_else(|| v.get("Links").and_then(|l| link(l, "OriginOfCondition"))));
+    let sensor =
+        v.get("SensorNumber").and_then(Value::as_u64).map(|n| n.to_string()).or_else(|| {
+            link(v, "OriginOfCondition").or_else(|| v.get("Links").and_then(|l| link(l, "OriginOfCondition")))
+        });
     let message = s("Message").or_else(|| s("MessageId")).unwrap_or_default();
     EventLogEntry {
         id: components::clip(&s("Id").unwrap_or_default()),
@@ -58,7 +61,9 @@ pub(crate) fn entry(log: &str, v: &Value) -> EventLogEntry {
 /// others after them in the order given.
 pub(crate) fn newest_first(entries: &mut [EventLogEntry]) {
     let key = |e: &EventLogEntry| {
-        e.time.as_deref().and_then(|t| time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok())
+        e.time
+            .as_deref()
+            .and_then(|t| time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok())
     };
     // A stable sort: equal times keep the log's order, reversed below.
     entries.reverse();
@@ -146,8 +151,12 @@ impl EventLog for RedfishSession {
     }
 
     async fn clear_event_log(&mut self, ctx: &Ctx) -> Result<()> {
-        let targets: Vec<String> =
-            self.log_services(ctx).await?.iter().filter_map(|(_, svc)| action_of(svc, "#LogService.ClearLog").map(|a| a.0)).collect();
+        let targets: Vec<String> = self
+            .log_services(ctx)
+            .await?
+            .iter()
+            .filter_map(|(_, svc)| action_of(svc, "#LogService.ClearLog").map(|a| a.0))
+            .collect();
         if targets.is_empty() {
             return Err(unsupported("no LogService of this BMC offers LogService.ClearLog"));
         }
@@ -188,7 +197,10 @@ mod tests {
         // Text a BMC writes goes into the batch's status record: one entry
         // of megabytes (or with forged log lines) must not go in whole.
         let huge = "x".repeat(1 << 20);
-        let e = entry(&huge, &json!({"Id": huge, "Created": huge, "SensorType": huge, "SensorNumber": 1, "Message": format!("fan ok\n2026-01-01 INFO forged{huge}")}));
+        let e = entry(
+            &huge,
+            &json!({"Id": huge, "Created": huge, "SensorType": huge, "SensorNumber": 1, "Message": format!("fan ok\n2026-01-01 INFO forged{huge}")}),
+        );
         assert!(e.message.chars().count() <= MAX_ENTRY_MESSAGE, "{} characters", e.message.len());
         assert!(e.message.starts_with("fan ok ") && !e.message.chars().any(char::is_control), "{}", &e.message[..40]);
         for s in [Some(&e.id), e.time.as_ref(), e.kind.as_ref(), e.log.as_ref()] {

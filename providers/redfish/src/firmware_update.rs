@@ -84,18 +84,34 @@ fn messages(v: &Value) -> Vec<String> {
 /// scrubbed; a BMC's own text there may quote what it was sent (the
 /// ImageURI, credentials and all), so any other state is reported as
 /// [`OTHER_STATE`].
-const TASK_STATES: &[&str] =
-    &["New", "Starting", "Running", "Suspended", "Interrupted", "Pending", "Stopping", "Completed", "Killed", "Exception", "Service", "Cancelling", "Cancelled"];
+const TASK_STATES: &[&str] = &[
+    "New",
+    "Starting",
+    "Running",
+    "Suspended",
+    "Interrupted",
+    "Pending",
+    "Stopping",
+    "Completed",
+    "Killed",
+    "Exception",
+    "Service",
+    "Cancelling",
+    "Cancelled",
+];
 const OTHER_STATE: &str = "Other";
 
 /// Read a Task (or a monitor's answer) polled with `status`.
 fn view(status: StatusCode, v: &Value) -> TaskView {
-    let state = str_of(v, "TaskState").map(|s| TASK_STATES.iter().find(|&&k| k == s).copied().unwrap_or(OTHER_STATE).to_owned());
+    let state = str_of(v, "TaskState")
+        .map(|s| TASK_STATES.iter().find(|&&k| k == s).copied().unwrap_or(OTHER_STATE).to_owned());
     let percent = v.get("PercentComplete").and_then(Value::as_u64).map(|p| p.min(100) as u8);
     let done = match state.as_deref() {
         // A monitor that stops answering 202 without a Task: the operation's result.
         None if status != StatusCode::ACCEPTED => Some(Ok(())),
-        Some("Completed") if str_of(v, "TaskStatus") == Some("Critical") => Some(Err("Completed with a critical status".to_owned())),
+        Some("Completed") if str_of(v, "TaskStatus") == Some("Critical") => {
+            Some(Err("Completed with a critical status".to_owned()))
+        }
         Some("Completed") => Some(Ok(())),
         Some(s @ ("Exception" | "Killed" | "Cancelled" | "Interrupted")) => Some(Err(s.to_owned())),
         _ => None,
@@ -115,11 +131,15 @@ impl RedfishSession {
     /// The UpdateService the service root links (`unsupported` without one).
     async fn update_service(&mut self, ctx: &Ctx) -> Result<Value> {
         let root = self.transport.get(ctx, ROOT).await?;
-        let path = link(&root.body, "UpdateService")
-            .ok_or_else(|| unsupported("the service root links no UpdateService: this BMC offers no firmware update over Redfish"))?;
+        let path = link(&root.body, "UpdateService").ok_or_else(|| {
+            unsupported("the service root links no UpdateService: this BMC offers no firmware update over Redfish")
+        })?;
         let service = self.transport.get_linked(ctx, &path, "an UpdateService").await?;
         if service.body.get("ServiceEnabled") == Some(&Value::Bool(false)) {
-            return Err(err(ErrorCode::BmcError, format!("the BMC's UpdateService at {path} is disabled (ServiceEnabled: false)")));
+            return Err(err(
+                ErrorCode::BmcError,
+                format!("the BMC's UpdateService at {path} is disabled (ServiceEnabled: false)"),
+            ));
         }
         Ok(service.body)
     }
@@ -133,11 +153,17 @@ impl RedfishSession {
             .get("Actions")
             .and_then(|a| a.get(SIMPLE_UPDATE))
             .ok_or_else(|| unsupported("the BMC's UpdateService offers no SimpleUpdate action"))?;
-        let target = str_of(action, "target").map(norm_path).ok_or_else(|| protocol("the UpdateService's SimpleUpdate action has no target"))?;
+        let target = str_of(action, "target")
+            .map(norm_path)
+            .ok_or_else(|| protocol("the UpdateService's SimpleUpdate action has no target"))?;
         let target = self.transport.on_bmc(&target)?;
         if let (Some(p), Some(allowed)) = (update.transfer_protocol, allowable(action, "TransferProtocol")) {
             if !allowed.iter().any(|a| a.eq_ignore_ascii_case(p.redfish())) {
-                return Err(invalid(format!("the BMC's SimpleUpdate takes TransferProtocol {}; not {}", allowed.join(", "), p.redfish())));
+                return Err(invalid(format!(
+                    "the BMC's SimpleUpdate takes TransferProtocol {}; not {}",
+                    allowed.join(", "),
+                    p.redfish()
+                )));
             }
         }
         let mut body = json!({"ImageURI": image_uri});
@@ -170,18 +196,24 @@ impl RedfishSession {
         let image = images.open(name, sha256).await?;
         let service = self.update_service(ctx).await?;
         let Some(uri) = str_of(&service, "MultipartHttpPushUri").map(norm_path) else {
-            let only = if service.get("Actions").and_then(|a| a.get(SIMPLE_UPDATE)).is_some() { " (it offers SimpleUpdate only: give image_uri)" } else { "" };
-            return Err(unsupported(format!("the BMC's UpdateService has no MultipartHttpPushUri: it takes no multipart HTTP push{only}")));
+            let only = if service.get("Actions").and_then(|a| a.get(SIMPLE_UPDATE)).is_some() {
+                " (it offers SimpleUpdate only: give image_uri)"
+            } else {
+                ""
+            };
+            return Err(unsupported(format!(
+                "the BMC's UpdateService has no MultipartHttpPushUri: it takes no multipart HTTP push{only}"
+            )));
         };
-        let uri = self
-            .transport
-            .on_bmc(&uri)
-            .map_err(|e| ProviderError::new(e.code, format!("the BMC's MultipartHttpPushUri is refused: {}", e.message)))?;
+        let uri = self.transport.on_bmc(&uri).map_err(|e| {
+            ProviderError::new(e.code, format!("the BMC's MultipartHttpPushUri is refused: {}", e.message))
+        })?;
         let mut params = json!({"Targets": update.targets});
         if let Some(at) = update.apply_time {
             params["@Redfish.OperationApplyTime"] = json!(at.redfish());
         }
-        let params = serde_json::to_string(&params).map_err(|e| err(ErrorCode::Internal, format!("encoding the update parameters: {e}")))?;
+        let params = serde_json::to_string(&params)
+            .map_err(|e| err(ErrorCode::Internal, format!("encoding the update parameters: {e}")))?;
         if let Some(log) = ctx.tasks() {
             log.requesting().await?;
         }
@@ -189,11 +221,15 @@ impl RedfishSession {
         // The stream records why it stopped, when it did: the file changed since its check.
         let cut: std::sync::Arc<std::sync::Mutex<Option<ProviderError>>> = Default::default();
         let form = || {
-            let file = reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(upload(&image, cut.clone())), image.len())
-                .file_name(image.name().to_owned())
-                .mime_str("application/octet-stream")
-                .expect("a valid MIME type");
-            let json = reqwest::multipart::Part::text(params.clone()).mime_str("application/json").expect("a valid MIME type");
+            let file = reqwest::multipart::Part::stream_with_length(
+                reqwest::Body::wrap_stream(upload(&image, cut.clone())),
+                image.len(),
+            )
+            .file_name(image.name().to_owned())
+            .mime_str("application/octet-stream")
+            .expect("a valid MIME type");
+            let json =
+                reqwest::multipart::Part::text(params.clone()).mime_str("application/json").expect("a valid MIME type");
             reqwest::multipart::Form::new().part("UpdateParameters", json).part("UpdateFile", file)
         };
         let reply = self.transport.post_multipart(ctx, &uri, form).await;
@@ -222,7 +258,13 @@ impl RedfishSession {
                 tracing::info!(bmc = %self.transport.bmc(), %task, "Firmware update started.");
                 Ok(Started::Task(task))
             }
-            None => Ok(Started::Done(FirmwareUpdateResult { task: None, state: "Accepted".into(), percent: None, messages: messages(&v), resumed: false })),
+            None => Ok(Started::Done(FirmwareUpdateResult {
+                task: None,
+                state: "Accepted".into(),
+                percent: None,
+                messages: messages(&v),
+                resumed: false,
+            })),
         }
     }
 }
@@ -230,7 +272,10 @@ impl RedfishSession {
 /// The image's bytes for one upload, read on the blocking pool; the first
 /// error (the file changed since it was checked) is kept in `cut` and ends
 /// the stream, so the request fails before its last byte.
-fn upload(image: &Image, cut: std::sync::Arc<std::sync::Mutex<Option<ProviderError>>>) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static {
+fn upload(
+    image: &Image,
+    cut: std::sync::Arc<std::sync::Mutex<Option<ProviderError>>>,
+) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static {
     futures::stream::try_unfold(image.reader(), move |mut reader| {
         let cut = cut.clone();
         async move {
@@ -293,7 +338,9 @@ impl FirmwareUpdate for RedfishSession {
                 Ok(reply) if reply.status == StatusCode::NOT_FOUND => {
                     return Err(err(
                         ErrorCode::Interrupted,
-                        format!("the BMC no longer knows the update task {task}: whether the update completed is unknown"),
+                        format!(
+                            "the BMC no longer knows the update task {task}: whether the update completed is unknown"
+                        ),
                     ))
                 }
                 Ok(reply) if reply.status.is_server_error() || reply.status == StatusCode::TOO_MANY_REQUESTS => {
@@ -325,7 +372,11 @@ impl FirmwareUpdate for RedfishSession {
                             })
                         }
                         Some(Err(state)) => {
-                            let detail = if now.messages.is_empty() { String::new() } else { format!(": {}", now.messages.join("; ")) };
+                            let detail = if now.messages.is_empty() {
+                                String::new()
+                            } else {
+                                format!(": {}", now.messages.join("; "))
+                            };
                             return Err(err(
                                 ErrorCode::UpdateFailed,
                                 format!(
@@ -367,7 +418,8 @@ impl FirmwareUpdate for RedfishSession {
                 }
             };
             if view(StatusCode::ACCEPTED, &t.body).done.is_none() && is_update_task(&t.body) {
-                let monitor = str_of(&t.body, "TaskMonitor").map(norm_path).and_then(|m| self.transport.on_bmc(&m).ok());
+                let monitor =
+                    str_of(&t.body, "TaskMonitor").map(norm_path).and_then(|m| self.transport.on_bmc(&m).ok());
                 return Ok(Some(monitor.unwrap_or(path)));
             }
         }
@@ -410,16 +462,27 @@ mod tests {
         assert_eq!((running.done, running.percent), (None, Some(100)), "clamped");
         assert_eq!(view(StatusCode::ACCEPTED, &json!({})).done, None, "a 202 without a task is still running");
         assert_eq!(view(StatusCode::OK, &json!({})).done, Some(Ok(())), "a monitor's final answer without a Task");
-        let failed = view(StatusCode::OK, &json!({"TaskState": "Exception", "Messages": [{"Message": "flash\u{7} failed"}, {"MessageId": "X.1"}]}));
+        let failed = view(
+            StatusCode::OK,
+            &json!({"TaskState": "Exception", "Messages": [{"Message": "flash\u{7} failed"}, {"MessageId": "X.1"}]}),
+        );
         assert_eq!(failed.done, Some(Err("Exception".into())));
         assert_eq!(failed.messages, ["flash failed", "X.1"]);
         let critical = view(StatusCode::OK, &json!({"TaskState": "Completed", "TaskStatus": "Critical"}));
         assert!(matches!(critical.done, Some(Err(_))));
-        assert!(is_update_task(&json!({"Payload": {"TargetUri": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"}})));
-        assert!(!is_update_task(&json!({"Payload": {"TargetUri": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"}, "Name": "update"})));
+        assert!(is_update_task(
+            &json!({"Payload": {"TargetUri": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"}})
+        ));
+        assert!(!is_update_task(
+            &json!({"Payload": {"TargetUri": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"}, "Name": "update"})
+        ));
         assert!(is_update_task(&json!({"Name": "Firmware Update"})));
         let vendor = view(StatusCode::OK, &json!({"TaskState": "Fetching https://u:pw@h/x"}));
-        assert_eq!((vendor.state.as_deref(), vendor.done), (Some(OTHER_STATE), None), "still running, under no text of the BMC's");
+        assert_eq!(
+            (vendor.state.as_deref(), vendor.done),
+            (Some(OTHER_STATE), None),
+            "still running, under no text of the BMC's"
+        );
         assert!(!is_update_task(&json!({"Name": "Export logs"})));
     }
 }

@@ -14,7 +14,6 @@
 //! first line.
 
 use crate::boot::{device_for, patch_body, read_override, target_for};
-use crate::transport::{read_poll, retry_after, task_monitor, Reply, Resource};
 use crate::discovery::{action_info_allowed, action_of, normalise_reset_types, ResetAction, RootInfo};
 use crate::error::{bmc_messages, status_error};
 use crate::inventory::from_resources;
@@ -22,6 +21,7 @@ use crate::json::{last_segment, link, links, members, norm_path};
 use crate::manager::{choose_interface, read_source, source_body};
 use crate::power::{needs_state, parse_power_state, plan};
 use crate::raw::validate_path;
+use crate::transport::{read_poll, retry_after, task_monitor, Reply, Resource};
 use crate::users::{pick_slot, role_of, Account};
 use crate::virtual_media::{choose_device, insert_body, redact};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, MediaKind, NetworkSourceOp, PowerOp, StaticIpv4};
@@ -51,9 +51,15 @@ pub fn redfish_json(data: &[u8]) {
     let _ = bmc_messages(body);
     let _ = status_error("GET", "/redfish/v1/Systems/1", status, body).to_string();
     let _ = retry_after(&reply);
-    let _ = read_poll(&Method::POST, "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", "/redfish/v1/TaskService/Tasks/1", &reply);
+    let _ = read_poll(
+        &Method::POST,
+        "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+        "/redfish/v1/TaskService/Tasks/1",
+        &reply,
+    );
     if let Ok(text) = std::str::from_utf8(body) {
-        let _ = (norm_path(text), last_segment(text), validate_path(text), redact(text), role_of(text), device_for(text));
+        let _ =
+            (norm_path(text), last_segment(text), validate_path(text), redact(text), role_of(text), device_for(text));
         let _ = normalise_reset_types(text.split(',').map(str::to_owned).collect());
     }
     let Ok(v) = reply.json(&Method::GET, "/redfish/v1/fuzz") else { return };
@@ -123,7 +129,11 @@ fn resource(v: &Value) {
             a.iter()
                 .enumerate()
                 .map(|(i, m)| Resource {
-                    path: m.get("@odata.id").and_then(Value::as_str).map(norm_path).unwrap_or_else(|| format!("/m/{i}")),
+                    path: m
+                        .get("@odata.id")
+                        .and_then(Value::as_str)
+                        .map(norm_path)
+                        .unwrap_or_else(|| format!("/m/{i}")),
                     body: m.clone(),
                     etag: None,
                 })
@@ -149,7 +159,8 @@ fn resource(v: &Value) {
 }
 
 /// BMC bases [`redfish_url_join`] resolves against (its first byte picks one).
-const BASES: [&str; 4] = ["https://10.0.0.5:8443", "https://10.0.0.5", "https://[fd00::5]:443", "https://bmc-7.example:8443"];
+const BASES: [&str; 4] =
+    ["https://10.0.0.5:8443", "https://10.0.0.5", "https://[fd00::5]:443", "https://bmc-7.example:8443"];
 
 /// The `redfish_url_join` target: every URL a BMC supplies (links, session
 /// and `Location` headers, task monitors, action targets) goes through
@@ -167,6 +178,7 @@ pub fn redfish_url_join(data: &[u8]) {
     assert_eq!(url.host(), b.host(), "{link:?} -> {url}");
     assert_eq!(url.port_or_known_default(), b.port_or_known_default(), "{link:?} -> {url}");
     assert!(url.username().is_empty() && url.password().is_none(), "{link:?} -> {url}");
-    let again = crate::transport::resolve(base, url.as_str()).unwrap_or_else(|e| panic!("{link:?} -> {url} is refused when resolved again: {e}"));
+    let again = crate::transport::resolve(base, url.as_str())
+        .unwrap_or_else(|e| panic!("{link:?} -> {url} is refused when resolved again: {e}"));
     assert_eq!(again, url, "resolving {link:?} is not idempotent");
 }

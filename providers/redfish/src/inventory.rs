@@ -27,7 +27,7 @@
 //! [`bmcfleet_schema::components::bound`].
 
 use crate::event_log::health as parse_health;
-use crate::json::{link, links, members, norm_path, last_segment, str_of};
+use crate::json::{last_segment, link, links, members, norm_path, str_of};
 use crate::power::parse_power_state;
 use crate::session::RedfishSession;
 use crate::transport::Transport;
@@ -100,7 +100,8 @@ impl Inventory for RedfishSession {
         };
         let mut inv = from_resources(&system.body, manager.as_ref());
         let root = &self.service.root;
-        for (k, v) in [("vendor", &root.vendor), ("product", &root.product), ("redfish_version", &root.redfish_version)] {
+        for (k, v) in [("vendor", &root.vendor), ("product", &root.product), ("redfish_version", &root.redfish_version)]
+        {
             if let Some(v) = v {
                 inv.extra.push((k.to_owned(), v.clone()));
             }
@@ -198,7 +199,13 @@ impl Walk<'_> {
         }
     }
 
-    async fn components(&mut self, system: &Value, chassis_coll: Option<&str>, update_service: Option<&str>, inv: &mut InventoryData) -> Result<()> {
+    async fn components(
+        &mut self,
+        system: &Value,
+        chassis_coll: Option<&str>,
+        update_service: Option<&str>,
+        inv: &mut InventoryData,
+    ) -> Result<()> {
         let unread = &mut inv.unread;
         let mut keep = |s: Section, r: Step<()>| -> Result<()> {
             match r {
@@ -210,13 +217,22 @@ impl Walk<'_> {
                 Err(Stop::Fatal(e)) => Err(e),
             }
         };
-        let r = self.linked(system, "Processors").await.map(|v| inv.processors = v.iter().filter(|p| !absent(p)).map(processor).collect());
+        let r = self
+            .linked(system, "Processors")
+            .await
+            .map(|v| inv.processors = v.iter().filter(|p| !absent(p)).map(processor).collect());
         keep(Section::Processors, r)?;
-        let r = self.linked(system, "Memory").await.map(|v| inv.memory = v.iter().filter(|m| !absent(m)).map(memory).collect());
+        let r = self
+            .linked(system, "Memory")
+            .await
+            .map(|v| inv.memory = v.iter().filter(|m| !absent(m)).map(memory).collect());
         keep(Section::Memory, r)?;
         let r = self.drives(system).await.map(|d| inv.drives = d);
         keep(Section::Drives, r)?;
-        let r = self.linked(system, "EthernetInterfaces").await.map(|v| inv.nics = v.iter().filter(|n| !absent(n)).map(ethernet_interface).collect());
+        let r = self
+            .linked(system, "EthernetInterfaces")
+            .await
+            .map(|v| inv.nics = v.iter().filter(|n| !absent(n)).map(ethernet_interface).collect());
         keep(Section::Nics, r)?;
 
         let chassis = self.chassis(system, chassis_coll).await;
@@ -235,7 +251,10 @@ impl Walk<'_> {
                 Err(Stop::Section) => psu_failed = true,
                 Err(Stop::Fatal(e)) => return Err(e),
             }
-            let r = self.linked(c, "NetworkAdapters").await.map(|v| inv.nics.extend(v.iter().filter(|n| !absent(n)).map(network_adapter)));
+            let r = self
+                .linked(c, "NetworkAdapters")
+                .await
+                .map(|v| inv.nics.extend(v.iter().filter(|n| !absent(n)).map(network_adapter)));
             keep(Section::Nics, r)?;
         }
         if psu_failed {
@@ -280,7 +299,13 @@ impl Walk<'_> {
         let Some(power) = link(chassis, "Power") else { return Ok(Vec::new()) };
         let Some(body) = self.get(&power).await? else { return Ok(Vec::new()) };
         let list = body.get("PowerSupplies").and_then(Value::as_array).cloned().unwrap_or_default();
-        Ok(list.iter().take(components::MAX_COMPONENTS).filter(|p| !absent(p)).enumerate().map(|(i, p)| power_supply(p, i)).collect())
+        Ok(list
+            .iter()
+            .take(components::MAX_COMPONENTS)
+            .filter(|p| !absent(p))
+            .enumerate()
+            .map(|(i, p)| power_supply(p, i))
+            .collect())
     }
 
     /// `Storage` drives; `SimpleStorage` devices when `Storage` gives none.
@@ -333,7 +358,8 @@ fn text(v: &Value, k: &str) -> Option<String> {
 /// A non-negative number (integers, or floats some BMCs send for them).
 fn uint(v: &Value, k: &str) -> Option<u64> {
     let n = v.get(k)?;
-    n.as_u64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0 && *f < u64::MAX as f64).map(|f| f.round() as u64))
+    n.as_u64()
+        .or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0 && *f < u64::MAX as f64).map(|f| f.round() as u64))
 }
 
 fn u32_of(v: &Value, k: &str) -> Option<u32> {
@@ -346,9 +372,7 @@ fn status_health(v: &Value) -> Option<Health> {
 
 /// The resource's `Id`, else the last segment of its `@odata.id`.
 fn id_of(v: &Value) -> String {
-    text(v, "Id")
-        .or_else(|| str_of(v, "@odata.id").map(|p| last_segment(&norm_path(p)).to_owned()))
-        .unwrap_or_default()
+    text(v, "Id").or_else(|| str_of(v, "@odata.id").map(|p| last_segment(&norm_path(p)).to_owned())).unwrap_or_default()
 }
 
 pub(crate) fn processor(v: &Value) -> Processor {
@@ -456,7 +480,8 @@ pub(crate) fn network_adapter(v: &Value) -> Nic {
 /// A PowerSupply resource, or an entry of the older `Power.PowerSupplies`
 /// (id: `Id`, else `MemberId`, else `Name`, else its position).
 pub(crate) fn power_supply(v: &Value, index: usize) -> PowerSupply {
-    let id = text(v, "Id").or_else(|| text(v, "MemberId")).or_else(|| text(v, "Name")).unwrap_or_else(|| index.to_string());
+    let id =
+        text(v, "Id").or_else(|| text(v, "MemberId")).or_else(|| text(v, "Name")).unwrap_or_else(|| index.to_string());
     PowerSupply {
         id,
         model: text(v, "Model"),
@@ -470,7 +495,12 @@ pub(crate) fn power_supply(v: &Value, index: usize) -> PowerSupply {
 }
 
 pub(crate) fn firmware(v: &Value) -> Firmware {
-    Firmware { id: id_of(v), name: text(v, "Name"), version: text(v, "Version"), updateable: v.get("Updateable").and_then(Value::as_bool) }
+    Firmware {
+        id: id_of(v),
+        name: text(v, "Name"),
+        version: text(v, "Version"),
+        updateable: v.get("Updateable").and_then(Value::as_bool),
+    }
 }
 
 #[cfg(test)]
@@ -482,27 +512,62 @@ mod tests {
     fn components_decode_from_the_dmtf_shapes() {
         // Shapes of Processor v1.x, Memory v1.x, Drive v1.x, SimpleStorage,
         // EthernetInterface, NetworkAdapter, PowerSupply and SoftwareInventory.
-        let p = processor(&json!({"@odata.id": "/redfish/v1/Systems/1/Processors/CPU1", "Model": " Multi-Core Intel(R) Xeon(R) processor 7xxx Series ",
-            "Manufacturer": "Intel(R) Corporation", "TotalCores": 8, "TotalThreads": 16, "MaxSpeedMHz": 3700, "Status": {"Health": "OK"}}));
-        assert_eq!((p.id.as_str(), p.model.as_deref(), p.cores, p.threads, p.max_speed_mhz, p.health),
-            ("CPU1", Some("Multi-Core Intel(R) Xeon(R) processor 7xxx Series"), Some(8), Some(16), Some(3700), Some(Health::Ok)));
-        let m = memory(&json!({"Id": "DIMM1", "CapacityMiB": 32768, "MemoryDeviceType": "DDR4", "MemoryType": "DRAM", "OperatingSpeedMhz": 2400,
-            "Manufacturer": "Contoso", "PartNumber": "M393A4K40BB1", "SerialNumber": "12345678", "Status": {"Health": "Warning"}}));
-        assert_eq!((m.capacity_mib, m.memory_type.as_deref(), m.speed_mhz, m.health), (Some(32768), Some("DDR4"), Some(2400), Some(Health::Warning)));
-        let d = drive(&json!({"Id": "Disk.Bay.0", "Model": "PM883", "CapacityBytes": 960197124096u64, "MediaType": "SSD", "Protocol": "SATA", "Revision": "HXT7404Q"}));
-        assert_eq!((d.capacity_bytes, d.protocol.as_deref(), d.firmware_version.as_deref()), (Some(960_197_124_096), Some("SATA"), Some("HXT7404Q")));
-        let s = simple_storage(&json!({"Id": "1", "Devices": [{"Name": "SATA Bay 1", "Model": "Contoso 8000", "CapacityBytes": 8000000000000u64},
-            {"Name": "SATA Bay 2", "Status": {"State": "Absent"}}, {"Model": "nameless"}]}));
+        let p = processor(
+            &json!({"@odata.id": "/redfish/v1/Systems/1/Processors/CPU1", "Model": " Multi-Core Intel(R) Xeon(R) processor 7xxx Series ",
+            "Manufacturer": "Intel(R) Corporation", "TotalCores": 8, "TotalThreads": 16, "MaxSpeedMHz": 3700, "Status": {"Health": "OK"}}),
+        );
+        assert_eq!(
+            (p.id.as_str(), p.model.as_deref(), p.cores, p.threads, p.max_speed_mhz, p.health),
+            (
+                "CPU1",
+                Some("Multi-Core Intel(R) Xeon(R) processor 7xxx Series"),
+                Some(8),
+                Some(16),
+                Some(3700),
+                Some(Health::Ok)
+            )
+        );
+        let m = memory(
+            &json!({"Id": "DIMM1", "CapacityMiB": 32768, "MemoryDeviceType": "DDR4", "MemoryType": "DRAM", "OperatingSpeedMhz": 2400,
+            "Manufacturer": "Contoso", "PartNumber": "M393A4K40BB1", "SerialNumber": "12345678", "Status": {"Health": "Warning"}}),
+        );
+        assert_eq!(
+            (m.capacity_mib, m.memory_type.as_deref(), m.speed_mhz, m.health),
+            (Some(32768), Some("DDR4"), Some(2400), Some(Health::Warning))
+        );
+        let d = drive(
+            &json!({"Id": "Disk.Bay.0", "Model": "PM883", "CapacityBytes": 960197124096u64, "MediaType": "SSD", "Protocol": "SATA", "Revision": "HXT7404Q"}),
+        );
+        assert_eq!(
+            (d.capacity_bytes, d.protocol.as_deref(), d.firmware_version.as_deref()),
+            (Some(960_197_124_096), Some("SATA"), Some("HXT7404Q"))
+        );
+        let s = simple_storage(
+            &json!({"Id": "1", "Devices": [{"Name": "SATA Bay 1", "Model": "Contoso 8000", "CapacityBytes": 8000000000000u64},
+            {"Name": "SATA Bay 2", "Status": {"State": "Absent"}}, {"Model": "nameless"}]}),
+        );
         assert_eq!(s.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["1.SATA Bay 1", "1.2"]);
-        let n = ethernet_interface(&json!({"Id": "12446A3B0411", "MACAddress": "12-44-6A-3B-04-11", "PermanentMACAddress": "12:44:6a:3b:04:11", "SpeedMbps": 1000, "LinkStatus": "LinkUp"}));
-        assert_eq!((n.mac_addresses.clone(), n.speed_mbps, n.link_status.as_deref()), (vec!["12:44:6a:3b:04:11".to_owned()], Some(1000), Some("LinkUp")));
+        let n = ethernet_interface(
+            &json!({"Id": "12446A3B0411", "MACAddress": "12-44-6A-3B-04-11", "PermanentMACAddress": "12:44:6a:3b:04:11", "SpeedMbps": 1000, "LinkStatus": "LinkUp"}),
+        );
+        assert_eq!(
+            (n.mac_addresses.clone(), n.speed_mbps, n.link_status.as_deref()),
+            (vec!["12:44:6a:3b:04:11".to_owned()], Some(1000), Some("LinkUp"))
+        );
         assert!(ethernet_interface(&json!({"Id": "x", "MACAddress": "not a mac"})).mac_addresses.is_empty());
-        let a = network_adapter(&json!({"Id": "NIC.Slot.1", "Model": "X710", "Controllers": [{"FirmwarePackageVersion": "9.20"}]}));
+        let a = network_adapter(
+            &json!({"Id": "NIC.Slot.1", "Model": "X710", "Controllers": [{"FirmwarePackageVersion": "9.20"}]}),
+        );
         assert_eq!((a.model.as_deref(), a.firmware_version.as_deref()), (Some("X710"), Some("9.20")));
-        let ps = power_supply(&json!({"MemberId": "0", "Name": "Power Supply Bay 1", "Model": "499253-B21", "PowerCapacityWatts": 800.0, "FirmwareVersion": "1.00"}), 3);
+        let ps = power_supply(
+            &json!({"MemberId": "0", "Name": "Power Supply Bay 1", "Model": "499253-B21", "PowerCapacityWatts": 800.0, "FirmwareVersion": "1.00"}),
+            3,
+        );
         assert_eq!((ps.id.as_str(), ps.capacity_w, ps.firmware_version.as_deref()), ("0", Some(800), Some("1.00")));
         assert_eq!(power_supply(&json!({}), 3).id, "3");
-        let f = firmware(&json!({"Id": "BMC", "Name": "Contoso BMC Firmware", "Version": "1.45.455b66-rev4", "Updateable": true}));
+        let f = firmware(
+            &json!({"Id": "BMC", "Name": "Contoso BMC Firmware", "Version": "1.45.455b66-rev4", "Updateable": true}),
+        );
         assert_eq!((f.id.as_str(), f.version.as_deref(), f.updateable), ("BMC", Some("1.45.455b66-rev4"), Some(true)));
         assert_eq!(uint(&json!({"n": -1}), "n"), None);
         assert_eq!(u32_of(&json!({"n": 1u64 << 40}), "n"), None);

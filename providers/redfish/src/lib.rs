@@ -53,7 +53,21 @@ mod virtual_media;
 
 // What a Redfish session offers: one capability file above each, listed once here.
 impl bmcfleet_provider::Offer for RedfishSession {
-    bmcfleet_provider::offer!(power, boot, users, bmc_reset, network_source, raw, virtual_media, inventory, event_log, sensors, bios, secure_boot, firmware_update);
+    bmcfleet_provider::offer!(
+        power,
+        boot,
+        users,
+        bmc_reset,
+        network_source,
+        raw,
+        virtual_media,
+        inventory,
+        event_log,
+        sensors,
+        bios,
+        secure_boot,
+        firmware_update
+    );
 }
 
 pub use config::RedfishConfig;

@@ -1,11 +1,11 @@
 //! Manager capabilities: BMC reset (`Manager.Reset`) and the BMC's own
 //! network source (`Manager.EthernetInterfaces`: DHCPv4 / static IPv4).
 
-use crate::transport::Resource;
 use crate::discovery::ManagerInfo;
 use crate::error::{err, unsupported};
 use crate::json::{members, str_of};
 use crate::session::RedfishSession;
+use crate::transport::Resource;
 use bmcfleet_provider::{BmcReset, Ctx, NetworkSource, Result};
 use bmcfleet_schema::{BmcResetKind, ErrorCode, Host, NetworkSourceOp, StaticIpv4};
 use serde_json::{json, Value};
@@ -41,14 +41,10 @@ fn first_address(v: &Value, key: &str) -> Option<StaticIpv4> {
 
 /// The network source an EthernetInterface reports.
 pub(crate) fn read_source(iface: &Value) -> Result<NetworkSourceOp> {
-    let dhcp = iface
-        .get("DHCPv4")
-        .and_then(|d| d.get("DHCPEnabled"))
-        .and_then(Value::as_bool)
-        .or_else(|| {
-            let origin = iface.get("IPv4Addresses")?.as_array()?.first()?.get("AddressOrigin")?.as_str()?;
-            Some(origin == "DHCP")
-        });
+    let dhcp = iface.get("DHCPv4").and_then(|d| d.get("DHCPEnabled")).and_then(Value::as_bool).or_else(|| {
+        let origin = iface.get("IPv4Addresses")?.as_array()?.first()?.get("AddressOrigin")?.as_str()?;
+        Some(origin == "DHCP")
+    });
     if dhcp == Some(true) {
         return Ok(NetworkSourceOp::Dhcp);
     }
@@ -87,10 +83,7 @@ pub(crate) fn source_body(iface: &Value, op: &NetworkSourceOp) -> Result<Value> 
 pub(crate) fn choose_interface(ifaces: &[Resource], bmc_ip: Option<Ipv4Addr>) -> Option<usize> {
     let carries = |r: &Resource, ip: Ipv4Addr| {
         ["IPv4Addresses", "IPv4StaticAddresses"].iter().any(|k| {
-            r.body
-                .get(*k)
-                .and_then(Value::as_array)
-                .is_some_and(|l| l.iter().any(|a| ipv4(a, "Address") == Some(ip)))
+            r.body.get(*k).and_then(Value::as_array).is_some_and(|l| l.iter().any(|a| ipv4(a, "Address") == Some(ip)))
         })
     };
     if let Some(ip) = bmc_ip {
@@ -141,7 +134,11 @@ impl RedfishSession {
         let iface = ifaces.swap_remove(i);
         let carries = ip.is_some_and(|ip| {
             ["IPv4Addresses", "IPv4StaticAddresses"].iter().any(|k| {
-                iface.body.get(*k).and_then(Value::as_array).is_some_and(|l| l.iter().any(|a| ipv4(a, "Address") == Some(ip)))
+                iface
+                    .body
+                    .get(*k)
+                    .and_then(Value::as_array)
+                    .is_some_and(|l| l.iter().any(|a| ipv4(a, "Address") == Some(ip)))
             })
         });
         Ok((iface, carries))
@@ -164,9 +161,8 @@ impl RedfishSession {
 impl BmcReset for RedfishSession {
     async fn reset_bmc(&mut self, ctx: &Ctx, kind: BmcResetKind) -> Result<()> {
         let mgr = self.manager("BMC reset")?;
-        let reset = mgr
-            .reset
-            .ok_or_else(|| unsupported(format!("manager {} has no Manager.Reset action", mgr.path)))?;
+        let reset =
+            mgr.reset.ok_or_else(|| unsupported(format!("manager {} has no Manager.Reset action", mgr.path)))?;
         let t = bmc_reset_type(kind, &reset)?;
         tracing::info!(bmc = %self.transport.bmc(), reset_type = t, "Sending Manager.Reset.");
         self.transport.post(ctx, &reset.target, &json!({ "ResetType": t })).await?;
@@ -201,7 +197,8 @@ mod tests {
     fn bmc_reset_falls_back() {
         let dell = ResetAction { target: "/t".into(), allowed: Some(vec!["GracefulRestart".into()]) };
         assert_eq!(bmc_reset_type(BmcResetKind::Cold, &dell).unwrap(), "GracefulRestart");
-        let dmtf = ResetAction { target: "/t".into(), allowed: Some(vec!["ForceRestart".into(), "GracefulRestart".into()]) };
+        let dmtf =
+            ResetAction { target: "/t".into(), allowed: Some(vec!["ForceRestart".into(), "GracefulRestart".into()]) };
         assert_eq!(bmc_reset_type(BmcResetKind::Cold, &dmtf).unwrap(), "ForceRestart");
         assert_eq!(bmc_reset_type(BmcResetKind::Warm, &dmtf).unwrap(), "GracefulRestart");
     }
@@ -220,12 +217,14 @@ mod tests {
             })
         );
         assert_eq!(source_body(&modern, &NetworkSourceOp::Dhcp).unwrap(), json!({"DHCPv4": {"DHCPEnabled": true}}));
-        let s = StaticIpv4 { address: "10.0.0.9".parse().unwrap(), netmask: "255.255.0.0".parse().unwrap(), gateway: None };
+        let s =
+            StaticIpv4 { address: "10.0.0.9".parse().unwrap(), netmask: "255.255.0.0".parse().unwrap(), gateway: None };
         assert_eq!(
             source_body(&modern, &NetworkSourceOp::Static(s.clone())).unwrap(),
             json!({"DHCPv4": {"DHCPEnabled": false}, "IPv4StaticAddresses": [{"Address": "10.0.0.9", "SubnetMask": "255.255.0.0"}]})
         );
-        let legacy = json!({"IPv4Addresses": [{"Address": "10.0.0.5", "SubnetMask": "255.0.0.0", "AddressOrigin": "DHCP"}]});
+        let legacy =
+            json!({"IPv4Addresses": [{"Address": "10.0.0.5", "SubnetMask": "255.0.0.0", "AddressOrigin": "DHCP"}]});
         assert_eq!(read_source(&legacy).unwrap(), NetworkSourceOp::Dhcp);
         assert_eq!(
             source_body(&legacy, &NetworkSourceOp::Static(s)).unwrap(),

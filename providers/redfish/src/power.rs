@@ -26,7 +26,10 @@ pub(crate) enum Plan {
     Noop(PowerState),
     Send(&'static str),
     /// Power cycle emulated: hard off, wait until the BMC reports Off, on.
-    OffThenOn { off: &'static str, on: &'static str },
+    OffThenOn {
+        off: &'static str,
+        on: &'static str,
+    },
 }
 
 /// Whether `plan` needs the current power state to decide.
@@ -53,7 +56,9 @@ pub(crate) fn plan(op: PowerOp, reset: &ResetAction, current: Option<PowerState>
             }
             match reset.pick(&["On", "ForceOn"]) {
                 Some(t) => Plan::Send(t),
-                None if current == Some(PowerState::Off) && reset.allows("PushPowerButton") => Plan::Send("PushPowerButton"),
+                None if current == Some(PowerState::Off) && reset.allows("PushPowerButton") => {
+                    Plan::Send("PushPowerButton")
+                }
                 None => return Err(none("power on")),
             }
         }
@@ -69,7 +74,9 @@ pub(crate) fn plan(op: PowerOp, reset: &ResetAction, current: Option<PowerState>
             }
             match reset.pick(&["GracefulShutdown"]) {
                 Some(t) => Plan::Send(t),
-                None if current == Some(PowerState::On) && reset.allows("PushPowerButton") => Plan::Send("PushPowerButton"),
+                None if current == Some(PowerState::On) && reset.allows("PushPowerButton") => {
+                    Plan::Send("PushPowerButton")
+                }
                 None => return Err(none("graceful shutdown")),
             }
         }
@@ -121,7 +128,8 @@ impl RedfishSession {
         let interval = self.transport.config().state_poll_interval;
         let give_up = ctx.settle.map(|d| tokio::time::Instant::now() + d).unwrap_or(ctx.deadline).min(ctx.deadline);
         let mut seen = None;
-        let too_late = |seen: Option<PowerState>| match seen {
+        let too_late = |seen: Option<PowerState>| {
+            match seen {
             Some(s) => ProviderError::new(
                 ErrorCode::NotReached,
                 format!("{after} was accepted but the system still reported {s:?}, not {want:?}, when the wait ended; the rest of the power cycle was not sent"),
@@ -130,6 +138,7 @@ impl RedfishSession {
                 ErrorCode::Timeout,
                 format!("{after} was accepted but no read of the power state answered before the deadline; the rest of the power cycle was not sent"),
             ),
+        }
         };
         loop {
             let read = tokio::time::timeout_at(give_up, self.power_state(ctx)).await;
@@ -191,7 +200,8 @@ mod tests {
 
     #[test]
     fn on_prefers_on_then_force_on() {
-        let lenovo = action(&["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "Nmi", "ForceOn"]);
+        let lenovo =
+            action(&["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "Nmi", "ForceOn"]);
         assert_eq!(plan(PowerOp::On, &lenovo, Some(PowerState::Off)).unwrap(), Plan::Send("On"));
         let only_force = action(&["ForceOn", "ForceOff"]);
         assert_eq!(plan(PowerOp::On, &only_force, Some(PowerState::Off)).unwrap(), Plan::Send("ForceOn"));
@@ -203,7 +213,16 @@ mod tests {
 
     #[test]
     fn cycle_adapts() {
-        let dell = action(&["On", "ForceOff", "ForceRestart", "GracefulRestart", "GracefulShutdown", "PushPowerButton", "Nmi", "PowerCycle"]);
+        let dell = action(&[
+            "On",
+            "ForceOff",
+            "ForceRestart",
+            "GracefulRestart",
+            "GracefulShutdown",
+            "PushPowerButton",
+            "Nmi",
+            "PowerCycle",
+        ]);
         assert_eq!(plan(PowerOp::Cycle, &dell, None).unwrap(), Plan::Send("PowerCycle"));
         let lenovo = action(&["On", "ForceOff", "GracefulShutdown", "ForceRestart", "Nmi", "ForceOn"]);
         assert!(needs_state(PowerOp::Cycle, &lenovo));
@@ -214,7 +233,10 @@ mod tests {
         assert_eq!(plan(PowerOp::Cycle, &lenovo, Some(PowerState::Off)).unwrap(), Plan::Send("On"));
         let restart_only = action(&["ForceRestart"]);
         assert_eq!(plan(PowerOp::Cycle, &restart_only, Some(PowerState::On)).unwrap(), Plan::Send("ForceRestart"));
-        assert_eq!(plan(PowerOp::Cycle, &action(&["On"]), Some(PowerState::On)).unwrap_err().code, ErrorCode::Unsupported);
+        assert_eq!(
+            plan(PowerOp::Cycle, &action(&["On"]), Some(PowerState::On)).unwrap_err().code,
+            ErrorCode::Unsupported
+        );
     }
 
     #[test]

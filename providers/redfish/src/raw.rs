@@ -18,9 +18,10 @@ pub(crate) fn validate_path(path: &str) -> Result<()> {
     let shown = crate::transport::shown_path(path);
     match bmcfleet_schema::raw_policy::canonical_redfish_path(path) {
         Ok(canonical) if canonical == path => Ok(()),
-        Ok(canonical) => {
-            Err(invalid(format!("raw Redfish path {shown:?} is not canonical: send {:?}", crate::transport::shown_path(&canonical))))
-        }
+        Ok(canonical) => Err(invalid(format!(
+            "raw Redfish path {shown:?} is not canonical: send {:?}",
+            crate::transport::shown_path(&canonical)
+        ))),
         Err(why) => Err(invalid(format!("raw Redfish path {shown:?} is not a plain resource path: {why}"))),
     }
 }
@@ -80,7 +81,9 @@ impl Raw for RedfishSession {
     async fn raw(&mut self, ctx: &Ctx, req: &RawRequest) -> Result<RawResponse> {
         match req {
             RawRequest::Redfish(r) => self.raw_redfish(ctx, r).await,
-            RawRequest::Ipmi(_) => Err(invalid("the redfish provider cannot send a raw IPMI request; use protocol ipmi")),
+            RawRequest::Ipmi(_) => {
+                Err(invalid("the redfish provider cannot send a raw IPMI request; use protocol ipmi"))
+            }
         }
     }
 }
@@ -91,14 +94,28 @@ mod tests {
 
     #[test]
     fn paths() {
-        for ok in ["/redfish/v1", "/redfish/v1/Systems", "/redfish/v1/Systems?$expand=.", "/redfish/v1/Managers/iDRAC.Embedded.1"] {
+        for ok in [
+            "/redfish/v1",
+            "/redfish/v1/Systems",
+            "/redfish/v1/Systems?$expand=.",
+            "/redfish/v1/Managers/iDRAC.Embedded.1",
+        ] {
             assert!(validate_path(ok).is_ok(), "{ok}");
         }
         for bad in [
-            "/redfish/v10", "/etc/passwd", "/redfish/v1/../x", "/redfish/v1//x", "/redfish/v1/a b",
-            "redfish/v1", "/redfish/v1/%2e%2e/x", "/redfish/v1/x#y", "http://evil/redfish/v1",
+            "/redfish/v10",
+            "/etc/passwd",
+            "/redfish/v1/../x",
+            "/redfish/v1//x",
+            "/redfish/v1/a b",
+            "redfish/v1",
+            "/redfish/v1/%2e%2e/x",
+            "/redfish/v1/x#y",
+            "http://evil/redfish/v1",
             // Other spellings of a canonical path are not sent either.
-            "/redfish/v1/", "/redfish/v1/Update%53ervice", "/redfish/v1/Systems;jsessionid=1",
+            "/redfish/v1/",
+            "/redfish/v1/Update%53ervice",
+            "/redfish/v1/Systems;jsessionid=1",
         ] {
             assert!(validate_path(bad).is_err(), "{bad}");
         }

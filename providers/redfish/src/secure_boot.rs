@@ -20,7 +20,8 @@ pub(crate) fn state(v: &Value) -> SecureBootState {
 impl RedfishSession {
     async fn secure_boot_resource(&mut self, ctx: &Ctx) -> Result<crate::transport::Resource> {
         let system = self.transport.get(ctx, &self.service.system.path.clone()).await?;
-        let path = link(&system.body, "SecureBoot").ok_or_else(|| unsupported("the ComputerSystem links no SecureBoot resource"))?;
+        let path = link(&system.body, "SecureBoot")
+            .ok_or_else(|| unsupported("the ComputerSystem links no SecureBoot resource"))?;
         self.transport.get_linked(ctx, &path, "SecureBoot").await
     }
 }
@@ -51,10 +52,15 @@ impl SecureBoot for RedfishSession {
 
     async fn reset_secure_boot_keys(&mut self, ctx: &Ctx, kind: SecureBootResetKeys) -> Result<()> {
         let r = self.secure_boot_resource(ctx).await?;
-        let (target, _, _) = action_of(&r.body, "#SecureBoot.ResetKeys").ok_or_else(|| unsupported("the SecureBoot resource offers no SecureBoot.ResetKeys"))?;
+        let (target, _, _) = action_of(&r.body, "#SecureBoot.ResetKeys")
+            .ok_or_else(|| unsupported("the SecureBoot resource offers no SecureBoot.ResetKeys"))?;
         let allowed = crate::json::allowable(&r.body["Actions"]["#SecureBoot.ResetKeys"], "ResetKeysType");
         if let Some(list) = allowed.filter(|l| !l.iter().any(|x| x == kind.redfish())) {
-            return Err(invalid(format!("the BMC does not offer ResetKeysType {} (it offers {})", kind.redfish(), list.join(", "))));
+            return Err(invalid(format!(
+                "the BMC does not offer ResetKeysType {} (it offers {})",
+                kind.redfish(),
+                list.join(", ")
+            )));
         }
         self.transport.post(ctx, &target, &json!({"ResetKeysType": kind.redfish()})).await?;
         Ok(())
@@ -67,8 +73,13 @@ mod tests {
 
     #[test]
     fn secure_boot_state_decodes() {
-        let s = state(&json!({"SecureBootEnable": true, "SecureBootCurrentBoot": "Enabled", "SecureBootMode": "DeployedMode"}));
-        assert_eq!(s, SecureBootState { enabled: true, current_boot: Some("Enabled".into()), mode: Some("DeployedMode".into()) });
+        let s = state(
+            &json!({"SecureBootEnable": true, "SecureBootCurrentBoot": "Enabled", "SecureBootMode": "DeployedMode"}),
+        );
+        assert_eq!(
+            s,
+            SecureBootState { enabled: true, current_boot: Some("Enabled".into()), mode: Some("DeployedMode".into()) }
+        );
         assert_eq!(state(&json!({})), SecureBootState::default());
         assert_eq!(SecureBootResetKeys::DeletePk.redfish(), "DeletePK");
     }

@@ -8,10 +8,10 @@
 
 use crate::error::unsupported;
 use crate::event_log::health;
+use crate::inventory::{MAX_CHASSIS, MAX_READS};
 use crate::json::{link, links, members, str_of};
 use crate::session::RedfishSession;
 use bmcfleet_provider::{Ctx, Result, Sensors};
-use crate::inventory::{MAX_CHASSIS, MAX_READS};
 use bmcfleet_schema::components::{self, MAX_COMPONENTS};
 use bmcfleet_schema::{SensorKind, SensorReading, Thresholds};
 use serde_json::Value;
@@ -26,7 +26,9 @@ fn status_health(v: &Value) -> Option<bmcfleet_schema::Health> {
 
 /// The name a BMC gives, clipped like the inventory's text (it goes into the batch's status record).
 fn name_of(v: &Value, fallback: &str) -> String {
-    components::clip(str_of(v, "Name").or_else(|| str_of(v, "FanName")).or_else(|| str_of(v, "MemberId")).unwrap_or(fallback).trim())
+    components::clip(
+        str_of(v, "Name").or_else(|| str_of(v, "FanName")).or_else(|| str_of(v, "MemberId")).unwrap_or(fallback).trim(),
+    )
 }
 
 /// Absent or disabled sensors (`Status.State` `Absent`/`Disabled`) are left out.
@@ -60,20 +62,48 @@ struct Legacy {
 
 /// `Thermal`: `Temperatures` and `Fans` (RPM unless `ReadingUnits` says `Percent`).
 const THERMAL: [Legacy; 2] = [
-    Legacy { array: "Temperatures", kind: SensorKind::Temperature, name: "temperature", value: "ReadingCelsius", unit: "Cel", thresholds: true },
+    Legacy {
+        array: "Temperatures",
+        kind: SensorKind::Temperature,
+        name: "temperature",
+        value: "ReadingCelsius",
+        unit: "Cel",
+        thresholds: true,
+    },
     Legacy { array: "Fans", kind: SensorKind::Fan, name: "fan", value: "Reading", unit: "RPM", thresholds: true },
 ];
 
 /// `Power`: `PowerControl` (consumed watts) and `Voltages`.
 const POWER: [Legacy; 2] = [
-    Legacy { array: "PowerControl", kind: SensorKind::Power, name: "power", value: "PowerConsumedWatts", unit: "W", thresholds: false },
-    Legacy { array: "Voltages", kind: SensorKind::Voltage, name: "voltage", value: "ReadingVolts", unit: "V", thresholds: true },
+    Legacy {
+        array: "PowerControl",
+        kind: SensorKind::Power,
+        name: "power",
+        value: "PowerConsumedWatts",
+        unit: "W",
+        thresholds: false,
+    },
+    Legacy {
+        array: "Voltages",
+        kind: SensorKind::Voltage,
+        name: "voltage",
+        value: "ReadingVolts",
+        unit: "V",
+        thresholds: true,
+    },
 ];
 
 fn legacy(resource: &Value, arrays: &[Legacy]) -> Vec<SensorReading> {
     let mut out = Vec::new();
     for l in arrays {
-        for v in resource.get(l.array).and_then(Value::as_array).into_iter().flatten().filter(|v| present(v)).take(MAX_COMPONENTS) {
+        for v in resource
+            .get(l.array)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|v| present(v))
+            .take(MAX_COMPONENTS)
+        {
             let unit = match str_of(v, "ReadingUnits") {
                 Some("Percent") if l.kind == SensorKind::Fan => "%",
                 _ => l.unit,
@@ -147,7 +177,14 @@ impl Sensors for RedfishSession {
             if let Some(coll) = link(&c, "Sensors") {
                 any = true;
                 let coll = self.transport.get_linked(ctx, &coll, "Sensors").await?.body;
-                for item in coll.get("Members").and_then(Value::as_array).cloned().unwrap_or_default().into_iter().take(MAX_COMPONENTS) {
+                for item in coll
+                    .get("Members")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .take(MAX_COMPONENTS)
+                {
                     let body = if item.get("ReadingType").is_some() || item.get("Reading").is_some() {
                         item
                     } else if let Some(p) = item.get("@odata.id").and_then(Value::as_str) {
@@ -198,8 +235,14 @@ mod tests {
         let r = from_thermal(&thermal);
         assert_eq!(r.len(), 2);
         assert_eq!((r[0].name.as_str(), r[0].value, r[0].unit.as_deref()), ("CPU Temp", Some(41.0), Some("Cel")));
-        assert_eq!(r[0].thresholds, Thresholds { upper_warning: Some(42.0), upper_critical: Some(45.0), ..Thresholds::default() });
-        assert_eq!((r[1].name.as_str(), r[1].kind, r[1].unit.as_deref(), r[1].health), ("Fan A", SensorKind::Fan, Some("%"), Some(Health::Warning)));
+        assert_eq!(
+            r[0].thresholds,
+            Thresholds { upper_warning: Some(42.0), upper_critical: Some(45.0), ..Thresholds::default() }
+        );
+        assert_eq!(
+            (r[1].name.as_str(), r[1].kind, r[1].unit.as_deref(), r[1].health),
+            ("Fan A", SensorKind::Fan, Some("%"), Some(Health::Warning))
+        );
         assert_eq!(r[1].thresholds.lower_critical, Some(5.0), "fatal counts as critical");
 
         let power = json!({"PowerControl": [{"Name": "System Power", "PowerConsumedWatts": 344}],
@@ -208,10 +251,18 @@ mod tests {
         assert_eq!((r[0].kind, r[0].value, r[0].unit.as_deref()), (SensorKind::Power, Some(344.0), Some("W")));
         assert_eq!((r[1].kind, r[1].value, r[1].health), (SensorKind::Voltage, Some(12.1), Some(Health::Critical)));
 
-        let s = from_sensor(&json!({"Name": "Inlet", "ReadingType": "Temperature", "Reading": 24.5, "ReadingUnits": "Cel",
-            "Thresholds": {"UpperCaution": {"Reading": 40}, "UpperCritical": {"Reading": 45}}, "Status": {"Health": "OK"}}));
-        assert_eq!((s.kind, s.value, s.unit.as_deref(), s.health), (SensorKind::Temperature, Some(24.5), Some("Cel"), Some(Health::Ok)));
-        assert_eq!(s.thresholds, Thresholds { upper_warning: Some(40.0), upper_critical: Some(45.0), ..Thresholds::default() });
+        let s = from_sensor(
+            &json!({"Name": "Inlet", "ReadingType": "Temperature", "Reading": 24.5, "ReadingUnits": "Cel",
+            "Thresholds": {"UpperCaution": {"Reading": 40}, "UpperCritical": {"Reading": 45}}, "Status": {"Health": "OK"}}),
+        );
+        assert_eq!(
+            (s.kind, s.value, s.unit.as_deref(), s.health),
+            (SensorKind::Temperature, Some(24.5), Some("Cel"), Some(Health::Ok))
+        );
+        assert_eq!(
+            s.thresholds,
+            Thresholds { upper_warning: Some(40.0), upper_critical: Some(45.0), ..Thresholds::default() }
+        );
         assert_eq!(from_sensor(&json!({"Name": "x", "ReadingType": "Rotational"})).kind, SensorKind::Fan);
     }
 
@@ -221,9 +272,15 @@ mod tests {
         let huge = format!("Inlet\n{}", "x".repeat(1 << 20));
         let max = bmcfleet_schema::components::MAX_TEXT;
         let s = from_sensor(&json!({"Name": huge, "ReadingType": "Temperature", "Reading": 1, "ReadingUnits": huge}));
-        assert!(s.name.chars().count() <= max && s.unit.as_ref().unwrap().chars().count() <= max, "{} characters", s.name.len());
+        assert!(
+            s.name.chars().count() <= max && s.unit.as_ref().unwrap().chars().count() <= max,
+            "{} characters",
+            s.name.len()
+        );
         assert!(s.name.starts_with("Inlet ") && !s.name.chars().any(char::is_control));
-        let t = from_thermal(&json!({"Temperatures": [{"Name": huge, "ReadingCelsius": 1}], "Fans": [{"FanName": huge, "Reading": 1}]}));
+        let t = from_thermal(
+            &json!({"Temperatures": [{"Name": huge, "ReadingCelsius": 1}], "Fans": [{"FanName": huge, "Reading": 1}]}),
+        );
         assert!(t.iter().all(|r| r.name.chars().count() <= max), "{} characters", t[0].name.len());
     }
 }

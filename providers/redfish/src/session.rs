@@ -2,8 +2,8 @@
 //! service structure discovered at connect time. The capability traits are
 //! implemented in their own modules (`power.rs`, `boot.rs`, ...).
 
-use crate::transport::{AuthKind, Transport};
 use crate::discovery::{ResetAction, Service};
+use crate::transport::{AuthKind, Transport};
 use bmcfleet_provider::BmcSession;
 use bmcfleet_schema::BmcAddress;
 

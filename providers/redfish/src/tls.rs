@@ -9,9 +9,9 @@
 //! depends on a process-wide default provider.
 
 use crate::error::invalid;
+use bmcfleet_provider::tls::{accept_any_certificate, crypto_provider, pinned_certificate};
 use bmcfleet_provider::ProviderError;
 use bmcfleet_schema::TlsOptions;
-use bmcfleet_provider::tls::{accept_any_certificate, crypto_provider, pinned_certificate};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore};
@@ -62,15 +62,15 @@ pub(crate) fn client_config(opts: &TlsOptions, system: &SystemRoots) -> Result<C
         .map_err(|e| invalid(format!("TLS setup failed: {e}")))?;
     let pin = opts.pin().map_err(invalid)?;
     let mut config = if let Some(sha256) = pin {
-        builder.dangerous().with_custom_certificate_verifier(pinned_certificate(&provider, sha256)).with_no_client_auth()
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(pinned_certificate(&provider, sha256))
+            .with_no_client_auth()
     } else if opts.insecure {
         if opts.ca_pem.is_some() {
             tracing::warn!("bmc.tls.insecure is set: bmc.tls.ca_pem is ignored and the certificate is not checked.");
         }
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(accept_any_certificate(&provider))
-            .with_no_client_auth()
+        builder.dangerous().with_custom_certificate_verifier(accept_any_certificate(&provider)).with_no_client_auth()
     } else {
         let roots = match &opts.ca_pem {
             Some(pem) => Arc::new(roots_from_pem(pem)?),

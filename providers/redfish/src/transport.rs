@@ -361,8 +361,10 @@ impl Transport {
                 Auth::None => rb,
                 Auth::Basic => rb.basic_auth(&self.username, Some(self.password.expose())),
                 Auth::Session { token, .. } => {
-                    let mut v = HeaderValue::from_str(token.expose())
-                        .map_err(|_| protocol("the BMC issued a session token that is not a valid header value; nothing was sent").not_sent())?;
+                    let mut v = HeaderValue::from_str(token.expose()).map_err(|_| {
+                        protocol("the BMC issued a session token that is not a valid header value; nothing was sent")
+                            .not_sent()
+                    })?;
                     v.set_sensitive(true);
                     rb.header("X-Auth-Token", v)
                 }
@@ -484,7 +486,9 @@ impl Transport {
         if_match: Option<&str>,
     ) -> Result<Reply> {
         let bytes = match body {
-            Some(v) => Some(serde_json::to_vec(v).map_err(|e| err(ErrorCode::Internal, format!("encoding a request: {e}")))?),
+            Some(v) => {
+                Some(serde_json::to_vec(v).map_err(|e| err(ErrorCode::Internal, format!("encoding a request: {e}")))?)
+            }
             None => None,
         };
         self.authenticated(ctx, &method, path, if_match, || bytes.as_deref().into()).await
@@ -493,7 +497,12 @@ impl Transport {
     /// An authenticated `multipart/form-data` POST (a firmware image push)
     /// returning any HTTP status; `form` builds the body (again for the one
     /// resend after a `401` on a session token, as in [`Transport::exchange`]).
-    pub async fn post_multipart(&mut self, ctx: &Ctx, path: &str, form: impl Fn() -> reqwest::multipart::Form) -> Result<Reply> {
+    pub async fn post_multipart(
+        &mut self,
+        ctx: &Ctx,
+        path: &str,
+        form: impl Fn() -> reqwest::multipart::Form,
+    ) -> Result<Reply> {
         self.authenticated(ctx, &Method::POST, path, None, || Payload::Multipart(form())).await
     }
 
@@ -533,9 +542,10 @@ impl Transport {
     /// (a user, a media device) that are not there.
     pub async fn get_linked(&mut self, ctx: &Ctx, path: &str, what: &str) -> Result<Resource> {
         match self.get(ctx, path).await {
-            Err(e) if e.code == ErrorCode::TargetNotFound => {
-                Err(crate::error::unsupported(format!("the BMC links {what} at {path} but does not implement it ({})", e.message)))
-            }
+            Err(e) if e.code == ErrorCode::TargetNotFound => Err(crate::error::unsupported(format!(
+                "the BMC links {what} at {path} but does not implement it ({})",
+                e.message
+            ))),
             other => other,
         }
     }
@@ -605,7 +615,10 @@ impl Transport {
                 // The deadline passed before the read, or during it (the
                 // read's time limit was what was left of the action's):
                 // the task was last seen running either way.
-                Err(e) if e.code == ErrorCode::DeadlineExceeded || (e.code == ErrorCode::Timeout && ctx.remaining().is_err()) => {
+                Err(e)
+                    if e.code == ErrorCode::DeadlineExceeded
+                        || (e.code == ErrorCode::Timeout && ctx.remaining().is_err()) =>
+                {
                     return Err(still_running(&last_state))
                 }
                 other => other?,
@@ -645,7 +658,9 @@ impl Transport {
         let reply = Self::check(&Method::GET, ROOT, reply)?;
         let body = reply.json(&Method::GET, ROOT)?;
         if !body.is_object() {
-            return Err(protocol("GET /redfish/v1/: the service root is not a JSON object; is this a Redfish service?"));
+            return Err(protocol(
+                "GET /redfish/v1/: the service root is not a JSON object; is this a Redfish service?",
+            ));
         }
         Ok(body)
     }
@@ -714,7 +729,10 @@ impl Transport {
                     self.auth = Auth::Session { token: Secret::new(token), location };
                 }
                 _ if self.mode == RedfishAuth::Session => {
-                    return Err(err(ErrorCode::ProtocolError, format!("POST {path}: {} created a session without an X-Auth-Token", self.bmc)));
+                    return Err(err(
+                        ErrorCode::ProtocolError,
+                        format!("POST {path}: {} created a session without an X-Auth-Token", self.bmc),
+                    ));
                 }
                 _ => {
                     tracing::warn!(bmc = %self.bmc, "The BMC created a session without an X-Auth-Token; using HTTP Basic.");
@@ -722,7 +740,9 @@ impl Transport {
                 }
             },
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN if self.mode == RedfishAuth::Session => {
-                return Err(self.no_session(&format!("the BMC refused to create a session (HTTP {})", reply.status.as_u16())));
+                return Err(
+                    self.no_session(&format!("the BMC refused to create a session (HTTP {})", reply.status.as_u16()))
+                );
             }
             s if self.mode == RedfishAuth::Session => {
                 // The BMC's words may quote the login it refused: not the
@@ -766,7 +786,9 @@ impl Transport {
                 Ok(r) if r.status.is_success() || r.status == StatusCode::NOT_FOUND => {
                     tracing::debug!(bmc = %self.bmc, "Redfish session deleted.");
                 }
-                Ok(r) => tracing::info!(bmc = %self.bmc, status = r.status.as_u16(), "The BMC refused to delete the session."),
+                Ok(r) => {
+                    tracing::info!(bmc = %self.bmc, status = r.status.as_u16(), "The BMC refused to delete the session.")
+                }
                 Err(e) => tracing::info!(bmc = %self.bmc, error = %e, "Could not delete the Redfish session."),
             }
             self.auth = Auth::None;
@@ -868,7 +890,9 @@ pub(crate) fn session_member(base: &str, collection: &str, location: &str) -> Op
 pub(crate) fn resolve(base: &str, path: &str) -> Result<url::Url> {
     let base = url::Url::parse(base).map_err(|e| protocol(format!("the BMC's base {base:?} is not a URL: {e}")))?;
     let url = base.join(path).map_err(|e| protocol(format!("{path:?} is not a URL on the BMC: {e}")))?;
-    let same = url.scheme() == base.scheme() && url.host() == base.host() && url.port_or_known_default() == base.port_or_known_default();
+    let same = url.scheme() == base.scheme()
+        && url.host() == base.host()
+        && url.port_or_known_default() == base.port_or_known_default();
     if !same || !url.username().is_empty() || url.password().is_some() {
         return Err(protocol(format!(
             "{path:?} points away from the BMC (to {}); refused, nothing was sent",
@@ -909,7 +933,13 @@ mod tests {
     #[test]
     fn links_stay_on_the_bmc() {
         let base = "https://10.0.0.5:8443";
-        for ok in ["/redfish/v1/Systems", "/redfish/v1/SessionService/Sessions", "https://10.0.0.5:8443/redfish/v1/x", "@10.9.9.9:8443/x", "redfish/v1/y"] {
+        for ok in [
+            "/redfish/v1/Systems",
+            "/redfish/v1/SessionService/Sessions",
+            "https://10.0.0.5:8443/redfish/v1/x",
+            "@10.9.9.9:8443/x",
+            "redfish/v1/y",
+        ] {
             let url = resolve(base, ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
             assert_eq!((url.host_str(), url.port_or_known_default()), (Some("10.0.0.5"), Some(8443)), "{ok} -> {url}");
         }

@@ -12,10 +12,10 @@
 //! reserved anonymous user). Update never creates: a missing user is
 //! `target_not_found`.
 
-use crate::transport::Resource;
 use crate::error::{err, invalid, unsupported};
 use crate::json::{link, members, str_of};
 use crate::session::RedfishSession;
+use crate::transport::Resource;
 use bmcfleet_provider::{Ctx, Result, Users};
 use bmcfleet_schema::{ErrorCode, UserInfo, UserRole, UserSpec, UserUpdate};
 use reqwest::StatusCode;
@@ -27,7 +27,9 @@ pub(crate) fn role_id(role: UserRole) -> Result<&'static str> {
         UserRole::Operator => "Operator",
         UserRole::User => "ReadOnly",
         UserRole::NoAccess => "NoAccess",
-        UserRole::Callback => return Err(unsupported("Redfish has no `callback` role (it is an IPMI privilege level)")),
+        UserRole::Callback => {
+            return Err(unsupported("Redfish has no `callback` role (it is an IPMI privilege level)"))
+        }
     })
 }
 
@@ -123,10 +125,18 @@ fn verify(info: UserInfo, path: &str, name: &str, body: &Value) -> Result<UserIn
     if differs.is_empty() {
         return Ok(info);
     }
-    Err(err(ErrorCode::BmcError, format!("the BMC accepted the change of user `{name}` but {path} reads back {}", differs.join(", "))))
+    Err(err(
+        ErrorCode::BmcError,
+        format!("the BMC accepted the change of user `{name}` but {path} reads back {}", differs.join(", ")),
+    ))
 }
 
-fn account_body(name: Option<&str>, password: Option<&str>, role: Option<UserRole>, enabled: Option<bool>) -> Result<Value> {
+fn account_body(
+    name: Option<&str>,
+    password: Option<&str>,
+    role: Option<UserRole>,
+    enabled: Option<bool>,
+) -> Result<Value> {
     let mut m = Map::new();
     if let Some(n) = name {
         m.insert("UserName".into(), json!(n));
@@ -189,7 +199,10 @@ impl RedfishSession {
         match self.find_account(ctx, name).await {
             Err(e) if e.code == ErrorCode::TargetNotFound => Ok(()),
             Err(e) => Err(e),
-            Ok(_) => Err(err(ErrorCode::BmcError, format!("the BMC accepted the removal of user `{name}` but the accounts still list it ({path})"))),
+            Ok(_) => Err(err(
+                ErrorCode::BmcError,
+                format!("the BMC accepted the removal of user `{name}` but the accounts still list it ({path})"),
+            )),
         }
     }
 
@@ -197,7 +210,10 @@ impl RedfishSession {
     /// ([`verify`]; [`Transport::read_back`] settles a moment for a BMC
     /// that applies a change late).
     async fn read_back(&mut self, ctx: &Ctx, path: &str, name: &str, body: &Value) -> Result<UserInfo> {
-        let r = self.transport.read_back(ctx, path, |r| verify(Account::from(r.clone()).info(), path, name, body).is_ok()).await?;
+        let r = self
+            .transport
+            .read_back(ctx, path, |r| verify(Account::from(r.clone()).info(), path, name, body).is_ok())
+            .await?;
         verify(Account::from(r).info(), path, name, body)
     }
 }
@@ -228,14 +244,20 @@ impl Users for RedfishSession {
         tracing::info!(bmc = %self.transport.bmc(), "Creating a user in the Accounts collection.");
         let reply = self.transport.post(ctx, &coll, &body).await.map_err(|e| {
             if e.code == ErrorCode::Unsupported {
-                err(ErrorCode::BmcError, format!("the BMC has no free account slot and refuses new accounts: {}", e.message))
+                err(
+                    ErrorCode::BmcError,
+                    format!("the BMC has no free account slot and refuses new accounts: {}", e.message),
+                )
             } else {
                 e
             }
         })?;
-        let created = reply
-            .location()
-            .or_else(|| reply.json(&reqwest::Method::POST, &coll).ok().and_then(|v| str_of(&v, "@odata.id").map(crate::json::norm_path)));
+        let created = reply.location().or_else(|| {
+            reply
+                .json(&reqwest::Method::POST, &coll)
+                .ok()
+                .and_then(|v| str_of(&v, "@odata.id").map(crate::json::norm_path))
+        });
         match created {
             Some(path) => self.read_back(ctx, &path, &spec.name, &body).await,
             None => {
@@ -264,9 +286,7 @@ impl Users for RedfishSession {
 
     async fn delete_user(&mut self, ctx: &Ctx, name: &str) -> Result<()> {
         if name == self.transport.username() {
-            return Err(invalid(format!(
-                "refusing to delete `{name}`: it is the account bmcfleet uses for this BMC"
-            )));
+            return Err(invalid(format!("refusing to delete `{name}`: it is the account bmcfleet uses for this BMC")));
         }
         let (_, accounts, account) = self.find_account(ctx, name).await?;
         let slot_based = accounts.iter().any(Account::is_empty_slot);
@@ -279,7 +299,8 @@ impl Users for RedfishSession {
             }
             tracing::debug!(bmc = %self.transport.bmc(), "DELETE refused; emptying the account slot instead.");
         }
-        let clear = if models_enabled(&accounts) { json!({"UserName": "", "Enabled": false}) } else { json!({"UserName": ""}) };
+        let clear =
+            if models_enabled(&accounts) { json!({"UserName": "", "Enabled": false}) } else { json!({"UserName": ""}) };
         self.patch_with_etag(ctx, account.resource, &clear).await?;
         self.gone(ctx, name, &path).await
     }

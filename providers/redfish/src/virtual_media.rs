@@ -9,10 +9,10 @@
 //! Insert is idempotent: the same image already inserted is a no-op, a
 //! different one is ejected first.
 
-use crate::transport::Resource;
 use crate::error::{err, unsupported};
 use crate::json::{allowable, members, norm_path, str_of};
 use crate::session::RedfishSession;
+use crate::transport::Resource;
 use bmcfleet_provider::{Ctx, Result, VirtualMedia};
 use bmcfleet_schema::{ErrorCode, MediaKind};
 use reqwest::{Method, StatusCode};
@@ -30,10 +30,7 @@ fn wanted_types(kind: MediaKind) -> &'static [&'static str] {
 pub(crate) fn choose_device(devices: &[Resource], kind: MediaKind) -> Option<usize> {
     for t in wanted_types(kind) {
         let hit = devices.iter().position(|d| {
-            d.body
-                .get("MediaTypes")
-                .and_then(Value::as_array)
-                .is_some_and(|l| l.iter().any(|m| m.as_str() == Some(*t)))
+            d.body.get("MediaTypes").and_then(Value::as_array).is_some_and(|l| l.iter().any(|m| m.as_str() == Some(*t)))
         });
         if hit.is_some() {
             return hit;
@@ -45,12 +42,8 @@ pub(crate) fn choose_device(devices: &[Resource], kind: MediaKind) -> Option<usi
     };
     devices.iter().position(|d| {
         d.body.get("MediaTypes").is_none() && {
-            let id = format!(
-                "{} {}",
-                str_of(&d.body, "Id").unwrap_or(""),
-                str_of(&d.body, "Name").unwrap_or("")
-            )
-            .to_ascii_lowercase();
+            let id = format!("{} {}", str_of(&d.body, "Id").unwrap_or(""), str_of(&d.body, "Name").unwrap_or(""))
+                .to_ascii_lowercase();
             words.iter().any(|w| id.contains(w))
         }
     })
@@ -66,7 +59,12 @@ fn action_target(device: &Value, name: &str) -> Option<String> {
 /// `Oem.<vendor>.Actions` (where HPE iLO puts them).
 fn oem_action_target(device: &Value, suffix: &str) -> Option<String> {
     let standard = device.get("Actions").and_then(|a| a.get("Oem")).and_then(Value::as_object);
-    let vendors = device.get("Oem").and_then(Value::as_object).into_iter().flat_map(|o| o.values()).filter_map(|v| v.get("Actions").and_then(Value::as_object));
+    let vendors = device
+        .get("Oem")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|o| o.values())
+        .filter_map(|v| v.get("Actions").and_then(Value::as_object));
     standard.into_iter().chain(vendors).flat_map(|actions| actions.iter()).find_map(|(name, a)| {
         name.ends_with(suffix).then(|| a.get("target").and_then(Value::as_str).map(norm_path)).flatten()
     })
@@ -113,13 +111,12 @@ pub(crate) fn insert_body(url: &str, action: &Value, force_protocol: bool, force
     m.insert("WriteProtected".into(), json!(true));
     let protocols = allowable(action, "TransferProtocolType");
     if protocols.is_some() || force_protocol {
-        let p = protocol_for(url).ok_or_else(|| unsupported(format!("cannot tell the transfer protocol of the image URL scheme in {}", redact(url))))?;
+        let p = protocol_for(url).ok_or_else(|| {
+            unsupported(format!("cannot tell the transfer protocol of the image URL scheme in {}", redact(url)))
+        })?;
         if let Some(list) = &protocols {
             if !list.iter().any(|x| x == p) {
-                return Err(unsupported(format!(
-                    "the BMC cannot fetch media over {p} (allowed: {})",
-                    list.join(", ")
-                )));
+                return Err(unsupported(format!("the BMC cannot fetch media over {p} (allowed: {})", list.join(", "))));
             }
         }
         m.insert("TransferProtocolType".into(), json!(p));
@@ -257,7 +254,8 @@ impl VirtualMedia for RedfishSession {
                 // naming them means nothing was done, so resend once with them.
                 let reply = if reply.status == StatusCode::BAD_REQUEST {
                     let text = crate::error::bmc_messages(&reply.body).unwrap_or_default();
-                    let need_protocol = text.contains("TransferProtocolType") && body.get("TransferProtocolType").is_none();
+                    let need_protocol =
+                        text.contains("TransferProtocolType") && body.get("TransferProtocolType").is_none();
                     let need_method = text.contains("TransferMethod") && body.get("TransferMethod").is_none();
                     if need_protocol || need_method {
                         tracing::info!(bmc = %self.transport.bmc(), "The BMC requires transfer parameters; resending InsertMedia with them.");
@@ -314,7 +312,10 @@ impl VirtualMedia for RedfishSession {
         // Done when the device reads back empty, not when the BMC says so.
         let after = self.transport.read_back(ctx, &path, |r| !is_inserted(&r.body)).await?;
         if is_inserted(&after.body) {
-            return Err(err(ErrorCode::BmcError, format!("the BMC accepted the media eject but {path} still reads back inserted")));
+            return Err(err(
+                ErrorCode::BmcError,
+                format!("the BMC accepted the media eject but {path} still reads back inserted"),
+            ));
         }
         Ok(())
     }

@@ -55,12 +55,20 @@ async fn start(test: &str) -> Option<(MockupServer, RedfishSession)> {
 }
 
 fn writes(server: &MockupServer) -> Vec<(String, String, Value)> {
-    server.writes().into_iter().filter(|r| !r.path.starts_with("/redfish/v1/SessionService")).map(|r| (r.method.clone(), r.path.clone(), r.json().unwrap_or(Value::Null))).collect()
+    server
+        .writes()
+        .into_iter()
+        .filter(|r| !r.path.starts_with("/redfish/v1/SessionService"))
+        .map(|r| (r.method.clone(), r.path.clone(), r.json().unwrap_or(Value::Null)))
+        .collect()
 }
 
 #[tokio::test]
 async fn bios_is_read_with_its_registry_and_set_through_the_settings_object() {
-    let Some((server, mut s)) = start("bios_is_read_with_its_registry_and_set_through_the_settings_object").await else { return };
+    let Some((server, mut s)) = start("bios_is_read_with_its_registry_and_set_through_the_settings_object").await
+    else {
+        return;
+    };
     let c = ctx(10);
     let bios = s.bios(&c).await.unwrap();
     assert_eq!(bios.attributes.get("BootMode"), Some(&json!("Uefi")));
@@ -87,10 +95,18 @@ async fn bios_is_read_with_its_registry_and_set_through_the_settings_object() {
     }
     assert!(writes(&server).is_empty(), "nothing was written: {:?}", writes(&server));
 
-    let set = BiosSet { attributes: serde_json::from_value(json!({"BootMode": "Bios", "ProcCoreDisable": 2})).unwrap() };
+    let set =
+        BiosSet { attributes: serde_json::from_value(json!({"BootMode": "Bios", "ProcCoreDisable": 2})).unwrap() };
     let pending = s.set_bios(&c, &set).await.unwrap();
     assert_eq!(pending.apply_time.as_deref(), Some("OnReset"));
-    assert_eq!(writes(&server), vec![("PATCH".to_owned(), format!("{SYS}/Bios/Settings"), json!({"Attributes": {"BootMode": "Bios", "ProcCoreDisable": 2}}))]);
+    assert_eq!(
+        writes(&server),
+        vec![(
+            "PATCH".to_owned(),
+            format!("{SYS}/Bios/Settings"),
+            json!({"Attributes": {"BootMode": "Bios", "ProcCoreDisable": 2}})
+        )]
+    );
     let after = s.bios(&c).await.unwrap();
     assert_eq!(after.attributes.get("BootMode"), Some(&json!("Uefi")), "the live value waits for the reset");
     assert_eq!(after.pending.get("BootMode"), Some(&json!("Bios")));
@@ -112,7 +128,14 @@ async fn secure_boot_keys_reset_with_the_offered_types_only() {
     assert!(writes(&server).is_empty(), "already enabled: nothing sent");
 
     s.reset_secure_boot_keys(&c, SecureBootResetKeys::DeleteAllKeys).await.unwrap();
-    assert_eq!(writes(&server), vec![("POST".to_owned(), format!("{SYS}/SecureBoot/Actions/SecureBoot.ResetKeys"), json!({"ResetKeysType": "DeleteAllKeys"}))]);
+    assert_eq!(
+        writes(&server),
+        vec![(
+            "POST".to_owned(),
+            format!("{SYS}/SecureBoot/Actions/SecureBoot.ResetKeys"),
+            json!({"ResetKeysType": "DeleteAllKeys"})
+        )]
+    );
     let e = s.reset_secure_boot_keys(&c, SecureBootResetKeys::DeletePk).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidField);
     assert!(e.message.contains("DeletePK") && e.message.contains("ResetAllKeysToDefault, DeleteAllKeys"), "{e}");

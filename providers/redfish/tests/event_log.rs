@@ -23,7 +23,9 @@ fn sel_entry(id: u32, created: &str, severity: &str, message: &str) -> serde_jso
 
 #[tokio::test]
 async fn logs_are_discovered_merged_newest_first_and_cleared() {
-    let Some(dir) = redfish_mockup_or_skip("dell", "logs_are_discovered_merged_newest_first_and_cleared") else { return };
+    let Some(dir) = redfish_mockup_or_skip("dell", "logs_are_discovered_merged_newest_first_and_cleared") else {
+        return;
+    };
     let e1 = sel_entry(1, "2024-01-01T10:00:00Z", "OK", "System boot");
     let e2 = sel_entry(2, "2024-01-01T12:00:00Z", "Critical", "CPU1 temperature above critical");
     let log1 = json!({"@odata.id": format!("{SYS}/LogServices/Log1/Entries/5"), "Id": "5", "EntryType": "Event", "Created": "2024-01-01T11:00:00Z",
@@ -52,8 +54,12 @@ async fn logs_are_discovered_merged_newest_first_and_cleared() {
 
     let log = s.read_event_log(&ctx, 100, 0).await.unwrap();
     assert_eq!(log.total, Some(3));
-    let got: Vec<(&str, &str, Option<Health>)> = log.entries.iter().map(|e| (e.log.as_deref().unwrap(), e.id.as_str(), e.severity)).collect();
-    assert_eq!(got, [("Sel", "2", Some(Health::Critical)), ("Log1", "5", Some(Health::Warning)), ("Sel", "1", Some(Health::Ok))]);
+    let got: Vec<(&str, &str, Option<Health>)> =
+        log.entries.iter().map(|e| (e.log.as_deref().unwrap(), e.id.as_str(), e.severity)).collect();
+    assert_eq!(
+        got,
+        [("Sel", "2", Some(Health::Critical)), ("Log1", "5", Some(Health::Warning)), ("Sel", "1", Some(Health::Ok))]
+    );
     assert_eq!(log.entries[0].message, "CPU1 temperature above critical");
     assert_eq!(log.entries[0].sensor.as_deref(), Some("48"));
     let page = s.read_event_log(&ctx, 1, 1).await.unwrap();
@@ -83,7 +89,9 @@ async fn a_bmc_without_log_services_is_unsupported() {
 /// an empty page ends the log, and a log is read in a bounded number of pages.
 #[tokio::test]
 async fn an_endless_next_link_chain_is_not_followed_to_the_deadline() {
-    let Some(dir) = redfish_mockup_or_skip("dell", "an_endless_next_link_chain_is_not_followed_to_the_deadline") else { return };
+    let Some(dir) = redfish_mockup_or_skip("dell", "an_endless_next_link_chain_is_not_followed_to_the_deadline") else {
+        return;
+    };
     let empty = format!("{MGR}/LogServices/Sel/Entries");
     let looping = format!("{SYS}/LogServices/Log1/Entries");
     let e1 = sel_entry(1, "2024-01-01T10:00:00Z", "OK", "System boot");

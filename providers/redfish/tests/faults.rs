@@ -7,12 +7,12 @@ mod common;
 
 use bmcfleet_provider::Offer;
 use bmcfleet_provider::{BmcSession, Ctx};
-use bmcfleet_testing::redfish::{Fault, MockupServer, SilentServer, TestPki};
 use bmcfleet_redfish::{RedfishConfig, RedfishConnector, RedfishSession};
 use bmcfleet_schema::{
-    BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, PowerOp, RawRedfish, RawRequest, Secret, TlsOptions, UserRole, UserSpec,
-    UserUpdate,
+    BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, PowerOp, RawRedfish, RawRequest, Secret, TlsOptions,
+    UserRole, UserSpec, UserUpdate,
 };
+use bmcfleet_testing::redfish::{Fault, MockupServer, SilentServer, TestPki};
 use common::{connector, ctx, spec_service, RESET, SYSTEM};
 use serde_json::json;
 use std::time::Duration;
@@ -31,13 +31,20 @@ async fn faulty(fault: Fault) -> (MockupServer, RedfishSession) {
 }
 
 /// A power operation within 5 s, as most faults below are met.
-async fn power(s: &mut RedfishSession, op: PowerOp) -> Result<Option<bmcfleet_schema::PowerState>, bmcfleet_provider::ProviderError> {
+async fn power(
+    s: &mut RedfishSession,
+    op: PowerOp,
+) -> Result<Option<bmcfleet_schema::PowerState>, bmcfleet_provider::ProviderError> {
     s.power().unwrap().power(&ctx(5), op).await
 }
 
 /// The error of a power read that the BMC answers with `fault` (a fault
 /// on the GET of the system).
-async fn status_answered(server: &MockupServer, s: &mut RedfishSession, fault: Fault) -> bmcfleet_provider::ProviderError {
+async fn status_answered(
+    server: &MockupServer,
+    s: &mut RedfishSession,
+    fault: Fault,
+) -> bmcfleet_provider::ProviderError {
     server.push_fault(fault);
     power(s, PowerOp::Status).await.unwrap_err()
 }
@@ -143,7 +150,9 @@ async fn not_implemented_is_unsupported() {
 async fn malformed_json_is_a_protocol_error() {
     let server = spec_service().start().await.unwrap();
     let mut s = open(&server).await;
-    let e = status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 200).raw(&b"{\"PowerState\": \"On\", oops"[..])).await;
+    let e =
+        status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 200).raw(&b"{\"PowerState\": \"On\", oops"[..]))
+            .await;
     common::assert_error(&e, ErrorCode::ProtocolError, "not valid JSON");
 
     let server = spec_service().start().await.unwrap();
@@ -208,13 +217,19 @@ async fn untrusted_certificate_is_a_tls_error_unless_insecure() {
     assert!(!e.retryable);
 
     // Another CA: still refused.
-    target.tls = TlsOptions { insecure: false, ca_pem: Some(TestPki::generate().unwrap().ca_pem), pin_sha256: None, allow_plain_http: false };
+    target.tls = TlsOptions {
+        insecure: false,
+        ca_pem: Some(TestPki::generate().unwrap().ca_pem),
+        pin_sha256: None,
+        allow_plain_http: false,
+    };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
     common::assert_error(&e, ErrorCode::ProtocolError, "TLS");
     assert!(server.requests().is_empty(), "a request went over an unverified connection");
 
     // Garbage CA bundle: refused before connecting.
-    target.tls = TlsOptions { insecure: false, ca_pem: Some("not a pem".into()), pin_sha256: None, allow_plain_http: false };
+    target.tls =
+        TlsOptions { insecure: false, ca_pem: Some("not a pem".into()), pin_sha256: None, allow_plain_http: false };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
 
@@ -248,7 +263,11 @@ async fn an_answer_of_a_million_tiny_values_is_refused_unparsed() {
 
 /// A connector whose sessions may hold at most `bytes` of BMC answers at once.
 fn connector_holding(bytes: usize) -> RedfishConnector {
-    RedfishConnector::new(RedfishConfig { max_buffered_bytes: bytes, request_timeout: Duration::from_secs(60), ..RedfishConfig::default() })
+    RedfishConnector::new(RedfishConfig {
+        max_buffered_bytes: bytes,
+        request_timeout: Duration::from_secs(60),
+        ..RedfishConfig::default()
+    })
 }
 
 /// Answers are charged against the worker's answer memory, body and
@@ -307,10 +326,16 @@ async fn sessions_of_one_connector_share_its_answer_memory() {
     slow.push_fault(Fault::stall("GET", SYSTEM, 7 << 20).times(1));
     let stalled = tokio::spawn(async move { a.power().unwrap().power(&ctx(60), PowerOp::Status).await.map(drop) });
     held_reaches(|n| n >= 7 << 20).await;
-    assert!(connector.answer_bytes_held() < 8 << 20, "the announced length is held, not what was sent: {}", connector.answer_bytes_held());
+    assert!(
+        connector.answer_bytes_held() < 8 << 20,
+        "the announced length is held, not what was sent: {}",
+        connector.answer_bytes_held()
+    );
     // B's answer: 200 KB holding 100,000 values, charged about 5 MiB: more than is left.
     let padded = format!("{{\"PowerState\": \"On\", \"Padding\": [{}0]}}", "0,".repeat(100_000));
-    let e = status_answered(&other, &mut b, Fault::status("GET", SYSTEM, 200).raw(padded.clone().into_bytes()).times(1)).await;
+    let e =
+        status_answered(&other, &mut b, Fault::status("GET", SYSTEM, 200).raw(padded.clone().into_bytes()).times(1))
+            .await;
     common::assert_error(&e, ErrorCode::WorkerExhausted, "max_buffered_bytes");
     // A's action ends: its share comes back, and B's same answer fits.
     stalled.abort();
@@ -324,7 +349,12 @@ async fn sessions_of_one_connector_share_its_answer_memory() {
 async fn redirects_are_not_followed() {
     let server = spec_service().start().await.unwrap();
     let mut s = open(&server).await;
-    let e = status_answered(&server, &mut s, Fault::status("GET", SYSTEM, 307).header("location", "https://198.51.100.1/redfish/v1/Systems/1")).await;
+    let e = status_answered(
+        &server,
+        &mut s,
+        Fault::status("GET", SYSTEM, 307).header("location", "https://198.51.100.1/redfish/v1/Systems/1"),
+    )
+    .await;
     common::assert_error(&e, ErrorCode::ProtocolError, "307");
 }
 
@@ -337,7 +367,10 @@ async fn raw_request_bounds_are_checked_before_sending() {
     let e = s
         .raw()
         .unwrap()
-        .raw(&ctx(5), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Patch, path: SYSTEM.into(), body: Some(big) }))
+        .raw(
+            &ctx(5),
+            &RawRequest::Redfish(RawRedfish { method: HttpMethod::Patch, path: SYSTEM.into(), body: Some(big) }),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
@@ -365,7 +398,8 @@ async fn expired_deadline_sends_nothing() {
 #[tokio::test]
 async fn power_cycle_deadline_is_not_reached_and_on_is_not_sent() {
     let mut system = spec_service().start().await.unwrap().resource(SYSTEM).unwrap();
-    system["Actions"]["#ComputerSystem.Reset"]["ResetType@Redfish.AllowableValues"] = json!(["On", "ForceOff", "GracefulShutdown", "ForceRestart"]);
+    system["Actions"]["#ComputerSystem.Reset"]["ResetType@Redfish.AllowableValues"] =
+        json!(["On", "ForceOff", "GracefulShutdown", "ForceRestart"]);
     let server = spec_service().resource(SYSTEM, system.clone()).start().await.unwrap();
     let mut s = open(&server).await;
     // Every read of the system says On, whatever the reset did.
@@ -376,7 +410,8 @@ async fn power_cycle_deadline_is_not_reached_and_on_is_not_sent() {
     assert_eq!(e.code, ErrorCode::NotReached, "{e}");
     assert!(e.message.contains("ForceOff was accepted") && e.message.contains("still reported On"), "{e}");
     assert!(took < Duration::from_millis(2200), "took {took:?}");
-    let resets: Vec<String> = server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].to_string()).collect();
+    let resets: Vec<String> =
+        server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].to_string()).collect();
     assert_eq!(resets, vec!["\"ForceOff\"".to_owned()], "only ForceOff may be sent");
 }
 
@@ -391,7 +426,8 @@ async fn power_cycle_with_a_hung_read_back_is_a_timeout_naming_force_off() {
     server.push_fault(Fault::hang("GET", SYSTEM).after(1));
     let e = s.power().unwrap().power(&ctx_ms(1200), PowerOp::Cycle).await.unwrap_err();
     common::assert_error(&e, ErrorCode::Timeout, "ForceOff was accepted");
-    let resets: Vec<String> = server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].to_string()).collect();
+    let resets: Vec<String> =
+        server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].to_string()).collect();
     assert_eq!(resets, vec!["\"ForceOff\"".to_owned()], "only ForceOff may be sent");
 }
 
@@ -404,7 +440,8 @@ async fn links_supplied_by_the_bmc_never_lead_to_another_host() {
     let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     elsewhere.set_nonblocking(true).unwrap();
     let other = elsewhere.local_addr().unwrap();
-    for link in [format!("@{other}/x"), format!("//{other}/x"), format!("https://{other}/x"), format!("\\\\{other}\\x")] {
+    for link in [format!("@{other}/x"), format!("//{other}/x"), format!("https://{other}/x"), format!("\\\\{other}\\x")]
+    {
         let root = json!({"@odata.id": "/redfish/v1/", "RedfishVersion": "1.15.0",
                           "Systems": {"@odata.id": "/redfish/v1/Systems"},
                           "SessionService": {"@odata.id": "/redfish/v1/SessionService"},
@@ -448,7 +485,12 @@ async fn a_pinned_certificate_is_the_only_one_trusted() {
     let mut other = digest.to_vec();
     other[0] ^= 1;
     let other: String = other.iter().map(|b| format!("{b:02x}")).collect();
-    target.tls = TlsOptions { insecure: true, ca_pem: Some(pki.ca_pem.clone()), pin_sha256: Some(other), allow_plain_http: false };
+    target.tls = TlsOptions {
+        insecure: true,
+        ca_pem: Some(pki.ca_pem.clone()),
+        pin_sha256: Some(other),
+        allow_plain_http: false,
+    };
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
     assert!(server.requests().is_empty(), "a request went to a BMC whose certificate is not the pinned one");
@@ -472,7 +514,10 @@ async fn accounts_without_enabled_are_enabled_and_never_sent_it() {
             "/redfish/v1/AccountService/Accounts",
             json!({"Members": [{"@odata.id": "/redfish/v1/AccountService/Accounts/1"}], "Members@odata.count": 1}),
         )
-        .resource("/redfish/v1/AccountService/Accounts/1", json!({"Id": "1", "UserName": "admin", "RoleId": "Administrator", "Password": null}))
+        .resource(
+            "/redfish/v1/AccountService/Accounts/1",
+            json!({"Id": "1", "UserName": "admin", "RoleId": "Administrator", "Password": null}),
+        )
         .start()
         .await
         .unwrap();
@@ -480,7 +525,12 @@ async fn accounts_without_enabled_are_enabled_and_never_sent_it() {
     let users = s.users().unwrap().list_users(&ctx(5)).await.unwrap();
     assert!(users.iter().all(|u| u.enabled), "{users:?}");
 
-    let spec = |enabled| UserSpec { name: "ops".into(), password: Secret::new("an-ops-password-1"), role: UserRole::Operator, enabled };
+    let spec = |enabled| UserSpec {
+        name: "ops".into(),
+        password: Secret::new("an-ops-password-1"),
+        role: UserRole::Operator,
+        enabled,
+    };
     server.clear_requests();
     let e = s.users().unwrap().create_user(&ctx(5), &spec(false)).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
@@ -495,7 +545,10 @@ async fn accounts_without_enabled_are_enabled_and_never_sent_it() {
     let disable = UserUpdate { name: "ops".into(), password: None, role: None, enabled: Some(false) };
     assert_eq!(s.users().unwrap().update_user(&ctx(5), &disable).await.unwrap_err().code, ErrorCode::Unsupported);
     let enable = UserUpdate { enabled: Some(true), ..disable };
-    assert!(s.users().unwrap().update_user(&ctx(5), &enable).await.unwrap().enabled, "already enabled: nothing to send");
+    assert!(
+        s.users().unwrap().update_user(&ctx(5), &enable).await.unwrap().enabled,
+        "already enabled: nothing to send"
+    );
     assert!(server.requests().iter().all(|r| r.method != "PATCH"), "nothing to PATCH");
 }
 
@@ -521,19 +574,25 @@ async fn hpe_oem_virtual_media_actions_are_used_before_any_patch() {
     let vm = format!("{}/VirtualMedia/2", common::MANAGER);
     let insert = format!("{vm}/Actions/Oem/Hpe/HpeiLOVirtualMedia.InsertVirtualMedia");
     let eject = format!("{vm}/Actions/Oem/Hpe/HpeiLOVirtualMedia.EjectVirtualMedia");
-    let server = ilo_media(json!({"@odata.id": vm, "Id": "2", "MediaTypes": ["CD", "DVD"], "Image": null, "Inserted": false,
+    let server =
+        ilo_media(json!({"@odata.id": vm, "Id": "2", "MediaTypes": ["CD", "DVD"], "Image": null, "Inserted": false,
         "WriteProtected": true,
         "Oem": {"Hpe": {"@odata.type": "#HpeiLOVirtualMedia.v2_2_0.HpeiLOVirtualMedia", "BootOnNextServerReset": false,
             "Actions": {"#HpeiLOVirtualMedia.InsertVirtualMedia": {"target": format!("{insert}/")},
                         "#HpeiLOVirtualMedia.EjectVirtualMedia": {"target": format!("{eject}/")}}}}}))
-    .start()
-    .await
-    .unwrap();
+        .start()
+        .await
+        .unwrap();
     let mut s = open(&server).await;
     let url = "http://192.0.2.10/boot.iso";
     s.virtual_media().unwrap().insert_media(&ctx(5), url, bmcfleet_schema::MediaKind::Cd).await.unwrap();
     let posts = server.requests_to("POST", &insert);
-    assert_eq!(posts.len(), 1, "{:?}", server.writes().iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>());
+    assert_eq!(
+        posts.len(),
+        1,
+        "{:?}",
+        server.writes().iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>()
+    );
     assert_eq!(posts[0].json().unwrap(), json!({"Image": url}));
     assert!(server.requests_to("PATCH", &vm).is_empty(), "PATCH used although an OEM action exists");
     s.virtual_media().unwrap().eject_media(&ctx(5), bmcfleet_schema::MediaKind::Cd).await.unwrap();
@@ -577,14 +636,21 @@ async fn media_actions_acknowledged_but_not_done_are_not_reported_done() {
 async fn media_patch_sends_only_what_the_device_has_and_falls_back_on_a_400() {
     let vm = format!("{}/VirtualMedia/2", common::MANAGER);
     // No actions at all, and no WriteProtected property.
-    let server = ilo_media(json!({"@odata.id": vm, "Id": "2", "MediaTypes": ["CD"], "Image": null, "Inserted": false})).start().await.unwrap();
+    let server = ilo_media(json!({"@odata.id": vm, "Id": "2", "MediaTypes": ["CD"], "Image": null, "Inserted": false}))
+        .start()
+        .await
+        .unwrap();
     server.push_fault(Fault::status("PATCH", &vm, 400).times(1));
     let mut s = open(&server).await;
     let url = "http://192.0.2.10/boot.iso";
     s.virtual_media().unwrap().insert_media(&ctx(5), url, bmcfleet_schema::MediaKind::Cd).await.unwrap();
     let patches = server.requests_to("PATCH", &vm);
     assert_eq!(patches.len(), 2);
-    assert_eq!(patches[0].json().unwrap(), json!({"Image": url, "Inserted": true}), "WriteProtected is not in this device's schema");
+    assert_eq!(
+        patches[0].json().unwrap(),
+        json!({"Image": url, "Inserted": true}),
+        "WriteProtected is not in this device's schema"
+    );
     assert_eq!(patches[1].json().unwrap(), json!({"Image": url}));
 }
 
@@ -684,10 +750,16 @@ async fn uefi_http_is_settable_and_unknown_targets_read_as_other() {
     s.boot().unwrap().set_boot_device(&ctx(5), &http).await.unwrap();
     assert_eq!(server.resource(SYSTEM).unwrap()["Boot"]["BootSourceOverrideTarget"], json!("UefiHttp"));
     assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap(), http);
-    server.merge_resource(SYSTEM, &json!({"Boot": {"BootSourceOverrideTarget": "Usb", "BootSourceOverrideEnabled": "Once"}}));
+    server.merge_resource(
+        SYSTEM,
+        &json!({"Boot": {"BootSourceOverrideTarget": "Usb", "BootSourceOverrideEnabled": "Once"}}),
+    );
     assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap().device, BootDevice::Other);
     // Where the BMC does not list UefiHttp: refused before sending.
-    server.merge_resource(SYSTEM, &json!({"Boot": {"BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe"]}}));
+    server.merge_resource(
+        SYSTEM,
+        &json!({"Boot": {"BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe"]}}),
+    );
     server.clear_requests();
     assert_eq!(s.boot().unwrap().set_boot_device(&ctx(5), &http).await.unwrap_err().code, ErrorCode::Unsupported);
     assert!(server.requests().iter().all(|r| r.method != "PATCH"));
@@ -708,7 +780,8 @@ async fn a_resolved_host_name_is_not_looked_up_again() {
     let e = connector().open(&ctx(5), &target, &server.credentials()).await.err().expect("the name does not resolve");
     assert_eq!(e.code, ErrorCode::Unreachable, "{e}");
     target.options.resolved = vec!["127.0.0.1".parse().unwrap()];
-    let mut s = connector().open(&ctx(5), &target, &server.credentials()).await.expect("connects to the pinned address");
+    let mut s =
+        connector().open(&ctx(5), &target, &server.credentials()).await.expect("connects to the pinned address");
     assert_eq!(power(&mut s, PowerOp::Status).await.unwrap(), Some(bmcfleet_schema::PowerState::On));
 }
 
@@ -726,17 +799,30 @@ async fn an_ignored_graceful_shutdown_escalates_to_force_off_only_when_asked() {
 
     // The host ignores the ACPI request: the POST is accepted, nothing changes.
     server.push_fault(Fault::status("POST", RESET, 204).times(1));
-    let escalate = Action::PowerSettle(PowerSettle { op: PowerOp::SoftOff, settle: None, escalate_after: Some(Duration::from_millis(800)) });
+    let escalate = Action::PowerSettle(PowerSettle {
+        op: PowerOp::SoftOff,
+        settle: None,
+        escalate_after: Some(Duration::from_millis(800)),
+    });
     let r = bmcfleet_provider::perform(&mut s, &ctx_ms(10_000), &escalate).await.unwrap();
     assert_eq!(r, Some(ActionData::PowerState(PowerState::Off)));
-    let resets: Vec<String> = server.requests_to("POST", RESET).iter().filter_map(|r| r.json()).map(|b| b["ResetType"].as_str().unwrap_or("").to_owned()).collect();
+    let resets: Vec<String> = server
+        .requests_to("POST", RESET)
+        .iter()
+        .filter_map(|r| r.json())
+        .map(|b| b["ResetType"].as_str().unwrap_or("").to_owned())
+        .collect();
     assert_eq!(&resets[resets.len() - 2..], ["GracefulShutdown", "ForceOff"], "{resets:?}");
 
     // Without escalation, the same ignored request is not_reached at the settle time.
     bmcfleet_provider::perform(&mut s, &ctx_ms(10_000), &Action::Power(PowerOp::On)).await.unwrap();
     server.push_fault(Fault::status("POST", RESET, 204).times(1));
     let started = Instant::now();
-    let soft = Action::PowerSettle(PowerSettle { op: PowerOp::SoftOff, settle: Some(Duration::from_millis(800)), escalate_after: None });
+    let soft = Action::PowerSettle(PowerSettle {
+        op: PowerOp::SoftOff,
+        settle: Some(Duration::from_millis(800)),
+        escalate_after: None,
+    });
     let e = bmcfleet_provider::perform(&mut s, &ctx_ms(10_000), &soft).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::NotReached, "{e}");
     assert!(started.elapsed() < Duration::from_secs(2), "bounded by the settle time: {:?}", started.elapsed());
@@ -801,15 +887,29 @@ async fn walks_that_keep_members_hold_at_most_one_answers_worth() {
     for i in 0..FAT {
         let p = |base: &str| format!("{base}/{i}");
         builder = builder
-            .resource(&p(accounts), fat(&p(accounts), json!({"Id": i.to_string(), "UserName": format!("u{i}"), "RoleId": "ReadOnly", "Enabled": true})))
-            .resource(&p(&nics), fat(&p(&nics), json!({"Id": i.to_string(), "InterfaceEnabled": true, "IPv4Addresses": []})))
-            .resource(&p(&media), fat(&p(&media), json!({"Id": i.to_string(), "MediaTypes": ["Floppy"], "Inserted": false})))
+            .resource(
+                &p(accounts),
+                fat(
+                    &p(accounts),
+                    json!({"Id": i.to_string(), "UserName": format!("u{i}"), "RoleId": "ReadOnly", "Enabled": true}),
+                ),
+            )
+            .resource(
+                &p(&nics),
+                fat(&p(&nics), json!({"Id": i.to_string(), "InterfaceEnabled": true, "IPv4Addresses": []})),
+            )
+            .resource(
+                &p(&media),
+                fat(&p(&media), json!({"Id": i.to_string(), "MediaTypes": ["Floppy"], "Inserted": false})),
+            )
             .resource(&p(&cpus), fat(&p(&cpus), json!({"Id": i.to_string(), "Model": "spec cpu", "TotalCores": 8})));
     }
     let server = builder.start().await.unwrap();
     server.merge_resource(SYSTEM, &json!({"Processors": {"@odata.id": cpus}}));
     let mut s = open(&server).await;
-    let read = |base: &str| server.requests().iter().filter(|r| r.method == "GET" && r.path.starts_with(&format!("{base}/"))).count();
+    let read = |base: &str| {
+        server.requests().iter().filter(|r| r.method == "GET" && r.path.starts_with(&format!("{base}/"))).count()
+    };
 
     let e = s.users().unwrap().list_users(&ctx(20)).await.expect_err("12 MiB of accounts held");
     assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
@@ -819,7 +919,12 @@ async fn walks_that_keep_members_hold_at_most_one_answers_worth() {
     assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
     assert!(read(&nics) < FAT, "{} interfaces read", read(&nics));
 
-    let e = s.virtual_media().unwrap().insert_media(&ctx(20), "http://192.0.2.10/boot.iso", bmcfleet_schema::MediaKind::Cd).await.expect_err("12 MiB of devices held");
+    let e = s
+        .virtual_media()
+        .unwrap()
+        .insert_media(&ctx(20), "http://192.0.2.10/boot.iso", bmcfleet_schema::MediaKind::Cd)
+        .await
+        .expect_err("12 MiB of devices held");
     assert_eq!(e.code, ErrorCode::ProtocolError, "{e}");
     assert!(read(&media) < FAT, "{} media devices read", read(&media));
 
@@ -837,10 +942,15 @@ async fn walks_that_keep_members_hold_at_most_one_answers_worth() {
 async fn retry_after_never_makes_the_worker_poll_faster_than_its_interval() {
     let monitor = "/redfish/v1/TaskService/Tasks/9";
     let server = spec_service().start().await.unwrap();
-    let connector = RedfishConnector::new(RedfishConfig { task_poll_interval: Duration::from_millis(250), ..RedfishConfig::default() });
+    let connector = RedfishConnector::new(RedfishConfig {
+        task_poll_interval: Duration::from_millis(250),
+        ..RedfishConfig::default()
+    });
     let mut s = connector.open(&ctx(10), &server.target(), &server.credentials()).await.expect("connect");
     server.push_fault(Fault::status("POST", RESET, 202).json(&json!({})).header("Location", monitor).times(1));
-    server.push_fault(Fault::status("GET", monitor, 202).json(&json!({"TaskState": "Running"})).header("Retry-After", "0"));
+    server.push_fault(
+        Fault::status("GET", monitor, 202).json(&json!({"TaskState": "Running"})).header("Retry-After", "0"),
+    );
     let e = s.power().unwrap().power(&ctx_ms(1_000), PowerOp::Reset).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Timeout, "{e}");
     let polls = server.requests_to("GET", monitor).len();
@@ -878,8 +988,14 @@ async fn user_changes_acknowledged_but_not_made_are_not_reported_done() {
     let e = s.users().unwrap().update_user(&ctx(5), &disable).await.expect_err("still enabled");
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
 
-    let spec = UserSpec { name: "ops".into(), password: Secret::new("an-ops-password-1"), role: UserRole::Operator, enabled: true };
-    server.push_fault(Fault::status("POST", accounts, 201).raw("").header("Location", &format!("{accounts}/1")).times(1));
+    let spec = UserSpec {
+        name: "ops".into(),
+        password: Secret::new("an-ops-password-1"),
+        role: UserRole::Operator,
+        enabled: true,
+    };
+    server
+        .push_fault(Fault::status("POST", accounts, 201).raw("").header("Location", &format!("{accounts}/1")).times(1));
     let e = s.users().unwrap().create_user(&ctx(5), &spec).await.expect_err("no account was created");
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
     let created = s.users().unwrap().create_user(&ctx(5), &spec).await.expect("created");
@@ -903,7 +1019,12 @@ async fn a_user_delete_acknowledged_but_not_made_is_not_reported_done() {
 
     let server = common::slot_accounts(spec_service(), 4).start().await.unwrap();
     let mut s = open(&server).await;
-    let spec = UserSpec { name: "ops".into(), password: Secret::new("an-ops-password-1"), role: UserRole::Operator, enabled: true };
+    let spec = UserSpec {
+        name: "ops".into(),
+        password: Secret::new("an-ops-password-1"),
+        role: UserRole::Operator,
+        enabled: true,
+    };
     let created = s.users().unwrap().create_user(&ctx(5), &spec).await.expect("created");
     let slot = format!("/redfish/v1/AccountService/Accounts/{}", created.id);
     server.push_fault(Fault::status("PATCH", &slot, 204).raw("").times(1));
@@ -944,7 +1065,9 @@ async fn a_change_the_bmc_shows_a_moment_later_is_done() {
     let mut s = open(&server).await;
     // The read before the change is served; the first read after it is stale.
     server.push_fault(Fault::status("GET", &sb, 200).json(&off).after(1).times(1));
-    assert!(s.secure_boot().unwrap().set_secure_boot(&ctx(5), true).await.expect("enabled once the BMC shows it").enabled);
+    assert!(
+        s.secure_boot().unwrap().set_secure_boot(&ctx(5), true).await.expect("enabled once the BMC shows it").enabled
+    );
     let stale = server.requests_to("GET", &sb).len();
     assert_eq!(stale, 3, "read before, stale read back, read again");
 }

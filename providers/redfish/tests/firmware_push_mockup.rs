@@ -13,7 +13,9 @@ mod common;
 
 use bmcfleet_provider::image::ImageDir;
 use bmcfleet_provider::{perform, Ctx, ProviderError};
-use bmcfleet_schema::{Action, ActionData, ErrorCode, FirmwareUpdate, FirmwareUpdateResult, TaskResume, UpdateApplyTime};
+use bmcfleet_schema::{
+    Action, ActionData, ErrorCode, FirmwareUpdate, FirmwareUpdateResult, TaskResume, UpdateApplyTime,
+};
 use bmcfleet_testing::redfish::{MockupServer, SilentServer, UpdateBehaviour, MULTIPART_PUSH};
 use bmcfleet_testing::tasks::{TaskEntry, TaskRecorder};
 use common::{connector, spec_service};
@@ -71,7 +73,13 @@ async fn server(behaviour: UpdateBehaviour, push: bool) -> MockupServer {
     spec_service().update_service(behaviour).multipart_push(push).start().await.unwrap()
 }
 
-async fn run(server: &MockupServer, images: Option<Arc<ImageDir>>, log: Arc<TaskRecorder>, action: &Action, secs: u64) -> Result<Option<ActionData>, ProviderError> {
+async fn run(
+    server: &MockupServer,
+    images: Option<Arc<ImageDir>>,
+    log: Arc<TaskRecorder>,
+    action: &Action,
+    secs: u64,
+) -> Result<Option<ActionData>, ProviderError> {
     let ctx = Ctx::with_timeout(Duration::from_secs(secs)).with_tasks(log).with_images(images);
     let mut s = connector().open(&ctx, &server.target(), &server.credentials()).await.unwrap();
     perform(&mut s, &ctx.for_attempt(), action).await
@@ -81,7 +89,8 @@ async fn run(server: &MockupServer, images: Option<Arc<ImageDir>>, log: Arc<Task
 /// fresh task log, that fails: the error and the log.
 async fn push_fails(server: &MockupServer, images: &Images, secs: u64) -> (ProviderError, Arc<TaskRecorder>) {
     let log = Arc::new(TaskRecorder::fresh());
-    let e = run(server, Some(images.image_dir(1 << 30)), log.clone(), &push("bios-2.1.bin", None), secs).await.unwrap_err();
+    let e =
+        run(server, Some(images.image_dir(1 << 30)), log.clone(), &push("bios-2.1.bin", None), secs).await.unwrap_err();
     (e, log)
 }
 
@@ -105,25 +114,60 @@ async fn a_pushed_image_arrives_whole_with_its_parameters_and_its_task_is_watche
     let server = server(UpdateBehaviour::completes_after(Duration::from_millis(1500)), true).await;
     let log = Arc::new(TaskRecorder::fresh());
     let sha = images.sha256();
-    let r = result(run(&server, Some(images.image_dir(1 << 30)), log.clone(), &push("bios-2.1.bin", Some(&sha.to_uppercase())), 20).await.unwrap());
+    let r = result(
+        run(
+            &server,
+            Some(images.image_dir(1 << 30)),
+            log.clone(),
+            &push("bios-2.1.bin", Some(&sha.to_uppercase())),
+            20,
+        )
+        .await
+        .unwrap(),
+    );
     assert_eq!((r.state.as_str(), r.percent, r.resumed), ("Completed", Some(100), false), "{r:?}");
     let pushes = server.pushes();
     assert_eq!(pushes.len(), 1, "exactly one push");
     let p = &pushes[0];
     assert_eq!((p.bytes, p.sha256.as_str()), (images.data.len(), sha.as_str()), "the BMC received exactly the file");
     assert_eq!(p.filename.as_deref(), Some("bios-2.1.bin"));
-    assert_eq!((p.file_content_type.as_deref(), p.parameters_content_type.as_deref()), (Some("application/octet-stream"), Some("application/json")));
+    assert_eq!(
+        (p.file_content_type.as_deref(), p.parameters_content_type.as_deref()),
+        (Some("application/octet-stream"), Some("application/json"))
+    );
     assert_eq!(p.parameters, serde_json::json!({"Targets": [BIOS], "@Redfish.OperationApplyTime": "OnReset"}));
     let post = &server.requests_to("POST", MULTIPART_PUSH)[0];
-    assert!(post.header("content-type").is_some_and(|c| c.starts_with("multipart/form-data; boundary=")), "{:?}", post.headers);
-    assert_eq!(post.header("content-length").map(|l| l.parse::<usize>().unwrap()), Some(post.body.len()), "a known length");
+    assert!(
+        post.header("content-type").is_some_and(|c| c.starts_with("multipart/form-data; boundary=")),
+        "{:?}",
+        post.headers
+    );
+    assert_eq!(
+        post.header("content-length").map(|l| l.parse::<usize>().unwrap()),
+        Some(post.body.len()),
+        "a known length"
+    );
     let task = r.task.clone().unwrap();
     let entries = log.entries();
-    assert_eq!(entries[..2], [TaskEntry::Requested, TaskEntry::Started(task)], "requested before the push, the task after: {entries:?}");
+    assert_eq!(
+        entries[..2],
+        [TaskEntry::Requested, TaskEntry::Started(task)],
+        "requested before the push, the task after: {entries:?}"
+    );
     assert_eq!(log.percents().last(), Some(&100));
 
     // A link inside the directory is followed; the same bytes arrive.
-    let again = result(run(&server, Some(images.image_dir(1 << 30)), Arc::new(TaskRecorder::fresh()), &push("bios-latest.bin", None), 20).await.unwrap());
+    let again = result(
+        run(
+            &server,
+            Some(images.image_dir(1 << 30)),
+            Arc::new(TaskRecorder::fresh()),
+            &push("bios-latest.bin", None),
+            20,
+        )
+        .await
+        .unwrap(),
+    );
     assert_eq!(again.state, "Completed");
     assert_eq!(server.pushes()[1].sha256, sha);
 }
@@ -136,9 +180,19 @@ async fn an_image_that_cannot_be_used_sends_nothing() {
     let cases: Vec<(Action, Arc<ImageDir>, ErrorCode, &str)> = vec![
         (push("bios-2.1.bin", Some(&"ab".repeat(32))), full.clone(), ErrorCode::FirmwareImageInvalid, "not the abab"),
         (push("missing.bin", None), full.clone(), ErrorCode::FirmwareImageInvalid, "no firmware image missing.bin"),
-        (push("shadow.bin", None), full.clone(), ErrorCode::FirmwareImageInvalid, "leading out of the worker's image directory"),
+        (
+            push("shadow.bin", None),
+            full.clone(),
+            ErrorCode::FirmwareImageInvalid,
+            "leading out of the worker's image directory",
+        ),
         (push("old", None), full.clone(), ErrorCode::FirmwareImageInvalid, "not a regular file"),
-        (push("bios-2.1.bin", None), images.image_dir(1 << 20), ErrorCode::FirmwareImageInvalid, "--firmware-image-max-bytes 1048576"),
+        (
+            push("bios-2.1.bin", None),
+            images.image_dir(1 << 20),
+            ErrorCode::FirmwareImageInvalid,
+            "--firmware-image-max-bytes 1048576",
+        ),
         (push("../shadow", None), full.clone(), ErrorCode::InvalidField, "plain file name"),
     ];
     for (action, dir, code, says) in cases {
@@ -173,11 +227,18 @@ async fn a_push_uri_off_the_bmc_is_refused_without_a_connection_to_it() {
     let server = server(UpdateBehaviour::completes_after(Duration::from_millis(500)), true).await;
     let elsewhere = SilentServer::start().await.unwrap();
     let port = elsewhere.addr().port();
-    for uri in [format!("https://127.0.0.1:{port}/upload"), format!("//127.0.0.1:{port}/upload"), format!("https://admin:password@127.0.0.1:{}/upload", server.addr().port())] {
+    for uri in [
+        format!("https://127.0.0.1:{port}/upload"),
+        format!("//127.0.0.1:{port}/upload"),
+        format!("https://admin:password@127.0.0.1:{}/upload", server.addr().port()),
+    ] {
         server.merge_resource("/redfish/v1/UpdateService", &serde_json::json!({"MultipartHttpPushUri": uri}));
         let (e, log) = push_fails(&server, &images, 10).await;
         assert_eq!(e.code, ErrorCode::ProtocolError, "{uri}: {e}");
-        assert!(e.message.contains("MultipartHttpPushUri") && e.message.contains("points away from the BMC"), "{uri}: {e}");
+        assert!(
+            e.message.contains("MultipartHttpPushUri") && e.message.contains("points away from the BMC"),
+            "{uri}: {e}"
+        );
         nothing_sent(&server, &log);
     }
     assert_eq!(elsewhere.accepted(), 0, "the other host never saw a connection");
@@ -205,7 +266,9 @@ async fn a_new_owner_finds_the_pushed_update_and_never_pushes_again() {
     let Some(TaskEntry::Started(task)) = first.entries().get(1).cloned() else { panic!("{:?}", first.entries()) };
     // Only the request was recorded: the next owner finds the task on the BMC.
     let find = Arc::new(TaskRecorder::resuming(TaskResume::Find));
-    let r = result(run(&server, Some(images.image_dir(1 << 30)), find.clone(), &push("bios-2.1.bin", None), 20).await.unwrap());
+    let r = result(
+        run(&server, Some(images.image_dir(1 << 30)), find.clone(), &push("bios-2.1.bin", None), 20).await.unwrap(),
+    );
     assert!(r.resumed && r.state == "Completed", "{r:?}");
     assert_eq!(find.entries()[0], TaskEntry::Started(task));
     assert_eq!(server.push_requests(), 1, "found and watched, never pushed again");

@@ -11,7 +11,9 @@
 mod common;
 
 use bmcfleet_provider::{perform, Ctx};
-use bmcfleet_schema::{Action, ActionData, ErrorCode, FirmwareUpdate, FirmwareUpdateResult, TaskResume, TransferProtocol, UpdateApplyTime};
+use bmcfleet_schema::{
+    Action, ActionData, ErrorCode, FirmwareUpdate, FirmwareUpdateResult, TaskResume, TransferProtocol, UpdateApplyTime,
+};
 use bmcfleet_testing::redfish::{Fault, MockupServer, UpdateBehaviour, SIMPLE_UPDATE};
 use bmcfleet_testing::tasks::{TaskEntry, TaskRecorder};
 use common::{connector, spec_service};
@@ -37,7 +39,11 @@ async fn server(behaviour: Option<UpdateBehaviour>) -> MockupServer {
     b.start().await.unwrap()
 }
 
-async fn run(server: &MockupServer, log: Arc<TaskRecorder>, secs: u64) -> Result<Option<ActionData>, bmcfleet_provider::ProviderError> {
+async fn run(
+    server: &MockupServer,
+    log: Arc<TaskRecorder>,
+    secs: u64,
+) -> Result<Option<ActionData>, bmcfleet_provider::ProviderError> {
     let ctx = Ctx::with_timeout(Duration::from_secs(secs)).with_tasks(log);
     let mut s = connector().open(&ctx, &server.target(), &server.credentials()).await.unwrap();
     perform(&mut s, &ctx.for_attempt(), &update()).await
@@ -88,7 +94,11 @@ async fn a_task_failing_half_way_is_update_failed_with_its_message() {
 #[tokio::test]
 async fn a_task_named_on_another_host_is_refused_and_not_polled() {
     let server = server(Some(UpdateBehaviour::completes_after(Duration::from_secs(1)))).await;
-    server.push_fault(Fault::status("POST", SIMPLE_UPDATE, 202).header("location", "https://127.0.0.2:9/redfish/v1/TaskService/Tasks/1").json(&serde_json::json!({})));
+    server.push_fault(
+        Fault::status("POST", SIMPLE_UPDATE, 202)
+            .header("location", "https://127.0.0.2:9/redfish/v1/TaskService/Tasks/1")
+            .json(&serde_json::json!({})),
+    );
     let log = Arc::new(TaskRecorder::fresh());
     let e = run(&server, log.clone(), 10).await.unwrap_err();
     common::assert_error(&e, ErrorCode::ProtocolError, "points away from the BMC");
@@ -96,7 +106,11 @@ async fn a_task_named_on_another_host_is_refused_and_not_polled() {
     let long = "/redfish/v1/".to_owned() + &"x".repeat(600);
     server.clear_faults();
     server.push_fault(Fault::status("POST", SIMPLE_UPDATE, 202).header("location", &long).json(&serde_json::json!({})));
-    assert_eq!(run(&server, Arc::new(TaskRecorder::fresh()), 10).await.unwrap_err().code, ErrorCode::ProtocolError, "an unbounded task URI");
+    assert_eq!(
+        run(&server, Arc::new(TaskRecorder::fresh()), 10).await.unwrap_err().code,
+        ErrorCode::ProtocolError,
+        "an unbounded task URI"
+    );
 }
 
 #[tokio::test]
@@ -105,7 +119,9 @@ async fn a_bmc_without_an_update_service_is_unsupported_and_nothing_is_recorded(
     let log = Arc::new(TaskRecorder::fresh());
     let e = run(&server, log.clone(), 10).await.unwrap_err();
     common::assert_error(&e, ErrorCode::Unsupported, "links no UpdateService");
-    assert!(log.entries().is_empty() && server.writes().iter().all(|w| w.path.starts_with("/redfish/v1/SessionService")));
+    assert!(
+        log.entries().is_empty() && server.writes().iter().all(|w| w.path.starts_with("/redfish/v1/SessionService"))
+    );
 }
 
 #[tokio::test]
@@ -148,14 +164,20 @@ async fn only_a_standard_task_state_is_reported_as_progress() {
     let mut s = connector().open(&ctx, &server.target(), &server.credentials()).await.unwrap();
     let image = "https://fw:FwPassw0rdState@repo.example/bios.bin?sig=FwSigState";
     let update = FirmwareUpdate { image_uri: Some(image.into()), ..FirmwareUpdate::default() };
-    let Started::Task(task) = s.firmware_update().unwrap().start_update(&ctx, &update).await.unwrap() else { panic!("no task") };
+    let Started::Task(task) = s.firmware_update().unwrap().start_update(&ctx, &update).await.unwrap() else {
+        panic!("no task")
+    };
     let echo = serde_json::json!({"TaskState": format!("Fetching {image}"), "PercentComplete": 5});
     server.push_fault(Fault::status("GET", &task, 202).json(&echo).times(1));
     let r = s.firmware_update().unwrap().watch_update(&ctx, &task).await.unwrap();
     assert_eq!(r.state, "Completed");
-    let states: Vec<String> = log.entries().into_iter().filter_map(|e| if let TaskEntry::Progress(_, s) = e { s } else { None }).collect();
+    let states: Vec<String> =
+        log.entries().into_iter().filter_map(|e| if let TaskEntry::Progress(_, s) = e { s } else { None }).collect();
     assert!(states.iter().any(|s| s == "Running"), "standard states are reported: {states:?}");
     for s in &states {
-        assert!(!s.contains("FwPassw0rdState") && !s.contains("FwSigState") && !s.contains("Fetching"), "the BMC's text is reported: {states:?}");
+        assert!(
+            !s.contains("FwPassw0rdState") && !s.contains("FwSigState") && !s.contains("Fetching"),
+            "the BMC's text is reported: {states:?}"
+        );
     }
 }

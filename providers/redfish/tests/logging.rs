@@ -29,10 +29,18 @@ fn connector() -> RedfishConnector {
 #[tokio::test]
 async fn a_refused_media_patch_echoing_the_image_url_is_not_logged_with_its_credentials() {
     let cap = capture();
-    let Some(dir) = redfish_mockup_or_skip("lenovo", "a_refused_media_patch_echoing_the_image_url_is_not_logged_with_its_credentials") else { return };
+    let Some(dir) = redfish_mockup_or_skip(
+        "lenovo",
+        "a_refused_media_patch_echoing_the_image_url_is_not_logged_with_its_credentials",
+    ) else {
+        return;
+    };
     let server = MockupServer::builder().dir(dir.join("bmclib")).unwrap().start().await.unwrap();
     let ctx = || bmcfleet_provider::Ctx::with_timeout(std::time::Duration::from_secs(10));
-    let mut s = RedfishConnector::new(RedfishConfig::default()).open(&ctx(), &server.target(), &server.credentials()).await.unwrap();
+    let mut s = RedfishConnector::new(RedfishConfig::default())
+        .open(&ctx(), &server.target(), &server.credentials())
+        .await
+        .unwrap();
     let url = "https://media:S3cretMediaPw@192.0.2.10/isos/install.iso?sig=T0kenSig99";
     let cd = "/redfish/v1/Managers/1/VirtualMedia/CD";
     // The DSP0266 Base registry message for a refused value quotes the value.
@@ -63,10 +71,15 @@ async fn a_raw_request_query_is_in_no_log_span_or_error() {
     let mut s = connector().open(&ctx(10_000), &server.target(), &server.credentials()).await.unwrap();
     let raw = |path: &str| RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: path.into(), body: None });
 
-    let answered = s.raw().unwrap().raw(&ctx(10_000), &raw("/redfish/v1/Systems?token=RawT0kenAnswered")).await.unwrap();
+    let answered =
+        s.raw().unwrap().raw(&ctx(10_000), &raw("/redfish/v1/Systems?token=RawT0kenAnswered")).await.unwrap();
     assert_eq!(answered.status, 200);
     let got = server.requests_to("GET", "/redfish/v1/Systems");
-    assert_eq!(got.last().and_then(|r| r.query.as_deref()), Some("token=RawT0kenAnswered"), "the query is sent as given");
+    assert_eq!(
+        got.last().and_then(|r| r.query.as_deref()),
+        Some("token=RawT0kenAnswered"),
+        "the query is sent as given"
+    );
 
     server.push_fault(Fault::status("GET", "/redfish/v1/Managers", 500).times(1));
     let refused = s.raw().unwrap().raw(&ctx(10_000), &raw("/redfish/v1/Managers?sig=RawSigRefused")).await.unwrap_err();
@@ -74,11 +87,19 @@ async fn a_raw_request_query_is_in_no_log_span_or_error() {
     assert!(refused.message.contains("GET /redfish/v1/Managers"), "{refused}");
 
     server.push_fault(Fault::hang("GET", "/redfish/v1/SessionService"));
-    let hung = s.raw().unwrap().raw(&ctx(800), &raw("/redfish/v1/SessionService?X-Amz-Signature=RawSigHung")).await.unwrap_err();
+    let hung = s
+        .raw()
+        .unwrap()
+        .raw(&ctx(800), &raw("/redfish/v1/SessionService?X-Amz-Signature=RawSigHung"))
+        .await
+        .unwrap_err();
     assert_eq!(hung.code, ErrorCode::Timeout, "{hung}");
 
     let out = cap.text();
-    assert!(out.contains("Raw Redfish request.") && out.contains("/redfish/v1/Systems"), "the request is logged:\n{out}");
+    assert!(
+        out.contains("Raw Redfish request.") && out.contains("/redfish/v1/Systems"),
+        "the request is logged:\n{out}"
+    );
     for secret in ["RawT0kenAnswered", "RawSigRefused", "RawSigHung"] {
         assert!(!out.contains(secret), "`{secret}` leaked into the log:\n{out}");
         for e in [&refused, &hung] {
@@ -106,7 +127,9 @@ async fn a_failed_task_poll_is_not_logged_with_the_bmcs_words() {
     let mut s = connector().open(&ctx, &target, &server.credentials()).await.unwrap();
     let image = "https://fw:FwPassw0rdPoll@repo.example/bios.bin?sig=FwSigPoll";
     let update = FirmwareUpdate { image_uri: Some(image.into()), ..FirmwareUpdate::default() };
-    let Started::Task(task) = s.firmware_update().unwrap().start_update(&ctx, &update).await.unwrap() else { panic!("no task") };
+    let Started::Task(task) = s.firmware_update().unwrap().start_update(&ctx, &update).await.unwrap() else {
+        panic!("no task")
+    };
     // The session expires; the new one is refused with the BMC's words.
     server.expire_sessions();
     let echo = json!({"error": {"code": "Base.1.8.ServiceTemporarilyUnavailable",

@@ -10,15 +10,15 @@
 
 mod common;
 
-use bmcfleet_provider::Offer;
 use bmcfleet_provider::BmcSession;
-use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
-use bmcfleet_testing::redfish::{Fault, MockupBuilder, MockupServer, RecordedRequest};
+use bmcfleet_provider::Offer;
 use bmcfleet_redfish::{AuthKind, RedfishSession};
 use bmcfleet_schema::{
-    BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, MediaKind, NetworkSourceOp, PowerOp, PowerState, StaticIpv4,
-    UserRole, UserSpec, UserUpdate,
+    BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, MediaKind, NetworkSourceOp, PowerOp, PowerState,
+    StaticIpv4, UserRole, UserSpec, UserUpdate,
 };
+use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
+use bmcfleet_testing::redfish::{Fault, MockupBuilder, MockupServer, RecordedRequest};
 use common::{connector, ctx};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -86,7 +86,11 @@ async fn dell_logs_in_with_a_session_reuses_the_token_and_logs_out() {
     s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap();
 
     let reqs = server.requests();
-    assert!(reqs[0].is("GET", "/redfish/v1") && reqs[0].header("authorization").is_none() && reqs[0].header("x-auth-token").is_none());
+    assert!(
+        reqs[0].is("GET", "/redfish/v1")
+            && reqs[0].header("authorization").is_none()
+            && reqs[0].header("x-auth-token").is_none()
+    );
     let logins = server.requests_to("POST", "/redfish/v1/SessionService/Sessions");
     assert_eq!(logins.len(), 1);
     assert_eq!(logins[0].json().unwrap(), json!({"UserName": "admin", "Password": "password"}));
@@ -142,7 +146,10 @@ async fn dell_bmc_reset_cold_falls_back_to_graceful_restart() {
     let (server, mut s) = session!(bmclib, "dell", "dell_bmc_reset_cold_falls_back_to_graceful_restart");
     assert!(s.is_healthy());
     s.bmc_reset().unwrap().reset_bmc(&ctx(5), BmcResetKind::Cold).await.unwrap();
-    assert_eq!(writes(&server), resets("/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Manager.Reset", &["GracefulRestart"]));
+    assert_eq!(
+        writes(&server),
+        resets("/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Manager.Reset", &["GracefulRestart"])
+    );
     assert!(!s.is_healthy(), "a session on a rebooting BMC must not be reused");
 }
 
@@ -150,7 +157,8 @@ async fn dell_bmc_reset_cold_falls_back_to_graceful_restart() {
 async fn dell_17g_virtual_media_sends_advertised_transfer_parameters() {
     let dir = fixture!("dell", "dell_17g_virtual_media_sends_advertised_transfer_parameters");
     // The 17G capture of the system links its VirtualMedia collection.
-    let server = bmclib(&dir).file(dir.join("bmclib/system.embedded.1.virtualmedia.json")).unwrap().start().await.unwrap();
+    let server =
+        bmclib(&dir).file(dir.join("bmclib/system.embedded.1.virtualmedia.json")).unwrap().start().await.unwrap();
     let mut s = open(&server).await;
     let url = "http://192.0.2.10/images/boot.iso";
     s.virtual_media().unwrap().insert_media(&ctx(5), url, MediaKind::Cd).await.unwrap();
@@ -183,7 +191,10 @@ async fn dell_users_fill_an_empty_slot_and_empty_it_on_delete() {
     let u = s.users().unwrap();
     let spec = UserSpec { name: "ops".into(), password: "S3cret!pass".into(), role: UserRole::Operator, enabled: true };
     let info = u.create_user(&ctx(5), &spec).await.unwrap();
-    assert_eq!((info.id.as_str(), info.name.as_str(), info.role, info.enabled), ("3", "ops", Some(UserRole::Operator), true));
+    assert_eq!(
+        (info.id.as_str(), info.name.as_str(), info.role, info.enabled),
+        ("3", "ops", Some(UserRole::Operator), true)
+    );
     assert_eq!(
         writes(&server),
         vec![w(
@@ -203,7 +214,10 @@ async fn dell_users_fill_an_empty_slot_and_empty_it_on_delete() {
     server.clear_requests();
     let upd = UserUpdate { name: "ops".into(), password: None, role: Some(UserRole::Admin), enabled: None };
     assert_eq!(u.update_user(&ctx(5), &upd).await.unwrap().role, Some(UserRole::Admin));
-    assert_eq!(writes(&server), vec![w("PATCH", "/redfish/v1/AccountService/Accounts/3", json!({"RoleId": "Administrator"}))]);
+    assert_eq!(
+        writes(&server),
+        vec![w("PATCH", "/redfish/v1/AccountService/Accounts/3", json!({"RoleId": "Administrator"}))]
+    );
 
     server.clear_requests();
     let missing = UserUpdate { name: "ghost".into(), password: None, role: None, enabled: Some(false) };
@@ -223,7 +237,8 @@ async fn dell_users_fill_an_empty_slot_and_empty_it_on_delete() {
 #[tokio::test]
 async fn dell_job_error_body_is_quoted_and_not_retried() {
     let dir = fixture!("dell", "dell_job_error_body_is_quoted_and_not_retried");
-    let body: Value = serde_json::from_slice(&std::fs::read(dir.join("sushy-oem/error_running_job.json")).unwrap()).unwrap();
+    let body: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("sushy-oem/error_running_job.json")).unwrap()).unwrap();
     let server = bmclib(&dir).start().await.unwrap();
     server.push_fault(Fault::status("POST", DELL_RESET, 400).json(&body));
     let mut s = open(&server).await;
@@ -374,7 +389,10 @@ async fn boot_mode_is_sent_only_to_change_it_and_a_refusal_is_reported() {
     let patches = server.requests_to("PATCH", system);
     assert_eq!(patches.len(), 2, "one retry");
     assert_eq!(patches[0].json().unwrap()["Boot"]["BootSourceOverrideMode"], json!("Legacy"));
-    assert_eq!(patches[1].json().unwrap(), json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}}));
+    assert_eq!(
+        patches[1].json().unwrap(),
+        json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}})
+    );
     // Any other 400 is not retried.
     server.clear_requests();
     server.push_fault(Fault::status("PATCH", system, 400).times(1));
@@ -419,7 +437,10 @@ async fn supermicro_users_are_posted_and_deleted() {
     let mut s = open(&server).await;
     let u = s.users().unwrap();
     let info = u
-        .create_user(&ctx(5), &UserSpec { name: "deploy".into(), password: "pw-123456".into(), role: UserRole::User, enabled: false })
+        .create_user(
+            &ctx(5),
+            &UserSpec { name: "deploy".into(), password: "pw-123456".into(), role: UserRole::User, enabled: false },
+        )
         .await
         .unwrap();
     assert_eq!((info.id.as_str(), info.role, info.enabled), ("3", Some(UserRole::User), false));
@@ -454,7 +475,8 @@ fn dmtf(dir: &Path) -> MockupBuilder {
 
 #[tokio::test]
 async fn dmtf_reset_is_force_restart_and_cycle_is_off_then_on() {
-    let (server, mut s) = session!(dmtf, "dmtf-public-rackmount1", "dmtf_reset_is_force_restart_and_cycle_is_off_then_on");
+    let (server, mut s) =
+        session!(dmtf, "dmtf-public-rackmount1", "dmtf_reset_is_force_restart_and_cycle_is_off_then_on");
     s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap();
     s.power().unwrap().power(&ctx(5), PowerOp::Cycle).await.unwrap();
     assert_eq!(writes(&server), resets(DMTF_RESET, &["ForceRestart", "ForceOff", "On"]));
@@ -507,7 +529,12 @@ async fn session_only_machines_never_fall_back_to_basic() {
     assert_eq!(e.code, ErrorCode::AuthFailed, "{e:?}");
     assert!(e.message.contains("redfish.auth: session"), "{}", e.message);
     for r in server.requests() {
-        assert!(!r.header("authorization").is_some_and(|h| h.starts_with("Basic ")), "Basic sent: {} {}", r.method, r.path);
+        assert!(
+            !r.header("authorization").is_some_and(|h| h.starts_with("Basic ")),
+            "Basic sent: {} {}",
+            r.method,
+            r.path
+        );
     }
     // The same BMC with the default (`auto`) falls back to Basic, as before.
     let s = open(&server).await;
@@ -527,7 +554,12 @@ async fn basic_only_machines_create_no_session() {
     s.power().unwrap().power(&ctx(5), PowerOp::Status).await.unwrap();
     assert!(server.requests_to("POST", "/redfish/v1/SessionService/Sessions").is_empty(), "a session was created");
     for r in server.requests() {
-        assert!(r.header("authorization").is_some_and(|h| h.starts_with("Basic ")), "{} {} without Basic", r.method, r.path);
+        assert!(
+            r.header("authorization").is_some_and(|h| h.starts_with("Basic ")),
+            "{} {} without Basic",
+            r.method,
+            r.path
+        );
     }
 }
 
@@ -561,7 +593,8 @@ async fn insert_media_adds_transfer_protocol_when_the_bmc_demands_it() {
     // A device with standard actions that does not advertise transfer
     // parameters but demands them (error body captured from an AMI-based BMC).
     let misc = fixture!("misc", "insert_media_adds_transfer_protocol_when_the_bmc_demands_it");
-    let demand: Value = serde_json::from_slice(&std::fs::read(misc.join("sushy/transfer_proto_required_error.json")).unwrap()).unwrap();
+    let demand: Value =
+        serde_json::from_slice(&std::fs::read(misc.join("sushy/transfer_proto_required_error.json")).unwrap()).unwrap();
     let cd = "/redfish/v1/Managers/BMC/VirtualMedia/CD1";
     let insert = format!("{cd}/Actions/VirtualMedia.InsertMedia");
     let server = common::spec_service()
@@ -587,7 +620,11 @@ async fn insert_media_adds_transfer_protocol_when_the_bmc_demands_it() {
         writes(&server),
         vec![
             w("POST", &insert, json!({"Image": url, "Inserted": true, "WriteProtected": true})),
-            w("POST", &insert, json!({"Image": url, "Inserted": true, "WriteProtected": true, "TransferProtocolType": "HTTP"})),
+            w(
+                "POST",
+                &insert,
+                json!({"Image": url, "Inserted": true, "WriteProtected": true, "TransferProtocolType": "HTTP"})
+            ),
         ]
     );
     assert_eq!(server.resource(cd).unwrap()["Inserted"], true);
@@ -627,14 +664,19 @@ async fn network_source_on_the_interface_carrying_the_bmc_address() {
             gateway: Some("127.0.0.254".parse().unwrap())
         })
     );
-    let addr = StaticIpv4 { address: "127.0.0.1".parse().unwrap(), netmask: "255.255.0.0".parse().unwrap(), gateway: None };
+    let addr =
+        StaticIpv4 { address: "127.0.0.1".parse().unwrap(), netmask: "255.255.0.0".parse().unwrap(), gateway: None };
     s.network_source().unwrap().set_static(&ctx(5), &addr).await.unwrap();
     s.network_source().unwrap().set_dhcp(&ctx(5)).await.unwrap();
     let two = format!("{eth}/2");
     assert_eq!(
         writes(&server),
         vec![
-            w("PATCH", &two, json!({"DHCPv4": {"DHCPEnabled": false}, "IPv4StaticAddresses": [{"Address": "127.0.0.1", "SubnetMask": "255.255.0.0"}]})),
+            w(
+                "PATCH",
+                &two,
+                json!({"DHCPv4": {"DHCPEnabled": false}, "IPv4StaticAddresses": [{"Address": "127.0.0.1", "SubnetMask": "255.255.0.0"}]})
+            ),
             w("PATCH", &two, json!({"DHCPv4": {"DHCPEnabled": true}})),
         ]
     );
@@ -649,7 +691,8 @@ async fn task_monitor_is_polled_until_completed() {
     server.push_fault(Fault::task("POST", common::RESET, 3, "Completed"));
     let mut s = open(&server).await;
     s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap();
-    let monitor = server.requests().into_iter().filter(|r| r.path.starts_with("/redfish/v1/TaskService/TaskMonitors/")).count();
+    let monitor =
+        server.requests().into_iter().filter(|r| r.path.starts_with("/redfish/v1/TaskService/TaskMonitors/")).count();
     assert_eq!(monitor, 4, "3 x 202 then the final Task");
     assert_eq!(server.requests_to("POST", common::RESET).len(), 1);
 }
@@ -657,7 +700,9 @@ async fn task_monitor_is_polled_until_completed() {
 #[tokio::test]
 async fn task_exception_is_a_bmc_error_with_the_task_messages() {
     let server = common::spec_service().start().await.unwrap();
-    server.push_fault(Fault::task("POST", common::RESET, 1, "Exception").task_message("The host is in a firmware update"));
+    server.push_fault(
+        Fault::task("POST", common::RESET, 1, "Exception").task_message("The host is in a firmware update"),
+    );
     let mut s = open(&server).await;
     let e = s.power().unwrap().power(&ctx(5), PowerOp::Reset).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
@@ -666,7 +711,11 @@ async fn task_exception_is_a_bmc_error_with_the_task_messages() {
 
 /// A reset with an 800 ms action deadline, which must fail.
 async fn reset_with_800ms(s: &mut RedfishSession) -> bmcfleet_provider::ProviderError {
-    s.power().unwrap().power(&bmcfleet_provider::Ctx::with_timeout(Duration::from_millis(800)), PowerOp::Reset).await.unwrap_err()
+    s.power()
+        .unwrap()
+        .power(&bmcfleet_provider::Ctx::with_timeout(Duration::from_millis(800)), PowerOp::Reset)
+        .await
+        .unwrap_err()
 }
 
 #[tokio::test]
@@ -691,7 +740,13 @@ async fn a_task_monitor_unanswered_until_the_deadline_is_a_task_still_running() 
     }
     let e = reset_with_800ms(&mut open(&server).await).await;
     common::assert_error(&e, ErrorCode::Timeout, "still running at the action deadline");
-    assert!(server.requests().iter().any(|r| r.method == "GET" && r.path.starts_with("/redfish/v1/TaskService/TaskMonitors/")), "a monitor was read");
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.method == "GET" && r.path.starts_with("/redfish/v1/TaskService/TaskMonitors/")),
+        "a monitor was read"
+    );
 }
 
 #[tokio::test]
@@ -714,7 +769,10 @@ async fn reset_types_come_from_action_info_when_not_inline() {
         .await
         .unwrap();
     let mut s = open(&server).await;
-    assert_eq!(s.system_reset().unwrap().allowed.as_deref(), Some(&["ForceOn".to_owned(), "ForceOff".to_owned(), "ForceRestart".to_owned()][..]));
+    assert_eq!(
+        s.system_reset().unwrap().allowed.as_deref(),
+        Some(&["ForceOn".to_owned(), "ForceOff".to_owned(), "ForceRestart".to_owned()][..])
+    );
     s.power().unwrap().power(&ctx(5), PowerOp::Off).await.unwrap();
     s.power().unwrap().power(&ctx(5), PowerOp::On).await.unwrap();
     let e = s.power().unwrap().power(&ctx(5), PowerOp::SoftOff).await.unwrap_err();

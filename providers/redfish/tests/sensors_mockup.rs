@@ -17,7 +17,11 @@ const CH: &str = "/redfish/v1/Chassis/1U";
 
 #[tokio::test]
 async fn the_sensors_collection_is_preferred_then_thermal_and_power() {
-    let Some(dir) = redfish_mockup_or_skip("dmtf-public-rackmount1", "the_sensors_collection_is_preferred_then_thermal_and_power") else { return };
+    let Some(dir) =
+        redfish_mockup_or_skip("dmtf-public-rackmount1", "the_sensors_collection_is_preferred_then_thermal_and_power")
+    else {
+        return;
+    };
     let sensor = |id: &str, body: serde_json::Value| {
         let mut b = body;
         b["@odata.id"] = json!(format!("{CH}/Sensors/{id}"));
@@ -48,7 +52,10 @@ async fn the_sensors_collection_is_preferred_then_thermal_and_power() {
     let names: Vec<&str> = r.iter().map(|x| x.name.as_str()).collect();
     assert_eq!(names, ["Inlet Temp", "PS1 Input Power"], "the Sensors collection, absent sensor left out");
     assert_eq!((r[0].kind, r[0].value, r[0].health), (SensorKind::Temperature, Some(31.5), Some(Health::Warning)));
-    assert_eq!(r[0].thresholds, Thresholds { upper_warning: Some(30.0), upper_critical: Some(40.0), ..Thresholds::default() });
+    assert_eq!(
+        r[0].thresholds,
+        Thresholds { upper_warning: Some(30.0), upper_critical: Some(40.0), ..Thresholds::default() }
+    );
     assert_eq!((r[1].kind, r[1].unit.as_deref()), (SensorKind::Power, Some("W")));
     assert!(server.requests_to("GET", &format!("{CH}/Thermal")).is_empty(), "Thermal not read when Sensors exists");
 
@@ -58,9 +65,17 @@ async fn the_sensors_collection_is_preferred_then_thermal_and_power() {
     let got: Vec<(&str, SensorKind, Option<f64>)> = r.iter().map(|x| (x.name.as_str(), x.kind, x.value)).collect();
     assert_eq!(
         got,
-        [("CPU1", SensorKind::Temperature, Some(50.0)), ("Fan 1", SensorKind::Fan, Some(4000.0)), ("System", SensorKind::Power, Some(250.0)), ("12V", SensorKind::Voltage, Some(12.05))]
+        [
+            ("CPU1", SensorKind::Temperature, Some(50.0)),
+            ("Fan 1", SensorKind::Fan, Some(4000.0)),
+            ("System", SensorKind::Power, Some(250.0)),
+            ("12V", SensorKind::Voltage, Some(12.05))
+        ]
     );
-    assert_eq!(r[3].thresholds, Thresholds { lower_critical: Some(11.0), upper_critical: Some(13.0), ..Thresholds::default() });
+    assert_eq!(
+        r[3].thresholds,
+        Thresholds { lower_critical: Some(11.0), upper_critical: Some(13.0), ..Thresholds::default() }
+    );
 }
 
 /// A hostile BMC listing its chassis, and the chassis' sensors, thousands of
@@ -68,7 +83,11 @@ async fn the_sensors_collection_is_preferred_then_thermal_and_power() {
 /// running one GET after another until the action's deadline.
 #[tokio::test]
 async fn endless_chassis_and_sensor_lists_are_read_within_a_budget() {
-    let Some(dir) = redfish_mockup_or_skip("dmtf-public-rackmount1", "endless_chassis_and_sensor_lists_are_read_within_a_budget") else { return };
+    let Some(dir) =
+        redfish_mockup_or_skip("dmtf-public-rackmount1", "endless_chassis_and_sensor_lists_are_read_within_a_budget")
+    else {
+        return;
+    };
     const SYS: &str = "/redfish/v1/Systems/437XR1138R2";
     let inlet = format!("{CH}/Sensors/Inlet");
     let server = MockupServer::builder()

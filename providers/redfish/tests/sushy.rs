@@ -10,12 +10,12 @@ mod common;
 
 use bmcfleet_provider::Offer;
 use bmcfleet_provider::{capabilities, Connector};
-use bmcfleet_testing::redfish::{FakeSystem, ImageServer, SushyEmulator};
 use bmcfleet_redfish::{AuthKind, RedfishSession};
 use bmcfleet_schema::{
-    BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, MediaKind, PowerOp, PowerState, RawIpmi, RawRedfish,
-    RawRequest,
+    BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, HttpMethod, MediaKind, PowerOp, PowerState, RawIpmi,
+    RawRedfish, RawRequest,
 };
+use bmcfleet_testing::redfish::{FakeSystem, ImageServer, SushyEmulator};
 use common::{connector, ctx};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -32,7 +32,9 @@ fn power_is(want: &str) -> impl Fn(&Value) -> bool + '_ {
 async fn lands(emu: &SushyEmulator, p: &mut dyn bmcfleet_provider::Power, op: PowerOp, state: PowerState) {
     assert_eq!(p.power(&ctx(10), op).await.unwrap(), None, "{op:?}");
     let name = format!("{state:?}");
-    emu.wait_for(&emu.system_path(0), WAIT, power_is(&name)).await.unwrap_or_else(|e| panic!("emulator reports {name}: {e:?}"));
+    emu.wait_for(&emu.system_path(0), WAIT, power_is(&name))
+        .await
+        .unwrap_or_else(|e| panic!("emulator reports {name}: {e:?}"));
     assert_eq!(p.power(&ctx(10), PowerOp::Status).await.unwrap(), Some(state));
     // Already there: nothing is sent, the state is reported.
     assert_eq!(p.power(&ctx(10), op).await.unwrap(), Some(state), "{op:?} again");
@@ -228,7 +230,10 @@ async fn inventory_reads_system_and_manager() {
     // components); Storage is linked but answers 500 (drives unread).
     let macs: Vec<&str> = inv.nics.iter().flat_map(|n| n.mac_addresses.iter().map(String::as_str)).collect();
     assert_eq!(macs, ["00:5c:52:31:3a:9c"], "{:?}", inv.nics);
-    assert!(inv.memory.is_empty() && inv.firmware.is_empty() && inv.processors.is_empty() && inv.power_supplies.is_empty(), "{inv:?}");
+    assert!(
+        inv.memory.is_empty() && inv.firmware.is_empty() && inv.processors.is_empty() && inv.power_supplies.is_empty(),
+        "{inv:?}"
+    );
     assert_eq!(inv.unread, [bmcfleet_schema::components::Section::Drives], "{inv:?}");
 }
 
@@ -238,7 +243,14 @@ async fn raw_passthrough_reads_and_writes() {
     let mut s = open(&emu).await;
     let raw = s.raw().unwrap();
     let r = raw
-        .raw(&ctx(10), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/Systems".into(), body: None }))
+        .raw(
+            &ctx(10),
+            &RawRequest::Redfish(RawRedfish {
+                method: HttpMethod::Get,
+                path: "/redfish/v1/Systems".into(),
+                body: None,
+            }),
+        )
         .await
         .unwrap();
     assert_eq!(r.status, 200);
@@ -259,12 +271,18 @@ async fn raw_passthrough_reads_and_writes() {
     assert_eq!(emu.get(&emu.system_path(0)).await.unwrap()["Boot"]["BootSourceOverrideTarget"], "Pxe");
 
     let e = raw
-        .raw(&ctx(10), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/Nope".into(), body: None }))
+        .raw(
+            &ctx(10),
+            &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/redfish/v1/Nope".into(), body: None }),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::TargetNotFound, "{e}");
     let e = raw
-        .raw(&ctx(10), &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/etc/passwd".into(), body: None }))
+        .raw(
+            &ctx(10),
+            &RawRequest::Redfish(RawRedfish { method: HttpMethod::Get, path: "/etc/passwd".into(), body: None }),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidField, "{e}");

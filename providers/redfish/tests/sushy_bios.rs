@@ -14,8 +14,11 @@ use serde_json::json;
 
 #[tokio::test]
 async fn secure_boot_and_no_bios_on_the_fake_driver() {
-    let builder = SushyEmulator::builder().systems(vec![FakeSystem::new("9a1d0c6e-1111-4c3a-9d55-000000000004", "node4", "Off")]);
-    let Some(emu) = SushyEmulator::start_or_skip(builder, "secure_boot_and_no_bios_on_the_fake_driver").await else { return };
+    let builder =
+        SushyEmulator::builder().systems(vec![FakeSystem::new("9a1d0c6e-1111-4c3a-9d55-000000000004", "node4", "Off")]);
+    let Some(emu) = SushyEmulator::start_or_skip(builder, "secure_boot_and_no_bios_on_the_fake_driver").await else {
+        return;
+    };
     let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
     let c = ctx(20);
 

@@ -13,14 +13,29 @@ use common::{connector, ctx};
 
 #[tokio::test]
 async fn thermal_sensors_with_thresholds_and_no_event_log() {
-    let builder = SushyEmulator::builder().systems(vec![FakeSystem::new("9a1d0c6e-1111-4c3a-9d55-000000000003", "node3", "On")]);
-    let Some(emu) = SushyEmulator::start_or_skip(builder, "thermal_sensors_with_thresholds_and_no_event_log").await else { return };
+    let builder =
+        SushyEmulator::builder().systems(vec![FakeSystem::new("9a1d0c6e-1111-4c3a-9d55-000000000003", "node3", "On")]);
+    let Some(emu) = SushyEmulator::start_or_skip(builder, "thermal_sensors_with_thresholds_and_no_event_log").await
+    else {
+        return;
+    };
     let mut s = connector().open(&ctx(20), &emu.target(), &emu.credentials()).await.expect("connect");
     let sensors = s.sensors(&ctx(20)).await.unwrap();
     let by = |name: &str| sensors.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name} in {sensors:?}"));
     let intake = by("Chassis Intake Temp");
-    assert_eq!((intake.kind, intake.value, intake.unit.as_deref(), intake.health), (SensorKind::Temperature, Some(25.0), Some("Cel"), Some(Health::Ok)));
-    assert_eq!(intake.thresholds, Thresholds { lower_critical: Some(5.0), lower_warning: Some(10.0), upper_warning: Some(30.0), upper_critical: Some(40.0) });
+    assert_eq!(
+        (intake.kind, intake.value, intake.unit.as_deref(), intake.health),
+        (SensorKind::Temperature, Some(25.0), Some("Cel"), Some(Health::Ok))
+    );
+    assert_eq!(
+        intake.thresholds,
+        Thresholds {
+            lower_critical: Some(5.0),
+            lower_warning: Some(10.0),
+            upper_warning: Some(30.0),
+            upper_critical: Some(40.0)
+        }
+    );
     let cpu = by("CPU Temp");
     assert_eq!((cpu.value, cpu.thresholds.upper_critical), (Some(41.0), Some(45.0)));
     let fan = sensors.iter().find(|r| r.kind == SensorKind::Fan).expect("a fan");

@@ -62,7 +62,10 @@ pub(crate) struct DigestServer {
 pub(crate) enum AuthResult {
     Ok(DigestSummary),
     /// Answer 401; `stale` per RFC 7616, `seen` is what the client sent, if anything.
-    Challenge { stale: bool, seen: Option<DigestSummary> },
+    Challenge {
+        stale: bool,
+        seen: Option<DigestSummary>,
+    },
 }
 
 fn amt_nonce() -> String {
@@ -100,10 +103,7 @@ impl DigestServer {
                     (DigestMode::Md5, _) => String::new(),
                     (_, a) => format!(",algorithm={}", a.as_str()),
                 };
-                format!(
-                    "Digest realm=\"{}\", nonce=\"{nonce}\",stale=\"{stale}\",qop=\"auth\"{alg}",
-                    self.realm
-                )
+                format!("Digest realm=\"{}\", nonce=\"{nonce}\",stale=\"{stale}\",qop=\"auth\"{alg}", self.realm)
             })
             .collect()
     }

@@ -17,7 +17,9 @@
 //!   `ChangeBootOrder` to a source while they are set returns 36.
 
 use super::fixtures::Fixtures;
-use super::soap::{amt_envelope, amt_message_id, child_text, fault_envelope, read_epr, replace_values, Reject, SoapRequest};
+use super::soap::{
+    amt_envelope, amt_message_id, child_text, fault_envelope, read_epr, replace_values, Reject, SoapRequest,
+};
 use super::{AmtEvent, BootState, Class, Injection, Op, RecordedRequest};
 use bmcfleet_amt::wsman::{names, ns};
 use bmcfleet_amt::xml::{self, Element};
@@ -132,7 +134,8 @@ fn ok(body: String) -> Reply {
 
 impl Device {
     pub fn new(fixtures: Fixtures, power: u16) -> Result<Device, String> {
-        let settings_doc = bmcfleet_amt::wsman::Envelope::parse(&fixtures.boot_setting_data_get).map_err(|e| e.to_string())?;
+        let settings_doc =
+            bmcfleet_amt::wsman::Envelope::parse(&fixtures.boot_setting_data_get).map_err(|e| e.to_string())?;
         let inst = settings_doc.body_element("AMT_BootSettingData").ok_or("no AMT_BootSettingData in the capture")?;
         let settings = inst.children.iter().map(|c| (c.name.clone(), c.text_trim().to_owned())).collect();
         let src = bmcfleet_amt::wsman::Envelope::parse(&fixtures.boot_source_pull).map_err(|e| e.to_string())?;
@@ -213,17 +216,29 @@ impl Device {
         let req = match SoapRequest::parse(body) {
             Ok(r) => r,
             Err(Reject::MissingHeader(h)) => {
-                return self.fault("", (ns::WSA, "MessageInformationHeaderRequired"), &format!("A required header ({h}) is missing."))
+                return self.fault(
+                    "",
+                    (ns::WSA, "MessageInformationHeaderRequired"),
+                    &format!("A required header ({h}) is missing."),
+                )
             }
             Err(Reject::Malformed(m)) => {
-                return self.fault("", (ns::WSMAN, "SchemaValidationError"), &format!("The supplied SOAP request is invalid: {m}"))
+                return self.fault(
+                    "",
+                    (ns::WSMAN, "SchemaValidationError"),
+                    &format!("The supplied SOAP request is invalid: {m}"),
+                )
             }
         };
         record.action = Some(req.action.clone());
         record.resource_uri = Some(req.resource_uri.clone());
         record.selectors = req.selectors.clone();
         if req.to != "/wsman" && !req.to.ends_with("/wsman") {
-            return self.fault(&req.message_id, (ns::WSA, "DestinationUnreachable"), "The wsa:To address is not /wsman.");
+            return self.fault(
+                &req.message_id,
+                (ns::WSA, "DestinationUnreachable"),
+                "The wsa:To address is not /wsman.",
+            );
         }
         let op = match self.route(&req) {
             Ok(op) => op,
@@ -255,7 +270,14 @@ impl Device {
         };
         let method = req.action.strip_prefix(&format!("{}/", req.resource_uri));
         let op = match (verb, method) {
-            (Some(op @ Op::Get(Class::GeneralSettings | Class::BootCapabilities | Class::BootSettingData | Class::Chassis)), _) => op,
+            (
+                Some(
+                    op @ Op::Get(
+                        Class::GeneralSettings | Class::BootCapabilities | Class::BootSettingData | Class::Chassis,
+                    ),
+                ),
+                _,
+            ) => op,
             (Some(op @ Op::Put(Class::BootSettingData)), _) => op,
             (
                 Some(
@@ -274,7 +296,9 @@ impl Device {
                 ),
                 _,
             ) => op,
-            (None, Some("RequestPowerStateChange")) if class == Class::PowerManagementService => Op::RequestPowerStateChange,
+            (None, Some("RequestPowerStateChange")) if class == Class::PowerManagementService => {
+                Op::RequestPowerStateChange
+            }
             (None, Some("ChangeBootOrder")) if class == Class::BootConfigSetting => Op::ChangeBootOrder,
             (None, Some("SetBootConfigRole")) if class == Class::BootService => Op::SetBootConfigRole,
             _ => {
@@ -457,24 +481,32 @@ impl Device {
     fn chassis(&mut self, req: &SoapRequest) -> String {
         let id = self.message_id();
         let uri = ns::cim("CIM_Chassis");
-        amt_envelope(&id, "http://schemas.xmlsoap.org/ws/2004/09/transfer/GetResponse", Some(&uri), &req.message_id, &uri, ns::WSMAN, |w| {
-            w.start("g:CIM_Chassis", &[]);
-            for (k, v) in [
-                ("ChassisPackageType", "0"),
-                ("CreationClassName", "CIM_Chassis"),
-                ("ElementName", "Managed System Chassis"),
-                ("Manufacturer", CHASSIS_MANUFACTURER),
-                ("Model", CHASSIS_MODEL),
-                ("OperationalStatus", "0"),
-                ("PackageType", "3"),
-                ("SerialNumber", CHASSIS_SERIAL),
-                ("Tag", "CIM_Chassis"),
-                ("Version", "M11904-404"),
-            ] {
-                w.text_element(&format!("g:{k}"), &[], v);
-            }
-            w.end("g:CIM_Chassis");
-        })
+        amt_envelope(
+            &id,
+            "http://schemas.xmlsoap.org/ws/2004/09/transfer/GetResponse",
+            Some(&uri),
+            &req.message_id,
+            &uri,
+            ns::WSMAN,
+            |w| {
+                w.start("g:CIM_Chassis", &[]);
+                for (k, v) in [
+                    ("ChassisPackageType", "0"),
+                    ("CreationClassName", "CIM_Chassis"),
+                    ("ElementName", "Managed System Chassis"),
+                    ("Manufacturer", CHASSIS_MANUFACTURER),
+                    ("Model", CHASSIS_MODEL),
+                    ("OperationalStatus", "0"),
+                    ("PackageType", "3"),
+                    ("SerialNumber", CHASSIS_SERIAL),
+                    ("Tag", "CIM_Chassis"),
+                    ("Version", "M11904-404"),
+                ] {
+                    w.text_element(&format!("g:{k}"), &[], v);
+                }
+                w.end("g:CIM_Chassis");
+            },
+        )
     }
 
     fn enumerate(&mut self, req: &SoapRequest, class: Class) -> String {
@@ -534,25 +566,42 @@ impl Device {
     fn pull_response(&mut self, relates_to: &str, class: Class, items: &[Vec<Prop>], more: bool) -> Reply {
         let id = self.message_id();
         let uri = class.uri();
-        ok(amt_envelope(&id, "http://schemas.xmlsoap.org/ws/2004/09/enumeration/PullResponse", Some(&uri), relates_to, ns::WSEN, &uri, |w| {
-            w.start("g:PullResponse", &[]);
-            if more {
-                w.text_element("g:EnumerationContext", &[], "more");
-            }
-            w.start("g:Items", &[]);
-            for item in items {
-                write_item(w, class.name(), item);
-            }
-            w.end("g:Items");
-            if !more {
-                w.empty("g:EndOfSequence", &[]);
-            }
-            w.end("g:PullResponse");
-        }))
+        ok(amt_envelope(
+            &id,
+            "http://schemas.xmlsoap.org/ws/2004/09/enumeration/PullResponse",
+            Some(&uri),
+            relates_to,
+            ns::WSEN,
+            &uri,
+            |w| {
+                w.start("g:PullResponse", &[]);
+                if more {
+                    w.text_element("g:EnumerationContext", &[], "more");
+                }
+                w.start("g:Items", &[]);
+                for item in items {
+                    write_item(w, class.name(), item);
+                }
+                w.end("g:Items");
+                if !more {
+                    w.empty("g:EndOfSequence", &[]);
+                }
+                w.end("g:PullResponse");
+            },
+        ))
     }
 
     fn items(&self, class: Class) -> Vec<Vec<Prop>> {
-        let cs_epr = |w: &str| Prop::Epr(w.to_owned(), ns::cim("CIM_ComputerSystem"), vec![("CreationClassName", "CIM_ComputerSystem".to_owned()), ("Name", names::MANAGED_SYSTEM.to_owned())]);
+        let cs_epr = |w: &str| {
+            Prop::Epr(
+                w.to_owned(),
+                ns::cim("CIM_ComputerSystem"),
+                vec![
+                    ("CreationClassName", "CIM_ComputerSystem".to_owned()),
+                    ("Name", names::MANAGED_SYSTEM.to_owned()),
+                ],
+            )
+        };
         match class {
             Class::SoftwareIdentity => SOFTWARE
                 .iter()
@@ -585,7 +634,11 @@ impl Device {
                             ns::cim("CIM_BootConfigSetting"),
                             vec![("InstanceID", names::BOOT_CONFIG.into())],
                         ),
-                        Prop::Epr("PartComponent".into(), ns::cim("CIM_BootSourceSetting"), vec![("InstanceID", s.clone())]),
+                        Prop::Epr(
+                            "PartComponent".into(),
+                            ns::cim("CIM_BootSourceSetting"),
+                            vec![("InstanceID", s.clone())],
+                        ),
                     ]
                 })
                 .collect(),
@@ -602,7 +655,10 @@ impl Device {
             return Err(self.invalid_parameter(req, "PowerState is missing or not a number.".into()));
         };
         let me = input.child(&uri, "ManagedElement").and_then(read_epr);
-        let mut want = vec![("CreationClassName".to_owned(), "CIM_ComputerSystem".to_owned()), ("Name".to_owned(), names::MANAGED_SYSTEM.to_owned())];
+        let mut want = vec![
+            ("CreationClassName".to_owned(), "CIM_ComputerSystem".to_owned()),
+            ("Name".to_owned(), names::MANAGED_SYSTEM.to_owned()),
+        ];
         let ok_me = me.is_some_and(|(u, mut s)| {
             s.sort();
             want.sort();
@@ -662,7 +718,8 @@ impl Device {
         };
         let sources: Vec<&Element> = input.children.iter().filter(|c| c.is(&uri, "Source")).collect();
         if sources.len() != input.children.len() || sources.len() > 1 {
-            return Err(self.invalid_parameter(req, "ChangeBootOrder takes at most one Source (AMT uses only the first).".into()));
+            return Err(self
+                .invalid_parameter(req, "ChangeBootOrder takes at most one Source (AMT uses only the first).".into()));
         }
         let source = match sources.first() {
             None => None,
@@ -672,11 +729,20 @@ impl Device {
                 };
                 let id = sels.iter().find(|(k, _)| k == "InstanceID").map(|(_, v)| v.clone());
                 match id {
-                    Some(id) if ruri == ns::cim("CIM_BootSourceSetting") && sels.len() == 1 && self.sources.contains(&id) => Some(id),
+                    Some(id)
+                        if ruri == ns::cim("CIM_BootSourceSetting")
+                            && sels.len() == 1
+                            && self.sources.contains(&id) =>
+                    {
+                        Some(id)
+                    }
                     _ => {
                         return Err(self.invalid_parameter(
                             req,
-                            format!("Source must reference one of the CIM_BootSourceSetting instances {:?}.", self.sources),
+                            format!(
+                                "Source must reference one of the CIM_BootSourceSetting instances {:?}.",
+                                self.sources
+                            ),
                         ))
                     }
                 }

@@ -37,7 +37,10 @@ pub fn fixtures_root() -> Result<PathBuf, HarnessError> {
             };
             (c, format!("{ENV}={}", p.display()))
         }
-        _ => (vec![workspace_root().join("../shared/fixtures")], format!("the default (workspace root/../shared/fixtures; {ENV} unset)")),
+        _ => (
+            vec![workspace_root().join("../shared/fixtures")],
+            format!("the default (workspace root/../shared/fixtures; {ENV} unset)"),
+        ),
     };
     for c in &candidates {
         if c.join("amt").is_dir() {

@@ -136,10 +136,7 @@ async fn read_chunked<R: AsyncBufReadExt + Unpin>(r: &mut R) -> io::Result<Vec<u
 
 /// HTTP date of "now" (RFC 9110 IMF-fixdate), as AMT sends in `Date:`.
 pub fn http_date() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let days = secs / 86_400;
     let rem = secs % 86_400;
     let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
@@ -154,7 +151,8 @@ pub fn http_date() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    let mon = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"][(month - 1) as usize];
+    let mon =
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"][(month - 1) as usize];
     format!("{weekday}, {d:02} {mon} {year} {h:02}:{m:02}:{s:02} GMT")
 }
 
@@ -240,7 +238,8 @@ impl Transcript {
             loop {
                 let eol = rest[i..].windows(2).position(|w| w == b"\r\n").ok_or("chunk size without CRLF")? + i;
                 let size_text = std::str::from_utf8(&rest[i..eol]).map_err(|_| "bad chunk size")?;
-                let size = usize::from_str_radix(size_text.trim(), 16).map_err(|_| format!("bad chunk size `{size_text}`"))?;
+                let size =
+                    usize::from_str_radix(size_text.trim(), 16).map_err(|_| format!("bad chunk size `{size_text}`"))?;
                 i = eol + 2;
                 if size == 0 {
                     break;

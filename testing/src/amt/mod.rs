@@ -214,15 +214,31 @@ pub enum Injection {
 /// What the simulated AMT did, in order (for sequence assertions).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AmtEvent {
-    BootSettingsPut { bios_setup: bool, safe_mode: bool, use_ider: bool, use_sol: bool },
+    BootSettingsPut {
+        bios_setup: bool,
+        safe_mode: bool,
+        use_ider: bool,
+        use_sol: bool,
+    },
     /// `ChangeBootOrder` accepted; `None` cleared the forced source.
-    BootOrderChanged { source: Option<String> },
-    BootConfigRoleSet { role: u32 },
+    BootOrderChanged {
+        source: Option<String>,
+    },
+    BootConfigRoleSet {
+        role: u32,
+    },
     /// `RequestPowerStateChange` (accepted when `return_value` is 0).
-    PowerStateChange { requested: u16, return_value: u32 },
+    PowerStateChange {
+        requested: u16,
+        return_value: u32,
+    },
     /// The host booted (power on, cycle, reset); `source` is the forced
     /// boot source used, `None` for the default boot order.
-    Booted { source: Option<String>, bios_setup: bool, safe_mode: bool },
+    Booted {
+        source: Option<String>,
+        bios_setup: bool,
+        safe_mode: bool,
+    },
 }
 
 /// The simulated boot configuration.
@@ -323,11 +339,14 @@ impl AmtFixtureServer {
             .map_err(|e| HarnessError::FixtureContent(format!("amt15 401 transcript: {e}")))?
             .body;
         let device = Device::new(fx, options.power_state).map_err(HarnessError::FixtureContent)?;
-        let digest = DigestServer::new(options.realm.clone(), options.username.clone(), options.password.clone(), options.digest);
-        let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner { device, digest, requests: Vec::new() }),
-            unauthorized_html,
-        });
+        let digest = DigestServer::new(
+            options.realm.clone(),
+            options.username.clone(),
+            options.password.clone(),
+            options.digest,
+        );
+        let shared =
+            Arc::new(Shared { inner: Mutex::new(Inner { device, digest, requests: Vec::new() }), unauthorized_html });
         let tls = if options.tls { Some(tls::generate()?) } else { None };
         let listener = TcpListener::bind("127.0.0.1:0").await.map_err(HarnessError::Bind)?;
         let addr = listener.local_addr().map_err(HarnessError::Bind)?;
@@ -383,7 +402,12 @@ impl AmtFixtureServer {
                 password: Secret::new(self.options.password.clone()),
             },
             // Plain HTTP is what an operator must allow for the machine.
-            tls: TlsOptions { insecure: false, allow_plain_http: self.ca_pem.is_none(), ca_pem: self.ca_pem.clone(), pin_sha256: None },
+            tls: TlsOptions {
+                insecure: false,
+                allow_plain_http: self.ca_pem.is_none(),
+                ca_pem: self.ca_pem.clone(),
+                pin_sha256: None,
+            },
             system_id: None,
             options: Default::default(),
         }
@@ -391,7 +415,10 @@ impl AmtFixtureServer {
 
     /// The credentials the server accepts, as the worker would resolve them.
     pub fn credentials(&self) -> ResolvedCredentials {
-        ResolvedCredentials { username: self.options.username.clone(), password: Secret::new(self.options.password.clone()) }
+        ResolvedCredentials {
+            username: self.options.username.clone(),
+            password: Secret::new(self.options.password.clone()),
+        }
     }
 
     /// Current `PowerState` (CIM value: 2 on, 8 off…).
@@ -493,7 +520,11 @@ async fn accept_loop(
     }
 }
 
-async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(stream: S, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut conn = BufReader::new(stream);
     loop {
         let req = tokio::select! {
@@ -504,7 +535,8 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(stream: S, shared: 
             Ok(Some(r)) => r,
             Ok(None) => return,
             Err(_) => {
-                let bytes = http::render(400, "Bad Request", &[("Connection", "close".into())], b"", Framing::ContentLength);
+                let bytes =
+                    http::render(400, "Bad Request", &[("Connection", "close".into())], b"", Framing::ContentLength);
                 let _ = http::write_all(conn.get_mut(), &bytes).await;
                 return;
             }
@@ -575,7 +607,8 @@ fn process(shared: &Shared, req: &http::HttpRequest) -> Outcome {
         let status = if req.target != bmcfleet_amt::WSMAN_PATH { 404 } else { 405 };
         record.status = status;
         g.requests.push(record);
-        let bytes = http::render(status, reason(status), &[("Server", http::AMT_SERVER.into())], b"", Framing::ContentLength);
+        let bytes =
+            http::render(status, reason(status), &[("Server", http::AMT_SERVER.into())], b"", Framing::ContentLength);
         return Outcome::Send { bytes, close: true };
     }
     match g.digest.check(&req.method, &req.target, req.header("authorization")) {
@@ -610,7 +643,13 @@ fn process(shared: &Shared, req: &http::HttpRequest) -> Outcome {
             Outcome::Send { bytes, close }
         }
         Reply::Http(status) => {
-            let bytes = http::render(status, reason(status), &[("Server", http::AMT_SERVER.into()), ("Connection", "close".into())], b"", Framing::ContentLength);
+            let bytes = http::render(
+                status,
+                reason(status),
+                &[("Server", http::AMT_SERVER.into()), ("Connection", "close".into())],
+                b"",
+                Framing::ContentLength,
+            );
             Outcome::Send { bytes, close: true }
         }
         Reply::Stall => Outcome::Stall { first: Vec::new() },

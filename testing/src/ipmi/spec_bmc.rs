@@ -19,8 +19,8 @@
 //! the `SpecBmc` into an `bmcfleet_ipmi::IpmiSession`, and asserts what the
 //! "machine" did. Faults can be injected per command ([`Fault`]).
 
-use bmcfleet_ipmi::{Request, Response, Transport, TransportError, TransportErrorKind};
 use async_trait::async_trait;
+use bmcfleet_ipmi::{Request, Response, Transport, TransportError, TransportErrorKind};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::time::Instant;
@@ -284,13 +284,13 @@ fn reply(cc: u8) -> (u8, Vec<u8>) {
 /// Minimum session privilege per command (IPMI v2.0 appendix G).
 fn required_privilege(netfn: u8, cmd: u8) -> u8 {
     match (netfn, cmd) {
-        (0x00, 0x02) | (0x00, 0x08) => 3,                       // chassis control, set boot options: operator
-        (0x06, 0x02) | (0x06, 0x03) => 4,                       // resets: admin
-        (0x06, 0x43) | (0x06, 0x45) | (0x06, 0x47) => 4,        // user changes: admin
-        (0x06, 0x44) | (0x06, 0x46) => 3,                       // user reads: operator
-        (0x0C, 0x01) => 4,                                      // set LAN: admin
-        (0x0C, 0x02) => 3,                                      // get LAN: operator
-        (0x0A, 0x47) => 3,                                      // clear SEL: operator
+        (0x00, 0x02) | (0x00, 0x08) => 3, // chassis control, set boot options: operator
+        (0x06, 0x02) | (0x06, 0x03) => 4, // resets: admin
+        (0x06, 0x43) | (0x06, 0x45) | (0x06, 0x47) => 4, // user changes: admin
+        (0x06, 0x44) | (0x06, 0x46) => 3, // user reads: operator
+        (0x0C, 0x01) => 4,                // set LAN: admin
+        (0x0C, 0x02) => 3,                // get LAN: operator
+        (0x0A, 0x47) => 3,                // clear SEL: operator
         _ => 1,
     }
 }

@@ -33,7 +33,12 @@ impl ImageServer {
                 if req.method == "GET" {
                     count.fetch_add(1, Ordering::SeqCst);
                 }
-                HttpResponse { status: 200, headers: vec![("content-type".into(), "application/octet-stream".into())], body: content, stall: false }
+                HttpResponse {
+                    status: 200,
+                    headers: vec![("content-type".into(), "application/octet-stream".into())],
+                    body: content,
+                    stall: false,
+                }
             })
         });
         let running = server::start(None, handler).await?;

@@ -135,12 +135,20 @@ impl RecordedRequest {
 
 #[derive(Clone, Debug)]
 enum FaultKind {
-    Respond { status: u16, headers: Vec<(String, String)>, body: Bytes },
+    Respond {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Bytes,
+    },
     Hang,
     /// `200`, a `content-length` 1 MiB larger than the body, this many
     /// bytes of it, then nothing.
     Stall(usize),
-    Task { polls: usize, final_state: String, messages: Vec<String> },
+    Task {
+        polls: usize,
+        final_state: String,
+        messages: Vec<String>,
+    },
 }
 
 /// An injected behaviour for matching requests, checked before anything else.
@@ -611,17 +619,22 @@ impl State {
                 *n -= 1;
             }
             match f.kind.clone() {
-                FaultKind::Respond { status, headers, body } => return Some(HttpResponse { status, headers, body, stall: false }),
+                FaultKind::Respond { status, headers, body } => {
+                    return Some(HttpResponse { status, headers, body, stall: false })
+                }
                 FaultKind::Hang => return None,
                 FaultKind::Stall(sent) => {
                     let mut body = b"{\"Padding\": \"".to_vec();
                     body.resize(sent.max(body.len()), b'x');
                     return Some(HttpResponse {
                         status: 200,
-                        headers: vec![("content-type".into(), "application/json".into()), ("content-length".into(), (body.len() + (1 << 20)).to_string())],
+                        headers: vec![
+                            ("content-type".into(), "application/json".into()),
+                            ("content-length".into(), (body.len() + (1 << 20)).to_string()),
+                        ],
                         body: Bytes::from(body),
                         stall: true,
-                    })
+                    });
                 }
                 FaultKind::Task { polls, final_state, messages } => as_task = Some((polls, final_state, messages)),
             }
@@ -653,7 +666,9 @@ impl State {
         } else {
             match serde_json::from_slice(&req.body) {
                 Ok(v) => Some(v),
-                Err(_) => return Some(redfish_error(400, "MalformedJSON", "The request body submitted was malformed JSON.")),
+                Err(_) => {
+                    return Some(redfish_error(400, "MalformedJSON", "The request body submitted was malformed JSON."))
+                }
             }
         };
 
@@ -669,7 +684,8 @@ impl State {
             if (200..300).contains(&resp.status) {
                 let n = self.next();
                 let loc = format!("{MONITORS}/{n}");
-                self.monitors.insert(loc.clone(), Monitor { polls_left: polls, final_state, messages, id: n.to_string() });
+                self.monitors
+                    .insert(loc.clone(), Monitor { polls_left: polls, final_state, messages, id: n.to_string() });
                 let task = json!({"@odata.id": format!("/redfish/v1/TaskService/Tasks/{n}"), "Id": n.to_string(),
                                   "TaskState": "Running", "TaskMonitor": loc});
                 return Some(HttpResponse::json(202, &task).with_header("location", loc));
@@ -692,7 +708,8 @@ impl State {
             ));
         }
         let status = if m.final_state == "Completed" { "OK" } else { "Critical" };
-        let messages: Vec<Value> = m.messages.iter().map(|t| json!({"MessageId": "Task.1.0.Info", "Message": t})).collect();
+        let messages: Vec<Value> =
+            m.messages.iter().map(|t| json!({"MessageId": "Task.1.0.Info", "Message": t})).collect();
         Some(HttpResponse::json(
             200,
             &json!({"@odata.id": task_path, "Id": m.id, "TaskState": m.final_state, "TaskStatus": status,
@@ -709,13 +726,19 @@ impl State {
                 }
                 r
             }
-            None => redfish_error(404, "ResourceMissingAtURI", &format!("The resource at the URI {path} was not found.")),
+            None => {
+                redfish_error(404, "ResourceMissingAtURI", &format!("The resource at the URI {path} was not found."))
+            }
         }
     }
 
     fn patch(&mut self, path: &str, req: &HttpRequest, body: Option<Value>) -> HttpResponse {
         let Some(current) = self.resources.get(path) else {
-            return redfish_error(404, "ResourceMissingAtURI", &format!("The resource at the URI {path} was not found."));
+            return redfish_error(
+                404,
+                "ResourceMissingAtURI",
+                &format!("The resource at the URI {path} was not found."),
+            );
         };
         let Some(body) = body.filter(Value::is_object) else {
             return redfish_error(400, "MalformedJSON", "PATCH needs a JSON object.");
@@ -724,15 +747,25 @@ impl State {
             match req.header("if-match") {
                 Some(m) if m == tag || m == "*" => {}
                 Some(_) => {
-                    return redfish_error(412, "PreconditionFailed", "The ETag supplied did not match the ETag required to change this resource.")
+                    return redfish_error(
+                        412,
+                        "PreconditionFailed",
+                        "The ETag supplied did not match the ETag required to change this resource.",
+                    )
                 }
                 None if self.rules.require_if_match => {
-                    return redfish_error(428, "PreconditionRequired", "A precondition header or annotation is required to change this resource.")
+                    return redfish_error(
+                        428,
+                        "PreconditionRequired",
+                        "A precondition header or annotation is required to change this resource.",
+                    )
                 }
                 None => {}
             }
         }
-        if let Some((_, _, refusal)) = self.rules.read_only.iter().find(|(p, pointer, _)| p == path && body.pointer(pointer).is_some()) {
+        if let Some((_, _, refusal)) =
+            self.rules.read_only.iter().find(|(p, pointer, _)| p == path && body.pointer(pointer).is_some())
+        {
             return HttpResponse::json(400, refusal);
         }
         if self.rules.validate {
@@ -757,7 +790,8 @@ impl State {
             return redfish_error(401, "InsufficientPrivilege", "Invalid username or password.");
         }
         let n = self.next();
-        let token = format!("{:016x}{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15), std::process::id() as u64 ^ n << 32);
+        let token =
+            format!("{:016x}{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15), std::process::id() as u64 ^ n << 32);
         let loc = format!("{SESSIONS}/{n}");
         self.tokens.insert(token.clone(), loc.clone());
         let session = json!({"@odata.id": loc, "@odata.type": "#Session.v1_3_0.Session", "Id": n.to_string(),
@@ -795,7 +829,11 @@ impl State {
     /// Start an update (`SimpleUpdate`): a Task and its monitor.
     fn simple_update(&mut self, params: &Map<String, Value>) -> HttpResponse {
         let Some(image) = params.get("ImageURI").and_then(Value::as_str) else {
-            return redfish_error(400, "ActionParameterMissing", "The action SimpleUpdate requires the parameter ImageURI.");
+            return redfish_error(
+                400,
+                "ActionParameterMissing",
+                "The action SimpleUpdate requires the parameter ImageURI.",
+            );
         };
         let image = image.to_owned();
         self.start_update(image, SIMPLE_UPDATE)
@@ -804,16 +842,31 @@ impl State {
     /// A multipart HTTP push (DSP0266): parse the form, record it, start
     /// its update task. The push URI is served only when advertised.
     fn multipart_push(&mut self, req: &HttpRequest) -> HttpResponse {
-        let advertised = self.resources.get(UPDATE_SERVICE).and_then(|s| s.get("MultipartHttpPushUri")).and_then(Value::as_str).map(norm);
+        let advertised = self
+            .resources
+            .get(UPDATE_SERVICE)
+            .and_then(|s| s.get("MultipartHttpPushUri"))
+            .and_then(Value::as_str)
+            .map(norm);
         if advertised.as_deref() != Some(MULTIPART_PUSH) {
             return redfish_error(405, "OperationNotAllowed", "This service takes no multipart HTTP push.");
         }
-        let parts = match super::multipart::boundary(req.header("content-type").unwrap_or("")).and_then(|b| super::multipart::parse(&req.body, &b)) {
+        let parts = match super::multipart::boundary(req.header("content-type").unwrap_or(""))
+            .and_then(|b| super::multipart::parse(&req.body, &b))
+        {
             Ok(p) => p,
-            Err(why) => return redfish_error(400, "MalformedMultipart", &format!("The multipart request is malformed: {why}.")),
+            Err(why) => {
+                return redfish_error(400, "MalformedMultipart", &format!("The multipart request is malformed: {why}."))
+            }
         };
-        let (Some(params), Some(file)) = (parts.iter().find(|p| p.name == "UpdateParameters"), parts.iter().find(|p| p.name == "UpdateFile")) else {
-            return redfish_error(400, "ActionParameterMissing", "A multipart push needs the parts UpdateParameters and UpdateFile.");
+        let (Some(params), Some(file)) =
+            (parts.iter().find(|p| p.name == "UpdateParameters"), parts.iter().find(|p| p.name == "UpdateFile"))
+        else {
+            return redfish_error(
+                400,
+                "ActionParameterMissing",
+                "A multipart push needs the parts UpdateParameters and UpdateFile.",
+            );
         };
         let Ok(parameters) = serde_json::from_slice::<Value>(&params.data) else {
             return redfish_error(400, "MalformedJSON", "The UpdateParameters part is not JSON.");
@@ -828,7 +881,11 @@ impl State {
             parameters: parameters.clone(),
         });
         if !parameters.is_object() || parameters.get("Targets").is_some_and(|t| !t.is_array()) {
-            return redfish_error(400, "PropertyValueTypeError", "UpdateParameters must be an object whose Targets is an array.");
+            return redfish_error(
+                400,
+                "PropertyValueTypeError",
+                "UpdateParameters must be an object whose Targets is an array.",
+            );
         }
         let image = file.filename.clone().unwrap_or_else(|| "the image".into());
         self.start_update(image, MULTIPART_PUSH)
@@ -855,9 +912,21 @@ impl State {
         let (state, status, messages) = match b.fail_at {
             Some(f) if percent >= f => {
                 percent = f;
-                ("Exception", "Critical", vec![json!({"MessageId": "Update.1.0.ApplyFailed", "Message": format!("Flashing {} failed at {f}%: image verification error", u.image)})])
+                (
+                    "Exception",
+                    "Critical",
+                    vec![
+                        json!({"MessageId": "Update.1.0.ApplyFailed", "Message": format!("Flashing {} failed at {f}%: image verification error", u.image)}),
+                    ],
+                )
             }
-            _ if percent >= 100 => ("Completed", "OK", vec![json!({"MessageId": "Update.1.0.UpdateSuccessful", "Message": "The update completed successfully."})]),
+            _ if percent >= 100 => (
+                "Completed",
+                "OK",
+                vec![
+                    json!({"MessageId": "Update.1.0.UpdateSuccessful", "Message": "The update completed successfully."}),
+                ],
+            ),
             _ => ("Running", "OK", vec![]),
         };
         let body = json!({"@odata.id": format!("{TASKS}/{id}"), "@odata.type": "#Task.v1_7_0.Task", "Id": id.to_string(),
@@ -921,7 +990,11 @@ impl State {
             return redfish_error(404, "ResourceMissingAtURI", "the action's resource vanished");
         };
         if name.ends_with(".Reset") && get("ResetType").is_none() && name != "Manager.ResetToDefaults" {
-            return redfish_error(400, "ActionParameterMissing", &format!("The action {name} requires the parameter ResetType to be present in the request body."));
+            return redfish_error(
+                400,
+                "ActionParameterMissing",
+                &format!("The action {name} requires the parameter ResetType to be present in the request body."),
+            );
         }
         match name {
             "ComputerSystem.Reset" => {
@@ -938,9 +1011,16 @@ impl State {
                 r["PowerState"] = json!(next);
                 // A reset applies what waits in the system's settings object
                 // (`@Redfish.Settings`), as a BMC does at the next boot.
-                let settings = r.get("@Redfish.Settings").and_then(|x| x.get("SettingsObject")).and_then(|x| x.get("@odata.id")).and_then(Value::as_str).map(norm);
+                let settings = r
+                    .get("@Redfish.Settings")
+                    .and_then(|x| x.get("SettingsObject"))
+                    .and_then(|x| x.get("@odata.id"))
+                    .and_then(Value::as_str)
+                    .map(norm);
                 if let Some(pending) = settings.and_then(|sd| self.resources.get(&sd).cloned()) {
-                    if let (Some(r), Some(boot)) = (self.resources.get_mut(owner), pending.get("Boot").and_then(Value::as_object)) {
+                    if let (Some(r), Some(boot)) =
+                        (self.resources.get_mut(owner), pending.get("Boot").and_then(Value::as_object))
+                    {
                         for (k, v) in boot.iter().filter(|(k, _)| !k.contains('@')) {
                             r["Boot"][k] = v.clone();
                         }
@@ -950,7 +1030,11 @@ impl State {
             // HPE iLO's OEM actions do what the standard ones do.
             "VirtualMedia.InsertMedia" | "HpeiLOVirtualMedia.InsertVirtualMedia" => {
                 let Some(image) = get("Image") else {
-                    return redfish_error(400, "ActionParameterMissing", "The action InsertMedia requires the parameter Image.");
+                    return redfish_error(
+                        400,
+                        "ActionParameterMissing",
+                        "The action InsertMedia requires the parameter Image.",
+                    );
                 };
                 r["Image"] = image;
                 r["Inserted"] = get("Inserted").unwrap_or(json!(true));
@@ -984,12 +1068,9 @@ impl State {
             return redfish_error(400, "MalformedJSON", "POST to a collection needs a JSON object.");
         };
         let existing = self.resources.get(coll).map(members).unwrap_or_default();
-        let next = existing
-            .iter()
-            .filter_map(|m| m.rsplit('/').next().unwrap_or(m).parse::<u64>().ok())
-            .max()
-            .unwrap_or(0)
-            + 1;
+        let next =
+            existing.iter().filter_map(|m| m.rsplit('/').next().unwrap_or(m).parse::<u64>().ok()).max().unwrap_or(0)
+                + 1;
         let path = format!("{coll}/{next}");
         strip_passwords(&mut body);
         body["@odata.id"] = json!(path);
@@ -1003,7 +1084,11 @@ impl State {
 
     fn delete(&mut self, path: &str) -> HttpResponse {
         if self.resources.remove(path).is_none() {
-            return redfish_error(404, "ResourceMissingAtURI", &format!("The resource at the URI {path} was not found."));
+            return redfish_error(
+                404,
+                "ResourceMissingAtURI",
+                &format!("The resource at the URI {path} was not found."),
+            );
         }
         self.tokens.retain(|_, loc| loc != path);
         for r in self.resources.values_mut() {
@@ -1141,6 +1226,8 @@ impl MockupServer {
 fn members(v: &Value) -> Vec<String> {
     v.get("Members")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|m| m.get("@odata.id")?.as_str().map(|s| s.trim_end_matches('/').to_owned())).collect())
+        .map(|a| {
+            a.iter().filter_map(|m| m.get("@odata.id")?.as_str().map(|s| s.trim_end_matches('/').to_owned())).collect()
+        })
         .unwrap_or_default()
 }

@@ -49,7 +49,9 @@ pub mod spec;
 mod sushy;
 
 pub use image::{image_bytes, sha256_hex, ImageServer};
-pub use mockup::{Fault, MockupBuilder, MockupServer, PushReceived, RecordedRequest, UpdateBehaviour, MULTIPART_PUSH, SIMPLE_UPDATE};
+pub use mockup::{
+    Fault, MockupBuilder, MockupServer, PushReceived, RecordedRequest, UpdateBehaviour, MULTIPART_PUSH, SIMPLE_UPDATE,
+};
 pub use pki::TestPki;
 pub use silent::SilentServer;
 pub use sushy::{FakeSystem, SushyBuilder, SushyEmulator};

@@ -99,7 +99,10 @@ mod tests {
         let b = boundary("multipart/form-data; boundary=\"XyZ\"").unwrap();
         let parts = parse(body, &b).unwrap();
         assert_eq!(parts.len(), 2);
-        assert_eq!((parts[0].name.as_str(), parts[0].content_type.as_deref()), ("UpdateParameters", Some("application/json")));
+        assert_eq!(
+            (parts[0].name.as_str(), parts[0].content_type.as_deref()),
+            ("UpdateParameters", Some("application/json"))
+        );
         assert_eq!(parts[0].data, b"{\"Targets\":[]}");
         assert_eq!((parts[1].filename.as_deref(), parts[1].data.as_slice()), (Some("a.bin"), &b"\x00\r\n--X\x01"[..]));
         assert!(boundary("application/json").is_err());

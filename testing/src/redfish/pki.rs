@@ -2,7 +2,8 @@
 
 use super::HarnessError;
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -51,9 +52,8 @@ impl TestPki {
 
     /// A rustls server config (TLS 1.2 and 1.3, ring) presenting this certificate.
     pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, HarnessError> {
-        let certs = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(pki_err)?;
+        let certs =
+            CertificateDer::pem_slice_iter(self.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(pki_err)?;
         let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).map_err(pki_err)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -70,7 +70,8 @@ impl TestPki {
     pub fn write_to(&self, dir: &Path) -> Result<(PathBuf, PathBuf), HarnessError> {
         let cert = dir.join("cert.pem");
         let key = dir.join("key.pem");
-        std::fs::write(&cert, &self.cert_pem).map_err(|e| HarnessError::io(format!("writing {}", cert.display()), e))?;
+        std::fs::write(&cert, &self.cert_pem)
+            .map_err(|e| HarnessError::io(format!("writing {}", cert.display()), e))?;
         std::fs::write(&key, &self.key_pem).map_err(|e| HarnessError::io(format!("writing {}", key.display()), e))?;
         std::fs::write(dir.join("ca.pem"), &self.ca_pem).map_err(|e| HarnessError::io("writing ca.pem", e))?;
         Ok((cert, key))

@@ -83,9 +83,8 @@ impl Drop for Running {
 }
 
 pub(crate) async fn start(tls: Option<Arc<rustls::ServerConfig>>, handler: Handler) -> Result<Running, HarnessError> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| HarnessError::io("binding a loopback port", e))?;
+    let listener =
+        TcpListener::bind("127.0.0.1:0").await.map_err(|e| HarnessError::io("binding a loopback port", e))?;
     let addr = listener.local_addr().map_err(|e| HarnessError::io("reading the bound address", e))?;
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let task = tokio::spawn(async move {
@@ -126,7 +125,10 @@ async fn handle(req: hyper::Request<Incoming>, handler: Handler) -> hyper::Respo
     let body = match Limited::new(body, MAX_REQUEST_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
-            return response(HttpResponse::json(413, &serde_json::json!({"error": {"message": "request body too large"}})));
+            return response(HttpResponse::json(
+                413,
+                &serde_json::json!({"error": {"message": "request body too large"}}),
+            ));
         }
     };
     let req = HttpRequest {

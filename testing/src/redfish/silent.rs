@@ -16,9 +16,8 @@ pub struct SilentServer {
 
 impl SilentServer {
     pub async fn start() -> Result<SilentServer, HarnessError> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| HarnessError::io("binding a loopback port", e))?;
+        let listener =
+            TcpListener::bind("127.0.0.1:0").await.map_err(|e| HarnessError::io("binding a loopback port", e))?;
         let addr = listener.local_addr().map_err(|e| HarnessError::io("reading the bound address", e))?;
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();

@@ -46,4 +46,3 @@ pub fn spec_service() -> MockupBuilder {
                        "ResetType@Redfish.AllowableValues": ["ForceRestart", "GracefulRestart"]}}}),
         )
 }
-

@@ -13,10 +13,10 @@
 //! `Once` boot overrides read back as `Continuous`; AccountService,
 //! SessionService and Manager.Reset are not implemented.
 
-use rustls::pki_types::pem::PemObject;
 use super::{credentials, env_flag, loopback_target, HarnessError, TestPki};
 use bmcfleet_provider::ResolvedCredentials;
 use bmcfleet_schema::BmcTarget;
+use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -138,7 +138,15 @@ impl SushyBuilder {
         Err(HarnessError::Start(format!("sushy-emulator did not start: {last}")))
     }
 
-    fn config_file(&self, dir: &Path, port: u16, cert: &Path, key: &Path, htpasswd: &Path, state: &Path) -> Result<PathBuf, HarnessError> {
+    fn config_file(
+        &self,
+        dir: &Path,
+        port: u16,
+        cert: &Path,
+        key: &Path,
+        htpasswd: &Path,
+        state: &Path,
+    ) -> Result<PathBuf, HarnessError> {
         let systems: Vec<String> = self
             .systems
             .iter()
@@ -240,29 +248,28 @@ impl SushyEmulator {
             Err(e) => panic!("{test}: {e}"),
         }
     }
-
 }
 
 /// An HTTPS client trusting only `pki`'s CA, independent of the provider.
 fn reader(pki: &TestPki) -> Result<reqwest::Client, HarnessError> {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
-            let cert = cert.map_err(|e| HarnessError::Pki(e.to_string()))?;
-            roots.add(cert).map_err(|e| HarnessError::Pki(e.to_string()))?;
-        }
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
-            .map_err(|e| HarnessError::Pki(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| HarnessError::Start(format!("building the reader client: {e}")))
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
+        let cert = cert.map_err(|e| HarnessError::Pki(e.to_string()))?;
+        roots.add(cert).map_err(|e| HarnessError::Pki(e.to_string()))?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
+        .map_err(|e| HarnessError::Pki(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| HarnessError::Start(format!("building the reader client: {e}")))
 }
 
 impl SushyEmulator {
@@ -344,7 +351,12 @@ impl SushyEmulator {
 
     /// Poll `path` until `pred` holds, up to `timeout`; returns the last body.
     /// (sushy applies power changes after a random 1–11 s.)
-    pub async fn wait_for(&self, path: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Result<Value, HarnessError> {
+    pub async fn wait_for(
+        &self,
+        path: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Result<Value, HarnessError> {
         let deadline = Instant::now() + timeout;
         loop {
             let v = self.get(path).await?;
@@ -352,7 +364,9 @@ impl SushyEmulator {
                 return Ok(v);
             }
             if Instant::now() >= deadline {
-                return Err(HarnessError::Start(format!("{path} did not reach the expected state within {timeout:?}; last: {v}")));
+                return Err(HarnessError::Start(format!(
+                    "{path} did not reach the expected state within {timeout:?}; last: {v}"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

@@ -137,9 +137,8 @@ impl WsmanClient {
         for _ in 0..MAX_PULLS {
             let req = Request::pull(&uri, &context);
             let env = self.call(ctx, &req).await?;
-            let page = env
-                .pull_page()
-                .ok_or_else(|| AmtError::Protocol(format!("{}: no PullResponse", req.describe())))?;
+            let page =
+                env.pull_page().ok_or_else(|| AmtError::Protocol(format!("{}: no PullResponse", req.describe())))?;
             if self.received - start > MAX_ENUMERATION_BYTES {
                 return Err(AmtError::Protocol(format!(
                     "{class}: the enumeration's answers exceed {MAX_ENUMERATION_BYTES} bytes in all; refused"
@@ -149,16 +148,23 @@ impl WsmanClient {
             if page.end_of_sequence {
                 return Ok(items);
             }
-            context = page
-                .context
-                .ok_or_else(|| AmtError::Protocol(format!("{}: neither EndOfSequence nor a context", req.describe())))?;
+            context = page.context.ok_or_else(|| {
+                AmtError::Protocol(format!("{}: neither EndOfSequence nor a context", req.describe()))
+            })?;
         }
         Err(AmtError::Protocol(format!("{class}: the enumeration did not end after {MAX_PULLS} pulls")))
     }
 
     /// Invoke `method` of an AMT service (a `CIM_Service` subclass, keyed by
     /// its class, `Name` and the AMT system that hosts it).
-    pub async fn invoke_service(&mut self, ctx: &Ctx, class: &str, name: &str, method: &'static str, params: Vec<Param>) -> Result<(), AmtError> {
+    pub async fn invoke_service(
+        &mut self,
+        ctx: &Ctx,
+        class: &str,
+        name: &str,
+        method: &'static str,
+        params: Vec<Param>,
+    ) -> Result<(), AmtError> {
         let selectors = [
             ("CreationClassName", class),
             ("Name", name),
@@ -238,7 +244,8 @@ mod tests {
         assert_ne!(a, message_id());
     }
 
-    const ENV: &str = r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Body>BODY</s:Body></s:Envelope>"#;
+    const ENV: &str =
+        r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Body>BODY</s:Body></s:Envelope>"#;
 
     #[test]
     fn replies_map_to_envelopes_or_typed_errors() {

@@ -91,7 +91,8 @@ impl Fault {
         let reason = fault
             .child(ns::SOAP, "Reason")
             .map(|r| {
-                let texts: Vec<&str> = r.children_local("Text").map(Element::text_trim).filter(|t| !t.is_empty()).collect();
+                let texts: Vec<&str> =
+                    r.children_local("Text").map(Element::text_trim).filter(|t| !t.is_empty()).collect();
                 crate::error::clip(texts.join(" / "))
             })
             .unwrap_or_default();
@@ -123,7 +124,8 @@ impl Fault {
             (ErrorCode::Timeout, true)
         } else if n.is(ns::WSMAN, "Concurrency") || n.is(ns::WSMAN, "QuotaLimit") {
             (ErrorCode::BmcError, true)
-        } else if n.is(ns::WSA, "MessageInformationHeaderRequired") || n.is(ns::WSA, "InvalidMessageInformationHeader") {
+        } else if n.is(ns::WSA, "MessageInformationHeaderRequired") || n.is(ns::WSA, "InvalidMessageInformationHeader")
+        {
             (ErrorCode::ProtocolError, false)
         } else {
             (ErrorCode::BmcError, false)
@@ -176,7 +178,9 @@ impl ReturnValue {
         match value {
             0 => "Completed with No Error",
             1 => "Not Supported (AMT: PT_STATUS_INTERNAL_ERROR)",
-            2 => "Unknown or Unspecified Error (AMT: PT_STATUS_NOT_READY, the request is not valid in the current state)",
+            2 => {
+                "Unknown or Unspecified Error (AMT: PT_STATUS_NOT_READY, the request is not valid in the current state)"
+            }
             3 => "Cannot complete within Timeout Period",
             4 => "Failed",
             5 => "Invalid Parameter",

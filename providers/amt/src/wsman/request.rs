@@ -49,11 +49,20 @@ pub enum Body {
     Empty,
     /// An Enumerate without filter.
     Enumerate,
-    Pull { context: String, max_elements: u32 },
+    Pull {
+        context: String,
+        max_elements: u32,
+    },
     /// `<h:{method}_INPUT>` in the resource's namespace.
-    Invoke { method: &'static str, params: Vec<Param> },
+    Invoke {
+        method: &'static str,
+        params: Vec<Param>,
+    },
     /// `<h:{class}>` with the instance's properties, in the resource's namespace.
-    Put { class: String, properties: Vec<Property> },
+    Put {
+        class: String,
+        properties: Vec<Property>,
+    },
 }
 
 /// One WS-Man request.
@@ -91,7 +100,12 @@ impl Request {
         }
     }
 
-    pub fn put(resource_uri: impl Into<String>, selectors: &[(&str, &str)], class: &str, properties: Vec<Property>) -> Self {
+    pub fn put(
+        resource_uri: impl Into<String>,
+        selectors: &[(&str, &str)],
+        class: &str,
+        properties: Vec<Property>,
+    ) -> Self {
         Request {
             action: ns::ACTION_PUT.into(),
             resource_uri: resource_uri.into(),
@@ -315,7 +329,10 @@ mod tests {
             .collect();
         assert_eq!(
             sels,
-            vec![("CreationClassName".to_owned(), "CIM_ComputerSystem".to_owned()), ("Name".into(), "ManagedSystem".into())]
+            vec![
+                ("CreationClassName".to_owned(), "CIM_ComputerSystem".to_owned()),
+                ("Name".into(), "ManagedSystem".into())
+            ]
         );
     }
 

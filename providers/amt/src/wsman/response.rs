@@ -128,9 +128,17 @@ mod tests {
     #[test]
     fn rejects_non_envelopes() {
         assert!(Envelope::parse("<html><body>hi</body></html>").is_err());
-        assert!(Envelope::parse(r#"<s:Envelope xmlns:s="http://schemas.xmlsoap.org/soap/envelope/"><s:Body/></s:Envelope>"#).is_err());
-        assert!(Envelope::parse(r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Header/></s:Envelope>"#).is_err());
-        let ok = Envelope::parse(r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Body/></s:Envelope>"#).unwrap();
+        assert!(Envelope::parse(
+            r#"<s:Envelope xmlns:s="http://schemas.xmlsoap.org/soap/envelope/"><s:Body/></s:Envelope>"#
+        )
+        .is_err());
+        assert!(Envelope::parse(
+            r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Header/></s:Envelope>"#
+        )
+        .is_err());
+        let ok =
+            Envelope::parse(r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Body/></s:Envelope>"#)
+                .unwrap();
         assert!(ok.fault().is_none());
         assert!(ok.return_value("X").is_none());
     }

@@ -1,12 +1,12 @@
 //! One-time boot device, its call order, and the sequence "set PXE, then
 //! power cycle" that the mission exists for.
 
-use bmcfleet_provider::Offer;
 use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
-use bmcfleet_testing::amt::{AmtEvent, Class, Injection, Op, ServerOptions};
+use bmcfleet_provider::Offer;
 use bmcfleet_provider::{BootControl, Power};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp};
+use bmcfleet_testing::amt::{AmtEvent, Class, Injection, Op, ServerOptions};
 
 const PXE: &str = "Intel(r) AMT: Force PXE Boot";
 const HDD: &str = "Intel(r) AMT: Force Hard-drive Boot";
@@ -57,10 +57,7 @@ async fn set_pxe_then_power_cycle_boots_from_pxe_once() {
     assert!(!server.boot_state().role_next);
     assert_eq!(s.boot_device(&ctx()).await.unwrap().device, BootDevice::None);
     Power::power(&mut s, &ctx(), PowerOp::Reset).await.unwrap();
-    assert_eq!(
-        server.events().last(),
-        Some(&AmtEvent::Booted { source: None, bios_setup: false, safe_mode: false })
-    );
+    assert_eq!(server.events().last(), Some(&AmtEvent::Booted { source: None, bios_setup: false, safe_mode: false }));
 }
 
 #[tokio::test]
@@ -104,10 +101,7 @@ async fn bios_setup_clears_the_source_first() {
     assert!(st.bios_setup && st.role_next);
     assert_eq!(s.boot_device(&ctx()).await.unwrap(), once(BootDevice::Bios));
     Power::power(&mut s, &ctx(), PowerOp::Reset).await.unwrap();
-    assert_eq!(
-        server.events().last(),
-        Some(&AmtEvent::Booted { source: None, bios_setup: true, safe_mode: false })
-    );
+    assert_eq!(server.events().last(), Some(&AmtEvent::Booted { source: None, bios_setup: true, safe_mode: false }));
     // PXE again afterwards works (options were cleared by the boot).
     s.set_boot_device(&ctx(), &once(BootDevice::Pxe)).await.unwrap();
     assert_eq!(server.boot_state().source.as_deref(), Some(PXE));

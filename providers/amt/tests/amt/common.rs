@@ -1,8 +1,8 @@
 //! Shared helpers.
 
-use bmcfleet_testing::amt::{AmtFixtureServer, Injection, Op, ServerOptions};
 use bmcfleet_amt::{AmtConnector, AmtSession};
 use bmcfleet_provider::{Ctx, ProviderError};
+use bmcfleet_testing::amt::{AmtFixtureServer, Injection, Op, ServerOptions};
 use std::time::Duration;
 
 /// A generous per-test deadline: tests that are about timing set their own.

@@ -2,10 +2,10 @@
 
 use crate::common::{ctx, open, session};
 use crate::skip_without_fixtures;
-use bmcfleet_testing::amt::{DigestMode, ServerOptions};
-use bmcfleet_provider::{BmcSession, Power, ResolvedCredentials};
 use bmcfleet_amt::AmtConnector;
+use bmcfleet_provider::{BmcSession, Power, ResolvedCredentials};
 use bmcfleet_schema::{ErrorCode, PowerOp, Secret};
+use bmcfleet_testing::amt::{DigestMode, ServerOptions};
 
 #[tokio::test]
 async fn md5_challenge_then_nonce_reuse_with_counting() {

@@ -3,9 +3,9 @@
 
 use crate::common::{ctx, session, session_replaying};
 use crate::skip_without_fixtures;
-use bmcfleet_testing::amt::{Class, FaultNs, Injection, Op};
 use bmcfleet_provider::{BmcSession, BootControl, Power};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp};
+use bmcfleet_testing::amt::{Class, FaultNs, Injection, Op};
 
 const PXE: BootDeviceRequest = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false };
 
@@ -29,7 +29,9 @@ async fn captured_destination_unreachable() {
 #[tokio::test]
 async fn captured_chunked_already_exists_fault() {
     let server = skip_without_fixtures!();
-    let mut s = session_replaying(&server, Op::Put(Class::BootSettingData), "http/amt15-400-chunked-fault-AlreadyExists.http").await;
+    let mut s =
+        session_replaying(&server, Op::Put(Class::BootSettingData), "http/amt15-400-chunked-fault-AlreadyExists.http")
+            .await;
     let e = s.set_boot_device(&ctx(), &PXE).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError);
     assert!(e.message.contains("wsman:AlreadyExists"), "{}", e.message);

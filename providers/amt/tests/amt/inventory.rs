@@ -1,12 +1,12 @@
 //! Inventory, including a general-settings answer replayed from the captured
 //! chunked AMT 15 HTTP transcript.
 
-use bmcfleet_provider::Offer;
 use crate::common::{ctx, session, session_replaying};
 use crate::skip_without_fixtures;
-use bmcfleet_testing::amt::{Class, Injection, Op, CHASSIS_MANUFACTURER, CHASSIS_MODEL, CHASSIS_SERIAL, PLATFORM_GUID};
 use bmcfleet_provider::Inventory;
+use bmcfleet_provider::Offer;
 use bmcfleet_schema::{ErrorCode, PowerState};
+use bmcfleet_testing::amt::{Class, Injection, Op, CHASSIS_MANUFACTURER, CHASSIS_MODEL, CHASSIS_SERIAL, PLATFORM_GUID};
 
 fn extra<'a>(inv: &'a bmcfleet_schema::Inventory, key: &str) -> Option<&'a str> {
     inv.extra.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
@@ -71,19 +71,42 @@ async fn what_an_amt_writes_is_bounded_in_the_inventory() {
     use bmcfleet_schema::components::{MAX_EXTRA, MAX_TEXT};
     let server = skip_without_fixtures!();
     let mut s = session(&server).await;
-    let envelope = |body: String| format!(r#"<s:Envelope xmlns:s="{}" xmlns:n="{}"><s:Header/><s:Body>{body}</s:Body></s:Envelope>"#, ns::SOAP, ns::WSEN);
+    let envelope = |body: String| {
+        format!(
+            r#"<s:Envelope xmlns:s="{}" xmlns:n="{}"><s:Header/><s:Body>{body}</s:Body></s:Envelope>"#,
+            ns::SOAP,
+            ns::WSEN
+        )
+    };
     let long = format!("evil&#10;2026-12-05T00:00:00Z INFO forged line&#27;[31m{}", "h".repeat(100_000));
-    let general = format!(r#"<g:AMT_GeneralSettings xmlns:g="{}"><g:HostName>{long}</g:HostName><g:DomainName>d</g:DomainName></g:AMT_GeneralSettings>"#, ns::class_uri("AMT_GeneralSettings"));
+    let general = format!(
+        r#"<g:AMT_GeneralSettings xmlns:g="{}"><g:HostName>{long}</g:HostName><g:DomainName>d</g:DomainName></g:AMT_GeneralSettings>"#,
+        ns::class_uri("AMT_GeneralSettings")
+    );
     server.inject(Op::Get(Class::GeneralSettings), Injection::Document(envelope(general)));
     let items: String = (0..2_000)
         .map(|i| format!(r#"<c:CIM_SoftwareIdentity xmlns:c="{}"><c:InstanceID>sw{i}</c:InstanceID><c:VersionString>1.{i}</c:VersionString></c:CIM_SoftwareIdentity>"#, ns::class_uri("CIM_SoftwareIdentity")))
         .collect();
-    server.inject(Op::Pull(Class::SoftwareIdentity), Injection::Document(envelope(format!("<n:PullResponse><n:Items>{items}</n:Items><n:EndOfSequence/></n:PullResponse>"))));
+    server.inject(
+        Op::Pull(Class::SoftwareIdentity),
+        Injection::Document(envelope(format!(
+            "<n:PullResponse><n:Items>{items}</n:Items><n:EndOfSequence/></n:PullResponse>"
+        ))),
+    );
     let inv = Inventory::inventory(&mut s, &ctx()).await.unwrap();
     assert!(inv.extra.len() <= MAX_EXTRA, "{} extra entries", inv.extra.len());
     for (k, v) in &inv.extra {
-        assert!(v.chars().count() <= MAX_TEXT && !v.chars().any(char::is_control), "{k}: {} characters: {:?}", v.chars().count(), v.chars().take(60).collect::<String>());
+        assert!(
+            v.chars().count() <= MAX_TEXT && !v.chars().any(char::is_control),
+            "{k}: {} characters: {:?}",
+            v.chars().count(),
+            v.chars().take(60).collect::<String>()
+        );
     }
-    assert!(extra(&inv, "amt_hostname").is_some_and(|h| h.starts_with("evil 2026")), "{:?}", extra(&inv, "amt_hostname").map(|h| h.chars().take(60).collect::<String>()));
+    assert!(
+        extra(&inv, "amt_hostname").is_some_and(|h| h.starts_with("evil 2026")),
+        "{:?}",
+        extra(&inv, "amt_hostname").map(|h| h.chars().take(60).collect::<String>())
+    );
     assert_eq!(extra(&inv, "amt_power_state"), Some("2 (On)"), "what comes after the software identities is kept");
 }

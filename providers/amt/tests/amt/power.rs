@@ -1,11 +1,11 @@
 //! Power status and every power operation, end to end.
 
-use bmcfleet_provider::Offer;
 use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
-use bmcfleet_testing::amt::{AmtEvent, Class, Injection, Op, ServerOptions};
-use bmcfleet_provider::{Power};
+use bmcfleet_provider::Offer;
+use bmcfleet_provider::Power;
 use bmcfleet_schema::{ErrorCode, PowerOp, PowerState};
+use bmcfleet_testing::amt::{AmtEvent, Class, Injection, Op, ServerOptions};
 
 fn power_changes(events: &[AmtEvent]) -> Vec<(u16, u32)> {
     events
@@ -26,10 +26,7 @@ async fn status_reads_the_captured_power_state() {
     assert_eq!(st, Some(PowerState::On));
     assert_eq!(
         server.ops(),
-        vec![
-            Op::Enumerate(Class::AssociatedPowerManagementService),
-            Op::Pull(Class::AssociatedPowerManagementService)
-        ]
+        vec![Op::Enumerate(Class::AssociatedPowerManagementService), Op::Pull(Class::AssociatedPowerManagementService)]
     );
     server.set_power_state(8);
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap(), Some(PowerState::Off));

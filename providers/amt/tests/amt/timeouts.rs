@@ -2,10 +2,10 @@
 
 use crate::common::{ctx, session};
 use crate::skip_without_fixtures;
-use bmcfleet_testing::amt::{Class, Injection, Op};
 use bmcfleet_amt::AmtConnector;
 use bmcfleet_provider::{BmcSession, BootControl, Ctx, Power, ProviderError, ResolvedCredentials};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp, Secret};
+use bmcfleet_testing::amt::{Class, Injection, Op};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -15,7 +15,9 @@ const SLACK: Duration = Duration::from_millis(750);
 
 /// `call`'s error, checked to be a `Timeout` within [`DEADLINE`] and
 /// [`SLACK`], and how long the call took.
-async fn timed_out<T: std::fmt::Debug>(call: impl std::future::Future<Output = Result<T, ProviderError>>) -> (ProviderError, Duration) {
+async fn timed_out<T: std::fmt::Debug>(
+    call: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> (ProviderError, Duration) {
     let started = Instant::now();
     let e = call.await.unwrap_err();
     let took = started.elapsed();

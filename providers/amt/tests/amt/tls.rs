@@ -3,10 +3,10 @@
 
 use crate::common::{ctx, open};
 use crate::skip_without_fixtures;
-use bmcfleet_testing::amt::{unrelated_ca_pem, ServerOptions};
 use bmcfleet_amt::AmtConnector;
 use bmcfleet_provider::Power;
 use bmcfleet_schema::{ErrorCode, PowerOp, PowerState, TlsOptions};
+use bmcfleet_testing::amt::{unrelated_ca_pem, ServerOptions};
 
 fn tls() -> ServerOptions {
     ServerOptions { tls: true, ..ServerOptions::default() }
@@ -24,7 +24,12 @@ async fn trusted_ca_works() {
 async fn untrusted_certificate_is_refused_before_any_request() {
     let server = skip_without_fixtures!(tls());
     let mut target = server.target();
-    target.tls = TlsOptions { insecure: false, ca_pem: Some(unrelated_ca_pem().unwrap()), pin_sha256: None, allow_plain_http: false };
+    target.tls = TlsOptions {
+        insecure: false,
+        ca_pem: Some(unrelated_ca_pem().unwrap()),
+        pin_sha256: None,
+        allow_plain_http: false,
+    };
     let e = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::ProtocolError, "{}", e.message);
     assert!(!e.retryable);

@@ -4,10 +4,10 @@
 //! provider builds.
 
 use bmcfleet_amt::digest::{Algorithm, Challenge};
-use bmcfleet_testing::amt::{fixtures_root, http::Transcript};
 use bmcfleet_amt::wsman::{ns, Envelope, Epr, Param, Request};
 use bmcfleet_amt::xml::{self, Element};
 use bmcfleet_schema::ErrorCode;
+use bmcfleet_testing::amt::{fixtures_root, http::Transcript};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -87,7 +87,8 @@ fn chunked_fault_response() {
 #[test]
 fn destination_unreachable_fault() {
     let Some(dir) = amt_dir() else { return };
-    let env = Envelope::parse(std::str::from_utf8(&read(&dir, "wsman/faults/DestinationUnreachable.xml")).unwrap()).unwrap();
+    let env =
+        Envelope::parse(std::str::from_utf8(&read(&dir, "wsman/faults/DestinationUnreachable.xml")).unwrap()).unwrap();
     let f = env.fault().unwrap();
     assert_eq!((f.name().ns.as_deref(), f.name().local.as_str()), (Some(ns::WSA), "DestinationUnreachable"));
     assert_eq!(f.classify().0, ErrorCode::Unreachable);
@@ -147,7 +148,8 @@ fn captured_return_values_and_pull_items() {
 /// namespace URI there, we send DSP0226's anonymous role, and AMT accepts both.
 fn shape(e: &Element) -> String {
     let mut s = format!("{{{}}}{}", e.ns.as_deref().unwrap_or(""), e.name);
-    let mut attrs: Vec<_> = e.attrs.iter().filter(|a| a.ns.is_none()).map(|a| format!("@{}={}", a.name, a.value)).collect();
+    let mut attrs: Vec<_> =
+        e.attrs.iter().filter(|a| a.ns.is_none()).map(|a| format!("@{}={}", a.name, a.value)).collect();
     attrs.sort();
     s += &attrs.join("");
     if e.children.is_empty() && e.name != "Address" {
@@ -170,7 +172,10 @@ fn built_body(req: &Request) -> Element {
 fn built_request_bodies_match_the_captured_ones() {
     let Some(dir) = amt_dir() else { return };
     let captured = |rel: &str| xml::parse(std::str::from_utf8(&read(&dir, rel)).unwrap()).unwrap();
-    let cs = Epr::new(ns::cim("CIM_ComputerSystem"), &[("CreationClassName", "CIM_ComputerSystem"), ("Name", "ManagedSystem")]);
+    let cs = Epr::new(
+        ns::cim("CIM_ComputerSystem"),
+        &[("CreationClassName", "CIM_ComputerSystem"), ("Name", "ManagedSystem")],
+    );
     let cases = [
         (
             "wsman/requests/RequestPowerStateChange_INPUT.body.xml",
@@ -178,7 +183,10 @@ fn built_request_bodies_match_the_captured_ones() {
                 ns::cim("CIM_PowerManagementService"),
                 &[],
                 "RequestPowerStateChange",
-                vec![Param::Value { name: "PowerState", value: "8".into() }, Param::Ref { name: "ManagedElement", epr: cs }],
+                vec![
+                    Param::Value { name: "PowerState", value: "8".into() },
+                    Param::Ref { name: "ManagedElement", epr: cs },
+                ],
             ),
         ),
         (
@@ -189,7 +197,10 @@ fn built_request_bodies_match_the_captured_ones() {
                 "ChangeBootOrder",
                 vec![Param::Ref {
                     name: "Source",
-                    epr: Epr::new(ns::cim("CIM_BootSourceSetting"), &[("InstanceID", "Intel(r) AMT: Force Hard-drive Boot")]),
+                    epr: Epr::new(
+                        ns::cim("CIM_BootSourceSetting"),
+                        &[("InstanceID", "Intel(r) AMT: Force Hard-drive Boot")],
+                    ),
                 }],
             ),
         ),

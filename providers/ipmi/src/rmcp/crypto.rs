@@ -289,9 +289,15 @@ mod tests {
         assert_eq!(CipherSuite::from_id(0), None);
         assert_eq!(CipherSuite::from_id(16), None);
         let s = CipherSuite::S17;
-        assert_eq!((s.auth_alg(), s.integrity_alg(), s.confidentiality_alg(), s.icv_len(), s.rakp4_icv_len()), (3, 4, 1, 16, 16));
+        assert_eq!(
+            (s.auth_alg(), s.integrity_alg(), s.confidentiality_alg(), s.icv_len(), s.rakp4_icv_len()),
+            (3, 4, 1, 16, 16)
+        );
         let s = CipherSuite::S3;
-        assert_eq!((s.auth_alg(), s.integrity_alg(), s.confidentiality_alg(), s.icv_len(), s.rakp4_icv_len()), (1, 1, 1, 12, 12));
+        assert_eq!(
+            (s.auth_alg(), s.integrity_alg(), s.confidentiality_alg(), s.icv_len(), s.rakp4_icv_len()),
+            (1, 1, 1, 12, 12)
+        );
     }
 
     /// RFC 2202 / RFC 4231 test case 2 ("Jefe").

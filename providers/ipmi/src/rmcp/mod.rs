@@ -229,14 +229,15 @@ impl Transport for RmcpTransport {
         if self.closed {
             return Err(TransportError::new(TransportErrorKind::Closed, format!("{}: session closed", self.peer)));
         }
-        let result = tokio::time::timeout_at(deadline, async { self.engine.lock().await.call(request, deadline).await })
-            .await
-            .unwrap_or_else(|_| {
-                Err(TransportError::new(
-                    TransportErrorKind::DeadlineExceeded,
-                    format!("{}: the deadline passed before the BMC answered", self.peer),
-                ))
-            });
+        let result =
+            tokio::time::timeout_at(deadline, async { self.engine.lock().await.call(request, deadline).await })
+                .await
+                .unwrap_or_else(|_| {
+                    Err(TransportError::new(
+                        TransportErrorKind::DeadlineExceeded,
+                        format!("{}: the deadline passed before the BMC answered", self.peer),
+                    ))
+                });
         match &result {
             Ok(_) => self.stats.unhealthy.store(false, Ordering::Relaxed),
             Err(e) if e.is_fatal() => self.stats.unhealthy.store(true, Ordering::Relaxed),
@@ -260,7 +261,8 @@ impl Transport for RmcpTransport {
         self.closed = true;
         self.keepalive.abort();
         // Close Session is one short exchange; don't hang a worker on a dead BMC.
-        let _ = tokio::time::timeout(Duration::from_secs(3), async { self.engine.lock().await.close_session().await }).await;
+        let _ = tokio::time::timeout(Duration::from_secs(3), async { self.engine.lock().await.close_session().await })
+            .await;
     }
 }
 
@@ -426,7 +428,13 @@ impl Engine {
             let _slot = self.sockets.probe_slot().await;
             let round_end = (Instant::now() + round).min(deadline);
             match probe::channel_auth_caps_async(self.peer, round_end, self.config.attempt_timeout).await {
-                Err(e) if e.kind == TransportErrorKind::Unreachable && round_end < deadline && Instant::now() >= round_end => continue,
+                Err(e)
+                    if e.kind == TransportErrorKind::Unreachable
+                        && round_end < deadline
+                        && Instant::now() >= round_end =>
+                {
+                    continue
+                }
                 other => break other?,
             }
         };
@@ -466,7 +474,10 @@ impl Engine {
                 }
                 Err(Handshake::Failed(e) | Handshake::Superseded(e)) => return Err(e),
                 Err(Handshake::UnknownName(why)) => {
-                    return Err(self.error(TransportErrorKind::AuthFailed, format!("the BMC does not know this user name ({why})")))
+                    return Err(self.error(
+                        TransportErrorKind::AuthFailed,
+                        format!("the BMC does not know this user name ({why})"),
+                    ))
                 }
             }
         }
@@ -499,10 +510,9 @@ impl Engine {
             if !self.may_send() {
                 return Err(self.fenced());
             }
-            endpoint
-                .send(&packet)
-                .await
-                .map_err(|e| self.error(TransportErrorKind::Unreachable, format!("cannot send a handshake message: {e}")))?;
+            endpoint.send(&packet).await.map_err(|e| {
+                self.error(TransportErrorKind::Unreachable, format!("cannot send a handshake message: {e}"))
+            })?;
             let attempt_end = (Instant::now() + self.config.attempt_timeout).min(deadline);
             while let Some(datagram) = endpoint.recv(attempt_end).await {
                 let Some(reply) = wire::presession_payload(&datagram, reply_type) else { continue };
@@ -519,14 +529,22 @@ impl Engine {
             }
         }
         Err(match discarded {
-            Some(why) => self.error(TransportErrorKind::Protocol, format!("no valid answer during the RMCP+ handshake (the BMC's last: {why})")),
+            Some(why) => self.error(
+                TransportErrorKind::Protocol,
+                format!("no valid answer during the RMCP+ handshake (the BMC's last: {why})"),
+            ),
             None => self.error(TransportErrorKind::Unreachable, "the BMC stopped answering during the RMCP+ handshake"),
         })
     }
 
     /// A handshake, and a second one from Open Session when the first was
     /// [`Handshake::Superseded`] (a second such refusal is a failure).
-    async fn handshake_anew(&mut self, suite: CipherSuite, name_only: bool, deadline: Instant) -> Result<Session, Handshake> {
+    async fn handshake_anew(
+        &mut self,
+        suite: CipherSuite,
+        name_only: bool,
+        deadline: Instant,
+    ) -> Result<Session, Handshake> {
         match self.handshake(suite, name_only, deadline).await {
             Err(Handshake::Superseded(e)) => {
                 tracing::debug!(bmc = %self.peer, error = %e, "RAKP 3 refused after a verified RAKP 2; handshaking again.");
@@ -539,7 +557,12 @@ impl Engine {
         }
     }
 
-    async fn handshake(&mut self, suite: CipherSuite, name_only: bool, deadline: Instant) -> Result<Session, Handshake> {
+    async fn handshake(
+        &mut self,
+        suite: CipherSuite,
+        name_only: bool,
+        deadline: Instant,
+    ) -> Result<Session, Handshake> {
         let mut endpoint =
             self.sockets.endpoint(self.peer, false).await.map_err(|e| crate::error::socket_error(self.peer, &e))?;
         let console_sid = endpoint.id();
@@ -552,9 +575,14 @@ impl Engine {
         // Open Session.
         let open = wire::open_session_request(1, role, console_sid, suite);
         let opened = self
-            .presession(&mut endpoint, wire::PT_OPEN_SESSION_REQUEST, &open, wire::PT_OPEN_SESSION_RESPONSE, deadline, |p| {
-                wire::open_session_response(p, 1, console_sid, suite)
-            })
+            .presession(
+                &mut endpoint,
+                wire::PT_OPEN_SESSION_REQUEST,
+                &open,
+                wire::PT_OPEN_SESSION_RESPONSE,
+                deadline,
+                |p| wire::open_session_response(p, 1, console_sid, suite),
+            )
             .await?;
         let bmc_sid = match opened {
             wire::OpenSession::Ok { bmc_sid, .. } => bmc_sid,
@@ -562,12 +590,16 @@ impl Engine {
                 let why = format!("Open Session status 0x{status:02X} ({})", rmcp_status(status));
                 return Err(match status {
                     0x03..=0x07 | 0x10 | 0x11 | 0x12 => Handshake::SuiteRefused(why),
-                    0x01 | 0x0B => Handshake::Failed(self.error(TransportErrorKind::Busy, format!("the BMC has no free session slot ({why})"))),
+                    0x01 | 0x0B => Handshake::Failed(
+                        self.error(TransportErrorKind::Busy, format!("the BMC has no free session slot ({why})")),
+                    ),
                     0x09 | 0x0A => Handshake::Failed(self.error(
                         TransportErrorKind::PermissionDenied,
                         format!("the BMC refuses the {} privilege ({why})", self.config.privilege),
                     )),
-                    _ => Handshake::Failed(self.error(TransportErrorKind::Protocol, format!("the BMC refused the RMCP+ session ({why})"))),
+                    _ => Handshake::Failed(
+                        self.error(TransportErrorKind::Protocol, format!("the BMC refused the RMCP+ session ({why})")),
+                    ),
                 });
             }
         };
@@ -576,7 +608,9 @@ impl Engine {
         let rm = random16();
         let rakp1 = wire::rakp1(2, bmc_sid, &rm, role, &user);
         let rakp2 = self
-            .presession(&mut endpoint, wire::PT_RAKP1, &rakp1, wire::PT_RAKP2, deadline, |p| wire::rakp2(p, 2, console_sid))
+            .presession(&mut endpoint, wire::PT_RAKP1, &rakp1, wire::PT_RAKP2, deadline, |p| {
+                wire::rakp2(p, 2, console_sid)
+            })
             .await?;
         let (rc, guid, code) = match rakp2 {
             wire::Rakp2::Ok { bmc_random, bmc_guid, auth_code } => (bmc_random, bmc_guid, auth_code),
@@ -596,7 +630,9 @@ impl Engine {
         };
         let ulen = [user.len() as u8];
         let sids = (console_sid.to_le_bytes(), bmc_sid.to_le_bytes());
-        if code.len() != hash.len() || !hash.verify(&kuid, &[&sids.0, &sids.1, &rm, &rc, &guid, &[role], &ulen, &user], &code) {
+        if code.len() != hash.len()
+            || !hash.verify(&kuid, &[&sids.0, &sids.1, &rm, &rc, &guid, &[role], &ulen, &user], &code)
+        {
             return Err(Handshake::Failed(self.error(
                 TransportErrorKind::AuthFailed,
                 "wrong password (the BMC's RAKP 2 key exchange code does not match)",
@@ -608,7 +644,9 @@ impl Engine {
         let proof = hash.hmac(&kuid, &[&rc, &sids.0, &[role], &ulen, &user]);
         let rakp3 = wire::rakp3(3, bmc_sid, &proof);
         let rakp4 = self
-            .presession(&mut endpoint, wire::PT_RAKP3, &rakp3, wire::PT_RAKP4, deadline, |p| wire::rakp4(p, 3, console_sid))
+            .presession(&mut endpoint, wire::PT_RAKP3, &rakp3, wire::PT_RAKP4, deadline, |p| {
+                wire::rakp4(p, 3, console_sid)
+            })
             .await?;
         let icv = match rakp4 {
             Ok(icv) => icv,
@@ -643,7 +681,8 @@ impl Engine {
         if level == Privilege::User {
             return Ok(());
         }
-        let raise = Request { netfn: NETFN_APP, cmd: CMD_SET_SESSION_PRIVILEGE, data: vec![level.level()], retry: Retry::Safe };
+        let raise =
+            Request { netfn: NETFN_APP, cmd: CMD_SET_SESSION_PRIVILEGE, data: vec![level.level()], retry: Retry::Safe };
         match self.exchange(&raise, deadline).await {
             Exchange::Reply(r) if r.cc == 0 => Ok(()),
             Exchange::Reply(r) => {
@@ -658,9 +697,8 @@ impl Engine {
                     format!("Set Session Privilege Level ({level}) failed: completion code 0x{:02X} ({meaning})", r.cc),
                 ))
             }
-            Exchange::NoReply => {
-                Err(self.error(TransportErrorKind::Unreachable, "no reply to Set Session Privilege Level after the handshake"))
-            }
+            Exchange::NoReply => Err(self
+                .error(TransportErrorKind::Unreachable, "no reply to Set Session Privilege Level after the handshake")),
             Exchange::Refused => Err(self.error(TransportErrorKind::Unreachable, "the network refused the datagram")),
             Exchange::Fenced => Err(self.fenced()),
         }
@@ -717,7 +755,9 @@ impl Engine {
                     Ok(r) if r.rq_seq == session.rq_seq && r.netfn == request.netfn | 1 && r.cmd == request.cmd => {
                         return Exchange::Reply(Response { cc: r.cc, data: r.data });
                     }
-                    Ok(r) => tracing::debug!(bmc = %peer, netfn = r.netfn, cmd = r.cmd, rq_seq = r.rq_seq, "Discarded a stale IPMI reply."),
+                    Ok(r) => {
+                        tracing::debug!(bmc = %peer, netfn = r.netfn, cmd = r.cmd, rq_seq = r.rq_seq, "Discarded a stale IPMI reply.")
+                    }
                     Err(why) => tracing::debug!(bmc = %peer, why, "Discarded a malformed IPMI reply."),
                 }
             }
@@ -727,7 +767,9 @@ impl Engine {
 
     async fn call(&mut self, request: &Request, deadline: Instant) -> Result<Response, TransportError> {
         if Instant::now() >= deadline {
-            return Err(self.error(TransportErrorKind::DeadlineExceeded, "the deadline passed before the request was sent").not_sent());
+            return Err(self
+                .error(TransportErrorKind::DeadlineExceeded, "the deadline passed before the request was sent")
+                .not_sent());
         }
         let mut fresh = false;
         let mut sent = false;
@@ -750,7 +792,10 @@ impl Engine {
                     if let Some(s) = self.session.as_mut() {
                         s.last_used = Instant::now();
                     }
-                    if request.netfn == NETFN_APP && matches!(request.cmd, CMD_COLD_RESET | CMD_WARM_RESET) && response.cc == 0 {
+                    if request.netfn == NETFN_APP
+                        && matches!(request.cmd, CMD_COLD_RESET | CMD_WARM_RESET)
+                        && response.cc == 0
+                    {
                         // The BMC is restarting and forgets every session.
                         self.session = None;
                     }
@@ -815,10 +860,17 @@ impl Engine {
             return;
         }
         let deadline = Instant::now() + self.config.attempt_timeout * 2;
-        let close = Request { netfn: NETFN_APP, cmd: CMD_CLOSE_SESSION, data: bmc_sid.to_le_bytes().to_vec(), retry: Retry::Once };
+        let close = Request {
+            netfn: NETFN_APP,
+            cmd: CMD_CLOSE_SESSION,
+            data: bmc_sid.to_le_bytes().to_vec(),
+            retry: Retry::Once,
+        };
         match self.exchange(&close, deadline).await {
             Exchange::Reply(r) if r.cc == 0 => tracing::debug!(bmc = %self.peer, "IPMI session closed."),
-            Exchange::Reply(r) => tracing::debug!(bmc = %self.peer, cc = r.cc, "Close Session refused; leaving the session to expire."),
+            Exchange::Reply(r) => {
+                tracing::debug!(bmc = %self.peer, cc = r.cc, "Close Session refused; leaving the session to expire.")
+            }
             // The BMC may drop the session before replying.
             _ => tracing::debug!(bmc = %self.peer, "No reply to Close Session."),
         }

@@ -295,8 +295,12 @@ fn bind(addr: SocketAddr) -> io::Result<(UdpSocket, usize)> {
     // allowance); the budget below counts truesize, which includes it.
     let buffer = socket.recv_buffer_size()?;
     if buffer < RECV_BUFFER {
-        tracing::info!(granted = buffer, asked = RECV_BUFFER, window = window(buffer),
-            "RMCP+ socket receive buffer capped by net.core.rmem_max; fewer requests will be outstanding per socket.");
+        tracing::info!(
+            granted = buffer,
+            asked = RECV_BUFFER,
+            window = window(buffer),
+            "RMCP+ socket receive buffer capped by net.core.rmem_max; fewer requests will be outstanding per socket."
+        );
     }
     Ok((UdpSocket::from_std(socket.into())?, buffer))
 }
@@ -428,7 +432,10 @@ mod tests {
         }
         // ...the next session waits to send...
         let mut waiting = sockets.endpoint(peer, false).await.unwrap();
-        assert!(tokio::task::unconstrained(waiting.reserve()).now_or_never().is_none(), "more requests outstanding than the buffer holds");
+        assert!(
+            tokio::task::unconstrained(waiting.reserve()).now_or_never().is_none(),
+            "more requests outstanding than the buffer holds"
+        );
         // ...until a holder's wait for its reply ends.
         assert!(first.recv(Instant::now()).await.is_none());
         tokio::task::unconstrained(waiting.reserve()).now_or_never().expect("the slot given back");
@@ -460,7 +467,19 @@ mod tests {
             assert_eq!(&buf[..n], name.as_bytes());
         }
         let soon = || Instant::now() + Duration::from_millis(200);
-        let to_b = wire::presession(wire::PT_RAKP2, &[1, 0, 0, 0, b.id().to_le_bytes()[0], b.id().to_le_bytes()[1], b.id().to_le_bytes()[2], b.id().to_le_bytes()[3]]);
+        let to_b = wire::presession(
+            wire::PT_RAKP2,
+            &[
+                1,
+                0,
+                0,
+                0,
+                b.id().to_le_bytes()[0],
+                b.id().to_le_bytes()[1],
+                b.id().to_le_bytes()[2],
+                b.id().to_le_bytes()[3],
+            ],
+        );
         bmc.send_to(&to_b, from["b"]).await.unwrap();
         assert_eq!(b.recv(soon()).await.as_deref(), Some(&to_b[..]));
         // An error reply too short to name the session: every handshake route of the peer on that socket.

@@ -86,7 +86,13 @@ pub(crate) fn presession_payload(pkt: &[u8], payload_type: u8) -> Option<&[u8]> 
 
 /// An IPMI payload packet of an active session: encrypted and
 /// authenticated as the suite says.
-pub(crate) fn session_packet(keys: &SessionKeys, bmc_sid: u32, seq: u32, message: &[u8], iv: [u8; AES_BLOCK]) -> Vec<u8> {
+pub(crate) fn session_packet(
+    keys: &SessionKeys,
+    bmc_sid: u32,
+    seq: u32,
+    message: &[u8],
+    iv: [u8; AES_BLOCK],
+) -> Vec<u8> {
     let suite = keys.suite;
     let payload = if suite.encrypts() { keys.encrypt(message, iv) } else { message.to_vec() };
     let mut flags = PT_IPMI;
@@ -160,7 +166,8 @@ pub(crate) fn open_session_packet(keys: &SessionKeys, pkt: &[u8]) -> Result<Inbo
     } else if pkt.len() != end {
         return Err("trailing bytes after the payload");
     }
-    let message = if suite.encrypts() { keys.decrypt(payload).ok_or("payload does not decrypt")? } else { payload.to_vec() };
+    let message =
+        if suite.encrypts() { keys.decrypt(payload).ok_or("payload does not decrypt")? } else { payload.to_vec() };
     Ok(Inbound { session_id, seq, message })
 }
 
@@ -216,7 +223,10 @@ pub(crate) fn open_session_request(tag: u8, privilege: u8, console_sid: u32, sui
 /// What an Open Session Response says.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum OpenSession {
-    Ok { bmc_sid: u32, privilege: u8 },
+    Ok {
+        bmc_sid: u32,
+        privilege: u8,
+    },
     /// A non-zero RMCP+ status code (§13.24).
     Refused(u8),
 }
@@ -248,7 +258,12 @@ macro_rules! setup_reply {
     }};
 }
 
-pub(crate) fn open_session_response(p: &[u8], tag: u8, console_sid: u32, suite: CipherSuite) -> Result<OpenSession, &'static str> {
+pub(crate) fn open_session_response(
+    p: &[u8],
+    tag: u8,
+    console_sid: u32,
+    suite: CipherSuite,
+) -> Result<OpenSession, &'static str> {
     let p = match setup_reply!(p, tag, console_sid, 36, "Open Session Response") {
         Ok(p) => p,
         Err(status) => return Ok(OpenSession::Refused(status)),
@@ -259,7 +274,9 @@ pub(crate) fn open_session_response(p: &[u8], tag: u8, console_sid: u32, suite: 
     }
     // The BMC must have accepted exactly the proposed algorithms.
     let chosen = [p[16] & 0x3F, p[24] & 0x3F, p[32] & 0x3F];
-    if chosen != [suite.auth_alg(), suite.integrity_alg(), suite.confidentiality_alg()] || [p[12], p[20], p[28]] != [0, 1, 2] {
+    if chosen != [suite.auth_alg(), suite.integrity_alg(), suite.confidentiality_alg()]
+        || [p[12], p[20], p[28]] != [0, 1, 2]
+    {
         return Err("the BMC answered with other algorithms than proposed");
     }
     Ok(OpenSession::Ok { bmc_sid, privilege: p[2] & 0x0F })
@@ -346,7 +363,10 @@ mod tests {
         assert!(open_session_packet(&k, &plain).is_err());
         // A packet signed with other keys.
         let other = SessionKeys::derive(CipherSuite::S17, &[0x5B; 20]);
-        assert_eq!(open_session_packet(&k, &session_packet(&other, 1, 2, b"x", [0; 16])), Err("integrity check failed"));
+        assert_eq!(
+            open_session_packet(&k, &session_packet(&other, 1, 2, b"x", [0; 16])),
+            Err("integrity check failed")
+        );
         for n in 0..pkt.len() {
             assert!(open_session_packet(&k, &pkt[..n]).is_err());
         }
@@ -378,7 +398,10 @@ mod tests {
         resp.extend_from_slice(&0xA0B0C0D0u32.to_le_bytes());
         resp.extend_from_slice(&0x11u32.to_le_bytes());
         resp.extend_from_slice(&p[8..32]);
-        assert_eq!(open_session_response(&resp, 7, 0xA0B0C0D0, CipherSuite::S17), Ok(OpenSession::Ok { bmc_sid: 0x11, privilege: 4 }));
+        assert_eq!(
+            open_session_response(&resp, 7, 0xA0B0C0D0, CipherSuite::S17),
+            Ok(OpenSession::Ok { bmc_sid: 0x11, privilege: 4 })
+        );
         assert!(open_session_response(&resp, 7, 0xA0B0C0D0, CipherSuite::S3).is_err());
         assert_eq!(open_session_response(&[7, 0x11], 7, 1, CipherSuite::S3), Ok(OpenSession::Refused(0x11)));
         let pkt = presession(PT_OPEN_SESSION_RESPONSE, &resp);

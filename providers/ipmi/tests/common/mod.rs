@@ -1,10 +1,10 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
-use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_ipmi::{IpmiConfig, IpmiConnector, IpmiSession, RmcpConfig, RmcpTransport};
 use bmcfleet_provider::{Ctx, Power};
 use bmcfleet_schema::PowerOp;
+use bmcfleet_testing::ipmi::IpmiSim;
 use std::time::Duration;
 
 /// Short retransmit timers so fault tests finish quickly; loopback answers
@@ -16,7 +16,13 @@ pub fn connector() -> IpmiConnector {
 /// [`connector`] with sessions that send a keep-alive after `idle`.
 pub fn connector_with_keepalive(idle: Duration) -> IpmiConnector {
     IpmiConnector::new(IpmiConfig {
-        rmcp: RmcpConfig { attempt_timeout: Duration::from_millis(300), retries: 2, keepalive_interval: idle, ..Default::default() }.into(),
+        rmcp: RmcpConfig {
+            attempt_timeout: Duration::from_millis(300),
+            retries: 2,
+            keepalive_interval: idle,
+            ..Default::default()
+        }
+        .into(),
         ..Default::default()
     })
 }

@@ -92,7 +92,8 @@ pub fn standard_accounts(builder: MockupBuilder) -> MockupBuilder {
 /// A fixed-slot AccountService like iDRAC's (16 slots, slot 1 reserved and
 /// empty, slot 2 `root`, POST refused), built from its documented behaviour.
 pub fn slot_accounts(builder: MockupBuilder, slots: u32) -> MockupBuilder {
-    let members: Vec<_> = (1..=slots).map(|i| json!({"@odata.id": format!("/redfish/v1/AccountService/Accounts/{i}")})).collect();
+    let members: Vec<_> =
+        (1..=slots).map(|i| json!({"@odata.id": format!("/redfish/v1/AccountService/Accounts/{i}")})).collect();
     let mut b = builder
         .resource(
             "/redfish/v1/AccountService",

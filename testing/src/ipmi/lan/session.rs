@@ -81,7 +81,17 @@ impl Handshake {
     /// The RAKP inputs of this handshake, for the session `sidm`/`sidc`
     /// under authentication algorithm `auth`, as the BMC `guid` sees them.
     pub fn exchange<'a>(&'a self, auth: u8, sidm: u32, sidc: u32, guid: &'a [u8; 16]) -> Exchange<'a> {
-        Exchange { auth, kuid: &self.kuid, sidm, sidc, rm: &self.rm, rc: &self.rc, guid, role: self.role, username: self.username() }
+        Exchange {
+            auth,
+            kuid: &self.kuid,
+            sidm,
+            sidc,
+            rm: &self.rm,
+            rc: &self.rc,
+            guid,
+            role: self.role,
+            username: self.username(),
+        }
     }
 }
 
