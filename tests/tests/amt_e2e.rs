@@ -1,6 +1,6 @@
 //! Intel AMT end to end: producer → gateway → JetStream → worker → the
 //! Digest-enforcing AMT fixture server that answers with captured WS-MAN
-//! responses (../shared/fixtures/amt, or $BMCFLEET_FIXTURES/amt) and keeps
+//! responses (testdata/amt, or $BMCFLEET_FIXTURES/amt) and keeps
 //! power and boot state, so the order of operations can be asserted.
 
 use bmcfleet_schema::*;
@@ -11,11 +11,7 @@ const PXE: &str = "Intel(r) AMT: Force PXE Boot";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pxe_then_cycle_through_the_pipeline() {
-    let Some(amt) = AmtFixtureServer::start_or_skip(ServerOptions { power_state: 8, ..ServerOptions::default() }).await
-    else {
-        assert!(std::env::var("BMCFLEET_REQUIRE_FIXTURES").is_err(), "AMT fixtures are required here");
-        return;
-    };
+    let amt = AmtFixtureServer::start_for_test(ServerOptions { power_state: 8, ..ServerOptions::default() }).await;
     let stack = Stack::start(1, &[]).await;
     let r = stack
         .run(&batch_for(

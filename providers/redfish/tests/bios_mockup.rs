@@ -13,7 +13,7 @@ mod common;
 use bmcfleet_provider::{Bios, SecureBoot};
 use bmcfleet_redfish::RedfishSession;
 use bmcfleet_schema::{BiosSet, ErrorCode, SecureBootResetKeys};
-use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
+use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::MockupServer;
 use common::{connector, ctx};
 use serde_json::{json, Value};
@@ -31,8 +31,8 @@ fn registry() -> Value {
             {"AttributeName": "ProcTurboMode", "Type": "Enumeration", "Value": [{"ValueName": "Enabled"}, {"ValueName": "Disabled"}]}]}})
 }
 
-async fn start(test: &str) -> Option<(MockupServer, RedfishSession)> {
-    let dir = redfish_mockup_or_skip("dmtf-public-rackmount1", test)?;
+async fn start() -> (MockupServer, RedfishSession) {
+    let dir = mockup_dir("dmtf-public-rackmount1");
     let server = MockupServer::builder()
         .dir(&dir)
         .unwrap()
@@ -51,7 +51,7 @@ async fn start(test: &str) -> Option<(MockupServer, RedfishSession)> {
         .await
         .unwrap();
     let s = connector().open(&ctx(10), &server.target(), &server.credentials()).await.unwrap();
-    Some((server, s))
+    (server, s)
 }
 
 fn writes(server: &MockupServer) -> Vec<(String, String, Value)> {
@@ -65,10 +65,7 @@ fn writes(server: &MockupServer) -> Vec<(String, String, Value)> {
 
 #[tokio::test]
 async fn bios_is_read_with_its_registry_and_set_through_the_settings_object() {
-    let Some((server, mut s)) = start("bios_is_read_with_its_registry_and_set_through_the_settings_object").await
-    else {
-        return;
-    };
+    let (server, mut s) = start().await;
     let c = ctx(10);
     let bios = s.bios(&c).await.unwrap();
     assert_eq!(bios.attributes.get("BootMode"), Some(&json!("Uefi")));
@@ -118,7 +115,7 @@ async fn bios_is_read_with_its_registry_and_set_through_the_settings_object() {
 
 #[tokio::test]
 async fn secure_boot_keys_reset_with_the_offered_types_only() {
-    let Some((server, mut s)) = start("secure_boot_keys_reset_with_the_offered_types_only").await else { return };
+    let (server, mut s) = start().await;
     let c = ctx(10);
     let sb = s.secure_boot(&c).await.unwrap();
     assert_eq!((sb.enabled, sb.mode.as_deref()), (false, Some("UserMode")));

@@ -8,7 +8,7 @@ mod common;
 use bmcfleet_provider::{BmcSession, EventLog};
 use bmcfleet_redfish::RedfishSession;
 use bmcfleet_schema::{ErrorCode, Health};
-use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
+use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::MockupServer;
 use common::{connector, ctx};
 use serde_json::json;
@@ -23,9 +23,7 @@ fn sel_entry(id: u32, created: &str, severity: &str, message: &str) -> serde_jso
 
 #[tokio::test]
 async fn logs_are_discovered_merged_newest_first_and_cleared() {
-    let Some(dir) = redfish_mockup_or_skip("dell", "logs_are_discovered_merged_newest_first_and_cleared") else {
-        return;
-    };
+    let dir = mockup_dir("dell");
     let e1 = sel_entry(1, "2024-01-01T10:00:00Z", "OK", "System boot");
     let e2 = sel_entry(2, "2024-01-01T12:00:00Z", "Critical", "CPU1 temperature above critical");
     let log1 = json!({"@odata.id": format!("{SYS}/LogServices/Log1/Entries/5"), "Id": "5", "EntryType": "Event", "Created": "2024-01-01T11:00:00Z",
@@ -76,7 +74,7 @@ async fn logs_are_discovered_merged_newest_first_and_cleared() {
 
 #[tokio::test]
 async fn a_bmc_without_log_services_is_unsupported() {
-    let Some(dir) = redfish_mockup_or_skip("lenovo", "a_bmc_without_log_services_is_unsupported") else { return };
+    let dir = mockup_dir("lenovo");
     let server = MockupServer::builder().dir(dir.join("bmclib")).unwrap().start().await.unwrap();
     let mut s: RedfishSession = connector().open(&ctx(10), &server.target(), &server.credentials()).await.unwrap();
     let e = s.read_event_log(&ctx(10), 10, 0).await.unwrap_err();
@@ -89,9 +87,7 @@ async fn a_bmc_without_log_services_is_unsupported() {
 /// an empty page ends the log, and a log is read in a bounded number of pages.
 #[tokio::test]
 async fn an_endless_next_link_chain_is_not_followed_to_the_deadline() {
-    let Some(dir) = redfish_mockup_or_skip("dell", "an_endless_next_link_chain_is_not_followed_to_the_deadline") else {
-        return;
-    };
+    let dir = mockup_dir("dell");
     let empty = format!("{MGR}/LogServices/Sel/Entries");
     let looping = format!("{SYS}/LogServices/Log1/Entries");
     let e1 = sel_entry(1, "2024-01-01T10:00:00Z", "OK", "System boot");

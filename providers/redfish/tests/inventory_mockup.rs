@@ -15,7 +15,7 @@ mod common;
 use bmcfleet_provider::Offer;
 use bmcfleet_schema::components::{component_drift, Section, MAX_COMPONENTS, MAX_ENCODED};
 use bmcfleet_schema::{ErrorCode, Health};
-use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
+use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::{Fault, MockupBuilder, MockupServer};
 use common::{connector, ctx};
 use serde_json::{json, Value};
@@ -106,11 +106,7 @@ fn builder(dir: &std::path::Path) -> MockupBuilder {
 
 #[tokio::test]
 async fn components_are_read_through_the_links_the_bmc_gives() {
-    let Some(dir) =
-        redfish_mockup_or_skip("dmtf-public-rackmount1", "components_are_read_through_the_links_the_bmc_gives")
-    else {
-        return;
-    };
+    let dir = mockup_dir("dmtf-public-rackmount1");
     let server = builder(&dir).start().await.unwrap();
     let mut s = connector().open(&ctx(10), &server.target(), &server.credentials()).await.unwrap();
     let inv = s.inventory().unwrap().inventory(&ctx(10)).await.unwrap();
@@ -167,12 +163,7 @@ async fn components_are_read_through_the_links_the_bmc_gives() {
 
 #[tokio::test]
 async fn newer_resources_are_preferred_and_a_failing_collection_is_unread() {
-    let Some(dir) = redfish_mockup_or_skip(
-        "dmtf-public-rackmount1",
-        "newer_resources_are_preferred_and_a_failing_collection_is_unread",
-    ) else {
-        return;
-    };
+    let dir = mockup_dir("dmtf-public-rackmount1");
     let server = builder(&dir)
         // Storage with Drives, and a PowerSubsystem beside the older Power.
         .resource(SYS, {
@@ -234,7 +225,7 @@ async fn newer_resources_are_preferred_and_a_failing_collection_is_unread() {
 
 #[tokio::test]
 async fn a_hostile_collection_is_bounded() {
-    let Some(dir) = redfish_mockup_or_skip("dmtf-public-rackmount1", "a_hostile_collection_is_bounded") else { return };
+    let dir = mockup_dir("dmtf-public-rackmount1");
     // 3000 expanded DIMMs with long strings and repeated ids (well under the
     // 8 MiB response limit), and a link to another host.
     let long = "X".repeat(600);

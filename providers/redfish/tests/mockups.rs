@@ -5,8 +5,8 @@
 //! collections) are built in the test from DSP0266 and the vendors'
 //! documented behaviour; each test says so.
 //!
-//! Each test skips, saying why, when its fixtures are absent
-//! (`BMCFLEET_REQUIRE_FIXTURES=1` turns that into a failure).
+//! The fixtures are the repository's own (`testdata/redfish`): a missing
+//! one fails the test.
 
 mod common;
 
@@ -17,7 +17,7 @@ use bmcfleet_schema::{
     BmcResetKind, BootDevice, BootDeviceRequest, ErrorCode, MediaKind, NetworkSourceOp, PowerOp, PowerState,
     StaticIpv4, UserRole, UserSpec, UserUpdate,
 };
-use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
+use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::{Fault, MockupBuilder, MockupServer, RecordedRequest};
 use common::{connector, ctx};
 use serde_json::{json, Value};
@@ -26,10 +26,7 @@ use std::time::Duration;
 
 macro_rules! fixture {
     ($vendor:expr, $test:expr) => {
-        match redfish_mockup_or_skip($vendor, $test) {
-            Some(p) => p,
-            None => return,
-        }
+        mockup_dir($vendor)
     };
 }
 

@@ -8,7 +8,7 @@ mod common;
 
 use bmcfleet_provider::Sensors;
 use bmcfleet_schema::{Health, SensorKind, Thresholds};
-use bmcfleet_testing::redfish::fixtures::redfish_mockup_or_skip;
+use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::MockupServer;
 use common::{connector, ctx};
 use serde_json::json;
@@ -17,11 +17,7 @@ const CH: &str = "/redfish/v1/Chassis/1U";
 
 #[tokio::test]
 async fn the_sensors_collection_is_preferred_then_thermal_and_power() {
-    let Some(dir) =
-        redfish_mockup_or_skip("dmtf-public-rackmount1", "the_sensors_collection_is_preferred_then_thermal_and_power")
-    else {
-        return;
-    };
+    let dir = mockup_dir("dmtf-public-rackmount1");
     let sensor = |id: &str, body: serde_json::Value| {
         let mut b = body;
         b["@odata.id"] = json!(format!("{CH}/Sensors/{id}"));
@@ -83,11 +79,7 @@ async fn the_sensors_collection_is_preferred_then_thermal_and_power() {
 /// running one GET after another until the action's deadline.
 #[tokio::test]
 async fn endless_chassis_and_sensor_lists_are_read_within_a_budget() {
-    let Some(dir) =
-        redfish_mockup_or_skip("dmtf-public-rackmount1", "endless_chassis_and_sensor_lists_are_read_within_a_budget")
-    else {
-        return;
-    };
+    let dir = mockup_dir("dmtf-public-rackmount1");
     const SYS: &str = "/redfish/v1/Systems/437XR1138R2";
     let inlet = format!("{CH}/Sensors/Inlet");
     let server = MockupServer::builder()

@@ -2,7 +2,7 @@
 //!
 //! The folder is `$BMCFLEET_FIXTURES` when set (a relative path is taken
 //! from the workspace root, then from the current directory), else
-//! `<workspace root>/../shared/fixtures`. The workspace root is the nearest
+//! `<workspace root>/testdata` (the repository's own fixtures). The workspace root is the nearest
 //! ancestor of this crate's manifest directory holding `Cargo.lock`, so the
 //! lookup works from any crate's tests and any current directory.
 
@@ -38,8 +38,8 @@ pub fn fixtures_root() -> Result<PathBuf, HarnessError> {
             (c, format!("{ENV}={}", p.display()))
         }
         _ => (
-            vec![workspace_root().join("../shared/fixtures")],
-            format!("the default (workspace root/../shared/fixtures; {ENV} unset)"),
+            vec![workspace_root().join("testdata")],
+            format!("the default (workspace root/testdata; {ENV} unset)"),
         ),
     };
     for c in &candidates {
@@ -48,7 +48,7 @@ pub fn fixtures_root() -> Result<PathBuf, HarnessError> {
         }
     }
     Err(HarnessError::FixturesMissing(format!(
-        "no amt/ fixtures folder at {} (from {origin}); set {ENV} to the shared fixtures folder that holds amt/",
+        "no amt/ fixtures folder at {} (from {origin}); set {ENV} to a fixtures folder that holds amt/",
         candidates.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(" or ")
     )))
 }

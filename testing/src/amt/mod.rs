@@ -15,9 +15,7 @@
 //! ```no_run
 //! # async fn demo() {
 //! use bmcfleet_testing::amt::{AmtEvent, AmtFixtureServer, ServerOptions};
-//! let Some(server) = AmtFixtureServer::start_or_skip(ServerOptions::default()).await else {
-//!     return; // fixtures absent: the reason was printed
-//! };
+//! let server = AmtFixtureServer::start_for_test(ServerOptions::default()).await;
 //! let target = server.target(); // BmcTarget with inline credentials (and CA when TLS)
 //! // … run the provider against `target` …
 //! assert!(server.events().iter().any(|e| matches!(e, AmtEvent::Booted { .. })));
@@ -364,17 +362,10 @@ impl AmtFixtureServer {
         })
     }
 
-    /// [`start`](Self::start), or `None` after printing why when the
-    /// fixtures folder is absent. Other start failures panic.
-    pub async fn start_or_skip(options: ServerOptions) -> Option<AmtFixtureServer> {
-        match Self::start(options).await {
-            Ok(s) => Some(s),
-            Err(HarnessError::FixturesMissing(why)) => {
-                eprintln!("SKIPPED (AMT fixture tests): {why}");
-                None
-            }
-            Err(e) => panic!("AmtFixtureServer failed to start: {e}"),
-        }
+    /// [`start`](Self::start), panicking with the reason when the server
+    /// cannot start (the fixtures are part of the repository).
+    pub async fn start_for_test(options: ServerOptions) -> AmtFixtureServer {
+        Self::start(options).await.unwrap_or_else(|e| panic!("AmtFixtureServer failed to start: {e}"))
     }
 
     pub fn addr(&self) -> SocketAddr {

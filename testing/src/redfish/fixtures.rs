@@ -1,7 +1,7 @@
-//! Locating the shared fixtures (`../shared/fixtures` beside the workspace,
-//! or `BMCFLEET_FIXTURES`), and skipping clearly when they are absent.
+//! Locating the test fixtures: `testdata/` in the workspace (captured
+//! vendor data, with its SOURCES.md and licences), or `BMCFLEET_FIXTURES`.
+//! They are part of the repository, so a missing one fails the test.
 
-use super::env_flag;
 use std::path::{Path, PathBuf};
 
 /// The workspace root: the nearest ancestor of this crate whose
@@ -28,7 +28,7 @@ pub fn fixtures_root() -> PathBuf {
                 workspace_root().join(p)
             }
         }
-        _ => workspace_root().join("..").join("shared").join("fixtures"),
+        _ => workspace_root().join("testdata"),
     }
 }
 
@@ -40,7 +40,7 @@ pub fn redfish_mockup(vendor: &str) -> Result<PathBuf, String> {
         Ok(dir.canonicalize().unwrap_or(dir))
     } else if !root.is_dir() {
         Err(format!(
-            "the fixtures root {} does not exist (set BMCFLEET_FIXTURES to the shared fixtures directory)",
+            "the fixtures root {} does not exist (the repository's testdata/, or BMCFLEET_FIXTURES)",
             root.display()
         ))
     } else {
@@ -48,17 +48,8 @@ pub fn redfish_mockup(vendor: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// For tests: the mockup directory, or `None` after printing why the test
-/// skips. With `BMCFLEET_REQUIRE_FIXTURES=1` a missing mockup panics.
-pub fn redfish_mockup_or_skip(vendor: &str, test: &str) -> Option<PathBuf> {
-    match redfish_mockup(vendor) {
-        Ok(p) => Some(p),
-        Err(why) => {
-            if env_flag("BMCFLEET_REQUIRE_FIXTURES") {
-                panic!("{test}: {why} (BMCFLEET_REQUIRE_FIXTURES is set)");
-            }
-            eprintln!("SKIP {test}: {why}");
-            None
-        }
-    }
+/// For tests: the mockup directory of `vendor`; panics, saying why, when it
+/// is missing (the fixtures are part of the repository).
+pub fn mockup_dir(vendor: &str) -> PathBuf {
+    redfish_mockup(vendor).unwrap_or_else(|why| panic!("{why}"))
 }

@@ -8,18 +8,16 @@
 //!   fake driver, HTTPS with a certificate from a per-instance [`TestPki`],
 //!   Basic auth from a bcrypt (cost 4) htpasswd, its own state directory.
 //! - [`MockupServer`]: an HTTPS server that serves Redfish mockups (vendor
-//!   captures under the shared fixtures, or resources built from the spec
+//!   captures under `testdata/`, or resources built from the spec
 //!   in the test), records every request, applies PATCH/POST/DELETE to its
 //!   state, emulates SessionService, ETags, Task Monitors, and injects
 //!   faults ([`Fault`]).
 //! - [`ImageServer`]: plain-HTTP file server for virtual media images.
 //! - [`SilentServer`]: accepts TCP connections and never says a word.
-//! - [`fixtures`]: where the shared fixtures are (`BMCFLEET_FIXTURES`), and
-//!   the skip-with-a-reason helpers.
+//! - [`fixtures`]: where the fixtures are (`testdata/`, or `BMCFLEET_FIXTURES`).
 //!
 //! Environment:
-//! - `BMCFLEET_FIXTURES`: fixtures root (default `<workspace>/../shared/fixtures`).
-//! - `BMCFLEET_REQUIRE_FIXTURES=1`: a missing fixture fails instead of skipping.
+//! - `BMCFLEET_FIXTURES`: fixtures root (default `<workspace>/testdata`).
 //! - `BMCFLEET_SUSHY_EMULATOR`: path of the `sushy-emulator` executable
 //!   (default: found on `PATH`).
 //! - `BMCFLEET_REQUIRE_PEERS=1`: a missing `sushy-emulator` fails instead of skipping.

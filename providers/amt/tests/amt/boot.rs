@@ -2,7 +2,7 @@
 //! power cycle" that the mission exists for.
 
 use crate::common::{ctx, session};
-use crate::skip_without_fixtures;
+use crate::fixture_server;
 use bmcfleet_provider::Offer;
 use bmcfleet_provider::{BootControl, Power};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp};
@@ -18,7 +18,7 @@ fn once(device: BootDevice) -> BootDeviceRequest {
 
 #[tokio::test]
 async fn set_pxe_then_power_cycle_boots_from_pxe_once() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.clear_log();
 
@@ -63,7 +63,7 @@ async fn set_pxe_then_power_cycle_boots_from_pxe_once() {
 #[tokio::test]
 async fn disk_and_cdrom_select_their_sources() {
     for (device, source) in [(BootDevice::Disk, HDD), (BootDevice::Cdrom, CD)] {
-        let server = skip_without_fixtures!(ServerOptions { power_state: 8, ..ServerOptions::default() });
+        let server = fixture_server!(ServerOptions { power_state: 8, ..ServerOptions::default() });
         let mut s = session(&server).await;
         s.set_boot_device(&ctx(), &once(device)).await.unwrap();
         assert_eq!(server.boot_state().source.as_deref(), Some(source));
@@ -81,7 +81,7 @@ async fn disk_and_cdrom_select_their_sources() {
 /// before `BIOSSetup` is written (the server refuses the other order).
 #[tokio::test]
 async fn bios_setup_clears_the_source_first() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     s.set_boot_device(&ctx(), &once(BootDevice::Pxe)).await.unwrap();
     server.clear_log();
@@ -109,7 +109,7 @@ async fn bios_setup_clears_the_source_first() {
 
 #[tokio::test]
 async fn what_amt_cannot_do_is_unsupported() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.clear_log();
     let e = s
@@ -130,7 +130,7 @@ async fn what_amt_cannot_do_is_unsupported() {
 
 #[tokio::test]
 async fn a_failed_step_stops_the_sequence() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.inject(Op::ChangeBootOrder, Injection::ReturnValue(36));
     server.clear_log();

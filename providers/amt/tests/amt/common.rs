@@ -10,9 +10,9 @@ pub fn ctx() -> Ctx {
     Ctx::with_timeout(Duration::from_secs(15))
 }
 
-/// Start a server, or `None` (reason printed) when the fixtures are absent.
-pub async fn server(opts: ServerOptions) -> Option<AmtFixtureServer> {
-    AmtFixtureServer::start_or_skip(opts).await
+/// Start a server (it panics, saying why, when it cannot).
+pub async fn server(opts: ServerOptions) -> AmtFixtureServer {
+    AmtFixtureServer::start_for_test(opts).await
 }
 
 pub async fn open(server: &AmtFixtureServer) -> Result<AmtSession, ProviderError> {
@@ -31,16 +31,13 @@ pub async fn session_replaying(server: &AmtFixtureServer, op: Op, transcript: &s
     s
 }
 
-/// `let server = skip_without_fixtures!(opts);`
+/// `let server = fixture_server!(opts);`: the AMT fixture server, started or the test failed.
 #[macro_export]
-macro_rules! skip_without_fixtures {
+macro_rules! fixture_server {
     ($opts:expr) => {
-        match $crate::common::server($opts).await {
-            Some(s) => s,
-            None => return,
-        }
+        $crate::common::server($opts).await
     };
     () => {
-        skip_without_fixtures!(bmcfleet_testing::amt::ServerOptions::default())
+        fixture_server!(bmcfleet_testing::amt::ServerOptions::default())
     };
 }

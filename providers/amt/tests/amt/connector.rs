@@ -1,14 +1,14 @@
 //! The Connector contract.
 
 use crate::common::ctx;
-use crate::skip_without_fixtures;
+use crate::fixture_server;
 use bmcfleet_amt::{AmtConfig, AmtConnector};
 use bmcfleet_provider::{capabilities, Connector};
 use bmcfleet_schema::{ErrorCode, TlsOptions};
 
 #[tokio::test]
 async fn declared_capabilities_match_the_session() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let c = AmtConnector::default();
     assert_eq!(c.protocol(), "amt");
     let mut session = c.connect(&ctx(), &server.target(), &server.credentials()).await.unwrap();

@@ -1,7 +1,7 @@
 //! HTTP Digest against the server's AMT-exact enforcement.
 
 use crate::common::{ctx, open, session};
-use crate::skip_without_fixtures;
+use crate::fixture_server;
 use bmcfleet_amt::AmtConnector;
 use bmcfleet_provider::{BmcSession, Power, ResolvedCredentials};
 use bmcfleet_schema::{ErrorCode, PowerOp, Secret};
@@ -9,7 +9,7 @@ use bmcfleet_testing::amt::{DigestMode, ServerOptions};
 
 #[tokio::test]
 async fn md5_challenge_then_nonce_reuse_with_counting() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap();
     let reqs = server.requests();
@@ -30,7 +30,7 @@ async fn md5_challenge_then_nonce_reuse_with_counting() {
 #[tokio::test]
 async fn sha256_and_preference_for_it() {
     for mode in [DigestMode::Sha256, DigestMode::Sha256AndMd5] {
-        let server = skip_without_fixtures!(ServerOptions { digest: mode, ..ServerOptions::default() });
+        let server = fixture_server!(ServerOptions { digest: mode, ..ServerOptions::default() });
         let mut s = session(&server).await;
         Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap();
         let algs: Vec<_> = server.requests().iter().filter_map(|r| r.digest.as_ref()?.algorithm.clone()).collect();
@@ -41,7 +41,7 @@ async fn sha256_and_preference_for_it() {
 
 #[tokio::test]
 async fn stale_nonce_is_rechallenged_transparently() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     let old_nonce = server.requests().last().unwrap().digest.clone().unwrap().nonce;
     server.expire_nonces();
@@ -59,7 +59,7 @@ async fn stale_nonce_is_rechallenged_transparently() {
 
 #[tokio::test]
 async fn wrong_password_fails_after_exactly_one_retry() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let creds = ResolvedCredentials { username: "admin".into(), password: Secret::new("wrong") };
     let e = AmtConnector::default().open(&ctx(), &server.target(), &creds).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::AuthFailed);
@@ -73,7 +73,7 @@ async fn wrong_password_fails_after_exactly_one_retry() {
 
 #[tokio::test]
 async fn wrong_user_fails_too() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let creds = ResolvedCredentials { username: "root".into(), password: server.credentials().password };
     let e = AmtConnector::default().open(&ctx(), &server.target(), &creds).await.err().expect("must fail");
     assert_eq!(e.code, ErrorCode::AuthFailed);
@@ -84,7 +84,7 @@ async fn wrong_user_fails_too() {
 /// fresh challenge, not an authentication failure.
 #[tokio::test]
 async fn forgotten_nonce_gets_one_fresh_challenge() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = open(&server).await.unwrap();
     server.forget_nonces();
     server.clear_log();

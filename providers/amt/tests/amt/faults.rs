@@ -2,7 +2,7 @@
 //! carrying AMT's own words.
 
 use crate::common::{ctx, session, session_replaying};
-use crate::skip_without_fixtures;
+use crate::fixture_server;
 use bmcfleet_provider::{BmcSession, BootControl, Power};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp};
 use bmcfleet_testing::amt::{Class, FaultNs, Injection, Op};
@@ -11,7 +11,7 @@ const PXE: BootDeviceRequest = BootDeviceRequest { device: BootDevice::Pxe, pers
 
 #[tokio::test]
 async fn captured_destination_unreachable() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.inject(Op::Get(Class::BootCapabilities), Injection::DestinationUnreachable);
     let e = s.set_boot_device(&ctx(), &PXE).await.unwrap_err();
@@ -28,7 +28,7 @@ async fn captured_destination_unreachable() {
 
 #[tokio::test]
 async fn captured_chunked_already_exists_fault() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s =
         session_replaying(&server, Op::Put(Class::BootSettingData), "http/amt15-400-chunked-fault-AlreadyExists.http")
             .await;
@@ -49,7 +49,7 @@ async fn spec_faults_map_to_codes() {
         (FaultNs::Addressing, "ActionNotSupported", ErrorCode::Unsupported, false),
         (FaultNs::WsMan, "InternalError", ErrorCode::BmcError, false),
     ];
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     for (namespace, subcode, code, retryable) in cases {
         let reason = format!("Reason for {subcode}.");
@@ -65,7 +65,7 @@ async fn spec_faults_map_to_codes() {
 
 #[tokio::test]
 async fn malformed_and_non_soap_answers_are_protocol_errors() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     for inj in [Injection::MalformedXml, Injection::NotSoap] {
         server.inject(Op::Pull(Class::AssociatedPowerManagementService), inj.clone());
@@ -81,7 +81,7 @@ async fn malformed_and_non_soap_answers_are_protocol_errors() {
 
 #[tokio::test]
 async fn http_errors_without_soap() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.inject(Op::Get(Class::BootCapabilities), Injection::HttpStatus(503));
     let e = s.set_boot_device(&ctx(), &PXE).await.unwrap_err();
@@ -94,7 +94,7 @@ async fn http_errors_without_soap() {
 
 #[tokio::test]
 async fn a_bmc_that_refuses_connections_is_unreachable_and_nothing_was_sent() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     // The BMC goes away: its port refuses new connections (and the kept-alive
     // one is closed), so the power-on request never leaves this machine.
@@ -109,7 +109,7 @@ async fn a_bmc_that_refuses_connections_is_unreachable_and_nothing_was_sent() {
 async fn a_huge_fault_text_is_clipped_in_the_error() {
     // A hostile AMT answers with a fault whose reason is megabytes long: the
     // error (logged, stored in the batch's status, published) stays short.
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     let reason = "A".repeat(2 * 1024 * 1024);
     server.inject(
@@ -127,7 +127,7 @@ async fn an_enumeration_that_keeps_sending_pages_stops_at_a_byte_budget() {
     // A hostile AMT answers every Pull with a page of thousands of instances
     // and a context to pull again: the worker neither pulls its 64 rounds
     // nor keeps all those pages (gigabytes of parsed XML) in memory.
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     let class = Class::AssociatedPowerManagementService;
     for _ in 0..64 {

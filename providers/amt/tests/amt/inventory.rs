@@ -2,7 +2,7 @@
 //! chunked AMT 15 HTTP transcript.
 
 use crate::common::{ctx, session, session_replaying};
-use crate::skip_without_fixtures;
+use crate::fixture_server;
 use bmcfleet_provider::Inventory;
 use bmcfleet_provider::Offer;
 use bmcfleet_schema::{ErrorCode, PowerState};
@@ -14,7 +14,7 @@ fn extra<'a>(inv: &'a bmcfleet_schema::Inventory, key: &str) -> Option<&'a str> 
 
 #[tokio::test]
 async fn inventory_from_amt() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     let inv = Offer::inventory(&mut s).unwrap().inventory(&ctx()).await.unwrap();
     assert_eq!(inv.firmware_version.as_deref(), Some("15.0.23.1706"));
@@ -35,7 +35,7 @@ async fn inventory_from_amt() {
 
 #[tokio::test]
 async fn chunked_transcript_answer_parses() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let transcript = "http/amt15-200-chunked-GetResponse-AMT_GeneralSettings.http";
     let mut s = session_replaying(&server, Op::Get(Class::GeneralSettings), transcript).await;
     let inv = Inventory::inventory(&mut s, &ctx()).await.unwrap();
@@ -46,7 +46,7 @@ async fn chunked_transcript_answer_parses() {
 
 #[tokio::test]
 async fn optional_classes_may_be_missing() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.inject(Op::Get(Class::Chassis), Injection::DestinationUnreachable);
     server.inject(Op::Enumerate(Class::SoftwareIdentity), Injection::DestinationUnreachable);
@@ -69,7 +69,7 @@ async fn optional_classes_may_be_missing() {
 async fn what_an_amt_writes_is_bounded_in_the_inventory() {
     use bmcfleet_amt::wsman::ns;
     use bmcfleet_schema::components::{MAX_EXTRA, MAX_TEXT};
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     let envelope = |body: String| {
         format!(

@@ -1,7 +1,7 @@
 //! Power status and every power operation, end to end.
 
 use crate::common::{ctx, session};
-use crate::skip_without_fixtures;
+use crate::fixture_server;
 use bmcfleet_provider::Offer;
 use bmcfleet_provider::Power;
 use bmcfleet_schema::{ErrorCode, PowerOp, PowerState};
@@ -19,7 +19,7 @@ fn power_changes(events: &[AmtEvent]) -> Vec<(u16, u32)> {
 
 #[tokio::test]
 async fn status_reads_the_captured_power_state() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.clear_log();
     let st = Offer::power(&mut s).unwrap().power(&ctx(), PowerOp::Status).await.unwrap();
@@ -50,7 +50,7 @@ async fn each_op_sends_its_power_state_value() {
         (PowerOp::Reset, 8, 2, 2),
     ];
     for (op, from, sent, after) in cases {
-        let server = skip_without_fixtures!(ServerOptions { power_state: from, ..ServerOptions::default() });
+        let server = fixture_server!(ServerOptions { power_state: from, ..ServerOptions::default() });
         let mut s = session(&server).await;
         server.clear_log();
         let r = Power::power(&mut s, &ctx(), op).await.unwrap();
@@ -74,7 +74,7 @@ async fn each_op_sends_its_power_state_value() {
 
 #[tokio::test]
 async fn on_and_off_are_idempotent() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::On).await.unwrap(), Some(PowerState::On));
     server.set_power_state(8);
@@ -86,7 +86,7 @@ async fn on_and_off_are_idempotent() {
 
 #[tokio::test]
 async fn nmi_needs_a_running_host_and_an_offer() {
-    let server = skip_without_fixtures!(ServerOptions { power_state: 8, ..ServerOptions::default() });
+    let server = fixture_server!(ServerOptions { power_state: 8, ..ServerOptions::default() });
     let mut s = session(&server).await;
     let e = Power::power(&mut s, &ctx(), PowerOp::Nmi).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BmcError, "{e}");
@@ -102,7 +102,7 @@ async fn nmi_needs_a_running_host_and_an_offer() {
 
 #[tokio::test]
 async fn a_non_zero_return_value_is_a_bmc_error() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.inject(Op::RequestPowerStateChange, Injection::ReturnValue(2));
     let e = Power::power(&mut s, &ctx(), PowerOp::Off).await.unwrap_err();

@@ -1,7 +1,7 @@
 //! Slow and absent peers: typed errors within the action deadline.
 
 use crate::common::{ctx, session};
-use crate::skip_without_fixtures;
+use crate::fixture_server;
 use bmcfleet_amt::AmtConnector;
 use bmcfleet_provider::{BmcSession, BootControl, Ctx, Power, ProviderError, ResolvedCredentials};
 use bmcfleet_schema::{BootDevice, BootDeviceRequest, ErrorCode, PowerOp, Secret};
@@ -28,7 +28,7 @@ async fn timed_out<T: std::fmt::Debug>(
 
 #[tokio::test]
 async fn a_server_that_never_answers_times_out_at_the_deadline() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.inject(Op::Pull(Class::AssociatedPowerManagementService), Injection::Stall);
     let (e, took) = timed_out(Power::power(&mut s, &Ctx::with_timeout(DEADLINE), PowerOp::Status)).await;
@@ -39,7 +39,7 @@ async fn a_server_that_never_answers_times_out_at_the_deadline() {
 
 #[tokio::test]
 async fn a_body_that_stops_half_way_times_out() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.inject(Op::Get(Class::BootSettingData), Injection::StallMidBody);
     let pxe = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false };
@@ -49,7 +49,7 @@ async fn a_body_that_stops_half_way_times_out() {
 
 #[tokio::test]
 async fn a_passed_deadline_sends_nothing() {
-    let server = skip_without_fixtures!();
+    let server = fixture_server!();
     let mut s = session(&server).await;
     server.clear_log();
     let e = Power::power(&mut s, &Ctx::new(Instant::now()), PowerOp::Status).await.unwrap_err();

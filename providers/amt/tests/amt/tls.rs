@@ -2,7 +2,7 @@
 //! and the explicit insecure opt-in.
 
 use crate::common::{ctx, open};
-use crate::skip_without_fixtures;
+use crate::fixture_server;
 use bmcfleet_amt::AmtConnector;
 use bmcfleet_provider::Power;
 use bmcfleet_schema::{ErrorCode, PowerOp, PowerState, TlsOptions};
@@ -14,7 +14,7 @@ fn tls() -> ServerOptions {
 
 #[tokio::test]
 async fn trusted_ca_works() {
-    let server = skip_without_fixtures!(tls());
+    let server = fixture_server!(tls());
     assert!(server.target().tls.ca_pem.is_some());
     let mut s = open(&server).await.expect("TLS session with the server's CA");
     assert_eq!(Power::power(&mut s, &ctx(), PowerOp::Status).await.unwrap(), Some(PowerState::On));
@@ -22,7 +22,7 @@ async fn trusted_ca_works() {
 
 #[tokio::test]
 async fn untrusted_certificate_is_refused_before_any_request() {
-    let server = skip_without_fixtures!(tls());
+    let server = fixture_server!(tls());
     let mut target = server.target();
     target.tls = TlsOptions {
         insecure: false,
@@ -39,7 +39,7 @@ async fn untrusted_certificate_is_refused_before_any_request() {
 
 #[tokio::test]
 async fn insecure_opt_in_accepts_any_certificate() {
-    let server = skip_without_fixtures!(tls());
+    let server = fixture_server!(tls());
     let mut target = server.target();
     target.tls = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None, allow_plain_http: false };
     let mut s = AmtConnector::default().open(&ctx(), &target, &server.credentials()).await.unwrap();
@@ -48,7 +48,7 @@ async fn insecure_opt_in_accepts_any_certificate() {
 
 #[tokio::test]
 async fn plain_http_to_a_tls_port_fails_cleanly() {
-    let server = skip_without_fixtures!(tls());
+    let server = fixture_server!(tls());
     let mut target = server.target();
     // Without the machine's allowance plain HTTP is refused before connecting.
     target.tls = TlsOptions::default();

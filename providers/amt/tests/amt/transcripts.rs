@@ -11,14 +11,8 @@ use bmcfleet_testing::amt::{fixtures_root, http::Transcript};
 use std::path::PathBuf;
 use std::time::Duration;
 
-fn amt_dir() -> Option<PathBuf> {
-    match fixtures_root() {
-        Ok(root) => Some(root.join("amt")),
-        Err(e) => {
-            eprintln!("SKIPPED (AMT fixture tests): {e}");
-            None
-        }
-    }
+fn amt_dir() -> PathBuf {
+    fixtures_root().unwrap_or_else(|e| panic!("{e}")).join("amt")
 }
 
 fn read(dir: &std::path::Path, rel: &str) -> Vec<u8> {
@@ -27,7 +21,7 @@ fn read(dir: &std::path::Path, rel: &str) -> Vec<u8> {
 
 #[test]
 fn digest_challenges_of_amt_11_and_15() {
-    let Some(dir) = amt_dir() else { return };
+    let dir = amt_dir();
     for (file, realm, nonce, server) in [
         (
             "http/amt11-401-digest-challenge.http",
@@ -55,7 +49,7 @@ fn digest_challenges_of_amt_11_and_15() {
 
 #[test]
 fn chunked_general_settings_response() {
-    let Some(dir) = amt_dir() else { return };
+    let dir = amt_dir();
     let t = Transcript::parse(&read(&dir, "http/amt15-200-chunked-GetResponse-AMT_GeneralSettings.http")).unwrap();
     assert!(t.chunked);
     assert_eq!(t.status, 200);
@@ -72,7 +66,7 @@ fn chunked_general_settings_response() {
 
 #[test]
 fn chunked_fault_response() {
-    let Some(dir) = amt_dir() else { return };
+    let dir = amt_dir();
     let t = Transcript::parse(&read(&dir, "http/amt15-400-chunked-fault-AlreadyExists.http")).unwrap();
     assert_eq!((t.status, t.header("Connection")), (400, Some("close")));
     let env = Envelope::parse(std::str::from_utf8(&t.body).unwrap()).unwrap();
@@ -86,7 +80,7 @@ fn chunked_fault_response() {
 
 #[test]
 fn destination_unreachable_fault() {
-    let Some(dir) = amt_dir() else { return };
+    let dir = amt_dir();
     let env =
         Envelope::parse(std::str::from_utf8(&read(&dir, "wsman/faults/DestinationUnreachable.xml")).unwrap()).unwrap();
     let f = env.fault().unwrap();
@@ -98,7 +92,7 @@ fn destination_unreachable_fault() {
 /// Every captured envelope parses, namespace-aware, whatever its prefixes.
 #[test]
 fn every_captured_envelope_parses() {
-    let Some(dir) = amt_dir() else { return };
+    let dir = amt_dir();
     let mut n = 0;
     let mut stack = vec![dir.join("wsman")];
     while let Some(d) = stack.pop() {
@@ -122,7 +116,7 @@ fn every_captured_envelope_parses() {
 
 #[test]
 fn captured_return_values_and_pull_items() {
-    let Some(dir) = amt_dir() else { return };
+    let dir = amt_dir();
     let env = |rel: &str| Envelope::parse(std::str::from_utf8(&read(&dir, rel)).unwrap()).unwrap();
     for (rel, method) in [
         ("wsman/cim/power/managementservice/requestpowerstatechange.xml", "RequestPowerStateChange"),
@@ -170,7 +164,7 @@ fn built_body(req: &Request) -> Element {
 
 #[test]
 fn built_request_bodies_match_the_captured_ones() {
-    let Some(dir) = amt_dir() else { return };
+    let dir = amt_dir();
     let captured = |rel: &str| xml::parse(std::str::from_utf8(&read(&dir, rel)).unwrap()).unwrap();
     let cs = Epr::new(
         ns::cim("CIM_ComputerSystem"),
@@ -230,7 +224,7 @@ fn built_request_bodies_match_the_captured_ones() {
 /// round trip our Put relies on.
 #[test]
 fn captured_put_round_trips_the_get() {
-    let Some(dir) = amt_dir() else { return };
+    let dir = amt_dir();
     let put = Envelope::parse(std::str::from_utf8(&read(&dir, "wsman/amt/boot/settingdata/put.xml")).unwrap()).unwrap();
     let get = Envelope::parse(std::str::from_utf8(&read(&dir, "wsman/amt/boot/settingdata/get.xml")).unwrap()).unwrap();
     let names = |e: &Envelope| -> Vec<String> {
