@@ -7,6 +7,10 @@ source "$(dirname "$0")/setup.sh"
 cd "$ROOT"
 # The peers are installed above: a test that cannot find one fails instead of skipping.
 export BMCFLEET_REQUIRE_PEERS=1
+# Gates: formatting (rustfmt.toml) and lints, warnings as errors.
+cargo fmt --all --check
+(cd fuzz && cargo fmt --check)
+cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo build --workspace --bins --all-features
 cargo test --workspace --all-features -- --test-threads="${BMCFLEET_TEST_THREADS:-4}"
 # Container, compose and Kubernetes manifests (no Docker engine or cluster needed).
