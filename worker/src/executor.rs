@@ -959,7 +959,7 @@ impl<'a> Run<'a> {
         let work = async {
             // A session that cannot be opened never carried the action.
             let session = slot
-                .get(&self.shared.registry, ctx, &self.target, creds, false)
+                .get(&self.shared.providers, ctx, &self.target, creds, false)
                 .await
                 .map_err(ProviderError::not_sent)?;
             tracing::Span::current().record("provider", session.provider());

@@ -487,7 +487,7 @@ pub async fn poll(
                     let ctx = ctx_for(shared.state.settings().poll_timeout);
                     let mut took = None;
                     let result: Result<(Option<PowerState>, &'static str, Option<bmcfleet_schema::Inventory>), ProviderError> = async {
-                        let session = slot.get(&shared.registry, &ctx, &target, &creds, true).await?;
+                        let session = slot.get(&shared.providers, &ctx, &target, &creds, true).await?;
                         let provider = session.provider();
                         // Through the capability dispatch, so a session that
                         // executes actions itself (the simulator) is polled too.
