@@ -315,3 +315,26 @@ fn blocks_carry_their_marks() {
     assert_eq!(b[2].text, "x: 1\n");
     assert_eq!(b[1].line, 5);
 }
+
+/// docs/ERRORS.md lists every error code a producer can see: each code of
+/// the contract's `ErrorCode` (schema/json/defs.json, which
+/// schema/tests/json_schema.rs holds to the Rust type) has a row in its
+/// table, with the status `ErrorCode::status` gives it.
+#[test]
+fn the_errors_page_lists_every_error_code() {
+    let defs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("schema/json/defs.json")).unwrap()).unwrap();
+    let codes = defs["$defs"]["ErrorCode"]["enum"].as_array().expect("ErrorCode enum");
+    assert!(codes.len() >= 30, "{codes:?}");
+    let page = std::fs::read_to_string(root().join("docs/ERRORS.md")).unwrap();
+    let mut missing = Vec::new();
+    for code in codes {
+        let name = code.as_str().unwrap();
+        let parsed: bmcfleet_schema::ErrorCode = serde_json::from_value(code.clone()).unwrap();
+        let row = format!("| `{name}` | {} |", parsed.status());
+        if !page.lines().any(|l| l.starts_with(&row)) {
+            missing.push(row);
+        }
+    }
+    assert!(missing.is_empty(), "docs/ERRORS.md lacks these rows:\n{}", missing.join("\n"));
+}
