@@ -11,11 +11,13 @@
 //! - [`partition`]: a partition's consumer, dispatcher and per-BMC lanes.
 //! - [`executor`]: one batch: resume, run, record progress, publish results.
 //! - [`session`]: a lane's BMC session and action dispatch onto capabilities.
-//! - [`guard`]: per-BMC retries with backoff, circuit breaker and pacing.
+//! - [`guard`]: per-BMC retries with backoff, circuit breaker and pacing (the pure state machines).
+//! - [`call`]: the one guarded path of every BMC call (batch actions and polls): breaker, pacing, fence, retries.
 //! - [`providers`]: available providers; [`credentials`]: named credentials.
 //! - [`state`]: polls of registered machines, their observed state and its events.
 //! - [`metrics`]: what the worker counts (served on `/metrics`).
 
+pub mod call;
 pub mod config;
 pub mod credentials;
 pub mod executor;
