@@ -304,7 +304,7 @@ fn every_action() -> Vec<Action> {
         })),
         Action::Inventory,
         Action::EventLog(EventLogOp::read()),
-        Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 20 }),
+        Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 20, logs: LogSet::Other }),
         Action::EventLog(EventLogOp::Clear),
         Action::Sensors,
         Action::BiosGet,

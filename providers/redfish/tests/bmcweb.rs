@@ -1,0 +1,104 @@
+//! The provider against the model of OpenBMC's bmcweb
+//! (`bmcfleet_testing::redfish::bmcweb`, built from bmcweb's source: see
+//! its Sources): what each capability touches is what the BMC advertises,
+//! and what it must never touch is checked here, request by request.
+
+mod common;
+
+use bmcfleet_provider::{BmcSession, EventLog};
+use bmcfleet_redfish::RedfishSession;
+use bmcfleet_schema::{ErrorCode, LogSet};
+use bmcfleet_testing::redfish::bmcweb::{self, clear_log, MANAGER_LOGS, SYSTEM_LOGS};
+use bmcfleet_testing::redfish::MockupServer;
+use common::{connector, ctx};
+use serde_json::json;
+
+async fn open(server: &MockupServer) -> RedfishSession {
+    connector().open(&ctx(10), &server.target(), &server.credentials()).await.unwrap()
+}
+
+fn logs_of(log: &bmcfleet_schema::EventLog) -> Vec<String> {
+    let mut l: Vec<String> = log.entries.iter().filter_map(|e| e.log.clone()).collect();
+    l.sort();
+    l.dedup();
+    l
+}
+
+/// No log service but the event log was sent a `ClearLog`, and every
+/// diagnostic entry is still there.
+fn assert_only_cleared(server: &MockupServer, allowed: &[String]) {
+    for (service, _) in bmcweb::log_services() {
+        let posts = server.requests_to("POST", &clear_log(&service));
+        if !allowed.contains(&service) {
+            assert!(posts.is_empty(), "ClearLog was POSTed to {service}");
+        }
+    }
+    for dump in [format!("{SYSTEM_LOGS}/Dump/Entries/1"), format!("{MANAGER_LOGS}/Dump/Entries/2")] {
+        assert!(server.resource(&dump).is_some(), "{dump} was deleted");
+    }
+}
+
+#[tokio::test]
+async fn event_log_read_leaves_out_dumps_journal_and_host_logs() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    let log = s.read_event_log(&ctx(10), 100, 0).await.unwrap();
+    // bmcweb's EventLog and PostCodes say nothing of what they are and both
+    // hold event records: both are read. Nothing of the dumps (diagnostic
+    // data), crash dumps, the journal and the host log (OEM records).
+    assert_eq!(logs_of(&log), ["EventLog", "PostCodes"]);
+    assert_eq!(log.entries[0].message, "CPU0 Temp sensor crossed a critical high threshold going high.");
+    // The journal's first page was looked at to tell what it is; no further page.
+    assert!(server.requests_to("GET", &format!("{MANAGER_LOGS}/Journal/Entries")).len() <= 1);
+
+    let other = s.read_logs(&ctx(10), 1000, 0, LogSet::Other).await.unwrap();
+    assert_eq!(logs_of(&other), ["Crashdump", "Dump", "HostLogger", "Journal"]);
+    let all = s.read_logs(&ctx(10), 1000, 0, LogSet::All).await.unwrap();
+    assert_eq!(all.total, Some(log.total.unwrap() + other.total.unwrap()));
+    s.close().await;
+}
+
+#[tokio::test]
+async fn event_log_clear_never_touches_dumps_post_codes_or_crash_data() {
+    // bmcweb as it is: no service advertises LogEntryType, two hold event
+    // records (EventLog, PostCodes). Nothing is cleared, and the operator is told why.
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    let e = s.clear_event_log(&ctx(10)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+    assert!(e.message.contains("EventLog, PostCodes"), "{}", e.message);
+    assert!(server.writes().iter().all(|r| !r.path.ends_with("LogService.ClearLog")), "{:?}", server.writes());
+    assert_only_cleared(&server, &[]);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn event_log_clear_goes_to_the_advertised_event_log_only() {
+    // The same BMC with its event log advertising what it is (LogService
+    // v1_1+ `LogEntryType`): that one is cleared, nothing else.
+    let server = bmcweb::service_model().start().await.unwrap();
+    let event_log = format!("{SYSTEM_LOGS}/EventLog");
+    server.merge_resource(&event_log, &json!({"LogEntryType": "Event"}));
+    let mut s = open(&server).await;
+    s.clear_event_log(&ctx(10)).await.unwrap();
+    assert_eq!(server.requests_to("POST", &clear_log(&event_log)).len(), 1);
+    assert_only_cleared(&server, std::slice::from_ref(&event_log));
+    assert!(s.read_event_log(&ctx(10), 10, 0).await.unwrap().entries.is_empty());
+    // PostCodes says nothing of itself: not the event log once one is advertised.
+    let post_codes = server.resource(&format!("{SYSTEM_LOGS}/PostCodes/Entries")).unwrap();
+    assert_eq!(post_codes["Members"].as_array().unwrap().len(), 1);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_dump_service_that_calls_itself_an_event_log_is_still_not_cleared() {
+    // A hostile or confused BMC: its dump service claims LogEntryType Event
+    // but offers CollectDiagnosticData. What it can do decides.
+    let server = bmcweb::service_model().start().await.unwrap();
+    server.merge_resource(&format!("{SYSTEM_LOGS}/EventLog"), &json!({"LogEntryType": "Event"}));
+    server.merge_resource(&format!("{MANAGER_LOGS}/Dump"), &json!({"LogEntryType": "Event"}));
+    let mut s = open(&server).await;
+    s.clear_event_log(&ctx(10)).await.unwrap();
+    assert_only_cleared(&server, &[format!("{SYSTEM_LOGS}/EventLog")]);
+    s.close().await;
+}
