@@ -80,6 +80,19 @@ pub enum ActionData {
     SecureBoot(SecureBootState),
     /// How a `firmware_update` ended.
     FirmwareUpdate(FirmwareUpdateResult),
+    /// The action found nothing to do and did nothing (a success that
+    /// changed nothing, said as such).
+    NoChange(NoChange),
+}
+
+/// Why an action changed nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoChange {
+    /// Eject: no media of that kind is inserted in any slot.
+    NotInserted,
+    /// Insert: that image is inserted already.
+    AlreadyInserted,
 }
 
 /// How a firmware update ended (Redfish: the BMC's task).

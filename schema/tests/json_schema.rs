@@ -167,6 +167,7 @@ tags! {
         ActionData::Raw(_) => "raw",
         ActionData::Inventory(_) => "inventory",
         ActionData::EventLog(_) => "event_log",
+        ActionData::NoChange(_) => "no_change",
         ActionData::Sensors(_) => "sensors",
         ActionData::Bios(_) => "bios",
         ActionData::BiosPending(_) => "bios_pending",
@@ -546,6 +547,8 @@ fn every_data() -> Vec<ActionData> {
                 },
             ],
         }),
+        ActionData::NoChange(NoChange::NotInserted),
+        ActionData::NoChange(NoChange::AlreadyInserted),
         ActionData::Sensors(vec![
             SensorReading {
                 name: "Inlet".into(),

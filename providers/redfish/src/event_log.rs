@@ -115,8 +115,8 @@ impl RedfishSession {
                 Some(k) => (k, true),
                 None => (self.kind_from_entries(ctx, &body).await, false),
             };
-            tracing::debug!(bmc = %self.transport.bmc(), log = %id, ?kind, advertised, "Log service classified.");
-            out.push(LogService { path, id, body, kind, advertised });
+            tracing::debug!(bmc = %self.transport.bmc(), log = %id, %path, ?kind, advertised, "Log service classified.");
+            out.push(LogService { id, body, kind, advertised });
         }
         Ok(out)
     }
@@ -228,7 +228,6 @@ pub(crate) enum LogKind {
 
 /// A LogService and what it is.
 pub(crate) struct LogService {
-    pub path: String,
     pub id: String,
     pub body: Value,
     pub kind: LogKind,

@@ -5,10 +5,10 @@
 
 mod common;
 
-use bmcfleet_provider::{BmcSession, EventLog};
+use bmcfleet_provider::{BmcSession, EventLog, VirtualMedia};
 use bmcfleet_redfish::RedfishSession;
-use bmcfleet_schema::{ErrorCode, LogSet};
-use bmcfleet_testing::redfish::bmcweb::{self, clear_log, MANAGER_LOGS, SYSTEM_LOGS};
+use bmcfleet_schema::{ErrorCode, LogSet, MediaKind, NoChange};
+use bmcfleet_testing::redfish::bmcweb::{self, clear_log, MANAGER_LOGS, SYSTEM_LOGS, VIRTUAL_MEDIA};
 use bmcfleet_testing::redfish::MockupServer;
 use common::{connector, ctx};
 use serde_json::json;
@@ -100,5 +100,49 @@ async fn a_dump_service_that_calls_itself_an_event_log_is_still_not_cleared() {
     let mut s = open(&server).await;
     s.clear_event_log(&ctx(10)).await.unwrap();
     assert_only_cleared(&server, &[format!("{SYSTEM_LOGS}/EventLog")]);
+    s.close().await;
+}
+
+const IMAGE: &str = "http://127.0.0.1:8080/boot.iso";
+
+fn slot(n: u8) -> String {
+    format!("{VIRTUAL_MEDIA}/Slot_{n}")
+}
+
+#[tokio::test]
+async fn media_goes_to_a_slot_that_advertises_insert_media() {
+    // Slot_0 and Slot_1 are proxy slots (EjectMedia only, PATCH answers 405):
+    // the first slot in the BMC's order cannot take a URL image.
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    assert_eq!(s.insert_media(&ctx(10), IMAGE, MediaKind::Cd).await.unwrap(), None);
+    let writes = server.writes();
+    assert!(writes.iter().all(|w| !w.path.starts_with(&slot(0)) && !w.path.starts_with(&slot(1))), "{writes:?}");
+    assert_eq!(server.requests_to("POST", &format!("{}/Actions/VirtualMedia.InsertMedia", slot(2))).len(), 1);
+    assert_eq!(server.resource(&slot(2)).unwrap()["Image"], IMAGE);
+    // The same image again: nothing to do, said so, nothing sent.
+    server.clear_requests();
+    assert_eq!(s.insert_media(&ctx(10), IMAGE, MediaKind::Cd).await.unwrap(), Some(NoChange::AlreadyInserted));
+    assert!(server.writes().is_empty());
+    // Another image goes to the free legacy slot, not over the first one.
+    let other = "http://127.0.0.1:8080/other.iso";
+    s.insert_media(&ctx(10), other, MediaKind::Cd).await.unwrap();
+    assert_eq!(server.resource(&slot(3)).unwrap()["Image"], other);
+    assert_eq!(server.resource(&slot(2)).unwrap()["Image"], IMAGE, "the first image stays in");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn eject_finds_the_media_in_whichever_slot_holds_it() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    server.merge_resource(&slot(3), &json!({"Inserted": true, "Image": IMAGE, "ConnectedVia": "URI"}));
+    let mut s = open(&server).await;
+    assert_eq!(s.eject_media(&ctx(10), MediaKind::Cd).await.unwrap(), None);
+    assert_eq!(server.requests_to("POST", &format!("{}/Actions/VirtualMedia.EjectMedia", slot(3))).len(), 1);
+    assert_eq!(server.resource(&slot(3)).unwrap()["Inserted"], false);
+    // Nothing left in: not a success that did not happen, `not_inserted`.
+    server.clear_requests();
+    assert_eq!(s.eject_media(&ctx(10), MediaKind::Cd).await.unwrap(), Some(NoChange::NotInserted));
+    assert!(server.writes().is_empty(), "{:?}", server.writes());
     s.close().await;
 }
