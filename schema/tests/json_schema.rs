@@ -514,6 +514,9 @@ fn every_data() -> Vec<ActionData> {
                 name: Some("BMC".into()),
                 version: Some("6.10".into()),
                 updateable: Some(true),
+                description: Some("BMC image".into()),
+                software_id: Some("ast2600-bmc".into()),
+                related: vec!["/redfish/v1/Managers/bmc".into()],
             }],
             fru: Some(Fru {
                 chassis_type: Some("Rack Mount Chassis".into()),

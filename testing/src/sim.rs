@@ -609,12 +609,14 @@ fn default_components() -> Inventory {
                 name: Some("BMC firmware".into()),
                 version: Some(env!("CARGO_PKG_VERSION").into()),
                 updateable: Some(true),
+                ..Firmware::default()
             },
             Firmware {
                 id: "BIOS".into(),
                 name: Some("BIOS".into()),
                 version: Some("1.0.0".into()),
                 updateable: Some(true),
+                ..Firmware::default()
             },
         ],
         ..Inventory::default()

@@ -5,7 +5,7 @@
 
 mod common;
 
-use bmcfleet_provider::{BmcSession, EventLog, VirtualMedia};
+use bmcfleet_provider::{BmcSession, EventLog, Inventory, VirtualMedia};
 use bmcfleet_redfish::RedfishSession;
 use bmcfleet_schema::{ErrorCode, LogSet, MediaKind, NoChange};
 use bmcfleet_testing::redfish::bmcweb::{self, clear_log, MANAGER_LOGS, SYSTEM_LOGS, VIRTUAL_MEDIA};
@@ -144,5 +144,28 @@ async fn eject_finds_the_media_in_whichever_slot_holds_it() {
     server.clear_requests();
     assert_eq!(s.eject_media(&ctx(10), MediaKind::Cd).await.unwrap(), Some(NoChange::NotInserted));
     assert!(server.writes().is_empty(), "{:?}", server.writes());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn firmware_components_of_one_name_keep_what_tells_them_apart() {
+    // bmcweb names every software inventory item "Software Inventory".
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    let inv = s.inventory(&ctx(10)).await.unwrap();
+    let got: Vec<(&str, Option<&str>, Option<&str>, Vec<&str>)> = inv
+        .firmware
+        .iter()
+        .map(|f| {
+            (f.id.as_str(), f.name.as_deref(), f.description.as_deref(), f.related.iter().map(String::as_str).collect())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a3c1f2e9", Some("Software Inventory"), Some("BMC image"), vec!["/redfish/v1/Managers/bmc"]),
+            ("5b7d9e01", Some("Software Inventory"), Some("Host image"), vec!["/redfish/v1/Systems/system/Bios"]),
+        ]
+    );
     s.close().await;
 }
