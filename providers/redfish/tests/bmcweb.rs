@@ -169,3 +169,13 @@ async fn firmware_components_of_one_name_keep_what_tells_them_apart() {
     );
     s.close().await;
 }
+
+#[tokio::test]
+async fn raw_paths_in_the_bmcs_own_spelling_are_sent_canonical() {
+    // bmcweb's routes end with `/`; an operator copying one is not refused.
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    let r = common::raw_get(&mut s, "/redfish/v1/Managers/bmc/").await.unwrap();
+    assert_eq!(r.body.unwrap()["Id"], "bmc");
+    s.close().await;
+}
