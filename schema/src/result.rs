@@ -64,7 +64,8 @@ pub enum ActionData {
     PowerState(PowerState),
     BootDevice(BootDeviceRequest),
     /// A boot device set in a settings object: it becomes the override when
-    /// the system next resets (Redfish `@Redfish.Settings`).
+    /// the system next resets (Redfish `@Redfish.Settings`). Also what
+    /// `get_boot_device` answers while such a change waits.
     BootDevicePending(BootDeviceRequest),
     Users(Vec<UserInfo>),
     NetworkSource(NetworkSourceOp),

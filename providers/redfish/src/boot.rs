@@ -309,6 +309,30 @@ impl BootControl for RedfishSession {
         let system = self.transport.get(ctx, &path).await?;
         Ok(read_override(&system.body))
     }
+
+    /// The live override, unless the system's settings object holds a
+    /// different one: that one applies at the next reset (`OnReset`).
+    async fn next_boot(&mut self, ctx: &Ctx) -> Result<(BootDeviceRequest, Applies)> {
+        let path = self.service.system.path.clone();
+        let system = self.transport.get(ctx, &path).await?;
+        let live = read_override(&system.body);
+        if let Some(settings) = settings_object(&system.body) {
+            match self.transport.get(ctx, &settings).await {
+                Ok(pending) => {
+                    if let (Some(l), Some(p)) = (system.body.get("Boot"), pending.body.get("Boot")) {
+                        let next = read_override(&json!({ "Boot": merged_boot(l, Some(p)) }));
+                        if next != live {
+                            return Ok((next, Applies::OnReset));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(bmc = %self.transport.bmc(), %settings, error = %e, "Boot settings object unreadable; reporting the live override.");
+                }
+            }
+        }
+        Ok((live, Applies::Now))
+    }
 }
 
 #[cfg(test)]
