@@ -153,7 +153,8 @@ async fn firmware_components_of_one_name_keep_what_tells_them_apart() {
     let server = bmcweb::service_model().start().await.unwrap();
     let mut s = open(&server).await;
     let inv = s.inventory(&ctx(10)).await.unwrap();
-    let got: Vec<(&str, Option<&str>, Option<&str>, Vec<&str>)> = inv
+    type Seen<'a> = (&'a str, Option<&'a str>, Option<&'a str>, Vec<&'a str>);
+    let got: Vec<Seen> = inv
         .firmware
         .iter()
         .map(|f| {
