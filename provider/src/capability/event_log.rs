@@ -43,3 +43,36 @@ pub(super) async fn perform(cap: &mut dyn EventLog, ctx: &Ctx, action: &Action) 
         EventLogOp::Clear => cap.clear_event_log(ctx).await.map(|_| None),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A BMC with the SEL only (IPMI): counts the reads.
+    struct SelOnly(u32);
+
+    #[async_trait]
+    impl EventLog for SelOnly {
+        async fn read_event_log(&mut self, _ctx: &Ctx, _limit: u32, _offset: u32) -> Result<EventLogData> {
+            self.0 += 1;
+            Ok(EventLogData::default())
+        }
+        async fn clear_event_log(&mut self, _ctx: &Ctx) -> Result<()> {
+            unreachable!("no test clears")
+        }
+    }
+
+    #[tokio::test]
+    async fn other_logs_of_a_sel_only_bmc_are_unsupported_and_nothing_is_read() {
+        let ctx = Ctx::with_timeout(std::time::Duration::from_secs(1));
+        let mut bmc = SelOnly(0);
+        let other = Action::EventLog(EventLogOp::Read { limit: None, offset: 0, logs: LogSet::Other });
+        let e = perform(&mut bmc, &ctx, &other).await.unwrap_err();
+        assert_eq!((e.code, bmc.0), (ErrorCode::Unsupported, 0));
+        for logs in [LogSet::Event, LogSet::All] {
+            let read = Action::EventLog(EventLogOp::Read { limit: None, offset: 0, logs });
+            assert!(matches!(perform(&mut bmc, &ctx, &read).await, Ok(Some(ActionData::EventLog(_)))));
+        }
+        assert_eq!(bmc.0, 2);
+    }
+}
