@@ -121,9 +121,10 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
             Action::BootDevice(BootDeviceRequest { device: *device, persistent: *persistent, efi: *efi }),
         ),
         Command::Inventory { target } => action(target, Action::Inventory),
-        Command::EventLog { op: EventLogCmd::Read { limit, offset, target } } => {
-            action(target, Action::EventLog(EventLogOp::Read { limit: *limit, offset: *offset }))
-        }
+        Command::EventLog { op: EventLogCmd::Read { limit, offset, target } } => action(
+            target,
+            Action::EventLog(EventLogOp::Read { limit: *limit, offset: *offset, logs: Default::default() }),
+        ),
         Command::EventLog { op: EventLogCmd::Clear { target } } => action(target, Action::EventLog(EventLogOp::Clear)),
         Command::Sensors { target } => action(target, Action::Sensors),
         Command::Bios { op } => match op {
@@ -412,7 +413,7 @@ mod tests {
             (vec!["event-log", "read"], Action::EventLog(EventLogOp::read())),
             (
                 vec!["event-log", "read", "--limit", "5", "--offset", "10"],
-                Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 10 }),
+                Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 10, logs: Default::default() }),
             ),
             (vec!["event-log", "clear"], Action::EventLog(EventLogOp::Clear)),
             (vec!["sensors"], Action::Sensors),

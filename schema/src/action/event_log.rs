@@ -13,9 +13,36 @@ pub enum EventLogOp {
         limit: Option<u32>,
         #[serde(default)]
         offset: u32,
+        /// Which logs: the event log (default), or explicitly the BMC's
+        /// other logs (diagnostic dumps, journals, POST codes, OEM logs).
+        #[serde(default, skip_serializing_if = "LogSet::is_event")]
+        logs: LogSet,
     },
-    /// Erase every entry.
+    /// Erase every entry of the event log (never any other log).
     Clear,
+}
+
+/// The logs an `event_log` read covers. What a log is, is what the BMC
+/// advertises about it (Redfish `LogEntryType`, `CollectDiagnosticData`,
+/// its entries' `EntryType`/`DiagnosticDataType`/`OemRecordFormat`), never
+/// its name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogSet {
+    /// The system event log (IPMI SEL, Redfish SEL/event logs).
+    #[default]
+    Event,
+    /// Every log except the event log.
+    Other,
+    /// Every log the BMC offers.
+    All,
+}
+
+impl LogSet {
+    /// True for the default (serialised only when another set is asked).
+    pub fn is_event(&self) -> bool {
+        *self == LogSet::Event
+    }
 }
 
 impl EventLogOp {
@@ -24,7 +51,7 @@ impl EventLogOp {
 
     /// `read` with the defaults.
     pub fn read() -> Self {
-        EventLogOp::Read { limit: None, offset: 0 }
+        EventLogOp::Read { limit: None, offset: 0, logs: LogSet::Event }
     }
 }
 
@@ -52,6 +79,8 @@ enum EventLogOpTagged {
         limit: Option<u32>,
         #[serde(default)]
         offset: u32,
+        #[serde(default)]
+        logs: LogSet,
     },
     Clear,
 }
@@ -63,7 +92,9 @@ impl From<EventLogOpWire> for EventLogOp {
             EventLogOpWire::Name(EventLogOpName::Clear) | EventLogOpWire::Tagged(EventLogOpTagged::Clear) => {
                 EventLogOp::Clear
             }
-            EventLogOpWire::Tagged(EventLogOpTagged::Read { limit, offset }) => EventLogOp::Read { limit, offset },
+            EventLogOpWire::Tagged(EventLogOpTagged::Read { limit, offset, logs }) => {
+                EventLogOp::Read { limit, offset, logs }
+            }
         }
     }
 }
@@ -80,11 +111,18 @@ mod tests {
         assert_eq!(parse(r#"{"event_log": "clear"}"#), Action::EventLog(EventLogOp::Clear));
         assert_eq!(
             parse(r#"{"event_log": {"read": {"limit": 5, "offset": 2}}}"#),
-            Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 2 })
+            Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 2, logs: LogSet::Event })
         );
+        assert_eq!(
+            parse(r#"{"event_log": {"read": {"logs": "other"}}}"#),
+            Action::EventLog(EventLogOp::Read { limit: None, offset: 0, logs: LogSet::Other })
+        );
+        // The default set is not written: what older workers read stays as it was.
+        assert_eq!(serde_json::to_string(&EventLogOp::read()).unwrap(), r#"{"read":{"offset":0}}"#);
+        assert!(serde_json::from_str::<Action>(r#"{"event_log": {"read": {"logs": "journal"}}}"#).is_err());
         assert_eq!(parse(r#""sensors""#), Action::Sensors);
         assert!(serde_json::from_str::<Action>(r#"{"event_log": "erase"}"#).is_err());
-        let a = Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 2 });
+        let a = Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 2, logs: LogSet::Event });
         assert_eq!(parse(&serde_json::to_string(&a).unwrap()), a);
         let bytes = rmp_serde::to_vec_named(&a).unwrap();
         assert_eq!(rmp_serde::from_slice::<Action>(&bytes).unwrap(), a);

@@ -194,8 +194,11 @@ impl Action {
                 u.transfer_protocol.map(|p| p.redfish()).unwrap_or("-"),
                 u.apply_time.map(|a| a.redfish()).unwrap_or("-")
             ),
-            Action::EventLog(EventLogOp::Read { limit, offset }) => {
-                format!("read limit={} offset={offset}", limit.map(|l| l.to_string()).unwrap_or_else(|| "-".into()))
+            Action::EventLog(EventLogOp::Read { limit, offset, logs }) => {
+                format!(
+                    "read limit={} offset={offset} logs={logs:?}",
+                    limit.map(|l| l.to_string()).unwrap_or_else(|| "-".into())
+                )
             }
             Action::EventLog(EventLogOp::Clear) => "clear".into(),
             Action::User(UserOp::List) => String::new(),
