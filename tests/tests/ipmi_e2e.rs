@@ -209,3 +209,81 @@ async fn a_machines_ipmi_options_choose_the_cipher_suite_and_privilege() {
     let r = stack.run(&batch_for(target, vec![Action::BmcReset(BmcResetKind::Cold)])).await;
     assert_eq!(code(&r.results[0]), Some(ErrorCode::Unsupported), "not offered at operator: {r:#?}");
 }
+
+/// Issue 33, at default machine records (no IPMI options): pyghmi's BMC
+/// (what VirtualBMC runs; two of them on one IP, one port each, as
+/// VirtualBMC lays them out) answers the proposal of suite 17 with suite 3;
+/// the worker takes it, runs boot PXE with read-back and power, and says
+/// which suite ran each action. On ipmi_sim, whose boot flags read back
+/// invalid, repeated boot sets log that quirk once for the machine, not
+/// per action; a user create refused before sending logs no cleanup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyghmi_and_ipmi_sim_at_default_settings_with_one_line_per_known_quirk() {
+    use bmcfleet_testing::ipmi::PyghmiBmc;
+    let pyghmi = |what| match PyghmiBmc::start() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            bmcfleet_testing::peers::or_skip(
+                None::<()>,
+                &format!("{what}: {e}"),
+                "pip install -r examples/python/requirements.txt",
+            );
+            None
+        }
+    };
+    let (Some(a), Some(b)) = (pyghmi("pyghmi BMC a"), pyghmi("pyghmi BMC b")) else { return };
+    let sim = IpmiSim::start().expect("ipmi_sim");
+    let stack = Stack::start(1, &[]).await;
+    let boot_and_on = || {
+        vec![
+            Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false }),
+            Action::Power(PowerOp::On),
+            Action::Power(PowerOp::Status),
+        ]
+    };
+    let (batch_a, batch_b) = (
+        batch_for(a.target(), boot_and_on()),
+        batch_for(b.target(), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Off)]),
+    );
+    let (ra, rb) = tokio::join!(stack.run(&batch_a), stack.run(&batch_b));
+    assert_eq!(ra.state, BatchState::Succeeded, "{ra:#?}");
+    assert_eq!(rb.state, BatchState::Succeeded, "{rb:#?}");
+    assert_ne!(ra.bmc, rb.bmc, "two machines on one IP, each with its own ordering key");
+    for r in ra.results.iter().chain(&rb.results) {
+        assert_eq!(r.cipher_suite, Some(3), "the suite pyghmi answered with: {r:?}");
+    }
+    assert_eq!(ra.results[2].data, Some(ActionData::PowerState(PowerState::On)));
+    assert_eq!((a.state().power.as_str(), a.state().boot.as_str()), ("on", "network"));
+    assert_eq!(b.state().power, "off", "b's batch acted on b");
+    assert_eq!(b.state().boot, "default", "and a's on a only");
+    assert!(a.ipmitool(&["chassis", "bootparam", "get", "5"]).unwrap().contains("Force PXE"));
+
+    // ipmi_sim: five boot sets, one quirk line for the machine.
+    for _ in 0..5 {
+        let r = stack.run(&batch_for(sim.target(), boot_and_on())).await;
+        assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
+        assert!(r.results.iter().all(|a| a.cipher_suite == Some(3)), "ipmi_sim refuses 17, takes 3: {r:#?}");
+    }
+    assert_eq!(sim.boot_device().as_deref(), Some("pxe"));
+    // A create refused before sending (operator privilege): nothing to clear, nothing logged.
+    let mut operator = sim.target();
+    operator.options.ipmi = IpmiOptions { cipher_suites: vec![], privilege: Some(IpmiPrivilege::Operator) };
+    let create = Action::User(UserOp::Create(UserSpec {
+        name: "nope".into(),
+        password: "nope-pass-1".into(),
+        role: UserRole::User,
+        enabled: true,
+    }));
+    let r = stack.run(&batch_for(operator, vec![create])).await;
+    assert_eq!(code(&r.results[0]), Some(ErrorCode::PermissionDenied), "{r:#?}");
+    let log = stack.workers[0].log_text();
+    let warns: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    let quirk: Vec<&&str> = warns.iter().filter(|l| l.contains("ipmi_boot_flags_reported_invalid")).collect();
+    assert_eq!(quirk.len(), 1, "one line for the machine, not one per boot set: {warns:#?}");
+    assert_eq!(
+        warns.iter().filter(|l| l.contains("ipmi_cipher_suite_answered_other")).count(),
+        2,
+        "pyghmi's answer: once per machine: {warns:#?}"
+    );
+    assert!(!log.contains("half-created"), "no cleanup warning for a create that never left: {warns:#?}");
+}

@@ -686,7 +686,8 @@ impl<'a> Run<'a> {
                 .with_gate(gate.clone())
                 .with_tasks(gate.clone())
                 .with_settle(Some(self.shared.power_settle))
-                .with_images(self.shared.firmware_images.clone());
+                .with_images(self.shared.firmware_images.clone())
+                .with_quirks(self.shared.quirks.for_bmc(&key));
             let started = Instant::now();
             let work = async {
                 let action = self.with_secrets(i, action)?;
@@ -710,7 +711,7 @@ impl<'a> Run<'a> {
             }
             let ms = started.elapsed().as_millis() as u64;
             let provider = slot.provider().map(str::to_owned);
-            let result = match outcome {
+            let mut result = match outcome {
                 Ok(data) => ActionResult::ok(i as u32, action.kind(), provider, data, ms),
                 // A call cut short by the batch deadline is the deadline's doing.
                 Err(e) if e.code == ErrorCode::Timeout && now_ms() >= self.job.deadline_at_ms => ActionResult::err(
@@ -725,6 +726,7 @@ impl<'a> Run<'a> {
                 ),
                 Err(e) => ActionResult::err(i as u32, action.kind(), provider, e.into(), ms),
             };
+            result.cipher_suite = slot.cipher_suite();
             // A registered machine's power read by a batch refreshes its observed state.
             if let (Some(machine), Some(bmcfleet_schema::ActionData::PowerState(power))) =
                 (&self.job.batch.machine, &result.data)

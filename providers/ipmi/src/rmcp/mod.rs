@@ -267,6 +267,10 @@ impl Transport for RmcpTransport {
         self.privilege
     }
 
+    fn cipher_suite(&self) -> Option<u8> {
+        RmcpTransport::cipher_suite(self).map(CipherSuite::id)
+    }
+
     async fn close(&mut self) {
         if self.closed {
             return;
