@@ -287,3 +287,33 @@ async fn pyghmi_and_ipmi_sim_at_default_settings_with_one_line_per_known_quirk()
     );
     assert!(!log.contains("half-created"), "no cleanup warning for a create that never left: {warns:#?}");
 }
+
+/// Log hygiene at fleet scale (issue 33: 6,001 WARN lines in one
+/// 1,000-BMC ipmi_sim run): ipmi_sim BMCs (20 by default,
+/// `BMCFLEET_QUIRK_FLEET` more) each get three boot-PXE batches; the
+/// worker logs ipmi_sim's boot-flag quirk once per machine, not once per
+/// boot set, and logs no other warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_ipmi_sim_logs_a_known_quirk_once_per_machine() {
+    let n: usize = std::env::var("BMCFLEET_QUIRK_FLEET").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let sims: Vec<IpmiSim> = (0..n).map(|_| IpmiSim::start().expect("ipmi_sim")).collect();
+    let stack = Stack::start(1, &["--lane-idle-timeout", "10m"]).await;
+    let boot =
+        || vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false })];
+    let mut sets = 0;
+    for round in 0..3 {
+        let batches: Vec<Batch> = sims.iter().map(|s| batch_for(s.target(), boot())).collect();
+        let results = futures::future::join_all(batches.iter().map(|b| stack.run(b))).await;
+        for r in &results {
+            assert_eq!(r.state, BatchState::Succeeded, "round {round}: {r:#?}");
+        }
+        sets += results.len();
+    }
+    assert!(sims.iter().all(|s| s.boot_device().as_deref() == Some("pxe")));
+    let log = stack.workers[0].log_text();
+    let warns: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    let quirk = warns.iter().filter(|l| l.contains("ipmi_boot_flags_reported_invalid")).count();
+    eprintln!("{n} ipmi_sim BMCs, {sets} boot sets: {} WARN lines, {quirk} of them the boot-flag quirk", warns.len());
+    assert_eq!(quirk, n, "one line per machine, not per boot set ({sets}): {warns:#?}");
+    assert_eq!(warns.len(), n, "no other warning: {warns:#?}");
+}
