@@ -298,16 +298,39 @@ async fn a_fleet_of_ipmi_sim_logs_a_known_quirk_once_per_machine() {
     let n: usize = std::env::var("BMCFLEET_QUIRK_FLEET").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let sims: Vec<IpmiSim> = (0..n).map(|_| IpmiSim::start().expect("ipmi_sim")).collect();
     let stack = Stack::start(1, &["--lane-idle-timeout", "10m"]).await;
+    // One named credential (every simulator has the same account), one record per BMC.
+    let first = stack.topology.register_machine(&stack.producer.client, &sims[0].target()).await;
+    let js = async_nats::jetstream::new(stack.producer.client.clone());
+    let subjects = stack.topology.subjects();
+    let config = bmcfleet_common::streams::machines_config(&subjects, 1);
+    let bucket = bmcfleet_common::streams::bucket(&js, config, bmcfleet_common::streams::Mode::UseExisting);
+    let machines = bucket.await.expect("machines bucket");
+    let mut names = vec![first.clone()];
+    for (i, sim) in sims.iter().enumerate().skip(1) {
+        let name = format!("sim-{i}");
+        let m = Machine::new(name.clone(), sim.address(), Protocol::Ipmi, format!("machine/{first}"));
+        bmcfleet_common::registry::put(&machines, &m).await.expect("put machine");
+        names.push(name);
+    }
     let boot =
         || vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false })];
     let mut sets = 0;
     for round in 0..3 {
-        let batches: Vec<Batch> = sims.iter().map(|s| batch_for(s.target(), boot())).collect();
-        let results = futures::future::join_all(batches.iter().map(|b| stack.run(b))).await;
-        for r in &results {
-            assert_eq!(r.state, BatchState::Succeeded, "round {round}: {r:#?}");
+        let batches: Vec<Batch> = names.iter().map(|n| bmcfleet_tests::producer::machine_batch(n, boot())).collect();
+        let mut results = bmcfleet_tests::producer::ResultCollector::start(&stack.producer.client, &subjects).await;
+        let replies = futures::future::join_all(batches.iter().map(|b| stack.producer.submit(b, false))).await;
+        let ids: Vec<BatchId> = replies
+            .into_iter()
+            .map(|reply| match reply {
+                Reply::Accepted(a) => a.id,
+                other => panic!("round {round}: {other:?}"),
+            })
+            .collect();
+        results.wait_all(&ids, Duration::from_secs(600)).await;
+        for id in &ids {
+            assert_eq!(results.results[id].state, BatchState::Succeeded, "round {round}: {:#?}", results.results[id]);
+            sets += 1;
         }
-        sets += results.len();
     }
     assert!(sims.iter().all(|s| s.boot_device().as_deref() == Some("pxe")));
     let log = stack.workers[0].log_text();
