@@ -6,8 +6,10 @@
 //! Only operators write the bucket (`bmcctl machine`; NATS permissions in
 //! `deploy/nats/bmcfleet.conf`). Readers still treat each value as input:
 //! a record that does not decode or validate is held as [`Lookup::Invalid`]
-//! and refused, never used, and two machines at one host are both refused
-//! ([`Lookup::Conflict`]) until the operator fixes one.
+//! and refused, never used, and two machines at one BMC endpoint (host and
+//! port, and system for a Redfish service serving several:
+//! [`Machine::conflict_with`]) are both refused ([`Lookup::Conflict`])
+//! until the operator fixes one.
 //!
 //! # Staying current
 //! The watch starts with the last value of every key and then follows
@@ -35,7 +37,7 @@ pub enum Lookup {
     NotFound,
     /// The stored record is unusable (the reason, for the operator).
     Invalid(String),
-    /// Another machine is registered at the same host.
+    /// Another machine is registered at the same BMC endpoint.
     Conflict(String),
 }
 
@@ -48,6 +50,12 @@ struct Copy {
 }
 
 impl Copy {
+    /// Why machine `m` is not usable beside the others at its host, if it is not.
+    fn conflict(&self, m: &Machine) -> Option<String> {
+        let names = self.hosts.get(&m.host_identity())?;
+        names.iter().filter(|n| **n != m.name).filter_map(|n| self.machines.get(n)).find_map(|o| m.conflict_with(o))
+    }
+
     fn apply(&mut self, key: &str, value: Option<&[u8]>) {
         self.remove(key);
         let Some(bytes) = value else { return };
@@ -205,17 +213,16 @@ impl Registry {
             return Lookup::Invalid(why.clone());
         }
         let Some(m) = copy.machines.get(name) else { return Lookup::NotFound };
-        let host = m.host_identity();
-        match copy.hosts.get(&host).and_then(|names| names.iter().find(|n| *n != name)) {
-            Some(other) => Lookup::Conflict(format!(
-                "machines `{name}` and `{other}` are registered at the same host {host}; one BMC is one machine"
-            )),
+        match copy.conflict(m) {
+            Some(why) => Lookup::Conflict(why),
             None => Lookup::Found(m.clone()),
         }
     }
 
-    /// The machine registered at this address's host, if any, however the
-    /// address spells it (an IPv4-mapped IPv6 address is its IPv4 address).
+    /// A machine registered at this address's host, if any, however the
+    /// address spells it (an IPv4-mapped IPv6 address is its IPv4 address),
+    /// whatever the ports: a host with a registered machine is no ad hoc
+    /// target (the same BMC may answer on another port or protocol).
     pub fn machine_at(&self, address: &BmcAddress) -> Option<String> {
         self.machine_at_identity(&address.host_identity())
     }
@@ -229,10 +236,17 @@ impl Registry {
         }
     }
 
-    /// The machine registered at this IP address (however an address of
-    /// that host is spelled), if any.
+    /// A machine registered at this IP address (however an address of
+    /// that host is spelled), whatever its port, if any.
     pub fn machine_at_ip(&self, ip: std::net::IpAddr) -> Option<String> {
         self.machine_at_identity(&bmcfleet_schema::bmc::ip_identity(ip))
+    }
+
+    /// Every machine registered at this IP address, whatever its port
+    /// (several BMCs may share one IP on different ports).
+    pub fn machines_at_ip(&self, ip: std::net::IpAddr) -> Vec<String> {
+        let copy = self.copy.read().expect("registry lock");
+        copy.hosts.get(&bmcfleet_schema::bmc::ip_identity(ip)).into_iter().flatten().cloned().collect()
     }
 
     fn machine_at_identity(&self, host: &str) -> Option<String> {
@@ -246,14 +260,10 @@ impl Registry {
     }
 
     /// The usable machines `keep` selects (a record in conflict with
-    /// another at the same host is left out).
+    /// another at the same BMC endpoint is left out).
     pub fn machines(&self, keep: impl Fn(&Machine) -> bool) -> Vec<Arc<Machine>> {
         let copy = self.copy.read().expect("registry lock");
-        copy.machines
-            .values()
-            .filter(|m| keep(m) && copy.hosts.get(&m.host_identity()).is_none_or(|names| names.len() == 1))
-            .cloned()
-            .collect()
+        copy.machines.values().filter(|m| keep(m) && copy.conflict(m).is_none()).cloned().collect()
     }
 
     /// How many usable records the copy holds.
@@ -375,7 +385,7 @@ mod tests {
         assert_eq!(r.get("nope"), Lookup::NotFound);
         assert!(matches!(r.get("bad"), Lookup::Invalid(_)));
         assert!(matches!(r.get("x"), Lookup::Invalid(why) if why.contains("names machine `y`")));
-        // A second machine at b's host: both refused until one goes.
+        // A second machine at b's endpoint (no port: every port of the host): both refused until one goes.
         r.copy.write().unwrap().apply("c", Some(&record("c", "10.0.0.2")));
         assert!(matches!(r.get("b"), Lookup::Conflict(_)));
         assert!(matches!(r.get("c"), Lookup::Conflict(why) if why.contains("`b`")));
@@ -383,6 +393,35 @@ mod tests {
         assert!(matches!(r.get("b"), Lookup::Found(_)));
         assert_eq!(r.machine_at(&"10.0.0.2:443".parse().unwrap()).as_deref(), Some("b"));
         assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn machines_on_one_ip_with_their_own_ports_are_all_usable() {
+        let r = Registry {
+            copy: Arc::default(),
+            generation: Arc::default(),
+            store: None,
+            stop: CancellationToken::new(),
+            changes: tokio::sync::broadcast::channel(1).0,
+        };
+        {
+            let mut c = r.copy.write().unwrap();
+            c.apply("port-a", Some(&record("port-a", "127.0.0.1:26400")));
+            c.apply("port-b", Some(&record("port-b", "127.0.0.1:26401")));
+        }
+        assert!(matches!(r.get("port-a"), Lookup::Found(_)));
+        assert!(matches!(r.get("port-b"), Lookup::Found(_)));
+        assert_eq!(r.machines(|_| true).len(), 2);
+        let mut at = r.machines_at_ip("127.0.0.1".parse().unwrap());
+        at.sort();
+        assert_eq!(at, ["port-a", "port-b"], "the static-address guard sees every machine of the IP");
+        assert!(r.machine_at(&"127.0.0.1:26402".parse().unwrap()).is_some(), "ad hoc: no other port of the host");
+        // A third at port-a's port: those two refused, port-b still usable.
+        r.copy.write().unwrap().apply("port-a2", Some(&record("port-a2", "[::ffff:127.0.0.1]:26400")));
+        assert!(matches!(r.get("port-a"), Lookup::Conflict(why) if why.contains("`port-a2`")));
+        assert!(matches!(r.get("port-a2"), Lookup::Conflict(_)));
+        assert!(matches!(r.get("port-b"), Lookup::Found(_)));
+        assert_eq!(r.machines(|_| true).iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), ["port-b"]);
     }
 
     #[test]

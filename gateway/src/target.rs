@@ -62,9 +62,9 @@ impl Gateway {
         // that machine's credentials by the worker (checked there again).
         for (i, action) in batch.actions.iter().enumerate() {
             if let bmcfleet_schema::Action::NetworkSource(bmcfleet_schema::NetworkSourceOp::Static(s)) = action {
-                if let Some(other) =
-                    self.registry.machine_at_ip(s.address.into()).filter(|m| Some(m) != batch.machine.as_ref())
-                {
+                // Every machine of that IP, whatever its port: a BMC answers on all of its address's ports.
+                let others = self.registry.machines_at_ip(s.address.into());
+                if let Some(other) = others.into_iter().find(|m| Some(m) != batch.machine.as_ref()) {
                     let whose = match who {
                         Requester::Operator => format!("registered machine `{other}`"),
                         Requester::Tenant(_) => "a registered machine".to_owned(),

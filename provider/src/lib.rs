@@ -207,6 +207,18 @@ pub trait TaskLog: Send + Sync + fmt::Debug {
     fn progress(&self, percent: Option<u8>, state: Option<&str>);
 }
 
+/// Where a provider reports a known quirk of a BMC it worked around (flags
+/// a BMC reports invalid although it keeps the device, a cipher suite it
+/// answers instead of the one proposed). The worker's implementation logs
+/// a quirk once per machine and counts every occurrence in a metric, so a
+/// fleet of such BMCs does not log a warning per action. Without one
+/// (library use, tests) a quirk is logged at debug level.
+pub trait QuirkLog: Send + Sync + fmt::Debug {
+    /// `quirk` is a stable snake_case name (a metric label); `what` says it
+    /// for people (no secrets, no BMC-provided text).
+    fn noticed(&self, quirk: &'static str, what: &str);
+}
+
 /// Per-call context. Build it with [`Ctx::new`] / [`Ctx::with_timeout`]
 /// (fields may be added).
 #[derive(Clone, Debug)]
@@ -238,6 +250,8 @@ pub struct Ctx {
     /// The worker's firmware image directory (`--firmware-image-dir`): the
     /// only files a push update may send; none: push updates are off.
     images: Option<std::sync::Arc<image::ImageDir>>,
+    /// Where known BMC quirks are reported ([`Ctx::quirk`]).
+    quirks: Option<std::sync::Arc<dyn QuirkLog>>,
 }
 
 /// Where a call comes from.
@@ -261,6 +275,7 @@ impl Ctx {
             tasks: None,
             settle: None,
             images: None,
+            quirks: None,
         }
     }
 
@@ -277,6 +292,21 @@ impl Ctx {
             tasks: self.tasks.clone(),
             settle: self.settle,
             images: self.images.clone(),
+            quirks: self.quirks.clone(),
+        }
+    }
+
+    /// Report known BMC quirks to `log`.
+    pub fn with_quirks(mut self, log: std::sync::Arc<dyn QuirkLog>) -> Self {
+        self.quirks = Some(log);
+        self
+    }
+
+    /// A known quirk of this BMC was worked around (see [`QuirkLog`]).
+    pub fn quirk(&self, quirk: &'static str, what: &str) {
+        match &self.quirks {
+            Some(log) => log.noticed(quirk, what),
+            None => tracing::debug!(quirk, "{what}"),
         }
     }
 

@@ -223,10 +223,60 @@ impl Machine {
     }
 
     /// The address as registered, without the port, in one spelling
-    /// ([`BmcAddress::host_identity`]): two machines may not share one (one
-    /// physical BMC is one machine).
+    /// ([`BmcAddress::host_identity`]): what ad hoc targets and a BMC's
+    /// static address are compared by (a host with a registered machine is
+    /// never an ad hoc target, whatever the port).
     pub fn host_identity(&self) -> String {
         self.address.host_identity()
+    }
+
+    /// The system this record picks among several behind one Redfish
+    /// service: only for a machine the worker speaks Redfish alone to
+    /// (another protocol would reach the whole BMC at that port).
+    fn system_of_service(&self) -> Option<&str> {
+        let redfish_only = self.protocol == Protocol::Redfish
+            || (self.protocol == Protocol::Auto && self.protocols == [Protocol::Redfish]);
+        self.system_id.as_deref().filter(|_| redfish_only)
+    }
+
+    /// Why `self` and `other` may not both be registered, if they may not.
+    ///
+    /// A machine is its BMC endpoint: host (in one spelling), port, and for
+    /// a Redfish service serving several systems, the system. Two records
+    /// collide when they name one endpoint: the same host and the same
+    /// port (a record without a port stands for every port of its host:
+    /// the protocols' defaults and `auto`'s probing), unless both are
+    /// Redfish-only records picking different systems of that service;
+    /// those share the service's manager (its users, resets, raw access),
+    /// so they must belong to one tenant.
+    pub fn conflict_with(&self, other: &Machine) -> Option<String> {
+        if self.name == other.name || self.host_identity() != other.host_identity() {
+            return None;
+        }
+        let (a, b) = (self.address.port, other.address.port);
+        if a.is_some() && b.is_some() && a != b {
+            return None;
+        }
+        let endpoint = match a.or(b) {
+            Some(port) if a.is_some() && b.is_some() => format!("{}:{port}", self.address.host_for_url()),
+            _ => format!("host {}", self.host_identity()),
+        };
+        match (self.system_of_service(), other.system_of_service()) {
+            (Some(x), Some(y)) if x != y && a == b => {
+                if self.tenant == other.tenant {
+                    None
+                } else {
+                    Some(format!(
+                        "machines `{}` and `{}` are systems of one Redfish service ({endpoint}) but of different tenants; the systems of one service share its manager and belong to one tenant",
+                        self.name, other.name
+                    ))
+                }
+            }
+            _ => Some(format!(
+                "machines `{}` and `{}` are registered at the same BMC endpoint ({endpoint}); one BMC endpoint is one machine (give each its own port, or its own system_id behind one Redfish service)",
+                self.name, other.name
+            )),
+        }
     }
 }
 
@@ -444,6 +494,42 @@ mod tests {
         assert_eq!(t.address.to_string(), "10.0.12.3");
         assert_eq!(t.credentials, Credentials::Ref("rack12-bmc".into()));
         assert_eq!(m.key().as_str(), "m-rack12-node3");
+    }
+
+    fn at(name: &str, address: &str, protocol: &str, system: Option<&str>, tenant: &str) -> Machine {
+        serde_json::from_value(serde_json::json!({
+            "name": name, "address": address, "protocol": protocol, "credentials": "c",
+            "system_id": system, "tenant": tenant,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_machine_is_its_bmc_endpoint_not_its_host() {
+        let vbmc = |name: &str, address: &str| at(name, address, "ipmi", None, "default");
+        let (a, b) = (vbmc("port-a", "127.0.0.1:26400"), vbmc("port-b", "127.0.0.1:26401"));
+        assert_eq!(a.conflict_with(&b), None, "VirtualBMC: one port per BMC");
+        // Every spelling of one endpoint is one machine.
+        let same = vbmc("again", "[::ffff:127.0.0.1]:26400");
+        assert!(a.conflict_with(&same).unwrap().contains("same BMC endpoint (127.0.0.1:26400)"));
+        // A record without a port stands for every port of its host.
+        let bare = vbmc("bare", "127.0.0.1");
+        assert!(a.conflict_with(&bare).is_some() && bare.conflict_with(&a).is_some());
+        assert_eq!(a.key(), BmcKey::machine("port-a"), "the ordering key stays the machine's name");
+
+        // Several systems behind one Redfish service, one tenant.
+        let sys = |name: &str, system: Option<&str>, tenant: &str| at(name, "10.0.0.9", "redfish", system, tenant);
+        let (s1, s2) = (sys("vm-1", Some("sys-1"), "default"), sys("vm-2", Some("sys-2"), "default"));
+        assert_eq!(s1.conflict_with(&s2), None);
+        assert!(s1.conflict_with(&sys("vm-1b", Some("sys-1"), "default")).is_some(), "one system is one machine");
+        assert!(s1.conflict_with(&sys("whole", None, "default")).is_some(), "no system_id: the whole service");
+        let other_tenant = sys("vm-3", Some("sys-3"), "blue");
+        assert!(s1.conflict_with(&other_tenant).unwrap().contains("different tenants"));
+        // A system_id does not split an endpoint another protocol reaches whole.
+        let ipmi = at("ipmi-2", "10.0.0.9", "ipmi", Some("sys-2"), "default");
+        assert!(s1.conflict_with(&ipmi).is_some());
+        let auto = at("auto-2", "10.0.0.9", "auto", Some("sys-2"), "default");
+        assert!(s1.conflict_with(&auto).is_some(), "auto may speak IPMI to that host");
     }
 
     #[test]

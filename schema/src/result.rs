@@ -32,12 +32,25 @@ pub struct ActionResult {
     pub data: Option<ActionData>,
     /// The provider that ran it (`ipmi`, `redfish`, `amt`, `sim`).
     pub provider: Option<String>,
+    /// IPMI: the RMCP+ cipher suite of the session that ran it (the suite
+    /// the BMC answered with, within the machine's list).
+    #[serde(default)]
+    pub cipher_suite: Option<u8>,
     pub duration_ms: u64,
 }
 
 impl ActionResult {
     pub fn ok(index: u32, action: &str, provider: Option<String>, data: Option<ActionData>, duration_ms: u64) -> Self {
-        ActionResult { index, action: action.into(), outcome: Outcome::Ok, error: None, data, provider, duration_ms }
+        ActionResult {
+            index,
+            action: action.into(),
+            outcome: Outcome::Ok,
+            error: None,
+            data,
+            provider,
+            cipher_suite: None,
+            duration_ms,
+        }
     }
 
     pub fn err(index: u32, action: &str, provider: Option<String>, error: ErrorBody, duration_ms: u64) -> Self {
@@ -48,6 +61,7 @@ impl ActionResult {
             error: Some(error),
             data: None,
             provider,
+            cipher_suite: None,
             duration_ms,
         }
     }

@@ -218,17 +218,6 @@ pub async fn register_machine(
         let creds = bucket(&js, credentials_config(subjects, 1), Mode::UseExisting).await.expect("credentials bucket");
         creds.put(&credential, serde_json::to_vec(&sealed).unwrap().into()).await.expect("put credential");
         let machines = bucket(&js, machines_config(subjects, 1), Mode::UseExisting).await.expect("machines bucket");
-        let host = target.address.host_string();
-        {
-            use futures::TryStreamExt;
-            let keys: Vec<String> = machines.keys().await.expect("keys").try_collect().await.expect("keys");
-            for k in keys.into_iter().filter(|k| *k != name) {
-                let Ok(Some(v)) = machines.get(&k).await else { continue };
-                if serde_json::from_slice::<bmcfleet_schema::Machine>(&v).is_ok_and(|m| m.host_identity() == host) {
-                    machines.delete(&k).await.expect("delete machine");
-                }
-            }
-        }
         let machine = bmcfleet_schema::Machine {
             tls: target.tls.clone(),
             system_id: target.system_id.clone(),
@@ -237,6 +226,20 @@ pub async fn register_machine(
             ipmi: target.options.ipmi.clone(),
             ..bmcfleet_schema::Machine::new(name.clone(), target.address.clone(), target.protocol, credential)
         };
+        {
+            // An earlier test's record at this BMC endpoint goes (machines
+            // at other ports or systems of the host stay).
+            use futures::TryStreamExt;
+            let keys: Vec<String> = machines.keys().await.expect("keys").try_collect().await.expect("keys");
+            for k in keys.into_iter().filter(|k| *k != name) {
+                let Ok(Some(v)) = machines.get(&k).await else { continue };
+                if serde_json::from_slice::<bmcfleet_schema::Machine>(&v)
+                    .is_ok_and(|m| m.conflict_with(&machine).is_some())
+                {
+                    machines.delete(&k).await.expect("delete machine");
+                }
+            }
+        }
         bmcfleet_common::registry::put(&machines, &machine).await.expect("put machine");
         name
     }

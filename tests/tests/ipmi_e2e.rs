@@ -209,3 +209,137 @@ async fn a_machines_ipmi_options_choose_the_cipher_suite_and_privilege() {
     let r = stack.run(&batch_for(target, vec![Action::BmcReset(BmcResetKind::Cold)])).await;
     assert_eq!(code(&r.results[0]), Some(ErrorCode::Unsupported), "not offered at operator: {r:#?}");
 }
+
+/// Issue 33, at default machine records (no IPMI options): pyghmi's BMC
+/// (what VirtualBMC runs; two of them on one IP, one port each, as
+/// VirtualBMC lays them out) answers the proposal of suite 17 with suite 3;
+/// the worker takes it, runs boot PXE with read-back and power, and says
+/// which suite ran each action. On ipmi_sim, whose boot flags read back
+/// invalid, repeated boot sets log that quirk once for the machine, not
+/// per action; a user create refused before sending logs no cleanup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyghmi_and_ipmi_sim_at_default_settings_with_one_line_per_known_quirk() {
+    use bmcfleet_testing::ipmi::PyghmiBmc;
+    let pyghmi = |what| match PyghmiBmc::start() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            bmcfleet_testing::peers::or_skip(
+                None::<()>,
+                &format!("{what}: {e}"),
+                "pip install -r examples/python/requirements.txt",
+            );
+            None
+        }
+    };
+    let (Some(a), Some(b)) = (pyghmi("pyghmi BMC a"), pyghmi("pyghmi BMC b")) else { return };
+    let sim = IpmiSim::start().expect("ipmi_sim");
+    let stack = Stack::start(1, &[]).await;
+    let boot_and_on = || {
+        vec![
+            Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false }),
+            Action::Power(PowerOp::On),
+            Action::Power(PowerOp::Status),
+        ]
+    };
+    let (batch_a, batch_b) = (
+        batch_for(a.target(), boot_and_on()),
+        batch_for(b.target(), vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Off)]),
+    );
+    let (ra, rb) = tokio::join!(stack.run(&batch_a), stack.run(&batch_b));
+    assert_eq!(ra.state, BatchState::Succeeded, "{ra:#?}");
+    assert_eq!(rb.state, BatchState::Succeeded, "{rb:#?}");
+    assert_ne!(ra.bmc, rb.bmc, "two machines on one IP, each with its own ordering key");
+    for r in ra.results.iter().chain(&rb.results) {
+        assert_eq!(r.cipher_suite, Some(3), "the suite pyghmi answered with: {r:?}");
+    }
+    assert_eq!(ra.results[2].data, Some(ActionData::PowerState(PowerState::On)));
+    assert_eq!((a.state().power.as_str(), a.state().boot.as_str()), ("on", "network"));
+    assert_eq!(b.state().power, "off", "b's batch acted on b");
+    assert_eq!(b.state().boot, "default", "and a's on a only");
+    assert!(a.ipmitool(&["chassis", "bootparam", "get", "5"]).unwrap().contains("Force PXE"));
+
+    // ipmi_sim: five boot sets, one quirk line for the machine.
+    for _ in 0..5 {
+        let r = stack.run(&batch_for(sim.target(), boot_and_on())).await;
+        assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
+        assert!(r.results.iter().all(|a| a.cipher_suite == Some(3)), "ipmi_sim refuses 17, takes 3: {r:#?}");
+    }
+    assert_eq!(sim.boot_device().as_deref(), Some("pxe"));
+    // A create refused before sending (operator privilege): nothing to clear, nothing logged.
+    let mut operator = sim.target();
+    operator.options.ipmi = IpmiOptions { cipher_suites: vec![], privilege: Some(IpmiPrivilege::Operator) };
+    let create = Action::User(UserOp::Create(UserSpec {
+        name: "nope".into(),
+        password: "nope-pass-1".into(),
+        role: UserRole::User,
+        enabled: true,
+    }));
+    let r = stack.run(&batch_for(operator, vec![create])).await;
+    assert_eq!(code(&r.results[0]), Some(ErrorCode::PermissionDenied), "{r:#?}");
+    let log = stack.workers[0].log_text();
+    let warns: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    let quirk: Vec<&&str> = warns.iter().filter(|l| l.contains("ipmi_boot_flags_reported_invalid")).collect();
+    assert_eq!(quirk.len(), 1, "one line for the machine, not one per boot set: {warns:#?}");
+    assert_eq!(
+        warns.iter().filter(|l| l.contains("ipmi_cipher_suite_answered_other")).count(),
+        2,
+        "pyghmi's answer: once per machine: {warns:#?}"
+    );
+    assert!(!log.contains("half-created"), "no cleanup warning for a create that never left: {warns:#?}");
+}
+
+/// Log hygiene at fleet scale (issue 33: 6,001 WARN lines in one
+/// 1,000-BMC ipmi_sim run): ipmi_sim BMCs (20 by default,
+/// `BMCFLEET_QUIRK_FLEET` more) each get three boot-PXE batches; the
+/// worker logs ipmi_sim's boot-flag quirk once per machine, not once per
+/// boot set, and logs no other warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_ipmi_sim_logs_a_known_quirk_once_per_machine() {
+    let n: usize = std::env::var("BMCFLEET_QUIRK_FLEET").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let sims: Vec<IpmiSim> = (0..n).map(|_| IpmiSim::start().expect("ipmi_sim")).collect();
+    let stack = Stack::start(1, &["--lane-idle-timeout", "10m"]).await;
+    // One named credential (every simulator has the same account), one record per BMC.
+    let first = stack.topology.register_machine(&stack.producer.client, &sims[0].target()).await;
+    let js = async_nats::jetstream::new(stack.producer.client.clone());
+    let subjects = stack.topology.subjects();
+    let config = bmcfleet_common::streams::machines_config(&subjects, 1);
+    let bucket = bmcfleet_common::streams::bucket(&js, config, bmcfleet_common::streams::Mode::UseExisting);
+    let machines = bucket.await.expect("machines bucket");
+    let mut names = vec![first.clone()];
+    for (i, sim) in sims.iter().enumerate().skip(1) {
+        let name = format!("sim-{i}");
+        let m = Machine::new(name.clone(), sim.address(), Protocol::Ipmi, format!("machine/{first}"));
+        bmcfleet_common::registry::put(&machines, &m).await.expect("put machine");
+        names.push(name);
+    }
+    let boot =
+        || vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false })];
+    let mut sets = 0;
+    for round in 0..3 {
+        let batches: Vec<Batch> = names.iter().map(|n| bmcfleet_tests::producer::machine_batch(n, boot())).collect();
+        let mut results = bmcfleet_tests::producer::ResultCollector::start(&stack.producer.client, &subjects).await;
+        // At most 200 requests at once: within a client's share of the gateway.
+        use futures::StreamExt;
+        let submits = futures::stream::iter(batches.iter().map(|b| stack.producer.submit(b, false)));
+        let replies: Vec<Reply> = submits.buffer_unordered(200).collect().await;
+        let ids: Vec<BatchId> = replies
+            .into_iter()
+            .map(|reply| match reply {
+                Reply::Accepted(a) => a.id,
+                other => panic!("round {round}: {other:?}"),
+            })
+            .collect();
+        results.wait_all(&ids, Duration::from_secs(600)).await;
+        for id in &ids {
+            assert_eq!(results.results[id].state, BatchState::Succeeded, "round {round}: {:#?}", results.results[id]);
+            sets += 1;
+        }
+    }
+    assert!(sims.iter().all(|s| s.boot_device().as_deref() == Some("pxe")));
+    let log = stack.workers[0].log_text();
+    let warns: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    let quirk = warns.iter().filter(|l| l.contains("ipmi_boot_flags_reported_invalid")).count();
+    eprintln!("{n} ipmi_sim BMCs, {sets} boot sets: {} WARN lines, {quirk} of them the boot-flag quirk", warns.len());
+    assert_eq!(quirk, n, "one line per machine, not per boot set ({sets}): {warns:#?}");
+    assert_eq!(warns.len(), n, "no other warning: {warns:#?}");
+}

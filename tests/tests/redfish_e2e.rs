@@ -87,3 +87,41 @@ async fn capabilities_through_the_pipeline_against_sushy() {
     let r = stack.run(&batch_for(emu.target(), vec![Action::Power(PowerOp::Status)])).await;
     assert!(r.results[0].is_ok());
 }
+
+/// Issue 33: several systems behind one Redfish service (sushy-tools
+/// serving many VMs, a chassis manager) are machines of their own, told
+/// apart by `system_id`: both register at the same address, run batches
+/// side by side under their own ordering keys, and each acts on its own
+/// system only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_systems_behind_one_redfish_service_are_two_machines() {
+    use bmcfleet_testing::redfish::{FakeSystem, SushyEmulator};
+    let systems = vec![
+        FakeSystem::new("9a1d0c6e-3333-4c3a-9d55-000000000001", "vm-1", "Off"),
+        FakeSystem::new("9a1d0c6e-3333-4c3a-9d55-000000000002", "vm-2", "Off"),
+    ];
+    let builder = SushyEmulator::builder().systems(systems.clone());
+    let Some(emu) =
+        SushyEmulator::start_or_skip(builder, "two_systems_behind_one_redfish_service_are_two_machines").await
+    else {
+        return;
+    };
+    let stack = Stack::start(1, &[]).await;
+    let target = |n: usize| BmcTarget { system_id: Some(systems[n].uuid.clone()), ..emu.target() };
+    let boot = |device| Action::BootDevice(BootDeviceRequest { device, persistent: false, efi: false });
+    let (batch_1, batch_2) = (
+        batch_for(target(0), vec![boot(BootDevice::Pxe), Action::Power(PowerOp::On)]),
+        batch_for(target(1), vec![boot(BootDevice::Cdrom), Action::GetBootDevice]),
+    );
+    let (r1, r2) = tokio::join!(stack.run(&batch_1), stack.run(&batch_2));
+    assert_eq!(r1.state, BatchState::Succeeded, "{r1:#?}");
+    assert_eq!(r2.state, BatchState::Succeeded, "{r2:#?}");
+    assert_ne!(r1.bmc, r2.bmc, "each system its own machine and ordering key");
+    let (s1, s2) = (emu.system_path(0), emu.system_path(1));
+    assert_eq!(emu.get(&s1).await.unwrap()["Boot"]["BootSourceOverrideTarget"], "Pxe");
+    assert_eq!(emu.get(&s2).await.unwrap()["Boot"]["BootSourceOverrideTarget"], "Cd");
+    let Some(ActionData::BootDevice(read)) = &r2.results[1].data else { panic!("boot device: {r2:#?}") };
+    assert_eq!(read.device, BootDevice::Cdrom, "vm-2's own override, not vm-1's");
+    emu.wait_for(&s1, Duration::from_secs(30), |v| v["PowerState"] == "On").await.expect("vm-1 powers on");
+    assert_eq!(emu.get(&s2).await.unwrap()["PowerState"], "Off", "vm-1's power on did not reach vm-2");
+}

@@ -217,7 +217,7 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "machines:\n  - {name: web-3, address: 10.50.0.3, credentials: rack50}\n  - {name: web-4, address: '10.50.0.3:623', credentials: rack50}\n").unwrap();
     let (ok, _, err) = bmcctl(&e, &["machine", "apply", "-f", bad.to_str().unwrap()]);
-    assert!(!ok && err.contains("machines[1]") && err.contains("one BMC is one machine"), "{err}");
+    assert!(!ok && err.contains("machines[1]") && err.contains("same BMC endpoint"), "{err}");
     let (_, ls, _) = bmcctl(&e, &["machine", "ls"]);
     assert!(!ls.contains("web-3"), "a refused file wrote something: {ls}");
     // Change one, prune the other: first as a dry run in JSON (one document, nothing written).
@@ -263,7 +263,8 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     assert!(!ok && err.contains("already registered"), "{err}");
     let (ok, _, err) =
         bmcctl(&e, &["machine", "add", "web-10", "--address", "10.50.0.1:623", "--credentials", "rack50"]);
-    assert!(!ok && err.contains("already machine `web-1`"), "{err}");
+    // web-1 names no port: it stands for every port of its host.
+    assert!(!ok && err.contains("same BMC endpoint") && err.contains("`web-1`"), "{err}");
     let (ok, _, err) = bmcctl(&e, &["machine", "set", "web-9", "--label", "rack=60", "--tenant", "Bad Tenant"]);
     assert!(!ok && err.contains("tenant"), "{err}");
     let (ok, _, _) = bmcctl(&e, &["machine", "set", "web-9", "--label", "rack=60"]);
@@ -505,4 +506,109 @@ async fn a_machine_replaced_at_its_host_is_honoured_at_once() {
             other => panic!("replacement {i}: {other:?}"),
         }
     }
+}
+
+/// VirtualBMC's layout (issue 33): BMCs on one IP, one port each, are
+/// machines of their own. Both register (by `bmcctl machine add`), run
+/// batches side by side under their own ordering keys, and each batch acts
+/// on its own BMC; a third record at one of their endpoints (in another
+/// spelling) is refused. What the host rule protected still holds: an ad
+/// hoc target on that host (any port, or a name resolving to it) is
+/// refused, and a BMC may not be given that IP as its static address,
+/// even by a machine of that IP (another machine answers there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bmcs_on_one_ip_with_their_own_ports_are_two_machines() {
+    let e = env(&[]).await;
+    let p = &e.producer;
+    let (ok, _, err) = bmcctl_cred_put(&e, "vbmc", "pw-in-line");
+    assert!(ok, "{err}");
+    for (name, port) in [("port-a", 26400), ("port-b", 26401)] {
+        let address = format!("127.0.0.1:{port}");
+        let (ok, out, err) =
+            bmcctl(&e, &["machine", "add", name, "--address", &address, "--protocol", "sim", "--credentials", "vbmc"]);
+        assert!(ok, "{name}: {out}{err}");
+    }
+    let (ok, _, err) = bmcctl(
+        &e,
+        &[
+            "machine",
+            "add",
+            "port-a2",
+            "--address",
+            "[::ffff:127.0.0.1]:26400",
+            "--protocol",
+            "sim",
+            "--credentials",
+            "vbmc",
+        ],
+    );
+    assert!(!ok && err.contains("same BMC endpoint") && err.contains("`port-a`"), "{err}");
+
+    let mut results = bmcfleet_tests::producer::ResultCollector::start(&p.client, &e.topology.subjects()).await;
+    let a = bmcfleet_tests::producer::machine_batch("port-a", vec![Action::Power(PowerOp::On)]);
+    let b = bmcfleet_tests::producer::machine_batch(
+        "port-b",
+        vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Off), Action::Power(PowerOp::Status)],
+    );
+    let mut ids = Vec::new();
+    for (batch, key) in [(&a, "m-port-a"), (&b, "m-port-b")] {
+        let Reply::Accepted(acc) = p.submit(batch, false).await else { panic!("accepted") };
+        assert!(acc.subject.ends_with(&format!(".{key}")), "the machine's own ordering key: {}", acc.subject);
+        ids.push(acc.id);
+    }
+    results.wait_all(&ids, Duration::from_secs(60)).await;
+    for id in &ids {
+        assert_eq!(results.results[id].state, BatchState::Succeeded, "{:?}", results.results[id]);
+    }
+    assert_eq!(e.sim.power("v4-127-0-0-1-P26400"), Some(PowerState::On), "port-a's BMC");
+    assert_eq!(e.sim.power("v4-127-0-0-1-P26401"), Some(PowerState::Off), "port-b's BMC");
+    assert_eq!(results.results[&ids[1]].results[2].data, Some(ActionData::PowerState(PowerState::Off)));
+
+    // Ad hoc: not at a machine's endpoint, nor at another port of its host.
+    for address in ["127.0.0.1:26400", "127.0.0.1:26402"] {
+        let err = refusal(
+            p.submit(&bmcfleet_tests::checks::sim_batch(address, vec![Action::Power(PowerOp::Off)]), true).await,
+        );
+        assert_eq!(err.code, ErrorCode::TargetForbidden, "{address}: {err:?}");
+    }
+    // Nor through a name resolving to that host (the worker resolves it).
+    let mut by_name = bmcfleet_tests::checks::sim_batch("localhost:26400", vec![Action::Power(PowerOp::Off)]);
+    by_name.bmc.as_mut().unwrap().protocol = Protocol::Ipmi;
+    let Reply::Result(r) = p.submit(&by_name, true).await else { panic!("a result") };
+    let err = r.results[0].error.as_ref().expect("refused");
+    assert_eq!(err.code, ErrorCode::TargetForbidden, "{r:?}");
+    assert_eq!(e.sim.power("v4-127-0-0-1-P26400"), Some(PowerState::On), "nothing reached port-a's BMC");
+
+    // A static address of that IP: another machine answers there (port-b
+    // for port-a's BMC), so it is refused, at admission and by the worker.
+    let readdress = Action::NetworkSource(NetworkSourceOp::Static(StaticIpv4 {
+        address: [127, 0, 0, 1].into(),
+        netmask: [255, 0, 0, 0].into(),
+        gateway: None,
+    }));
+    let err =
+        refusal(p.submit(&bmcfleet_tests::producer::machine_batch("port-a", vec![readdress.clone()]), true).await);
+    assert_eq!(err.code, ErrorCode::TargetForbidden, "{err:?}");
+    assert!(err.message.contains("`port-b`"), "{err:?}");
+    let target = Machine::new("port-a", "127.0.0.1:26400".parse().unwrap(), Protocol::Sim, "vbmc").target();
+    let job = bmcfleet_tests::producer::job_of(
+        Batch { bmc: Some(target), ..bmcfleet_tests::producer::machine_batch("port-a", vec![readdress]) },
+        bmcfleet_schema::machine::DEFAULT_TENANT,
+    );
+    let id = job.id;
+    bmcfleet_tests::producer::queue_job(&p.client, &e.topology.subjects(), &job).await;
+    let done = bmcfleet_tests::producer::wait_final_statuses(
+        &p.client,
+        &e.topology.subjects(),
+        &[id],
+        Duration::from_secs(30),
+    )
+    .await;
+    let err = done[&id].results[0].error.as_ref().expect("refused by the worker");
+    assert_eq!(err.code, ErrorCode::TargetForbidden, "{err:?}");
+    assert!(
+        e.sim.log().iter().all(|l| l.action != "network_source_set"),
+        "no address change reached a BMC: {:?}",
+        e.sim.log()
+    );
 }

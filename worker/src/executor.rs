@@ -746,7 +746,8 @@ impl<'a> Run<'a> {
             return Err(Stop);
         }
         let ms = started.elapsed().as_millis() as u64;
-        let result = self.result(i, action, outcome, slot.provider().map(str::to_owned), ms);
+        let mut result = self.result(i, action, outcome, slot.provider().map(str::to_owned), ms);
+        result.cipher_suite = slot.cipher_suite();
         self.observe_power(&result).await;
         span.record("provider", result.provider.as_deref().unwrap_or("-"));
         span.record("outcome", result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("ok"));
@@ -797,7 +798,7 @@ impl<'a> Run<'a> {
     /// Action `i`'s context: its deadline (the batch's, bounded by
     /// `--action-timeout`, or `--firmware-update-timeout` for an action that
     /// watches a BMC task), `gate` as its send gate and task log, and the
-    /// worker's settle timeout and firmware images.
+    /// worker's settle timeout, firmware images and quirk log (once per BMC).
     fn ctx(&self, i: usize, action: &bmcfleet_schema::Action, gate: &Arc<ActionGate>) -> Ctx {
         let left = Duration::from_millis(self.job.deadline_at_ms.saturating_sub(now_ms()));
         let longest =
@@ -813,6 +814,7 @@ impl<'a> Run<'a> {
             .with_tasks(gate.clone())
             .with_settle(Some(self.shared.power_settle))
             .with_images(self.shared.firmware_images.clone())
+            .with_quirks(self.shared.quirks.for_bmc(&self.job.key()))
     }
 
     /// Action `i`'s result from its attempt's outcome.

@@ -27,6 +27,7 @@ pub mod membership;
 pub mod metrics;
 pub mod partition;
 pub mod providers;
+pub mod quirks;
 pub mod session;
 pub mod slots;
 pub mod state;
@@ -73,6 +74,8 @@ pub struct Shared {
     pub metrics: metrics::Metrics,
     /// Observed state of the machines this worker polls.
     pub state: state::StateBook,
+    /// Which machine has shown which known BMC quirk (logged once per machine).
+    pub quirks: Arc<quirks::QuirkBook>,
 }
 
 fn default_worker_id() -> String {
@@ -228,6 +231,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         power_settle: config.power_settle_timeout,
         guard: config.guard(),
         slots: config.slots(),
+        quirks: Arc::new(quirks::QuirkBook::new(&metrics)),
         metrics,
         state: state::StateBook::new(state_store, config.state()),
     });

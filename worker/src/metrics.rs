@@ -59,6 +59,18 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SuiteLabels {
+    /// The RMCP+ cipher suite id (`17`, `3`).
+    pub cipher_suite: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuirkLabels {
+    /// The quirk's stable name (`ipmi_boot_flags_reported_invalid`, ...).
+    pub quirk: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency() -> Histogram {
@@ -108,6 +120,10 @@ bmcfleet_common::metrics! {
         poll_seconds: Histogram = latency(), "poll_duration_seconds";
         /// How far the most overdue machine poll is behind its schedule
         polls_behind_seconds: Family<PartitionLabels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default(), "polls_behind_seconds";
+        /// IPMI actions, by the RMCP+ cipher suite of the session that ran them
+        ipmi_actions: Family<SuiteLabels, Counter> = Family::default(), "ipmi_actions";
+        /// Known BMC quirks worked around (each logged once per machine), by quirk
+        bmc_quirks: Family<QuirkLabels, Counter> = Family::default(), "bmc_quirks";
         /// Observed machine state written (changes and heartbeats)
         state_writes: Counter = Counter::default(), "state_writes";
         /// Machine state events published, by kind (power_changed, unreachable, recovered)
@@ -129,6 +145,9 @@ impl Metrics {
     }
 
     pub fn action(&self, result: &ActionResult, protocol: &str) {
+        if let Some(suite) = result.cipher_suite {
+            self.ipmi_actions.get_or_create(&SuiteLabels { cipher_suite: suite.to_string() }).inc();
+        }
         let outcome = result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("ok");
         let protocol = result.provider.as_deref().unwrap_or(protocol);
         self.actions

@@ -135,6 +135,11 @@ impl SessionSlot {
         self.open.as_ref().map(|o| o.session.provider())
     }
 
+    /// IPMI: the cipher suite of the open session.
+    pub fn cipher_suite(&self) -> Option<u8> {
+        self.open.as_ref().and_then(|o| o.session.cipher_suite())
+    }
+
     pub async fn close(&mut self) {
         self.close_if(true).await;
     }

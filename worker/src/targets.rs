@@ -65,10 +65,11 @@ impl Targets {
         Targets { machines, ad_hoc, names: Default::default() }
     }
 
-    /// The registered machine whose host name resolves to one of `ips`
-    /// (names resolved more than [`NAME_TTL`] ago, or never, are resolved
-    /// now; a name that does not resolve stands for no address).
-    async fn machine_named_at(&self, ips: &[IpAddr]) -> Option<String> {
+    /// The registered machines whose host name resolves to one of `ips`,
+    /// whatever their ports (names resolved more than [`NAME_TTL`] ago, or
+    /// never, are resolved now; a name that does not resolve stands for no
+    /// address).
+    async fn machines_named_at(&self, ips: &[IpAddr]) -> Vec<String> {
         // A `sim` machine's name only labels a simulated BMC: never resolved.
         let named: Vec<(String, String)> = self
             .machines
@@ -77,7 +78,7 @@ impl Targets {
             .map(|m| (m.address.host_string(), m.name.clone()))
             .collect();
         if named.is_empty() || ips.is_empty() {
-            return None;
+            return Vec::new();
         }
         let mut names = self.names.lock().await;
         let now = Instant::now();
@@ -97,8 +98,9 @@ impl Targets {
         names.extend(resolved.into_iter().map(|(host, ips)| (host, (now, ips))));
         named
             .into_iter()
-            .find(|(host, _)| names.get(host).is_some_and(|(_, resolved)| resolved.iter().any(|ip| ips.contains(ip))))
+            .filter(|(host, _)| names.get(host).is_some_and(|(_, resolved)| resolved.iter().any(|ip| ips.contains(ip))))
             .map(|(_, machine)| machine)
+            .collect()
     }
 
     /// The target to use for `job`, or why nothing may be sent.
@@ -143,7 +145,7 @@ impl Targets {
             }
         }
         // An address a registered machine's host name resolves to is that machine.
-        if let Some(machine) = self.machine_named_at(&ips).await {
+        if let Some(machine) = self.machines_named_at(&ips).await.into_iter().next() {
             return Err(forbidden(format!(
                 "{} is an address of registered machine `{machine}` (registered by host name): name the machine instead",
                 t.address.host_string()
@@ -164,11 +166,11 @@ impl Targets {
     pub async fn static_address_refusal(&self, job: &Job, address: std::net::Ipv4Addr) -> Option<ErrorBody> {
         let ip = IpAddr::V4(address);
         let own = job.batch.machine.as_deref();
-        let other = match self.machines.machine_at_ip(ip) {
-            Some(m) => Some(m),
-            None => self.machine_named_at(&[ip]).await,
-        };
-        other.filter(|m| Some(m.as_str()) != own).map(|m| {
+        // Every machine of that IP, whatever its port (several BMCs may
+        // share an IP; a BMC answers on every port of its address).
+        let mut at = self.machines.machines_at_ip(ip);
+        at.extend(self.machines_named_at(&[ip]).await);
+        at.into_iter().find(|m| Some(m.as_str()) != own).map(|m| {
             // Another tenant's machine is not named to a tenant.
             let whose = if job.tenant == bmcfleet_schema::machine::DEFAULT_TENANT { format!("registered machine `{m}`") } else { "a registered machine".to_owned() };
             forbidden(format!("{address} is the address of {whose}: a BMC may not be given another machine's address; nothing was sent"))

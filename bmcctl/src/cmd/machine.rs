@@ -53,18 +53,14 @@ struct MachineFile {
 pub fn parse_file(text: &str, file: &str) -> anyhow::Result<Vec<Machine>> {
     let parsed: MachineFile = serde_norway::from_str(text).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let mut names = BTreeMap::new();
-    let mut hosts = BTreeMap::new();
     for (i, m) in parsed.machines.iter().enumerate() {
         m.validate().map_err(|e| anyhow::anyhow!("{file}: machines[{i}]: {e}"))?;
         if let Some(j) = names.insert(m.name.clone(), i) {
             bail!("{file}: machines[{i}]: the name `{}` is also used by machines[{j}]", m.name);
         }
-        if let Some(other) = hosts.insert(m.host_identity(), m.name.clone()) {
-            bail!(
-                "{file}: machines[{i}] (`{}`): host {} is also machine `{other}`; one BMC is one machine",
-                m.name,
-                m.host_identity()
-            );
+        // One BMC endpoint is one machine (host, port, system: Machine::conflict_with).
+        if let Some(why) = parsed.machines[..i].iter().find_map(|o| m.conflict_with(o)) {
+            bail!("{file}: machines[{i}]: {why}");
         }
     }
     Ok(parsed.machines)
@@ -149,10 +145,8 @@ async fn put_one(
     m: &Machine,
 ) -> anyhow::Result<()> {
     m.validate()?;
-    if let Some(other) =
-        load_all(kv).await?.values().find(|o| o.name != m.name && o.host_identity() == m.host_identity())
-    {
-        bail!("host {} is already machine `{}`; one BMC is one machine", m.host_identity(), other.name);
+    if let Some(why) = load_all(kv).await?.values().find_map(|o| m.conflict_with(o)) {
+        bail!("{why}");
     }
     let revision = bmcfleet_common::registry::put(kv, m).await.map_err(anyhow::Error::msg)?;
     audit(
@@ -308,8 +302,8 @@ pub async fn run(
             // Hosts of machines that stay must not collide with the file's.
             for (name, m) in &stored {
                 if !*prune && !wanted_names.contains_key(name.as_str()) {
-                    if let Some(w) = wanted.iter().find(|w| w.host_identity() == m.host_identity()) {
-                        bail!("{file}: `{}` is at host {}, which is registered machine `{name}` (remove it or use --prune)", w.name, m.host_identity());
+                    if let Some(why) = wanted.iter().find_map(|w| w.conflict_with(m)) {
+                        bail!("{file}: {why}; `{name}` is registered and stays (remove it or use --prune)");
                     }
                 }
             }
@@ -442,7 +436,7 @@ mod tests {
             ("machines:\n  - {name: A B, address: 10.0.0.1, credentials: c}\n", "machines[0]"),
             ("machines:\n  - {name: a, address: 10.0.0.300, credentials: c}\n", "invalid BMC address"),
             ("machines:\n  - {name: a, address: 10.0.0.1, credentials: c}\n  - {name: a, address: 10.0.0.2, credentials: c}\n", "also used"),
-            ("machines:\n  - {name: a, address: 10.0.0.1, credentials: c}\n  - {name: b, address: '10.0.0.1:623', credentials: c}\n", "one BMC is one machine"),
+            ("machines:\n  - {name: a, address: 10.0.0.1, credentials: c}\n  - {name: b, address: '10.0.0.1:623', credentials: c}\n", "same BMC endpoint"),
         ] {
             let e = parse_file(text, "m.yaml").unwrap_err().to_string();
             assert!(e.contains(says) && e.starts_with("m.yaml"), "{text}: {e}");

@@ -147,6 +147,12 @@ macro_rules! capabilities {
 
             /// Close the session on the BMC (logout, Close Session). Best effort.
             async fn close(&mut self) {}
+
+            /// IPMI: the RMCP+ cipher suite the session runs (reported with
+            /// each action's result). `None` for other protocols.
+            fn cipher_suite(&self) -> Option<u8> {
+                None
+            }
         }
 
         /// The capabilities a session implements, derived from its accessors.

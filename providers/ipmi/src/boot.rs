@@ -31,9 +31,10 @@ impl<T: Transport> BootControl for IpmiSession<T> {
         self.exec(ctx, &cmd::SET_BOOT_OPTIONS, flags).await?;
         let data = self.exec(ctx, &cmd::GET_BOOT_OPTIONS, cmd::get_boot_flags_request()).await?;
         if cmd::check_boot_read_back(req, &data)? == cmd::BootReadBack::SelectorOnly {
-            tracing::warn!(
-                bmc = %self.bmc,
-                "The BMC reads back the boot device that was set but reports the boot flags invalid (it keeps only the device, as ipmi_sim does)."
+            // Known of ipmi_sim: logged once per machine by the worker, not per action.
+            ctx.quirk(
+                "ipmi_boot_flags_reported_invalid",
+                "The BMC reads back the boot device that was set but reports the boot flags invalid (it keeps only the device, as ipmi_sim does); persistence and mode cannot be verified.",
             );
         }
         Ok(Applies::Now)

@@ -73,6 +73,12 @@ impl IpmiConnector {
                 ctx.send_gate(),
             )
             .await?;
+            if let (Some(proposed), Some(used)) = (transport.answered_other_than(), transport.cipher_suite()) {
+                ctx.quirk(
+                    "ipmi_cipher_suite_answered_other",
+                    &format!("The BMC answered the proposal of {proposed} with {used}, which the machine's list allows (as pyghmi and VirtualBMC do); the session uses {used}."),
+                );
+            }
             let session = IpmiSession::new(transport, bmc.clone()).with_verify(self.config.verify);
             Ok(match self.config.channel {
                 Some(channel) => session.with_channel(channel),

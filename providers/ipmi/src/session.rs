@@ -147,4 +147,7 @@ impl<T: Transport + 'static> BmcSession for IpmiSession<T> {
     async fn close(&mut self) {
         self.transport.close().await;
     }
+    fn cipher_suite(&self) -> Option<u8> {
+        self.transport.cipher_suite()
+    }
 }

@@ -68,6 +68,11 @@ pub trait Transport: Send {
         crate::Privilege::Administrator
     }
 
+    /// The RMCP+ cipher suite id the session runs, where there is one.
+    fn cipher_suite(&self) -> Option<u8> {
+        None
+    }
+
     /// Ends the session on the BMC (Close Session). Best effort.
     async fn close(&mut self) {}
 }

@@ -94,8 +94,8 @@ impl<T: Transport> IpmiSession<T> {
         Ok(())
     }
 
+    /// The writes after Set User Name (the caller's first).
     async fn create_in_slot(&mut self, ctx: &Ctx, channel: u8, id: u8, spec: &UserSpec) -> Result<()> {
-        self.exec(ctx, &cmd::SET_USER_NAME, cmd::encode_set_user_name(id, &spec.name)).await?;
         self.exec(
             ctx,
             &cmd::SET_USER_PASSWORD,
@@ -103,6 +103,13 @@ impl<T: Transport> IpmiSession<T> {
         )
         .await?;
         self.set_enabled(ctx, channel, id, cmd::role_privilege(spec.role), spec.enabled).await
+    }
+
+    /// A create failed after its first write reached the BMC: clear the slot again.
+    async fn clear_after_failed_create(&mut self, ctx: &Ctx, channel: u8, id: u8) {
+        if let Err(cleanup) = self.clear_slot(ctx, channel, id).await {
+            tracing::warn!(bmc = %self.bmc, slot = id, error = %cleanup, "Could not clear a half-created user slot.");
+        }
     }
 
     async fn clear_slot(&mut self, ctx: &Ctx, channel: u8, id: u8) -> Result<()> {
@@ -151,6 +158,16 @@ impl<T: Transport> Users for IpmiSession<T> {
         let id = names.iter().find(|(_, n)| n.as_deref() == Some("")).map(|(id, _)| *id).ok_or_else(|| {
             ProviderError::new(ErrorCode::BmcError, format!("no free user slot (all {} slots are named)", names.len()))
         })?;
+        // The slot's first write. Refused before it left (a privilege the
+        // session lacks): nothing was written, so there is nothing to clear.
+        match self.exec(ctx, &cmd::SET_USER_NAME, cmd::encode_set_user_name(id, &spec.name)).await {
+            Err(e) if e.not_sent => return Err(e),
+            Err(e) => {
+                self.clear_after_failed_create(ctx, channel, id).await;
+                return Err(e);
+            }
+            Ok(_) => {}
+        }
         let made = match self.create_in_slot(ctx, channel, id, spec).await {
             Ok(()) => {
                 self.verify_slot(ctx, channel, id, &spec.name, Some(cmd::role_privilege(spec.role)), Some(spec.enabled))
@@ -159,9 +176,7 @@ impl<T: Transport> Users for IpmiSession<T> {
             Err(e) => Err(e),
         };
         if let Err(e) = made {
-            if let Err(cleanup) = self.clear_slot(ctx, channel, id).await {
-                tracing::warn!(bmc = %self.bmc, slot = id, error = %cleanup, "Could not clear a half-created user slot.");
-            }
+            self.clear_after_failed_create(ctx, channel, id).await;
             return Err(e);
         }
         made

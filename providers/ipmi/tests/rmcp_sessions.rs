@@ -120,6 +120,55 @@ async fn a_bmc_without_suite_17_gets_suite_3_and_the_order_is_the_machines() {
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
+/// What pyghmi's BMC (and so VirtualBMC) does: every proposal answered
+/// with status 0 and suite 3's algorithms. Accepted when the machine's
+/// list allows suite 3 (the session runs suite 3 and says so), else that
+/// proposal counts as refused and the next suite of the list is proposed;
+/// a suite outside the list is never used.
+#[tokio::test]
+async fn a_bmc_answering_another_suite_is_used_only_within_the_machines_list() {
+    let f = fleet(LanConfig::default());
+    let bmc = f.bmc(0);
+    bmc.faults().answer_with_suite = Some(3);
+    let mut s = open(&connector(), bmc, &admin()).await;
+    assert_eq!(s.transport().cipher_suite(), Some(CipherSuite::S3), "the suite the BMC answered with");
+    assert_eq!(s.transport().answered_other_than(), Some(CipherSuite::S17), "17 was proposed");
+    assert_eq!(Power::power(&mut s, &ctx(), PowerOp::On).await.unwrap(), Some(PowerState::On));
+    let stats = bmc.stats();
+    assert_eq!((stats.open_session_requests, stats.handshakes), (1, 1), "one handshake, no second proposal: {stats:?}");
+
+    // A BMC that takes the proposal: nothing to report.
+    bmc.faults().answer_with_suite = None;
+    let s = open(&connector(), bmc, &admin()).await;
+    assert_eq!((s.transport().cipher_suite(), s.transport().answered_other_than()), (Some(CipherSuite::S17), None));
+
+    // Only 17 allowed: suite 3 is refused, whatever the BMC says.
+    bmc.faults().answer_with_suite = Some(3);
+    let e = connector_with(vec![CipherSuite::S17], Privilege::Administrator, 1)
+        .open(&ctx(), &target(bmc), &admin())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("cipher suite 3, which this machine's list does not allow"), "{e}");
+
+    // A weaker answer (suite 2: no confidentiality) to a list of 17 and 3:
+    // both proposals refused, never a session without encryption.
+    bmc.faults().answer_with_suite = Some(2);
+    let before = bmc.stats();
+    let e = connector().open(&ctx(), &target(bmc), &admin()).await.err().unwrap();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+    assert!(e.message.contains("cipher suite 17") && e.message.contains("cipher suite 3"), "{e}");
+    let after = bmc.stats();
+    assert_eq!(after.open_session_requests - before.open_session_requests, 2, "each suite of the list proposed once");
+    assert_eq!(after.handshakes, before.handshakes, "no session was activated");
+
+    // Suite 1 (no integrity) likewise.
+    bmc.faults().answer_with_suite = Some(1);
+    let e = connector().open(&ctx(), &target(bmc), &admin()).await.err().unwrap();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+}
+
 #[tokio::test]
 async fn wrong_password_and_unknown_user_under_suite_17_are_auth_failed() {
     let f = fleet(LanConfig { cipher_suites: vec![17], ..LanConfig::default() });

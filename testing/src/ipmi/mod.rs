@@ -8,6 +8,8 @@
 //! - [`lan`]: the same semantics on the wire: [`LanFleet`] runs many
 //!   RMCP+ BMCs (cipher suites 1/2/3/17) on loopback UDP ports, proven with
 //!   ipmitool and FreeIPMI.
+//! - [`PyghmiBmc`]: pyghmi's BMC server (what VirtualBMC runs) from
+//!   `testing/pyghmi/bmc.py`, keeping real power and boot state.
 //! - [`wait_until`]: poll a condition against a deadline (never a bare sleep).
 //!
 //! Requires the Debian packages `openipmi` (`ipmi_sim`) and, for
@@ -35,9 +37,11 @@
 //! ```
 
 pub mod lan;
+mod pyghmi;
 mod spec_bmc;
 
 pub use lan::{LanBmc, LanConfig, LanFaults, LanFleet, LanStats};
+pub use pyghmi::{PyghmiBmc, PyghmiState};
 pub use spec_bmc::{Fault, SpecBmc, SpecHandle, SpecLan, SpecState, SpecUser, LAN_CHANNEL, MAX_USERS};
 
 use bmcfleet_ipmi::probe;

@@ -42,6 +42,14 @@ impl CipherSuite {
         CipherSuite::ALL.into_iter().find(|s| s.id() == id)
     }
 
+    /// The suite an Open Session Response's algorithms form, if any of
+    /// ours (RAKP "none" and unknown numbers form none).
+    pub(crate) fn from_algorithms(a: super::wire::Algorithms) -> Option<CipherSuite> {
+        CipherSuite::ALL.into_iter().find(|s| {
+            [s.auth_alg(), s.integrity_alg(), s.confidentiality_alg()] == [a.auth, a.integrity, a.confidentiality]
+        })
+    }
+
     /// Its IPMI id.
     pub fn id(self) -> u8 {
         match self {

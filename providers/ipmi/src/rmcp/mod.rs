@@ -23,7 +23,10 @@
 //! 2. **Handshake** (§13.17–13.23): Open Session with each cipher suite of
 //!    the configured order ([`RmcpConfig::cipher_suites`], default 17 then
 //!    3) until the BMC accepts one; a BMC that refuses a suite with an
-//!    algorithm or cipher-suite status moves on to the next. RAKP 1 asks for
+//!    algorithm or cipher-suite status moves on to the next. A BMC that
+//!    answers with other algorithms than proposed (pyghmi, VirtualBMC:
+//!    suite 3 to any proposal) is followed only into a suite the list
+//!    allows; otherwise that proposal counts as refused. RAKP 1 asks for
 //!    the configured [`Privilege`] with username+privilege lookup, then —
 //!    if the BMC has no entry for that name at exactly that privilege —
 //!    with name-only lookup (what ipmitool and FreeIPMI use); the
@@ -136,6 +139,9 @@ struct Stats {
     unhealthy: AtomicBool,
     /// Id of the cipher suite of the current session (0: none yet).
     suite: AtomicU8,
+    /// Id of the suite proposed when the BMC answered with the other
+    /// (allowed) suite of [`Stats::suite`] instead (0: it took the proposal).
+    proposed: AtomicU8,
 }
 
 /// An RMCP+ session to one BMC; see the module docs.
@@ -197,6 +203,13 @@ impl RmcpTransport {
         CipherSuite::from_id(self.stats.suite.load(Ordering::Relaxed))
     }
 
+    /// When the BMC answered a proposal with another suite of the
+    /// machine's list (and the session uses that one): the suite proposed.
+    /// `None` when the BMC took the suite proposed.
+    pub fn answered_other_than(&self) -> Option<CipherSuite> {
+        CipherSuite::from_id(self.stats.proposed.load(Ordering::Relaxed))
+    }
+
     /// The privilege the session runs at.
     pub fn privilege(&self) -> Privilege {
         self.privilege
@@ -252,6 +265,10 @@ impl Transport for RmcpTransport {
 
     fn privilege(&self) -> Privilege {
         self.privilege
+    }
+
+    fn cipher_suite(&self) -> Option<u8> {
+        RmcpTransport::cipher_suite(self).map(CipherSuite::id)
     }
 
     async fn close(&mut self) {
@@ -457,14 +474,16 @@ impl Engine {
             };
             match attempt {
                 Ok(session) => {
+                    let used = session.keys.suite;
                     self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
-                    self.stats.suite.store(suite.id(), Ordering::Relaxed);
+                    self.stats.suite.store(used.id(), Ordering::Relaxed);
+                    self.stats.proposed.store(if used == suite { 0 } else { suite.id() }, Ordering::Relaxed);
                     self.session = Some(session);
                     if let Err(e) = self.raise_privilege(deadline).await {
                         self.close_session().await;
                         return Err(e);
                     }
-                    tracing::debug!(bmc = %self.peer, channel = caps.channel, suite = suite.id(),
+                    tracing::debug!(bmc = %self.peer, channel = caps.channel, suite = used.id(), proposed = suite.id(),
                         privilege = %self.config.privilege, "RMCP+ session established.");
                     return Ok(());
                 }
@@ -557,9 +576,15 @@ impl Engine {
         }
     }
 
+    /// One handshake proposing `proposed`. The BMC may answer with other
+    /// algorithms (pyghmi and VirtualBMC answer suite 3 to any proposal, as
+    /// some vendors' BMCs do): a suite the machine's list allows is used,
+    /// anything else is this proposal refused (the next suite of the list
+    /// is proposed). Never weaker than the list: a suite outside it (none
+    /// integrity, RAKP none, unknown numbers) is never used.
     async fn handshake(
         &mut self,
-        suite: CipherSuite,
+        proposed: CipherSuite,
         name_only: bool,
         deadline: Instant,
     ) -> Result<Session, Handshake> {
@@ -569,11 +594,10 @@ impl Engine {
         // RAKP 1 role byte: the privilege, bit 4 set for name-only lookup.
         let role = self.config.privilege.level() | if name_only { 0x10 } else { 0 };
         let user = self.username.as_bytes().to_vec();
-        let hash = suite.hash();
         let kuid = kuid(self.password.expose().as_bytes());
 
         // Open Session.
-        let open = wire::open_session_request(1, role, console_sid, suite);
+        let open = wire::open_session_request(1, role, console_sid, proposed);
         let opened = self
             .presession(
                 &mut endpoint,
@@ -581,11 +605,25 @@ impl Engine {
                 &open,
                 wire::PT_OPEN_SESSION_RESPONSE,
                 deadline,
-                |p| wire::open_session_response(p, 1, console_sid, suite),
+                |p| wire::open_session_response(p, 1, console_sid),
             )
             .await?;
-        let bmc_sid = match opened {
-            wire::OpenSession::Ok { bmc_sid, .. } => bmc_sid,
+        let (bmc_sid, suite) = match opened {
+            wire::OpenSession::Ok { bmc_sid, algorithms, .. } => match CipherSuite::from_algorithms(algorithms) {
+                Some(suite) if suite == proposed => (bmc_sid, suite),
+                Some(suite) if self.config.cipher_suites.contains(&suite) => {
+                    tracing::debug!(bmc = %self.peer, proposed = proposed.id(), answered = suite.id(),
+                        "The BMC answered with another cipher suite of the machine's list; using it.");
+                    (bmc_sid, suite)
+                }
+                other => {
+                    let what = match other {
+                        Some(suite) => format!("{suite}, which this machine's list does not allow"),
+                        None => format!("{algorithms}, which form no suite bmcfleet uses"),
+                    };
+                    return Err(Handshake::SuiteRefused(format!("the BMC answered with {what}")));
+                }
+            },
             wire::OpenSession::Refused(status) => {
                 let why = format!("Open Session status 0x{status:02X} ({})", rmcp_status(status));
                 return Err(match status {
@@ -603,6 +641,8 @@ impl Engine {
                 });
             }
         };
+
+        let hash = suite.hash();
 
         // RAKP 1 / 2.
         let rm = random16();
@@ -886,7 +926,7 @@ pub(crate) fn fuzz_wire(data: &[u8]) {
     for suite in CipherSuite::ALL {
         let keys = SessionKeys::derive(suite, &[0x11; 20]);
         let _ = wire::open_session_packet(&keys, data);
-        let _ = wire::open_session_response(data, data.first().copied().unwrap_or(0), 1, suite);
+        let _ = wire::open_session_response(data, data.first().copied().unwrap_or(0), 1);
         let _ = keys.decrypt(data);
     }
     for pt in [wire::PT_OPEN_SESSION_RESPONSE, wire::PT_RAKP2, wire::PT_RAKP4] {

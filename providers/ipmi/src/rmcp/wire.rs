@@ -226,6 +226,7 @@ pub(crate) enum OpenSession {
     Ok {
         bmc_sid: u32,
         privilege: u8,
+        algorithms: Algorithms,
     },
     /// A non-zero RMCP+ status code (§13.24).
     Refused(u8),
@@ -258,12 +259,12 @@ macro_rules! setup_reply {
     }};
 }
 
-pub(crate) fn open_session_response(
-    p: &[u8],
-    tag: u8,
-    console_sid: u32,
-    suite: CipherSuite,
-) -> Result<OpenSession, &'static str> {
+/// The Open Session Response's answer (status 0): the BMC's session id,
+/// the privilege it grants, and the algorithms it chose. Which of our
+/// suites those form, if any, and whether the machine allows it, is the
+/// session's decision ([`CipherSuite::from_algorithms`]): a BMC may answer a
+/// proposal with other algorithms (pyghmi, VirtualBMC: suite 3 to any).
+pub(crate) fn open_session_response(p: &[u8], tag: u8, console_sid: u32) -> Result<OpenSession, &'static str> {
     let p = match setup_reply!(p, tag, console_sid, 36, "Open Session Response") {
         Ok(p) => p,
         Err(status) => return Ok(OpenSession::Refused(status)),
@@ -272,14 +273,29 @@ pub(crate) fn open_session_response(
     if bmc_sid == 0 {
         return Err("the BMC assigned session id 0");
     }
-    // The BMC must have accepted exactly the proposed algorithms.
-    let chosen = [p[16] & 0x3F, p[24] & 0x3F, p[32] & 0x3F];
-    if chosen != [suite.auth_alg(), suite.integrity_alg(), suite.confidentiality_alg()]
-        || [p[12], p[20], p[28]] != [0, 1, 2]
-    {
-        return Err("the BMC answered with other algorithms than proposed");
+    if [p[12], p[20], p[28]] != [0, 1, 2] {
+        return Err("the BMC's algorithm payloads are not authentication, integrity, confidentiality");
     }
-    Ok(OpenSession::Ok { bmc_sid, privilege: p[2] & 0x0F })
+    let algorithms = Algorithms { auth: p[16] & 0x3F, integrity: p[24] & 0x3F, confidentiality: p[32] & 0x3F };
+    Ok(OpenSession::Ok { bmc_sid, privilege: p[2] & 0x0F, algorithms })
+}
+
+/// The algorithms of an Open Session Response (§13.28 numbers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Algorithms {
+    pub auth: u8,
+    pub integrity: u8,
+    pub confidentiality: u8,
+}
+
+impl std::fmt::Display for Algorithms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "authentication {}, integrity {}, confidentiality {}",
+            self.auth, self.integrity, self.confidentiality
+        )
+    }
 }
 
 /// RAKP Message 1 (§13.20).
@@ -398,12 +414,17 @@ mod tests {
         resp.extend_from_slice(&0xA0B0C0D0u32.to_le_bytes());
         resp.extend_from_slice(&0x11u32.to_le_bytes());
         resp.extend_from_slice(&p[8..32]);
+        let s17 = Algorithms { auth: 3, integrity: 4, confidentiality: 1 };
         assert_eq!(
-            open_session_response(&resp, 7, 0xA0B0C0D0, CipherSuite::S17),
-            Ok(OpenSession::Ok { bmc_sid: 0x11, privilege: 4 })
+            open_session_response(&resp, 7, 0xA0B0C0D0),
+            Ok(OpenSession::Ok { bmc_sid: 0x11, privilege: 4, algorithms: s17 })
         );
-        assert!(open_session_response(&resp, 7, 0xA0B0C0D0, CipherSuite::S3).is_err());
-        assert_eq!(open_session_response(&[7, 0x11], 7, 1, CipherSuite::S3), Ok(OpenSession::Refused(0x11)));
+        assert_eq!(CipherSuite::from_algorithms(s17), Some(CipherSuite::S17));
+        let mut swapped = resp.clone();
+        swapped.swap(12, 20);
+        assert!(open_session_response(&swapped, 7, 0xA0B0C0D0).is_err(), "payload types out of order");
+        assert!(open_session_response(&resp, 7, 0xA0B0C0D1).is_err(), "another console session");
+        assert_eq!(open_session_response(&[7, 0x11], 7, 1), Ok(OpenSession::Refused(0x11)));
         let pkt = presession(PT_OPEN_SESSION_RESPONSE, &resp);
         assert_eq!(route(&pkt), Route::Session(Some(0xA0B0C0D0)));
         assert_eq!(route(&presession(PT_OPEN_SESSION_RESPONSE, &[7, 0x11])), Route::Session(None));

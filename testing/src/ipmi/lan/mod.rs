@@ -182,6 +182,10 @@ pub struct LanFaults {
     pub wrong_session_id: u32,
     /// Suites refused at Open Session (status 0x11) although offered.
     pub refused_suites: Vec<u8>,
+    /// Every Open Session is answered with status 0 and this suite's
+    /// algorithms, whatever was proposed (what pyghmi's BMC, and so
+    /// VirtualBMC, does with suite 3); the session then runs that suite.
+    pub answer_with_suite: Option<u8>,
     /// The next N RAKP 2 replies carry a managed-system random that the BMC
     /// then replaces, as when a retransmitted RAKP 1 crossed the first
     /// reply: the console's RAKP 3 proof no longer matches (status 0x0F).

@@ -106,6 +106,7 @@ struct Reply {
 struct Pending {
     wrong_sid: bool,
     refused_suites: Vec<u8>,
+    answer_with_suite: Option<u8>,
     /// This RAKP 1's reply carries a random the BMC then replaces.
     supersede_rakp2: bool,
 }
@@ -171,6 +172,7 @@ impl Bmc {
             Pending {
                 wrong_sid: f.wrong_session_id > 0,
                 refused_suites: if opening { f.refused_suites.clone() } else { Vec::new() },
+                answer_with_suite: f.answer_with_suite,
                 supersede_rakp2,
             }
         };
@@ -333,11 +335,13 @@ impl Bmc {
         if !crypto::SUITES.iter().any(|s| s.confidentiality == confidentiality) {
             return refuse(core, status::INVALID_CONFIDENTIALITY_ALGORITHM);
         }
-        let Some(suite) = offered
-            .iter()
-            .copied()
-            .find(|s| s.auth == auth && s.integrity == integrity && s.confidentiality == confidentiality)
-        else {
+        let answered = f.answer_with_suite.and_then(CipherSuite::by_id);
+        let Some(suite) = answered.or_else(|| {
+            offered
+                .iter()
+                .copied()
+                .find(|s| s.auth == auth && s.integrity == integrity && s.confidentiality == confidentiality)
+        }) else {
             return refuse(core, status::NO_CIPHER_SUITE_MATCH);
         };
         let max_privilege = if requested == 0 { PRIV_ADMIN } else { requested };
@@ -354,7 +358,7 @@ impl Bmc {
         let mut payload = vec![tag, status::OK, max_privilege, 0];
         payload.extend_from_slice(&reply_sidm(sidm, f.wrong_sid).to_le_bytes());
         payload.extend_from_slice(&sidc.to_le_bytes());
-        for (kind, alg) in [auth, integrity, confidentiality].into_iter().enumerate() {
+        for (kind, alg) in [suite.auth, suite.integrity, suite.confidentiality].into_iter().enumerate() {
             payload.extend_from_slice(&[kind as u8, 0, 0, 8, alg, 0, 0, 0]);
         }
         Some(Reply {
