@@ -99,7 +99,7 @@ impl Requester {
     }
 
     /// Whether this requester may see a batch of `tenant`.
-    fn sees(&self, tenant: &str) -> bool {
+    pub(crate) fn sees(&self, tenant: &str) -> bool {
         match self {
             Requester::Operator => true,
             Requester::Tenant(t) => t == tenant,
@@ -107,7 +107,7 @@ impl Requester {
     }
 }
 
-fn header<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
     headers.and_then(|h| h.get(name)).map(|v| v.as_str())
 }
 
@@ -124,7 +124,7 @@ const MAX_ERROR_HEADER: usize = 1024;
 /// `HeaderValue::from` panics on them) as spaces, at most
 /// [`MAX_ERROR_HEADER`] bytes. A message may quote what a producer sent
 /// (an unknown field, a duration, an address), line breaks included.
-fn one_line(message: &str) -> String {
+pub(crate) fn one_line(message: &str) -> String {
     let mut out = String::with_capacity(message.len().min(MAX_ERROR_HEADER));
     for c in message.chars() {
         if out.len() + c.len_utf8() > MAX_ERROR_HEADER {
@@ -135,7 +135,7 @@ fn one_line(message: &str) -> String {
     out
 }
 
-fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
+pub(crate) fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorBody::new(code, message))
 }
 
@@ -189,6 +189,32 @@ impl Gateway {
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
         self.metrics = metrics;
         self
+    }
+
+    /// The shared resources, topology, limits and registry (for the rollout endpoints and drivers).
+    pub(crate) fn parts(&self) -> (&Resources, &Subjects, &Limits, &Registry) {
+        (&self.res, &self.subjects, &self.limits, &self.registry)
+    }
+
+    /// The audit writer (for the rollout endpoints).
+    pub(crate) fn audit(&self) -> &bmcfleet_common::audit::Batcher {
+        &self.audit
+    }
+
+    /// Every admission check `batch` would meet for `who` (decoding,
+    /// validation, raw policy, target and tenant rights, firmware policy),
+    /// nothing queued: a rollout checks each machine's batch at submit.
+    /// Returns the tenant the batch would run for.
+    pub(crate) async fn preflight(&self, batch: &bmcfleet_schema::Batch, who: &Requester) -> Result<String, Reply> {
+        let bytes = Encoding::MessagePack
+            .encode(batch)
+            .map_err(|e| error(ErrorCode::Internal, format!("cannot encode the batch: {e}")))?;
+        let mut batch =
+            decode_batch(&bytes, Encoding::MessagePack, &self.limits).map_err(|e| Reply::Error(e.into()))?;
+        let (_, tenant) = self.target(&mut batch, who).await?;
+        bmcfleet_schema::validate::check_firmware_updates(&batch, &tenant, &self.limits.firmware_update)
+            .map_err(|e| Reply::Error(e.into()))?;
+        Ok(tenant)
     }
 
     /// Cancel to make every waiting submit answer now (the gateway stops).
