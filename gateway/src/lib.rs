@@ -85,10 +85,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     let (audit, audit_writer) = bmcfleet_common::audit::Batcher::start(resources.js.clone());
     let resources_js = resources.js.clone();
-    let gateway = Gateway::new(client.clone(), resources, subjects.clone(), config.limits(), machines, audit, config.max_wait)
-        .with_metrics(metrics)
-        .with_params_key(config.workers_public_key.as_deref())
-        .context("--workers-public-key")?;
+    let gateway =
+        Gateway::new(client.clone(), resources, subjects.clone(), config.limits(), machines, audit, config.max_wait)
+            .with_metrics(metrics)
+            .with_params_key(config.workers_public_key.as_deref())
+            .context("--workers-public-key")?;
     let gateway = Arc::new(gateway);
     let rollout_store = {
         let js = &resources_js;
