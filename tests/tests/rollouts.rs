@@ -384,3 +384,64 @@ async fn killing_the_driving_gateway_a_worker_and_the_client_loses_and_repeats_n
     }
     eprintln!("rollout chaos: 24 machines, driving gateway and a worker SIGKILLed; {killed_mid_action} not succeeded (interrupted, never re-run)");
 }
+
+/// `bmcctl` with the stack's NATS: (exit code, stdout, stderr).
+async fn bmcctl(nats: &NatsServer, args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(bmcfleet_tests::bin("bmcctl"))
+        .args(["--nats-url", &nats.url()])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("BMCCTL_OUTPUT")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn bmcctl");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).await.unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bmcctl_submits_follows_and_lists_rollouts() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let names = register(&p.client, &topo, 5, 3).await;
+
+    let file = r#"{"selector": {"rack": "5"}, "actions": [{"power": "on"}], "max_parallel": 2, "canary": 1}"#;
+    let (code, out, err) = bmcctl(&nats, &["rollout", "submit", "-", "--watch"], file).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("succeeded: 3 succeeded, 0 failed"), "{out}");
+    for name in &names {
+        assert!(out.contains(&format!("{name} succeeded (batch ")), "{out}");
+    }
+    let id = out.split_whitespace().nth(1).unwrap().to_owned();
+    let (code, out, err) = bmcctl(&nats, &["--json", "rollout", "status", &id, "--machines"], "").await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["rollout"]["rollout"]["state"], "succeeded", "{v}");
+    assert_eq!(v["rollout"]["parts"].as_array().unwrap().len(), 3, "{v}");
+    let (code, out, _) = bmcctl(&nats, &["rollout", "list", "--all"], "").await;
+    assert_eq!(code, Some(0));
+    assert!(out.contains(&id) && out.contains("succeeded"), "{out}");
+    // A finished rollout cannot be paused: a refusal, exit 3.
+    let (code, _, err) = bmcctl(&nats, &["rollout", "pause", &id], "").await;
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("conflict"), "{err}");
+    // A refused submit stores nothing and says why.
+    let bad = r#"{"selector": {"rack": "nope"}, "actions": [{"power": "on"}]}"#;
+    let (code, _, err) = bmcctl(&nats, &["rollout", "submit", "-"], bad).await;
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("machine_not_found"), "{err}");
+}
