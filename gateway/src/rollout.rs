@@ -141,7 +141,11 @@ impl Rollouts {
                 );
             }
         }
-        let id = req.id.unwrap_or_else(ulid::Ulid::new);
+        // (`Ulid::default()` is the nil id, not a fresh one.)
+        let id = match req.id {
+            Some(id) => id,
+            None => ulid::Ulid::new(),
+        };
         match self.store.load(&id).await {
             Ok(Some((r, _))) if who.sees(&r.tenant) => {
                 return Reply::Rollout(RolloutView { rollout: r, parts: vec![], duplicate: true })
@@ -360,7 +364,7 @@ impl Rollouts {
             Ok(all) => all.into_iter().filter(|r| who.sees(&r.tenant) && (req.all || !r.state.is_final())).collect(),
             Err(e) => return store_error(e),
         };
-        rollouts.sort_by(|a, b| b.id.cmp(&a.id));
+        rollouts.sort_by_key(|r| std::cmp::Reverse(r.id));
         rollouts.truncate(LIST_LIMIT);
         Reply::Rollouts { rollouts }
     }

@@ -31,6 +31,17 @@ const GATEWAY_ARGS: [&str; 4] = ["--rollout-lease-ttl", "3s", "--rollout-poll-in
 /// Register `count` sim machines `node-<i>` at `10.77.<rack>.<i>`, labelled
 /// `rack=<rack>`, with the sealed credential `fleet`; returns their names.
 async fn register(client: &async_nats::Client, topo: &Topology, rack: u8, count: usize) -> Vec<String> {
+    register_for(client, topo, rack, count, "default").await
+}
+
+/// [`register`] for `tenant`.
+async fn register_for(
+    client: &async_nats::Client,
+    topo: &Topology,
+    rack: u8,
+    count: usize,
+    tenant: &str,
+) -> Vec<String> {
     use bmcfleet_common::streams::{bucket, credentials_config, machines_config, Mode};
     let subjects = topo.subjects();
     let js = async_nats::jetstream::new(client.clone());
@@ -51,6 +62,7 @@ async fn register(client: &async_nats::Client, topo: &Topology, rack: u8, count:
         let address: BmcAddress = format!("10.77.{rack}.{i}").parse().unwrap();
         let mut m = bmcfleet_schema::Machine::new(name.clone(), address, bmcfleet_schema::Protocol::Sim, "fleet");
         m.labels = BTreeMap::from([("rack".to_owned(), rack.to_string())]);
+        m.tenant = tenant.to_owned();
         bmcfleet_common::registry::put(&machines, &m).await.unwrap();
         names.push(name);
     }
@@ -444,4 +456,61 @@ async fn bmcctl_submits_follows_and_lists_rollouts() {
     let (code, _, err) = bmcctl(&nats, &["rollout", "submit", "-"], bad).await;
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("machine_not_found"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_shipped_accounts_a_tenant_rolls_out_to_its_own_machines_only() {
+    use bmcfleet_tests::shipped::{connect, shipped_with, PASSWORDS};
+    let stack = shipped_with(Topology::default(), SimConfig::default(), &GATEWAY_ARGS, &[]).await;
+    let (admin, _) = connect(&stack.nats, "admin", PASSWORDS[4].1).await;
+    let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
+    let (b, _) = stack.producer("producer-b", PASSWORDS[6].1).await;
+    stack.wait_partitions_owned().await;
+    let mine = register_for(&admin, &stack.topo, 6, 2, "tenant-a").await;
+    register_for(&admin, &stack.topo, 7, 2, "tenant-b").await;
+    let mut a_events = a.client.subscribe("bmc.events.tenant-a.rollout.>").await.unwrap();
+    a.client.flush().await.unwrap();
+
+    // `{}`: every machine of the requesting tenant, and only those.
+    let v = view(call(&a, "submit", &request(&[], vec![Action::Power(PowerOp::On)])).await);
+    let id = v.rollout.id;
+    assert_eq!((v.rollout.machines, v.rollout.tenant.as_str()), (2, "tenant-a"), "{v:?}");
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let msg = tokio::time::timeout_at(end, a_events.next()).await.expect("tenant A's rollout events").unwrap();
+        let ev: RolloutEvent = Encoding::MessagePack.decode(&msg.payload).unwrap();
+        if let RolloutEventKind::RolloutFinished { state, counts, .. } = ev.event {
+            assert_eq!((state, counts.succeeded), (RolloutState::Succeeded, 2));
+            break;
+        }
+    }
+    let page = view(call(&a, "status", &rollout::RolloutStatusRequest { id, from: 0, limit: 10 }).await);
+    let names: Vec<&str> = page.parts.iter().map(|p| p.machine.as_str()).collect();
+    assert_eq!(names, mine.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // Tenant B: A's rollout answers like an unknown one; A's machines cannot be named.
+    let unknown = ulid::Ulid::new();
+    for endpoint in ["pause", "abort"] {
+        let Reply::Error(e) = call(&b, endpoint, &rollout::RolloutIdRequest { id }).await else { panic!() };
+        let Reply::Error(u) = call(&b, endpoint, &rollout::RolloutIdRequest { id: unknown }).await else { panic!() };
+        assert_eq!(e.code, bmcfleet_schema::ErrorCode::NotFound);
+        assert_eq!(e.message.replace(&id.to_string(), "ID"), u.message.replace(&unknown.to_string(), "ID"));
+    }
+    let Reply::Rollouts { rollouts } = call(&b, "list", &rollout::RolloutListRequest { all: true }).await else {
+        panic!()
+    };
+    assert!(rollouts.is_empty(), "{rollouts:?}");
+    let mut theirs = request(&[], vec![Action::Power(PowerOp::On)]);
+    theirs.selector = None;
+    theirs.machines = vec![mine[0].clone()];
+    let Reply::Error(e) = call(&b, "submit", &theirs).await else { panic!("B named A's machine") };
+    assert_eq!(e.code, bmcfleet_schema::ErrorCode::MachineNotFound, "{e:?}");
+    // Reusing A's rollout id tells B nothing of it.
+    let mut replay = request(&[], vec![Action::Power(PowerOp::On)]);
+    replay.id = Some(id);
+    let Reply::Error(e) = call(&b, "submit", &replay).await else { panic!("B reused A's id") };
+    assert_eq!(e.code, bmcfleet_schema::ErrorCode::InvalidField, "{e:?}");
+    // B's `{}` selects B's machines only: two, neither of A's.
+    let v = view(call(&b, "submit", &request(&[], vec![Action::Power(PowerOp::Status)])).await);
+    assert_eq!((v.rollout.machines, v.rollout.tenant.as_str()), (2, "tenant-b"));
 }

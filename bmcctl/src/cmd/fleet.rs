@@ -451,7 +451,7 @@ where
             _ = tick.tick() => {
                 report(Progress::Tick);
                 ticks += 1;
-                if ticks % READ_EVERY != 0 {
+                if !ticks.is_multiple_of(READ_EVERY) {
                     continue;
                 }
                 let body = serde_json::to_vec(&RolloutStatusRequest { id, from: 0, limit: 0 })?;
