@@ -114,7 +114,12 @@ impl Drivers {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 entry = async { watch.as_mut().expect("set").next().await }, if watch.is_some() => match entry {
-                    Some(Ok(entry)) => self.seen(entry),
+                    Some(Ok(entry)) => {
+                        // A new rollout starts now, not at the next tick.
+                        if self.seen(entry) {
+                            self.acquire().await;
+                        }
+                    }
                     Some(Err(e)) => {
                         tracing::warn!(error = %e, "Rollout watch failed; watching again.");
                         watch = None;
@@ -135,14 +140,16 @@ impl Drivers {
         }
     }
 
-    fn seen(&mut self, entry: kv::Entry) {
-        let Ok(id) = entry.key.parse::<RolloutId>() else { return };
+    /// Note a record's change; `true` when the rollout is active and nobody here drives it.
+    fn seen(&mut self, entry: kv::Entry) -> bool {
+        let Ok(id) = entry.key.parse::<RolloutId>() else { return false };
         let active = entry.operation == kv::Operation::Put
             && Encoding::MessagePack.decode::<RolloutRecord>(&entry.value).is_ok_and(|r| !r.state.is_final());
         if active {
-            self.active.insert(id);
+            self.active.insert(id) && !self.owned.contains_key(&id)
         } else {
             self.active.remove(&id);
+            false
         }
     }
 
