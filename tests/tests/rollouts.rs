@@ -107,8 +107,19 @@ fn request(selector: &[(&str, &str)], actions: Vec<Action>) -> RolloutRequest {
     }
 }
 
+/// The rollout's record. A request sent as a gateway is SIGKILLed can go to
+/// its subscription before the server has seen the connection close, and be
+/// lost: a status read is asked again then (as any producer would).
 async fn status(p: &Producer, id: rollout::RolloutId) -> RolloutRecord {
-    view(call(p, "status", &rollout::RolloutStatusRequest { id, from: 0, limit: 0 }).await).rollout
+    let body = Encoding::MessagePack.encode(&rollout::RolloutStatusRequest { id, from: 0, limit: 0 }).unwrap();
+    for _ in 0..5 {
+        let req = async_nats::Request::new().payload(body.clone().into()).timeout(Some(Duration::from_secs(5)));
+        match p.client.send_request(format!("{}.rollout.status", p.prefix), req).await {
+            Ok(msg) => return view(Encoding::MessagePack.decode(&msg.payload).expect("a reply")).rollout,
+            Err(e) => eprintln!("rollout status: {e}; asking again"),
+        }
+    }
+    panic!("no gateway answered rollout.status five times")
 }
 
 /// Wait (up to `within`) until the rollout's record satisfies `done`.
@@ -241,16 +252,16 @@ async fn a_rollout_runs_in_waves_after_its_canaries_once_per_machine_in_order() 
     let rollout_batch = rollout::batch_id(id, 7, &names[7]).to_string();
     let js = async_nats::jetstream::new(p.client.clone());
     let kv = js.get_key_value(topo.subjects().batches_bucket()).await.unwrap();
-    let seq_of = |b: &str| {
+    // Admission order, as the gateway stamped it (a worker may write a record
+    // before the gateway's, without the stream sequence; the admission time is in both).
+    let admitted = |b: &str| {
         let kv = kv.clone();
         let b: ulid::Ulid = b.parse().unwrap();
-        async move { bmcfleet_common::status::load(&kv, &b).await.unwrap().unwrap().status.stream_sequence.unwrap() }
+        async move { bmcfleet_common::status::load(&kv, &b).await.unwrap().unwrap().status.admitted_at_ms }
     };
-    let admitted_first = if seq_of(&rollout_batch).await < seq_of(&other.id.to_string()).await {
-        rollout_batch.clone()
-    } else {
-        other.id.to_string()
-    };
+    let (rollout_at, other_at) = (admitted(&rollout_batch).await, admitted(&other.id.to_string()).await);
+    assert!(other_at < rollout_at, "the other batch was admitted first ({other_at} < {rollout_at})");
+    let admitted_first = other.id.to_string();
     assert_eq!(last[0].0, admitted_first, "the machine ran its batches in admission order: {last:?}");
 
     // Status pages name each machine with its batch and outcome.
@@ -346,12 +357,18 @@ async fn killing_the_driving_gateway_a_worker_and_the_client_loses_and_repeats_n
 
     // The client submits on a connection of its own and goes away.
     let client = Producer::new(nats.client().await);
-    let mut req = request(&[("rack", "4")], vec![Action::Power(PowerOp::Reset), Action::Power(PowerOp::Status)]);
+    // The simulated BMCs start off: on (idempotent), then the non-idempotent reset.
+    let actions = vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Reset), Action::Power(PowerOp::Status)];
+    let mut req = request(&[("rack", "4")], actions);
     req.max_parallel = Some(4);
     let id = view(call(&client, "submit", &req).await).rollout.id;
     drop(client);
 
-    wait_record(&p, id, Duration::from_secs(60), "some progress", |r| r.counts.finished() >= 3).await;
+    let early = wait_record(&p, id, Duration::from_secs(60), "some progress", |r| r.counts.finished() >= 3).await;
+    if early.counts.succeeded == 0 {
+        let page = view(call(&p, "status", &rollout::RolloutStatusRequest { id, from: 0, limit: 4 }).await);
+        panic!("the first machines did not succeed: {:?}", page.parts);
+    }
     // SIGKILL the gateway that drives it (its pid is in the lease).
     let js = async_nats::jetstream::new(p.client.clone());
     let leases = js.get_key_value(topo.subjects().rollout_leases_bucket()).await.unwrap();
