@@ -348,7 +348,7 @@ async fn killing_the_driving_gateway_a_worker_and_the_client_loses_and_repeats_n
     let sim =
         SimServer::start(SimConfig { latency: Duration::from_millis(300), ..SimConfig::default() }).await.unwrap();
     let topo = Topology::default();
-    let mut gateways = vec![topo.gateway(&nats, &GATEWAY_ARGS), topo.gateway(&nats, &GATEWAY_ARGS)];
+    let mut gateways = [topo.gateway(&nats, &GATEWAY_ARGS), topo.gateway(&nats, &GATEWAY_ARGS)];
     let p = Producer::new(nats.client().await);
     wait_gateway(&p).await;
     let mut workers: Vec<Process> = (0..2).map(|i| topo.worker(&nats, &format!("w{i}"), sim.addr(), &[])).collect();

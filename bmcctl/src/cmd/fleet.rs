@@ -591,10 +591,6 @@ pub async fn run(
 mod tests {
     use super::*;
 
-    fn plan(names: &[&str]) -> Vec<Planned> {
-        names.iter().map(|n| Planned { machine: (*n).to_owned(), batch: Ulid::new() }).collect()
-    }
-
     fn result(state: BatchState) -> BatchResult {
         let action = if state == BatchState::Succeeded {
             ActionResult::ok(0, "power_on", Some("sim".into()), None, 1)
@@ -619,23 +615,8 @@ mod tests {
         }
     }
 
-    /// Machines whose name starts with `bad` fail; the others succeed.
-    async fn by_name(p: Planned) -> Outcome {
-        tokio::task::yield_now().await;
-        let state = if p.machine.starts_with("bad") { BatchState::Failed } else { BatchState::Succeeded };
-        Outcome::finished(&p.machine, result(state), Duration::from_millis(5))
-    }
-
-    fn never() -> futures::stream::Pending<()> {
-        futures::stream::pending()
-    }
-
     fn schedule(max_parallel: usize, canary: usize, stop_after_failures: Option<usize>) -> Schedule {
         Schedule { max_parallel, canary, stop_after_failures }
-    }
-
-    fn verdicts(outcomes: &[Outcome]) -> Vec<Verdict> {
-        outcomes.iter().map(|o| o.result).collect()
     }
 
     #[test]
