@@ -5,6 +5,9 @@
 //! decoded (MessagePack, or JSON with `Content-Type: application/json`),
 //! validated, given an id, and published to its BMC's job subject with
 //! `Nats-Msg-Id` = batch id. Nothing is stored for a refused batch.
+//! Rollouts (`<prefix>.rollout.submit`, `.status`, `.pause`, `.resume`,
+//! `.abort`, `.list`) are admitted here too, and every gateway runs the
+//! drivers that run them in waves under KV leases (docs/ROLLOUTS.md).
 //!
 //! # Layout
 //! - [`config`]: flags and environment.

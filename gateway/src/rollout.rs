@@ -401,3 +401,16 @@ async fn respond(endpoint: Endpoint, request: Request, encoding: Encoding, reply
         tracing::warn!(error = %e, "Cannot send a reply.");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rollouts_batches_are_submitted_as_its_requester() {
+        for who in [Requester::Operator, Requester::Tenant("tenant-a".into())] {
+            assert_eq!(requester_of(&actor(&who)), who);
+        }
+        assert_eq!(Endpoint::ALL.map(Endpoint::name), bmcfleet_schema::subject::ROLLOUT_ENDPOINTS);
+    }
+}
