@@ -170,6 +170,13 @@ pub enum Command {
         /// Only this batch.
         id: Option<ulid::Ulid>,
     },
+    /// Rollouts: one request running the same actions on many machines in
+    /// waves (canary, max parallel, stop after failures), driven by the
+    /// gateways; it goes on if bmcctl goes away.
+    Rollout {
+        #[command(subcommand)]
+        op: RolloutOp,
+    },
     /// Create a workers' sealing key pair: the seed (SX...) goes to a new file
     /// with mode 0600 (give it to the workers: --sealing-key-file), the public
     /// key (X...) is printed (give it to the gateways and `cred put`).
@@ -207,6 +214,40 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<std::path::PathBuf>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RolloutOp {
+    /// Submit a rollout from a JSON file (`-` for standard input; see
+    /// docs/ROLLOUTS.md): `selector` or `machines`, `actions`, `max_parallel`,
+    /// `canary`, `canary_successes`, `stop_after_failures`, `deadline`,
+    /// `batch_deadline`. Prints the rollout (with `--watch`: follows it).
+    Submit {
+        file: String,
+        /// Follow its progress until it finishes (exit 0 only if every machine succeeded).
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Show a rollout: its state and counts; `--machines` lists every machine.
+    Status {
+        id: ulid::Ulid,
+        /// Also list each machine with its batch and state.
+        #[arg(long)]
+        machines: bool,
+    },
+    /// Start no further machine (those running finish).
+    Pause { id: ulid::Ulid },
+    /// Go on after a pause.
+    Resume { id: ulid::Ulid },
+    /// Start no further machine and cancel the batches in flight.
+    Abort { id: ulid::Ulid },
+    /// Rollouts not finished (`--all`: finished ones too), newest first.
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    /// Follow a rollout's events until it finishes (exit 0 only if every machine succeeded).
+    Watch { id: ulid::Ulid },
 }
 
 #[derive(Subcommand, Debug)]

@@ -3,7 +3,7 @@
 
 use crate::output::Format;
 use async_nats::HeaderMap;
-use bmcfleet_schema::subject::{service_subject, CONTENT_TYPE, WAIT_HEADER};
+use bmcfleet_schema::subject::{rollout_subject, service_subject, CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::{BatchState, Encoding, Reply};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,13 +27,21 @@ impl Client {
     /// Send `body` (JSON) to one endpoint and decode the reply. A request
     /// that got no answer keeps its `async_nats::RequestError` as the source.
     pub async fn request(&self, endpoint: &str, wait: bool, body: Vec<u8>, timeout: Duration) -> anyhow::Result<Reply> {
+        self.request_to(service_subject(&self.prefix, endpoint), wait, body, timeout).await
+    }
+
+    /// [`Client::request`] to a rollout endpoint (`<prefix>.rollout.<endpoint>`).
+    pub async fn rollout(&self, endpoint: &str, body: Vec<u8>, timeout: Duration) -> anyhow::Result<Reply> {
+        self.request_to(rollout_subject(&self.prefix, endpoint), false, body, timeout).await
+    }
+
+    async fn request_to(&self, subject: String, wait: bool, body: Vec<u8>, timeout: Duration) -> anyhow::Result<Reply> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, Encoding::Json.content_type());
         if wait {
             headers.insert(WAIT_HEADER, "true");
         }
         bmcfleet_common::telemetry::merge(&mut headers, &self.trace);
-        let subject = service_subject(&self.prefix, endpoint);
         let req = async_nats::Request::new().headers(headers).payload(body.into()).timeout(Some(timeout));
         let msg = self
             .nats

@@ -92,6 +92,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { id } => cmd::status::status(&client, *id).await,
         Command::Cancel { id } => cmd::status::cancel(&client, *id).await,
         Command::Watch { id } => cmd::watch::run(&client, &cli.topology.subjects(), *id).await,
+        Command::Rollout { op } => cmd::rollout::run(&client, &cli.topology.subjects(), op).await,
         Command::Keygen { .. }
         | Command::Cred { .. }
         | Command::Machine { .. }

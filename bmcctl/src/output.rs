@@ -354,6 +354,8 @@ pub fn reply_text(reply: &Reply, wide: bool) -> String {
         }
         Reply::Cancelled { id, state } => format!("cancel requested for {id}: now {state:?}\n"),
         Reply::Error(e) => format!("error: {}: {}\n", e.code, e.message),
+        Reply::Rollout(v) => crate::cmd::rollout::view_text(v, wide),
+        Reply::Rollouts { rollouts } => crate::cmd::rollout::list_text(rollouts),
     }
 }
 

@@ -8,6 +8,7 @@
 //! - [`nats`]: connecting with credentials/TLS.
 //! - [`streams`]: the streams and KV buckets, created idempotently by one
 //!   definition so gateway and workers always agree.
+//! - [`rollouts`]: rollout records (CAS), specs, machine lists, outcomes, rollout events.
 //! - [`runtime`]: shutdown signal, clocks.
 //! - [`sealing`]: sealing BMC passwords to the workers' xkey, and opening them.
 //! - [`telemetry`]: logs, OTLP span export, W3C trace context over NATS headers.
@@ -19,6 +20,7 @@ pub mod config;
 pub mod events;
 pub mod nats;
 pub mod registry;
+pub mod rollouts;
 pub mod runtime;
 pub mod sealing;
 pub mod serve;

@@ -9,6 +9,9 @@
 //! | `<S>_WORKERS`     | KV   | `presence_ttl`                   | workers           |
 //! | `<S>_CREDENTIALS` | KV   | none; values sealed to the workers' key | operators (`bmcctl cred`); workers read |
 //! | `<S>_MACHINES`    | KV   | none; history 5                  | operators (`bmcctl machine`); gateways and workers watch |
+//! | `<S>_ROLLOUTS`    | KV   | `status_max_age`                 | gateways (rollout endpoints and drivers, CAS) |
+//! | `<S>_ROLLOUT_PARTS` | KV | `status_max_age`                 | gateways (spec and machine list at submit, outcomes by drivers) |
+//! | `<S>_ROLLOUT_LEASES` | KV | `rollout_lease_ttl` (expiry = lease loss) | gateways' rollout drivers (CAS) |
 //! | `<S>_AUDIT`       | stream, `<p>.audit.>` | limits, `audit_max_age`  | gateways (admitted batches, registry changes), `bmcctl machine` |
 //!
 //! The jobs stream records the partition count in its metadata
@@ -176,6 +179,56 @@ fn batches_config(s: &Subjects, set: &StreamSettings) -> kv::Config {
         num_replicas: set.replicas,
         ..Default::default()
     }
+}
+
+fn rollouts_config(s: &Subjects, set: &StreamSettings) -> kv::Config {
+    kv::Config {
+        bucket: s.rollouts_bucket(),
+        description: "bmcfleet rollout records: settings, counters, machines in flight".into(),
+        history: 1,
+        max_age: set.status_max_age,
+        storage: stream::StorageType::File,
+        num_replicas: set.replicas,
+        ..Default::default()
+    }
+}
+
+fn rollout_parts_config(s: &Subjects, set: &StreamSettings) -> kv::Config {
+    kv::Config {
+        bucket: s.rollout_parts_bucket(),
+        description: "bmcfleet rollout specs, machine lists and per-machine outcomes".into(),
+        history: 1,
+        max_age: set.status_max_age,
+        storage: stream::StorageType::File,
+        num_replicas: set.replicas,
+        ..Default::default()
+    }
+}
+
+/// The rollout drivers' lease bucket: an entry expires `ttl` after its
+/// last write, which is how a dead driver's rollouts become free.
+pub fn rollout_leases_config(s: &Subjects, ttl: Duration, replicas: usize) -> kv::Config {
+    kv::Config {
+        bucket: s.rollout_leases_bucket(),
+        description: "bmcfleet rollout driver leases".into(),
+        history: 1,
+        max_age: ttl,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
+        ..Default::default()
+    }
+}
+
+/// The rollout buckets (records and parts), created or updated by gateways.
+pub async fn rollout_buckets(
+    js: &Context,
+    subjects: &Subjects,
+    settings: &StreamSettings,
+    mode: Mode,
+) -> Result<(kv::Store, kv::Store), SetupError> {
+    let records = bucket(js, rollouts_config(subjects, settings), mode).await?;
+    let parts = bucket(js, rollout_parts_config(subjects, settings), mode).await?;
+    Ok((records, parts))
 }
 
 /// The machine registry (created by the gateway, or `bmcctl machine`;

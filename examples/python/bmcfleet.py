@@ -201,6 +201,75 @@ class Client:
         return batch["id"], events.until(timeout)
 
 
+    # ---------------------------------------------------------- rollouts
+    # One request, many machines, run in waves by the gateways (docs/ROLLOUTS.md).
+
+    async def rollout(self, endpoint, body, timeout=None):
+        """A request to `<service-prefix>.rollout.<endpoint>`; returns the reply's value."""
+        kind, value = await self.request(f"rollout.{endpoint}", body, timeout=timeout or max(self.timeout, 60.0))
+        expected = "rollouts" if endpoint == "list" else "rollout"
+        if kind != expected:
+            raise SchemaError(f"rollout.{endpoint} replied {kind}, expected {expected}")
+        return value
+
+    async def submit_rollout(self, request):
+        """Submit a rollout (validated first): `selector` or `machines`, `actions`,
+        `max_parallel`, `canary`, `stop_after_failures`, ... Returns its view
+        (`rollout`: the record, `duplicate`). Give an `id` (new_batch_id()) to
+        make a resubmission after a lost reply a no-op."""
+        return await self.rollout("submit", self._check("rollout-request.json", request))
+
+    async def rollout_status(self, rollout_id, start=0, limit=0):
+        """The rollout's record, and machines start..start+limit (`parts`)."""
+        return await self.rollout("status", {"id": rollout_id, "from": start, "limit": limit})
+
+    async def pause_rollout(self, rollout_id):
+        return (await self.rollout("pause", {"id": rollout_id}))["rollout"]
+
+    async def resume_rollout(self, rollout_id):
+        return (await self.rollout("resume", {"id": rollout_id}))["rollout"]
+
+    async def abort_rollout(self, rollout_id):
+        return (await self.rollout("abort", {"id": rollout_id}))["rollout"]
+
+    async def rollouts(self, all=False):
+        return (await self.rollout("list", {"all": all}))["rollouts"]
+
+    async def run_rollout(self, request, timeout=600.0):
+        """Submit a rollout and yield its events (type, event) until
+        `rollout_finished`. Subscribes first, so nothing is missed; the rollout
+        goes on if this process dies (follow it again with rollout_events)."""
+        request = {**request, "id": request.get("id") or new_batch_id()}
+        events = await self.rollout_events(request["id"])
+        await self.submit_rollout(request)
+        return request["id"], events.until(timeout)
+
+    async def rollout_events(self, rollout_id):
+        sub = await self.nc.subscribe(f"{self.prefix}.events.*.rollout.{rollout_id}")
+        await self.nc.flush()
+        return _RolloutEvents(self, sub)
+
+
+class _RolloutEvents:
+    def __init__(self, client, sub):
+        self.client, self.sub = client, sub
+
+    async def until(self, timeout):
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                msg = await self.sub.next_msg(timeout=max(0.01, deadline - time.monotonic()))
+                event = self.client._check("rollout-event.json", msgpack.unpackb(msg.data, raw=False))
+                kind = event["event"]["type"]
+                if (msg.headers or {}).get("Bmcfleet-Event") != kind:
+                    raise SchemaError(f"Bmcfleet-Event {(msg.headers or {}).get('Bmcfleet-Event')!r} on a {kind} event")
+                yield kind, event
+                if kind == "rollout_finished":
+                    return
+        finally:
+            await self.sub.unsubscribe()
+
+
 class _Events:
     def __init__(self, client, sub):
         self.client, self.sub = client, sub

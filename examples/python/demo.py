@@ -7,6 +7,7 @@
 Run by tests/tests/python_producer.rs against the real stack (nats-server,
 gateway, worker, bmc-sim); usable as-is against any deployment with
 machines of your own (it powers the machine on and sets PXE boot once).
+A rollout of the machine comes last.
 Exits 1 at the first step that does not go as the contract says.
 """
 import argparse
@@ -103,6 +104,16 @@ async def main(args):
     for code, coro in cases:
         e = await refused(coro, code)
         ok(f"refused {code}", str(e.status))
+
+    # 8. A rollout: one request for many machines, run in waves by the gateways.
+    rid, events = await fleet.run_rollout({"machines": [m], "actions": [{"power": "status"}], "max_parallel": 1})
+    kinds = [kind async for kind, _ in events]
+    view = await fleet.rollout_status(rid, limit=10)
+    expect(view["rollout"]["state"] == "succeeded", view)
+    expect([p["state"] for p in view["parts"]] == ["succeeded"], view["parts"])
+    expect(any(r["id"] == rid for r in await fleet.rollouts(all=True)), "the rollout is listed")
+    e = await refused(fleet.pause_rollout(rid), "conflict")
+    ok("rollout", " ".join(kinds) + f" pause_finished {e.status}")
     await nc.close()
 
 

@@ -96,6 +96,13 @@ pub struct Config {
     /// [default: half of --max-waiting-submits].
     #[arg(long, env = "BMCFLEET_MAX_WAITING_PER_TENANT", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_waiting_per_tenant: Option<u32>,
+    /// How long a rollout driver's lease lasts unrenewed: after a gateway
+    /// dies, another takes its rollouts over within about this long.
+    #[arg(long, env = "BMCFLEET_ROLLOUT_LEASE_TTL", default_value = "10s", value_parser = positive_duration)]
+    pub rollout_lease_ttl: Duration,
+    /// How often a rollout driver reads its machines' batch status (and starts more).
+    #[arg(long, env = "BMCFLEET_ROLLOUT_POLL_INTERVAL", default_value = "500ms", value_parser = positive_duration)]
+    pub rollout_poll_interval: Duration,
 }
 
 /// What the gateway does with inline credentials.

@@ -5,6 +5,9 @@
 //! decoded (MessagePack, or JSON with `Content-Type: application/json`),
 //! validated, given an id, and published to its BMC's job subject with
 //! `Nats-Msg-Id` = batch id. Nothing is stored for a refused batch.
+//! Rollouts (`<prefix>.rollout.submit`, `.status`, `.pause`, `.resume`,
+//! `.abort`, `.list`) are admitted here too, and every gateway runs the
+//! drivers that run them in waves under KV leases (docs/ROLLOUTS.md).
 //!
 //! # Layout
 //! - [`config`]: flags and environment.
@@ -12,6 +15,8 @@
 //! - [`submit`] (with [`target`]), [`status`], [`cancel`]: one module per endpoint.
 //! - [`requester`]: who sent a request (operator or tenant).
 //! - [`budget`]: how many requests are handled at once, per client and tenant.
+//! - [`rollout`]: the rollout endpoints (`<prefix>.rollout.*`): admission and operations.
+//! - [`rollout_driver`]: runs rollouts under KV leases, in every gateway.
 //! - [`metrics`]: admission metrics (served on `/metrics`).
 //! - [`run`]: start-up, the service loop and shutdown.
 
@@ -20,6 +25,8 @@ pub mod cancel;
 pub mod config;
 pub mod metrics;
 pub mod requester;
+pub mod rollout;
+pub mod rollout_driver;
 pub mod service;
 pub mod status;
 pub mod submit;
@@ -88,11 +95,48 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         );
     }
     let (audit, audit_writer) = bmcfleet_common::audit::Batcher::start(resources.js.clone());
-    let gateway = Gateway::new(client.clone(), resources, subjects, config.limits(), machines, audit, config.max_wait)
-        .with_metrics(metrics)
-        .with_params_key(config.workers_public_key.as_deref())
-        .context("--workers-public-key")?;
+    let resources_js = resources.js.clone();
+    let gateway =
+        Gateway::new(client.clone(), resources, subjects.clone(), config.limits(), machines, audit, config.max_wait)
+            .with_metrics(metrics)
+            .with_params_key(config.workers_public_key.as_deref())
+            .context("--workers-public-key")?;
     let gateway = Arc::new(gateway);
+    let rollout_store = {
+        let js = &resources_js;
+        let (records, parts) = streams::rollout_buckets(js, &subjects, &config.stream_settings(), Mode::Update)
+            .await
+            .context("setting up the rollout buckets")?;
+        bmcfleet_common::rollouts::Store::new(records, parts, subjects.clone())
+    };
+    let rollout_leases = {
+        let config = streams::rollout_leases_config(&subjects, config.rollout_lease_ttl, replicas);
+        streams::bucket(&resources_js, config, Mode::UseExisting)
+            .await
+            .context("setting up the rollout lease bucket")?
+    };
+    let lease_ttl = match rollout_leases.status().await {
+        Ok(s) if !s.info.config.max_age.is_zero() && s.info.config.max_age != config.rollout_lease_ttl => {
+            tracing::warn!(configured = ?config.rollout_lease_ttl, bucket = ?s.info.config.max_age, "Rollout lease TTL differs from the bucket's; using the bucket's so all gateways agree.");
+            s.info.config.max_age
+        }
+        _ => config.rollout_lease_ttl,
+    };
+    let rollouts = Arc::new(rollout::Rollouts::new(gateway.clone(), rollout_store.clone()));
+    let stop_drivers = tokio_util::sync::CancellationToken::new();
+    let drivers = tokio::spawn(
+        rollout_driver::Drivers::new(
+            gateway.clone(),
+            rollout_store,
+            rollout_leases,
+            rollout_driver::Settings {
+                lease_ttl,
+                poll: config.rollout_poll_interval,
+                instance: format!("{}-{}", std::process::id(), ulid::Ulid::new()),
+            },
+        )
+        .run(stop_drivers.clone()),
+    );
 
     let service = client
         .service_builder()
@@ -104,6 +148,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let mut submit = group.endpoint("submit").await.map_err(|e| anyhow::anyhow!("submit endpoint: {e}"))?;
     let mut status = group.endpoint("status").await.map_err(|e| anyhow::anyhow!("status endpoint: {e}"))?;
     let mut cancel = group.endpoint("cancel").await.map_err(|e| anyhow::anyhow!("cancel endpoint: {e}"))?;
+    let rollout_group = group.group(bmcfleet_schema::subject::ROLLOUT_GROUP);
+    let mut rollout_endpoints = futures::stream::SelectAll::new();
+    for which in rollout::Endpoint::ALL {
+        let endpoint = rollout_group
+            .endpoint(which.name())
+            .await
+            .map_err(|e| anyhow::anyhow!("rollout {} endpoint: {e}", which.name()))?;
+        rollout_endpoints.push(endpoint.map(move |r| (r, which)).boxed());
+    }
     ready.running(true);
     tracing::info!(
         prefix = %config.service.service_prefix, partitions = config.process.topology.partitions, inline_credentials = ?config.inline_credentials,
@@ -117,6 +170,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     loop {
         let (request, which) = tokio::select! {
             _ = &mut shutdown => break,
+            Some((request, which)) = rollout_endpoints.next() => {
+                let reply = request.message.reply.as_ref().map(|r| r.as_str());
+                let who = requester::Requester::of(request.message.headers.as_ref());
+                match budgets.admit(false, reply, requester::Requester::budget_key(&who)) {
+                    Ok(permit) => {
+                        let rollouts = rollouts.clone();
+                        tracker.spawn(async move {
+                            rollouts.handle(which, request, who).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(why) => rollouts.refuse(which, request, why).await,
+                }
+                continue;
+            }
             r = submit.next() => (r, service::Endpoint::Submit),
             r = status.next() => (r, service::Endpoint::Status),
             r = cancel.next() => (r, service::Endpoint::Cancel),
@@ -139,6 +207,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     backlog.abort();
     auditor.abort();
+    stop_drivers.cancel();
+    let _ = tokio::time::timeout(STOP_GRACE, drivers).await;
     stop_registry.cancel();
     tracing::info!("Gateway stopping; finishing in-flight requests.");
     gateway.stopping().cancel();
@@ -149,6 +219,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     ready.running(false);
     // The last audit records: the writer ends once the gateway (its last sender) is gone.
     drop(gateway);
+    drop(rollouts);
     if tokio::time::timeout(STOP_GRACE, audit_writer).await.is_err() {
         tracing::warn!("Some audit records may not be stored: the writer did not finish in time.");
     }

@@ -61,7 +61,7 @@ const MAX_ERROR_HEADER: usize = 1024;
 /// `HeaderValue::from` panics on them) as spaces, at most
 /// [`MAX_ERROR_HEADER`] bytes. A message may quote what a producer sent
 /// (an unknown field, a duration, an address), line breaks included.
-fn one_line(message: &str) -> String {
+pub(crate) fn one_line(message: &str) -> String {
     let mut out = String::with_capacity(message.len().min(MAX_ERROR_HEADER));
     for c in message.chars() {
         if out.len() + c.len_utf8() > MAX_ERROR_HEADER {
@@ -116,6 +116,16 @@ impl Gateway {
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
         self.metrics = metrics;
         self
+    }
+
+    /// The shared resources, topology, limits and registry (for the rollout endpoints and drivers).
+    pub(crate) fn parts(&self) -> (&Resources, &Subjects, &Limits, &Registry) {
+        (&self.res, &self.subjects, &self.limits, &self.registry)
+    }
+
+    /// The audit writer (for the rollout endpoints).
+    pub(crate) fn audit(&self) -> &bmcfleet_common::audit::Batcher {
+        &self.audit
     }
 
     /// Cancel to make every waiting submit answer now (the gateway stops).

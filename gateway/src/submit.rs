@@ -39,6 +39,22 @@ fn id_taken() -> Reply {
 }
 
 impl Gateway {
+    /// Every admission check `batch` would meet for `who` (decoding,
+    /// validation, raw policy, target and tenant rights, firmware policy),
+    /// nothing queued: a rollout checks each machine's batch at submit.
+    /// Returns the tenant the batch would run for.
+    pub(crate) async fn preflight(&self, batch: &bmcfleet_schema::Batch, who: &Requester) -> Result<String, Reply> {
+        let bytes = Encoding::MessagePack
+            .encode(batch)
+            .map_err(|e| error(ErrorCode::Internal, format!("cannot encode the batch: {e}")))?;
+        let mut batch =
+            decode_batch(&bytes, Encoding::MessagePack, &self.limits).map_err(|e| Reply::Error(e.into()))?;
+        let (_, tenant) = self.target(&mut batch, who).await?;
+        bmcfleet_schema::validate::check_firmware_updates(&batch, &tenant, &self.limits.firmware_update)
+            .map_err(|e| Reply::Error(e.into()))?;
+        Ok(tenant)
+    }
+
     /// Validate, queue, and reply `Accepted` (or the final result when the
     /// request carries `Bmcfleet-Wait: true`). Admission runs in a
     /// `gateway.admit` span that continues the producer's trace (W3C

@@ -4,6 +4,7 @@
 //! | record                  | subject                          | written by |
 //! |-------------------------|----------------------------------|------------|
 //! | a batch was admitted    | `<prefix>.audit.batch.<tenant>`  | the gateway, once per admitted batch |
+//! | a rollout was admitted | `<prefix>.audit.rollout.<tenant>` | the gateway, once per rollout (with its machine count) |
 //! | the registry changed    | `<prefix>.audit.registry`        | every gateway watching it (deduplicated by revision) |
 //! | an operator changed it  | `<prefix>.audit.registry`        | `bmcctl machine`, with the operator's identity |
 //!
@@ -37,6 +38,13 @@ pub enum AuditEvent {
         machine: Option<String>,
         actions: Vec<String>,
     },
+    /// A rollout was admitted (its machines' batches are audited as each is admitted).
+    RolloutAdmitted {
+        rollout: crate::rollout::RolloutId,
+        tenant: String,
+        machines: u32,
+        actions: Vec<String>,
+    },
     MachinePut {
         machine: String,
         revision: u64,
@@ -57,6 +65,11 @@ impl AuditRecord {
                 "{} admitted batch {batch} for {} (tenant {tenant}): {}",
                 self.actor,
                 machine.as_deref().unwrap_or(target),
+                actions.join(", ")
+            ),
+            AuditEvent::RolloutAdmitted { rollout, tenant, machines, actions } => format!(
+                "{} admitted rollout {rollout} of {machines} machines (tenant {tenant}): {}",
+                self.actor,
                 actions.join(", ")
             ),
             AuditEvent::MachinePut { machine, revision, .. } => {

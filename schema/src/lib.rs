@@ -15,6 +15,7 @@
 //! - [`validate`]: [`Limits`] and batch validation.
 //! - [`raw_policy`]: [`RawPolicy`], which raw passthrough requests a deployment allows.
 //! - [`components`]: typed components of an [`Inventory`], their bounds and drift.
+//! - [`rollout`]: rollouts (one request, many machines, driven server-side): wire types and state machine.
 //! - [`state`]: [`state::MachineState`] and [`state::MachineEvent`], the observed state of registered machines.
 
 pub mod action;
@@ -33,6 +34,7 @@ pub mod lifecycle;
 pub mod machine;
 pub mod raw_policy;
 pub mod result;
+pub mod rollout;
 pub mod secret;
 pub mod state;
 pub mod subject;

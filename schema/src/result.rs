@@ -476,8 +476,17 @@ pub enum Reply {
     Accepted(Accepted),
     Result(BatchResult),
     Status(BatchStatus),
-    Cancelled { id: BatchId, state: BatchState },
+    Cancelled {
+        id: BatchId,
+        state: BatchState,
+    },
     Error(ErrorBody),
+    /// A rollout (`rollout.submit`, `.status`, `.pause`, `.resume`, `.abort`).
+    Rollout(crate::rollout::RolloutView),
+    /// `rollout.list`: the requester's rollouts, newest first.
+    Rollouts {
+        rollouts: Vec<crate::rollout::RolloutRecord>,
+    },
 }
 
 /// Request body of `status` and `cancel`.

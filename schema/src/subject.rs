@@ -5,6 +5,11 @@
 //! | jobs for one BMC           | `<prefix>.jobs.<partition>.<bmc-key>`            |
 //! | events of one batch        | `<prefix>.events.<tenant>.<batch-id>`            |
 //! | gateway micro service      | `<service-prefix>.submit` / `.status` / `.cancel`|
+//! | rollout endpoints          | `<service-prefix>.rollout.submit` / `.status` / `.pause` / `.resume` / `.abort` / `.list` |
+//! | events of one rollout      | `<prefix>.events.<tenant>.rollout.<rollout-id>`  |
+//! | rollout records KV         | `<STREAM>_ROLLOUTS` (key: rollout id)            |
+//! | rollout machines and parts | `<STREAM>_ROLLOUT_PARTS` (`<id>.spec`, `<id>.m.<chunk>`, `<id>.p.<index>`) |
+//! | rollout driver leases KV   | `<STREAM>_ROLLOUT_LEASES` (key: rollout id)      |
 //! | job stream                 | `<STREAM>_JOBS` (work-queue, file)               |
 //! | event stream               | `<STREAM>_EVENTS` (limits, file)                 |
 //! | batch status KV            | `<STREAM>_BATCHES`                               |
@@ -92,6 +97,37 @@ impl Subjects {
             && t.next() == Some("machine")
     }
 
+    /// Events of one rollout of `tenant`: under the tenant's events, so the
+    /// same export delivers them.
+    pub fn rollout_events(&self, tenant: &str, id: &crate::rollout::RolloutId) -> String {
+        format!("{}.events.{}.rollout.{}", self.prefix, tenant, id)
+    }
+
+    /// Events of one rollout, whatever its tenant (a subscription filter).
+    pub fn rollout_events_any(&self, id: &crate::rollout::RolloutId) -> String {
+        format!("{}.events.*.rollout.{}", self.prefix, id)
+    }
+
+    /// Audit records of admitted rollouts of `tenant`.
+    pub fn audit_rollout(&self, tenant: &str) -> String {
+        format!("{}.audit.rollout.{}", self.prefix, tenant)
+    }
+
+    /// Key of a rollout's spec (actions) in the parts bucket.
+    pub fn rollout_spec_key(&self, id: &crate::rollout::RolloutId) -> String {
+        format!("{id}.spec")
+    }
+
+    /// Key of chunk `chunk` of a rollout's machine list in the parts bucket.
+    pub fn rollout_chunk_key(&self, id: &crate::rollout::RolloutId, chunk: u32) -> String {
+        format!("{id}.m.{chunk}")
+    }
+
+    /// Key of machine `index`'s recorded outcome in the parts bucket.
+    pub fn rollout_part_key(&self, id: &crate::rollout::RolloutId, index: u32) -> String {
+        format!("{id}.p.{index}")
+    }
+
     pub fn events_all(&self) -> String {
         format!("{}.events.>", self.prefix)
     }
@@ -171,10 +207,27 @@ stream_names! {
     state_bucket => "STATE";
     /// KV bucket of named BMC credentials, each value sealed to the workers' key.
     credentials_bucket => "CREDENTIALS";
+    /// KV bucket of rollout records (key: rollout id), written with CAS.
+    rollouts_bucket => "ROLLOUTS";
+    /// KV bucket of each rollout's spec, machine list chunks and per-machine outcomes.
+    rollout_parts_bucket => "ROLLOUT_PARTS";
+    /// KV bucket of rollout driver leases (entries expire after the lease TTL).
+    rollout_leases_bucket => "ROLLOUT_LEASES";
 }
 
 /// The gateway micro service's endpoints (`<service-prefix>.<endpoint>`).
 pub const ENDPOINTS: [&str; 3] = ["submit", "status", "cancel"];
+
+/// The rollout endpoints (`<service-prefix>.rollout.<endpoint>`).
+pub const ROLLOUT_ENDPOINTS: [&str; 6] = ["submit", "status", "pause", "resume", "abort", "list"];
+
+/// The group of the rollout endpoints under the service prefix.
+pub const ROLLOUT_GROUP: &str = "rollout";
+
+/// The subject of a rollout endpoint (one of [`ROLLOUT_ENDPOINTS`]).
+pub fn rollout_subject(service_prefix: &str, endpoint: &str) -> String {
+    format!("{service_prefix}.{ROLLOUT_GROUP}.{endpoint}")
+}
 
 /// The subject of a gateway endpoint (one of [`ENDPOINTS`]).
 pub fn service_subject(service_prefix: &str, endpoint: &str) -> String {
@@ -234,6 +287,9 @@ mod tests {
             s.machines_bucket(),
             s.state_bucket(),
             s.credentials_bucket(),
+            s.rollouts_bucket(),
+            s.rollout_parts_bucket(),
+            s.rollout_leases_bucket(),
         ];
         assert_eq!(
             names,
@@ -246,7 +302,10 @@ mod tests {
                 "FLEET_AUDIT",
                 "FLEET_MACHINES",
                 "FLEET_STATE",
-                "FLEET_CREDENTIALS"
+                "FLEET_CREDENTIALS",
+                "FLEET_ROLLOUTS",
+                "FLEET_ROLLOUT_PARTS",
+                "FLEET_ROLLOUT_LEASES"
             ]
         );
     }

@@ -17,6 +17,10 @@
 //! `BMCFLEET_REQUIRE_PEERS=1` (scripts/test.sh) makes that a failure.
 
 use bmcfleet_schema::components::{Drive, Firmware, Fru, MemoryModule, Nic, PowerSupply, Processor, Section};
+use bmcfleet_schema::rollout::{
+    Counts, PartOutcome, PartState, PartView, RolloutEvent, RolloutEventKind, RolloutListRequest, RolloutRecord,
+    RolloutRequest, RolloutState, RolloutStatusRequest, RolloutView, StopReason,
+};
 use bmcfleet_schema::state::{ChangeKind, InventoryChange, MachineEvent, MachineEventKind, MachineState};
 use bmcfleet_schema::*;
 use serde_json::{json, Value};
@@ -197,8 +201,15 @@ tags! {
         Reply::Status(_) => "status",
         Reply::Cancelled { .. } => "cancelled",
         Reply::Error(_) => "error",
+        Reply::Rollout(_) => "rollout",
+        Reply::Rollouts { .. } => "rollouts",
     }
 }
+
+fn rollout_event_tag(e: &RolloutEventKind) -> &'static str {
+    e.name()
+}
+const ROLLOUT_EVENT_TAGS: usize = 6;
 
 /// Every value of a field-less enum, checked exhaustively: the array is
 /// followed by a `match` that lists every variant.
@@ -247,6 +258,10 @@ fn enums() -> Vec<(&'static str, Vec<String>)> {
         ("InventoryChangeKind", names(&every!(ChangeKind: Added, Removed, Changed))),
         ("TransferProtocol", names(&every_transfer_protocol())),
         ("UpdateApplyTime", names(&every_apply_time())),
+        ("RolloutState", names(&every!(RolloutState: Running, Paused, Aborting, Succeeded, Failed, Aborted))),
+        ("StopReason", names(&every!(StopReason: Canary, Failures, Deadline, Aborted))),
+        ("PartOutcome", names(&every!(PartOutcome: Succeeded, Failed, Cancelled, Refused))),
+        ("PartState", names(&every!(PartState: Pending, Running, Succeeded, Failed, Cancelled, Refused))),
     ]
 }
 
@@ -695,7 +710,91 @@ fn every_reply() -> Vec<Reply> {
         Reply::Status(batch_status(BatchState::Running, true)),
         Reply::Cancelled { id: id(), state: BatchState::Cancelled },
         Reply::Error(ErrorBody::new(ErrorCode::BmcQueueFull, "full")),
+        Reply::Rollout(rollout_view(true)),
+        Reply::Rollout(rollout_view(false)),
+        Reply::Rollouts { rollouts: vec![rollout_record(false), rollout_record(true)] },
     ]
+}
+
+fn rollout_request(full: bool) -> RolloutRequest {
+    RolloutRequest {
+        id: full.then(id),
+        selector: full.then(|| [("rack".to_owned(), "12".to_owned())].into()),
+        machines: if full { vec![] } else { vec!["node-1".into(), "node-2".into()] },
+        actions: vec![Action::Power(PowerOp::Cycle), Action::Power(PowerOp::Status)],
+        on_error: OnError::Continue,
+        max_parallel: full.then_some(8),
+        canary: full.then_some(2),
+        canary_successes: full.then_some(1),
+        stop_after_failures: full.then_some(3),
+        deadline: full.then(|| Duration::from_secs(3600)),
+        batch_deadline: full.then(|| Duration::from_secs(600)),
+    }
+}
+
+fn rollout_record(full: bool) -> RolloutRecord {
+    let mut r = RolloutRecord::new(id(), &rollout_request(full), "tenant-a", "tenant:tenant-a", 10, 1);
+    if full {
+        r.start(2);
+        r.start(2);
+        r.finish(0, PartOutcome::Succeeded, 3);
+        r.stop = Some(StopReason::Failures);
+        r.finished_at_ms = Some(4);
+        r.state = RolloutState::Failed;
+    }
+    r
+}
+
+fn rollout_view(full: bool) -> RolloutView {
+    let parts = if full {
+        vec![
+            PartView { index: 0, machine: "node-1".into(), batch: id(), state: PartState::Succeeded, error: None },
+            PartView {
+                index: 1,
+                machine: "node-2".into(),
+                batch: id(),
+                state: PartState::Refused,
+                error: Some(ErrorBody::new(ErrorCode::MachineNotFound, "gone")),
+            },
+        ]
+    } else {
+        vec![]
+    };
+    RolloutView { rollout: rollout_record(full), parts, duplicate: full }
+}
+
+fn every_rollout_event() -> Vec<RolloutEvent> {
+    let counts = Counts { succeeded: 3, failed: 1, cancelled: 0, refused: 1 };
+    let kinds = vec![
+        RolloutEventKind::RolloutStarted { machines: 10, actions: vec!["power_on".into()] },
+        RolloutEventKind::RolloutProgress {
+            index: 4,
+            machine: "node-5".into(),
+            batch: id(),
+            outcome: PartOutcome::Failed,
+            counts,
+            error: Some(ErrorBody::new(ErrorCode::BmcError, "no")),
+        },
+        RolloutEventKind::RolloutProgress {
+            index: 5,
+            machine: "node-6".into(),
+            batch: id(),
+            outcome: PartOutcome::Succeeded,
+            counts,
+            error: None,
+        },
+        RolloutEventKind::RolloutPaused,
+        RolloutEventKind::RolloutResumed,
+        RolloutEventKind::RolloutAborting,
+        RolloutEventKind::RolloutFinished {
+            state: RolloutState::Aborted,
+            counts,
+            not_started: 5,
+            stop: Some(StopReason::Aborted),
+        },
+        RolloutEventKind::RolloutFinished { state: RolloutState::Succeeded, counts, not_started: 0, stop: None },
+    ];
+    kinds.into_iter().map(|event| RolloutEvent { rollout: id(), at_ms: 5, event }).collect()
 }
 
 fn every_event() -> Vec<Event> {
@@ -825,6 +924,20 @@ fn cases() -> Vec<Case> {
         out.push(case(format!("error {code}"), "error-body.json", &ErrorBody::new(code, "why")));
     }
     out.push(case("id request", "id-request.json", &IdRequest { id: id() }));
+    out.push(case("rollout id request", "id-request.json", &bmcfleet_schema::rollout::RolloutIdRequest { id: id() }));
+    for full in [true, false] {
+        out.push(case(format!("rollout request full={full}"), "rollout-request.json", &rollout_request(full)));
+    }
+    out.push(case(
+        "rollout status request",
+        "rollout-status-request.json",
+        &RolloutStatusRequest { id: id(), from: 5, limit: 100 },
+    ));
+    out.push(case("rollout list request", "rollout-list-request.json", &RolloutListRequest { all: true }));
+    out.push(case("rollout list request (default)", "rollout-list-request.json", &RolloutListRequest::default()));
+    for e in every_rollout_event() {
+        out.push(case(format!("rollout event {}", e.event.name()), "rollout-event.json", &e));
+    }
     out
 }
 
@@ -847,6 +960,22 @@ fn invalid_cases() -> Vec<Case> {
     };
     let batch = |actions: Value| json!({"machine": "m", "actions": actions});
     vec![
+        bad(
+            "unknown rollout field",
+            "rollout-request.json",
+            json!({"machines": ["a"], "actions": ["inventory"], "waves": 2}),
+        ),
+        bad("rollout without actions", "rollout-request.json", json!({"machines": ["a"], "actions": []})),
+        bad(
+            "rollout max_parallel 0",
+            "rollout-request.json",
+            json!({"machines": ["a"], "actions": ["inventory"], "max_parallel": 0}),
+        ),
+        bad(
+            "rollout event of no kind",
+            "rollout-event.json",
+            json!({"rollout": id(), "at_ms": 1, "event": {"type": "rollout_exploded"}}),
+        ),
         bad("unknown batch field", "batch.json", json!({"machine": "m", "actions": ["inventory"], "priority": 1})),
         bad("no target", "batch.json", json!({"actions": ["inventory"]})),
         bad(
@@ -948,6 +1077,8 @@ fn every_variant_has_an_example() {
     assert_eq!(machine_events.len(), MACHINE_EVENT_TAGS, "{machine_events:?}");
     let replies: BTreeSet<_> = every_reply().iter().map(reply_tag).collect();
     assert_eq!(replies.len(), REPLY_TAGS, "{replies:?}");
+    let rollout_events: BTreeSet<_> = every_rollout_event().iter().map(|e| rollout_event_tag(&e.event)).collect();
+    assert_eq!(rollout_events.len(), ROLLOUT_EVENT_TAGS, "{rollout_events:?}");
     // as_str agrees with serde for every code (the schema is checked against serde's names).
     for code in every_error_code() {
         assert_eq!(serde_json::to_value(code).unwrap(), json!(code.as_str()));
@@ -1018,7 +1149,7 @@ fn the_schemas_refuse_invalid_values() {
     assert!(complaints.is_empty(), "{}", complaints.join("\n"));
 }
 
-/// Every ```json block of README.md and docs/*.md that is a batch (has
+/// Every ```json block of README.md and docs/*.md that is a batch or a rollout (has
 /// `actions`) must validate, and must also be accepted by the Rust decoder.
 #[test]
 fn readme_batches_validate() {
@@ -1036,7 +1167,12 @@ fn readme_batches_validate() {
             let block = block.split("```").next().unwrap();
             let where_ = format!("{} json block {i}", file.strip_prefix(root()).unwrap().display());
             let value: Value = serde_json::from_str(block).unwrap_or_else(|e| panic!("{where_} does not parse: {e}"));
-            if value.get("actions").is_some() {
+            let rollout = value.get("selector").is_some() || value.get("machines").is_some_and(Value::is_array);
+            if value.get("actions").is_some() && rollout {
+                let _: RolloutRequest = serde_json::from_value(value.clone())
+                    .unwrap_or_else(|e| panic!("{where_}: a rollout the decoder refuses: {e}"));
+                cases.push(Case { label: where_, schema: "rollout-request.json", instance: value, valid: true });
+            } else if value.get("actions").is_some() {
                 let _: Batch = serde_json::from_value(value.clone())
                     .unwrap_or_else(|e| panic!("{where_}: a batch the decoder refuses: {e}"));
                 cases.push(Case { label: where_, schema: "batch.json", instance: value, valid: true });
@@ -1114,7 +1250,7 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
     let s = Subjects::default();
     let id: BatchId = id();
     let addresses: BTreeSet<String> = yaml_block(&doc, "channels:").into_iter().map(|(k, _)| k).collect();
-    assert_eq!(addresses.len(), 8, "{addresses:?}");
+    assert_eq!(addresses.len(), 8 + subject::ROLLOUT_ENDPOINTS.len() + 2, "{addresses:?}");
     let address = |channel: &str| -> String {
         let rest = &doc[doc.find(&format!("\n  {channel}:\n")).unwrap_or_else(|| panic!("no channel {channel}"))..];
         rest.lines().find_map(|l| l.trim().strip_prefix("address: ")).unwrap().to_owned()
@@ -1122,6 +1258,17 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
     for endpoint in subject::ENDPOINTS {
         assert_eq!(address(endpoint), subject::service_subject("bmcfleet", endpoint));
     }
+    for endpoint in subject::ROLLOUT_ENDPOINTS {
+        let channel = format!("rollout{}{}", endpoint[..1].to_ascii_uppercase(), &endpoint[1..]);
+        assert_eq!(address(&channel), subject::rollout_subject("bmcfleet", endpoint));
+    }
+    let rollout: bmcfleet_schema::rollout::RolloutId = id;
+    assert_eq!(
+        address("rolloutEvents").replace("{tenant}", "acme").replace("{rollout}", &rollout.to_string()),
+        s.rollout_events("acme", &rollout)
+    );
+    let rollout_kinds: BTreeSet<String> = every_rollout_event().iter().map(|e| e.event.name().to_owned()).collect();
+    assert_eq!(yaml_list(&doc, "    RolloutEventHeaders:", "enum"), rollout_kinds);
     assert_eq!(
         address("batchEvents").replace("{tenant}", "acme").replace("{batch}", &id.to_string()),
         s.events("acme", &id)

@@ -84,6 +84,7 @@ async fn the_python_producer_works_against_the_real_stack() {
         "refused machine_not_found 404",
         "refused invalid_field 400",
         "refused not_found 404",
+        "rollout rollout_started rollout_progress rollout_finished pause_finished 409",
     ];
     for step in expected {
         assert!(steps.iter().any(|s| s.starts_with(step)), "step `{step}` missing from demo.py's output:\n{stdout}");
@@ -94,8 +95,8 @@ async fn the_python_producer_works_against_the_real_stack() {
     let actions = |bmc: &str| -> Vec<String> { sim.calls(bmc).into_iter().filter_map(|c| c.action).collect() };
     assert_eq!(
         actions("v4-10-0-0-7"),
-        ["boot_device", "power_on", "power_status", "power_cycle", "inventory"],
-        "the machine's calls: submit_wait's batch, then follow's (the duplicate ran nothing)"
+        ["boot_device", "power_on", "power_status", "power_cycle", "inventory", "power_status"],
+        "the machine's calls: submit_wait's batch, then follow's (the duplicate ran nothing), then the rollout's"
     );
     assert_eq!(sim.power("v4-10-0-0-7"), Some(PowerState::On));
     assert!(actions("h-slow-1_example").len() <= 1, "a cancelled batch ran on: {:?}", actions("h-slow-1_example"));

@@ -239,6 +239,7 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
         | Command::Status { .. }
         | Command::Cancel { .. }
         | Command::Watch { .. }
+        | Command::Rollout { .. }
         | Command::Keygen { .. }
         | Command::Cred { .. }
         | Command::Machine { .. }

@@ -1,5 +1,6 @@
 //! A fleet run: one action command on many registered machines, one batch
-//! per machine, each through the gateway's `submit` like any other batch.
+//! per machine, submitted as one rollout (docs/ROLLOUTS.md): the gateways
+//! schedule it and it goes on if bmcctl goes away; bmcctl follows it.
 //!
 //! Owns: which machines (the registry, read once: the `--machine` names, or
 //! every machine matching `--selector` and `--tenant`), the schedule
@@ -9,25 +10,27 @@
 //! [`crate::output`] (the summary, `--output table|wide`); `--output json`
 //! prints one [`Outcome`] per line as each machine finishes.
 //!
-//! Every batch gets its id here, before it is sent: a machine whose waiting
-//! submit times out or loses its gateway is followed by status rather than
-//! guessed at, and a run left with a second Ctrl-C can say which batches
-//! still run.
+//! The rollout id is chosen here, so each machine's batch id
+//! (`rollout::batch_id`) is known before anything is sent: a run left with
+//! a second Ctrl-C can say which batches still run.
 
 use crate::cli::{FleetArgs, Target};
 use crate::client::Client;
 use crate::Usage;
 use bmcfleet_common::config::TopologyArgs;
-use bmcfleet_schema::{
-    Action, ActionResult, Batch, BatchResult, BatchState, Encoding, ErrorBody, ErrorCode, IdRequest, Machine, OnError,
-    Reply,
+use bmcfleet_schema::rollout::{
+    self, PartOutcome, PartState, RolloutEvent, RolloutEventKind, RolloutIdRequest, RolloutRecord, RolloutRequest,
+    RolloutState, RolloutStatusRequest, StopReason,
 };
-use futures::stream::{FuturesUnordered, Stream, StreamExt};
+use bmcfleet_schema::{
+    Action, ActionResult, BatchResult, BatchState, Encoding, ErrorBody, ErrorCode, IdRequest, Machine, OnError, Reply,
+    Subjects,
+};
+use futures::stream::{Stream, StreamExt};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
-use std::future::Future;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use ulid::Ulid;
 
 /// `--max-parallel` when not given.
@@ -35,9 +38,6 @@ pub const DEFAULT_MAX_PARALLEL: usize = 16;
 
 /// How often the progress bar is redrawn while nothing happens (its clock moves).
 const TICK: Duration = Duration::from_millis(250);
-
-/// How often a batch that bmcctl lost track of is looked up by status.
-const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
 /// How a fleet run proceeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -282,76 +282,159 @@ pub fn select(registry: &BTreeMap<String, Machine>, target: &Target) -> Result<V
     Ok(matched)
 }
 
-/// Run `run_one` for every planned machine under `schedule`; returns every
-/// machine's outcome (in plan order) and why the run stopped early, if it did.
-///
-/// Machines start in order, at most `max_parallel` at once. With a canary,
-/// the first `canary` machines run alone and the others start only if all
-/// of them succeeded. Once `stop_after_failures` machines have not
-/// succeeded, or on the first interrupt, no further machine starts and those
-/// running finish; on the second interrupt the run returns at once and
-/// reports the running ones as [`Verdict::Running`] (their batches go on).
-pub async fn run_all<F, Fut, I>(
+/// Ctrl-C presses, as a stream.
+fn interrupts() -> impl Stream<Item = ()> + Unpin {
+    futures::stream::unfold((), |()| async { tokio::signal::ctrl_c().await.ok().map(|()| ((), ())) }).boxed()
+}
+
+/// How often the rollout's record is read while following it (starts, stops, the end).
+const READ_EVERY: u32 = 2;
+
+/// The rollout a fleet run submits: the chosen machines in run order, the
+/// schedule, each batch's deadline.
+pub fn request(
+    id: Ulid,
     planned: &[Planned],
     schedule: Schedule,
-    mut run_one: F,
+    actions: &[Action],
+    deadline: Duration,
+) -> RolloutRequest {
+    RolloutRequest {
+        id: Some(id),
+        selector: None,
+        machines: planned.iter().map(|p| p.machine.clone()).collect(),
+        actions: actions.to_vec(),
+        on_error: OnError::Stop,
+        max_parallel: Some((schedule.max_parallel.max(1) as u32).min(rollout::MAX_PARALLEL)),
+        canary: (schedule.canary > 0).then_some(schedule.canary as u32),
+        canary_successes: None,
+        stop_after_failures: schedule.stop_after_failures.map(|k| k as u32),
+        deadline: None,
+        batch_deadline: Some(deadline),
+    }
+}
+
+/// Why the gateways stopped starting machines, as a fleet run reports it.
+fn stopped_by(record: &RolloutRecord, outcomes: &[Option<Outcome>]) -> Option<Stopped> {
+    match record.stop? {
+        StopReason::Canary => {
+            let canaries = record.canary as usize;
+            let failed =
+                outcomes[..canaries.min(outcomes.len())].iter().filter(|o| o.as_ref().is_none_or(|o| !o.ok())).count();
+            Some(Stopped::Canary { failed, canaries })
+        }
+        StopReason::Failures => Some(Stopped::Failures(record.stop_after_failures.unwrap_or(0) as usize)),
+        StopReason::Aborted | StopReason::Deadline => Some(Stopped::Interrupted),
+    }
+}
+
+/// A finished machine's outcome: its batch's result (read by status), or the refusal.
+async fn outcome_of(client: &Client, p: &Planned, outcome: PartOutcome, error: Option<ErrorBody>) -> Outcome {
+    if outcome == PartOutcome::Refused {
+        let e = error.unwrap_or_else(|| ErrorBody::new(ErrorCode::Internal, "refused"));
+        return Outcome::refused(&p.machine, e, Duration::ZERO);
+    }
+    let body = serde_json::to_vec(&IdRequest { id: p.batch }).expect("an id request serialises");
+    match client.request("status", false, body, super::status::TIMEOUT).await {
+        Ok(Reply::Status(s)) => match s.result {
+            Some(r) => {
+                let elapsed = Duration::from_millis(r.finished_at_ms.saturating_sub(r.admitted_at_ms));
+                Outcome::finished(&p.machine, r, elapsed)
+            }
+            None => Outcome::unknown(
+                &p.machine,
+                p.batch,
+                ErrorBody::new(
+                    ErrorCode::Internal,
+                    "the rollout recorded the batch finished; its status has no result",
+                ),
+                Duration::ZERO,
+            ),
+        },
+        Ok(Reply::Error(e)) => Outcome::unknown(&p.machine, p.batch, e, Duration::ZERO),
+        Ok(other) => Outcome::unknown(
+            &p.machine,
+            p.batch,
+            ErrorBody::new(ErrorCode::Internal, format!("unexpected status reply {other:?}")),
+            Duration::ZERO,
+        ),
+        Err(e) => Outcome::unknown(
+            &p.machine,
+            p.batch,
+            ErrorBody::new(ErrorCode::Unavailable, format!("{e:#}")),
+            Duration::ZERO,
+        ),
+    }
+}
+
+/// Submit the fleet run as rollout `id` and follow it to the end: the
+/// gateways schedule it (canary, `--max-parallel`, `--stop-after-failures`)
+/// and it goes on if bmcctl goes away. The first interrupt pauses the
+/// rollout (no new start), lets the running batches finish, then aborts it;
+/// the second leaves at once (the running batches go on; the rollout stays
+/// paused, which the last line says).
+pub async fn follow_rollout<I>(
+    client: &Client,
+    subjects: &Subjects,
+    id: Ulid,
+    planned: &[Planned],
+    request: &RolloutRequest,
     interrupts: I,
     mut report: impl FnMut(Progress<'_>),
-) -> (Vec<Outcome>, Option<Stopped>)
+) -> anyhow::Result<(Vec<Outcome>, Option<Stopped>)>
 where
-    F: FnMut(Planned) -> Fut,
-    Fut: Future<Output = Outcome>,
     I: Stream<Item = ()> + Unpin,
 {
     let n = planned.len();
-    let max_parallel = schedule.max_parallel.max(1);
-    let canaries = schedule.canary.min(n);
+    let mut events = client.nats.subscribe(subjects.rollout_events_any(&id)).await?;
+    client.nats.flush().await?;
+    let refused_all =
+        |e: ErrorBody| planned.iter().map(|p| Outcome::refused(&p.machine, e.clone(), Duration::ZERO)).collect();
+    match client.rollout("submit", serde_json::to_vec(request)?, ROLLOUT_TIMEOUT).await {
+        Ok(Reply::Rollout(_)) => {}
+        Ok(Reply::Error(e)) => return Ok((refused_all(e), None)),
+        Ok(other) => {
+            return Ok((refused_all(ErrorBody::new(ErrorCode::Internal, format!("unexpected reply {other:?}"))), None))
+        }
+        Err(e) => return Ok((refused_all(ErrorBody::new(ErrorCode::Unavailable, format!("{e:#}"))), None)),
+    }
     let mut outcomes: Vec<Option<Outcome>> = vec![None; n];
-    let mut running = FuturesUnordered::new();
-    let mut next = 0;
-    // Machines allowed to start so far: the canaries, then all.
-    let mut gate = if canaries == 0 { n } else { canaries };
-    let mut failures = 0;
-    let mut stopped = None;
+    let mut started = vec![false; n];
+    let mut stopped: Option<Stopped> = None;
     let mut interrupts = interrupts.fuse();
     let mut interrupted = 0;
+    let mut left = false;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut left = false;
-    loop {
-        while stopped.is_none() && next < gate && running.len() < max_parallel {
-            let i = next;
-            next += 1;
+    let mut ticks = 0u32;
+    let mut last: Option<RolloutRecord> = None;
+    let start = |i: usize, started: &mut Vec<bool>, report: &mut dyn FnMut(Progress<'_>)| {
+        if i < n && !started[i] {
+            started[i] = true;
             report(Progress::Started(&planned[i]));
-            let run = run_one(planned[i].clone());
-            running.push(async move { (i, run.await) });
         }
-        if running.is_empty() {
-            if stopped.is_none() && next == gate && gate < n {
-                let failed = outcomes[..canaries].iter().flatten().filter(|o| !o.ok()).count();
-                if failed == 0 {
-                    gate = n;
-                    continue;
-                }
-                let why = Stopped::Canary { failed, canaries };
-                stopped = Some(why);
-                report(Progress::Stopping(why));
-            }
-            break;
-        }
+    };
+    loop {
         tokio::select! {
-            Some((i, outcome)) = running.next() => {
-                report(Progress::Finished(&outcome));
-                if !outcome.ok() {
-                    failures += 1;
-                    if let (Some(k), None) = (schedule.stop_after_failures, stopped) {
-                        if failures >= k {
-                            stopped = Some(Stopped::Failures(k));
-                            report(Progress::Stopping(Stopped::Failures(k)));
+            msg = events.next() => {
+                let Some(msg) = msg else { break };
+                let Ok(ev) = Encoding::MessagePack.decode::<RolloutEvent>(&msg.payload) else { continue };
+                match ev.event {
+                    RolloutEventKind::RolloutProgress { index, outcome, error, .. } => {
+                        let i = index as usize;
+                        if i < n && outcomes[i].is_none() {
+                            start(i, &mut started, &mut report);
+                            let o = outcome_of(client, &planned[i], outcome, error).await;
+                            report(Progress::Finished(&o));
+                            outcomes[i] = Some(o);
                         }
                     }
+                    RolloutEventKind::RolloutFinished { .. } => {
+                        last = None;
+                        break;
+                    }
+                    _ => {}
                 }
-                outcomes[i] = Some(outcome);
             }
             Some(()) = interrupts.next(), if interrupted < 2 => {
                 interrupted += 1;
@@ -363,107 +446,99 @@ where
                     stopped = Some(Stopped::Interrupted);
                     report(Progress::Stopping(Stopped::Interrupted));
                 }
+                let _ = client.rollout("pause", serde_json::to_vec(&RolloutIdRequest { id })?, ROLLOUT_TIMEOUT).await;
             }
-            _ = tick.tick() => report(Progress::Tick),
+            _ = tick.tick() => {
+                report(Progress::Tick);
+                ticks += 1;
+                if !ticks.is_multiple_of(READ_EVERY) {
+                    continue;
+                }
+                let body = serde_json::to_vec(&RolloutStatusRequest { id, from: 0, limit: 0 })?;
+                let Ok(Reply::Rollout(v)) = client.rollout("status", body, ROLLOUT_TIMEOUT).await else { continue };
+                let record = v.rollout;
+                for i in &record.in_flight {
+                    start(*i as usize, &mut started, &mut report);
+                }
+                if stopped.is_none() {
+                    if let Some(why) = stopped_by(&record, &outcomes) {
+                        stopped = Some(why);
+                        report(Progress::Stopping(why));
+                    }
+                }
+                // Interrupted: once the running batches finished, end the paused rollout.
+                if interrupted == 1 && record.state == RolloutState::Paused && record.in_flight.is_empty() {
+                    let _ = client.rollout("abort", serde_json::to_vec(&RolloutIdRequest { id })?, ROLLOUT_TIMEOUT).await;
+                }
+                let done = record.state.is_final();
+                last = Some(record);
+                if done {
+                    break;
+                }
+            }
         }
     }
-    drop(running);
+    if !left {
+        // Outcomes whose events were missed, from the rollout's own record of them.
+        let mut from = 0u32;
+        while (from as usize) < n && outcomes.iter().any(Option::is_none) {
+            let body = serde_json::to_vec(&RolloutStatusRequest { id, from, limit: rollout::CHUNK })?;
+            let Reply::Rollout(v) = client.rollout("status", body, ROLLOUT_TIMEOUT).await? else { break };
+            if v.parts.is_empty() {
+                break;
+            }
+            from += v.parts.len() as u32;
+            for part in v.parts {
+                let i = part.index as usize;
+                let outcome = match part.state {
+                    PartState::Succeeded => PartOutcome::Succeeded,
+                    PartState::Failed => PartOutcome::Failed,
+                    PartState::Cancelled => PartOutcome::Cancelled,
+                    PartState::Refused => PartOutcome::Refused,
+                    PartState::Pending | PartState::Running => continue,
+                };
+                if i < n && outcomes[i].is_none() {
+                    start(i, &mut started, &mut report);
+                    let o = outcome_of(client, &planned[i], outcome, part.error).await;
+                    report(Progress::Finished(&o));
+                    outcomes[i] = Some(o);
+                }
+            }
+            last = Some(v.rollout);
+        }
+        if stopped.is_none() {
+            if last.is_none() {
+                let body = serde_json::to_vec(&RolloutStatusRequest { id, from: 0, limit: 0 })?;
+                if let Ok(Reply::Rollout(v)) = client.rollout("status", body, ROLLOUT_TIMEOUT).await {
+                    last = Some(v.rollout);
+                }
+            }
+            if let Some(why) = last.as_ref().and_then(|r| stopped_by(r, &outcomes)) {
+                stopped = Some(why);
+                report(Progress::Stopping(why));
+            }
+        }
+    } else {
+        eprintln!("left rollout {id} paused with its running batches going on: bmcctl rollout abort {id} (or resume)");
+    }
     let outcomes = outcomes
         .into_iter()
         .zip(planned)
         .enumerate()
         .map(|(i, (o, p))| match o {
             Some(o) => o,
-            None if left && i < next => Outcome::running(&p.machine, p.batch),
+            None if left && started[i] => Outcome::running(&p.machine, p.batch),
             None => Outcome::not_started(&p.machine),
         })
         .collect();
-    (outcomes, stopped)
+    Ok((outcomes, stopped))
 }
 
-/// Submit one machine's batch and wait for its final result.
-async fn submit_one(client: &Client, planned: Planned, actions: &[Action], deadline: Duration) -> Outcome {
-    let started = Instant::now();
-    let machine = planned.machine.as_str();
-    let batch = Batch {
-        id: Some(planned.batch),
-        machine: Some(machine.to_owned()),
-        bmc: None,
-        actions: actions.to_vec(),
-        on_error: OnError::Stop,
-        deadline: Some(deadline),
-    };
-    let body = match Encoding::Json.encode(&batch) {
-        Ok(b) => b,
-        Err(e) => {
-            return Outcome::refused(
-                machine,
-                ErrorBody::new(ErrorCode::Internal, format!("cannot encode the batch: {e}")),
-                started.elapsed(),
-            )
-        }
-    };
-    let lost = match client.request("submit", true, body, deadline + Duration::from_secs(10)).await {
-        Ok(Reply::Result(r)) => return Outcome::finished(machine, r, started.elapsed()),
-        // The gateway stopped, lost its subscription or held the request
-        // longer than it may: the batch may be queued. Its status says.
-        Ok(Reply::Error(e)) if matches!(e.code, ErrorCode::Timeout | ErrorCode::Unavailable) => e,
-        Ok(Reply::Error(e)) => return Outcome::refused(machine, e, started.elapsed()),
-        Ok(other) => {
-            ErrorBody::new(ErrorCode::Internal, format!("the gateway answered a waiting submit with {other:?}"))
-        }
-        Err(e) => {
-            let no_gateway = e
-                .downcast_ref::<async_nats::RequestError>()
-                .is_some_and(|r| r.kind() == async_nats::RequestErrorKind::NoResponders);
-            let body = ErrorBody::new(ErrorCode::Unavailable, format!("{e:#}"));
-            if no_gateway {
-                return Outcome::refused(machine, body, started.elapsed());
-            }
-            body
-        }
-    };
-    follow(client, machine, planned.batch, lost, started, deadline).await
-}
+/// How long one rollout request may take (a submit checks every machine).
+const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Look a batch up by status until it is final, or until its deadline (and
-/// a margin) has passed.
-async fn follow(
-    client: &Client,
-    machine: &str,
-    id: Ulid,
-    lost: ErrorBody,
-    started: Instant,
-    deadline: Duration,
-) -> Outcome {
-    let give_up = started + deadline + Duration::from_secs(30);
-    let body = serde_json::to_vec(&IdRequest { id }).expect("an id request serialises");
-    loop {
-        match client.request("status", false, body.clone(), super::status::TIMEOUT).await {
-            Ok(Reply::Status(s)) => {
-                if let (true, Some(r)) = (s.state.is_final(), s.result) {
-                    return Outcome::finished(machine, r, started.elapsed());
-                }
-            }
-            // Never admitted: the first answer was a refusal after all.
-            Ok(Reply::Error(e)) if e.code == ErrorCode::NotFound => {
-                return Outcome::refused(machine, lost, started.elapsed())
-            }
-            _ => {}
-        }
-        if Instant::now() >= give_up {
-            return Outcome::unknown(machine, id, lost, started.elapsed());
-        }
-        tokio::time::sleep(FOLLOW_EVERY).await;
-    }
-}
-
-/// Ctrl-C presses, as a stream.
-fn interrupts() -> impl Stream<Item = ()> + Unpin {
-    futures::stream::unfold((), |()| async { tokio::signal::ctrl_c().await.ok().map(|()| ((), ())) }).boxed()
-}
-
-/// Run `actions` on the machines `target` chooses: one batch per machine.
+/// Run `actions` on the machines `target` chooses: a rollout of one batch
+/// per machine, scheduled by the gateways, followed here.
 pub async fn run(
     client: &Client,
     topology: &TopologyArgs,
@@ -471,8 +546,12 @@ pub async fn run(
     actions: Vec<Action>,
 ) -> anyhow::Result<ExitCode> {
     let registry = super::machine::registry(client.nats.clone(), topology).await?;
-    let planned: Vec<Planned> =
-        select(&registry, target)?.into_iter().map(|machine| Planned { machine, batch: Ulid::new() }).collect();
+    let id = Ulid::new();
+    let planned: Vec<Planned> = select(&registry, target)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, machine)| Planned { batch: rollout::batch_id(id, i as u32, &machine), machine })
+        .collect();
     let schedule = Schedule::from(&target.fleet);
     let what: Vec<&str> = actions.iter().map(Action::kind).collect();
     let format = client.format;
@@ -494,8 +573,9 @@ pub async fn run(
         Progress::Stopping(why) => bar.above(&crate::output::stopping(why, schedule)),
         Progress::Tick => bar.tick(),
     };
-    let run_one = |p: Planned| submit_one(client, p, &actions, target.deadline);
-    let (outcomes, stopped) = run_all(&planned, schedule, run_one, interrupts(), report).await;
+    let request = request(id, &planned, schedule, &actions, target.deadline);
+    let subjects = topology.subjects();
+    let (outcomes, stopped) = follow_rollout(client, &subjects, id, &planned, &request, interrupts(), report).await?;
     bar.finish();
     if format.is_json() {
         for o in outcomes.iter().filter(|o| matches!(o.result, Verdict::NotStarted | Verdict::Running)) {
@@ -510,11 +590,6 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    fn plan(names: &[&str]) -> Vec<Planned> {
-        names.iter().map(|n| Planned { machine: (*n).to_owned(), batch: Ulid::new() }).collect()
-    }
 
     fn result(state: BatchState) -> BatchResult {
         let action = if state == BatchState::Succeeded {
@@ -540,131 +615,8 @@ mod tests {
         }
     }
 
-    /// Machines whose name starts with `bad` fail; the others succeed.
-    async fn by_name(p: Planned) -> Outcome {
-        tokio::task::yield_now().await;
-        let state = if p.machine.starts_with("bad") { BatchState::Failed } else { BatchState::Succeeded };
-        Outcome::finished(&p.machine, result(state), Duration::from_millis(5))
-    }
-
-    fn never() -> futures::stream::Pending<()> {
-        futures::stream::pending()
-    }
-
     fn schedule(max_parallel: usize, canary: usize, stop_after_failures: Option<usize>) -> Schedule {
         Schedule { max_parallel, canary, stop_after_failures }
-    }
-
-    fn verdicts(outcomes: &[Outcome]) -> Vec<Verdict> {
-        outcomes.iter().map(|o| o.result).collect()
-    }
-
-    #[tokio::test]
-    async fn at_most_max_parallel_run_at_once_and_all_of_them_do() {
-        for limit in [1, 3, 16] {
-            let (now, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
-            let run_one = |p: Planned| {
-                let (now, peak) = (&now, &peak);
-                async move {
-                    peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                    for _ in 0..3 {
-                        tokio::task::yield_now().await;
-                    }
-                    now.fetch_sub(1, Ordering::SeqCst);
-                    by_name(p).await
-                }
-            };
-            let planned = plan(&["a", "b", "c", "d", "e", "f", "g", "h"]);
-            let (outcomes, stopped) = run_all(&planned, schedule(limit, 0, None), run_one, never(), |_| {}).await;
-            assert_eq!((verdicts(&outcomes), stopped), (vec![Verdict::Succeeded; 8], None));
-            assert_eq!(peak.load(Ordering::SeqCst), limit.min(8), "limit {limit}");
-        }
-    }
-
-    #[tokio::test]
-    async fn a_failing_canary_stops_the_run_and_a_passing_one_lets_it_go_on() {
-        let started = std::cell::RefCell::new(vec![]);
-        let note = |p: Progress<'_>| {
-            if let Progress::Started(p) = p {
-                started.borrow_mut().push(p.machine.clone());
-            }
-        };
-        let planned = plan(&["bad-1", "ok-2", "ok-3", "ok-4"]);
-        let (outcomes, stopped) = run_all(&planned, schedule(16, 1, None), by_name, never(), note).await;
-        assert_eq!(stopped, Some(Stopped::Canary { failed: 1, canaries: 1 }));
-        assert_eq!(
-            verdicts(&outcomes),
-            [Verdict::Failed, Verdict::NotStarted, Verdict::NotStarted, Verdict::NotStarted]
-        );
-        assert_eq!(*started.borrow(), ["bad-1"], "only the canary was submitted");
-
-        // Canaries run alone, even when more could run at once; then the rest.
-        let planned = plan(&["ok-1", "ok-2", "bad-3", "ok-4"]);
-        let order = std::cell::RefCell::new(vec![]);
-        let note = |p: Progress<'_>| match p {
-            Progress::Started(p) => order.borrow_mut().push(format!("start {}", p.machine)),
-            Progress::Finished(o) => order.borrow_mut().push(format!("end {}", o.machine)),
-            _ => {}
-        };
-        let (outcomes, stopped) = run_all(&planned, schedule(16, 2, None), by_name, never(), note).await;
-        assert_eq!(
-            (verdicts(&outcomes), stopped),
-            (vec![Verdict::Succeeded, Verdict::Succeeded, Verdict::Failed, Verdict::Succeeded], None)
-        );
-        let order = order.borrow();
-        let first_after = order.iter().position(|e| e == "start bad-3").unwrap();
-        assert!(
-            order[..first_after].contains(&"end ok-1".to_owned())
-                && order[..first_after].contains(&"end ok-2".to_owned()),
-            "{order:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn after_k_failures_nothing_new_starts_and_running_machines_finish() {
-        // One at a time: the second failure stops the run.
-        let planned = plan(&["ok-1", "bad-2", "bad-3", "ok-4", "ok-5"]);
-        let (outcomes, stopped) = run_all(&planned, schedule(1, 0, Some(2)), by_name, never(), |_| {}).await;
-        assert_eq!(stopped, Some(Stopped::Failures(2)));
-        assert_eq!(
-            verdicts(&outcomes),
-            [Verdict::Succeeded, Verdict::Failed, Verdict::Failed, Verdict::NotStarted, Verdict::NotStarted]
-        );
-        // Three at once: the first failure (the quickest here) stops new
-        // starts; the two already running finish.
-        let quick_failure = |p: Planned| async move {
-            if !p.machine.starts_with("bad") {
-                for _ in 0..3 {
-                    tokio::task::yield_now().await;
-                }
-            }
-            by_name(p).await
-        };
-        let planned = plan(&["bad-1", "ok-2", "ok-3", "ok-4"]);
-        let (outcomes, stopped) = run_all(&planned, schedule(3, 0, Some(1)), quick_failure, never(), |_| {}).await;
-        assert_eq!(stopped, Some(Stopped::Failures(1)));
-        assert_eq!(verdicts(&outcomes), [Verdict::Failed, Verdict::Succeeded, Verdict::Succeeded, Verdict::NotStarted]);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn one_interrupt_lets_running_machines_finish_two_leave_them_running() {
-        let slow = |p: Planned| async move {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            by_name(p).await
-        };
-        let planned = plan(&["a", "b", "c", "d"]);
-        let once = futures::stream::once(async {}).chain(futures::stream::pending());
-        let (outcomes, stopped) = run_all(&planned, schedule(2, 0, None), slow, Box::pin(once), |_| {}).await;
-        assert_eq!(stopped, Some(Stopped::Interrupted));
-        assert_eq!(
-            verdicts(&outcomes),
-            [Verdict::Succeeded, Verdict::Succeeded, Verdict::NotStarted, Verdict::NotStarted]
-        );
-
-        let twice = futures::stream::iter([(), ()]).chain(futures::stream::pending());
-        let (outcomes, _) = run_all(&planned, schedule(2, 0, None), slow, Box::pin(twice), |_| {}).await;
-        assert_eq!(verdicts(&outcomes), [Verdict::Running, Verdict::Running, Verdict::NotStarted, Verdict::NotStarted]);
-        assert_eq!(outcomes[0].batch, Some(planned[0].batch), "a running machine names its batch");
     }
 
     #[test]
@@ -745,5 +697,53 @@ mod tests {
             ),
             schedule(1, 2, Some(3))
         );
+    }
+
+    #[test]
+    fn a_fleet_run_is_a_rollout_of_the_chosen_machines_with_the_schedule() {
+        let id = Ulid::new();
+        let planned: Vec<Planned> = ["b", "a"]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Planned { machine: (*m).to_owned(), batch: rollout::batch_id(id, i as u32, m) })
+            .collect();
+        let r = request(
+            id,
+            &planned,
+            schedule(100_000, 1, Some(2)),
+            &[Action::Power(bmcfleet_schema::PowerOp::On)],
+            Duration::from_secs(60),
+        );
+        assert_eq!(r.machines, ["b", "a"], "run order kept");
+        assert_eq!(
+            (r.max_parallel, r.canary, r.canary_successes, r.stop_after_failures),
+            (Some(rollout::MAX_PARALLEL), Some(1), None, Some(2))
+        );
+        assert_eq!((r.id, r.selector.as_ref(), r.batch_deadline), (Some(id), None, Some(Duration::from_secs(60))));
+        assert_eq!(rollout::check_request(&r), Ok(()));
+        let r = request(
+            id,
+            &planned,
+            schedule(3, 0, None),
+            &[Action::Power(bmcfleet_schema::PowerOp::On)],
+            Duration::from_secs(60),
+        );
+        assert_eq!((r.max_parallel, r.canary, r.stop_after_failures), (Some(3), None, None));
+
+        // How the gateways' stop reads: the canaries that did not succeed, the failure limit.
+        let req = request(
+            id,
+            &planned,
+            schedule(3, 1, Some(2)),
+            &[Action::Power(bmcfleet_schema::PowerOp::On)],
+            Duration::from_secs(60),
+        );
+        let mut record = RolloutRecord::new(id, &req, "default", "operator", 2, 1);
+        assert_eq!(stopped_by(&record, &[None, None]), None);
+        record.stop = Some(StopReason::Canary);
+        let failed = Outcome::finished("b", result(BatchState::Failed), Duration::ZERO);
+        assert_eq!(stopped_by(&record, &[Some(failed), None]), Some(Stopped::Canary { failed: 1, canaries: 1 }));
+        record.stop = Some(StopReason::Failures);
+        assert_eq!(stopped_by(&record, &[None, None]), Some(Stopped::Failures(2)));
     }
 }

@@ -9,6 +9,7 @@ pub mod keygen;
 pub mod machine;
 pub mod machine_watch;
 pub mod man;
+pub mod rollout;
 pub mod status;
 pub mod submit;
 pub mod watch;

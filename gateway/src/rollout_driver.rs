@@ -1,0 +1,510 @@
+//! Rollout drivers: every gateway runs one; each rollout is driven by the
+//! gateway holding its lease (KV `<S>_ROLLOUT_LEASES`, key = rollout id,
+//! created with CAS, renewed with CAS every third of `--rollout-lease-ttl`,
+//! expiring after it), as workers hold partitions. No other consensus.
+//!
+//! A driver keeps no rollout state of its own: each round it reads the
+//! record, records the outcome of machines whose batch finished (the part
+//! first, then the record with compare-and-set), decides what may start
+//! ([`RolloutRecord::review`], `start`) and writes that *before* submitting
+//! the batches, in process through [`Gateway::submit`] (every admission
+//! check, as the rollout's requester) with the ids
+//! [`bmcfleet_schema::rollout::batch_id`] derives. A machine in flight
+//! whose batch has no status record is submitted again: the same id, so a
+//! batch queued before a crash is a `duplicate` and runs once. The fence
+//! (the lease's local validity, a fifth of the TTL short of the server's
+//! expiry) is checked before every write and submit: a driver that lost its
+//! lease stops at once; the next holder resumes from the record.
+//!
+//! Memory: the set of rollouts not final (from a watch of the records
+//! bucket) and, per driven rollout, one chunk of its machine list.
+
+use crate::requester::Requester;
+use crate::service::Gateway;
+use crate::rollout::requester_of;
+use async_nats::jetstream::kv;
+use bmcfleet_common::rollouts::{self, RolloutStoreError, Store};
+use bmcfleet_common::runtime::now_ms;
+use bmcfleet_common::status;
+use bmcfleet_schema::rollout::{
+    self, PartOutcome, RolloutEvent, RolloutEventKind, RolloutId, RolloutPart, RolloutRecord, RolloutSpec,
+};
+use bmcfleet_schema::{Batch, Encoding, ErrorCode, IdRequest, Reply};
+use futures::StreamExt;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Refusals a driver retries (nothing was queued; it may be later).
+fn retryable(code: ErrorCode) -> bool {
+    matches!(code, ErrorCode::Unavailable | ErrorCode::BmcQueueFull | ErrorCode::Timeout)
+}
+
+/// A held lease's local validity (cf. the worker's fence).
+#[derive(Clone)]
+struct Fence {
+    until: Arc<Mutex<Instant>>,
+    lost: CancellationToken,
+}
+
+impl Fence {
+    fn new(sent: Instant, valid_for: Duration) -> Fence {
+        Fence { until: Arc::new(Mutex::new(sent + valid_for)), lost: CancellationToken::new() }
+    }
+
+    fn extend_from(&self, sent: Instant, valid_for: Duration) {
+        let mut until = self.until.lock().expect("fence lock");
+        *until = (*until).max(sent + valid_for);
+    }
+
+    fn valid(&self) -> bool {
+        !self.lost.is_cancelled() && Instant::now() < *self.until.lock().expect("fence lock")
+    }
+}
+
+struct Owned {
+    revision: u64,
+    fence: Fence,
+    task: JoinHandle<()>,
+}
+
+/// Settings of the drivers.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub lease_ttl: Duration,
+    pub poll: Duration,
+    /// This gateway (written in the leases it holds).
+    pub instance: String,
+}
+
+/// The drivers of one gateway.
+pub struct Drivers {
+    gateway: Arc<Gateway>,
+    store: Store,
+    leases: kv::Store,
+    settings: Settings,
+    owned: HashMap<RolloutId, Owned>,
+    /// Rollouts not final, as the records bucket's watch says.
+    active: HashSet<RolloutId>,
+}
+
+impl Drivers {
+    pub fn new(gateway: Arc<Gateway>, store: Store, leases: kv::Store, settings: Settings) -> Drivers {
+        Drivers { gateway, store, leases, settings, owned: HashMap::new(), active: HashSet::new() }
+    }
+
+    fn valid_for(&self) -> Duration {
+        self.settings.lease_ttl - self.settings.lease_ttl / 5
+    }
+
+    /// Run until `stop`; then stop every driven rollout and hand its lease back.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.settings.lease_ttl / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut watch = None;
+        loop {
+            if watch.is_none() {
+                match self.store.records.watch_all().await {
+                    Ok(w) => watch = Some(w),
+                    Err(e) => tracing::warn!(error = %e, "Cannot watch rollout records; retrying."),
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                entry = async { watch.as_mut().expect("set").next().await }, if watch.is_some() => match entry {
+                    Some(Ok(entry)) => {
+                        // A new rollout starts now, not at the next tick.
+                        if self.seen(entry) {
+                            self.acquire().await;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "Rollout watch failed; watching again.");
+                        watch = None;
+                    }
+                    None => watch = None,
+                },
+                _ = tick.tick() => {
+                    self.reap().await;
+                    self.renew().await;
+                    self.acquire().await;
+                }
+            }
+        }
+        for (id, o) in self.owned.drain() {
+            o.fence.lost.cancel();
+            o.task.abort();
+            let _ = self.leases.delete_expect_revision(id.to_string(), Some(o.revision)).await;
+        }
+    }
+
+    /// Note a record's change; `true` when the rollout is active and nobody here drives it.
+    fn seen(&mut self, entry: kv::Entry) -> bool {
+        let Ok(id) = entry.key.parse::<RolloutId>() else { return false };
+        let active = entry.operation == kv::Operation::Put
+            && Encoding::MessagePack.decode::<RolloutRecord>(&entry.value).is_ok_and(|r| !r.state.is_final());
+        if active {
+            self.active.insert(id) && !self.owned.contains_key(&id)
+        } else {
+            self.active.remove(&id);
+            false
+        }
+    }
+
+    /// Forget rollouts whose driver ended; hand back a lease still ours.
+    async fn reap(&mut self) {
+        let done: Vec<RolloutId> = self.owned.iter().filter(|(_, o)| o.task.is_finished()).map(|(id, _)| *id).collect();
+        for id in done {
+            let o = self.owned.remove(&id).expect("listed");
+            if !o.fence.lost.is_cancelled() {
+                let _ = self.leases.delete_expect_revision(id.to_string(), Some(o.revision)).await;
+            }
+        }
+    }
+
+    async fn renew(&mut self) {
+        let value = self.settings.instance.clone();
+        let valid_for = self.valid_for();
+        for (id, o) in self.owned.iter_mut() {
+            if o.fence.lost.is_cancelled() {
+                continue;
+            }
+            let sent = Instant::now();
+            match self.leases.update(id.to_string(), value.clone().into(), o.revision).await {
+                Ok(rev) => {
+                    o.revision = rev;
+                    o.fence.extend_from(sent, valid_for);
+                }
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    tracing::warn!(rollout = %id, "Rollout lease lost; this gateway stops driving it now.");
+                    o.fence.lost.cancel();
+                }
+                Err(e) => {
+                    tracing::warn!(rollout = %id, error = %e, "Cannot renew a rollout lease.");
+                    if !o.fence.valid() {
+                        o.fence.lost.cancel();
+                    }
+                }
+            }
+        }
+    }
+
+    async fn acquire(&mut self) {
+        let free: Vec<RolloutId> = self.active.iter().filter(|id| !self.owned.contains_key(id)).copied().collect();
+        for id in free {
+            let sent = Instant::now();
+            match self.leases.create(id.to_string(), self.settings.instance.clone().into()).await {
+                Ok(revision) => {
+                    let fence = Fence::new(sent, self.valid_for());
+                    let driver = Driver {
+                        gateway: self.gateway.clone(),
+                        store: self.store.clone(),
+                        id,
+                        fence: fence.clone(),
+                        poll: self.settings.poll,
+                        chunk: None,
+                        cancelled: HashSet::new(),
+                    };
+                    tracing::info!(rollout = %id, "Driving a rollout.");
+                    let task = tokio::spawn(driver.run());
+                    self.owned.insert(id, Owned { revision, fence, task });
+                }
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+                Err(e) => tracing::warn!(rollout = %id, error = %e, "Cannot take a rollout lease."),
+            }
+        }
+    }
+}
+
+/// Why a driver round ended early.
+#[derive(Debug)]
+enum Stop {
+    /// The lease is lost or ran out locally: stop now.
+    Fenced,
+    /// The record changed under us: read it again.
+    Conflict,
+    /// The rollout is final.
+    Done,
+    Store(String),
+}
+
+impl From<RolloutStoreError> for Stop {
+    fn from(e: RolloutStoreError) -> Self {
+        match e {
+            RolloutStoreError::Conflict => Stop::Conflict,
+            e => Stop::Store(e.to_string()),
+        }
+    }
+}
+
+/// Drives one rollout while its lease holds.
+struct Driver {
+    gateway: Arc<Gateway>,
+    store: Store,
+    id: RolloutId,
+    fence: Fence,
+    poll: Duration,
+    /// The chunk of the machine list read last.
+    chunk: Option<(u32, Vec<String>)>,
+    /// Batches this driver asked to cancel (abort), so it asks once.
+    cancelled: HashSet<u32>,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        let spec = loop {
+            match self.store.spec(&self.id).await {
+                Ok(Some(s)) => break s,
+                Ok(None) => {
+                    tracing::error!(rollout = %self.id, "The rollout has no spec; it cannot be driven.");
+                    return;
+                }
+                Err(e) => tracing::warn!(rollout = %self.id, error = %e, "Cannot read the rollout's spec."),
+            }
+            if self.pause().await {
+                return;
+            }
+        };
+        loop {
+            match self.round(&spec).await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(Stop::Conflict) => continue,
+                Err(Stop::Fenced) => {
+                    tracing::warn!(rollout = %self.id, "Rollout lease no longer valid; stopped driving it.");
+                    return;
+                }
+                Err(Stop::Done) => return,
+                Err(Stop::Store(e)) => {
+                    tracing::warn!(rollout = %self.id, error = %e, "Rollout round failed; retrying.")
+                }
+            }
+            if self.pause().await {
+                return;
+            }
+        }
+    }
+
+    /// Wait one poll interval; `true` when the lease was lost meanwhile.
+    async fn pause(&self) -> bool {
+        tokio::select! {
+            _ = self.fence.lost.cancelled() => true,
+            _ = tokio::time::sleep(self.poll) => false,
+        }
+    }
+
+    fn fenced(&self) -> Result<(), Stop> {
+        if self.fence.valid() {
+            Ok(())
+        } else {
+            Err(Stop::Fenced)
+        }
+    }
+
+    async fn machine(&mut self, index: u32) -> Result<String, Stop> {
+        let (c, at) = rollout::chunk_of(index);
+        if self.chunk.as_ref().is_none_or(|(n, _)| *n != c) {
+            match self.store.chunk(&self.id, c).await? {
+                Some(names) => self.chunk = Some((c, names)),
+                None => return Err(Stop::Store(format!("chunk {c} of the machine list is missing"))),
+            }
+        }
+        self.chunk
+            .as_ref()
+            .and_then(|(_, names)| names.get(at).cloned())
+            .ok_or_else(|| Stop::Store(format!("machine {index} is not in the machine list")))
+    }
+
+    /// One round: record finished machines, start what may start, settle.
+    /// `Ok(true)`: something changed, go again at once.
+    async fn round(&mut self, spec: &RolloutSpec) -> Result<bool, Stop> {
+        self.fenced()?;
+        let Some((mut record, revision)) = self.store.load(&self.id).await? else { return Err(Stop::Done) };
+        let who = requester_of(&record.requester);
+        let gateway = self.gateway.clone();
+        let (res, subjects, _, _) = gateway.parts();
+        let (js, subjects) = (res.js.clone(), subjects.clone());
+        if record.state.is_final() {
+            self.finished_event(&record).await;
+            return Err(Stop::Done);
+        }
+        let now = now_ms();
+        // 1. Machines in flight: finished, still running, or not queued yet.
+        let mut finished = vec![];
+        let mut unqueued = vec![];
+        for index in record.in_flight.clone() {
+            let machine = self.machine(index).await?;
+            let batch = rollout::batch_id(self.id, index, &machine);
+            match status::load(&res.batches, &batch).await {
+                Ok(Some(v)) if v.status.state.is_final() => {
+                    let error = v
+                        .status
+                        .result
+                        .as_ref()
+                        .and_then(|r| r.results.iter().find(|a| !a.is_ok()))
+                        .and_then(|a| a.error.clone());
+                    let part = RolloutPart {
+                        index,
+                        machine,
+                        batch,
+                        outcome: PartOutcome::of(v.status.state),
+                        error,
+                        finished_at_ms: v.status.updated_at_ms,
+                    };
+                    self.fenced()?;
+                    self.store.put_part(&self.id, &part).await?;
+                    finished.push(part);
+                }
+                Ok(Some(_)) => {
+                    if record.state == rollout::RolloutState::Aborting && self.cancelled.insert(index) {
+                        self.cancel(batch, &who).await;
+                    }
+                }
+                // Refused at submit (recorded), or never queued (submit again).
+                Ok(None) => match self.store.part(&self.id, index).await? {
+                    Some(part) => finished.push(part),
+                    None => unqueued.push((index, machine, batch)),
+                },
+                Err(e) => return Err(Stop::Store(e.to_string())),
+            }
+        }
+        let mut changed = false;
+        for part in &finished {
+            changed |= record.finish(part.index, part.outcome, now);
+        }
+        changed |= record.review(now);
+        let mut started = vec![];
+        while let Some(index) = record.start(now) {
+            started.push(index);
+        }
+        let settled = record.settle(now);
+        if changed || !started.is_empty() || settled {
+            // 2. The record first: machines are claimed before their batches exist.
+            self.fenced()?;
+            self.store.update(&record, revision).await?;
+            let mut counts = record.counts;
+            // Counts as each machine was recorded (all in this one write).
+            for part in finished.iter().rev() {
+                let event = RolloutEvent {
+                    rollout: self.id,
+                    at_ms: now,
+                    event: RolloutEventKind::RolloutProgress {
+                        index: part.index,
+                        machine: part.machine.clone(),
+                        batch: part.batch,
+                        outcome: part.outcome,
+                        counts,
+                        error: part.error.clone(),
+                    },
+                };
+                if let Err(e) =
+                    rollouts::publish_event(&js, &subjects, &record.tenant, &event, &part.index.to_string()).await
+                {
+                    tracing::warn!(rollout = %self.id, error = %e, "Cannot publish rollout_progress.");
+                }
+                uncount(&mut counts, part.outcome);
+            }
+            if settled {
+                self.finished_event(&record).await;
+                tracing::info!(
+                    rollout = %self.id, state = crate::rollout::state_name(record.state), succeeded = record.counts.succeeded,
+                    not_succeeded = record.counts.not_succeeded(), not_started = record.not_started(), "Rollout finished."
+                );
+                return Err(Stop::Done);
+            }
+        }
+        // 3. Submit: machines just claimed, and claimed ones never queued.
+        for index in started {
+            let machine = self.machine(index).await?;
+            let batch = rollout::batch_id(self.id, index, &machine);
+            unqueued.push((index, machine, batch));
+        }
+        for (index, machine, batch) in unqueued {
+            self.fenced()?;
+            self.submit(spec, index, machine, batch, &who).await?;
+        }
+        Ok(changed)
+    }
+
+    /// Submit machine `index`'s batch as the rollout's requester. A refusal
+    /// that may pass later is retried next round; any other is the
+    /// machine's outcome (`refused`).
+    async fn submit(
+        &mut self,
+        spec: &RolloutSpec,
+        index: u32,
+        machine: String,
+        batch: ulid::Ulid,
+        who: &Requester,
+    ) -> Result<(), Stop> {
+        let body = Batch {
+            id: Some(batch),
+            machine: Some(machine.clone()),
+            bmc: None,
+            actions: spec.actions.clone(),
+            on_error: spec.on_error,
+            deadline: spec.batch_deadline,
+        };
+        let bytes = Encoding::MessagePack.encode(&body).map_err(|e| Stop::Store(e.to_string()))?;
+        match self.gateway.submit(Encoding::MessagePack, &bytes, None, who).await {
+            Reply::Accepted(a) => {
+                tracing::debug!(rollout = %self.id, index, %machine, batch = %batch, duplicate = a.duplicate, "Rollout batch queued.");
+            }
+            Reply::Error(e) if retryable(e.code) => {
+                tracing::info!(rollout = %self.id, index, %machine, code = %e.code, "Rollout batch not queued yet; retrying.");
+            }
+            Reply::Error(e) => {
+                tracing::info!(rollout = %self.id, index, %machine, code = %e.code, "Rollout batch refused.");
+                let part = RolloutPart {
+                    index,
+                    machine,
+                    batch,
+                    outcome: PartOutcome::Refused,
+                    error: Some(e),
+                    finished_at_ms: now_ms(),
+                };
+                self.fenced()?;
+                self.store.put_part(&self.id, &part).await?;
+            }
+            other => tracing::warn!(rollout = %self.id, index, reply = ?other, "Unexpected submit reply."),
+        }
+        Ok(())
+    }
+
+    async fn cancel(&self, batch: ulid::Ulid, who: &Requester) {
+        let Ok(body) = Encoding::MessagePack.encode(&IdRequest { id: batch }) else { return };
+        if let Reply::Error(e) = self.gateway.cancel(Encoding::MessagePack, &body, who).await {
+            tracing::debug!(rollout = %self.id, batch = %batch, code = %e.code, "Cancel of a rollout batch refused.");
+        }
+    }
+
+    /// `rollout_finished` (deduplicated: every driver that sees the final record may send it).
+    async fn finished_event(&self, record: &RolloutRecord) {
+        let (res, subjects, _, _) = self.gateway.parts();
+        let event = RolloutEvent {
+            rollout: record.id,
+            at_ms: record.finished_at_ms.unwrap_or_else(now_ms),
+            event: RolloutEventKind::RolloutFinished {
+                state: record.state,
+                counts: record.counts,
+                not_started: record.not_started(),
+                stop: record.stop,
+            },
+        };
+        if let Err(e) = rollouts::publish_event(&res.js, subjects, &record.tenant, &event, "0").await {
+            tracing::warn!(rollout = %record.id, error = %e, "Cannot publish rollout_finished.");
+        }
+    }
+}
+
+fn uncount(c: &mut rollout::Counts, o: PartOutcome) {
+    match o {
+        PartOutcome::Succeeded => c.succeeded = c.succeeded.saturating_sub(1),
+        PartOutcome::Failed => c.failed = c.failed.saturating_sub(1),
+        PartOutcome::Cancelled => c.cancelled = c.cancelled.saturating_sub(1),
+        PartOutcome::Refused => c.refused = c.refused.saturating_sub(1),
+    }
+}
