@@ -15,6 +15,7 @@
 //! - [`validate`]: [`Limits`] and batch validation.
 //! - [`raw_policy`]: [`RawPolicy`], which raw passthrough requests a deployment allows.
 //! - [`components`]: typed components of an [`Inventory`], their bounds and drift.
+//! - [`plan`]: [`plan::ActionPlan`], what an action of a plan batch read and would send.
 //! - [`state`]: [`state::MachineState`] and [`state::MachineEvent`], the observed state of registered machines.
 
 pub mod action;
@@ -31,6 +32,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod lifecycle;
 pub mod machine;
+pub mod plan;
 pub mod raw_policy;
 pub mod result;
 pub mod secret;

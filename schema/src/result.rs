@@ -33,11 +33,24 @@ pub struct ActionResult {
     /// The provider that ran it (`ipmi`, `redfish`, `amt`, `sim`).
     pub provider: Option<String>,
     pub duration_ms: u64,
+    /// Plan mode (`Batch::plan`) only: what the action read and the
+    /// state-changing request it would have sent.
+    #[serde(default)]
+    pub plan: Option<crate::plan::ActionPlan>,
 }
 
 impl ActionResult {
     pub fn ok(index: u32, action: &str, provider: Option<String>, data: Option<ActionData>, duration_ms: u64) -> Self {
-        ActionResult { index, action: action.into(), outcome: Outcome::Ok, error: None, data, provider, duration_ms }
+        ActionResult {
+            index,
+            action: action.into(),
+            outcome: Outcome::Ok,
+            error: None,
+            data,
+            provider,
+            duration_ms,
+            plan: None,
+        }
     }
 
     pub fn err(index: u32, action: &str, provider: Option<String>, error: ErrorBody, duration_ms: u64) -> Self {
@@ -49,7 +62,14 @@ impl ActionResult {
             data: None,
             provider,
             duration_ms,
+            plan: None,
         }
+    }
+
+    /// The same result with `plan` attached.
+    pub fn with_plan(mut self, plan: Option<crate::plan::ActionPlan>) -> Self {
+        self.plan = plan;
+        self
     }
 
     pub fn is_ok(&self) -> bool {

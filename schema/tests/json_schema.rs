@@ -378,6 +378,7 @@ fn every_credentials() -> Vec<Credentials> {
 
 fn every_batch() -> Vec<Batch> {
     let machine = Batch {
+        plan: false,
         id: Some(id()),
         machine: Some("rack12-node3".into()),
         bmc: None,
@@ -388,6 +389,7 @@ fn every_batch() -> Vec<Batch> {
     let mut out = vec![
         machine,
         Batch {
+            plan: false,
             id: None,
             machine: Some("m".into()),
             bmc: None,
@@ -400,6 +402,7 @@ fn every_batch() -> Vec<Batch> {
         let protocol = every!(Protocol: Ipmi, Redfish, Amt, Auto, Sim)[i % 5];
         let full = i == 0;
         out.push(Batch {
+            plan: false,
             id: None,
             machine: None,
             bmc: Some(BmcTarget {
@@ -785,6 +788,7 @@ fn cases() -> Vec<Case> {
     }
     for a in every_action() {
         let b = Batch {
+            plan: false,
             id: None,
             machine: Some("m".into()),
             bmc: None,

@@ -206,6 +206,36 @@ fn scrub_data(
     serde_json::from_value(v).unwrap_or(data)
 }
 
+/// Plan mode: an action's result with its plan. An action that reached a
+/// state-changing request stopped there (nothing of it was sent): it is
+/// `ok`, without data, its plan naming that request. One that only read
+/// keeps its result (data or error). The plan loses the action's secrets
+/// and the login password wherever a BMC or a path could have put them,
+/// and a raw request's data or body.
+fn plan_result(
+    result: ActionResult,
+    plan: &bmcfleet_provider::Plan,
+    action: &bmcfleet_schema::Action,
+    creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
+) -> ActionResult {
+    let mut shown = plan.snapshot();
+    let values = action.secret_values();
+    let mut secrets: Vec<&str> = values.iter().map(String::as_str).collect();
+    if let Ok(c) = creds {
+        secrets.push(c.password.expose());
+    }
+    shown.strings_mut(&mut |s| *s = bmcfleet_schema::secret::scrub(s, &secrets));
+    if matches!(action, bmcfleet_schema::Action::Raw(_)) {
+        shown.reads.iter_mut().chain(shown.change.iter_mut()).for_each(|r| r.without_data());
+    }
+    let result = if plan.stopped() {
+        ActionResult::ok(result.index, &result.action, result.provider, None, result.duration_ms)
+    } else {
+        result
+    };
+    result.with_plan(Some(shown))
+}
+
 /// The send gate of one action attempt (see the module doc): asked by the
 /// provider immediately before each request leaves.
 #[derive(Debug)]
@@ -634,7 +664,9 @@ impl<'a> Run<'a> {
             if !self.fence.may_act() {
                 return Err(Stop);
             }
-            let marker = if action.is_idempotent() {
+            // Plan mode (see `plan_result`): no in-progress marker, no task log.
+            let plan = batch.plan.then(bmcfleet_provider::Plan::new);
+            let marker = if action.is_idempotent() || plan.is_some() {
                 Marker::None
             } else {
                 let mut status = self.status.clone();
@@ -684,9 +716,12 @@ impl<'a> Run<'a> {
                     worker: self.shared.worker_id.clone(),
                 })
                 .with_gate(gate.clone())
-                .with_tasks(gate.clone())
                 .with_settle(Some(self.shared.power_settle))
                 .with_images(self.shared.firmware_images.clone());
+            let ctx = match &plan {
+                Some(plan) => ctx.with_plan(plan.clone()),
+                None => ctx.with_tasks(gate.clone()),
+            };
             let started = Instant::now();
             let work = async {
                 let action = self.with_secrets(i, action)?;
@@ -724,6 +759,10 @@ impl<'a> Run<'a> {
                     ms,
                 ),
                 Err(e) => ActionResult::err(i as u32, action.kind(), provider, e.into(), ms),
+            };
+            let result = match &plan {
+                Some(plan) => plan_result(result, plan, action, &creds),
+                None => result,
             };
             // A registered machine's power read by a batch refreshes its observed state.
             if let (Some(machine), Some(bmcfleet_schema::ActionData::PowerState(power))) =
@@ -965,6 +1004,10 @@ impl<'a> Run<'a> {
             tracing::Span::current().record("provider", session.provider());
             // What the session open sent is not the action's: "not sent"
             // is judged from the action's own first request on.
+            if let Some(plan) = ctx.plan() {
+                // A retried attempt's plan starts afresh.
+                plan.restart();
+            }
             bmcfleet_provider::perform(session, &ctx.for_attempt(), action).await
         }
         .instrument(span.clone());

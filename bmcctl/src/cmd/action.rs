@@ -35,7 +35,15 @@ impl Target {
             (None, Some(address)) => (None, Some(self.ad_hoc(address)?)),
             (None, None) => anyhow::bail!("give --machine NAME, or --bmc ADDRESS with credentials"),
         };
-        Ok(Batch { id: None, machine, bmc, actions, on_error: OnError::Stop, deadline: Some(self.deadline) })
+        Ok(Batch {
+            plan: false,
+            id: None,
+            machine,
+            bmc,
+            actions,
+            on_error: OnError::Stop,
+            deadline: Some(self.deadline),
+        })
     }
 
     fn ad_hoc(&self, address: &bmcfleet_schema::BmcAddress) -> anyhow::Result<BmcTarget> {

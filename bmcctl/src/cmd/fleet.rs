@@ -386,6 +386,7 @@ async fn submit_one(client: &Client, planned: Planned, actions: &[Action], deadl
     let started = Instant::now();
     let machine = planned.machine.as_str();
     let batch = Batch {
+        plan: false,
         id: Some(planned.batch),
         machine: Some(machine.to_owned()),
         bmc: None,
