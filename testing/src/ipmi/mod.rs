@@ -37,7 +37,9 @@
 pub mod lan;
 mod spec_bmc;
 
+mod recorded;
 pub use lan::{LanBmc, LanConfig, LanFaults, LanFleet, LanStats};
+pub use recorded::Recorded;
 pub use spec_bmc::{Fault, SpecBmc, SpecHandle, SpecLan, SpecState, SpecUser, LAN_CHANNEL, MAX_USERS};
 
 use bmcfleet_ipmi::probe;
