@@ -552,6 +552,35 @@ mod tests {
         assert!(!fresh.sending().await.unwrap(), "a new attempt starts with nothing sent");
     }
 
+    #[tokio::test]
+    async fn plan_mode_sends_reads_and_stops_at_the_first_change() {
+        let read =
+            |p: &str| Outgoing::read(PlannedRequest::Redfish { method: "GET".into(), path: p.into(), body: None });
+        let change = Outgoing::change(PlannedRequest::Redfish { method: "POST".into(), path: "/x".into(), body: None });
+        let plan = Plan::new();
+        let setup = Ctx::with_timeout(Duration::from_secs(5)).with_plan(plan.clone());
+        // Session set-up is no part of the plan, even when it would change state.
+        setup.sending_request(|| change.clone()).await.unwrap();
+        assert_eq!(plan.snapshot(), ActionPlan::default());
+        let attempt = setup.for_attempt();
+        assert!(!attempt.sending_request(|| read("/a")).await.unwrap(), "a read is sent");
+        for i in 0..bmcfleet_schema::plan::MAX_PLAN_READS {
+            attempt.sending_request(|| read(&format!("/r{i}"))).await.unwrap();
+        }
+        assert_eq!(attempt.sending_request(|| change.clone()).await.unwrap_err(), ProviderError::planned());
+        assert!(plan.stopped());
+        // Nothing after the change leaves, a read included.
+        assert_eq!(attempt.sending_request(|| read("/after")).await.unwrap_err(), ProviderError::planned());
+        let p = plan.snapshot();
+        assert_eq!((p.reads.len(), p.reads_omitted), (bmcfleet_schema::plan::MAX_PLAN_READS, 1));
+        assert_eq!(p.change, Some(change.request.clone()));
+        plan.restart();
+        assert!(!plan.stopped() && plan.snapshot() == ActionPlan::default(), "a retried attempt starts afresh");
+        // Without a plan, a change is sent.
+        let plain = Ctx::with_timeout(Duration::from_secs(5)).for_attempt();
+        assert!(!plain.sending_request(|| change.clone()).await.unwrap());
+    }
+
     /// Records what it was asked and refuses after `open` requests.
     #[derive(Debug, Default)]
     struct CountingGate {
