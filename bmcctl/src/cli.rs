@@ -389,6 +389,12 @@ pub struct Target {
     /// Batch deadline.
     #[arg(long, default_value = "5m", value_parser = duration)]
     pub deadline: Duration,
+    /// Plan only: run each action up to its first state-changing request
+    /// and print that request (and what was read to decide) instead of
+    /// sending it; nothing on the BMC changes. Waits for the result. A
+    /// fleet run groups identical plans.
+    #[arg(long)]
+    pub plan: bool,
     /// Skip TLS verification of the BMC (Redfish/AMT).
     #[arg(long)]
     pub insecure: bool,

@@ -36,7 +36,7 @@ impl Target {
             (None, None) => anyhow::bail!("give --machine NAME, or --bmc ADDRESS with credentials"),
         };
         Ok(Batch {
-            plan: false,
+            plan: self.plan,
             id: None,
             machine,
             bmc,
@@ -262,7 +262,9 @@ pub async fn run(client: &Client, topology: &TopologyArgs, command: &Command) ->
     }
     let batch = target.batch(actions)?;
     let timeout = target.deadline + Duration::from_secs(10);
-    let reply = client.request("submit", target.wait, Encoding::Json.encode(&batch)?, timeout).await?;
+    // A plan is its result: always waited for.
+    let wait = target.wait || target.plan;
+    let reply = client.request("submit", wait, Encoding::Json.encode(&batch)?, timeout).await?;
     Ok(client.print(&reply))
 }
 
@@ -277,6 +279,14 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("bmcctl").chain(args.iter().copied())).unwrap();
         let (target, actions) = plan(&cli.command)?.unwrap();
         target.batch(actions)
+    }
+
+    #[test]
+    fn plan_flag_makes_a_plan_batch() {
+        let b = batch_of(&["event-log", "clear", "--machine", "web-1", "--plan"]).unwrap();
+        assert!(b.plan);
+        let b = batch_of(&["event-log", "clear", "--machine", "web-1"]).unwrap();
+        assert!(!b.plan);
     }
 
     #[test]

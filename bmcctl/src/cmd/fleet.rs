@@ -382,11 +382,11 @@ where
 }
 
 /// Submit one machine's batch and wait for its final result.
-async fn submit_one(client: &Client, planned: Planned, actions: &[Action], deadline: Duration) -> Outcome {
+async fn submit_one(client: &Client, planned: Planned, actions: &[Action], deadline: Duration, plan: bool) -> Outcome {
     let started = Instant::now();
     let machine = planned.machine.as_str();
     let batch = Batch {
-        plan: false,
+        plan,
         id: Some(planned.batch),
         machine: Some(machine.to_owned()),
         bmc: None,
@@ -459,6 +459,48 @@ async fn follow(
     }
 }
 
+/// What one machine's plan batch came to, the same text for the same plan
+/// on any machine: per action, its planned change (`POST …`), `no change`,
+/// or its error code; a batch refused or not run, its verdict and code.
+pub fn plan_key(o: &Outcome) -> String {
+    if o.results.is_empty() {
+        return match &o.error {
+            Some(e) => format!("{}: {}", o.result.as_str(), e.code),
+            None => o.result.as_str().to_owned(),
+        };
+    }
+    let many = o.results.len() > 1;
+    let parts: Vec<String> = o
+        .results
+        .iter()
+        .map(|r| {
+            let what = match (&r.error, &r.plan) {
+                (Some(e), _) => e.code.to_string(),
+                (None, Some(p)) => p.summary(),
+                (None, None) => "no plan (a worker without plan mode?)".to_owned(),
+            };
+            if many {
+                format!("{}: {what}", r.action)
+            } else {
+                what
+            }
+        })
+        .collect();
+    parts.join("; ")
+}
+
+/// A fleet plan's machines grouped by identical plans ([`plan_key`]): the
+/// plan, and the machines that have it (by name), largest group first.
+pub fn plan_groups(outcomes: &[Outcome]) -> Vec<(String, Vec<String>)> {
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for o in outcomes {
+        groups.entry(plan_key(o)).or_default().push(o.machine.clone());
+    }
+    let mut out: Vec<(String, Vec<String>)> = groups.into_iter().collect();
+    out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
 /// Ctrl-C presses, as a stream.
 fn interrupts() -> impl Stream<Item = ()> + Unpin {
     futures::stream::unfold((), |()| async { tokio::signal::ctrl_c().await.ok().map(|()| ((), ())) }).boxed()
@@ -495,7 +537,7 @@ pub async fn run(
         Progress::Stopping(why) => bar.above(&crate::output::stopping(why, schedule)),
         Progress::Tick => bar.tick(),
     };
-    let run_one = |p: Planned| submit_one(client, p, &actions, target.deadline);
+    let run_one = |p: Planned| submit_one(client, p, &actions, target.deadline, target.plan);
     let (outcomes, stopped) = run_all(&planned, schedule, run_one, interrupts(), report).await;
     bar.finish();
     if format.is_json() {
@@ -504,6 +546,9 @@ pub async fn run(
         }
     } else {
         print!("{}", crate::output::fleet_summary(&outcomes, stopped, schedule, color, format.is_wide()));
+        if target.plan {
+            print!("{}", crate::output::plan_groups(&plan_groups(&outcomes)));
+        }
     }
     Ok(if outcomes.iter().all(Outcome::ok) { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -685,6 +730,60 @@ mod tests {
         assert_eq!(line["elapsed_ms"], 1500);
         let line = serde_json::to_string(&Outcome::not_started("n")).unwrap();
         assert_eq!(line, r#"{"machine":"n","result":"not_started"}"#);
+    }
+
+    #[test]
+    fn identical_plans_are_grouped_with_counts() {
+        use bmcfleet_schema::plan::{ActionPlan, PlannedRequest};
+        let clear = PlannedRequest::Redfish {
+            method: "POST".into(),
+            path: "/redfish/v1/Managers/1/LogServices/SEL/Actions/LogService.ClearLog".into(),
+            body: Some(serde_json::json!({})),
+        };
+        let planned = |name: &str, path_reads: &str| {
+            let mut r = result(BatchState::Succeeded);
+            let plan = ActionPlan {
+                // What was read differs from machine to machine; the change groups.
+                reads: vec![PlannedRequest::Redfish { method: "GET".into(), path: path_reads.into(), body: None }],
+                reads_omitted: 0,
+                change: Some(clear.clone()),
+            };
+            r.results = vec![ActionResult::ok(0, "event_log_clear", None, None, 1).with_plan(Some(plan))];
+            Outcome::finished(name, r, Duration::from_millis(1))
+        };
+        let unsupported = |name: &str| {
+            let mut r = result(BatchState::Failed);
+            r.results = vec![ActionResult::err(
+                0,
+                "event_log_clear",
+                None,
+                ErrorBody::new(ErrorCode::Unsupported, format!("{name} has no log service")),
+                1,
+            )
+            .with_plan(Some(ActionPlan::default()))];
+            Outcome::finished(name, r, Duration::from_millis(1))
+        };
+        let mut outcomes: Vec<Outcome> =
+            (0..7).map(|i| planned(&format!("n{i}"), &format!("/redfish/v1/{i}"))).collect();
+        outcomes.push(unsupported("old-1"));
+        outcomes.push(unsupported("old-2"));
+        outcomes.push(Outcome::refused("gone", ErrorBody::new(ErrorCode::MachineNotFound, "no such"), Duration::ZERO));
+        let groups = plan_groups(&outcomes);
+        let counts: Vec<(String, usize)> = groups.iter().map(|(k, m)| (k.clone(), m.len())).collect();
+        assert_eq!(
+            counts,
+            [
+                (format!("POST /redfish/v1/Managers/1/LogServices/SEL/Actions/LogService.ClearLog {{}}"), 7),
+                ("unsupported".to_owned(), 2),
+                ("refused: machine_not_found".to_owned(), 1)
+            ]
+        );
+        let text = crate::output::plan_groups(&groups);
+        assert!(
+            text.contains("  7 machines: POST /redfish/v1/Managers/1/LogServices/SEL/Actions/LogService.ClearLog {}\n"),
+            "{text}"
+        );
+        assert!(text.contains("  2 machines (old-1, old-2): unsupported\n"), "{text}");
     }
 
     fn machine(name: &str, labels: &[(&str, &str)], tenant: &str) -> (String, Machine) {
