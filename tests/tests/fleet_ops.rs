@@ -624,7 +624,7 @@ async fn a_fleet_plan_changes_nothing_groups_identical_plans_and_is_audited() {
         assert_ne!(f.sim.power(&key(address)), Some(PowerState::On), "{address}");
     }
     assert!(text.contains("plans:\n"), "{text}");
-    assert!(text.contains("  3 machines: sim power_cycle\n"), "{text}");
+    assert!(text.contains("  3 machines (p80-a, p80-b, p80-c): sim power_cycle Cycle\n"), "{text}");
     let lone = text.lines().find(|l| l.starts_with("  1 machine (p80-d): ")).unwrap_or_else(|| panic!("{text}"));
     assert!(!lone.contains("power_cycle"), "{lone}");
     assert_eq!(r.code, Some(1), "a machine without its plan fails the run: {text}");
