@@ -773,7 +773,7 @@ mod tests {
         assert_eq!(
             counts,
             [
-                (format!("POST /redfish/v1/Managers/1/LogServices/SEL/Actions/LogService.ClearLog {{}}"), 7),
+                ("POST /redfish/v1/Managers/1/LogServices/SEL/Actions/LogService.ClearLog {}".to_owned(), 7),
                 ("unsupported".to_owned(), 2),
                 ("refused: machine_not_found".to_owned(), 1)
             ]
