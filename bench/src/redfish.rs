@@ -222,6 +222,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         bmcfleet_tests::producer::register_machine(&fleet.client, &fleet.subjects, &fleet.sealing.1, &emu.target())
             .await;
     let pipeline_batch = || Batch {
+        plan: false,
         id: Some(ulid::Ulid::new()),
         machine: Some(machine.clone()),
         bmc: None,

@@ -434,6 +434,12 @@ pub struct Target {
     /// Batch deadline.
     #[arg(long, default_value = "5m", value_parser = duration)]
     pub deadline: Duration,
+    /// Plan only: run each action up to its first state-changing request
+    /// and print that request (and what was read to decide) instead of
+    /// sending it; nothing on the BMC changes. Waits for the result. A
+    /// fleet run groups identical plans.
+    #[arg(long)]
+    pub plan: bool,
     /// Seal the password (--password-env) to the workers' public key (X...)
     /// here, so it does not travel in clear even to the gateway.
     #[arg(long, env = "BMCFLEET_WORKERS_PUBLIC_KEY", value_parser = workers_key)]

@@ -296,6 +296,39 @@ pub fn result_text(r: &BatchResult, wide: bool) -> String {
         );
         out.push_str(line.trim_end());
         out.push('\n');
+        if let Some(plan) = &a.plan {
+            out.push_str(&plan_text(plan, wide));
+        }
+    }
+    out
+}
+
+/// An action's plan under its result line: the change it would send (or
+/// `no change`); `wide` adds each request it read to decide.
+pub fn plan_text(plan: &bmcfleet_schema::plan::ActionPlan, wide: bool) -> String {
+    let mut out = String::new();
+    if wide {
+        for r in &plan.reads {
+            out.push_str(&format!("       read  {}\n", r.describe()));
+        }
+        if plan.reads_omitted > 0 {
+            out.push_str(&format!("       read  … {} more\n", plan.reads_omitted));
+        }
+    }
+    match &plan.change {
+        Some(c) => out.push_str(&format!("       would send  {} (not sent)\n", c.describe())),
+        None => out.push_str("       would send  nothing: no change\n"),
+    }
+    out
+}
+
+/// A fleet plan's groups: `412 machines: POST …`, the names of small groups.
+pub fn plan_groups(groups: &[(String, Vec<String>)]) -> String {
+    let mut out = String::from("\nplans:\n");
+    for (plan, machines) in groups {
+        let n = machines.len();
+        let names = if n <= 5 { format!(" ({})", machines.join(", ")) } else { String::new() };
+        out.push_str(&format!("  {n} machine{}{names}: {plan}\n", if n == 1 { "" } else { "s" }));
     }
     out
 }

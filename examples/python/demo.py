@@ -43,6 +43,14 @@ async def main(args):
     fleet = Client(nc)
     m = args.machine
 
+    # 0. Plan first: what the batch would send, nothing changed on the BMC
+    # ("plan": true; each action's result carries "plan").
+    planned = await fleet.submit({"machine": m, "actions": [{"power": "cycle"}], "plan": True}, wait=True, timeout=70)
+    expect(planned["state"] == "succeeded", planned)
+    change = planned["results"][0]["plan"].get("change")
+    expect(change is not None, planned["results"][0])
+    ok("plan", f'{change["protocol"]} {change.get("action") or change.get("method")}')
+
     # 1. Submit and wait for the final result.
     batch = {"machine": m, "actions": [{"boot_device": {"device": "pxe", "persistent": False, "efi": True}},
                                        {"power": "on"}, {"power": "status"}], "deadline": "1m"}

@@ -196,6 +196,8 @@ impl Rollouts {
         // Each machine's batch, checked as a submit would check it.
         for (i, name) in machines.iter().enumerate() {
             let batch = Batch {
+                // A rollout runs its batches (plan mode is a single batch's or bmcctl's fleet plan).
+                plan: false,
                 id: None,
                 machine: Some(name.clone()),
                 bmc: None,

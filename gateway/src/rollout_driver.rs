@@ -441,6 +441,8 @@ impl Driver {
         who: &Requester,
     ) -> Result<(), Stop> {
         let body = Batch {
+            // A rollout runs its batches (plan mode is a single batch's or bmcctl's fleet plan).
+            plan: false,
             id: Some(batch),
             machine: Some(machine.clone()),
             bmc: None,

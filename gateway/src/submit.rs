@@ -221,6 +221,7 @@ impl Gateway {
                 target: key.to_string(),
                 machine: job.batch.machine.clone(),
                 actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
+                plan: job.batch.plan,
             };
             let record = AuditRecord { at_ms: job.admitted_at_ms, actor, what };
             self.audit.record(self.subjects.audit_batch(&job.tenant), record).await;

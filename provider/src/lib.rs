@@ -19,7 +19,8 @@
 //!   it serves, how they dispatch); [`Capability`], [`BmcSession`],
 //!   [`capabilities`] and [`perform`] are derived from that one table.
 //! - [`ProviderError`]: the single error type, carrying a wire [`ErrorCode`].
-//! - [`Ctx`]: per-call context (deadline).
+//! - [`Ctx`]: per-call context (deadline, send gate, plan recorder).
+//! - [`Plan`]: plan mode's recorder at the send seam ([`Ctx::sending_request`]).
 //! - [`image`]: the firmware images a worker may push (its operator's
 //!   directory; what a push update reads, checked before anything is sent).
 
@@ -83,6 +84,18 @@ impl ProviderError {
     /// Mark the error as raised before the request left (see [`ProviderError::not_sent`]).
     pub fn not_sent(self) -> Self {
         self.with_not_sent(true)
+    }
+
+    /// Plan mode stopped the action at its first state-changing request,
+    /// which was not sent ([`Ctx::sending_request`]). Never retryable; the
+    /// worker reports the action's plan instead of this error.
+    pub fn planned() -> Self {
+        ProviderError::new(
+            ErrorCode::Cancelled,
+            "plan mode: stopped before the first state-changing request, which was not sent",
+        )
+        .with_retryable(false)
+        .not_sent()
     }
 
     /// Set [`ProviderError::not_sent`] from a provider's own knowledge.
@@ -252,6 +265,9 @@ pub struct Ctx {
     images: Option<std::sync::Arc<image::ImageDir>>,
     /// Where known BMC quirks are reported ([`Ctx::quirk`]).
     quirks: Option<std::sync::Arc<dyn QuirkLog>>,
+    /// Plan mode: where the action's requests are recorded; its first
+    /// state-changing request is recorded instead of sent ([`Ctx::sending_request`]).
+    plan: Option<std::sync::Arc<Plan>>,
 }
 
 /// Where a call comes from.
@@ -276,6 +292,7 @@ impl Ctx {
             settle: None,
             images: None,
             quirks: None,
+            plan: None,
         }
     }
 
@@ -292,6 +309,7 @@ impl Ctx {
             tasks: self.tasks.clone(),
             settle: self.settle,
             images: self.images.clone(),
+            plan: self.plan.clone(),
             quirks: self.quirks.clone(),
         }
     }
@@ -308,6 +326,18 @@ impl Ctx {
             Some(log) => log.noticed(quirk, what),
             None => tracing::debug!(quirk, "{what}"),
         }
+    }
+
+    /// Plan mode: record the action's requests in `plan`, and stop at its
+    /// first state-changing one without sending it ([`Ctx::sending_request`]).
+    pub fn with_plan(mut self, plan: std::sync::Arc<Plan>) -> Self {
+        self.plan = Some(plan);
+        self
+    }
+
+    /// The plan recorder, in plan mode.
+    pub fn plan(&self) -> Option<&Plan> {
+        self.plan.as_deref()
     }
 
     /// Push updates send images of `dir` only.
@@ -350,11 +380,30 @@ impl Ctx {
     /// through [`Ctx::settle`]. An `Err` from the gate means: send nothing,
     /// return that error. Otherwise returns whether an earlier request of
     /// this attempt was sent.
+    ///
+    /// This form is for requests that are no part of what an action does to
+    /// the machine (session set-up, a re-login, a logout): plan mode sends
+    /// them as they are. An action's own requests go through
+    /// [`Ctx::sending_request`].
     pub async fn sending(&self) -> Result<bool> {
         if let Some(gate) = &self.gate {
             gate.admit(self.for_action).await?;
         }
         Ok(self.sent.swap(true, std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// [`Ctx::sending`] for one of the action's own requests, which
+    /// `describe` says (called only in plan mode): the one seam plan mode
+    /// records at. In plan mode a reading request is recorded and sent; the
+    /// first state-changing one is recorded and **not** sent: the answer is
+    /// then [`ProviderError::planned`] (and so for every request after it),
+    /// and the action stops there. Outside plan mode, and for session
+    /// set-up requests (before [`Ctx::for_attempt`]), the same as [`Ctx::sending`].
+    pub async fn sending_request(&self, describe: impl FnOnce() -> Outgoing) -> Result<bool> {
+        if let (Some(plan), true) = (&self.plan, self.for_action) {
+            plan.record(describe())?;
+        }
+        self.sending().await
     }
 
     /// `e` as the action's error: `not_sent` only holds when no earlier
@@ -387,6 +436,88 @@ impl Ctx {
         } else {
             Ok(self.deadline - now)
         }
+    }
+}
+
+/// One request as its transport describes it to the send seam
+/// ([`Ctx::sending_request`]), secrets already removed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outgoing {
+    pub request: PlannedRequest,
+    /// Whether the request may change the machine or the BMC. Transports
+    /// decide conservatively: Redfish anything but `GET`/`HEAD`; IPMI
+    /// everything not in its table of reading commands (unknown raw ones
+    /// included); WS-Man everything but Get, Enumerate, Pull and Identify.
+    pub changes_state: bool,
+}
+
+impl Outgoing {
+    /// A request that only reads.
+    pub fn read(request: PlannedRequest) -> Self {
+        Outgoing { request, changes_state: false }
+    }
+
+    /// A request that may change state.
+    pub fn change(request: PlannedRequest) -> Self {
+        Outgoing { request, changes_state: true }
+    }
+}
+
+pub use bmcfleet_schema::plan::{ActionPlan, PlannedRequest};
+
+/// Plan mode's recorder for one action (the worker makes one per action
+/// and hands it over with [`Ctx::with_plan`]): the reads it let through,
+/// and the first state-changing request, which it stopped.
+#[derive(Debug, Default)]
+pub struct Plan {
+    state: std::sync::Mutex<PlanState>,
+}
+
+#[derive(Debug, Default)]
+struct PlanState {
+    plan: ActionPlan,
+    stopped: bool,
+}
+
+impl Plan {
+    pub fn new() -> std::sync::Arc<Plan> {
+        std::sync::Arc::new(Plan::default())
+    }
+
+    /// `Ok`: send it (a read, recorded). `Err`: the first state-changing
+    /// request (recorded), or any request after it: send nothing.
+    fn record(&self, out: Outgoing) -> Result<()> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.stopped {
+            return Err(ProviderError::planned());
+        }
+        if out.changes_state {
+            st.plan.change = Some(out.request);
+            st.stopped = true;
+            return Err(ProviderError::planned());
+        }
+        if st.plan.reads.len() < bmcfleet_schema::plan::MAX_PLAN_READS {
+            st.plan.reads.push(out.request);
+        } else {
+            st.plan.reads_omitted = st.plan.reads_omitted.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    /// Whether the action reached a state-changing request (and stopped there).
+    pub fn stopped(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).stopped
+    }
+
+    /// Forget what an earlier attempt of the action recorded (the worker,
+    /// before it retries a read that failed).
+    pub fn restart(&self) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = PlanState::default();
+    }
+
+    /// What was recorded.
+    pub fn snapshot(&self) -> ActionPlan {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).plan.clone()
     }
 }
 
@@ -449,6 +580,35 @@ mod tests {
         let fresh = ctx.for_attempt();
         assert_eq!((fresh.deadline, fresh.call.clone()), (ctx.deadline, ctx.call.clone()));
         assert!(!fresh.sending().await.unwrap(), "a new attempt starts with nothing sent");
+    }
+
+    #[tokio::test]
+    async fn plan_mode_sends_reads_and_stops_at_the_first_change() {
+        let read =
+            |p: &str| Outgoing::read(PlannedRequest::Redfish { method: "GET".into(), path: p.into(), body: None });
+        let change = Outgoing::change(PlannedRequest::Redfish { method: "POST".into(), path: "/x".into(), body: None });
+        let plan = Plan::new();
+        let setup = Ctx::with_timeout(Duration::from_secs(5)).with_plan(plan.clone());
+        // Session set-up is no part of the plan, even when it would change state.
+        setup.sending_request(|| change.clone()).await.unwrap();
+        assert_eq!(plan.snapshot(), ActionPlan::default());
+        let attempt = setup.for_attempt();
+        assert!(!attempt.sending_request(|| read("/a")).await.unwrap(), "a read is sent");
+        for i in 0..bmcfleet_schema::plan::MAX_PLAN_READS {
+            attempt.sending_request(|| read(&format!("/r{i}"))).await.unwrap();
+        }
+        assert_eq!(attempt.sending_request(|| change.clone()).await.unwrap_err(), ProviderError::planned());
+        assert!(plan.stopped());
+        // Nothing after the change leaves, a read included.
+        assert_eq!(attempt.sending_request(|| read("/after")).await.unwrap_err(), ProviderError::planned());
+        let p = plan.snapshot();
+        assert_eq!((p.reads.len(), p.reads_omitted), (bmcfleet_schema::plan::MAX_PLAN_READS, 1));
+        assert_eq!(p.change, Some(change.request.clone()));
+        plan.restart();
+        assert!(!plan.stopped() && plan.snapshot() == ActionPlan::default(), "a retried attempt starts afresh");
+        // Without a plan, a change is sent.
+        let plain = Ctx::with_timeout(Duration::from_secs(5)).for_attempt();
+        assert!(!plain.sending_request(|| change.clone()).await.unwrap());
     }
 
     /// Records what it was asked and refuses after `open` requests.

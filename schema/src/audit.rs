@@ -37,6 +37,9 @@ pub enum AuditEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         machine: Option<String>,
         actions: Vec<String>,
+        /// A plan batch (`Batch::plan`): it changes nothing on the machine.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        plan: bool,
     },
     /// A rollout was admitted (its machines' batches are audited as each is admitted).
     RolloutAdmitted {
@@ -61,9 +64,10 @@ impl AuditRecord {
     /// A one-line human description.
     pub fn describe(&self) -> String {
         match &self.what {
-            AuditEvent::BatchAdmitted { batch, tenant, target, machine, actions } => format!(
-                "{} admitted batch {batch} for {} (tenant {tenant}): {}",
+            AuditEvent::BatchAdmitted { batch, tenant, target, machine, actions, plan } => format!(
+                "{} admitted {}batch {batch} for {} (tenant {tenant}): {}",
                 self.actor,
+                if *plan { "plan " } else { "" },
                 machine.as_deref().unwrap_or(target),
                 actions.join(", ")
             ),

@@ -85,6 +85,7 @@ mod tests {
 
     fn sample() -> Batch {
         Batch {
+            plan: false,
             id: Some(ulid::Ulid::from_parts(1_700_000_000_000, 42)),
             machine: None,
             bmc: Some(BmcTarget {
@@ -267,7 +268,7 @@ mod tests {
         fn batch_round_trips(actions in proptest::collection::vec(arb_action(), 1..10),
                              user in "\\PC{0,30}", pw in "\\PC{0,30}", secs in 1u64..100_000,
                              cont in any::<bool>()) {
-            let b = Batch {
+            let b = Batch { plan: false,
                 id: None,
                 machine: None,
                 bmc: Some(BmcTarget {

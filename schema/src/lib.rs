@@ -16,6 +16,7 @@
 //! - [`raw_policy`]: [`RawPolicy`], which raw passthrough requests a deployment allows.
 //! - [`components`]: typed components of an [`Inventory`], their bounds and drift.
 //! - [`rollout`]: rollouts (one request, many machines, driven server-side): wire types and state machine.
+//! - [`plan`]: [`plan::ActionPlan`], what an action of a plan batch read and would send.
 //! - [`state`]: [`state::MachineState`] and [`state::MachineEvent`], the observed state of registered machines.
 
 pub mod action;
@@ -32,6 +33,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod lifecycle;
 pub mod machine;
+pub mod plan;
 pub mod raw_policy;
 pub mod result;
 pub mod rollout;

@@ -220,6 +220,7 @@ mod tests {
 
     fn job() -> Job {
         let batch = Batch {
+            plan: false,
             id: Some(ulid::Ulid::new()),
             machine: Some("m1".into()),
             bmc: None,

@@ -37,6 +37,10 @@ pub struct ActionResult {
     #[serde(default)]
     pub cipher_suite: Option<u8>,
     pub duration_ms: u64,
+    /// Plan mode (`Batch::plan`) only: what the action read and the
+    /// state-changing request it would have sent.
+    #[serde(default)]
+    pub plan: Option<crate::plan::ActionPlan>,
 }
 
 impl ActionResult {
@@ -50,6 +54,7 @@ impl ActionResult {
             provider,
             cipher_suite: None,
             duration_ms,
+            plan: None,
         }
     }
 
@@ -63,7 +68,14 @@ impl ActionResult {
             provider,
             cipher_suite: None,
             duration_ms,
+            plan: None,
         }
+    }
+
+    /// The same result with `plan` attached.
+    pub fn with_plan(mut self, plan: Option<crate::plan::ActionPlan>) -> Self {
+        self.plan = plan;
+        self
     }
 
     pub fn is_ok(&self) -> bool {

@@ -539,6 +539,7 @@ mod tests {
         assert_eq!(secret.secret_param().map(|p| p.0), Some(ParamField::Url));
         assert!(!secret.loggable().contains("S1G") && !secret.loggable().contains("pw@"), "{}", secret.loggable());
         let batch = Batch {
+            plan: false,
             id: None,
             machine: Some("m".into()),
             bmc: None,

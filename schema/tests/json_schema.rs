@@ -394,6 +394,7 @@ fn every_credentials() -> Vec<Credentials> {
 
 fn every_batch() -> Vec<Batch> {
     let machine = Batch {
+        plan: false,
         id: Some(id()),
         machine: Some("rack12-node3".into()),
         bmc: None,
@@ -404,6 +405,7 @@ fn every_batch() -> Vec<Batch> {
     let mut out = vec![
         machine,
         Batch {
+            plan: true,
             id: None,
             machine: Some("m".into()),
             bmc: None,
@@ -416,6 +418,7 @@ fn every_batch() -> Vec<Batch> {
         let protocol = every!(Protocol: Ipmi, Redfish, Amt, Auto, Sim)[i % 5];
         let full = i == 0;
         out.push(Batch {
+            plan: false,
             id: None,
             machine: None,
             bmc: Some(BmcTarget {
@@ -653,7 +656,63 @@ fn every_result() -> Vec<ActionResult> {
     for (i, code) in every_error_code().into_iter().enumerate() {
         out.push(ActionResult::err(i as u32, "power_cycle", Some("ipmi".into()), ErrorBody::new(code, "why"), 1));
     }
+    // Plan mode: every kind of planned request, as a read and as the change.
+    use bmcfleet_schema::plan::{ActionPlan, PlannedRequest};
+    for (i, change) in every_planned_request().into_iter().enumerate() {
+        let plan = ActionPlan { reads: every_planned_request(), reads_omitted: i as u32, change: Some(change) };
+        out.push(ActionResult::ok(i as u32, "power_on", Some("redfish".into()), None, 3).with_plan(Some(plan)));
+    }
+    out.push(
+        ActionResult::ok(0, "power_status", None, Some(ActionData::PowerState(PowerState::On)), 1)
+            .with_plan(Some(ActionPlan::default())),
+    );
+    out.push(ActionResult::err(0, "bios_get", None, ErrorBody::new(ErrorCode::Unsupported, "no"), 1).with_plan(Some(
+        ActionPlan {
+            reads: vec![PlannedRequest::Sim { action: "bios_get".into(), params: String::new() }],
+            ..Default::default()
+        },
+    )));
     out
+}
+
+/// One planned request of every protocol. The `match` has no wildcard: a
+/// new protocol does not compile here until it has an example.
+fn every_planned_request() -> Vec<bmcfleet_schema::plan::PlannedRequest> {
+    use bmcfleet_schema::plan::PlannedRequest;
+    let all = vec![
+        PlannedRequest::Redfish {
+            method: "PATCH".into(),
+            path: "/redfish/v1/Systems/1".into(),
+            body: Some(json!({"Boot": {"BootSourceOverrideTarget": "Pxe"}, "Password": "[redacted]"})),
+        },
+        PlannedRequest::Redfish { method: "GET".into(), path: "/redfish/v1/Systems/1".into(), body: None },
+        PlannedRequest::Ipmi { netfn: 0, cmd: 2, name: Some("Chassis Control".into()), data: "01".into() },
+        PlannedRequest::Ipmi { netfn: 0x2e, cmd: 1, name: None, data: "[redacted]".into() },
+        PlannedRequest::Wsman {
+            action:
+                "http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_PowerManagementService/RequestPowerStateChange"
+                    .into(),
+            resource_uri: "http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_PowerManagementService".into(),
+            selectors: [("Name".to_owned(), "Intel(r) AMT Power Management Service".to_owned())].into_iter().collect(),
+            body: [("PowerState".to_owned(), "2".to_owned())].into_iter().collect(),
+        },
+        PlannedRequest::Wsman {
+            action: "http://schemas.xmlsoap.org/ws/2004/09/transfer/Get".into(),
+            resource_uri: "http://intel.com/wbem/wscim/1/amt-schema/1/AMT_GeneralSettings".into(),
+            selectors: Default::default(),
+            body: Default::default(),
+        },
+        PlannedRequest::Sim { action: "power_on".into(), params: String::new() },
+    ];
+    for r in &all {
+        match r {
+            PlannedRequest::Redfish { .. }
+            | PlannedRequest::Ipmi { .. }
+            | PlannedRequest::Wsman { .. }
+            | PlannedRequest::Sim { .. } => {}
+        }
+    }
+    all
 }
 
 fn batch_result(state: BatchState) -> BatchResult {
@@ -890,6 +949,7 @@ fn cases() -> Vec<Case> {
     }
     for a in every_action() {
         let b = Batch {
+            plan: false,
             id: None,
             machine: Some("m".into()),
             bmc: None,
@@ -978,6 +1038,7 @@ fn invalid_cases() -> Vec<Case> {
         ),
         bad("unknown batch field", "batch.json", json!({"machine": "m", "actions": ["inventory"], "priority": 1})),
         bad("no target", "batch.json", json!({"actions": ["inventory"]})),
+        bad("plan that is no boolean", "batch.json", json!({"machine": "m", "actions": ["inventory"], "plan": "yes"})),
         bad(
             "machine and bmc",
             "batch.json",
@@ -1029,6 +1090,12 @@ fn invalid_cases() -> Vec<Case> {
         bad("unknown batch state", "batch-result.json", {
             let mut v = serde_json::to_value(batch_result(BatchState::Failed)).unwrap();
             v["state"] = json!("exploded");
+            v
+        }),
+        bad("planned request of an unknown protocol", "batch-result.json", {
+            let mut v = serde_json::to_value(batch_result(BatchState::Succeeded)).unwrap();
+            let planned = v["results"].as_array().unwrap().iter().position(|r| r.get("plan").is_some()).unwrap();
+            v["results"][planned]["plan"]["change"] = json!({"protocol": "telnet", "line": "reboot"});
             v
         }),
         bad(

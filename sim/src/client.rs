@@ -83,6 +83,16 @@ impl SimSession {
         if !self.healthy {
             return Err(ProviderError::new(ErrorCode::Unreachable, "session is broken; reconnect"));
         }
+        // Plan mode: an action that only reads is sent; one that changes
+        // state is recorded and not sent (the simulator speaks whole actions).
+        let planned = action.as_ref().map(|a| {
+            let request = bmcfleet_provider::PlannedRequest::Sim { action: a.kind().to_owned(), params: a.loggable() };
+            if bmcfleet_schema::plan::reads_only(a) {
+                bmcfleet_provider::Outgoing::read(request)
+            } else {
+                bmcfleet_provider::Outgoing::change(request)
+            }
+        });
         let req = Request {
             bmc: self.key.to_string(),
             host: self.host.clone(),
@@ -100,7 +110,10 @@ impl SimSession {
         line.push(b'\n');
         let remaining = ctx.remaining()?;
         // The worker's fence, immediately before the line leaves.
-        ctx.sending().await?;
+        match planned {
+            Some(out) => ctx.sending_request(|| out).await?,
+            None => ctx.sending().await?,
+        };
         let exchange = async {
             self.write.write_all(&line).await?;
             let mut buf = String::new();

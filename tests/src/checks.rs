@@ -19,6 +19,7 @@ pub fn sim_batch(address: &str, actions: Vec<Action>) -> Batch {
 /// has 600 s.
 pub fn target_batch(address: BmcAddress, protocol: Protocol, password: &str, actions: Vec<Action>) -> Batch {
     Batch {
+        plan: false,
         id: None,
         machine: None,
         bmc: Some(BmcTarget {

@@ -577,6 +577,7 @@ pub fn machine_batch(name: &str, actions: Vec<bmcfleet_schema::Action>) -> Batch
 /// 60 s deadline).
 fn untargeted(actions: Vec<bmcfleet_schema::Action>) -> Batch {
     Batch {
+        plan: false,
         id: None,
         machine: None,
         bmc: None,

@@ -51,6 +51,7 @@ async fn mockup(behaviour: UpdateBehaviour) -> MockupServer {
 async fn batch(stack: &Stack, server: &MockupServer, actions: Vec<Action>) -> Batch {
     let machine = stack.topology.register_machine(&stack.producer.client, &server.target()).await;
     Batch {
+        plan: false,
         id: Some(ulid::Ulid::new()),
         machine: Some(machine),
         bmc: None,

@@ -594,3 +594,56 @@ async fn on_a_terminal_a_progress_line_in_colour_unless_no_color() {
         "a file gets no bar and no colour: {summary:?}"
     );
 }
+
+/// Plan mode (issue 30) on a fleet: `--plan` with a selector runs one plan
+/// batch per machine, changes nothing on any simulated BMC, groups the
+/// machines by identical plans with counts, and the audit log records the
+/// batches as plans. Then the same command without `--plan` does it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_plan_changes_nothing_groups_identical_plans_and_is_audited() {
+    let f = Fleet::start(SimConfig { record_calls: true, ..SimConfig::default() }).await;
+    let label = [("rack", "80")];
+    f.register(&[
+        m("p80-a", "10.80.0.1", &label),
+        m("p80-b", "10.80.0.2", &label),
+        m("p80-c", "10.80.0.3", &label),
+        // Its credential does not exist: its plan is that error, a group of its own.
+        M { credentials: "missing", ..m("p80-d", "10.80.0.4", &label) },
+    ])
+    .await;
+    let ok = ["10.80.0.1", "10.80.0.2", "10.80.0.3"];
+
+    let r = f.bmcctl(&["power", "cycle", "--selector", "rack=80", "--plan"]).await;
+    let text = format!("{}{}", r.out, r.err);
+    for address in ok {
+        assert!(f.sim.log().iter().all(|e| e.bmc != key(address)), "{address}: an action ran in plan mode: {text}");
+        assert!(
+            f.sim.calls(&key(address)).iter().all(|c| c.action.is_none()),
+            "{address}: the simulator saw an action in plan mode"
+        );
+        assert_ne!(f.sim.power(&key(address)), Some(PowerState::On), "{address}");
+    }
+    assert!(text.contains("plans:\n"), "{text}");
+    assert!(text.contains("  3 machines (p80-a, p80-b, p80-c): sim power_cycle Cycle\n"), "{text}");
+    let lone = text.lines().find(|l| l.starts_with("  1 machine (p80-d): ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(!lone.contains("power_cycle"), "{lone}");
+    assert_eq!(r.code, Some(1), "a machine without its plan fails the run: {text}");
+
+    // Plans are audited like batches, and say they are plans.
+    let audit = f.bmcctl(&["--json", "audit", "--since", "1h"]).await;
+    let plans: Vec<serde_json::Value> = audit
+        .out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["what"]["batch_admitted"]["actions"][0] == "power_cycle")
+        .collect();
+    assert!(plans.len() >= 3 && plans.iter().all(|v| v["what"]["batch_admitted"]["plan"] == true), "{}", audit.out);
+
+    // The same run without --plan cycles them.
+    let r = f.bmcctl(&["power", "cycle", "--selector", "rack=80", "--max-parallel", "4"]).await;
+    for address in ok {
+        let batches = f.batches_at(address);
+        assert_eq!(batches.values().flatten().collect::<Vec<_>>(), ["power_cycle"], "{address}: {}{}", r.out, r.err);
+    }
+    assert!(!r.out.contains("plans:"), "{}", r.out);
+}

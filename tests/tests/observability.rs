@@ -92,6 +92,7 @@ fn target(address: &str, password: &str) -> BmcTarget {
 
 fn batch(target: BmcTarget, actions: Vec<Action>) -> Batch {
     Batch {
+        plan: false,
         id: None,
         machine: None,
         bmc: Some(target),

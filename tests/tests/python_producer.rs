@@ -71,6 +71,7 @@ async fn the_python_producer_works_against_the_real_stack() {
     eprintln!("{stdout}");
     let steps: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("ok ")).collect();
     let expected = [
+        "plan sim power_cycle",
         "submit_wait",
         "status succeeded",
         "follow action_started action_finished action_started action_finished batch_finished",
@@ -96,7 +97,7 @@ async fn the_python_producer_works_against_the_real_stack() {
     assert_eq!(
         actions("v4-10-0-0-7"),
         ["boot_device", "power_on", "power_status", "power_cycle", "inventory", "power_status"],
-        "the machine's calls: submit_wait's batch, then follow's (the duplicate ran nothing), then the rollout's"
+        "the machine's calls: submit_wait's batch, then follow's (the plan and the duplicate ran nothing), then the rollout's"
     );
     assert_eq!(sim.power("v4-10-0-0-7"), Some(PowerState::On));
     assert!(actions("h-slow-1_example").len() <= 1, "a cancelled batch ran on: {:?}", actions("h-slow-1_example"));

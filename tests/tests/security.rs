@@ -303,6 +303,7 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
 
     // A runs a batch on its machine and sees its events.
     let batch = |machine: &str| Batch {
+        plan: false,
         id: None,
         machine: Some(machine.into()),
         bmc: None,
@@ -540,6 +541,7 @@ async fn a_tenant_cannot_take_the_login_account_or_another_machine_s_address() {
     put_machine(&admin, topo, "a-node2", "10.40.1.1", "tenant-a", "rack-a").await;
     put_machine(&admin, topo, "b-node2", "10.40.1.2", "tenant-b", "rack-b").await;
     let batch = |machine: &str, actions: Vec<Action>| Batch {
+        plan: false,
         id: None,
         machine: Some(machine.into()),
         bmc: None,
@@ -884,6 +886,7 @@ async fn a_tenant_with_slow_batches_leaves_the_other_tenants_worker_slots() {
     put_machine(&admin, topo, "a-slow2", "slow-a2", "tenant-a", "rack").await;
     put_machine(&admin, topo, "b-node1", "10.41.0.1", "tenant-b", "rack").await;
     let batch = |machine: &str, deadline: u64| Batch {
+        plan: false,
         id: None,
         machine: Some(machine.into()),
         bmc: None,

@@ -207,6 +207,36 @@ fn scrub_data(
     serde_json::from_value(v).unwrap_or(data)
 }
 
+/// Plan mode: an action's result with its plan. An action that reached a
+/// state-changing request stopped there (nothing of it was sent): it is
+/// `ok`, without data, its plan naming that request. One that only read
+/// keeps its result (data or error). The plan loses the action's secrets
+/// and the login password wherever a BMC or a path could have put them,
+/// and a raw request's data or body.
+fn plan_result(
+    result: ActionResult,
+    plan: &bmcfleet_provider::Plan,
+    action: &bmcfleet_schema::Action,
+    creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
+) -> ActionResult {
+    let mut shown = plan.snapshot();
+    let values = action.secret_values();
+    let mut secrets: Vec<&str> = values.iter().map(String::as_str).collect();
+    if let Ok(c) = creds {
+        secrets.push(c.password.expose());
+    }
+    shown.strings_mut(&mut |s| *s = bmcfleet_schema::secret::scrub(s, &secrets));
+    if matches!(action, bmcfleet_schema::Action::Raw(_)) {
+        shown.reads.iter_mut().chain(shown.change.iter_mut()).for_each(|r| r.without_data());
+    }
+    let result = if plan.stopped() {
+        ActionResult::ok(result.index, &result.action, result.provider, None, result.duration_ms)
+    } else {
+        result
+    };
+    result.with_plan(Some(shown))
+}
+
 /// The send gate of one action attempt (see the module doc): asked by the
 /// provider immediately before each request leaves.
 #[derive(Debug)]
@@ -723,7 +753,8 @@ impl<'a> Run<'a> {
         span.in_scope(|| {
             self.publish_soon(EventKind::ActionStarted { index: i as u32, action: action.kind().to_owned() })
         });
-        let ctx = self.ctx(i, action, &gate);
+        let plan = self.job.batch.plan.then(bmcfleet_provider::Plan::new);
+        let ctx = self.ctx(i, action, &gate, plan.as_ref());
         let started = Instant::now();
         let work = async {
             let action = self.with_secrets(i, action)?;
@@ -748,6 +779,10 @@ impl<'a> Run<'a> {
         let ms = started.elapsed().as_millis() as u64;
         let mut result = self.result(i, action, outcome, slot.provider().map(str::to_owned), ms);
         result.cipher_suite = slot.cipher_suite();
+        let result = match &plan {
+            Some(plan) => plan_result(result, plan, action, creds),
+            None => result,
+        };
         self.observe_power(&result).await;
         span.record("provider", result.provider.as_deref().unwrap_or("-"));
         span.record("outcome", result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("ok"));
@@ -770,7 +805,8 @@ impl<'a> Run<'a> {
     /// The send gate of action `i`'s attempt; a non-idempotent action's
     /// `in_progress` marker waits in it for the action's first request.
     fn gate(&self, i: usize, action: &bmcfleet_schema::Action) -> ActionGate {
-        let marker = if action.is_idempotent() {
+        // Plan mode (see `plan_result`): nothing that could take effect is sent.
+        let marker = if action.is_idempotent() || self.job.batch.plan {
             Marker::None
         } else {
             let mut status = self.status.clone();
@@ -799,11 +835,18 @@ impl<'a> Run<'a> {
     /// `--action-timeout`, or `--firmware-update-timeout` for an action that
     /// watches a BMC task), `gate` as its send gate and task log, and the
     /// worker's settle timeout, firmware images and quirk log (once per BMC).
-    fn ctx(&self, i: usize, action: &bmcfleet_schema::Action, gate: &Arc<ActionGate>) -> Ctx {
+    /// In plan mode, `plan` records the action's requests and no task log is kept.
+    fn ctx(
+        &self,
+        i: usize,
+        action: &bmcfleet_schema::Action,
+        gate: &Arc<ActionGate>,
+        plan: Option<&Arc<bmcfleet_provider::Plan>>,
+    ) -> Ctx {
         let left = Duration::from_millis(self.job.deadline_at_ms.saturating_sub(now_ms()));
         let longest =
             if action.watches_task() { self.shared.firmware_update_timeout } else { self.shared.action_timeout };
-        Ctx::new(Instant::now() + left.min(longest))
+        let ctx = Ctx::new(Instant::now() + left.min(longest))
             .with_call(CallInfo {
                 batch: self.job.id,
                 index: i as u32,
@@ -811,10 +854,13 @@ impl<'a> Run<'a> {
                 worker: self.shared.worker_id.clone(),
             })
             .with_gate(gate.clone())
-            .with_tasks(gate.clone())
             .with_settle(Some(self.shared.power_settle))
             .with_images(self.shared.firmware_images.clone())
-            .with_quirks(self.shared.quirks.for_bmc(&self.job.key()))
+            .with_quirks(self.shared.quirks.for_bmc(&self.job.key()));
+        match plan {
+            Some(plan) => ctx.with_plan(plan.clone()),
+            None => ctx.with_tasks(gate.clone()),
+        }
     }
 
     /// Action `i`'s result from its attempt's outcome.
@@ -996,6 +1042,10 @@ impl<'a> Run<'a> {
             tracing::Span::current().record("provider", session.provider());
             // What the session open sent is not the action's: "not sent"
             // is judged from the action's own first request on.
+            if let Some(plan) = ctx.plan() {
+                // A retried attempt's plan starts afresh.
+                plan.restart();
+            }
             bmcfleet_provider::perform(session, &ctx.for_attempt(), action).await
         }
         .instrument(span.clone());

@@ -35,7 +35,15 @@ impl Target {
             (None, Some(address)) => (None, Some(self.ad_hoc(address)?)),
             (None, None) => anyhow::bail!("give --machine NAME, or --bmc ADDRESS with --user and --password-env"),
         };
-        Ok(Batch { id: None, machine, bmc, actions, on_error: OnError::Stop, deadline: Some(self.deadline) })
+        Ok(Batch {
+            plan: self.plan,
+            id: None,
+            machine,
+            bmc,
+            actions,
+            on_error: OnError::Stop,
+            deadline: Some(self.deadline),
+        })
     }
 
     /// An ad hoc target as a gateway accepts one: the producer's own user
@@ -257,7 +265,9 @@ pub async fn run(client: &Client, topology: &TopologyArgs, command: &Command) ->
     }
     let batch = target.batch(actions)?;
     let timeout = target.deadline + Duration::from_secs(10);
-    let reply = client.request("submit", target.wait, Encoding::Json.encode(&batch)?, timeout).await?;
+    // A plan is its result: always waited for.
+    let wait = target.wait || target.plan;
+    let reply = client.request("submit", wait, Encoding::Json.encode(&batch)?, timeout).await?;
     Ok(client.print(&reply))
 }
 
@@ -272,6 +282,14 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("bmcctl").chain(args.iter().copied())).unwrap();
         let (target, actions) = plan(&cli.command)?.unwrap();
         target.batch(actions)
+    }
+
+    #[test]
+    fn plan_flag_makes_a_plan_batch() {
+        let b = batch_of(&["event-log", "clear", "--machine", "web-1", "--plan"]).unwrap();
+        assert!(b.plan);
+        let b = batch_of(&["event-log", "clear", "--machine", "web-1"]).unwrap();
+        assert!(!b.plan);
     }
 
     #[test]

@@ -23,14 +23,14 @@ use bmcfleet_schema::rollout::{
     RolloutState, RolloutStatusRequest, StopReason,
 };
 use bmcfleet_schema::{
-    Action, ActionResult, BatchResult, BatchState, Encoding, ErrorBody, ErrorCode, IdRequest, Machine, OnError, Reply,
-    Subjects,
+    Action, ActionResult, Batch, BatchResult, BatchState, Encoding, ErrorBody, ErrorCode, IdRequest, Machine, OnError,
+    Reply, Subjects,
 };
 use futures::stream::{Stream, StreamExt};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use ulid::Ulid;
 
 /// `--max-parallel` when not given.
@@ -534,6 +534,153 @@ where
     Ok((outcomes, stopped))
 }
 
+/// Submit one machine's batch and wait for its final result.
+async fn submit_one(client: &Client, planned: Planned, actions: &[Action], deadline: Duration, plan: bool) -> Outcome {
+    let started = Instant::now();
+    let machine = planned.machine.as_str();
+    let batch = Batch {
+        plan,
+        id: Some(planned.batch),
+        machine: Some(machine.to_owned()),
+        bmc: None,
+        actions: actions.to_vec(),
+        on_error: OnError::Stop,
+        deadline: Some(deadline),
+    };
+    let body = match Encoding::Json.encode(&batch) {
+        Ok(b) => b,
+        Err(e) => {
+            return Outcome::refused(
+                machine,
+                ErrorBody::new(ErrorCode::Internal, format!("cannot encode the batch: {e}")),
+                started.elapsed(),
+            )
+        }
+    };
+    let lost = match client.request("submit", true, body, deadline + Duration::from_secs(10)).await {
+        Ok(Reply::Result(r)) => return Outcome::finished(machine, r, started.elapsed()),
+        // The gateway stopped, lost its subscription or held the request
+        // longer than it may: the batch may be queued. Its status says.
+        Ok(Reply::Error(e)) if matches!(e.code, ErrorCode::Timeout | ErrorCode::Unavailable) => e,
+        Ok(Reply::Error(e)) => return Outcome::refused(machine, e, started.elapsed()),
+        Ok(other) => {
+            ErrorBody::new(ErrorCode::Internal, format!("the gateway answered a waiting submit with {other:?}"))
+        }
+        Err(e) => {
+            let no_gateway = e
+                .downcast_ref::<async_nats::RequestError>()
+                .is_some_and(|r| r.kind() == async_nats::RequestErrorKind::NoResponders);
+            let body = ErrorBody::new(ErrorCode::Unavailable, format!("{e:#}"));
+            if no_gateway {
+                return Outcome::refused(machine, body, started.elapsed());
+            }
+            body
+        }
+    };
+    follow(client, machine, planned.batch, lost, started, deadline).await
+}
+
+/// Look a batch up by status until it is final, or until its deadline (and
+/// a margin) has passed.
+async fn follow(
+    client: &Client,
+    machine: &str,
+    id: Ulid,
+    lost: ErrorBody,
+    started: Instant,
+    deadline: Duration,
+) -> Outcome {
+    let give_up = started + deadline + Duration::from_secs(30);
+    let body = serde_json::to_vec(&IdRequest { id }).expect("an id request serialises");
+    loop {
+        match client.request("status", false, body.clone(), super::status::TIMEOUT).await {
+            Ok(Reply::Status(s)) => {
+                if let (true, Some(r)) = (s.state.is_final(), s.result) {
+                    return Outcome::finished(machine, r, started.elapsed());
+                }
+            }
+            // Never admitted: the first answer was a refusal after all.
+            Ok(Reply::Error(e)) if e.code == ErrorCode::NotFound => {
+                return Outcome::refused(machine, lost, started.elapsed())
+            }
+            _ => {}
+        }
+        if Instant::now() >= give_up {
+            return Outcome::unknown(machine, id, lost, started.elapsed());
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+}
+
+/// What one machine's plan batch came to, the same text for the same plan
+/// on any machine: per action, its planned change (`POST …`), `no change`,
+/// or its error code; a batch refused or not run, its verdict and code.
+pub fn plan_key(o: &Outcome) -> String {
+    if o.results.is_empty() {
+        return match &o.error {
+            Some(e) => format!("{}: {}", o.result.as_str(), e.code),
+            None => o.result.as_str().to_owned(),
+        };
+    }
+    let many = o.results.len() > 1;
+    let parts: Vec<String> = o
+        .results
+        .iter()
+        .map(|r| {
+            let what = match (&r.error, &r.plan) {
+                (Some(e), _) => e.code.to_string(),
+                (None, Some(p)) => p.summary(),
+                (None, None) => "no plan (a worker without plan mode?)".to_owned(),
+            };
+            if many {
+                format!("{}: {what}", r.action)
+            } else {
+                what
+            }
+        })
+        .collect();
+    parts.join("; ")
+}
+
+/// A fleet plan's machines grouped by identical plans ([`plan_key`]): the
+/// plan, and the machines that have it (by name), largest group first.
+pub fn plan_groups(outcomes: &[Outcome]) -> Vec<(String, Vec<String>)> {
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for o in outcomes {
+        groups.entry(plan_key(o)).or_default().push(o.machine.clone());
+    }
+    let mut out: Vec<(String, Vec<String>)> = groups.into_iter().collect();
+    out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+/// A fleet plan: every machine's plan batch, at most `--max-parallel` at
+/// once, each through `submit` like a single machine's. A plan changes
+/// nothing on any BMC, so it needs neither canaries nor a rollout's
+/// durability, and every machine is planned (a failure stops nothing).
+/// Outcomes in plan order.
+async fn plan_all(
+    client: &Client,
+    planned: &[Planned],
+    actions: &[Action],
+    deadline: Duration,
+    max_parallel: usize,
+    mut report: impl FnMut(Progress<'_>),
+) -> Vec<Outcome> {
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; planned.len()];
+    let mut runs = futures::stream::iter(planned.iter().enumerate())
+        .map(|(i, p)| async move { (i, submit_one(client, p.clone(), actions, deadline, true).await) })
+        .buffer_unordered(max_parallel.max(1));
+    while let Some((i, outcome)) = runs.next().await {
+        report(Progress::Finished(&outcome));
+        outcomes[i] = Some(outcome);
+    }
+    outcomes.into_iter().flatten().collect()
+}
+
+/// How often a plan batch that bmcctl lost track of is looked up by status.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+
 /// How long one rollout request may take (a submit checks every machine).
 const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -573,9 +720,13 @@ pub async fn run(
         Progress::Stopping(why) => bar.above(&crate::output::stopping(why, schedule)),
         Progress::Tick => bar.tick(),
     };
-    let request = request(id, &planned, schedule, &actions, target.deadline);
-    let subjects = topology.subjects();
-    let (outcomes, stopped) = follow_rollout(client, &subjects, id, &planned, &request, interrupts(), report).await?;
+    let (outcomes, stopped) = if target.plan {
+        (plan_all(client, &planned, &actions, target.deadline, schedule.max_parallel, report).await, None)
+    } else {
+        let request = request(id, &planned, schedule, &actions, target.deadline);
+        let subjects = topology.subjects();
+        follow_rollout(client, &subjects, id, &planned, &request, interrupts(), report).await?
+    };
     bar.finish();
     if format.is_json() {
         for o in outcomes.iter().filter(|o| matches!(o.result, Verdict::NotStarted | Verdict::Running)) {
@@ -583,6 +734,9 @@ pub async fn run(
         }
     } else {
         print!("{}", crate::output::fleet_summary(&outcomes, stopped, schedule, color, format.is_wide()));
+        if target.plan {
+            print!("{}", crate::output::plan_groups(&plan_groups(&outcomes)));
+        }
     }
     Ok(if outcomes.iter().all(Outcome::ok) { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -636,6 +790,60 @@ mod tests {
         assert_eq!(line["elapsed_ms"], 1500);
         let line = serde_json::to_string(&Outcome::not_started("n")).unwrap();
         assert_eq!(line, r#"{"machine":"n","result":"not_started"}"#);
+    }
+
+    #[test]
+    fn identical_plans_are_grouped_with_counts() {
+        use bmcfleet_schema::plan::{ActionPlan, PlannedRequest};
+        let clear = PlannedRequest::Redfish {
+            method: "POST".into(),
+            path: "/redfish/v1/Managers/1/LogServices/SEL/Actions/LogService.ClearLog".into(),
+            body: Some(serde_json::json!({})),
+        };
+        let planned = |name: &str, path_reads: &str| {
+            let mut r = result(BatchState::Succeeded);
+            let plan = ActionPlan {
+                // What was read differs from machine to machine; the change groups.
+                reads: vec![PlannedRequest::Redfish { method: "GET".into(), path: path_reads.into(), body: None }],
+                reads_omitted: 0,
+                change: Some(clear.clone()),
+            };
+            r.results = vec![ActionResult::ok(0, "event_log_clear", None, None, 1).with_plan(Some(plan))];
+            Outcome::finished(name, r, Duration::from_millis(1))
+        };
+        let unsupported = |name: &str| {
+            let mut r = result(BatchState::Failed);
+            r.results = vec![ActionResult::err(
+                0,
+                "event_log_clear",
+                None,
+                ErrorBody::new(ErrorCode::Unsupported, format!("{name} has no log service")),
+                1,
+            )
+            .with_plan(Some(ActionPlan::default()))];
+            Outcome::finished(name, r, Duration::from_millis(1))
+        };
+        let mut outcomes: Vec<Outcome> =
+            (0..7).map(|i| planned(&format!("n{i}"), &format!("/redfish/v1/{i}"))).collect();
+        outcomes.push(unsupported("old-1"));
+        outcomes.push(unsupported("old-2"));
+        outcomes.push(Outcome::refused("gone", ErrorBody::new(ErrorCode::MachineNotFound, "no such"), Duration::ZERO));
+        let groups = plan_groups(&outcomes);
+        let counts: Vec<(String, usize)> = groups.iter().map(|(k, m)| (k.clone(), m.len())).collect();
+        assert_eq!(
+            counts,
+            [
+                ("POST /redfish/v1/Managers/1/LogServices/SEL/Actions/LogService.ClearLog {}".to_owned(), 7),
+                ("unsupported".to_owned(), 2),
+                ("refused: machine_not_found".to_owned(), 1)
+            ]
+        );
+        let text = crate::output::plan_groups(&groups);
+        assert!(
+            text.contains("  7 machines: POST /redfish/v1/Managers/1/LogServices/SEL/Actions/LogService.ClearLog {}\n"),
+            "{text}"
+        );
+        assert!(text.contains("  2 machines (old-1, old-2): unsupported\n"), "{text}");
     }
 
     fn machine(name: &str, labels: &[(&str, &str)], tenant: &str) -> (String, Machine) {

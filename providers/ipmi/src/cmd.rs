@@ -64,6 +64,48 @@ pub fn required_privilege(netfn: u8, cmd: u8) -> Option<Privilege> {
     })
 }
 
+/// Whether a request only reads (plan mode sends it and lists it as a
+/// read; everything else is state-changing: recorded, not sent). An
+/// explicit table of the spec's Get/Read commands (IPMI v2.0 appendix G);
+/// any command it does not name, an OEM one or an unknown raw request
+/// included, counts as changing. The Reserve commands hand out a
+/// reservation id (needed to read the SEL or SDRs page by page) and change
+/// nothing a machine keeps.
+pub fn reads_only(netfn: u8, cmd: u8) -> bool {
+    matches!(
+        (netfn, cmd),
+        // Chassis: Get Chassis Capabilities, Status, Restart Cause, Boot Options, POH Counter.
+        (NETFN_CHASSIS, 0x00 | 0x01 | 0x07 | 0x09 | 0x0F)
+        // Sensor: Get Device SDR Info, Device SDR, Sensor Hysteresis, Thresholds,
+        // Event Enable, Reading Factors, Reading, Type.
+        | (NETFN_SENSOR, 0x20 | 0x21 | 0x25 | 0x27 | 0x29 | 0x23 | 0x2D | 0x2F)
+        // App: Get Device ID, Self Test Results, ACPI Power State, Device GUID,
+        // Watchdog Timer, BMC Global Enables, System GUID, Channel Auth
+        // Capabilities, Session Info, Channel Access, Channel Info, User
+        // Access, User Name, Channel Cipher Suites.
+        | (NETFN_APP, 0x01 | 0x04 | 0x07 | 0x08 | 0x25 | 0x2F | 0x37 | 0x38 | 0x3D | 0x41 | 0x42 | 0x44 | 0x46 | 0x54)
+        // Storage: FRU Inventory Area Info, Read FRU Data, SDR Repository
+        // Info, Reserve SDR, Get SDR, SEL Info, Reserve SEL, Get SEL Entry, SEL Time.
+        | (NETFN_STORAGE, 0x10 | 0x11 | 0x20 | 0x22 | 0x23 | 0x40 | 0x42 | 0x43 | 0x48)
+        // Transport: Get LAN Configuration Parameters, SOL Configuration Parameters.
+        | (NETFN_TRANSPORT, 0x02 | 0x22)
+    )
+}
+
+/// Whether a request's data starts with a reservation id (two bytes the
+/// BMC hands out per Reserve call: Get SDR, Get SEL Entry, Clear SEL): a
+/// plan shows them as `xxxx`, so that the same plan reads the same on
+/// every machine.
+pub fn starts_with_reservation(netfn: u8, cmd: u8) -> bool {
+    matches!((netfn, cmd), (NETFN_STORAGE, 0x23 | 0x43 | 0x47))
+}
+
+/// Whether a request's data is secret (plan mode shows it `[redacted]`):
+/// Set User Password and Set Channel Security Keys.
+pub fn secret_data(netfn: u8, cmd: u8) -> bool {
+    matches!((netfn, cmd), (NETFN_APP, 0x47 | 0x56))
+}
+
 // --- App (netfn 0x06) ---
 /// 20.1 Get Device ID.
 pub const GET_DEVICE_ID: Command = command("Get Device ID", NETFN_APP, 0x01, Retry::Safe);

@@ -138,6 +138,7 @@ impl<T: Transport + 'static> bmcfleet_provider::Offer for IpmiSession<T> {
     }
 }
 
+pub use cmd::reads_only;
 pub use config::IpmiConfig;
 pub use connector::{IpmiConnector, DEFAULT_PORT};
 pub use error::{TransportError, TransportErrorKind};

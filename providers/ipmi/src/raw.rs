@@ -8,6 +8,9 @@ use async_trait::async_trait;
 use bmcfleet_provider::{Ctx, Raw, Result};
 use bmcfleet_schema::{RawRequest, RawResponse};
 
+/// The name a raw request's command carries (plan mode hides its data).
+pub(crate) const RAW: &str = "raw";
+
 #[async_trait]
 impl<T: Transport> Raw for IpmiSession<T> {
     /// Any request netfn (even, below 0x40) and command, data up to 255
@@ -27,11 +30,8 @@ impl<T: Transport> Raw for IpmiSession<T> {
         if raw.data.len() > MAX_RAW_DATA {
             return Err(invalid(format!("raw data is {} bytes; the limit is {MAX_RAW_DATA}", raw.data.len())));
         }
-        let command = Command {
-            id: CommandId { name: "raw", netfn: raw.netfn, cmd: raw.cmd },
-            retry: Retry::Once,
-            specific: &[],
-        };
+        let command =
+            Command { id: CommandId { name: RAW, netfn: raw.netfn, cmd: raw.cmd }, retry: Retry::Once, specific: &[] };
         let response = self.send(ctx, &command, raw.data.clone()).await?;
         Ok(RawResponse { status: u16::from(response.cc), data: response.data, body: None })
     }

@@ -8,7 +8,7 @@ use crate::error::{completion_code_error, CommandId};
 use crate::transport::{Request, Response, Transport};
 use crate::Privilege;
 use async_trait::async_trait;
-use bmcfleet_provider::{BmcSession, Ctx, ProviderError, Result};
+use bmcfleet_provider::{BmcSession, Ctx, Outgoing, PlannedRequest, ProviderError, Result};
 use bmcfleet_schema::ErrorCode;
 use tracing::Instrument;
 
@@ -101,7 +101,7 @@ impl<T: Transport> IpmiSession<T> {
             outcome = tracing::field::Empty,
         );
         let request = Request { netfn: id.netfn, cmd: id.cmd, data, retry: command.retry };
-        let sent_before = ctx.sending().await?;
+        let sent_before = ctx.sending_request(|| planned(command, &request.data)).await?;
         let result = self.transport.call(ctx.deadline, &request).instrument(span.clone()).await;
         match &result {
             Ok(r) if r.cc == 0 => span.record("outcome", "ok"),
@@ -133,6 +133,29 @@ impl<T: Transport> IpmiSession<T> {
         let channel = data.first().ok_or_else(|| protocol(cmd::GET_CHANNEL_INFO.id, "empty response"))? & 0x0F;
         self.channel = Some(channel);
         Ok(channel)
+    }
+}
+
+/// One request as plan mode records it: netfn, command, its name, the data
+/// in hex, or `[redacted]` for a password command's and a raw request's
+/// data. Reading commands ([`cmd::reads_only`]) are reads; everything else changes state.
+fn planned(command: &Command, data: &[u8]) -> Outgoing {
+    let id = command.id;
+    let raw = id.name == crate::raw::RAW;
+    let data = if data.is_empty() {
+        String::new()
+    } else if raw || cmd::secret_data(id.netfn, id.cmd) {
+        bmcfleet_schema::plan::REDACTED.to_owned()
+    } else if data.len() >= 2 && cmd::starts_with_reservation(id.netfn, id.cmd) {
+        format!("xxxx{}", bmcfleet_provider::hex(&data[2..]))
+    } else {
+        bmcfleet_provider::hex(data)
+    };
+    let request = PlannedRequest::Ipmi { netfn: id.netfn, cmd: id.cmd, name: (!raw).then(|| id.name.to_owned()), data };
+    if cmd::reads_only(id.netfn, id.cmd) {
+        Outgoing::read(request)
+    } else {
+        Outgoing::change(request)
     }
 }
 

@@ -9,7 +9,7 @@
 use crate::config::RedfishConfig;
 use crate::error::{err, protocol, status_error, transport_error};
 use crate::json::{link, norm_path, str_of};
-use bmcfleet_provider::{Ctx, ProviderError, ResolvedCredentials, Result};
+use bmcfleet_provider::{Ctx, Outgoing, PlannedRequest, ProviderError, ResolvedCredentials, Result};
 use bmcfleet_schema::{ErrorCode, RedfishAuth, Secret};
 use bytes::{Bytes, BytesMut};
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ETAG, IF_MATCH, LOCATION, RETRY_AFTER};
@@ -313,6 +313,10 @@ impl Transport {
     }
 
     /// One HTTP exchange, bounded by the config and the action deadline.
+    /// `own`: the action's own request (described to the send seam, so
+    /// that plan mode records it, and stops it if it is no `GET`/`HEAD`),
+    /// not session set-up (service root, login, logout).
+    #[allow(clippy::too_many_arguments)]
     async fn send_once(
         &mut self,
         ctx: &Ctx,
@@ -321,6 +325,7 @@ impl Transport {
         body: Payload<'_>,
         if_match: Option<&str>,
         with_auth: bool,
+        own: bool,
     ) -> Result<Reply> {
         let budget = match body {
             Payload::Multipart(_) => ctx.remaining()?,
@@ -345,6 +350,12 @@ impl Transport {
                 .not_sent()
             })?),
             None => None,
+        };
+        // What plan mode shows of the body (computed only in plan mode).
+        let shown = match &body {
+            Payload::Empty => Shown::Empty,
+            Payload::Json(b) => Shown::Json(b),
+            Payload::Multipart(_) => Shown::Multipart,
         };
         let span = tracing::info_span!(
             "redfish.http",
@@ -381,7 +392,8 @@ impl Transport {
         }
         let max = self.config.max_response_bytes;
         let memory = self.memory.clone();
-        let sent_before = ctx.sending().await?;
+        let sent_before =
+            if own { ctx.sending_request(|| planned(method, path, shown)).await? } else { ctx.sending().await? };
         let exchange = async move {
             let mut resp = rb.send().await.map_err(ReadError::Http)?;
             // What this answer holds of the connector's memory: the bytes
@@ -516,12 +528,12 @@ impl Transport {
         if_match: Option<&str>,
         payload: impl Fn() -> Payload<'a>,
     ) -> Result<Reply> {
-        let reply = self.send_once(ctx, method, path, payload(), if_match, true).await?;
+        let reply = self.send_once(ctx, method, path, payload(), if_match, true, true).await?;
         if reply.status == StatusCode::UNAUTHORIZED && matches!(self.auth, Auth::Session { .. }) {
             tracing::info!(bmc = %self.bmc, "The BMC rejected the session token; logging in again.");
             self.auth = Auth::None;
             self.create_session(ctx).await?;
-            return self.send_once(ctx, method, path, payload(), if_match, true).await;
+            return self.send_once(ctx, method, path, payload(), if_match, true, true).await;
         }
         Ok(reply)
     }
@@ -638,7 +650,7 @@ impl Transport {
     pub async fn service_root(&mut self, ctx: &Ctx) -> Result<Value> {
         const ROOT: &str = "/redfish/v1/";
         let basic = self.mode == RedfishAuth::Basic;
-        let reply = self.send_once(ctx, &Method::GET, ROOT, Payload::Empty, None, basic).await?;
+        let reply = self.send_once(ctx, &Method::GET, ROOT, Payload::Empty, None, basic, false).await?;
         let reply = if reply.status == StatusCode::UNAUTHORIZED && !basic {
             if self.mode == RedfishAuth::Session {
                 return Err(err(
@@ -651,7 +663,7 @@ impl Transport {
                 ));
             }
             self.auth = Auth::Basic;
-            self.send_once(ctx, &Method::GET, ROOT, Payload::Empty, None, true).await?
+            self.send_once(ctx, &Method::GET, ROOT, Payload::Empty, None, true, false).await?
         } else {
             reply
         };
@@ -711,7 +723,7 @@ impl Transport {
         let body = json!({"UserName": self.username, "Password": self.password.expose()});
         let bytes = serde_json::to_vec(&body).map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
         drop(body);
-        let reply = self.send_once(ctx, &Method::POST, &path, Payload::Json(&bytes), None, false).await?;
+        let reply = self.send_once(ctx, &Method::POST, &path, Payload::Json(&bytes), None, false, false).await?;
         match reply.status {
             s if s.is_success() => match reply.header("x-auth-token") {
                 Some(token) if !token.is_empty() => {
@@ -782,7 +794,7 @@ impl Transport {
         if let Auth::Session { token, location: Some(location) } = auth {
             let ctx = Ctx::with_timeout(self.config.close_timeout);
             self.auth = Auth::Session { token, location: None };
-            match self.send_once(&ctx, &Method::DELETE, &location, Payload::Empty, None, true).await {
+            match self.send_once(&ctx, &Method::DELETE, &location, Payload::Empty, None, true, false).await {
                 Ok(r) if r.status.is_success() || r.status == StatusCode::NOT_FOUND => {
                     tracing::debug!(bmc = %self.bmc, "Redfish session deleted.");
                 }
@@ -793,6 +805,39 @@ impl Transport {
             }
             self.auth = Auth::None;
         }
+    }
+}
+
+/// A request body as plan mode shows it.
+#[derive(Clone, Copy)]
+enum Shown<'a> {
+    Empty,
+    Json(&'a [u8]),
+    Multipart,
+}
+
+/// `method path body` as plan mode records it: the path without its query
+/// (as logs show it), the body's secrets redacted
+/// ([`bmcfleet_schema::plan::redact_json`]), a firmware image push named,
+/// not shown. Anything but `GET` and `HEAD` changes state.
+fn planned(method: &Method, path: &str, body: Shown<'_>) -> Outgoing {
+    let body = match body {
+        Shown::Empty => None,
+        Shown::Json(b) => Some(match serde_json::from_slice::<Value>(b) {
+            Ok(v) => bmcfleet_schema::plan::redact_json(&v),
+            Err(_) => Value::String(bmcfleet_schema::plan::REDACTED.into()),
+        }),
+        Shown::Multipart => Some(Value::String("[multipart/form-data: firmware image]".into())),
+    };
+    let request = PlannedRequest::Redfish {
+        method: method.as_str().to_owned(),
+        path: bmcfleet_schema::plan::redact_text(path),
+        body,
+    };
+    if matches!(*method, Method::GET | Method::HEAD) {
+        Outgoing::read(request)
+    } else {
+        Outgoing::change(request)
     }
 }
 

@@ -80,6 +80,11 @@ pub struct Batch {
     /// Time allowed from admission to the end of the last action.
     #[serde(default, with = "crate::duration::option", skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Duration>,
+    /// Plan mode: run up to each action's first state-changing request and
+    /// return, per action, what it read and the request it would send
+    /// ([`crate::plan::ActionPlan`]), changing nothing (`docs/PLAN_MODE.md`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

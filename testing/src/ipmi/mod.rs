@@ -40,8 +40,10 @@ pub mod lan;
 mod pyghmi;
 mod spec_bmc;
 
+mod recorded;
 pub use lan::{LanBmc, LanConfig, LanFaults, LanFleet, LanStats};
 pub use pyghmi::{PyghmiBmc, PyghmiState};
+pub use recorded::Recorded;
 pub use spec_bmc::{Fault, SpecBmc, SpecHandle, SpecLan, SpecState, SpecUser, LAN_CHANNEL, MAX_USERS};
 
 use bmcfleet_ipmi::probe;

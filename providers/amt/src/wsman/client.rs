@@ -91,7 +91,7 @@ impl WsmanClient {
     async fn call_inner(&mut self, ctx: &Ctx, req: &Request) -> Result<Envelope, AmtError> {
         let remaining = ctx.remaining().map_err(|_| AmtError::DeadlineExceeded)?;
         let body = req.to_xml(&message_id(), remaining.min(MAX_OPERATION_TIMEOUT));
-        let sent_before = ctx.sending().await.map_err(AmtError::Fenced)?;
+        let sent_before = ctx.sending_request(|| req.planned()).await.map_err(AmtError::Fenced)?;
         let reply = self.transport.post(ctx.deadline, body).await.map_err(|e| match e {
             // An earlier request of this action went out: the action as a
             // whole may have taken (partial) effect.

@@ -160,6 +160,73 @@ impl Request {
         }
     }
 
+    /// Whether the request only reads (Get, Enumerate, Pull, Identify):
+    /// anything else (Put, Create, Delete, an extrinsic method) may change
+    /// state, and plan mode records it instead of sending it.
+    pub fn reads_only(&self) -> bool {
+        self.action == ns::ACTION_GET
+            || self.action == ns::ACTION_ENUMERATE
+            || self.action == ns::ACTION_PULL
+            || self.action.ends_with("/Identify")
+    }
+
+    /// The request as plan mode records it: action, resource URI,
+    /// selectors, and a Put's properties or a method's parameters by name
+    /// (password-like ones and URL credentials redacted; an enumeration
+    /// context, which differs on every call, left out).
+    pub fn planned(&self) -> bmcfleet_provider::Outgoing {
+        use bmcfleet_schema::plan::{redact_text, secret_key, REDACTED};
+        let shown = |name: &str, value: &str| {
+            if secret_key(name) {
+                REDACTED.to_owned()
+            } else {
+                redact_text(value)
+            }
+        };
+        let mut body = std::collections::BTreeMap::new();
+        match &self.body {
+            Body::Put { properties, .. } => {
+                for p in properties {
+                    let v = p.value.as_deref().map_or_else(|| "nil".to_owned(), |v| shown(&p.name, v));
+                    body.entry(p.name.clone())
+                        .and_modify(|all: &mut String| {
+                            all.push_str(", ");
+                            all.push_str(&v)
+                        })
+                        .or_insert(v);
+                }
+            }
+            Body::Invoke { params, .. } => {
+                for p in params {
+                    match p {
+                        Param::Value { name, value } => {
+                            body.insert((*name).to_owned(), shown(name, value));
+                        }
+                        Param::Ref { name, epr } => {
+                            let mut v = epr.resource_uri.rsplit('/').next().unwrap_or(&epr.resource_uri).to_owned();
+                            for (k, sel) in &epr.selectors {
+                                v.push_str(&format!(" {k}={sel}"));
+                            }
+                            body.insert((*name).to_owned(), redact_text(&v));
+                        }
+                    }
+                }
+            }
+            Body::Empty | Body::Enumerate | Body::Pull { .. } => {}
+        }
+        let request = bmcfleet_provider::PlannedRequest::Wsman {
+            action: self.action.clone(),
+            resource_uri: self.resource_uri.clone(),
+            selectors: self.selectors.iter().map(|(k, v)| (k.clone(), redact_text(v))).collect(),
+            body,
+        };
+        if self.reads_only() {
+            bmcfleet_provider::Outgoing::read(request)
+        } else {
+            bmcfleet_provider::Outgoing::change(request)
+        }
+    }
+
     /// The whole envelope.
     pub fn to_xml(&self, message_id: &str, timeout: Duration) -> Vec<u8> {
         let mut w = XmlWriter::new();

@@ -11,6 +11,7 @@ mod connector;
 mod digest;
 mod faults;
 mod inventory;
+mod plan;
 mod power;
 mod timeouts;
 mod tls;
