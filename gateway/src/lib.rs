@@ -126,7 +126,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                     drop(permit);
                 });
             }
-            Err(why) => gateway.refuse(which, request, why).await,
+            Err(why) => gateway.refuse(which, request, why.to_string()).await,
         }
     }
     backlog.abort();
