@@ -29,9 +29,13 @@ pub fn parse(s: &str) -> Result<Duration, Error> {
         return Err(Error::new(ErrorKind::Empty, "empty duration"));
     }
     if t.chars().all(|c| c.is_ascii_digit()) {
-        return Err(Error::new(ErrorKind::NoUnit, format!("duration `{t}` has no unit (write e.g. `{t}s` or `{t}ms`)")));
+        return Err(Error::new(
+            ErrorKind::NoUnit,
+            format!("duration `{t}` has no unit (write e.g. `{t}s` or `{t}ms`)"),
+        ));
     }
-    humantime::parse_duration(t).map_err(|e| Error::with_source(ErrorKind::Invalid, format!("invalid duration `{t}`"), e))
+    humantime::parse_duration(t)
+        .map_err(|e| Error::with_source(ErrorKind::Invalid, format!("invalid duration `{t}`"), e))
 }
 
 pub fn format(d: Duration) -> String {

@@ -584,7 +584,11 @@ mod tests {
     #[test]
     fn ad_hoc_targets_stay_inside_the_listed_ranges() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert_eq!(AdHocPolicy::default().check(ip("10.0.0.5")).unwrap_err().kind(), ErrorKind::AdHocOff, "off by default");
+        assert_eq!(
+            AdHocPolicy::default().check(ip("10.0.0.5")).unwrap_err().kind(),
+            ErrorKind::AdHocOff,
+            "off by default"
+        );
         let p = AdHocPolicy::parse("10.0.0.0/8, 0.0.0.0/0").unwrap();
         assert!(p.check(ip("10.1.2.3")).is_ok());
         // A catch-all range never opens loopback, link-local, metadata or the unspecified address.

@@ -412,8 +412,9 @@ impl RawPolicy {
     pub fn from_arg(arg: &str) -> Result<Self, Error> {
         match arg.strip_prefix('@') {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| Error::with_source(ErrorKind::File, format!("cannot read raw policy file {path}"), e))?;
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::with_source(ErrorKind::File, format!("cannot read raw policy file {path}"), e)
+                })?;
                 RawPolicy::parse(&text).map_err(|e| e.context_before(format!("raw policy file {path}")))
             }
             None => RawPolicy::parse(arg),
@@ -442,7 +443,11 @@ impl RawPolicy {
                 _ => false,
             };
             if hit {
-                return if r.allow { Ok(()) } else { denied(format!("{target} is denied by the raw policy rule `{r}`")) };
+                return if r.allow {
+                    Ok(())
+                } else {
+                    denied(format!("{target} is denied by the raw policy rule `{r}`"))
+                };
             }
         }
         if self.rules.is_empty() {
@@ -519,7 +524,10 @@ mod tests {
             assert!(p.check(rf("POST", path)).is_err(), "POST {path} allowed");
         }
         assert!(p.check(rf("GET", "/redfish/v1/Update%53ervice")).is_ok(), "reads stay allowed");
-        assert!(p.check(ipmi(0x06, 0x34)).unwrap_err().to_string().contains("netfn=0x06,cmd=0x34"), "Send Message bridges: denied");
+        assert!(
+            p.check(ipmi(0x06, 0x34)).unwrap_err().to_string().contains("netfn=0x06,cmd=0x34"),
+            "Send Message bridges: denied"
+        );
         assert!(p.check(ipmi(0x06, 0x01)).is_ok());
     }
 
@@ -669,7 +677,10 @@ mod tests {
         assert_eq!(missing.kind(), ErrorKind::File);
         let io = std::error::Error::source(&missing).and_then(|s| s.downcast_ref::<std::io::Error>());
         assert_eq!(io.map(std::io::Error::kind), Some(std::io::ErrorKind::NotFound), "the I/O error is kept");
-        assert_eq!(RawPolicy::parse("allow ipmi:netfn=9-3").unwrap_err().to_string(), "rule `allow ipmi:netfn=9-3`: range `9-3` is empty");
+        assert_eq!(
+            RawPolicy::parse("allow ipmi:netfn=9-3").unwrap_err().to_string(),
+            "rule `allow ipmi:netfn=9-3`: range `9-3` is empty"
+        );
         assert_eq!(canonical_redfish_path("/redfish/v1/../x").unwrap_err().kind(), ErrorKind::Path);
     }
 
@@ -694,7 +705,10 @@ mod destructive_tests {
         assert!(clear.is_destructive() && !Action::EventLog(EventLogOp::read()).is_destructive());
         let e = RawPolicy::default().check((&clear).into()).unwrap_err();
         assert_eq!((e.kind(), e.code()), (ErrorKind::Denied, crate::ErrorCode::RawNotAllowed));
-        assert_eq!(e.to_string(), "destructive action event_log_clear is denied by the raw policy rule `deny action:*`");
+        assert_eq!(
+            e.to_string(),
+            "destructive action event_log_clear is denied by the raw policy rule `deny action:*`"
+        );
         assert!(RawPolicy::off().check((&clear).into()).is_err());
         let allowed = RawPolicy::parse("allow action:event_log_clear; default").unwrap();
         assert!(allowed.check((&clear).into()).is_ok());

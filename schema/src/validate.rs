@@ -104,13 +104,19 @@ impl FirmwareUpdatePolicy {
             if !crate::machine::valid_name(name) {
                 return Err(Error::new(
                     ErrorKind::FirmwareUpdatePolicy,
-                    format!("`{name}` is not a tenant name ({}); give off, all or tenant names", crate::machine::NAME_RULE),
+                    format!(
+                        "`{name}` is not a tenant name ({}); give off, all or tenant names",
+                        crate::machine::NAME_RULE
+                    ),
                 ));
             }
             tenants.insert(name.to_owned());
         }
         if tenants.is_empty() {
-            return Err(Error::new(ErrorKind::FirmwareUpdatePolicy, "give off, all or a comma-separated list of tenants"));
+            return Err(Error::new(
+                ErrorKind::FirmwareUpdatePolicy,
+                "give off, all or a comma-separated list of tenants",
+            ));
         }
         Ok(FirmwareUpdatePolicy::Tenants(tenants))
     }
