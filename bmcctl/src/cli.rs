@@ -349,6 +349,11 @@ pub struct MachineFields {
 
 /// The BMC an action command addresses, and how: one ad hoc BMC (`--bmc`),
 /// one registered machine (`--machine`), or many (fleet run).
+///
+/// An ad hoc target carries only what a gateway accepts on one: the
+/// producer's own user and password (inline, or sealed here with
+/// `--workers-public-key`), never a named credential nor TLS options; those
+/// belong to a registered machine's record (`bmcctl machine add`).
 #[derive(Args, Debug)]
 pub struct Target {
     /// A registered machine (instead of --bmc and credentials). Repeat it to
@@ -356,31 +361,30 @@ pub struct Target {
     #[arg(
         long = "machine",
         value_name = "NAME",
-        conflicts_with_all = ["bmc", "cred", "user", "password_env", "insecure", "selector", "tenant"],
+        conflicts_with_all = ["bmc", "user", "password_env", "selector", "tenant"],
         required_unless_present_any = ["bmc", "selector", "tenant"]
     )]
     pub machines: Vec<String>,
     /// Every registered machine whose labels match all of these
     /// (`rack=12,role=worker`), one batch each (a fleet run).
-    #[arg(long, value_name = "KEY=VALUE,...", value_parser = selector, conflicts_with_all = ["bmc", "cred", "user", "password_env", "insecure"])]
+    #[arg(long, value_name = "KEY=VALUE,...", value_parser = selector, conflicts_with_all = ["bmc", "user", "password_env"])]
     pub selector: Option<Selector>,
     /// Only machines of this tenant (with --selector; alone: all of the tenant's machines).
-    #[arg(long, conflicts_with_all = ["bmc", "cred", "user", "password_env", "insecure"])]
+    #[arg(long, conflicts_with_all = ["bmc", "user", "password_env"])]
     pub tenant: Option<String>,
-    /// BMC address of an ad hoc target (where the deployment allows them):
-    /// IP, [IPv6]:port or hostname[:port].
-    #[arg(long)]
+    /// BMC address of an ad hoc target, where the deployment allows them
+    /// (the gateway's --ad-hoc-targets): IP, [IPv6]:port or hostname[:port].
+    /// It needs --user and --password-env (the gateway must run
+    /// --inline-credentials sealed).
+    #[arg(long, requires = "user")]
     pub bmc: Option<BmcAddress>,
-    /// Protocol to speak.
+    /// Protocol to speak to an ad hoc target.
     #[arg(long, value_enum, default_value = "auto")]
     pub protocol: Protocol,
-    /// Named credential known to the workers.
-    #[arg(long, conflicts_with_all = ["user", "password_env"])]
-    pub cred: Option<String>,
-    /// BMC user name (with --password-env).
-    #[arg(long, requires = "password_env")]
+    /// BMC user name of an ad hoc target (with --password-env).
+    #[arg(long, requires_all = ["password_env", "bmc"])]
     pub user: Option<String>,
-    /// Environment variable holding the BMC password.
+    /// Environment variable holding the ad hoc target's BMC password.
     #[arg(long, requires = "user")]
     pub password_env: Option<String>,
     /// Wait for the final result (a fleet run always waits).
@@ -389,9 +393,6 @@ pub struct Target {
     /// Batch deadline.
     #[arg(long, default_value = "5m", value_parser = duration)]
     pub deadline: Duration,
-    /// Skip TLS verification of the BMC (Redfish/AMT).
-    #[arg(long)]
-    pub insecure: bool,
     /// Seal the password (--password-env) to the workers' public key (X...)
     /// here, so it does not travel in clear even to the gateway.
     #[arg(long, env = "BMCFLEET_WORKERS_PUBLIC_KEY", value_parser = workers_key)]
@@ -881,20 +882,22 @@ mod tests {
     #[test]
     fn value_enums_are_the_schemas() {
         let Command::Power { op, target, .. } =
-            parse(&["power", "soft-off", "--bmc", "10.0.0.5", "--cred", "r"]).unwrap().command
+            parse(&["power", "soft-off", "--bmc", "10.0.0.5", "--user", "admin", "--password-env", "PW"])
+                .unwrap()
+                .command
         else {
             panic!("power")
         };
         assert_eq!((op, target.protocol), (PowerOp::SoftOff, Protocol::Auto));
         let Command::Boot { device, efi, persistent, .. } =
-            parse(&["boot", "pxe", "--efi", "--bmc", "10.0.0.5", "--protocol", "ipmi", "--cred", "r"]).unwrap().command
+            parse(&["boot", "pxe", "--efi", "--machine", "a"]).unwrap().command
         else {
             panic!("boot")
         };
         assert_eq!((device, efi, persistent), (BootArg::Set(BootDevice::Pxe), true, false));
         // `none` is a read-back value, never a request.
-        assert!(parse(&["boot", "none", "--bmc", "10.0.0.5", "--cred", "r"]).is_err());
-        assert!(parse(&["power", "sideways", "--bmc", "10.0.0.5", "--cred", "r"]).is_err());
+        assert!(parse(&["boot", "none", "--machine", "a"]).is_err());
+        assert!(parse(&["power", "sideways", "--machine", "a"]).is_err());
     }
 
     #[test]
@@ -919,10 +922,23 @@ mod tests {
     }
 
     #[test]
-    fn credentials_are_a_name_or_a_user_with_a_password_variable() {
-        assert!(parse(&["power", "on", "--bmc", "h", "--cred", "r", "--user", "u"]).is_err());
+    fn an_ad_hoc_target_carries_only_what_a_gateway_accepts_on_one() {
+        let ok = |args: &[&str]| parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        ok(&["power", "on", "--bmc", "h", "--user", "u", "--password-env", "PW"]);
+        ok(&["power", "on", "--bmc", "h", "--protocol", "redfish", "--user", "u", "--password-env", "PW"]);
+        assert!(parse(&["power", "on", "--bmc", "h"]).is_err(), "an ad hoc target needs its user and password");
         assert!(parse(&["power", "on", "--bmc", "h", "--user", "u"]).is_err(), "--user needs --password-env");
-        assert!(parse(&["boot", "pxe", "--persistent", "--once", "--bmc", "h", "--cred", "r"]).is_err());
+        assert!(parse(&["power", "on", "--machine", "a", "--user", "u", "--password-env", "PW"]).is_err());
+        // A named credential or TLS options on an ad hoc target are refused
+        // by every gateway (`target_forbidden`): bmcctl does not offer them.
+        for flag in [&["--cred", "r"][..], &["--insecure"]] {
+            let args = [&["power", "on", "--bmc", "h", "--user", "u", "--password-env", "PW"][..], flag].concat();
+            let e = parse(&args).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument, "{args:?}");
+            let args = [&["power", "on", "--machine", "a"][..], flag].concat();
+            assert_eq!(parse(&args).unwrap_err().kind(), clap::error::ErrorKind::UnknownArgument, "{args:?}");
+        }
+        assert!(parse(&["boot", "pxe", "--persistent", "--once", "--machine", "a"]).is_err());
     }
 
     #[test]
@@ -958,8 +974,8 @@ mod tests {
             &["--machine", "a", "--selector", "rack=1"],
             &["--machine", "a", "--tenant", "t"],
             &["--machine", "a", "--bmc", "10.0.0.1"],
-            &["--bmc", "10.0.0.1", "--cred", "c", "--canary", "1"],
-            &["--selector", "rack=1", "--cred", "c"],
+            &["--bmc", "10.0.0.1", "--user", "u", "--password-env", "PW", "--canary", "1"],
+            &["--selector", "rack=1", "--user", "u", "--password-env", "PW"],
             &["--selector", "rack=1", "--max-parallel", "0"],
             &["--selector", "rack=1", "--stop-after-failures", "0"],
             &[],

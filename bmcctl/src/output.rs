@@ -1026,6 +1026,7 @@ mod tests {
                 name: Some("BMC".into()),
                 version: Some("1.45".into()),
                 updateable: Some(true),
+                ..Default::default()
             }],
             fru: Some(Fru { chassis_serial: Some("CH-0001".into()), ..Default::default() }),
             unread: vec![Section::Nics],

@@ -176,6 +176,52 @@ fn the_man_page_renders_and_names_every_command() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A named credential or TLS options on an ad hoc target are refused by
+/// every gateway (`target_forbidden`), so no action command offers them:
+/// not in its help, its (bash) completion or its man page.
+#[test]
+fn the_ad_hoc_target_offers_only_what_a_gateway_accepts() {
+    let offered = ["--bmc", "--user", "--password-env", "--machine"];
+    let gone = ["--cred", "--insecure"];
+    let help = stdout(&bmcctl(&["power", "--help"]));
+    for flag in offered {
+        assert!(help.contains(flag), "power --help lacks {flag}:\n{help}");
+    }
+    for flag in gone {
+        assert!(!help.contains(&format!("{flag} ")), "power --help offers {flag}:\n{help}");
+    }
+    if let Some(bash) = peer("bash") {
+        let dir = temp_dir("adhoc-completion");
+        let script = dir.join("bmcctl.bash");
+        std::fs::write(&script, stdout(&bmcctl(&["completions", "bash"]))).unwrap();
+        let flags = complete(&bash, &script, &["bmcctl", "power", "on", "--"]);
+        for flag in offered {
+            assert!(flags.iter().any(|f| f == flag), "`bmcctl power on --<TAB>` lacks {flag}: {flags:?}");
+        }
+        for flag in gone {
+            assert!(!flags.iter().any(|f| f == flag), "`bmcctl power on --<TAB>` offers {flag}: {flags:?}");
+        }
+        // `machine add` still takes --insecure: a registered machine's TLS option.
+        let add = complete(&bash, &script, &["bmcctl", "machine", "add", "--"]);
+        assert!(add.iter().any(|f| f == "--insecure"), "{add:?}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+    let dir = temp_dir("adhoc-man");
+    let out = bmcctl(&["man", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = std::fs::read_to_string(dir.join("bmcctl-power.1")).unwrap();
+    assert!(page.contains("\\-\\-password\\-env"), "{page}");
+    for flag in ["\\-\\-cred", "\\-\\-insecure"] {
+        assert!(!page.contains(flag), "bmcctl-power(1) names {flag}");
+    }
+    // What an old script still passing them gets: a usage error, nothing sent.
+    for flag in gone {
+        let out = bmcctl(&["power", "on", "--bmc", "10.0.0.5", "--user", "u", "--password-env", "PW", flag]);
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn an_unknown_output_format_is_a_usage_error() {
     let out = bmcctl(&["--output", "yaml", "machine", "ls"]);

@@ -149,7 +149,7 @@ pub struct TopologyArgs {
     #[arg(long, env = "BMCFLEET_STREAM", default_value = "BMCFLEET", value_parser = token, global = true)]
     pub stream: String,
     /// Number of job partitions (the unit of worker ownership). Changing it
-    /// on a live deployment needs the resize procedure in the README.
+    /// on a live deployment needs the resize procedure in docs/PRODUCTION.md.
     #[arg(long, env = "BMCFLEET_PARTITIONS", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096), global = true)]
     pub partitions: u16,
     /// JetStream replicas for streams and buckets (1 or 3 in a cluster).
@@ -256,12 +256,28 @@ impl Default for OtelArgs {
     }
 }
 
+/// The gateway's default `--metrics-addr`.
+pub const GATEWAY_METRICS_ADDR: &str = "0.0.0.0:9090";
+/// The worker's default `--metrics-addr`: another port than the gateway's,
+/// so a gateway and a worker started with their defaults on one host both
+/// serve their metrics (issue 34). A service sets it on its command with
+/// [`METRICS_ADDR_ARG`]: `#[command(mut_arg(METRICS_ADDR_ARG, ...))]`.
+pub const WORKER_METRICS_ADDR: &str = "0.0.0.0:9091";
+/// The id of [`MetricsArgs::addr`], for a service to set its own default.
+pub const METRICS_ADDR_ARG: &str = "metrics_addr";
+
 /// The HTTP endpoint serving `/metrics`, `/healthz` and `/readyz`.
 #[derive(Args, Debug, Clone)]
 pub struct MetricsArgs {
     /// Address of the metrics and health HTTP server (port 0: any free port,
     /// logged at start; `off`: no endpoint). Failing to bind stops the process.
-    #[arg(long = "metrics-addr", env = "BMCFLEET_METRICS_ADDR", default_value = "0.0.0.0:9090", value_parser = metrics_addr)]
+    #[arg(
+        id = "metrics_addr",
+        long = "metrics-addr",
+        env = "BMCFLEET_METRICS_ADDR",
+        default_value = GATEWAY_METRICS_ADDR,
+        value_parser = metrics_addr
+    )]
     pub addr: MetricsAddr,
 }
 

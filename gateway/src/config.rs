@@ -200,6 +200,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn metrics_default_to_9090() {
+        if std::env::var_os("BMCFLEET_METRICS_ADDR").is_some() {
+            return;
+        }
+        let c = Config::try_parse_from(["g"]).unwrap();
+        assert_eq!(c.process.metrics.addr.0, Some("0.0.0.0:9090".parse().unwrap()));
+    }
+
+    #[test]
     fn boolish_flags() {
         let c = Config::try_parse_from(["g", "--allow-sim", "1"]).unwrap();
         assert!(c.allow_sim);

@@ -8,23 +8,31 @@
 //!
 //! # Layout
 //! - [`config`]: flags and environment.
-//! - [`admit`]: the request handlers (pure logic over NATS handles).
+//! - [`service`]: [`service::Gateway`], the state the endpoints share, and request dispatch and replies.
+//! - [`submit`] (with [`target`]), [`status`], [`cancel`]: one module per endpoint.
+//! - [`requester`]: who sent a request (operator or tenant).
+//! - [`budget`]: how many requests are handled at once, per client and tenant.
 //! - [`metrics`]: admission metrics (served on `/metrics`).
 //! - [`run`]: start-up, the service loop and shutdown.
 
-pub mod admit;
 pub mod budget;
+pub mod cancel;
 pub mod config;
 pub mod metrics;
+pub mod requester;
+pub mod service;
+pub mod status;
+pub mod submit;
+pub mod target;
 
 pub use config::Config;
 
-use admit::Gateway;
 use anyhow::Context as _;
 use async_nats::service::ServiceExt;
 use bmcfleet_common::registry::Registry;
 use bmcfleet_common::streams::{self, Mode};
 use futures::StreamExt;
+use service::Gateway;
 use std::future::Future;
 use std::sync::Arc;
 use tokio_util::task::TaskTracker;
@@ -109,16 +117,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     loop {
         let (request, which) = tokio::select! {
             _ = &mut shutdown => break,
-            r = submit.next() => (r, admit::Endpoint::Submit),
-            r = status.next() => (r, admit::Endpoint::Status),
-            r = cancel.next() => (r, admit::Endpoint::Cancel),
+            r = submit.next() => (r, service::Endpoint::Submit),
+            r = status.next() => (r, service::Endpoint::Status),
+            r = cancel.next() => (r, service::Endpoint::Cancel),
         };
         let Some(request) = request else { break };
         // Never wait for capacity here: a full budget is an `unavailable`
         // answer now, and the loop stays free for status, cancel and SIGTERM.
         let reply = request.message.reply.as_ref().map(|r| r.as_str());
-        let who = admit::Requester::of(request.message.headers.as_ref());
-        match budgets.admit(Gateway::waits(which, &request), reply, admit::Requester::budget_key(&who)) {
+        let who = requester::Requester::of(request.message.headers.as_ref());
+        match budgets.admit(Gateway::waits(which, &request), reply, requester::Requester::budget_key(&who)) {
             Ok(permit) => {
                 let gateway = gateway.clone();
                 tracker.spawn(async move {

@@ -154,7 +154,20 @@ pub struct Firmware {
     pub name: Option<String>,
     pub version: Option<String>,
     pub updateable: Option<bool>,
+    /// What the component is, in the BMC's words (`BMC image`, `Host
+    /// image`): BMCs that name every component alike (bmcweb: "Software
+    /// Inventory") tell them apart here and by `related`.
+    pub description: Option<String>,
+    /// The vendor's id of the software (`SoftwareId`).
+    pub software_id: Option<String>,
+    /// The resources the component belongs to (`RelatedItem` links: the
+    /// Manager, the system's Bios, a drive), at most [`MAX_RELATED`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub related: Vec<String>,
 }
+
+/// The most `related` links kept per firmware component.
+pub const MAX_RELATED: usize = 8;
 
 /// IPMI FRU device 0: the chassis, board and product info areas.
 #[serde_with::skip_serializing_none]
@@ -356,7 +369,13 @@ impl Component for Firmware {
         vec![("name", self.name.clone()), ("updateable", text(&self.updateable))]
     }
     fn strings(&mut self) -> Vec<&mut Option<String>> {
-        vec![&mut self.name, &mut self.version]
+        self.related.truncate(MAX_RELATED);
+        for r in &mut self.related {
+            if r.chars().count() > MAX_TEXT || r.chars().any(char::is_control) {
+                *r = clip(r);
+            }
+        }
+        vec![&mut self.name, &mut self.version, &mut self.description, &mut self.software_id]
     }
 }
 
@@ -688,12 +707,14 @@ mod tests {
                     name: Some("BMC Firmware".into()),
                     version: Some("1.00".into()),
                     updateable: Some(true),
+                    ..Default::default()
                 },
                 Firmware {
                     id: "BIOS".into(),
                     name: Some("BIOS".into()),
                     version: Some("2.1".into()),
                     updateable: Some(true),
+                    ..Default::default()
                 },
             ],
             fru: Some(Fru { board_serial: Some("B1".into()), product_name: Some("X1".into()), ..Default::default() }),

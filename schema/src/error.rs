@@ -1,5 +1,5 @@
 //! Error codes a producer can receive, in a submit reply or in an action
-//! result. Each code is stable and documented here and in the README.
+//! result. Each code is stable and documented here and in docs/ERRORS.md.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

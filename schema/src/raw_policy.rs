@@ -293,6 +293,24 @@ fn range(s: &str) -> Result<Range, Error> {
     }
 }
 
+/// A Redfish path pattern in the spelling the paths it is matched
+/// against have ([`canonical_redfish_path`]): repeated slashes collapsed,
+/// no trailing slash, lower case. A rule written with a BMC's own
+/// spelling (`/redfish/v1/Systems/`) matches the path it names; without
+/// this a deny rule so written would match nothing and deny nothing.
+fn canonical_pattern(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    for c in pattern.chars() {
+        if !(c == '/' && out.ends_with('/')) {
+            out.push(c);
+        }
+    }
+    while out.len() > 1 && out.ends_with('/') {
+        out.pop();
+    }
+    out.to_ascii_lowercase()
+}
+
 fn glob(pattern: &str, text: &str) -> bool {
     // Iterative wildcard match: `*` is any run of characters.
     let (p, t) = (pattern.as_bytes(), text.as_bytes());
@@ -365,7 +383,7 @@ fn rule(text: &str) -> Result<Rule, Error> {
         if path.is_empty() {
             return Err(bad("empty path pattern"));
         }
-        Matcher::Redfish { methods, path: path.to_ascii_lowercase() }
+        Matcher::Redfish { methods, path: canonical_pattern(path) }
     } else if let Some(kind) = target.strip_prefix("action:") {
         let kind = kind.trim();
         if kind.is_empty() || !kind.chars().all(|c| c.is_ascii_lowercase() || c == '_' || c == '*') {
@@ -654,6 +672,33 @@ mod tests {
         assert!(p.check(rf("GET", "/redfish/v1/AccountService/Accounts")).is_err());
         assert!(p.check(ipmi(0x08, 0x01)).is_err());
         assert!(p.check(ipmi(0x06, 0x01)).is_ok());
+    }
+
+    #[test]
+    fn rules_spelled_with_a_trailing_slash_match_what_they_name() {
+        // bmcweb spells its routes with a trailing slash; a rule copied from
+        // them must deny (and allow) the path it names, in every spelling.
+        let policy = RawPolicy::parse(
+            "deny redfish:POST:/redfish/v1/Systems/system/LogServices/Dump/Actions/LogService.ClearLog/; \
+             allow redfish:GET:/redfish/v1/Managers/bmc//; allow redfish:*:*",
+        )
+        .unwrap();
+        let post = |path| RawTarget::Redfish { method: "POST", path };
+        let get = |path| RawTarget::Redfish { method: "GET", path };
+        for spelled in [
+            "/redfish/v1/Systems/system/LogServices/Dump/Actions/LogService.ClearLog",
+            "/redfish/v1/Systems/system/LogServices/Dump/Actions/LogService.ClearLog/",
+            "/redfish/v1//Systems/system/LogServices/Dump/Actions/LogService.ClearLog",
+        ] {
+            let e = policy.check(post(spelled)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Denied, "{spelled}: {e}");
+            assert!(e.to_string().contains("denied"), "{spelled}: {e}");
+        }
+        assert!(policy.check(get("/redfish/v1/Managers/bmc/")).is_ok());
+        let only = RawPolicy::parse("allow redfish:GET:/redfish/v1/Managers/bmc/").unwrap();
+        assert!(only.check(get("/redfish/v1/Managers/bmc")).is_ok(), "the allow rule matches its path");
+        assert_eq!(canonical_pattern("/"), "/");
+        assert_eq!(canonical_pattern("/redfish/v1/*"), "/redfish/v1/*");
     }
 
     #[test]

@@ -64,7 +64,8 @@ pub enum ActionData {
     PowerState(PowerState),
     BootDevice(BootDeviceRequest),
     /// A boot device set in a settings object: it becomes the override when
-    /// the system next resets (Redfish `@Redfish.Settings`).
+    /// the system next resets (Redfish `@Redfish.Settings`). Also what
+    /// `get_boot_device` answers while such a change waits.
     BootDevicePending(BootDeviceRequest),
     Users(Vec<UserInfo>),
     NetworkSource(NetworkSourceOp),
@@ -80,6 +81,19 @@ pub enum ActionData {
     SecureBoot(SecureBootState),
     /// How a `firmware_update` ended.
     FirmwareUpdate(FirmwareUpdateResult),
+    /// The action found nothing to do and did nothing (a success that
+    /// changed nothing, said as such).
+    NoChange(NoChange),
+}
+
+/// Why an action changed nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoChange {
+    /// Eject: no media of that kind is inserted in any slot.
+    NotInserted,
+    /// Insert: that image is inserted already.
+    AlreadyInserted,
 }
 
 /// How a firmware update ended (Redfish: the BMC's task).

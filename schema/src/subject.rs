@@ -26,7 +26,7 @@ pub struct Subjects {
     pub prefix: String,
     /// Stream/bucket name stem, e.g. `BMCFLEET`.
     pub stream: String,
-    /// Number of partitions. Changing it remaps keys: see the README.
+    /// Number of partitions. Changing it remaps keys: see docs/PRODUCTION.md, "Resizing partitions".
     pub partitions: u16,
 }
 

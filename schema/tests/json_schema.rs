@@ -167,6 +167,7 @@ tags! {
         ActionData::Raw(_) => "raw",
         ActionData::Inventory(_) => "inventory",
         ActionData::EventLog(_) => "event_log",
+        ActionData::NoChange(_) => "no_change",
         ActionData::Sensors(_) => "sensors",
         ActionData::Bios(_) => "bios",
         ActionData::BiosPending(_) => "bios_pending",
@@ -304,7 +305,7 @@ fn every_action() -> Vec<Action> {
         })),
         Action::Inventory,
         Action::EventLog(EventLogOp::read()),
-        Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 20 }),
+        Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 20, logs: LogSet::Other }),
         Action::EventLog(EventLogOp::Clear),
         Action::Sensors,
         Action::BiosGet,
@@ -513,6 +514,9 @@ fn every_data() -> Vec<ActionData> {
                 name: Some("BMC".into()),
                 version: Some("6.10".into()),
                 updateable: Some(true),
+                description: Some("BMC image".into()),
+                software_id: Some("ast2600-bmc".into()),
+                related: vec!["/redfish/v1/Managers/bmc".into()],
             }],
             fru: Some(Fru {
                 chassis_type: Some("Rack Mount Chassis".into()),
@@ -546,6 +550,8 @@ fn every_data() -> Vec<ActionData> {
                 },
             ],
         }),
+        ActionData::NoChange(NoChange::NotInserted),
+        ActionData::NoChange(NoChange::AlreadyInserted),
         ActionData::Sensors(vec![
             SensorReading {
                 name: "Inlet".into(),

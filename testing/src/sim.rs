@@ -483,7 +483,7 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             bmc.media = None;
             Response::Ok(None)
         }
-        Action::EventLog(EventLogOp::Read { limit, offset }) => {
+        Action::EventLog(EventLogOp::Read { limit, offset, .. }) => {
             let limit = limit.unwrap_or(EventLogOp::DEFAULT_LIMIT) as usize;
             let entries = bmc.events.iter().rev().skip(*offset as usize).take(limit).cloned().collect();
             Response::Ok(Some(ActionData::EventLog(EventLog { total: Some(bmc.events.len() as u32), entries })))
@@ -609,12 +609,14 @@ fn default_components() -> Inventory {
                 name: Some("BMC firmware".into()),
                 version: Some(env!("CARGO_PKG_VERSION").into()),
                 updateable: Some(true),
+                ..Firmware::default()
             },
             Firmware {
                 id: "BIOS".into(),
                 name: Some("BIOS".into()),
                 version: Some("1.0.0".into()),
                 updateable: Some(true),
+                ..Firmware::default()
             },
         ],
         ..Inventory::default()

@@ -30,6 +30,16 @@ impl Process {
         Self::spawn_logged(name, args, env, log, Some(dir))
     }
 
+    /// Like [`Process::spawn`], started in the directory `cwd` (relative
+    /// paths among `args` are read from there).
+    pub fn spawn_in(name: &str, args: &[String], env: &[(&str, String)], cwd: &Path) -> Process {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join(format!("{name}.log"));
+        let binary = name.split(':').next().unwrap_or(name);
+        Self::start_in(&bin(binary), name, args, env, log, Some(dir), Some(cwd))
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"))
+    }
+
     /// Spawn with the log at a given path (kept after the process ends).
     pub fn spawn_logged(
         name: &str,
@@ -53,7 +63,22 @@ impl Process {
         log: PathBuf,
         dir: Option<tempfile::TempDir>,
     ) -> std::io::Result<Process> {
+        Self::start_in(program, name, args, env, log, dir, None)
+    }
+
+    fn start_in(
+        program: &Path,
+        name: &str,
+        args: &[String],
+        env: &[(&str, String)],
+        log: PathBuf,
+        dir: Option<tempfile::TempDir>,
+        cwd: Option<&Path>,
+    ) -> std::io::Result<Process> {
         let mut cmd = Command::new(program);
+        if let Some(cwd) = cwd {
+            cmd.current_dir(cwd);
+        }
         cmd.args(args)
             .env_remove("RUST_LOG")
             // Many processes share this host: metrics on any free loopback port

@@ -59,7 +59,7 @@ async fn event_log_read_and_clear_behind_the_policy() {
             bmc.target(),
             vec![
                 Action::EventLog(EventLogOp::Clear),
-                Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 0 }),
+                Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 0, logs: Default::default() }),
             ],
         ))
         .await;

@@ -283,7 +283,7 @@ async fn run(s: Scenario) {
 
     let mut violations = vec![];
     let mut allowed = HashSet::new();
-    // The requests in flight at a freeze (see README, "The limit no
+    // The requests in flight at a freeze (see docs/DESIGN.md, "The limit no
     // client-side fencing can close"): exempt from the order checks too.
     let mut late: HashSet<(String, BatchId, u32, String)> = HashSet::new();
     let owned_by = |key: &str| BmcKey::from_token(key).expect("bmc key").partition(subjects.partitions);

@@ -252,6 +252,49 @@ async fn polls_never_overlap_a_batch_on_the_same_machine() {
     assert!(fixes[0].call.is_none(), "by a poll, not a batch");
 }
 
+/// A poll takes the lane's guarded path like a batch's actions: with
+/// `--bmc-min-interval 3s` and a poll due every second, the BMC never sees
+/// two calls, a batch's or a poll's, closer than the interval (less what a
+/// request takes to arrive): a poll due sooner waits for its turn, or (past
+/// its own timeout) sends nothing. That holds across lanes too: each poll
+/// of an otherwise idle machine runs in a lane opened for it and dropped
+/// after it, and the next lane is paced from the last one's call.
+/// Measured where it matters, at the simulated BMC: the arrival of every
+/// action request, polls before the batch, the batch, polls after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_is_paced_like_a_batch() {
+    use bmcfleet_testing::{CallRecord, SimConfig, SimServer};
+    let sim = SimServer::start(SimConfig { record_calls: true, ..SimConfig::default() }).await.unwrap();
+    let min_interval = Duration::from_secs(3);
+    let args =
+        ["--poll-interval", "1s", "--poll-timeout", "900ms", "--bmc-min-interval", "3s", "--lane-idle-timeout", "10m"];
+    let stack = sim_stack(&sim, &args).await;
+    let name = stack.topology.register_machine(&stack.producer.client, &sim_target("paced-31.example")).await;
+    let bmc = "h-paced-31_example";
+    let actions = || -> Vec<CallRecord> { sim.calls(bmc).into_iter().filter(|c| c.action.is_some()).collect() };
+    let polls = |at_least: usize| {
+        bmcfleet_tests::poll_until(Duration::from_secs(30), Duration::from_millis(100), move || {
+            let polls = actions().iter().filter(|c| c.call.is_none()).count();
+            async move { (polls >= at_least).then_some(()) }
+        })
+    };
+    // Polls of a machine no batch has touched: a lane each.
+    assert!(polls(2).await.is_some(), "two polls: {:?}", sim.calls(bmc));
+    let r = stack.run(&machine_batch(&name, vec![Action::Power(PowerOp::Status)])).await;
+    assert_eq!(r.state, BatchState::Succeeded, "{r:#?}");
+    // Then the polls in the lane the batch kept.
+    let before = actions().iter().filter(|c| c.call.is_none()).count();
+    assert!(polls(before + 2).await.is_some(), "two polls after the batch: {:?}", sim.calls(bmc));
+    let calls = actions();
+    let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1].at.duration_since(w[0].at)).collect();
+    let least = min_interval - Duration::from_millis(250);
+    assert!(
+        gaps.iter().all(|g| *g >= least),
+        "calls to the BMC closer than --bmc-min-interval ({min_interval:?}): gaps {gaps:?} between {:?}",
+        calls.iter().map(|c| (c.action.clone(), c.call.is_some())).collect::<Vec<_>>()
+    );
+}
+
 /// A worker killed mid-interval: the survivor takes the partition and polls
 /// the machine within one interval plus the lease TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

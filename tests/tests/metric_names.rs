@@ -1,7 +1,7 @@
 //! Every metric name the operator-facing files use exists in what a running
 //! bmc-gateway and bmc-worker export: the Grafana dashboard
 //! (deploy/grafana/bmcfleet.json), the Prometheus rules and alerts
-//! (deploy/prometheus/*.yaml) and the README. A renamed or removed metric
+//! (deploy/prometheus/*.yaml), the README and docs/*.md. A renamed or removed metric
 //! fails here instead of leaving an empty panel or an alert that never fires.
 //!
 //! The exported names come from the code: every entry of the `metrics!`
@@ -151,9 +151,19 @@ async fn every_metric_the_dashboard_rules_and_readme_use_is_exported() {
     // Prose may name a histogram by its family name.
     let mut families = names.clone();
     families.extend(names.iter().filter_map(|n| n.strip_suffix("_bucket")).map(str::to_owned));
-    let readme = quoted(&read("README.md"));
-    assert!(readme.len() >= 10, "{readme:?}");
-    missing.extend(readme.difference(&families).map(|n| format!("README.md: {n}")));
+    // Prose: the README and every page of docs/ (OBSERVABILITY.md lists them all).
+    let mut pages = vec!["README.md".to_owned()];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(format!("docs/{}", path.file_name().unwrap().to_string_lossy()));
+        }
+    }
+    let observability = quoted(&read("docs/OBSERVABILITY.md"));
+    assert!(observability.len() >= 10, "{observability:?}");
+    for page in &pages {
+        missing.extend(quoted(&read(page)).difference(&families).map(|n| format!("{page}: {n}")));
+    }
     for (file, text) in &sources {
         let names_used = used(text);
         assert!(!names_used.is_empty() || *file == "deploy/prometheus/alerts.yaml", "{file} uses no bmcfleet_ metric?");

@@ -11,6 +11,7 @@ use std::time::Duration;
 /// Executes each BMC's batches strictly in order, one at a time, across a fleet of workers.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "bmc-worker", version)]
+#[command(mut_arg(bmcfleet_common::config::METRICS_ADDR_ARG, |a| a.default_value(bmcfleet_common::config::WORKER_METRICS_ADDR)))]
 pub struct Config {
     #[command(flatten)]
     pub process: ProcessArgs,
@@ -319,6 +320,21 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_default_to_another_port_than_the_gateways() {
+        // Issue 34: with one default, the second process on a host exited
+        // with `Address already in use`. (Skipped when the environment sets it.)
+        if std::env::var_os("BMCFLEET_METRICS_ADDR").is_some() {
+            return;
+        }
+        let c = Config::try_parse_from(["w"]).unwrap();
+        assert_eq!(c.process.metrics.addr.0, Some("0.0.0.0:9091".parse().unwrap()));
+        assert_ne!(bmcfleet_common::config::WORKER_METRICS_ADDR, bmcfleet_common::config::GATEWAY_METRICS_ADDR);
+        let c = Config::try_parse_from(["w", "--metrics-addr", "127.0.0.1:0"]).unwrap();
+        assert_eq!(c.process.metrics.addr.0, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(Config::try_parse_from(["w", "--metrics-addr", "off"]).unwrap().process.metrics.addr.0, None);
+    }
 
     #[test]
     fn lease_must_outlive_renewals() {

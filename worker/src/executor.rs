@@ -23,8 +23,9 @@
 //!   find it) instead of reporting the action interrupted or starting it
 //!   again. The task's percentage goes out as `action_progress` events.
 
+use crate::call::{protocol_label, Attempt, Call, Fencing, Purpose};
 use crate::fence::Fence;
-use crate::guard::{self, Admission, BmcGuard, RetryPolicy, Transition};
+use crate::guard::BmcGuard;
 use crate::session::SessionSlot;
 use crate::Shared;
 use async_nats::HeaderMap;
@@ -323,6 +324,22 @@ impl SendGate for ActionGate {
     }
 }
 
+/// The guarded path asks the action's gate: a refusal here is recorded like
+/// one at a request, so the run hands the batch back.
+impl Fencing for ActionGate {
+    fn admit(&self) -> Result<(), ProviderError> {
+        if self.fence.valid() {
+            Ok(())
+        } else {
+            Err(self.refuse())
+        }
+    }
+
+    fn refused(&self) -> bool {
+        ActionGate::refused(self)
+    }
+}
+
 #[async_trait::async_trait]
 impl bmcfleet_provider::TaskLog for ActionGate {
     fn resume(&self) -> bmcfleet_schema::TaskResume {
@@ -374,10 +391,32 @@ fn publish_event(
     });
 }
 
-/// The metrics label of a lane's calls: the provider of its session, else
-/// the batch's protocol (no session yet, e.g. `auto` before discovery).
-fn protocol_label(slot: &SessionSlot, protocol: &str) -> crate::metrics::ProtocolLabels {
-    crate::metrics::ProtocolLabels { protocol: slot.provider().unwrap_or(protocol).to_owned() }
+/// One attempt of an action, as the guarded path runs it: its calls
+/// ([`Run::call`]), the BMC's text scrubbed of the action's secrets.
+struct ActionCall<'r, 'a> {
+    run: &'r Run<'a>,
+    ctx: &'r Ctx,
+    action: &'r bmcfleet_schema::Action,
+    creds: &'r bmcfleet_provider::ResolvedCredentials,
+    protocol: &'r str,
+}
+
+impl Attempt for ActionCall<'_, '_> {
+    type Output = Option<bmcfleet_schema::ActionData>;
+
+    fn attempt<'s>(
+        &'s mut self,
+        slot: &'s mut SessionSlot,
+        retry: u32,
+    ) -> impl std::future::Future<Output = Result<Self::Output, ProviderError>> + Send + 's {
+        let ActionCall { run, ctx, action, creds, protocol } = *self;
+        async move {
+            run.call(slot, ctx, action, creds, protocol, retry)
+                .await
+                .map(|d| d.map(|d| scrub_data(d, action, creds)))
+                .map_err(|e| scrub(e, action, creds))
+        }
+    }
 }
 
 /// Execute (or resume) one batch.
@@ -582,26 +621,7 @@ impl<'a> Run<'a> {
     async fn actions(&mut self, slot: &mut SessionSlot, guard: &mut BmcGuard) -> Result<(), Stop> {
         let batch = &self.job.batch;
         let key = self.job.key();
-        // A non-idempotent action that a previous owner started but never recorded.
-        if let Some(i) = self.status.in_progress.take() {
-            let i = i as usize;
-            if i == self.status.results.len() && i < batch.actions.len() && batch.actions[i].watches_task() {
-                // Its BMC task is watched (or looked for), never started again: see `TaskLog`.
-                let resume = self.status.task_resume(i as u32);
-                tracing::info!(batch = %self.job.id, bmc = %key, index = i, action = batch.actions[i].kind(), ?resume, "Taking over a long-running action that a previous worker started.");
-            } else if i == self.status.results.len() && i < batch.actions.len() && !batch.actions[i].is_idempotent() {
-                let kind = batch.actions[i].kind();
-                tracing::warn!(batch = %self.job.id, bmc = %key, index = i, action = kind, "Not re-running an interrupted non-idempotent action.");
-                self.push(ActionResult::err(
-                    i as u32,
-                    kind,
-                    None,
-                    ErrorBody::new(ErrorCode::Interrupted, "a worker stopped while this action ran; it may or may not have taken effect, so it was not run again"),
-                    0,
-                ));
-            }
-            self.save().await?;
-        }
+        self.resume_in_progress().await?;
         if self.status.results.len() < batch.actions.len() {
             match self.shared.targets.resolve(self.job).await {
                 Ok(target) => self.target = target,
@@ -614,142 +634,14 @@ impl<'a> Run<'a> {
         }
         let creds = self.shared.credentials.resolve(&self.target.credentials, &self.job.key()).await;
         while self.status.results.len() < batch.actions.len() {
-            let i = self.status.results.len();
-            let action = &batch.actions[i];
-            if self.status.cancel_requested {
-                self.fill_remaining(ErrorCode::Cancelled, "the batch was cancelled before this action ran");
-                break;
-            }
-            if self.failed() && batch.on_error == OnError::Stop {
-                self.fill_remaining(ErrorCode::Skipped, "not run: an earlier action failed (on_error: stop)");
-                break;
-            }
-            if now_ms() >= self.job.deadline_at_ms {
-                self.fill_remaining(
-                    ErrorCode::DeadlineExceeded,
-                    "the batch deadline passed before this action could start",
-                );
+            if let Some((code, message)) = self.not_started() {
+                self.fill_remaining(code, message);
                 break;
             }
             if !self.fence.may_act() {
                 return Err(Stop);
             }
-            let marker = if action.is_idempotent() {
-                Marker::None
-            } else {
-                let mut status = self.status.clone();
-                status.in_progress = Some(i as u32);
-                Marker::Pending { status: Box::new(status), revision: self.revision }
-            };
-            let gate = Arc::new(ActionGate {
-                fence: self.fence.clone(),
-                kv: self.shared.res.batches.clone(),
-                worker: self.shared.worker_id.clone(),
-                batch: self.job.id,
-                marker: tokio::sync::Mutex::new(marker),
-                refused: AtomicBool::new(false),
-                index: i as u32,
-                resume: self.status.task_resume(i as u32),
-                progress: Progress {
-                    client: self.shared.client.clone(),
-                    subject: self.shared.subjects.events(&self.job.tenant, &self.job.id),
-                    headers: self.event_headers(),
-                    action: action.kind().to_owned(),
-                },
-            });
-            let span = tracing::info_span!(
-                "worker.action",
-                batch = %self.job.id,
-                bmc = %key,
-                protocol = %self.target.protocol,
-                index = i,
-                action = action.kind(),
-                attempt = self.status.deliveries,
-                provider = Empty,
-                outcome = Empty,
-                error.code = Empty,
-                duration_ms = Empty,
-            );
-            span.in_scope(|| {
-                self.publish_soon(EventKind::ActionStarted { index: i as u32, action: action.kind().to_owned() })
-            });
-            let left = Duration::from_millis(self.job.deadline_at_ms.saturating_sub(now_ms()));
-            let longest =
-                if action.watches_task() { self.shared.firmware_update_timeout } else { self.shared.action_timeout };
-            let ctx = Ctx::new(Instant::now() + left.min(longest))
-                .with_call(CallInfo {
-                    batch: self.job.id,
-                    index: i as u32,
-                    delivery: self.status.deliveries,
-                    worker: self.shared.worker_id.clone(),
-                })
-                .with_gate(gate.clone())
-                .with_tasks(gate.clone())
-                .with_settle(Some(self.shared.power_settle))
-                .with_images(self.shared.firmware_images.clone());
-            let started = Instant::now();
-            let work = async {
-                let action = self.with_secrets(i, action)?;
-                self.attempt(slot, guard, &ctx, &action, &creds, &gate).await
-            };
-            let outcome = tokio::select! {
-                r = work.instrument(span.clone()) => r,
-                _ = self.fence.lost.cancelled() => return Err(Stop),
-            };
-            if let Some((marked, revision)) = gate.take_written().await {
-                self.revision = revision;
-                self.status.in_progress = marked.in_progress;
-                self.status.task = marked.task;
-                self.status.cancel_requested |= marked.cancel_requested;
-            }
-            if gate.refused() {
-                // Fenced off: before the first request the action is handed
-                // back untouched; after it, the marker makes the next owner
-                // report it interrupted (non-idempotent) or run it again.
-                return Err(Stop);
-            }
-            let ms = started.elapsed().as_millis() as u64;
-            let provider = slot.provider().map(str::to_owned);
-            let result = match outcome {
-                Ok(data) => ActionResult::ok(i as u32, action.kind(), provider, data, ms),
-                // A call cut short by the batch deadline is the deadline's doing.
-                Err(e) if e.code == ErrorCode::Timeout && now_ms() >= self.job.deadline_at_ms => ActionResult::err(
-                    i as u32,
-                    action.kind(),
-                    provider,
-                    ErrorBody::new(
-                        ErrorCode::DeadlineExceeded,
-                        format!("the batch deadline passed during the action ({})", e.message),
-                    ),
-                    ms,
-                ),
-                Err(e) => ActionResult::err(i as u32, action.kind(), provider, e.into(), ms),
-            };
-            // A registered machine's power read by a batch refreshes its observed state.
-            if let (Some(machine), Some(bmcfleet_schema::ActionData::PowerState(power))) =
-                (&self.job.batch.machine, &result.data)
-            {
-                if self.fence.valid() {
-                    let seen =
-                        crate::state::Observation::Answered { power: Some(*power), provider: result.provider.clone() };
-                    self.shared.state.observe(self.shared, machine, &self.job.tenant, seen).await;
-                }
-            }
-            span.record("provider", result.provider.as_deref().unwrap_or("-"));
-            span.record("outcome", result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("ok"));
-            if let Some(e) = &result.error {
-                span.record("error.code", e.code.as_str());
-            }
-            span.record("duration_ms", ms);
-            self.status.in_progress = None;
-            self.status.task = None;
-            span.in_scope(|| {
-                tracing::info!(
-                    batch = %self.job.id, bmc = %key, index = i, action = action.kind(), params = %action.loggable(),
-                    outcome = ?result.outcome, error = ?result.error, duration_ms = ms, "Action finished."
-                );
-                self.push(result);
-            });
+            self.action(slot, guard, self.status.results.len(), &creds).await?;
             // After the last action, `finish` records the result and the final
             // state in one write: a crash before it leaves exactly what a crash
             // before this progress write would (the action is redone if
@@ -759,6 +651,207 @@ impl<'a> Run<'a> {
             }
         }
         Ok(())
+    }
+
+    /// A non-idempotent action that a previous owner started but never
+    /// recorded: reported interrupted (never run twice), or, when it
+    /// started a BMC task, taken over (its task is watched).
+    async fn resume_in_progress(&mut self) -> Result<(), Stop> {
+        let batch = &self.job.batch;
+        let Some(i) = self.status.in_progress.take() else { return Ok(()) };
+        let i = i as usize;
+        if i == self.status.results.len() && i < batch.actions.len() && batch.actions[i].watches_task() {
+            // Its BMC task is watched (or looked for), never started again: see `TaskLog`.
+            let resume = self.status.task_resume(i as u32);
+            tracing::info!(batch = %self.job.id, bmc = %self.job.key(), index = i, action = batch.actions[i].kind(), ?resume, "Taking over a long-running action that a previous worker started.");
+        } else if i == self.status.results.len() && i < batch.actions.len() && !batch.actions[i].is_idempotent() {
+            let kind = batch.actions[i].kind();
+            tracing::warn!(batch = %self.job.id, bmc = %self.job.key(), index = i, action = kind, "Not re-running an interrupted non-idempotent action.");
+            self.push(ActionResult::err(
+                i as u32,
+                kind,
+                None,
+                ErrorBody::new(ErrorCode::Interrupted, "a worker stopped while this action ran; it may or may not have taken effect, so it was not run again"),
+                0,
+            ));
+        }
+        self.save().await
+    }
+
+    /// Why the next action may not start, as the code and message every
+    /// remaining action is given: the batch was cancelled, an earlier action
+    /// failed (`on_error: stop`), or the batch deadline passed.
+    fn not_started(&self) -> Option<(ErrorCode, &'static str)> {
+        if self.status.cancel_requested {
+            return Some((ErrorCode::Cancelled, "the batch was cancelled before this action ran"));
+        }
+        if self.failed() && self.job.batch.on_error == OnError::Stop {
+            return Some((ErrorCode::Skipped, "not run: an earlier action failed (on_error: stop)"));
+        }
+        if now_ms() >= self.job.deadline_at_ms {
+            return Some((ErrorCode::DeadlineExceeded, "the batch deadline passed before this action could start"));
+        }
+        None
+    }
+
+    /// Run action `i` in its `worker.action` span: its events, its send
+    /// gate and context, the guarded attempt ([`Run::attempt`]), and its
+    /// result pushed. `Err(Stop)` when the lease is lost on the way.
+    async fn action(
+        &mut self,
+        slot: &mut SessionSlot,
+        guard: &mut BmcGuard,
+        i: usize,
+        creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
+    ) -> Result<(), Stop> {
+        let action = &self.job.batch.actions[i];
+        let key = self.job.key();
+        let gate = Arc::new(self.gate(i, action));
+        let span = tracing::info_span!(
+            "worker.action",
+            batch = %self.job.id,
+            bmc = %key,
+            protocol = %self.target.protocol,
+            index = i,
+            action = action.kind(),
+            attempt = self.status.deliveries,
+            provider = Empty,
+            outcome = Empty,
+            error.code = Empty,
+            duration_ms = Empty,
+        );
+        span.in_scope(|| {
+            self.publish_soon(EventKind::ActionStarted { index: i as u32, action: action.kind().to_owned() })
+        });
+        let ctx = self.ctx(i, action, &gate);
+        let started = Instant::now();
+        let work = async {
+            let action = self.with_secrets(i, action)?;
+            self.attempt(slot, guard, &ctx, &action, creds, &gate).await
+        };
+        let outcome = tokio::select! {
+            r = work.instrument(span.clone()) => r,
+            _ = self.fence.lost.cancelled() => return Err(Stop),
+        };
+        if let Some((marked, revision)) = gate.take_written().await {
+            self.revision = revision;
+            self.status.in_progress = marked.in_progress;
+            self.status.task = marked.task;
+            self.status.cancel_requested |= marked.cancel_requested;
+        }
+        if gate.refused() {
+            // Fenced off: before the first request the action is handed
+            // back untouched; after it, the marker makes the next owner
+            // report it interrupted (non-idempotent) or run it again.
+            return Err(Stop);
+        }
+        let ms = started.elapsed().as_millis() as u64;
+        let result = self.result(i, action, outcome, slot.provider().map(str::to_owned), ms);
+        self.observe_power(&result).await;
+        span.record("provider", result.provider.as_deref().unwrap_or("-"));
+        span.record("outcome", result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("ok"));
+        if let Some(e) = &result.error {
+            span.record("error.code", e.code.as_str());
+        }
+        span.record("duration_ms", ms);
+        self.status.in_progress = None;
+        self.status.task = None;
+        span.in_scope(|| {
+            tracing::info!(
+                batch = %self.job.id, bmc = %key, index = i, action = action.kind(), params = %action.loggable(),
+                outcome = ?result.outcome, error = ?result.error, duration_ms = ms, "Action finished."
+            );
+            self.push(result);
+        });
+        Ok(())
+    }
+
+    /// The send gate of action `i`'s attempt; a non-idempotent action's
+    /// `in_progress` marker waits in it for the action's first request.
+    fn gate(&self, i: usize, action: &bmcfleet_schema::Action) -> ActionGate {
+        let marker = if action.is_idempotent() {
+            Marker::None
+        } else {
+            let mut status = self.status.clone();
+            status.in_progress = Some(i as u32);
+            Marker::Pending { status: Box::new(status), revision: self.revision }
+        };
+        ActionGate {
+            fence: self.fence.clone(),
+            kv: self.shared.res.batches.clone(),
+            worker: self.shared.worker_id.clone(),
+            batch: self.job.id,
+            marker: tokio::sync::Mutex::new(marker),
+            refused: AtomicBool::new(false),
+            index: i as u32,
+            resume: self.status.task_resume(i as u32),
+            progress: Progress {
+                client: self.shared.client.clone(),
+                subject: self.shared.subjects.events(&self.job.tenant, &self.job.id),
+                headers: self.event_headers(),
+                action: action.kind().to_owned(),
+            },
+        }
+    }
+
+    /// Action `i`'s context: its deadline (the batch's, bounded by
+    /// `--action-timeout`, or `--firmware-update-timeout` for an action that
+    /// watches a BMC task), `gate` as its send gate and task log, and the
+    /// worker's settle timeout and firmware images.
+    fn ctx(&self, i: usize, action: &bmcfleet_schema::Action, gate: &Arc<ActionGate>) -> Ctx {
+        let left = Duration::from_millis(self.job.deadline_at_ms.saturating_sub(now_ms()));
+        let longest =
+            if action.watches_task() { self.shared.firmware_update_timeout } else { self.shared.action_timeout };
+        Ctx::new(Instant::now() + left.min(longest))
+            .with_call(CallInfo {
+                batch: self.job.id,
+                index: i as u32,
+                delivery: self.status.deliveries,
+                worker: self.shared.worker_id.clone(),
+            })
+            .with_gate(gate.clone())
+            .with_tasks(gate.clone())
+            .with_settle(Some(self.shared.power_settle))
+            .with_images(self.shared.firmware_images.clone())
+    }
+
+    /// Action `i`'s result from its attempt's outcome.
+    fn result(
+        &self,
+        i: usize,
+        action: &bmcfleet_schema::Action,
+        outcome: Result<Option<bmcfleet_schema::ActionData>, ProviderError>,
+        provider: Option<String>,
+        ms: u64,
+    ) -> ActionResult {
+        match outcome {
+            Ok(data) => ActionResult::ok(i as u32, action.kind(), provider, data, ms),
+            // A call cut short by the batch deadline is the deadline's doing.
+            Err(e) if e.code == ErrorCode::Timeout && now_ms() >= self.job.deadline_at_ms => ActionResult::err(
+                i as u32,
+                action.kind(),
+                provider,
+                ErrorBody::new(
+                    ErrorCode::DeadlineExceeded,
+                    format!("the batch deadline passed during the action ({})", e.message),
+                ),
+                ms,
+            ),
+            Err(e) => ActionResult::err(i as u32, action.kind(), provider, e.into(), ms),
+        }
+    }
+
+    /// A registered machine's power read by a batch refreshes its observed state.
+    async fn observe_power(&self, result: &ActionResult) {
+        if let (Some(machine), Some(bmcfleet_schema::ActionData::PowerState(power))) =
+            (&self.job.batch.machine, &result.data)
+        {
+            if self.fence.valid() {
+                let seen =
+                    crate::state::Observation::Answered { power: Some(*power), provider: result.provider.clone() };
+                self.shared.state.observe(self.shared, machine, &self.job.tenant, seen).await;
+            }
+        }
     }
 
     /// The action with its sealed parameters (if any) opened and put back;
@@ -792,10 +885,11 @@ impl<'a> Run<'a> {
         Ok(std::borrow::Cow::Owned(action))
     }
 
-    /// An action's BMC work under the lane's guard: the circuit breaker may
-    /// refuse it at once, calls to the BMC are paced, and a retryable failure
-    /// is retried (bounded, with backoff, never past the action's deadline,
-    /// and for a non-idempotent action only when the request never left).
+    /// An action's BMC work: refused before anything is sent when the
+    /// worker's policies forbid it ([`Run::admissible`]), else its calls
+    /// ([`Run::call`]) on the lane's one guarded path ([`crate::call`]:
+    /// breaker, pacing, fence, retries), with the BMC's text scrubbed of
+    /// the action's secrets.
     async fn attempt(
         &self,
         slot: &mut SessionSlot,
@@ -805,6 +899,23 @@ impl<'a> Run<'a> {
         creds: &Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
         gate: &ActionGate,
     ) -> Result<Option<bmcfleet_schema::ActionData>, ProviderError> {
+        let creds = self.admissible(action, creds).await?;
+        let key = self.job.key();
+        let protocol = self.target.protocol.to_string();
+        let call = Call { bmc: &key, purpose: Purpose::Action(action), protocol: &protocol, deadline: ctx.deadline };
+        let attempt = ActionCall { run: self, ctx, action, creds, protocol: &protocol };
+        crate::call::guarded(self.shared, guard, slot, call, gate, attempt).await
+    }
+
+    /// What this worker refuses to send whatever the gateway admitted (the
+    /// raw policy, firmware updates, the login account, another machine's
+    /// address), and the credentials to log in with; every refusal is
+    /// before anything is sent.
+    async fn admissible<'c>(
+        &self,
+        action: &bmcfleet_schema::Action,
+        creds: &'c Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
+    ) -> Result<&'c bmcfleet_provider::ResolvedCredentials, ProviderError> {
         if matches!(action, bmcfleet_schema::Action::Raw(_)) || action.is_destructive() {
             self.shared.raw_policy.check(action.into()).map_err(|why| ProviderError::new(why.code(), why))?;
         }
@@ -845,89 +956,7 @@ impl<'a> Run<'a> {
                 return Err(ProviderError::new(refusal.code, refusal.message).not_sent());
             }
         }
-        let settings = &self.shared.guard;
-        let policy = RetryPolicy { max: settings.retry_max, backoff: settings.retry_backoff };
-        let key = self.job.key();
-        let protocol = self.target.protocol.to_string();
-        let mut retry = 0u32;
-        loop {
-            let now = Instant::now();
-            let probe = match guard.breaker.admit(now) {
-                Admission::Call => false,
-                Admission::Probe => {
-                    tracing::info!(bmc = %key, action = action.kind(), "Circuit breaker half-open: probing the BMC.");
-                    true
-                }
-                Admission::Refused { until } => {
-                    self.shared.metrics.breaker_rejections.get_or_create(&protocol_label(slot, &protocol)).inc();
-                    return Err(guard.breaker.refusal(until, now));
-                }
-            };
-            // Pacing: at least --bmc-min-interval between two call starts; the wait counts against the deadline.
-            if let Some(at) = guard.pacer.next_start().filter(|at| *at > now) {
-                if at >= ctx.deadline {
-                    tokio::time::sleep_until(ctx.deadline).await;
-                    return Err(ProviderError::new(
-                        ErrorCode::Timeout,
-                        "the action deadline passed while waiting for this BMC's minimum interval between calls (--bmc-min-interval)",
-                    )
-                    .not_sent());
-                }
-                tokio::time::sleep_until(at).await;
-            }
-            let started = Instant::now();
-            guard.pacer.started(started);
-            let result = self
-                .call(slot, ctx, action, creds, &protocol, retry)
-                .await
-                .map(|d| d.map(|d| scrub_data(d, action, creds)))
-                .map_err(|e| scrub(e, action, creds));
-            // A long-running action's time is its BMC task's, not a slow answer.
-            let took = if action.watches_task() { Duration::ZERO } else { started.elapsed() };
-            // Out of descriptors (or of Redfish answer memory) is this
-            // worker's fault, never the BMC's: a distinct error, a metric
-            // and an alarm, and the breaker is not fed. Providers set the
-            // code only from the typed I/O error of a socket they could not
-            // make, or from their own memory budget, never from text a BMC sent.
-            if let Err(e) = &result {
-                if e.code == ErrorCode::WorkerExhausted {
-                    self.shared.metrics.worker_exhausted.inc();
-                    tracing::error!(bmc = %key, action = action.kind(), error = %e, "This worker ran out of a local resource (the error says which); raise its limit (not a BMC fault).");
-                    return Err(e.clone());
-                }
-            }
-            let transition = guard.breaker.record(Instant::now(), result.as_ref().map(drop), took);
-            match transition {
-                Some(Transition::Opened | Transition::Reopened) => tracing::warn!(
-                    bmc = %key, threshold = settings.breaker_threshold, probe,
-                    cooldown = %bmcfleet_schema::duration::format(settings.breaker_cooldown),
-                    "Circuit breaker opened: this BMC's actions fail fast until the cooldown passes."
-                ),
-                Some(Transition::Closed) => tracing::info!(bmc = %key, "Circuit breaker closed: the BMC answered."),
-                None => {}
-            }
-            let e = match result {
-                Ok(data) => return Ok(data),
-                Err(e) if gate.refused() => return Err(e),
-                Err(e) => e,
-            };
-            let open = !matches!(guard.breaker.state(), guard::BreakerState::Closed);
-            if probe || open || !policy.should_retry(action, &e, retry) {
-                return Err(e);
-            }
-            retry += 1;
-            let delay = policy.delay(retry, guard::jitter_unit());
-            if Instant::now() + delay >= ctx.deadline {
-                tracing::info!(bmc = %key, action = action.kind(), error = %e, "Not retrying: the action deadline would pass first.");
-                return Err(e);
-            }
-            tracing::info!(
-                bmc = %key, action = action.kind(), retry, of = policy.max, delay_ms = delay.as_millis() as u64,
-                error.code = e.code.as_str(), error = %e, "Retrying the BMC call."
-            );
-            self.shared.metrics.bmc_retries.get_or_create(&protocol_label(slot, &protocol)).inc();
-            tokio::time::sleep(delay).await;
-        }
+        Ok(creds)
     }
 
     /// One call: session set-up (when needed) and the action, in one `bmc.call` span.
@@ -957,7 +986,7 @@ impl<'a> Run<'a> {
         let work = async {
             // A session that cannot be opened never carried the action.
             let session = slot
-                .get(&self.shared.registry, ctx, &self.target, creds, false)
+                .get(&self.shared.providers, ctx, &self.target, creds, false)
                 .await
                 .map_err(ProviderError::not_sent)?;
             tracing::Span::current().record("provider", session.provider());

@@ -286,6 +286,11 @@ impl Pacer {
     pub fn started(&mut self, now: Instant) {
         self.last_start = Some(now);
     }
+
+    /// When the last call started, if one did.
+    pub fn last_start(&self) -> Option<Instant> {
+        self.last_start
+    }
 }
 
 /// Everything a lane keeps about its BMC besides the session.

@@ -11,11 +11,13 @@
 //! - [`partition`]: a partition's consumer, dispatcher and per-BMC lanes.
 //! - [`executor`]: one batch: resume, run, record progress, publish results.
 //! - [`session`]: a lane's BMC session and action dispatch onto capabilities.
-//! - [`guard`]: per-BMC retries with backoff, circuit breaker and pacing.
-//! - [`registry`]: available providers; [`credentials`]: named credentials.
+//! - [`guard`]: per-BMC retries with backoff, circuit breaker and pacing (the pure state machines).
+//! - [`call`]: the one guarded path of every BMC call (batch actions and polls): breaker, pacing, fence, retries.
+//! - [`providers`]: available providers; [`credentials`]: named credentials.
 //! - [`state`]: polls of registered machines, their observed state and its events.
 //! - [`metrics`]: what the worker counts (served on `/metrics`).
 
+pub mod call;
 pub mod config;
 pub mod credentials;
 pub mod executor;
@@ -24,7 +26,7 @@ pub mod guard;
 pub mod membership;
 pub mod metrics;
 pub mod partition;
-pub mod registry;
+pub mod providers;
 pub mod session;
 pub mod slots;
 pub mod state;
@@ -36,7 +38,7 @@ use anyhow::Context as _;
 use bmcfleet_common::streams::{self, Mode, Resources, StreamSettings};
 use bmcfleet_schema::Subjects;
 use credentials::CredentialStore;
-use registry::Registry;
+use providers::Providers;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +50,7 @@ pub struct Shared {
     pub client: async_nats::Client,
     pub res: Resources,
     pub subjects: Subjects,
-    pub registry: Registry,
+    pub providers: Providers,
     pub credentials: CredentialStore,
     /// The machine registry and the ad hoc ranges: where actions may go.
     pub targets: targets::Targets,
@@ -86,9 +88,9 @@ fn default_worker_id() -> String {
 }
 
 /// The providers this build offers, given the configuration.
-pub fn registry(config: &Config) -> Registry {
+pub fn providers(config: &Config) -> Providers {
     use bmcfleet_schema::Protocol;
-    let mut r = Registry::default();
+    let mut r = Providers::default();
     for p in &config.protocols {
         r = match p {
             Protocol::Ipmi => r.with(Arc::new(bmcfleet_ipmi::IpmiConnector::new(bmcfleet_ipmi::IpmiConfig::default()))),
@@ -154,7 +156,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         ),
         Err(e) => tracing::warn!(error = %e, "Cannot read or raise the open-files limit."),
     }
-    let registry = registry(&config);
+    let providers = providers(&config);
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut prometheus);
     // Ready while connected to NATS with the membership loop running.
@@ -203,9 +205,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     )
     .await
     .context("setting up the machine state bucket")?;
-    let providers = registry.describe();
+    let offered = providers.describe();
     tracing::info!(
-        worker = %worker_id, providers = ?providers, credentials = credentials.len(), sealing_keys = ?sealing_keys,
+        worker = %worker_id, providers = ?offered, credentials = credentials.len(), sealing_keys = ?sealing_keys,
         raw_policy = %config.raw_policy.describe(), firmware_update = %config.allow_firmware_update.describe(),
         firmware_image_dir = %config.firmware_image_dir.as_deref().map(|d| d.display().to_string()).unwrap_or_else(|| "off".into()), machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets,
         "Worker starting."
@@ -215,7 +217,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         client: client.clone(),
         res,
         subjects,
-        registry,
+        providers,
         credentials,
         targets: targets::Targets::new(machines, config.ad_hoc_targets.clone()),
         raw_policy: config.raw_policy.clone(),
@@ -248,7 +250,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                     lane_idle_timeout: config.lane_idle_timeout,
                     drain_timeout: config.drain_timeout,
                 },
-                providers.clone(),
+                offered.clone(),
             )
         },
     )

@@ -18,7 +18,7 @@
 
 use crate::fence::Fence;
 use crate::partition::{self, Settings};
-use crate::registry::ProviderInfo;
+use crate::providers::ProviderInfo;
 use crate::Shared;
 use async_nats::jetstream::kv;
 use bmcfleet_common::runtime::now_ms;

@@ -64,7 +64,8 @@ enum Work {
 enum Done {
     /// A batch finished (its stream sequence).
     Batch(BmcKey, u64),
-    Polled(BmcKey),
+    /// A poll finished; when the lane called the BMC, the start of its last call.
+    Polled(BmcKey, Option<Instant>),
 }
 
 struct Lane {
@@ -106,6 +107,10 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
 
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut lanes: HashMap<BmcKey, Lane> = HashMap::new();
+    // The last call start of BMCs whose poll-only lane was dropped less than
+    // `--bmc-min-interval` ago: the next lane of that BMC is paced from it.
+    let mut paced: HashMap<BmcKey, Instant> = HashMap::new();
+    let min_interval = shared.guard.min_interval;
     // Held jobs (queued behind a busy lane, or running) by stream sequence:
     // the reply subject their in-progress acks go to, not the message (a
     // message with its JetStream context is ~350 bytes, a subject 32).
@@ -137,11 +142,14 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                         lane.last_active = Instant::now();
                     }
                 }
-                Done::Polled(key) => {
+                Done::Polled(key, last_start) => {
                     if let Some(lane) = lanes.get_mut(&key) {
                         lane.polling = false;
                         if lane.poll_only && lane.pending == 0 {
                             lanes.remove(&key);
+                            if let Some(at) = last_start.filter(|at| at.elapsed() < min_interval) {
+                                paced.insert(key, at);
+                            }
                         }
                     }
                 }
@@ -159,7 +167,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                     let key = machine.key();
                     let lane = lanes.entry(key.clone()).or_insert_with(|| {
                         let (tx, rx) = futures::channel::mpsc::unbounded();
-                        lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone()));
+                        lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone(), paced.remove(&key)));
                         Lane { tx, pending: 0, polling: false, poll_only: true, last_active: Instant::now() }
                     });
                     if lane.pending > 0 || lane.polling {
@@ -184,6 +192,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
             _ = sweep.tick() => {
                 let idle = settings.lane_idle_timeout;
                 lanes.retain(|_, lane| lane.pending > 0 || lane.polling || lane.last_active.elapsed() < idle);
+                paced.retain(|_, at| at.elapsed() < min_interval);
             }
             next = messages.next() => {
                 let msg = match next {
@@ -231,7 +240,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 let key = job.key();
                 let lane = lanes.entry(key.clone()).or_insert_with(|| {
                     let (tx, rx) = futures::channel::mpsc::unbounded();
-                    lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone()));
+                    lane_tasks.spawn(lane(shared.clone(), key.clone(), rx, fence.clone(), done_tx.clone(), paced.remove(&key)));
                     Lane { tx, pending: 0, polling: false, poll_only: false, last_active: Instant::now() }
                 });
                 lane.poll_only = false;
@@ -421,10 +430,16 @@ async fn lane(
     mut rx: futures::channel::mpsc::UnboundedReceiver<Work>,
     fence: Fence,
     done: mpsc::UnboundedSender<Done>,
+    paced_from: Option<Instant>,
 ) {
     let mut slot = SessionSlot::default();
-    // Retries, breaker and pacing state of this BMC live and die with its lane.
+    // Retries, breaker and pacing state of this BMC live and die with its
+    // lane; a lane that follows a dropped poll-only lane within
+    // `--bmc-min-interval` is paced from that lane's last call.
     let mut guard = crate::guard::BmcGuard::new(&shared.guard, shared.metrics.breakers());
+    if let Some(at) = paced_from {
+        guard.pacer.started(at);
+    }
     while let Some(work) = rx.next().await {
         if !fence.may_act() {
             break;
@@ -485,7 +500,7 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
                 .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
                 .await;
             drop(permit);
-            let _ = done.send(Done::Polled(key.clone()));
+            let _ = done.send(Done::Polled(key.clone(), guard.pacer.last_start()));
             return Flow::Continue;
         }
     };

@@ -1,7 +1,7 @@
 //! A lane's BMC session: opened on first use, reused across batches while
 //! the target and credentials stay the same, reopened when broken.
 
-use crate::registry::Registry;
+use crate::providers::Providers;
 use bmcfleet_provider::{capabilities, BmcSession, Ctx, ProviderError, ResolvedCredentials};
 use bmcfleet_schema::{BmcTarget, ErrorCode, Protocol};
 
@@ -58,7 +58,7 @@ impl SessionSlot {
     /// open is logged at info.
     pub async fn get(
         &mut self,
-        registry: &Registry,
+        providers: &Providers,
         ctx: &Ctx,
         target: &BmcTarget,
         creds: &ResolvedCredentials,
@@ -80,8 +80,8 @@ impl SessionSlot {
                 }
             }
             let connectors = match target.protocol {
-                Protocol::Auto => registry.auto(&target.options.protocols),
-                p => registry.get(p).into_iter().collect(),
+                Protocol::Auto => providers.auto(&target.options.protocols),
+                p => providers.get(p).into_iter().collect(),
             };
             if connectors.is_empty() {
                 return Err(ProviderError::new(
@@ -216,7 +216,7 @@ mod tests {
         let target = target("10.0.0.1:623", Credentials::Ref("rack12".into()));
         let opened = tokio::time::timeout(
             std::time::Duration::from_secs(3600),
-            slot.get(&Registry::default(), &ctx, &target, &creds("admin", "pw"), false),
+            slot.get(&Providers::default(), &ctx, &target, &creds("admin", "pw"), false),
         )
         .await;
         let Ok(Err(e)) = opened else { panic!("the reopen waited for the old session's logout") };

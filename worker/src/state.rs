@@ -6,10 +6,13 @@
 //! Each partition runner keeps a [`Schedule`] of its partition's machines
 //! (rebuilt when the registry copy changes). A due machine's poll goes to
 //! the machine's lane like a batch, so it never runs concurrently with a
-//! batch on that machine and uses the lane's session (never a second one).
-//! A lane with a batch queued or running skips the poll: the batch's own
-//! power reads refresh the state. A machine whose circuit breaker is open is
-//! recorded as not contactable without being called. The first poll of a
+//! batch on that machine and uses the lane's session (never a second one)
+//! and its guarded path ([`crate::call`]): the breaker, the pacing
+//! (`--bmc-min-interval` since the lane's last call, a batch's or a
+//! poll's) and the fence, as for a batch's actions. A lane with a batch
+//! queued or running skips the poll: the batch's own power reads refresh
+//! the state. A machine whose circuit breaker is open is recorded as not
+//! contactable without being called. The first poll of a
 //! machine comes at a random point of its interval (a fleet never polls in
 //! step); each next one an interval (±10 %) later. Hand-over: the new owner
 //! of a partition starts its schedule when it takes the partition, the old
@@ -455,7 +458,9 @@ impl Schedule {
 }
 
 /// One poll of `machine` inside its lane: the power state (and, with a
-/// desired power, the correction), then the observation recorded.
+/// desired power, the correction) read on the lane's guarded path (breaker,
+/// pacing, fence: [`crate::call`]), the inventory when due, then the
+/// observation recorded.
 pub async fn poll(
     shared: &Shared,
     machine: &Machine,
@@ -464,79 +469,32 @@ pub async fn poll(
     guard: &mut crate::guard::BmcGuard,
     fence: &crate::fence::Fence,
 ) {
-    use bmcfleet_provider::{Ctx, ProviderError};
-    use bmcfleet_schema::PowerOp;
-    let started = Instant::now();
+    use crate::call::{Call, Purpose};
+    use bmcfleet_provider::Ctx;
+    let target = machine.target();
+    let key = machine.key();
     let mut inventory = None;
-    let observation = match guard.breaker.admit(started) {
-        crate::guard::Admission::Refused { until } => {
-            // Not called: the breaker says it does not answer.
-            let e = guard.breaker.refusal(until, started);
-            Observation::Failed(ErrorBody::new(e.code, e.message))
-        }
-        _ => {
-            let target = machine.target();
-            let key = machine.key();
-            match shared.credentials.resolve(&target.credentials, &key).await {
-                Err(e) => Observation::Failed(e),
-                Ok(creds) => {
-                    // The poll and its inventory read each have their own deadline.
-                    let ctx_for = |timeout| {
-                        Ctx::with_timeout(timeout).with_gate(fence.gate()).with_settle(Some(shared.power_settle))
-                    };
-                    let ctx = ctx_for(shared.state.settings().poll_timeout);
-                    let mut took = None;
-                    let result: Result<(Option<PowerState>, &'static str, Option<bmcfleet_schema::Inventory>), ProviderError> = async {
-                        let session = slot.get(&shared.registry, &ctx, &target, &creds, true).await?;
-                        let provider = session.provider();
-                        // Through the capability dispatch, so a session that
-                        // executes actions itself (the simulator) is polled too.
-                        let read = |data: Option<bmcfleet_schema::ActionData>| match data {
-                            Some(bmcfleet_schema::ActionData::PowerState(p)) => Some(p),
-                            _ => None,
-                        };
-                        let status = bmcfleet_schema::Action::Power(PowerOp::Status);
-                        let mut state = read(bmcfleet_provider::perform(session, &ctx.for_attempt(), &status).await?);
-                        let want = machine.desired_power.map(|d| match d {
-                            bmcfleet_schema::DesiredPower::On => (PowerState::On, PowerOp::On),
-                            bmcfleet_schema::DesiredPower::Off => (PowerState::Off, PowerOp::Off),
-                        });
-                        if let (Some((want, op)), Some(seen)) = (want, state) {
-                            if seen != want && seen != PowerState::Unknown {
-                                tracing::warn!(machine = %machine.name, seen = ?seen, want = ?want, "Power drifted from the machine's desired power; correcting it.");
-                                let fix = bmcfleet_schema::Action::Power(op);
-                                state = read(bmcfleet_provider::perform(session, &ctx.for_attempt(), &fix).await?).or(Some(want));
-                            }
-                        }
-                        // The breaker judges the poll, not the slow refresh.
-                        took = Some(started.elapsed());
-                        // The slow refresh: read with its own deadline, not fatal for the poll.
-                        let mut inventory = None;
-                        if with_inventory {
-                            let read = bmcfleet_schema::Action::Inventory;
-                            let ctx = ctx_for(shared.state.settings().inventory_timeout);
-                            match bmcfleet_provider::perform(session, &ctx.for_attempt(), &read).await {
-                                Ok(Some(bmcfleet_schema::ActionData::Inventory(i))) => inventory = Some(*i),
-                                Ok(_) => {}
-                                Err(e) => tracing::info!(machine = %machine.name, error = %e, "Inventory read failed; retried at the next inventory interval."),
-                            }
-                        }
-                        Ok((state, provider, inventory))
+    let observation = match shared.credentials.resolve(&target.credentials, &key).await {
+        Err(e) => Observation::Failed(e),
+        Ok(creds) => {
+            // The poll and its inventory read each have their own deadline.
+            let ctx_for =
+                |timeout| Ctx::with_timeout(timeout).with_gate(fence.gate()).with_settle(Some(shared.power_settle));
+            let ctx = ctx_for(shared.state.settings().poll_timeout);
+            let protocol = target.protocol.to_string();
+            let call = Call { bmc: &key, purpose: Purpose::Poll, protocol: &protocol, deadline: ctx.deadline };
+            let read = PowerRead { shared, machine, target: &target, creds: &creds, ctx: &ctx };
+            match crate::call::guarded(shared, guard, slot, call, fence, read).await {
+                Ok((power, provider)) => {
+                    if with_inventory {
+                        let ctx = ctx_for(shared.state.settings().inventory_timeout);
+                        inventory = read_inventory(shared, machine, &target, &creds, slot, &ctx).await;
                     }
-                    .await;
-                    let took = took.unwrap_or_else(|| started.elapsed());
-                    guard.breaker.record(Instant::now(), result.as_ref().map(drop), took);
-                    shared.metrics.poll_seconds.observe(took.as_secs_f64());
-                    match result {
-                        Ok((power, provider, inv)) => {
-                            inventory = inv;
-                            Observation::Answered { power, provider: Some(provider.to_owned()) }
-                        }
-                        Err(e) => {
-                            let message = bmcfleet_schema::secret::scrub(&e.message, &[creds.password.expose()]);
-                            Observation::Failed(ErrorBody::new(e.code, message))
-                        }
-                    }
+                    Observation::Answered { power, provider: Some(provider.to_owned()) }
+                }
+                Err(e) => {
+                    let message = bmcfleet_schema::secret::scrub(&e.message, &[creds.password.expose()]);
+                    Observation::Failed(ErrorBody::new(e.code, message))
                 }
             }
         }
@@ -550,6 +508,85 @@ pub async fn poll(
         shared.state.observe(shared, &machine.name, &machine.tenant, observation).await;
         if let Some(inventory) = inventory {
             shared.state.inventory(shared, &machine.name, &machine.tenant, inventory).await;
+        }
+    }
+}
+
+/// A poll's attempt: the power state through the capability dispatch (so
+/// a session that executes actions itself, the simulator, is polled too),
+/// corrected when it drifted from the machine's desired power. Its time is
+/// what the breaker judges and `poll_duration_seconds` counts.
+struct PowerRead<'r> {
+    shared: &'r Shared,
+    machine: &'r Machine,
+    target: &'r bmcfleet_schema::BmcTarget,
+    creds: &'r bmcfleet_provider::ResolvedCredentials,
+    ctx: &'r bmcfleet_provider::Ctx,
+}
+
+impl crate::call::Attempt for PowerRead<'_> {
+    type Output = (Option<PowerState>, &'static str);
+
+    fn attempt<'s>(
+        &'s mut self,
+        slot: &'s mut crate::session::SessionSlot,
+        _retry: u32,
+    ) -> impl std::future::Future<Output = Result<Self::Output, bmcfleet_provider::ProviderError>> + Send + 's {
+        use bmcfleet_schema::PowerOp;
+        let PowerRead { shared, machine, target, creds, ctx } = *self;
+        async move {
+            let started = Instant::now();
+            let result = async {
+                let session = slot.get(&shared.providers, ctx, target, creds, true).await?;
+                let provider = session.provider();
+                let read = |data: Option<bmcfleet_schema::ActionData>| match data {
+                    Some(bmcfleet_schema::ActionData::PowerState(p)) => Some(p),
+                    _ => None,
+                };
+                let status = bmcfleet_schema::Action::Power(PowerOp::Status);
+                let mut state = read(bmcfleet_provider::perform(session, &ctx.for_attempt(), &status).await?);
+                let want = machine.desired_power.map(|d| match d {
+                    bmcfleet_schema::DesiredPower::On => (PowerState::On, PowerOp::On),
+                    bmcfleet_schema::DesiredPower::Off => (PowerState::Off, PowerOp::Off),
+                });
+                if let (Some((want, op)), Some(seen)) = (want, state) {
+                    if seen != want && seen != PowerState::Unknown {
+                        tracing::warn!(machine = %machine.name, seen = ?seen, want = ?want, "Power drifted from the machine's desired power; correcting it.");
+                        let fix = bmcfleet_schema::Action::Power(op);
+                        state = read(bmcfleet_provider::perform(session, &ctx.for_attempt(), &fix).await?).or(Some(want));
+                    }
+                }
+                Ok((state, provider))
+            }
+            .await;
+            shared.metrics.poll_seconds.observe(started.elapsed().as_secs_f64());
+            result
+        }
+    }
+}
+
+/// The slow refresh after a poll that answered: the inventory, read on the
+/// poll's session with its own deadline. Not judged by the breaker, and not
+/// fatal for the poll: a failure is retried at the next inventory interval.
+async fn read_inventory(
+    shared: &Shared,
+    machine: &Machine,
+    target: &bmcfleet_schema::BmcTarget,
+    creds: &bmcfleet_provider::ResolvedCredentials,
+    slot: &mut crate::session::SessionSlot,
+    ctx: &bmcfleet_provider::Ctx,
+) -> Option<bmcfleet_schema::Inventory> {
+    let read = bmcfleet_schema::Action::Inventory;
+    let result = match slot.get(&shared.providers, ctx, target, creds, true).await {
+        Ok(session) => bmcfleet_provider::perform(session, &ctx.for_attempt(), &read).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(Some(bmcfleet_schema::ActionData::Inventory(i))) => Some(*i),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::info!(machine = %machine.name, error = %e, "Inventory read failed; retried at the next inventory interval.");
+            None
         }
     }
 }

@@ -33,27 +33,28 @@ impl Target {
         let (machine, bmc) = match (self.machines.first(), &self.bmc) {
             (Some(name), _) => (Some(name.clone()), None),
             (None, Some(address)) => (None, Some(self.ad_hoc(address)?)),
-            (None, None) => anyhow::bail!("give --machine NAME, or --bmc ADDRESS with credentials"),
+            (None, None) => anyhow::bail!("give --machine NAME, or --bmc ADDRESS with --user and --password-env"),
         };
         Ok(Batch { id: None, machine, bmc, actions, on_error: OnError::Stop, deadline: Some(self.deadline) })
     }
 
+    /// An ad hoc target as a gateway accepts one: the producer's own user
+    /// and password (sealed here when the workers' key is given), no named
+    /// credential, no TLS options (both are refused on ad hoc targets:
+    /// they belong to a registered machine's record).
     fn ad_hoc(&self, address: &bmcfleet_schema::BmcAddress) -> anyhow::Result<BmcTarget> {
-        let credentials = match (&self.cred, &self.user, &self.password_env) {
-            (Some(name), _, _) => Credentials::Ref(name.clone()),
-            (None, Some(user), Some(var)) => {
-                let pw = std::env::var(var)
-                    .with_context(|| format!("environment variable {var} (the BMC password) is not set"))?;
-                Credentials::Inline { username: user.clone(), password: Secret::new(pw) }
-            }
-            _ => anyhow::bail!("give --cred NAME, or --user and --password-env"),
+        let (Some(user), Some(var)) = (&self.user, &self.password_env) else {
+            return Err(Usage("an ad hoc target (--bmc) needs --user and --password-env".into()).into());
         };
+        let pw =
+            std::env::var(var).with_context(|| format!("environment variable {var} (the BMC password) is not set"))?;
+        let credentials = Credentials::Inline { username: user.clone(), password: Secret::new(pw) };
         let credentials = super::seal_inline(credentials, self.workers_public_key.as_deref(), address, self.deadline)?;
         Ok(BmcTarget {
             address: address.clone(),
             protocol: self.protocol,
             credentials,
-            tls: TlsOptions { insecure: self.insecure, ca_pem: None, pin_sha256: None, allow_plain_http: false },
+            tls: TlsOptions::default(),
             system_id: None,
             options: Default::default(),
         })
@@ -120,9 +121,10 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
             Action::BootDevice(BootDeviceRequest { device: *device, persistent: *persistent, efi: *efi }),
         ),
         Command::Inventory { target } => action(target, Action::Inventory),
-        Command::EventLog { op: EventLogCmd::Read { limit, offset, target } } => {
-            action(target, Action::EventLog(EventLogOp::Read { limit: *limit, offset: *offset }))
-        }
+        Command::EventLog { op: EventLogCmd::Read { limit, offset, target } } => action(
+            target,
+            Action::EventLog(EventLogOp::Read { limit: *limit, offset: *offset, logs: Default::default() }),
+        ),
         Command::EventLog { op: EventLogCmd::Clear { target } } => action(target, Action::EventLog(EventLogOp::Clear)),
         Command::Sensors { target } => action(target, Action::Sensors),
         Command::Bios { op } => match op {
@@ -273,6 +275,8 @@ mod tests {
 
     #[test]
     fn flags_become_the_batch() {
+        let var = "BMCCTL_TEST_FLAGS_PASSWORD";
+        std::env::set_var(var, "s3cret");
         let b = batch_of(&[
             "boot",
             "pxe",
@@ -281,9 +285,10 @@ mod tests {
             "10.0.0.5",
             "--protocol",
             "redfish",
-            "--cred",
-            "rack12",
-            "--insecure",
+            "--user",
+            "admin",
+            "--password-env",
+            var,
             "--deadline",
             "30s",
         ])
@@ -292,11 +297,17 @@ mod tests {
             b.actions,
             vec![Action::BootDevice(BootDeviceRequest { device: BootDevice::Pxe, persistent: true, efi: false })]
         );
-        assert_eq!(b.bmc.as_ref().unwrap().protocol, Protocol::Redfish);
-        assert_eq!(b.bmc.as_ref().unwrap().credentials, Credentials::Ref("rack12".into()));
-        assert!(b.bmc.as_ref().unwrap().tls.insecure);
+        let target = b.bmc.as_ref().unwrap();
+        assert_eq!(target.protocol, Protocol::Redfish);
+        assert_eq!(
+            target.credentials,
+            Credentials::Inline { username: "admin".into(), password: Secret::new("s3cret") }
+        );
+        // What a gateway accepts on an ad hoc target: no TLS options, no named credential.
+        assert_eq!(target.tls, TlsOptions::default());
         assert_eq!(b.deadline, Some(Duration::from_secs(30)));
-        let b = batch_of(&["power", "cycle", "--bmc", "[fe80::1]:623", "--cred", "r"]).unwrap();
+        let b = batch_of(&["power", "cycle", "--machine", "web-1"]).unwrap();
+        assert_eq!((b.machine.as_deref(), b.bmc.is_none()), (Some("web-1"), true));
         assert_eq!(b.actions, vec![Action::Power(PowerOp::Cycle)]);
     }
 
@@ -402,7 +413,7 @@ mod tests {
             (vec!["event-log", "read"], Action::EventLog(EventLogOp::read())),
             (
                 vec!["event-log", "read", "--limit", "5", "--offset", "10"],
-                Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 10 }),
+                Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 10, logs: Default::default() }),
             ),
             (vec!["event-log", "clear"], Action::EventLog(EventLogOp::Clear)),
             (vec!["sensors"], Action::Sensors),

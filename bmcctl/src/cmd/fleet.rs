@@ -726,7 +726,7 @@ mod tests {
     #[test]
     fn one_machine_is_a_single_batch_unless_a_fleet_flag_says_otherwise() {
         assert!(!target(&["--machine", "a"]).is_fleet());
-        assert!(!target(&["--bmc", "10.0.0.1", "--cred", "c"]).is_fleet());
+        assert!(!target(&["--bmc", "10.0.0.1", "--user", "u", "--password-env", "PW"]).is_fleet());
         for args in [
             &["--machine", "a", "--machine", "b"][..],
             &["--machine", "a", "--canary", "1"],

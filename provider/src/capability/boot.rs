@@ -17,7 +17,15 @@ pub enum Applies {
 #[async_trait]
 pub trait BootControl: Send {
     async fn set_boot_device(&mut self, ctx: &Ctx, req: &BootDeviceRequest) -> Result<Applies>;
+    /// The override in place now.
     async fn boot_device(&mut self, ctx: &Ctx) -> Result<BootDeviceRequest>;
+
+    /// What the next boot will use: a change waiting in a settings object
+    /// (`Applies::OnReset`) when there is one, else the override in place.
+    /// `boot get` answers this.
+    async fn next_boot(&mut self, ctx: &Ctx) -> Result<(BootDeviceRequest, Applies)> {
+        Ok((self.boot_device(ctx).await?, Applies::Now))
+    }
 }
 
 pub(super) fn handles(action: &Action) -> bool {
@@ -30,7 +38,10 @@ pub(super) async fn perform(cap: &mut dyn BootControl, ctx: &Ctx, action: &Actio
             Applies::Now => Ok(None),
             Applies::OnReset => Ok(Some(ActionData::BootDevicePending(req.clone()))),
         },
-        Action::GetBootDevice => Ok(Some(ActionData::BootDevice(cap.boot_device(ctx).await?))),
+        Action::GetBootDevice => match cap.next_boot(ctx).await? {
+            (req, Applies::Now) => Ok(Some(ActionData::BootDevice(req))),
+            (req, Applies::OnReset) => Ok(Some(ActionData::BootDevicePending(req))),
+        },
         _ => unreachable!("dispatched by `handles`"),
     }
 }

@@ -111,6 +111,19 @@ pub(crate) fn read_override(system: &Value) -> BootDeviceRequest {
     }
 }
 
+/// The PATCH that puts a resource's override back as it is now
+/// (`BootSourceOverrideTarget`/`Enabled`, the properties it shows).
+fn previous_override(resource: &Value) -> Value {
+    let boot = resource.get("Boot").cloned().unwrap_or(Value::Null);
+    let mut b = Map::new();
+    for key in ["BootSourceOverrideTarget", "BootSourceOverrideEnabled"] {
+        if let Some(v) = str_of(&boot, key) {
+            b.insert(key.into(), json!(v));
+        }
+    }
+    json!({ "Boot": Value::Object(b) })
+}
+
 /// The mode a refused PATCH carried, when the refusal is a 400 that names
 /// `BootSourceOverrideMode` (in its text, arguments or related properties).
 fn refused_mode(e: &bmcfleet_provider::ProviderError, body: &Value) -> Option<String> {
@@ -241,6 +254,9 @@ impl BootControl for RedfishSession {
             None => (system, live, Applies::Now),
         };
         let written_to = target.path.clone();
+        // What the override is before the change: put back if the change
+        // cannot be made whole (the device would be set in the wrong mode).
+        let previous = previous_override(&target.body);
         let mut body = patch_body(req, &boot)?;
         if applies == Applies::OnReset {
             if let (Some(at), Some(b)) = (apply_time, body.as_object_mut()) {
@@ -278,10 +294,26 @@ impl BootControl for RedfishSession {
                 .unwrap_or("(absent)")
                 .to_owned();
             if got != want {
-                return Err(unsupported(format!(
-                    "the boot device is set, but the BMC refused BootSourceOverrideMode {want} and keeps {got} \
-                     (on this BMC the mode follows the firmware's boot mode: change that in the BIOS settings)"
-                )));
+                // Half of the change is in (the device, not the mode): undo it.
+                tracing::info!(bmc = %self.transport.bmc(), resource = %written_to, "The BMC keeps another boot mode; restoring the previous override.");
+                let fresh = self.transport.get(ctx, &written_to).await?;
+                let why = format!(
+                    "the BMC refused BootSourceOverrideMode {want} and keeps {got} (on this BMC the mode follows the \
+                     firmware's boot mode: change that in the BIOS settings)"
+                );
+                return match self.patch_with_etag(ctx, fresh, &previous).await {
+                    Ok(()) => {
+                        Err(unsupported(format!("nothing changed: {why}; the previous boot override was restored")))
+                    }
+                    Err(e) => Err(err(
+                        ErrorCode::BmcError,
+                        format!(
+                            "{why}; the boot device is set for the next boot in mode {got} and restoring the previous \
+                             override failed: {}",
+                            e.message
+                        ),
+                    )),
+                };
             }
         }
         if applies == Applies::OnReset {
@@ -294,6 +326,30 @@ impl BootControl for RedfishSession {
         let path = self.service.system.path.clone();
         let system = self.transport.get(ctx, &path).await?;
         Ok(read_override(&system.body))
+    }
+
+    /// The live override, unless the system's settings object holds a
+    /// different one: that one applies at the next reset (`OnReset`).
+    async fn next_boot(&mut self, ctx: &Ctx) -> Result<(BootDeviceRequest, Applies)> {
+        let path = self.service.system.path.clone();
+        let system = self.transport.get(ctx, &path).await?;
+        let live = read_override(&system.body);
+        if let Some(settings) = settings_object(&system.body) {
+            match self.transport.get(ctx, &settings).await {
+                Ok(pending) => {
+                    if let (Some(l), Some(p)) = (system.body.get("Boot"), pending.body.get("Boot")) {
+                        let next = read_override(&json!({ "Boot": merged_boot(l, Some(p)) }));
+                        if next != live {
+                            return Ok((next, Applies::OnReset));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(bmc = %self.transport.bmc(), %settings, error = %e, "Boot settings object unreadable; reporting the live override.");
+                }
+            }
+        }
+        Ok((live, Applies::Now))
     }
 }
 

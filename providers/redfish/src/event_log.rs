@@ -1,16 +1,30 @@
-//! The event log: every LogService the BMC links from the ComputerSystem
+//! The event log: the LogServices the BMC links from the ComputerSystem
 //! and from the Manager (`LogServices` → members → `Entries`), discovered
-//! each time, never guessed (`SEL`, `IML`, `Log1`, `Lclog` vary by
-//! vendor). Entries of all services are merged newest first (by `Created`;
-//! entries without a time keep their log's order after the timed ones);
-//! clearing POSTs `LogService.ClearLog` to every service that offers it.
+//! each time, never guessed, and told apart by what the BMC advertises
+//! about each, never by its name or order ([`LogKind`]): a service's
+//! `LogEntryType` (`Event`/`SEL`: the event log; `OEM`, `Multiple`, `CXL`:
+//! another log), its `LogService.CollectDiagnosticData` action or
+//! `LogPurposes` `Diagnostic` (a dump service), else its entries'
+//! `DiagnosticDataType`/`OEMDiagnosticDataType` (dumps, crash data),
+//! `EntryType` `Oem` and `OemRecordFormat` (journals, host logs) or
+//! `EntryType` `SEL`/`Event`.
+//!
+//! A read covers the event log unless the action asks for other logs
+//! ([`LogSet`]); entries are merged newest first (by `Created`; entries
+//! without a time keep their log's order after the timed ones). A clear
+//! POSTs `LogService.ClearLog` to the event log only: to the services that
+//! advertise `LogEntryType` `Event`/`SEL`, else to the one service whose
+//! entries are event records; never to a diagnostic, OEM or unclassified
+//! service, and when several unadvertised services hold event records
+//! (bmcweb's `EventLog` and `PostCodes`) nothing is cleared
+//! (`unsupported`, naming them).
 
 use crate::discovery::action_of;
 use crate::error::unsupported;
 use crate::json::{link, members, str_of, string_of};
 use crate::session::RedfishSession;
 use bmcfleet_provider::{Ctx, EventLog, Result};
-use bmcfleet_schema::{components, EventLog as EventLogData, EventLogEntry, Health};
+use bmcfleet_schema::{components, EventLog as EventLogData, EventLogEntry, Health, LogSet};
 use serde_json::{json, Value};
 
 /// The most entries read from one log (following `Members@odata.nextLink`).
@@ -90,18 +104,57 @@ impl RedfishSession {
         }
         Ok(out)
     }
-}
 
-#[async_trait::async_trait]
-impl EventLog for RedfishSession {
-    async fn read_event_log(&mut self, ctx: &Ctx, limit: u32, offset: u32) -> Result<EventLogData> {
+    /// Every LogService with what it is: from what the service advertises,
+    /// else from the first entries of its first page (a few GETs at most).
+    async fn classified_log_services(&mut self, ctx: &Ctx) -> Result<Vec<LogService>> {
+        let mut out = Vec::new();
+        for (path, body) in self.log_services(ctx).await? {
+            let id = string_of(&body, "Id").unwrap_or_else(|| crate::json::last_segment(&path).to_owned());
+            let (kind, advertised) = match service_kind(&body) {
+                Some(k) => (k, true),
+                None => (self.kind_from_entries(ctx, &body).await, false),
+            };
+            tracing::debug!(bmc = %self.transport.bmc(), log = %id, %path, ?kind, advertised, "Log service classified.");
+            out.push(LogService { id, body, kind, advertised });
+        }
+        Ok(out)
+    }
+
+    /// What a service that does not say what it is holds, from the entries
+    /// of its first page (expanded members, else the first few fetched):
+    /// [`LogKind::Unknown`] when it has none or they cannot be read.
+    async fn kind_from_entries(&mut self, ctx: &Ctx, svc: &Value) -> LogKind {
+        let Some(page) = link(svc, "Entries") else { return LogKind::Unknown };
+        let Ok(coll) = self.transport.get(ctx, &page).await else { return LogKind::Unknown };
+        let items = coll.body.get("Members").and_then(Value::as_array).cloned().unwrap_or_default();
+        let mut entries = Vec::new();
+        for item in items.into_iter().take(MAX_CLASSIFY_ENTRIES) {
+            if item.get("Id").is_some() {
+                entries.push(item);
+            } else if let Some(p) = item.get("@odata.id").and_then(Value::as_str) {
+                if let Ok(r) = self.transport.get(ctx, &crate::json::norm_path(p)).await {
+                    entries.push(r.body);
+                }
+            }
+        }
+        kind_of_entries(&entries)
+    }
+
+    /// Read the entries of these services, newest first, paged.
+    async fn read_services(
+        &mut self,
+        ctx: &Ctx,
+        services: Vec<LogService>,
+        limit: u32,
+        offset: u32,
+    ) -> Result<EventLogData> {
         let mut all = Vec::new();
-        let services = self.log_services(ctx).await?;
         let mut failures = Vec::new();
         let mut read = 0;
-        for (path, svc) in services {
-            let name = string_of(&svc, "Id").unwrap_or_else(|| crate::json::last_segment(&path).to_owned());
-            let Some(mut page) = link(&svc, "Entries") else { continue };
+        for svc in services {
+            let name = svc.id;
+            let Some(mut page) = link(&svc.body, "Entries") else { continue };
             let mut got = 0;
             let mut pages = 0;
             loop {
@@ -149,18 +202,171 @@ impl EventLog for RedfishSession {
         let entries = all.into_iter().skip(offset as usize).take(limit as usize).collect();
         Ok(EventLogData { total, entries })
     }
+}
+
+/// The most entries of a service's first page looked at to tell what it
+/// holds when the service itself does not say.
+const MAX_CLASSIFY_ENTRIES: usize = 8;
+
+/// What a log holds, as the BMC advertises it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogKind {
+    /// System events: `LogEntryType` `Event`/`SEL`, or entries of `EntryType`
+    /// `SEL`/`Event` that carry nothing of the kinds below.
+    Event,
+    /// Diagnostic data (BMC and host dumps, crash dumps, fault logs with
+    /// data): `CollectDiagnosticData`, `LogPurposes` `Diagnostic`, entries
+    /// with `DiagnosticDataType`/`OEMDiagnosticDataType`.
+    Diagnostic,
+    /// Another log: `LogEntryType` `OEM`/`Multiple`/`CXL`, entries of
+    /// `EntryType` `Oem`/`CXL` or with an `OemRecordFormat` (journals, host
+    /// console logs).
+    Other,
+    /// Says nothing (no `LogEntryType`, no entries to look at).
+    Unknown,
+}
+
+/// A LogService and what it is.
+pub(crate) struct LogService {
+    pub id: String,
+    pub body: Value,
+    pub kind: LogKind,
+    /// Whether the service itself says so (else its entries told).
+    pub advertised: bool,
+}
+
+/// What a LogService says it is, if it says.
+pub(crate) fn service_kind(svc: &Value) -> Option<LogKind> {
+    let actions = svc.get("Actions");
+    if actions.and_then(|a| a.get("#LogService.CollectDiagnosticData")).is_some() {
+        return Some(LogKind::Diagnostic);
+    }
+    let purposes = svc.get("LogPurposes").and_then(Value::as_array);
+    if purposes.is_some_and(|p| p.iter().any(|x| x.as_str() == Some("Diagnostic"))) {
+        return Some(LogKind::Diagnostic);
+    }
+    match str_of(svc, "LogEntryType")? {
+        "Event" | "SEL" => Some(LogKind::Event),
+        _ => Some(LogKind::Other),
+    }
+}
+
+/// What one entry is.
+pub(crate) fn entry_kind(e: &Value) -> LogKind {
+    if e.get("DiagnosticDataType").is_some() || e.get("OEMDiagnosticDataType").is_some() {
+        return LogKind::Diagnostic;
+    }
+    if e.get("OemRecordFormat").is_some() {
+        return LogKind::Other;
+    }
+    match str_of(e, "EntryType") {
+        Some("Event" | "SEL") => LogKind::Event,
+        Some(_) => LogKind::Other,
+        None => LogKind::Unknown,
+    }
+}
+
+/// What a log holds, from some of its entries: anything diagnostic makes
+/// it diagnostic, anything else not an event makes it another log; event
+/// records only make it an event log.
+pub(crate) fn kind_of_entries(entries: &[Value]) -> LogKind {
+    let kinds: Vec<LogKind> = entries.iter().map(entry_kind).collect();
+    if kinds.contains(&LogKind::Diagnostic) {
+        LogKind::Diagnostic
+    } else if kinds.contains(&LogKind::Other) {
+        LogKind::Other
+    } else if kinds.contains(&LogKind::Event) && !kinds.contains(&LogKind::Unknown) {
+        LogKind::Event
+    } else {
+        LogKind::Unknown
+    }
+}
+
+/// The services that make up the event log: those advertising it, else
+/// those whose entries are event records (and, for a read, those that say
+/// nothing and hold nothing: reading them costs nothing).
+pub(crate) fn event_log_services(services: &[LogService], for_clear: bool) -> Vec<usize> {
+    let advertised: Vec<usize> =
+        (0..services.len()).filter(|&i| services[i].advertised && services[i].kind == LogKind::Event).collect();
+    if !advertised.is_empty() {
+        return advertised;
+    }
+    (0..services.len())
+        .filter(|&i| match services[i].kind {
+            LogKind::Event => true,
+            LogKind::Unknown => !for_clear,
+            _ => false,
+        })
+        .collect()
+}
+
+/// The `ClearLog` targets of the event log, or why nothing is cleared.
+pub(crate) fn clear_targets(services: &[LogService]) -> Result<Vec<(String, String)>> {
+    let event = event_log_services(services, true);
+    let targets: Vec<(String, String)> = event
+        .iter()
+        .filter_map(|&i| action_of(&services[i].body, "#LogService.ClearLog").map(|a| (services[i].id.clone(), a.0)))
+        .collect();
+    let advertised = event.iter().any(|&i| services[i].advertised);
+    let others: Vec<String> = services
+        .iter()
+        .filter(|s| action_of(&s.body, "#LogService.ClearLog").is_some() && !targets.iter().any(|t| t.0 == s.id))
+        .map(|s| format!("{} ({})", s.id, format!("{:?}", s.kind).to_lowercase()))
+        .collect();
+    if targets.is_empty() {
+        return Err(unsupported(format!(
+            "no event log of this BMC offers LogService.ClearLog{}",
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!("; the other logs are never cleared by event_log clear: {}", others.join(", "))
+            }
+        )));
+    }
+    if !advertised && targets.len() > 1 {
+        let names: Vec<&str> = targets.iter().map(|t| t.0.as_str()).collect();
+        return Err(unsupported(format!(
+            "nothing cleared: {} LogServices hold event records and none advertises LogEntryType Event or SEL \
+             ({}), so which one is the event log is not known; clear the one meant with a raw POST to its \
+             LogService.ClearLog",
+            names.len(),
+            names.join(", ")
+        )));
+    }
+    Ok(targets)
+}
+
+#[async_trait::async_trait]
+impl EventLog for RedfishSession {
+    async fn read_event_log(&mut self, ctx: &Ctx, limit: u32, offset: u32) -> Result<EventLogData> {
+        self.read_logs(ctx, limit, offset, LogSet::Event).await
+    }
+
+    async fn read_logs(&mut self, ctx: &Ctx, limit: u32, offset: u32, logs: LogSet) -> Result<EventLogData> {
+        let mut services = self.classified_log_services(ctx).await?;
+        let event = event_log_services(&services, false);
+        let mut i = 0;
+        services.retain(|_| {
+            let keep = match logs {
+                LogSet::Event => event.contains(&i),
+                LogSet::Other => !event.contains(&i),
+                LogSet::All => true,
+            };
+            i += 1;
+            keep
+        });
+        if services.is_empty() && logs == LogSet::Event {
+            return Err(unsupported(
+                "no LogService of this BMC is an event log (LogEntryType Event or SEL, or event entries)",
+            ));
+        }
+        self.read_services(ctx, services, limit, offset).await
+    }
 
     async fn clear_event_log(&mut self, ctx: &Ctx) -> Result<()> {
-        let targets: Vec<String> = self
-            .log_services(ctx)
-            .await?
-            .iter()
-            .filter_map(|(_, svc)| action_of(svc, "#LogService.ClearLog").map(|a| a.0))
-            .collect();
-        if targets.is_empty() {
-            return Err(unsupported("no LogService of this BMC offers LogService.ClearLog"));
-        }
-        for target in targets {
+        let services = self.classified_log_services(ctx).await?;
+        for (id, target) in clear_targets(&services)? {
+            tracing::info!(bmc = %self.transport.bmc(), log = %id, "Clearing the event log.");
             self.transport.post(ctx, &target, &json!({})).await?;
         }
         Ok(())

@@ -20,7 +20,7 @@ use crate::inventory::from_resources;
 use crate::json::{last_segment, link, links, members, norm_path};
 use crate::manager::{choose_interface, read_source, source_body};
 use crate::power::{needs_state, parse_power_state, plan};
-use crate::raw::validate_path;
+use crate::raw::canonical_path;
 use crate::transport::{read_poll, retry_after, task_monitor, Reply, Resource};
 use crate::users::{pick_slot, role_of, Account};
 use crate::virtual_media::{choose_device, insert_body, redact};
@@ -59,7 +59,7 @@ pub fn redfish_json(data: &[u8]) {
     );
     if let Ok(text) = std::str::from_utf8(body) {
         let _ =
-            (norm_path(text), last_segment(text), validate_path(text), redact(text), role_of(text), device_for(text));
+            (norm_path(text), last_segment(text), canonical_path(text), redact(text), role_of(text), device_for(text));
         let _ = normalise_reset_types(text.split(',').map(str::to_owned).collect());
     }
     let Ok(v) = reply.json(&Method::GET, "/redfish/v1/fuzz") else { return };

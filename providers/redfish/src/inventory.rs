@@ -500,6 +500,9 @@ pub(crate) fn firmware(v: &Value) -> Firmware {
         name: text(v, "Name"),
         version: text(v, "Version"),
         updateable: v.get("Updateable").and_then(Value::as_bool),
+        description: text(v, "Description"),
+        software_id: text(v, "SoftwareId"),
+        related: crate::json::links(v, "RelatedItem").into_iter().take(components::MAX_RELATED).collect(),
     }
 }
 

@@ -10,20 +10,18 @@ use bmcfleet_schema::{HttpMethod, RawRedfish, RawRequest, RawResponse};
 use reqwest::Method;
 use serde_json::json;
 
-/// Only the canonical spelling of a path is sent
-/// (`bmcfleet_schema::raw_policy::canonical_redfish_path`): the one the raw
-/// policy matched, whatever another spelling would mean to this BMC.
-pub(crate) fn validate_path(path: &str) -> Result<()> {
-    // The messages name the path without its query (it may carry a token).
-    let shown = crate::transport::shown_path(path);
-    match bmcfleet_schema::raw_policy::canonical_redfish_path(path) {
-        Ok(canonical) if canonical == path => Ok(()),
-        Ok(canonical) => Err(invalid(format!(
-            "raw Redfish path {shown:?} is not canonical: send {:?}",
-            crate::transport::shown_path(&canonical)
-        ))),
-        Err(why) => Err(invalid(format!("raw Redfish path {shown:?} is not a plain resource path: {why}"))),
-    }
+/// The path that is sent: the canonical spelling
+/// (`bmcfleet_schema::raw_policy::canonical_redfish_path`), the very one
+/// the raw policy matched (it matches canonical paths only), whatever
+/// another spelling would mean to this BMC. A BMC's own spelling (a
+/// trailing slash, `/redfish/v1/Systems/`) is sent canonical; a path that
+/// has no canonical spelling is refused.
+pub(crate) fn canonical_path(path: &str) -> Result<String> {
+    bmcfleet_schema::raw_policy::canonical_redfish_path(path).map_err(|why| {
+        // Named without its query (it may carry a token).
+        let shown = crate::transport::shown_path(path);
+        invalid(format!("raw Redfish path {shown:?} is not a plain resource path: {why}"))
+    })
 }
 
 fn method_of(m: HttpMethod) -> Method {
@@ -38,7 +36,7 @@ fn method_of(m: HttpMethod) -> Method {
 
 impl RedfishSession {
     async fn raw_redfish(&mut self, ctx: &Ctx, req: &RawRedfish) -> Result<RawResponse> {
-        validate_path(&req.path)?;
+        let path = canonical_path(&req.path)?;
         let max = self.transport.config().max_raw_body_bytes;
         if let Some(body) = &req.body {
             let n = serde_json::to_vec(body).map(|v| v.len()).unwrap_or(usize::MAX);
@@ -51,9 +49,9 @@ impl RedfishSession {
             return Err(invalid(format!("a raw {method} takes no body")));
         }
         // Never the query (it may carry a token): not in the log, not in an error the worker logs.
-        let shown = crate::transport::shown_path(&req.path);
+        let shown = crate::transport::shown_path(&path);
         tracing::info!(bmc = %self.transport.bmc(), %method, path = %shown, "Raw Redfish request.");
-        let reply = self.transport.exchange(ctx, method.clone(), &req.path, req.body.as_ref(), None).await?;
+        let reply = self.transport.exchange(ctx, method.clone(), &path, req.body.as_ref(), None).await?;
         if !reply.status.is_success() {
             return Err(crate::error::status_error(method.as_str(), shown, reply.status, &reply.body));
         }
@@ -100,24 +98,28 @@ mod tests {
             "/redfish/v1/Systems?$expand=.",
             "/redfish/v1/Managers/iDRAC.Embedded.1",
         ] {
-            assert!(validate_path(ok).is_ok(), "{ok}");
+            assert_eq!(canonical_path(ok).unwrap(), ok);
+        }
+        // Other spellings are sent canonical: the path the raw policy matched.
+        for (given, sent) in [
+            ("/redfish/v1/", "/redfish/v1"),
+            ("/redfish/v1/Systems/system/", "/redfish/v1/Systems/system"),
+            ("/redfish/v1//Managers/bmc/", "/redfish/v1/Managers/bmc"),
+            ("/redfish/v1/Update%53ervice", "/redfish/v1/UpdateService"),
+        ] {
+            assert_eq!(canonical_path(given).unwrap(), sent, "{given}");
         }
         for bad in [
             "/redfish/v10",
             "/etc/passwd",
             "/redfish/v1/../x",
-            "/redfish/v1//x",
             "/redfish/v1/a b",
-            "redfish/v1",
             "/redfish/v1/%2e%2e/x",
             "/redfish/v1/x#y",
             "http://evil/redfish/v1",
-            // Other spellings of a canonical path are not sent either.
-            "/redfish/v1/",
-            "/redfish/v1/Update%53ervice",
             "/redfish/v1/Systems;jsessionid=1",
         ] {
-            assert!(validate_path(bad).is_err(), "{bad}");
+            assert!(canonical_path(bad).is_err(), "{bad}");
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::json::{allowable, members, norm_path, str_of};
 use crate::session::RedfishSession;
 use crate::transport::Resource;
 use bmcfleet_provider::{Ctx, Result, VirtualMedia};
-use bmcfleet_schema::{ErrorCode, MediaKind};
+use bmcfleet_schema::{ErrorCode, MediaKind, NoChange};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Map, Value};
 
@@ -26,27 +26,68 @@ fn wanted_types(kind: MediaKind) -> &'static [&'static str] {
     }
 }
 
-/// Pick the device for `kind`: by `MediaTypes`, else by id/name.
-pub(crate) fn choose_device(devices: &[Resource], kind: MediaKind) -> Option<usize> {
-    for t in wanted_types(kind) {
-        let hit = devices.iter().position(|d| {
-            d.body.get("MediaTypes").and_then(Value::as_array).is_some_and(|l| l.iter().any(|m| m.as_str() == Some(*t)))
-        });
-        if hit.is_some() {
-            return hit;
-        }
-    }
-    let words: &[&str] = match kind {
-        MediaKind::Cd => &["cd", "dvd"],
-        MediaKind::Usb => &["usb", "floppy", "removable"],
-    };
-    devices.iter().position(|d| {
-        d.body.get("MediaTypes").is_none() && {
-            let id = format!("{} {}", str_of(&d.body, "Id").unwrap_or(""), str_of(&d.body, "Name").unwrap_or(""))
+/// Whether a device serves `kind`: by its `MediaTypes`; a device that
+/// lists none (older firmware) by its id or name, the only thing it says.
+pub(crate) fn serves(device: &Value, kind: MediaKind) -> bool {
+    match device.get("MediaTypes").and_then(Value::as_array) {
+        Some(types) => types.iter().any(|m| m.as_str().is_some_and(|m| wanted_types(kind).contains(&m))),
+        None => {
+            let words: &[&str] = match kind {
+                MediaKind::Cd => &["cd", "dvd"],
+                MediaKind::Usb => &["usb", "floppy", "removable"],
+            };
+            let id = format!("{} {}", str_of(device, "Id").unwrap_or(""), str_of(device, "Name").unwrap_or(""))
                 .to_ascii_lowercase();
             words.iter().any(|w| id.contains(w))
         }
-    })
+    }
+}
+
+/// How well a device's `MediaTypes` fit `kind` (lower is better: the
+/// first wanted type before the second, typed devices before untyped).
+fn fit(device: &Value, kind: MediaKind) -> usize {
+    let types = device.get("MediaTypes").and_then(Value::as_array);
+    wanted_types(kind)
+        .iter()
+        .position(|t| types.is_some_and(|l| l.iter().any(|m| m.as_str() == Some(*t))))
+        .unwrap_or(wanted_types(kind).len())
+}
+
+/// Whether a device advertises any media action (standard or OEM): then
+/// its actions are what it can do, and a PATCH is not its interface.
+fn has_media_actions(device: &Value) -> bool {
+    action_target(device, "#VirtualMedia.InsertMedia").is_some()
+        || action_target(device, "#VirtualMedia.EjectMedia").is_some()
+        || oem_action_target(device, ".InsertVirtualMedia").is_some()
+        || oem_action_target(device, ".EjectVirtualMedia").is_some()
+}
+
+/// Whether a device can take an image: it advertises `InsertMedia` (or
+/// its vendor's insert action), or it advertises no media action at all
+/// (its `Image`/`Inserted` are PATCHed). A slot that offers `EjectMedia`
+/// but no insert (bmcweb's proxy slots) cannot.
+pub(crate) fn can_insert(device: &Value) -> bool {
+    action_target(device, "#VirtualMedia.InsertMedia").is_some()
+        || oem_action_target(device, ".InsertVirtualMedia").is_some()
+        || !has_media_actions(device)
+}
+
+/// Whether a device can give its image up: `EjectMedia` (or the vendor's
+/// eject), or no media action at all (PATCH).
+pub(crate) fn can_eject(device: &Value) -> bool {
+    action_target(device, "#VirtualMedia.EjectMedia").is_some()
+        || oem_action_target(device, ".EjectVirtualMedia").is_some()
+        || !has_media_actions(device)
+}
+
+/// The device an insert of `kind` goes to: among the devices that serve
+/// the kind and can insert, an empty one before one holding another
+/// image (which would be ejected first), best `MediaTypes` fit first,
+/// then the BMC's order.
+pub(crate) fn choose_device(devices: &[Resource], kind: MediaKind) -> Option<usize> {
+    (0..devices.len())
+        .filter(|&i| serves(&devices[i].body, kind) && can_insert(&devices[i].body))
+        .min_by_key(|&i| (is_inserted(&devices[i].body), fit(&devices[i].body, kind), i))
 }
 
 fn action_target(device: &Value, name: &str) -> Option<String> {
@@ -148,7 +189,9 @@ pub(crate) fn redact(url: &str) -> String {
 }
 
 impl RedfishSession {
-    async fn media_device(&mut self, ctx: &Ctx, kind: MediaKind) -> Result<Resource> {
+    /// Every virtual media device of the system's collection and the
+    /// manager's (each read once).
+    async fn media_devices(&mut self, ctx: &Ctx) -> Result<Vec<Resource>> {
         let mut collections = Vec::new();
         if let Some(p) = &self.service.system.virtual_media {
             collections.push(p.clone());
@@ -183,18 +226,16 @@ impl RedfishSession {
                 }
                 self.transport.kept_within(start, &format!("the media devices of {c}"))?;
             }
-            if choose_device(&devices, kind).is_some() {
-                break;
+        }
+        if devices.is_empty() {
+            if let Some(e) = last_err {
+                return Err(unsupported(format!(
+                    "the BMC's VirtualMedia collection is not implemented ({})",
+                    e.message
+                )));
             }
         }
-        match choose_device(&devices, kind) {
-            Some(i) => Ok(devices.swap_remove(i)),
-            None if devices.is_empty() && last_err.is_some() => Err(unsupported(format!(
-                "the BMC's VirtualMedia collection is not implemented ({})",
-                last_err.map(|e| e.message).unwrap_or_default()
-            ))),
-            None => Err(unsupported(format!("the BMC has no virtual media device for {kind:?} media"))),
-        }
+        Ok(devices)
     }
 
     async fn eject_device(&mut self, ctx: &Ctx, device: Resource) -> Result<()> {
@@ -206,6 +247,8 @@ impl RedfishSession {
             tracing::info!(bmc = %self.transport.bmc(), device = %device.path, "Ejecting virtual media (OEM action).");
             self.transport.post(ctx, &target, &json!({})).await?;
             Ok(())
+        } else if has_media_actions(&device.body) {
+            Err(unsupported(format!("{} advertises no EjectMedia: its media cannot be ejected", device.path)))
         } else {
             tracing::info!(bmc = %self.transport.bmc(), device = %device.path, "Ejecting virtual media (PATCH).");
             let body = media_patch(&device.body, Value::Null, false);
@@ -231,12 +274,24 @@ impl RedfishSession {
 
 #[async_trait::async_trait]
 impl VirtualMedia for RedfishSession {
-    async fn insert_media(&mut self, ctx: &Ctx, url: &str, media: MediaKind) -> Result<()> {
-        let mut device = self.media_device(ctx, media).await?;
-        if str_of(&device.body, "Image") == Some(url) && is_inserted(&device.body) {
-            tracing::debug!(bmc = %self.transport.bmc(), device = %device.path, "The image is already inserted.");
-            return Ok(());
+    async fn insert_media(&mut self, ctx: &Ctx, url: &str, media: MediaKind) -> Result<Option<NoChange>> {
+        let mut devices = self.media_devices(ctx).await?;
+        if let Some(d) = devices
+            .iter()
+            .find(|d| serves(&d.body, media) && str_of(&d.body, "Image") == Some(url) && is_inserted(&d.body))
+        {
+            tracing::debug!(bmc = %self.transport.bmc(), device = %d.path, "The image is already inserted.");
+            return Ok(Some(NoChange::AlreadyInserted));
         }
+        let Some(i) = choose_device(&devices, media) else {
+            let kind: Vec<&str> = devices.iter().filter(|d| serves(&d.body, media)).map(|d| d.path.as_str()).collect();
+            return Err(unsupported(if kind.is_empty() {
+                format!("the BMC has no virtual media device for {media:?} media")
+            } else {
+                format!("no virtual media device for {media:?} media advertises InsertMedia ({})", kind.join(", "))
+            }));
+        };
+        let mut device = devices.swap_remove(i);
         if is_inserted(&device.body) {
             let path = device.path.clone();
             self.eject_device(ctx, device).await?;
@@ -297,27 +352,37 @@ impl VirtualMedia for RedfishSession {
                 ErrorCode::BmcError,
                 format!("the BMC accepted the media insert but {path} does not read back inserted"),
             )),
-            _ => Ok(()),
+            _ => Ok(None),
         }
     }
 
-    async fn eject_media(&mut self, ctx: &Ctx, media: MediaKind) -> Result<()> {
-        let device = self.media_device(ctx, media).await?;
-        if !is_inserted(&device.body) {
-            tracing::debug!(bmc = %self.transport.bmc(), device = %device.path, "Nothing inserted; nothing to eject.");
-            return Ok(());
+    /// Ejects every device of that kind holding media (whichever slot it
+    /// is in); `not_inserted` when none does.
+    async fn eject_media(&mut self, ctx: &Ctx, media: MediaKind) -> Result<Option<NoChange>> {
+        let devices = self.media_devices(ctx).await?;
+        let (holding, _): (Vec<Resource>, Vec<Resource>) =
+            devices.into_iter().filter(|d| serves(&d.body, media)).partition(|d| is_inserted(&d.body));
+        if holding.is_empty() {
+            tracing::debug!(bmc = %self.transport.bmc(), "Nothing inserted; nothing to eject.");
+            return Ok(Some(NoChange::NotInserted));
         }
-        let path = device.path.clone();
-        self.eject_device(ctx, device).await?;
-        // Done when the device reads back empty, not when the BMC says so.
-        let after = self.transport.read_back(ctx, &path, |r| !is_inserted(&r.body)).await?;
-        if is_inserted(&after.body) {
-            return Err(err(
-                ErrorCode::BmcError,
-                format!("the BMC accepted the media eject but {path} still reads back inserted"),
-            ));
+        if let Some(d) = holding.iter().find(|d| !can_eject(&d.body)) {
+            // Checked before anything is sent: all or nothing.
+            return Err(unsupported(format!("{} holds media but advertises no EjectMedia", d.path)));
         }
-        Ok(())
+        for device in holding {
+            let path = device.path.clone();
+            self.eject_device(ctx, device).await?;
+            // Done when the device reads back empty, not when the BMC says so.
+            let after = self.transport.read_back(ctx, &path, |r| !is_inserted(&r.body)).await?;
+            if is_inserted(&after.body) {
+                return Err(err(
+                    ErrorCode::BmcError,
+                    format!("the BMC accepted the media eject but {path} still reads back inserted"),
+                ));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -339,6 +404,18 @@ mod tests {
         assert_eq!(choose_device(&sushy, MediaKind::Cd), Some(0));
         assert_eq!(choose_device(&sushy, MediaKind::Usb), Some(1));
         let unnamed = vec![dev("RemovableDisk", None), dev("CD1", None)];
+        // bmcweb: proxy slots (EjectMedia only) first, then a legacy slot that can insert.
+        let mut slots = vec![dev("Slot_0", Some(&["CD", "USBStick"])), dev("Slot_2", Some(&["CD", "USBStick"]))];
+        slots[0].body["Actions"] =
+            json!({"#VirtualMedia.EjectMedia": {"target": "/vm/Slot_0/Actions/VirtualMedia.EjectMedia"}});
+        slots[1].body["Actions"] =
+            json!({"#VirtualMedia.InsertMedia": {"target": "/vm/Slot_2/Actions/VirtualMedia.InsertMedia"}});
+        assert_eq!(choose_device(&slots, MediaKind::Cd), Some(1), "by what a slot can do, not by order");
+        slots[1].body["Inserted"] = json!(true);
+        let mut free = dev("Slot_3", Some(&["CD", "USBStick"]));
+        free.body["Actions"] = slots[1].body["Actions"].clone();
+        slots.push(free);
+        assert_eq!(choose_device(&slots, MediaKind::Cd), Some(2), "an empty slot before one holding another image");
         assert_eq!(choose_device(&unnamed, MediaKind::Cd), Some(1));
         assert_eq!(choose_device(&unnamed, MediaKind::Usb), Some(0));
         assert_eq!(choose_device(&[dev("CD", Some(&["CD"]))], MediaKind::Usb), None);

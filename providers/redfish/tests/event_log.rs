@@ -110,9 +110,11 @@ async fn an_endless_next_link_chain_is_not_followed_to_the_deadline() {
     let started = std::time::Instant::now();
     let log = s.read_event_log(&ctx(10), 10, 0).await.unwrap();
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "took {:?}", started.elapsed());
-    assert_eq!(server.requests_to("GET", &empty).len(), 1, "an empty page ends the log");
+    // Once to tell what the log holds (it says nothing of itself), once to read it.
+    assert!(server.requests_to("GET", &empty).len() <= 2, "an empty page ends the log");
     let pages = server.requests_to("GET", &looping).len();
-    assert!(pages <= 256, "{pages} pages of one log read");
+    // One page to tell what the log holds (it says nothing of itself), then at most 256.
+    assert!(pages <= 257, "{pages} pages of one log read");
     assert!(log.total.is_some_and(|t| t as usize <= pages));
     s.close().await;
 }

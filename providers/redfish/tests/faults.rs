@@ -698,10 +698,19 @@ async fn boot_changes_go_to_the_settings_object_and_apply_on_reset() {
         "the mode (UEFI already) is not sent"
     );
     assert_eq!(server.resource(&sd).unwrap()["Boot"]["BootSourceOverrideTarget"], json!("Cd"));
-    // Pending until the system resets; then it is the override.
+    // Pending until the system resets; then it is the override. `boot get`
+    // (next_boot) shows the pending change as pending, not the live value.
     assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap().device, BootDevice::None);
+    let (next, when) = s.boot().unwrap().next_boot(&ctx(5)).await.unwrap();
+    assert_eq!((next.device, next.persistent, when), (BootDevice::Cdrom, false, bmcfleet_provider::Applies::OnReset));
+    let got = bmcfleet_provider::perform(&mut s, &ctx(5), &bmcfleet_schema::Action::GetBootDevice).await.unwrap();
+    assert!(
+        matches!(got, Some(bmcfleet_schema::ActionData::BootDevicePending(ref r)) if r.device == BootDevice::Cdrom),
+        "{got:?}"
+    );
     power(&mut s, PowerOp::Reset).await.unwrap();
     assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap().device, BootDevice::Cdrom);
+    assert_eq!(s.boot().unwrap().next_boot(&ctx(5)).await.unwrap().1, bmcfleet_provider::Applies::Now);
 }
 
 /// One rule for a missing linked resource: a service or collection the BMC

@@ -378,13 +378,25 @@ async fn boot_mode_is_sent_only_to_change_it_and_a_refusal_is_reported() {
         server.requests_to("PATCH", system)[0].json().unwrap(),
         json!({"Boot": {"BootSourceOverrideTarget": "Hdd", "BootSourceOverrideEnabled": "Once"}})
     );
-    // Legacy asked: refused for the mode, once more without it, then reported.
+    // Legacy asked: refused for the mode, once more without it; the BMC
+    // keeps UEFI, so the device set by the retry is put back: nothing is
+    // left half-applied, and the action says so.
     server.clear_requests();
     let legacy = BootDeviceRequest { device: BootDevice::Pxe, persistent: false, efi: false };
     let e = s.boot().unwrap().set_boot_device(&ctx(5), &legacy).await.unwrap_err();
     common::assert_error(&e, ErrorCode::Unsupported, "refused BootSourceOverrideMode Legacy and keeps UEFI");
+    assert!(e.message.contains("nothing changed") && e.message.contains("restored"), "{}", e.message);
+    let boot = server.resource(system).unwrap()["Boot"].clone();
+    assert_eq!(
+        (boot["BootSourceOverrideTarget"].as_str(), boot["BootSourceOverrideEnabled"].as_str()),
+        (Some("Hdd"), Some("Once"))
+    );
     let patches = server.requests_to("PATCH", system);
-    assert_eq!(patches.len(), 2, "one retry");
+    assert_eq!(patches.len(), 3, "one retry, one restore");
+    assert_eq!(
+        patches[2].json().unwrap(),
+        json!({"Boot": {"BootSourceOverrideTarget": "Hdd", "BootSourceOverrideEnabled": "Once"}})
+    );
     assert_eq!(patches[0].json().unwrap()["Boot"]["BootSourceOverrideMode"], json!("Legacy"));
     assert_eq!(
         patches[1].json().unwrap(),

@@ -37,10 +37,7 @@ pub fn fixtures_root() -> Result<PathBuf, HarnessError> {
             };
             (c, format!("{ENV}={}", p.display()))
         }
-        _ => (
-            vec![workspace_root().join("testdata")],
-            format!("the default (workspace root/testdata; {ENV} unset)"),
-        ),
+        _ => (vec![workspace_root().join("testdata")], format!("the default (workspace root/testdata; {ENV} unset)")),
     };
     for c in &candidates {
         if c.join("amt").is_dir() {

@@ -14,6 +14,8 @@
 //!   faults ([`Fault`]).
 //! - [`ImageServer`]: plain-HTTP file server for virtual media images.
 //! - [`SilentServer`]: accepts TCP connections and never says a word.
+//! - [`bmcweb`]: a model of OpenBMC's bmcweb built from its public source
+//!   (log services, virtual media slots, software inventory, ActionInfo).
 //! - [`fixtures`]: where the fixtures are (`testdata/`, or `BMCFLEET_FIXTURES`).
 //!
 //! Environment:
@@ -36,6 +38,7 @@ macro_rules! setters {
     };
 }
 
+pub mod bmcweb;
 pub mod fixtures;
 mod image;
 mod mockup;

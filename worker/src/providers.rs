@@ -9,8 +9,9 @@ use std::sync::Arc;
 /// Order in which `protocol: auto` probes providers.
 pub const AUTO_ORDER: [Protocol; 3] = [Protocol::Redfish, Protocol::Ipmi, Protocol::Amt];
 
+/// The provider table: one connector per protocol this worker speaks.
 #[derive(Clone, Default)]
-pub struct Registry {
+pub struct Providers {
     connectors: BTreeMap<&'static str, Arc<dyn Connector>>,
 }
 
@@ -21,7 +22,7 @@ pub struct ProviderInfo {
     pub capabilities: Vec<String>,
 }
 
-impl Registry {
+impl Providers {
     pub fn with(mut self, connector: Arc<dyn Connector>) -> Self {
         self.connectors.insert(connector.protocol(), connector);
         self

@@ -1,0 +1,182 @@
+//! The provider against the model of OpenBMC's bmcweb
+//! (`bmcfleet_testing::redfish::bmcweb`, built from bmcweb's source: see
+//! its Sources): what each capability touches is what the BMC advertises,
+//! and what it must never touch is checked here, request by request.
+
+mod common;
+
+use bmcfleet_provider::{BmcSession, EventLog, Inventory, VirtualMedia};
+use bmcfleet_redfish::RedfishSession;
+use bmcfleet_schema::{ErrorCode, LogSet, MediaKind, NoChange};
+use bmcfleet_testing::redfish::bmcweb::{self, clear_log, MANAGER_LOGS, SYSTEM_LOGS, VIRTUAL_MEDIA};
+use bmcfleet_testing::redfish::MockupServer;
+use common::{connector, ctx};
+use serde_json::json;
+
+async fn open(server: &MockupServer) -> RedfishSession {
+    connector().open(&ctx(10), &server.target(), &server.credentials()).await.unwrap()
+}
+
+fn logs_of(log: &bmcfleet_schema::EventLog) -> Vec<String> {
+    let mut l: Vec<String> = log.entries.iter().filter_map(|e| e.log.clone()).collect();
+    l.sort();
+    l.dedup();
+    l
+}
+
+/// No log service but the event log was sent a `ClearLog`, and every
+/// diagnostic entry is still there.
+fn assert_only_cleared(server: &MockupServer, allowed: &[String]) {
+    for (service, _) in bmcweb::log_services() {
+        let posts = server.requests_to("POST", &clear_log(&service));
+        if !allowed.contains(&service) {
+            assert!(posts.is_empty(), "ClearLog was POSTed to {service}");
+        }
+    }
+    for dump in [format!("{SYSTEM_LOGS}/Dump/Entries/1"), format!("{MANAGER_LOGS}/Dump/Entries/2")] {
+        assert!(server.resource(&dump).is_some(), "{dump} was deleted");
+    }
+}
+
+#[tokio::test]
+async fn event_log_read_leaves_out_dumps_journal_and_host_logs() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    let log = s.read_event_log(&ctx(10), 100, 0).await.unwrap();
+    // bmcweb's EventLog and PostCodes say nothing of what they are and both
+    // hold event records: both are read. Nothing of the dumps (diagnostic
+    // data), crash dumps, the journal and the host log (OEM records).
+    assert_eq!(logs_of(&log), ["EventLog", "PostCodes"]);
+    assert_eq!(log.entries[0].message, "CPU0 Temp sensor crossed a critical high threshold going high.");
+    // The journal's first page was looked at to tell what it is; no further page.
+    assert!(server.requests_to("GET", &format!("{MANAGER_LOGS}/Journal/Entries")).len() <= 1);
+
+    let other = s.read_logs(&ctx(10), 1000, 0, LogSet::Other).await.unwrap();
+    assert_eq!(logs_of(&other), ["Crashdump", "Dump", "HostLogger", "Journal"]);
+    let all = s.read_logs(&ctx(10), 1000, 0, LogSet::All).await.unwrap();
+    assert_eq!(all.total, Some(log.total.unwrap() + other.total.unwrap()));
+    s.close().await;
+}
+
+#[tokio::test]
+async fn event_log_clear_never_touches_dumps_post_codes_or_crash_data() {
+    // bmcweb as it is: no service advertises LogEntryType, two hold event
+    // records (EventLog, PostCodes). Nothing is cleared, and the operator is told why.
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    let e = s.clear_event_log(&ctx(10)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+    assert!(e.message.contains("EventLog, PostCodes"), "{}", e.message);
+    assert!(server.writes().iter().all(|r| !r.path.ends_with("LogService.ClearLog")), "{:?}", server.writes());
+    assert_only_cleared(&server, &[]);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn event_log_clear_goes_to_the_advertised_event_log_only() {
+    // The same BMC with its event log advertising what it is (LogService
+    // v1_1+ `LogEntryType`): that one is cleared, nothing else.
+    let server = bmcweb::service_model().start().await.unwrap();
+    let event_log = format!("{SYSTEM_LOGS}/EventLog");
+    server.merge_resource(&event_log, &json!({"LogEntryType": "Event"}));
+    let mut s = open(&server).await;
+    s.clear_event_log(&ctx(10)).await.unwrap();
+    assert_eq!(server.requests_to("POST", &clear_log(&event_log)).len(), 1);
+    assert_only_cleared(&server, std::slice::from_ref(&event_log));
+    assert!(s.read_event_log(&ctx(10), 10, 0).await.unwrap().entries.is_empty());
+    // PostCodes says nothing of itself: not the event log once one is advertised.
+    let post_codes = server.resource(&format!("{SYSTEM_LOGS}/PostCodes/Entries")).unwrap();
+    assert_eq!(post_codes["Members"].as_array().unwrap().len(), 1);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_dump_service_that_calls_itself_an_event_log_is_still_not_cleared() {
+    // A hostile or confused BMC: its dump service claims LogEntryType Event
+    // but offers CollectDiagnosticData. What it can do decides.
+    let server = bmcweb::service_model().start().await.unwrap();
+    server.merge_resource(&format!("{SYSTEM_LOGS}/EventLog"), &json!({"LogEntryType": "Event"}));
+    server.merge_resource(&format!("{MANAGER_LOGS}/Dump"), &json!({"LogEntryType": "Event"}));
+    let mut s = open(&server).await;
+    s.clear_event_log(&ctx(10)).await.unwrap();
+    assert_only_cleared(&server, &[format!("{SYSTEM_LOGS}/EventLog")]);
+    s.close().await;
+}
+
+const IMAGE: &str = "http://127.0.0.1:8080/boot.iso";
+
+fn slot(n: u8) -> String {
+    format!("{VIRTUAL_MEDIA}/Slot_{n}")
+}
+
+#[tokio::test]
+async fn media_goes_to_a_slot_that_advertises_insert_media() {
+    // Slot_0 and Slot_1 are proxy slots (EjectMedia only, PATCH answers 405):
+    // the first slot in the BMC's order cannot take a URL image.
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    assert_eq!(s.insert_media(&ctx(10), IMAGE, MediaKind::Cd).await.unwrap(), None);
+    let writes = server.writes();
+    assert!(writes.iter().all(|w| !w.path.starts_with(&slot(0)) && !w.path.starts_with(&slot(1))), "{writes:?}");
+    assert_eq!(server.requests_to("POST", &format!("{}/Actions/VirtualMedia.InsertMedia", slot(2))).len(), 1);
+    assert_eq!(server.resource(&slot(2)).unwrap()["Image"], IMAGE);
+    // The same image again: nothing to do, said so, nothing sent.
+    server.clear_requests();
+    assert_eq!(s.insert_media(&ctx(10), IMAGE, MediaKind::Cd).await.unwrap(), Some(NoChange::AlreadyInserted));
+    assert!(server.writes().is_empty());
+    // Another image goes to the free legacy slot, not over the first one.
+    let other = "http://127.0.0.1:8080/other.iso";
+    s.insert_media(&ctx(10), other, MediaKind::Cd).await.unwrap();
+    assert_eq!(server.resource(&slot(3)).unwrap()["Image"], other);
+    assert_eq!(server.resource(&slot(2)).unwrap()["Image"], IMAGE, "the first image stays in");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn eject_finds_the_media_in_whichever_slot_holds_it() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    server.merge_resource(&slot(3), &json!({"Inserted": true, "Image": IMAGE, "ConnectedVia": "URI"}));
+    let mut s = open(&server).await;
+    assert_eq!(s.eject_media(&ctx(10), MediaKind::Cd).await.unwrap(), None);
+    assert_eq!(server.requests_to("POST", &format!("{}/Actions/VirtualMedia.EjectMedia", slot(3))).len(), 1);
+    assert_eq!(server.resource(&slot(3)).unwrap()["Inserted"], false);
+    // Nothing left in: not a success that did not happen, `not_inserted`.
+    server.clear_requests();
+    assert_eq!(s.eject_media(&ctx(10), MediaKind::Cd).await.unwrap(), Some(NoChange::NotInserted));
+    assert!(server.writes().is_empty(), "{:?}", server.writes());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn firmware_components_of_one_name_keep_what_tells_them_apart() {
+    // bmcweb names every software inventory item "Software Inventory".
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    let inv = s.inventory(&ctx(10)).await.unwrap();
+    type Seen<'a> = (&'a str, Option<&'a str>, Option<&'a str>, Vec<&'a str>);
+    let got: Vec<Seen> = inv
+        .firmware
+        .iter()
+        .map(|f| {
+            (f.id.as_str(), f.name.as_deref(), f.description.as_deref(), f.related.iter().map(String::as_str).collect())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a3c1f2e9", Some("Software Inventory"), Some("BMC image"), vec!["/redfish/v1/Managers/bmc"]),
+            ("5b7d9e01", Some("Software Inventory"), Some("Host image"), vec!["/redfish/v1/Systems/system/Bios"]),
+        ]
+    );
+    s.close().await;
+}
+
+#[tokio::test]
+async fn raw_paths_in_the_bmcs_own_spelling_are_sent_canonical() {
+    // bmcweb's routes end with `/`; an operator copying one is not refused.
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    let r = common::raw_get(&mut s, "/redfish/v1/Managers/bmc/").await.unwrap();
+    assert_eq!(r.body.unwrap()["Id"], "bmc");
+    s.close().await;
+}
