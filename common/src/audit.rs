@@ -12,10 +12,23 @@ use bmcfleet_schema::audit::AuditRecord;
 use bmcfleet_schema::subject::CONTENT_TYPE;
 use bmcfleet_schema::Encoding;
 
+/// Which step of storing records failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The records cannot be encoded as JSON.
+    Encode,
+    /// The message could not be published.
+    Publish,
+    /// The stream did not acknowledge the message (not stored, or unknown).
+    Ack,
+}
+
+pub type Error = bmcfleet_schema::error::Error<ErrorKind>;
+
 /// Store one record and wait for the stream's acknowledgement. `msg_id`
 /// deduplicates records several writers make of one fact (a registry
 /// revision seen by every gateway).
-pub async fn write(js: &Context, subject: String, record: &AuditRecord, msg_id: Option<&str>) -> Result<(), String> {
+pub async fn write(js: &Context, subject: String, record: &AuditRecord, msg_id: Option<&str>) -> Result<(), Error> {
     write_many(js, subject, std::slice::from_ref(record), msg_id).await
 }
 
@@ -25,8 +38,8 @@ pub async fn write_many(
     subject: String,
     records: &[AuditRecord],
     msg_id: Option<&str>,
-) -> Result<(), String> {
-    let body = serde_json::to_vec(records).map_err(|e| e.to_string())?;
+) -> Result<(), Error> {
+    let body = serde_json::to_vec(records).map_err(|e| Error::with_source(ErrorKind::Encode, "", e))?;
     let mut h = HeaderMap::new();
     h.insert(CONTENT_TYPE, Encoding::Json.content_type());
     if let Some(id) = msg_id {
@@ -34,9 +47,9 @@ pub async fn write_many(
     }
     js.publish_with_headers(subject, h, body.into())
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| Error::with_source(ErrorKind::Publish, "", e))?
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Error::with_source(ErrorKind::Ack, "", e))?;
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// Parse a duration that must carry a unit (`15s`, `250ms`).
 pub fn duration(s: &str) -> Result<Duration, String> {
-    bmcfleet_schema::duration::parse(s)
+    bmcfleet_schema::duration::parse(s).map_err(String::from)
 }
 
 /// Parse a duration that must be positive.
@@ -126,9 +126,16 @@ pub struct ProcessArgs {
 
 /// A service's whole configuration: parsed by clap, then cross-checked.
 pub trait ServiceConfig: clap::Parser {
-    /// Checks across flags (clap checks each flag alone); the message names the flags.
-    fn validate(&self) -> Result<(), String>;
+    /// Checks across flags (clap checks each flag alone): a [`conflict`]
+    /// whose message names the flags.
+    fn validate(&self) -> Result<(), clap::Error>;
     fn process(&self) -> &ProcessArgs;
+}
+
+/// Flags of `C` that contradict each other, reported as clap reports its
+/// own errors (`ArgumentConflict`: the usage, exit code 2).
+pub fn conflict<C: clap::CommandFactory>(message: impl std::fmt::Display) -> clap::Error {
+    C::command().error(clap::error::ErrorKind::ArgumentConflict, message)
 }
 
 /// Subject/stream layout; must be identical on gateway, workers and bmcctl.

@@ -30,6 +30,32 @@ use tokio_util::sync::CancellationToken;
 /// Longest wait for the first complete copy at start.
 const INITIAL_SYNC: Duration = Duration::from_secs(30);
 
+/// What failed in writing or following the registry bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The record does not validate (the source is the
+    /// [`bmcfleet_schema::machine::MachineError`]); nothing was written.
+    Invalid,
+    /// The record cannot be encoded; nothing was written.
+    Encode,
+    /// The bucket refused or did not answer the write.
+    Store,
+    /// Following the bucket failed or its watch ended (it is reopened).
+    Watch,
+}
+
+impl bmcfleet_schema::error::Coded for ErrorKind {
+    fn code(self) -> bmcfleet_schema::ErrorCode {
+        match self {
+            ErrorKind::Invalid => bmcfleet_schema::ErrorCode::InvalidField,
+            ErrorKind::Encode => bmcfleet_schema::ErrorCode::Internal,
+            ErrorKind::Store | ErrorKind::Watch => bmcfleet_schema::ErrorCode::Unavailable,
+        }
+    }
+}
+
+pub type Error = bmcfleet_schema::error::Error<ErrorKind>;
+
 /// What the registry says about a name.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Lookup {
@@ -312,9 +338,9 @@ async fn follow_once(
     generation: &std::sync::atomic::AtomicU64,
     synced: &mut Option<tokio::sync::oneshot::Sender<()>>,
     changes: &tokio::sync::broadcast::Sender<Change>,
-) -> Result<(), String> {
-    let values = store.status().await.map_err(|e| e.to_string())?.values();
-    let mut watch = store.watch_with_history(">").await.map_err(|e| e.to_string())?;
+) -> Result<(), Error> {
+    let values = store.status().await.map_err(|e| Error::with_source(ErrorKind::Watch, "", e))?.values();
+    let mut watch = store.watch_with_history(">").await.map_err(|e| Error::with_source(ErrorKind::Watch, "", e))?;
     let mut fresh = Some(Copy::default());
     let publish = |fresh: &mut Option<Copy>, synced: &mut Option<tokio::sync::oneshot::Sender<()>>| {
         if let Some(copy) = fresh.take() {
@@ -329,7 +355,7 @@ async fn follow_once(
         publish(&mut fresh, synced);
     }
     while let Some(entry) = watch.next().await {
-        let entry = entry.map_err(|e| e.to_string())?;
+        let entry = entry.map_err(|e| Error::with_source(ErrorKind::Watch, "", e))?;
         let value = matches!(entry.operation, Operation::Put).then_some(&entry.value[..]);
         match fresh.as_mut() {
             Some(copy) => copy.apply(&entry.key, value),
@@ -347,14 +373,14 @@ async fn follow_once(
             publish(&mut fresh, synced);
         }
     }
-    Err("the watch stream closed".into())
+    Err(Error::new(ErrorKind::Watch, "the watch stream closed"))
 }
 
 /// Write a machine record (operators; `bmcctl machine`). Validated first.
-pub async fn put(store: &Store, machine: &Machine) -> Result<u64, String> {
-    machine.validate().map_err(|e| e.to_string())?;
-    let bytes = serde_json::to_vec(machine).map_err(|e| e.to_string())?;
-    store.put(&machine.name, bytes.into()).await.map_err(|e| e.to_string())
+pub async fn put(store: &Store, machine: &Machine) -> Result<u64, Error> {
+    machine.validate().map_err(|e| Error::with_source(ErrorKind::Invalid, "", e))?;
+    let bytes = serde_json::to_vec(machine).map_err(|e| Error::with_source(ErrorKind::Encode, "", e))?;
+    store.put(&machine.name, bytes.into()).await.map_err(|e| Error::with_source(ErrorKind::Store, "", e))
 }
 
 #[cfg(test)]

@@ -3,36 +3,33 @@
 use crate::config::{LogArgs, LogFormat, ServiceConfig};
 use crate::telemetry::Telemetry;
 use std::time::{SystemTime, UNIX_EPOCH};
-use tracing_subscriber::EnvFilter;
 
 /// Install the global tracing subscriber (call once, from `main`).
-pub fn init_logging(args: &LogArgs) -> Result<(), String> {
-    let filter = EnvFilter::try_new(&args.log).map_err(|e| format!("invalid log filter `{}`: {e}", args.log))?;
+pub fn init_logging(args: &LogArgs) -> Result<(), StartError> {
+    let filter = crate::telemetry::log_filter(args)?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let result = match args.log_format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Pretty => builder.compact().try_init(),
     };
-    result.map_err(|e| e.to_string())
+    result.map_err(|e| StartError::with_source(crate::telemetry::ErrorKind::Subscriber, "", e))
 }
 
 /// A binary's start: parse the flags and environment (a bad value, or a
 /// failed cross-flag check, prints a clear message and exits with code 2,
 /// like every clap error), then install logging and tracing for `service`.
-pub fn start<C: ServiceConfig>(service: &str) -> Result<(C, Telemetry), String> {
+pub fn start<C: ServiceConfig>(service: &str) -> Result<(C, Telemetry), StartError> {
     let config = C::parse();
     if let Err(e) = config.validate() {
-        C::command().error(clap::error::ErrorKind::ArgumentConflict, e).exit();
+        e.exit();
     }
     let process = config.process();
     let telemetry = crate::telemetry::init(&process.log, &process.otel, service)?;
     Ok((config, telemetry))
 }
 
-/// Telemetry could not be started (`start`).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct StartError(String);
+/// Logging or telemetry could not be started (`start`, `init_logging`).
+pub type StartError = crate::telemetry::Error;
 
 /// What a service's `run` is handed to know when to stop: SIGINT or SIGTERM.
 pub type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -45,7 +42,7 @@ where
     E: From<StartError>,
     Fut: std::future::Future<Output = Result<(), E>>,
 {
-    let (config, telemetry) = start::<C>(service).map_err(StartError)?;
+    let (config, telemetry) = start::<C>(service)?;
     let result = run(config, Box::pin(shutdown_signal())).await;
     telemetry.shutdown(std::time::Duration::from_secs(5)).await;
     result

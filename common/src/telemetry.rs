@@ -74,7 +74,28 @@ impl Telemetry {
     }
 }
 
-fn exporter(otel: &OtelArgs, endpoint: &str) -> Result<opentelemetry_otlp::SpanExporter, String> {
+/// What could not be set up (`init`, `runtime::init_logging`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// `--log` is not a valid filter.
+    LogFilter,
+    /// `--otel-filter` is not a valid filter.
+    OtelFilter,
+    /// The OTLP exporter cannot be built for the endpoint.
+    Exporter,
+    /// The global subscriber cannot be installed (one is already).
+    Subscriber,
+}
+
+pub type Error = bmcfleet_schema::error::Error<ErrorKind>;
+
+/// The `--log` filter.
+pub(crate) fn log_filter(log: &LogArgs) -> Result<EnvFilter, Error> {
+    EnvFilter::try_new(&log.log)
+        .map_err(|e| Error::with_source(ErrorKind::LogFilter, format!("invalid log filter `{}`", log.log), e))
+}
+
+fn exporter(otel: &OtelArgs, endpoint: &str) -> Result<opentelemetry_otlp::SpanExporter, Error> {
     use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
     // reqwest is built with rustls and no default crypto provider; another
     // part of the process may have installed one already, which is fine.
@@ -88,7 +109,9 @@ fn exporter(otel: &OtelArgs, endpoint: &str) -> Result<opentelemetry_otlp::SpanE
             .build(),
         OtlpProtocol::Grpc => SpanExporter::builder().with_tonic().with_endpoint(endpoint).build(),
     };
-    built.map_err(|e| format!("cannot set up the OTLP exporter for {endpoint}: {e}"))
+    built.map_err(|e| {
+        Error::with_source(ErrorKind::Exporter, format!("cannot set up the OTLP exporter for {endpoint}"), e)
+    })
 }
 
 /// tracing-subscriber's JSON span fields, except that a field recorded on a
@@ -371,8 +394,8 @@ impl<W: std::fmt::Write> std::fmt::Write for Escaping<'_, W> {
 
 /// Install the global subscriber (call once, from `main`, inside the Tokio
 /// runtime). `service` is the default `service.name`.
-pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, String> {
-    let filter = EnvFilter::try_new(&log.log).map_err(|e| format!("invalid log filter `{}`: {e}", log.log))?;
+pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, Error> {
+    let filter = log_filter(log)?;
     let log_filter = log.log.clone();
     let fmt = match log.log_format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
@@ -387,8 +410,9 @@ pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, 
     let (layer, provider) = match otel.endpoint.as_deref().filter(|e| !e.is_empty()) {
         None => (None, None),
         Some(endpoint) => {
-            let span_filter = EnvFilter::try_new(&otel.filter)
-                .map_err(|e| format!("invalid OpenTelemetry filter `{}`: {e}", otel.filter))?;
+            let span_filter = EnvFilter::try_new(&otel.filter).map_err(|e| {
+                Error::with_source(ErrorKind::OtelFilter, format!("invalid OpenTelemetry filter `{}`", otel.filter), e)
+            })?;
             let name = otel.service_name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| service.to_owned());
             let provider = SdkTracerProvider::builder()
                 .with_batch_exporter(exporter(otel, endpoint)?)
@@ -403,7 +427,11 @@ pub fn init(log: &LogArgs, otel: &OtelArgs, service: &str) -> Result<Telemetry, 
             (Some(layer), Some(provider))
         }
     };
-    tracing_subscriber::registry().with(fmt).with(layer).try_init().map_err(|e| e.to_string())?;
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(layer)
+        .try_init()
+        .map_err(|e| Error::with_source(ErrorKind::Subscriber, "", e))?;
     if let (Some(endpoint), true) = (&otel.endpoint, provider.is_some()) {
         tracing::info!(endpoint = %endpoint, protocol = ?otel.protocol, "Exporting spans over OTLP.");
     }

@@ -68,6 +68,29 @@ pub struct Limits {
     pub waiting_per_client: usize,
 }
 
+/// Which budget is spent (the request is answered `unavailable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// `--max-concurrent-requests`.
+    Requests,
+    /// The tenant's share of it (`--max-requests-per-tenant`).
+    TenantRequests,
+    /// `--max-waiting-submits`.
+    Waiting,
+    /// The tenant's share of it (`--max-waiting-per-tenant`).
+    TenantWaiting,
+    /// `--max-waiting-per-client`.
+    ClientWaiting,
+}
+
+impl bmcfleet_schema::error::Coded for ErrorKind {
+    fn code(self) -> bmcfleet_schema::ErrorCode {
+        bmcfleet_schema::ErrorCode::Unavailable
+    }
+}
+
+pub type Error = bmcfleet_schema::error::Error<ErrorKind>;
+
 /// The gateway's budgets.
 #[derive(Debug)]
 pub struct Budgets {
@@ -106,31 +129,37 @@ impl Budgets {
 
     /// A permit for a request of `tenant` (see the module doc), or why
     /// there is none (for the `unavailable` answer).
-    pub fn admit(&self, waiting: bool, reply: Option<&str>, tenant: &str) -> Result<Permit, String> {
+    pub fn admit(&self, waiting: bool, reply: Option<&str>, tenant: &str) -> Result<Permit, Error> {
         let l = &self.limits;
         if !waiting {
-            let slot = self
-                .short
-                .clone()
-                .try_acquire_owned()
-                .map_err(|_| format!("the gateway is handling {} requests already; retry shortly", l.short))?;
+            let slot = self.short.clone().try_acquire_owned().map_err(|_| {
+                Error::new(
+                    ErrorKind::Requests,
+                    format!("the gateway is handling {} requests already; retry shortly", l.short),
+                )
+            })?;
             let share = self.short_tenants.take(tenant, l.short_per_tenant).map_err(|held| {
-                format!("this tenant has {held} requests in progress already (its share of the gateway); retry shortly")
+                Error::new(
+                    ErrorKind::TenantRequests,
+                    format!(
+                        "this tenant has {held} requests in progress already (its share of the gateway); retry shortly"
+                    ),
+                )
             })?;
             return Ok(Permit { _slot: slot, _tenant: share, _client: None });
         }
         let client = self.clients.take(&client_of(reply), l.waiting_per_client).map_err(|held| {
-            format!(
+            Error::new(ErrorKind::ClientWaiting, format!(
                 "this client already has {held} waiting submits (the limit per client); submit without waiting and follow the batch's events or status"
-            )
+            ))
         })?;
         let slot = self.waiting.clone().try_acquire_owned().map_err(|_| {
-            "the gateway holds as many waiting submits as it may; submit without waiting and follow the batch's events or status".to_owned()
+            Error::new(ErrorKind::Waiting, "the gateway holds as many waiting submits as it may; submit without waiting and follow the batch's events or status")
         })?;
         let share = self.waiting_tenants.take(tenant, l.waiting_per_tenant).map_err(|held| {
-            format!(
+            Error::new(ErrorKind::TenantWaiting, format!(
                 "this tenant already has {held} waiting submits (its share of the gateway); submit without waiting and follow the batch's events or status"
-            )
+            ))
         })?;
         Ok(Permit { _slot: slot, _tenant: share, _client: Some(client) })
     }
@@ -156,18 +185,20 @@ mod tests {
         let b = Budgets::new(limits(2, 3, 2));
         let s1 = b.admit(false, None, "").unwrap();
         let _s2 = b.admit(false, None, "").unwrap();
-        assert!(b.admit(false, None, "").unwrap_err().contains("handling 2 requests"));
+        assert!(b.admit(false, None, "").unwrap_err().to_string().contains("handling 2 requests"));
         drop(s1);
         let _s3 = b.admit(false, None, "").unwrap();
         // Waiting submits: their own budget, and a share per client.
         let a1 = b.admit(true, Some("_INBOX.a.1"), "").unwrap();
         let _a2 = b.admit(true, Some("_INBOX.a.2"), "").unwrap();
-        assert!(b.admit(true, Some("_INBOX.a.3"), "").unwrap_err().contains("limit per client"));
+        assert!(b.admit(true, Some("_INBOX.a.3"), "").unwrap_err().to_string().contains("limit per client"));
         let _b1 = b.admit(true, Some("_INBOX.b.1"), "").unwrap();
-        assert!(b.admit(true, Some("_INBOX.c.1"), "").unwrap_err().contains("as many waiting submits"));
+        assert!(b.admit(true, Some("_INBOX.c.1"), "").unwrap_err().to_string().contains("as many waiting submits"));
         drop(a1);
         let _a3 = b.admit(true, Some("_INBOX.a.3"), "").unwrap();
-        assert!(b.admit(false, None, "").is_err(), "short requests are unaffected by waiting ones, and still full");
+        let full = b.admit(false, None, "").unwrap_err();
+        assert_eq!(full.kind(), ErrorKind::Requests, "short requests are unaffected by waiting ones, and still full");
+        assert_eq!(full.code(), bmcfleet_schema::ErrorCode::Unavailable);
     }
 
     /// One tenant flooding the gateway, from as many connections as it
@@ -182,11 +213,11 @@ mod tests {
             waiting_per_client: 4,
         });
         let (s1, _s2) = (b.admit(false, None, "noisy").unwrap(), b.admit(false, None, "noisy").unwrap());
-        assert!(b.admit(false, None, "noisy").unwrap_err().contains("this tenant has 2 requests"));
+        assert!(b.admit(false, None, "noisy").unwrap_err().to_string().contains("this tenant has 2 requests"));
         let _quiet = b.admit(false, None, "quiet").unwrap();
         let _operator = b.admit(false, None, "").unwrap();
         assert!(
-            b.admit(false, None, "other").unwrap_err().contains("handling 4 requests"),
+            b.admit(false, None, "other").unwrap_err().to_string().contains("handling 4 requests"),
             "the global budget still holds"
         );
         drop(s1);
@@ -194,7 +225,12 @@ mod tests {
         // Waiting submits: new connections do not get a tenant more.
         let w1 = b.admit(true, Some("_INBOX.n1.1"), "noisy").unwrap();
         let _w2 = b.admit(true, Some("_INBOX.n2.1"), "noisy").unwrap();
-        assert!(b.admit(true, Some("_INBOX.n3.1"), "noisy").unwrap_err().contains("this tenant already has 2 waiting"));
+        assert!(b
+            .admit(true, Some("_INBOX.n3.1"), "noisy")
+            .unwrap_err()
+            .to_string()
+            .contains("this tenant already has 2 waiting"));
+        assert_eq!(b.admit(true, Some("_INBOX.n4.1"), "noisy").unwrap_err().kind(), ErrorKind::TenantWaiting);
         let _q = b.admit(true, Some("_INBOX.q.1"), "quiet").unwrap();
         // A refusal gives back what it took on the way (the client's share).
         assert!(b.clients.0.lock().unwrap().get("_INBOX.n3").is_none());

@@ -1,6 +1,6 @@
 //! Gateway configuration: every flag has a `BMCFLEET_*` environment twin.
 
-use bmcfleet_common::config::{duration, positive_duration, ProcessArgs, ServiceConfig};
+use bmcfleet_common::config::{conflict, duration, positive_duration, ProcessArgs, ServiceConfig};
 use bmcfleet_common::streams::StreamSettings;
 use bmcfleet_schema::machine::AdHocPolicy;
 use bmcfleet_schema::{Limits, RawPolicy};
@@ -122,14 +122,14 @@ impl ServiceConfig for Config {
     fn process(&self) -> &ProcessArgs {
         &self.process
     }
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), clap::Error> {
         let fmt = bmcfleet_schema::duration::format;
         if self.default_deadline > self.max_deadline {
-            return Err(format!(
+            return Err(conflict::<Self>(format!(
                 "--default-deadline ({}) must not exceed --max-deadline ({}), or a batch that names no deadline would get one no batch may ask for",
                 fmt(self.default_deadline),
                 fmt(self.max_deadline)
-            ));
+            )));
         }
         for (flag, share, of, total) in [
             (
@@ -146,10 +146,10 @@ impl ServiceConfig for Config {
             ),
         ] {
             if share.is_some_and(|s| s > total) {
-                return Err(format!(
+                return Err(conflict::<Self>(format!(
                     "{flag} ({}) must not exceed {of} ({total}): it is a tenant's share of that budget",
                     share.unwrap_or(0)
-                ));
+                )));
             }
         }
         Ok(())
@@ -273,6 +273,8 @@ mod tests {
     fn flags_are_checked_against_each_other() {
         let c = Config::try_parse_from(["g", "--default-deadline", "3h", "--max-deadline", "1h"]).unwrap();
         let e = c.validate().unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let e = e.to_string();
         assert!(e.contains("--default-deadline (3h) must not exceed --max-deadline (1h)"), "{e}");
         Config::try_parse_from(["g", "--default-deadline", "1h", "--max-deadline", "1h"]).unwrap().validate().unwrap();
         Config::try_parse_from(["g"]).unwrap().validate().unwrap();

@@ -181,7 +181,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                             drop(permit);
                         });
                     }
-                    Err(why) => rollouts.refuse(which, request, why).await,
+                    Err(why) => rollouts.refuse(which, request, why.to_string()).await,
                 }
                 continue;
             }
@@ -202,7 +202,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                     drop(permit);
                 });
             }
-            Err(why) => gateway.refuse(which, request, why).await,
+            Err(why) => gateway.refuse(which, request, why.to_string()).await,
         }
     }
     backlog.abort();

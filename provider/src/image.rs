@@ -35,6 +35,17 @@ fn invalid(msg: impl Into<String>) -> ProviderError {
     ProviderError::new(ErrorCode::FirmwareImageInvalid, msg).not_sent()
 }
 
+/// Why the firmware image directory is unusable ([`ImageDir::new`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirErrorKind {
+    /// It cannot be resolved or read (the source is the I/O error).
+    Unreadable,
+    /// It is not a directory.
+    NotADirectory,
+}
+
+pub type DirError = bmcfleet_schema::error::Error<DirErrorKind>;
+
 /// The operator's firmware image directory (`--firmware-image-dir`).
 #[derive(Clone, Debug)]
 pub struct ImageDir {
@@ -46,11 +57,12 @@ pub struct ImageDir {
 
 impl ImageDir {
     /// The directory at `path`: it must exist and be a directory.
-    pub fn new(path: &Path, max_bytes: u64) -> std::result::Result<ImageDir, String> {
-        let root = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let meta = std::fs::metadata(&root).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn new(path: &Path, max_bytes: u64) -> std::result::Result<ImageDir, DirError> {
+        let unreadable = |e| DirError::with_source(DirErrorKind::Unreadable, path.display().to_string(), e);
+        let root = std::fs::canonicalize(path).map_err(unreadable)?;
+        let meta = std::fs::metadata(&root).map_err(unreadable)?;
         if !meta.is_dir() {
-            return Err(format!("{} is not a directory", path.display()));
+            return Err(DirError::new(DirErrorKind::NotADirectory, format!("{} is not a directory", path.display())));
         }
         Ok(ImageDir { root, max_bytes })
     }
@@ -303,8 +315,13 @@ mod tests {
         assert!(e.message.contains("not the 0000"), "{e}");
         let small = ImageDir::new(&images, data.len() as u64 - 1).unwrap();
         assert!(small.open("bios.bin", None).await.unwrap_err().message.contains("--firmware-image-max-bytes"));
-        assert!(ImageDir::new(&images.join("bios.bin"), 1).unwrap_err().contains("not a directory"));
-        assert!(ImageDir::new(&images.join("nope"), 1).is_err());
+        let file = ImageDir::new(&images.join("bios.bin"), 1).unwrap_err();
+        assert!(file.to_string().ends_with("bios.bin is not a directory"), "{file}");
+        assert_eq!(file.kind(), DirErrorKind::NotADirectory);
+        let missing = ImageDir::new(&images.join("nope"), 1).unwrap_err();
+        assert_eq!(missing.kind(), DirErrorKind::Unreadable);
+        let io = std::error::Error::source(&missing).and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(io.map(std::io::Error::kind), Some(std::io::ErrorKind::NotFound), "the I/O error is kept");
     }
 
     #[tokio::test]

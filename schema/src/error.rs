@@ -221,6 +221,98 @@ impl fmt::Display for ErrorBody {
     }
 }
 
+/// A library error: a kind to match on, what failed (for people), and the
+/// error that caused it, kept whole as [`std::error::Error::source`]
+/// (after nats.rs's `Error<Kind>`). Each module family names its own small
+/// `Copy` kind enum and an alias (`raw_policy::Error`, `fru::Error`), so a
+/// caller writes `match err.kind()` instead of reading the text.
+///
+/// The text is the context, then `: ` and the source's text when there is
+/// a source (the context alone when there is none, the source's text alone
+/// when the context is empty): the same words the `String` errors these
+/// replace carried, so messages producers and operators see are unchanged.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", shown(.context, .source.as_deref()))]
+pub struct Error<K> {
+    kind: K,
+    context: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+fn shown(context: &str, source: Option<&(dyn std::error::Error + Send + Sync + 'static)>) -> String {
+    match source {
+        None => context.to_owned(),
+        Some(s) if context.is_empty() => s.to_string(),
+        Some(s) => format!("{context}: {s}"),
+    }
+}
+
+impl<K: Copy> Error<K> {
+    /// An error without a source.
+    pub fn new(kind: K, context: impl Into<String>) -> Self {
+        Error { kind, context: context.into(), source: None }
+    }
+
+    /// An error caused by `source`; `context` says what was being done
+    /// (may be empty when the source says it all).
+    pub fn with_source(
+        kind: K,
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Error { kind, context: context.into(), source: Some(source.into()) }
+    }
+
+    pub fn kind(&self) -> K {
+        self.kind
+    }
+
+    /// What failed, without the source's text.
+    pub fn context(&self) -> &str {
+        &self.context
+    }
+
+    /// The same error under another kind (a caller's view of a callee's
+    /// error), keeping context and source.
+    pub fn map_kind<L: Copy>(self, kind: impl FnOnce(K) -> L) -> Error<L> {
+        Error { kind: kind(self.kind), context: self.context, source: self.source }
+    }
+
+    /// The same error with `prefix` (and `: `) before its context.
+    pub fn context_before(mut self, prefix: impl std::fmt::Display) -> Self {
+        self.context = if self.context.is_empty() { prefix.to_string() } else { format!("{prefix}: {}", self.context) };
+        self
+    }
+}
+
+/// Kinds of error a producer can be told about: each maps to its
+/// documented [`ErrorCode`].
+pub trait Coded: Copy {
+    fn code(self) -> ErrorCode;
+}
+
+impl<K: Coded> Error<K> {
+    /// The wire code of this error.
+    pub fn code(&self) -> ErrorCode {
+        self.kind.code()
+    }
+}
+
+impl<K: Coded> From<Error<K>> for ErrorBody {
+    fn from(e: Error<K>) -> Self {
+        ErrorBody::new(e.code(), e.to_string())
+    }
+}
+
+/// For the few callers that still carry errors as text (clap value
+/// parsers, `schema::action`'s validators).
+impl<K> From<Error<K>> for String {
+    fn from(e: Error<K>) -> Self {
+        e.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +323,26 @@ mod tests {
         assert_eq!(c.as_str(), "circuit_open");
         assert_eq!(serde_json::to_string(&c).unwrap(), "\"circuit_open\"");
         assert_eq!(c.status(), 503);
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Kind {
+        Read,
+    }
+
+    #[test]
+    fn an_error_shows_its_context_then_its_source_and_keeps_the_source() {
+        use std::error::Error as _;
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = Error::with_source(Kind::Read, "cannot read policy.txt", io());
+        assert_eq!(e.kind(), Kind::Read);
+        assert_eq!(e.to_string(), "cannot read policy.txt: no such file");
+        assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("no such file"));
+        assert!(e.source().unwrap().downcast_ref::<std::io::Error>().is_some(), "the source keeps its type");
+        assert_eq!(Error::with_source(Kind::Read, "", io()).to_string(), "no such file");
+        let plain = Error::new(Kind::Read, "empty");
+        assert!(plain.source().is_none());
+        assert_eq!(plain.context_before("rule `x`").to_string(), "rule `x`: empty");
+        assert_eq!(String::from(Error::new(Kind::Read, "as text")), "as text");
     }
 }

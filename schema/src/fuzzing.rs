@@ -64,7 +64,11 @@ pub fn redfish_path(data: &[u8]) {
             assert!(!judge("POST", given) && !judge("GET", given), "{given:?} has no canonical form but was allowed")
         }
         Ok(c) => {
-            assert_eq!(canonical_redfish_path(&c).as_deref(), Ok(c.as_str()), "{given:?}: {c:?} is not a fixed point");
+            assert_eq!(
+                canonical_redfish_path(&c).ok().as_deref(),
+                Some(c.as_str()),
+                "{given:?}: {c:?} is not a fixed point"
+            );
             let path = crate::raw_policy::without_query(&c);
             assert!(path == "/redfish/v1" || path.starts_with("/redfish/v1/"), "{c:?} left /redfish/v1");
             assert!(!path.contains("//") && !path.contains('%') && !path.ends_with('/'), "{c:?} is not plain");

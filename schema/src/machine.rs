@@ -88,6 +88,30 @@ pub struct MachineError {
     pub reason: String,
 }
 
+/// Why an address range or an ad hoc target was refused (a machine record
+/// is refused with a [`MachineError`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Not an IP address or CIDR range (`--ad-hoc-targets`).
+    Range,
+    /// Ad hoc targets are off in this deployment.
+    AdHocOff,
+    /// The address is outside the allowed ranges (or in a sensitive block
+    /// no listed range covers whole).
+    OutsideRanges,
+}
+
+impl crate::error::Coded for ErrorKind {
+    fn code(self) -> crate::ErrorCode {
+        match self {
+            ErrorKind::Range => crate::ErrorCode::InvalidField,
+            ErrorKind::AdHocOff | ErrorKind::OutsideRanges => crate::ErrorCode::TargetForbidden,
+        }
+    }
+}
+
+pub type Error = crate::error::Error<ErrorKind>;
+
 /// The rule for machine and tenant names: a DNS label (1-63 of `[a-z0-9-]`,
 /// no leading or trailing `-`).
 pub fn valid_name(name: &str) -> bool {
@@ -331,14 +355,15 @@ impl Cidr {
 }
 
 impl std::str::FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
         let s = s.trim();
         let (ip, len) = match s.split_once('/') {
             Some((ip, len)) => (ip, Some(len)),
             None => (s, None),
         };
-        let ip: IpAddr = ip.parse().map_err(|_| format!("`{s}` is not an IP address or CIDR range"))?;
+        let bad = |why: String| Error::new(ErrorKind::Range, why);
+        let ip: IpAddr = ip.parse().map_err(|_| bad(format!("`{s}` is not an IP address or CIDR range")))?;
         let ip = canonical_ip(ip);
         let max = if ip.is_ipv4() { 32 } else { 128 };
         let len = match len {
@@ -347,11 +372,11 @@ impl std::str::FromStr for Cidr {
                 .parse::<u8>()
                 .ok()
                 .filter(|l| *l <= max)
-                .ok_or_else(|| format!("`{s}`: prefix length must be 0-{max}"))?,
+                .ok_or_else(|| bad(format!("`{s}`: prefix length must be 0-{max}")))?,
         };
         let cidr = Cidr { net: ip, len };
         if !cidr.contains(ip) || mask_host_bits(ip, len) != ip {
-            return Err(format!("`{s}` has host bits set; write the network address"));
+            return Err(bad(format!("`{s}` has host bits set; write the network address")));
         }
         Ok(cidr)
     }
@@ -416,7 +441,7 @@ pub struct AdHocPolicy {
 
 impl AdHocPolicy {
     /// `off`, or a comma-separated list of ranges.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, Error> {
         let text = text.trim();
         if text.is_empty() || text == "off" {
             return Ok(AdHocPolicy::default());
@@ -430,13 +455,13 @@ impl AdHocPolicy {
     }
 
     /// `Ok` when `ip` may be reached, else why not.
-    pub fn check(&self, ip: IpAddr) -> Result<(), String> {
+    pub fn check(&self, ip: IpAddr) -> Result<(), Error> {
         let ip = canonical_ip(ip);
         if self.is_off() {
-            return Err(
-                "ad hoc targets are off in this deployment: name a registered machine (`{\"machine\": \"NAME\"}`)"
-                    .into(),
-            );
+            return Err(Error::new(
+                ErrorKind::AdHocOff,
+                "ad hoc targets are off in this deployment: name a registered machine (`{\"machine\": \"NAME\"}`)",
+            ));
         }
         static BLOCKS: std::sync::LazyLock<Vec<Cidr>> =
             std::sync::LazyLock::new(|| SENSITIVE.iter().map(|s| s.parse().expect("valid constant")).collect());
@@ -445,7 +470,10 @@ impl AdHocPolicy {
         if allowed {
             Ok(())
         } else {
-            Err(format!("{ip} is outside the address ranges this deployment allows for ad hoc targets ({self})"))
+            Err(Error::new(
+                ErrorKind::OutsideRanges,
+                format!("{ip} is outside the address ranges this deployment allows for ad hoc targets ({self})"),
+            ))
         }
     }
 }
@@ -461,8 +489,8 @@ impl fmt::Display for AdHocPolicy {
 }
 
 impl std::str::FromStr for AdHocPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
         AdHocPolicy::parse(s)
     }
 }
@@ -635,14 +663,18 @@ mod tests {
         assert!("10.0.0.1/8".parse::<Cidr>().is_err(), "host bits");
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
         assert!("fd00::/8".parse::<Cidr>().is_ok());
-        assert!("nope".parse::<Cidr>().is_err());
+        assert_eq!("nope".parse::<Cidr>().unwrap_err().kind(), ErrorKind::Range);
         assert_eq!(AdHocPolicy::parse("off").unwrap(), AdHocPolicy::default());
     }
 
     #[test]
     fn ad_hoc_targets_stay_inside_the_listed_ranges() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert!(AdHocPolicy::default().check(ip("10.0.0.5")).is_err(), "off by default");
+        assert_eq!(
+            AdHocPolicy::default().check(ip("10.0.0.5")).unwrap_err().kind(),
+            ErrorKind::AdHocOff,
+            "off by default"
+        );
         let p = AdHocPolicy::parse("10.0.0.0/8, 0.0.0.0/0").unwrap();
         assert!(p.check(ip("10.1.2.3")).is_ok());
         // A catch-all range never opens loopback, link-local, metadata or the unspecified address.
@@ -659,7 +691,7 @@ mod tests {
             assert!(p.check(ip(bad)).is_err(), "{bad}");
         }
         let v6only = AdHocPolicy::parse("fd00::/8").unwrap();
-        assert!(v6only.check(ip("10.0.0.1")).is_err());
+        assert_eq!(v6only.check(ip("10.0.0.1")).unwrap_err().kind(), ErrorKind::OutsideRanges);
         // Listing loopback explicitly allows it (tests, a BMC proxy on the host).
         let lo = AdHocPolicy::parse("127.0.0.0/8").unwrap();
         assert!(lo.check(ip("127.0.0.1")).is_ok());

@@ -247,21 +247,48 @@ pub const WORKER_HEADER: &str = "Bmcfleet-Worker";
 /// tenant). A client cannot forge it across the import.
 pub const REQUEST_INFO_HEADER: &str = "Nats-Request-Info";
 
+/// Why a header was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A [`REQUEST_INFO_HEADER`] that is not the JSON nats-server writes
+    /// (the source is the JSON error).
+    RequestInfo,
+}
+
+impl crate::error::Coded for ErrorKind {
+    /// The gateway refuses a request whose requester it cannot tell.
+    fn code(self) -> crate::ErrorCode {
+        crate::ErrorCode::PermissionDenied
+    }
+}
+
+pub type Error = crate::error::Error<ErrorKind>;
+
 /// The requesting account named by a [`REQUEST_INFO_HEADER`] value.
-pub fn request_account(header: &str) -> Result<String, String> {
+pub fn request_account(header: &str) -> Result<String, Error> {
     #[derive(serde::Deserialize)]
     struct Info {
         acc: String,
     }
     serde_json::from_str::<Info>(header)
         .map(|i| i.acc)
-        .map_err(|e| format!("unreadable {REQUEST_INFO_HEADER} header: {e}"))
+        .map_err(|e| Error::with_source(ErrorKind::RequestInfo, format!("unreadable {REQUEST_INFO_HEADER} header"), e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::BmcAddress;
+
+    #[test]
+    fn the_request_info_header_names_the_account_or_is_refused() {
+        assert_eq!(request_account(r#"{"acc":"tenant-a","rtt":1}"#).unwrap(), "tenant-a");
+        let e = request_account("{not json").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::RequestInfo);
+        assert_eq!(e.code(), crate::ErrorCode::PermissionDenied);
+        assert!(e.to_string().starts_with("unreadable Nats-Request-Info header: "), "{e}");
+        assert!(std::error::Error::source(&e).unwrap().downcast_ref::<serde_json::Error>().is_some());
+    }
 
     #[test]
     fn partition_consumers_are_named_per_epoch() {

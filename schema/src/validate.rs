@@ -6,9 +6,31 @@ use crate::codec::Encoding;
 use crate::error::{ErrorBody, ErrorCode};
 use std::time::Duration;
 
+/// What a value of this module refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A credential name outside [`credential_name`]'s rule.
+    CredentialName,
+    /// A `--allow-firmware-update` value that does not parse.
+    FirmwareUpdatePolicy,
+    /// The firmware update policy does not allow the tenant.
+    FirmwareUpdateDenied,
+}
+
+impl crate::error::Coded for ErrorKind {
+    fn code(self) -> ErrorCode {
+        match self {
+            ErrorKind::CredentialName | ErrorKind::FirmwareUpdatePolicy => ErrorCode::InvalidField,
+            ErrorKind::FirmwareUpdateDenied => ErrorCode::FirmwareUpdateDisabled,
+        }
+    }
+}
+
+pub type Error = crate::error::Error<ErrorKind>;
+
 /// The one rule for credential names, wherever one is given (a batch's
 /// `{"ref": …}`, `bmcctl cred`): a key the credentials KV bucket can hold.
-pub fn credential_name(name: &str) -> Result<(), String> {
+pub fn credential_name(name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
@@ -18,7 +40,10 @@ pub fn credential_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err("credential names are 1-128 characters of [A-Za-z0-9-_./], not starting or ending with `.` and without `..`".into())
+        Err(Error::new(
+            ErrorKind::CredentialName,
+            "credential names are 1-128 characters of [A-Za-z0-9-_./], not starting or ending with `.` and without `..`",
+        ))
     }
 }
 
@@ -67,7 +92,7 @@ pub enum FirmwareUpdatePolicy {
 
 impl FirmwareUpdatePolicy {
     /// Parse a flag value.
-    pub fn parse(text: &str) -> Result<FirmwareUpdatePolicy, String> {
+    pub fn parse(text: &str) -> Result<FirmwareUpdatePolicy, Error> {
         let t = text.trim();
         match t.to_ascii_lowercase().as_str() {
             "off" | "false" | "0" | "no" | "none" => return Ok(FirmwareUpdatePolicy::Off),
@@ -77,29 +102,36 @@ impl FirmwareUpdatePolicy {
         let mut tenants = std::collections::BTreeSet::new();
         for name in t.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             if !crate::machine::valid_name(name) {
-                return Err(format!(
-                    "`{name}` is not a tenant name ({}); give off, all or tenant names",
-                    crate::machine::NAME_RULE
+                return Err(Error::new(
+                    ErrorKind::FirmwareUpdatePolicy,
+                    format!(
+                        "`{name}` is not a tenant name ({}); give off, all or tenant names",
+                        crate::machine::NAME_RULE
+                    ),
                 ));
             }
             tenants.insert(name.to_owned());
         }
         if tenants.is_empty() {
-            return Err("give off, all or a comma-separated list of tenants".into());
+            return Err(Error::new(
+                ErrorKind::FirmwareUpdatePolicy,
+                "give off, all or a comma-separated list of tenants",
+            ));
         }
         Ok(FirmwareUpdatePolicy::Tenants(tenants))
     }
 
     /// Whether a batch of `tenant` may update firmware; `Err` says why not.
-    pub fn check(&self, tenant: &str) -> Result<(), String> {
+    pub fn check(&self, tenant: &str) -> Result<(), Error> {
+        let denied = |why: String| Err(Error::new(ErrorKind::FirmwareUpdateDenied, why));
         match self {
             FirmwareUpdatePolicy::All => Ok(()),
             FirmwareUpdatePolicy::Tenants(t) if t.contains(tenant) => Ok(()),
             FirmwareUpdatePolicy::Off => {
-                Err("firmware updates are off in this deployment (--allow-firmware-update)".into())
+                denied("firmware updates are off in this deployment (--allow-firmware-update)".into())
             }
             FirmwareUpdatePolicy::Tenants(_) => {
-                Err(format!("firmware updates are not allowed for tenant `{tenant}` (--allow-firmware-update)"))
+                denied(format!("firmware updates are not allowed for tenant `{tenant}` (--allow-firmware-update)"))
             }
         }
     }
@@ -115,7 +147,7 @@ impl FirmwareUpdatePolicy {
 }
 
 impl std::str::FromStr for FirmwareUpdatePolicy {
-    type Err = String;
+    type Err = Error;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         FirmwareUpdatePolicy::parse(s)
     }
@@ -130,12 +162,9 @@ pub fn check_firmware_updates(
 ) -> Result<(), ValidationError> {
     for (i, action) in batch.actions.iter().enumerate() {
         if matches!(action, Action::FirmwareUpdate(_)) {
-            policy.check(tenant).map_err(|why| {
-                ValidationError::new(
-                    ErrorCode::FirmwareUpdateDisabled,
-                    format!("actions[{i}]: {why}; nothing was sent"),
-                )
-            })?;
+            policy
+                .check(tenant)
+                .map_err(|why| ValidationError::new(why.code(), format!("actions[{i}]: {why}; nothing was sent")))?;
         }
     }
     Ok(())
@@ -247,7 +276,7 @@ fn ad_hoc(target: &BmcTarget, limits: &Limits) -> Result<(), ValidationError> {
         ));
     }
     if let Some(ip) = target.address.ip() {
-        limits.ad_hoc.check(ip).map_err(|why| forbidden(format!("bmc.address: {why}")))?;
+        limits.ad_hoc.check(ip).map_err(|why| ValidationError::new(why.code(), format!("bmc.address: {why}")))?;
     }
     if let Some(why) = crate::machine::ad_hoc_refusal(target) {
         return Err(forbidden(why));
@@ -444,13 +473,13 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
             limits
                 .raw_policy
                 .check(raw.into())
-                .map_err(|why| ValidationError::new(ErrorCode::RawNotAllowed, format!("actions[{i}]: {why}")))?;
+                .map_err(|why| ValidationError::new(why.code(), format!("actions[{i}]: {why}")))?;
         }
         if action.is_destructive() {
             limits
                 .raw_policy
                 .check(action.into())
-                .map_err(|why| ValidationError::new(ErrorCode::RawNotAllowed, format!("actions[{i}]: {why}")))?;
+                .map_err(|why| ValidationError::new(why.code(), format!("actions[{i}]: {why}")))?;
         }
     }
     Ok(())
@@ -555,7 +584,8 @@ mod tests {
         assert_eq!(check_firmware_updates(&batch, "t3", &some).unwrap_err().code, ErrorCode::FirmwareUpdateDisabled);
         assert!(check_firmware_updates(&batch, "t3", &FirmwareUpdatePolicy::parse("true").unwrap()).is_ok());
         assert_eq!(FirmwareUpdatePolicy::parse("off").unwrap(), FirmwareUpdatePolicy::Off);
-        assert!(FirmwareUpdatePolicy::parse("Bad_Tenant").is_err());
+        assert_eq!(FirmwareUpdatePolicy::parse("Bad_Tenant").unwrap_err().kind(), ErrorKind::FirmwareUpdatePolicy);
+        assert_eq!(some.check("t3").unwrap_err().kind(), ErrorKind::FirmwareUpdateDenied);
         let plain = Batch { actions: vec![Action::Inventory], ..batch };
         assert!(
             check_firmware_updates(&plain, "t3", &FirmwareUpdatePolicy::Off).is_ok(),

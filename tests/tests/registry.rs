@@ -612,3 +612,25 @@ async fn two_bmcs_on_one_ip_with_their_own_ports_are_two_machines() {
         e.sim.log()
     );
 }
+
+/// `registry::put` tells a record that does not validate (kind `Invalid`,
+/// the `MachineError` kept as its source, nothing written) from a store
+/// failure, where it used to flatten both to text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_refuses_an_invalid_record_as_invalid_and_writes_nothing() {
+    use bmcfleet_common::registry::{self, ErrorKind};
+    use bmcfleet_common::streams::{bucket, machines_config, Mode};
+    let nats = NatsServer::start();
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let kv = bucket(&js, machines_config(&Subjects::new("bmc", "BMCFLEET", 4), 1), Mode::UseExisting).await.unwrap();
+    let good = Machine::new("rack1-node1", "10.0.0.1".parse().unwrap(), Protocol::Sim, "c1");
+    assert!(registry::put(&kv, &good).await.unwrap() > 0);
+    let bad = Machine { name: "Rack1_Node2".into(), ..good.clone() };
+    let e = registry::put(&kv, &bad).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    let why = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<machine::MachineError>());
+    assert_eq!(why.map(|m| m.name.as_str()), Some("Rack1_Node2"), "{e}");
+    assert_eq!(e.to_string(), why.unwrap().to_string(), "the text is the validation error's, as before");
+    assert!(kv.get("Rack1_Node2").await.unwrap().is_none(), "nothing is written");
+}

@@ -1,6 +1,6 @@
 //! Worker configuration: every flag has a `BMCFLEET_*` environment twin.
 
-use bmcfleet_common::config::{duration, positive_duration, ProcessArgs, ServiceConfig};
+use bmcfleet_common::config::{conflict, duration, positive_duration, ProcessArgs, ServiceConfig};
 use bmcfleet_schema::machine::AdHocPolicy;
 use bmcfleet_schema::{RawPolicy, Secret};
 use clap::Parser;
@@ -195,7 +195,7 @@ fn redfish_buffered_bytes(s: &str) -> Result<u64, String> {
 /// mistyped path fails the worker, exit 2, instead of every push batch).
 fn image_dir(s: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(s);
-    bmcfleet_provider::image::ImageDir::new(&path, 1).map(|_| path)
+    Ok(bmcfleet_provider::image::ImageDir::new(&path, 1).map(|_| path)?)
 }
 
 impl Config {
@@ -228,33 +228,33 @@ impl ServiceConfig for Config {
     fn process(&self) -> &ProcessArgs {
         &self.process
     }
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), clap::Error> {
         if self.rebalance_interval * 3 > self.lease_ttl {
-            return Err(format!(
+            return Err(conflict::<Self>(format!(
                 "--rebalance-interval ({}) must be at most a third of --lease-ttl ({}) so leases are renewed in time",
                 bmcfleet_schema::duration::format(self.rebalance_interval),
                 bmcfleet_schema::duration::format(self.lease_ttl)
-            ));
+            )));
         }
         if let Some(every) = self.poll_interval.0 {
             if self.poll_timeout >= every {
-                return Err(format!(
+                return Err(conflict::<Self>(format!(
                     "--poll-timeout ({}) must be shorter than --poll-interval ({})",
                     bmcfleet_schema::duration::format(self.poll_timeout),
                     bmcfleet_schema::duration::format(every)
-                ));
+                )));
             }
         }
         if let Some(n) = self.max_batches_per_tenant {
             if n > self.max_concurrent_batches {
-                return Err(format!(
+                return Err(conflict::<Self>(format!(
                     "--max-batches-per-tenant ({n}) must be at most --max-concurrent-batches ({})",
                     self.max_concurrent_batches
-                ));
+                )));
             }
         }
         if self.ack_wait < Duration::from_secs(1) {
-            return Err("--ack-wait must be at least 1s".into());
+            return Err(conflict::<Self>("--ack-wait must be at least 1s"));
         }
         let fmt = bmcfleet_schema::duration::format;
         for (short, short_flag, long, long_flag, why) in [
@@ -275,11 +275,11 @@ impl ServiceConfig for Config {
             ),
         ] {
             if short >= long {
-                return Err(format!(
+                return Err(conflict::<Self>(format!(
                     "{short_flag} ({}) must be shorter than {long_flag} ({}){why}",
                     fmt(short),
                     fmt(long)
-                ));
+                )));
             }
         }
         Ok(())
@@ -381,12 +381,12 @@ mod tests {
         }
         // Cross-checks at start, with a message naming both flags.
         let c = Config::try_parse_from(["w", "--retry-backoff", "5s", "--action-timeout", "5s"]).unwrap();
-        assert!(c.validate().unwrap_err().contains("--retry-backoff"));
+        assert!(c.validate().unwrap_err().to_string().contains("--retry-backoff"));
         let c = Config::try_parse_from(["w", "--bmc-min-interval", "2s", "--lane-idle-timeout", "1s"]).unwrap();
-        let e = c.validate().unwrap_err();
+        let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("--bmc-min-interval") && e.contains("--lane-idle-timeout"), "{e}");
         let c = Config::try_parse_from(["w", "--bmc-min-interval", "3m"]).unwrap();
-        assert!(c.validate().unwrap_err().contains("--action-timeout"));
+        assert!(c.validate().unwrap_err().to_string().contains("--action-timeout"));
     }
 
     #[test]
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(c.slots().per_tenant(), 10);
         let c =
             Config::try_parse_from(["w", "--max-concurrent-batches", "10", "--max-batches-per-tenant", "11"]).unwrap();
-        assert!(c.validate().unwrap_err().contains("--max-batches-per-tenant"));
+        assert!(c.validate().unwrap_err().to_string().contains("--max-batches-per-tenant"));
         assert!(Config::try_parse_from(["w", "--max-batches-per-tenant", "0"]).is_err());
     }
 
@@ -413,7 +413,7 @@ mod tests {
             assert!(Config::try_parse_from(["w"].iter().chain(bad.iter())).is_err(), "{bad:?} accepted");
         }
         let c = Config::try_parse_from(["w", "--poll-interval", "20s", "--poll-timeout", "30s"]).unwrap();
-        let e = c.validate().unwrap_err();
+        let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("--poll-timeout") && e.contains("--poll-interval"), "{e}");
     }
 

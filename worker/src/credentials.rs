@@ -65,13 +65,30 @@ fn unavailable(message: impl Into<String>) -> ErrorBody {
     ErrorBody::new(ErrorCode::CredentialUnavailable, message)
 }
 
+/// Why the credentials file cannot be loaded ([`CredentialStore::load`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileErrorKind {
+    /// It cannot be read (the source is the I/O error).
+    Unreadable,
+    /// It is not the JSON map of credentials (the source is the JSON error).
+    Invalid,
+}
+
+pub type FileError = bmcfleet_schema::error::Error<FileErrorKind>;
+
 impl CredentialStore {
     /// Load `{"name": {"username": "...", "password": "..."}}` from a JSON file.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read credentials file {}: {e}", path.display()))?;
-        let entries: HashMap<String, Entry> =
-            serde_json::from_str(&text).map_err(|e| format!("credentials file {} is invalid: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Self, FileError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            FileError::with_source(
+                FileErrorKind::Unreadable,
+                format!("cannot read credentials file {}", path.display()),
+                e,
+            )
+        })?;
+        let entries: HashMap<String, Entry> = serde_json::from_str(&text).map_err(|e| {
+            FileError::with_source(FileErrorKind::Invalid, format!("credentials file {} is invalid", path.display()), e)
+        })?;
         let named = entries
             .into_iter()
             .map(|(k, e)| (k, ResolvedCredentials { username: e.username, password: e.password }))
@@ -239,7 +256,8 @@ mod tests {
             ErrorCode::UnknownCredential
         );
         std::fs::write(&path, r#"{"x": {"username": "u"}}"#).unwrap();
-        assert!(CredentialStore::load(&path).is_err());
+        assert_eq!(CredentialStore::load(&path).unwrap_err().kind(), FileErrorKind::Invalid);
+        assert_eq!(CredentialStore::load(&dir.join("missing.json")).unwrap_err().kind(), FileErrorKind::Unreadable);
     }
 
     #[tokio::test]

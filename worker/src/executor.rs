@@ -965,15 +965,13 @@ impl<'a> Run<'a> {
         creds: &'c Result<bmcfleet_provider::ResolvedCredentials, ErrorBody>,
     ) -> Result<&'c bmcfleet_provider::ResolvedCredentials, ProviderError> {
         if matches!(action, bmcfleet_schema::Action::Raw(_)) || action.is_destructive() {
-            self.shared
-                .raw_policy
-                .check(action.into())
-                .map_err(|why| ProviderError::new(ErrorCode::RawNotAllowed, why))?;
+            self.shared.raw_policy.check(action.into()).map_err(|why| ProviderError::new(why.code(), why))?;
         }
         if let bmcfleet_schema::Action::FirmwareUpdate(update) = action {
-            self.shared.firmware_update.check(&self.job.tenant).map_err(|why| {
-                ProviderError::new(ErrorCode::FirmwareUpdateDisabled, format!("{why}; nothing was sent")).not_sent()
-            })?;
+            self.shared
+                .firmware_update
+                .check(&self.job.tenant)
+                .map_err(|why| ProviderError::new(why.code(), format!("{why}; nothing was sent")).not_sent())?;
             if update.image_file.is_some() && self.shared.firmware_images.is_none() {
                 return Err(ProviderError::new(
                     ErrorCode::FirmwareUpdateDisabled,

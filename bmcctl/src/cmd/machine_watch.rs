@@ -70,10 +70,9 @@ impl Filter {
 
 /// Decode one message of a machine-event subject (MessagePack unless its
 /// `Content-Type` says otherwise).
-pub fn decode(msg: &async_nats::Message) -> Result<MachineEvent, String> {
+pub fn decode(msg: &async_nats::Message) -> Result<MachineEvent, bmcfleet_schema::codec::CodecError> {
     let content_type = msg.headers.as_ref().and_then(|h| h.get(CONTENT_TYPE)).map(|v| v.as_str());
-    let encoding = Encoding::from_content_type(content_type).map_err(|e| e.to_string())?;
-    encoding.decode(&msg.payload).map_err(|e| e.to_string())
+    Encoding::from_content_type(content_type)?.decode(&msg.payload)
 }
 
 /// The registry's labels of every machine (what `--selector` matches).

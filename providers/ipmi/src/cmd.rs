@@ -460,25 +460,47 @@ pub fn privilege_role(privilege: u8) -> Option<UserRole> {
     }
 }
 
+/// A value IPMI cannot carry, or a response too short for what it answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A user name that does not fit the 16-byte field.
+    UserName,
+    /// A password IPMI 2.0 cannot carry.
+    Password,
+    /// A response shorter than the value it must hold.
+    Truncated,
+}
+
+pub type Error = bmcfleet_schema::error::Error<ErrorKind>;
+
 /// Validates a user name for the 16-byte IPMI field: 1–16 printable ASCII
 /// characters, no spaces at either end.
-pub fn validate_user_name(name: &str) -> Result<(), String> {
+pub fn validate_user_name(name: &str) -> Result<(), Error> {
     if name.is_empty() || name.len() > USER_NAME_LEN {
-        return Err(format!("an IPMI user name has 1 to {USER_NAME_LEN} characters, got {}", name.len()));
+        return Err(Error::new(
+            ErrorKind::UserName,
+            format!("an IPMI user name has 1 to {USER_NAME_LEN} characters, got {}", name.len()),
+        ));
     }
     if !name.bytes().all(|b| b.is_ascii_graphic() || b == b' ') || name.trim() != name {
-        return Err("an IPMI user name is printable ASCII without leading or trailing spaces".into());
+        return Err(Error::new(
+            ErrorKind::UserName,
+            "an IPMI user name is printable ASCII without leading or trailing spaces",
+        ));
     }
     Ok(())
 }
 
 /// Validates a password: at most 20 bytes (IPMI 2.0), no NUL.
-pub fn validate_password(password: &str) -> Result<(), String> {
+pub fn validate_password(password: &str) -> Result<(), Error> {
     if password.len() > 20 {
-        return Err(format!("an IPMI 2.0 password has at most 20 bytes, got {}", password.len()));
+        return Err(Error::new(
+            ErrorKind::Password,
+            format!("an IPMI 2.0 password has at most 20 bytes, got {}", password.len()),
+        ));
     }
     if password.bytes().any(|b| b == 0) {
-        return Err("an IPMI password cannot contain NUL bytes".into());
+        return Err(Error::new(ErrorKind::Password, "an IPMI password cannot contain NUL bytes"));
     }
     Ok(())
 }
@@ -594,8 +616,13 @@ pub fn encode_set_lan_param(channel: u8, param: u8, value: &[u8]) -> Vec<u8> {
 
 /// The parameter bytes of a Get LAN Configuration Parameters response
 /// (after the revision byte).
-pub fn lan_param_value(data: &[u8], len: usize) -> Result<&[u8], String> {
-    data.get(1..1 + len).ok_or_else(|| format!("LAN parameter response has {} bytes, expected {}", data.len(), len + 1))
+pub fn lan_param_value(data: &[u8], len: usize) -> Result<&[u8], Error> {
+    data.get(1..1 + len).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Truncated,
+            format!("LAN parameter response has {} bytes, expected {}", data.len(), len + 1),
+        )
+    })
 }
 
 pub fn ipv4(bytes: &[u8]) -> Ipv4Addr {
@@ -681,11 +708,13 @@ mod tests {
     fn user_fields() {
         assert_eq!(encode_set_user_name(3, "bob").len(), 17);
         assert_eq!(decode_user_name(&encode_set_user_name(3, "bob")[1..]), "bob");
-        assert!(validate_user_name("").is_err());
+        assert_eq!(validate_user_name("").unwrap_err().kind(), ErrorKind::UserName);
         assert!(validate_user_name("seventeen-chars-x").is_err());
         assert!(validate_user_name(" bob").is_err());
         assert!(validate_user_name("ops_admin-1").is_ok());
-        assert!(validate_password(&"x".repeat(21)).is_err());
+        assert_eq!(validate_password(&"x".repeat(21)).unwrap_err().kind(), ErrorKind::Password);
+        assert_eq!(lan_param_value(&[0x11, 1, 2], 4).unwrap_err().kind(), ErrorKind::Truncated);
+        assert_eq!(lan_param_value(&[0x11, 1, 2], 2).unwrap(), &[1, 2]);
         let short = encode_set_user_password(4, PasswordOp::Set, Some("pw"));
         assert_eq!((short[0], short[1], short.len()), (4, 2, 18));
         let wide = encode_set_user_password(4, PasswordOp::Set, Some("seventeen-chars-x"));

@@ -42,6 +42,23 @@ text_area! {
     ProductInfo { manufacturer, name, part_number, version, serial, asset_tag }
 }
 
+/// What is wrong with FRU data read from the BMC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Shorter than its header or its declared lengths say.
+    Truncated,
+    /// A header or area whose checksum does not add up.
+    Checksum,
+    /// A format version this decoder does not know, or a zero length.
+    Version,
+}
+
+pub type Error = bmcfleet_schema::error::Error<ErrorKind>;
+
+fn error(kind: ErrorKind, why: impl Into<String>) -> Error {
+    Error::new(kind, why)
+}
+
 /// Offsets (in bytes) of the areas named by the common header (section 8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CommonHeader {
@@ -54,39 +71,40 @@ fn checksum_ok(bytes: &[u8]) -> bool {
     bytes.iter().fold(0u8, |a, b| a.wrapping_add(*b)) == 0
 }
 
-pub fn parse_header(bytes: &[u8]) -> Result<CommonHeader, String> {
+pub fn parse_header(bytes: &[u8]) -> Result<CommonHeader, Error> {
     if bytes.len() < 8 {
-        return Err("FRU common header is shorter than 8 bytes".into());
+        return Err(error(ErrorKind::Truncated, "FRU common header is shorter than 8 bytes"));
     }
     let header = &bytes[..8];
     if header[0] & 0x0F != 0x01 {
-        return Err(format!("unknown FRU format version {}", header[0] & 0x0F));
+        return Err(error(ErrorKind::Version, format!("unknown FRU format version {}", header[0] & 0x0F)));
     }
     if !checksum_ok(header) {
-        return Err("FRU common header checksum mismatch".into());
+        return Err(error(ErrorKind::Checksum, "FRU common header checksum mismatch"));
     }
     let offset = |b: u8| (b != 0).then_some(usize::from(b) * 8);
     Ok(CommonHeader { chassis: offset(header[2]), board: offset(header[3]), product: offset(header[4]) })
 }
 
 /// The length in bytes of an area from its first two bytes.
-pub fn area_len(first_two: &[u8]) -> Result<usize, String> {
+pub fn area_len(first_two: &[u8]) -> Result<usize, Error> {
     match first_two {
         [version, len, ..] if version & 0x0F == 0x01 && *len > 0 => Ok(usize::from(*len) * 8),
-        [_, _, ..] => Err("FRU area has an unknown version or zero length".into()),
-        _ => Err("FRU area is truncated".into()),
+        [_, _, ..] => Err(error(ErrorKind::Version, "FRU area has an unknown version or zero length")),
+        _ => Err(error(ErrorKind::Truncated, "FRU area is truncated")),
     }
 }
 
 /// Decodes one type/length-prefixed field; returns the value (if any) and
 /// the bytes consumed, or `None` at the end-of-fields marker (0xC1).
-fn field(bytes: &[u8]) -> Result<Option<(Option<String>, usize)>, String> {
-    let tl = *bytes.first().ok_or("FRU area ends without the end-of-fields marker")?;
+fn field(bytes: &[u8]) -> Result<Option<(Option<String>, usize)>, Error> {
+    let tl =
+        *bytes.first().ok_or_else(|| error(ErrorKind::Truncated, "FRU area ends without the end-of-fields marker"))?;
     if tl == 0xC1 {
         return Ok(None);
     }
     let len = usize::from(tl & 0x3F);
-    let raw = bytes.get(1..1 + len).ok_or("FRU field runs past its area")?;
+    let raw = bytes.get(1..1 + len).ok_or_else(|| error(ErrorKind::Truncated, "FRU field runs past its area"))?;
     let text = match tl >> 6 {
         0b11 => String::from_utf8_lossy(raw).into_owned(),
         0b10 => six_bit_ascii(raw),
@@ -125,9 +143,9 @@ fn six_bit_ascii(raw: &[u8]) -> String {
 }
 
 /// Reads the fields of an area starting at `start` (after the fixed bytes).
-fn fields(area: &[u8], start: usize) -> Result<Vec<Option<String>>, String> {
+fn fields(area: &[u8], start: usize) -> Result<Vec<Option<String>>, Error> {
     if !checksum_ok(area) {
-        return Err("FRU area checksum mismatch".into());
+        return Err(error(ErrorKind::Checksum, "FRU area checksum mismatch"));
     }
     let mut out = Vec::new();
     let mut at = start;
@@ -186,21 +204,21 @@ fn chassis_type(t: u8) -> String {
 }
 
 /// Parses a complete chassis info area (its declared length).
-pub fn parse_chassis(area: &[u8]) -> Result<ChassisInfo, String> {
+pub fn parse_chassis(area: &[u8]) -> Result<ChassisInfo, Error> {
     // version, length, chassis type.
-    let kind = area.get(2).copied().ok_or("FRU chassis area is truncated")?;
+    let kind = area.get(2).copied().ok_or_else(|| error(ErrorKind::Truncated, "FRU chassis area is truncated"))?;
     let mut f = fields(area, 3)?.into_iter();
     Ok(ChassisInfo { kind: Some(chassis_type(kind)), part_number: f.next().flatten(), serial: f.next().flatten() })
 }
 
 /// Parses a complete board info area (its declared length).
-pub fn parse_board(area: &[u8]) -> Result<BoardInfo, String> {
+pub fn parse_board(area: &[u8]) -> Result<BoardInfo, Error> {
     // version, length, language, 3-byte manufacturing date.
     Ok(BoardInfo::from_fields(fields(area, 6)?))
 }
 
 /// Parses a complete product info area (its declared length).
-pub fn parse_product(area: &[u8]) -> Result<ProductInfo, String> {
+pub fn parse_product(area: &[u8]) -> Result<ProductInfo, Error> {
     // version, length, language.
     Ok(ProductInfo::from_fields(fields(area, 3)?))
 }
@@ -222,7 +240,7 @@ mod tests {
     ];
 
     /// The area of [`SIM_FRU`] at `offset` (its declared length), parsed.
-    fn sim_area<T>(offset: usize, parse: fn(&[u8]) -> Result<T, String>) -> T {
+    fn sim_area<T>(offset: usize, parse: fn(&[u8]) -> Result<T, Error>) -> T {
         let len = area_len(&SIM_FRU[offset..]).unwrap();
         parse(&SIM_FRU[offset..offset + len]).unwrap()
     }
@@ -269,15 +287,18 @@ mod tests {
     fn rejects_corruption() {
         let mut bad = SIM_FRU;
         bad[40] ^= 0x01;
-        assert!(parse_board(&bad[32..88]).is_err());
+        assert_eq!(parse_board(&bad[32..88]).unwrap_err().kind(), ErrorKind::Checksum);
         bad[12] ^= 0x01;
-        assert!(parse_chassis(&bad[8..32]).is_err());
+        assert_eq!(parse_chassis(&bad[8..32]).unwrap_err().kind(), ErrorKind::Checksum);
         bad[7] ^= 0x01;
-        assert!(parse_header(&bad).is_err());
+        let e = parse_header(&bad).unwrap_err();
+        assert_eq!((e.kind(), e.to_string().as_str()), (ErrorKind::Checksum, "FRU common header checksum mismatch"));
+        assert_eq!(parse_header(&SIM_FRU[..7]).unwrap_err().kind(), ErrorKind::Truncated);
+        assert_eq!(area_len(&[0x02, 0x01]).unwrap_err().kind(), ErrorKind::Version);
         // A field that claims more bytes than its area holds.
         let mut long = [0x01, 0x01, 0x17, 0xC5, 0x41, 0x42, 0x43, 0x00];
         long[7] = 0u8.wrapping_sub(long[..7].iter().fold(0u8, |a, b| a.wrapping_add(*b)));
-        assert!(parse_chassis(&long).is_err());
+        assert_eq!(parse_chassis(&long).unwrap_err().to_string(), "FRU field runs past its area");
         assert_eq!(chassis_type(0x17), "Rack Mount Chassis");
         assert_eq!(chassis_type(0), "0x00");
         assert_eq!(chassis_type(0xFF), "0xff");

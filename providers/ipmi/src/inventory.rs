@@ -56,7 +56,7 @@ impl<T: Transport> IpmiSession<T> {
         let header = match fru::parse_header(&self.read_fru(ctx, 0, 8.min(size), words).await?) {
             Ok(h) => h,
             Err(e) => {
-                extra.push(("fru_error".into(), e));
+                extra.push(("fru_error".into(), e.to_string()));
                 return Ok(None);
             }
         };
@@ -72,7 +72,7 @@ impl<T: Transport> IpmiSession<T> {
                     continue;
                 }
                 Err(e) => {
-                    extra.push(("fru_error".into(), e));
+                    extra.push(("fru_error".into(), e.to_string()));
                     continue;
                 }
             };
@@ -99,7 +99,7 @@ impl<T: Transport> IpmiSession<T> {
                 }),
             };
             if let Err(e) = parsed {
-                extra.push(("fru_error".into(), e));
+                extra.push(("fru_error".into(), e.to_string()));
             }
         }
         Ok((out != Fru::default()).then_some(out))

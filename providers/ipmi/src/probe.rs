@@ -57,24 +57,44 @@ fn encode(rq_seq: u8, extended: bool) -> Vec<u8> {
     out
 }
 
+/// What is wrong with a reply to the probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyErrorKind {
+    /// Shorter than its headers or its length field say.
+    Truncated,
+    /// RMCP+ framing where IPMI 1.5 session-less framing was asked for.
+    Framing,
+    /// A message checksum that does not add up.
+    Checksum,
+}
+
+pub type ReplyError = bmcfleet_schema::error::Error<ReplyErrorKind>;
+
 /// Parses a reply; `Ok(None)` means "not the reply to this request".
-pub(crate) fn decode(rq_seq: u8, pkt: &[u8]) -> Result<Option<(u8, Vec<u8>)>, String> {
+pub(crate) fn decode(rq_seq: u8, pkt: &[u8]) -> Result<Option<(u8, Vec<u8>)>, ReplyError> {
+    let truncated = |why: &str| ReplyError::new(ReplyErrorKind::Truncated, why);
     if pkt.len() < 4 || pkt[0] != 0x06 || pkt[3] & 0x1F != 0x07 {
         return Ok(None); // not RMCP/IPMI (e.g. an ASF pong)
     }
-    let auth_type = *pkt.get(4).ok_or("truncated session header")?;
+    let auth_type = *pkt.get(4).ok_or_else(|| truncated("truncated session header"))?;
     let len_at = match auth_type {
         0x00 => 13,
-        0x06 => return Err("RMCP+ framed reply to a session-less IPMI 1.5 request".into()),
+        0x06 => {
+            return Err(ReplyError::new(
+                ReplyErrorKind::Framing,
+                "RMCP+ framed reply to a session-less IPMI 1.5 request",
+            ))
+        }
         _ => 29,
     };
-    let len = *pkt.get(len_at).ok_or("truncated session header")? as usize;
-    let msg = pkt.get(len_at + 1..len_at + 1 + len).ok_or("message shorter than its length field")?;
+    let len = *pkt.get(len_at).ok_or_else(|| truncated("truncated session header"))? as usize;
+    let msg =
+        pkt.get(len_at + 1..len_at + 1 + len).ok_or_else(|| truncated("message shorter than its length field"))?;
     if msg.len() < 8 {
-        return Err("IPMI message too short".into());
+        return Err(truncated("IPMI message too short"));
     }
     if checksum(&msg[..2]) != msg[2] || checksum(&msg[3..msg.len() - 1]) != msg[msg.len() - 1] {
-        return Err("IPMI message checksum mismatch".into());
+        return Err(ReplyError::new(ReplyErrorKind::Checksum, "IPMI message checksum mismatch"));
     }
     let netfn = msg[1] >> 2;
     let seq = msg[4] >> 2;
@@ -234,7 +254,11 @@ mod tests {
         let mut bad = p.clone();
         let last = bad.len() - 1;
         bad[last] ^= 1;
-        assert!(decode(3, &bad).is_err());
+        assert_eq!(decode(3, &bad).unwrap_err().kind(), ReplyErrorKind::Checksum);
+        assert_eq!(decode(3, &p[..p.len() - 2]).unwrap_err().kind(), ReplyErrorKind::Truncated);
+        let mut plus = p.clone();
+        plus[4] = 0x06;
+        assert_eq!(decode(3, &plus).unwrap_err().kind(), ReplyErrorKind::Framing);
     }
 
     #[test]

@@ -65,9 +65,31 @@ pub fn threshold_severity(event_type: u8, offset: u8, direction: EventDirection)
     })
 }
 
+/// Why a SEL record cannot be decoded (after `ipmi_rs`'s `ParseEntryError`,
+/// which is not a `std::error::Error`: its debug text is the message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Shorter than a record.
+    Truncated,
+    /// A record type IPMI does not define.
+    UnknownType,
+    /// A field with a value IPMI does not allow (a channel number).
+    Invalid,
+}
+
+pub type Error = bmcfleet_schema::error::Error<ErrorKind>;
+
 /// One 16-byte SEL record as an entry.
-pub fn decode_sel_record(record: &[u8]) -> std::result::Result<EventLogEntry, String> {
-    let entry = Entry::parse(record).map_err(|e| format!("SEL record: {e:?}"))?;
+pub fn decode_sel_record(record: &[u8]) -> std::result::Result<EventLogEntry, Error> {
+    use ipmi_rs::storage::sel::ParseEntryError;
+    let entry = Entry::parse(record).map_err(|e| {
+        let kind = match e {
+            ParseEntryError::NotEnoughData => ErrorKind::Truncated,
+            ParseEntryError::UnknownRecordType(_) => ErrorKind::UnknownType,
+            ParseEntryError::InvalidChannel(_) => ErrorKind::Invalid,
+        };
+        Error::new(kind, format!("SEL record: {e:?}"))
+    })?;
     let raw = bmcfleet_provider::hex(record);
     let id = format!("{:04x}", u16::from_le_bytes([record[0], record[1]]));
     let ts = u32::from_le_bytes([record[3], record[4], record[5], record[6]]);
@@ -143,7 +165,7 @@ impl<T: Transport> IpmiSession<T> {
                 .ok_or_else(|| protocol(cmd::GET_SEL_ENTRY.id, "response shorter than a record"))?;
             out.push(decode_sel_record(record).unwrap_or_else(|why| EventLogEntry {
                 id: format!("{:04x}", u16::from_le_bytes([record[0], record[1]])),
-                message: why,
+                message: why.to_string(),
                 raw: Some(bmcfleet_provider::hex(record)),
                 ..EventLogEntry::default()
             }));
@@ -232,11 +254,10 @@ mod tests {
         let e = decode_sel_record(&rec).unwrap();
         assert_eq!(e.kind.as_deref(), Some("OEM 0xc1"));
         assert_eq!(e.message, "OEM record (manufacturer 343)");
-        assert!(decode_sel_record(&rec[..10]).is_err());
-        assert!(
-            decode_sel_record(&[0x01, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err(),
-            "record type 0x10 is unknown"
-        );
+        assert_eq!(decode_sel_record(&rec[..10]).unwrap_err().kind(), ErrorKind::Truncated);
+        let unknown = decode_sel_record(&[0x01, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap_err();
+        assert_eq!(unknown.kind(), ErrorKind::UnknownType, "record type 0x10 is unknown");
+        assert_eq!(unknown.to_string(), "SEL record: UnknownRecordType(16)");
 
         // Get SEL Info: version 0x51, 3 entries, ...
         assert_eq!(sel_entries(&[0x51, 0x03, 0x00, 0xFF, 0xFF]), Some(3));

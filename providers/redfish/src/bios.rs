@@ -51,6 +51,22 @@ pub(crate) fn registry_attributes(registry: &Value) -> BTreeMap<String, BiosAttr
         .collect()
 }
 
+/// Why an attribute cannot be set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttributeErrorKind {
+    /// Not an attribute of this system (nor of its registry).
+    Unknown,
+    /// The registry marks it read-only.
+    ReadOnly,
+    /// The value is not one the attribute takes (type, range, allowed values).
+    Value,
+    /// A password attribute: never set through `bios_set`.
+    Password,
+}
+
+/// An attribute `bios_set` refuses before anything is sent.
+pub type AttributeError = bmcfleet_schema::error::Error<AttributeErrorKind>;
+
 /// Checks one attribute to set: against its registry entry when there is
 /// a registry, else against the current value's JSON type.
 pub(crate) fn check_attribute(
@@ -58,43 +74,54 @@ pub(crate) fn check_attribute(
     value: &Value,
     registry: Option<&BTreeMap<String, BiosAttribute>>,
     current: &Map<String, Value>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), AttributeError> {
+    let no = |kind: AttributeErrorKind, why: String| Err(AttributeError::new(kind, why));
     let Some(registry) = registry else {
         return match current.get(name) {
-            None => Err(format!("`{name}` is not a BIOS attribute of this system")),
+            None => no(AttributeErrorKind::Unknown, format!("`{name}` is not a BIOS attribute of this system")),
             Some(cur) if !cur.is_null() && std::mem::discriminant(cur) != std::mem::discriminant(value) => {
-                Err(format!("`{name}` takes a value like {cur}, not {value}"))
+                no(AttributeErrorKind::Value, format!("`{name}` takes a value like {cur}, not {value}"))
             }
             Some(_) => Ok(()),
         };
     };
-    let a = registry.get(name).ok_or_else(|| format!("`{name}` is not in the BIOS attribute registry"))?;
+    let Some(a) = registry.get(name) else {
+        return no(AttributeErrorKind::Unknown, format!("`{name}` is not in the BIOS attribute registry"));
+    };
     if a.read_only {
-        return Err(format!("`{name}` is read-only"));
+        return no(AttributeErrorKind::ReadOnly, format!("`{name}` is read-only"));
     }
     match a.kind.as_str() {
         "Enumeration" => match value.as_str() {
             Some(s) if a.allowed.is_empty() || a.allowed.iter().any(|x| x == s) => Ok(()),
-            _ => Err(format!("`{name}` must be one of {}, not {value}", a.allowed.join(", "))),
+            _ => {
+                no(AttributeErrorKind::Value, format!("`{name}` must be one of {}, not {value}", a.allowed.join(", ")))
+            }
         },
         "Integer" => match value.as_i64() {
-            Some(n) if a.lower_bound.is_some_and(|l| n < l) || a.upper_bound.is_some_and(|u| n > u) => Err(format!(
-                "`{name}` must be from {} to {}, not {n}",
-                a.lower_bound.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
-                a.upper_bound.map(|u| u.to_string()).unwrap_or_else(|| "-".into())
-            )),
+            Some(n) if a.lower_bound.is_some_and(|l| n < l) || a.upper_bound.is_some_and(|u| n > u) => no(
+                AttributeErrorKind::Value,
+                format!(
+                    "`{name}` must be from {} to {}, not {n}",
+                    a.lower_bound.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
+                    a.upper_bound.map(|u| u.to_string()).unwrap_or_else(|| "-".into())
+                ),
+            ),
             Some(_) => Ok(()),
-            None => Err(format!("`{name}` takes an integer, not {value}")),
+            None => no(AttributeErrorKind::Value, format!("`{name}` takes an integer, not {value}")),
         },
-        "Boolean" if !value.is_boolean() => Err(format!("`{name}` takes true or false, not {value}")),
+        "Boolean" if !value.is_boolean() => {
+            no(AttributeErrorKind::Value, format!("`{name}` takes true or false, not {value}"))
+        }
         "String" => match value.as_str() {
-            Some(s) if a.max_length.is_some_and(|m| s.chars().count() as u64 > m) => {
-                Err(format!("`{name}` takes at most {} characters", a.max_length.unwrap_or(0)))
-            }
+            Some(s) if a.max_length.is_some_and(|m| s.chars().count() as u64 > m) => no(
+                AttributeErrorKind::Value,
+                format!("`{name}` takes at most {} characters", a.max_length.unwrap_or(0)),
+            ),
             Some(_) => Ok(()),
-            None => Err(format!("`{name}` takes a string, not {value}")),
+            None => no(AttributeErrorKind::Value, format!("`{name}` takes a string, not {value}")),
         },
-        "Password" => Err(format!("`{name}` is a password: not set through bios_set")),
+        "Password" => no(AttributeErrorKind::Password, format!("`{name}` is a password: not set through bios_set")),
         _ => Ok(()),
     }
 }
@@ -172,7 +199,7 @@ impl Bios for RedfishSession {
         let problems: Vec<String> = set
             .attributes
             .iter()
-            .filter_map(|(k, v)| check_attribute(k, v, registry.as_ref(), &current).err())
+            .filter_map(|(k, v)| check_attribute(k, v, registry.as_ref(), &current).err().map(|e| e.to_string()))
             .collect();
         if !problems.is_empty() {
             return Err(invalid(format!("bios_set: {}", problems.join("; "))));
@@ -221,7 +248,12 @@ mod tests {
     fn attributes_are_checked_against_the_registry() {
         let r = registry();
         let cur = Map::new();
-        let check = |k: &str, v: Value| check_attribute(k, &v, Some(&r), &cur);
+        let check = |k: &str, v: Value| check_attribute(k, &v, Some(&r), &cur).map_err(|e| e.to_string());
+        let kind = |k: &str, v: Value| check_attribute(k, &v, Some(&r), &cur).unwrap_err().kind();
+        assert_eq!(kind("Nope", json!(1)), AttributeErrorKind::Unknown);
+        assert_eq!(kind("SerialNumber", json!("x")), AttributeErrorKind::ReadOnly);
+        assert_eq!(kind("NumCores", json!(65)), AttributeErrorKind::Value);
+        assert_eq!(kind("AdminPwd", json!("x")), AttributeErrorKind::Password);
         assert!(check("BootMode", json!("Uefi")).is_ok());
         assert_eq!(
             check("BootMode", json!("Legacy")).unwrap_err(),

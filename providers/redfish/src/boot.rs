@@ -131,15 +131,28 @@ fn refused_mode(e: &bmcfleet_provider::ProviderError, body: &Value) -> Option<St
     (e.status == Some(400) && e.message.contains("BootSourceOverrideMode")).then(|| mode.to_owned())
 }
 
+/// Which boot override property read back otherwise than it was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadBackKind {
+    Target,
+    Mode,
+    Enabled,
+}
+
+/// A boot override the BMC accepted but does not read back.
+pub type ReadBackError = bmcfleet_schema::error::Error<ReadBackKind>;
+
 /// Compare what we asked with what the BMC reads back.
-fn verify(sent: &Value, system: &Value) -> std::result::Result<(), String> {
+fn verify(sent: &Value, system: &Value) -> std::result::Result<(), ReadBackError> {
     let boot = system.get("Boot").cloned().unwrap_or(Value::Null);
     let sent = &sent["Boot"];
-    for key in ["BootSourceOverrideTarget", "BootSourceOverrideMode"] {
+    for (key, kind) in
+        [("BootSourceOverrideTarget", ReadBackKind::Target), ("BootSourceOverrideMode", ReadBackKind::Mode)]
+    {
         if let Some(want) = str_of(sent, key) {
             let got = str_of(&boot, key).unwrap_or("(absent)");
             if got != want {
-                return Err(format!("{key} reads back {got}, not {want}"));
+                return Err(ReadBackError::new(kind, format!("{key} reads back {got}, not {want}")));
             }
         }
     }
@@ -151,7 +164,12 @@ fn verify(sent: &Value, system: &Value) -> std::result::Result<(), String> {
         Some("Once") if got == "Continuous" => {
             tracing::debug!("Boot override asked Once, reads back Continuous.");
         }
-        Some(want) => return Err(format!("BootSourceOverrideEnabled reads back {got}, not {want}")),
+        Some(want) => {
+            return Err(ReadBackError::new(
+                ReadBackKind::Enabled,
+                format!("BootSourceOverrideEnabled reads back {got}, not {want}"),
+            ))
+        }
         None => {}
     }
     Ok(())
@@ -392,9 +410,13 @@ mod tests {
         let sushy = json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Continuous"}});
         assert!(verify(&sent, &sushy).is_ok());
         let wrong = json!({"Boot": {"BootSourceOverrideTarget": "Hdd", "BootSourceOverrideEnabled": "Once"}});
-        assert!(verify(&sent, &wrong).is_err());
+        let e = verify(&sent, &wrong).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.to_string().as_str()),
+            (ReadBackKind::Target, "BootSourceOverrideTarget reads back Hdd, not Pxe")
+        );
         let sent_c = json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Continuous"}});
         let once = json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}});
-        assert!(verify(&sent_c, &once).is_err());
+        assert_eq!(verify(&sent_c, &once).unwrap_err().kind(), ReadBackKind::Enabled);
     }
 }

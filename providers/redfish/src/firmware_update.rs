@@ -58,14 +58,23 @@ pub(crate) const MAX_TASKS: usize = 64;
 const MAX_MESSAGES: usize = 16;
 const MAX_MESSAGE: usize = 512;
 
+/// How a task ended.
+#[derive(Debug, PartialEq, Eq)]
+enum TaskEnd {
+    Completed,
+    /// Ended otherwise: how (the state's name, or a completion with a
+    /// critical status), for the `update_failed` message.
+    Failed(String),
+}
+
 /// What one poll of a task said.
 #[derive(Debug, PartialEq, Eq)]
 struct TaskView {
     state: Option<String>,
     percent: Option<u8>,
     messages: Vec<String>,
-    /// A final state: `Ok` completed, `Err` ended otherwise (the state's name).
-    done: Option<std::result::Result<(), String>>,
+    /// Set once the task is in a final state.
+    done: Option<TaskEnd>,
 }
 
 fn messages(v: &Value) -> Vec<String> {
@@ -108,12 +117,12 @@ fn view(status: StatusCode, v: &Value) -> TaskView {
     let percent = v.get("PercentComplete").and_then(Value::as_u64).map(|p| p.min(100) as u8);
     let done = match state.as_deref() {
         // A monitor that stops answering 202 without a Task: the operation's result.
-        None if status != StatusCode::ACCEPTED => Some(Ok(())),
+        None if status != StatusCode::ACCEPTED => Some(TaskEnd::Completed),
         Some("Completed") if str_of(v, "TaskStatus") == Some("Critical") => {
-            Some(Err("Completed with a critical status".to_owned()))
+            Some(TaskEnd::Failed("Completed with a critical status".to_owned()))
         }
-        Some("Completed") => Some(Ok(())),
-        Some(s @ ("Exception" | "Killed" | "Cancelled" | "Interrupted")) => Some(Err(s.to_owned())),
+        Some("Completed") => Some(TaskEnd::Completed),
+        Some(s @ ("Exception" | "Killed" | "Cancelled" | "Interrupted")) => Some(TaskEnd::Failed(s.to_owned())),
         _ => None,
     };
     TaskView { state, percent, messages: messages(v), done }
@@ -362,7 +371,7 @@ impl FirmwareUpdate for RedfishSession {
                         reported = Some(seen);
                     }
                     match now.done.take() {
-                        Some(Ok(())) => {
+                        Some(TaskEnd::Completed) => {
                             return Ok(FirmwareUpdateResult {
                                 task: Some(task.clone()),
                                 state: now.state.clone().unwrap_or_else(|| "Completed".into()),
@@ -371,7 +380,7 @@ impl FirmwareUpdate for RedfishSession {
                                 resumed: false,
                             })
                         }
-                        Some(Err(state)) => {
+                        Some(TaskEnd::Failed(state)) => {
                             let detail = if now.messages.is_empty() {
                                 String::new()
                             } else {
@@ -457,19 +466,23 @@ mod tests {
     #[test]
     fn task_states() {
         let ok = view(StatusCode::OK, &json!({"TaskState": "Completed", "TaskStatus": "OK", "PercentComplete": 100}));
-        assert_eq!((ok.done, ok.percent), (Some(Ok(())), Some(100)));
+        assert_eq!((ok.done, ok.percent), (Some(TaskEnd::Completed), Some(100)));
         let running = view(StatusCode::ACCEPTED, &json!({"TaskState": "Running", "PercentComplete": 250}));
         assert_eq!((running.done, running.percent), (None, Some(100)), "clamped");
         assert_eq!(view(StatusCode::ACCEPTED, &json!({})).done, None, "a 202 without a task is still running");
-        assert_eq!(view(StatusCode::OK, &json!({})).done, Some(Ok(())), "a monitor's final answer without a Task");
+        assert_eq!(
+            view(StatusCode::OK, &json!({})).done,
+            Some(TaskEnd::Completed),
+            "a monitor's final answer without a Task"
+        );
         let failed = view(
             StatusCode::OK,
             &json!({"TaskState": "Exception", "Messages": [{"Message": "flash\u{7} failed"}, {"MessageId": "X.1"}]}),
         );
-        assert_eq!(failed.done, Some(Err("Exception".into())));
+        assert_eq!(failed.done, Some(TaskEnd::Failed("Exception".into())));
         assert_eq!(failed.messages, ["flash failed", "X.1"]);
         let critical = view(StatusCode::OK, &json!({"TaskState": "Completed", "TaskStatus": "Critical"}));
-        assert!(matches!(critical.done, Some(Err(_))));
+        assert_eq!(critical.done, Some(TaskEnd::Failed("Completed with a critical status".into())));
         assert!(is_update_task(
             &json!({"Payload": {"TargetUri": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"}})
         ));

@@ -19,7 +19,7 @@ struct Args {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    bmcfleet_schema::duration::parse(s)
+    Ok(bmcfleet_schema::duration::parse(s)?)
 }
 
 #[tokio::main]

@@ -188,7 +188,7 @@ impl WsmanClient {
         let name = format!("{class}.{method}");
         match env.return_value(method) {
             None => Err(AmtError::Protocol(format!("{name}: the response holds no {method}_OUTPUT/ReturnValue"))),
-            Some(Err(t)) => Err(AmtError::Protocol(format!("{name}: ReturnValue `{t}` is not a number"))),
+            Some(Err(e)) => Err(AmtError::Protocol(format!("{name}: {e}"))),
             Some(Ok(v)) if ReturnValue::is_success(v) => Ok(()),
             Some(Ok(v)) => Err(AmtError::ReturnValue(ReturnValue { method: name, value: v })),
         }

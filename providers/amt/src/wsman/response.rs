@@ -15,6 +15,15 @@ pub struct Envelope {
     pub body: Element,
 }
 
+/// What a response holds that it should not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A `ReturnValue` that is not an unsigned number.
+    ReturnValue,
+}
+
+pub type Error = bmcfleet_schema::error::Error<ErrorKind>;
+
 /// One page of an enumeration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PullPage {
@@ -75,11 +84,15 @@ impl Envelope {
     }
 
     /// `ReturnValue` of `<method>_OUTPUT`: `None` when the element is missing,
-    /// `Some(Err(text))` when it is not a number.
-    pub fn return_value(&self, method: &str) -> Option<Result<u32, String>> {
+    /// `Some(Err(_))` when it is not a number (the text names the value).
+    pub fn return_value(&self, method: &str) -> Option<Result<u32, Error>> {
         let out = self.body_element(&format!("{method}_OUTPUT"))?;
         let rv = out.child_local("ReturnValue")?;
-        Some(rv.text_trim().parse::<u32>().map_err(|_| rv.text_trim().to_owned()))
+        let text = rv.text_trim();
+        Some(
+            text.parse::<u32>()
+                .map_err(|_| Error::new(ErrorKind::ReturnValue, format!("ReturnValue `{text}` is not a number"))),
+        )
     }
 }
 
@@ -141,5 +154,14 @@ mod tests {
                 .unwrap();
         assert!(ok.fault().is_none());
         assert!(ok.return_value("X").is_none());
+        let out = |rv: &str| {
+            Envelope::parse(&format!(
+                r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Body><X_OUTPUT><ReturnValue>{rv}</ReturnValue></X_OUTPUT></s:Body></s:Envelope>"#
+            ))
+            .unwrap()
+        };
+        assert_eq!(out(" 2 ").return_value("X").map(Result::ok), Some(Some(2)));
+        let e = out("-1").return_value("X").unwrap().unwrap_err();
+        assert_eq!((e.kind(), e.to_string().as_str()), (ErrorKind::ReturnValue, "ReturnValue `-1` is not a number"));
     }
 }
