@@ -194,6 +194,25 @@ pub const WORKER_HEADER: &str = "Bmcfleet-Worker";
 /// tenant). A client cannot forge it across the import.
 pub const REQUEST_INFO_HEADER: &str = "Nats-Request-Info";
 
+/// The requesting connection named by a [`REQUEST_INFO_HEADER`] value, as
+/// `<account>/<server id>/<client id>`: nats-server names it only when the
+/// service import shares the requester's information (`share: true`, as in
+/// the shipped accounts config); `None` otherwise. (The reply subject names
+/// no connection: a service import rewrites it to one `_R_.<prefix>.*` for
+/// every importing account.)
+pub fn request_connection(header: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Info {
+        acc: String,
+        #[serde(default)]
+        server: String,
+        #[serde(default)]
+        id: u64,
+    }
+    let info = serde_json::from_str::<Info>(header).ok()?;
+    (!info.server.is_empty() && info.id != 0).then(|| format!("{}/{}/{}", info.acc, info.server, info.id))
+}
+
 /// The requesting account named by a [`REQUEST_INFO_HEADER`] value.
 pub fn request_account(header: &str) -> Result<String, String> {
     #[derive(serde::Deserialize)]
@@ -209,6 +228,15 @@ pub fn request_account(header: &str) -> Result<String, String> {
 mod tests {
     use super::*;
     use crate::BmcAddress;
+
+    #[test]
+    fn a_requesting_connection_is_named_only_when_the_import_shares_it() {
+        let shared = r#"{"start":"2026-12-06T02:05:44Z","host":"127.0.0.1","id":10,"acc":"tenant-a","user":"producer-a","rtt":245269,"server":"NCGQ","kind":"Client"}"#;
+        assert_eq!(request_connection(shared).as_deref(), Some("tenant-a/NCGQ/10"));
+        assert_eq!(request_account(shared).as_deref(), Ok("tenant-a"));
+        assert_eq!(request_connection(r#"{"acc":"tenant-a","rtt":628540}"#), None, "an import without `share`");
+        assert_eq!(request_connection("not json"), None);
+    }
 
     #[test]
     fn partition_consumers_are_named_per_epoch() {

@@ -742,6 +742,80 @@ async fn a_tenant_flooding_the_gateway_leaves_the_other_tenants_their_share() {
     waiters.abort_all();
 }
 
+/// The next of `waiters` to finish, within 20 s: an `unavailable` refusal's message.
+async fn refused_now(waiters: &mut tokio::task::JoinSet<Reply>) -> String {
+    let r =
+        tokio::time::timeout(Duration::from_secs(20), waiters.join_next()).await.expect("a refusal").unwrap().unwrap();
+    let e = refusal(r);
+    assert_eq!(e.code, ErrorCode::Unavailable, "{e:?}");
+    e.message
+}
+
+/// Issue 32 item 2: the waiting-submit budget is keyed by who asks, never by
+/// reply subject. Through a service import every tenant's requests carry
+/// one `_R_.<prefix>.*` reply prefix, so keyed by it tenant A holding its
+/// connection's share refused every other tenant's waiting submit. Now A
+/// holds its whole share (two connections at the per-connection limit) and
+/// B's waiting submits are still admitted. (No worker: admitted waiting
+/// submits stay open.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_holding_its_waiting_budget_leaves_other_tenants_theirs() {
+    use bmcfleet_tests::metrics::{metrics_port, scrape, value};
+    let topo = Topology::default();
+    let nats = bmcfleet_tests::shipped::nats();
+    let gateway = topo.gateway(
+        &nats,
+        &[
+            &bmcfleet_tests::shipped::gateway_user()[..],
+            &["--max-waiting-submits", "8", "--max-waiting-per-client", "2", "--metrics-addr", "127.0.0.1:0"],
+        ]
+        .concat(),
+    );
+    let port = metrics_port(&gateway).await;
+    let producer = |user: &'static str, password: &'static str| {
+        let nats = &nats;
+        async move {
+            let p = Producer::new(connect(nats, user, password).await.0);
+            wait_gateway(&p).await;
+            p
+        }
+    };
+    let admitted = |n: f64| async move {
+        bmcfleet_tests::eventually(Duration::from_secs(20), &format!("{n} waiting submits admitted"), || async {
+            (value(&scrape(port), "bmcfleet_batches_admitted_total", &[]) == n).then_some(())
+        })
+        .await
+    };
+    let mut waiters = tokio::task::JoinSet::new();
+    let mut address = 0;
+    let mut flood = |p: &Producer, n: usize, waiters: &mut tokio::task::JoinSet<Reply>| {
+        for _ in 0..n {
+            address += 1;
+            let p = p.clone();
+            let batch = sim_batch(&format!("10.7.8.{address}"), vec![Action::Power(PowerOp::On)]);
+            waiters.spawn(async move { p.submit(&batch, true).await });
+        }
+    };
+    // A's first connection: 2 admitted, the third refused for the connection.
+    let a1 = producer("producer-a", PASSWORDS[5].1).await;
+    flood(&a1, 3, &mut waiters);
+    assert!(refused_now(&mut waiters).await.contains("this connection already has 2 waiting submits"));
+    admitted(2.0).await;
+    // A's second connection: A now holds its whole share (4 of 8).
+    let a2 = producer("producer-a", PASSWORDS[5].1).await;
+    flood(&a2, 2, &mut waiters);
+    admitted(4.0).await;
+    let a3 = producer("producer-a", PASSWORDS[5].1).await;
+    flood(&a3, 1, &mut waiters);
+    assert!(refused_now(&mut waiters).await.contains("this tenant already has 4 waiting submits"));
+    // B's waiting submits are admitted (they wait; they are not refused).
+    let b = producer("producer-b", PASSWORDS[6].1).await;
+    flood(&b, 2, &mut waiters);
+    admitted(6.0).await;
+    assert!(waiters.try_join_next().is_none(), "every admitted submit still waits");
+    waiters.abort_all();
+}
+
 /// A refusal whose message quotes what a producer sent (an unknown field,
 /// a duration, an address) is answered like any other even when that
 /// holds a line break: the gateway never panics building the
