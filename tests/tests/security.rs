@@ -642,6 +642,64 @@ async fn a_tenant_cannot_take_the_login_account_or_another_machine_s_address() {
     assert_eq!(set_calls, 2, "only A's two allowed address changes reached the BMC");
 }
 
+/// Issue 32 item 4: a raw request cannot re-address a BMC around the
+/// `network_source` guard. A vendor OEM write that changes the BMC's own
+/// address (Dell iDRAC's attribute registry with an IPv4 attribute, in
+/// several spellings), its host name, or its accounts is refused
+/// `raw_not_allowed` at admission: nothing is stored and nothing reaches
+/// the BMC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raw_oem_write_of_a_bmcs_address_is_refused_with_nothing_sent() {
+    let stack = shipped(SimConfig::default()).await;
+    let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
+    let (gw, _) = connect(&stack.nats, "gateway", PASSWORDS[0].1).await;
+    stack.wait_partitions_owned().await;
+    let jobs = stack.topo.subjects().jobs_stream();
+    let raw = |method: HttpMethod, path: &str, body: serde_json::Value| {
+        Action::Raw(RawRequest::Redfish(RawRedfish { method, path: path.into(), body: Some(body) }))
+    };
+    let before = stream_messages(&gw, &jobs).await;
+    let address =
+        serde_json::json!({"Attributes": {"IPv4.1.Address": "10.40.1.2", "IPv4Static.1.Address": "10.40.1.2"}});
+    for action in [
+        raw(HttpMethod::Patch, "/redfish/v1/Managers/iDRAC.Embedded.1/Attributes", address.clone()),
+        raw(HttpMethod::Patch, "/redfish/v1/managers/idrac.embedded.1/%41ttributes/", address.clone()),
+        raw(
+            HttpMethod::Patch,
+            "/redfish/v1/Managers/iDRAC.Embedded.1/Oem/Dell/DellAttributes/iDRAC.Embedded.1",
+            address,
+        ),
+        raw(
+            HttpMethod::Patch,
+            "//redfish/v1/Managers/iDRAC.Embedded.1/Attributes?$select=NIC.1.DNSRacName",
+            serde_json::json!({"Attributes": {"NIC.1.DNSRacName": "b-node2"}}),
+        ),
+        raw(
+            HttpMethod::Post,
+            "/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Oem/EID_674_Manager.ImportSystemConfiguration",
+            serde_json::json!({"ImportBuffer": "<SystemConfiguration/>"}),
+        ),
+        raw(HttpMethod::Patch, "/redfish/v1/Managers/1/NetworkProtocol", serde_json::json!({"HostName": "b-node2"})),
+        raw(
+            HttpMethod::Post,
+            "/redfish/v1/Managers/1/Actions/Oem/Hpe/HpeiLO.ResetToFactoryDefaults",
+            serde_json::json!({"ResetType": "Default"}),
+        ),
+        Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 0x24, data: vec![2] })),
+    ] {
+        let e = refusal(a.submit(&sim_batch("10.40.1.60", vec![action.clone()]), true).await);
+        assert_eq!(e.code, ErrorCode::RawNotAllowed, "{action:?}: {e:?}");
+    }
+    assert_eq!(stream_messages(&gw, &jobs).await, before, "a refused batch was stored");
+    // The pipeline runs: the next batch reaches the BMC, and nothing before it did.
+    let Reply::Result(r) = a.submit(&sim_batch("10.40.1.60", vec![Action::Power(PowerOp::Status)]), true).await else {
+        panic!("A's batch")
+    };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    let calls: Vec<_> = stack.sim.log().into_iter().filter(|l| l.bmc == "v4-10-40-1-60").collect();
+    assert!(calls.iter().all(|l| !l.action.starts_with("raw")), "a refused raw request reached the BMC: {calls:?}");
+}
+
 /// What a submit whose id JetStream already holds waits on: the status
 /// record, read when it is written during the wait, and nothing once the
 /// wait is over.
