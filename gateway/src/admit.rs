@@ -388,7 +388,8 @@ impl Gateway {
         span.record("protocol", tracing::field::display(target.protocol));
         span.record("actions", batch.actions.len());
         span.record("subject", subject.as_str());
-        let job = Job { id, admitted_at_ms, deadline_at_ms, batch, target, tenant, sealed_params };
+        let by_operator = *who == Requester::Operator;
+        let job = Job { id, admitted_at_ms, deadline_at_ms, batch, target, tenant, sealed_params, by_operator };
 
         // A batch id seen before (even past the JetStream dedupe window) is not queued again.
         let known = status::load(&self.res.batches, &id)

@@ -359,6 +359,7 @@ pub fn job_of(mut batch: Batch, tenant: &str) -> bmcfleet_schema::Job {
         deadline_at_ms: u64::MAX / 2,
         tenant: tenant.into(),
         sealed_params: vec![],
+        by_operator: tenant == bmcfleet_schema::machine::DEFAULT_TENANT,
     }
 }
 

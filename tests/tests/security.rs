@@ -724,6 +724,7 @@ async fn a_status_record_written_during_the_wait_is_read() {
         deadline_at_ms: u64::MAX / 2,
         tenant: "tenant-a".into(),
         sealed_params: vec![],
+        by_operator: false,
     };
 
     // Never written: nothing, after the wait.
@@ -985,6 +986,21 @@ async fn a_producers_trace_headers_are_passed_on_only_in_their_w3c_size() {
 /// deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_with_slow_batches_leaves_the_other_tenants_worker_slots() {
+    slow_batches_leave_tenant_b_worker_slots(("producer-a", PASSWORDS[5].1), "tenant-a").await;
+}
+
+/// Issue 32 item 3: the `default` account's producers are a tenant like any
+/// other. Before, their batches counted as the operator's own (no share) and
+/// two slow ones took both of the worker's slots: tenant B's batch waited
+/// behind them past its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_account_producer_cannot_take_every_worker_slot() {
+    slow_batches_leave_tenant_b_worker_slots(("producer", PASSWORDS[2].1), "default").await;
+}
+
+/// `slow`'s producer (of `tenant`) queues two slow batches on a worker with
+/// two slots; tenant B's batch runs at once all the same.
+async fn slow_batches_leave_tenant_b_worker_slots(slow: (&str, &str), tenant: &str) {
     use bmcfleet_tests::shipped::shipped_with;
     // `slow-*` BMCs take two minutes per action; the worker runs two batches at once.
     let sim = SimConfig { slow_latency: Duration::from_secs(120), ..SimConfig::default() };
@@ -992,7 +1008,7 @@ async fn a_tenant_with_slow_batches_leaves_the_other_tenants_worker_slots() {
         shipped_with(Topology::default(), sim, &[], &["--max-concurrent-batches", "2", "--poll-interval", "off"]).await;
     let (nats, topo) = (&stack.nats, &stack.topo);
     let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
-    let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
+    let (a, _) = stack.producer(slow.0, slow.1).await;
     let (b, _) = stack.producer("producer-b", PASSWORDS[6].1).await;
     stack.wait_partitions_owned().await;
     let put = bmcctl_as(
@@ -1012,8 +1028,8 @@ async fn a_tenant_with_slow_batches_leaves_the_other_tenants_worker_slots() {
         "pw\n",
     );
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
-    put_machine(&admin, topo, "a-slow1", "slow-a1", "tenant-a", "rack").await;
-    put_machine(&admin, topo, "a-slow2", "slow-a2", "tenant-a", "rack").await;
+    put_machine(&admin, topo, "a-slow1", "slow-a1", tenant, "rack").await;
+    put_machine(&admin, topo, "a-slow2", "slow-a2", tenant, "rack").await;
     put_machine(&admin, topo, "b-node1", "10.41.0.1", "tenant-b", "rack").await;
     let batch = |machine: &str, deadline: u64| Batch {
         id: None,

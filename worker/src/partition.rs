@@ -455,12 +455,12 @@ enum Flow {
 }
 
 /// One of the worker's `--max-concurrent-batches` slots, taken from
-/// `tenant`'s share of them (see [`crate::slots`]), or `None` when the
-/// partition is drained or lost first.
+/// `tenant`'s share of them (`None`: the operator's own work, no share; see
+/// [`crate::slots`]), or `None` when the partition is drained or lost first.
 async fn permit(
     shared: &Shared,
     fence: &Fence,
-    tenant: &str,
+    tenant: Option<&str>,
     work: crate::slots::For<'_>,
 ) -> Option<crate::slots::Slot> {
     tokio::select! {
@@ -477,8 +477,9 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
         // Kept boxed: the delivery (job and message) is not copied around.
         Work::Batch(d) => d,
         Work::Poll(machine, with_inventory) => {
-            let Some(permit) = permit(shared, fence, &machine.tenant, crate::slots::For::Poll(&machine.name)).await
-            else {
+            // A poll is the worker's own doing: the operator's for its own machines.
+            let share = crate::slots::Slots::share_of(&machine.tenant, true);
+            let Some(permit) = permit(shared, fence, share, crate::slots::For::Poll(&machine.name)).await else {
                 return Flow::Stop;
             };
             crate::state::poll(shared, &machine, with_inventory, slot, guard, fence)
@@ -489,7 +490,8 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
             return Flow::Continue;
         }
     };
-    let Some(permit) = permit(shared, fence, &d.job.tenant, crate::slots::For::Batch(&d.job.id)).await else {
+    let share = crate::slots::Slots::share_of(&d.job.tenant, d.job.by_operator);
+    let Some(permit) = permit(shared, fence, share, crate::slots::For::Batch(&d.job.id)).await else {
         return Flow::Stop;
     };
     let partition = key.partition(shared.subjects.partitions);
