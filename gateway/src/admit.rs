@@ -363,7 +363,7 @@ impl Gateway {
         let wait = truthy(header(headers, WAIT_HEADER));
         let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
         let key = bmcfleet_schema::ordering_key(batch.machine.as_deref(), &target.address);
-        let subject = self.subjects.job(&key);
+        let subject = self.subjects.job(&tenant, &key);
         let admitted_at_ms = now_ms();
         let deadline = batch.deadline.unwrap_or(self.limits.default_deadline);
         let deadline_at_ms = admitted_at_ms + deadline.as_millis() as u64;

@@ -42,7 +42,7 @@ async fn producers_cannot_bypass_the_gateway() {
     let before = stream_last_sequence(&admin, &jobs).await;
 
     // A producer publishing straight onto a job subject is refused by the server.
-    let subject = topo.subjects().job(&"10.7.0.1".parse::<BmcAddress>().unwrap().key());
+    let subject = topo.subjects().job("default", &"10.7.0.1".parse::<BmcAddress>().unwrap().key());
     producer_client.publish(subject.clone(), "forged".into()).await.unwrap();
     producer_client.flush().await.unwrap();
     let e = wait_error(&producer_errors, "Permissions Violation for Publish").await;
@@ -1078,6 +1078,108 @@ async fn slow_batches_leave_tenant_b_worker_slots(slow: (&str, &str), tenant: &s
     assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
     // A holds its share only: its second batch still waits.
     assert_eq!(state(&a, a2).await, Some(BatchState::Queued));
+}
+
+/// Issue 32 item 1: a partition's window of delivered jobs is shared
+/// between tenants. Tenant A fills its whole window (4 hung BMCs with 4
+/// queued batches each: 16, the window, each BMC a quarter of it) and has
+/// more queued behind it, all in the only partition; tenant B's batches on a
+/// healthy machine of that partition still finish within 2× their latency
+/// alone. With one consumer per partition A's held jobs were the whole
+/// window: no other job of the partition was pulled, and B's batch waited
+/// past its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_with_hung_bmcs_fills_only_its_own_window() {
+    use bmcfleet_tests::shipped::shipped_with;
+    use futures::TryStreamExt;
+    let topo = Topology { partitions: 1, ..Topology::default() };
+    let worker_flags = ["--max-inflight-per-partition", "16", "--poll-interval", "off"];
+    let stack = shipped_with(topo, SimConfig::default(), &["--max-queued-per-bmc", "4"], &worker_flags).await;
+    let (nats, topo) = (&stack.nats, &stack.topo);
+    let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
+    let (worker, _) = connect(nats, "worker", PASSWORDS[1].1).await;
+    let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
+    let (b, _) = stack.producer("producer-b", PASSWORDS[6].1).await;
+    stack.wait_partitions_owned().await;
+    let put = bmcctl_as(
+        nats,
+        "admin",
+        PASSWORDS[4].1,
+        &[
+            "cred",
+            "put",
+            "rack",
+            "--username",
+            "admin",
+            "--password-stdin",
+            "--workers-public-key",
+            &topo.sealing.public,
+        ],
+        "pw\n",
+    );
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    for i in 1..=5 {
+        put_machine(&admin, topo, &format!("a-hung{i}"), &format!("hang-a{i}"), "tenant-a", "rack").await;
+    }
+    put_machine(&admin, topo, "b-node1", "10.42.0.1", "tenant-b", "rack").await;
+    let batch = |machine: &str, deadline: u64| Batch {
+        id: None,
+        machine: Some(machine.into()),
+        bmc: None,
+        actions: vec![Action::Power(PowerOp::Status)],
+        on_error: OnError::Stop,
+        deadline: Some(Duration::from_secs(deadline)),
+    };
+    let b_batch = || async {
+        let started = std::time::Instant::now();
+        match b.submit(&batch("b-node1", 20), true).await {
+            Reply::Result(r) if r.state == BatchState::Succeeded => started.elapsed(),
+            other => panic!("B's batch waited behind tenant A's hung BMCs: {other:?}"),
+        }
+    };
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let mut alone = vec![];
+    for _ in 0..5 {
+        alone.push(b_batch().await);
+    }
+    // A: 4 hung BMCs, 4 batches each (the per-BMC cap), and one more behind them.
+    for i in 1..=4 {
+        for _ in 0..4 {
+            assert!(matches!(a.submit(&batch(&format!("a-hung{i}"), 600), false).await, Reply::Accepted(_)));
+        }
+    }
+    assert!(matches!(a.submit(&batch("a-hung5", 600), false).await, Reply::Accepted(_)));
+    // Wait until the partition holds 16 of A's jobs delivered and unacknowledged (A's
+    // whole window), with A's last still pending (read as the worker user).
+    let jobs = topo.subjects().jobs_stream();
+    bmcfleet_tests::eventually(Duration::from_secs(60), "A's window full of hung jobs", || {
+        let (worker, jobs) = (worker.clone(), jobs.clone());
+        async move {
+            let stream = async_nats::jetstream::new(worker).get_stream(&jobs).await.ok()?;
+            let names: Vec<String> = stream.consumer_names().try_collect().await.ok()?;
+            let (mut held, mut pending) = (0, 0);
+            for name in names {
+                let info = stream.consumer_info(&name).await.ok()?;
+                held += info.num_ack_pending;
+                pending += info.num_pending;
+            }
+            (held == 16 && pending >= 1).then_some(())
+        }
+    })
+    .await;
+    let mut loaded = vec![];
+    for _ in 0..5 {
+        loaded.push(b_batch().await);
+    }
+    let (alone, loaded) = (median(alone), median(loaded));
+    // (2× B's latency alone; sub-100 ms medians are compared as 100 ms: scheduler noise.)
+    assert!(
+        loaded <= 2 * alone.max(Duration::from_millis(100)),
+        "B's median latency {loaded:?} next to A's full window, {alone:?} alone"
+    );
 }
 
 /// Issue 16 item 8: the gateway, the workers and the admin user hold only the
