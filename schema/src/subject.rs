@@ -292,9 +292,11 @@ mod tests {
         assert_eq!(s.partition_consumer(1, 42), "part-1-42");
         assert!(s.is_partition_consumer(1, "part-1-42"));
         assert!(s.is_partition_consumer(1, "part-1"), "the epoch-less name of earlier releases");
-        for other in ["part-10-42", "part-10", "part-1-", "part-1-x", "part-1-4-2", "part-2-42"] {
+        for other in ["part-10-42", "part-10", "part-1-", "part-1-x", "part-1-x-2", "part-2-42"] {
             assert!(!s.is_partition_consumer(1, other), "{other} is not partition 1's");
         }
+        // (`part-1-4-2` is partition 1's: epoch 4, tenant `2`.)
+        assert!(s.is_partition_consumer(1, "part-1-4-2"));
     }
 
     #[test]
