@@ -2,7 +2,7 @@
 //! their tables, and (for `all --out`) write docs/BENCHMARKS.md.
 
 use anyhow::Context as _;
-use bmcfleet_bench::{ipmi, ipmi_fleet, isolation, ordering, pipeline, poll, redfish, report, scale};
+use bmcfleet_bench::{fairness, ipmi, ipmi_fleet, isolation, ordering, pipeline, poll, redfish, report, scale};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -215,6 +215,11 @@ fn ordering_opts(a: &OrderingArgs, reps: usize) -> ordering::Options {
     }
 }
 
+/// Tenant fairness (issue 32) runs with the isolation benchmark: its window, its repetitions.
+fn fairness_opts(a: &IsolationArgs, reps: usize) -> fairness::Options {
+    fairness::Options { duration: a.duration.min(Duration::from_secs(3)), reps, ..fairness::Options::default() }
+}
+
 fn isolation_opts(a: &IsolationArgs, reps: usize) -> isolation::Options {
     isolation::Options {
         healthy: a.healthy,
@@ -257,7 +262,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Redfish(a) => vec![redfish::run(&redfish_opts(a, reps)).await?],
         Command::Scale(a) => vec![scale::run(&scale_opts(a, reps)).await?],
         Command::Ordering(a) => vec![ordering::run(&ordering_opts(a, reps)).await?],
-        Command::Isolation(a) => vec![isolation::run(&isolation_opts(a, reps)).await?],
+        Command::Isolation(a) => {
+            vec![isolation::run(&isolation_opts(a, reps)).await?, fairness::run(&fairness_opts(a, reps)).await?]
+        }
         Command::Poll(a) => {
             vec![poll::run(&poll::Options { machines: a.machines as usize, interval: a.interval, reps }).await?]
         }
@@ -298,6 +305,7 @@ async fn main() -> anyhow::Result<()> {
             show(scale::run(&scale_opts(&s, reps)).await.context("scale benchmark")?);
             show(ordering::run(&ordering_opts(&o, reps)).await.context("ordering benchmark")?);
             show(isolation::run(&isolation_opts(&iso, reps)).await.context("isolation benchmark")?);
+            show(fairness::run(&fairness_opts(&iso, reps)).await.context("tenant fairness benchmark")?);
             let polls: PollArgs = if q { defaults(&["--machines", "500", "--interval", "10s"]) } else { defaults(&[]) };
             show(
                 poll::run(&poll::Options { machines: polls.machines as usize, interval: polls.interval, reps: 1 })

@@ -128,6 +128,7 @@ impl Raw {
             target,
             tenant: "default".into(),
             sealed_params: vec![],
+            by_operator: true,
         };
         let payload = Encoding::MessagePack.encode(&job)?.into();
         Ok(Raw { js, next: AtomicU64::new(0), pending, payload, tasks: vec![responder, dispatcher] })

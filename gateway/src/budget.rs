@@ -7,16 +7,23 @@
 //!   `--max-requests-per-tenant` of it.
 //! - Waiting submits (`Bmcfleet-Wait: true`, held open until the batch
 //!   finishes) have their own budget, `--max-waiting-submits`, each tenant
-//!   at most `--max-waiting-per-tenant` of it and each client at most
-//!   `--max-waiting-per-client`. A client is the connection a reply goes
-//!   to: the reply subject without its last token
-//!   (`_INBOX.<connection>.<request>`).
+//!   at most `--max-waiting-per-tenant` of it and each of a tenant's
+//!   connections at most `--max-waiting-per-client`.
 //!
-//! A tenant is the NATS account a request came from (nats-server names it
-//! in `Nats-Request-Info`; the operator's own account, with no such header,
-//! counts as one tenant too). By default a tenant may hold half of each
-//! budget, so one tenant flooding the gateway, with as many connections as
-//! it likes, always leaves the other half to the others.
+//! Every share is keyed by who asks, as nats-server names it, never by the
+//! reply subject: a tenant is the NATS account a request came from
+//! (`Nats-Request-Info`; the operator's own account, with no such header,
+//! counts as one tenant too), and a tenant's connection is the server and
+//! client id the same header names when the service import shares the
+//! requester's information (`share: true`, as in the shipped accounts
+//! config). A reply subject identifies nothing: a service import rewrites
+//! it to one `_R_.<prefix>.*` for every importing account, so keyed by it
+//! one tenant's waiting submits counted against every other tenant's. A
+//! request whose connection is not named (the operator's, or through an
+//! import without `share`) has no per-connection share: its tenant's bounds
+//! it. By default a tenant may hold half of each budget, so one tenant
+//! flooding the gateway, with as many connections as it likes, always
+//! leaves the other half to the others.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -110,9 +117,11 @@ pub struct Permit {
     _client: Option<Share>,
 }
 
-/// The client a reply subject belongs to.
-pub fn client_of(reply: Option<&str>) -> String {
-    reply.and_then(|r| r.rsplit_once('.')).map(|(client, _)| client.to_owned()).unwrap_or_default()
+/// The connection a request came from, when nats-server names it in the
+/// request's `Nats-Request-Info` (see the module doc); `None` otherwise.
+pub fn client_of(headers: Option<&async_nats::HeaderMap>) -> Option<String> {
+    let info = headers?.get(bmcfleet_schema::subject::REQUEST_INFO_HEADER)?;
+    bmcfleet_schema::subject::request_connection(info.as_str())
 }
 
 impl Budgets {
@@ -129,7 +138,8 @@ impl Budgets {
 
     /// A permit for a request of `tenant` (see the module doc), or why
     /// there is none (for the `unavailable` answer).
-    pub fn admit(&self, waiting: bool, reply: Option<&str>, tenant: &str) -> Result<Permit, Error> {
+    /// `client` names the requesting connection ([`client_of`]), if known.
+    pub fn admit(&self, waiting: bool, client: Option<&str>, tenant: &str) -> Result<Permit, Error> {
         let l = &self.limits;
         if !waiting {
             let slot = self.short.clone().try_acquire_owned().map_err(|_| {
@@ -148,11 +158,15 @@ impl Budgets {
             })?;
             return Ok(Permit { _slot: slot, _tenant: share, _client: None });
         }
-        let client = self.clients.take(&client_of(reply), l.waiting_per_client).map_err(|held| {
-            Error::new(ErrorKind::ClientWaiting, format!(
-                "this client already has {held} waiting submits (the limit per client); submit without waiting and follow the batch's events or status"
-            ))
-        })?;
+        let client = client
+            .map(|client| {
+                self.clients.take(client, l.waiting_per_client).map_err(|held| {
+                    Error::new(ErrorKind::ClientWaiting, format!(
+                        "this connection already has {held} waiting submits (the limit per client); submit without waiting and follow the batch's events or status"
+                    ))
+                })
+            })
+            .transpose()?;
         let slot = self.waiting.clone().try_acquire_owned().map_err(|_| {
             Error::new(ErrorKind::Waiting, "the gateway holds as many waiting submits as it may; submit without waiting and follow the batch's events or status")
         })?;
@@ -161,7 +175,7 @@ impl Budgets {
                 "this tenant already has {held} waiting submits (its share of the gateway); submit without waiting and follow the batch's events or status"
             ))
         })?;
-        Ok(Permit { _slot: slot, _tenant: share, _client: Some(client) })
+        Ok(Permit { _slot: slot, _tenant: share, _client: client })
     }
 }
 
@@ -170,10 +184,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn clients_are_reply_subjects_without_the_request_token() {
-        assert_eq!(client_of(Some("_INBOX.abc.17")), "_INBOX.abc");
-        assert_eq!(client_of(Some("_INBOX.tenant.x.9")), "_INBOX.tenant.x");
-        assert_eq!(client_of(None), "");
+    fn clients_are_connections_nats_server_names_never_reply_subjects() {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(bmcfleet_schema::subject::REQUEST_INFO_HEADER, r#"{"acc":"tenant-a","id":7,"server":"NSRV","rtt":1}"#);
+        assert_eq!(client_of(Some(&h)).as_deref(), Some("tenant-a/NSRV/7"));
+        let mut unshared = async_nats::HeaderMap::new();
+        unshared.insert(bmcfleet_schema::subject::REQUEST_INFO_HEADER, r#"{"acc":"tenant-a","rtt":1}"#);
+        assert_eq!(client_of(Some(&unshared)), None);
+        assert_eq!(client_of(None), None, "the operator's own requests");
     }
 
     fn limits(short: usize, waiting: usize, per_client: usize) -> Limits {
@@ -188,17 +206,39 @@ mod tests {
         assert!(b.admit(false, None, "").unwrap_err().to_string().contains("handling 2 requests"));
         drop(s1);
         let _s3 = b.admit(false, None, "").unwrap();
-        // Waiting submits: their own budget, and a share per client.
-        let a1 = b.admit(true, Some("_INBOX.a.1"), "").unwrap();
-        let _a2 = b.admit(true, Some("_INBOX.a.2"), "").unwrap();
-        assert!(b.admit(true, Some("_INBOX.a.3"), "").unwrap_err().to_string().contains("limit per client"));
-        let _b1 = b.admit(true, Some("_INBOX.b.1"), "").unwrap();
-        assert!(b.admit(true, Some("_INBOX.c.1"), "").unwrap_err().to_string().contains("as many waiting submits"));
+        // Waiting submits: their own budget, and a share per connection.
+        let a1 = b.admit(true, Some("t/s/1"), "t").unwrap();
+        let _a2 = b.admit(true, Some("t/s/1"), "t").unwrap();
+        let e = b.admit(true, Some("t/s/1"), "t").unwrap_err();
+        assert!(e.to_string().contains("limit per client"), "{e}");
+        assert_eq!(e.kind(), ErrorKind::ClientWaiting);
+        let _b1 = b.admit(true, Some("t/s/2"), "t").unwrap();
+        assert!(b.admit(true, None, "").unwrap_err().to_string().contains("as many waiting submits"));
         drop(a1);
-        let _a3 = b.admit(true, Some("_INBOX.a.3"), "").unwrap();
+        let _a3 = b.admit(true, Some("t/s/1"), "t").unwrap();
         let full = b.admit(false, None, "").unwrap_err();
         assert_eq!(full.kind(), ErrorKind::Requests, "short requests are unaffected by waiting ones, and still full");
         assert_eq!(full.code(), bmcfleet_schema::ErrorCode::Unavailable);
+    }
+
+    /// Issue 32: one tenant holding its connection's whole share leaves every
+    /// other tenant's connections theirs (through a service import, every
+    /// tenant's requests carry one `_R_.<prefix>.*` reply prefix); a
+    /// connection nats-server does not name is bounded by its tenant's share.
+    #[test]
+    fn one_tenants_connection_leaves_other_tenants_theirs() {
+        let b = Budgets::new(Limits {
+            short: 8,
+            short_per_tenant: 4,
+            waiting: 8,
+            waiting_per_tenant: 4,
+            waiting_per_client: 2,
+        });
+        let _a = [b.admit(true, Some("a/s/1"), "a").unwrap(), b.admit(true, Some("a/s/1"), "a").unwrap()];
+        assert!(b.admit(true, Some("a/s/1"), "a").unwrap_err().to_string().contains("limit per client"));
+        let _b = [b.admit(true, Some("b/s/2"), "b").unwrap(), b.admit(true, Some("b/s/2"), "b").unwrap()];
+        let _op =
+            [b.admit(true, None, "").unwrap(), b.admit(true, None, "").unwrap(), b.admit(true, None, "").unwrap()];
     }
 
     /// One tenant flooding the gateway, from as many connections as it
@@ -223,19 +263,19 @@ mod tests {
         drop(s1);
         let _s3 = b.admit(false, None, "noisy").unwrap();
         // Waiting submits: new connections do not get a tenant more.
-        let w1 = b.admit(true, Some("_INBOX.n1.1"), "noisy").unwrap();
-        let _w2 = b.admit(true, Some("_INBOX.n2.1"), "noisy").unwrap();
+        let w1 = b.admit(true, Some("noisy/s/1"), "noisy").unwrap();
+        let _w2 = b.admit(true, Some("noisy/s/2"), "noisy").unwrap();
         assert!(b
-            .admit(true, Some("_INBOX.n3.1"), "noisy")
+            .admit(true, Some("noisy/s/3"), "noisy")
             .unwrap_err()
             .to_string()
             .contains("this tenant already has 2 waiting"));
-        assert_eq!(b.admit(true, Some("_INBOX.n4.1"), "noisy").unwrap_err().kind(), ErrorKind::TenantWaiting);
-        let _q = b.admit(true, Some("_INBOX.q.1"), "quiet").unwrap();
-        // A refusal gives back what it took on the way (the client's share).
-        assert!(b.clients.0.lock().unwrap().get("_INBOX.n3").is_none());
+        assert_eq!(b.admit(true, Some("noisy/s/4"), "noisy").unwrap_err().kind(), ErrorKind::TenantWaiting);
+        let _q = b.admit(true, Some("quiet/s/4"), "quiet").unwrap();
+        // A refusal gives back what it took on the way (the connection's share).
+        assert!(b.clients.0.lock().unwrap().get("noisy/s/3").is_none());
         drop(w1);
-        let _w3 = b.admit(true, Some("_INBOX.n3.1"), "noisy").unwrap();
+        let _w3 = b.admit(true, Some("noisy/s/3"), "noisy").unwrap();
         assert!(b.short_tenants.0.lock().unwrap().get("quiet").is_some());
     }
 }

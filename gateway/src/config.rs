@@ -84,7 +84,10 @@ pub struct Config {
     /// short requests; past it a waiting submit is answered `unavailable`.
     #[arg(long, env = "BMCFLEET_MAX_WAITING_SUBMITS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_waiting_submits: u32,
-    /// Waiting submits one client (one connection's reply inbox) may hold at once.
+    /// Waiting submits one of a tenant's connections may hold at once, when
+    /// nats-server names the connection in `Nats-Request-Info` (a service
+    /// import with `share: true`, as in the shipped accounts config); a
+    /// connection it does not name is bounded by its tenant's share only.
     #[arg(long, env = "BMCFLEET_MAX_WAITING_PER_CLIENT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_waiting_per_client: u32,
     /// Short requests one tenant (one NATS account; the operator's own

@@ -192,9 +192,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         let Some(request) = request else { break };
         // Never wait for capacity here: a full budget is an `unavailable`
         // answer now, and the loop stays free for status, cancel and SIGTERM.
-        let reply = request.message.reply.as_ref().map(|r| r.as_str());
+        // Keyed by who asks, as nats-server names it: never the reply subject.
+        let client = budget::client_of(request.message.headers.as_ref());
         let who = requester::Requester::of(request.message.headers.as_ref());
-        match budgets.admit(Gateway::waits(which, &request), reply, requester::Requester::budget_key(&who)) {
+        match budgets.admit(Gateway::waits(which, &request), client.as_deref(), requester::Requester::budget_key(&who)) {
             Ok(permit) => {
                 let gateway = gateway.clone();
                 tracker.spawn(async move {

@@ -160,7 +160,7 @@ impl Gateway {
         let wait = truthy(header(headers, WAIT_HEADER));
         let id: BatchId = *batch.id.get_or_insert_with(ulid::Ulid::new);
         let key = bmcfleet_schema::ordering_key(batch.machine.as_deref(), &target.address);
-        let subject = self.subjects.job(&key);
+        let subject = self.subjects.job(&tenant, &key);
         let admitted_at_ms = now_ms();
         let deadline = batch.deadline.unwrap_or(self.limits.default_deadline);
         let deadline_at_ms = admitted_at_ms + deadline.as_millis() as u64;
@@ -185,7 +185,8 @@ impl Gateway {
         span.record("protocol", tracing::field::display(target.protocol));
         span.record("actions", batch.actions.len());
         span.record("subject", subject.as_str());
-        let job = Job { id, admitted_at_ms, deadline_at_ms, batch, target, tenant, sealed_params };
+        let by_operator = *who == Requester::Operator;
+        let job = Job { id, admitted_at_ms, deadline_at_ms, batch, target, tenant, sealed_params, by_operator };
 
         // A batch id seen before (even past the JetStream dedupe window) is not queued again.
         let known = status::load(&self.res.batches, &id)

@@ -41,7 +41,7 @@ pub fn batch_decode(data: &[u8]) {
     }
     let subjects = Subjects::default();
     let key = batch.key().expect("an admitted batch names a target");
-    let subject = subjects.job(&key);
+    let subject = subjects.job(crate::machine::DEFAULT_TENANT, &key);
     assert_eq!(
         subjects.key_of_job_subject(&subject),
         Some((key.partition(16), key.clone())),

@@ -244,6 +244,7 @@ mod tests {
             target,
             tenant: "t1".into(),
             sealed_params: vec![],
+            by_operator: false,
         }
     }
 

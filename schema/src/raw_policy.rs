@@ -148,6 +148,36 @@ pub fn canonical_redfish_path(path: &str) -> Result<String, Error> {
 /// typed `user` and `network_source` actions do these with the worker's
 /// checks (the account it logs in with, another machine's address), which
 /// a raw request would bypass. Everything else is allowed.
+///
+/// Every other spelling of those writes found in the vendors' references
+/// (issue 32) is denied as well, matched on the canonical path:
+/// - IPMI: Set Channel Access (app 0x40: whether the LAN channel answers),
+///   Set User Payload Access (app 0x4c), Set Channel Security Keys (app
+///   0x56, the BMC key), and the OEM LAN commands Dell's Set NIC Selection
+///   and its failover (0x30/0x24, 0x30/0x28) and Supermicro's LAN interface
+///   group (0x30/0x70; its fan duty sub-command is in the same group: a
+///   deployment that drives fans raw allows it with a rule of its own);
+/// - Redfish, any vendor: the manager's network protocol (`NetworkProtocol`:
+///   host name, FQDN; Lenovo XCC's `Oem/Lenovo/DNS` under it; iLO 4's
+///   `NetworkService`), host interfaces (their address, and credential
+///   bootstrapping, which creates accounts), dedicated network ports, and
+///   `Manager.ResetToDefaults` (network and accounts back to the factory's);
+/// - Dell iDRAC: the attribute registries (`Managers/<id>/Attributes` of
+///   `iDRAC.Embedded.1`, `System.Embedded.1` and
+///   `LifecycleController.Embedded.1`, and `Oem/Dell/DellAttributes/<id>`
+///   of iDRAC 6 and later: `IPv4.1.Address`, `IPv4Static.1.Address`,
+///   `NIC.1.DNSRacName`, `Users.<n>.*` are written there), the
+///   server-configuration-profile import (`ImportSystemConfiguration`, its
+///   preview too) and `DellManager.ResetToDefaults`;
+/// - HPE iLO: `HpeiLO.ResetToFactoryDefaults` (its `Oem/Hpe` Ethernet and
+///   account settings live under the Ethernet interfaces and account
+///   service, denied above);
+/// - Supermicro: the directory logins under `Oem/Supermicro` (LDAP, Active
+///   Directory, RADIUS).
+///
+/// A rule sees the path, not the body: a write to one of these resources
+/// is denied whatever it changes. An operator allows one with a rule of
+/// its own before `default`.
 pub const DEFAULT_RULES: &str = "deny ipmi:netfn=0x08-0x09; \
      deny ipmi:netfn=0x2c,cmd=0x2e-0x34; \
      deny ipmi:netfn=0x06,cmd=0x34; \
@@ -157,10 +187,28 @@ pub const DEFAULT_RULES: &str = "deny ipmi:netfn=0x08-0x09; \
      deny ipmi:netfn=0x06,cmd=0x45; \
      deny ipmi:netfn=0x06,cmd=0x47; \
      deny ipmi:netfn=0x0c,cmd=0x01; \
+     deny ipmi:netfn=0x06,cmd=0x40; \
+     deny ipmi:netfn=0x06,cmd=0x4c; \
+     deny ipmi:netfn=0x06,cmd=0x56; \
+     deny ipmi:netfn=0x30,cmd=0x24; \
+     deny ipmi:netfn=0x30,cmd=0x28; \
+     deny ipmi:netfn=0x30,cmd=0x70; \
      allow ipmi:*; \
      deny redfish:POST|PATCH|PUT|DELETE:*updateservice*; \
      deny redfish:POST|PATCH|PUT|DELETE:*/accountservice*; \
      deny redfish:POST|PATCH|PUT|DELETE:*/ethernetinterfaces*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/networkprotocol*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/networkservice*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/hostinterfaces*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/dedicatednetworkports*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/managers/*/attributes*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*dellattributes*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*importsystemconfiguration*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*resettodefaults*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*resettofactorydefaults*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/oem/supermicro/*ldap*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/oem/supermicro/*activedirectory*; \
+     deny redfish:POST|PATCH|PUT|DELETE:*/oem/supermicro/*radius*; \
      deny redfish:POST|PATCH|PUT|DELETE:*clearlog*; \
      deny redfish:POST|PATCH|PUT|DELETE:*/logservices/*/entries*; \
      deny redfish:POST|PATCH|PUT|DELETE:*resetbios*; \
@@ -626,6 +674,119 @@ mod tests {
         }
         assert!(p.check(rf("GET", "/redfish/v1/AccountService/Accounts/2")).is_ok());
         assert!(p.check(rf("GET", "/redfish/v1/Managers/1/EthernetInterfaces/1")).is_ok());
+    }
+
+    /// Issue 32 item 4: every spelling found in the vendor references of a
+    /// raw write that changes a BMC's network identity or its accounts is
+    /// denied, after canonicalisation (case, escapes, dot segments,
+    /// doubled or trailing slashes, queries); reads stay allowed.
+    #[test]
+    fn writes_of_a_bmcs_network_identity_or_accounts_are_denied_in_every_spelling() {
+        let p = RawPolicy::default();
+        let families: [(&str, &[&str]); 9] = [
+            (
+                "Dell iDRAC attribute registries",
+                &[
+                    "/redfish/v1/Managers/iDRAC.Embedded.1/Attributes",
+                    "/redfish/v1/Managers/System.Embedded.1/Attributes",
+                    "/redfish/v1/Managers/LifecycleController.Embedded.1/Attributes",
+                    "/redfish/v1/Managers/iDRAC.Embedded.1/Oem/Dell/DellAttributes/iDRAC.Embedded.1",
+                    "/redfish/v1/managers/idrac.embedded.1/ATTRIBUTES/",
+                    "/redfish/v1/Managers/iDRAC.Embedded.1/%41ttributes?$select=IPv4.1.Address",
+                    "//redfish/v1/Managers//iDRAC.Embedded.1///Attributes",
+                ],
+            ),
+            (
+                "Dell server configuration profile import",
+                &[
+                    "/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Oem/EID_674_Manager.ImportSystemConfiguration",
+                    "/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Oem/DellManager.ImportSystemConfiguration",
+                    "/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Oem/EID_674_Manager.ImportSystemConfigurationPreview",
+                    "/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Oem/EID_674_Manager.Import%53ystemConfiguration",
+                ],
+            ),
+            (
+                "resets to factory defaults",
+                &[
+                    "/redfish/v1/Managers/1/Actions/Manager.ResetToDefaults",
+                    "/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Oem/DellManager.ResetToDefaults",
+                    "/redfish/v1/Managers/1/Actions/Oem/Hpe/HpeiLO.ResetToFactoryDefaults",
+                    "/redfish/v1/Managers/1/Actions/Oem/Hpe/HpeiLO.ResetToFactoryDefaults/",
+                ],
+            ),
+            (
+                "manager network protocol",
+                &[
+                    "/redfish/v1/Managers/1/NetworkProtocol",
+                    "/redfish/v1/Managers/iDRAC.Embedded.1/NetworkProtocol",
+                    "/redfish/v1/Managers/1/NetworkProtocol/Oem/Lenovo/DNS",
+                    "/redfish/v1/Managers/1/NetworkService",
+                    "/redfish/v1/Managers/1/networkprotocol?x=1",
+                ],
+            ),
+            (
+                "manager Ethernet interfaces (standard and OEM fields alike)",
+                &[
+                    "/redfish/v1/Managers/1/EthernetInterfaces/1",
+                    "/redfish/v1/Managers/iDRAC.Embedded.1/EthernetInterfaces/NIC.1",
+                    "/redfish/v1/Managers/1/EthernetInterfaces/NIC",
+                    "/redfish/v1/Managers/1/Ethernet%49nterfaces/1",
+                    "/redfish/v1/Managers/1/EthernetInterfaces/1/./",
+                ],
+            ),
+            (
+                "host interfaces and dedicated network ports",
+                &[
+                    "/redfish/v1/Managers/BMC/HostInterfaces/1",
+                    "/redfish/v1/Managers/1/HostInterfaces/1",
+                    "/redfish/v1/Managers/BMC/DedicatedNetworkPorts/1",
+                ],
+            ),
+            (
+                "account services (standard and OEM)",
+                &[
+                    "/redfish/v1/AccountService/Accounts/2",
+                    "/redfish/v1/AccountService/Oem/Hpe/DirectoryTest",
+                    "/redfish/v1/AccountService/LDAP/Certificates",
+                    "/redfish/v1/accountservice/",
+                ],
+            ),
+            (
+                "Supermicro directory logins",
+                &[
+                    "/redfish/v1/Managers/1/Oem/Supermicro/LDAP",
+                    "/redfish/v1/Managers/1/Oem/Supermicro/ActiveDirectory",
+                    "/redfish/v1/Managers/1/Oem/Supermicro/RADIUS",
+                ],
+            ),
+            ("a path that cannot be made canonical", &["/redfish/v1/Managers/1/../1/Attributes"]),
+        ];
+        for (family, paths) in families {
+            for path in paths {
+                for method in ["PATCH", "POST", "PUT", "DELETE"] {
+                    assert!(p.check(rf(method, path)).is_err(), "{family}: {method} {path} allowed");
+                }
+            }
+        }
+        for path in [
+            "/redfish/v1/Managers/iDRAC.Embedded.1/Attributes",
+            "/redfish/v1/Managers/1/NetworkProtocol",
+            "/redfish/v1/Managers/1/HostInterfaces/1",
+            "/redfish/v1/Managers/1/Oem/Supermicro/LDAP",
+        ] {
+            assert!(p.check(rf("GET", path)).is_ok(), "reading {path} stays allowed");
+        }
+        assert!(p.check(rf("PATCH", "/redfish/v1/Systems/System.Embedded.1/Bios/Settings")).is_ok());
+        assert!(p.check(rf("POST", "/redfish/v1/Managers/1/Actions/Manager.Reset")).is_ok(), "a BMC restart");
+        // IPMI: LAN channel access, payload access, the BMC key, OEM LAN selection.
+        for (netfn, cmd) in
+            [(0x0c, 0x01), (0x06, 0x40), (0x06, 0x4c), (0x06, 0x56), (0x30, 0x24), (0x30, 0x28), (0x30, 0x70)]
+        {
+            assert!(p.check(ipmi(netfn, cmd)).is_err(), "netfn {netfn:#04x} cmd {cmd:#04x}");
+        }
+        for (netfn, cmd) in [(0x0c, 0x02), (0x06, 0x41), (0x06, 0x4d), (0x30, 0x25), (0x30, 0x45)] {
+            assert!(p.check(ipmi(netfn, cmd)).is_ok(), "a read or an unrelated OEM command: {netfn:#04x} {cmd:#04x}");
+        }
     }
 
     #[test]

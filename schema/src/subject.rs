@@ -2,7 +2,7 @@
 //!
 //! | what                       | subject / name                                   |
 //! |----------------------------|--------------------------------------------------|
-//! | jobs for one BMC           | `<prefix>.jobs.<partition>.<bmc-key>`            |
+//! | jobs of one tenant for one BMC | `<prefix>.jobs.<partition>.<tenant>.<bmc-key>` |
 //! | events of one batch        | `<prefix>.events.<tenant>.<batch-id>`            |
 //! | gateway micro service      | `<service-prefix>.submit` / `.status` / `.cancel`|
 //! | rollout endpoints          | `<service-prefix>.rollout.submit` / `.status` / `.pause` / `.resume` / `.abort` / `.list` |
@@ -17,7 +17,13 @@
 //! | worker presence KV         | `<STREAM>_WORKERS`                               |
 //! | machine registry KV        | `<STREAM>_MACHINES`                              |
 //! | audit stream               | `<STREAM>_AUDIT`, `<prefix>.audit.>`             |
-//! | partition consumer         | `part-<partition>-<lease epoch>` on the job stream |
+//! | partition consumers        | `part-<partition>-<lease epoch>-<tenant>` (one per tenant), `part-<partition>-<lease epoch>` (jobs of earlier releases) |
+//!
+//! Jobs carry their tenant in the subject so that each tenant has a
+//! consumer (and a window of delivered jobs, `max_ack_pending`) of its own
+//! in every partition: one tenant's held jobs never keep another's from
+//! being pulled. Releases before issue 32 queued `<prefix>.jobs.<partition>.<bmc-key>`;
+//! a worker still drains those with a consumer of their own ([`Subjects::jobs_partition_legacy`]).
 //!
 //! `<prefix>` defaults to `bmc`, `<STREAM>` to `BMCFLEET`.
 
@@ -46,8 +52,10 @@ impl Subjects {
         Subjects { prefix: prefix.into(), stream: stream.into(), partitions: partitions.max(1) }
     }
 
-    pub fn job(&self, key: &BmcKey) -> String {
-        format!("{}.jobs.{}.{}", self.prefix, key.partition(self.partitions), key)
+    /// The subject of `tenant`'s jobs for the BMC of `key` (`tenant` a
+    /// tenant name: a DNS label, one token).
+    pub fn job(&self, tenant: &str, key: &BmcKey) -> String {
+        format!("{}.jobs.{}.{}.{}", self.prefix, key.partition(self.partitions), tenant, key)
     }
 
     /// All job subjects (stream filter).
@@ -55,9 +63,22 @@ impl Subjects {
         format!("{}.jobs.>", self.prefix)
     }
 
-    /// Job subjects of one partition (consumer filter).
+    /// Job subjects of one partition, every tenant's and of any release.
     pub fn jobs_partition(&self, partition: u16) -> String {
         format!("{}.jobs.{}.>", self.prefix, partition)
+    }
+
+    /// Job subjects of one tenant in one partition (its consumer's filter).
+    pub fn jobs_partition_tenant(&self, partition: u16, tenant: &str) -> String {
+        format!("{}.jobs.{}.{}.*", self.prefix, partition, tenant)
+    }
+
+    /// Job subjects of one partition queued by a release before issue 32
+    /// (no tenant token: `<prefix>.jobs.<partition>.<bmc-key>`), drained by a
+    /// consumer of their own. It does not overlap any tenant's filter (one
+    /// token fewer), as a work-queue stream requires.
+    pub fn jobs_partition_legacy(&self, partition: u16) -> String {
+        format!("{}.jobs.{}.*", self.prefix, partition)
     }
 
     /// Events of one batch of `tenant` (`<prefix>.events.<tenant>.<batch>`):
@@ -150,30 +171,57 @@ impl Subjects {
     /// The consumer of one owner of a partition: named after the lease
     /// epoch (the lease's creating revision), so an earlier owner's late
     /// pulls and acks never reach it.
+    /// (This one drains the jobs of earlier releases: see
+    /// [`Subjects::jobs_partition_legacy`].)
     pub fn partition_consumer(&self, partition: u16, epoch: u64) -> String {
         format!("part-{partition}-{epoch}")
     }
 
-    /// Whether `name` is a consumer of `partition` (any epoch, or the
-    /// epoch-less name of earlier releases).
+    /// The consumer of `tenant`'s jobs in a partition, for one owner (see
+    /// [`Subjects::partition_consumer`]).
+    pub fn partition_tenant_consumer(&self, partition: u16, epoch: u64, tenant: &str) -> String {
+        format!("part-{partition}-{epoch}-{tenant}")
+    }
+
+    /// Whether `name` is a consumer of `partition` (any epoch and tenant,
+    /// or the epoch-less name of earlier releases).
     pub fn is_partition_consumer(&self, partition: u16, name: &str) -> bool {
         let base = format!("part-{partition}");
-        name == base
-            || name
-                .strip_prefix(&base)
-                .and_then(|r| r.strip_prefix('-'))
-                .is_some_and(|e| !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()))
+        if name == base {
+            return true;
+        }
+        let Some(rest) = name.strip_prefix(&base).and_then(|r| r.strip_prefix('-')) else { return false };
+        let (epoch, tenant) = match rest.split_once('-') {
+            Some((epoch, tenant)) => (epoch, Some(tenant)),
+            None => (rest, None),
+        };
+        !epoch.is_empty()
+            && epoch.bytes().all(|b| b.is_ascii_digit())
+            && tenant.is_none_or(|t| {
+                !t.is_empty() && t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
     }
 
     pub fn lease_key(&self, partition: u16) -> String {
         format!("p{partition}")
     }
 
+    /// The partition, tenant and BMC key of a job subject, if the subject
+    /// is one of ours (the tenant `None` on a subject of a release before
+    /// issue 32, which had no tenant token).
+    pub fn parse_job_subject<'s>(&self, subject: &'s str) -> Option<(u16, Option<&'s str>, BmcKey)> {
+        let rest = subject.strip_prefix(&self.prefix)?.strip_prefix(".jobs.")?;
+        let (p, rest) = rest.split_once('.')?;
+        let (tenant, key) = match rest.split_once('.') {
+            Some((tenant, key)) => (Some(tenant), key),
+            None => (None, rest),
+        };
+        Some((p.parse().ok()?, tenant, BmcKey::from_token(key)?))
+    }
+
     /// The BMC key of a job subject, if the subject is one of ours.
     pub fn key_of_job_subject(&self, subject: &str) -> Option<(u16, BmcKey)> {
-        let rest = subject.strip_prefix(&self.prefix)?.strip_prefix(".jobs.")?;
-        let (p, key) = rest.split_once('.')?;
-        Some((p.parse().ok()?, BmcKey::from_token(key)?))
+        self.parse_job_subject(subject).map(|(p, _, key)| (p, key))
     }
 }
 
@@ -264,6 +312,25 @@ impl crate::error::Coded for ErrorKind {
 
 pub type Error = crate::error::Error<ErrorKind>;
 
+/// The requesting connection named by a [`REQUEST_INFO_HEADER`] value, as
+/// `<account>/<server id>/<client id>`: nats-server names it only when the
+/// service import shares the requester's information (`share: true`, as in
+/// the shipped accounts config); `None` otherwise. (The reply subject names
+/// no connection: a service import rewrites it to one `_R_.<prefix>.*` for
+/// every importing account.)
+pub fn request_connection(header: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Info {
+        acc: String,
+        #[serde(default)]
+        server: String,
+        #[serde(default)]
+        id: u64,
+    }
+    let info = serde_json::from_str::<Info>(header).ok()?;
+    (!info.server.is_empty() && info.id != 0).then(|| format!("{}/{}/{}", info.acc, info.server, info.id))
+}
+
 /// The requesting account named by a [`REQUEST_INFO_HEADER`] value.
 pub fn request_account(header: &str) -> Result<String, Error> {
     #[derive(serde::Deserialize)]
@@ -291,14 +358,25 @@ mod tests {
     }
 
     #[test]
+    fn a_requesting_connection_is_named_only_when_the_import_shares_it() {
+        let shared = r#"{"start":"2026-12-06T02:05:44Z","host":"127.0.0.1","id":10,"acc":"tenant-a","user":"producer-a","rtt":245269,"server":"NCGQ","kind":"Client"}"#;
+        assert_eq!(request_connection(shared).as_deref(), Some("tenant-a/NCGQ/10"));
+        assert_eq!(request_account(shared).unwrap(), "tenant-a");
+        assert_eq!(request_connection(r#"{"acc":"tenant-a","rtt":628540}"#), None, "an import without `share`");
+        assert_eq!(request_connection("not json"), None);
+    }
+
+    #[test]
     fn partition_consumers_are_named_per_epoch() {
         let s = Subjects::new("bmc", "BMCFLEET", 64);
         assert_eq!(s.partition_consumer(1, 42), "part-1-42");
         assert!(s.is_partition_consumer(1, "part-1-42"));
         assert!(s.is_partition_consumer(1, "part-1"), "the epoch-less name of earlier releases");
-        for other in ["part-10-42", "part-10", "part-1-", "part-1-x", "part-1-4-2", "part-2-42"] {
+        for other in ["part-10-42", "part-10", "part-1-", "part-1-x", "part-1-x-2", "part-2-42"] {
             assert!(!s.is_partition_consumer(1, other), "{other} is not partition 1's");
         }
+        // (`part-1-4-2` is partition 1's: epoch 4, tenant `2`.)
+        assert!(s.is_partition_consumer(1, "part-1-4-2"));
     }
 
     #[test]
@@ -341,11 +419,30 @@ mod tests {
     fn job_subject_round_trips() {
         let s = Subjects::new("bmc", "BMCFLEET", 64);
         let key = "[fe80::1]:623".parse::<BmcAddress>().unwrap().key();
-        let subject = s.job(&key);
+        let subject = s.job("tenant-a", &key);
         assert!(subject.starts_with("bmc.jobs."));
-        assert_eq!(subject.split('.').count(), 4);
+        assert_eq!(subject.split('.').count(), 5);
         let (p, k) = s.key_of_job_subject(&subject).unwrap();
         assert_eq!(k, key);
         assert_eq!(p, key.partition(64));
+        assert_eq!(s.parse_job_subject(&subject), Some((p, Some("tenant-a"), key.clone())));
+        // A subject of a release before the tenant token still reads.
+        let legacy = format!("bmc.jobs.{p}.{key}");
+        assert_eq!(s.parse_job_subject(&legacy), Some((p, None, key.clone())));
+        // The filters: a tenant's and the earlier releases' never overlap.
+        assert_eq!(s.jobs_partition_tenant(p, "tenant-a"), format!("bmc.jobs.{p}.tenant-a.*"));
+        assert_eq!(s.jobs_partition_legacy(p), format!("bmc.jobs.{p}.*"));
+    }
+
+    #[test]
+    fn tenant_consumers_belong_to_their_partition() {
+        let s = Subjects::new("bmc", "BMCFLEET", 64);
+        assert_eq!(s.partition_tenant_consumer(1, 42, "tenant-a"), "part-1-42-tenant-a");
+        for mine in ["part-1-42-tenant-a", "part-1-42-default", "part-1-7-b"] {
+            assert!(s.is_partition_consumer(1, mine), "{mine}");
+        }
+        for other in ["part-10-42-tenant-a", "part-1-42-", "part-1-x-a", "part-1-42-A.b"] {
+            assert!(!s.is_partition_consumer(1, other), "{other} is not partition 1's");
+        }
     }
 }

@@ -362,6 +362,7 @@ pub fn job_of(mut batch: Batch, tenant: &str) -> bmcfleet_schema::Job {
         deadline_at_ms: u64::MAX / 2,
         tenant: tenant.into(),
         sealed_params: vec![],
+        by_operator: tenant == bmcfleet_schema::machine::DEFAULT_TENANT,
     }
 }
 
@@ -378,7 +379,7 @@ pub async fn queue_job_bytes(
     let mut h = HeaderMap::new();
     h.insert(async_nats::header::NATS_MESSAGE_ID, job.id.to_string().as_str());
     let js = async_nats::jetstream::new(client.clone());
-    js.publish_with_headers(subjects.job(&job.key()), h, payload.into())
+    js.publish_with_headers(subjects.job(&job.tenant, &job.key()), h, payload.into())
         .await
         .expect("publish the job")
         .await

@@ -42,7 +42,7 @@ async fn producers_cannot_bypass_the_gateway() {
     let before = stream_last_sequence(&admin, &jobs).await;
 
     // A producer publishing straight onto a job subject is refused by the server.
-    let subject = topo.subjects().job(&"10.7.0.1".parse::<BmcAddress>().unwrap().key());
+    let subject = topo.subjects().job("default", &"10.7.0.1".parse::<BmcAddress>().unwrap().key());
     producer_client.publish(subject.clone(), "forged".into()).await.unwrap();
     producer_client.flush().await.unwrap();
     let e = wait_error(&producer_errors, "Permissions Violation for Publish").await;
@@ -644,6 +644,64 @@ async fn a_tenant_cannot_take_the_login_account_or_another_machine_s_address() {
     assert_eq!(set_calls, 2, "only A's two allowed address changes reached the BMC");
 }
 
+/// Issue 32 item 4: a raw request cannot re-address a BMC around the
+/// `network_source` guard. A vendor OEM write that changes the BMC's own
+/// address (Dell iDRAC's attribute registry with an IPv4 attribute, in
+/// several spellings), its host name, or its accounts is refused
+/// `raw_not_allowed` at admission: nothing is stored and nothing reaches
+/// the BMC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raw_oem_write_of_a_bmcs_address_is_refused_with_nothing_sent() {
+    let stack = shipped(SimConfig::default()).await;
+    let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
+    let (gw, _) = connect(&stack.nats, "gateway", PASSWORDS[0].1).await;
+    stack.wait_partitions_owned().await;
+    let jobs = stack.topo.subjects().jobs_stream();
+    let raw = |method: HttpMethod, path: &str, body: serde_json::Value| {
+        Action::Raw(RawRequest::Redfish(RawRedfish { method, path: path.into(), body: Some(body) }))
+    };
+    let before = stream_messages(&gw, &jobs).await;
+    let address =
+        serde_json::json!({"Attributes": {"IPv4.1.Address": "10.40.1.2", "IPv4Static.1.Address": "10.40.1.2"}});
+    for action in [
+        raw(HttpMethod::Patch, "/redfish/v1/Managers/iDRAC.Embedded.1/Attributes", address.clone()),
+        raw(HttpMethod::Patch, "/redfish/v1/managers/idrac.embedded.1/%41ttributes/", address.clone()),
+        raw(
+            HttpMethod::Patch,
+            "/redfish/v1/Managers/iDRAC.Embedded.1/Oem/Dell/DellAttributes/iDRAC.Embedded.1",
+            address,
+        ),
+        raw(
+            HttpMethod::Patch,
+            "//redfish/v1/Managers/iDRAC.Embedded.1/Attributes?$select=NIC.1.DNSRacName",
+            serde_json::json!({"Attributes": {"NIC.1.DNSRacName": "b-node2"}}),
+        ),
+        raw(
+            HttpMethod::Post,
+            "/redfish/v1/Managers/iDRAC.Embedded.1/Actions/Oem/EID_674_Manager.ImportSystemConfiguration",
+            serde_json::json!({"ImportBuffer": "<SystemConfiguration/>"}),
+        ),
+        raw(HttpMethod::Patch, "/redfish/v1/Managers/1/NetworkProtocol", serde_json::json!({"HostName": "b-node2"})),
+        raw(
+            HttpMethod::Post,
+            "/redfish/v1/Managers/1/Actions/Oem/Hpe/HpeiLO.ResetToFactoryDefaults",
+            serde_json::json!({"ResetType": "Default"}),
+        ),
+        Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 0x24, data: vec![2] })),
+    ] {
+        let e = refusal(a.submit(&sim_batch("10.40.1.60", vec![action.clone()]), true).await);
+        assert_eq!(e.code, ErrorCode::RawNotAllowed, "{action:?}: {e:?}");
+    }
+    assert_eq!(stream_messages(&gw, &jobs).await, before, "a refused batch was stored");
+    // The pipeline runs: the next batch reaches the BMC, and nothing before it did.
+    let Reply::Result(r) = a.submit(&sim_batch("10.40.1.60", vec![Action::Power(PowerOp::Status)]), true).await else {
+        panic!("A's batch")
+    };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    let calls: Vec<_> = stack.sim.log().into_iter().filter(|l| l.bmc == "v4-10-40-1-60").collect();
+    assert!(calls.iter().all(|l| !l.action.starts_with("raw")), "a refused raw request reached the BMC: {calls:?}");
+}
+
 /// What a submit whose id JetStream already holds waits on: the status
 /// record, read when it is written during the wait, and nothing once the
 /// wait is over.
@@ -668,6 +726,7 @@ async fn a_status_record_written_during_the_wait_is_read() {
         deadline_at_ms: u64::MAX / 2,
         tenant: "tenant-a".into(),
         sealed_params: vec![],
+        by_operator: false,
     };
 
     // Never written: nothing, after the wait.
@@ -741,6 +800,80 @@ async fn a_tenant_flooding_the_gateway_leaves_the_other_tenants_their_share() {
     })
     .await;
     assert!(!b_wait.is_finished(), "B's submit waits for its batch: {:?}", b_wait.await);
+    waiters.abort_all();
+}
+
+/// The next of `waiters` to finish, within 20 s: an `unavailable` refusal's message.
+async fn refused_now(waiters: &mut tokio::task::JoinSet<Reply>) -> String {
+    let r =
+        tokio::time::timeout(Duration::from_secs(20), waiters.join_next()).await.expect("a refusal").unwrap().unwrap();
+    let e = refusal(r);
+    assert_eq!(e.code, ErrorCode::Unavailable, "{e:?}");
+    e.message
+}
+
+/// Issue 32 item 2: the waiting-submit budget is keyed by who asks, never by
+/// reply subject. Through a service import every tenant's requests carry
+/// one `_R_.<prefix>.*` reply prefix, so keyed by it tenant A holding its
+/// connection's share refused every other tenant's waiting submit. Now A
+/// holds its whole share (two connections at the per-connection limit) and
+/// B's waiting submits are still admitted. (No worker: admitted waiting
+/// submits stay open.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_holding_its_waiting_budget_leaves_other_tenants_theirs() {
+    use bmcfleet_tests::metrics::{metrics_port, scrape, value};
+    let topo = Topology::default();
+    let nats = bmcfleet_tests::shipped::nats();
+    let gateway = topo.gateway(
+        &nats,
+        &[
+            &bmcfleet_tests::shipped::gateway_user()[..],
+            &["--max-waiting-submits", "8", "--max-waiting-per-client", "2", "--metrics-addr", "127.0.0.1:0"],
+        ]
+        .concat(),
+    );
+    let port = metrics_port(&gateway).await;
+    let producer = |user: &'static str, password: &'static str| {
+        let nats = &nats;
+        async move {
+            let p = Producer::new(connect(nats, user, password).await.0);
+            wait_gateway(&p).await;
+            p
+        }
+    };
+    let admitted = |n: f64| async move {
+        bmcfleet_tests::eventually(Duration::from_secs(20), &format!("{n} waiting submits admitted"), || async {
+            (value(&scrape(port), "bmcfleet_batches_admitted_total", &[]) == n).then_some(())
+        })
+        .await
+    };
+    let mut waiters = tokio::task::JoinSet::new();
+    let mut address = 0;
+    let mut flood = |p: &Producer, n: usize, waiters: &mut tokio::task::JoinSet<Reply>| {
+        for _ in 0..n {
+            address += 1;
+            let p = p.clone();
+            let batch = sim_batch(&format!("10.7.8.{address}"), vec![Action::Power(PowerOp::On)]);
+            waiters.spawn(async move { p.submit(&batch, true).await });
+        }
+    };
+    // A's first connection: 2 admitted, the third refused for the connection.
+    let a1 = producer("producer-a", PASSWORDS[5].1).await;
+    flood(&a1, 3, &mut waiters);
+    assert!(refused_now(&mut waiters).await.contains("this connection already has 2 waiting submits"));
+    admitted(2.0).await;
+    // A's second connection: A now holds its whole share (4 of 8).
+    let a2 = producer("producer-a", PASSWORDS[5].1).await;
+    flood(&a2, 2, &mut waiters);
+    admitted(4.0).await;
+    let a3 = producer("producer-a", PASSWORDS[5].1).await;
+    flood(&a3, 1, &mut waiters);
+    assert!(refused_now(&mut waiters).await.contains("this tenant already has 4 waiting submits"));
+    // B's waiting submits are admitted (they wait; they are not refused).
+    let b = producer("producer-b", PASSWORDS[6].1).await;
+    flood(&b, 2, &mut waiters);
+    admitted(6.0).await;
+    assert!(waiters.try_join_next().is_none(), "every admitted submit still waits");
     waiters.abort_all();
 }
 
@@ -855,6 +988,21 @@ async fn a_producers_trace_headers_are_passed_on_only_in_their_w3c_size() {
 /// deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_with_slow_batches_leaves_the_other_tenants_worker_slots() {
+    slow_batches_leave_tenant_b_worker_slots(("producer-a", PASSWORDS[5].1), "tenant-a").await;
+}
+
+/// Issue 32 item 3: the `default` account's producers are a tenant like any
+/// other. Before, their batches counted as the operator's own (no share) and
+/// two slow ones took both of the worker's slots: tenant B's batch waited
+/// behind them past its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_account_producer_cannot_take_every_worker_slot() {
+    slow_batches_leave_tenant_b_worker_slots(("producer", PASSWORDS[2].1), "default").await;
+}
+
+/// `slow`'s producer (of `tenant`) queues two slow batches on a worker with
+/// two slots; tenant B's batch runs at once all the same.
+async fn slow_batches_leave_tenant_b_worker_slots(slow: (&str, &str), tenant: &str) {
     use bmcfleet_tests::shipped::shipped_with;
     // `slow-*` BMCs take two minutes per action; the worker runs two batches at once.
     let sim = SimConfig { slow_latency: Duration::from_secs(120), ..SimConfig::default() };
@@ -862,7 +1010,7 @@ async fn a_tenant_with_slow_batches_leaves_the_other_tenants_worker_slots() {
         shipped_with(Topology::default(), sim, &[], &["--max-concurrent-batches", "2", "--poll-interval", "off"]).await;
     let (nats, topo) = (&stack.nats, &stack.topo);
     let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
-    let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
+    let (a, _) = stack.producer(slow.0, slow.1).await;
     let (b, _) = stack.producer("producer-b", PASSWORDS[6].1).await;
     stack.wait_partitions_owned().await;
     let put = bmcctl_as(
@@ -882,8 +1030,8 @@ async fn a_tenant_with_slow_batches_leaves_the_other_tenants_worker_slots() {
         "pw\n",
     );
     assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
-    put_machine(&admin, topo, "a-slow1", "slow-a1", "tenant-a", "rack").await;
-    put_machine(&admin, topo, "a-slow2", "slow-a2", "tenant-a", "rack").await;
+    put_machine(&admin, topo, "a-slow1", "slow-a1", tenant, "rack").await;
+    put_machine(&admin, topo, "a-slow2", "slow-a2", tenant, "rack").await;
     put_machine(&admin, topo, "b-node1", "10.41.0.1", "tenant-b", "rack").await;
     let batch = |machine: &str, deadline: u64| Batch {
         plan: false,
@@ -933,6 +1081,109 @@ async fn a_tenant_with_slow_batches_leaves_the_other_tenants_worker_slots() {
     assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
     // A holds its share only: its second batch still waits.
     assert_eq!(state(&a, a2).await, Some(BatchState::Queued));
+}
+
+/// Issue 32 item 1: a partition's window of delivered jobs is shared
+/// between tenants. Tenant A fills its whole window (4 hung BMCs with 4
+/// queued batches each: 16, the window, each BMC a quarter of it) and has
+/// more queued behind it, all in the only partition; tenant B's batches on a
+/// healthy machine of that partition still finish within 2× their latency
+/// alone. With one consumer per partition A's held jobs were the whole
+/// window: no other job of the partition was pulled, and B's batch waited
+/// past its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_with_hung_bmcs_fills_only_its_own_window() {
+    use bmcfleet_tests::shipped::shipped_with;
+    use futures::TryStreamExt;
+    let topo = Topology { partitions: 1, ..Topology::default() };
+    let worker_flags = ["--max-inflight-per-partition", "16", "--poll-interval", "off"];
+    let stack = shipped_with(topo, SimConfig::default(), &["--max-queued-per-bmc", "4"], &worker_flags).await;
+    let (nats, topo) = (&stack.nats, &stack.topo);
+    let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
+    let (worker, _) = connect(nats, "worker", PASSWORDS[1].1).await;
+    let (a, _) = stack.producer("producer-a", PASSWORDS[5].1).await;
+    let (b, _) = stack.producer("producer-b", PASSWORDS[6].1).await;
+    stack.wait_partitions_owned().await;
+    let put = bmcctl_as(
+        nats,
+        "admin",
+        PASSWORDS[4].1,
+        &[
+            "cred",
+            "put",
+            "rack",
+            "--username",
+            "admin",
+            "--password-stdin",
+            "--workers-public-key",
+            &topo.sealing.public,
+        ],
+        "pw\n",
+    );
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    for i in 1..=5 {
+        put_machine(&admin, topo, &format!("a-hung{i}"), &format!("hang-a{i}"), "tenant-a", "rack").await;
+    }
+    put_machine(&admin, topo, "b-node1", "10.42.0.1", "tenant-b", "rack").await;
+    let batch = |machine: &str, deadline: u64| Batch {
+        plan: false,
+        id: None,
+        machine: Some(machine.into()),
+        bmc: None,
+        actions: vec![Action::Power(PowerOp::Status)],
+        on_error: OnError::Stop,
+        deadline: Some(Duration::from_secs(deadline)),
+    };
+    let b_batch = || async {
+        let started = std::time::Instant::now();
+        match b.submit(&batch("b-node1", 20), true).await {
+            Reply::Result(r) if r.state == BatchState::Succeeded => started.elapsed(),
+            other => panic!("B's batch waited behind tenant A's hung BMCs: {other:?}"),
+        }
+    };
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let mut alone = vec![];
+    for _ in 0..5 {
+        alone.push(b_batch().await);
+    }
+    // A: 4 hung BMCs, 4 batches each (the per-BMC cap), and one more behind them.
+    for i in 1..=4 {
+        for _ in 0..4 {
+            assert!(matches!(a.submit(&batch(&format!("a-hung{i}"), 600), false).await, Reply::Accepted(_)));
+        }
+    }
+    assert!(matches!(a.submit(&batch("a-hung5", 600), false).await, Reply::Accepted(_)));
+    // Wait until the partition holds 16 of A's jobs delivered and unacknowledged (A's
+    // whole window), with A's last still pending (read as the worker user).
+    let jobs = topo.subjects().jobs_stream();
+    bmcfleet_tests::eventually(Duration::from_secs(60), "A's window full of hung jobs", || {
+        let (worker, jobs) = (worker.clone(), jobs.clone());
+        async move {
+            let stream = async_nats::jetstream::new(worker).get_stream(&jobs).await.ok()?;
+            let names: Vec<String> = stream.consumer_names().try_collect().await.ok()?;
+            let (mut held, mut pending) = (0, 0);
+            for name in names {
+                let info = stream.consumer_info(&name).await.ok()?;
+                held += info.num_ack_pending;
+                pending += info.num_pending;
+            }
+            (held == 16 && pending >= 1).then_some(())
+        }
+    })
+    .await;
+    let mut loaded = vec![];
+    for _ in 0..5 {
+        loaded.push(b_batch().await);
+    }
+    let (alone, loaded) = (median(alone), median(loaded));
+    // (2× B's latency alone; sub-100 ms medians are compared as 100 ms: scheduler noise.)
+    assert!(
+        loaded <= 2 * alone.max(Duration::from_millis(100)),
+        "B's median latency {loaded:?} next to A's full window, {alone:?} alone"
+    );
 }
 
 /// Issue 16 item 8: the gateway, the workers and the admin user hold only the

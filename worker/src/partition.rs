@@ -3,7 +3,22 @@
 //!
 //! On taking a partition the owner deletes every earlier consumer of the
 //! partition and creates its own, named after its lease epoch (the lease's
-//! creating revision): `part-<partition>-<epoch>`. The job stream is a work
+//! creating revision): one per tenant with jobs in the partition,
+//! `part-<partition>-<epoch>-<tenant>` (filter
+//! `<prefix>.jobs.<partition>.<tenant>.*`), and one for the jobs queued by
+//! releases before the tenant token, `part-<partition>-<epoch>`. Each
+//! tenant's consumer has a window of its own (`max_ack_pending`, see
+//! [`held_per_partition`]): a tenant whose slow or hung BMCs hold every job
+//! of its window stops only its own pulls, never another tenant's (issue
+//! 32: with one consumer per partition, four hung BMCs of one tenant held
+//! the whole window and no other job of the partition was pulled). Within
+//! a tenant's window one BMC holds at most a quarter (its queue is capped by
+//! the stream). A BMC's jobs of one tenant are on one subject, so one
+//! consumer delivers them in stream order: per-BMC order holds. The tenants
+//! are found in the machine registry (those with machines in the
+//! partition) and, for ad hoc targets, in the stream's subjects (listed
+//! every [`DISCOVER_EVERY`]); the `default` tenant always has its consumer.
+//! The job stream is a work
 //! queue (acknowledged jobs are gone), so the new consumer starts at the
 //! oldest unfinished job: jobs the previous owner held but never
 //! acknowledged come first, in order, with no wait for their ack timer.
@@ -36,6 +51,15 @@ use tracing::Instrument;
 
 /// Held-job slots a partition keeps allocated once its burst is over.
 const HELD_KEPT: usize = 64;
+
+/// How often a partition looks for tenants without a consumer yet: in the
+/// registry (when it changed) and in the job stream's subjects (a tenant's
+/// ad hoc targets are in no registry).
+const DISCOVER_EVERY: Duration = Duration::from_secs(1);
+
+/// The merged pull streams of a partition's consumers.
+type Pulls =
+    futures::stream::SelectAll<futures::stream::BoxStream<'static, Result<jetstream::Message, pull::MessagesError>>>;
 
 /// Settings of a partition runner.
 #[derive(Clone, Debug)]
@@ -85,25 +109,23 @@ struct Lane {
 
 /// Run partition `p` until its fence is drained or lost.
 pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings: Settings) {
-    let consumer = match open_consumer(&shared, p, epoch, &fence, &settings).await {
+    let window = held_per_partition(&shared, settings.max_inflight).await;
+    let mut consumers = Consumers { p, epoch, window, tenants: Default::default(), registry_generation: None };
+    // The jobs of earlier releases first: creating it removes every earlier owner's consumer.
+    let consumer = match open_consumer(&shared, &consumers, None, &fence, &settings).await {
         Some(c) => c,
         None => return,
     };
-    tracing::info!(partition = p, "Partition started.");
-    let messages = consumer
-        .stream()
-        .max_messages_per_batch(settings.max_inflight.min(256) as usize)
-        .heartbeat(Duration::from_secs(5))
-        .messages()
-        .await;
-    let mut messages = match messages {
-        Ok(m) => m,
-        Err(e) => {
-            tracing::warn!(partition = p, error = %e, "Cannot pull from the partition consumer.");
-            fence.drain.cancel();
-            return;
-        }
-    };
+    let mut messages = Pulls::new();
+    if let Err(e) = pull_from(&mut messages, consumer, &settings).await {
+        tracing::warn!(partition = p, error = %e, "Cannot pull from the partition consumer.");
+        fence.drain.cancel();
+        return;
+    }
+    consumers.discover(&shared, &fence, &settings, &mut messages).await;
+    tracing::info!(partition = p, tenants = consumers.tenants.len(), "Partition started.");
+    let mut discover = tokio::time::interval(DISCOVER_EVERY);
+    discover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut lanes: HashMap<BmcKey, Lane> = HashMap::new();
@@ -189,6 +211,11 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 }
             }
             Some(_) = lane_tasks.join_next() => {}
+            _ = discover.tick() => {
+                if fence.may_act() {
+                    consumers.discover(&shared, &fence, &settings, &mut messages).await;
+                }
+            }
             _ = sweep.tick() => {
                 let idle = settings.lane_idle_timeout;
                 lanes.retain(|_, lane| lane.pending > 0 || lane.polling || lane.last_active.elapsed() < idle);
@@ -292,11 +319,12 @@ impl Unusable {
 
 fn decode(shared: &Shared, msg: &jetstream::Message) -> Result<Job, Unusable> {
     let job: Job = Encoding::MessagePack.decode(&msg.payload).map_err(|e| Unusable::Unreadable(e.to_string()))?;
-    let (_, key) = shared
+    let (_, tenant, key) = shared
         .subjects
-        .key_of_job_subject(&msg.subject)
+        .parse_job_subject(&msg.subject)
         .ok_or_else(|| Unusable::Mismatch(format!("subject {} is not a job subject", msg.subject)))?;
-    if key != job.key() || job.batch.id != Some(job.id) {
+    // (A subject without a tenant token was queued by an earlier release.)
+    if key != job.key() || job.batch.id != Some(job.id) || tenant.is_some_and(|t| t != job.tenant) {
         return Err(Unusable::Mismatch("job does not match its subject".into()));
     }
     Ok(job)
@@ -337,24 +365,118 @@ async fn finish_unread(shared: &Shared, msg: &jetstream::Message) {
     }
 }
 
-async fn open_consumer(
-    shared: &Shared,
+/// The consumers of one owned partition: one per tenant seen, each with a
+/// window of its own.
+struct Consumers {
     p: u16,
     epoch: u64,
+    /// `max_ack_pending` of each (see [`held_per_partition`]).
+    window: i64,
+    /// The tenants that have their consumer.
+    tenants: std::collections::HashSet<String>,
+    /// The registry generation last looked at.
+    registry_generation: Option<u64>,
+}
+
+impl Consumers {
+    /// Open a consumer for every tenant that has none yet: the `default`
+    /// tenant, the tenants with machines in the partition (when the registry
+    /// changed), and those with jobs queued in the partition's subjects. A
+    /// tenant whose consumer cannot be created now is tried again next time.
+    async fn discover(&mut self, shared: &Shared, fence: &Fence, settings: &Settings, pulls: &mut Pulls) {
+        let mut wanted = vec![bmcfleet_schema::machine::DEFAULT_TENANT.to_owned()];
+        let registry = &shared.targets.machines;
+        let generation = registry.generation();
+        if self.registry_generation != Some(generation) {
+            self.registry_generation = Some(generation);
+            let (p, partitions) = (self.p, shared.subjects.partitions);
+            let machines = registry.machines(|m| BmcKey::machine(&m.name).partition(partitions) == p);
+            wanted.extend(machines.iter().map(|m| m.tenant.clone()));
+        }
+        let queued = format!("{}.*", shared.subjects.jobs_partition_legacy(self.p));
+        match shared.res.jobs.info_with_subjects(&queued).await {
+            Ok(subjects) => {
+                let subjects: Vec<_> = subjects.try_collect().await.unwrap_or_default();
+                for (subject, _) in subjects {
+                    if let Some((_, Some(tenant), _)) = shared.subjects.parse_job_subject(&subject) {
+                        wanted.push(tenant.to_owned());
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(partition = self.p, error = %e, "Cannot list the partition's job subjects."),
+        }
+        for tenant in wanted {
+            if self.tenants.contains(&tenant) || !bmcfleet_schema::machine::valid_name(&tenant) {
+                continue;
+            }
+            let Some(consumer) = open_consumer(shared, self, Some(&tenant), fence, settings).await else { continue };
+            match pull_from(pulls, consumer, settings).await {
+                Ok(()) => {
+                    tracing::debug!(partition = self.p, tenant = %tenant, "Tenant consumer opened.");
+                    self.tenants.insert(tenant);
+                }
+                Err(e) => {
+                    tracing::warn!(partition = self.p, tenant = %tenant, error = %e, "Cannot pull from a tenant's consumer; retrying later.")
+                }
+            }
+        }
+    }
+}
+
+/// Pull from `consumer` into `pulls`.
+async fn pull_from(
+    pulls: &mut Pulls,
+    consumer: async_nats::jetstream::consumer::Consumer<pull::Config>,
+    settings: &Settings,
+) -> Result<(), async_nats::jetstream::consumer::StreamError> {
+    let stream = consumer
+        .stream()
+        .max_messages_per_batch(settings.max_inflight.min(256) as usize)
+        .heartbeat(Duration::from_secs(5))
+        .messages()
+        .await?;
+    pulls.push(stream.boxed());
+    Ok(())
+}
+
+/// Create the consumer of `tenant`'s jobs in the partition (`None`: of the
+/// jobs of earlier releases, created first). Every earlier consumer of the
+/// partition that is not one of this owner's is deleted first (a work-queue
+/// stream allows one consumer per subject). Retried with backoff while the
+/// lease holds, `None` once it does not; a tenant's is tried twice only
+/// (`None`: the next discovery tries again), so that the partition's loop
+/// (in-progress acks, finished batches) never waits on it for long.
+async fn open_consumer(
+    shared: &Shared,
+    c: &Consumers,
+    tenant: Option<&str>,
     fence: &Fence,
     settings: &Settings,
 ) -> Option<async_nats::jetstream::consumer::Consumer<pull::Config>> {
-    let name = shared.subjects.partition_consumer(p, epoch);
-    let max_ack_pending = held_per_partition(shared, settings.max_inflight).await;
+    let (p, epoch) = (c.p, c.epoch);
+    let (name, filter_subject) = match tenant {
+        Some(t) => {
+            (shared.subjects.partition_tenant_consumer(p, epoch, t), shared.subjects.jobs_partition_tenant(p, t))
+        }
+        None => (shared.subjects.partition_consumer(p, epoch), shared.subjects.jobs_partition_legacy(p)),
+    };
+    let ours = |n: &str| {
+        n == shared.subjects.partition_consumer(p, epoch)
+            || c.tenants.iter().any(|t| n == shared.subjects.partition_tenant_consumer(p, epoch, t))
+    };
     let config = pull::Config {
         durable_name: Some(name.clone()),
-        description: Some(format!("bmcfleet partition {p}, owned by {}", shared.worker_id)),
-        filter_subject: shared.subjects.jobs_partition(p),
+        description: Some(format!(
+            "bmcfleet partition {p}, tenant {}, owned by {}",
+            tenant.unwrap_or("(earlier releases)"),
+            shared.worker_id
+        )),
+        filter_subject,
         deliver_policy: DeliverPolicy::All,
         ack_policy: AckPolicy::Explicit,
         ack_wait: settings.ack_wait,
         max_deliver: -1,
-        max_ack_pending,
+        max_ack_pending: c.window,
         ..Default::default()
     };
     let mut attempt = 0u32;
@@ -363,21 +485,29 @@ async fn open_consumer(
             return None;
         }
         let stream = &shared.res.jobs;
-        // A work-queue stream allows one consumer per subject: remove every
-        // earlier owner's (and a leftover of ours from a failed attempt).
-        match stream.consumer_names().try_collect::<Vec<String>>().await {
-            Ok(names) => {
-                for old in names.iter().filter(|n| shared.subjects.is_partition_consumer(p, n)) {
-                    let _ = stream.delete_consumer(old).await;
+        // The first consumer of this owner (or a retry) clears the earlier
+        // owners' (and a leftover of a failed attempt of this one).
+        if tenant.is_none() || attempt > 0 {
+            match stream.consumer_names().try_collect::<Vec<String>>().await {
+                Ok(names) => {
+                    for old in names
+                        .iter()
+                        .filter(|n| shared.subjects.is_partition_consumer(p, n) && (tenant.is_none() || !ours(n)))
+                    {
+                        let _ = stream.delete_consumer(old).await;
+                    }
                 }
+                Err(e) => tracing::warn!(partition = p, error = %e, "Cannot list the job stream's consumers."),
             }
-            Err(e) => tracing::warn!(partition = p, error = %e, "Cannot list the job stream's consumers."),
         }
         match stream.create_consumer(config.clone()).await {
             Ok(c) => return Some(c),
             Err(e) => {
-                tracing::warn!(partition = p, error = %e, "Cannot create the partition consumer; retrying.");
+                tracing::warn!(partition = p, consumer = %name, error = %e, "Cannot create a partition consumer; retrying.");
                 attempt += 1;
+                if tenant.is_some() && attempt >= 2 {
+                    return None;
+                }
                 let d = bmcfleet_common::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
                     .delay(attempt);
                 tokio::select! {
@@ -390,7 +520,8 @@ async fn open_consumer(
     }
 }
 
-/// How many delivered, unacknowledged jobs a partition consumer holds: the
+/// How many delivered, unacknowledged jobs each of a partition's consumers
+/// (one per tenant) holds: the
 /// configured count, raised when needed so that one BMC (whose queue the jobs
 /// stream caps at `max_messages_per_subject`) can fill at most a
 /// 1/[`BMC_SHARE_DIVISOR`] share of it. Without that, a slow BMC with a long
@@ -470,12 +601,12 @@ enum Flow {
 }
 
 /// One of the worker's `--max-concurrent-batches` slots, taken from
-/// `tenant`'s share of them (see [`crate::slots`]), or `None` when the
-/// partition is drained or lost first.
+/// `tenant`'s share of them (`None`: the operator's own work, no share; see
+/// [`crate::slots`]), or `None` when the partition is drained or lost first.
 async fn permit(
     shared: &Shared,
     fence: &Fence,
-    tenant: &str,
+    tenant: Option<&str>,
     work: crate::slots::For<'_>,
 ) -> Option<crate::slots::Slot> {
     tokio::select! {
@@ -492,8 +623,9 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
         // Kept boxed: the delivery (job and message) is not copied around.
         Work::Batch(d) => d,
         Work::Poll(machine, with_inventory) => {
-            let Some(permit) = permit(shared, fence, &machine.tenant, crate::slots::For::Poll(&machine.name)).await
-            else {
+            // A poll is the worker's own doing: the operator's for its own machines.
+            let share = crate::slots::Slots::share_of(&machine.tenant, true);
+            let Some(permit) = permit(shared, fence, share, crate::slots::For::Poll(&machine.name)).await else {
                 return Flow::Stop;
             };
             crate::state::poll(shared, &machine, with_inventory, slot, guard, fence)
@@ -504,7 +636,8 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
             return Flow::Continue;
         }
     };
-    let Some(permit) = permit(shared, fence, &d.job.tenant, crate::slots::For::Batch(&d.job.id)).await else {
+    let share = crate::slots::Slots::share_of(&d.job.tenant, d.job.by_operator);
+    let Some(permit) = permit(shared, fence, share, crate::slots::For::Batch(&d.job.id)).await else {
         return Flow::Stop;
     };
     let partition = key.partition(shared.subjects.partitions);

@@ -3,9 +3,14 @@
 //! A batch (or a state poll) runs in one of the worker's slots, and a
 //! tenant's first takes one of its tenant's share of them
 //! (`--max-batches-per-tenant`, by default half of the slots). The
-//! operator's own machines (tenant `default`) have no share: a deployment
-//! without tenants keeps every slot, and the operator may use what the
-//! tenants leave. A tenant with many machines, or with many
+//! operator's own work has no share: batches an operator submitted (from
+//! the gateway's own NATS account) for its own machines (tenant `default`),
+//! and the polls of those machines. A deployment without tenants keeps
+//! every slot, and the operator may use what the tenants leave. The
+//! `default` account's own producers, when a deployment gives it some, are
+//! a tenant like any other: their batches take the `default` share (issue
+//! 32; before, they counted as the operator's and could take every slot).
+//! A tenant with many machines, or with many
 //! slow batches (long power settles, firmware updates, BMCs that answer
 //! slowly), therefore holds at most its share, and the other tenants'
 //! batches still find slots: without the share, one tenant's lanes could
@@ -63,6 +68,13 @@ impl Slots {
         }
     }
 
+    /// Whose share work of `tenant` takes: none (`None`) for the
+    /// operator's own (`by_operator` and tenant `default`), else the
+    /// tenant's.
+    pub fn share_of(tenant: &str, by_operator: bool) -> Option<&str> {
+        (!(by_operator && tenant == bmcfleet_schema::machine::DEFAULT_TENANT)).then_some(tenant)
+    }
+
     /// How many slots one tenant may hold.
     pub fn per_tenant(&self) -> usize {
         self.per_tenant
@@ -76,13 +88,14 @@ impl Slots {
         tenants.entry(tenant.to_owned()).or_insert_with(|| Arc::new(Semaphore::new(self.per_tenant))).clone()
     }
 
-    /// A slot for work of `tenant` (`work` names it in the log line written
-    /// when the tenant's share is spent and it has to wait for it).
-    pub async fn acquire(&self, tenant: &str, work: For<'_>) -> Slot {
-        if tenant == bmcfleet_schema::machine::DEFAULT_TENANT {
+    /// A slot for work of `tenant`, or of the operator's own (`None`: no
+    /// share; see [`Slots::share_of`]). `work` names it in the log line
+    /// written when the tenant's share is spent and it has to wait for it.
+    pub async fn acquire(&self, tenant: Option<&str>, work: For<'_>) -> Slot {
+        let Some(tenant) = tenant else {
             let all = self.all.clone().acquire_owned().await.expect("the worker's slots are never closed");
             return Slot { _all: all, _tenant: None };
-        }
+        };
         let share = self.share(tenant);
         let mine = match share.clone().try_acquire_owned() {
             Ok(p) => p,
@@ -107,16 +120,16 @@ mod tests {
     #[tokio::test]
     async fn a_tenant_holds_at_most_its_share_and_leaves_the_rest() {
         let slots = Slots::new(4, 2);
-        let a1 = slots.acquire("a", For::Poll("a1")).await;
-        let _a2 = slots.acquire("a", For::Poll("a2")).await;
+        let a1 = slots.acquire(Some("a"), For::Poll("a1")).await;
+        let _a2 = slots.acquire(Some("a"), For::Poll("a2")).await;
         // A third of tenant a waits for a's share, holding no worker slot...
-        let mut a3 = Box::pin(slots.acquire("a", For::Poll("a3")));
+        let mut a3 = Box::pin(slots.acquire(Some("a"), For::Poll("a3")));
         assert!((&mut a3).now_or_never().is_none());
         // ... so the other tenants find theirs.
-        let _b1 = slots.acquire("b", For::Poll("b1")).await;
-        let _op = slots.acquire("default", For::Poll("op")).await;
+        let _b1 = slots.acquire(Some("b"), For::Poll("b1")).await;
+        let _op = slots.acquire(None, For::Poll("op")).await;
         assert!(
-            Box::pin(slots.acquire("b", For::Poll("b2"))).now_or_never().is_none(),
+            Box::pin(slots.acquire(Some("b"), For::Poll("b2"))).now_or_never().is_none(),
             "every slot of the worker is taken"
         );
         drop(a1);
@@ -124,12 +137,24 @@ mod tests {
         // The operator's own machines have no share: all the slots.
         let few = Slots::new(3, 1);
         let _ops = [
-            few.acquire("default", For::Poll("1")).await,
-            few.acquire("default", For::Poll("2")).await,
-            few.acquire("default", For::Poll("3")).await,
+            few.acquire(None, For::Poll("1")).await,
+            few.acquire(None, For::Poll("2")).await,
+            few.acquire(None, For::Poll("3")).await,
         ];
-        assert!(Box::pin(few.acquire("default", For::Poll("4"))).now_or_never().is_none(), "still at most every slot");
+        assert!(Box::pin(few.acquire(None, For::Poll("4"))).now_or_never().is_none(), "still at most every slot");
         assert_eq!(Slots::new(1, 0).per_tenant(), 1, "a tenant may always run something");
+        // Only the operator's own work goes without a share: the `default`
+        // account's producers are a tenant like any other (issue 32).
+        assert_eq!(Slots::share_of("default", true), None);
+        assert_eq!(Slots::share_of("default", false), Some("default"));
+        assert_eq!(Slots::share_of("tenant-a", true), Some("tenant-a"), "an operator acting for a tenant");
+        let two = Slots::new(2, 1);
+        let _d1 = two.acquire(Slots::share_of("default", false), For::Poll("d1")).await;
+        assert!(
+            Box::pin(two.acquire(Slots::share_of("default", false), For::Poll("d2"))).now_or_never().is_none(),
+            "a default-account producer holds its share only"
+        );
+        let _b = two.acquire(Some("b"), For::Poll("b")).await;
         assert_eq!(Slots::new(2, 9).per_tenant(), 2);
     }
 }

@@ -30,6 +30,13 @@ pub struct Job {
     /// the actions hold a placeholder in their place.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sealed_params: Vec<SealedParam>,
+    /// Admitted for an operator (a client of the gateway's own NATS
+    /// account), not through a tenant's account. The operator's own
+    /// batches (tenant `default`) hold no tenant's share of a worker's
+    /// slots; a batch of the `default` account's producers does, like any
+    /// tenant's. (A job queued before this field existed reads `false`.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_operator: bool,
 }
 
 /// One secret action parameter, sealed (see [`Job::sealed_params`]).
