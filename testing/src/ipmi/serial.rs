@@ -77,6 +77,16 @@ impl SerialHost {
         self.wait(timeout, |s| s.connection.is_some())
     }
 
+    /// How many times `ipmi_sim` has connected.
+    pub fn connections(&self) -> u32 {
+        self.shared.state().connections
+    }
+
+    /// Waits until `ipmi_sim` has connected more than `n` times and is connected.
+    pub fn wait_reconnected(&self, n: u32, timeout: Duration) -> bool {
+        self.wait(timeout, |s| s.connections > n && s.connection.is_some())
+    }
+
     /// Writes `bytes` as the host's console output (false: not connected).
     pub fn write(&self, bytes: &[u8]) -> bool {
         let stream = self.shared.state().connection.as_ref().and_then(|c| c.try_clone().ok());

@@ -300,6 +300,7 @@ impl SolSession {
             loss_pending: 0,
             last_send: Instant::now(),
             end: None,
+            sync: true,
         };
         let encrypted = suite.is_some_and(|s| s.encrypts());
         let authenticated = suite.is_some_and(|s| s.icv_len() > 0);
@@ -431,6 +432,14 @@ struct Worker {
     loss_pending: u64,
     last_send: Instant,
     end: Option<SolEnd>,
+    /// The first packet after activation carries no characters: some BMCs
+    /// (ipmi_sim) keep the last console packet's sequence number across
+    /// activations and take a new session's first packet with the same
+    /// number for a retransmission of the old one (forwarding only the
+    /// characters beyond its old count). An empty packet is harmless
+    /// either way, and the data after it has a number the BMC did not see
+    /// last.
+    sync: bool,
 }
 
 enum Step {
@@ -699,9 +708,10 @@ impl Worker {
 
     /// Sends the next packet when none is in flight and there is input.
     async fn send_next(&mut self) -> Result<(), SolEnd> {
-        if self.inflight.is_some() || (self.pending.is_empty() && self.breaks.is_empty()) {
+        if self.inflight.is_some() || (self.pending.is_empty() && self.breaks.is_empty() && !self.sync) {
             return Ok(());
         }
+        self.sync = false;
         let take = self.pending.len().min(self.max_chars);
         let data: Vec<u8> = self.pending.drain(..take).collect();
         let breaks = std::mem::take(&mut self.breaks);
