@@ -93,7 +93,10 @@
 pub mod crypto;
 mod server;
 mod session;
+mod sol;
 mod wire;
+
+pub use sol::SolFaults;
 
 pub use server::status;
 
@@ -259,6 +262,38 @@ impl LanBmc {
         self.0.stats(Instant::now())
     }
 
+    /// SOL: the host writes `bytes` to its serial port (sent to the
+    /// console holding the payload, if any).
+    pub fn sol_write(&self, bytes: &[u8]) {
+        self.0.sol_write(bytes)
+    }
+
+    /// SOL: what consoles typed, as the host's serial port got it.
+    pub fn sol_received(&self) -> Vec<u8> {
+        self.0.sol().host_received.clone()
+    }
+
+    /// SOL: breaks received, console retransmissions seen, activations.
+    pub fn sol_counts(&self) -> (u32, u32, u32) {
+        let sol = self.0.sol();
+        (sol.breaks, sol.console_retransmits, sol.activations)
+    }
+
+    /// SOL: whether a session holds the payload.
+    pub fn sol_active(&self) -> bool {
+        self.0.sol().active.is_some()
+    }
+
+    /// SOL fault knobs (do not hold the guard across a client call).
+    pub fn sol_faults(&self, f: impl FnOnce(&mut SolFaults)) {
+        f(&mut self.0.sol().faults)
+    }
+
+    /// SOL: the BMC deactivates the payload itself ("SOL deactivating").
+    pub fn sol_deactivate(&self) {
+        self.0.sol_deactivate_now()
+    }
+
     pub fn active_sessions(&self) -> usize {
         self.stats().active_sessions
     }
@@ -356,6 +391,8 @@ impl LanFleet {
                     sessions: Sessions::default(),
                     counters: LanStats::default(),
                 }),
+                sol: Mutex::default(),
+                socket: Default::default(),
             });
             let socket = Arc::new(tokio::net::UdpSocket::from_std(socket)?);
             runtime.spawn(server::serve(bmc.clone(), socket));
