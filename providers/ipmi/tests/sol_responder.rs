@@ -111,7 +111,8 @@ async fn suite_17_sol_survives_lost_acks_nacks_partial_accepts_and_duplicates() 
     bmc.sol_faults(|f| f.duplicate_output = 5);
     let output = pattern(2000, 4);
     bmc.sol_write(&output);
-    assert_eq!(read_output(&mut sol, output.len()).await, output);
+    let read = read_output(&mut sol, output.len()).await;
+    assert!(read == output, "{} bytes read for {} written, or out of order", read.len(), output.len());
     assert_eq!(sol.stats().duplicates, 5);
     assert_eq!(sol.stats().received, output.len() as u64);
 

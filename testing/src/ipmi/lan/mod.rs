@@ -31,6 +31,12 @@
 //!   [`SpecState::session_privilege`]/`privilege_limit` while its request
 //!   runs, so `handle`'s 0xD4 checks hold per session. Replies mirror the
 //!   request's rqSeq, netfn (+1), LUNs and command.
+//! - Serial over LAN (payload type 1, `sol.rs`): Activate/Deactivate
+//!   Payload, acked console packets, numbered host output, break, and SOL
+//!   faults ([`SolFaults`]: lost acks, NACKs, partial accepts, duplicated
+//!   output, flooding, BMC-initiated deactivation). Proven with bmcfleet's
+//!   own SOL (`providers/ipmi/tests/sol_responder.rs`) only: no
+//!   third-party SOL client is run against it yet.
 //! - Faults per BMC at run time ([`LanFaults`], [`LanBmc::forget_sessions`]),
 //!   and [`SpecHandle::inject`]'s per-command faults. Counters for
 //!   assertions ([`LanStats`]).
@@ -67,7 +73,7 @@
 //! IPMI 1.5 sessions (MD2/MD5/straight password; session-less 1.5 requests
 //! are answered), a BMC key (KG: Kuid is always the key; two-key login is
 //! reported off), cipher suites with MD5, RC4 or RAKP-none, OEM payloads,
-//! SOL and other payload types, RMCP ACKs for ASF messages with a sequence
+//! payload types other than IPMI and SOL, RMCP ACKs for ASF messages with a sequence
 //! number other than 255, per-channel privilege limits beyond the user's,
 //! bridging (Send Message), IPv6 peers in Get Session Info. SpecState's
 //! `calls` log is not written (a fleet would grow it without bound): use
