@@ -214,3 +214,57 @@ async fn a_flooding_bmc_costs_a_bounded_queue_and_reports_its_loss() {
     assert_eq!(lost, stats.lost, "every dropped byte reported");
     sol.close().await;
 }
+
+/// A worker's fence as a switch: open, or closed (the lease is gone).
+#[derive(Debug)]
+struct SwitchGate(std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl bmcfleet_provider::SendGate for SwitchGate {
+    async fn admit(&self, _for_action: bool) -> bmcfleet_provider::Result<()> {
+        if self.holds() {
+            Ok(())
+        } else {
+            Err(bmcfleet_provider::ProviderError::new(bmcfleet_schema::ErrorCode::Interrupted, "fenced").not_sent())
+        }
+    }
+
+    fn holds(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn for_session(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn bmcfleet_provider::SendGate> {
+        self
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_session_sends_nothing_more_and_ends() {
+    let fleet = fleet();
+    let bmc = fleet.bmc(0);
+    let sockets = RmcpSockets::new(1);
+    let gate = std::sync::Arc::new(SwitchGate(true.into()));
+    let config = RmcpConfig { attempt_timeout: Duration::from_millis(300), ..Default::default() };
+    let t = RmcpTransport::connect(
+        &sockets,
+        bmc.addr(),
+        "admin".into(),
+        Secret::new("password"),
+        config,
+        Instant::now() + WAIT,
+        Some(gate.clone()),
+    )
+    .await
+    .unwrap();
+    let mut sol = SolSession::open(t, options(), Instant::now() + WAIT).await.unwrap();
+    sol.send(b"before").await.unwrap();
+    assert!(eventually(|| bmc.sol_received() == b"before").await);
+    let requests = bmc.stats().requests.values().sum::<u64>();
+    gate.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    sol.send(b"after").await.unwrap();
+    assert_eq!(tokio::time::timeout(WAIT, sol.recv()).await.unwrap(), None);
+    assert_eq!(sol.end_reason(), Some(SolEnd::Fenced));
+    assert_eq!(bmc.sol_received(), b"before", "nothing typed after the fence");
+    assert!(bmc.sol_active(), "no Deactivate Payload from a fenced worker (its successor takes over)");
+    assert_eq!(bmc.stats().requests.values().sum::<u64>(), requests, "no IPMI request either");
+}
