@@ -191,7 +191,7 @@ impl Drop for Ipmitool {
 async fn already_active_is_refused_unless_taking_over_and_ipmitool_sees_the_console() {
     let (sim, host) = sim_with_serial();
     let sockets = RmcpSockets::new(1);
-    let mut ipmitool = Ipmitool::sol_activate(&sim);
+    let ipmitool = Ipmitool::sol_activate(&sim);
     assert!(ipmitool.wait_output("SOL Session operational"), "ipmitool: {}", ipmitool.output());
     // Third-party cross-check: ipmitool's SOL session shows the host's output.
     assert!(host.write(b"seen-by-ipmitool"));
