@@ -134,6 +134,16 @@ async fn an_unanswering_bmc_ends_the_session_after_bounded_retransmits() {
     assert_eq!(sol.end_reason(), Some(SolEnd::Unresponsive));
     assert_eq!(sol.stats().retransmits, 3);
     assert!(matches!(sol.send(b"x").await, Err(SolError::Ended(SolEnd::Unresponsive))));
+    bmc.sol_faults(|f| f.ignore_console_packets = 0);
+
+    // A BMC that acks but never accepts a character: bounded like NACKs.
+    let mut sol = open(&sockets, bmc, SolOptions { nack_retries: 3, take_over: true, ..options() }).await.unwrap();
+    bmc.sol_faults(|f| f.accept_at_most = Some(0));
+    sol.send(b"refused").await.unwrap();
+    assert_eq!(tokio::time::timeout(WAIT, sol.recv()).await.expect("the stream ends"), None);
+    assert_eq!(sol.end_reason(), Some(SolEnd::Unresponsive));
+    assert_eq!(sol.stats().nacks, 4, "three resends, then given up");
+    assert_eq!(sol.stats().sent, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

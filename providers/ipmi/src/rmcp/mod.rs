@@ -926,6 +926,7 @@ pub(crate) fn fuzz_wire(data: &[u8]) {
     let _ = wire::rakp2(data, tag, 1);
     let _ = wire::rakp4(data, tag, 1);
     let _ = wire::ipmi_reply(data);
+    let _ = wire::SolPacket::parse(data);
     let mut window = Window::default();
     for chunk in data.chunks_exact(4) {
         let _ = window.accept(u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]));

@@ -626,7 +626,11 @@ impl Worker {
         // The acknowledgement of our packet in flight.
         if packet.ack_seq != 0 {
             if let Some(inflight) = self.inflight.as_mut().filter(|i| i.seq == packet.ack_seq) {
-                if packet.op & wire::SOL_ST_NACK != 0 {
+                // An ack accepting none of the characters is a NACK in
+                // effect: paced and bounded the same way, so a BMC that
+                // never accepts cannot keep us resending forever.
+                let refused = packet.accepted == 0 && !inflight.data.is_empty();
+                if packet.op & wire::SOL_ST_NACK != 0 || refused {
                     self.counters.nacks.fetch_add(1, Ordering::Relaxed);
                     inflight.nacks += 1;
                     inflight.nacked = true;
