@@ -4,8 +4,8 @@
 //! of the same simulator.
 
 use bmcfleet_ipmi::{
-    sol_configuration, CipherSuite, RmcpConfig, RmcpSockets, RmcpTransport, SolEnd, SolError, SolEvent, SolOptions,
-    SolSession,
+    sol_configuration, CipherSuite, IpmiConnector, RmcpConfig, RmcpSockets, RmcpTransport, SolEnd, SolError, SolEvent,
+    SolOptions, SolSession,
 };
 use bmcfleet_testing::ipmi::{IpmiSim, IpmiSimOptions, SerialHost};
 use std::io::Read;
@@ -203,6 +203,14 @@ async fn already_active_is_refused_unless_taking_over_and_ipmitool_sees_the_cons
         Err(e) => panic!("expected AlreadyActive, got {e}"),
         Ok(_) => panic!("activated SOL while ipmitool holds it"),
     }
+    // Through the connector (what a worker calls): `conflict`.
+    let ctx = bmcfleet_provider::Ctx::with_timeout(WAIT);
+    let refused = IpmiConnector::default()
+        .open_console(&ctx, &sim.target(), &sim.credentials(), SolOptions::default())
+        .await
+        .err()
+        .expect("refused while ipmitool holds SOL");
+    assert_eq!(refused.code, bmcfleet_schema::ErrorCode::Conflict, "{refused}");
     // ipmitool still has the console.
     assert!(host.write(b"still-ipmitool"));
     assert!(ipmitool.wait_output("still-ipmitool"), "ipmitool: {}", ipmitool.output());

@@ -115,6 +115,22 @@ pub enum SolError {
     Ended(SolEnd),
 }
 
+impl From<SolError> for bmcfleet_provider::ProviderError {
+    fn from(e: SolError) -> Self {
+        use bmcfleet_schema::ErrorCode;
+        let code = match &e {
+            SolError::AlreadyActive { .. } => ErrorCode::Conflict,
+            SolError::Refused { cc: 0x82, .. } => ErrorCode::Conflict,
+            SolError::Refused { .. } => ErrorCode::Unsupported,
+            SolError::Transport(t) => return t.clone().into(),
+            SolError::Ended(SolEnd::Fenced) => ErrorCode::Interrupted,
+            SolError::Ended(SolEnd::Unresponsive) => ErrorCode::Timeout,
+            SolError::Ended(_) => ErrorCode::Unavailable,
+        };
+        bmcfleet_provider::ProviderError::new(code, e.to_string())
+    }
+}
+
 /// Why an SOL session's output ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SolEnd {
