@@ -195,7 +195,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         // Keyed by who asks, as nats-server names it: never the reply subject.
         let client = budget::client_of(request.message.headers.as_ref());
         let who = requester::Requester::of(request.message.headers.as_ref());
-        match budgets.admit(Gateway::waits(which, &request), client.as_deref(), requester::Requester::budget_key(&who)) {
+        match budgets.admit(Gateway::waits(which, &request), client.as_deref(), requester::Requester::budget_key(&who))
+        {
             Ok(permit) => {
                 let gateway = gateway.clone();
                 tracker.spawn(async move {

@@ -20,8 +20,8 @@
 //! bucket) and, per driven rollout, one chunk of its machine list.
 
 use crate::requester::Requester;
-use crate::service::Gateway;
 use crate::rollout::requester_of;
+use crate::service::Gateway;
 use async_nats::jetstream::kv;
 use bmcfleet_common::rollouts::{self, RolloutStoreError, Store};
 use bmcfleet_common::runtime::now_ms;

@@ -2,6 +2,7 @@
 
 use crate::cmd;
 use crate::config::IpmiConfig;
+use crate::rmcp::sol::{SolOptions, SolSession};
 use crate::rmcp::{CipherSuite, RmcpConfig, RmcpSockets, RmcpTransport};
 use crate::session::IpmiSession;
 use async_trait::async_trait;
@@ -87,6 +88,23 @@ impl IpmiConnector {
         }
         .instrument(span)
         .await
+    }
+}
+
+impl IpmiConnector {
+    /// Opens a session to the machine's BMC (as [`IpmiConnector::open`]:
+    /// fenced, the machine's suites and privilege) and activates Serial
+    /// over LAN on it. *Already active* is `conflict` unless
+    /// `options.take_over`.
+    pub async fn open_console(
+        &self,
+        ctx: &Ctx,
+        target: &BmcTarget,
+        credentials: &ResolvedCredentials,
+        options: SolOptions,
+    ) -> Result<SolSession> {
+        let session = self.open(ctx, target, credentials).await?;
+        Ok(SolSession::open(session.into_transport(), options, ctx.deadline).await?)
     }
 }
 

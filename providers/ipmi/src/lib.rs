@@ -142,6 +142,10 @@ pub use cmd::reads_only;
 pub use config::IpmiConfig;
 pub use connector::{IpmiConnector, DEFAULT_PORT};
 pub use error::{TransportError, TransportErrorKind};
+pub use rmcp::sol::{
+    bit_rate, sol_configuration, SolConfiguration, SolEnd, SolError, SolEvent, SolOptions, SolSession, SolStats,
+    SOL_INSTANCE,
+};
 pub use rmcp::{CipherSuite, Privilege, RmcpConfig, RmcpSockets, RmcpTransport, MAX_CONCURRENT_PROBES};
 pub use session::{IpmiSession, Verify};
 pub use transport::{Request, Response, Retry, Transport};

@@ -77,6 +77,11 @@ impl<T: Transport> IpmiSession<T> {
         &mut self.transport
     }
 
+    /// The session's transport, for a payload of its own (SOL).
+    pub fn into_transport(self) -> T {
+        self.transport
+    }
+
     /// Sends one command and returns the BMC's completion code and data,
     /// whatever the code. One `ipmi_call` span per call.
     pub async fn send(&mut self, ctx: &Ctx, command: &Command, data: Vec<u8>) -> Result<Response> {

@@ -38,12 +38,14 @@
 
 pub mod lan;
 mod pyghmi;
+mod serial;
 mod spec_bmc;
 
 mod recorded;
 pub use lan::{LanBmc, LanConfig, LanFaults, LanFleet, LanStats};
 pub use pyghmi::{PyghmiBmc, PyghmiState};
 pub use recorded::Recorded;
+pub use serial::SerialHost;
 pub use spec_bmc::{Fault, SpecBmc, SpecHandle, SpecLan, SpecState, SpecUser, LAN_CHANNEL, MAX_USERS};
 
 use bmcfleet_ipmi::probe;
@@ -109,6 +111,9 @@ pub struct IpmiSimOptions {
     pub password: Secret,
     /// How long to wait for the simulator to answer.
     pub ready_timeout: Duration,
+    /// A TCP port playing the host's serial port ([`SerialHost`]): adds
+    /// `sol "tcp:127.0.0.1:PORT" 115200` to lan.conf (SOL payload).
+    pub sol_port: Option<u16>,
 }
 
 impl Default for IpmiSimOptions {
@@ -117,6 +122,7 @@ impl Default for IpmiSimOptions {
             username: "admin".into(),
             password: Secret::new("password"),
             ready_timeout: Duration::from_secs(10),
+            sol_port: None,
         }
     }
 }
@@ -190,6 +196,12 @@ impl IpmiSim {
             .replace("@STATE_DIR@", &chassis.display().to_string())
             .replace("@USERNAME@", &self.options.username)
             .replace("@PASSWORD@", self.options.password.expose());
+        let mut lan = lan;
+        if let Some(port) = self.options.sol_port {
+            lan.push_str(&format!(
+                "\n# Serial over LAN to the test's serial host.\nsol \"tcp:127.0.0.1:{port}\" 115200\n"
+            ));
+        }
         write(&self.dir.path().join("lan.conf"), &lan)?;
         write(&self.dir.path().join("bmc.emu"), &read("bmc.emu.in")?)
     }

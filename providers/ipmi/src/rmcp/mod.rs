@@ -66,6 +66,7 @@
 
 mod crypto;
 mod mux;
+pub(crate) mod sol;
 mod wire;
 
 pub use crypto::CipherSuite;
@@ -219,6 +220,35 @@ impl RmcpTransport {
     pub fn peer(&self) -> SocketAddr {
         self.peer
     }
+
+    /// Takes the established session out of this transport for a payload
+    /// of its own (SOL): the keep-alive stops and the transport is closed
+    /// without a Close Session (the new owner closes the session).
+    async fn detach(mut self) -> Result<Detached, TransportError> {
+        self.keepalive.abort();
+        self.closed = true;
+        let mut engine = self.engine.lock().await;
+        let session = engine
+            .session
+            .take()
+            .ok_or_else(|| engine.error(TransportErrorKind::Closed, "no established session to carry the payload"))?;
+        Ok(Detached {
+            session,
+            gate: engine.gate.clone(),
+            config: engine.config.clone(),
+            peer: engine.peer,
+            suite: self.cipher_suite(),
+        })
+    }
+}
+
+/// An established session taken out of its transport ([`RmcpTransport::detach`]).
+struct Detached {
+    session: Session,
+    gate: Option<Arc<dyn SendGate>>,
+    config: Arc<RmcpConfig>,
+    peer: SocketAddr,
+    suite: Option<CipherSuite>,
 }
 
 impl Drop for RmcpTransport {
@@ -780,7 +810,7 @@ impl Engine {
             let attempt_end = (Instant::now() + wait).min(deadline);
             while let Some(datagram) = session.endpoint.recv(attempt_end).await {
                 let inbound = match wire::open_session_packet(&session.keys, &datagram) {
-                    Ok(i) if i.session_id == session.endpoint.id() => i,
+                    Ok(i) if i.session_id == session.endpoint.id() && i.payload_type == wire::PT_IPMI => i,
                     Ok(_) => continue,
                     Err(why) => {
                         tracing::debug!(bmc = %peer, why, "Discarded an RMCP+ datagram.");
@@ -936,6 +966,7 @@ pub(crate) fn fuzz_wire(data: &[u8]) {
     let _ = wire::rakp2(data, tag, 1);
     let _ = wire::rakp4(data, tag, 1);
     let _ = wire::ipmi_reply(data);
+    let _ = wire::SolPacket::parse(data);
     let mut window = Window::default();
     for chunk in data.chunks_exact(4) {
         let _ = window.accept(u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]));

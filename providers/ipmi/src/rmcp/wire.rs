@@ -16,6 +16,8 @@ const PAYLOAD_AT: usize = 16;
 
 /// Payload types (§13.27.3).
 pub(crate) const PT_IPMI: u8 = 0x00;
+/// Serial over LAN (§15.9, §24).
+pub(crate) const PT_SOL: u8 = 0x01;
 pub(crate) const PT_OPEN_SESSION_REQUEST: u8 = 0x10;
 pub(crate) const PT_OPEN_SESSION_RESPONSE: u8 = 0x11;
 pub(crate) const PT_RAKP1: u8 = 0x12;
@@ -93,9 +95,22 @@ pub(crate) fn session_packet(
     message: &[u8],
     iv: [u8; AES_BLOCK],
 ) -> Vec<u8> {
+    payload_packet(keys, PT_IPMI, bmc_sid, seq, message, iv)
+}
+
+/// A packet of `payload_type` (IPMI or SOL) of an active session:
+/// encrypted and authenticated as the suite says.
+pub(crate) fn payload_packet(
+    keys: &SessionKeys,
+    payload_type: u8,
+    bmc_sid: u32,
+    seq: u32,
+    message: &[u8],
+    iv: [u8; AES_BLOCK],
+) -> Vec<u8> {
     let suite = keys.suite;
     let payload = if suite.encrypts() { keys.encrypt(message, iv) } else { message.to_vec() };
-    let mut flags = PT_IPMI;
+    let mut flags = payload_type & 0x3F;
     if suite.encrypts() {
         flags |= ENCRYPTED;
     }
@@ -125,6 +140,8 @@ pub(crate) fn session_packet(
 /// A verified, decrypted IPMI payload of an active session.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Inbound {
+    /// [`PT_IPMI`] or [`PT_SOL`].
+    pub payload_type: u8,
     pub session_id: u32,
     pub seq: u32,
     pub message: Vec<u8>,
@@ -139,8 +156,9 @@ pub(crate) fn open_session_packet(keys: &SessionKeys, pkt: &[u8]) -> Result<Inbo
         return Err("not an RMCP+ packet");
     }
     let flags = pkt[5];
-    if flags & 0x3F != PT_IPMI {
-        return Err("not an IPMI payload");
+    let payload_type = flags & 0x3F;
+    if payload_type != PT_IPMI && payload_type != PT_SOL {
+        return Err("neither an IPMI nor an SOL payload");
     }
     if (flags & ENCRYPTED != 0) != suite.encrypts() || (flags & AUTHENTICATED != 0) != (suite.icv_len() > 0) {
         return Err("encryption/authentication flags differ from the session's cipher suite");
@@ -168,7 +186,7 @@ pub(crate) fn open_session_packet(keys: &SessionKeys, pkt: &[u8]) -> Result<Inbo
     }
     let message =
         if suite.encrypts() { keys.decrypt(payload).ok_or("payload does not decrypt")? } else { payload.to_vec() };
-    Ok(Inbound { session_id, seq, message })
+    Ok(Inbound { payload_type, session_id, seq, message })
 }
 
 fn checksum(bytes: &[u8]) -> u8 {
@@ -208,6 +226,50 @@ pub(crate) fn ipmi_reply(m: &[u8]) -> Result<Reply, &'static str> {
         return Err("IPMI response not addressed to this console");
     }
     Ok(Reply { netfn: m[1] >> 2, cmd: m[5], rq_seq: m[4] >> 2, cc: m[6], data: m[7..m.len() - 1].to_vec() })
+}
+
+/// An SOL payload (§15.9, table 15-2/15-3): the 4-byte header and the
+/// character data. Bytes 0..4 are: packet sequence number (bits 3:0, 0 for
+/// an ack-only or status packet), acknowledged/NACKed packet sequence
+/// number (0: none), accepted character count, operation (console to BMC)
+/// or status (BMC to console).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SolPacket {
+    pub seq: u8,
+    pub ack_seq: u8,
+    pub accepted: u8,
+    pub op: u8,
+    pub data: Vec<u8>,
+}
+
+/// Console → BMC operation bits (table 15-2, byte 4).
+pub(crate) const SOL_OP_BREAK: u8 = 0x10;
+/// BMC → console status bits (table 15-3, byte 4).
+pub(crate) const SOL_ST_NACK: u8 = 0x40;
+pub(crate) const SOL_ST_DEACTIVATING: u8 = 0x10;
+pub(crate) const SOL_ST_OVERRUN: u8 = 0x08;
+pub(crate) const SOL_ST_BREAK: u8 = 0x04;
+
+impl SolPacket {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut m = Vec::with_capacity(4 + self.data.len());
+        m.extend_from_slice(&[self.seq & 0x0F, self.ack_seq & 0x0F, self.accepted, self.op]);
+        m.extend_from_slice(&self.data);
+        m
+    }
+
+    /// Parses a BMC's SOL payload; anything shorter than the header, or
+    /// with sequence numbers outside 0..=15, is refused.
+    pub(crate) fn parse(m: &[u8]) -> Result<SolPacket, &'static str> {
+        let Some(h) = m.get(..4) else { return Err("SOL packet shorter than its header") };
+        if h[0] > 0x0F || h[1] > 0x0F {
+            return Err("SOL sequence number out of range");
+        }
+        if h[0] == 0 && m.len() > 4 {
+            return Err("SOL character data without a packet sequence number");
+        }
+        Ok(SolPacket { seq: h[0], ack_seq: h[1], accepted: h[2], op: h[3], data: m[4..].to_vec() })
+    }
 }
 
 /// Open Session Request (§13.17).
@@ -360,7 +422,13 @@ mod tests {
                     assert_eq!((pkt.len() - 4 - suite.icv_len()) % 4, 0, "{suite} {n}");
                 }
                 let got = open_session_packet(&k, &pkt).unwrap();
-                assert_eq!(got, Inbound { session_id: 0x0102_0304, seq: 9, message: msg.clone() });
+                assert_eq!(
+                    got,
+                    Inbound { payload_type: PT_IPMI, session_id: 0x0102_0304, seq: 9, message: msg.clone() }
+                );
+                let sol = payload_packet(&k, PT_SOL, 7, 10, &msg, [4; 16]);
+                let got = open_session_packet(&k, &sol).unwrap();
+                assert_eq!(got, Inbound { payload_type: PT_SOL, session_id: 7, seq: 10, message: msg.clone() });
             }
         }
     }
@@ -401,6 +469,18 @@ mod tests {
         bad[7] ^= 1;
         assert!(ipmi_reply(&bad).is_err());
         assert!(ipmi_reply(&reply[..5]).is_err());
+    }
+
+    #[test]
+    fn sol_packets_encode_and_parse() {
+        let p = SolPacket { seq: 15, ack_seq: 3, accepted: 2, op: SOL_OP_BREAK, data: b"ab".to_vec() };
+        assert_eq!(p.encode(), vec![15, 3, 2, 0x10, b'a', b'b']);
+        assert_eq!(SolPacket::parse(&p.encode()), Ok(p));
+        assert!(SolPacket::parse(&[1, 0, 0]).is_err());
+        assert!(SolPacket::parse(&[16, 0, 0, 0]).is_err());
+        assert!(SolPacket::parse(&[1, 16, 0, 0]).is_err());
+        assert!(SolPacket::parse(&[0, 1, 0, 0, b'x']).is_err(), "data needs a sequence number");
+        assert_eq!(SolPacket::parse(&[0, 1, 4, 0]).unwrap().accepted, 4);
     }
 
     #[test]

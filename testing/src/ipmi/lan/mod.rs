@@ -31,6 +31,12 @@
 //!   [`SpecState::session_privilege`]/`privilege_limit` while its request
 //!   runs, so `handle`'s 0xD4 checks hold per session. Replies mirror the
 //!   request's rqSeq, netfn (+1), LUNs and command.
+//! - Serial over LAN (payload type 1, `sol.rs`): Activate/Deactivate
+//!   Payload, acked console packets, numbered host output, break, and SOL
+//!   faults ([`SolFaults`]: lost acks, NACKs, partial accepts, duplicated
+//!   output, flooding, BMC-initiated deactivation). Proven with bmcfleet's
+//!   own SOL (`providers/ipmi/tests/sol_responder.rs`) only: no
+//!   third-party SOL client is run against it yet.
 //! - Faults per BMC at run time ([`LanFaults`], [`LanBmc::forget_sessions`]),
 //!   and [`SpecHandle::inject`]'s per-command faults. Counters for
 //!   assertions ([`LanStats`]).
@@ -67,7 +73,7 @@
 //! IPMI 1.5 sessions (MD2/MD5/straight password; session-less 1.5 requests
 //! are answered), a BMC key (KG: Kuid is always the key; two-key login is
 //! reported off), cipher suites with MD5, RC4 or RAKP-none, OEM payloads,
-//! SOL and other payload types, RMCP ACKs for ASF messages with a sequence
+//! payload types other than IPMI and SOL, RMCP ACKs for ASF messages with a sequence
 //! number other than 255, per-channel privilege limits beyond the user's,
 //! bridging (Send Message), IPv6 peers in Get Session Info. SpecState's
 //! `calls` log is not written (a fleet would grow it without bound): use
@@ -93,7 +99,10 @@
 pub mod crypto;
 mod server;
 mod session;
+mod sol;
 mod wire;
+
+pub use sol::SolFaults;
 
 pub use server::status;
 
@@ -263,6 +272,38 @@ impl LanBmc {
         self.0.stats(Instant::now())
     }
 
+    /// SOL: the host writes `bytes` to its serial port (sent to the
+    /// console holding the payload, if any).
+    pub fn sol_write(&self, bytes: &[u8]) {
+        self.0.sol_write(bytes)
+    }
+
+    /// SOL: what consoles typed, as the host's serial port got it.
+    pub fn sol_received(&self) -> Vec<u8> {
+        self.0.sol().host_received.clone()
+    }
+
+    /// SOL: breaks received, console retransmissions seen, activations.
+    pub fn sol_counts(&self) -> (u32, u32, u32) {
+        let sol = self.0.sol();
+        (sol.breaks, sol.console_retransmits, sol.activations)
+    }
+
+    /// SOL: whether a session holds the payload.
+    pub fn sol_active(&self) -> bool {
+        self.0.sol().active.is_some()
+    }
+
+    /// SOL fault knobs (do not hold the guard across a client call).
+    pub fn sol_faults(&self, f: impl FnOnce(&mut SolFaults)) {
+        f(&mut self.0.sol().faults)
+    }
+
+    /// SOL: the BMC deactivates the payload itself ("SOL deactivating").
+    pub fn sol_deactivate(&self) {
+        self.0.sol_deactivate_now()
+    }
+
     pub fn active_sessions(&self) -> usize {
         self.stats().active_sessions
     }
@@ -360,6 +401,8 @@ impl LanFleet {
                     sessions: Sessions::default(),
                     counters: LanStats::default(),
                 }),
+                sol: Mutex::default(),
+                socket: Default::default(),
             });
             let socket = Arc::new(tokio::net::UdpSocket::from_std(socket)?);
             runtime.spawn(server::serve(bmc.clone(), socket));

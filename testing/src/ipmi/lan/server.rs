@@ -40,6 +40,8 @@ const CMD_GET_SYSTEM_GUID: u8 = 0x37;
 const CMD_GET_CHANNEL_AUTH_CAPS: u8 = 0x38;
 const CMD_CLOSE_SESSION: u8 = 0x3C;
 const CMD_GET_SESSION_INFO: u8 = 0x3D;
+const CMD_ACTIVATE_PAYLOAD: u8 = 0x48;
+const CMD_DEACTIVATE_PAYLOAD: u8 = 0x49;
 const CMD_GET_CHANNEL_CIPHER_SUITES: u8 = 0x54;
 
 const CC_OK: u8 = 0x00;
@@ -93,6 +95,10 @@ pub(crate) struct Bmc {
     /// blocks behind (or deadlocks with) the session table.
     pub faults: Mutex<LanFaults>,
     pub core: Mutex<Core>,
+    /// Serial over LAN (`sol.rs`); locked after `core` when both are.
+    pub sol: Mutex<super::sol::SolState>,
+    /// The BMC's socket, for packets it sends on its own (SOL output).
+    pub socket: std::sync::OnceLock<Arc<UdpSocket>>,
 }
 
 /// What the reply to a datagram looks like before faults are applied.
@@ -133,6 +139,10 @@ impl Bmc {
 
     pub fn faults(&self) -> MutexGuard<'_, LanFaults> {
         lock(&self.faults)
+    }
+
+    pub fn sol(&self) -> MutexGuard<'_, super::sol::SolState> {
+        lock(&self.sol)
     }
 
     pub fn stats(&self, now: Instant) -> LanStats {
@@ -229,7 +239,7 @@ impl Bmc {
                     let msg = wire::encode_response(&rq, cc, &data);
                     plain(wire::rmcpp(wire::PAYLOAD_IPMI, 0, 0, &msg, None))
                 }
-                wire::PAYLOAD_IPMI => self.in_session(core, &p, now, f.wrong_sid),
+                wire::PAYLOAD_IPMI | super::sol::PAYLOAD_SOL => self.in_session(core, &p, now, f.wrong_sid),
                 wire::PAYLOAD_OPEN_SESSION_REQUEST => self.open_session(core, &p, peer, now, f),
                 wire::PAYLOAD_RAKP1 => self.rakp1(core, &p, now, f.wrong_sid, f.supersede_rakp2),
                 wire::PAYLOAD_RAKP3 => self.rakp3(core, &p, now, f.wrong_sid),
@@ -536,6 +546,12 @@ impl Bmc {
             return None;
         }
         let message = if p.encrypted { active.keys.decrypt(p.payload)? } else { p.payload.to_vec() };
+        if p.payload_type == super::sol::PAYLOAD_SOL {
+            session.last_activity = now;
+            let reply = self.sol_inbound(core, sidc, &message)?;
+            let (bytes, _) = super::sol::seal(core, sidc, super::sol::PAYLOAD_SOL, &reply)?;
+            return Some(Reply { bytes, used_wrong_sid: false });
+        }
         let rq = wire::parse_request(&message).filter(|rq| rq.rs_addr == BMC_ADDR)?;
         session.last_activity = now;
         *core.counters.requests.entry((rq.netfn, rq.cmd)).or_default() += 1;
@@ -588,6 +604,14 @@ impl Bmc {
             }
             (NETFN_APP, CMD_GET_SYSTEM_GUID) => Some((CC_OK, self.guid.to_vec(), false)),
             (NETFN_APP, CMD_CLOSE_SESSION) => Some(close_session(core, sidc, privilege, d)),
+            (NETFN_APP, CMD_ACTIVATE_PAYLOAD) => {
+                let (cc, data) = self.sol_activate(core, sidc, d);
+                Some((cc, data, false))
+            }
+            (NETFN_APP, CMD_DEACTIVATE_PAYLOAD) => {
+                let (cc, data) = self.sol_deactivate_payload(core, d);
+                Some((cc, data, false))
+            }
             (NETFN_APP, CMD_GET_SESSION_INFO) => {
                 let (cc, data) = session_info(core, sidc, d);
                 Some((cc, data, false))
@@ -734,6 +758,7 @@ fn session_info(core: &Core, own: u32, d: &[u8]) -> (u8, Vec<u8>) {
 
 /// Serves one BMC's socket until the task is dropped.
 pub(crate) async fn serve(bmc: Arc<Bmc>, socket: Arc<UdpSocket>) {
+    let _ = bmc.socket.set(socket.clone());
     // On the heap so the task's future stays small (thousands of them).
     let mut buf = vec![0u8; 1024];
     loop {
@@ -800,6 +825,8 @@ mod tests {
                 sessions: Sessions::default(),
                 counters: LanStats::default(),
             }),
+            sol: Mutex::default(),
+            socket: Default::default(),
         }
     }
 
