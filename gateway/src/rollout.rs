@@ -11,9 +11,8 @@
 //! machine count) are written. Nothing runs here.
 
 use crate::requester::Requester;
-use crate::service::{error, header, one_line, Gateway};
+use crate::service::{error, header, Gateway};
 use async_nats::service::Request;
-use async_nats::HeaderMap;
 use bmcfleet_common::rollouts::{self, RolloutStoreError, Store};
 use bmcfleet_common::runtime::now_ms;
 use bmcfleet_schema::audit::{AuditEvent, AuditRecord};
@@ -385,24 +384,7 @@ pub fn state_name(state: RolloutState) -> &'static str {
 }
 
 async fn respond(endpoint: Endpoint, request: Request, encoding: Encoding, reply: Reply) {
-    let mut out = HeaderMap::new();
-    out.insert(CONTENT_TYPE, encoding.content_type());
-    if let Reply::Error(e) = &reply {
-        let line = one_line(&e.message);
-        tracing::info!(endpoint = endpoint.name(), code = %e.code, message = %line, "Rollout request refused.");
-        out.insert(async_nats::service::NATS_SERVICE_ERROR, line.as_str());
-        out.insert(async_nats::service::NATS_SERVICE_ERROR_CODE, e.code.status().to_string().as_str());
-    }
-    let body = match encoding.encode(&reply) {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::error!(error = %e, "Cannot encode a reply.");
-            return;
-        }
-    };
-    if let Err(e) = request.respond_with_headers(Ok(body.into()), out).await {
-        tracing::warn!(error = %e, "Cannot send a reply.");
-    }
+    crate::service::send_reply(endpoint.name(), request, encoding, reply).await
 }
 
 #[cfg(test)]

@@ -24,6 +24,17 @@ pub enum Endpoint {
     Cancel,
 }
 
+impl Endpoint {
+    /// Its name in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Endpoint::Submit => "submit",
+            Endpoint::Status => "status",
+            Endpoint::Cancel => "cancel",
+        }
+    }
+}
+
 /// Shared state of the request handlers.
 pub struct Gateway {
     pub(crate) client: async_nats::Client,
@@ -175,24 +186,31 @@ impl Gateway {
     }
 
     async fn respond(&self, endpoint: Endpoint, request: Request, encoding: Encoding, reply: Reply) {
-        let mut out = HeaderMap::new();
-        out.insert(CONTENT_TYPE, encoding.content_type());
-        if let Reply::Error(e) = &reply {
-            let line = one_line(&e.message);
-            tracing::info!(endpoint = ?endpoint, code = %e.code, message = %line, "Request refused.");
-            out.insert(async_nats::service::NATS_SERVICE_ERROR, line.as_str());
-            out.insert(async_nats::service::NATS_SERVICE_ERROR_CODE, e.code.status().to_string().as_str());
+        send_reply(endpoint.name(), request, encoding, reply).await
+    }
+}
+
+/// Send `reply` to `request` in `encoding`: the one place every endpoint
+/// (batch or rollout) answers. A refusal also goes into the micro service's
+/// error headers, as one bounded line, and the log.
+pub(crate) async fn send_reply(endpoint: &str, request: Request, encoding: Encoding, reply: Reply) {
+    let mut out = HeaderMap::new();
+    out.insert(CONTENT_TYPE, encoding.content_type());
+    if let Reply::Error(e) = &reply {
+        let line = one_line(&e.message);
+        tracing::info!(endpoint, code = %e.code, message = %line, "Request refused.");
+        out.insert(async_nats::service::NATS_SERVICE_ERROR, line.as_str());
+        out.insert(async_nats::service::NATS_SERVICE_ERROR_CODE, e.code.status().to_string().as_str());
+    }
+    let body = match encoding.encode(&reply) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(error = %e, "Cannot encode a reply.");
+            return;
         }
-        let body = match encoding.encode(&reply) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!(error = %e, "Cannot encode a reply.");
-                return;
-            }
-        };
-        if let Err(e) = request.respond_with_headers(Ok(body.into()), out).await {
-            tracing::warn!(error = %e, "Cannot send a reply.");
-        }
+    };
+    if let Err(e) = request.respond_with_headers(Ok(body.into()), out).await {
+        tracing::warn!(error = %e, "Cannot send a reply.");
     }
 }
 

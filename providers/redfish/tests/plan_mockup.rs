@@ -184,7 +184,7 @@ async fn dell_users_bmc_reset_and_event_log_clear_plan_what_they_send() {
     const MGR: &str = "/redfish/v1/Managers/iDRAC.Embedded.1";
     let server = common::slot_accounts(MockupServer::builder().dir(dir.join("bmclib")).unwrap(), 16)
         .resource(&format!("{MGR}/LogServices"), json!({"@odata.id": format!("{MGR}/LogServices"), "Members": [{"@odata.id": format!("{MGR}/LogServices/Sel")}]}))
-        .resource(&format!("{MGR}/LogServices/Sel"), json!({"@odata.id": format!("{MGR}/LogServices/Sel"), "Id": "Sel", "Entries": {"@odata.id": format!("{MGR}/LogServices/Sel/Entries")},
+        .resource(&format!("{MGR}/LogServices/Sel"), json!({"@odata.id": format!("{MGR}/LogServices/Sel"), "Id": "Sel", "LogEntryType": "SEL", "Entries": {"@odata.id": format!("{MGR}/LogServices/Sel/Entries")},
             "Actions": {"#LogService.ClearLog": {"target": format!("{MGR}/LogServices/Sel/Actions/LogService.ClearLog")}}}))
         .resource(&format!("{MGR}/LogServices/Sel/Entries"), json!({"@odata.id": format!("{MGR}/LogServices/Sel/Entries"), "Members": [], "Members@odata.count": 0}))
         .start()
