@@ -387,19 +387,24 @@ pub async fn put(store: &Store, machine: &Machine) -> Result<u64, Error> {
 mod tests {
     use super::*;
 
+    /// A registry with no store behind it: its copy is filled by the test.
+    fn unstored() -> Registry {
+        Registry {
+            copy: Arc::default(),
+            generation: Arc::default(),
+            store: None,
+            stop: CancellationToken::new(),
+            changes: tokio::sync::broadcast::channel(1).0,
+        }
+    }
+
     fn record(name: &str, address: &str) -> Vec<u8> {
         serde_json::to_vec(&serde_json::json!({"name": name, "address": address, "credentials": "c"})).unwrap()
     }
 
     #[test]
     fn the_copy_refuses_what_it_cannot_trust() {
-        let r = Registry {
-            copy: Arc::default(),
-            generation: Arc::default(),
-            store: None,
-            stop: CancellationToken::new(),
-            changes: tokio::sync::broadcast::channel(1).0,
-        };
+        let r = unstored();
         {
             let mut c = r.copy.write().unwrap();
             c.apply("a", Some(&record("a", "10.0.0.1")));
@@ -423,13 +428,7 @@ mod tests {
 
     #[test]
     fn machines_on_one_ip_with_their_own_ports_are_all_usable() {
-        let r = Registry {
-            copy: Arc::default(),
-            generation: Arc::default(),
-            store: None,
-            stop: CancellationToken::new(),
-            changes: tokio::sync::broadcast::channel(1).0,
-        };
+        let r = unstored();
         {
             let mut c = r.copy.write().unwrap();
             c.apply("port-a", Some(&record("port-a", "127.0.0.1:26400")));
@@ -454,13 +453,7 @@ mod tests {
     fn every_spelling_of_a_registered_ip_is_that_machine() {
         // An ad hoc target (or a name resolving) to the IPv4-mapped IPv6
         // spelling of a registered IPv4 address reaches the same BMC.
-        let r = Registry {
-            copy: Arc::default(),
-            generation: Arc::default(),
-            store: None,
-            stop: CancellationToken::new(),
-            changes: tokio::sync::broadcast::channel(1).0,
-        };
+        let r = unstored();
         r.copy.write().unwrap().apply("a", Some(&record("a", "10.0.0.1")));
         for spelling in ["::ffff:10.0.0.1", "[::ffff:10.0.0.1]:443", "[::ffff:a00:1]:623", "10.0.0.1:623"] {
             assert_eq!(r.machine_at(&spelling.parse().unwrap()).as_deref(), Some("a"), "{spelling}");
