@@ -103,6 +103,7 @@ impl AnswerMemory {
 
 impl Reply {
     /// A reply not read off the wire (tests, fuzzing): its values counted here.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn new(status: StatusCode, headers: HeaderMap, body: Bytes) -> Reply {
         let values = crate::json::value_count(&body);
         Reply { status, headers, body, held: None, values }

@@ -370,25 +370,35 @@ impl IpmiSim {
     /// (password via `IPMI_PASSWORD`, never on the command line); returns
     /// stdout, or an error with stderr on a non-zero exit.
     pub fn ipmitool(&self, args: &[&str]) -> Result<String, SimError> {
-        let port = self.port.to_string();
-        let mut cmd = Command::new("ipmitool");
-        cmd.args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", &port, "-U", &self.options.username, "-E"])
-            .args(args)
-            .env("IPMI_PASSWORD", self.options.password.expose())
-            .stdin(Stdio::null());
-        let out = cmd.output().map_err(|e| match e.kind() {
+        ipmitool(self.port, &self.options.username, self.options.password.expose(), args)
+    }
+}
+
+/// The reference client against a BMC on loopback:
+/// `ipmitool -I lanplus -C 3 -H 127.0.0.1 -p PORT -U USER -E ARGS...`
+/// (password via `IPMI_PASSWORD`, never on the command line); stdout, or an
+/// error with stderr on a non-zero exit. Every launcher here (ipmi_sim,
+/// pyghmi) cross-checks through it.
+pub(crate) fn ipmitool(port: u16, username: &str, password: &str, args: &[&str]) -> Result<String, SimError> {
+    let port = port.to_string();
+    let out = Command::new("ipmitool")
+        .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", &port, "-U", username, "-E"])
+        .args(args)
+        .env("IPMI_PASSWORD", password)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => SimError::NotInstalled("ipmitool".into()),
             _ => SimError::Io { what: "running ipmitool".into(), source: e },
         })?;
-        if !out.status.success() {
-            return Err(SimError::Tool {
-                command: format!("ipmitool {}", args.join(" ")),
-                status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    if !out.status.success() {
+        return Err(SimError::Tool {
+            command: format!("ipmitool {}", args.join(" ")),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
     }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 impl Drop for IpmiSim {

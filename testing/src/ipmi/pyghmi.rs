@@ -187,25 +187,7 @@ impl PyghmiBmc {
     /// `ipmitool -I lanplus -C 3 -H 127.0.0.1 -p PORT -U admin -E ARGS...`
     /// (password in `IPMI_PASSWORD`); stdout, or the error with stderr.
     pub fn ipmitool(&self, args: &[&str]) -> Result<String, SimError> {
-        let port = self.port.to_string();
-        let out = Command::new("ipmitool")
-            .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", &port, "-U", &self.username, "-E"])
-            .args(args)
-            .env("IPMI_PASSWORD", self.password.expose())
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => SimError::NotInstalled("ipmitool".into()),
-                _ => SimError::Io { what: "running ipmitool".into(), source: e },
-            })?;
-        if !out.status.success() {
-            return Err(SimError::Tool {
-                command: format!("ipmitool {}", args.join(" ")),
-                status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        super::ipmitool(self.port, &self.username, self.password.expose(), args)
     }
 }
 
