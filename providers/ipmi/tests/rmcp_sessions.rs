@@ -306,7 +306,10 @@ async fn a_thousand_sessions_at_once_share_two_sockets_without_head_of_line_bloc
     let took = started.elapsed();
     assert_eq!(c.sockets().open_sockets(), 2, "sessions share the sockets");
     assert_eq!(c.sockets().routes(), N, "one route per live session");
-    assert!(threads() <= threads_before + 1, "no thread per session: {} → {}", threads_before, threads());
+    // The count is the whole test process's: tests running beside this one
+    // start and stop runtimes of their own (a few threads each). A thread
+    // per session would add 999; the margin only absorbs the neighbours.
+    assert!(threads() <= threads_before + 32, "no thread per session: {} → {}", threads_before, threads());
     eprintln!("{N} sessions opened in {took:?}");
 
     // One slow BMC among them: the others answer while it is pending.
