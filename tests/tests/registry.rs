@@ -185,14 +185,18 @@ async fn a_captured_box_opens_only_for_the_target_it_was_sealed_for() {
     assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::CredentialUnavailable, "{r:?}");
 }
 
-fn bmcctl(e: &SimStack, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
+fn bmcctl_out(e: &SimStack, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
         .args(["--nats-url", &e.nats.url()])
         .args(args)
         .env("USER", "alice")
         .env_remove("RUST_LOG")
         .output()
-        .expect("run bmcctl");
+        .expect("run bmcctl")
+}
+
+fn bmcctl(e: &SimStack, args: &[&str]) -> (bool, String, String) {
+    let out = bmcctl_out(e, args);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -207,12 +211,32 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     let file = dir.path().join("machines.yaml");
     let f = file.to_str().unwrap();
     std::fs::write(&file, "machines:\n  - {name: web-1, address: 10.50.0.1, protocol: sim, credentials: rack50, labels: {rack: '50'}}\n  - {name: web-2, address: 10.50.0.2, protocol: sim, credentials: rack50}\n").unwrap();
+    // A credential nobody stored is refused (exit 2), nothing written; the flag only warns.
+    let out = bmcctl_out(&e, &["machine", "apply", "-f", f]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unknown_credential") && err.contains("`rack50` (named by web-1, web-2)"), "{err}");
+    let (_, ls, _) = bmcctl(&e, &["machine", "ls"]);
+    assert!(!ls.contains("web-1"), "a refused file wrote something: {ls}");
+    let out = bmcctl_out(&e, &["machine", "add", "web-8", "--address", "10.50.0.8", "--credentials", "rack50"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(2) && err.contains("unknown_credential"), "{err}");
+    let (ok, out, err) = bmcctl(&e, &["machine", "apply", "-f", f, "--dry-run", "--allow-missing-credentials"]);
+    assert!(ok && err.contains("warning: credential not in bucket") && out.contains("2 added"), "{out}{err}");
+    let (ok, _, err) = bmcctl_cred_put(&e, "rack50", "pw-in-line");
+    assert!(ok, "{err}");
     let (ok, out, err) = bmcctl(&e, &["machine", "apply", "-f", f]);
     assert!(ok, "{out}{err}");
     assert!(out.contains("+ web-1") && out.contains("+ web-2") && out.contains("2 added"), "{out}");
     // The same file again changes nothing.
     let (ok, out, _) = bmcctl(&e, &["machine", "apply", "-f", f]);
     assert!(ok && out.contains("0 added, 0 changed, 0 removed, 2 unchanged"), "{out}");
+    // `set` to a credential nobody stored is refused too; the record keeps its own.
+    let out = bmcctl_out(&e, &["machine", "set", "web-2", "--credentials", "nobody-put-this"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(2) && err.contains("`nobody-put-this` (named by web-2)"), "{err}");
+    let (_, got, _) = bmcctl(&e, &["machine", "get", "web-2"]);
+    assert!(got.contains("\"rack50\""), "{got}");
     // A bad file is refused whole, naming the entry; nothing is written.
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "machines:\n  - {name: web-3, address: 10.50.0.3, credentials: rack50}\n  - {name: web-4, address: '10.50.0.3:623', credentials: rack50}\n").unwrap();
