@@ -303,3 +303,16 @@ fn a_bad_machine_file_exits_2_with_its_line_and_column_before_connecting() {
     listener.set_nonblocking(false).unwrap();
     assert!(listener.accept().is_ok(), "a valid file connects");
 }
+
+/// Completion words come from NATS; a NATS that never answers yields none,
+/// and the completion still returns (well within the default 10 s connect
+/// timeout: its budget is about two seconds).
+#[test]
+fn completion_words_from_an_unanswering_nats_are_none_and_bounded() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("nats://{}", listener.local_addr().unwrap());
+    let started = std::time::Instant::now();
+    let out = bmcctl(&["--nats-url", &url, "__complete", "machines"]);
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(8), "took {:?}", started.elapsed());
+}

@@ -264,6 +264,28 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     assert!(ok && out.contains("~ web-1") && out.contains("- web-2"), "{out}");
     let (ok, got, _) = bmcctl(&e, &["machine", "get", "web-1"]);
     assert!(ok && got.contains("\"51\""), "{got}");
+    // ls narrows by name, selector and tenant; completion words come from the registry.
+    let (ok, _, err) = bmcctl(&e, &["machine", "add", "web-5", "--address", "10.50.0.5", "--credentials", "rack50"]);
+    assert!(ok, "{err}");
+    let names = |args: &[&str]| -> Vec<String> {
+        let (ok, out, err) = bmcctl(&e, &[&["--json", "machine", "ls"], args].concat());
+        assert!(ok, "{args:?}: {err}");
+        out.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&[]), ["web-1", "web-5"]);
+    assert_eq!(names(&["web-5"]), ["web-5"]);
+    assert_eq!(names(&["--selector", "rack=51"]), ["web-1"]);
+    assert_eq!(names(&["web-5", "--selector", "rack=51"]), Vec::<String>::new());
+    assert_eq!(names(&["--tenant", "default", "--selector", "rack=50"]), Vec::<String>::new());
+    let out = bmcctl_out(&e, &["machine", "ls", "web-77"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let (ok, words, _) = bmcctl(&e, &["__complete", "machines"]);
+    assert!(ok && words == "web-1\nweb-5\n", "{words}");
+    let (ok, words, _) = bmcctl(&e, &["__complete", "labels"]);
+    assert!(ok && words == "rack=51\n", "{words}");
+    let (_, _, _) = bmcctl(&e, &["machine", "rm", "web-5"]);
 
     // One machine at a time.
     let (ok, out, err) = bmcctl(
