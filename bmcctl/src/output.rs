@@ -129,6 +129,12 @@ fn data_text(d: &ActionData, wide: bool) -> String {
     }
 }
 
+/// [`data_text`] in table mode, for the tests of [`data`].
+#[cfg(test)]
+pub(crate) fn data_text_for_tests(d: &ActionData) -> String {
+    data_text(d, false)
+}
+
 /// An inventory with typed components: the identity on the action's line,
 /// then one table per section (firmware versions included), indented
 /// under it. Sections the BMC failed or that were cut say so.

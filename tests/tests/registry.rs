@@ -285,6 +285,33 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     assert!(ok && words == "web-1\nweb-5\n", "{words}");
     let (ok, words, _) = bmcctl(&e, &["__complete", "labels"]);
     assert!(ok && words == "rack=51\n", "{words}");
+    // bash completes them on the command line being typed (its --nats-url).
+    let (ok, script, _) = bmcctl(&e, &["completions", "bash"]);
+    assert!(ok);
+    let script_file = dir.path().join("bmcctl.bash");
+    std::fs::write(&script_file, script).unwrap();
+    let url = e.nats.url();
+    let tab = |words: &[&str]| -> Vec<String> {
+        let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+        let program = format!(
+            r#"source '{}' || exit 9
+COMP_WORDS=({})
+COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+COMP_LINE="${{COMP_WORDS[*]}}"; COMP_POINT=${{#COMP_LINE}}
+_bmcctl_dynamic bmcctl "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+printf '%s\n' "${{COMPREPLY[@]}}""#,
+            script_file.display(),
+            quoted.join(" ")
+        );
+        let out = std::process::Command::new("bash").args(["--norc", "--noprofile", "-c", &program]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()
+    };
+    let bin = bmcfleet_tests::bin("bmcctl");
+    let bin = bin.to_str().unwrap();
+    assert_eq!(tab(&[bin, "--nats-url", &url, "machine", "get", "web-"]), ["web-1", "web-5"]);
+    assert_eq!(tab(&[bin, "--nats-url", &url, "power", "on", "--machine", "web-5"]), ["web-5"]);
+    assert_eq!(tab(&[bin, "--nats-url", &url, "power", "on", "--selector", "ra"]), ["rack=51"]);
     let (_, _, _) = bmcctl(&e, &["machine", "rm", "web-5"]);
 
     // One machine at a time.

@@ -2,7 +2,7 @@
 //! the clap definitions (so every command, flag and value enum of
 //! [`crate::cli`] completes without a hand-kept list). Needs no NATS.
 //!
-//! bash also completes what only the registry knows: machine names after
+//! bash and fish also complete what only the registry knows: machine names after
 //! `--machine` and for `machine get|set|rm|ls|watch`, label pairs after
 //! `--selector`, by running the hidden `bmcctl __complete machines|labels`
 //! ([`super::complete`]: at most about two seconds, nothing when NATS does
@@ -24,8 +24,18 @@ pub fn script(shell: Shell) -> Vec<u8> {
         out = text.into_bytes();
         out.extend_from_slice(BASH_DYNAMIC.as_bytes());
     }
+    if shell == Shell::Fish {
+        out.extend_from_slice(FISH_DYNAMIC.as_bytes());
+    }
     out
 }
+
+/// fish: the same registry words, added to clap's candidates.
+const FISH_DYNAMIC: &str = r#"
+complete -c bmcctl -l machine -f -r -a '(bmcctl __complete machines 2>/dev/null)'
+complete -c bmcctl -l selector -f -r -a '(bmcctl __complete labels 2>/dev/null)'
+complete -c bmcctl -n '__fish_seen_subcommand_from machine; and __fish_seen_subcommand_from get set rm ls watch' -f -a '(bmcctl __complete machines 2>/dev/null)'
+"#;
 
 /// bash: registry words first (see the module), clap's completion otherwise.
 const BASH_DYNAMIC: &str = r#"

@@ -135,3 +135,63 @@ pub fn target(bmc: &str) -> String {
         None => bmc.to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn data(v: serde_json::Value) -> ActionData {
+        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{v}: {e}"))
+    }
+
+    #[test]
+    fn every_result_kind_reads_as_text_not_json() {
+        for (v, want) in [
+            (json!({"power_state": "on"}), "power=on"),
+            (json!({"boot_device": {"device": "pxe", "persistent": false, "efi": true}}), "boot=pxe once uefi"),
+            (
+                json!({"boot_device_pending": {"device": "disk", "persistent": true, "efi": false}}),
+                "boot=disk persistent legacy (pending: applies at the next reset)",
+            ),
+            (
+                json!({"users": [{"id": "2", "name": "admin", "role": "admin", "enabled": true}]}),
+                "1 users\n       2    admin                admin          enabled",
+            ),
+            (json!({"network_source": "dhcp"}), "network=dhcp"),
+            (
+                json!({"network_source": {"static": {"address": "10.0.0.5", "netmask": "255.255.255.0"}}}),
+                "network=static address 10.0.0.5 netmask 255.255.255.0 gateway -",
+            ),
+            (json!({"raw": {"status": 0, "data": [1, 2, 255]}}), "status 0, data 01 02 ff"),
+            (
+                json!({"bios": {"attributes": {"BootMode": "Uefi"}, "pending": {"BootMode": "Bios"}}}),
+                "1 attributes, 1 pending\n       BootMode                         Uefi (pending: Bios)",
+            ),
+            (
+                json!({"bios_pending": {"attributes": {"ProcTurbo": true}, "apply_time": "OnReset"}}),
+                "1 attributes pending (OnReset)\n       ProcTurbo                        true",
+            ),
+            (
+                json!({"secure_boot": {"enabled": true, "current_boot": "Enabled", "mode": "DeployedMode"}}),
+                "secure_boot=enabled current_boot=Enabled mode=DeployedMode",
+            ),
+            (
+                json!({"firmware_update": {"state": "Completed", "percent": 100, "task": "/redfish/v1/TaskService/Tasks/1"}}),
+                "firmware update Completed 100% (task /redfish/v1/TaskService/Tasks/1)",
+            ),
+            (json!({"no_change": "not_inserted"}), "no change: not inserted"),
+        ] {
+            let d = data(v);
+            let got = text(&d, false);
+            assert_eq!(got, want);
+            assert_eq!(crate::output::data_text_for_tests(&d), want, "the table uses it");
+        }
+    }
+
+    #[test]
+    fn a_machine_s_key_reads_as_its_name() {
+        assert_eq!(target("m-rf-a"), "rf-a");
+        assert_eq!(target("v4-10-0-0-1"), "v4-10-0-0-1");
+    }
+}
