@@ -2,7 +2,8 @@
 //! NATS server authenticated (`$SYS.REQ.USER.INFO`, which any connection
 //! may ask about itself since nats-server 2.10), not a variable the caller
 //! sets. Falls back to `--nats-user`, then `$USER`, when the server names
-//! no user (no authentication) or does not answer.
+//! no user (no authentication) or does not answer; then `operator:anonymous`
+//! (the server authenticated no one) or `operator:unknown` (it did not say).
 
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ async fn ask(nats: &async_nats::Client) -> Option<(String, String)> {
 /// `operator:<who>`, with `@<account>` when the server names an account
 /// other than the default `$G`.
 pub fn actor(server: Option<(String, String)>, nats_user: Option<&str>, env_user: Option<&str>) -> String {
+    let answered = server.is_some();
     let (user, account) = server.unwrap_or_default();
     let who =
         [Some(user.as_str()), nats_user, env_user].into_iter().flatten().find(|u| !u.is_empty()).map(str::to_owned);
@@ -31,7 +33,9 @@ pub fn actor(server: Option<(String, String)>, nats_user: Option<&str>, env_user
     match (who, account) {
         (Some(w), Some(a)) => format!("operator:{w}@{a}"),
         (Some(w), None) => format!("operator:{w}"),
-        (None, Some(a)) => format!("operator:@{a}"),
+        (None, Some(a)) => format!("operator:anonymous@{a}"),
+        // The server answered and authenticated no one: say so.
+        (None, None) if answered => "operator:anonymous".into(),
         (None, None) => "operator:unknown".into(),
     }
 }
@@ -52,7 +56,8 @@ mod tests {
         assert_eq!(actor(s("alice", "OPS"), Some("bob"), Some("carol")), "operator:alice@OPS");
         assert_eq!(actor(s("alice", "$G"), None, Some("carol")), "operator:alice");
         assert_eq!(actor(s("", "$G"), None, Some("carol")), "operator:carol");
-        assert_eq!(actor(s("", "OPS"), None, None), "operator:@OPS");
+        assert_eq!(actor(s("", "OPS"), None, None), "operator:anonymous@OPS");
+        assert_eq!(actor(s("", "$G"), None, None), "operator:anonymous", "no authentication, no $USER");
         assert_eq!(actor(None, Some("bob"), None), "operator:bob");
         assert_eq!(actor(None, None, None), "operator:unknown");
     }

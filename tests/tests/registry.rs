@@ -371,6 +371,14 @@ printf '%s\n' "${{COMPREPLY[@]}}""#,
     let (ok, _, err) = bmcctl(&e, &["machine", "set", "web-9", "--ipmi-privilege", "user"]);
     assert!(!ok && err.contains("never speaks IPMI"), "{err}");
 
+    // Without $USER the actor is what the server says: no authentication here, so `anonymous`.
+    let out = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
+        .args(["--nats-url", &e.nats.url(), "machine", "set", "web-9", "--label", "rack=61"])
+        .env_remove("USER")
+        .env_remove("BMCFLEET_NATS_USER")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // A batch by an operator, then the audit log shows who did what.
     let json = r#"{"machine":"web-1","actions":[{"power":"status"}]}"#;
     let Reply::Accepted(a) = e.producer.submit_json(json, false).await else { panic!("accepted") };
@@ -390,6 +398,11 @@ printf '%s\n' "${{COMPREPLY[@]}}""#,
         by("operator:alice", &|w| matches!(w, AuditEvent::MachineRemoved { machine, .. } if machine == "web-2")),
         "{log:#?}"
     );
+    assert!(
+        by("operator:anonymous", &|w| matches!(w, AuditEvent::MachinePut { machine, .. } if machine == "web-9")),
+        "{log:#?}"
+    );
+    assert!(!log.iter().any(|r| r.actor == "operator:unknown"), "{log:#?}");
     assert!(
         by("registry", &|w| matches!(w, AuditEvent::MachineRemoved { machine, .. } if machine == "web-2")),
         "{log:#?}"
