@@ -26,7 +26,10 @@ async fn words(nats: &NatsArgs, topology: &TopologyArgs, what: Words) -> anyhow:
     let mut nats = nats.clone();
     nats.connect_timeout = nats.connect_timeout.min(BUDGET);
     let client = bmcfleet_common::nats::connect(&nats, "bmcctl-complete").await?;
-    let machines = super::machine::registry(client, topology).await?;
+    // Read only: a completion never creates the registry's bucket.
+    let js = async_nats::jetstream::new(client);
+    let kv = js.get_key_value(topology.subjects().machines_bucket()).await?;
+    let machines = super::machine::load_all(&kv).await?;
     Ok(match what {
         Words::Machines => machines.into_keys().collect(),
         Words::Labels => machines.values().flat_map(|m| m.labels.iter().map(|(k, v)| format!("{k}={v}"))).collect(),
