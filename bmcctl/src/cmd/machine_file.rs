@@ -107,6 +107,31 @@ fn misplaced_key(text: &str, entries: &[Entry], i: usize, field: &str) -> Option
     None
 }
 
+/// Where a flow-style or JSON entry is: the first `name: NAME` (quoted or
+/// not) in the text, at its key. Entries of such files have no lines of
+/// their own for [`entries`] to find.
+fn name_position(text: &str, name: &str) -> Option<Position> {
+    for (n, line) in text.lines().enumerate() {
+        let mut from = 0;
+        while let Some(k) = line[from..].find("name") {
+            let key = from + k;
+            from = key + 4;
+            let before = line[..key].trim_end_matches(['"', '\'']);
+            if !(before.is_empty() || before.ends_with(['{', ',', ' ', '-'])) {
+                continue;
+            }
+            let rest = line[from..].trim_start_matches(['"', '\'']).trim_start();
+            let Some(value) = rest.strip_prefix(':') else { continue };
+            let value = value.trim_start().trim_start_matches(['"', '\'']);
+            if value.strip_prefix(name).is_some_and(|r| r.is_empty() || r.starts_with(['"', '\'', ',', '}', ' '])) {
+                let column = line[..key].trim_end_matches(['"', '\'']).len() + 1;
+                return Some(Position { line: n + 1, column });
+            }
+        }
+    }
+    None
+}
+
 /// `file:line:column: machines[i] (name): message`, parts as known.
 fn located(file: &str, at: Option<Position>, entry: Option<(usize, Option<&str>)>, message: &str) -> anyhow::Error {
     let mut out = file.to_owned();
@@ -165,7 +190,12 @@ pub fn parse(text: &str, file: &str) -> anyhow::Result<Vec<Machine>> {
             return Err(located(file, at, entry.map(|i| (i, None)), &message));
         }
     };
-    let at = |i: usize| entries.get(i).map(|e| Position { line: e.line, column: e.column });
+    let at = |i: usize| {
+        entries
+            .get(i)
+            .map(|e| Position { line: e.line, column: e.column })
+            .or_else(|| name_position(text, &parsed.machines[i].name))
+    };
     let mut names = BTreeMap::new();
     for (i, m) in parsed.machines.iter().enumerate() {
         let here = Some((i, Some(m.name.as_str())));
@@ -291,6 +321,17 @@ mod tests {
         assert!(!e.contains(" at line "), "the position is said once: {e}");
         let e = err("machines:\n  - name: a\n    address: 10.0.0.1\n    credentials: c\n    tls: {insecure: maybe}\n");
         assert!(e.starts_with("m.yaml:5:"), "{e}");
+    }
+
+    #[test]
+    fn json_and_flow_entries_are_located_by_their_name() {
+        let json = "{\"machines\": [\n  {\"name\": \"a\", \"address\": \"10.0.0.1\", \"credentials\": \"c\"},\n  {\"name\": \"B\", \"address\": \"10.0.0.3\", \"credentials\": \"c\"}\n]}\n";
+        let e = err(json);
+        assert!(e.starts_with("m.yaml:3:4: machines[1] (B): "), "{e}");
+        let flow =
+            "machines: [{name: aa, address: 10.0.0.1, credentials: c}, {name: a, address: 10.0.0.1, credentials: c}]\n";
+        let e = err(flow);
+        assert!(e.starts_with("m.yaml:1:60: machines[1] (a): "), "{e}");
     }
 
     #[test]
