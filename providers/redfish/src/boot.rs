@@ -156,6 +156,11 @@ fn previous_override(resource: &Value) -> Value {
     json!({ "Boot": Value::Object(b) })
 }
 
+/// A resource's boot mode before a change (where it models one).
+fn previous_mode(resource: &Value) -> Option<String> {
+    resource.get("Boot").and_then(|b| str_of(b, "BootSourceOverrideMode")).map(str::to_owned)
+}
+
 /// The mode a refused PATCH carried, when the refusal is a 400 that names
 /// `BootSourceOverrideMode` (in its text, arguments or related properties).
 fn refused_mode(e: &bmcfleet_provider::ProviderError, body: &Value) -> Option<String> {
@@ -289,6 +294,7 @@ impl BootControl for RedfishSession {
         // What the override is before the change: put back if the change
         // cannot be made whole (the device would be set in the wrong mode).
         let previous = previous_override(&target.body);
+        let target_before = target.body.clone();
         let mut body = patch_body(req, &boot)?;
         if applies == Applies::OnReset {
             if let (Some(at), Some(b)) = (apply_time, body.as_object_mut()) {
@@ -312,12 +318,31 @@ impl BootControl for RedfishSession {
             mode_refused = Some(mode);
         }
         let after = self.transport.get(ctx, &written_to).await?;
-        verify(&body, &after.body).map_err(|why| {
-            err(
-                ErrorCode::BmcError,
-                format!("the BMC accepted the boot override but {why} (read back from {written_to})"),
-            )
-        })?;
+        if let Err(why) = verify(&body, &after.body) {
+            let why = format!("the BMC accepted the boot override but {why} (read back from {written_to})");
+            // A mode changed along with a target the BMC did not keep: the
+            // system would boot in another mode than before, which nobody
+            // asked for on its own. Put target, enablement and mode back.
+            let Some(mode) =
+                previous_mode(&target_before).filter(|_| body["Boot"].get("BootSourceOverrideMode").is_some())
+            else {
+                return Err(err(ErrorCode::BmcError, why));
+            };
+            let mut restore = previous.clone();
+            restore["Boot"]["BootSourceOverrideMode"] = json!(mode);
+            tracing::info!(bmc = %self.transport.bmc(), resource = %written_to, "The boot override did not read back; restoring the previous one with its mode.");
+            let fresh = self.transport.get(ctx, &written_to).await?;
+            return match self.patch_with_etag(ctx, fresh, &restore).await {
+                Ok(()) => Err(err(
+                    ErrorCode::BmcError,
+                    format!("{why}; the previous boot override (mode {mode}) was restored"),
+                )),
+                Err(e) => Err(err(
+                    ErrorCode::BmcError,
+                    format!("{why}; restoring the previous boot override (mode {mode}) failed: {}", e.message),
+                )),
+            };
+        }
         if let Some(want) = mode_refused {
             let got = after
                 .body
