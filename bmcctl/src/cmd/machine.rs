@@ -25,9 +25,10 @@
 //! ```
 //! `apply` is declarative and idempotent: it prints what it adds, changes
 //! and (with `--prune`) removes, and writes only those; applying the same
-//! file twice changes nothing. The whole file is checked first (unknown
-//! fields, bad values with the entry's name, duplicate names or hosts,
-//! within the file and against machines it keeps); nothing is written
+//! file twice changes nothing. The whole file is checked first, before
+//! connecting ([`super::machine_file`]: unknown fields, bad values with the
+//! entry's name, line and column, duplicate names or hosts), then against
+//! the machines it keeps and the credentials bucket; nothing is written
 //! unless all of it is valid.
 
 use crate::cli::MachineOp;
@@ -305,8 +306,7 @@ pub async fn run(
     let js = async_nats::jetstream::new(nats);
     let kv = registry_bucket(&js, topology).await?;
     match op {
-        MachineOp::Apply { file: path, prune, dry_run, allow_missing_credentials } => {
-            let file = path;
+        MachineOp::Apply { file, prune, dry_run, allow_missing_credentials } => {
             let wanted = match file_machines {
                 Some(w) => w,
                 None => read_file(file)?,
