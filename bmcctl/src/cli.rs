@@ -207,6 +207,14 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Words for the completion scripts (hidden): registered machine names,
+    /// or label keys (`KEY=`) and pairs (`KEY=VALUE`), one per line; nothing
+    /// (exit 0) when NATS does not answer within about two seconds.
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        #[arg(value_enum)]
+        what: crate::cmd::complete::Words,
+    },
     /// Print bmcctl's man page (roff, to stdout), or write it and one page per
     /// subcommand (bmcctl.1, bmcctl-machine.1, bmcctl-machine-ls.1, ...) into a directory.
     Man {
@@ -263,6 +271,10 @@ pub enum MachineOp {
         /// Show the changes without writing them.
         #[arg(long)]
         dry_run: bool,
+        /// Only warn about credential names that are not in the credentials
+        /// bucket (`cred put`), e.g. held in the workers' --credentials-file.
+        #[arg(long)]
+        allow_missing_credentials: bool,
     },
     /// Register one machine (refused if the name or its host is taken).
     Add {
@@ -282,7 +294,18 @@ pub enum MachineOp {
     /// SEEN, from the workers' polls; `-` where none was recorded yet).
     /// `--output wide`: more columns (last error, provider, worker, ...);
     /// `--output json`: one line per machine, its record and its `state`.
-    Ls,
+    /// NAMEs and --selector / --tenant narrow the list (all must match).
+    Ls {
+        /// Only these machines (each must be registered).
+        #[arg(value_name = "NAME", value_parser = name)]
+        names: Vec<String>,
+        /// Only machines whose labels match all of these (`rack=12,role=worker`).
+        #[arg(long, value_name = "KEY=VALUE,...", value_parser = selector)]
+        selector: Option<Selector>,
+        /// Only machines of this tenant.
+        #[arg(long, value_parser = name)]
+        tenant: Option<String>,
+    },
     /// Stream machine state changes (power_changed, unreachable, recovered,
     /// inventory_changed) until Ctrl-C: of every machine, the named ones, or
     /// those matching --selector / --tenant. `--output json`: one event per line.
@@ -342,6 +365,10 @@ pub enum CredOp {
 /// `--address` and `--credentials`).
 #[derive(Args, Debug, Default)]
 pub struct MachineFields {
+    /// Only warn when `--credentials` names a credential that is not in the
+    /// credentials bucket (`cred put`), e.g. held in the workers' --credentials-file.
+    #[arg(long)]
+    pub allow_missing_credentials: bool,
     /// BMC address: IP, [IPv6]:port or hostname[:port].
     #[arg(long)]
     pub address: Option<BmcAddress>,

@@ -30,6 +30,7 @@
 pub mod cli;
 pub mod client;
 pub mod cmd;
+pub mod identity;
 pub mod output;
 pub mod progress;
 
@@ -46,7 +47,7 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, MachineOp};
 use std::process::ExitCode;
 
 /// Run one command line to its exit code.
@@ -55,19 +56,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Keygen { out } => return cmd::keygen::run(out),
         Command::Completions { shell } => return cmd::completions::run(*shell),
+        Command::Complete { what } => return Ok(cmd::complete::run(&cli.nats, &cli.topology, *what).await),
         Command::Man { out } => return cmd::man::run(out.as_deref()),
         _ => {}
     }
+    // What can be checked offline is checked before connecting (a bad machine file: exit 2).
+    let machine_file = match &cli.command {
+        Command::Machine { op } => cmd::machine::prepare(op)?,
+        _ => None,
+    };
     let nats = bmcfleet_common::nats::connect(&cli.nats, "bmcctl").await?;
     if let Command::Cred { op } = &cli.command {
         return cmd::cred::run(nats, &cli.topology, op, format).await;
     }
     if let Command::Machine { op } = &cli.command {
-        let actor = format!(
-            "operator:{}",
-            cli.nats.user.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into())
+        // Only changes are audited: reads need not ask the server who we are.
+        let changes = matches!(
+            op,
+            MachineOp::Apply { .. } | MachineOp::Add { .. } | MachineOp::Set { .. } | MachineOp::Rm { .. }
         );
-        return cmd::machine::run(nats, &cli.topology, op, &actor, format).await;
+        let actor = if changes { identity::of(&nats, cli.nats.user.as_deref()).await } else { String::new() };
+        return cmd::machine::run(nats, &cli.topology, op, machine_file, &actor, format).await;
     }
     if let Command::Audit { since } = &cli.command {
         return cmd::audit::run(nats, &cli.topology, *since, format).await;
@@ -98,6 +107,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Machine { .. }
         | Command::Audit { .. }
         | Command::Completions { .. }
+        | Command::Complete { .. }
         | Command::Man { .. } => {
             unreachable!("handled above")
         }

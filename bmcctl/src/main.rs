@@ -24,7 +24,7 @@ async fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", bmcctl::output::error::line(&e));
             ExitCode::from(if e.downcast_ref::<bmcctl::Usage>().is_some() { 2 } else { 3 })
         }
     }

@@ -12,6 +12,9 @@ use bmcfleet_schema::audit::AuditRecord;
 use bmcfleet_schema::state::{MachineEvent, MachineEventKind, MachineState};
 use bmcfleet_schema::{ActionData, BatchResult, Event, EventKind, Machine, PowerState, Reply};
 
+pub mod data;
+pub mod error;
+
 /// How a command prints what it has (`--output`; `--json` is `--output json`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -122,8 +125,14 @@ fn data_text(d: &ActionData, wide: bool) -> String {
             out
         }
         ActionData::Inventory(inv) if inv.has_components() => component_tables(inv),
-        other => serde_json::to_string(other).unwrap_or_default(),
+        other => data::text(other, wide),
     }
+}
+
+/// [`data_text`] in table mode, for the tests of [`data`].
+#[cfg(test)]
+pub(crate) fn data_text_for_tests(d: &ActionData) -> String {
+    data_text(d, false)
 }
 
 /// An inventory with typed components: the identity on the action's line,
@@ -268,7 +277,8 @@ fn name<T: serde::Serialize>(v: &T) -> String {
 /// A finished batch: one line, then one line per action; `wide` adds when
 /// it was admitted and finished and how long it took.
 pub fn result_text(r: &BatchResult, wide: bool) -> String {
-    let mut out = format!("batch {} on {}: {:?} (worker {}, delivery {}", r.id, r.bmc, r.state, r.worker, r.deliveries);
+    let on = data::target(&r.bmc);
+    let mut out = format!("batch {} on {on}: {:?} (worker {}, delivery {}", r.id, r.state, r.worker, r.deliveries);
     if wide {
         let took = r.finished_at_ms.saturating_sub(r.admitted_at_ms);
         out.push_str(&format!(
@@ -348,7 +358,7 @@ pub fn reply_text(reply: &Reply, wide: bool) -> String {
             let mut out = format!(
                 "batch {} on {}: {:?}, {} of {} actions done",
                 s.id,
-                s.bmc,
+                data::target(&s.bmc),
                 s.state,
                 s.results.len(),
                 s.actions.len()
@@ -436,12 +446,22 @@ pub fn audit_line(r: &AuditRecord, wide: bool) -> String {
     line
 }
 
-/// A moment (ms since the epoch) as RFC 3339 in UTC.
+/// A moment (ms since the epoch) as RFC 3339 in UTC, fixed width
+/// (milliseconds always: `2026-12-06T05:01:12.000Z`), so columns line up.
 pub fn at(ms: u64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_else(|| ms.to_string())
+    match time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.millisecond()
+        ),
+        Err(_) => ms.to_string(),
+    }
 }
 
 /// How long ago `then` was, at `now` (ms since the epoch): `12s ago`,
@@ -964,8 +984,8 @@ mod tests {
         let schedule = Schedule { max_parallel: 16, canary: 0, stop_after_failures: None };
         let text = fleet_summary(&outcomes, None, schedule, false, true);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "MACHINE  RESULT       TIME   FAILED ACTION  ERROR  BATCH                       WORKER  ADMITTED                  FINISHED              DETAIL");
-        assert_eq!(lines[1], "web-1    succeeded    900ms  -              -      01JD5Q8K3C2V7X9N4M6P1R0T8S  w1      2025-12-03T10:15:02.123Z  2025-12-03T10:15:03Z  power=on");
+        assert_eq!(lines[0], "MACHINE  RESULT       TIME   FAILED ACTION  ERROR  BATCH                       WORKER  ADMITTED                  FINISHED                  DETAIL");
+        assert_eq!(lines[1], "web-1    succeeded    900ms  -              -      01JD5Q8K3C2V7X9N4M6P1R0T8S  w1      2025-12-03T10:15:02.123Z  2025-12-03T10:15:03.000Z  power=on");
         assert_eq!(lines[2], "web-3    not started  -      -              -      -                           -       -                         -");
         assert_eq!(lines[3], "2 machines: 1 succeeded, 1 not started");
         let coloured = fleet_summary(&outcomes, None, schedule, true, true);
@@ -988,9 +1008,9 @@ mod tests {
             finished_at_ms: 1_764_756_914_300,
         };
         let table = result_text(&r, false);
-        assert_eq!(table, format!("batch {id} on m-web-1: Succeeded (worker w0, delivery 1)\n   0 boot_device            ok        41ms ipmi\n"));
+        assert_eq!(table, format!("batch {id} on web-1: Succeeded (worker w0, delivery 1)\n   0 boot_device            ok        41ms ipmi\n"));
         let wide = result_text(&r, true);
-        assert!(wide.starts_with(&format!("batch {id} on m-web-1: Succeeded (worker w0, delivery 1, admitted 2025-12-03T10:15:02Z, finished 2025-12-03T10:15:14.3Z, 12.3s in all)\n")), "{wide}");
+        assert!(wide.starts_with(&format!("batch {id} on web-1: Succeeded (worker w0, delivery 1, admitted 2025-12-03T10:15:02.000Z, finished 2025-12-03T10:15:14.300Z, 12.3s in all)\n")), "{wide}");
         let status: BatchStatus = serde_json::from_value(serde_json::json!({
             "id": id, "bmc": "m-web-1", "state": "running", "results": [done], "in_progress": 1,
             "actions": ["boot_device", "power_cycle", "power_status"], "worker": "w0", "deliveries": 1, "admitted_at_ms": 1_764_756_902_000u64, "updated_at_ms": 1_764_756_903_000u64,
@@ -999,7 +1019,7 @@ mod tests {
         .unwrap();
         let text = reply_text(&Reply::Status(status.clone()), true);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], format!("batch {id} on m-web-1: Running, 1 of 3 actions done (tenant default, worker w0, delivery 1, admitted 2025-12-03T10:15:02Z, cancel requested)"));
+        assert_eq!(lines[0], format!("batch {id} on web-1: Running, 1 of 3 actions done (tenant default, worker w0, delivery 1, admitted 2025-12-03T10:15:02.000Z, cancel requested)"));
         assert_eq!(
             &lines[1..],
             [

@@ -259,3 +259,60 @@ fn on_a_terminal_errors_are_coloured_unless_no_color() {
     let out = bmcctl(&["--bogus"]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains('\x1b'));
 }
+
+/// `machine apply` checks the file before it connects: a bad file exits 2
+/// with FILE:LINE:COLUMN of the offending text (the indentation slip of
+/// issue 34: serde alone says line 2), and NATS — a listener here that
+/// counts connections — never hears from it. A good file does connect.
+#[test]
+fn a_bad_machine_file_exits_2_with_its_line_and_column_before_connecting() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("nats://{}", listener.local_addr().unwrap());
+    let dir = temp_dir("apply");
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "machines:\n  - name: rack12-node3\n    address: 10.0.12.3\n   credentials: rack12-bmc\n")
+        .unwrap();
+    let apply = |file: &Path| {
+        let args =
+            ["--nats-url", &url, "--nats-connect-timeout", "2s", "machine", "apply", "-f", file.to_str().unwrap()];
+        bmcctl(&args)
+    };
+    let out = apply(&bad);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let want = format!("{}:4:4: machines[0]: `credentials` is indented differently", bad.display());
+    assert!(err.contains(&want), "{err}");
+    let unknown = dir.join("unknown.yaml");
+    std::fs::write(&unknown, "machines:\n  - {name: a, address: 10.0.0.1, credentials: c, pasword: x}\n").unwrap();
+    let out = apply(&unknown);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("{}:2:", unknown.display())) && err.contains("unknown field `pasword`"), "{err}");
+    let out = apply(&dir.join("missing.yaml"));
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "bmcctl connected before checking the file"
+    );
+    // The check can fail: a valid file does connect (and, no NATS there, exits 3).
+    let good = dir.join("good.yaml");
+    std::fs::write(&good, "machines:\n  - {name: a, address: 10.0.0.1, credentials: c}\n").unwrap();
+    let out = apply(&good);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    listener.set_nonblocking(false).unwrap();
+    assert!(listener.accept().is_ok(), "a valid file connects");
+}
+
+/// Completion words come from NATS; a NATS that never answers yields none,
+/// and the completion still returns (well within the default 10 s connect
+/// timeout: its budget is about two seconds).
+#[test]
+fn completion_words_from_an_unanswering_nats_are_none_and_bounded() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("nats://{}", listener.local_addr().unwrap());
+    let started = std::time::Instant::now();
+    let out = bmcctl(&["--nats-url", &url, "__complete", "machines"]);
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(8), "took {:?}", started.elapsed());
+}

@@ -83,8 +83,11 @@ HANDLING = {
 
 
 class BmcfleetError(Exception):
-    """A refusal from the gateway: `code` (an ErrorCode), `message`, and
-    `status` (the Nats-Service-Error-Code header, an HTTP-like status)."""
+    """Every error of this module: a refusal from the gateway or an action's
+    error (`code`, an ErrorCode; `message`; `status`, the
+    Nats-Service-Error-Code header, an HTTP-like status, for refusals), or
+    a message that breaks the contract ([`SchemaError`]). One `except
+    BmcfleetError` catches them all."""
 
     def __init__(self, code, message, status=None):
         super().__init__(f"{code}: {message}")
@@ -99,8 +102,17 @@ class BmcfleetError(Exception):
         return self.handling == "retry"
 
 
-class SchemaError(Exception):
-    """A message that does not match the contract."""
+class SchemaError(BmcfleetError):
+    """A message that does not match the contract (code `schema_mismatch`,
+    not an ErrorCode of the wire): the gateway and this client disagree on
+    the contract's version, which only an operator can fix."""
+
+    def __init__(self, message):
+        super().__init__("schema_mismatch", message)
+
+    @property
+    def handling(self):
+        return "operator"
 
 
 class Schemas:

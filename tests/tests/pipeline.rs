@@ -602,6 +602,14 @@ async fn bmcctl_submits_waits_and_reports() {
     let (code, out, _) = bmcctl(&["status", &a.id.to_string()]).await;
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains(&a.id.to_string()));
+    // Table mode reads every result as text, never as raw JSON.
+    let sim_target =
+        ["--bmc", "10.12.0.1", "--protocol", "sim", "--user", "admin", "--password-env", "BMC_PW", "--wait"];
+    for (command, says) in [(&["boot", "get"][..], "boot=pxe"), (&["user", "list"], " users")] {
+        let (code, out, err) = bmcctl(&[command, &sim_target[..]].concat()).await;
+        assert_eq!(code, Some(0), "{command:?}: {out}{err}");
+        assert!(out.contains(says) && !out.contains('{'), "{command:?}: {out}");
+    }
 
     // A failing batch exits 1; a refused one exits 3 with the typed error.
     let dir = tempfile::tempdir().unwrap();

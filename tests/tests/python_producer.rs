@@ -2,7 +2,7 @@
 //! schema/asyncapi.yaml, against the real stack: nats-server, bmc-gateway,
 //! bmc-worker and bmc-sim. `demo.py` submits and waits, follows events,
 //! reads status, cancels (a finished batch: conflict; a running one:
-//! cancelled), sees action errors (bmc_error, skipped) and every refusal it
+//! cancelled), sees action errors (any failure code, then skipped) and every refusal it
 //! can provoke, validating each reply and event against schema/json/; this
 //! test checks every step reported `ok` and what the simulated BMC did.
 //!
@@ -78,7 +78,7 @@ async fn the_python_producer_works_against_the_real_stack() {
         "duplicate",
         "cancel_finished_conflict 409",
         "cancel_running",
-        "action_errors bmc_error skipped",
+        "action_errors bmc_error (bmc) skipped",
         "refused malformed 400",
         "refused empty_batch 400",
         "refused too_many_actions 400",
@@ -106,4 +106,31 @@ async fn the_python_producer_works_against_the_real_stack() {
         ["power_on"],
         "the failing BMC got the first action only (the second was skipped)"
     );
+}
+
+/// Every error of the Python client is a `BmcfleetError`: a contract
+/// mismatch (`SchemaError`) too, with a code and a handling of its own, so
+/// one `except BmcfleetError` catches all.
+#[test]
+fn the_python_client_s_errors_share_one_base_class() {
+    let Some(python) = python() else { return };
+    let program = r#"
+import bmcfleet
+assert issubclass(bmcfleet.SchemaError, bmcfleet.BmcfleetError)
+try:
+    raise bmcfleet.SchemaError("reply Content-Type 'text/plain'")
+except bmcfleet.BmcfleetError as e:
+    assert (e.code, e.handling, e.retryable) == ("schema_mismatch", "operator", False), (e.code, e.handling)
+    assert str(e) == "schema_mismatch: reply Content-Type 'text/plain'", str(e)
+e = bmcfleet.BmcfleetError("unavailable", "no worker", 503)
+assert (e.handling, e.retryable, e.status) == ("retry", True, 503)
+print("ok")
+"#;
+    let out = std::process::Command::new(&python)
+        .args(["-c", program])
+        .current_dir(root().join("examples/python"))
+        .output()
+        .expect("run python");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.trim() == "ok", "{stdout}{stderr}");
 }

@@ -185,14 +185,18 @@ async fn a_captured_box_opens_only_for_the_target_it_was_sealed_for() {
     assert_eq!(r.results[0].error.as_ref().unwrap().code, ErrorCode::CredentialUnavailable, "{r:?}");
 }
 
-fn bmcctl(e: &SimStack, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
+fn bmcctl_out(e: &SimStack, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
         .args(["--nats-url", &e.nats.url()])
         .args(args)
         .env("USER", "alice")
         .env_remove("RUST_LOG")
         .output()
-        .expect("run bmcctl");
+        .expect("run bmcctl")
+}
+
+fn bmcctl(e: &SimStack, args: &[&str]) -> (bool, String, String) {
+    let out = bmcctl_out(e, args);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -207,12 +211,32 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     let file = dir.path().join("machines.yaml");
     let f = file.to_str().unwrap();
     std::fs::write(&file, "machines:\n  - {name: web-1, address: 10.50.0.1, protocol: sim, credentials: rack50, labels: {rack: '50'}}\n  - {name: web-2, address: 10.50.0.2, protocol: sim, credentials: rack50}\n").unwrap();
+    // A credential nobody stored is refused (exit 2), nothing written; the flag only warns.
+    let out = bmcctl_out(&e, &["machine", "apply", "-f", f]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unknown_credential") && err.contains("`rack50` (named by web-1, web-2)"), "{err}");
+    let (_, ls, _) = bmcctl(&e, &["machine", "ls"]);
+    assert!(!ls.contains("web-1"), "a refused file wrote something: {ls}");
+    let out = bmcctl_out(&e, &["machine", "add", "web-8", "--address", "10.50.0.8", "--credentials", "rack50"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(2) && err.contains("unknown_credential"), "{err}");
+    let (ok, out, err) = bmcctl(&e, &["machine", "apply", "-f", f, "--dry-run", "--allow-missing-credentials"]);
+    assert!(ok && err.contains("warning: credential not in bucket") && out.contains("2 added"), "{out}{err}");
+    let (ok, _, err) = bmcctl_cred_put(&e, "rack50", "pw-in-line");
+    assert!(ok, "{err}");
     let (ok, out, err) = bmcctl(&e, &["machine", "apply", "-f", f]);
     assert!(ok, "{out}{err}");
     assert!(out.contains("+ web-1") && out.contains("+ web-2") && out.contains("2 added"), "{out}");
     // The same file again changes nothing.
     let (ok, out, _) = bmcctl(&e, &["machine", "apply", "-f", f]);
     assert!(ok && out.contains("0 added, 0 changed, 0 removed, 2 unchanged"), "{out}");
+    // `set` to a credential nobody stored is refused too; the record keeps its own.
+    let out = bmcctl_out(&e, &["machine", "set", "web-2", "--credentials", "nobody-put-this"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(2) && err.contains("`nobody-put-this` (named by web-2)"), "{err}");
+    let (_, got, _) = bmcctl(&e, &["machine", "get", "web-2"]);
+    assert!(got.contains("\"rack50\""), "{got}");
     // A bad file is refused whole, naming the entry; nothing is written.
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "machines:\n  - {name: web-3, address: 10.50.0.3, credentials: rack50}\n  - {name: web-4, address: '10.50.0.3:623', credentials: rack50}\n").unwrap();
@@ -240,6 +264,55 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     assert!(ok && out.contains("~ web-1") && out.contains("- web-2"), "{out}");
     let (ok, got, _) = bmcctl(&e, &["machine", "get", "web-1"]);
     assert!(ok && got.contains("\"51\""), "{got}");
+    // ls narrows by name, selector and tenant; completion words come from the registry.
+    let (ok, _, err) = bmcctl(&e, &["machine", "add", "web-5", "--address", "10.50.0.5", "--credentials", "rack50"]);
+    assert!(ok, "{err}");
+    let names = |args: &[&str]| -> Vec<String> {
+        let (ok, out, err) = bmcctl(&e, &[&["--json", "machine", "ls"], args].concat());
+        assert!(ok, "{args:?}: {err}");
+        out.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&[]), ["web-1", "web-5"]);
+    assert_eq!(names(&["web-5"]), ["web-5"]);
+    assert_eq!(names(&["--selector", "rack=51"]), ["web-1"]);
+    assert_eq!(names(&["web-5", "--selector", "rack=51"]), Vec::<String>::new());
+    assert_eq!(names(&["--tenant", "default", "--selector", "rack=50"]), Vec::<String>::new());
+    let out = bmcctl_out(&e, &["machine", "ls", "web-77"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let (ok, words, _) = bmcctl(&e, &["__complete", "machines"]);
+    assert!(ok && words == "web-1\nweb-5\n", "{words}");
+    let (ok, words, _) = bmcctl(&e, &["__complete", "labels"]);
+    assert!(ok && words == "rack=51\n", "{words}");
+    // bash completes them on the command line being typed (its --nats-url).
+    let (ok, script, _) = bmcctl(&e, &["completions", "bash"]);
+    assert!(ok);
+    let script_file = dir.path().join("bmcctl.bash");
+    std::fs::write(&script_file, script).unwrap();
+    let url = e.nats.url();
+    let tab = |words: &[&str]| -> Vec<String> {
+        let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+        let program = format!(
+            r#"source '{}' || exit 9
+COMP_WORDS=({})
+COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+COMP_LINE="${{COMP_WORDS[*]}}"; COMP_POINT=${{#COMP_LINE}}
+_bmcctl_dynamic bmcctl "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+printf '%s\n' "${{COMPREPLY[@]}}""#,
+            script_file.display(),
+            quoted.join(" ")
+        );
+        let out = std::process::Command::new("bash").args(["--norc", "--noprofile", "-c", &program]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()
+    };
+    let bin = bmcfleet_tests::bin("bmcctl");
+    let bin = bin.to_str().unwrap();
+    assert_eq!(tab(&[bin, "--nats-url", &url, "machine", "get", "web-"]), ["web-1", "web-5"]);
+    assert_eq!(tab(&[bin, "--nats-url", &url, "power", "on", "--machine", "web-5"]), ["web-5"]);
+    assert_eq!(tab(&[bin, "--nats-url", &url, "power", "on", "--selector", "ra"]), ["rack=51"]);
+    let (_, _, _) = bmcctl(&e, &["machine", "rm", "web-5"]);
 
     // One machine at a time.
     let (ok, out, err) = bmcctl(
@@ -298,6 +371,14 @@ async fn machine_apply_is_declarative_checked_and_audited() {
     let (ok, _, err) = bmcctl(&e, &["machine", "set", "web-9", "--ipmi-privilege", "user"]);
     assert!(!ok && err.contains("never speaks IPMI"), "{err}");
 
+    // Without $USER the actor is what the server says: no authentication here, so `anonymous`.
+    let out = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
+        .args(["--nats-url", &e.nats.url(), "machine", "set", "web-9", "--label", "rack=61"])
+        .env_remove("USER")
+        .env_remove("BMCFLEET_NATS_USER")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // A batch by an operator, then the audit log shows who did what.
     let json = r#"{"machine":"web-1","actions":[{"power":"status"}]}"#;
     let Reply::Accepted(a) = e.producer.submit_json(json, false).await else { panic!("accepted") };
@@ -317,6 +398,11 @@ async fn machine_apply_is_declarative_checked_and_audited() {
         by("operator:alice", &|w| matches!(w, AuditEvent::MachineRemoved { machine, .. } if machine == "web-2")),
         "{log:#?}"
     );
+    assert!(
+        by("operator:anonymous", &|w| matches!(w, AuditEvent::MachinePut { machine, .. } if machine == "web-9")),
+        "{log:#?}"
+    );
+    assert!(!log.iter().any(|r| r.actor == "operator:unknown"), "{log:#?}");
     assert!(
         by("registry", &|w| matches!(w, AuditEvent::MachineRemoved { machine, .. } if machine == "web-2")),
         "{log:#?}"

@@ -253,6 +253,7 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
         | Command::Machine { .. }
         | Command::Audit { .. }
         | Command::Completions { .. }
+        | Command::Complete { .. }
         | Command::Man { .. } => Ok(None),
     }
 }

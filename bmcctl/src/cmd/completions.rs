@@ -1,6 +1,12 @@
 //! `bmcctl completions SHELL`: the shell completion script, generated from
 //! the clap definitions (so every command, flag and value enum of
 //! [`crate::cli`] completes without a hand-kept list). Needs no NATS.
+//!
+//! bash and fish also complete what only the registry knows: machine names after
+//! `--machine` and for `machine get|set|rm|ls|watch`, label pairs after
+//! `--selector`, by running the hidden `bmcctl __complete machines|labels`
+//! ([`super::complete`]: at most about two seconds, nothing when NATS does
+//! not answer) with the `--nats-url` of the line being completed, if any.
 
 use crate::cli::Cli;
 use clap::CommandFactory;
@@ -13,8 +19,53 @@ pub fn script(shell: Shell) -> Vec<u8> {
     let mut cmd = Cli::command();
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut cmd, "bmcctl", &mut out);
+    if shell == Shell::Bash {
+        let text = String::from_utf8_lossy(&out).replace("complete -F _bmcctl ", "complete -F _bmcctl_dynamic ");
+        out = text.into_bytes();
+        out.extend_from_slice(BASH_DYNAMIC.as_bytes());
+    }
+    if shell == Shell::Fish {
+        out.extend_from_slice(FISH_DYNAMIC.as_bytes());
+    }
     out
 }
+
+/// fish: the same registry words, added to clap's candidates.
+const FISH_DYNAMIC: &str = r#"
+complete -c bmcctl -l machine -f -r -a '(bmcctl __complete machines 2>/dev/null)'
+complete -c bmcctl -l selector -f -r -a '(bmcctl __complete labels 2>/dev/null)'
+complete -c bmcctl -n '__fish_seen_subcommand_from machine; and __fish_seen_subcommand_from get set rm ls watch' -f -a '(bmcctl __complete machines 2>/dev/null)'
+"#;
+
+/// bash: registry words first (see the module), clap's completion otherwise.
+const BASH_DYNAMIC: &str = r#"
+_bmcctl_dynamic() {
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" what="" i sub="" url=()
+    for (( i = 1; i < COMP_CWORD; i++ )); do
+        case "${COMP_WORDS[i]}" in
+            --nats-url) url=(--nats-url "${COMP_WORDS[i+1]}") ;;
+            machine) [[ -z "$sub" && $((i + 1)) -lt $COMP_CWORD ]] && sub="${COMP_WORDS[i+1]}" ;;
+        esac
+    done
+    case "$prev" in
+        --machine) what=machines ;;
+        --selector) what=labels ;;
+        *) if [[ "$cur" != -* ]]; then
+               case "$sub" in get|set|rm|ls|watch) what=machines ;; esac
+           fi ;;
+    esac
+    if [[ -n "$what" ]]; then
+        local words prefix=""
+        words=$("${COMP_WORDS[0]}" "${url[@]}" __complete "$what" 2>/dev/null)
+        if [[ "$what" == labels && "$cur" == *,* ]]; then prefix="${cur%,*},"; fi
+        if [[ -n "$words" ]]; then
+            COMPREPLY=($(compgen -P "$prefix" -W "$words" -- "${cur#"$prefix"}"))
+            return 0
+        fi
+    fi
+    _bmcctl "$@"
+}
+"#;
 
 pub fn run(shell: Shell) -> anyhow::Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();

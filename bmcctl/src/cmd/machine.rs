@@ -25,9 +25,10 @@
 //! ```
 //! `apply` is declarative and idempotent: it prints what it adds, changes
 //! and (with `--prune`) removes, and writes only those; applying the same
-//! file twice changes nothing. The whole file is checked first (unknown
-//! fields, bad values with the entry's name, duplicate names or hosts,
-//! within the file and against machines it keeps); nothing is written
+//! file twice changes nothing. The whole file is checked first, before
+//! connecting ([`super::machine_file`]: unknown fields, bad values with the
+//! entry's name, line and column, duplicate names or hosts), then against
+//! the machines it keeps and the credentials bucket; nothing is written
 //! unless all of it is valid.
 
 use crate::cli::MachineOp;
@@ -39,31 +40,41 @@ use bmcfleet_schema::audit::{AuditEvent, AuditRecord};
 use bmcfleet_schema::state::MachineState;
 use bmcfleet_schema::{Machine, Subjects};
 use futures::{StreamExt, TryStreamExt};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MachineFile {
-    machines: Vec<Machine>,
+/// Read and check a machine file before connecting (see [`super::machine_file`]):
+/// an unreadable or invalid file is a [`crate::Usage`] error (exit 2).
+pub fn read_file(file: &str) -> anyhow::Result<Vec<Machine>> {
+    let text = std::fs::read_to_string(file).map_err(|e| crate::Usage(format!("cannot read {file}: {e}")))?;
+    super::machine_file::parse(&text, file)
 }
 
-/// Parse and check a machine file (no NATS needed).
-pub fn parse_file(text: &str, file: &str) -> anyhow::Result<Vec<Machine>> {
-    let parsed: MachineFile = serde_norway::from_str(text).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
-    let mut names = BTreeMap::new();
-    for (i, m) in parsed.machines.iter().enumerate() {
-        m.validate().map_err(|e| anyhow::anyhow!("{file}: machines[{i}]: {e}"))?;
-        if let Some(j) = names.insert(m.name.clone(), i) {
-            bail!("{file}: machines[{i}]: the name `{}` is also used by machines[{j}]", m.name);
+/// What can be checked before connecting: the machine file of `apply`;
+/// the fields of `add`/`set` (labels, lists, a CA file) on a scratch record.
+pub fn prepare(op: &MachineOp) -> anyhow::Result<Option<Vec<Machine>>> {
+    match op {
+        MachineOp::Apply { file, .. } => read_file(file).map(Some),
+        MachineOp::Add { name, fields } | MachineOp::Set { name, fields } => {
+            let mut scratch = Machine::new(name.clone(), "127.0.0.1".parse()?, Default::default(), "x");
+            fields.apply_to(&mut scratch).map_err(|e| anyhow::Error::new(crate::Usage(format!("{e:#}"))))?;
+            Ok(None)
         }
-        // One BMC endpoint is one machine (host, port, system: Machine::conflict_with).
-        if let Some(why) = parsed.machines[..i].iter().find_map(|o| m.conflict_with(o)) {
-            bail!("{file}: machines[{i}]: {why}");
-        }
+        _ => Ok(None),
     }
-    Ok(parsed.machines)
+}
+
+/// Refuse (or warn, `allow`) machines naming a credential not in the credentials bucket.
+async fn credentials_known<'a>(
+    js: &async_nats::jetstream::Context,
+    subjects: &Subjects,
+    machines: impl IntoIterator<Item = &'a Machine>,
+    allow: bool,
+) -> anyhow::Result<()> {
+    let bucket = subjects.credentials_bucket();
+    let stored = super::machine_file::stored_credentials(js, &bucket).await?;
+    super::machine_file::check_credentials(&super::machine_file::missing_credentials(machines, &stored), &bucket, allow)
 }
 
 impl crate::cli::MachineFields {
@@ -225,7 +236,7 @@ pub(crate) async fn states<'a>(
 }
 
 /// Whether opening a bucket failed because its stream does not exist.
-fn bucket_missing(e: &async_nats::jetstream::context::KeyValueError) -> bool {
+pub(crate) fn bucket_missing(e: &async_nats::jetstream::context::KeyValueError) -> bool {
     use async_nats::jetstream::context::{GetStreamError, GetStreamErrorKind};
     use async_nats::jetstream::ErrorCode;
     std::error::Error::source(e).and_then(|s| s.downcast_ref::<GetStreamError>()).is_some_and(
@@ -287,6 +298,7 @@ pub async fn run(
     nats: async_nats::Client,
     topology: &TopologyArgs,
     op: &MachineOp,
+    file_machines: Option<Vec<Machine>>,
     actor: &str,
     format: Format,
 ) -> anyhow::Result<ExitCode> {
@@ -294,9 +306,12 @@ pub async fn run(
     let js = async_nats::jetstream::new(nats);
     let kv = registry_bucket(&js, topology).await?;
     match op {
-        MachineOp::Apply { file, prune, dry_run } => {
-            let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?;
-            let wanted = parse_file(&text, file)?;
+        MachineOp::Apply { file, prune, dry_run, allow_missing_credentials } => {
+            let wanted = match file_machines {
+                Some(w) => w,
+                None => read_file(file)?,
+            };
+            credentials_known(&js, &subjects, &wanted, *allow_missing_credentials).await?;
             let stored = load_all(&kv).await?;
             let wanted_names: BTreeMap<&str, &Machine> = wanted.iter().map(|m| (m.name.as_str(), m)).collect();
             // Hosts of machines that stay must not collide with the file's.
@@ -361,6 +376,7 @@ pub async fn run(
             };
             let mut m = Machine::new(name.clone(), address.clone(), Default::default(), credentials.clone());
             fields.apply_to(&mut m)?;
+            credentials_known(&js, &subjects, [&m], fields.allow_missing_credentials).await?;
             put_one(&kv, &js, &subjects, actor, &m).await?;
             println!("added {name}");
         }
@@ -371,6 +387,9 @@ pub async fn run(
             };
             let mut m: Machine = serde_json::from_slice(&v).with_context(|| format!("the stored record of {name}"))?;
             fields.apply_to(&mut m)?;
+            if fields.credentials.is_some() {
+                credentials_known(&js, &subjects, [&m], fields.allow_missing_credentials).await?;
+            }
             put_one(&kv, &js, &subjects, actor, &m).await?;
             println!("changed {name}");
         }
@@ -389,8 +408,19 @@ pub async fn run(
                 return Ok(ExitCode::from(4));
             }
         },
-        MachineOp::Ls => {
-            let machines = load_all(&kv).await?;
+        MachineOp::Ls { names, selector, tenant } => {
+            let mut machines = load_all(&kv).await?;
+            let unknown: Vec<&str> =
+                names.iter().filter(|n| !machines.contains_key(n.as_str())).map(String::as_str).collect();
+            if !unknown.is_empty() {
+                eprintln!("machine_not_found: no machine named {} is registered", unknown.join(", "));
+                return Ok(ExitCode::from(2));
+            }
+            machines.retain(|name, m| {
+                (names.is_empty() || names.contains(name))
+                    && selector.as_ref().is_none_or(|s| s.matches(&m.labels))
+                    && tenant.as_ref().is_none_or(|t| *t == m.tenant)
+            });
             let states = states(&js, &subjects, machines.keys().map(String::as_str)).await;
             let rows: Vec<(&Machine, Option<&MachineState>)> =
                 machines.values().map(|m| (m, states.get(&m.name))).collect();
@@ -421,25 +451,4 @@ pub async fn run(
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn machine_files_are_checked_whole_with_the_entry_named() {
-        let ok = "machines:\n  - {name: a, address: 10.0.0.1, credentials: c}\n  - {name: b, address: 10.0.0.2, protocol: ipmi, credentials: c, labels: {rack: '12'}}\n";
-        assert_eq!(parse_file(ok, "m.yaml").unwrap().len(), 2);
-        for (text, says) in [
-            ("machines:\n  - {name: a, address: 10.0.0.1, credentials: c, pasword: x}\n", "unknown field"),
-            ("machines:\n  - {name: A B, address: 10.0.0.1, credentials: c}\n", "machines[0]"),
-            ("machines:\n  - {name: a, address: 10.0.0.300, credentials: c}\n", "invalid BMC address"),
-            ("machines:\n  - {name: a, address: 10.0.0.1, credentials: c}\n  - {name: a, address: 10.0.0.2, credentials: c}\n", "also used"),
-            ("machines:\n  - {name: a, address: 10.0.0.1, credentials: c}\n  - {name: b, address: '10.0.0.1:623', credentials: c}\n", "same BMC endpoint"),
-        ] {
-            let e = parse_file(text, "m.yaml").unwrap_err().to_string();
-            assert!(e.contains(says) && e.starts_with("m.yaml"), "{text}: {e}");
-        }
-    }
 }

@@ -2,11 +2,13 @@
 
 pub mod action;
 pub mod audit;
+pub mod complete;
 pub mod completions;
 pub mod cred;
 pub mod fleet;
 pub mod keygen;
 pub mod machine;
+pub mod machine_file;
 pub mod machine_watch;
 pub mod man;
 pub mod rollout;

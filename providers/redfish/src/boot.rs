@@ -55,10 +55,22 @@ pub(crate) fn patch_body(req: &BootDeviceRequest, boot: &Value) -> Result<Value>
             b.insert("BootSourceOverrideEnabled".into(), json!("Disabled"));
         }
         Some(target) => {
+            let modelled = boot.get("BootSourceOverrideMode").is_some();
+            let mode = if req.efi { "UEFI" } else { "Legacy" };
+            if modelled && !req.efi && uefi_only(target) {
+                return Err(unsupported(format!(
+                    "boot override target {target} exists in UEFI mode only: ask for it in UEFI mode (--efi)"
+                )));
+            }
             if let Some(list) = allowable(boot, "BootSourceOverrideTarget") {
-                if !list.iter().any(|v| v == target) {
+                if !allowed_in_mode(
+                    &list,
+                    target,
+                    modelled.then(|| str_of(boot, "BootSourceOverrideMode")).flatten(),
+                    mode,
+                ) {
                     return Err(unsupported(format!(
-                        "the BMC does not allow boot override target {target} (allowed: {})",
+                        "the BMC does not allow boot override target {target} in {mode} mode (allowed: {})",
                         list.join(", ")
                     )));
                 }
@@ -98,6 +110,26 @@ pub(crate) fn patch_body(req: &BootDeviceRequest, boot: &Value) -> Result<Value>
     Ok(json!({ "Boot": Value::Object(b) }))
 }
 
+/// Boot override targets that exist in UEFI mode only (Redfish
+/// `BootSource`: UEFI device paths, shell, HTTP boot, BootNext).
+fn uefi_only(target: &str) -> bool {
+    matches!(target, "UefiTarget" | "UefiShell" | "UefiHttp" | "UefiBootNext")
+}
+
+/// Whether `target` is allowed in the mode asked for (`mode`), judged from
+/// the BMC's list, which describes its current mode (`current`, where the
+/// BMC models one). BMCs list UEFI-only targets in UEFI mode only
+/// (sushy-emulator: `Pxe, Cd, Hdd` in Legacy, `+ UefiHttp` in UEFI), so a
+/// change to UEFI mode allows them although the Legacy list lacks them:
+/// target and mode then go in one PATCH, and the read-back decides. A
+/// change to Legacy mode never allows a UEFI-only target.
+fn allowed_in_mode(list: &[String], target: &str, current: Option<&str>, mode: &str) -> bool {
+    if list.iter().any(|v| v == target) {
+        return current.is_none() || !(mode == "Legacy" && uefi_only(target));
+    }
+    current == Some("Legacy") && mode == "UEFI" && uefi_only(target)
+}
+
 /// Read the override as bmcfleet sees it.
 pub(crate) fn read_override(system: &Value) -> BootDeviceRequest {
     let boot = system.get("Boot").cloned().unwrap_or(Value::Null);
@@ -122,6 +154,11 @@ fn previous_override(resource: &Value) -> Value {
         }
     }
     json!({ "Boot": Value::Object(b) })
+}
+
+/// A resource's boot mode before a change (where it models one).
+fn previous_mode(resource: &Value) -> Option<String> {
+    resource.get("Boot").and_then(|b| str_of(b, "BootSourceOverrideMode")).map(str::to_owned)
 }
 
 /// The mode a refused PATCH carried, when the refusal is a 400 that names
@@ -257,6 +294,7 @@ impl BootControl for RedfishSession {
         // What the override is before the change: put back if the change
         // cannot be made whole (the device would be set in the wrong mode).
         let previous = previous_override(&target.body);
+        let target_before = target.body.clone();
         let mut body = patch_body(req, &boot)?;
         if applies == Applies::OnReset {
             if let (Some(at), Some(b)) = (apply_time, body.as_object_mut()) {
@@ -280,12 +318,31 @@ impl BootControl for RedfishSession {
             mode_refused = Some(mode);
         }
         let after = self.transport.get(ctx, &written_to).await?;
-        verify(&body, &after.body).map_err(|why| {
-            err(
-                ErrorCode::BmcError,
-                format!("the BMC accepted the boot override but {why} (read back from {written_to})"),
-            )
-        })?;
+        if let Err(why) = verify(&body, &after.body) {
+            let why = format!("the BMC accepted the boot override but {why} (read back from {written_to})");
+            // A mode changed along with a target the BMC did not keep: the
+            // system would boot in another mode than before, which nobody
+            // asked for on its own. Put target, enablement and mode back.
+            let Some(mode) =
+                previous_mode(&target_before).filter(|_| body["Boot"].get("BootSourceOverrideMode").is_some())
+            else {
+                return Err(err(ErrorCode::BmcError, why));
+            };
+            let mut restore = previous.clone();
+            restore["Boot"]["BootSourceOverrideMode"] = json!(mode);
+            tracing::info!(bmc = %self.transport.bmc(), resource = %written_to, "The boot override did not read back; restoring the previous one with its mode.");
+            let fresh = self.transport.get(ctx, &written_to).await?;
+            return match self.patch_with_etag(ctx, fresh, &restore).await {
+                Ok(()) => Err(err(
+                    ErrorCode::BmcError,
+                    format!("{why}; the previous boot override (mode {mode}) was restored"),
+                )),
+                Err(e) => Err(err(
+                    ErrorCode::BmcError,
+                    format!("{why}; restoring the previous boot override (mode {mode}) failed: {}", e.message),
+                )),
+            };
+        }
         if let Some(want) = mode_refused {
             let got = after
                 .body
@@ -390,6 +447,30 @@ mod tests {
             patch_body(&req(BootDevice::None, false, false), &sushy).unwrap(),
             json!({"Boot": {"BootSourceOverrideEnabled": "Disabled"}})
         );
+    }
+
+    #[test]
+    fn targets_are_judged_for_the_mode_asked_for() {
+        // sushy-emulator in Legacy mode lists no UEFI target.
+        let legacy = json!({"BootSourceOverrideMode": "Legacy", "BootSourceOverrideTarget": "Hdd",
+                            "BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Cd", "Hdd"]});
+        assert_eq!(
+            patch_body(&req(BootDevice::Http, false, true), &legacy).unwrap(),
+            json!({"Boot": {"BootSourceOverrideTarget": "UefiHttp", "BootSourceOverrideEnabled": "Once", "BootSourceOverrideMode": "UEFI"}}),
+            "target and mode in one PATCH"
+        );
+        // In Legacy mode a UEFI target is no target at all.
+        let e = patch_body(&req(BootDevice::Http, false, false), &legacy).unwrap_err();
+        assert!(e.code == ErrorCode::Unsupported && e.message.contains("UEFI mode only"), "{}", e.message);
+        // Still refused: what the list lacks and no mode change explains.
+        let e = patch_body(&req(BootDevice::Bios, false, true), &legacy).unwrap_err();
+        assert!(e.message.contains("BiosSetup in UEFI mode (allowed: Pxe, Cd, Hdd)"), "{}", e.message);
+        let uefi = json!({"BootSourceOverrideMode": "UEFI",
+                          "BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Cd", "Hdd"]});
+        assert!(patch_body(&req(BootDevice::Http, false, true), &uefi).is_err(), "UEFI mode, not listed");
+        // No mode modelled: the list alone.
+        let plain = json!({"BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "UefiHttp"]});
+        assert!(patch_body(&req(BootDevice::Http, false, false), &plain).is_ok());
     }
 
     #[test]

@@ -1080,3 +1080,34 @@ async fn a_change_the_bmc_shows_a_moment_later_is_done() {
     let stale = server.requests_to("GET", &sb).len();
     assert_eq!(stale, 3, "read before, stale read back, read again");
 }
+
+/// A system in Legacy mode lists no UEFI target (as sushy-emulator's and
+/// other BMCs' lists follow the mode): `boot http --efi` is judged for UEFI
+/// mode, sent as target and mode in one PATCH, and both read back. Asked
+/// for Legacy mode, UefiHttp is refused before anything is sent.
+#[tokio::test]
+async fn uefi_http_from_legacy_mode_goes_in_one_patch_with_the_mode() {
+    let legacy: &[&str] = &["None", "Pxe", "Cd", "Hdd"];
+    let uefi: &[&str] = &["None", "Pxe", "Cd", "Hdd", "UefiHttp"];
+    let server =
+        spec_service().boot_targets_per_mode(SYSTEM, &[("Legacy", legacy), ("UEFI", uefi)]).start().await.unwrap();
+    server.merge_resource(
+        SYSTEM,
+        &json!({"Boot": {"BootSourceOverrideMode": "Legacy", "BootSourceOverrideTarget@Redfish.AllowableValues": legacy}}),
+    );
+    let mut s = open(&server).await;
+    let http = BootDeviceRequest { device: BootDevice::Http, persistent: false, efi: true };
+    let e = s.boot().unwrap().set_boot_device(&ctx(5), &BootDeviceRequest { efi: false, ..http }).await.unwrap_err();
+    common::assert_error(&e, ErrorCode::Unsupported, "UEFI mode only");
+    assert!(server.requests().iter().all(|r| r.method != "PATCH"), "a refused override was sent");
+    // The mockup itself refuses UefiHttp while Legacy stays: the mode must travel with it.
+    s.boot().unwrap().set_boot_device(&ctx(5), &http).await.expect("http --efi from Legacy mode");
+    let patches = server.requests_to("PATCH", SYSTEM);
+    assert_eq!(patches.len(), 1, "one PATCH: {patches:?}");
+    let boot = &server.resource(SYSTEM).unwrap()["Boot"];
+    assert_eq!(
+        (&boot["BootSourceOverrideTarget"], &boot["BootSourceOverrideMode"]),
+        (&json!("UefiHttp"), &json!("UEFI"))
+    );
+    assert_eq!(s.boot().unwrap().boot_device(&ctx(5)).await.unwrap(), http);
+}

@@ -176,6 +176,29 @@ async fn boot_override_is_set_validated_and_read_back() {
     set_boot(b, BootDevice::Cdrom, true, false).await.expect("cd");
     assert_eq!(b.boot_device(&ctx(10)).await.unwrap().device, BootDevice::Cdrom);
 
+    // In Legacy mode sushy lists Pxe, Cd, Hdd only; UefiHttp is judged for
+    // the UEFI mode asked for, not refused up front. sushy takes target and
+    // mode in one PATCH but, without an HttpBootUri, stores Pxe for
+    // UefiHttp: the read-back says so instead of claiming success.
+    let e = set_boot(b, BootDevice::Http, false, false).await.unwrap_err();
+    common::assert_error(&e, ErrorCode::Unsupported, "UEFI mode only");
+    assert_eq!(
+        emulator_boot(&emu).await["BootSourceOverrideMode"],
+        "Legacy",
+        "a refused override reached the emulator"
+    );
+    let e = set_boot(b, BootDevice::Http, false, true).await.unwrap_err();
+    assert!(!e.message.contains("allowed:"), "judged by the Legacy list: {e}");
+    common::assert_error(&e, ErrorCode::BmcError, "BootSourceOverrideTarget reads back Pxe, not UefiHttp");
+    // Not left half-applied (UEFI mode, Pxe): the previous override and mode are back.
+    assert!(e.message.contains("the previous boot override (mode Legacy) was restored"), "{e}");
+    let boot = emulator_boot(&emu).await;
+    assert_eq!(
+        (&boot["BootSourceOverrideTarget"], &boot["BootSourceOverrideMode"]),
+        (&json!("Cd"), &json!("Legacy")),
+        "{boot}"
+    );
+
     // sushy accepts any target; we refuse what it does not advertise.
     let e = set_boot(b, BootDevice::Bios, false, false).await.unwrap_err();
     common::assert_error(&e, ErrorCode::Unsupported, "BiosSetup");

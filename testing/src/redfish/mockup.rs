@@ -294,6 +294,10 @@ struct Rules {
     /// (path, property pointer, vendor error body): a PATCH carrying the
     /// property is refused with that 400 body, as the vendor's BMC does.
     read_only: Vec<(String, String, Value)>,
+    /// (path, mode → boot targets): the system's
+    /// `BootSourceOverrideTarget@Redfish.AllowableValues` follows its
+    /// `BootSourceOverrideMode`, as sushy-emulator's does (UefiHttp only in UEFI).
+    mode_targets: Vec<(String, BTreeMap<String, Vec<String>>)>,
 }
 
 /// Builds a [`MockupServer`].
@@ -336,6 +340,7 @@ impl Default for MockupBuilder {
                 validate: true,
                 denied: Vec::new(),
                 read_only: Vec::new(),
+                mode_targets: Vec::new(),
             },
             pki: None,
             update: None,
@@ -418,6 +423,22 @@ impl MockupBuilder {
     /// Answer `405 Method Not Allowed` to `method` on `path`.
     pub fn deny(mut self, method: &str, path: &str) -> Self {
         self.rules.denied.push((method.to_ascii_uppercase(), norm(path)));
+        self
+    }
+
+    /// Make the boot targets `path` allows depend on its boot mode, as
+    /// BMCs do that list UEFI targets only in UEFI mode: `per_mode` maps
+    /// each `BootSourceOverrideMode` to its targets. The resource's list is
+    /// set to that of its current mode now and after every PATCH; a PATCH
+    /// carrying a mode is checked against the list of that mode.
+    pub fn boot_targets_per_mode(mut self, path: &str, per_mode: &[(&str, &[&str])]) -> Self {
+        let path = norm(path);
+        let map: BTreeMap<String, Vec<String>> =
+            per_mode.iter().map(|(m, t)| (m.to_string(), t.iter().map(|x| x.to_string()).collect())).collect();
+        if let Some(r) = self.resources.get_mut(&path) {
+            render_mode_targets(r, &map);
+        }
+        self.rules.mode_targets.push((path, map));
         self
     }
 
@@ -547,6 +568,16 @@ fn merge(target: &mut Value, patch: &Value) {
             }
         }
         _ => *target = patch.clone(),
+    }
+}
+
+/// Set `resource`'s boot target list to the one of its current boot mode.
+fn render_mode_targets(resource: &mut Value, per_mode: &BTreeMap<String, Vec<String>>) {
+    let mode = resource.pointer("/Boot/BootSourceOverrideMode").and_then(Value::as_str).map(str::to_owned);
+    if let (Some(list), Some(boot)) =
+        (mode.and_then(|m| per_mode.get(&m)), resource.get_mut("Boot").and_then(Value::as_object_mut))
+    {
+        boot.insert("BootSourceOverrideTarget@Redfish.AllowableValues".into(), json!(list));
     }
 }
 
@@ -768,8 +799,17 @@ impl State {
         {
             return HttpResponse::json(400, refusal);
         }
+        let per_mode = self.rules.mode_targets.iter().find(|(p, _)| p == path).map(|(_, m)| m.clone());
         if self.rules.validate {
-            if let Err(why) = check_allowable(current, &body) {
+            // A PATCH that changes the boot mode is judged by that mode's targets.
+            let mut judged = current.clone();
+            if let (Some(map), Some(mode)) = (&per_mode, body.pointer("/Boot/BootSourceOverrideMode")) {
+                if let Some(b) = judged.get_mut("Boot").and_then(Value::as_object_mut) {
+                    b.insert("BootSourceOverrideMode".into(), mode.clone());
+                }
+                render_mode_targets(&mut judged, map);
+            }
+            if let Err(why) = check_allowable(&judged, &body) {
                 return redfish_error(400, "PropertyValueNotInList", &why);
             }
         }
@@ -777,6 +817,9 @@ impl State {
         strip_passwords(&mut stored);
         if let Some(r) = self.resources.get_mut(path) {
             merge(r, &stored);
+            if let Some(map) = &per_mode {
+                render_mode_targets(r, map);
+            }
         }
         self.bump_etag(path);
         HttpResponse::empty(204)
