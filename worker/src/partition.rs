@@ -675,9 +675,17 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
         Outcome::HandBack => {
             tracing::info!(bmc = %key, batch = %d.job.id, "Handing the batch back unfinished.");
             if !fence.drain.is_cancelled() && !fence.lost.is_cancelled() {
-                // Something else owns this batch now: stop the whole partition so
-                // it is re-taken with a fresh consumer and order is kept.
-                fence.lost.cancel();
+                // This lane stops with the batch unfinished (its lease
+                // lapsed, or another worker took the batch over), and the
+                // BMC's later jobs must wait for it: the whole partition is
+                // handed back, to be re-taken with a fresh consumer, so
+                // order is kept. Gracefully: the other lanes finish the
+                // action they are in and record it (their requests and
+                // writes are fenced on their own). Cutting them short
+                // (`lost`) dropped the results of actions whose requests
+                // had reached their BMCs, and the next owner ran those
+                // actions again although no worker had died.
+                fence.drain.cancel();
             }
             Flow::Stop
         }
