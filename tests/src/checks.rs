@@ -162,7 +162,14 @@ pub fn assert_exactly_once(
         cost.reruns += entries.len() - 1;
         for earlier in &entries[..entries.len() - 1] {
             let w = &earlier.call.as_ref().unwrap().worker;
-            assert!(killed.contains(w), "{batch}/{index} ran again after a run on {w}, which was not killed");
+            assert!(
+                killed.contains(w),
+                "{batch}/{index} ran again after a run on {w}, which was not killed: {:?}",
+                entries
+                    .iter()
+                    .map(|e| (e.seq, &e.action, e.call.as_ref().map(|c| (&c.worker, c.delivery))))
+                    .collect::<Vec<_>>()
+            );
         }
         assert!(
             !matches!(

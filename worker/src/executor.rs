@@ -8,7 +8,11 @@
 //!   of running it again;
 //! - every write is a compare-and-set on the record's revision, and a record
 //!   taken over by another worker stops this one (fencing at the data level);
-//! - nothing leaves for the BMC, the record or the events stream unless the
+//!   the result of an action that ran is written even when the lease lapsed
+//!   meanwhile, fenced by that revision alone ([`Write::Done`]): unless a new
+//!   owner claimed the batch first, it resumes after the action instead of
+//!   running it again;
+//! - nothing else leaves for the BMC, the record or the events stream unless the
 //!   partition's lease is still held at that moment ([`Fence::valid`]): each
 //!   BMC request passes the attempt's [`ActionGate`] right before it is sent,
 //!   after pacing, backoff and session set-up. A non-idempotent action's
@@ -84,9 +88,37 @@ fn encoded_len<T: serde::Serialize>(value: &T) -> usize {
     bmcfleet_schema::Encoding::MessagePack.encode(value).map_or(usize::MAX, |b| b.len())
 }
 
-/// Back off on store errors while the lease holds.
-async fn pause(fence: &Fence, attempt: u32) -> Result<(), Stop> {
-    if !fence.valid() {
+/// What a status record write stands for, and so what fences it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Write {
+    /// It comes before what this worker is about to do (a claim, an
+    /// action's `in_progress` or task marker, a decision not to run):
+    /// only while the lease is (locally) valid, like a request to the BMC.
+    Ahead,
+    /// It records what already happened (an action that ran, the final
+    /// state): fenced by the record's revision alone. A worker whose lease
+    /// lapsed (a renewal late on a starved host) still writes it unless
+    /// another worker claimed the batch since (its claim changed the
+    /// revision: the write conflicts and this worker stops); the next owner
+    /// then resumes after the action instead of running it again. Retried
+    /// until the lease is known lost.
+    Done,
+}
+
+impl Write {
+    /// Whether this write may still be made (or retried).
+    fn allowed(self, fence: &Fence) -> bool {
+        match self {
+            Write::Ahead => fence.valid(),
+            Write::Done => !fence.lost.is_cancelled(),
+        }
+    }
+}
+
+/// Back off on store errors while `write` is allowed ([`Write::Ahead`]:
+/// while the lease holds).
+async fn pause(fence: &Fence, write: Write, attempt: u32) -> Result<(), Stop> {
+    if !write.allowed(fence) {
         return Err(Stop);
     }
     let d = Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).delay(attempt);
@@ -96,20 +128,23 @@ async fn pause(fence: &Fence, attempt: u32) -> Result<(), Stop> {
     }
 }
 
-/// Write `status` over the record at `revision` (CAS) while the lease holds.
-/// On a conflict, merge what others may change (the cancel flag) unless
-/// another worker took the batch over or finished it.
+/// Write `status` over the record at `revision` (CAS), fenced as `write`
+/// says (a [`Write::Done`] is attempted once even when the lease is known
+/// lost: the revision alone decides). On a conflict, merge what others may
+/// change (the cancel flag) unless another worker took the batch over or
+/// finished it.
 async fn save_record(
     kv: &async_nats::jetstream::kv::Store,
     worker: &str,
     fence: &Fence,
+    write: Write,
     status: &mut BatchStatus,
     revision: &mut u64,
 ) -> Result<(), Stop> {
     let id = status.id;
     let mut attempt = 0;
     loop {
-        if !fence.valid() {
+        if write == Write::Ahead && !fence.valid() {
             return Err(Stop);
         }
         status.updated_at_ms = now_ms();
@@ -133,13 +168,13 @@ async fn save_record(
                 }
                 Err(e) => {
                     tracing::warn!(batch = %id, error = %e, "Cannot reload the status record.");
-                    pause(fence, attempt).await?;
+                    pause(fence, write, attempt).await?;
                     attempt += 1;
                 }
             },
             Err(e) => {
                 tracing::warn!(batch = %id, error = %e, "Cannot save progress; retrying.");
-                pause(fence, attempt).await?;
+                pause(fence, write, attempt).await?;
                 attempt += 1;
             }
         }
@@ -302,7 +337,7 @@ impl ActionGate {
             .not_sent());
         };
         change(status);
-        if save_record(&self.kv, &self.worker, &self.fence, status, revision).await.is_err() {
+        if save_record(&self.kv, &self.worker, &self.fence, Write::Ahead, status, revision).await.is_err() {
             return Err(self.refuse());
         }
         *marker = match std::mem::replace(&mut *marker, Marker::None) {
@@ -327,7 +362,7 @@ impl SendGate for ActionGate {
         if for_action {
             let mut marker = self.marker.lock().await;
             if let Marker::Pending { status, revision } = &mut *marker {
-                if save_record(&self.kv, &self.worker, &self.fence, status, revision).await.is_err() {
+                if save_record(&self.kv, &self.worker, &self.fence, Write::Ahead, status, revision).await.is_err() {
                     return Err(self.refuse());
                 }
                 *marker = match std::mem::replace(&mut *marker, Marker::None) {
@@ -569,7 +604,7 @@ impl<'a> Run<'a> {
                 Err(StatusError::Conflict) => continue,
                 Err(e) => {
                     tracing::warn!(batch = %job.id, error = %e, "Cannot read or claim the status record; retrying.");
-                    pause(fence, attempt).await.map_err(|Stop| Outcome::HandBack)?;
+                    pause(fence, Write::Ahead, attempt).await.map_err(|Stop| Outcome::HandBack)?;
                     attempt += 1;
                 }
             }
@@ -578,8 +613,17 @@ impl<'a> Run<'a> {
 
     /// Write the record (CAS) while the lease holds; see [`save_record`].
     async fn save(&mut self) -> Result<(), Stop> {
-        save_record(&self.shared.res.batches, &self.shared.worker_id, self.fence, &mut self.status, &mut self.revision)
-            .await
+        self.write(Write::Ahead).await
+    }
+
+    /// Record what ran (CAS; fenced by the record's revision, see [`Write::Done`]).
+    async fn record(&mut self) -> Result<(), Stop> {
+        self.write(Write::Done).await
+    }
+
+    async fn write(&mut self, write: Write) -> Result<(), Stop> {
+        let (kv, worker) = (&self.shared.res.batches, &self.shared.worker_id);
+        save_record(kv, worker, self.fence, write, &mut self.status, &mut self.revision).await
     }
 
     /// Headers of this worker's events: trace context and who published it.
@@ -675,9 +719,11 @@ impl<'a> Run<'a> {
             // After the last action, `finish` records the result and the final
             // state in one write: a crash before it leaves exactly what a crash
             // before this progress write would (the action is redone if
-            // idempotent, reported interrupted if not).
+            // idempotent, reported interrupted if not). The action ran: its
+            // result is recorded even if the lease lapsed meanwhile, unless
+            // another worker claimed the batch (see `Write::Done`).
             if self.status.results.len() < batch.actions.len() {
-                self.save().await?;
+                self.record().await?;
             }
         }
         Ok(())
@@ -1075,7 +1121,7 @@ impl<'a> Run<'a> {
 
     async fn finish(&mut self) -> Result<(), Stop> {
         let state = self.status.finish(&self.shared.worker_id, now_ms()).state;
-        self.save().await?;
+        self.record().await?;
         self.shared
             .metrics
             .batches_finished
@@ -1116,7 +1162,7 @@ impl<'a> Run<'a> {
                 }
                 Err(e) => {
                     tracing::warn!(batch = %self.job.id, error = %e, "Cannot publish the final result; retrying.");
-                    pause(self.fence, attempt).await?;
+                    pause(self.fence, Write::Ahead, attempt).await?;
                     attempt += 1;
                 }
             }

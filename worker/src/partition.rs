@@ -573,6 +573,11 @@ async fn lane(
     }
     while let Some(work) = rx.next().await {
         if !fence.may_act() {
+            // This lane runs nothing more (its lease lapsed, or the partition
+            // stops), and its queued batches stay unacknowledged for the next
+            // owner: the partition must not go on without it, or its
+            // in-progress acks would keep those batches from everyone.
+            hand_back(&fence);
             break;
         }
         let with = LaneRefs { shared: &shared, key: &key, fence: &fence, done: &done };
@@ -674,13 +679,26 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
         }
         Outcome::HandBack => {
             tracing::info!(bmc = %key, batch = %d.job.id, "Handing the batch back unfinished.");
-            if !fence.drain.is_cancelled() && !fence.lost.is_cancelled() {
-                // Something else owns this batch now: stop the whole partition so
-                // it is re-taken with a fresh consumer and order is kept.
-                fence.lost.cancel();
-            }
+            // The lane stops with the batch unfinished (its lease lapsed, or
+            // another worker took the batch over), and the BMC's later jobs
+            // must wait for it.
+            hand_back(fence);
             Flow::Stop
         }
+    }
+}
+
+/// A lane stopped with its BMC's jobs unfinished: unless the partition is
+/// already stopping, the whole partition is handed back, to be re-taken
+/// with a fresh consumer, so order is kept and nothing stays held by a lane
+/// that is gone. Gracefully (drain): the other lanes finish the action they
+/// are in and record it (their requests and writes are fenced on their
+/// own). Cutting them short (`lost`) dropped the results of actions whose
+/// requests had reached their BMCs, and the next owner ran those actions
+/// again although no worker had died.
+fn hand_back(fence: &Fence) {
+    if !fence.drain.is_cancelled() && !fence.lost.is_cancelled() {
+        fence.drain.cancel();
     }
 }
 
