@@ -10,6 +10,7 @@ pub mod machine;
 pub mod machine_watch;
 pub mod man;
 pub mod rollout;
+pub mod single;
 pub mod status;
 pub mod submit;
 pub mod watch;
