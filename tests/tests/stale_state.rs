@@ -262,3 +262,35 @@ async fn a_wait_with_no_worker_answers_at_once_and_exit_codes_match_across_forms
     assert_eq!(many.code, Some(2), "{}{}", many.out, many.err);
     assert!(alone.out.contains("nobody-here") || alone.err.contains("nobody-here"), "{}{}", alone.out, alone.err);
 }
+
+/// Under the shipped accounts config the gateway may read the workers'
+/// leases: once the only worker stopped (handing its leases back), a
+/// waiting submit is answered at once, with the time of the handback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_shipped_accounts_the_gateway_sees_a_partition_without_owner() {
+    use bmcfleet_tests::shipped::{shipped, PASSWORDS};
+    let mut s = shipped(SimConfig::default()).await;
+    s.wait_partitions_owned().await;
+    let (admin, _) = s.producer("admin", PASSWORDS[4].1).await;
+    let target = bmcfleet_tests::checks::sim_batch("10.34.1.1", vec![]).bmc.unwrap();
+    let name = s.topo.register_machine(&admin.client, &target).await;
+    let batch = bmcfleet_tests::producer::machine_batch(
+        &name,
+        vec![bmcfleet_schema::Action::Power(bmcfleet_schema::PowerOp::Status)],
+    );
+    let before = admin.submit(&batch, true).await;
+    assert!(matches!(before, Reply::Result(_)), "an owner runs it: {before:?}");
+
+    let stopped_at = now_ms();
+    s.worker.terminate(Duration::from_secs(10));
+    let started = Instant::now();
+    let reply = admin.submit(&batch_with_new_id(&batch), true).await;
+    let Reply::Accepted(a) = &reply else { panic!("expected accepted at once, got {reply:?}") };
+    let unowned = a.unowned.as_ref().expect("unowned");
+    assert!(unowned.since_ms.is_some_and(|t| t + 1_000 >= stopped_at), "since the handback: {unowned:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+fn batch_with_new_id(batch: &bmcfleet_schema::Batch) -> bmcfleet_schema::Batch {
+    bmcfleet_schema::Batch { id: None, ..batch.clone() }
+}
