@@ -112,12 +112,16 @@ impl Env {
     }
 
     async fn register(&self, names: &[&str]) {
+        let machines: Vec<(String, String)> =
+            names.iter().enumerate().map(|(i, n)| (n.to_string(), format!("10.34.0.{}", i + 1))).collect();
+        self.register_at(&machines).await;
+    }
+
+    /// Register machines (name, address) with `bmcctl machine apply` (the whole registry).
+    async fn register_at(&self, machines: &[(String, String)]) {
         let mut yaml = String::from("machines:\n");
-        for (i, name) in names.iter().enumerate() {
-            yaml.push_str(&format!(
-                "  - {{name: {name}, address: '10.34.0.{}', protocol: sim, credentials: fleet}}\n",
-                i + 1
-            ));
+        for (name, address) in machines {
+            yaml.push_str(&format!("  - {{name: {name}, address: '{address}', protocol: sim, credentials: fleet}}\n"));
         }
         let file = self.dir.path().join("machines.yaml");
         std::fs::write(&file, yaml).unwrap();
@@ -183,6 +187,14 @@ async fn a_stopped_worker_leaves_its_machines_stale_with_power_unknown() {
     let table = env.bmcctl(&["machine", "ls"]).await;
     let row = table.out.lines().find(|l| l.starts_with("st-1")).unwrap_or_default().to_owned();
     assert!(row.contains(" on ") && row.contains(" yes ") && row.contains("s ago"), "{}", table.out);
+
+    // --timeout bounds the wait: a slow BMC's batch is still running when
+    // it runs out; bmcctl says so, prints the batch's status and exits 4.
+    env.register_at(&[("st-1".into(), "10.34.0.1".into()), ("st-slow".into(), "slow-1.rack34".into())]).await;
+    let r = env.bmcctl(&["power", "status", "--machine", "st-slow", "--timeout", "1s"]).await;
+    assert_eq!(r.code, Some(4), "{}{}", r.out, r.err);
+    assert!(r.err.contains("no result within 1s (--timeout)"), "{}", r.err);
+    assert!(r.took < Duration::from_secs(8), "{:?}", r.took);
 
     // The worker stops: stale, power unknown, within interval + grace.
     let mut worker = env.worker.take().unwrap();
