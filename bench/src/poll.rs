@@ -49,11 +49,18 @@ fn metrics_port(log: &str) -> Option<u16> {
     log.split("Metrics listening on 127.0.0.1:").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
+/// Partitions of the measured deployment.
+const PARTITIONS: u16 = 16;
+/// The worker's `--state-seen-interval` (its default).
+const SEEN_EVERY: Duration = Duration::from_secs(15);
+
 struct Sample {
     worker_cpu: f64,
     nats_cpu: f64,
     msgs_per_poll: f64,
     writes_per_poll: f64,
+    /// Partition records written in the window.
+    seen_writes: f64,
     polls: f64,
     kib_per_machine: f64,
     failed_polls: f64,
@@ -62,7 +69,7 @@ struct Sample {
 async fn one(o: &Options, sim: &SimServer) -> anyhow::Result<Sample> {
     let interval = dur(o.interval);
     let mut fleet = Fleet::start(FleetOptions {
-        partitions: 16,
+        partitions: PARTITIONS,
         sim: Some(sim.addr()),
         worker_args: vec![
             "--poll-interval".into(),
@@ -79,7 +86,7 @@ async fn one(o: &Options, sim: &SimServer) -> anyhow::Result<Sample> {
     })
     .await?;
     fleet.spawn_worker("w0", &[])?;
-    fleet.wait_owned_by(&["w0"], 16, Duration::from_secs(60)).await?;
+    fleet.wait_owned_by(&["w0"], usize::from(PARTITIONS), Duration::from_secs(60)).await?;
     let port =
         crate::harness::poll(Duration::from_secs(10), Duration::from_millis(50), "the worker's metrics port", || {
             let log = fleet.workers["w0"].log_text();
@@ -148,12 +155,14 @@ async fn one(o: &Options, sim: &SimServer) -> anyhow::Result<Sample> {
     let polls0 = metric(port, "bmcfleet_polls_total").await.unwrap_or(0.0);
     let ok0 = metric(port, "bmcfleet_polls_total{outcome=\"ok\"}").await;
     let writes0 = metric(port, "bmcfleet_state_writes_total").await.unwrap_or(0.0);
+    let seen0 = metric(port, "bmcfleet_state_seen_writes_total").await.unwrap_or(0.0);
     tokio::time::sleep(o.interval).await;
     let usage = meter.stop();
     let msgs1 = fleet.nats.message_counts().await.context("nats message counts")?;
     let polls = metric(port, "bmcfleet_polls_total").await.unwrap_or(0.0) - polls0;
     let ok = metric(port, "bmcfleet_polls_total{outcome=\"ok\"}").await;
     let writes = metric(port, "bmcfleet_state_writes_total").await.unwrap_or(0.0) - writes0;
+    let seen_writes = metric(port, "bmcfleet_state_seen_writes_total").await.unwrap_or(0.0) - seen0;
     let rss_after = fleet.workers["w0"].rss_kib().context("worker RSS")? as f64;
     let cpus = usage.cpus();
     let msgs = (msgs1.0 - msgs0.0) + (msgs1.1 - msgs0.1);
@@ -163,6 +172,7 @@ async fn one(o: &Options, sim: &SimServer) -> anyhow::Result<Sample> {
         nats_cpu: cpus[1].1,
         msgs_per_poll: msgs as f64 / polls.max(1.0),
         writes_per_poll: writes / polls.max(1.0),
+        seen_writes,
         polls,
         kib_per_machine: (rss_after - rss_before) / o.machines as f64,
         failed_polls: match (ok0, ok) {
@@ -183,7 +193,9 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
          one shared named credential) against `bmc-sim` in the bench process (zero latency). After every machine's \
          first poll and write (the warm-up: first polls are spread over one interval), one full interval is \
          measured: CPU of the worker and of nats-server (share of one core, /proc), NATS messages in + out per \
-         poll (nats-server /varz), state writes per poll (the worker's `bmcfleet_state_writes_total`), and the \
+         poll (nats-server /varz), state writes per poll (the worker's `bmcfleet_state_writes_total`), the \
+         partition records of the polled machines' last observations written in the window \
+         (`bmcfleet_state_seen_writes_total`: one per partition every `--state-seen-interval`, 15 s), and the \
          worker's RSS growth per registered machine between before registration and after the window (what an \
          idle machine costs: registry copy, schedule, state book).",
         dur(o.interval),
@@ -210,6 +222,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
             "nats-server CPU (%)",
             "NATS msgs per poll",
             "state writes per poll",
+            "partition records written",
             "worker KiB per machine",
         ],
     );
@@ -220,6 +233,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         num(m(|s| s.nats_cpu) * 100.0, 2),
         num(m(|s| s.msgs_per_poll), 2),
         num(m(|s| s.writes_per_poll), 3),
+        num(m(|s| s.seen_writes), 0),
         num(m(|s| s.kib_per_machine), 2),
     ]);
     section.tables.push(t);
@@ -238,6 +252,17 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         "only on change (+ heartbeat ≤ once per interval)",
         format!("{} per poll", num(writes, 3)),
         writes <= 0.01,
+    );
+    // The partition records (issue 34: LAST SEEN and staleness without a
+    // write per poll) cost one write per partition per --state-seen-interval
+    // (15 s), whatever the fleet's size.
+    let seen = m(|s| s.seen_writes);
+    let bound = (PARTITIONS as f64) * (o.interval.as_secs_f64() / SEEN_EVERY.as_secs_f64()).ceil() + PARTITIONS as f64;
+    section.goal(
+        "partition records of the last observations",
+        "one per partition per --state-seen-interval (15 s), not per poll",
+        format!("{} in the window ({} per poll)", num(seen, 0), num(seen / m(|s| s.polls).max(1.0), 4)),
+        seen <= bound,
     );
     section.elapsed = started.elapsed();
     Ok(section)

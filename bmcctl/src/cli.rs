@@ -455,9 +455,19 @@ pub struct Target {
     /// Environment variable holding the ad hoc target's BMC password.
     #[arg(long, requires = "user")]
     pub password_env: Option<String>,
-    /// Wait for the final result (a fleet run always waits).
-    #[arg(long)]
+    /// Wait for the final result: the default, for one machine as for
+    /// many (exit codes: see `bmcctl --help` and docs/BMCCTL.md).
+    #[arg(long, overrides_with = "no_wait")]
     pub wait: bool,
+    /// Do not wait: print the accepted batch (a fleet run: the rollout,
+    /// which the gateways drive on) and exit 0.
+    #[arg(long, overrides_with = "wait", conflicts_with = "plan")]
+    pub no_wait: bool,
+    /// How long to wait for the result before exit 4 with the batch's
+    /// status (a fleet run: with the rollout's id) [default: the deadline
+    /// plus 10s; a fleet run: until every machine's batch finished].
+    #[arg(long, value_parser = duration)]
+    pub timeout: Option<Duration>,
     /// Batch deadline.
     #[arg(long, default_value = "5m", value_parser = duration)]
     pub deadline: Duration,

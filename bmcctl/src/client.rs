@@ -57,14 +57,13 @@ impl Client {
     pub fn print(&self, reply: &Reply) -> ExitCode {
         if self.format.is_json() {
             println!("{}", serde_json::to_string_pretty(reply).unwrap_or_default());
+        } else if let Reply::Accepted(bmcfleet_schema::Accepted { id, unowned: Some(u), .. }) = reply {
+            // Waited in vain: said at once, with the reason.
+            println!("queued {id}: {}", u.message);
         } else {
             crate::output::reply(reply, self.format.is_wide());
         }
-        match reply {
-            Reply::Error(_) => ExitCode::from(3),
-            Reply::Result(r) => finished(r.state),
-            _ => ExitCode::SUCCESS,
-        }
+        crate::exit::of_reply(reply)
     }
 }
 

@@ -6,12 +6,7 @@
 //! (`machine ls`, `machine watch`), and manages the workers' sealing key,
 //! the named credentials bucket and the machine registry.
 //!
-//! Exit codes: 0 success (accepted, or finished successfully with `--wait`;
-//! a fleet run: every machine's batch succeeded), 1 the batch finished with
-//! a failure (a fleet run: any machine's batch did not succeed, or some never
-//! started), 2 usage error (also: a fleet run naming unknown machines or
-//! whose selector matches none; nothing is submitted), 3 the gateway refused
-//! the request or could not be reached.
+//! Exit codes: one table for one machine and many, see [`exit`].
 //!
 //! # Layout
 //! - [`cli`]: the command line (clap derive). NATS, telemetry, topology and
@@ -30,6 +25,7 @@
 pub mod cli;
 pub mod client;
 pub mod cmd;
+pub mod exit;
 pub mod identity;
 pub mod output;
 pub mod progress;

@@ -488,11 +488,15 @@ fn power_name(p: PowerState) -> &'static str {
 }
 
 /// The POWER, CONTACTABLE and LAST SEEN cells of a machine (`-` without a
-/// state record: no worker polled it yet).
+/// state record: no worker polled it yet). A stale record (older than its
+/// poll interval plus the grace) is CONTACTABLE `stale`; the power of a
+/// machine not contactable, or stale, is `unknown`.
 fn state_cells(state: Option<&MachineState>, now: u64) -> [String; 3] {
     let Some(s) = state else { return ["-".into(), "-".into(), "-".into()] };
-    let power = s.power.map_or("-", power_name).to_owned();
+    let power = s.power_now(now).map_or("-", power_name).to_owned();
+    let stale = s.freshness(now) == bmcfleet_schema::state::Freshness::Stale;
     let contactable = match (s.contactable, s.error_code) {
+        _ if stale => "stale".to_owned(),
         (true, _) => "yes".to_owned(),
         (false, Some(code)) => format!("no ({code})"),
         (false, None) => "no".to_owned(),
@@ -810,6 +814,9 @@ mod tests {
             firmware: None,
             inventory_ms: None,
             worker: "w0".into(),
+            observed_ms: last_seen_ms,
+            poll_interval_ms: Some(60_000),
+            stale_after_ms: Some(106_000),
         }
     }
 
@@ -827,19 +834,35 @@ mod tests {
             m("web-4", "10.0.0.4", &[]),
         );
         let now = 1_700_000_000_000;
-        let (up, down, unread) = (
+        let (up, mut down, mut unread) = (
             state(Some(PowerState::On), true, Some(now - 12_400)),
             state(Some(PowerState::Off), false, Some(now - 3 * 3_600_000)),
             state(None, false, None),
         );
-        let text = machine_table(&[(&a, Some(&up)), (&b, Some(&down)), (&c, Some(&unread)), (&d, None)], now, false);
+        // Observed (failing) just now.
+        (down.observed_ms, unread.observed_ms) = (Some(now - 1_000), Some(now - 1_000));
+        // Nobody observed it for longer than its interval plus the grace.
+        let stale = state(Some(PowerState::On), true, Some(now - 107_000));
+        let e = m("web-5", "10.0.0.5", &[]);
+        let rows = [(&a, Some(&up)), (&b, Some(&down)), (&c, Some(&unread)), (&d, None), (&e, Some(&stale))];
+        let text = machine_table(&rows, now, false);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LABELS");
-        assert_eq!(lines[1], "web-1   10.0.0.1  auto      default  on     yes           12s ago    rack=12");
-        assert_eq!(lines[2], "web-22  10.0.0.2  auto      default  off    no (timeout)  3h ago");
-        assert_eq!(lines[3], "web-3   10.0.0.3  auto      default  -      no (timeout)  never");
-        assert_eq!(lines[4], "web-4   10.0.0.4  auto      default  -      -             -", "no state record: dashes");
-        assert_eq!(lines.len(), 5);
+        assert_eq!(lines[0], "NAME    ADDRESS   PROTOCOL  TENANT   POWER    CONTACTABLE   LAST SEEN  LABELS");
+        assert_eq!(lines[1], "web-1   10.0.0.1  auto      default  on       yes           12s ago    rack=12");
+        assert_eq!(
+            lines[2], "web-22  10.0.0.2  auto      default  unknown  no (timeout)  3h ago",
+            "never the last power"
+        );
+        assert_eq!(lines[3], "web-3   10.0.0.3  auto      default  unknown  no (timeout)  never");
+        assert_eq!(
+            lines[4], "web-4   10.0.0.4  auto      default  -        -             -",
+            "no state record: dashes"
+        );
+        assert_eq!(
+            lines[5], "web-5   10.0.0.5  auto      default  unknown  stale         1m ago",
+            "stale: power unknown"
+        );
+        assert_eq!(lines.len(), 6);
     }
 
     #[test]
@@ -944,21 +967,22 @@ mod tests {
         down.consecutive_failures = 7;
         down.reason = Some("no reply\nwithin 900ms".into());
         down.firmware = Some("2.1".into());
+        down.observed_ms = Some(now - 1_000);
         let unpolled = Machine::new("web-4", "10.0.0.4".parse().unwrap(), Default::default(), "c");
         let text = machine_table(&[(&m, Some(&down)), (&unpolled, None)], now, true);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LAST CHANGED  FAILURES  PROVIDER  FIRMWARE  WORKER  CREDENTIALS  LABELS   LAST ERROR"
+            "NAME    ADDRESS   PROTOCOL  TENANT   POWER    CONTACTABLE   LAST SEEN  LAST CHANGED  FAILURES  PROVIDER  FIRMWARE  WORKER  CREDENTIALS  LABELS   LAST ERROR"
         );
         assert_eq!(
             lines[1],
-            "web-22  10.0.0.2  auto      default  off    no (timeout)  3h ago     2m ago        7         sim       2.1       w0      rack12-bmc   rack=12  no reply within 900ms"
+            "web-22  10.0.0.2  auto      default  unknown  no (timeout)  3h ago     2m ago        7         sim       2.1       w0      rack12-bmc   rack=12  no reply within 900ms"
         );
-        assert_eq!(lines[2], "web-4   10.0.0.4  auto      default  -      -             -          -             -         -         -         -       c                     -");
+        assert_eq!(lines[2], "web-4   10.0.0.4  auto      default  -        -             -          -             -         -         -         -       c                     -");
         // The table view of the same rows is the one of every day.
         assert!(machine_table(&[(&m, Some(&down))], now, false)
-            .starts_with("NAME    ADDRESS   PROTOCOL  TENANT   POWER  CONTACTABLE   LAST SEEN  LABELS\n"));
+            .starts_with("NAME    ADDRESS   PROTOCOL  TENANT   POWER    CONTACTABLE   LAST SEEN  LABELS\n"));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod budget;
 pub mod cancel;
 pub mod config;
 pub mod metrics;
+pub mod ownership;
 pub mod requester;
 pub mod rollout;
 pub mod rollout_driver;
@@ -87,6 +88,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .await
     .context("reading the machine registry")?;
     tracing::info!(machines = machines.len(), ad_hoc_targets = %config.ad_hoc_targets, "Machine registry loaded.");
+    let census = tokio::spawn(ownership::census(
+        resources.js.clone(),
+        subjects.clone(),
+        machines.clone(),
+        metrics.machines_state.clone(),
+    ));
     let auditor = tokio::spawn(audit_registry(machines.changes(), resources.js.clone(), subjects.audit_registry()));
     if config.workers_public_key.is_none() {
         tracing::warn!(
@@ -209,6 +216,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     backlog.abort();
     auditor.abort();
+    census.abort();
     stop_drivers.cancel();
     let _ = tokio::time::timeout(STOP_GRACE, drivers).await;
     stop_registry.cancel();

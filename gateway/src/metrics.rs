@@ -20,6 +20,13 @@ pub struct Rejected {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FreshnessLabels {
+    /// `current`, `stale` (older than its poll interval plus the grace:
+    /// no worker polls it), `unknown` (not polled, or never observed).
+    pub freshness: String,
+}
+
 bmcfleet_common::metrics! {
     /// Admission counters and latency.
     pub struct Metrics {
@@ -34,6 +41,8 @@ bmcfleet_common::metrics! {
         // renamed at every lease epoch, so there is no fixed consumer to read.
         /// Jobs queued or running (messages in the job stream), read every few seconds
         jobs_backlog: Gauge = Gauge::default(), "jobs_backlog";
+        /// Registered machines by the freshness of their observed state, counted every 30 s
+        machines_state: Family<FreshnessLabels, Gauge> = Family::default(), "machines_state";
     }
 }
 

@@ -53,6 +53,9 @@ pub struct Gateway {
     pub(crate) params_sealer: Option<Arc<bmcfleet_common::sealing::Sealer>>,
     /// Cancelled when the gateway stops: waiting submits answer at once.
     pub(crate) stopping: tokio_util::sync::CancellationToken,
+    /// Which partitions a worker owns: a waiting submit for one no worker
+    /// owns is answered at once.
+    pub(crate) ownership: crate::ownership::Ownership,
 }
 
 pub(crate) fn header<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
@@ -102,7 +105,9 @@ impl Gateway {
             .sealing_key
             .as_deref()
             .map(|k| bmcfleet_common::sealing::Sealer::new(k).expect("validated at start"));
+        let ownership = crate::ownership::Ownership::new(res.js.clone(), subjects.clone());
         Gateway {
+            ownership,
             client,
             res,
             subjects,

@@ -111,6 +111,15 @@ impl Gateway {
                 }
             }
         }
+        // No worker owns the partition: waiting would only end at the
+        // deadline. Said at once; the batch stays queued for the next owner.
+        let partition = bmcfleet_schema::ordering_key(job.batch.machine.as_deref(), &job.target.address)
+            .partition(self.subjects.partitions);
+        if let Some(unowned) = self.ownership.unowned(partition).await {
+            let _ = events.unsubscribe().await;
+            tracing::info!(batch = %id, partition, reason = %unowned.message, "Waiting submit answered at once: no owner.");
+            return Reply::Accepted(Accepted { unowned: Some(unowned), ..accepted });
+        }
         let remaining = Duration::from_millis(job.deadline_at_ms.saturating_sub(now_ms()));
         // A little grace so the worker's own deadline_exceeded result wins the race.
         let limit = remaining.min(self.max_wait) + Duration::from_secs(2);
@@ -207,6 +216,7 @@ impl Gateway {
                 stream_sequence: v.status.stream_sequence.unwrap_or(0),
                 duplicate: true,
                 subject: subject.clone(),
+                unowned: None,
             },
             None => self.publish(&job, &subject, headers).await?,
         };
@@ -297,7 +307,7 @@ impl Gateway {
             // "duplicate" would claim a batch nobody may have queued for us.
             return match status::wait(&self.res.batches, &job.id, DUPLICATE_RECORD_WAIT).await {
                 Ok(Some(v)) if v.status.tenant != job.tenant => Err(id_taken()),
-                Ok(Some(v)) => Ok(Accepted { id: job.id, stream_sequence: v.status.stream_sequence.unwrap_or(ack.sequence), duplicate: true, subject: subject.to_owned() }),
+                Ok(Some(v)) => Ok(Accepted { id: job.id, stream_sequence: v.status.stream_sequence.unwrap_or(ack.sequence), duplicate: true, subject: subject.to_owned(), unowned: None }),
                 Ok(None) => Err(error(
                     ErrorCode::Unavailable,
                     "a batch of this id is being queued and has no status record yet; nothing new was stored: retry with the same id shortly",
@@ -316,6 +326,7 @@ impl Gateway {
             stream_sequence: ack.sequence,
             duplicate: ack.duplicate,
             subject: subject.to_owned(),
+            unowned: None,
         })
     }
 }

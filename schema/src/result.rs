@@ -468,7 +468,8 @@ pub enum EventKind {
     },
 }
 
-/// Reply to `submit` when the producer does not wait.
+/// Reply to `submit` when the producer does not wait (or, with
+/// [`Accepted::unowned`], when waiting would be in vain).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Accepted {
     pub id: BatchId,
@@ -476,6 +477,41 @@ pub struct Accepted {
     /// True when this id was already admitted (nothing new was queued).
     pub duplicate: bool,
     pub subject: String,
+    /// Set when the request asked to wait but the gateway answered at once:
+    /// no worker owns the batch's partition, so it stays `queued` until one
+    /// does (issue 34).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unowned: Option<Unowned>,
+}
+
+/// No worker owns a partition: why a waiting submit was not waited for.
+#[serde_with::skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unowned {
+    pub partition: u16,
+    /// Since when no worker owns it (ms since the epoch), where known:
+    /// when its last lease was handed back or expired, else when this
+    /// gateway first found it free.
+    pub since_ms: Option<u64>,
+    /// The same for people: `no worker owns partition N since …`.
+    pub message: String,
+}
+
+impl Unowned {
+    /// Partition `partition` has had no owner since `since_ms` (where known).
+    pub fn new(partition: u16, since_ms: Option<u64>) -> Unowned {
+        let message = match since_ms {
+            Some(ms) => {
+                let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+                format!(
+                    "no worker owns partition {partition} since {}; the batch stays queued until one does",
+                    humantime::format_rfc3339_seconds(at)
+                )
+            }
+            None => format!("no worker owns partition {partition}; the batch stays queued until one does"),
+        };
+        Unowned { partition, since_ms, message }
+    }
 }
 
 /// Every gateway reply: exactly one of the variants.

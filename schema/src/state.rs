@@ -42,9 +42,145 @@ pub struct MachineState {
     pub inventory_ms: Option<u64>,
     /// The worker that observed it.
     pub worker: String,
+    /// When that worker last observed the machine, by a poll or a batch,
+    /// whatever the outcome (ms since the epoch; absent in records of
+    /// releases before issue 34: `updated_ms` stands for it). Between
+    /// writes, the partition's [`PartitionSeen`] record carries it.
+    pub observed_ms: Option<u64>,
+    /// The interval the worker polls the machine at (absent: not polled).
+    pub poll_interval_ms: Option<u64>,
+    /// The record is stale once its observation is older than this: the
+    /// poll interval plus a grace (see [`stale_after`]). Absent: the
+    /// machine is not polled, and nothing says how old is too old.
+    pub stale_after_ms: Option<u64>,
+}
+
+/// Whether a state record still says how the machine is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Freshness {
+    /// Observed within its poll interval plus the grace.
+    Current,
+    /// Older than that: the owner stopped polling it (no worker owns its
+    /// partition, or the worker is stuck). Its power is not known.
+    Stale,
+    /// Nothing to judge by: never observed, or not polled.
+    Unknown,
+}
+
+impl Freshness {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Freshness::Current => "current",
+            Freshness::Stale => "stale",
+            Freshness::Unknown => "unknown",
+        }
+    }
+}
+
+/// The added lateness a polled machine's record is allowed before it is
+/// stale, on top of what the schedule itself takes (see [`stale_after`]):
+/// the default of the worker's `--state-stale-grace`.
+pub const STALE_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// How old a polled machine's observation may get before it is stale: its
+/// poll `interval`, plus the grace, which is what the schedule may add by
+/// itself (the next poll comes up to a tenth of the interval late, a poll
+/// may take `poll_timeout`, and the observation reaches the bucket with
+/// the partition's next [`PartitionSeen`] write, every `seen_every`) and
+/// `grace` on top (`--state-stale-grace`, [`STALE_GRACE`]).
+pub fn stale_after(
+    interval: std::time::Duration,
+    poll_timeout: std::time::Duration,
+    seen_every: std::time::Duration,
+    grace: std::time::Duration,
+) -> std::time::Duration {
+    interval + interval / 10 + poll_timeout + seen_every + grace
+}
+
+/// Whether an observation at `observed_ms` with the limit `stale_after_ms`
+/// still holds at `now_ms`.
+pub fn freshness(observed_ms: u64, stale_after_ms: Option<u64>, now_ms: u64) -> Freshness {
+    match stale_after_ms {
+        None => Freshness::Unknown,
+        Some(limit) if now_ms.saturating_sub(observed_ms) > limit => Freshness::Stale,
+        Some(_) => Freshness::Current,
+    }
+}
+
+/// The prefix of the keys of [`PartitionSeen`] records in the state
+/// bucket (never a machine name: those are DNS labels).
+pub const SEEN_KEY_PREFIX: &str = "_seen.p";
+
+/// One partition's latest observations, written by its owner every
+/// `--state-seen-interval` (one write per partition, however many
+/// machines): what each machine's record does not carry between its
+/// writes (on change or heartbeat). Key: [`crate::Subjects::seen_key`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PartitionSeen {
+    pub partition: u16,
+    /// The owner that wrote it.
+    pub worker: String,
+    /// When it was written (ms since the epoch).
+    pub at_ms: u64,
+    /// Each polled machine of the partition the owner has observed.
+    pub machines: std::collections::BTreeMap<String, SeenAt>,
+}
+
+/// A machine's latest observation in a [`PartitionSeen`] record.
+#[serde_with::skip_serializing_none]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeenAt {
+    /// Last observation (any outcome).
+    pub observed_ms: u64,
+    /// Last answer.
+    pub last_seen_ms: Option<u64>,
+    /// As [`MachineState::stale_after_ms`].
+    pub stale_after_ms: Option<u64>,
+}
+
+impl SeenAt {
+    pub fn freshness(&self, now_ms: u64) -> Freshness {
+        freshness(self.observed_ms, self.stale_after_ms, now_ms)
+    }
 }
 
 impl MachineState {
+    /// When the machine was last observed.
+    pub fn observed_at(&self) -> u64 {
+        self.observed_ms.unwrap_or(self.updated_ms)
+    }
+
+    /// Takes in the partition's later word on the machine (from `worker`):
+    /// its last observation and answer, when newer than the record's.
+    pub fn merge_seen(&mut self, seen: &SeenAt, worker: &str) {
+        if seen.observed_ms > self.observed_at() {
+            self.observed_ms = Some(seen.observed_ms);
+            self.worker = worker.to_owned();
+            if seen.stale_after_ms.is_some() {
+                self.stale_after_ms = seen.stale_after_ms;
+            }
+        }
+        if seen.last_seen_ms > self.last_seen_ms {
+            self.last_seen_ms = seen.last_seen_ms;
+        }
+    }
+
+    /// Whether the record still says how the machine is at `now_ms`.
+    pub fn freshness(&self, now_ms: u64) -> Freshness {
+        freshness(self.observed_at(), self.stale_after_ms, now_ms)
+    }
+
+    /// The power as far as it is known at `now_ms`: the last reading only
+    /// while the machine answers and the record is not stale; otherwise
+    /// `unknown` (never the last known power as if current).
+    pub fn power_now(&self, now_ms: u64) -> Option<PowerState> {
+        if !self.contactable || self.freshness(now_ms) == Freshness::Stale {
+            return Some(PowerState::Unknown);
+        }
+        self.power
+    }
+
     /// What an event compares: power and reachability (and the failure's code).
     pub fn same_condition(&self, other: &MachineState) -> bool {
         self.power == other.power && self.contactable == other.contactable && self.error_code == other.error_code
@@ -204,7 +340,37 @@ mod tests {
             firmware: None,
             inventory_ms: None,
             worker: "w".into(),
+            observed_ms: None,
+            poll_interval_ms: None,
+            stale_after_ms: None,
         }
+    }
+
+    #[test]
+    fn a_record_is_stale_past_its_limit_and_then_its_power_is_unknown() {
+        let mut s = state(Some(PowerState::On), true);
+        s.updated_ms = 1_000;
+        assert_eq!(s.freshness(1_000_000), Freshness::Unknown, "not polled: nothing to judge by");
+        assert_eq!(s.power_now(1_000_000), Some(PowerState::On));
+        s.stale_after_ms = Some(10_000);
+        assert_eq!(s.freshness(11_000), Freshness::Current);
+        assert_eq!(s.freshness(11_001), Freshness::Stale);
+        assert_eq!(s.power_now(11_001), Some(PowerState::Unknown), "never the last power as if current");
+        // The partition's later word makes it current again, and says who saw it.
+        s.merge_seen(&SeenAt { observed_ms: 9_000, last_seen_ms: Some(9_000), stale_after_ms: Some(10_000) }, "w2");
+        assert_eq!((s.freshness(11_001), s.last_seen_ms, s.worker.as_str()), (Freshness::Current, Some(9_000), "w2"));
+        // An older word changes nothing.
+        s.merge_seen(&SeenAt { observed_ms: 5_000, last_seen_ms: Some(5_000), stale_after_ms: None }, "w3");
+        assert_eq!((s.observed_at(), s.last_seen_ms, s.worker.as_str()), (9_000, Some(9_000), "w2"));
+        let down = state(Some(PowerState::On), false);
+        assert_eq!(down.power_now(0), Some(PowerState::Unknown), "not contactable: power unknown");
+        let d = stale_after(
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_secs(15),
+            STALE_GRACE,
+        );
+        assert_eq!(d, std::time::Duration::from_secs(60 + 6 + 10 + 15 + 15));
     }
 
     #[test]

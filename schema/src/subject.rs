@@ -206,6 +206,12 @@ impl Subjects {
         format!("p{partition}")
     }
 
+    /// The key of a partition's [`crate::state::PartitionSeen`] record in
+    /// the state bucket.
+    pub fn seen_key(&self, partition: u16) -> String {
+        format!("{}{partition}", crate::state::SEEN_KEY_PREFIX)
+    }
+
     /// The partition, tenant and BMC key of a job subject, if the subject
     /// is one of ours (the tenant `None` on a subject of a release before
     /// issue 32, which had no tenant token).

@@ -759,7 +759,7 @@ fn batch_status(state: BatchState, full: bool) -> BatchStatus {
 }
 
 fn accepted() -> Accepted {
-    Accepted { id: id(), stream_sequence: 1, duplicate: false, subject: "bmc.jobs.3.v4-10-0-0-5".into() }
+    Accepted { id: id(), stream_sequence: 1, duplicate: false, subject: "bmc.jobs.3.v4-10-0-0-5".into(), unowned: None }
 }
 
 fn every_reply() -> Vec<Reply> {
@@ -888,6 +888,9 @@ fn machine_state(contactable: bool) -> MachineState {
         firmware: contactable.then(|| "1.0".into()),
         inventory_ms: contactable.then_some(9),
         worker: "w1".into(),
+        observed_ms: Some(12),
+        poll_interval_ms: Some(60_000),
+        stale_after_ms: Some(106_000),
     }
 }
 
@@ -960,6 +963,12 @@ fn cases() -> Vec<Case> {
         out.push(case(format!("batch with action {}", action_tag(&a)), "batch.json", &b));
     }
     out.push(case("accepted", "accepted.json", &accepted()));
+    let unowned = Unowned {
+        partition: 3,
+        since_ms: Some(1),
+        message: "no worker owns partition 3 since 1970-01-01T00:00:00.001Z".into(),
+    };
+    out.push(case("accepted, no owner", "accepted.json", &Accepted { unowned: Some(unowned), ..accepted() }));
     for state in every_state() {
         out.push(case(format!("batch result {state:?}"), "batch-result.json", &batch_result(state)));
         out.push(case(format!("batch status {state:?} (full)"), "batch-status.json", &batch_status(state, true)));
@@ -976,6 +985,23 @@ fn cases() -> Vec<Case> {
     }
     for c in [true, false] {
         out.push(case(format!("machine state contactable={c}"), "machine-state.json", &machine_state(c)));
+    }
+    {
+        use bmcfleet_schema::state::{PartitionSeen, SeenAt};
+        let seen = PartitionSeen {
+            partition: 3,
+            worker: "w1".into(),
+            at_ms: 20,
+            machines: [
+                (
+                    "rack12-node3".to_owned(),
+                    SeenAt { observed_ms: 19, last_seen_ms: Some(19), stale_after_ms: Some(106_000) },
+                ),
+                ("rack12-node4".to_owned(), SeenAt { observed_ms: 18, last_seen_ms: None, stale_after_ms: None }),
+            ]
+            .into(),
+        };
+        out.push(case("partition seen", "partition-seen.json", &seen));
     }
     for (i, m) in every_machine().iter().enumerate() {
         out.push(case(format!("machine {i}"), "machine.json", m));

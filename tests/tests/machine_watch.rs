@@ -404,16 +404,21 @@ async fn machine_ls_shows_power_contactable_and_last_seen_from_the_polls() {
         .unwrap_or_else(|| panic!("LAST SEEN `{seen}` is not `Ns ago`:\n{}", r.out));
     assert!(secs < 30, "last seen {secs}s ago, polled every second:\n{}", r.out);
     let failed = row(&r.out, "ls-fail");
-    assert_eq!(cell(header, failed, "POWER"), "-", "never read:\n{}", r.out);
+    assert_eq!(cell(header, failed, "POWER"), "unknown", "not contactable: never a power:\n{}", r.out);
     assert_eq!(cell(header, failed, "CONTACTABLE"), "no (bmc_error)", "\n{}", r.out);
     assert_eq!(cell(header, failed, "LAST SEEN"), "never", "\n{}", r.out);
     assert_eq!(cell(header, failed, "LABELS"), "rack=93");
 
-    // --json: the record the bucket holds (written on change only, so stable here).
+    // --json: the record the bucket holds (written on change only, so stable
+    // here), with the partition record's later observation and answer
+    // (issue 34: written every --state-seen-interval), and its freshness.
     let listed = env.ls_json().await;
     for name in ["ls-ok", "ls-fail"] {
         let stored = serde_json::to_value(env.stored_state(name).await.unwrap()).unwrap();
-        assert_eq!(listed[name]["state"], stored, "{name}");
+        assert_eq!(moving(&listed[name]["state"]), moving(&stored), "{name}");
+        let at = |v: &Value| v["observed_ms"].as_u64().unwrap_or(0);
+        assert!(at(&listed[name]["state"]) >= at(&stored), "{name}: the later observation");
+        assert_eq!(listed[name]["freshness"], "current", "{name}");
     }
     assert_eq!(
         (listed["ls-ok"]["state"]["power"].as_str(), listed["ls-ok"]["state"]["worker"].as_str()),
@@ -427,9 +432,17 @@ async fn machine_ls_shows_power_contactable_and_last_seen_from_the_polls() {
     let lines = |out: &str| {
         out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect::<Vec<_>>()
     };
-    assert_eq!(lines(&json.out), listed.values().cloned().collect::<Vec<_>>(), "{}", json.out);
+    let steady = |v: Vec<Value>| {
+        v.into_iter()
+            .map(|mut m| {
+                m["state"] = moving(&m["state"]);
+                m
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(steady(lines(&json.out)), steady(listed.values().cloned().collect()), "{}", json.out);
     let by_env = env.command(&["machine", "ls"]).env("BMCCTL_OUTPUT", "json").output().await.unwrap();
-    assert_eq!(lines(&String::from_utf8_lossy(&by_env.stdout)), lines(&json.out));
+    assert_eq!(steady(lines(&String::from_utf8_lossy(&by_env.stdout))), steady(lines(&json.out)));
     let table =
         env.command(&["machine", "ls", "--output", "table"]).env("BMCCTL_OUTPUT", "json").output().await.unwrap();
     assert!(String::from_utf8_lossy(&table.stdout).starts_with("NAME "), "the flag wins over the environment");
@@ -455,7 +468,7 @@ async fn machine_ls_shows_power_contactable_and_last_seen_from_the_polls() {
             failed["CREDENTIALS"],
             failed["LABELS"]
         ),
-        ("ls-fail", "fail-1.rack93", "-", "no (bmc_error)", "never", "w0", "fleet", "rack=93"),
+        ("ls-fail", "fail-1.rack93", "unknown", "no (bmc_error)", "never", "w0", "fleet", "rack=93"),
         "\n{}",
         r.out
     );
@@ -619,4 +632,15 @@ fn the_dashboard_charts_the_fleet_state() {
     assert!(exprs(panel("Poll duration")).iter().any(|x| x.contains("histogram_quantile(0.5,")));
     let ids: Vec<u64> = panels.iter().map(|p| p["id"].as_u64().unwrap()).collect();
     assert_eq!(ids.len(), ids.iter().collect::<std::collections::BTreeSet<_>>().len(), "panel ids are unique: {ids:?}");
+}
+
+/// A state record without what moves with every poll (the observation
+/// and answer times a partition record brings in between writes).
+fn moving(state: &Value) -> Value {
+    let mut v = state.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("observed_ms");
+        o.remove("last_seen_ms");
+    }
+    v
 }

@@ -74,6 +74,18 @@ pub struct Config {
     /// An unchanged machine state is rewritten (with its last-seen time) this often.
     #[arg(long, env = "BMCFLEET_STATE_HEARTBEAT", default_value = "15m", value_parser = positive_duration)]
     pub state_heartbeat: Duration,
+    /// How often each owned partition's record of its polled machines'
+    /// last observation and answer is written (one write per partition,
+    /// whatever its size): what readers judge staleness and LAST SEEN by
+    /// between a machine's own writes (on change and heartbeat).
+    #[arg(long, env = "BMCFLEET_STATE_SEEN_INTERVAL", default_value = "15s", value_parser = positive_duration)]
+    pub state_seen_interval: Duration,
+    /// A polled machine's state is stale (readers show it `stale`, its power
+    /// `unknown`) once its last observation is older than its poll
+    /// interval plus what the schedule may add (a tenth of the interval,
+    /// --poll-timeout, --state-seen-interval) plus this grace.
+    #[arg(long, env = "BMCFLEET_STATE_STALE_GRACE", default_value = "15s", value_parser = duration)]
+    pub state_stale_grace: Duration,
     /// Time allowed on SIGTERM for running actions to finish before they are handed back.
     #[arg(long, env = "BMCFLEET_DRAIN_TIMEOUT", default_value = "30s", value_parser = positive_duration)]
     pub drain_timeout: Duration,
@@ -301,6 +313,8 @@ impl Config {
             poll_timeout: self.poll_timeout,
             inventory_interval: self.inventory_interval.0,
             inventory_timeout: self.inventory_timeout,
+            seen_every: self.state_seen_interval,
+            stale_grace: self.state_stale_grace,
         }
     }
 

@@ -126,6 +126,8 @@ bmcfleet_common::metrics! {
         bmc_quirks: Family<QuirkLabels, Counter> = Family::default(), "bmc_quirks";
         /// Observed machine state written (changes and heartbeats)
         state_writes: Counter = Counter::default(), "state_writes";
+        /// Partition records of the polled machines' last observations written (one per partition every --state-seen-interval)
+        state_seen_writes: Counter = Counter::default(), "state_seen_writes";
         /// Machine state events published, by kind (power_changed, unreachable, recovered)
         state_events: Family<KindLabels, Counter> = Family::default(), "state_events";
     }

@@ -146,6 +146,9 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
     poll_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let partitions = shared.subjects.partitions;
     let in_partition = |name: &str| BmcKey::machine(name).partition(partitions) == p;
+    // The polled machines' last observations, one write for the partition.
+    let mut seen_tick = tokio::time::interval(shared.state.settings().seen_every);
+    seen_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     loop {
         tokio::select! {
@@ -202,6 +205,11 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                     if lane.tx.unbounded_send(Work::Poll(machine, with_inventory)).is_err() {
                         break;
                     }
+                }
+            }
+            _ = seen_tick.tick(), if shared.state.settings().poll_interval.is_some() => {
+                if fence.may_act() && !schedule.is_empty() {
+                    shared.state.write_seen(&shared, p, &schedule.machines()).await;
                 }
             }
             _ = progress.tick() => {

@@ -29,7 +29,7 @@
 
 use crate::Shared;
 use async_nats::jetstream::kv::Store;
-use bmcfleet_schema::state::{changes, MachineEvent, MachineState};
+use bmcfleet_schema::state::{changes, MachineEvent, MachineState, PartitionSeen, SeenAt};
 use bmcfleet_schema::subject::{CONTENT_TYPE, EVENT_HEADER};
 use bmcfleet_schema::{Encoding, ErrorBody, Machine, PowerState};
 use std::collections::{BTreeSet, HashMap};
@@ -51,6 +51,27 @@ pub struct Settings {
     pub inventory_interval: Option<Duration>,
     /// Time an inventory read (every component collection) may take.
     pub inventory_timeout: Duration,
+    /// How often each owned partition's [`PartitionSeen`] record (every
+    /// polled machine's last observation and answer) is written.
+    pub seen_every: Duration,
+    /// `--state-stale-grace`: added to what the schedule itself may take
+    /// before a record is stale ([`bmcfleet_schema::state::stale_after`]).
+    pub stale_grace: Duration,
+}
+
+impl Settings {
+    /// The poll interval and the staleness limit (ms) this worker gives
+    /// `machine` (both `None`: not polled).
+    pub fn limits_of(&self, machine: &Machine) -> (Option<u64>, Option<u64>) {
+        match interval_of(machine, self) {
+            Some(every) => {
+                let limit =
+                    bmcfleet_schema::state::stale_after(every, self.poll_timeout, self.seen_every, self.stale_grace);
+                (Some(every.as_millis() as u64), Some(limit.as_millis() as u64))
+            }
+            None => (None, None),
+        }
+    }
 }
 
 /// What one contact with a machine showed.
@@ -77,6 +98,7 @@ struct Seen {
     provider: Option<Box<str>>,
     firmware: Option<Box<str>>,
     inventory_ms: Option<u64>,
+    observed_ms: Option<u64>,
 }
 
 /// `Seen::of` and `Seen::state` from one list of the fields a [`Seen`]
@@ -98,6 +120,9 @@ macro_rules! seen_fields {
                     $($copied: self.$copied,)+
                     $($text: self.$text.as_deref().map(str::to_owned),)+
                     worker: worker.to_owned(),
+                    // Not kept: the registry and the settings say them at each write.
+                    poll_interval_ms: None,
+                    stale_after_ms: None,
                 }
             }
         }
@@ -105,7 +130,7 @@ macro_rules! seen_fields {
 }
 
 seen_fields! {
-    copied: power, contactable, error_code, last_seen_ms, last_changed_ms, updated_ms, consecutive_failures, inventory_ms;
+    copied: power, contactable, error_code, last_seen_ms, last_changed_ms, updated_ms, consecutive_failures, inventory_ms, observed_ms;
     text: reason, provider, firmware;
 }
 
@@ -148,8 +173,51 @@ impl StateBook {
         self.len() == 0
     }
 
+    /// The poll interval and staleness limit of a registered machine.
+    fn limits(&self, shared: &Shared, machine: &str) -> (Option<u64>, Option<u64>) {
+        match shared.targets.machines.get(machine) {
+            bmcfleet_common::registry::Lookup::Found(m) => self.settings.limits_of(&m),
+            _ => (None, None),
+        }
+    }
+
+    /// The partition's [`PartitionSeen`] record: the last observation and
+    /// answer of each of `machines` this worker has observed.
+    pub fn seen(&self, partition: u16, worker: &str, machines: &[Arc<Machine>]) -> PartitionSeen {
+        let states = self.states.lock().expect("state book lock");
+        let mut out = std::collections::BTreeMap::new();
+        for m in machines {
+            let Some(seen) = states.get(m.name.as_str()) else { continue };
+            let Some(observed_ms) = seen.observed_ms else { continue };
+            let (_, stale_after_ms) = self.settings.limits_of(m);
+            out.insert(m.name.clone(), SeenAt { observed_ms, last_seen_ms: seen.last_seen_ms, stale_after_ms });
+        }
+        PartitionSeen { partition, worker: worker.to_owned(), at_ms: now_ms(), machines: out }
+    }
+
+    /// Writes the partition's [`PartitionSeen`] record (one write for all
+    /// its machines: their records are written only on change).
+    pub async fn write_seen(&self, shared: &Shared, partition: u16, machines: &[Arc<Machine>]) {
+        let seen = self.seen(partition, &shared.worker_id, machines);
+        if seen.machines.is_empty() {
+            return;
+        }
+        let key = shared.subjects.seen_key(partition);
+        match serde_json::to_vec(&seen) {
+            Ok(bytes) => match self.store.put(&key, bytes.into()).await {
+                Ok(_) => {
+                    shared.metrics.state_seen_writes.inc();
+                }
+                Err(e) => tracing::warn!(partition, error = %e, "Cannot write the partition's last observations."),
+            },
+            Err(e) => tracing::error!(partition, error = %e, "Cannot encode the partition's last observations."),
+        }
+    }
+
     /// Records `what` for `machine` (of `tenant`): writes and announces it
-    /// when it changed something or the heartbeat is due.
+    /// when it changed something or the heartbeat is due; the observation
+    /// time and last answer reach the bucket in the partition's next
+    /// [`PartitionSeen`] record otherwise.
     pub async fn observe(&self, shared: &Shared, machine: &str, tenant: &str, what: Observation) {
         let before = match self.cached(machine, tenant, &shared.worker_id) {
             Some(s) => Some(s),
@@ -171,9 +239,14 @@ impl StateBook {
             firmware: None,
             inventory_ms: None,
             worker: shared.worker_id.clone(),
+            observed_ms: None,
+            poll_interval_ms: None,
+            stale_after_ms: None,
         });
         after.tenant = tenant.to_owned();
         after.worker = shared.worker_id.clone();
+        after.observed_ms = Some(now);
+        (after.poll_interval_ms, after.stale_after_ms) = self.limits(shared, machine);
         match what {
             Observation::Answered { power, provider } => {
                 if power.is_some() {
@@ -285,7 +358,9 @@ impl StateBook {
             if firmware_changed {
                 seen.updated_ms = now;
             }
-            (firmware_changed, seen.state(machine, tenant, &shared.worker_id))
+            let mut snapshot = seen.state(machine, tenant, &shared.worker_id);
+            (snapshot.poll_interval_ms, snapshot.stale_after_ms) = self.limits(shared, machine);
+            (firmware_changed, snapshot)
         };
         if firmware_changed {
             if let Ok(bytes) = serde_json::to_vec(&snapshot) {
@@ -335,11 +410,13 @@ impl StateBook {
         }
     }
 
-    /// Counts of the book's machines by power and reachability (for gauges).
+    /// Counts of the book's machines by power and reachability (for
+    /// gauges); a machine that does not answer counts as power `unknown`.
     pub fn census(&self) -> HashMap<(String, bool), i64> {
         let mut out = HashMap::new();
         for s in self.states.lock().expect("state book lock").values() {
             let power = match s.power {
+                _ if !s.contactable => "unknown",
                 Some(PowerState::On) => "on",
                 Some(PowerState::Off) => "off",
                 Some(PowerState::Unknown) | None => "unknown",
@@ -450,6 +527,11 @@ impl Schedule {
 
     pub fn is_empty(&self) -> bool {
         self.at.is_empty()
+    }
+
+    /// The scheduled machines' records.
+    pub fn machines(&self) -> Vec<Arc<Machine>> {
+        self.at.values().map(|(_, m)| m.clone()).collect()
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -618,6 +700,9 @@ mod tests {
             firmware: Some("1.2".into()),
             inventory_ms: Some(5),
             worker: "w".into(),
+            observed_ms: Some(6),
+            poll_interval_ms: None,
+            stale_after_ms: None,
         };
         assert_eq!(Seen::of(&state).state("m1", "t", "w"), state);
     }
@@ -630,6 +715,8 @@ mod tests {
             poll_timeout: Duration::from_secs(10),
             inventory_interval: Some(Duration::from_secs(600)),
             inventory_timeout: Duration::from_secs(120),
+            seen_every: Duration::from_secs(15),
+            stale_grace: Duration::from_secs(15),
         };
         let start = Instant::now();
         let mut s = Schedule::default();

@@ -12,12 +12,11 @@ use crate::Usage;
 use anyhow::Context;
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_schema::{
-    Action, Batch, BiosSet, BmcTarget, BootDeviceRequest, Credentials, Encoding, EventLogOp, NetworkSourceOp, OnError,
-    RawIpmi, RawRedfish, RawRequest, Secret, SecureBootSet, StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate,
+    Action, Batch, BiosSet, BmcTarget, BootDeviceRequest, Credentials, EventLogOp, NetworkSourceOp, OnError, RawIpmi,
+    RawRedfish, RawRequest, Secret, SecureBootSet, StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate,
     VirtualMediaOp,
 };
 use std::process::ExitCode;
-use std::time::Duration;
 
 impl Target {
     /// Whether this is a fleet run: machines chosen by label or tenant,
@@ -264,12 +263,7 @@ pub async fn run(client: &Client, topology: &TopologyArgs, command: &Command) ->
     if target.is_fleet() {
         return super::fleet::run(client, topology, target, actions).await;
     }
-    let batch = target.batch(actions)?;
-    let timeout = target.deadline + Duration::from_secs(10);
-    // A plan is its result: always waited for.
-    let wait = target.wait || target.plan;
-    let reply = client.request("submit", wait, Encoding::Json.encode(&batch)?, timeout).await?;
-    Ok(client.print(&reply))
+    super::single::run(client, target, actions).await
 }
 
 #[cfg(test)]
@@ -278,6 +272,7 @@ mod tests {
     use crate::cli::Cli;
     use bmcfleet_schema::{BootDevice, PowerOp, Protocol};
     use clap::Parser;
+    use std::time::Duration;
 
     fn batch_of(args: &[&str]) -> anyhow::Result<Batch> {
         let cli = Cli::try_parse_from(std::iter::once("bmcctl").chain(args.iter().copied())).unwrap();

@@ -700,6 +700,12 @@ pub async fn run(
         .map(|(i, machine)| Planned { batch: rollout::batch_id(id, i as u32, &machine), machine })
         .collect();
     let schedule = Schedule::from(&target.fleet);
+    if !target.waits() {
+        // `--no-wait`: the rollout is the gateways' to drive; its id is printed.
+        let request = request(id, &planned, schedule, &actions, target.deadline);
+        let reply = client.rollout("submit", serde_json::to_vec(&request)?, ROLLOUT_TIMEOUT).await?;
+        return Ok(client.print(&reply));
+    }
     let what: Vec<&str> = actions.iter().map(Action::kind).collect();
     let format = client.format;
     // The summary (stdout) and the bar (stderr) are coloured each by its own stream.
@@ -725,7 +731,21 @@ pub async fn run(
     } else {
         let request = request(id, &planned, schedule, &actions, target.deadline);
         let subjects = topology.subjects();
-        follow_rollout(client, &subjects, id, &planned, &request, interrupts(), report).await?
+        let follow = follow_rollout(client, &subjects, id, &planned, &request, interrupts(), report);
+        match target.timeout {
+            None => follow.await?,
+            Some(limit) => match tokio::time::timeout(limit, follow).await {
+                Ok(done) => done?,
+                Err(_) => {
+                    bar.finish();
+                    eprintln!(
+                        "no result within {} (--timeout): rollout {id} goes on; `bmcctl rollout status {id}`",
+                        bmcfleet_schema::duration::format(limit)
+                    );
+                    return Ok(ExitCode::from(crate::exit::NOT_FINISHED));
+                }
+            },
+        }
     };
     bar.finish();
     if format.is_json() {

@@ -219,17 +219,47 @@ pub(crate) async fn states<'a>(
     }))
     .buffered(STATE_READS_IN_FLIGHT);
     let mut out = BTreeMap::new();
+    let seen = seen(&kv, subjects).await;
     let mut reads = std::pin::pin!(reads);
     while let Some((name, read)) = reads.next().await {
         match read {
             Ok(Some(bytes)) => match serde_json::from_slice::<MachineState>(&bytes) {
-                Ok(s) => {
+                Ok(mut s) => {
+                    if let Some((at, worker)) = seen.get(name) {
+                        s.merge_seen(at, worker);
+                    }
                     out.insert(name.to_owned(), s);
                 }
                 Err(e) => eprintln!("warning: the observed state of `{name}` is unreadable ({e})"),
             },
             Ok(None) => {}
             Err(e) => eprintln!("warning: cannot read the observed state of `{name}`: {e}"),
+        }
+    }
+    out
+}
+
+/// The partitions' latest word on their polled machines (written every
+/// `--state-seen-interval` by each owner; a machine's own record only on a
+/// change or heartbeat): each machine's last observation and answer, and
+/// the worker that made them.
+async fn seen(
+    kv: &async_nats::jetstream::kv::Store,
+    subjects: &Subjects,
+) -> std::collections::HashMap<String, (bmcfleet_schema::state::SeenAt, String)> {
+    use bmcfleet_schema::state::PartitionSeen;
+    let reads =
+        futures::stream::iter((0..subjects.partitions).map(|p| async move { kv.get(subjects.seen_key(p)).await }))
+            .buffered(STATE_READS_IN_FLIGHT);
+    let mut reads = std::pin::pin!(reads);
+    let mut out: std::collections::HashMap<String, (bmcfleet_schema::state::SeenAt, String)> = Default::default();
+    while let Some(read) = reads.next().await {
+        let Ok(Some(bytes)) = read else { continue };
+        let Ok(record) = serde_json::from_slice::<PartitionSeen>(&bytes) else { continue };
+        for (name, at) in record.machines {
+            if out.get(&name).is_none_or(|(had, _)| had.observed_ms < at.observed_ms) {
+                out.insert(name, (at, record.worker.clone()));
+            }
         }
     }
     out
@@ -251,6 +281,17 @@ struct Listed<'a> {
     #[serde(flatten)]
     machine: &'a Machine,
     state: Option<&'a MachineState>,
+    /// Whether the state still says how the machine is (`current`,
+    /// `stale`, `unknown`), judged now; absent without a state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    freshness: Option<bmcfleet_schema::state::Freshness>,
+}
+
+impl<'a> Listed<'a> {
+    fn new(machine: &'a Machine, state: Option<&'a MachineState>) -> Listed<'a> {
+        let now = bmcfleet_common::runtime::now_ms();
+        Listed { machine, state, freshness: state.map(|s| s.freshness(now)) }
+    }
 }
 
 /// What `machine apply` changed (or would, `dry_run`): its `--output json` document.
@@ -398,7 +439,7 @@ pub async fn run(
                 let m: Machine = serde_json::from_slice(&v).with_context(|| format!("the stored record of {name}"))?;
                 if format.is_wide() {
                     let states = states(&js, &subjects, std::iter::once(name.as_str())).await;
-                    println!("{}", serde_json::to_string_pretty(&Listed { machine: &m, state: states.get(name) })?);
+                    println!("{}", serde_json::to_string_pretty(&Listed::new(&m, states.get(name)))?);
                 } else {
                     println!("{}", serde_json::to_string_pretty(&m)?);
                 }
@@ -426,7 +467,7 @@ pub async fn run(
                 machines.values().map(|m| (m, states.get(&m.name))).collect();
             if format.is_json() {
                 for (machine, state) in rows {
-                    println!("{}", serde_json::to_string(&Listed { machine, state })?);
+                    println!("{}", serde_json::to_string(&Listed::new(machine, state))?);
                 }
             } else {
                 print!("{}", crate::output::machine_table(&rows, bmcfleet_common::runtime::now_ms(), format.is_wide()));

@@ -12,6 +12,7 @@ pub mod machine_file;
 pub mod machine_watch;
 pub mod man;
 pub mod rollout;
+pub mod single;
 pub mod status;
 pub mod submit;
 pub mod watch;

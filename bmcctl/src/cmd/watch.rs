@@ -88,6 +88,9 @@ mod tests {
             firmware: None,
             inventory_ms: None,
             worker: "w0".into(),
+            observed_ms: Some(1),
+            poll_interval_ms: None,
+            stale_after_ms: None,
         };
         let machine = MachineEvent {
             machine: "web-1".into(),
