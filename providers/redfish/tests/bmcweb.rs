@@ -9,7 +9,7 @@ use bmcfleet_provider::{BmcSession, EventLog, Inventory, VirtualMedia};
 use bmcfleet_redfish::RedfishSession;
 use bmcfleet_schema::{ErrorCode, LogSet, MediaKind, NoChange};
 use bmcfleet_testing::redfish::bmcweb::{self, clear_log, MANAGER_LOGS, SYSTEM_LOGS, VIRTUAL_MEDIA};
-use bmcfleet_testing::redfish::MockupServer;
+use bmcfleet_testing::redfish::{Fault, MockupServer};
 use common::{connector, ctx};
 use serde_json::json;
 
@@ -100,6 +100,160 @@ async fn a_dump_service_that_calls_itself_an_event_log_is_still_not_cleared() {
     let mut s = open(&server).await;
     s.clear_event_log(&ctx(10)).await.unwrap();
     assert_only_cleared(&server, &[format!("{SYSTEM_LOGS}/EventLog")]);
+    s.close().await;
+}
+
+/// Every request but the session's login and logout.
+fn own_writes(server: &MockupServer) -> Vec<String> {
+    server
+        .writes()
+        .into_iter()
+        .filter(|r| !r.path.starts_with("/redfish/v1/SessionService"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+fn ids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+#[tokio::test]
+async fn a_named_event_log_is_cleared_alone_and_verified() {
+    // bmcweb as shipped: the operator names the EventLog. Only its
+    // ClearLog is sent; PostCodes, the dumps and the rest are untouched.
+    let server = bmcweb::service_model().start().await.unwrap();
+    let event_log = format!("{SYSTEM_LOGS}/EventLog");
+    let mut s = open(&server).await;
+    s.clear_named_logs(&ctx(10), &ids(&["EventLog"])).await.unwrap();
+    assert_eq!(own_writes(&server), [format!("POST {}", clear_log(&event_log))]);
+    assert_only_cleared(&server, std::slice::from_ref(&event_log));
+    let post_codes = server.resource(&format!("{SYSTEM_LOGS}/PostCodes/Entries")).unwrap();
+    assert_eq!(post_codes["Members"].as_array().unwrap().len(), 1);
+    // Verified: the entries were read again after the ClearLog.
+    let entries = format!("{event_log}/Entries");
+    let gets = server.requests().into_iter().filter(|r| r.is("GET", &entries) || r.is("POST", &clear_log(&event_log)));
+    let order: Vec<String> = gets.map(|r| r.method).collect();
+    assert!(order.ends_with(&["GET".into(), "POST".into(), "GET".into()]), "{order:?}");
+    // A path names it too.
+    server.clear_requests();
+    s.clear_named_logs(&ctx(10), &ids(&[&event_log])).await.unwrap();
+    assert_eq!(own_writes(&server), [format!("POST {}", clear_log(&event_log))]);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_log_name_the_bmc_does_not_have_is_refused_with_nothing_sent() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    for names in [&["SEL"][..], &["EventLog", "SEL"], &["eventlog"]] {
+        let e = s.clear_named_logs(&ctx(10), &ids(names)).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::TargetNotFound, "{names:?}: {e:?}");
+        // The operator is told what there is to name.
+        for there in ["EventLog (event", "PostCodes", "Journal (other", "/redfish/v1/Managers/bmc/LogServices/Dump"] {
+            assert!(e.message.contains(there), "{there}: {}", e.message);
+        }
+        assert!(own_writes(&server).is_empty(), "{names:?}: {:?}", own_writes(&server));
+    }
+    let e = s.read_named_logs(&ctx(10), 10, 0, &ids(&["SEL"])).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::TargetNotFound);
+    assert_only_cleared(&server, &[]);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_named_dump_or_crash_service_is_never_cleared() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    // `Dump` is the Id of the System's and the BMC's dump services: which
+    // one is not guessed.
+    let e = s.clear_named_logs(&ctx(10), &ids(&["Dump"])).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e:?}");
+    assert!(e.message.contains(&format!("{MANAGER_LOGS}/Dump")), "{}", e.message);
+    // Named by path, or with the event log: refused, nothing sent, the
+    // event log not cleared either.
+    for names in [
+        vec![format!("{MANAGER_LOGS}/Dump")],
+        vec![format!("{SYSTEM_LOGS}/Dump")],
+        vec!["Crashdump".to_owned()],
+        vec!["EventLog".to_owned(), format!("{SYSTEM_LOGS}/Dump")],
+    ] {
+        let e = s.clear_named_logs(&ctx(10), &names).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unsupported, "{names:?}: {e:?}");
+        assert!(e.message.contains("diagnostic data") && e.message.contains("never clears"), "{}", e.message);
+        assert!(own_writes(&server).is_empty(), "{names:?}: {:?}", own_writes(&server));
+    }
+    assert_only_cleared(&server, &[]);
+    // A service without ClearLog (the journal): nothing sent.
+    let e = s.clear_named_logs(&ctx(10), &ids(&["Journal"])).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+    assert!(own_writes(&server).is_empty());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_named_clear_honours_the_action_info_and_reports_a_clear_that_did_not_happen() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let event_log = format!("{SYSTEM_LOGS}/EventLog");
+    let info = format!("{event_log}/ClearLogActionInfo");
+    server.merge_resource(
+        &event_log,
+        &json!({"Actions": {"#LogService.ClearLog": {"target": clear_log(&event_log), "@Redfish.ActionInfo": info}}}),
+    );
+    server.set_resource(
+        &info,
+        json!({"@odata.id": info, "Id": "ClearLogActionInfo", "Parameters": [{"Name": "Confirm", "Required": true, "DataType": "Boolean"}]}),
+    );
+    let mut s = open(&server).await;
+    let e = s.clear_named_logs(&ctx(10), &ids(&["EventLog"])).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+    assert!(e.message.contains("requires Confirm"), "{}", e.message);
+    assert!(own_writes(&server).is_empty(), "{:?}", own_writes(&server));
+    assert_eq!(server.requests_to("GET", &info).len(), 1, "the ActionInfo was read");
+
+    // A BMC that answers 204 and keeps its entries: not a success.
+    server.set_resource(&info, json!({"@odata.id": info, "Id": "ClearLogActionInfo", "Parameters": []}));
+    server.push_fault(Fault::status("POST", &clear_log(&event_log), 204).times(1));
+    let e = s.clear_named_logs(&ctx(10), &ids(&["EventLog"])).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError, "{e:?}");
+    assert!(e.message.contains("still holds 2 entries"), "{}", e.message);
+    // Without the fault it clears.
+    s.clear_named_logs(&ctx(10), &ids(&["EventLog"])).await.unwrap();
+    assert!(s.read_named_logs(&ctx(10), 10, 0, &ids(&["EventLog"])).await.unwrap().entries.is_empty());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn named_logs_are_read_alone_whatever_they_hold() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    let log = s.read_named_logs(&ctx(10), 100, 0, &ids(&["PostCodes"])).await.unwrap();
+    assert_eq!((logs_of(&log), log.total), (ids(&["PostCodes"]), Some(1)));
+    let log = s.read_named_logs(&ctx(10), 100, 0, &ids(&["Journal", "EventLog"])).await.unwrap();
+    assert_eq!((logs_of(&log), log.total), (ids(&["EventLog", "Journal"]), Some(22)));
+    assert!(own_writes(&server).is_empty());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_named_clear_plans_exactly_its_one_post() {
+    use bmcfleet_provider::{perform, Plan, PlannedRequest};
+    use bmcfleet_schema::{Action, EventLogOp};
+    let server = bmcweb::service_model().start().await.unwrap();
+    let event_log = format!("{SYSTEM_LOGS}/EventLog");
+    let mut s = open(&server).await;
+    let plan = Plan::new();
+    let action = Action::EventLog(EventLogOp::clear_logs(["EventLog"]));
+    let e = perform(&mut s, &ctx(10).with_plan(plan.clone()).for_attempt(), &action).await.unwrap_err();
+    assert_eq!(e, bmcfleet_provider::ProviderError::planned());
+    let shown = plan.snapshot();
+    assert_eq!(
+        shown.change,
+        Some(PlannedRequest::Redfish { method: "POST".into(), path: clear_log(&event_log), body: Some(json!({})) })
+    );
+    assert!(own_writes(&server).is_empty(), "{:?}", own_writes(&server));
+    // Executed: the one POST the plan showed.
+    perform(&mut s, &ctx(10), &action).await.unwrap();
+    assert_eq!(own_writes(&server), [format!("POST {}", clear_log(&event_log))]);
     s.close().await;
 }
 
