@@ -437,20 +437,6 @@ pub(crate) fn named_clear_targets(
     Ok(out)
 }
 
-/// The `Required` parameters an ActionInfo lists (ClearLog takes none: a
-/// BMC that requires one is not sent a request it would refuse).
-fn required_parameters(info: &Value) -> Vec<String> {
-    info.get("Parameters")
-        .and_then(Value::as_array)
-        .map(|ps| {
-            ps.iter()
-                .filter(|p| p.get("Required").and_then(Value::as_bool) == Some(true))
-                .filter_map(|p| str_of(p, "Name").map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// How many entries a log's collection says it holds (`Members@odata.count`,
 /// else its first page's members).
 fn entry_count(coll: &Value) -> Option<u64> {
@@ -538,7 +524,8 @@ impl EventLog for RedfishSession {
         // Every ActionInfo is read before the first ClearLog is sent.
         for (i, _, info) in &targets {
             let Some(info) = info else { continue };
-            let required = required_parameters(&self.transport.get(ctx, info).await?.body);
+            // ClearLog takes no parameter: one the BMC requires is not sent.
+            let required = crate::discovery::required_unsent(&self.transport.get(ctx, info).await?.body, &[]);
             if !required.is_empty() {
                 return Err(unsupported(format!(
                     "LogService.ClearLog of {} requires {} (its @Redfish.ActionInfo), which event_log clear does \
