@@ -795,6 +795,7 @@ fn rollout_request(full: bool) -> RolloutRequest {
         stop_after_failures: full.then_some(3),
         deadline: full.then(|| Duration::from_secs(3600)),
         batch_deadline: full.then(|| Duration::from_secs(600)),
+        plan: full,
     }
 }
 
@@ -814,13 +815,23 @@ fn rollout_record(full: bool) -> RolloutRecord {
 fn rollout_view(full: bool) -> RolloutView {
     let parts = if full {
         vec![
-            PartView { index: 0, machine: "node-1".into(), batch: id(), state: PartState::Succeeded, error: None },
+            PartView {
+                index: 0,
+                machine: "node-1".into(),
+                batch: id(),
+                state: PartState::Succeeded,
+                error: None,
+                plan: Some(
+                    "POST /redfish/v1/Systems/1/Actions/ComputerSystem.Reset {\"ResetType\":\"ForceOff\"}".into(),
+                ),
+            },
             PartView {
                 index: 1,
                 machine: "node-2".into(),
                 batch: id(),
                 state: PartState::Refused,
                 error: Some(ErrorBody::new(ErrorCode::MachineNotFound, "gone")),
+                plan: None,
             },
         ]
     } else {
