@@ -351,7 +351,9 @@ impl Driver {
                     let plan = spec
                         .plan
                         .then(|| v.status.result.as_ref().map(|r| bmcfleet_schema::plan::results_line(&r.results)))
-                        .flatten();
+                        .flatten()
+                        // No action result (the batch failed as a whole): its state and error tell.
+                        .filter(|line| !line.is_empty());
                     let part = RolloutPart {
                         index,
                         machine,

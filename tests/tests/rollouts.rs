@@ -584,3 +584,46 @@ async fn a_plan_rollout_changes_nothing_and_groups_the_machines_plans() {
     assert_eq!(groups[0].1.len(), 5);
     assert!(groups[0].0.contains("power_off: ") && groups[0].0.contains("power_status: no change"), "{}", groups[0].0);
 }
+
+/// Canaries mean in a plan rollout what they mean in a run: a canary whose
+/// plan could not be made (here: its credential does not exist) counts as
+/// failed, and no other machine is planned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_rollout_stops_after_a_canary_whose_plan_failed() {
+    use bmcfleet_common::streams::{bucket, machines_config, Mode};
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    register(&p.client, &topo, 4, 3).await;
+    // First by name, so the canary: a machine whose credential does not exist.
+    let js = async_nats::jetstream::new(p.client.clone());
+    let machines = bucket(&js, machines_config(&topo.subjects(), 1), Mode::UseExisting).await.unwrap();
+    let mut m = bmcfleet_schema::Machine::new(
+        "r4-node-00".to_owned(),
+        "10.77.4.200".parse().unwrap(),
+        bmcfleet_schema::Protocol::Sim,
+        "missing",
+    );
+    m.labels = BTreeMap::from([("rack".to_owned(), "4".to_owned())]);
+    bmcfleet_common::registry::put(&machines, &m).await.unwrap();
+
+    let mut req = request(&[("rack", "4")], vec![Action::Power(PowerOp::Off)]);
+    req.plan = true;
+    req.canary = Some(1);
+    let id = view(call(&p, "submit", &req).await).rollout.id;
+    let done = wait_record(&p, id, Duration::from_secs(120), "the plan rollout to stop", |r| r.state.is_final()).await;
+    assert_eq!(
+        (done.state, done.stop, done.counts.failed, done.not_started()),
+        (RolloutState::Failed, Some(rollout::StopReason::Canary), 1, 3),
+        "{done:?}"
+    );
+    assert!(sim.log().is_empty(), "nothing reached any BMC: {:?}", sim.log());
+    let parts = view(call(&p, "status", &rollout::RolloutStatusRequest { id, from: 0, limit: 100 }).await).parts;
+    assert_eq!(parts[0].plan.as_deref(), Some("unknown_credential"), "{parts:?}");
+    assert_eq!(rollout::plan_groups(&parts), [("unknown_credential".to_owned(), vec!["r4-node-00".to_owned()])]);
+}
