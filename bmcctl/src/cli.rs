@@ -769,12 +769,23 @@ pub enum EventLogCmd {
         /// Skip this many of the newest entries first.
         #[arg(long, default_value_t = 0)]
         offset: u32,
+        /// Read exactly this log, by the BMC's id (repeatable; the log
+        /// column of a read shows each entry's log; Redfish: a LogService's
+        /// Id or path; IPMI: `sel`). Default: the event log.
+        #[arg(long = "log", value_name = "ID")]
+        logs: Vec<String>,
         #[command(flatten)]
         target: Target,
     },
-    /// Erase every entry: refused unless the deployment's raw policy has
-    /// `allow action:event_log_clear`.
+    /// Erase every entry of the event log, or of the logs named with
+    /// `--log` (never a diagnostic dump or crash data service): refused
+    /// unless the deployment's raw policy has `allow action:event_log_clear`.
     Clear {
+        /// Clear exactly this log, by the BMC's id (repeatable; see `read`).
+        /// Needed where the BMC does not say which log is its event log
+        /// (OpenBMC: `--log EventLog`).
+        #[arg(long = "log", value_name = "ID")]
+        logs: Vec<String>,
         #[command(flatten)]
         target: Target,
     },

@@ -220,8 +220,12 @@ impl Rollouts {
         };
         let now = now_ms();
         let record = RolloutRecord::new(id, &req, &tenant, &actor(who), machines.len() as u32, now);
-        let spec =
-            RolloutSpec { actions: req.actions.clone(), on_error: req.on_error, batch_deadline: req.batch_deadline };
+        let spec = RolloutSpec {
+            actions: req.actions.clone(),
+            on_error: req.on_error,
+            batch_deadline: req.batch_deadline,
+            plan: req.plan,
+        };
         if let Err(e) = self.store.put_plan(&id, &spec, &machines).await {
             return store_error(e);
         }
@@ -291,18 +295,18 @@ impl Rollouts {
             }
             let Some(machine) = chunk.as_ref().and_then(|(_, names)| names.get(at)).cloned() else { break };
             let batch = rollout::batch_id(req.id, index, &machine);
-            let (state, error) = if index >= record.next {
-                (PartState::Pending, None)
+            let (state, error, plan) = if index >= record.next {
+                (PartState::Pending, None, None)
             } else if record.in_flight.contains(&index) {
-                (PartState::Running, None)
+                (PartState::Running, None, None)
             } else {
                 match self.store.part(&req.id, index).await {
-                    Ok(Some(p)) => (p.outcome.into(), p.error),
-                    Ok(None) => (PartState::Running, None),
+                    Ok(Some(p)) => (p.outcome.into(), p.error, p.plan),
+                    Ok(None) => (PartState::Running, None, None),
                     Err(e) => return store_error(e),
                 }
             };
-            parts.push(PartView { index, machine, batch, state, error });
+            parts.push(PartView { index, machine, batch, state, error, plan });
         }
         Reply::Rollout(RolloutView { rollout: record, parts, duplicate: false })
     }

@@ -346,6 +346,14 @@ impl Driver {
                         .as_ref()
                         .and_then(|r| r.results.iter().find(|a| !a.is_ok()))
                         .and_then(|a| a.error.clone());
+                    // A plan rollout keeps each machine's plan, in the one line
+                    // identical plans share (what its status groups by).
+                    let plan = spec
+                        .plan
+                        .then(|| v.status.result.as_ref().map(|r| bmcfleet_schema::plan::results_line(&r.results)))
+                        .flatten()
+                        // No action result (the batch failed as a whole): its state and error tell.
+                        .filter(|line| !line.is_empty());
                     let part = RolloutPart {
                         index,
                         machine,
@@ -353,6 +361,7 @@ impl Driver {
                         outcome: PartOutcome::of(v.status.state),
                         error,
                         finished_at_ms: v.status.updated_at_ms,
+                        plan,
                     };
                     self.fenced()?;
                     self.store.put_part(&self.id, &part).await?;
@@ -441,8 +450,8 @@ impl Driver {
         who: &Requester,
     ) -> Result<(), Stop> {
         let body = Batch {
-            // A rollout runs its batches (plan mode is a single batch's or bmcctl's fleet plan).
-            plan: false,
+            // A plan rollout plans every machine's batch: nothing that changes state is sent.
+            plan: spec.plan,
             id: Some(batch),
             machine: Some(machine.clone()),
             bmc: None,
@@ -467,6 +476,7 @@ impl Driver {
                     outcome: PartOutcome::Refused,
                     error: Some(e),
                     finished_at_ms: now_ms(),
+                    plan: None,
                 };
                 self.fenced()?;
                 self.store.put_part(&self.id, &part).await?;

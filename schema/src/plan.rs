@@ -196,6 +196,30 @@ impl ActionPlan {
     }
 }
 
+/// What one machine's plan batch came to, in one line that is the same for
+/// the same plan on any machine (what a fleet plan is grouped by): per
+/// action, its planned change (`POST …`), `no change`, or its error code;
+/// with several actions, each prefixed by its kind.
+pub fn results_line(results: &[crate::ActionResult]) -> String {
+    let many = results.len() > 1;
+    let parts: Vec<String> = results
+        .iter()
+        .map(|r| {
+            let what = match (&r.error, &r.plan) {
+                (Some(e), _) => e.code.to_string(),
+                (None, Some(p)) => p.summary(),
+                (None, None) => "no plan (a worker without plan mode?)".to_owned(),
+            };
+            if many {
+                format!("{}: {what}", r.action)
+            } else {
+                what
+            }
+        })
+        .collect();
+    parts.join("; ")
+}
+
 /// Whether `action` as a whole only reads (what the simulator's client,
 /// which sends whole actions, decides plan mode by): a status, a listing, a
 /// read. A raw request is never taken for a read here (its protocol's

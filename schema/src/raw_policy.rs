@@ -907,7 +907,7 @@ mod destructive_tests {
 
     #[test]
     fn destructive_actions_are_denied_unless_a_rule_allows_them() {
-        let clear = Action::EventLog(EventLogOp::Clear);
+        let clear = Action::EventLog(EventLogOp::clear());
         assert!(clear.is_destructive() && !Action::EventLog(EventLogOp::read()).is_destructive());
         let e = RawPolicy::default().check((&clear).into()).unwrap_err();
         assert_eq!((e.kind(), e.code()), (ErrorKind::Denied, crate::ErrorCode::RawNotAllowed));

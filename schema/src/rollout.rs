@@ -83,6 +83,13 @@ pub struct RolloutRequest {
     /// Each machine's batch deadline (from its admission).
     #[serde(default, with = "crate::duration::option")]
     pub batch_deadline: Option<Duration>,
+    /// Every machine's batch runs in plan mode (`Batch.plan`): nothing
+    /// state-changing is sent to any BMC; each finished machine records its
+    /// plan in one line ([`PartView::plan`]). Canaries and
+    /// `stop_after_failures` apply as in a run: a machine whose plan has an
+    /// error (`unsupported`, unreachable) counts as failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan: bool,
 }
 
 /// A rollout's state.
@@ -181,6 +188,9 @@ pub struct RolloutSpec {
     pub on_error: OnError,
     #[serde(default, with = "crate::duration::option")]
     pub batch_deadline: Option<Duration>,
+    /// Plan mode for every batch ([`RolloutRequest::plan`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan: bool,
 }
 
 /// The rollout's record: settings, progress counters and the machines in
@@ -221,6 +231,9 @@ pub struct RolloutRecord {
     pub in_flight: Vec<u32>,
     #[serde(default)]
     pub counts: Counts,
+    /// A plan rollout ([`RolloutRequest::plan`]): nothing was changed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan: bool,
 }
 
 /// Why a rollout request is refused (before anything is stored).
@@ -298,6 +311,7 @@ impl RolloutRecord {
             state: RolloutState::Running,
             stop: None,
             canary_passed: canary == 0,
+            plan: req.plan,
             next: 0,
             in_flight: vec![],
             counts: Counts::default(),
@@ -442,6 +456,10 @@ pub struct RolloutPart {
     #[serde(default)]
     pub error: Option<ErrorBody>,
     pub finished_at_ms: u64,
+    /// A plan rollout: the machine's plan in one line
+    /// ([`crate::plan::results_line`]).
+    #[serde(default)]
+    pub plan: Option<String>,
 }
 
 /// A machine's place in a rollout, as `rollout.status` shows it.
@@ -478,6 +496,34 @@ pub struct PartView {
     pub state: PartState,
     #[serde(default)]
     pub error: Option<ErrorBody>,
+    /// A plan rollout: the machine's plan in one line (`POST …`, `no
+    /// change`, or an error code; per action when several), the same for
+    /// the same plan on any machine.
+    #[serde(default)]
+    pub plan: Option<String>,
+}
+
+/// A plan rollout's finished machines grouped by identical plans: the plan
+/// line and the machines that have it, largest group first.
+pub fn plan_groups(parts: &[PartView]) -> Vec<(String, Vec<String>)> {
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in parts {
+        let line = match (&p.plan, p.state) {
+            (Some(line), _) => line.clone(),
+            (None, PartState::Pending | PartState::Running) => continue,
+            (None, state) => {
+                let s = format!("{state:?}").to_lowercase();
+                match &p.error {
+                    Some(e) => format!("{s}: {}", e.code),
+                    None => s,
+                }
+            }
+        };
+        groups.entry(line).or_default().push(p.machine.clone());
+    }
+    let mut out: Vec<(String, Vec<String>)> = groups.into_iter().collect();
+    out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+    out
 }
 
 /// Reply of `rollout.submit`, `.status`, `.pause`, `.resume`, `.abort`.
@@ -622,6 +668,7 @@ mod tests {
             stop_after_failures: stop,
             deadline: None,
             batch_deadline: None,
+            plan: false,
         }
     }
 

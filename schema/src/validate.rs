@@ -446,6 +446,9 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
                     EventLogOp::MAX_LIMIT
                 )));
             }
+            Action::EventLog(op) => {
+                op.check_log_ids().map_err(|why| field(format!("actions[{i}]: event_log: {why}")))?
+            }
             Action::BiosSet(b) => {
                 if b.attributes.is_empty() {
                     return Err(field(format!("actions[{i}]: bios_set changes nothing (give attributes)")));
@@ -890,7 +893,12 @@ mod tests {
     #[test]
     fn destructive_actions_and_bios_sets_at_admission() {
         let batch = |action: &str| format!(r#"{{"machine":"m1","actions":[{action}]}}"#);
-        for a in [r#"{"event_log":"clear"}"#, r#""bios_reset""#, r#"{"secure_boot_reset_keys":"delete_pk"}"#] {
+        for a in [
+            r#"{"event_log":"clear"}"#,
+            r#"{"event_log":{"clear":{"log_ids":["EventLog"]}}}"#,
+            r#""bios_reset""#,
+            r#"{"secure_boot_reset_keys":"delete_pk"}"#,
+        ] {
             let e = json(&batch(a)).unwrap_err();
             assert_eq!(e.code, ErrorCode::RawNotAllowed, "{a}");
             assert!(e.message.contains("deny action:*"), "{e}");
@@ -900,6 +908,16 @@ mod tests {
             ..Limits::default()
         };
         decode_batch(batch(r#"{"event_log":"clear"}"#).as_bytes(), Encoding::Json, &limits).unwrap();
+        decode_batch(batch(r#"{"event_log":{"clear":{"log_ids":["EventLog"]}}}"#).as_bytes(), Encoding::Json, &limits)
+            .unwrap();
+        for bad in [
+            r#"{"event_log":{"clear":{"log_ids":[""]}}}"#,
+            r#"{"event_log":{"clear":{"log_ids":["a","a"]}}}"#,
+            r#"{"event_log":{"read":{"logs":"all","log_ids":["EventLog"]}}}"#,
+        ] {
+            let e = decode_batch(batch(bad).as_bytes(), Encoding::Json, &limits).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidField, "{bad}: {e}");
+        }
         assert_eq!(
             decode_batch(batch(r#""bios_reset""#).as_bytes(), Encoding::Json, &limits).unwrap_err().code,
             ErrorCode::RawNotAllowed

@@ -141,7 +141,7 @@ tags! {
         Action::VirtualMedia(VirtualMediaOp::Eject { .. }) => "virtual_media.eject",
         Action::Inventory => "inventory",
         Action::EventLog(EventLogOp::Read { .. }) => "event_log.read",
-        Action::EventLog(EventLogOp::Clear) => "event_log.clear",
+        Action::EventLog(EventLogOp::Clear { .. }) => "event_log.clear",
         Action::Sensors => "sensors",
         Action::BiosGet => "bios_get",
         Action::BiosSet(_) => "bios_set",
@@ -320,8 +320,15 @@ fn every_action() -> Vec<Action> {
         })),
         Action::Inventory,
         Action::EventLog(EventLogOp::read()),
-        Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 20, logs: LogSet::Other }),
-        Action::EventLog(EventLogOp::Clear),
+        Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 20, logs: LogSet::Other, log_ids: vec![] }),
+        Action::EventLog(EventLogOp::Read {
+            limit: None,
+            offset: 0,
+            logs: LogSet::Event,
+            log_ids: vec!["EventLog".into(), "/redfish/v1/Systems/1/LogServices/PostCodes".into()],
+        }),
+        Action::EventLog(EventLogOp::clear()),
+        Action::EventLog(EventLogOp::clear_logs(["EventLog"])),
         Action::Sensors,
         Action::BiosGet,
         Action::BiosSet(BiosSet {
@@ -788,6 +795,7 @@ fn rollout_request(full: bool) -> RolloutRequest {
         stop_after_failures: full.then_some(3),
         deadline: full.then(|| Duration::from_secs(3600)),
         batch_deadline: full.then(|| Duration::from_secs(600)),
+        plan: full,
     }
 }
 
@@ -807,13 +815,23 @@ fn rollout_record(full: bool) -> RolloutRecord {
 fn rollout_view(full: bool) -> RolloutView {
     let parts = if full {
         vec![
-            PartView { index: 0, machine: "node-1".into(), batch: id(), state: PartState::Succeeded, error: None },
+            PartView {
+                index: 0,
+                machine: "node-1".into(),
+                batch: id(),
+                state: PartState::Succeeded,
+                error: None,
+                plan: Some(
+                    "POST /redfish/v1/Systems/1/Actions/ComputerSystem.Reset {\"ResetType\":\"ForceOff\"}".into(),
+                ),
+            },
             PartView {
                 index: 1,
                 machine: "node-2".into(),
                 batch: id(),
                 state: PartState::Refused,
                 error: Some(ErrorBody::new(ErrorCode::MachineNotFound, "gone")),
+                plan: None,
             },
         ]
     } else {

@@ -55,7 +55,7 @@ async fn sim_plans_equal_execution_for_every_capability() {
         }),
         Action::Inventory,
         Action::EventLog(EventLogOp::read()),
-        Action::EventLog(EventLogOp::Clear),
+        Action::EventLog(EventLogOp::clear()),
         Action::Sensors,
         Action::BiosGet,
         Action::SecureBootGet,

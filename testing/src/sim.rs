@@ -483,12 +483,17 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             bmc.media = None;
             Response::Ok(None)
         }
+        // The simulator keeps one log, the SEL (named `sel`).
+        Action::EventLog(op) if op.log_ids().iter().any(|i| !i.eq_ignore_ascii_case("sel")) => bmc_err(
+            ErrorCode::TargetNotFound,
+            "this BMC has no log of that name: its only log is the system event log, named `sel`; nothing was done",
+        ),
         Action::EventLog(EventLogOp::Read { limit, offset, .. }) => {
             let limit = limit.unwrap_or(EventLogOp::DEFAULT_LIMIT) as usize;
             let entries = bmc.events.iter().rev().skip(*offset as usize).take(limit).cloned().collect();
             Response::Ok(Some(ActionData::EventLog(EventLog { total: Some(bmc.events.len() as u32), entries })))
         }
-        Action::EventLog(EventLogOp::Clear) => {
+        Action::EventLog(EventLogOp::Clear { .. }) => {
             bmc.events.clear();
             Response::Ok(None)
         }

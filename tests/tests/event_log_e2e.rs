@@ -32,7 +32,7 @@ async fn event_log_read_and_clear_behind_the_policy() {
     assert_eq!(log.entries[1].severity, Some(Health::Critical));
     assert_eq!(log.entries[1].raw.as_ref().map(String::len), Some(32));
 
-    let mut clear = batch_for(bmc.target(), vec![Action::EventLog(EventLogOp::Clear)]);
+    let mut clear = batch_for(bmc.target(), vec![Action::EventLog(EventLogOp::clear())]);
     clear.machine = Some(stack.topology.register_machine(&stack.producer.client, clear.bmc.as_ref().unwrap()).await);
     clear.bmc = None;
     match stack.producer.submit(&clear, true).await {
@@ -58,8 +58,13 @@ async fn event_log_read_and_clear_behind_the_policy() {
         .run(&batch_for(
             bmc.target(),
             vec![
-                Action::EventLog(EventLogOp::Clear),
-                Action::EventLog(EventLogOp::Read { limit: Some(10), offset: 0, logs: Default::default() }),
+                Action::EventLog(EventLogOp::clear()),
+                Action::EventLog(EventLogOp::Read {
+                    limit: Some(10),
+                    offset: 0,
+                    logs: Default::default(),
+                    log_ids: vec![],
+                }),
             ],
         ))
         .await;
@@ -70,5 +75,5 @@ async fn event_log_read_and_clear_behind_the_policy() {
 }
 
 fn clear_for(bmc: &IpmiSim) -> Batch {
-    batch_for(bmc.target(), vec![Action::EventLog(EventLogOp::Clear)])
+    batch_for(bmc.target(), vec![Action::EventLog(EventLogOp::clear())])
 }

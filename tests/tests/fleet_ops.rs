@@ -629,6 +629,9 @@ async fn a_fleet_plan_changes_nothing_groups_identical_plans_and_is_audited() {
     let lone = text.lines().find(|l| l.starts_with("  1 machine (p80-d): ")).unwrap_or_else(|| panic!("{text}"));
     assert!(!lone.contains("power_cycle"), "{lone}");
     assert_eq!(r.code, Some(1), "a machine without its plan fails the run: {text}");
+    // The plan ran as a rollout with plan: true (durable, scheduled by the gateways).
+    let list = f.bmcctl(&["--json", "rollout", "list", "--all"]).await;
+    assert!(list.out.replace([' ', '\n'], "").contains("\"plan\":true"), "{}{}", list.out, list.err);
 
     // Plans are audited like batches, and say they are plans.
     let audit = f.bmcctl(&["--json", "audit", "--since", "1h"]).await;

@@ -445,8 +445,13 @@ async fn a_result_too_large_for_the_status_record_fails_the_action_not_the_lane(
     let mut batch = batch_for(
         server.target(),
         vec![
-            Action::EventLog(EventLogOp::Read { limit: Some(1000), offset: 0, logs: Default::default() }),
-            Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 0, logs: Default::default() }),
+            Action::EventLog(EventLogOp::Read {
+                limit: Some(1000),
+                offset: 0,
+                logs: Default::default(),
+                log_ids: vec![],
+            }),
+            Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 0, logs: Default::default(), log_ids: vec![] }),
         ],
     );
     batch.deadline = Some(Duration::from_secs(20));

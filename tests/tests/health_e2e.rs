@@ -113,8 +113,8 @@ async fn bios_pending_until_reset_and_destructive_actions_allowed_by_rules() {
     assert!(after.pending.is_empty());
 
     let r = run(vec![
-        Action::EventLog(EventLogOp::Read { limit: Some(1), offset: 0, logs: Default::default() }),
-        Action::EventLog(EventLogOp::Clear),
+        Action::EventLog(EventLogOp::Read { limit: Some(1), offset: 0, logs: Default::default(), log_ids: vec![] }),
+        Action::EventLog(EventLogOp::clear()),
         Action::EventLog(EventLogOp::read()),
         Action::BiosReset,
         Action::BiosGet,

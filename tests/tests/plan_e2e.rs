@@ -61,7 +61,7 @@ async fn a_plan_batch_changes_nothing_and_returns_each_actions_request() {
     assert!(matches!(&plans[3].change, Some(PlannedRequest::Ipmi { netfn: 0x06, cmd: 0x45, .. })), "{:?}", plans[3]);
 
     // A destructive action is refused at admission in plan mode too (default raw policy).
-    let mut clear = batch_for(bmc.target(), vec![Action::EventLog(EventLogOp::Clear)]);
+    let mut clear = batch_for(bmc.target(), vec![Action::EventLog(EventLogOp::clear())]);
     clear.plan = true;
     clear.machine = Some(stack.topology.register_machine(&stack.producer.client, clear.bmc.as_ref().unwrap()).await);
     clear.bmc = None;

@@ -104,6 +104,7 @@ fn request(selector: &[(&str, &str)], actions: Vec<Action>) -> RolloutRequest {
         stop_after_failures: None,
         deadline: None,
         batch_deadline: Some(Duration::from_secs(120)),
+        plan: false,
     }
 }
 
@@ -530,4 +531,99 @@ async fn under_the_shipped_accounts_a_tenant_rolls_out_to_its_own_machines_only(
     // B's `{}` selects B's machines only: two, neither of A's.
     let v = view(call(&b, "submit", &request(&[], vec![Action::Power(PowerOp::Status)])).await);
     assert_eq!((v.rollout.machines, v.rollout.tenant.as_str()), (2, "tenant-b"));
+}
+
+/// A plan rollout: every machine's batch runs in plan mode. Nothing that
+/// changes state reaches any BMC (the simulator logs every action it is
+/// sent), every machine is planned after its canary, and the status groups
+/// the machines by their identical plans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_rollout_changes_nothing_and_groups_the_machines_plans() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let names = register(&p.client, &topo, 3, 5).await;
+
+    let mut req = request(&[("rack", "3")], vec![Action::Power(PowerOp::Off), Action::Power(PowerOp::Status)]);
+    req.plan = true;
+    req.canary = Some(1);
+    let v = view(call(&p, "submit", &req).await);
+    assert!(v.rollout.plan, "the record says it is a plan");
+    let id = v.rollout.id;
+    let done =
+        wait_record(&p, id, Duration::from_secs(120), "the plan rollout to finish", |r| r.state.is_final()).await;
+    assert_eq!((done.state, done.counts.succeeded, done.plan), (RolloutState::Succeeded, 5, true), "{done:?}");
+
+    // Nothing state-changing was sent: the simulator never saw a power off.
+    let log = sim.log();
+    assert!(log.iter().all(|e| e.action != "power_off"), "{log:?}");
+    // Every machine's batch was a plan batch of the rollout.
+    let js = async_nats::jetstream::new(p.client.clone());
+    let kv = js.get_key_value(topo.subjects().batches_bucket()).await.unwrap();
+    for (i, name) in names.iter().enumerate() {
+        let b = rollout::batch_id(id, i as u32, name);
+        let st = bmcfleet_common::status::load(&kv, &b).await.unwrap().expect("a status").status;
+        let r = st.result.expect("a result");
+        let off = &r.results[0];
+        let plan = off.plan.as_ref().expect("power_off has a plan");
+        assert!(plan.change.is_some(), "{name}: the change it would send: {plan:?}");
+    }
+
+    // The status shows each machine's plan, grouped: one plan for all five.
+    let reply = call(&p, "status", &rollout::RolloutStatusRequest { id, from: 0, limit: 100 }).await;
+    let parts = view(reply).parts;
+    assert_eq!(parts.len(), 5);
+    assert!(parts.iter().all(|p| p.plan.is_some()), "{parts:?}");
+    let groups = rollout::plan_groups(&parts);
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups[0].1.len(), 5);
+    assert!(groups[0].0.contains("power_off: ") && groups[0].0.contains("power_status: no change"), "{}", groups[0].0);
+}
+
+/// Canaries mean in a plan rollout what they mean in a run: a canary whose
+/// plan could not be made (here: its credential does not exist) counts as
+/// failed, and no other machine is planned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_rollout_stops_after_a_canary_whose_plan_failed() {
+    use bmcfleet_common::streams::{bucket, machines_config, Mode};
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    register(&p.client, &topo, 4, 3).await;
+    // First by name, so the canary: a machine whose credential does not exist.
+    let js = async_nats::jetstream::new(p.client.clone());
+    let machines = bucket(&js, machines_config(&topo.subjects(), 1), Mode::UseExisting).await.unwrap();
+    let mut m = bmcfleet_schema::Machine::new(
+        "r4-node-00".to_owned(),
+        "10.77.4.200".parse().unwrap(),
+        bmcfleet_schema::Protocol::Sim,
+        "missing",
+    );
+    m.labels = BTreeMap::from([("rack".to_owned(), "4".to_owned())]);
+    bmcfleet_common::registry::put(&machines, &m).await.unwrap();
+
+    let mut req = request(&[("rack", "4")], vec![Action::Power(PowerOp::Off)]);
+    req.plan = true;
+    req.canary = Some(1);
+    let id = view(call(&p, "submit", &req).await).rollout.id;
+    let done = wait_record(&p, id, Duration::from_secs(120), "the plan rollout to stop", |r| r.state.is_final()).await;
+    assert_eq!(
+        (done.state, done.stop, done.counts.failed, done.not_started()),
+        (RolloutState::Failed, Some(rollout::StopReason::Canary), 1, 3),
+        "{done:?}"
+    );
+    assert!(sim.log().is_empty(), "nothing reached any BMC: {:?}", sim.log());
+    let parts = view(call(&p, "status", &rollout::RolloutStatusRequest { id, from: 0, limit: 100 }).await).parts;
+    assert_eq!(parts[0].plan.as_deref(), Some("unknown_credential"), "{parts:?}");
+    assert_eq!(rollout::plan_groups(&parts), [("unknown_credential".to_owned(), vec!["r4-node-00".to_owned()])]);
 }

@@ -128,11 +128,18 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
             Action::BootDevice(BootDeviceRequest { device: *device, persistent: *persistent, efi: *efi }),
         ),
         Command::Inventory { target } => action(target, Action::Inventory),
-        Command::EventLog { op: EventLogCmd::Read { limit, offset, target } } => action(
+        Command::EventLog { op: EventLogCmd::Read { limit, offset, logs, target } } => action(
             target,
-            Action::EventLog(EventLogOp::Read { limit: *limit, offset: *offset, logs: Default::default() }),
+            Action::EventLog(EventLogOp::Read {
+                limit: *limit,
+                offset: *offset,
+                logs: Default::default(),
+                log_ids: logs.clone(),
+            }),
         ),
-        Command::EventLog { op: EventLogCmd::Clear { target } } => action(target, Action::EventLog(EventLogOp::Clear)),
+        Command::EventLog { op: EventLogCmd::Clear { logs, target } } => {
+            action(target, Action::EventLog(EventLogOp::Clear { log_ids: logs.clone() }))
+        }
         Command::Sensors { target } => action(target, Action::Sensors),
         Command::Bios { op } => match op {
             BiosCmd::Get { target } => action(target, Action::BiosGet),
@@ -428,9 +435,27 @@ mod tests {
             (vec!["event-log", "read"], Action::EventLog(EventLogOp::read())),
             (
                 vec!["event-log", "read", "--limit", "5", "--offset", "10"],
-                Action::EventLog(EventLogOp::Read { limit: Some(5), offset: 10, logs: Default::default() }),
+                Action::EventLog(EventLogOp::Read {
+                    limit: Some(5),
+                    offset: 10,
+                    logs: Default::default(),
+                    log_ids: vec![],
+                }),
             ),
-            (vec!["event-log", "clear"], Action::EventLog(EventLogOp::Clear)),
+            (
+                vec!["event-log", "read", "--log", "PostCodes"],
+                Action::EventLog(EventLogOp::Read {
+                    limit: None,
+                    offset: 0,
+                    logs: Default::default(),
+                    log_ids: vec!["PostCodes".into()],
+                }),
+            ),
+            (vec!["event-log", "clear"], Action::EventLog(EventLogOp::clear())),
+            (
+                vec!["event-log", "clear", "--log", "EventLog", "--log", "sel"],
+                Action::EventLog(EventLogOp::clear_logs(["EventLog", "sel"])),
+            ),
             (vec!["sensors"], Action::Sensors),
             (vec!["bios", "get"], Action::BiosGet),
             (

@@ -23,14 +23,14 @@ use bmcfleet_schema::rollout::{
     RolloutState, RolloutStatusRequest, StopReason,
 };
 use bmcfleet_schema::{
-    Action, ActionResult, Batch, BatchResult, BatchState, Encoding, ErrorBody, ErrorCode, IdRequest, Machine, OnError,
-    Reply, Subjects,
+    Action, ActionResult, BatchResult, BatchState, Encoding, ErrorBody, ErrorCode, IdRequest, Machine, OnError, Reply,
+    Subjects,
 };
 use futures::stream::{Stream, StreamExt};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use ulid::Ulid;
 
 /// `--max-parallel` when not given.
@@ -298,7 +298,12 @@ pub fn request(
     schedule: Schedule,
     actions: &[Action],
     deadline: Duration,
+    plan: bool,
 ) -> RolloutRequest {
+    // A plan changes nothing: every machine is planned, whatever the others'
+    // plans came to (no canary, no failure limit), so that the groups show
+    // every machine's answer ("3 machines: unsupported").
+    let (canary, stop_after_failures) = if plan { (0, None) } else { (schedule.canary, schedule.stop_after_failures) };
     RolloutRequest {
         id: Some(id),
         selector: None,
@@ -306,11 +311,12 @@ pub fn request(
         actions: actions.to_vec(),
         on_error: OnError::Stop,
         max_parallel: Some((schedule.max_parallel.max(1) as u32).min(rollout::MAX_PARALLEL)),
-        canary: (schedule.canary > 0).then_some(schedule.canary as u32),
+        canary: (canary > 0).then_some(canary as u32),
         canary_successes: None,
-        stop_after_failures: schedule.stop_after_failures.map(|k| k as u32),
+        stop_after_failures: stop_after_failures.map(|k| k as u32),
         deadline: None,
         batch_deadline: Some(deadline),
+        plan,
     }
 }
 
@@ -534,84 +540,6 @@ where
     Ok((outcomes, stopped))
 }
 
-/// Submit one machine's batch and wait for its final result.
-async fn submit_one(client: &Client, planned: Planned, actions: &[Action], deadline: Duration, plan: bool) -> Outcome {
-    let started = Instant::now();
-    let machine = planned.machine.as_str();
-    let batch = Batch {
-        plan,
-        id: Some(planned.batch),
-        machine: Some(machine.to_owned()),
-        bmc: None,
-        actions: actions.to_vec(),
-        on_error: OnError::Stop,
-        deadline: Some(deadline),
-    };
-    let body = match Encoding::Json.encode(&batch) {
-        Ok(b) => b,
-        Err(e) => {
-            return Outcome::refused(
-                machine,
-                ErrorBody::new(ErrorCode::Internal, format!("cannot encode the batch: {e}")),
-                started.elapsed(),
-            )
-        }
-    };
-    let lost = match client.request("submit", true, body, deadline + Duration::from_secs(10)).await {
-        Ok(Reply::Result(r)) => return Outcome::finished(machine, r, started.elapsed()),
-        // The gateway stopped, lost its subscription or held the request
-        // longer than it may: the batch may be queued. Its status says.
-        Ok(Reply::Error(e)) if matches!(e.code, ErrorCode::Timeout | ErrorCode::Unavailable) => e,
-        Ok(Reply::Error(e)) => return Outcome::refused(machine, e, started.elapsed()),
-        Ok(other) => {
-            ErrorBody::new(ErrorCode::Internal, format!("the gateway answered a waiting submit with {other:?}"))
-        }
-        Err(e) => {
-            let no_gateway = e
-                .downcast_ref::<async_nats::RequestError>()
-                .is_some_and(|r| r.kind() == async_nats::RequestErrorKind::NoResponders);
-            let body = ErrorBody::new(ErrorCode::Unavailable, format!("{e:#}"));
-            if no_gateway {
-                return Outcome::refused(machine, body, started.elapsed());
-            }
-            body
-        }
-    };
-    follow(client, machine, planned.batch, lost, started, deadline).await
-}
-
-/// Look a batch up by status until it is final, or until its deadline (and
-/// a margin) has passed.
-async fn follow(
-    client: &Client,
-    machine: &str,
-    id: Ulid,
-    lost: ErrorBody,
-    started: Instant,
-    deadline: Duration,
-) -> Outcome {
-    let give_up = started + deadline + Duration::from_secs(30);
-    let body = serde_json::to_vec(&IdRequest { id }).expect("an id request serialises");
-    loop {
-        match client.request("status", false, body.clone(), super::status::TIMEOUT).await {
-            Ok(Reply::Status(s)) => {
-                if let (true, Some(r)) = (s.state.is_final(), s.result) {
-                    return Outcome::finished(machine, r, started.elapsed());
-                }
-            }
-            // Never admitted: the first answer was a refusal after all.
-            Ok(Reply::Error(e)) if e.code == ErrorCode::NotFound => {
-                return Outcome::refused(machine, lost, started.elapsed())
-            }
-            _ => {}
-        }
-        if Instant::now() >= give_up {
-            return Outcome::unknown(machine, id, lost, started.elapsed());
-        }
-        tokio::time::sleep(FOLLOW_EVERY).await;
-    }
-}
-
 /// What one machine's plan batch came to, the same text for the same plan
 /// on any machine: per action, its planned change (`POST …`), `no change`,
 /// or its error code; a batch refused or not run, its verdict and code.
@@ -622,24 +550,7 @@ pub fn plan_key(o: &Outcome) -> String {
             None => o.result.as_str().to_owned(),
         };
     }
-    let many = o.results.len() > 1;
-    let parts: Vec<String> = o
-        .results
-        .iter()
-        .map(|r| {
-            let what = match (&r.error, &r.plan) {
-                (Some(e), _) => e.code.to_string(),
-                (None, Some(p)) => p.summary(),
-                (None, None) => "no plan (a worker without plan mode?)".to_owned(),
-            };
-            if many {
-                format!("{}: {what}", r.action)
-            } else {
-                what
-            }
-        })
-        .collect();
-    parts.join("; ")
+    bmcfleet_schema::plan::results_line(&o.results)
 }
 
 /// A fleet plan's machines grouped by identical plans ([`plan_key`]): the
@@ -653,33 +564,6 @@ pub fn plan_groups(outcomes: &[Outcome]) -> Vec<(String, Vec<String>)> {
     out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
     out
 }
-
-/// A fleet plan: every machine's plan batch, at most `--max-parallel` at
-/// once, each through `submit` like a single machine's. A plan changes
-/// nothing on any BMC, so it needs neither canaries nor a rollout's
-/// durability, and every machine is planned (a failure stops nothing).
-/// Outcomes in plan order.
-async fn plan_all(
-    client: &Client,
-    planned: &[Planned],
-    actions: &[Action],
-    deadline: Duration,
-    max_parallel: usize,
-    mut report: impl FnMut(Progress<'_>),
-) -> Vec<Outcome> {
-    let mut outcomes: Vec<Option<Outcome>> = vec![None; planned.len()];
-    let mut runs = futures::stream::iter(planned.iter().enumerate())
-        .map(|(i, p)| async move { (i, submit_one(client, p.clone(), actions, deadline, true).await) })
-        .buffer_unordered(max_parallel.max(1));
-    while let Some((i, outcome)) = runs.next().await {
-        report(Progress::Finished(&outcome));
-        outcomes[i] = Some(outcome);
-    }
-    outcomes.into_iter().flatten().collect()
-}
-
-/// How often a plan batch that bmcctl lost track of is looked up by status.
-const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
 /// How long one rollout request may take (a submit checks every machine).
 const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -726,26 +610,24 @@ pub async fn run(
         Progress::Stopping(why) => bar.above(&crate::output::stopping(why, schedule)),
         Progress::Tick => bar.tick(),
     };
-    let (outcomes, stopped) = if target.plan {
-        (plan_all(client, &planned, &actions, target.deadline, schedule.max_parallel, report).await, None)
-    } else {
-        let request = request(id, &planned, schedule, &actions, target.deadline);
-        let subjects = topology.subjects();
-        let follow = follow_rollout(client, &subjects, id, &planned, &request, interrupts(), report);
-        match target.timeout {
-            None => follow.await?,
-            Some(limit) => match tokio::time::timeout(limit, follow).await {
-                Ok(done) => done?,
-                Err(_) => {
-                    bar.finish();
-                    eprintln!(
-                        "no result within {} (--timeout): rollout {id} goes on; `bmcctl rollout status {id}`",
-                        bmcfleet_schema::duration::format(limit)
-                    );
-                    return Ok(ExitCode::from(crate::exit::NOT_FINISHED));
-                }
-            },
-        }
+    // A plan too is a rollout (plan: true): durable, scheduled by the
+    // gateways, its plans grouped here and by `bmcctl rollout status`.
+    let request = request(id, &planned, schedule, &actions, target.deadline, target.plan);
+    let subjects = topology.subjects();
+    let follow = follow_rollout(client, &subjects, id, &planned, &request, interrupts(), report);
+    let (outcomes, stopped) = match target.timeout {
+        None => follow.await?,
+        Some(limit) => match tokio::time::timeout(limit, follow).await {
+            Ok(done) => done?,
+            Err(_) => {
+                bar.finish();
+                eprintln!(
+                    "no result within {} (--timeout): rollout {id} goes on; `bmcctl rollout status {id}`",
+                    bmcfleet_schema::duration::format(limit)
+                );
+                return Ok(ExitCode::from(crate::exit::NOT_FINISHED));
+            }
+        },
     };
     bar.finish();
     if format.is_json() {
@@ -941,6 +823,7 @@ mod tests {
             schedule(100_000, 1, Some(2)),
             &[Action::Power(bmcfleet_schema::PowerOp::On)],
             Duration::from_secs(60),
+            false,
         );
         assert_eq!(r.machines, ["b", "a"], "run order kept");
         assert_eq!(
@@ -955,8 +838,20 @@ mod tests {
             schedule(3, 0, None),
             &[Action::Power(bmcfleet_schema::PowerOp::On)],
             Duration::from_secs(60),
+            false,
         );
         assert_eq!((r.max_parallel, r.canary, r.stop_after_failures), (Some(3), None, None));
+        // A plan plans every machine: no canary, no failure limit.
+        let r = request(
+            id,
+            &planned,
+            schedule(3, 1, Some(2)),
+            &[Action::Power(bmcfleet_schema::PowerOp::Off)],
+            Duration::from_secs(60),
+            true,
+        );
+        assert_eq!((r.plan, r.max_parallel, r.canary, r.stop_after_failures), (true, Some(3), None, None));
+        assert_eq!(rollout::check_request(&r), Ok(()));
 
         // How the gateways' stop reads: the canaries that did not succeed, the failure limit.
         let req = request(
@@ -965,6 +860,7 @@ mod tests {
             schedule(3, 1, Some(2)),
             &[Action::Power(bmcfleet_schema::PowerOp::On)],
             Duration::from_secs(60),
+            false,
         );
         let mut record = RolloutRecord::new(id, &req, "default", "operator", 2, 1);
         assert_eq!(stopped_by(&record, &[None, None]), None);

@@ -42,11 +42,19 @@ pub async fn run(client: &Client, subjects: &Subjects, op: &RolloutOp) -> anyhow
         RolloutOp::Status { id, machines } => {
             let reply = status(client, *id, 0, 0).await?;
             let Reply::Rollout(mut v) = reply else { return Ok(client.print(&reply)) };
-            if *machines {
+            // A plan rollout's machines are read to group their plans.
+            if *machines || v.rollout.plan {
                 v.parts = parts(client, *id, v.rollout.machines).await?;
             }
             let code = exit(&v.rollout);
+            let groups = bmcfleet_schema::rollout::plan_groups(&v.parts);
+            if !*machines && !client.format.is_json() {
+                v.parts.clear();
+            }
             client.print(&Reply::Rollout(v));
+            if !groups.is_empty() && !client.format.is_json() {
+                print!("{}", crate::output::plan_groups(&groups));
+            }
             Ok(code)
         }
         RolloutOp::Pause { id } => change(client, "pause", *id).await,
@@ -166,7 +174,7 @@ pub fn view_text(v: &RolloutView, wide: bool) -> String {
         r.id,
         state(r.state),
         if v.duplicate { " (already known: not submitted again)" } else { "" },
-        r.actions.join(","),
+        if r.plan { format!("plan of {}", r.actions.join(",")) } else { r.actions.join(",") },
         r.machines,
         r.tenant,
         r.counts.succeeded,
@@ -189,12 +197,13 @@ pub fn view_text(v: &RolloutView, wide: bool) -> String {
     }
     for p in &v.parts {
         out.push_str(&format!(
-            "  {:>5} {:<32} {:<10} {}{}\n",
+            "  {:>5} {:<32} {:<10} {}{}{}\n",
             p.index,
             p.machine,
             snake(&p.state),
             p.batch,
-            p.error.as_ref().map(|e| format!("  {e}")).unwrap_or_default()
+            p.error.as_ref().map(|e| format!("  {e}")).unwrap_or_default(),
+            p.plan.as_ref().map(|l| format!("  would send {l}")).unwrap_or_default()
         ));
     }
     out

@@ -32,7 +32,7 @@ mod virtual_media;
 pub use bios::Bios;
 pub use bmc_reset::BmcReset;
 pub use boot::{Applies, BootControl};
-pub use event_log::EventLog;
+pub use event_log::{only_the_sel, EventLog, SEL_LOG_ID};
 pub use firmware_update::{FirmwareUpdate, Started};
 pub use inventory::Inventory;
 pub use network_source::NetworkSource;
@@ -237,7 +237,7 @@ mod tests {
             Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 6, cmd: 1, data: vec![] })),
             Action::VirtualMedia(VirtualMediaOp::Eject { media: MediaKind::Cd }),
             Action::Inventory,
-            Action::EventLog(EventLogOp::Clear),
+            Action::EventLog(EventLogOp::clear()),
             Action::Sensors,
             Action::BiosGet,
             Action::SecureBootGet,

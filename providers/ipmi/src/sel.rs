@@ -182,7 +182,14 @@ impl<T: Transport> IpmiSession<T> {
 impl<T: Transport> EventLog for IpmiSession<T> {
     async fn read_event_log(&mut self, ctx: &Ctx, limit: u32, offset: u32) -> Result<EventLogData> {
         let (count, records) = self.sel_records(ctx).await?;
-        let entries = records.into_iter().rev().skip(offset as usize).take(limit as usize).collect();
+        // Each entry names its log, the name an action gives it (`log_ids: ["sel"]`).
+        let entries = records
+            .into_iter()
+            .rev()
+            .skip(offset as usize)
+            .take(limit as usize)
+            .map(|e| EventLogEntry { log: Some(bmcfleet_provider::SEL_LOG_ID.into()), ..e })
+            .collect();
         Ok(EventLogData { total: Some(u32::from(count)), entries })
     }
 

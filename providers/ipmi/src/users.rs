@@ -30,9 +30,23 @@ impl<T: Transport> IpmiSession<T> {
         Ok(names)
     }
 
+    /// The slot named `name`. Two slots of one name (a BMC lets a raw Set
+    /// User Name write one twice): which one is meant is not guessed,
+    /// `conflict`, nothing changed.
     async fn find_user(&mut self, ctx: &Ctx, channel: u8, name: &str) -> Result<Option<u8>> {
         let names = self.user_names(ctx, channel).await?;
-        Ok(names.into_iter().find(|(_, n)| n.as_deref() == Some(name)).map(|(id, _)| id))
+        let ids: Vec<u8> = names.into_iter().filter(|(_, n)| n.as_deref() == Some(name)).map(|(id, _)| id).collect();
+        match ids.as_slice() {
+            [] => Ok(None),
+            [id] => Ok(Some(*id)),
+            several => Err(ProviderError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "slots {} of this BMC are all named {name:?}: which one is meant is not known; nothing was changed",
+                    several.iter().map(u8::to_string).collect::<Vec<_>>().join(", ")
+                ),
+            )),
+        }
     }
 
     async fn user_info(&mut self, ctx: &Ctx, channel: u8, id: u8, name: String) -> Result<UserInfo> {

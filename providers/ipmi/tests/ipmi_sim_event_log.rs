@@ -6,7 +6,7 @@
 mod common;
 
 use bmcfleet_provider::EventLog;
-use bmcfleet_schema::Health;
+use bmcfleet_schema::{ErrorCode, Health};
 use common::{ctx, open, start_sim};
 
 /// Adds SEL entries with `ipmitool sel add FILE` (one event a line:
@@ -77,4 +77,22 @@ async fn entries_added_by_ipmitool_read_newest_first_and_clear() {
     // An empty log reads as empty, not as an error.
     let again = s.read_event_log(&ctx, 100, 0).await.unwrap();
     assert!(again.entries.len() <= 1);
+}
+
+#[tokio::test]
+async fn the_sel_is_named_sel_and_any_other_name_touches_nothing() {
+    let sim = start_sim();
+    let ctx = ctx();
+    let mut s = open(&sim).await;
+    add_events(&sim, &["0x04 0x01 0x30 0x01 0x09 0xff 0xff"]);
+    let log = s.read_named_logs(&ctx, 100, 0, &["sel".into()]).await.unwrap();
+    assert!(!log.entries.is_empty());
+    assert!(log.entries.iter().all(|e| e.log.as_deref() == Some("sel")), "each entry names its log: {log:?}");
+    // A name this BMC does not have: refused before anything is sent.
+    let e = s.clear_named_logs(&ctx, &["EventLog".into()]).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::TargetNotFound, "{e:?}");
+    assert!(e.message.contains("named `sel`"), "{}", e.message);
+    assert!(sim.ipmitool(&["sel", "list"]).unwrap().contains("Temperature"), "the SEL was not cleared");
+    s.clear_named_logs(&ctx, &["SEL".into()]).await.unwrap();
+    assert!(!sim.ipmitool(&["sel", "list"]).unwrap().contains("Temperature"), "ipmitool sees the cleared log");
 }

@@ -107,7 +107,7 @@ fn actions(new_password: &str) -> Vec<Action> {
         Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x00, cmd: 0x02, data: vec![0x01] })),
         Action::Inventory,
         Action::EventLog(EventLogOp::read()),
-        Action::EventLog(EventLogOp::Clear),
+        Action::EventLog(EventLogOp::clear()),
         Action::Sensors,
         Action::BmcReset(BmcResetKind::Cold),
         Action::BiosGet,

@@ -400,3 +400,36 @@ async fn sel_clear_polls_until_the_erase_completes() {
     assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
     assert_eq!(bmc.snapshot().sel.len(), 1);
 }
+
+/// Deleting a user touches that user's slot only; two slots of one name
+/// are not guessed between (nothing is written).
+#[tokio::test]
+async fn a_user_delete_touches_its_slot_only_and_never_guesses_between_two() {
+    let (mut s, bmc) = session();
+    let ctx = ctx();
+    for name in ["alice", "bob"] {
+        let spec =
+            UserSpec { name: name.into(), password: Secret::new("a-password-1"), role: UserRole::User, enabled: true };
+        s.create_user(&ctx, &spec).await.unwrap();
+    }
+    let before = bmc.snapshot().users;
+    let (alice, _) = bmc.snapshot().user("alice").map(|(i, u)| (i, u.clone())).unwrap();
+    s.delete_user(&ctx, "alice").await.unwrap();
+    let after = bmc.snapshot().users;
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        if i as u8 + 1 != alice {
+            assert_eq!(a, b, "slot {} changed", i + 1);
+        }
+    }
+    // A second slot named bob, as a raw Set User Name could leave it.
+    let free = after.iter().skip(1).position(|u| u.name.is_empty() && !u.enabled).unwrap() + 2;
+    bmc.update(|st| st.users[free - 1].name = "bob".into());
+    let before = bmc.snapshot();
+    let e = s.delete_user(&ctx, "bob").await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Conflict, "{e}");
+    let after = bmc.snapshot();
+    assert_eq!(after.users, before.users, "nothing written");
+    let writes: Vec<_> =
+        after.calls[before.calls.len()..].iter().filter(|c| c.0 == 0x06 && matches!(c.1, 0x43 | 0x45 | 0x47)).collect();
+    assert!(writes.is_empty(), "{writes:?}");
+}

@@ -222,8 +222,18 @@ impl Bios for RedfishSession {
 
     async fn reset_bios(&mut self, ctx: &Ctx) -> Result<()> {
         let bios = self.bios_resource(ctx).await?;
-        let (target, _, _) = action_of(&bios.body, "#Bios.ResetBios")
+        let (target, _, info) = action_of(&bios.body, "#Bios.ResetBios")
             .ok_or_else(|| unsupported("the Bios resource offers no Bios.ResetBios"))?;
+        // ResetBios takes no parameter: one its ActionInfo requires is not sent.
+        if let Some(info) = info {
+            let required = crate::discovery::required_unsent(&self.transport.get(ctx, &info).await?.body, &[]);
+            if !required.is_empty() {
+                return Err(unsupported(format!(
+                    "Bios.ResetBios requires {} (its @Redfish.ActionInfo), which bmcfleet does not send; nothing was sent",
+                    required.join(", ")
+                )));
+            }
+        }
         self.transport.post(ctx, &target, &json!({})).await?;
         Ok(())
     }

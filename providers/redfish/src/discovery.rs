@@ -231,9 +231,11 @@ async fn choose_system(
 }
 
 /// The system's manager: the first of `Links.ManagedBy` that answers, else
-/// the Managers collection member that manages this system, else its first
-/// BMC. `None` when the BMC exposes no manager (manager capabilities then
-/// report `unsupported`).
+/// the Managers collection member that says it manages this system
+/// (`ManagerForServers`), else the collection's BMC when it has exactly
+/// one. `None` when the BMC exposes no manager, or several BMCs of which
+/// none is linked to this system: which one manages it is not guessed
+/// (manager capabilities then report `unsupported`, nothing sent).
 async fn choose_manager(
     t: &mut Transport,
     ctx: &Ctx,
@@ -248,18 +250,22 @@ async fn choose_manager(
         }
     }
     let coll = t.get(ctx, managers?).await.ok()?;
-    let mut first_bmc = None;
+    let mut bmcs = Vec::new();
     for p in members(&coll.body) {
         let Ok(r) = t.get(ctx, &p).await else { continue };
         let serves = r.body.get("Links").map(|l| links(l, "ManagerForServers")).unwrap_or_default();
         if serves.contains(&system.0) {
             return Some((p, r.body));
         }
-        if first_bmc.is_none() && str_of(&r.body, "ManagerType").is_none_or(|k| k == "BMC") {
-            first_bmc = Some((p, r.body));
+        if str_of(&r.body, "ManagerType").is_none_or(|k| k == "BMC") {
+            bmcs.push((p, r.body));
         }
     }
-    first_bmc
+    if bmcs.len() > 1 {
+        tracing::debug!(bmc = %t.bmc(), managers = bmcs.len(), "Several BMC managers, none linked to the system: none chosen.");
+        return None;
+    }
+    bmcs.pop()
 }
 
 /// `Actions[name]` with its ResetType allowable values, inline or through
@@ -288,12 +294,34 @@ pub(crate) fn action_of(resource: &Value, name: &str) -> Option<(String, Option<
 
 /// The `ResetType` allowable values an ActionInfo resource lists.
 pub(crate) fn action_info_allowed(info: &Value) -> Option<Vec<String>> {
+    action_info_values(info, "ResetType")
+}
+
+/// The allowable values an ActionInfo resource lists for `param`.
+pub(crate) fn action_info_values(info: &Value, param: &str) -> Option<Vec<String>> {
     info.get("Parameters")
         .and_then(Value::as_array)
-        .and_then(|ps| ps.iter().find(|p| str_of(p, "Name") == Some("ResetType")))
+        .and_then(|ps| ps.iter().find(|p| str_of(p, "Name") == Some(param)))
         .and_then(|p| p.get("AllowableValues"))
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+}
+
+/// The parameters an ActionInfo resource marks `Required` that are not
+/// among those `sent`: an action the BMC would refuse (or read as
+/// something else) is not sent.
+pub(crate) fn required_unsent(info: &Value, sent: &[&str]) -> Vec<String> {
+    info.get("Parameters")
+        .and_then(Value::as_array)
+        .map(|ps| {
+            ps.iter()
+                .filter(|p| p.get("Required").and_then(Value::as_bool) == Some(true))
+                .filter_map(|p| str_of(p, "Name"))
+                .filter(|n| !sent.contains(n))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

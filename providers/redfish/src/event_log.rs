@@ -18,13 +18,28 @@
 //! service, and when several unadvertised services hold event records
 //! (bmcweb's `EventLog` and `PostCodes`) nothing is cleared
 //! (`unsupported`, naming them).
+//!
+//! An action may name the services (`log_ids`: a LogService's `Id`, or its
+//! path where two share an `Id`, as bmcweb's System and BMC `Dump` do):
+//! exactly those are read, or cleared. Every name is resolved and checked
+//! before anything is sent ([`named_clear_targets`]): a name no service of
+//! the System or Manager has is `target_not_found`, naming the services
+//! that exist; a diagnostic data service (dumps, crash data) is never
+//! cleared by `event_log clear`, named or not (`unsupported`); a service
+//! must advertise `LogService.ClearLog`, and when its action points to an
+//! `@Redfish.ActionInfo`, that ActionInfo must require no parameter.
+//!
+//! Every clear is verified: the service's `Entries` are counted before the
+//! `ClearLog` and read again after it; a log that still holds as many
+//! entries (more than the one a BMC may write to record the clear) is
+//! `bmc_error`, never a success.
 
 use crate::discovery::action_of;
-use crate::error::unsupported;
+use crate::error::{err, unsupported};
 use crate::json::{link, members, str_of, string_of};
 use crate::session::RedfishSession;
 use bmcfleet_provider::{Ctx, EventLog, Result};
-use bmcfleet_schema::{components, EventLog as EventLogData, EventLogEntry, Health, LogSet};
+use bmcfleet_schema::{components, ErrorCode, EventLog as EventLogData, EventLogEntry, Health, LogSet};
 use serde_json::{json, Value};
 
 /// The most entries read from one log (following `Members@odata.nextLink`).
@@ -116,7 +131,7 @@ impl RedfishSession {
                 None => (self.kind_from_entries(ctx, &body).await, false),
             };
             tracing::debug!(bmc = %self.transport.bmc(), log = %id, %path, ?kind, advertised, "Log service classified.");
-            out.push(LogService { id, body, kind, advertised });
+            out.push(LogService { id, path, body, kind, advertised });
         }
         Ok(out)
     }
@@ -229,6 +244,8 @@ pub(crate) enum LogKind {
 /// A LogService and what it is.
 pub(crate) struct LogService {
     pub id: String,
+    /// Where the BMC serves it (its `@odata.id`, normalised).
+    pub path: String,
     pub body: Value,
     pub kind: LogKind,
     /// Whether the service itself says so (else its entries told).
@@ -300,18 +317,18 @@ pub(crate) fn event_log_services(services: &[LogService], for_clear: bool) -> Ve
         .collect()
 }
 
-/// The `ClearLog` targets of the event log, or why nothing is cleared.
-pub(crate) fn clear_targets(services: &[LogService]) -> Result<Vec<(String, String)>> {
+/// The `ClearLog` targets of the event log (service index, target), or
+/// why nothing is cleared.
+pub(crate) fn clear_targets(services: &[LogService]) -> Result<Vec<(usize, String)>> {
     let event = event_log_services(services, true);
-    let targets: Vec<(String, String)> = event
-        .iter()
-        .filter_map(|&i| action_of(&services[i].body, "#LogService.ClearLog").map(|a| (services[i].id.clone(), a.0)))
-        .collect();
+    let targets: Vec<(usize, String)> =
+        event.iter().filter_map(|&i| action_of(&services[i].body, "#LogService.ClearLog").map(|a| (i, a.0))).collect();
     let advertised = event.iter().any(|&i| services[i].advertised);
-    let others: Vec<String> = services
-        .iter()
-        .filter(|s| action_of(&s.body, "#LogService.ClearLog").is_some() && !targets.iter().any(|t| t.0 == s.id))
-        .map(|s| format!("{} ({})", s.id, format!("{:?}", s.kind).to_lowercase()))
+    let others: Vec<String> = (0..services.len())
+        .filter(|&i| {
+            action_of(&services[i].body, "#LogService.ClearLog").is_some() && !targets.iter().any(|t| t.0 == i)
+        })
+        .map(|i| format!("{} ({})", services[i].id, format!("{:?}", services[i].kind).to_lowercase()))
         .collect();
     if targets.is_empty() {
         return Err(unsupported(format!(
@@ -324,16 +341,139 @@ pub(crate) fn clear_targets(services: &[LogService]) -> Result<Vec<(String, Stri
         )));
     }
     if !advertised && targets.len() > 1 {
-        let names: Vec<&str> = targets.iter().map(|t| t.0.as_str()).collect();
+        let names: Vec<&str> = targets.iter().map(|t| services[t.0].id.as_str()).collect();
         return Err(unsupported(format!(
             "nothing cleared: {} LogServices hold event records and none advertises LogEntryType Event or SEL \
-             ({}), so which one is the event log is not known; clear the one meant with a raw POST to its \
-             LogService.ClearLog",
+             ({}), so which one is the event log is not known; name the one meant: \
+             event_log clear with log_ids (bmcctl event-log clear --log ID)",
             names.len(),
             names.join(", ")
         )));
     }
     Ok(targets)
+}
+
+/// The services these names designate, in the order named: each name is a
+/// service's `Id` or its path. A name no service has, or an `Id` two
+/// services share, names nothing: nothing is read or cleared.
+pub(crate) fn named_services(services: &[LogService], ids: &[String]) -> Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for name in ids {
+        let wanted = crate::json::norm_path(name);
+        let by_path: Vec<usize> = (0..services.len()).filter(|&i| services[i].path == wanted).collect();
+        let found = if by_path.is_empty() {
+            (0..services.len()).filter(|&i| services[i].id == *name).collect()
+        } else {
+            by_path
+        };
+        match found.as_slice() {
+            [i] => {
+                if !out.contains(i) {
+                    out.push(*i);
+                }
+            }
+            [] => {
+                return Err(err(
+                    ErrorCode::TargetNotFound,
+                    format!(
+                        "no LogService of this BMC is named `{name}`; nothing was done. Its LogServices: {}",
+                        described(services, 0..services.len())
+                    ),
+                ))
+            }
+            several => {
+                return Err(err(
+                    ErrorCode::InvalidField,
+                    format!(
+                        "`{name}` is the Id of {} LogServices ({}); name the one meant by its path; nothing was done",
+                        several.len(),
+                        several.iter().map(|&i| services[i].path.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `Id (kind, path)` of these services, for an operator choosing a name.
+fn described(services: &[LogService], which: impl IntoIterator<Item = usize>) -> String {
+    which
+        .into_iter()
+        .map(|i| {
+            let s = &services[i];
+            format!("{} ({}, {})", s.id, format!("{:?}", s.kind).to_lowercase(), s.path)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The `ClearLog` targets of the named services (`(service index,
+/// target, ActionInfo)`), or why nothing is cleared: every name is checked
+/// before anything is sent.
+pub(crate) fn named_clear_targets(
+    services: &[LogService],
+    ids: &[String],
+) -> Result<Vec<(usize, String, Option<String>)>> {
+    let mut out = Vec::new();
+    for i in named_services(services, ids)? {
+        let s = &services[i];
+        if s.kind == LogKind::Diagnostic {
+            return Err(unsupported(format!(
+                "{} ({}) holds diagnostic data (dumps, crash data: it offers CollectDiagnosticData, or says \
+                 LogPurposes Diagnostic, or its entries carry DiagnosticDataType): event_log clear never clears \
+                 it, named or not; nothing was cleared",
+                s.id, s.path
+            )));
+        }
+        let Some((target, _, info)) = action_of(&s.body, "#LogService.ClearLog") else {
+            return Err(unsupported(format!(
+                "{} ({}) does not offer LogService.ClearLog; nothing was cleared",
+                s.id, s.path
+            )));
+        };
+        out.push((i, target, info));
+    }
+    Ok(out)
+}
+
+/// How many entries a log's collection says it holds (`Members@odata.count`,
+/// else its first page's members).
+fn entry_count(coll: &Value) -> Option<u64> {
+    coll.get("Members@odata.count")
+        .and_then(Value::as_u64)
+        .or_else(|| coll.get("Members").and_then(Value::as_array).map(|m| m.len() as u64))
+}
+
+impl RedfishSession {
+    /// `ClearLog` of one service, verified: its entries counted before and
+    /// after (a service without `Entries` is read again instead).
+    async fn clear_verified(&mut self, ctx: &Ctx, svc: &LogService, target: &str) -> Result<()> {
+        let entries = link(&svc.body, "Entries");
+        let before = match &entries {
+            Some(p) => entry_count(&self.transport.get(ctx, p).await?.body),
+            None => None,
+        };
+        tracing::info!(bmc = %self.transport.bmc(), log = %svc.id, path = %svc.path, "Clearing a log.");
+        self.transport.post(ctx, target, &json!({})).await?;
+        let Some(p) = entries else {
+            self.transport.get(ctx, &svc.path).await?;
+            return Ok(());
+        };
+        let after = entry_count(&self.transport.get(ctx, &p).await?.body);
+        match (before, after) {
+            // A BMC may record the clear itself: one entry is a cleared log.
+            (Some(b), Some(a)) if a > 1 && a >= b => Err(err(
+                ErrorCode::BmcError,
+                format!(
+                    "the BMC accepted LogService.ClearLog of {} but the log still holds {a} entries ({b} before): \
+                     not cleared",
+                    svc.id
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -365,9 +505,38 @@ impl EventLog for RedfishSession {
 
     async fn clear_event_log(&mut self, ctx: &Ctx) -> Result<()> {
         let services = self.classified_log_services(ctx).await?;
-        for (id, target) in clear_targets(&services)? {
-            tracing::info!(bmc = %self.transport.bmc(), log = %id, "Clearing the event log.");
-            self.transport.post(ctx, &target, &json!({})).await?;
+        for (i, target) in clear_targets(&services)? {
+            self.clear_verified(ctx, &services[i], &target).await?;
+        }
+        Ok(())
+    }
+
+    async fn read_named_logs(&mut self, ctx: &Ctx, limit: u32, offset: u32, ids: &[String]) -> Result<EventLogData> {
+        let services = self.classified_log_services(ctx).await?;
+        let named = named_services(&services, ids)?;
+        let chosen = services.into_iter().enumerate().filter(|(i, _)| named.contains(i)).map(|(_, s)| s).collect();
+        self.read_services(ctx, chosen, limit, offset).await
+    }
+
+    async fn clear_named_logs(&mut self, ctx: &Ctx, ids: &[String]) -> Result<()> {
+        let services = self.classified_log_services(ctx).await?;
+        let targets = named_clear_targets(&services, ids)?;
+        // Every ActionInfo is read before the first ClearLog is sent.
+        for (i, _, info) in &targets {
+            let Some(info) = info else { continue };
+            // ClearLog takes no parameter: one the BMC requires is not sent.
+            let required = crate::discovery::required_unsent(&self.transport.get(ctx, info).await?.body, &[]);
+            if !required.is_empty() {
+                return Err(unsupported(format!(
+                    "LogService.ClearLog of {} requires {} (its @Redfish.ActionInfo), which event_log clear does \
+                     not send; nothing was cleared",
+                    services[*i].id,
+                    required.join(", ")
+                )));
+            }
+        }
+        for (i, target, _) in &targets {
+            self.clear_verified(ctx, &services[*i], target).await?;
         }
         Ok(())
     }

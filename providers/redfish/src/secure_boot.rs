@@ -1,7 +1,7 @@
 //! UEFI secure boot: the ComputerSystem's `SecureBoot` resource
 //! (`SecureBootEnable`, PATCHed; `SecureBoot.ResetKeys` action).
 
-use crate::discovery::action_of;
+use crate::discovery::{action_info_values, action_of, required_unsent};
 use crate::error::{invalid, unsupported};
 use crate::json::{link, string_of};
 use crate::session::RedfishSession;
@@ -52,14 +52,34 @@ impl SecureBoot for RedfishSession {
 
     async fn reset_secure_boot_keys(&mut self, ctx: &Ctx, kind: SecureBootResetKeys) -> Result<()> {
         let r = self.secure_boot_resource(ctx).await?;
-        let (target, _, _) = action_of(&r.body, "#SecureBoot.ResetKeys")
+        let (target, _, info) = action_of(&r.body, "#SecureBoot.ResetKeys")
             .ok_or_else(|| unsupported("the SecureBoot resource offers no SecureBoot.ResetKeys"))?;
-        let allowed = crate::json::allowable(&r.body["Actions"]["#SecureBoot.ResetKeys"], "ResetKeysType");
-        if let Some(list) = allowed.filter(|l| !l.iter().any(|x| x == kind.redfish())) {
+        // The values the BMC advertises: inline, else in its ActionInfo.
+        // Keys are only ever reset in a way the BMC says it offers.
+        let mut allowed = crate::json::allowable(&r.body["Actions"]["#SecureBoot.ResetKeys"], "ResetKeysType");
+        if let Some(info) = info {
+            let info = self.transport.get(ctx, &info).await?.body;
+            let required = required_unsent(&info, &["ResetKeysType"]);
+            if !required.is_empty() {
+                return Err(unsupported(format!(
+                    "SecureBoot.ResetKeys requires {} (its @Redfish.ActionInfo), which bmcfleet does not send; \
+                     nothing was sent",
+                    required.join(", ")
+                )));
+            }
+            allowed = allowed.or_else(|| action_info_values(&info, "ResetKeysType"));
+        }
+        let Some(list) = allowed else {
+            return Err(unsupported(
+                "the BMC does not advertise which ResetKeysType values SecureBoot.ResetKeys accepts \
+                 (no @Redfish.AllowableValues, no ActionInfo listing them); nothing was sent",
+            ));
+        };
+        if !list.iter().any(|x| x == kind.redfish()) {
             return Err(invalid(format!(
-                "the BMC does not offer ResetKeysType {} (it offers {})",
+                "the BMC does not offer ResetKeysType {} (it offers {}); nothing was sent",
                 kind.redfish(),
-                list.join(", ")
+                if list.is_empty() { "none".to_owned() } else { list.join(", ") }
             )));
         }
         self.transport.post(ctx, &target, &json!({"ResetKeysType": kind.redfish()})).await?;

@@ -185,11 +185,23 @@ impl RedfishSession {
 
     async fn find_account(&mut self, ctx: &Ctx, name: &str) -> Result<(String, Vec<Account>, Account)> {
         let (path, accounts) = self.accounts(ctx).await?;
-        let found = accounts
-            .iter()
-            .find(|a| !a.is_empty_slot() && a.user_name == name)
-            .cloned()
-            .ok_or_else(|| err(ErrorCode::TargetNotFound, format!("no user `{name}` on this BMC")))?;
+        let named: Vec<&Account> = accounts.iter().filter(|a| !a.is_empty_slot() && a.user_name == name).collect();
+        let found = match named.as_slice() {
+            [one] => (*one).clone(),
+            [] => return Err(err(ErrorCode::TargetNotFound, format!("no user `{name}` on this BMC"))),
+            // Which one is meant is not guessed: nothing is changed.
+            several => {
+                return Err(err(
+                    ErrorCode::Conflict,
+                    format!(
+                        "{} accounts of this BMC are named `{name}` ({}): which one is meant is not known; \
+                         nothing was changed",
+                        several.len(),
+                        several.iter().map(|a| a.resource.path.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                ))
+            }
+        };
         Ok((path, accounts, found))
     }
 

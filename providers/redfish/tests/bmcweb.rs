@@ -5,11 +5,11 @@
 
 mod common;
 
-use bmcfleet_provider::{BmcSession, EventLog, Inventory, VirtualMedia};
+use bmcfleet_provider::{Bios, BmcSession, EventLog, Inventory, SecureBoot, Users, VirtualMedia};
 use bmcfleet_redfish::RedfishSession;
 use bmcfleet_schema::{ErrorCode, LogSet, MediaKind, NoChange};
 use bmcfleet_testing::redfish::bmcweb::{self, clear_log, MANAGER_LOGS, SYSTEM_LOGS, VIRTUAL_MEDIA};
-use bmcfleet_testing::redfish::MockupServer;
+use bmcfleet_testing::redfish::{Fault, MockupServer};
 use common::{connector, ctx};
 use serde_json::json;
 
@@ -103,6 +103,160 @@ async fn a_dump_service_that_calls_itself_an_event_log_is_still_not_cleared() {
     s.close().await;
 }
 
+/// Every request but the session's login and logout.
+fn own_writes(server: &MockupServer) -> Vec<String> {
+    server
+        .writes()
+        .into_iter()
+        .filter(|r| !r.path.starts_with("/redfish/v1/SessionService"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+fn ids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+#[tokio::test]
+async fn a_named_event_log_is_cleared_alone_and_verified() {
+    // bmcweb as shipped: the operator names the EventLog. Only its
+    // ClearLog is sent; PostCodes, the dumps and the rest are untouched.
+    let server = bmcweb::service_model().start().await.unwrap();
+    let event_log = format!("{SYSTEM_LOGS}/EventLog");
+    let mut s = open(&server).await;
+    s.clear_named_logs(&ctx(10), &ids(&["EventLog"])).await.unwrap();
+    assert_eq!(own_writes(&server), [format!("POST {}", clear_log(&event_log))]);
+    assert_only_cleared(&server, std::slice::from_ref(&event_log));
+    let post_codes = server.resource(&format!("{SYSTEM_LOGS}/PostCodes/Entries")).unwrap();
+    assert_eq!(post_codes["Members"].as_array().unwrap().len(), 1);
+    // Verified: the entries were read again after the ClearLog.
+    let entries = format!("{event_log}/Entries");
+    let gets = server.requests().into_iter().filter(|r| r.is("GET", &entries) || r.is("POST", &clear_log(&event_log)));
+    let order: Vec<String> = gets.map(|r| r.method).collect();
+    assert!(order.ends_with(&["GET".into(), "POST".into(), "GET".into()]), "{order:?}");
+    // A path names it too.
+    server.clear_requests();
+    s.clear_named_logs(&ctx(10), &ids(&[&event_log])).await.unwrap();
+    assert_eq!(own_writes(&server), [format!("POST {}", clear_log(&event_log))]);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_log_name_the_bmc_does_not_have_is_refused_with_nothing_sent() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    for names in [&["SEL"][..], &["EventLog", "SEL"], &["eventlog"]] {
+        let e = s.clear_named_logs(&ctx(10), &ids(names)).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::TargetNotFound, "{names:?}: {e:?}");
+        // The operator is told what there is to name.
+        for there in ["EventLog (event", "PostCodes", "Journal (other", "/redfish/v1/Managers/bmc/LogServices/Dump"] {
+            assert!(e.message.contains(there), "{there}: {}", e.message);
+        }
+        assert!(own_writes(&server).is_empty(), "{names:?}: {:?}", own_writes(&server));
+    }
+    let e = s.read_named_logs(&ctx(10), 10, 0, &ids(&["SEL"])).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::TargetNotFound);
+    assert_only_cleared(&server, &[]);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_named_dump_or_crash_service_is_never_cleared() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    // `Dump` is the Id of the System's and the BMC's dump services: which
+    // one is not guessed.
+    let e = s.clear_named_logs(&ctx(10), &ids(&["Dump"])).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e:?}");
+    assert!(e.message.contains(&format!("{MANAGER_LOGS}/Dump")), "{}", e.message);
+    // Named by path, or with the event log: refused, nothing sent, the
+    // event log not cleared either.
+    for names in [
+        vec![format!("{MANAGER_LOGS}/Dump")],
+        vec![format!("{SYSTEM_LOGS}/Dump")],
+        vec!["Crashdump".to_owned()],
+        vec!["EventLog".to_owned(), format!("{SYSTEM_LOGS}/Dump")],
+    ] {
+        let e = s.clear_named_logs(&ctx(10), &names).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unsupported, "{names:?}: {e:?}");
+        assert!(e.message.contains("diagnostic data") && e.message.contains("never clears"), "{}", e.message);
+        assert!(own_writes(&server).is_empty(), "{names:?}: {:?}", own_writes(&server));
+    }
+    assert_only_cleared(&server, &[]);
+    // A service without ClearLog (the journal): nothing sent.
+    let e = s.clear_named_logs(&ctx(10), &ids(&["Journal"])).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+    assert!(own_writes(&server).is_empty());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_named_clear_honours_the_action_info_and_reports_a_clear_that_did_not_happen() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let event_log = format!("{SYSTEM_LOGS}/EventLog");
+    let info = format!("{event_log}/ClearLogActionInfo");
+    server.merge_resource(
+        &event_log,
+        &json!({"Actions": {"#LogService.ClearLog": {"target": clear_log(&event_log), "@Redfish.ActionInfo": info}}}),
+    );
+    server.set_resource(
+        &info,
+        json!({"@odata.id": info, "Id": "ClearLogActionInfo", "Parameters": [{"Name": "Confirm", "Required": true, "DataType": "Boolean"}]}),
+    );
+    let mut s = open(&server).await;
+    let e = s.clear_named_logs(&ctx(10), &ids(&["EventLog"])).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+    assert!(e.message.contains("requires Confirm"), "{}", e.message);
+    assert!(own_writes(&server).is_empty(), "{:?}", own_writes(&server));
+    assert_eq!(server.requests_to("GET", &info).len(), 1, "the ActionInfo was read");
+
+    // A BMC that answers 204 and keeps its entries: not a success.
+    server.set_resource(&info, json!({"@odata.id": info, "Id": "ClearLogActionInfo", "Parameters": []}));
+    server.push_fault(Fault::status("POST", &clear_log(&event_log), 204).times(1));
+    let e = s.clear_named_logs(&ctx(10), &ids(&["EventLog"])).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::BmcError, "{e:?}");
+    assert!(e.message.contains("still holds 2 entries"), "{}", e.message);
+    // Without the fault it clears.
+    s.clear_named_logs(&ctx(10), &ids(&["EventLog"])).await.unwrap();
+    assert!(s.read_named_logs(&ctx(10), 10, 0, &ids(&["EventLog"])).await.unwrap().entries.is_empty());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn named_logs_are_read_alone_whatever_they_hold() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    let log = s.read_named_logs(&ctx(10), 100, 0, &ids(&["PostCodes"])).await.unwrap();
+    assert_eq!((logs_of(&log), log.total), (ids(&["PostCodes"]), Some(1)));
+    let log = s.read_named_logs(&ctx(10), 100, 0, &ids(&["Journal", "EventLog"])).await.unwrap();
+    assert_eq!((logs_of(&log), log.total), (ids(&["EventLog", "Journal"]), Some(22)));
+    assert!(own_writes(&server).is_empty());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_named_clear_plans_exactly_its_one_post() {
+    use bmcfleet_provider::{perform, Plan, PlannedRequest};
+    use bmcfleet_schema::{Action, EventLogOp};
+    let server = bmcweb::service_model().start().await.unwrap();
+    let event_log = format!("{SYSTEM_LOGS}/EventLog");
+    let mut s = open(&server).await;
+    let plan = Plan::new();
+    let action = Action::EventLog(EventLogOp::clear_logs(["EventLog"]));
+    let e = perform(&mut s, &ctx(10).with_plan(plan.clone()).for_attempt(), &action).await.unwrap_err();
+    assert_eq!(e, bmcfleet_provider::ProviderError::planned());
+    let shown = plan.snapshot();
+    assert_eq!(
+        shown.change,
+        Some(PlannedRequest::Redfish { method: "POST".into(), path: clear_log(&event_log), body: Some(json!({})) })
+    );
+    assert!(own_writes(&server).is_empty(), "{:?}", own_writes(&server));
+    // Executed: the one POST the plan showed.
+    perform(&mut s, &ctx(10), &action).await.unwrap();
+    assert_eq!(own_writes(&server), [format!("POST {}", clear_log(&event_log))]);
+    s.close().await;
+}
+
 const IMAGE: &str = "http://127.0.0.1:8080/boot.iso";
 
 fn slot(n: u8) -> String {
@@ -178,5 +332,236 @@ async fn raw_paths_in_the_bmcs_own_spelling_are_sent_canonical() {
     let mut s = open(&server).await;
     let r = common::raw_get(&mut s, "/redfish/v1/Managers/bmc/").await.unwrap();
     assert_eq!(r.body.unwrap()["Id"], "bmc");
+    s.close().await;
+}
+
+// ---- The "never touched" columns of users delete, BIOS reset, secure
+// boot key reset and BMC reset: what the server recorded is the one
+// request the action names, and nothing of any other resource.
+
+/// Every account as the server holds it.
+fn accounts(server: &MockupServer) -> Vec<serde_json::Value> {
+    bmcweb::USERS.iter().map(|(u, _)| server.resource(&bmcweb::account(u)).unwrap_or_default()).collect()
+}
+
+#[tokio::test]
+async fn deleting_a_user_touches_that_account_only() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let before = accounts(&server);
+    let mut s = open(&server).await;
+    s.delete_user(&ctx(10), "ops").await.unwrap();
+    assert_eq!(own_writes(&server), [format!("DELETE {}", bmcweb::account("ops"))]);
+    for (i, (user, _)) in bmcweb::USERS.iter().enumerate() {
+        if *user != "ops" {
+            assert_eq!(server.resource(&bmcweb::account(user)).unwrap_or_default(), before[i], "{user} changed");
+        }
+    }
+    // Nobody of that name, or the login account: nothing sent.
+    server.clear_requests();
+    assert_eq!(s.delete_user(&ctx(10), "ops").await.unwrap_err().code, ErrorCode::TargetNotFound);
+    assert_eq!(s.delete_user(&ctx(10), "Viewer").await.unwrap_err().code, ErrorCode::TargetNotFound);
+    assert_eq!(s.delete_user(&ctx(10), "admin").await.unwrap_err().code, ErrorCode::InvalidField);
+    assert!(own_writes(&server).is_empty(), "{:?}", own_writes(&server));
+    s.close().await;
+}
+
+#[tokio::test]
+async fn two_accounts_of_one_name_are_never_guessed_between() {
+    // A hostile or broken BMC lists two accounts named `ops`: which one the
+    // operator means is not known, so neither is deleted.
+    let server = bmcweb::service_model().start().await.unwrap();
+    server.merge_resource(&bmcweb::account("viewer"), &json!({"UserName": "ops"}));
+    let before = accounts(&server);
+    let mut s = open(&server).await;
+    let e = s.delete_user(&ctx(10), "ops").await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Conflict, "{e:?}");
+    assert!(e.message.contains(&bmcweb::account("viewer")) && e.message.contains(&bmcweb::account("ops")), "{e}");
+    assert!(own_writes(&server).is_empty(), "{:?}", own_writes(&server));
+    assert_eq!(accounts(&server), before);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn bios_reset_posts_reset_bios_and_nothing_else() {
+    let server = bmcweb::service_model().start().await.unwrap();
+    let mut s = open(&server).await;
+    s.reset_bios(&ctx(10)).await.unwrap();
+    let target = format!("{}/Actions/Bios.ResetBios", bmcweb::BIOS);
+    assert_eq!(own_writes(&server), [format!("POST {target}")]);
+    assert_eq!(server.requests_to("POST", &target)[0].json(), Some(json!({})));
+
+    // An ActionInfo that requires a parameter bmcfleet does not send.
+    let info = format!("{}/ResetBiosActionInfo", bmcweb::BIOS);
+    server.merge_resource(bmcweb::BIOS, &json!({"Actions": {"#Bios.ResetBios": {"@Redfish.ActionInfo": info}}}));
+    server.set_resource(
+        &info,
+        json!({"@odata.id": info, "Id": "ResetBiosActionInfo", "Parameters": [{"Name": "Password", "Required": true, "DataType": "String"}]}),
+    );
+    server.clear_requests();
+    let e = s.reset_bios(&ctx(10)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+    assert!(e.message.contains("requires Password"), "{e}");
+    assert!(own_writes(&server).is_empty(), "{:?}", own_writes(&server));
+    s.close().await;
+}
+
+/// A spec-built SecureBoot resource (bmcweb serves none) whose ResetKeys
+/// lists its values in an ActionInfo, or nowhere.
+fn with_secure_boot(server: &MockupServer, values: Option<&[&str]>) -> (String, String) {
+    let sb = format!("{}/SecureBoot", bmcweb::SYSTEM);
+    let target = format!("{sb}/Actions/SecureBoot.ResetKeys");
+    let info = format!("{sb}/ResetKeysActionInfo");
+    let mut action = json!({"target": target});
+    if let Some(values) = values {
+        action["@Redfish.ActionInfo"] = json!(info);
+        server.set_resource(
+            &info,
+            json!({"@odata.id": info, "Id": "ResetKeysActionInfo", "Parameters": [{"Name": "ResetKeysType",
+                   "Required": true, "DataType": "String", "AllowableValues": values}]}),
+        );
+    }
+    server.set_resource(
+        &sb,
+        json!({"@odata.id": sb, "@odata.type": "#SecureBoot.v1_1_0.SecureBoot", "Id": "SecureBoot",
+               "SecureBootEnable": true, "SecureBootCurrentBoot": "Enabled", "SecureBootMode": "DeployedMode",
+               "Actions": {"#SecureBoot.ResetKeys": action}}),
+    );
+    server.merge_resource(bmcweb::SYSTEM, &json!({"SecureBoot": {"@odata.id": sb}}));
+    (sb, target)
+}
+
+#[tokio::test]
+async fn secure_boot_key_reset_sends_only_a_type_the_action_info_allows() {
+    use bmcfleet_schema::SecureBootResetKeys;
+    let server = bmcweb::service_model().start().await.unwrap();
+    let (sb, target) = with_secure_boot(&server, Some(&["ResetAllKeysToDefault"]));
+    let before = server.resource(&sb).unwrap();
+    let mut s = open(&server).await;
+    for kind in [SecureBootResetKeys::DeletePk, SecureBootResetKeys::DeleteAllKeys] {
+        let e = s.reset_secure_boot_keys(&ctx(10), kind).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidField, "{kind:?}: {e:?}");
+        assert!(e.message.contains("offers ResetAllKeysToDefault"), "{e}");
+        assert!(own_writes(&server).is_empty(), "{kind:?}: {:?}", own_writes(&server));
+    }
+    s.reset_secure_boot_keys(&ctx(10), SecureBootResetKeys::ResetAllKeysToDefault).await.unwrap();
+    assert_eq!(own_writes(&server), [format!("POST {target}")]);
+    assert_eq!(server.requests_to("POST", &target)[0].json(), Some(json!({"ResetKeysType": "ResetAllKeysToDefault"})));
+    assert_eq!(server.resource(&sb).unwrap()["SecureBootEnable"], before["SecureBootEnable"], "never PATCHed");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn secure_boot_keys_are_not_reset_where_no_type_is_advertised() {
+    use bmcfleet_schema::SecureBootResetKeys;
+    let server = bmcweb::service_model().start().await.unwrap();
+    with_secure_boot(&server, None);
+    let mut s = open(&server).await;
+    let e = s.reset_secure_boot_keys(&ctx(10), SecureBootResetKeys::ResetAllKeysToDefault).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+    assert!(e.message.contains("does not advertise"), "{e}");
+    assert!(own_writes(&server).is_empty(), "{:?}", own_writes(&server));
+    s.close().await;
+}
+
+const SYSTEM2: &str = "/redfish/v1/Systems/system2";
+const MANAGER2: &str = "/redfish/v1/Managers/bmc2";
+
+/// The bmcweb model with a second host (`system2`) and a second BMC
+/// (`bmc2`, its Manager.Reset allowing only `allowed`); `managed_by`: the
+/// second system's `Links.ManagedBy`, `claims`: whether bmc2 lists it in
+/// `ManagerForServers`.
+async fn two_hosts(allowed: &[&str], managed_by: bool, claims: bool) -> MockupServer {
+    let links = if managed_by { json!({"ManagedBy": [{"@odata.id": MANAGER2}]}) } else { json!({}) };
+    let system2 = json!({"@odata.id": SYSTEM2, "@odata.type": "#ComputerSystem.v1_22_0.ComputerSystem", "Id": "system2",
+                         "Name": "system2", "SystemType": "Physical", "PowerState": "On", "Links": links});
+    let b = bmcweb::service_model()
+        .resource(
+            "/redfish/v1/Systems",
+            json!({"Members": [{"@odata.id": bmcweb::SYSTEM}, {"@odata.id": SYSTEM2}], "Members@odata.count": 2}),
+        )
+        .resource(SYSTEM2, system2)
+        .resource(
+            "/redfish/v1/Managers",
+            json!({"Members": [{"@odata.id": bmcweb::MANAGER}, {"@odata.id": MANAGER2}], "Members@odata.count": 2}),
+        )
+        .resource(
+            MANAGER2,
+            json!({"@odata.id": MANAGER2, "@odata.type": "#Manager.v1_14_0.Manager", "Id": "bmc2", "Name": "OpenBmc Manager",
+                   "ManagerType": "BMC", "Links": {"ManagerForServers": if claims { json!([{"@odata.id": SYSTEM2}]) } else { json!([]) }},
+                   "Actions": {"#Manager.Reset": {"target": format!("{MANAGER2}/Actions/Manager.Reset"),
+                       "@Redfish.ActionInfo": format!("{MANAGER2}/ResetActionInfo")},
+                       "#Manager.ResetToDefaults": {"target": format!("{MANAGER2}/Actions/Manager.ResetToDefaults"),
+                       "ResetType@Redfish.AllowableValues": ["ResetAll"]}}}),
+        )
+        .resource(
+            &format!("{MANAGER2}/ResetActionInfo"),
+            json!({"@odata.type": "#ActionInfo.v1_1_2.ActionInfo", "Id": "ResetActionInfo",
+                   "Parameters": [{"Name": "ResetType", "Required": true, "DataType": "String", "AllowableValues": allowed}]}),
+        );
+    b.start().await.unwrap()
+}
+
+async fn open_system(server: &MockupServer, id: &str) -> RedfishSession {
+    let mut target = server.target();
+    target.system_id = Some(id.into());
+    connector().open(&ctx(10), &target, &server.credentials()).await.unwrap()
+}
+
+#[tokio::test]
+async fn bmc_reset_goes_to_the_systems_manager_with_a_type_it_allows() {
+    use bmcfleet_provider::BmcReset;
+    use bmcfleet_schema::BmcResetKind;
+    let server = two_hosts(&["ForceRestart"], true, true).await;
+    // system2's manager allows ForceRestart only: a warm reset falls back to it.
+    let mut s = open_system(&server, "system2").await;
+    s.reset_bmc(&ctx(10), BmcResetKind::Warm).await.unwrap();
+    let reset2 = format!("{MANAGER2}/Actions/Manager.Reset");
+    assert_eq!(own_writes(&server), [format!("POST {reset2}")]);
+    assert_eq!(server.requests_to("POST", &reset2)[0].json(), Some(json!({"ResetType": "ForceRestart"})));
+    s.close().await;
+
+    // The first host's BMC, for the first host: nothing of bmc2.
+    server.clear_requests();
+    let mut s = open_system(&server, "system").await;
+    s.reset_bmc(&ctx(10), BmcResetKind::Warm).await.unwrap();
+    let reset1 = format!("{}/Actions/Manager.Reset", bmcweb::MANAGER);
+    assert_eq!(own_writes(&server), [format!("POST {reset1}")]);
+    assert_eq!(server.requests_to("POST", &reset1)[0].json(), Some(json!({"ResetType": "GracefulRestart"})));
+    assert!(server.requests().iter().all(|r| !r.path.starts_with(MANAGER2)), "bmc2 was read for system");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn bmc_reset_sends_nothing_the_action_info_does_not_allow() {
+    use bmcfleet_provider::BmcReset;
+    use bmcfleet_schema::BmcResetKind;
+    let server = two_hosts(&["ResetAll"], true, true).await;
+    let mut s = open_system(&server, "system2").await;
+    for kind in [BmcResetKind::Warm, BmcResetKind::Cold] {
+        let e = s.reset_bmc(&ctx(10), kind).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+        assert!(e.message.contains("allows: ResetAll"), "{e}");
+    }
+    assert!(own_writes(&server).is_empty(), "{:?}", own_writes(&server));
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_system_no_manager_claims_gets_no_bmc_reset() {
+    use bmcfleet_provider::BmcReset;
+    use bmcfleet_schema::BmcResetKind;
+    // system2 names no manager and no manager names it: of two BMCs, the
+    // one that manages it is not guessed.
+    let server = two_hosts(&["GracefulRestart", "ForceRestart"], false, false).await;
+    let mut s = open_system(&server, "system2").await;
+    let e = s.reset_bmc(&ctx(10), BmcResetKind::Warm).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+    assert!(own_writes(&server).is_empty(), "{:?}", own_writes(&server));
+    s.close().await;
+    // The manager that says it serves system2 is its manager.
+    let server = two_hosts(&["GracefulRestart", "ForceRestart"], false, true).await;
+    let mut s = open_system(&server, "system2").await;
+    s.reset_bmc(&ctx(10), BmcResetKind::Warm).await.unwrap();
+    assert_eq!(own_writes(&server), [format!("POST {MANAGER2}/Actions/Manager.Reset")]);
     s.close().await;
 }

@@ -209,7 +209,7 @@ async fn dell_users_bmc_reset_and_event_log_clear_plan_what_they_send() {
         Action::User(UserOp::Delete { name: "ops".into() }),
         Action::BmcReset(BmcResetKind::Cold),
         Action::EventLog(EventLogOp::read()),
-        Action::EventLog(EventLogOp::Clear),
+        Action::EventLog(EventLogOp::clear()),
     ];
     for action in &cases {
         let (plan, done) = plan_equals_execution(&server, &mut s, action).await;

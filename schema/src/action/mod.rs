@@ -199,13 +199,15 @@ impl Action {
                 u.transfer_protocol.map(|p| p.redfish()).unwrap_or("-"),
                 u.apply_time.map(|a| a.redfish()).unwrap_or("-")
             ),
-            Action::EventLog(EventLogOp::Read { limit, offset, logs }) => {
+            Action::EventLog(EventLogOp::Read { limit, offset, logs, log_ids }) => {
                 format!(
-                    "read limit={} offset={offset} logs={logs:?}",
-                    limit.map(|l| l.to_string()).unwrap_or_else(|| "-".into())
+                    "read limit={} offset={offset} logs={}",
+                    limit.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
+                    if log_ids.is_empty() { format!("{logs:?}") } else { log_ids.join(",") }
                 )
             }
-            Action::EventLog(EventLogOp::Clear) => "clear".into(),
+            Action::EventLog(EventLogOp::Clear { log_ids }) if log_ids.is_empty() => "clear".into(),
+            Action::EventLog(EventLogOp::Clear { log_ids }) => format!("clear logs={}", log_ids.join(",")),
             Action::User(UserOp::List) => String::new(),
             Action::User(UserOp::Create(u)) => format!("name={} role={:?} enabled={}", u.name, u.role, u.enabled),
             Action::User(UserOp::Update(u)) => {
@@ -265,7 +267,7 @@ impl Action {
             Action::VirtualMedia(VirtualMediaOp::Eject { .. }) => "virtual_media_eject",
             Action::Inventory => "inventory",
             Action::EventLog(EventLogOp::Read { .. }) => "event_log_read",
-            Action::EventLog(EventLogOp::Clear) => "event_log_clear",
+            Action::EventLog(EventLogOp::Clear { .. }) => "event_log_clear",
             Action::Sensors => "sensors",
             Action::BiosGet => "bios_get",
             Action::BiosSet(_) => "bios_set",
@@ -313,7 +315,7 @@ impl Action {
     /// (gateway at admission, worker before sending); the default policy
     /// denies them.
     pub fn is_destructive(&self) -> bool {
-        matches!(self, Action::EventLog(EventLogOp::Clear) | Action::BiosReset | Action::SecureBootResetKeys(_))
+        matches!(self, Action::EventLog(EventLogOp::Clear { .. }) | Action::BiosReset | Action::SecureBootResetKeys(_))
     }
 
     /// A copy safe to log: secrets are already `[redacted]` by `Debug`, and

@@ -32,9 +32,18 @@
 //!   named `Software Inventory`; told apart by `Id`, `Description`
 //!   `BMC image` / `Host image`, `RelatedItem`).
 //! - resets and boot: `redfish-core/lib/systems.hpp` (`ResetActionInfo`,
-//!   `BootSourceOverrideTarget`/`Mode` allowable values),
+//!   `BootSourceOverrideTarget`/`Mode` allowable values, the `Bios` link),
 //!   `redfish-core/lib/managers.hpp` (`Manager.Reset` with its ActionInfo),
 //!   `redfish-core/lib/service_root.hpp`.
+//! - accounts: `redfish-core/lib/account_service.hpp` (accounts at
+//!   `AccountService/Accounts/<user name>`, `Id` = `UserName`, `RoleId`,
+//!   `Enabled`, `Locked`, `AccountTypes`; POST to the collection creates,
+//!   DELETE of a member removes).
+//! - BIOS: `redfish-core/lib/bios.hpp` (`Bios.v1_1_0`, `#Bios.ResetBios`
+//!   without ActionInfo, no attributes in the base service).
+//!
+//! bmcweb serves no `SecureBoot` resource; tests that need one add a
+//! spec-built one (DSP0268 `SecureBoot` v1_1).
 
 use super::MockupBuilder;
 use serde_json::{json, Value};
@@ -45,6 +54,18 @@ pub const SYSTEM_LOGS: &str = "/redfish/v1/Systems/system/LogServices";
 pub const MANAGER_LOGS: &str = "/redfish/v1/Managers/bmc/LogServices";
 pub const VIRTUAL_MEDIA: &str = "/redfish/v1/Managers/bmc/VirtualMedia";
 pub const FIRMWARE_INVENTORY: &str = "/redfish/v1/UpdateService/FirmwareInventory";
+pub const ACCOUNTS: &str = "/redfish/v1/AccountService/Accounts";
+pub const BIOS: &str = "/redfish/v1/Systems/system/Bios";
+
+/// The accounts of the model: (user name, role). The mockup's login
+/// account (`admin`) is one of them.
+pub const USERS: [(&str, &str); 4] =
+    [("root", "Administrator"), ("admin", "Administrator"), ("ops", "Operator"), ("viewer", "ReadOnly")];
+
+/// The path of an account.
+pub fn account(user: &str) -> String {
+    format!("{ACCOUNTS}/{user}")
+}
 
 /// The `ClearLog` target of a log service.
 pub fn clear_log(service: &str) -> String {
@@ -140,7 +161,7 @@ pub fn service_model() -> MockupBuilder {
                             "BootSourceOverrideMode@Redfish.AllowableValues": ["Legacy", "UEFI"],
                             "BootSourceOverrideTarget@Redfish.AllowableValues":
                                 ["None", "Pxe", "Hdd", "Cd", "Diags", "BiosSetup", "Usb"]},
-                   "LogServices": {"@odata.id": SYSTEM_LOGS},
+                   "LogServices": {"@odata.id": SYSTEM_LOGS}, "Bios": {"@odata.id": BIOS},
                    "Links": {"ManagedBy": [{"@odata.id": MANAGER}], "Chassis": [{"@odata.id": "/redfish/v1/Chassis/chassis"}]},
                    "Actions": {"#ComputerSystem.Reset": {"target": format!("{SYSTEM}/Actions/ComputerSystem.Reset"),
                        "@Redfish.ActionInfo": format!("{SYSTEM}/ResetActionInfo")}}}),
@@ -287,6 +308,36 @@ pub fn service_model() -> MockupBuilder {
         }
         b = b.resource(&path, v).deny("PATCH", &path);
     }
+
+    // Accounts and the BIOS.
+    b = b
+        .resource(
+            "/redfish/v1/AccountService",
+            json!({"@odata.type": "#AccountService.v1_15_0.AccountService", "Id": "AccountService",
+                   "Name": "Account Service", "ServiceEnabled": true, "MinPasswordLength": 8, "MaxPasswordLength": 20,
+                   "Accounts": {"@odata.id": ACCOUNTS}, "Roles": {"@odata.id": "/redfish/v1/AccountService/Roles"}}),
+        )
+        .resource(
+            ACCOUNTS,
+            json!({"@odata.type": "#ManagerAccountCollection.ManagerAccountCollection", "Name": "Accounts Collection",
+                   "Members": USERS.iter().map(|(u, _)| json!({"@odata.id": account(u)})).collect::<Vec<_>>(),
+                   "Members@odata.count": USERS.len()}),
+        );
+    for (user, role) in USERS {
+        b = b.resource(
+            &account(user),
+            json!({"@odata.id": account(user), "@odata.type": "#ManagerAccount.v1_7_0.ManagerAccount", "Id": user,
+                   "Name": "User Account", "Description": "User Account", "UserName": user, "RoleId": role,
+                   "Enabled": true, "Locked": false, "Password": null, "AccountTypes": ["Redfish", "IPMI", "HostConsole", "ManagerConsole", "WebUI"],
+                   "Links": {"Role": {"@odata.id": format!("/redfish/v1/AccountService/Roles/{role}")}}}),
+        );
+    }
+    b = b.resource(
+        BIOS,
+        json!({"@odata.id": BIOS, "@odata.type": "#Bios.v1_1_0.Bios", "Id": "BIOS", "Name": "BIOS Configuration",
+               "Description": "BIOS Configuration Service",
+               "Actions": {"#Bios.ResetBios": {"target": format!("{BIOS}/Actions/Bios.ResetBios")}}}),
+    );
 
     // Update service and a software inventory of two items of one name.
     b = b

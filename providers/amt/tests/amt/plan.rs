@@ -83,7 +83,7 @@ async fn amt_plans_equal_execution_for_every_capability() {
         Action::Inventory,
         // Capabilities AMT lacks: `unsupported` whether planned or run.
         Action::User(UserOp::List),
-        Action::EventLog(EventLogOp::Clear),
+        Action::EventLog(EventLogOp::clear()),
         Action::Sensors,
         Action::BiosGet,
         Action::SecureBootGet,
