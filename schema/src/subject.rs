@@ -353,6 +353,8 @@ pub const CONSOLE_LOST_HEADER: &str = "Bmc-Console-Lost";
 pub const CONSOLE_EVENT_HEADER: &str = "Bmc-Console-Event";
 /// Console output markers: why a session ended (`ended`) or what it took over from.
 pub const CONSOLE_REASON_HEADER: &str = "Bmc-Console-Reason";
+/// Every marker of [`CONSOLE_EVENT_HEADER`].
+pub const CONSOLE_EVENTS: [&str; 7] = ["started", "takeover", "break", "overrun", "ended", "error", "unsupported"];
 /// Console input: `break` sends a serial break (the body is ignored).
 pub const CONSOLE_OP_HEADER: &str = "Bmc-Console-Op";
 /// Console heartbeats: the viewer's id (one per `bmcctl console` process).
