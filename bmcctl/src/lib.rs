@@ -69,6 +69,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         );
         return cmd::machine::run(nats, &cli.topology, op, &actor, format).await;
     }
+    if let Command::Console { op, machine, watch, tenant } = &cli.command {
+        return cmd::console::run(
+            nats,
+            &cli.topology,
+            op.as_ref(),
+            machine.as_deref(),
+            *watch,
+            tenant.as_deref(),
+            format,
+        )
+        .await;
+    }
     if let Command::Audit { since } = &cli.command {
         return cmd::audit::run(nats, &cli.topology, *since, format).await;
     }
@@ -97,6 +109,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Cred { .. }
         | Command::Machine { .. }
         | Command::Audit { .. }
+        | Command::Console { .. }
         | Command::Completions { .. }
         | Command::Man { .. } => {
             unreachable!("handled above")

@@ -273,3 +273,62 @@ async fn an_always_on_console_survives_the_owners_death_with_the_gap_reported() 
     let new_session = takeover.session.clone().unwrap();
     assert!(stats.iter().any(|c| c.session.as_deref() == Some(&new_session) && c.event.is_none()));
 }
+
+/// `bmcctl console MACHINE` with stdin a pipe: its heartbeats open the
+/// console, what it reads from stdin reaches the host (`~B` a break, which
+/// is not typed), the host's output comes out on its stdout, and `~.` at a
+/// line start leaves; `bmcctl console log` then prints the logged output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bmcctl_attaches_types_leaves_and_prints_the_log() {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    let (sim, host) = sim_with_serial();
+    let stack = Stack::start(1, &[]).await;
+    let subjects = stack.topology.subjects();
+    let client = &stack.producer.client;
+    let name = stack.topology.register_machine(client, &sim.target()).await;
+    let mut observer = Viewer::start(client, &subjects, "default", &name, "observer").await;
+    observer.stop_beating();
+    let url = stack.nats.url();
+    let mut bmcctl = Command::new(bmcfleet_tests::bin("bmcctl"))
+        .args(["--nats-url", &url, "console", &name])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    observer.wait_event("started").await;
+    let mut stdin = bmcctl.stdin.take().unwrap();
+    stdin.write_all(b"echo one\r~Becho two\r").unwrap();
+    stdin.flush().unwrap();
+    // ipmi_sim forwards a serial break on its TCP line as telnet's IAC BRK (0xFF 0xF3).
+    assert!(host.wait_for(b"echo one\r\xff\xf3echo two\r", WAIT), "{:?}", String::from_utf8_lossy(&host.received()));
+    assert!(!host.received().contains(&b'~'), "the escape is not typed");
+    let text = host_text("bmcctl", 2000);
+    assert!(host.write(&text));
+    observer.wait_data(text.len()).await;
+    stdin.write_all(b"~.").unwrap();
+    stdin.flush().unwrap();
+    let status = bmcfleet_tests::poll_until(WAIT, Duration::from_millis(50), || {
+        let s = bmcctl.try_wait().unwrap();
+        async move { s }
+    })
+    .await
+    .expect("bmcctl leaves on ~.");
+    assert!(status.success());
+    let mut out = Vec::new();
+    bmcctl.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&text), "bmcctl's stdout is the host's output");
+    // No viewer any more: the worker closes the session.
+    let ended = observer.wait_event("ended").await;
+    assert!(ended.reason.unwrap_or_default().starts_with("nobody watches"));
+
+    let log = Command::new(bmcfleet_tests::bin("bmcctl"))
+        .args(["--nats-url", &url, "console", "log", &name, "--since", "10m"])
+        .output()
+        .unwrap();
+    assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stderr));
+    assert_eq!(String::from_utf8_lossy(&log.stdout), String::from_utf8_lossy(&text));
+    let notes = String::from_utf8_lossy(&log.stderr);
+    assert!(notes.contains("[console started (session ") && notes.contains("[console ended"), "{notes}");
+}
