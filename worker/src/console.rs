@@ -121,9 +121,12 @@ pub async fn run(shared: Arc<Shared>, p: u16, fence: Fence, stop: CancellationTo
     let mut held: HashMap<String, Held> = HashMap::new();
     // Machines whose last session failed: not before this instant again (and how often in a row).
     let mut retry_at: HashMap<String, (Instant, u32)> = HashMap::new();
+    // Machines whose last session here ended without the BMC confirming the
+    // close (unresponsive, failed): the SOL instance may still be ours.
+    let mut unclean: std::collections::HashSet<String> = Default::default();
     // Non-IPMI machines whose viewers were told why there is no console.
     let mut told: HashMap<String, Instant> = HashMap::new();
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks: tokio::task::JoinSet<(String, bool, bool)> = tokio::task::JoinSet::new();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -133,8 +136,13 @@ pub async fn run(shared: Arc<Shared>, p: u16, fence: Fence, stop: CancellationTo
             _ = fence.drain.cancelled() => break,
             _ = stop.cancelled() => break,
             Some(done) = tasks.join_next() => {
-                if let Ok((name, ok)) = done {
+                if let Ok((name, ok, dirty)) = done {
                     held.remove(&name);
+                    if dirty {
+                        unclean.insert(name.clone());
+                    } else {
+                        unclean.remove(&name);
+                    }
                     if ok {
                         retry_at.remove(&name);
                     } else {
@@ -207,9 +215,10 @@ pub async fn run(shared: Arc<Shared>, p: u16, fence: Fence, stop: CancellationTo
                     let stop = CancellationToken::new();
                     held.insert(name.clone(), Held { stop: stop.clone() });
                     let (shared, connector, fence, settings) = (shared.clone(), connector.clone(), fence.clone(), settings.clone());
+                    let own_unclean = unclean.contains(&name);
                     tasks.spawn(async move {
-                        let ok = hold(&shared, &connector, &machine, &fence, &settings, stop).await;
-                        (machine.name.clone(), ok)
+                        let (ok, dirty) = hold(&shared, &connector, &machine, &fence, &settings, own_unclean, stop).await;
+                        (machine.name.clone(), ok, dirty)
                     });
                 }
             }
@@ -246,7 +255,9 @@ async fn previous(shared: &Shared, subject: &str) -> Option<Previous> {
     let headers = &msg.headers;
     let session = headers.get(CONSOLE_SESSION_HEADER)?.as_str().to_owned();
     let seq = headers.get(CONSOLE_SEQ_HEADER).and_then(|v| v.as_str().parse().ok()).unwrap_or(0);
-    let ended = headers.get(CONSOLE_EVENT_HEADER).is_some_and(|v| v.as_str() == "ended");
+    // A session's last word, or a marker of no session (an attempt that failed, no console).
+    let ended =
+        headers.get(CONSOLE_EVENT_HEADER).is_some_and(|v| matches!(v.as_str(), "ended" | "error" | "unsupported"));
     Some(Previous { session, seq, ended })
 }
 
@@ -324,15 +335,18 @@ fn out_label() -> crate::metrics::DirectionLabels {
 }
 
 /// Hold `machine`'s console until `stop`, the fence, or the BMC ends it.
-/// True when the session opened (the next attempt is not delayed).
+/// Returns whether the next attempt may come at once (else after a pause),
+/// and whether the session ended without the BMC confirming the close
+/// (`own_unclean` of the next attempt: the instance may still be ours).
 async fn hold(
     shared: &Shared,
     connector: &IpmiConnector,
     machine: &Machine,
     fence: &Fence,
     settings: &Settings,
+    own_unclean: bool,
     stop: CancellationToken,
-) -> bool {
+) -> (bool, bool) {
     let subject = shared.subjects.console_out(&machine.tenant, &machine.name);
     let mut out =
         Out { shared, fence, subject: subject.clone(), session: ulid::Ulid::new().to_string(), seq: 0, lost: 0 };
@@ -346,11 +360,14 @@ async fn hold(
         Err(e) => {
             opened(e.code.as_str());
             out.marker("error", Some(&format!("{}: {}", e.code.as_str(), e.message))).await;
-            return false;
+            return (false, own_unclean);
         }
     };
     let previous = previous(shared, &subject).await;
-    let take_over = previous.as_ref().is_some_and(|p| !p.ended);
+    // Only our own instance is ever taken over: a previous owner's session
+    // that never ended (failover), or this worker's own that ended unconfirmed.
+    let failover = previous.as_ref().is_some_and(|p| !p.ended);
+    let take_over = failover || own_unclean;
     let ctx = Ctx::with_timeout(settings.open_timeout).with_gate(fence.gate());
     let options = SolOptions { take_over, output_queue: settings.output_queue, ..SolOptions::default() };
     let mut sol = match connector.open_console(&ctx, &target, &creds, options).await {
@@ -360,20 +377,24 @@ async fn hold(
             let message = bmcfleet_schema::secret::scrub(&e.message, &[creds.password.expose()]);
             tracing::info!(machine = %machine.name, code = e.code.as_str(), error = %message, "Cannot open the machine's serial console.");
             out.marker("error", Some(&format!("{}: {message}", e.code.as_str()))).await;
-            return false;
+            return (false, own_unclean);
         }
     };
     opened("ok");
     shared.metrics.console_sessions.inc();
     tracing::info!(machine = %machine.name, session = %out.session, take_over, "Serial console session open.");
     match &previous {
-        Some(p) if take_over => {
+        Some(p) if failover => {
             shared.metrics.console_takeovers.inc();
             let reason = format!(
                 "session {} ended without closing after chunk {} (worker failover); host output between that chunk and this session is lost",
                 p.session, p.seq
             );
             out.marker("takeover", Some(&reason)).await;
+        }
+        _ if own_unclean => {
+            shared.metrics.console_takeovers.inc();
+            out.marker("takeover", Some("the previous session here ended without the BMC confirming its close; host output since its end is lost")).await;
         }
         _ => {
             out.marker("started", None).await;
@@ -384,6 +405,7 @@ async fn hold(
     let mut flush_at: Option<Instant> = None;
     let mut reported_lost = 0u64;
     let in_label = crate::metrics::DirectionLabels { direction: "in".into() };
+    let unconfirmed;
     let closing: Option<&str> = loop {
         let next_input = async {
             match input.as_mut() {
@@ -462,10 +484,12 @@ async fn hold(
             let end = match end {
                 Some(e) => {
                     drop(sol);
+                    unconfirmed = !matches!(e, bmcfleet_ipmi::SolEnd::Deactivated | bmcfleet_ipmi::SolEnd::Closed);
                     e.to_string()
                 }
                 None => {
                     let e = sol.close().await;
+                    unconfirmed = !matches!(e, bmcfleet_ipmi::SolEnd::Deactivated | bmcfleet_ipmi::SolEnd::Closed);
                     format!("{why}: {e}")
                 }
             };
@@ -474,11 +498,12 @@ async fn hold(
         }
         None => {
             // Fenced: nothing more is sent or published; the next owner takes over.
+            unconfirmed = true;
             drop(sol);
             tracing::info!(machine = %machine.name, session = %out.session, "Serial console session fenced (lease lost).");
         }
     }
     shared.metrics.console_sessions.dec();
     // A session the BMC ended is retried after a pause.
-    closing.is_some_and(|w| w != "ended by the BMC") || stop.is_cancelled()
+    (closing.is_some_and(|w| w != "ended by the BMC") || stop.is_cancelled(), unconfirmed)
 }
