@@ -257,6 +257,13 @@ async fn an_always_on_console_survives_the_owners_death_with_the_gap_reported() 
         reason.contains(started.session.as_deref().unwrap()) && reason.contains(&format!("after chunk {last_seq} ")),
         "the marker names the old session and its last chunk: {reason}"
     );
+    // Typing reaches the host through the new owner's session.
+    client.publish(subjects.console_in("default", &name), "after take-over\r".into()).await.unwrap();
+    assert!(
+        host.wait_for(b"after take-over\r", WAIT),
+        "typing after the take-over: {:?}",
+        String::from_utf8_lossy(&host.received())
+    );
     let after = host_text("after", 3000);
     assert!(host.write(&after));
     let all = viewer.wait_data(before.len() + after.len()).await;
