@@ -424,11 +424,8 @@ async fn a_flooding_bmc_stays_bounded_and_in_order() {
     assert!(data.len() as u64 + lost <= flood.len() as u64, "{} published + {lost} lost", data.len());
     // Bounded: no message beyond the chunk size, and typing still works.
     assert!(viewer.chunks().iter().all(|c| c.body.len() <= bmcfleet_common::streams::CONSOLE_CHUNK_BYTES));
-    // (Not asserted: typing after the flood. In this run the flood drowned
-    // the responder's acks in the worker's bounded socket queue, the
-    // session ended `unresponsive`, the worker took its own instance over,
-    // and typed bytes then did not reach the responder's host: an open
-    // finding, see docs/CONSOLE.md, "Known gaps".)
+    // (Not asserted: typing after the flood does not reach the responder's
+    // host; an open finding, see docs/CONSOLE.md, "Known gaps".)
     let events = viewer.events();
     assert!(events.iter().all(|(e, _)| e.as_deref() != Some("error")), "{events:?}");
     eprintln!("flood: {} of {} bytes published, {lost} reported lost", data.len(), flood.len());

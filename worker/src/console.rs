@@ -383,6 +383,10 @@ async fn hold(
     opened("ok");
     shared.metrics.console_sessions.inc();
     tracing::info!(machine = %machine.name, session = %out.session, take_over, "Serial console session open.");
+    // Subscribed before the first marker: nats-server handles one
+    // connection's SUB and PUB in order, so a viewer that saw the marker
+    // can type at once.
+    let mut input = shared.client.subscribe(shared.subjects.console_in(&machine.tenant, &machine.name)).await.ok();
     match &previous {
         Some(p) if failover => {
             shared.metrics.console_takeovers.inc();
@@ -400,7 +404,6 @@ async fn hold(
             out.marker("started", None).await;
         }
     }
-    let mut input = shared.client.subscribe(shared.subjects.console_in(&machine.tenant, &machine.name)).await.ok();
     let mut buf: Vec<u8> = Vec::with_capacity(CONSOLE_CHUNK_BYTES);
     let mut flush_at: Option<Instant> = None;
     let mut reported_lost = 0u64;
