@@ -215,6 +215,10 @@ async fn typed_bytes_reach_the_host_and_its_output_reaches_two_viewers_in_order(
     let ended = a.wait_event("ended").await;
     let reason = ended.reason.clone().unwrap_or_default();
     assert!(reason.starts_with("nobody watches") && reason.contains("payload deactivated"), "{ended:?}");
+    // Console data is tenant data: none of it in the worker's log.
+    let log = stack.workers[0].log_text();
+    assert!(log.contains("Serial console session open."), "the worker logs sessions");
+    assert!(!log.contains("boot line") && !log.contains("uname"), "console data in the worker's log");
     drop(sim);
 }
 
