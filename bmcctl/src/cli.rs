@@ -195,6 +195,25 @@ pub enum Command {
         #[command(subcommand)]
         op: MachineOp,
     },
+    /// A machine's serial console (IPMI Serial over LAN): `bmcctl console
+    /// MACHINE` attaches (raw terminal; `~.` at the start of a line leaves,
+    /// `~B` sends a break, `~~` types a `~`); `--watch` only reads;
+    /// `bmcctl console log MACHINE --since 1h` prints what was logged.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Console {
+        #[command(subcommand)]
+        op: Option<ConsoleOp>,
+        /// The registered machine.
+        #[arg(required = true)]
+        machine: Option<String>,
+        /// Read only: nothing typed is sent.
+        #[arg(long)]
+        watch: bool,
+        /// The machine's tenant (default: read from the registry, which
+        /// operators may read; tenants name their own account here).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
     /// The audit log: admitted batches and registry changes, with who made them.
     Audit {
         /// How far back.
@@ -256,6 +275,20 @@ pub enum RolloutOp {
     },
     /// Follow a rollout's events until it finishes (exit 0 only if every machine succeeded).
     Watch { id: ulid::Ulid },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConsoleOp {
+    /// Print the machine's logged console output (the console stream), oldest first.
+    Log {
+        machine: String,
+        /// How far back.
+        #[arg(long, default_value = "1h", value_parser = duration)]
+        since: Duration,
+        /// The machine's tenant (default: read from the registry).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -74,6 +74,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         let actor = if changes { identity::of(&nats, cli.nats.user.as_deref()).await } else { String::new() };
         return cmd::machine::run(nats, &cli.topology, op, machine_file, &actor, format).await;
     }
+    if let Command::Console { op, machine, watch, tenant } = &cli.command {
+        return cmd::console::run(
+            nats,
+            &cli.topology,
+            op.as_ref(),
+            machine.as_deref(),
+            *watch,
+            tenant.as_deref(),
+            format,
+        )
+        .await;
+    }
     if let Command::Audit { since } = &cli.command {
         return cmd::audit::run(nats, &cli.topology, *since, format).await;
     }
@@ -102,6 +114,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Cred { .. }
         | Command::Machine { .. }
         | Command::Audit { .. }
+        | Command::Console { .. }
         | Command::Completions { .. }
         | Command::Complete { .. }
         | Command::Man { .. } => {

@@ -169,6 +169,61 @@ fn limits_stream(
     }
 }
 
+/// Bounds of the console stream (docs/CONSOLE.md).
+#[derive(Clone, Debug)]
+pub struct ConsoleStreamSettings {
+    /// Chunks kept per machine (one subject): with [`CONSOLE_CHUNK_BYTES`]
+    /// per chunk at most, the per-machine byte bound. Oldest go first.
+    pub max_chunks_per_machine: i64,
+    /// How long console output is kept.
+    pub max_age: Duration,
+    /// Bytes the whole stream keeps (oldest go first); -1: no bound beyond the per-machine one.
+    pub max_bytes: i64,
+}
+
+/// Largest chunk of console output one message carries.
+pub const CONSOLE_CHUNK_BYTES: usize = 4096;
+
+impl Default for ConsoleStreamSettings {
+    fn default() -> Self {
+        // 2,048 chunks of ≤ 4 KiB: at most 8 MiB per machine.
+        ConsoleStreamSettings { max_chunks_per_machine: 2048, max_age: Duration::from_secs(24 * 3600), max_bytes: -1 }
+    }
+}
+
+/// The console output stream: one subject per machine
+/// (`<prefix>.console.out.<tenant>.<machine>`), bounded per machine by
+/// chunks (so bytes: each chunk at most [`CONSOLE_CHUNK_BYTES`] plus
+/// headers) and by age, discarding the oldest output.
+pub fn console_config(s: &Subjects, set: &ConsoleStreamSettings, replicas: usize) -> stream::Config {
+    stream::Config {
+        name: s.console_stream(),
+        description: Some("bmcfleet serial console output, one subject per machine".into()),
+        subjects: vec![s.console_out_all()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
+        max_age: set.max_age,
+        max_bytes: set.max_bytes,
+        max_messages_per_subject: set.max_chunks_per_machine,
+        max_message_size: (CONSOLE_CHUNK_BYTES + 1024) as i32,
+        discard: stream::DiscardPolicy::Old,
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
+/// The console stream, created when missing (`Mode::Update`: brought up to date).
+pub async fn console_stream(
+    js: &Context,
+    s: &Subjects,
+    set: &ConsoleStreamSettings,
+    replicas: usize,
+    mode: Mode,
+) -> Result<stream::Stream, SetupError> {
+    stream(js, console_config(s, set, replicas), mode).await
+}
+
 fn batches_config(s: &Subjects, set: &StreamSettings) -> kv::Config {
     kv::Config {
         bucket: s.batches_bucket(),

@@ -63,12 +63,32 @@ pub struct Machine {
     /// IPMI provider options (`cipher_suites: [17, 3]`, `privilege: operator`).
     #[serde(default, skip_serializing_if = "crate::action::IpmiOptions::is_default")]
     pub ipmi: crate::action::IpmiOptions,
+    /// Serial console settings (`console: {always_on: true}`: the owning
+    /// worker logs the console even when nobody watches, conserver-style).
+    #[serde(default, skip_serializing_if = "MachineConsole::is_default")]
+    pub console: MachineConsole,
     /// Free-form operator labels (`rack=12`, `site=fra1`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// The tenant owning the machine (same rule as names).
     #[serde(default = "default_tenant")]
     pub tenant: String,
+}
+
+/// A machine's serial console settings (docs/CONSOLE.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MachineConsole {
+    /// Hold the console session (and log its output to the console stream)
+    /// whether or not anyone watches.
+    #[serde(default)]
+    pub always_on: bool,
+}
+
+impl MachineConsole {
+    pub fn is_default(&self) -> bool {
+        *self == MachineConsole::default()
+    }
 }
 
 /// [`DEFAULT_TENANT`], for serde defaults.
@@ -149,6 +169,7 @@ impl Machine {
             ipmi: Default::default(),
             poll_interval: None,
             desired_power: None,
+            console: MachineConsole::default(),
             labels: BTreeMap::new(),
             tenant: default_tenant(),
         }

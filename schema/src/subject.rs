@@ -17,6 +17,10 @@
 //! | worker presence KV         | `<STREAM>_WORKERS`                               |
 //! | machine registry KV        | `<STREAM>_MACHINES`                              |
 //! | audit stream               | `<STREAM>_AUDIT`, `<prefix>.audit.>`             |
+//! | console output of one machine | `<prefix>.console.out.<tenant>.<machine>` (stream `<STREAM>_CONSOLE`) |
+//! | console input of one machine  | `<prefix>.console.in.<tenant>.<machine>` (core NATS, not stored) |
+//! | console viewers' heartbeats   | `<prefix>.console.watch.<tenant>.<machine>` (core NATS) |
+//! | console stream             | `<STREAM>_CONSOLE` (limits, file; per-machine bound) |
 //! | partition consumers        | `part-<partition>-<lease epoch>-<tenant>` (one per tenant), `part-<partition>-<lease epoch>` (jobs of earlier releases) |
 //!
 //! Jobs carry their tenant in the subject so that each tenant has a
@@ -168,6 +172,49 @@ impl Subjects {
         format!("{}.audit.registry", self.prefix)
     }
 
+    /// Console output of one machine of `tenant` (stored in the console stream).
+    pub fn console_out(&self, tenant: &str, machine: &str) -> String {
+        format!("{}.console.out.{}.{}", self.prefix, tenant, machine)
+    }
+
+    /// Every console output subject (the console stream's filter).
+    pub fn console_out_all(&self) -> String {
+        format!("{}.console.out.>", self.prefix)
+    }
+
+    /// Console output of every machine of `tenant` (what its account may import).
+    pub fn tenant_console_out(&self, tenant: &str) -> String {
+        format!("{}.console.out.{}.*", self.prefix, tenant)
+    }
+
+    /// Console input of one machine of `tenant`: typed bytes, break (core NATS, not stored).
+    pub fn console_in(&self, tenant: &str, machine: &str) -> String {
+        format!("{}.console.in.{}.{}", self.prefix, tenant, machine)
+    }
+
+    /// Viewers' heartbeats for one machine's console of `tenant` (core NATS).
+    pub fn console_watch(&self, tenant: &str, machine: &str) -> String {
+        format!("{}.console.watch.{}.{}", self.prefix, tenant, machine)
+    }
+
+    /// Console input of every machine (what a worker subscribes to, then filters by partition).
+    pub fn console_in_all(&self) -> String {
+        format!("{}.console.in.*.*", self.prefix)
+    }
+
+    /// Viewers' heartbeats of every machine (what a worker subscribes to).
+    pub fn console_watch_all(&self) -> String {
+        format!("{}.console.watch.*.*", self.prefix)
+    }
+
+    /// The tenant and machine of a console input or watch subject.
+    pub fn parse_console_subject<'s>(&self, subject: &'s str) -> Option<(&'s str, &'s str)> {
+        let rest = subject.strip_prefix(&self.prefix)?.strip_prefix(".console.")?;
+        let (_, rest) = rest.split_once('.').filter(|(kind, _)| matches!(*kind, "in" | "watch" | "out"))?;
+        let (tenant, machine) = rest.split_once('.')?;
+        (!tenant.is_empty() && !machine.is_empty() && !machine.contains('.')).then_some((tenant, machine))
+    }
+
     /// The consumer of one owner of a partition: named after the lease
     /// epoch (the lease's creating revision), so an earlier owner's late
     /// pulls and acks never reach it.
@@ -267,6 +314,8 @@ stream_names! {
     rollout_parts_bucket => "ROLLOUT_PARTS";
     /// KV bucket of rollout driver leases (entries expire after the lease TTL).
     rollout_leases_bucket => "ROLLOUT_LEASES";
+    /// Stream of console output (`<prefix>.console.out.>`), bounded per machine.
+    console_stream => "CONSOLE";
 }
 
 /// The gateway micro service's endpoints (`<service-prefix>.<endpoint>`).
@@ -296,6 +345,27 @@ pub const WAIT_HEADER: &str = "Bmcfleet-Wait";
 pub const EVENT_HEADER: &str = "Bmcfleet-Event";
 /// Header naming the worker that published an event.
 pub const WORKER_HEADER: &str = "Bmcfleet-Worker";
+/// Console output: the id of the SOL session that produced it (new on
+/// every activation and after a failover).
+pub const CONSOLE_SESSION_HEADER: &str = "Bmc-Console-Session";
+/// Console output: the chunk's number in its session (1, 2, …).
+pub const CONSOLE_SEQ_HEADER: &str = "Bmc-Console-Seq";
+/// Console output: bytes of output lost right before this chunk (a slow
+/// reader in the worker, the BMC's own overrun is `Bmc-Console-Event: overrun`,
+/// or the unknown gap of a take-over: see [`CONSOLE_EVENT_HEADER`]).
+pub const CONSOLE_LOST_HEADER: &str = "Bmc-Console-Lost";
+/// Console output: a marker, not host output (empty body): `started`,
+/// `ended`, `takeover`, `overrun`, `break`.
+pub const CONSOLE_EVENT_HEADER: &str = "Bmc-Console-Event";
+/// Console output markers: why a session ended (`ended`) or what it took over from.
+pub const CONSOLE_REASON_HEADER: &str = "Bmc-Console-Reason";
+/// Every marker of [`CONSOLE_EVENT_HEADER`].
+pub const CONSOLE_EVENTS: [&str; 7] = ["started", "takeover", "break", "overrun", "ended", "error", "unsupported"];
+/// Console input: `break` sends a serial break (the body is ignored).
+pub const CONSOLE_OP_HEADER: &str = "Bmc-Console-Op";
+/// Console heartbeats: the viewer's id (one per `bmcctl console` process).
+pub const CONSOLE_VIEWER_HEADER: &str = "Bmc-Console-Viewer";
+
 /// Set by nats-server on a request that crossed a service import from
 /// another account: JSON whose `acc` names the requesting account (the
 /// tenant). A client cannot forge it across the import.
@@ -401,6 +471,7 @@ mod tests {
             s.rollouts_bucket(),
             s.rollout_parts_bucket(),
             s.rollout_leases_bucket(),
+            s.console_stream(),
         ];
         assert_eq!(
             names,
@@ -416,7 +487,8 @@ mod tests {
                 "FLEET_CREDENTIALS",
                 "FLEET_ROLLOUTS",
                 "FLEET_ROLLOUT_PARTS",
-                "FLEET_ROLLOUT_LEASES"
+                "FLEET_ROLLOUT_LEASES",
+                "FLEET_CONSOLE"
             ]
         );
     }
@@ -438,6 +510,30 @@ mod tests {
         // The filters: a tenant's and the earlier releases' never overlap.
         assert_eq!(s.jobs_partition_tenant(p, "tenant-a"), format!("bmc.jobs.{p}.tenant-a.*"));
         assert_eq!(s.jobs_partition_legacy(p), format!("bmc.jobs.{p}.*"));
+    }
+
+    #[test]
+    fn console_subjects_name_tenant_and_machine() {
+        let s = Subjects::default();
+        assert_eq!(s.console_out("tenant-a", "node3"), "bmc.console.out.tenant-a.node3");
+        assert_eq!(s.console_in("tenant-a", "node3"), "bmc.console.in.tenant-a.node3");
+        assert_eq!(s.console_watch("tenant-a", "node3"), "bmc.console.watch.tenant-a.node3");
+        for subject in [
+            s.console_in("tenant-a", "node3"),
+            s.console_watch("tenant-a", "node3"),
+            s.console_out("tenant-a", "node3"),
+        ] {
+            assert_eq!(s.parse_console_subject(&subject), Some(("tenant-a", "node3")), "{subject}");
+        }
+        for other in [
+            "bmc.console.in.tenant-a",
+            "bmc.console.x.a.b",
+            "bmc.console.in.a.b.c",
+            "bmc.jobs.1.a.b",
+            "bmc.console.in..b",
+        ] {
+            assert_eq!(s.parse_console_subject(other), None, "{other}");
+        }
     }
 
     #[test]

@@ -1361,7 +1361,7 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
     let s = Subjects::default();
     let id: BatchId = id();
     let addresses: BTreeSet<String> = yaml_block(&doc, "channels:").into_iter().map(|(k, _)| k).collect();
-    assert_eq!(addresses.len(), 8 + subject::ROLLOUT_ENDPOINTS.len() + 2, "{addresses:?}");
+    assert_eq!(addresses.len(), 8 + subject::ROLLOUT_ENDPOINTS.len() + 2 + 3, "{addresses:?}");
     let address = |channel: &str| -> String {
         let rest = &doc[doc.find(&format!("\n  {channel}:\n")).unwrap_or_else(|| panic!("no channel {channel}"))..];
         rest.lines().find_map(|l| l.trim().strip_prefix("address: ")).unwrap().to_owned()
@@ -1388,7 +1388,25 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
         address("machineEvents").replace("{tenant}", "acme").replace("{machine}", "n1"),
         s.machine_events("acme", "n1")
     );
+    for (channel, subject) in [
+        ("consoleOutput", s.console_out("acme", "n1")),
+        ("consoleInput", s.console_in("acme", "n1")),
+        ("consoleWatch", s.console_watch("acme", "n1")),
+    ] {
+        assert_eq!(address(channel).replace("{tenant}", "acme").replace("{machine}", "n1"), subject);
+    }
+    assert_eq!(
+        yaml_list(&doc, "    ConsoleOutputHeaders:", "enum"),
+        subject::CONSOLE_EVENTS.iter().map(|e| e.to_string()).collect::<BTreeSet<_>>()
+    );
     for header in [
+        subject::CONSOLE_SESSION_HEADER,
+        subject::CONSOLE_SEQ_HEADER,
+        subject::CONSOLE_LOST_HEADER,
+        subject::CONSOLE_EVENT_HEADER,
+        subject::CONSOLE_REASON_HEADER,
+        subject::CONSOLE_OP_HEADER,
+        subject::CONSOLE_VIEWER_HEADER,
         subject::CONTENT_TYPE,
         subject::WAIT_HEADER,
         subject::EVENT_HEADER,

@@ -25,7 +25,23 @@ impl SimConnector {
     }
 }
 
-const CAPS: &[Capability] = Capability::ALL;
+/// Every capability that serves actions: the simulator executes actions
+/// itself; it has no serial console.
+const CAPS: &[Capability] = &[
+    Capability::Power,
+    Capability::BootDevice,
+    Capability::Users,
+    Capability::BmcReset,
+    Capability::NetworkSource,
+    Capability::Raw,
+    Capability::VirtualMedia,
+    Capability::Inventory,
+    Capability::EventLog,
+    Capability::Sensors,
+    Capability::Bios,
+    Capability::SecureBoot,
+    Capability::FirmwareUpdate,
+];
 
 #[async_trait]
 impl Connector for SimConnector {

@@ -1279,3 +1279,105 @@ async fn each_role_holds_only_its_own_jetstream_api() {
     let mut js_jobs = async_nats::jetstream::new(gateway_client).get_stream(&jobs).await.unwrap();
     assert_eq!(js_jobs.info().await.unwrap().config.subjects, vec![s.jobs_all()]);
 }
+
+/// Serial consoles with the shipped accounts (docs/CONSOLE.md): tenant A
+/// watches, reads and types on its machine's console through the imports;
+/// tenant B can neither read A's console output, nor type on it, nor hold
+/// it open, whether it names A's subjects (refused by its permissions) or
+/// its own with A's machine name (the worker acts only for the machine's
+/// own tenant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_reaches_only_its_own_consoles() {
+    use bmcfleet_schema::subject::{CONSOLE_EVENT_HEADER, CONSOLE_VIEWER_HEADER};
+    use bmcfleet_testing::ipmi::{IpmiSim, IpmiSimOptions, SerialHost};
+    use futures::StreamExt;
+    let host = SerialHost::start().expect("serial host");
+    let sim =
+        IpmiSim::start_with(IpmiSimOptions { sol_port: Some(host.port()), ..Default::default() }).expect("ipmi_sim");
+    assert!(host.wait_connected(Duration::from_secs(20)), "{}", sim.log());
+    let stack = shipped(SimConfig::default()).await;
+    let (nats, topo) = (&stack.nats, &stack.topo);
+    let subjects = topo.subjects();
+    let (admin, _) = connect(nats, "admin", PASSWORDS[4].1).await;
+    let (a, a_errors) = connect(nats, "producer-a", PASSWORDS[5].1).await;
+    let (b, b_errors) = connect(nats, "producer-b", PASSWORDS[6].1).await;
+    stack.wait_partitions_owned().await;
+    let name = topo.register_machine(&admin, &sim.target()).await;
+    {
+        use bmcfleet_common::streams::{bucket, machines_config, Mode};
+        let js = async_nats::jetstream::new(admin.clone());
+        let kv = bucket(&js, machines_config(&subjects, 1), Mode::UseExisting).await.unwrap();
+        let mut m: Machine = serde_json::from_slice(&kv.get(&name).await.unwrap().unwrap()).unwrap();
+        m.tenant = "tenant-a".into();
+        bmcfleet_common::registry::put(&kv, &m).await.unwrap();
+    }
+    let heartbeat = |client: async_nats::Client, subject: String| {
+        tokio::spawn(async move {
+            loop {
+                let mut h = async_nats::HeaderMap::new();
+                h.insert(CONSOLE_VIEWER_HEADER, "v");
+                let _ = client.publish_with_headers(subject.clone(), h, Default::default()).await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+
+    // B first, alone: with its own tenant's subjects for A's machine nothing opens.
+    let mut operator_view = admin.subscribe(subjects.console_out("tenant-a", &name)).await.unwrap();
+    admin.flush().await.unwrap();
+    let mut b_own = b.subscribe(subjects.console_out("tenant-b", &name)).await.unwrap();
+    let b_beat = heartbeat(b.clone(), subjects.console_watch("tenant-b", &name));
+    b.publish(subjects.console_in("tenant-b", &name), "b-own-subject\r".into()).await.unwrap();
+    b.flush().await.unwrap();
+    // A's subjects: refused by B's permissions.
+    let mut b_spy = b.subscribe(subjects.console_out("tenant-a", &name)).await.unwrap();
+    wait_error(&b_errors, "Permissions Violation for Subscription to \"bmc.console.out.tenant-a").await;
+    b.publish(subjects.console_watch("tenant-a", &name), "".into()).await.unwrap();
+    wait_error(&b_errors, "Permissions Violation for Publish to \"bmc.console.watch.tenant-a").await;
+
+    // B's heartbeats for A's machine under B's own subjects (several
+    // worker ticks and a session's opening time) opened nothing.
+    let opened = tokio::time::timeout(Duration::from_secs(4), operator_view.next()).await;
+    assert!(opened.is_err(), "B's heartbeats opened A's console: {opened:?}");
+
+    // A watches: its console opens and B still sees nothing of it.
+    let mut a_out = a.subscribe(subjects.console_out("tenant-a", &name)).await.unwrap();
+    a.flush().await.unwrap();
+    let a_beat = heartbeat(a.clone(), subjects.console_watch("tenant-a", &name));
+    let started = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(m) = a_out.next().await {
+            if m.headers.as_ref().and_then(|h| h.get(CONSOLE_EVENT_HEADER)).is_some_and(|v| v.as_str() == "started") {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(started.is_ok(), "tenant A's console never started; A's errors: {:?}", a_errors.lock().unwrap());
+    a.publish(subjects.console_in("tenant-a", &name), "a-typed\r".into()).await.unwrap();
+    assert!(host.wait_for(b"a-typed\r", Duration::from_secs(20)), "{:?}", host.received());
+    // B types on A's console: refused; nothing reaches the host.
+    b.publish(subjects.console_in("tenant-a", &name), "b-typed\r".into()).await.unwrap();
+    wait_error(&b_errors, "Permissions Violation for Publish to \"bmc.console.in.tenant-a").await;
+    host.write(b"secret host output\r\n");
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(m) = a_out.next().await {
+            got.extend_from_slice(&m.payload);
+            if got.windows(18).any(|w| w == b"secret host output") {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(String::from_utf8_lossy(&got).contains("secret host output"), "A reads its console");
+    a.publish(subjects.console_in("tenant-a", &name), "a-again\r".into()).await.unwrap();
+    assert!(host.wait_for(b"a-again\r", Duration::from_secs(20)));
+    let received = String::from_utf8_lossy(&host.received()).into_owned();
+    assert!(!received.contains("b-typed") && !received.contains("b-own-subject"), "B reached the host: {received:?}");
+    for sub in [&mut b_spy, &mut b_own] {
+        let leaked = tokio::time::timeout(Duration::from_millis(300), sub.next()).await;
+        assert!(!matches!(leaked, Ok(Some(_))), "B received console output: {leaked:?}");
+    }
+    b_beat.abort();
+    a_beat.abort();
+}

@@ -15,10 +15,12 @@
 //! - [`call`]: the one guarded path of every BMC call (batch actions and polls): breaker, pacing, fence, retries.
 //! - [`providers`]: available providers; [`credentials`]: named credentials.
 //! - [`state`]: polls of registered machines, their observed state and its events.
+//! - [`console`]: serial consoles (IPMI SOL) of the owned partitions' machines over NATS.
 //! - [`metrics`]: what the worker counts (served on `/metrics`).
 
 pub mod call;
 pub mod config;
+pub mod console;
 pub mod credentials;
 pub mod executor;
 pub mod fence;
@@ -76,6 +78,10 @@ pub struct Shared {
     pub state: state::StateBook,
     /// Which machine has shown which known BMC quirk (logged once per machine).
     pub quirks: Arc<quirks::QuirkBook>,
+    /// The serial console's IPMI connector (SOL sessions have sockets of
+    /// their own); `None` when this worker does not speak IPMI.
+    pub console: Option<Arc<bmcfleet_ipmi::IpmiConnector>>,
+    pub console_settings: console::Settings,
 }
 
 fn default_worker_id() -> String {
@@ -208,6 +214,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     )
     .await
     .context("setting up the machine state bucket")?;
+    let console_stream = streams::ConsoleStreamSettings::default();
+    streams::retry_setup(
+        "the console stream",
+        std::time::Duration::from_secs(60),
+        |_| false,
+        || streams::console_stream(&res.js, &subjects, &console_stream, replicas, Mode::UseExisting),
+    )
+    .await
+    .context("setting up the console stream")?;
     let offered = providers.describe();
     tracing::info!(
         worker = %worker_id, providers = ?offered, credentials = credentials.len(), sealing_keys = ?sealing_keys,
@@ -234,6 +249,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         quirks: Arc::new(quirks::QuirkBook::new(&metrics)),
         metrics,
         state: state::StateBook::new(state_store, config.state()),
+        console: config
+            .protocols
+            .contains(&bmcfleet_schema::Protocol::Ipmi)
+            .then(|| Arc::new(bmcfleet_ipmi::IpmiConnector::new(bmcfleet_ipmi::IpmiConfig::default()))),
+        console_settings: console::Settings::default(),
     });
     // The lease and presence buckets, like the streams: a fresh cluster may
     // refuse them for a while.

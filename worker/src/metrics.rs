@@ -71,6 +71,12 @@ pub struct QuirkLabels {
     pub quirk: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabels {
+    /// `out` (host to viewers) or `in` (viewers to host).
+    pub direction: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency() -> Histogram {
@@ -130,6 +136,16 @@ bmcfleet_common::metrics! {
         state_seen_writes: Counter = Counter::default(), "state_seen_writes";
         /// Machine state events published, by kind (power_changed, unreachable, recovered)
         state_events: Family<KindLabels, Counter> = Family::default(), "state_events";
+        /// Serial console (SOL) sessions this worker holds right now
+        console_sessions: Gauge = Gauge::default(), "console_sessions";
+        /// Serial console sessions opened, by outcome (ok or the error code)
+        console_opens: Family<OutcomeLabels, Counter> = Family::default(), "console_opens";
+        /// Serial console bytes, by direction (out: host to the console stream; in: viewers to the host)
+        console_bytes: Family<DirectionLabels, Counter> = Family::default(), "console_bytes";
+        /// Console output bytes lost (reader behind, publish refused) and reported in Bmc-Console-Lost
+        console_lost_bytes: Counter = Counter::default(), "console_lost_bytes";
+        /// Console sessions taken over from a previous owner that ended without closing (failover)
+        console_takeovers: Counter = Counter::default(), "console_takeovers";
     }
 }
 

@@ -124,6 +124,9 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
     }
     consumers.discover(&shared, &fence, &settings, &mut messages).await;
     tracing::info!(partition = p, tenants = consumers.tenants.len(), "Partition started.");
+    // The serial consoles of the partition's machines (docs/CONSOLE.md).
+    let console_stop = tokio_util::sync::CancellationToken::new();
+    let console = tokio::spawn(crate::console::run(shared.clone(), p, fence.clone(), console_stop.clone()));
     let mut discover = tokio::time::interval(DISCOVER_EVERY);
     discover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -300,6 +303,10 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
         tracing::warn!(partition = p, "Lanes did not finish in the drain timeout; aborting them.");
         fence.lost.cancel();
         while lane_tasks.join_next().await.is_some() {}
+    }
+    console_stop.cancel();
+    if tokio::time::timeout(Duration::from_secs(10), console).await.is_err() {
+        tracing::warn!(partition = p, "Console sessions did not close in time.");
     }
     // Another worker observes these machines now; a later take-over reads
     // their state afresh.

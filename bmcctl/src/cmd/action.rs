@@ -258,6 +258,7 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
         | Command::Cred { .. }
         | Command::Machine { .. }
         | Command::Audit { .. }
+        | Command::Console { .. }
         | Command::Completions { .. }
         | Command::Complete { .. }
         | Command::Man { .. } => Ok(None),

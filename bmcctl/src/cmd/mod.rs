@@ -4,6 +4,7 @@ pub mod action;
 pub mod audit;
 pub mod complete;
 pub mod completions;
+pub mod console;
 pub mod cred;
 pub mod fleet;
 pub mod keygen;

@@ -18,6 +18,7 @@
 mod bios;
 mod bmc_reset;
 mod boot;
+mod console;
 mod event_log;
 mod firmware_update;
 mod inventory;
@@ -32,6 +33,7 @@ mod virtual_media;
 pub use bios::Bios;
 pub use bmc_reset::BmcReset;
 pub use boot::{Applies, BootControl};
+pub use console::{Console, ConsoleSettings};
 pub use event_log::{only_the_sel, EventLog, SEL_LOG_ID};
 pub use firmware_update::{FirmwareUpdate, Started};
 pub use inventory::Inventory;
@@ -49,7 +51,7 @@ use bmcfleet_schema::{Action, ActionData, ErrorCode};
 
 /// A session that executes [`Action`]s itself rather than through the
 /// capability traits (the simulator, which speaks actions on its wire): it
-/// offers every capability.
+/// offers every capability that serves actions.
 #[async_trait]
 pub trait ActionExecutor: Send {
     async fn execute(&mut self, ctx: &Ctx, action: &Action) -> Result<Option<ActionData>>;
@@ -158,7 +160,7 @@ macro_rules! capabilities {
         /// The capabilities a session implements, derived from its accessors.
         pub fn capabilities(session: &mut dyn BmcSession) -> Vec<Capability> {
             if session.actions().is_some() {
-                return Capability::ALL.to_vec();
+                return Capability::ALL.iter().copied().filter(|c| c.serves_actions()).collect();
             }
             let mut caps = Vec::new();
             $( if session.$accessor().is_some() { caps.push(Capability::$variant); } )+
@@ -192,6 +194,15 @@ fn unsupported(cap: Capability, session: &mut dyn BmcSession) -> ProviderError {
     )
 }
 
+impl Capability {
+    /// Whether actions need this capability (every one but the console,
+    /// which is a session of its own): what a session that executes
+    /// actions itself (the simulator) offers.
+    pub fn serves_actions(self) -> bool {
+        self != Capability::Console
+    }
+}
+
 impl std::fmt::Display for Capability {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -212,6 +223,8 @@ capabilities! { $
     Bios = "bios", bios: bios::Bios;
     SecureBoot = "secure_boot", secure_boot: secure_boot::SecureBoot;
     FirmwareUpdate = "firmware_update", firmware_update: firmware_update::FirmwareUpdate;
+    /// The serial console: serves no action (a session of its own, docs/CONSOLE.md).
+    Console = "console", console: console::Console;
 }
 
 #[cfg(test)]
@@ -298,7 +311,9 @@ mod tests {
             assert_eq!(handled(&a), 1, "{}", a.kind());
         }
         let used: std::collections::BTreeSet<Capability> = examples().iter().map(Capability::of).collect();
-        assert_eq!(used.into_iter().collect::<Vec<_>>(), Capability::ALL, "every capability serves some action");
+        let acting: Vec<Capability> = Capability::ALL.iter().copied().filter(|c| c.serves_actions()).collect();
+        assert_eq!(used.into_iter().collect::<Vec<_>>(), acting, "every capability but the console serves some action");
+        assert!(examples().iter().all(|a| !console::handles(a)), "the console serves no action");
     }
 
     #[test]
@@ -319,7 +334,8 @@ mod tests {
                 "sensors",
                 "bios",
                 "secure_boot",
-                "firmware_update"
+                "firmware_update",
+                "console"
             ]
         );
     }

@@ -63,6 +63,11 @@ impl bmcfleet_provider::Offer for AmtSession {
     bmcfleet_provider::offer!(power, boot, inventory);
 }
 
+/// Why the serial console is not offered over AMT: Intel AMT's SOL runs
+/// over the redirection protocol (ports 16994/16995), which this provider
+/// does not implement (it speaks WS-Management only).
+pub const CONSOLE_UNSUPPORTED: &str = "the AMT provider speaks WS-Management only; AMT Serial over LAN needs the redirection protocol (ports 16994/16995), which is not implemented";
+
 pub use config::AmtConfig;
 pub use connector::{AmtConnector, HTTP_PORT, TLS_PORT};
 pub use error::AmtError;

@@ -94,6 +94,7 @@ mod transport;
 
 // One module per capability (implementations on `IpmiSession`).
 mod boot;
+mod console;
 mod inventory;
 mod manager;
 mod power;
@@ -114,13 +115,14 @@ pub const CAPABILITIES: &[bmcfleet_provider::Capability] = &[
     bmcfleet_provider::Capability::Inventory,
     bmcfleet_provider::Capability::EventLog,
     bmcfleet_provider::Capability::Sensors,
+    bmcfleet_provider::Capability::Console,
 ];
 
 // What the session's privilege allows (IPMI v2.0 appendix G): a capability
 // is offered when at least one of its operations is; an operation above the
 // privilege fails before it is sent (`send`).
 impl<T: Transport + 'static> bmcfleet_provider::Offer for IpmiSession<T> {
-    bmcfleet_provider::offer!(@accessors power, raw, inventory, event_log, sensors);
+    bmcfleet_provider::offer!(@accessors power, raw, inventory, event_log, sensors, console);
     fn boot(&mut self) -> Option<&mut dyn bmcfleet_provider::BootControl> {
         self.allows(Privilege::Operator).then_some(self)
     }

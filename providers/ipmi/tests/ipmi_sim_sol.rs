@@ -223,3 +223,20 @@ async fn already_active_is_refused_unless_taking_over_and_ipmitool_sees_the_cons
     assert!(host.wait_for(b"typed-by-us", WAIT));
     assert_eq!(sol.close().await, SolEnd::Closed);
 }
+
+/// The `console` capability on a regular session: the SOL configuration,
+/// as the SOL layer reads it (ipmi_sim: enabled; bit rate 0, "the
+/// IPMI-over-serial setting", so none).
+#[tokio::test]
+async fn the_console_capability_reads_the_sol_settings() {
+    use bmcfleet_provider::{capabilities, Capability, Connector, Ctx};
+    let (sim, _host) = sim_with_serial();
+    let connector = IpmiConnector::new(Default::default());
+    let ctx = Ctx::with_timeout(WAIT);
+    let mut session = connector.connect(&ctx, &sim.target(), &sim.credentials()).await.expect("session");
+    assert!(capabilities(session.as_mut()).contains(&Capability::Console));
+    let console = session.console().expect("an IPMI session offers the console");
+    let settings = console.console_settings(&ctx).await.expect("SOL settings");
+    assert_eq!(settings, bmcfleet_provider::ConsoleSettings { enabled: true, bit_rate: None });
+    session.close().await;
+}

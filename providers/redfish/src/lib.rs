@@ -70,6 +70,12 @@ impl bmcfleet_provider::Offer for RedfishSession {
     );
 }
 
+/// Why the serial console is not offered over Redfish: DMTF's
+/// `ComputerSystem.SerialConsole` only advertises other protocols (SSH,
+/// IPMI SOL, Telnet) and their ports; Redfish itself carries no console
+/// payload. Register the machine with `protocol: ipmi` for SOL.
+pub const CONSOLE_UNSUPPORTED: &str = "Redfish carries no serial console: ComputerSystem.SerialConsole only names SSH/IPMI/Telnet services; register the machine with protocol ipmi for Serial over LAN";
+
 pub use config::RedfishConfig;
 pub use connector::RedfishConnector;
 pub use discovery::ResetAction;
