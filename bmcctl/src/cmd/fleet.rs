@@ -586,7 +586,7 @@ pub async fn run(
     let schedule = Schedule::from(&target.fleet);
     if !target.waits() {
         // `--no-wait`: the rollout is the gateways' to drive; its id is printed.
-        let request = request(id, &planned, schedule, &actions, target.deadline);
+        let request = request(id, &planned, schedule, &actions, target.deadline, target.plan);
         let reply = client.rollout("submit", serde_json::to_vec(&request)?, ROLLOUT_TIMEOUT).await?;
         return Ok(client.print(&reply));
     }
