@@ -122,6 +122,12 @@ pub enum Command {
         #[command(subcommand)]
         op: SecureBootCmd,
     },
+    /// The identify light that finds the machine in the row: get, on, off,
+    /// blink (`--seconds N`: on for N seconds, then off by itself; IPMI only).
+    Identify {
+        #[command(subcommand)]
+        op: IdentifyCmd,
+    },
     /// Firmware (Redfish UpdateService): update from an image URL the BMC
     /// fetches (--image), or push an image file the workers hold in their
     /// --firmware-image-dir (--image-file), watched to the end with its
@@ -827,6 +833,35 @@ pub enum SecureBootCmd {
     /// Reset the keys: refused unless the raw policy has `allow action:secure_boot_reset_keys`.
     ResetKeys {
         kind: bmcfleet_schema::SecureBootResetKeys,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `bmcctl identify ...`.
+#[derive(Subcommand, Debug)]
+pub enum IdentifyCmd {
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// On until turned off, or for `--seconds`.
+    On {
+        /// On for this long (1-255), then off by the BMC itself (IPMI only).
+        #[arg(long)]
+        seconds: Option<u16>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Blinking until turned off, or for `--seconds` (IPMI: the same as `on`).
+    Blink {
+        /// Blinking for this long (1-255), then off by the BMC itself (IPMI only).
+        #[arg(long)]
+        seconds: Option<u16>,
+        #[command(flatten)]
+        target: Target,
+    },
+    Off {
         #[command(flatten)]
         target: Target,
     },

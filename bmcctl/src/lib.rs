@@ -82,6 +82,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Sensors { .. }
         | Command::Bios { .. }
         | Command::SecureBoot { .. }
+        | Command::Identify { .. }
         | Command::Firmware { .. }
         | Command::User { .. }
         | Command::BmcReset { .. }

@@ -122,6 +122,12 @@ fn data_text(d: &ActionData, wide: bool) -> String {
             out
         }
         ActionData::Inventory(inv) if inv.has_components() => component_tables(inv),
+        ActionData::Identify(i) => {
+            let light = i.light.map(|l| name(&l)).unwrap_or_else(|| "unknown".into());
+            let timed = if i.timed { " (timed)" } else { "" };
+            let note = i.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default();
+            format!("identify={light}{timed} from {}{note}", i.source)
+        }
         other => serde_json::to_string(other).unwrap_or_default(),
     }
 }

@@ -210,6 +210,7 @@ pub fn reads_only(action: &crate::Action) -> bool {
         | Action::Sensors
         | Action::BiosGet
         | Action::SecureBootGet
+        | Action::IdentifyGet
         | Action::User(UserOp::List)
         | Action::NetworkSource(NetworkSourceOp::Get)
         | Action::EventLog(EventLogOp::Read { .. }) => true,
@@ -224,7 +225,8 @@ pub fn reads_only(action: &crate::Action) -> bool {
         | Action::BiosReset
         | Action::SecureBootSet(_)
         | Action::SecureBootResetKeys(_)
-        | Action::FirmwareUpdate(_) => false,
+        | Action::FirmwareUpdate(_)
+        | Action::Identify(_) => false,
     }
 }
 

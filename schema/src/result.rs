@@ -1,6 +1,6 @@
 //! Results, events and the per-batch status record.
 
-use crate::action::{BatchId, BootDeviceRequest, NetworkSourceOp, UserRole};
+use crate::action::{BatchId, BootDeviceRequest, IdentifyState, NetworkSourceOp, UserRole};
 use crate::error::ErrorBody;
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +107,8 @@ pub enum ActionData {
     SecureBoot(SecureBootState),
     /// How a `firmware_update` ended.
     FirmwareUpdate(FirmwareUpdateResult),
+    /// The identify light (`identify_get`, and `identify` after its read-back).
+    Identify(IdentifyState),
     /// The action found nothing to do and did nothing (a success that
     /// changed nothing, said as such).
     NoChange(NoChange),

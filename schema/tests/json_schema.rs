@@ -150,6 +150,8 @@ tags! {
         Action::SecureBootSet(_) => "secure_boot_set",
         Action::SecureBootResetKeys(_) => "secure_boot_reset_keys",
         Action::FirmwareUpdate(_) => "firmware_update",
+        Action::IdentifyGet => "identify_get",
+        Action::Identify(_) => "identify",
     }
 }
 
@@ -177,6 +179,7 @@ tags! {
         ActionData::BiosPending(_) => "bios_pending",
         ActionData::SecureBoot(_) => "secure_boot",
         ActionData::FirmwareUpdate(_) => "firmware_update",
+        ActionData::Identify(_) => "identify",
     }
 }
 
@@ -253,6 +256,7 @@ fn enums() -> Vec<(&'static str, Vec<String>)> {
         ("Outcome", names(&every!(Outcome: Ok, Error))),
         ("Health", names(&every!(Health: Ok, Warning, Critical))),
         ("SensorKind", names(&every!(SensorKind: Temperature, Fan, Voltage, Power, Other))),
+        ("IdentifyLight", names(&every!(IdentifyLight: On, Off, Blink))),
         ("SecureBootResetKeys", names(&every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk))),
         ("InventorySection", names(&every!(Section: Processors, Memory, Drives, Nics, PowerSupplies, Firmware, Fru))),
         ("InventoryChangeKind", names(&every!(ChangeKind: Added, Removed, Changed))),
@@ -339,6 +343,11 @@ fn every_action() -> Vec<Action> {
     for kind in every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk) {
         out.push(Action::SecureBootResetKeys(kind));
     }
+    out.push(Action::IdentifyGet);
+    for light in every!(IdentifyLight: On, Off, Blink) {
+        out.push(Action::Identify(IdentifySet { light, seconds: None }));
+    }
+    out.push(Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(255) }));
     out.push(Action::FirmwareUpdate(FirmwareUpdate {
         image_uri: Some("https://repo.example/bios.bin".into()),
         ..FirmwareUpdate::default()
@@ -632,6 +641,18 @@ fn every_data() -> Vec<ActionData> {
             mode: Some("DeployedMode".into()),
         }),
         ActionData::SecureBoot(SecureBootState::default()),
+        ActionData::Identify(IdentifyState {
+            light: Some(IdentifyLight::On),
+            timed: true,
+            source: "chassis_status".into(),
+            note: None,
+        }),
+        ActionData::Identify(IdentifyState {
+            light: None,
+            source: "chassis_status".into(),
+            note: Some("the BMC's Get Chassis Status does not report the identify state".into()),
+            ..IdentifyState::default()
+        }),
         ActionData::FirmwareUpdate(FirmwareUpdateResult {
             task: Some("/redfish/v1/TaskService/TaskMonitors/7".into()),
             state: "Completed".into(),
@@ -1055,6 +1076,9 @@ fn invalid_cases() -> Vec<Case> {
             json!({"bmc": {"address": "a", "credentials": {"ref": "c"}, "options": {"ipmi": {"cipher_suites": [0]}}}, "actions": ["inventory"]}),
         ),
         bad("raw netfn out of range", "batch.json", batch(json!([{"raw": {"ipmi": {"netfn": 256, "cmd": 1}}}]))),
+        bad("identify seconds 0", "batch.json", batch(json!([{"identify": {"light": "on", "seconds": 0}}]))),
+        bad("identify seconds 256", "batch.json", batch(json!([{"identify": {"light": "blink", "seconds": 256}}]))),
+        bad("identify light unknown", "batch.json", batch(json!([{"identify": {"light": "red"}}]))),
         bad("firmware update without an image", "batch.json", batch(json!([{"firmware_update": {"targets": []}}]))),
         bad(
             "firmware image uri and file",

@@ -59,6 +59,8 @@ async fn sim_plans_equal_execution_for_every_capability() {
         Action::Sensors,
         Action::BiosGet,
         Action::SecureBootGet,
+        Action::IdentifyGet,
+        Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: Some(15) }),
         Action::FirmwareUpdate(FirmwareUpdate {
             image_uri: Some("https://repo.example/x.bin".into()),
             ..Default::default()

@@ -8,9 +8,9 @@
 
 use bmcfleet_schema::{
     Action, ActionData, Bios, BiosPending, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode, EventLog,
-    EventLogEntry, EventLogOp, FirmwareUpdateResult, Health, Inventory, NetworkSourceOp, PowerOp, PowerState,
-    RawRequest, RawResponse, SecureBootState, SensorKind, SensorReading, Thresholds, UserInfo, UserOp, UserRole,
-    VirtualMediaOp,
+    EventLogEntry, EventLogOp, FirmwareUpdateResult, Health, IdentifyLight, IdentifyState, Inventory, NetworkSourceOp,
+    PowerOp, PowerState, RawRequest, RawResponse, SecureBootState, SensorKind, SensorReading, Thresholds, UserInfo,
+    UserOp, UserRole, VirtualMediaOp,
 };
 use bmcfleet_sim::proto::{Call, Request, Response};
 use std::collections::{BTreeMap, HashMap};
@@ -118,6 +118,9 @@ struct Bmc {
     bios: BTreeMap<String, serde_json::Value>,
     bios_pending: BTreeMap<String, serde_json::Value>,
     secure_boot: bool,
+    /// The identify light, and when a timed identify ends.
+    identify: IdentifyLight,
+    identify_until: Option<Instant>,
     in_flight: usize,
     /// The typed components its inventory reports (a test may swap them).
     components: Inventory,
@@ -144,6 +147,8 @@ impl Default for Bmc {
             bios: default_bios(),
             bios_pending: BTreeMap::new(),
             secure_boot: false,
+            identify: IdentifyLight::Off,
+            identify_until: None,
             in_flight: 0,
             components: default_components(),
         }
@@ -529,6 +534,15 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             Response::Ok(Some(ActionData::SecureBoot(secure_boot(bmc.secure_boot))))
         }
         Action::SecureBootResetKeys(_) => Response::Ok(None),
+        Action::IdentifyGet => Response::Ok(Some(ActionData::Identify(identify(bmc)))),
+        Action::Identify(set) => {
+            bmc.identify = set.light;
+            bmc.identify_until = set
+                .seconds
+                .filter(|_| set.light != IdentifyLight::Off)
+                .map(|s| Instant::now() + Duration::from_secs(u64::from(s)));
+            Response::Ok(Some(ActionData::Identify(identify(bmc))))
+        }
         // The simulated BMC applies an update at once, without a task.
         Action::FirmwareUpdate(_) => Response::Ok(Some(ActionData::FirmwareUpdate(FirmwareUpdateResult {
             state: "Completed".into(),
@@ -628,6 +642,15 @@ fn default_bios() -> BTreeMap<String, serde_json::Value> {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
+}
+
+/// The simulated identify light (a timed one goes off by itself).
+fn identify(bmc: &mut Bmc) -> IdentifyState {
+    if bmc.identify_until.is_some_and(|t| Instant::now() >= t) {
+        bmc.identify = IdentifyLight::Off;
+        bmc.identify_until = None;
+    }
+    IdentifyState { light: Some(bmc.identify), timed: bmc.identify_until.is_some(), source: "sim".into(), note: None }
 }
 
 fn secure_boot(enabled: bool) -> SecureBootState {

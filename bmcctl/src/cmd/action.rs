@@ -4,17 +4,17 @@
 //! [`super::fleet`]).
 
 use crate::cli::{
-    BiosCmd, BootArg, Command, EventLogCmd, FirmwareCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd, SecureBootCmd,
-    Target, UserCmd,
+    BiosCmd, BootArg, Command, EventLogCmd, FirmwareCmd, IdentifyCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd,
+    SecureBootCmd, Target, UserCmd,
 };
 use crate::client::Client;
 use crate::Usage;
 use anyhow::Context;
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_schema::{
-    Action, Batch, BiosSet, BmcTarget, BootDeviceRequest, Credentials, Encoding, EventLogOp, NetworkSourceOp, OnError,
-    RawIpmi, RawRedfish, RawRequest, Secret, SecureBootSet, StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate,
-    VirtualMediaOp,
+    Action, Batch, BiosSet, BmcTarget, BootDeviceRequest, Credentials, Encoding, EventLogOp, IdentifyLight,
+    IdentifySet, NetworkSourceOp, OnError, RawIpmi, RawRedfish, RawRequest, Secret, SecureBootSet, StaticIpv4,
+    TlsOptions, UserOp, UserSpec, UserUpdate, VirtualMediaOp,
 };
 use std::process::ExitCode;
 use std::time::Duration;
@@ -150,6 +150,15 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
             }
             SecureBootCmd::ResetKeys { kind, target } => action(target, Action::SecureBootResetKeys(*kind)),
         },
+        Command::Identify { op } => {
+            let set = |light, seconds| Action::Identify(IdentifySet { light, seconds });
+            match op {
+                IdentifyCmd::Get { target } => action(target, Action::IdentifyGet),
+                IdentifyCmd::On { seconds, target } => action(target, set(IdentifyLight::On, *seconds)),
+                IdentifyCmd::Blink { seconds, target } => action(target, set(IdentifyLight::Blink, *seconds)),
+                IdentifyCmd::Off { target } => action(target, set(IdentifyLight::Off, None)),
+            }
+        }
         Command::Firmware {
             op: FirmwareCmd::Update { image, image_file, sha256, components, transfer_protocol, apply_time, target },
         } => {
@@ -449,6 +458,13 @@ mod tests {
                 }),
             ),
             (vec!["bios", "reset"], Action::BiosReset),
+            (vec!["identify", "get"], Action::IdentifyGet),
+            (vec!["identify", "on"], Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None })),
+            (
+                vec!["identify", "blink", "--seconds", "30"],
+                Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(30) }),
+            ),
+            (vec!["identify", "off"], Action::Identify(IdentifySet { light: IdentifyLight::Off, seconds: None })),
             (vec!["secure-boot", "get"], Action::SecureBootGet),
             (vec!["secure-boot", "enable"], Action::SecureBootSet(SecureBootSet { enabled: true })),
             (vec!["secure-boot", "disable"], Action::SecureBootSet(SecureBootSet { enabled: false })),

@@ -20,6 +20,7 @@ mod bmc_reset;
 mod boot;
 mod event_log;
 mod firmware_update;
+mod identify;
 mod inventory;
 mod network_source;
 mod power;
@@ -34,6 +35,7 @@ pub use bmc_reset::BmcReset;
 pub use boot::{Applies, BootControl};
 pub use event_log::EventLog;
 pub use firmware_update::{FirmwareUpdate, Started};
+pub use identify::Identify;
 pub use inventory::Inventory;
 pub use network_source::NetworkSource;
 pub use power::Power;
@@ -212,6 +214,7 @@ capabilities! { $
     Bios = "bios", bios: bios::Bios;
     SecureBoot = "secure_boot", secure_boot: secure_boot::SecureBoot;
     FirmwareUpdate = "firmware_update", firmware_update: firmware_update::FirmwareUpdate;
+    Identify = "identify", identify: identify::Identify;
 }
 
 #[cfg(test)]
@@ -245,6 +248,8 @@ mod tests {
                 image_uri: Some("https://repo.example/x.bin".into()),
                 ..Default::default()
             }),
+            Action::IdentifyGet,
+            Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
         ];
         for a in &all {
             match a {
@@ -266,7 +271,9 @@ mod tests {
                 | Action::SecureBootGet
                 | Action::SecureBootSet(_)
                 | Action::SecureBootResetKeys(_)
-                | Action::FirmwareUpdate(_) => {}
+                | Action::FirmwareUpdate(_)
+                | Action::IdentifyGet
+                | Action::Identify(_) => {}
             }
         }
         all
@@ -289,6 +296,7 @@ mod tests {
                 bios::handles(a),
                 secure_boot::handles(a),
                 firmware_update::handles(a),
+                identify::handles(a),
             ]
             .iter()
             .filter(|h| **h)
@@ -319,7 +327,8 @@ mod tests {
                 "sensors",
                 "bios",
                 "secure_boot",
-                "firmware_update"
+                "firmware_update",
+                "identify"
             ]
         );
     }

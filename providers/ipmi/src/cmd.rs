@@ -52,7 +52,7 @@ pub fn required_privilege(netfn: u8, cmd: u8) -> Option<Privilege> {
         (NETFN_APP, 0x43) | (NETFN_APP, 0x45) | (NETFN_APP, 0x47) => A,
         (NETFN_APP, 0x44) | (NETFN_APP, 0x46) => O,
         (NETFN_CHASSIS, 0x01) => U,
-        (NETFN_CHASSIS, 0x02) | (NETFN_CHASSIS, 0x08) | (NETFN_CHASSIS, 0x09) => O,
+        (NETFN_CHASSIS, 0x02) | (NETFN_CHASSIS, 0x04) | (NETFN_CHASSIS, 0x08) | (NETFN_CHASSIS, 0x09) => O,
         (NETFN_STORAGE, 0x10) | (NETFN_STORAGE, 0x11) => U,
         (NETFN_STORAGE, 0x40) | (NETFN_STORAGE, 0x42) | (NETFN_STORAGE, 0x43) => U,
         (NETFN_STORAGE, 0x47) => O,
@@ -246,6 +246,40 @@ pub fn decode_chassis_status(data: &[u8]) -> Option<ChassisStatus> {
         last_event: data.get(1).copied().unwrap_or(0),
         misc: data.get(2).copied().unwrap_or(0),
     })
+}
+
+/// 28.5 Chassis Identify. Idempotent: a retransmit asks for the same state
+/// (a timed identify's interval starts again, which is harmless).
+pub const CHASSIS_IDENTIFY: Command = command("Chassis Identify", NETFN_CHASSIS, 0x04, Retry::Safe).with(&[cc(
+    0xCC,
+    ErrorCode::Unsupported,
+    "the BMC refused the identify request (Force Identify On is optional)",
+)]);
+
+/// The identify state in Get Chassis Status byte 3 (§28.2): `None` when the
+/// BMC does not report it (bit 6 clear; the spec makes it optional); else
+/// `(on, timed)` from bits 5:4 (00 off, 01 temporary on, 10 indefinite on).
+/// The reserved value 11 answers `None` too (the BMC says nothing usable).
+pub fn identify_state(misc: u8) -> Option<(bool, bool)> {
+    if misc & 0x40 == 0 {
+        return None;
+    }
+    match (misc >> 4) & 0x03 {
+        0 => Some((false, false)),
+        1 => Some((true, true)),
+        2 => Some((true, false)),
+        _ => None,
+    }
+}
+
+/// Chassis Identify's data: `[0]` off, `[0, 1]` Force Identify On (until
+/// turned off), `[seconds]` on for an interval.
+pub fn identify_data(on: bool, seconds: Option<u16>) -> Vec<u8> {
+    match (on, seconds) {
+        (false, _) => vec![0],
+        (true, None) => vec![0, 1],
+        (true, Some(s)) => vec![s.clamp(1, 255) as u8],
+    }
 }
 
 pub fn restore_policy_name(policy: u8) -> &'static str {

@@ -20,7 +20,7 @@
 //! - `session`: [`RedfishSession`] and its accessors.
 //! - one module per capability: `power`, `boot`, `users`, `manager` (BMC
 //!   reset, network source), `virtual_media`, `raw`, `inventory`,
-//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`.
+//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`, `identify`.
 //! - `tls`: rustls client config (system roots, per-BMC CA, insecure).
 //! - Test doubles (`SushyEmulator`, `MockupServer` and friends) live in
 //!   `bmcfleet-testing` (`redfish`).
@@ -38,6 +38,7 @@ mod firmware_update;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod identify;
 mod inventory;
 mod json;
 mod manager;
@@ -66,7 +67,8 @@ impl bmcfleet_provider::Offer for RedfishSession {
         sensors,
         bios,
         secure_boot,
-        firmware_update
+        firmware_update,
+        identify
     );
 }
 

@@ -30,6 +30,7 @@ mod bmc_reset;
 mod boot;
 mod event_log;
 mod firmware_update;
+mod identify;
 mod job;
 mod network_source;
 mod power;
@@ -44,6 +45,7 @@ pub use bmc_reset::*;
 pub use boot::*;
 pub use event_log::*;
 pub use firmware_update::*;
+pub use identify::*;
 pub use job::*;
 pub use network_source::*;
 pub use power::*;
@@ -146,6 +148,12 @@ pub enum Action {
     /// a worker that takes the batch over watches the task its predecessor
     /// started and never starts a second update.
     FirmwareUpdate(FirmwareUpdate),
+    /// The identify light's state: `"identify_get"`.
+    IdentifyGet,
+    /// Turn the identify light on, off or blinking, verified by read-back
+    /// where the BMC reports it: `{"identify": {"light": "blink",
+    /// "seconds": 30}}`.
+    Identify(IdentifySet),
 }
 
 /// A URL as logs may show it: scheme, host, port and path; no user info,
@@ -184,7 +192,11 @@ impl Action {
             | Action::Sensors
             | Action::BiosGet
             | Action::BiosReset
-            | Action::SecureBootGet => String::new(),
+            | Action::SecureBootGet
+            | Action::IdentifyGet => String::new(),
+            Action::Identify(i) => {
+                format!("{:?} seconds={}", i.light, i.seconds.map(|s| s.to_string()).unwrap_or_else(|| "-".into()))
+            }
             // Names only: a value may be anything the BIOS keeps.
             Action::BiosSet(b) => format!("attributes={}", b.attributes.keys().cloned().collect::<Vec<_>>().join(",")),
             Action::SecureBootSet(s) => format!("enabled={}", s.enabled),
@@ -274,6 +286,8 @@ impl Action {
             Action::SecureBootSet(_) => "secure_boot_set",
             Action::SecureBootResetKeys(_) => "secure_boot_reset_keys",
             Action::FirmwareUpdate(_) => "firmware_update",
+            Action::IdentifyGet => "identify_get",
+            Action::Identify(_) => "identify",
         }
     }
 
@@ -293,6 +307,8 @@ impl Action {
             Action::User(op) => matches!(op, UserOp::List | UserOp::Update(_) | UserOp::Delete { .. }),
             Action::NetworkSource(_) => true,
             Action::VirtualMedia(_) => true,
+            // A timed identify started again runs its interval again: harmless.
+            Action::IdentifyGet | Action::Identify(_) => true,
             // A second update request starts a second update: a new owner
             // watches the first one's task instead (see `watches_task`).
             Action::BmcReset(_) | Action::Raw(_) | Action::FirmwareUpdate(_) => false,

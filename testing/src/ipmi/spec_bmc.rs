@@ -13,7 +13,10 @@
 //! - boot device *safe mode* (selector 0011b): `ipmi_sim`'s chassis program
 //!   interface has no name for it and fails the command;
 //! - privilege failures (0xD4), which `ipmi_sim` only shows before Set
-//!   Session Privilege Level.
+//!   Session Privilege Level;
+//! - the identify state in Get Chassis Status (byte 3 bits 6 and 5:4):
+//!   `ipmi_sim` passes Chassis Identify to its chassis program but always
+//!   reports the state as not supported.
 //!
 //! State is shared through [`SpecHandle`], so a test keeps a handle, moves
 //! the `SpecBmc` into an `bmcfleet_ipmi::IpmiSession`, and asserts what the
@@ -73,6 +76,16 @@ pub enum Fault {
     NoReply,
 }
 
+/// The chassis identify light (IPMI v2.0 §28.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecIdentify {
+    Off,
+    /// Timed: on until this instant (the interval of Chassis Identify).
+    Until(Instant),
+    /// Force Identify On: on until turned off.
+    Forced,
+}
+
 /// Everything the responder knows; public so tests can assert on it.
 #[derive(Clone, Debug)]
 pub struct SpecState {
@@ -108,6 +121,13 @@ pub struct SpecState {
     pub nmis: u32,
     pub cold_resets: u32,
     pub warm_resets: u32,
+    pub identify: SpecIdentify,
+    /// Whether Get Chassis Status reports the identify state (byte 3 bit 6
+    /// and bits 5:4); a BMC may leave it out (the spec makes it optional).
+    pub identify_state_reported: bool,
+    /// Whether Chassis Identify accepts byte 2 bit 0, Force Identify On
+    /// (optional in the spec; 0xCC where not).
+    pub identify_force_supported: bool,
     /// Every request's (netfn, cmd), in order.
     pub calls: Vec<(u8, u8)>,
     /// Whether `close()` was called.
@@ -175,6 +195,9 @@ impl Default for SpecState {
             nmis: 0,
             cold_resets: 0,
             warm_resets: 0,
+            identify: SpecIdentify::Off,
+            identify_state_reported: true,
+            identify_force_supported: true,
             calls: Vec::new(),
             closed: false,
             faults: VecDeque::new(),
@@ -284,13 +307,13 @@ fn reply(cc: u8) -> (u8, Vec<u8>) {
 /// Minimum session privilege per command (IPMI v2.0 appendix G).
 fn required_privilege(netfn: u8, cmd: u8) -> u8 {
     match (netfn, cmd) {
-        (0x00, 0x02) | (0x00, 0x08) => 3, // chassis control, set boot options: operator
-        (0x06, 0x02) | (0x06, 0x03) => 4, // resets: admin
+        (0x00, 0x02) | (0x00, 0x04) | (0x00, 0x08) => 3, // chassis control, identify, set boot options: operator
+        (0x06, 0x02) | (0x06, 0x03) => 4,                // resets: admin
         (0x06, 0x43) | (0x06, 0x45) | (0x06, 0x47) => 4, // user changes: admin
-        (0x06, 0x44) | (0x06, 0x46) => 3, // user reads: operator
-        (0x0C, 0x01) => 4,                // set LAN: admin
-        (0x0C, 0x02) => 3,                // get LAN: operator
-        (0x0A, 0x47) => 3,                // clear SEL: operator
+        (0x06, 0x44) | (0x06, 0x46) => 3,                // user reads: operator
+        (0x0C, 0x01) => 4,                               // set LAN: admin
+        (0x0C, 0x02) => 3,                               // get LAN: operator
+        (0x0A, 0x47) => 3,                               // clear SEL: operator
         _ => 1,
     }
 }
@@ -363,10 +386,12 @@ pub(crate) fn handle(s: &mut SpecState, netfn: u8, cmd: u8, d: &[u8]) -> (u8, Ve
         }
         (0x06, 0x47) => set_user_password(s, d),
         (0x00, 0x01) => {
-            // current power state: bit 0 on, bits 6:5 restore policy "previous".
-            (OK, vec![u8::from(s.power_on) | (0x01 << 5), 0x00, 0x00, 0x00])
+            // current power state: bit 0 on, bits 6:5 restore policy "previous";
+            // misc state: bit 6 identify state reported, bits 5:4 the state.
+            (OK, vec![u8::from(s.power_on) | (0x01 << 5), 0x00, identify_bits(s), 0x00])
         }
         (0x00, 0x02) => chassis_control(s, d),
+        (0x00, 0x04) => chassis_identify(s, d),
         (0x00, 0x08) => {
             let Some(param) = d.first().map(|p| p & 0x7F) else { return reply(BAD_LENGTH) };
             match param {
@@ -482,6 +507,48 @@ pub(crate) fn handle(s: &mut SpecState, netfn: u8, cmd: u8, d: &[u8]) -> (u8, Ve
         (0x0C, 0x02) => get_lan(s, d),
         _ => reply(INVALID_CMD),
     }
+}
+
+/// Get Chassis Status byte 3's identify bits (§28.2): bit 6 "identify
+/// state info supported", bits 5:4 off (00), temporary on (01), indefinite on (10).
+fn identify_bits(s: &mut SpecState) -> u8 {
+    if let SpecIdentify::Until(t) = s.identify {
+        if Instant::now() >= t {
+            s.identify = SpecIdentify::Off;
+        }
+    }
+    if !s.identify_state_reported {
+        return 0;
+    }
+    0x40 | match s.identify {
+        SpecIdentify::Off => 0x00,
+        SpecIdentify::Until(_) => 0x10,
+        SpecIdentify::Forced => 0x20,
+    }
+}
+
+/// 28.5 Chassis Identify: byte 1 the interval in seconds (0: off; absent:
+/// 15 s), byte 2 bit 0 Force Identify On (which wins over the interval).
+fn chassis_identify(s: &mut SpecState, d: &[u8]) -> (u8, Vec<u8>) {
+    if d.len() > 2 {
+        return reply(BAD_LENGTH);
+    }
+    let force = d.get(1).is_some_and(|b| b & 0x01 != 0);
+    if d.get(1).is_some_and(|b| b & 0xFE != 0) {
+        return reply(INVALID_FIELD);
+    }
+    if force {
+        if !s.identify_force_supported {
+            return reply(INVALID_FIELD);
+        }
+        s.identify = SpecIdentify::Forced;
+        return reply(OK);
+    }
+    s.identify = match d.first().copied().unwrap_or(15) {
+        0 => SpecIdentify::Off,
+        secs => SpecIdentify::Until(Instant::now() + std::time::Duration::from_secs(u64::from(secs))),
+    };
+    reply(OK)
 }
 
 fn chassis_control(s: &mut SpecState, d: &[u8]) -> (u8, Vec<u8>) {

@@ -87,6 +87,8 @@ async fn amt_plans_equal_execution_for_every_capability() {
         Action::Sensors,
         Action::BiosGet,
         Action::SecureBootGet,
+        Action::IdentifyGet,
+        Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
         Action::NetworkSource(NetworkSourceOp::Dhcp),
         Action::BmcReset(BmcResetKind::Cold),
         Action::VirtualMedia(VirtualMediaOp::Eject { media: MediaKind::Cd }),
