@@ -128,6 +128,13 @@ pub enum Command {
         #[command(subcommand)]
         op: IdentifyCmd,
     },
+    /// Power draw and power limit: reading, limit get, limit set (watts
+    /// and/or --activate / --deactivate), read back.
+    #[command(name = "power-cap")]
+    PowerCap {
+        #[command(subcommand)]
+        op: PowerCapCmd,
+    },
     /// Firmware (Redfish UpdateService): update from an image URL the BMC
     /// fetches (--image), or push an image file the workers hold in their
     /// --firmware-image-dir (--image-file), watched to the end with its
@@ -862,6 +869,35 @@ pub enum IdentifyCmd {
         target: Target,
     },
     Off {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `bmcctl power-cap ...`.
+#[derive(Subcommand, Debug)]
+pub enum PowerCapCmd {
+    /// Current, min, max, average watts and the interval they cover.
+    Reading {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The power limit and whether it is enforced.
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Set the limit (watts) and/or activate or deactivate it.
+    Set {
+        /// The limit in watts (1-65535).
+        #[arg(long)]
+        watts: Option<u32>,
+        /// Enforce the limit.
+        #[arg(long, conflicts_with = "deactivate")]
+        activate: bool,
+        /// Stop enforcing the limit.
+        #[arg(long)]
+        deactivate: bool,
         #[command(flatten)]
         target: Target,
     },

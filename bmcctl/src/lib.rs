@@ -83,6 +83,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Bios { .. }
         | Command::SecureBoot { .. }
         | Command::Identify { .. }
+        | Command::PowerCap { .. }
         | Command::Firmware { .. }
         | Command::User { .. }
         | Command::BmcReset { .. }

@@ -122,6 +122,23 @@ fn data_text(d: &ActionData, wide: bool) -> String {
             out
         }
         ActionData::Inventory(inv) if inv.has_components() => component_tables(inv),
+        ActionData::PowerReading(r) => format!(
+            "{} W (min {} max {} average {} over {}) from {}",
+            r.watts,
+            or_dash(r.min_watts),
+            or_dash(r.max_watts),
+            or_dash(r.average_watts),
+            r.interval_ms.map(|ms| format!("{} s", ms as f64 / 1000.0)).unwrap_or_else(|| "-".into()),
+            r.source
+        ),
+        ActionData::PowerLimit(l) => format!(
+            "limit={} active={} allowed={}..{} from {}",
+            l.watts.map(|w| format!("{w} W")).unwrap_or_else(|| "none".into()),
+            or_dash(l.active),
+            or_dash(l.allowed_min),
+            or_dash(l.allowed_max),
+            l.source
+        ),
         ActionData::Identify(i) => {
             let light = i.light.map(|l| name(&l)).unwrap_or_else(|| "unknown".into());
             let timed = if i.timed { " (timed)" } else { "" };

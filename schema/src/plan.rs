@@ -211,6 +211,8 @@ pub fn reads_only(action: &crate::Action) -> bool {
         | Action::BiosGet
         | Action::SecureBootGet
         | Action::IdentifyGet
+        | Action::PowerReading
+        | Action::PowerLimitGet
         | Action::User(UserOp::List)
         | Action::NetworkSource(NetworkSourceOp::Get)
         | Action::EventLog(EventLogOp::Read { .. }) => true,
@@ -226,7 +228,8 @@ pub fn reads_only(action: &crate::Action) -> bool {
         | Action::SecureBootSet(_)
         | Action::SecureBootResetKeys(_)
         | Action::FirmwareUpdate(_)
-        | Action::Identify(_) => false,
+        | Action::Identify(_)
+        | Action::PowerLimitSet(_) => false,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Results, events and the per-batch status record.
 
-use crate::action::{BatchId, BootDeviceRequest, IdentifyState, NetworkSourceOp, UserRole};
+use crate::action::{BatchId, BootDeviceRequest, IdentifyState, NetworkSourceOp, PowerLimit, PowerReading, UserRole};
 use crate::error::ErrorBody;
 use serde::{Deserialize, Serialize};
 
@@ -109,6 +109,10 @@ pub enum ActionData {
     FirmwareUpdate(FirmwareUpdateResult),
     /// The identify light (`identify_get`, and `identify` after its read-back).
     Identify(IdentifyState),
+    /// `power_reading`.
+    PowerReading(PowerReading),
+    /// `power_limit_get`, and `power_limit_set` after its read-back.
+    PowerLimit(PowerLimit),
     /// The action found nothing to do and did nothing (a success that
     /// changed nothing, said as such).
     NoChange(NoChange),

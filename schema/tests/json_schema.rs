@@ -152,6 +152,9 @@ tags! {
         Action::FirmwareUpdate(_) => "firmware_update",
         Action::IdentifyGet => "identify_get",
         Action::Identify(_) => "identify",
+        Action::PowerReading => "power_reading",
+        Action::PowerLimitGet => "power_limit_get",
+        Action::PowerLimitSet(_) => "power_limit_set",
     }
 }
 
@@ -180,6 +183,8 @@ tags! {
         ActionData::SecureBoot(_) => "secure_boot",
         ActionData::FirmwareUpdate(_) => "firmware_update",
         ActionData::Identify(_) => "identify",
+        ActionData::PowerReading(_) => "power_reading",
+        ActionData::PowerLimit(_) => "power_limit",
     }
 }
 
@@ -348,6 +353,11 @@ fn every_action() -> Vec<Action> {
         out.push(Action::Identify(IdentifySet { light, seconds: None }));
     }
     out.push(Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(255) }));
+    out.push(Action::PowerReading);
+    out.push(Action::PowerLimitGet);
+    out.push(Action::PowerLimitSet(PowerLimitSet { watts: Some(450), active: Some(true) }));
+    out.push(Action::PowerLimitSet(PowerLimitSet { watts: None, active: Some(false) }));
+    out.push(Action::PowerLimitSet(PowerLimitSet { watts: Some(65535), active: None }));
     out.push(Action::FirmwareUpdate(FirmwareUpdate {
         image_uri: Some("https://repo.example/bios.bin".into()),
         ..FirmwareUpdate::default()
@@ -647,6 +657,25 @@ fn every_data() -> Vec<ActionData> {
             source: "chassis_status".into(),
             note: None,
         }),
+        ActionData::PowerReading(PowerReading {
+            watts: 300.0,
+            min_watts: Some(120.0),
+            max_watts: Some(450.5),
+            average_watts: Some(280.0),
+            interval_ms: Some(60_000),
+            source: "dcmi".into(),
+        }),
+        ActionData::PowerReading(PowerReading { watts: 5.0, source: "PowerControl".into(), ..PowerReading::default() }),
+        ActionData::PowerLimit(PowerLimit {
+            watts: Some(450),
+            active: Some(true),
+            allowed_min: Some(100),
+            allowed_max: Some(1000),
+            correction_ms: Some(1000),
+            exception: Some("power_off".into()),
+            source: "dcmi".into(),
+        }),
+        ActionData::PowerLimit(PowerLimit { source: "PowerControl".into(), ..PowerLimit::default() }),
         ActionData::Identify(IdentifyState {
             light: None,
             source: "chassis_status".into(),
@@ -1079,6 +1108,9 @@ fn invalid_cases() -> Vec<Case> {
         bad("identify seconds 0", "batch.json", batch(json!([{"identify": {"light": "on", "seconds": 0}}]))),
         bad("identify seconds 256", "batch.json", batch(json!([{"identify": {"light": "blink", "seconds": 256}}]))),
         bad("identify light unknown", "batch.json", batch(json!([{"identify": {"light": "red"}}]))),
+        bad("power limit set of nothing", "batch.json", batch(json!([{"power_limit_set": {}}]))),
+        bad("power limit of 0 W", "batch.json", batch(json!([{"power_limit_set": {"watts": 0}}]))),
+        bad("power limit beyond two bytes", "batch.json", batch(json!([{"power_limit_set": {"watts": 65536}}]))),
         bad("firmware update without an image", "batch.json", batch(json!([{"firmware_update": {"targets": []}}]))),
         bad(
             "firmware image uri and file",

@@ -9,8 +9,8 @@
 use bmcfleet_schema::{
     Action, ActionData, Bios, BiosPending, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode, EventLog,
     EventLogEntry, EventLogOp, FirmwareUpdateResult, Health, IdentifyLight, IdentifyState, Inventory, NetworkSourceOp,
-    PowerOp, PowerState, RawRequest, RawResponse, SecureBootState, SensorKind, SensorReading, Thresholds, UserInfo,
-    UserOp, UserRole, VirtualMediaOp,
+    PowerLimit, PowerOp, PowerReading, PowerState, RawRequest, RawResponse, SecureBootState, SensorKind, SensorReading,
+    Thresholds, UserInfo, UserOp, UserRole, VirtualMediaOp,
 };
 use bmcfleet_sim::proto::{Call, Request, Response};
 use std::collections::{BTreeMap, HashMap};
@@ -121,6 +121,8 @@ struct Bmc {
     /// The identify light, and when a timed identify ends.
     identify: IdentifyLight,
     identify_until: Option<Instant>,
+    /// The power limit (watts, enforced).
+    power_limit: (Option<u32>, bool),
     in_flight: usize,
     /// The typed components its inventory reports (a test may swap them).
     components: Inventory,
@@ -149,6 +151,7 @@ impl Default for Bmc {
             secure_boot: false,
             identify: IdentifyLight::Off,
             identify_until: None,
+            power_limit: (None, false),
             in_flight: 0,
             components: default_components(),
         }
@@ -535,6 +538,28 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
         }
         Action::SecureBootResetKeys(_) => Response::Ok(None),
         Action::IdentifyGet => Response::Ok(Some(ActionData::Identify(identify(bmc)))),
+        // The simulated machine draws 120 W on, 5 W off (standby).
+        Action::PowerReading => {
+            let watts = if bmc.power == PowerState::On { 120.0 } else { 5.0 };
+            Response::Ok(Some(ActionData::PowerReading(PowerReading {
+                watts,
+                min_watts: Some(watts),
+                max_watts: Some(watts),
+                average_watts: Some(watts),
+                interval_ms: Some(60_000),
+                source: "sim".into(),
+            })))
+        }
+        Action::PowerLimitGet => Response::Ok(Some(ActionData::PowerLimit(power_limit(bmc)))),
+        Action::PowerLimitSet(set) => {
+            if let Some(w) = set.watts {
+                bmc.power_limit.0 = Some(w);
+            }
+            if let Some(a) = set.active {
+                bmc.power_limit.1 = a;
+            }
+            Response::Ok(Some(ActionData::PowerLimit(power_limit(bmc))))
+        }
         Action::Identify(set) => {
             bmc.identify = set.light;
             bmc.identify_until = set
@@ -642,6 +667,15 @@ fn default_bios() -> BTreeMap<String, serde_json::Value> {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
+}
+
+fn power_limit(bmc: &Bmc) -> PowerLimit {
+    PowerLimit {
+        watts: bmc.power_limit.0,
+        active: Some(bmc.power_limit.1),
+        source: "sim".into(),
+        ..PowerLimit::default()
+    }
 }
 
 /// The simulated identify light (a timed one goes off by itself).

@@ -611,3 +611,35 @@ fn ipmitool_chassis_identify_drives_the_identify_state() {
     bmc.handle().update(|s| s.identify_force_supported = false);
     assert!(failed(&admin(&bin, bmc, &["chassis", "identify", "force"])).contains("may not support Force Identify On"));
 }
+
+/// `ipmitool dcmi power reading|get_limit|set_limit|activate|deactivate`
+/// (DCMI 1.5 §6.6) against the responder's DCMI: the numbers ipmitool
+/// prints are the responder's, and its writes land in the responder's state.
+#[test]
+fn ipmitool_dcmi_power_reading_and_limit() {
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(1, &[17]);
+    let bmc = fleet.bmc(0);
+    let reading = ok(&admin(&bin, bmc, &["dcmi", "power", "reading"]));
+    for line in [
+        "Instantaneous power reading:                   300 Watts",
+        "Minimum during sampling period:                120 Watts",
+        "Maximum during sampling period:                450 Watts",
+        "Average power reading over sample period:      280 Watts",
+        "Sampling period:                          00000060 Seconds.",
+        "Power reading state is:                   activated",
+    ] {
+        assert!(reading.contains(line), "{line:?} in {reading}");
+    }
+    let limit = ok(&admin(&bin, bmc, &["dcmi", "power", "get_limit"]));
+    assert!(limit.contains("No Active Power Limit"), "{limit}");
+
+    ok(&admin(&bin, bmc, &["dcmi", "power", "set_limit", "limit", "450"]));
+    assert_eq!(bmc.handle().snapshot().dcmi.unwrap().limit_watts, 450);
+    ok(&admin(&bin, bmc, &["dcmi", "power", "activate"]));
+    assert!(bmc.handle().snapshot().dcmi.unwrap().limit_active);
+    let limit = ok(&admin(&bin, bmc, &["dcmi", "power", "get_limit"]));
+    assert!(limit.contains("Power Limit Active") && limit.contains("450 Watts"), "{limit}");
+    ok(&admin(&bin, bmc, &["dcmi", "power", "deactivate"]));
+    assert!(!bmc.handle().snapshot().dcmi.unwrap().limit_active);
+}

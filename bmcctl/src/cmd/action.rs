@@ -4,8 +4,8 @@
 //! [`super::fleet`]).
 
 use crate::cli::{
-    BiosCmd, BootArg, Command, EventLogCmd, FirmwareCmd, IdentifyCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd,
-    SecureBootCmd, Target, UserCmd,
+    BiosCmd, BootArg, Command, EventLogCmd, FirmwareCmd, IdentifyCmd, MediaCmd, NetworkCmd, NewPassword, PowerCapCmd,
+    RawCmd, SecureBootCmd, Target, UserCmd,
 };
 use crate::client::Client;
 use crate::Usage;
@@ -13,8 +13,8 @@ use anyhow::Context;
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_schema::{
     Action, Batch, BiosSet, BmcTarget, BootDeviceRequest, Credentials, Encoding, EventLogOp, IdentifyLight,
-    IdentifySet, NetworkSourceOp, OnError, RawIpmi, RawRedfish, RawRequest, Secret, SecureBootSet, StaticIpv4,
-    TlsOptions, UserOp, UserSpec, UserUpdate, VirtualMediaOp,
+    IdentifySet, NetworkSourceOp, OnError, PowerLimitSet, RawIpmi, RawRedfish, RawRequest, Secret, SecureBootSet,
+    StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate, VirtualMediaOp,
 };
 use std::process::ExitCode;
 use std::time::Duration;
@@ -159,6 +159,18 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
                 IdentifyCmd::Off { target } => action(target, set(IdentifyLight::Off, None)),
             }
         }
+        Command::PowerCap { op } => match op {
+            PowerCapCmd::Reading { target } => action(target, Action::PowerReading),
+            PowerCapCmd::Get { target } => action(target, Action::PowerLimitGet),
+            PowerCapCmd::Set { watts, activate, deactivate, target } => {
+                let active = match (activate, deactivate) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                };
+                action(target, Action::PowerLimitSet(PowerLimitSet { watts: *watts, active }))
+            }
+        },
         Command::Firmware {
             op: FirmwareCmd::Update { image, image_file, sha256, components, transfer_protocol, apply_time, target },
         } => {
@@ -465,6 +477,16 @@ mod tests {
                 Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(30) }),
             ),
             (vec!["identify", "off"], Action::Identify(IdentifySet { light: IdentifyLight::Off, seconds: None })),
+            (vec!["power-cap", "reading"], Action::PowerReading),
+            (vec!["power-cap", "get"], Action::PowerLimitGet),
+            (
+                vec!["power-cap", "set", "--watts", "450", "--activate"],
+                Action::PowerLimitSet(PowerLimitSet { watts: Some(450), active: Some(true) }),
+            ),
+            (
+                vec!["power-cap", "set", "--deactivate"],
+                Action::PowerLimitSet(PowerLimitSet { watts: None, active: Some(false) }),
+            ),
             (vec!["secure-boot", "get"], Action::SecureBootGet),
             (vec!["secure-boot", "enable"], Action::SecureBootSet(SecureBootSet { enabled: true })),
             (vec!["secure-boot", "disable"], Action::SecureBootSet(SecureBootSet { enabled: false })),

@@ -24,6 +24,7 @@ mod identify;
 mod inventory;
 mod network_source;
 mod power;
+mod power_capping;
 mod raw;
 mod secure_boot;
 mod sensors;
@@ -39,6 +40,7 @@ pub use identify::Identify;
 pub use inventory::Inventory;
 pub use network_source::NetworkSource;
 pub use power::Power;
+pub use power_capping::PowerCapping;
 pub use raw::Raw;
 pub use secure_boot::SecureBoot;
 pub use sensors::Sensors;
@@ -215,6 +217,7 @@ capabilities! { $
     SecureBoot = "secure_boot", secure_boot: secure_boot::SecureBoot;
     FirmwareUpdate = "firmware_update", firmware_update: firmware_update::FirmwareUpdate;
     Identify = "identify", identify: identify::Identify;
+    PowerCapping = "power_capping", power_capping: power_capping::PowerCapping;
 }
 
 #[cfg(test)]
@@ -250,6 +253,7 @@ mod tests {
             }),
             Action::IdentifyGet,
             Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
+            Action::PowerReading,
         ];
         for a in &all {
             match a {
@@ -273,7 +277,10 @@ mod tests {
                 | Action::SecureBootResetKeys(_)
                 | Action::FirmwareUpdate(_)
                 | Action::IdentifyGet
-                | Action::Identify(_) => {}
+                | Action::Identify(_)
+                | Action::PowerReading
+                | Action::PowerLimitGet
+                | Action::PowerLimitSet(_) => {}
             }
         }
         all
@@ -297,6 +304,7 @@ mod tests {
                 secure_boot::handles(a),
                 firmware_update::handles(a),
                 identify::handles(a),
+                power_capping::handles(a),
             ]
             .iter()
             .filter(|h| **h)
@@ -328,7 +336,8 @@ mod tests {
                 "bios",
                 "secure_boot",
                 "firmware_update",
-                "identify"
+                "identify",
+                "power_capping"
             ]
         );
     }

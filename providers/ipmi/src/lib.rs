@@ -42,6 +42,8 @@
 //! | raw | any request netfn/cmd, data ≤ 255 bytes, completion code returned as `status` |
 //! | identify get | Get Chassis Status byte 3: bit 6 identify state reported, bits 5:4 off / timed on / on (not reported: no `light`, a `note`) |
 //! | identify set | Chassis Identify (0x00 / 0x04): `[0]` off, `[0, 1]` Force Identify On, `[seconds]` timed; read back through Get Chassis Status where reported |
+//! | power reading | DCMI Get Power Reading (group 0x2C / 0x02, `DC 01 00 00`: system power statistics): current, min, max, average watts, statistics period; measurement inactive → `unsupported` |
+//! | power limit get / set | DCMI Get Power Limit (0x2C / 0x03; 0x80 = set, not active), Set Power Limit (0x04; watts only changed, the rest as read), Activate/Deactivate (0x05); read back with Get Power Limit |
 //! | inventory | Get Device ID (0x06 / 0x01), Get Chassis Status, Get FRU Inventory Area Info (storage 0x0A / 0x10), Read FRU Data (0x0A / 0x11): board and product areas |
 //!
 //! Session-level commands: Get Channel Authentication Capabilities
@@ -100,6 +102,7 @@ mod identify;
 mod inventory;
 mod manager;
 mod power;
+mod power_capping;
 mod raw;
 mod sel;
 mod sensors;
@@ -118,13 +121,14 @@ pub const CAPABILITIES: &[bmcfleet_provider::Capability] = &[
     bmcfleet_provider::Capability::EventLog,
     bmcfleet_provider::Capability::Sensors,
     bmcfleet_provider::Capability::Identify,
+    bmcfleet_provider::Capability::PowerCapping,
 ];
 
 // What the session's privilege allows (IPMI v2.0 appendix G): a capability
 // is offered when at least one of its operations is; an operation above the
 // privilege fails before it is sent (`send`).
 impl<T: Transport + 'static> bmcfleet_provider::Offer for IpmiSession<T> {
-    bmcfleet_provider::offer!(@accessors power, raw, inventory, event_log, sensors);
+    bmcfleet_provider::offer!(@accessors power, raw, inventory, event_log, sensors, power_capping);
     fn boot(&mut self) -> Option<&mut dyn bmcfleet_provider::BootControl> {
         self.allows(Privilege::Operator).then_some(self)
     }

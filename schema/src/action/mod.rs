@@ -34,6 +34,7 @@ mod identify;
 mod job;
 mod network_source;
 mod power;
+mod power_capping;
 mod raw;
 mod secure_boot;
 mod target;
@@ -49,6 +50,7 @@ pub use identify::*;
 pub use job::*;
 pub use network_source::*;
 pub use power::*;
+pub use power_capping::*;
 pub use raw::*;
 pub use secure_boot::*;
 pub use target::*;
@@ -154,6 +156,14 @@ pub enum Action {
     /// where the BMC reports it: `{"identify": {"light": "blink",
     /// "seconds": 30}}`.
     Identify(IdentifySet),
+    /// The machine's power draw (current, min, max, average watts and the
+    /// interval they cover): `"power_reading"`.
+    PowerReading,
+    /// The power limit: `"power_limit_get"`.
+    PowerLimitGet,
+    /// Set and/or activate the power limit, read back:
+    /// `{"power_limit_set": {"watts": 450, "active": true}}`.
+    PowerLimitSet(PowerLimitSet),
 }
 
 /// A URL as logs may show it: scheme, host, port and path; no user info,
@@ -193,7 +203,14 @@ impl Action {
             | Action::BiosGet
             | Action::BiosReset
             | Action::SecureBootGet
-            | Action::IdentifyGet => String::new(),
+            | Action::IdentifyGet
+            | Action::PowerReading
+            | Action::PowerLimitGet => String::new(),
+            Action::PowerLimitSet(p) => format!(
+                "watts={} active={}",
+                p.watts.map(|w| w.to_string()).unwrap_or_else(|| "-".into()),
+                p.active.map(|a| a.to_string()).unwrap_or_else(|| "-".into())
+            ),
             Action::Identify(i) => {
                 format!("{:?} seconds={}", i.light, i.seconds.map(|s| s.to_string()).unwrap_or_else(|| "-".into()))
             }
@@ -288,6 +305,9 @@ impl Action {
             Action::FirmwareUpdate(_) => "firmware_update",
             Action::IdentifyGet => "identify_get",
             Action::Identify(_) => "identify",
+            Action::PowerReading => "power_reading",
+            Action::PowerLimitGet => "power_limit_get",
+            Action::PowerLimitSet(_) => "power_limit_set",
         }
     }
 
@@ -309,6 +329,7 @@ impl Action {
             Action::VirtualMedia(_) => true,
             // A timed identify started again runs its interval again: harmless.
             Action::IdentifyGet | Action::Identify(_) => true,
+            Action::PowerReading | Action::PowerLimitGet | Action::PowerLimitSet(_) => true,
             // A second update request starts a second update: a new owner
             // watches the first one's task instead (see `watches_task`).
             Action::BmcReset(_) | Action::Raw(_) | Action::FirmwareUpdate(_) => false,

@@ -46,7 +46,9 @@ pub use lan::{LanBmc, LanConfig, LanFaults, LanFleet, LanStats};
 pub use pyghmi::{PyghmiBmc, PyghmiState};
 pub use recorded::Recorded;
 pub use serial::SerialHost;
-pub use spec_bmc::{Fault, SpecBmc, SpecHandle, SpecIdentify, SpecLan, SpecState, SpecUser, LAN_CHANNEL, MAX_USERS};
+pub use spec_bmc::{
+    Fault, SpecBmc, SpecDcmi, SpecHandle, SpecIdentify, SpecLan, SpecState, SpecUser, LAN_CHANNEL, MAX_USERS,
+};
 
 use bmcfleet_ipmi::probe;
 use bmcfleet_provider::ResolvedCredentials;

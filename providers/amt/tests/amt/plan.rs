@@ -89,6 +89,8 @@ async fn amt_plans_equal_execution_for_every_capability() {
         Action::SecureBootGet,
         Action::IdentifyGet,
         Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
+        Action::PowerReading,
+        Action::PowerLimitSet(PowerLimitSet { watts: Some(400), active: None }),
         Action::NetworkSource(NetworkSourceOp::Dhcp),
         Action::BmcReset(BmcResetKind::Cold),
         Action::VirtualMedia(VirtualMediaOp::Eject { media: MediaKind::Cd }),
