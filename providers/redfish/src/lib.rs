@@ -20,7 +20,7 @@
 //! - `session`: [`RedfishSession`] and its accessors.
 //! - one module per capability: `power`, `boot`, `users`, `manager` (BMC
 //!   reset, network source), `virtual_media`, `raw`, `inventory`,
-//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`, `identify`.
+//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`, `identify`, `power_capping`.
 //! - `tls`: rustls client config (system roots, per-BMC CA, insecure).
 //! - Test doubles (`SushyEmulator`, `MockupServer` and friends) live in
 //!   `bmcfleet-testing` (`redfish`).
@@ -43,6 +43,7 @@ mod inventory;
 mod json;
 mod manager;
 mod power;
+mod power_capping;
 mod raw;
 mod secure_boot;
 mod sensors;
@@ -68,7 +69,8 @@ impl bmcfleet_provider::Offer for RedfishSession {
         bios,
         secure_boot,
         firmware_update,
-        identify
+        identify,
+        power_capping
     );
 }
 
