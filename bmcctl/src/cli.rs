@@ -128,6 +128,13 @@ pub enum Command {
         #[command(subcommand)]
         op: IdentifyCmd,
     },
+    /// The BMC's clock: get (with its drift against the worker), sync (set
+    /// it to the worker's UTC time, read back).
+    #[command(name = "bmc-clock")]
+    BmcClock {
+        #[command(subcommand)]
+        op: BmcClockCmd,
+    },
     /// Power draw and power limit: reading, limit get, limit set (watts
     /// and/or --activate / --deactivate), read back.
     #[command(name = "power-cap")]
@@ -869,6 +876,19 @@ pub enum IdentifyCmd {
         target: Target,
     },
     Off {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `bmcctl bmc-clock ...`.
+#[derive(Subcommand, Debug)]
+pub enum BmcClockCmd {
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    Sync {
         #[command(flatten)]
         target: Target,
     },

@@ -84,6 +84,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::SecureBoot { .. }
         | Command::Identify { .. }
         | Command::PowerCap { .. }
+        | Command::BmcClock { .. }
         | Command::Firmware { .. }
         | Command::User { .. }
         | Command::BmcReset { .. }

@@ -122,6 +122,7 @@ fn data_text(d: &ActionData, wide: bool) -> String {
             out
         }
         ActionData::Inventory(inv) if inv.has_components() => component_tables(inv),
+        ActionData::BmcClock(c) => format!("time={} drift={} ms from {}", c.time, c.drift_ms, c.source),
         ActionData::PowerReading(r) => format!(
             "{} W (min {} max {} average {} over {}) from {}",
             r.watts,

@@ -213,6 +213,7 @@ pub fn reads_only(action: &crate::Action) -> bool {
         | Action::IdentifyGet
         | Action::PowerReading
         | Action::PowerLimitGet
+        | Action::BmcClockGet
         | Action::User(UserOp::List)
         | Action::NetworkSource(NetworkSourceOp::Get)
         | Action::EventLog(EventLogOp::Read { .. }) => true,
@@ -229,7 +230,8 @@ pub fn reads_only(action: &crate::Action) -> bool {
         | Action::SecureBootResetKeys(_)
         | Action::FirmwareUpdate(_)
         | Action::Identify(_)
-        | Action::PowerLimitSet(_) => false,
+        | Action::PowerLimitSet(_)
+        | Action::BmcClockSync => false,
     }
 }
 

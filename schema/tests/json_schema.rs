@@ -155,6 +155,8 @@ tags! {
         Action::PowerReading => "power_reading",
         Action::PowerLimitGet => "power_limit_get",
         Action::PowerLimitSet(_) => "power_limit_set",
+        Action::BmcClockGet => "bmc_clock_get",
+        Action::BmcClockSync => "bmc_clock_sync",
     }
 }
 
@@ -185,6 +187,7 @@ tags! {
         ActionData::Identify(_) => "identify",
         ActionData::PowerReading(_) => "power_reading",
         ActionData::PowerLimit(_) => "power_limit",
+        ActionData::BmcClock(_) => "bmc_clock",
     }
 }
 
@@ -353,6 +356,8 @@ fn every_action() -> Vec<Action> {
         out.push(Action::Identify(IdentifySet { light, seconds: None }));
     }
     out.push(Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(255) }));
+    out.push(Action::BmcClockGet);
+    out.push(Action::BmcClockSync);
     out.push(Action::PowerReading);
     out.push(Action::PowerLimitGet);
     out.push(Action::PowerLimitSet(PowerLimitSet { watts: Some(450), active: Some(true) }));
@@ -676,6 +681,17 @@ fn every_data() -> Vec<ActionData> {
             source: "dcmi".into(),
         }),
         ActionData::PowerLimit(PowerLimit { source: "PowerControl".into(), ..PowerLimit::default() }),
+        ActionData::BmcClock(BmcClock {
+            time: "2026-12-06T05:04:36+01:00".into(),
+            drift_ms: -1500,
+            utc_offset: Some("+01:00".into()),
+            source: "DateTime".into(),
+        }),
+        ActionData::BmcClock(BmcClock {
+            time: "2026-12-06T05:04:36Z".into(),
+            source: "sel_time".into(),
+            ..BmcClock::default()
+        }),
         ActionData::Identify(IdentifyState {
             light: None,
             source: "chassis_status".into(),

@@ -61,6 +61,8 @@ async fn sim_plans_equal_execution_for_every_capability() {
         Action::SecureBootGet,
         Action::IdentifyGet,
         Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: Some(15) }),
+        Action::BmcClockGet,
+        Action::BmcClockSync,
         Action::PowerReading,
         Action::PowerLimitSet(PowerLimitSet { watts: Some(400), active: Some(true) }),
         Action::FirmwareUpdate(FirmwareUpdate {

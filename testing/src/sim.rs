@@ -7,10 +7,10 @@
 //! request a BMC received, faults included, with its arrival time.
 
 use bmcfleet_schema::{
-    Action, ActionData, Bios, BiosPending, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode, EventLog,
-    EventLogEntry, EventLogOp, FirmwareUpdateResult, Health, IdentifyLight, IdentifyState, Inventory, NetworkSourceOp,
-    PowerLimit, PowerOp, PowerReading, PowerState, RawRequest, RawResponse, SecureBootState, SensorKind, SensorReading,
-    Thresholds, UserInfo, UserOp, UserRole, VirtualMediaOp,
+    Action, ActionData, Bios, BiosPending, BmcClock, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode,
+    EventLog, EventLogEntry, EventLogOp, FirmwareUpdateResult, Health, IdentifyLight, IdentifyState, Inventory,
+    NetworkSourceOp, PowerLimit, PowerOp, PowerReading, PowerState, RawRequest, RawResponse, SecureBootState,
+    SensorKind, SensorReading, Thresholds, UserInfo, UserOp, UserRole, VirtualMediaOp,
 };
 use bmcfleet_sim::proto::{Call, Request, Response};
 use std::collections::{BTreeMap, HashMap};
@@ -550,6 +550,13 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
                 source: "sim".into(),
             })))
         }
+        // The simulated BMC's clock is the host's.
+        Action::BmcClockGet | Action::BmcClockSync => Response::Ok(Some(ActionData::BmcClock(BmcClock {
+            time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            drift_ms: 0,
+            utc_offset: None,
+            source: "sim".into(),
+        }))),
         Action::PowerLimitGet => Response::Ok(Some(ActionData::PowerLimit(power_limit(bmc)))),
         Action::PowerLimitSet(set) => {
             if let Some(w) = set.watts {

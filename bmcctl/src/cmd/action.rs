@@ -4,8 +4,8 @@
 //! [`super::fleet`]).
 
 use crate::cli::{
-    BiosCmd, BootArg, Command, EventLogCmd, FirmwareCmd, IdentifyCmd, MediaCmd, NetworkCmd, NewPassword, PowerCapCmd,
-    RawCmd, SecureBootCmd, Target, UserCmd,
+    BiosCmd, BmcClockCmd, BootArg, Command, EventLogCmd, FirmwareCmd, IdentifyCmd, MediaCmd, NetworkCmd, NewPassword,
+    PowerCapCmd, RawCmd, SecureBootCmd, Target, UserCmd,
 };
 use crate::client::Client;
 use crate::Usage;
@@ -159,6 +159,8 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
                 IdentifyCmd::Off { target } => action(target, set(IdentifyLight::Off, None)),
             }
         }
+        Command::BmcClock { op: BmcClockCmd::Get { target } } => action(target, Action::BmcClockGet),
+        Command::BmcClock { op: BmcClockCmd::Sync { target } } => action(target, Action::BmcClockSync),
         Command::PowerCap { op } => match op {
             PowerCapCmd::Reading { target } => action(target, Action::PowerReading),
             PowerCapCmd::Get { target } => action(target, Action::PowerLimitGet),
@@ -477,6 +479,8 @@ mod tests {
                 Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(30) }),
             ),
             (vec!["identify", "off"], Action::Identify(IdentifySet { light: IdentifyLight::Off, seconds: None })),
+            (vec!["bmc-clock", "get"], Action::BmcClockGet),
+            (vec!["bmc-clock", "sync"], Action::BmcClockSync),
             (vec!["power-cap", "reading"], Action::PowerReading),
             (vec!["power-cap", "get"], Action::PowerLimitGet),
             (

@@ -16,6 +16,7 @@
 //! ([`BmcSession::actions`]).
 
 mod bios;
+mod bmc_clock;
 mod bmc_reset;
 mod boot;
 mod event_log;
@@ -32,6 +33,7 @@ mod users;
 mod virtual_media;
 
 pub use bios::Bios;
+pub use bmc_clock::{now_unix_ms, BmcClockControl, SYNC_TOLERANCE_MS};
 pub use bmc_reset::BmcReset;
 pub use boot::{Applies, BootControl};
 pub use event_log::EventLog;
@@ -218,6 +220,7 @@ capabilities! { $
     FirmwareUpdate = "firmware_update", firmware_update: firmware_update::FirmwareUpdate;
     Identify = "identify", identify: identify::Identify;
     PowerCapping = "power_capping", power_capping: power_capping::PowerCapping;
+    BmcClock = "bmc_clock", bmc_clock: bmc_clock::BmcClockControl;
 }
 
 #[cfg(test)]
@@ -254,6 +257,7 @@ mod tests {
             Action::IdentifyGet,
             Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
             Action::PowerReading,
+            Action::BmcClockGet,
         ];
         for a in &all {
             match a {
@@ -280,7 +284,9 @@ mod tests {
                 | Action::Identify(_)
                 | Action::PowerReading
                 | Action::PowerLimitGet
-                | Action::PowerLimitSet(_) => {}
+                | Action::PowerLimitSet(_)
+                | Action::BmcClockGet
+                | Action::BmcClockSync => {}
             }
         }
         all
@@ -305,6 +311,7 @@ mod tests {
                 firmware_update::handles(a),
                 identify::handles(a),
                 power_capping::handles(a),
+                bmc_clock::handles(a),
             ]
             .iter()
             .filter(|h| **h)
@@ -337,7 +344,8 @@ mod tests {
                 "secure_boot",
                 "firmware_update",
                 "identify",
-                "power_capping"
+                "power_capping",
+                "bmc_clock"
             ]
         );
     }

@@ -59,7 +59,8 @@ pub fn required_privilege(netfn: u8, cmd: u8) -> Option<Privilege> {
         (NETFN_CHASSIS, 0x02) | (NETFN_CHASSIS, 0x04) | (NETFN_CHASSIS, 0x08) | (NETFN_CHASSIS, 0x09) => O,
         (NETFN_STORAGE, 0x10) | (NETFN_STORAGE, 0x11) => U,
         (NETFN_STORAGE, 0x40) | (NETFN_STORAGE, 0x42) | (NETFN_STORAGE, 0x43) => U,
-        (NETFN_STORAGE, 0x47) => O,
+        (NETFN_STORAGE, 0x47) | (NETFN_STORAGE, 0x49) => O,
+        (NETFN_STORAGE, 0x48) => U,
         (NETFN_STORAGE, 0x20) | (NETFN_STORAGE, 0x22) | (NETFN_STORAGE, 0x23) => U,
         (NETFN_SENSOR, 0x2D) => U,
         (NETFN_TRANSPORT, 0x01) => A,
@@ -291,6 +292,16 @@ pub fn identify_data(on: bool, seconds: Option<u16>) -> Vec<u8> {
         (true, None) => vec![0, 1],
         (true, Some(s)) => vec![s.clamp(1, 255) as u8],
     }
+}
+
+/// 31.10 Get SEL Time.
+pub const GET_SEL_TIME: Command = command("Get SEL Time", NETFN_STORAGE, 0x48, Retry::Safe);
+/// 31.11 Set SEL Time (a retransmit writes the same second again).
+pub const SET_SEL_TIME: Command = command("Set SEL Time", NETFN_STORAGE, 0x49, Retry::Safe);
+
+/// Get SEL Time's answer: seconds since 1970, little-endian.
+pub fn decode_sel_time(d: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(d.get(..4)?.try_into().ok()?))
 }
 
 /// DCMI 1.5 §6.6.1 Get Power Reading.

@@ -44,6 +44,7 @@
 //! | identify set | Chassis Identify (0x00 / 0x04): `[0]` off, `[0, 1]` Force Identify On, `[seconds]` timed; read back through Get Chassis Status where reported |
 //! | power reading | DCMI Get Power Reading (group 0x2C / 0x02, `DC 01 00 00`: system power statistics): current, min, max, average watts, statistics period; measurement inactive → `unsupported` |
 //! | power limit get / set | DCMI Get Power Limit (0x2C / 0x03; 0x80 = set, not active), Set Power Limit (0x04; watts only changed, the rest as read), Activate/Deactivate (0x05); read back with Get Power Limit |
+//! | BMC clock get / sync | Get SEL Time (storage 0x0A / 0x48), drift against the worker; Set SEL Time (0x0A / 0x49) with the worker's UTC second, read back within 2 s |
 //! | inventory | Get Device ID (0x06 / 0x01), Get Chassis Status, Get FRU Inventory Area Info (storage 0x0A / 0x10), Read FRU Data (0x0A / 0x11): board and product areas |
 //!
 //! Session-level commands: Get Channel Authentication Capabilities
@@ -97,6 +98,7 @@ mod session;
 mod transport;
 
 // One module per capability (implementations on `IpmiSession`).
+mod bmc_clock;
 mod boot;
 mod identify;
 mod inventory;
@@ -122,13 +124,14 @@ pub const CAPABILITIES: &[bmcfleet_provider::Capability] = &[
     bmcfleet_provider::Capability::Sensors,
     bmcfleet_provider::Capability::Identify,
     bmcfleet_provider::Capability::PowerCapping,
+    bmcfleet_provider::Capability::BmcClock,
 ];
 
 // What the session's privilege allows (IPMI v2.0 appendix G): a capability
 // is offered when at least one of its operations is; an operation above the
 // privilege fails before it is sent (`send`).
 impl<T: Transport + 'static> bmcfleet_provider::Offer for IpmiSession<T> {
-    bmcfleet_provider::offer!(@accessors power, raw, inventory, event_log, sensors, power_capping);
+    bmcfleet_provider::offer!(@accessors power, raw, inventory, event_log, sensors, power_capping, bmc_clock);
     fn boot(&mut self) -> Option<&mut dyn bmcfleet_provider::BootControl> {
         self.allows(Privilege::Operator).then_some(self)
     }

@@ -115,6 +115,7 @@ fn actions(new_password: &str) -> Vec<Action> {
         Action::IdentifyGet,
         Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
         Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(20) }),
+        Action::BmcClockGet,
         Action::PowerReading,
         Action::PowerLimitGet,
         Action::PowerLimitSet(PowerLimitSet { watts: Some(400), active: Some(true) }),

@@ -20,12 +20,13 @@
 //! - `session`: [`RedfishSession`] and its accessors.
 //! - one module per capability: `power`, `boot`, `users`, `manager` (BMC
 //!   reset, network source), `virtual_media`, `raw`, `inventory`,
-//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`, `identify`, `power_capping`.
+//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`, `identify`, `power_capping`, `bmc_clock`.
 //! - `tls`: rustls client config (system roots, per-BMC CA, insecure).
 //! - Test doubles (`SushyEmulator`, `MockupServer` and friends) live in
 //!   `bmcfleet-testing` (`redfish`).
 
 mod bios;
+mod bmc_clock;
 mod boot;
 mod config;
 mod connector;
@@ -70,7 +71,8 @@ impl bmcfleet_provider::Offer for RedfishSession {
         secure_boot,
         firmware_update,
         identify,
-        power_capping
+        power_capping,
+        bmc_clock
     );
 }
 

@@ -26,6 +26,7 @@
 //! `bmcfleet_schema::action::PowerOp` and `bmcfleet_schema::PowerOp` both name it.
 
 mod bios;
+mod bmc_clock;
 mod bmc_reset;
 mod boot;
 mod event_log;
@@ -42,6 +43,7 @@ mod users;
 mod virtual_media;
 
 pub use bios::*;
+pub use bmc_clock::*;
 pub use bmc_reset::*;
 pub use boot::*;
 pub use event_log::*;
@@ -164,6 +166,11 @@ pub enum Action {
     /// Set and/or activate the power limit, read back:
     /// `{"power_limit_set": {"watts": 450, "active": true}}`.
     PowerLimitSet(PowerLimitSet),
+    /// The BMC's clock and its drift against the worker: `"bmc_clock_get"`.
+    BmcClockGet,
+    /// Set the BMC's clock to the worker's (UTC), read back:
+    /// `"bmc_clock_sync"` (IPMI Set SEL Time; Redfish Manager `DateTime`).
+    BmcClockSync,
 }
 
 /// A URL as logs may show it: scheme, host, port and path; no user info,
@@ -205,7 +212,9 @@ impl Action {
             | Action::SecureBootGet
             | Action::IdentifyGet
             | Action::PowerReading
-            | Action::PowerLimitGet => String::new(),
+            | Action::PowerLimitGet
+            | Action::BmcClockGet
+            | Action::BmcClockSync => String::new(),
             Action::PowerLimitSet(p) => format!(
                 "watts={} active={}",
                 p.watts.map(|w| w.to_string()).unwrap_or_else(|| "-".into()),
@@ -308,6 +317,8 @@ impl Action {
             Action::PowerReading => "power_reading",
             Action::PowerLimitGet => "power_limit_get",
             Action::PowerLimitSet(_) => "power_limit_set",
+            Action::BmcClockGet => "bmc_clock_get",
+            Action::BmcClockSync => "bmc_clock_sync",
         }
     }
 
@@ -330,6 +341,7 @@ impl Action {
             // A timed identify started again runs its interval again: harmless.
             Action::IdentifyGet | Action::Identify(_) => true,
             Action::PowerReading | Action::PowerLimitGet | Action::PowerLimitSet(_) => true,
+            Action::BmcClockGet | Action::BmcClockSync => true,
             // A second update request starts a second update: a new owner
             // watches the first one's task instead (see `watches_task`).
             Action::BmcReset(_) | Action::Raw(_) | Action::FirmwareUpdate(_) => false,

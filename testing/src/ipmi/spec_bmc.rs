@@ -165,6 +165,8 @@ pub struct SpecState {
     /// Whether Chassis Identify accepts byte 2 bit 0, Force Identify On
     /// (optional in the spec; 0xCC where not).
     pub identify_force_supported: bool,
+    /// The SEL clock: seconds added to the host's clock (Get/Set SEL Time).
+    pub sel_clock_offset: i64,
     /// DCMI power management; `None`: a BMC without DCMI (0xC1).
     pub dcmi: Option<SpecDcmi>,
     /// Every request's (netfn, cmd), in order.
@@ -237,6 +239,7 @@ impl Default for SpecState {
             identify: SpecIdentify::Off,
             identify_state_reported: true,
             identify_force_supported: true,
+            sel_clock_offset: 0,
             dcmi: Some(SpecDcmi::default()),
             calls: Vec::new(),
             closed: false,
@@ -354,7 +357,7 @@ fn required_privilege(netfn: u8, cmd: u8) -> u8 {
         (0x06, 0x44) | (0x06, 0x46) => 3,                // user reads: operator
         (0x0C, 0x01) => 4,                               // set LAN: admin
         (0x0C, 0x02) => 3,                               // get LAN: operator
-        (0x0A, 0x47) => 3,                               // clear SEL: operator
+        (0x0A, 0x47) | (0x0A, 0x49) => 3,                // clear SEL: operator
         _ => 1,
     }
 }
@@ -516,6 +519,15 @@ pub(crate) fn handle(s: &mut SpecState, netfn: u8, cmd: u8, d: &[u8]) -> (u8, Ve
                 (OK, vec![0x01]) // erase completed
             }
         }
+        // 31.10 / 31.11 Get / Set SEL Time: seconds since 1970, little-endian.
+        (0x0A, 0x48) => (OK, ((host_secs() + s.sel_clock_offset) as u32).to_le_bytes().to_vec()),
+        (0x0A, 0x49) => match <[u8; 4]>::try_from(d) {
+            Ok(b) => {
+                s.sel_clock_offset = i64::from(u32::from_le_bytes(b)) - host_secs();
+                reply(OK)
+            }
+            Err(_) => reply(BAD_LENGTH),
+        },
         (0x0A, 0x10) => match d.first() {
             None => reply(BAD_LENGTH),
             Some(0) => {
@@ -594,6 +606,10 @@ fn chassis_identify(s: &mut SpecState, d: &[u8]) -> (u8, Vec<u8>) {
         secs => SpecIdentify::Until(Instant::now() + std::time::Duration::from_secs(u64::from(secs))),
     };
     reply(OK)
+}
+
+fn host_secs() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 /// DCMI 1.5 §6.6: Get Power Reading (0x02, mode 1), Get / Set Power Limit

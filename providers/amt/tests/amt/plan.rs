@@ -89,6 +89,7 @@ async fn amt_plans_equal_execution_for_every_capability() {
         Action::SecureBootGet,
         Action::IdentifyGet,
         Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
+        Action::BmcClockGet,
         Action::PowerReading,
         Action::PowerLimitSet(PowerLimitSet { watts: Some(400), active: None }),
         Action::NetworkSource(NetworkSourceOp::Dhcp),
