@@ -122,6 +122,26 @@ pub enum Command {
         #[command(subcommand)]
         op: SecureBootCmd,
     },
+    /// The identify light that finds the machine in the row: get, on, off,
+    /// blink (`--seconds N`: on for N seconds, then off by itself; IPMI only).
+    Identify {
+        #[command(subcommand)]
+        op: IdentifyCmd,
+    },
+    /// The BMC's clock: get (with its drift against the worker), sync (set
+    /// it to the worker's UTC time, read back).
+    #[command(name = "bmc-clock")]
+    BmcClock {
+        #[command(subcommand)]
+        op: BmcClockCmd,
+    },
+    /// Power draw and power limit: reading, limit get, limit set (watts
+    /// and/or --activate / --deactivate), read back.
+    #[command(name = "power-cap")]
+    PowerCap {
+        #[command(subcommand)]
+        op: PowerCapCmd,
+    },
     /// Firmware (Redfish UpdateService): update from an image URL the BMC
     /// fetches (--image), or push an image file the workers hold in their
     /// --firmware-image-dir (--image-file), watched to the end with its
@@ -908,6 +928,77 @@ pub enum SecureBootCmd {
     /// Reset the keys: refused unless the raw policy has `allow action:secure_boot_reset_keys`.
     ResetKeys {
         kind: bmcfleet_schema::SecureBootResetKeys,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `bmcctl identify ...`.
+#[derive(Subcommand, Debug)]
+pub enum IdentifyCmd {
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// On until turned off, or for `--seconds`.
+    On {
+        /// On for this long (1-255), then off by the BMC itself (IPMI only).
+        #[arg(long)]
+        seconds: Option<u16>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Blinking until turned off, or for `--seconds` (IPMI: the same as `on`).
+    Blink {
+        /// Blinking for this long (1-255), then off by the BMC itself (IPMI only).
+        #[arg(long)]
+        seconds: Option<u16>,
+        #[command(flatten)]
+        target: Target,
+    },
+    Off {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `bmcctl bmc-clock ...`.
+#[derive(Subcommand, Debug)]
+pub enum BmcClockCmd {
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    Sync {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `bmcctl power-cap ...`.
+#[derive(Subcommand, Debug)]
+pub enum PowerCapCmd {
+    /// Current, min, max, average watts and the interval they cover.
+    Reading {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The power limit and whether it is enforced.
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Set the limit (watts) and/or activate or deactivate it.
+    Set {
+        /// The limit in watts (1-65535).
+        #[arg(long)]
+        watts: Option<u32>,
+        /// Enforce the limit.
+        #[arg(long, conflicts_with = "deactivate")]
+        activate: bool,
+        /// Stop enforcing the limit.
+        #[arg(long)]
+        deactivate: bool,
         #[command(flatten)]
         target: Target,
     },

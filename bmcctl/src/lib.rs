@@ -99,6 +99,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Sensors { .. }
         | Command::Bios { .. }
         | Command::SecureBoot { .. }
+        | Command::Identify { .. }
+        | Command::PowerCap { .. }
+        | Command::BmcClock { .. }
         | Command::Firmware { .. }
         | Command::User { .. }
         | Command::BmcReset { .. }

@@ -234,6 +234,10 @@ pub fn reads_only(action: &crate::Action) -> bool {
         | Action::Sensors
         | Action::BiosGet
         | Action::SecureBootGet
+        | Action::IdentifyGet
+        | Action::PowerReading
+        | Action::PowerLimitGet
+        | Action::BmcClockGet
         | Action::User(UserOp::List)
         | Action::NetworkSource(NetworkSourceOp::Get)
         | Action::EventLog(EventLogOp::Read { .. }) => true,
@@ -248,7 +252,10 @@ pub fn reads_only(action: &crate::Action) -> bool {
         | Action::BiosReset
         | Action::SecureBootSet(_)
         | Action::SecureBootResetKeys(_)
-        | Action::FirmwareUpdate(_) => false,
+        | Action::FirmwareUpdate(_)
+        | Action::Identify(_)
+        | Action::PowerLimitSet(_)
+        | Action::BmcClockSync => false,
     }
 }
 

@@ -1,6 +1,8 @@
 //! Results, events and the per-batch status record.
 
-use crate::action::{BatchId, BootDeviceRequest, NetworkSourceOp, UserRole};
+use crate::action::{
+    BatchId, BmcClock, BootDeviceRequest, IdentifyState, NetworkSourceOp, PowerLimit, PowerReading, UserRole,
+};
 use crate::error::ErrorBody;
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +109,14 @@ pub enum ActionData {
     SecureBoot(SecureBootState),
     /// How a `firmware_update` ended.
     FirmwareUpdate(FirmwareUpdateResult),
+    /// The identify light (`identify_get`, and `identify` after its read-back).
+    Identify(IdentifyState),
+    /// `power_reading`.
+    PowerReading(PowerReading),
+    /// `power_limit_get`, and `power_limit_set` after its read-back.
+    PowerLimit(PowerLimit),
+    /// `bmc_clock_get`, and `bmc_clock_sync` after its read-back.
+    BmcClock(BmcClock),
     /// The action found nothing to do and did nothing (a success that
     /// changed nothing, said as such).
     NoChange(NoChange),

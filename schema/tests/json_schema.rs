@@ -150,6 +150,13 @@ tags! {
         Action::SecureBootSet(_) => "secure_boot_set",
         Action::SecureBootResetKeys(_) => "secure_boot_reset_keys",
         Action::FirmwareUpdate(_) => "firmware_update",
+        Action::IdentifyGet => "identify_get",
+        Action::Identify(_) => "identify",
+        Action::PowerReading => "power_reading",
+        Action::PowerLimitGet => "power_limit_get",
+        Action::PowerLimitSet(_) => "power_limit_set",
+        Action::BmcClockGet => "bmc_clock_get",
+        Action::BmcClockSync => "bmc_clock_sync",
     }
 }
 
@@ -177,6 +184,10 @@ tags! {
         ActionData::BiosPending(_) => "bios_pending",
         ActionData::SecureBoot(_) => "secure_boot",
         ActionData::FirmwareUpdate(_) => "firmware_update",
+        ActionData::Identify(_) => "identify",
+        ActionData::PowerReading(_) => "power_reading",
+        ActionData::PowerLimit(_) => "power_limit",
+        ActionData::BmcClock(_) => "bmc_clock",
     }
 }
 
@@ -253,6 +264,7 @@ fn enums() -> Vec<(&'static str, Vec<String>)> {
         ("Outcome", names(&every!(Outcome: Ok, Error))),
         ("Health", names(&every!(Health: Ok, Warning, Critical))),
         ("SensorKind", names(&every!(SensorKind: Temperature, Fan, Voltage, Power, Other))),
+        ("IdentifyLight", names(&every!(IdentifyLight: On, Off, Blink))),
         ("SecureBootResetKeys", names(&every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk))),
         ("InventorySection", names(&every!(Section: Processors, Memory, Drives, Nics, PowerSupplies, Firmware, Fru))),
         ("InventoryChangeKind", names(&every!(ChangeKind: Added, Removed, Changed))),
@@ -346,6 +358,18 @@ fn every_action() -> Vec<Action> {
     for kind in every!(SecureBootResetKeys: ResetAllKeysToDefault, DeleteAllKeys, DeletePk) {
         out.push(Action::SecureBootResetKeys(kind));
     }
+    out.push(Action::IdentifyGet);
+    for light in every!(IdentifyLight: On, Off, Blink) {
+        out.push(Action::Identify(IdentifySet { light, seconds: None }));
+    }
+    out.push(Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(255) }));
+    out.push(Action::BmcClockGet);
+    out.push(Action::BmcClockSync);
+    out.push(Action::PowerReading);
+    out.push(Action::PowerLimitGet);
+    out.push(Action::PowerLimitSet(PowerLimitSet { watts: Some(450), active: Some(true) }));
+    out.push(Action::PowerLimitSet(PowerLimitSet { watts: None, active: Some(false) }));
+    out.push(Action::PowerLimitSet(PowerLimitSet { watts: Some(65535), active: None }));
     out.push(Action::FirmwareUpdate(FirmwareUpdate {
         image_uri: Some("https://repo.example/bios.bin".into()),
         ..FirmwareUpdate::default()
@@ -639,6 +663,48 @@ fn every_data() -> Vec<ActionData> {
             mode: Some("DeployedMode".into()),
         }),
         ActionData::SecureBoot(SecureBootState::default()),
+        ActionData::Identify(IdentifyState {
+            light: Some(IdentifyLight::On),
+            timed: true,
+            source: "chassis_status".into(),
+            note: None,
+        }),
+        ActionData::PowerReading(PowerReading {
+            watts: 300.0,
+            min_watts: Some(120.0),
+            max_watts: Some(450.5),
+            average_watts: Some(280.0),
+            interval_ms: Some(60_000),
+            source: "dcmi".into(),
+        }),
+        ActionData::PowerReading(PowerReading { watts: 5.0, source: "PowerControl".into(), ..PowerReading::default() }),
+        ActionData::PowerLimit(PowerLimit {
+            watts: Some(450),
+            active: Some(true),
+            allowed_min: Some(100),
+            allowed_max: Some(1000),
+            correction_ms: Some(1000),
+            exception: Some("power_off".into()),
+            source: "dcmi".into(),
+        }),
+        ActionData::PowerLimit(PowerLimit { source: "PowerControl".into(), ..PowerLimit::default() }),
+        ActionData::BmcClock(BmcClock {
+            time: "2026-12-06T05:04:36+01:00".into(),
+            drift_ms: -1500,
+            utc_offset: Some("+01:00".into()),
+            source: "DateTime".into(),
+        }),
+        ActionData::BmcClock(BmcClock {
+            time: "2026-12-06T05:04:36Z".into(),
+            source: "sel_time".into(),
+            ..BmcClock::default()
+        }),
+        ActionData::Identify(IdentifyState {
+            light: None,
+            source: "chassis_status".into(),
+            note: Some("the BMC's Get Chassis Status does not report the identify state".into()),
+            ..IdentifyState::default()
+        }),
         ActionData::FirmwareUpdate(FirmwareUpdateResult {
             task: Some("/redfish/v1/TaskService/TaskMonitors/7".into()),
             state: "Completed".into(),
@@ -1099,6 +1165,12 @@ fn invalid_cases() -> Vec<Case> {
             json!({"bmc": {"address": "a", "credentials": {"ref": "c"}, "options": {"ipmi": {"cipher_suites": [0]}}}, "actions": ["inventory"]}),
         ),
         bad("raw netfn out of range", "batch.json", batch(json!([{"raw": {"ipmi": {"netfn": 256, "cmd": 1}}}]))),
+        bad("identify seconds 0", "batch.json", batch(json!([{"identify": {"light": "on", "seconds": 0}}]))),
+        bad("identify seconds 256", "batch.json", batch(json!([{"identify": {"light": "blink", "seconds": 256}}]))),
+        bad("identify light unknown", "batch.json", batch(json!([{"identify": {"light": "red"}}]))),
+        bad("power limit set of nothing", "batch.json", batch(json!([{"power_limit_set": {}}]))),
+        bad("power limit of 0 W", "batch.json", batch(json!([{"power_limit_set": {"watts": 0}}]))),
+        bad("power limit beyond two bytes", "batch.json", batch(json!([{"power_limit_set": {"watts": 65536}}]))),
         bad("firmware update without an image", "batch.json", batch(json!([{"firmware_update": {"targets": []}}]))),
         bad(
             "firmware image uri and file",

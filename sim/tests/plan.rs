@@ -59,6 +59,12 @@ async fn sim_plans_equal_execution_for_every_capability() {
         Action::Sensors,
         Action::BiosGet,
         Action::SecureBootGet,
+        Action::IdentifyGet,
+        Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: Some(15) }),
+        Action::BmcClockGet,
+        Action::BmcClockSync,
+        Action::PowerReading,
+        Action::PowerLimitSet(PowerLimitSet { watts: Some(400), active: Some(true) }),
         Action::FirmwareUpdate(FirmwareUpdate {
             image_uri: Some("https://repo.example/x.bin".into()),
             ..Default::default()

@@ -7,10 +7,10 @@
 //! request a BMC received, faults included, with its arrival time.
 
 use bmcfleet_schema::{
-    Action, ActionData, Bios, BiosPending, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode, EventLog,
-    EventLogEntry, EventLogOp, FirmwareUpdateResult, Health, Inventory, NetworkSourceOp, PowerOp, PowerState,
-    RawRequest, RawResponse, SecureBootState, SensorKind, SensorReading, Thresholds, UserInfo, UserOp, UserRole,
-    VirtualMediaOp,
+    Action, ActionData, Bios, BiosPending, BmcClock, BmcResetKind, BootDevice, BootDeviceRequest, ErrorBody, ErrorCode,
+    EventLog, EventLogEntry, EventLogOp, FirmwareUpdateResult, Health, IdentifyLight, IdentifyState, Inventory,
+    NetworkSourceOp, PowerLimit, PowerOp, PowerReading, PowerState, RawRequest, RawResponse, SecureBootState,
+    SensorKind, SensorReading, Thresholds, UserInfo, UserOp, UserRole, VirtualMediaOp,
 };
 use bmcfleet_sim::proto::{Call, Request, Response};
 use std::collections::{BTreeMap, HashMap};
@@ -118,6 +118,11 @@ struct Bmc {
     bios: BTreeMap<String, serde_json::Value>,
     bios_pending: BTreeMap<String, serde_json::Value>,
     secure_boot: bool,
+    /// The identify light, and when a timed identify ends.
+    identify: IdentifyLight,
+    identify_until: Option<Instant>,
+    /// The power limit (watts, enforced).
+    power_limit: (Option<u32>, bool),
     in_flight: usize,
     /// The typed components its inventory reports (a test may swap them).
     components: Inventory,
@@ -144,6 +149,9 @@ impl Default for Bmc {
             bios: default_bios(),
             bios_pending: BTreeMap::new(),
             secure_boot: false,
+            identify: IdentifyLight::Off,
+            identify_until: None,
+            power_limit: (None, false),
             in_flight: 0,
             components: default_components(),
         }
@@ -534,6 +542,44 @@ fn execute(bmc: &mut Bmc, host: &str, action: &Action) -> Response {
             Response::Ok(Some(ActionData::SecureBoot(secure_boot(bmc.secure_boot))))
         }
         Action::SecureBootResetKeys(_) => Response::Ok(None),
+        Action::IdentifyGet => Response::Ok(Some(ActionData::Identify(identify(bmc)))),
+        // The simulated machine draws 120 W on, 5 W off (standby).
+        Action::PowerReading => {
+            let watts = if bmc.power == PowerState::On { 120.0 } else { 5.0 };
+            Response::Ok(Some(ActionData::PowerReading(PowerReading {
+                watts,
+                min_watts: Some(watts),
+                max_watts: Some(watts),
+                average_watts: Some(watts),
+                interval_ms: Some(60_000),
+                source: "sim".into(),
+            })))
+        }
+        // The simulated BMC's clock is the host's.
+        Action::BmcClockGet | Action::BmcClockSync => Response::Ok(Some(ActionData::BmcClock(BmcClock {
+            time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            drift_ms: 0,
+            utc_offset: None,
+            source: "sim".into(),
+        }))),
+        Action::PowerLimitGet => Response::Ok(Some(ActionData::PowerLimit(power_limit(bmc)))),
+        Action::PowerLimitSet(set) => {
+            if let Some(w) = set.watts {
+                bmc.power_limit.0 = Some(w);
+            }
+            if let Some(a) = set.active {
+                bmc.power_limit.1 = a;
+            }
+            Response::Ok(Some(ActionData::PowerLimit(power_limit(bmc))))
+        }
+        Action::Identify(set) => {
+            bmc.identify = set.light;
+            bmc.identify_until = set
+                .seconds
+                .filter(|_| set.light != IdentifyLight::Off)
+                .map(|s| Instant::now() + Duration::from_secs(u64::from(s)));
+            Response::Ok(Some(ActionData::Identify(identify(bmc))))
+        }
         // The simulated BMC applies an update at once, without a task.
         Action::FirmwareUpdate(_) => Response::Ok(Some(ActionData::FirmwareUpdate(FirmwareUpdateResult {
             state: "Completed".into(),
@@ -633,6 +679,24 @@ fn default_bios() -> BTreeMap<String, serde_json::Value> {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
+}
+
+fn power_limit(bmc: &Bmc) -> PowerLimit {
+    PowerLimit {
+        watts: bmc.power_limit.0,
+        active: Some(bmc.power_limit.1),
+        source: "sim".into(),
+        ..PowerLimit::default()
+    }
+}
+
+/// The simulated identify light (a timed one goes off by itself).
+fn identify(bmc: &mut Bmc) -> IdentifyState {
+    if bmc.identify_until.is_some_and(|t| Instant::now() >= t) {
+        bmc.identify = IdentifyLight::Off;
+        bmc.identify_until = None;
+    }
+    IdentifyState { light: Some(bmc.identify), timed: bmc.identify_until.is_some(), source: "sim".into(), note: None }
 }
 
 fn secure_boot(enabled: bool) -> SecureBootState {

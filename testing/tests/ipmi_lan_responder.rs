@@ -577,3 +577,69 @@ async fn a_fleet_starts_and_stops_inside_a_runtime() {
     assert_eq!(&buf[8..10], &[0x40, 0x01]);
     drop(fleet);
 }
+
+/// `ipmitool chassis identify` (IPMI v2.0 §28.5) against the responder:
+/// force on, a timed interval, off, each seen in the responder's state and
+/// in the identify bits of Get Chassis Status (§28.2 byte 3) as ipmitool
+/// reads them raw. The provider's identify capability runs over the same
+/// command semantics (`providers/ipmi/tests/identify.rs`).
+#[test]
+fn ipmitool_chassis_identify_drives_the_identify_state() {
+    use bmcfleet_testing::ipmi::SpecIdentify;
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(1, &[17]);
+    let bmc = fleet.bmc(0);
+    let status_byte3 = || {
+        let raw = ok(&admin(&bin, bmc, &["raw", "0x00", "0x01"]));
+        u8::from_str_radix(raw.split_whitespace().nth(2).expect("byte 3"), 16).expect("hex")
+    };
+    assert_eq!(status_byte3(), 0x40, "identify state reported, off");
+
+    assert!(ok(&admin(&bin, bmc, &["chassis", "identify", "force"])).contains("Chassis identify interval: indefinite"));
+    assert_eq!(bmc.handle().snapshot().identify, SpecIdentify::Forced);
+    assert_eq!(status_byte3(), 0x60, "indefinite on");
+
+    assert!(ok(&admin(&bin, bmc, &["chassis", "identify", "30"])).contains("Chassis identify interval: 30 seconds"));
+    assert!(matches!(bmc.handle().snapshot().identify, SpecIdentify::Until(_)));
+    assert_eq!(status_byte3(), 0x50, "temporary on");
+
+    assert!(ok(&admin(&bin, bmc, &["chassis", "identify", "0"])).contains("Chassis identify interval: off"));
+    assert_eq!(bmc.handle().snapshot().identify, SpecIdentify::Off);
+    assert_eq!(status_byte3(), 0x40);
+
+    // A BMC without Force Identify On: ipmitool's own message for 0xCC.
+    bmc.handle().update(|s| s.identify_force_supported = false);
+    assert!(failed(&admin(&bin, bmc, &["chassis", "identify", "force"])).contains("may not support Force Identify On"));
+}
+
+/// `ipmitool dcmi power reading|get_limit|set_limit|activate|deactivate`
+/// (DCMI 1.5 §6.6) against the responder's DCMI: the numbers ipmitool
+/// prints are the responder's, and its writes land in the responder's state.
+#[test]
+fn ipmitool_dcmi_power_reading_and_limit() {
+    let bin = peer_or_skip!("ipmitool");
+    let fleet = fleet(1, &[17]);
+    let bmc = fleet.bmc(0);
+    let reading = ok(&admin(&bin, bmc, &["dcmi", "power", "reading"]));
+    for line in [
+        "Instantaneous power reading:                   300 Watts",
+        "Minimum during sampling period:                120 Watts",
+        "Maximum during sampling period:                450 Watts",
+        "Average power reading over sample period:      280 Watts",
+        "Sampling period:                          00000060 Seconds.",
+        "Power reading state is:                   activated",
+    ] {
+        assert!(reading.contains(line), "{line:?} in {reading}");
+    }
+    let limit = ok(&admin(&bin, bmc, &["dcmi", "power", "get_limit"]));
+    assert!(limit.contains("No Active Power Limit"), "{limit}");
+
+    ok(&admin(&bin, bmc, &["dcmi", "power", "set_limit", "limit", "450"]));
+    assert_eq!(bmc.handle().snapshot().dcmi.unwrap().limit_watts, 450);
+    ok(&admin(&bin, bmc, &["dcmi", "power", "activate"]));
+    assert!(bmc.handle().snapshot().dcmi.unwrap().limit_active);
+    let limit = ok(&admin(&bin, bmc, &["dcmi", "power", "get_limit"]));
+    assert!(limit.contains("Power Limit Active") && limit.contains("450 Watts"), "{limit}");
+    ok(&admin(&bin, bmc, &["dcmi", "power", "deactivate"]));
+    assert!(!bmc.handle().snapshot().dcmi.unwrap().limit_active);
+}

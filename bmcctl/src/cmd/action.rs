@@ -4,17 +4,17 @@
 //! [`super::fleet`]).
 
 use crate::cli::{
-    BiosCmd, BootArg, Command, EventLogCmd, FirmwareCmd, MediaCmd, NetworkCmd, NewPassword, RawCmd, SecureBootCmd,
-    Target, UserCmd,
+    BiosCmd, BmcClockCmd, BootArg, Command, EventLogCmd, FirmwareCmd, IdentifyCmd, MediaCmd, NetworkCmd, NewPassword,
+    PowerCapCmd, RawCmd, SecureBootCmd, Target, UserCmd,
 };
 use crate::client::Client;
 use crate::Usage;
 use anyhow::Context;
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_schema::{
-    Action, Batch, BiosSet, BmcTarget, BootDeviceRequest, Credentials, EventLogOp, NetworkSourceOp, OnError, RawIpmi,
-    RawRedfish, RawRequest, Secret, SecureBootSet, StaticIpv4, TlsOptions, UserOp, UserSpec, UserUpdate,
-    VirtualMediaOp,
+    Action, Batch, BiosSet, BmcTarget, BootDeviceRequest, Credentials, EventLogOp, IdentifyLight, IdentifySet,
+    NetworkSourceOp, OnError, PowerLimitSet, RawIpmi, RawRedfish, RawRequest, Secret, SecureBootSet, StaticIpv4,
+    TlsOptions, UserOp, UserSpec, UserUpdate, VirtualMediaOp,
 };
 use std::process::ExitCode;
 
@@ -155,6 +155,29 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
                 action(target, Action::SecureBootSet(SecureBootSet { enabled: false }))
             }
             SecureBootCmd::ResetKeys { kind, target } => action(target, Action::SecureBootResetKeys(*kind)),
+        },
+        Command::Identify { op } => {
+            let set = |light, seconds| Action::Identify(IdentifySet { light, seconds });
+            match op {
+                IdentifyCmd::Get { target } => action(target, Action::IdentifyGet),
+                IdentifyCmd::On { seconds, target } => action(target, set(IdentifyLight::On, *seconds)),
+                IdentifyCmd::Blink { seconds, target } => action(target, set(IdentifyLight::Blink, *seconds)),
+                IdentifyCmd::Off { target } => action(target, set(IdentifyLight::Off, None)),
+            }
+        }
+        Command::BmcClock { op: BmcClockCmd::Get { target } } => action(target, Action::BmcClockGet),
+        Command::BmcClock { op: BmcClockCmd::Sync { target } } => action(target, Action::BmcClockSync),
+        Command::PowerCap { op } => match op {
+            PowerCapCmd::Reading { target } => action(target, Action::PowerReading),
+            PowerCapCmd::Get { target } => action(target, Action::PowerLimitGet),
+            PowerCapCmd::Set { watts, activate, deactivate, target } => {
+                let active = match (activate, deactivate) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                };
+                action(target, Action::PowerLimitSet(PowerLimitSet { watts: *watts, active }))
+            }
         },
         Command::Firmware {
             op: FirmwareCmd::Update { image, image_file, sha256, components, transfer_protocol, apply_time, target },
@@ -471,6 +494,25 @@ mod tests {
                 }),
             ),
             (vec!["bios", "reset"], Action::BiosReset),
+            (vec!["identify", "get"], Action::IdentifyGet),
+            (vec!["identify", "on"], Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None })),
+            (
+                vec!["identify", "blink", "--seconds", "30"],
+                Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(30) }),
+            ),
+            (vec!["identify", "off"], Action::Identify(IdentifySet { light: IdentifyLight::Off, seconds: None })),
+            (vec!["bmc-clock", "get"], Action::BmcClockGet),
+            (vec!["bmc-clock", "sync"], Action::BmcClockSync),
+            (vec!["power-cap", "reading"], Action::PowerReading),
+            (vec!["power-cap", "get"], Action::PowerLimitGet),
+            (
+                vec!["power-cap", "set", "--watts", "450", "--activate"],
+                Action::PowerLimitSet(PowerLimitSet { watts: Some(450), active: Some(true) }),
+            ),
+            (
+                vec!["power-cap", "set", "--deactivate"],
+                Action::PowerLimitSet(PowerLimitSet { watts: None, active: Some(false) }),
+            ),
             (vec!["secure-boot", "get"], Action::SecureBootGet),
             (vec!["secure-boot", "enable"], Action::SecureBootSet(SecureBootSet { enabled: true })),
             (vec!["secure-boot", "disable"], Action::SecureBootSet(SecureBootSet { enabled: false })),

@@ -1,6 +1,7 @@
 //! Human text for the result kinds the table formats had no rows for
 //! (they printed raw JSON): boot device, users, network source, raw
-//! replies, BIOS, secure boot, firmware updates, "no change". The JSON is
+//! replies, BIOS, secure boot, firmware updates, identify light, power
+//! readings and limits, the BMC clock, "no change". The JSON is
 //! still what `--output json` prints.
 
 use bmcfleet_schema::{ActionData, BootDeviceRequest, NetworkSourceOp, UserInfo};
@@ -8,6 +9,11 @@ use bmcfleet_schema::{ActionData, BootDeviceRequest, NetworkSourceOp, UserInfo};
 /// A wire enum's snake_case name.
 fn name<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "?".into())
+}
+
+/// A value, or `-` when the BMC did not give it.
+fn or_dash<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
 /// A JSON value as a person writes it: strings unquoted.
@@ -118,6 +124,30 @@ pub fn text(d: &ActionData, wide: bool) -> String {
                 out.push_str(&format!("\n       {m}"));
             }
             out
+        }
+        ActionData::BmcClock(c) => format!("time={} drift={} ms from {}", c.time, c.drift_ms, c.source),
+        ActionData::PowerReading(r) => format!(
+            "{} W (min {} max {} average {} over {}) from {}",
+            r.watts,
+            or_dash(r.min_watts),
+            or_dash(r.max_watts),
+            or_dash(r.average_watts),
+            r.interval_ms.map(|ms| format!("{} s", ms as f64 / 1000.0)).unwrap_or_else(|| "-".into()),
+            r.source
+        ),
+        ActionData::PowerLimit(l) => format!(
+            "limit={} active={} allowed={}..{} from {}",
+            l.watts.map(|w| format!("{w} W")).unwrap_or_else(|| "none".into()),
+            or_dash(l.active),
+            or_dash(l.allowed_min),
+            or_dash(l.allowed_max),
+            l.source
+        ),
+        ActionData::Identify(i) => {
+            let light = i.light.map(|l| name(&l)).unwrap_or_else(|| "unknown".into());
+            let timed = if i.timed { " (timed)" } else { "" };
+            let note = i.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default();
+            format!("identify={light}{timed} from {}{note}", i.source)
         }
         ActionData::NoChange(why) => format!("no change: {}", name(why).replace('_', " ")),
         // Laid out by output::data_text (never reached from there).

@@ -16,14 +16,17 @@
 //! ([`BmcSession::actions`]).
 
 mod bios;
+mod bmc_clock;
 mod bmc_reset;
 mod boot;
 mod console;
 mod event_log;
 mod firmware_update;
+mod identify;
 mod inventory;
 mod network_source;
 mod power;
+mod power_capping;
 mod raw;
 mod secure_boot;
 mod sensors;
@@ -31,14 +34,17 @@ mod users;
 mod virtual_media;
 
 pub use bios::Bios;
+pub use bmc_clock::{now_unix_ms, BmcClockControl, SYNC_TOLERANCE_MS};
 pub use bmc_reset::BmcReset;
 pub use boot::{Applies, BootControl};
 pub use console::{Console, ConsoleSettings};
 pub use event_log::{only_the_sel, EventLog, SEL_LOG_ID};
 pub use firmware_update::{FirmwareUpdate, Started};
+pub use identify::Identify;
 pub use inventory::Inventory;
 pub use network_source::NetworkSource;
 pub use power::Power;
+pub use power_capping::PowerCapping;
 pub use raw::Raw;
 pub use secure_boot::SecureBoot;
 pub use sensors::Sensors;
@@ -225,6 +231,9 @@ capabilities! { $
     FirmwareUpdate = "firmware_update", firmware_update: firmware_update::FirmwareUpdate;
     /// The serial console: serves no action (a session of its own, docs/CONSOLE.md).
     Console = "console", console: console::Console;
+    Identify = "identify", identify: identify::Identify;
+    PowerCapping = "power_capping", power_capping: power_capping::PowerCapping;
+    BmcClock = "bmc_clock", bmc_clock: bmc_clock::BmcClockControl;
 }
 
 #[cfg(test)]
@@ -258,6 +267,10 @@ mod tests {
                 image_uri: Some("https://repo.example/x.bin".into()),
                 ..Default::default()
             }),
+            Action::IdentifyGet,
+            Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
+            Action::PowerReading,
+            Action::BmcClockGet,
         ];
         for a in &all {
             match a {
@@ -279,7 +292,14 @@ mod tests {
                 | Action::SecureBootGet
                 | Action::SecureBootSet(_)
                 | Action::SecureBootResetKeys(_)
-                | Action::FirmwareUpdate(_) => {}
+                | Action::FirmwareUpdate(_)
+                | Action::IdentifyGet
+                | Action::Identify(_)
+                | Action::PowerReading
+                | Action::PowerLimitGet
+                | Action::PowerLimitSet(_)
+                | Action::BmcClockGet
+                | Action::BmcClockSync => {}
             }
         }
         all
@@ -302,6 +322,9 @@ mod tests {
                 bios::handles(a),
                 secure_boot::handles(a),
                 firmware_update::handles(a),
+                identify::handles(a),
+                power_capping::handles(a),
+                bmc_clock::handles(a),
             ]
             .iter()
             .filter(|h| **h)
@@ -335,7 +358,10 @@ mod tests {
                 "bios",
                 "secure_boot",
                 "firmware_update",
-                "console"
+                "console",
+                "identify",
+                "power_capping",
+                "bmc_clock"
             ]
         );
     }

@@ -40,6 +40,10 @@ pub const NETFN_SENSOR: u8 = 0x04;
 pub const NETFN_APP: u8 = 0x06;
 pub const NETFN_STORAGE: u8 = 0x0A;
 pub const NETFN_TRANSPORT: u8 = 0x0C;
+/// Group extension (DCMI: first data byte 0xDC).
+pub const NETFN_GROUP: u8 = 0x2C;
+/// The DCMI group extension id, first byte of every DCMI request and response.
+pub const DCMI: u8 = 0xDC;
 
 /// The lowest session privilege a command needs (IPMI v2.0 appendix G);
 /// `None` for commands this table does not know (raw passthrough: the BMC
@@ -52,13 +56,17 @@ pub fn required_privilege(netfn: u8, cmd: u8) -> Option<Privilege> {
         (NETFN_APP, 0x43) | (NETFN_APP, 0x45) | (NETFN_APP, 0x47) => A,
         (NETFN_APP, 0x44) | (NETFN_APP, 0x46) => O,
         (NETFN_CHASSIS, 0x01) => U,
-        (NETFN_CHASSIS, 0x02) | (NETFN_CHASSIS, 0x08) | (NETFN_CHASSIS, 0x09) => O,
+        (NETFN_CHASSIS, 0x02) | (NETFN_CHASSIS, 0x04) | (NETFN_CHASSIS, 0x08) | (NETFN_CHASSIS, 0x09) => O,
         (NETFN_STORAGE, 0x10) | (NETFN_STORAGE, 0x11) => U,
         (NETFN_STORAGE, 0x40) | (NETFN_STORAGE, 0x42) | (NETFN_STORAGE, 0x43) => U,
-        (NETFN_STORAGE, 0x47) => O,
+        (NETFN_STORAGE, 0x47) | (NETFN_STORAGE, 0x49) => O,
+        (NETFN_STORAGE, 0x48) => U,
         (NETFN_STORAGE, 0x20) | (NETFN_STORAGE, 0x22) | (NETFN_STORAGE, 0x23) => U,
         (NETFN_SENSOR, 0x2D) => U,
         (NETFN_TRANSPORT, 0x01) => A,
+        // DCMI 1.5: Get Power Reading / Get Power Limit at user, Set / Activate at operator.
+        (NETFN_GROUP, 0x02) | (NETFN_GROUP, 0x03) => U,
+        (NETFN_GROUP, 0x04) | (NETFN_GROUP, 0x05) => O,
         (NETFN_TRANSPORT, 0x02) => O,
         _ => return None,
     })
@@ -89,6 +97,10 @@ pub fn reads_only(netfn: u8, cmd: u8) -> bool {
         | (NETFN_STORAGE, 0x10 | 0x11 | 0x20 | 0x22 | 0x23 | 0x40 | 0x42 | 0x43 | 0x48)
         // Transport: Get LAN Configuration Parameters, SOL Configuration Parameters.
         | (NETFN_TRANSPORT, 0x02 | 0x22)
+        // Group extension: DCMI Get DCMI Capability Info, Get Power Reading,
+        // Get Power Limit (the same codes in PICMG's group are Get PICMG
+        // Properties, Get Address Info, Get Shelf Address Info: reads too).
+        | (NETFN_GROUP, 0x01..=0x03)
     )
 }
 
@@ -246,6 +258,136 @@ pub fn decode_chassis_status(data: &[u8]) -> Option<ChassisStatus> {
         last_event: data.get(1).copied().unwrap_or(0),
         misc: data.get(2).copied().unwrap_or(0),
     })
+}
+
+/// 28.5 Chassis Identify. Idempotent: a retransmit asks for the same state
+/// (a timed identify's interval starts again, which is harmless).
+pub const CHASSIS_IDENTIFY: Command = command("Chassis Identify", NETFN_CHASSIS, 0x04, Retry::Safe).with(&[cc(
+    0xCC,
+    ErrorCode::Unsupported,
+    "the BMC refused the identify request (Force Identify On is optional)",
+)]);
+
+/// The identify state in Get Chassis Status byte 3 (§28.2): `None` when the
+/// BMC does not report it (bit 6 clear; the spec makes it optional); else
+/// `(on, timed)` from bits 5:4 (00 off, 01 temporary on, 10 indefinite on).
+/// The reserved value 11 answers `None` too (the BMC says nothing usable).
+pub fn identify_state(misc: u8) -> Option<(bool, bool)> {
+    if misc & 0x40 == 0 {
+        return None;
+    }
+    match (misc >> 4) & 0x03 {
+        0 => Some((false, false)),
+        1 => Some((true, true)),
+        2 => Some((true, false)),
+        _ => None,
+    }
+}
+
+/// Chassis Identify's data: `[0]` off, `[0, 1]` Force Identify On (until
+/// turned off), `[seconds]` on for an interval.
+pub fn identify_data(on: bool, seconds: Option<u16>) -> Vec<u8> {
+    match (on, seconds) {
+        (false, _) => vec![0],
+        (true, None) => vec![0, 1],
+        (true, Some(s)) => vec![s.clamp(1, 255) as u8],
+    }
+}
+
+/// 31.10 Get SEL Time.
+pub const GET_SEL_TIME: Command = command("Get SEL Time", NETFN_STORAGE, 0x48, Retry::Safe);
+/// 31.11 Set SEL Time (a retransmit writes the same second again).
+pub const SET_SEL_TIME: Command = command("Set SEL Time", NETFN_STORAGE, 0x49, Retry::Safe);
+
+/// Get SEL Time's answer: seconds since 1970, little-endian.
+pub fn decode_sel_time(d: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(d.get(..4)?.try_into().ok()?))
+}
+
+/// DCMI 1.5 §6.6.1 Get Power Reading.
+pub const DCMI_GET_POWER_READING: Command = command("DCMI Get Power Reading", NETFN_GROUP, 0x02, Retry::Safe);
+/// DCMI 1.5 §6.6.2 Get Power Limit (0x80: a limit is set but not active).
+pub const DCMI_GET_POWER_LIMIT: Command = command("DCMI Get Power Limit", NETFN_GROUP, 0x03, Retry::Safe);
+/// DCMI 1.5 §6.6.3 Set Power Limit.
+pub const DCMI_SET_POWER_LIMIT: Command = command("DCMI Set Power Limit", NETFN_GROUP, 0x04, Retry::Safe).with(&[
+    cc(0x84, ErrorCode::InvalidField, "power limit out of the range the BMC accepts"),
+    cc(0x85, ErrorCode::InvalidField, "correction time out of range"),
+    cc(0x89, ErrorCode::InvalidField, "statistics reporting period out of range"),
+]);
+/// DCMI 1.5 §6.6.4 Activate/Deactivate Power Limit.
+pub const DCMI_ACTIVATE_POWER_LIMIT: Command =
+    command("DCMI Activate/Deactivate Power Limit", NETFN_GROUP, 0x05, Retry::Safe);
+
+/// Get Power Reading's request: system power statistics (mode 1).
+pub fn dcmi_power_reading_request() -> Vec<u8> {
+    vec![DCMI, 0x01, 0x00, 0x00]
+}
+
+/// A DCMI Get Power Reading answer: current, min, max, average watts, the
+/// statistics reporting period (ms) and whether measurement is active.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DcmiPowerReading {
+    pub current: u16,
+    pub min: u16,
+    pub max: u16,
+    pub average: u16,
+    pub period_ms: u32,
+    pub active: bool,
+}
+
+pub fn decode_dcmi_power_reading(d: &[u8]) -> Option<DcmiPowerReading> {
+    if d.len() < 18 || d[0] != DCMI {
+        return None;
+    }
+    let w = |i: usize| u16::from_le_bytes([d[i], d[i + 1]]);
+    Some(DcmiPowerReading {
+        current: w(1),
+        min: w(3),
+        max: w(5),
+        average: w(7),
+        period_ms: u32::from_le_bytes([d[13], d[14], d[15], d[16]]),
+        active: d[17] & 0x40 != 0,
+    })
+}
+
+/// A DCMI power limit (Get Power Limit's answer, Set Power Limit's request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DcmiPowerLimit {
+    /// 0x00 none, 0x01 hard power off and log, 0x11 log only.
+    pub exception: u8,
+    pub watts: u16,
+    pub correction_ms: u32,
+    pub sampling_s: u16,
+}
+
+pub fn decode_dcmi_power_limit(d: &[u8]) -> Option<DcmiPowerLimit> {
+    if d.len() < 14 || d[0] != DCMI {
+        return None;
+    }
+    Some(DcmiPowerLimit {
+        exception: d[3],
+        watts: u16::from_le_bytes([d[4], d[5]]),
+        correction_ms: u32::from_le_bytes([d[6], d[7], d[8], d[9]]),
+        sampling_s: u16::from_le_bytes([d[12], d[13]]),
+    })
+}
+
+pub fn encode_dcmi_power_limit(l: &DcmiPowerLimit) -> Vec<u8> {
+    let mut d = vec![DCMI, 0, 0, 0, l.exception];
+    d.extend_from_slice(&l.watts.to_le_bytes());
+    d.extend_from_slice(&l.correction_ms.to_le_bytes());
+    d.extend_from_slice(&[0, 0]);
+    d.extend_from_slice(&l.sampling_s.to_le_bytes());
+    d
+}
+
+pub fn dcmi_exception_name(action: u8) -> String {
+    match action {
+        0x00 => "none".into(),
+        0x01 => "power_off".into(),
+        0x11 => "log".into(),
+        other => format!("oem_0x{other:02x}"),
+    }
 }
 
 pub fn restore_policy_name(policy: u8) -> &'static str {

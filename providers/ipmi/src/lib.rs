@@ -40,6 +40,11 @@
 //! | BMC reset | Cold Reset (0x06 / 0x02), Warm Reset (0x06 / 0x03) |
 //! | network source | Get/Set LAN Configuration Parameters (transport 0x0C / 0x02, 0x01): 4 IP source, 3 address, 6 netmask, 12 gateway, 0 set-in-progress |
 //! | raw | any request netfn/cmd, data ≤ 255 bytes, completion code returned as `status` |
+//! | identify get | Get Chassis Status byte 3: bit 6 identify state reported, bits 5:4 off / timed on / on (not reported: no `light`, a `note`) |
+//! | identify set | Chassis Identify (0x00 / 0x04): `[0]` off, `[0, 1]` Force Identify On, `[seconds]` timed; read back through Get Chassis Status where reported |
+//! | power reading | DCMI Get Power Reading (group 0x2C / 0x02, `DC 01 00 00`: system power statistics): current, min, max, average watts, statistics period; measurement inactive → `unsupported` |
+//! | power limit get / set | DCMI Get Power Limit (0x2C / 0x03; 0x80 = set, not active), Set Power Limit (0x04; watts only changed, the rest as read), Activate/Deactivate (0x05); read back with Get Power Limit |
+//! | BMC clock get / sync | Get SEL Time (storage 0x0A / 0x48), drift against the worker; Set SEL Time (0x0A / 0x49) with the worker's UTC second, read back within 2 s |
 //! | inventory | Get Device ID (0x06 / 0x01), Get Chassis Status, Get FRU Inventory Area Info (storage 0x0A / 0x10), Read FRU Data (0x0A / 0x11): board and product areas |
 //!
 //! Session-level commands: Get Channel Authentication Capabilities
@@ -52,7 +57,7 @@
 //! administrator) is what RAKP 1 asks for (username+privilege lookup) and
 //! what the session raises itself to. A session offers only the
 //! capabilities its privilege allows (IPMI v2.0 appendix G: power, raw and
-//! inventory at user; boot device, users and network source from operator;
+//! inventory at user; boot device, users, network source and identify from operator;
 //! BMC reset at administrator), and a command above the privilege (power
 //! control at user, a user change at operator) fails with
 //! `permission_denied` before anything is sent. The LAN
@@ -93,11 +98,14 @@ mod session;
 mod transport;
 
 // One module per capability (implementations on `IpmiSession`).
+mod bmc_clock;
 mod boot;
 mod console;
+mod identify;
 mod inventory;
 mod manager;
 mod power;
+mod power_capping;
 mod raw;
 mod sel;
 mod sensors;
@@ -116,13 +124,16 @@ pub const CAPABILITIES: &[bmcfleet_provider::Capability] = &[
     bmcfleet_provider::Capability::EventLog,
     bmcfleet_provider::Capability::Sensors,
     bmcfleet_provider::Capability::Console,
+    bmcfleet_provider::Capability::Identify,
+    bmcfleet_provider::Capability::PowerCapping,
+    bmcfleet_provider::Capability::BmcClock,
 ];
 
 // What the session's privilege allows (IPMI v2.0 appendix G): a capability
 // is offered when at least one of its operations is; an operation above the
 // privilege fails before it is sent (`send`).
 impl<T: Transport + 'static> bmcfleet_provider::Offer for IpmiSession<T> {
-    bmcfleet_provider::offer!(@accessors power, raw, inventory, event_log, sensors, console);
+    bmcfleet_provider::offer!(@accessors power, raw, inventory, event_log, sensors, console, power_capping, bmc_clock);
     fn boot(&mut self) -> Option<&mut dyn bmcfleet_provider::BootControl> {
         self.allows(Privilege::Operator).then_some(self)
     }
@@ -130,6 +141,9 @@ impl<T: Transport + 'static> bmcfleet_provider::Offer for IpmiSession<T> {
         self.allows(Privilege::Operator).then_some(self)
     }
     fn network_source(&mut self) -> Option<&mut dyn bmcfleet_provider::NetworkSource> {
+        self.allows(Privilege::Operator).then_some(self)
+    }
+    fn identify(&mut self) -> Option<&mut dyn bmcfleet_provider::Identify> {
         self.allows(Privilege::Operator).then_some(self)
     }
     fn bmc_reset(&mut self) -> Option<&mut dyn bmcfleet_provider::BmcReset> {

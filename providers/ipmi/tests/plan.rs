@@ -112,6 +112,13 @@ fn actions(new_password: &str) -> Vec<Action> {
         Action::BmcReset(BmcResetKind::Cold),
         Action::BiosGet,
         Action::SecureBootGet,
+        Action::IdentifyGet,
+        Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
+        Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(20) }),
+        Action::BmcClockGet,
+        Action::PowerReading,
+        Action::PowerLimitGet,
+        Action::PowerLimitSet(PowerLimitSet { watts: Some(400), active: Some(true) }),
         Action::VirtualMedia(VirtualMediaOp::Eject { media: MediaKind::Cd }),
         Action::FirmwareUpdate(FirmwareUpdate {
             image_uri: Some("https://repo.example/x.bin".into()),

@@ -20,12 +20,13 @@
 //! - `session`: [`RedfishSession`] and its accessors.
 //! - one module per capability: `power`, `boot`, `users`, `manager` (BMC
 //!   reset, network source), `virtual_media`, `raw`, `inventory`,
-//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`.
+//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`, `identify`, `power_capping`, `bmc_clock`.
 //! - `tls`: rustls client config (system roots, per-BMC CA, insecure).
 //! - Test doubles (`SushyEmulator`, `MockupServer` and friends) live in
 //!   `bmcfleet-testing` (`redfish`).
 
 mod bios;
+mod bmc_clock;
 mod boot;
 mod config;
 mod connector;
@@ -38,10 +39,12 @@ mod firmware_update;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod identify;
 mod inventory;
 mod json;
 mod manager;
 mod power;
+mod power_capping;
 mod raw;
 mod secure_boot;
 mod sensors;
@@ -66,7 +69,10 @@ impl bmcfleet_provider::Offer for RedfishSession {
         sensors,
         bios,
         secure_boot,
-        firmware_update
+        firmware_update,
+        identify,
+        power_capping,
+        bmc_clock
     );
 }
 

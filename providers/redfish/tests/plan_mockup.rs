@@ -162,6 +162,8 @@ async fn dmtf_power_boot_media_bios_secure_boot_raw_and_reads_plan_what_they_sen
         Action::SecureBootGet,
         Action::SecureBootSet(SecureBootSet { enabled: true }),
         Action::SecureBootResetKeys(SecureBootResetKeys::DeleteAllKeys),
+        Action::IdentifyGet,
+        Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: None }),
         Action::Inventory,
         Action::Sensors,
         Action::Raw(RawRequest::Redfish(RawRedfish {

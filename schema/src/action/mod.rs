@@ -26,13 +26,16 @@
 //! `bmcfleet_schema::action::PowerOp` and `bmcfleet_schema::PowerOp` both name it.
 
 mod bios;
+mod bmc_clock;
 mod bmc_reset;
 mod boot;
 mod event_log;
 mod firmware_update;
+mod identify;
 mod job;
 mod network_source;
 mod power;
+mod power_capping;
 mod raw;
 mod secure_boot;
 mod target;
@@ -40,13 +43,16 @@ mod users;
 mod virtual_media;
 
 pub use bios::*;
+pub use bmc_clock::*;
 pub use bmc_reset::*;
 pub use boot::*;
 pub use event_log::*;
 pub use firmware_update::*;
+pub use identify::*;
 pub use job::*;
 pub use network_source::*;
 pub use power::*;
+pub use power_capping::*;
 pub use raw::*;
 pub use secure_boot::*;
 pub use target::*;
@@ -146,6 +152,25 @@ pub enum Action {
     /// a worker that takes the batch over watches the task its predecessor
     /// started and never starts a second update.
     FirmwareUpdate(FirmwareUpdate),
+    /// The identify light's state: `"identify_get"`.
+    IdentifyGet,
+    /// Turn the identify light on, off or blinking, verified by read-back
+    /// where the BMC reports it: `{"identify": {"light": "blink",
+    /// "seconds": 30}}`.
+    Identify(IdentifySet),
+    /// The machine's power draw (current, min, max, average watts and the
+    /// interval they cover): `"power_reading"`.
+    PowerReading,
+    /// The power limit: `"power_limit_get"`.
+    PowerLimitGet,
+    /// Set and/or activate the power limit, read back:
+    /// `{"power_limit_set": {"watts": 450, "active": true}}`.
+    PowerLimitSet(PowerLimitSet),
+    /// The BMC's clock and its drift against the worker: `"bmc_clock_get"`.
+    BmcClockGet,
+    /// Set the BMC's clock to the worker's (UTC), read back:
+    /// `"bmc_clock_sync"` (IPMI Set SEL Time; Redfish Manager `DateTime`).
+    BmcClockSync,
 }
 
 /// A URL as logs may show it: scheme, host, port and path; no user info,
@@ -184,7 +209,20 @@ impl Action {
             | Action::Sensors
             | Action::BiosGet
             | Action::BiosReset
-            | Action::SecureBootGet => String::new(),
+            | Action::SecureBootGet
+            | Action::IdentifyGet
+            | Action::PowerReading
+            | Action::PowerLimitGet
+            | Action::BmcClockGet
+            | Action::BmcClockSync => String::new(),
+            Action::PowerLimitSet(p) => format!(
+                "watts={} active={}",
+                p.watts.map(|w| w.to_string()).unwrap_or_else(|| "-".into()),
+                p.active.map(|a| a.to_string()).unwrap_or_else(|| "-".into())
+            ),
+            Action::Identify(i) => {
+                format!("{:?} seconds={}", i.light, i.seconds.map(|s| s.to_string()).unwrap_or_else(|| "-".into()))
+            }
             // Names only: a value may be anything the BIOS keeps.
             Action::BiosSet(b) => format!("attributes={}", b.attributes.keys().cloned().collect::<Vec<_>>().join(",")),
             Action::SecureBootSet(s) => format!("enabled={}", s.enabled),
@@ -276,6 +314,13 @@ impl Action {
             Action::SecureBootSet(_) => "secure_boot_set",
             Action::SecureBootResetKeys(_) => "secure_boot_reset_keys",
             Action::FirmwareUpdate(_) => "firmware_update",
+            Action::IdentifyGet => "identify_get",
+            Action::Identify(_) => "identify",
+            Action::PowerReading => "power_reading",
+            Action::PowerLimitGet => "power_limit_get",
+            Action::PowerLimitSet(_) => "power_limit_set",
+            Action::BmcClockGet => "bmc_clock_get",
+            Action::BmcClockSync => "bmc_clock_sync",
         }
     }
 
@@ -295,6 +340,10 @@ impl Action {
             Action::User(op) => matches!(op, UserOp::List | UserOp::Update(_) | UserOp::Delete { .. }),
             Action::NetworkSource(_) => true,
             Action::VirtualMedia(_) => true,
+            // A timed identify started again runs its interval again: harmless.
+            Action::IdentifyGet | Action::Identify(_) => true,
+            Action::PowerReading | Action::PowerLimitGet | Action::PowerLimitSet(_) => true,
+            Action::BmcClockGet | Action::BmcClockSync => true,
             // A second update request starts a second update: a new owner
             // watches the first one's task instead (see `watches_task`).
             Action::BmcReset(_) | Action::Raw(_) | Action::FirmwareUpdate(_) => false,

@@ -46,7 +46,9 @@ pub use lan::{LanBmc, LanConfig, LanFaults, LanFleet, LanStats};
 pub use pyghmi::{PyghmiBmc, PyghmiState};
 pub use recorded::Recorded;
 pub use serial::SerialHost;
-pub use spec_bmc::{Fault, SpecBmc, SpecHandle, SpecLan, SpecState, SpecUser, LAN_CHANNEL, MAX_USERS};
+pub use spec_bmc::{
+    Fault, SpecBmc, SpecDcmi, SpecHandle, SpecIdentify, SpecLan, SpecState, SpecUser, LAN_CHANNEL, MAX_USERS,
+};
 
 use bmcfleet_ipmi::probe;
 use bmcfleet_provider::ResolvedCredentials;
@@ -346,6 +348,12 @@ impl IpmiSim {
     /// `none`, `pxe`, `default` (disk), `cdrom` or `bios`.
     pub fn boot_device(&self) -> Option<String> {
         self.chassis_value("boot")
+    }
+
+    /// The last Chassis Identify ipmi_sim passed to the chassis program,
+    /// `"INTERVAL FORCE"` (`"0 1"`: Force Identify On; `"0 0"`: off).
+    pub fn identify(&self) -> Option<String> {
+        self.chassis_value("identify")
     }
 
     /// Hard resets (Chassis Control 3) the machine received.

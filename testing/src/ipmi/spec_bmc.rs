@@ -13,7 +13,12 @@
 //! - boot device *safe mode* (selector 0011b): `ipmi_sim`'s chassis program
 //!   interface has no name for it and fails the command;
 //! - privilege failures (0xD4), which `ipmi_sim` only shows before Set
-//!   Session Privilege Level.
+//!   Session Privilege Level;
+//! - the identify state in Get Chassis Status (byte 3 bits 6 and 5:4):
+//!   `ipmi_sim` passes Chassis Identify to its chassis program but always
+//!   reports the state as not supported;
+//! - DCMI power reading and power limit (group extension 0x2C): `ipmi_sim`
+//!   answers 0xC1.
 //!
 //! State is shared through [`SpecHandle`], so a test keeps a handle, moves
 //! the `SpecBmc` into an `bmcfleet_ipmi::IpmiSession`, and asserts what the
@@ -73,6 +78,51 @@ pub enum Fault {
     NoReply,
 }
 
+/// The chassis identify light (IPMI v2.0 §28.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecIdentify {
+    Off,
+    /// Timed: on until this instant (the interval of Chassis Identify).
+    Until(Instant),
+    /// Force Identify On: on until turned off.
+    Forced,
+}
+
+/// DCMI 1.5 power management (group extension 0x2C, id 0xDC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecDcmi {
+    /// Get Power Reading: current, min, max, average watts.
+    pub watts: [u16; 4],
+    /// The statistics reporting period, milliseconds.
+    pub period_ms: u32,
+    /// Power reading state bit 6 (measurement active).
+    pub measuring: bool,
+    /// Exception action (0x00 none, 0x01 hard off + log, 0x11 log).
+    pub exception: u8,
+    pub limit_watts: u16,
+    pub correction_ms: u32,
+    pub sampling_s: u16,
+    pub limit_active: bool,
+    /// Set Power Limit answers 0x84 outside this range (inclusive).
+    pub limit_range: (u16, u16),
+}
+
+impl Default for SpecDcmi {
+    fn default() -> Self {
+        SpecDcmi {
+            watts: [300, 120, 450, 280],
+            period_ms: 60_000,
+            measuring: true,
+            exception: 0x00,
+            limit_watts: 0,
+            correction_ms: 1000,
+            sampling_s: 1,
+            limit_active: false,
+            limit_range: (100, 1000),
+        }
+    }
+}
+
 /// Everything the responder knows; public so tests can assert on it.
 #[derive(Clone, Debug)]
 pub struct SpecState {
@@ -108,6 +158,17 @@ pub struct SpecState {
     pub nmis: u32,
     pub cold_resets: u32,
     pub warm_resets: u32,
+    pub identify: SpecIdentify,
+    /// Whether Get Chassis Status reports the identify state (byte 3 bit 6
+    /// and bits 5:4); a BMC may leave it out (the spec makes it optional).
+    pub identify_state_reported: bool,
+    /// Whether Chassis Identify accepts byte 2 bit 0, Force Identify On
+    /// (optional in the spec; 0xCC where not).
+    pub identify_force_supported: bool,
+    /// The SEL clock: seconds added to the host's clock (Get/Set SEL Time).
+    pub sel_clock_offset: i64,
+    /// DCMI power management; `None`: a BMC without DCMI (0xC1).
+    pub dcmi: Option<SpecDcmi>,
     /// Every request's (netfn, cmd), in order.
     pub calls: Vec<(u8, u8)>,
     /// Whether `close()` was called.
@@ -175,6 +236,11 @@ impl Default for SpecState {
             nmis: 0,
             cold_resets: 0,
             warm_resets: 0,
+            identify: SpecIdentify::Off,
+            identify_state_reported: true,
+            identify_force_supported: true,
+            sel_clock_offset: 0,
+            dcmi: Some(SpecDcmi::default()),
             calls: Vec::new(),
             closed: false,
             faults: VecDeque::new(),
@@ -284,13 +350,14 @@ fn reply(cc: u8) -> (u8, Vec<u8>) {
 /// Minimum session privilege per command (IPMI v2.0 appendix G).
 fn required_privilege(netfn: u8, cmd: u8) -> u8 {
     match (netfn, cmd) {
-        (0x00, 0x02) | (0x00, 0x08) => 3, // chassis control, set boot options: operator
-        (0x06, 0x02) | (0x06, 0x03) => 4, // resets: admin
+        (0x00, 0x02) | (0x00, 0x04) | (0x00, 0x08) => 3, // chassis control, identify, set boot options: operator
+        (0x2C, 0x04) | (0x2C, 0x05) => 3,                // DCMI set / activate power limit: operator
+        (0x06, 0x02) | (0x06, 0x03) => 4,                // resets: admin
         (0x06, 0x43) | (0x06, 0x45) | (0x06, 0x47) => 4, // user changes: admin
-        (0x06, 0x44) | (0x06, 0x46) => 3, // user reads: operator
-        (0x0C, 0x01) => 4,                // set LAN: admin
-        (0x0C, 0x02) => 3,                // get LAN: operator
-        (0x0A, 0x47) => 3,                // clear SEL: operator
+        (0x06, 0x44) | (0x06, 0x46) => 3,                // user reads: operator
+        (0x0C, 0x01) => 4,                               // set LAN: admin
+        (0x0C, 0x02) => 3,                               // get LAN: operator
+        (0x0A, 0x47) | (0x0A, 0x49) => 3,                // clear SEL: operator
         _ => 1,
     }
 }
@@ -363,10 +430,12 @@ pub(crate) fn handle(s: &mut SpecState, netfn: u8, cmd: u8, d: &[u8]) -> (u8, Ve
         }
         (0x06, 0x47) => set_user_password(s, d),
         (0x00, 0x01) => {
-            // current power state: bit 0 on, bits 6:5 restore policy "previous".
-            (OK, vec![u8::from(s.power_on) | (0x01 << 5), 0x00, 0x00, 0x00])
+            // current power state: bit 0 on, bits 6:5 restore policy "previous";
+            // misc state: bit 6 identify state reported, bits 5:4 the state.
+            (OK, vec![u8::from(s.power_on) | (0x01 << 5), 0x00, identify_bits(s), 0x00])
         }
         (0x00, 0x02) => chassis_control(s, d),
+        (0x00, 0x04) => chassis_identify(s, d),
         (0x00, 0x08) => {
             let Some(param) = d.first().map(|p| p & 0x7F) else { return reply(BAD_LENGTH) };
             match param {
@@ -450,6 +519,15 @@ pub(crate) fn handle(s: &mut SpecState, netfn: u8, cmd: u8, d: &[u8]) -> (u8, Ve
                 (OK, vec![0x01]) // erase completed
             }
         }
+        // 31.10 / 31.11 Get / Set SEL Time: seconds since 1970, little-endian.
+        (0x0A, 0x48) => (OK, ((host_secs() + s.sel_clock_offset) as u32).to_le_bytes().to_vec()),
+        (0x0A, 0x49) => match <[u8; 4]>::try_from(d) {
+            Ok(b) => {
+                s.sel_clock_offset = i64::from(u32::from_le_bytes(b)) - host_secs();
+                reply(OK)
+            }
+            Err(_) => reply(BAD_LENGTH),
+        },
         (0x0A, 0x10) => match d.first() {
             None => reply(BAD_LENGTH),
             Some(0) => {
@@ -480,6 +558,119 @@ pub(crate) fn handle(s: &mut SpecState, netfn: u8, cmd: u8, d: &[u8]) -> (u8, Ve
         }
         (0x0C, 0x01) => set_lan(s, d),
         (0x0C, 0x02) => get_lan(s, d),
+        (0x2C, cmd) if d.first() == Some(&0xDC) => match s.dcmi.as_mut() {
+            Some(dcmi) => dcmi_command(dcmi, cmd, d),
+            None => reply(INVALID_CMD),
+        },
+        _ => reply(INVALID_CMD),
+    }
+}
+
+/// Get Chassis Status byte 3's identify bits (§28.2): bit 6 "identify
+/// state info supported", bits 5:4 off (00), temporary on (01), indefinite on (10).
+fn identify_bits(s: &mut SpecState) -> u8 {
+    if let SpecIdentify::Until(t) = s.identify {
+        if Instant::now() >= t {
+            s.identify = SpecIdentify::Off;
+        }
+    }
+    if !s.identify_state_reported {
+        return 0;
+    }
+    0x40 | match s.identify {
+        SpecIdentify::Off => 0x00,
+        SpecIdentify::Until(_) => 0x10,
+        SpecIdentify::Forced => 0x20,
+    }
+}
+
+/// 28.5 Chassis Identify: byte 1 the interval in seconds (0: off; absent:
+/// 15 s), byte 2 bit 0 Force Identify On (which wins over the interval).
+fn chassis_identify(s: &mut SpecState, d: &[u8]) -> (u8, Vec<u8>) {
+    if d.len() > 2 {
+        return reply(BAD_LENGTH);
+    }
+    let force = d.get(1).is_some_and(|b| b & 0x01 != 0);
+    if d.get(1).is_some_and(|b| b & 0xFE != 0) {
+        return reply(INVALID_FIELD);
+    }
+    if force {
+        if !s.identify_force_supported {
+            return reply(INVALID_FIELD);
+        }
+        s.identify = SpecIdentify::Forced;
+        return reply(OK);
+    }
+    s.identify = match d.first().copied().unwrap_or(15) {
+        0 => SpecIdentify::Off,
+        secs => SpecIdentify::Until(Instant::now() + std::time::Duration::from_secs(u64::from(secs))),
+    };
+    reply(OK)
+}
+
+fn host_secs() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// DCMI 1.5 §6.6: Get Power Reading (0x02, mode 1), Get / Set Power Limit
+/// (0x03 / 0x04), Activate/Deactivate Power Limit (0x05).
+fn dcmi_command(dcmi: &mut SpecDcmi, cmd: u8, d: &[u8]) -> (u8, Vec<u8>) {
+    match cmd {
+        0x02 => {
+            if d.len() != 4 {
+                return reply(BAD_LENGTH);
+            }
+            if d[1] != 0x01 {
+                return reply(INVALID_FIELD); // only system power statistics
+            }
+            let mut out = vec![0xDC];
+            for w in dcmi.watts {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+            out.extend_from_slice(&[0, 0, 0, 0]); // timestamp
+            out.extend_from_slice(&dcmi.period_ms.to_le_bytes());
+            out.push(if dcmi.measuring { 0x40 } else { 0x00 });
+            (OK, out)
+        }
+        0x03 => {
+            if d.len() != 3 {
+                return reply(BAD_LENGTH);
+            }
+            let mut out = vec![0xDC, 0, 0, dcmi.exception];
+            out.extend_from_slice(&dcmi.limit_watts.to_le_bytes());
+            out.extend_from_slice(&dcmi.correction_ms.to_le_bytes());
+            out.extend_from_slice(&[0, 0]);
+            out.extend_from_slice(&dcmi.sampling_s.to_le_bytes());
+            // 0x80: no active set power limit (the data still says what is set).
+            (if dcmi.limit_active { OK } else { 0x80 }, out)
+        }
+        0x04 => {
+            if d.len() != 15 {
+                return reply(BAD_LENGTH);
+            }
+            let watts = u16::from_le_bytes([d[5], d[6]]);
+            if watts < dcmi.limit_range.0 || watts > dcmi.limit_range.1 {
+                return reply(0x84);
+            }
+            if !matches!(d[4], 0x00 | 0x01 | 0x11) {
+                return reply(INVALID_FIELD);
+            }
+            dcmi.exception = d[4];
+            dcmi.limit_watts = watts;
+            dcmi.correction_ms = u32::from_le_bytes([d[7], d[8], d[9], d[10]]);
+            dcmi.sampling_s = u16::from_le_bytes([d[13], d[14]]);
+            (OK, vec![0xDC])
+        }
+        0x05 => {
+            if d.len() != 4 {
+                return reply(BAD_LENGTH);
+            }
+            match d[1] {
+                0 | 1 => dcmi.limit_active = d[1] == 1,
+                _ => return reply(INVALID_FIELD),
+            }
+            (OK, vec![0xDC])
+        }
         _ => reply(INVALID_CMD),
     }
 }

@@ -561,6 +561,21 @@ fn merge(target: &mut Value, patch: &Value) {
             for (k, v) in p {
                 match t.get_mut(k) {
                     Some(existing) if existing.is_object() && v.is_object() => merge(existing, v),
+                    // DSP0266 (PATCH on array properties): an array of
+                    // objects is updated member by member (`{}` leaves a
+                    // member as it is); members the request does not reach
+                    // are kept. Arrays of values are replaced.
+                    Some(Value::Array(existing))
+                        if v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_object))
+                            && existing.iter().all(Value::is_object) =>
+                    {
+                        for (i, member) in v.as_array().into_iter().flatten().enumerate() {
+                            match existing.get_mut(i) {
+                                Some(e) => merge(e, member),
+                                None => existing.push(member.clone()),
+                            }
+                        }
+                    }
                     _ => {
                         t.insert(k.clone(), v.clone());
                     }
