@@ -210,6 +210,22 @@ mod tests {
                 json!({"firmware_update": {"state": "Completed", "percent": 100, "task": "/redfish/v1/TaskService/Tasks/1"}}),
                 "firmware update Completed 100% (task /redfish/v1/TaskService/Tasks/1)",
             ),
+            (
+                json!({"identify": {"light": "blink", "timed": true, "source": "ipmi"}}),
+                "identify=blink (timed) from ipmi",
+            ),
+            (
+                json!({"power_reading": {"watts": 212.0, "min_watts": 180.0, "interval_ms": 60000, "source": "dcmi"}}),
+                "212 W (min 180 max - average - over 60 s) from dcmi",
+            ),
+            (
+                json!({"power_limit": {"watts": 450, "active": true, "allowed_min": 100, "source": "redfish"}}),
+                "limit=450 W active=true allowed=100..- from redfish",
+            ),
+            (
+                json!({"bmc_clock": {"time": "2026-12-06T06:00:00Z", "drift_ms": -1200, "source": "sel_time"}}),
+                "time=2026-12-06T06:00:00Z drift=-1200 ms from sel_time",
+            ),
             (json!({"no_change": "not_inserted"}), "no change: not inserted"),
         ] {
             let d = data(v);
