@@ -1223,7 +1223,10 @@ async fn each_role_holds_only_its_own_jetstream_api() {
                 format!("$JS.API.CONSUMER.DURABLE.CREATE.{jobs}.steal"),
                 format!("$JS.API.STREAM.MSG.GET.{jobs}"),
                 format!("$JS.API.STREAM.UPDATE.{machines}"),
-                format!("$JS.API.STREAM.INFO.{leases}"),
+                // The gateway reads the workers' leases (no owner: a waiting
+                // submit answers at once), never writes or purges them.
+                format!("$KV.{}.0", s.leases_bucket()),
+                format!("$JS.API.STREAM.PURGE.{leases}"),
                 format!("$JS.API.STREAM.INFO.{creds}"),
                 format!("$JS.API.DIRECT.GET.{creds}"),
                 "$JS.API.META.LEADER.STEPDOWN".into(),
