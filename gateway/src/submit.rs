@@ -261,28 +261,24 @@ impl Gateway {
         h.insert(CONTENT_TYPE, Encoding::MessagePack.content_type());
         // The admit span's context when spans are exported, else the producer's unchanged.
         telemetry::merge(&mut h, &telemetry::trace_headers(&tracing::Span::current(), req_headers));
-        let ack = async {
-            self.res.js.publish_with_headers(subject.to_owned(), h, body.into()).await?.await
-        }
-        .await
-        .map_err(|e| {
-            if per_bmc_cap_reached(&e) {
-                return Err(error(
-                    ErrorCode::BmcQueueFull,
-                    format!("{} already has as many batches queued as this deployment allows (--max-queued-per-bmc); nothing was stored: retry once some have run", job.key()),
-                ));
-            }
-            let code = match e.kind() {
-                PublishErrorKind::MaxPayloadExceeded => ErrorCode::TooLarge,
-                _ => ErrorCode::Unavailable,
-            };
-            Ok(error(code, format!("could not queue the batch: {e}")))
-        });
-        let ack = match ack {
+        let published = async { self.res.js.publish_with_headers(subject.to_owned(), h, body.into()).await?.await };
+        let ack = match published.await {
             Ok(ack) => ack,
             // A full queue still answers a batch admitted before as the duplicate it is.
-            Err(Err(full)) => return self.known(job, subject).await?.ok_or(full),
-            Err(Ok(refused)) => return Err(refused),
+            Err(e) if per_bmc_cap_reached(&e) => {
+                let full = error(
+                    ErrorCode::BmcQueueFull,
+                    format!("{} already has as many batches queued as this deployment allows (--max-queued-per-bmc); nothing was stored: retry once some have run", job.key()),
+                );
+                return self.known(job, subject).await?.ok_or(full);
+            }
+            Err(e) => {
+                let code = match e.kind() {
+                    PublishErrorKind::MaxPayloadExceeded => ErrorCode::TooLarge,
+                    _ => ErrorCode::Unavailable,
+                };
+                return Err(error(code, format!("could not queue the batch: {e}")));
+            }
         };
         if ack.duplicate {
             // JetStream already held a job of this id, whose record we had
