@@ -391,6 +391,8 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         eprintln!("pipeline: repetition {} of {} done", rep + 1, o.reps);
     }
 
+    let (inventory_table, inventory_total) = inventory(&ctx).await.context("message inventory")?;
+
     let mut t = Table::new(
         "Closed loop (N requests in flight): throughput and latency",
         &[
@@ -455,7 +457,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         crate::stats::num(ob.cpu.iter().map(|x| x.1).sum::<f64>(), 0),
     ]);
     open.row(vec!["added by bmcfleet".into(), String::new(), ms(ob.p50 - or.p50), ms(ob.p99 - or.p99), String::new()]);
-    section.tables = vec![t, open, cpu_table];
+    section.tables = vec![t, open, cpu_table, inventory_table];
 
     if let Some((c, r, b)) = moderate {
         let share = b.rate / r.rate;
@@ -464,6 +466,18 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
             "≥ 50 % of raw",
             format!("{} % ({} vs {} /s)", crate::stats::num(share * 100.0, 0), ops(b.rate), ops(r.rate)),
             share >= 0.5,
+        );
+        section.goal(
+            &format!("pipeline throughput vs raw JetStream ({c} in flight), issue 35"),
+            "≥ 30 % of raw",
+            format!("{} %", crate::stats::num(share * 100.0, 0)),
+            share >= 0.3,
+        );
+        section.goal(
+            "NATS messages per single batch (in + out), issue 35",
+            "≤ 12",
+            format!("{} (raw round trip: {})", crate::stats::num(b.msgs, 1), crate::stats::num(r.msgs, 1)),
+            b.msgs <= 12.0,
         );
         let added = ob.p99 - or.p99;
         section.goal(
@@ -499,8 +513,110 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
             crate::stats::num(o.open_rate / b.rate * 100.0, 0)
         ));
     }
+    section.findings.push(format!(
+        "A spy subscribed to `>` saw {} messages published per single-action batch (the last table: what each is \
+         for is in docs/BATCHES.md, \"Messages of one batch\"); nats-server counts each again as it delivers it.",
+        crate::stats::num(inventory_total, 1)
+    ));
     drop(ctx);
     drop(sim);
     section.elapsed = started.elapsed();
     Ok(section)
+}
+
+/// Sequential batches the message inventory runs (one in flight).
+const INVENTORY_BATCHES: usize = 40;
+
+/// What one message seen on the server is, for the inventory: its subject
+/// with the per-batch, per-inbox and per-machine tokens replaced, and for a
+/// reply, what it answers.
+fn message_class(subject: &str, headers: Option<&HeaderMap>, asked: &HashMap<String, String>) -> String {
+    if let Some(what) = asked.get(subject) {
+        return format!("↳ reply to {what}");
+    }
+    if subject.starts_with("_INBOX.") || subject.starts_with("_R_.") {
+        return "↳ reply (unknown request)".into();
+    }
+    let toks: Vec<&str> = subject.split('.').collect();
+    let kind = headers.and_then(|h| h.get(bmcfleet_schema::subject::EVENT_HEADER)).map(|v| v.as_str().to_owned());
+    match toks.as_slice() {
+        ["bmc", "jobs", ..] => "bmc.jobs.<p>.<tenant>.<bmc> (job)".into(),
+        ["bmc", "events", ..] => format!("bmc.events.<tenant>.<batch> ({})", kind.unwrap_or_else(|| "?".into())),
+        ["$JS", "ACK", stream, ..] => format!("$JS.ACK.{stream}.<consumer>… (ack)"),
+        ["$KV", bucket, ..] => format!("$KV.{bucket}.<key> (put)"),
+        ["$JS", "API", "DIRECT", "GET", stream, ..] => format!("$JS.API.DIRECT.GET.{stream}.<key>"),
+        ["$JS", "API", "CONSUMER", "MSG", "NEXT", stream, ..] => {
+            format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.<consumer>")
+        }
+        ["$JS", "API", rest @ ..] => {
+            let keep: Vec<&str> = rest.iter().take(2).copied().collect();
+            format!("$JS.API.{}…", keep.join("."))
+        }
+        ["$JS", "EVENT", "ADVISORY", kind, ..] => format!("$JS.EVENT.ADVISORY.{kind}…"),
+        _ => {
+            let keep: Vec<&str> = toks.iter().take(3).copied().collect();
+            format!("{}…", keep.join("."))
+        }
+    }
+}
+
+/// Every message nats-server carries for one single-action batch, by kind:
+/// a spy subscribed to `>` sees each published message once (requests,
+/// replies and PubAcks, KV puts, direct gets, pulls and their deliveries,
+/// acks, events), counted over [`INVENTORY_BATCHES`] sequential batches
+/// and divided. Background traffic (lease renewals, heartbeats) shows up
+/// as fractions.
+async fn inventory(ctx: &Arc<Ctx>) -> anyhow::Result<(Table, f64)> {
+    let spy = async_nats::connect(ctx.fleet.nats.url()).await.context("connecting the spy")?;
+    let mut sub = spy.subscribe(">").await?;
+    spy.flush().await?;
+    // One batch first so the lane, session and caches are warm as in the closed loops.
+    status_round_trip(&ctx.fleet.client, 999).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(50), sub.next()).await {}
+    let counting = async {
+        let mut asked: HashMap<String, String> = HashMap::new();
+        let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+        while let Some(m) = sub.next().await {
+            let class = message_class(&m.subject, m.headers.as_ref(), &asked);
+            if let Some(r) = &m.reply {
+                asked.insert(r.to_string(), class.trim_start_matches("↳ reply to ").to_owned());
+            }
+            *counts.entry(class).or_default() += 1;
+            if m.subject.as_str() == "bench.inventory.end" {
+                break;
+            }
+        }
+        counts
+    };
+    let driving = async {
+        for _ in 0..INVENTORY_BATCHES {
+            status_round_trip(&ctx.fleet.client, 999).await?;
+        }
+        // Trailing messages (the job's ack after the reply) arrive before this marker.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        spy.publish("bench.inventory.end", "".into()).await?;
+        anyhow::Ok(())
+    };
+    let (counts, driven) = tokio::join!(counting, driving);
+    driven?;
+    let mut t = Table::new(
+        format!(
+            "Messages one single-action batch sends through nats-server, by kind (a `>` spy, {INVENTORY_BATCHES} sequential batches; fractions are background traffic)"
+        ),
+        &["message (subject; ↳ = the reply to it)", "per batch"],
+    );
+    let mut total = 0.0;
+    let mut rows: Vec<(String, f64)> = counts
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("bench.inventory"))
+        .map(|(k, n)| (k, n as f64 / INVENTORY_BATCHES as f64))
+        .collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (k, per) in rows {
+        total += per;
+        t.row(vec![format!("`{k}`"), crate::stats::num(per, 2)]);
+    }
+    t.row(vec!["**total published (each is delivered about once more)**".into(), crate::stats::num(total, 1)]);
+    Ok((t, total))
 }

@@ -197,10 +197,7 @@ impl Gateway {
         let by_operator = *who == Requester::Operator;
         let job = Job { id, admitted_at_ms, deadline_at_ms, batch, target, tenant, sealed_params, by_operator };
 
-        // A batch id seen before (even past the JetStream dedupe window) is not queued again.
-        let known = status::load(&self.res.batches, &id)
-            .await
-            .map_err(|e| error(ErrorCode::Unavailable, format!("cannot read batch status: {e}")))?;
+        // Subscribed before publishing: a batch queued just now cannot finish before it.
         let mut events = None;
         if wait {
             match self.client.subscribe(self.subjects.events(&job.tenant, &id)).await {
@@ -208,18 +205,9 @@ impl Gateway {
                 Err(e) => return Err(error(ErrorCode::Unavailable, format!("cannot subscribe to results: {e}"))),
             }
         }
-        let accepted = match known {
-            // Another tenant's id: refused without saying anything about that batch.
-            Some(v) if v.status.tenant != job.tenant => return Err(id_taken()),
-            Some(v) => Accepted {
-                id,
-                stream_sequence: v.status.stream_sequence.unwrap_or(0),
-                duplicate: true,
-                subject: subject.clone(),
-                unowned: None,
-            },
-            None => self.publish(&job, &subject, headers).await?,
-        };
+        // Dedupe without a read first: JetStream's `Nats-Msg-Id` within its
+        // window, the status record's create past it (see `publish`).
+        let accepted = self.publish(&job, &subject, headers).await?;
         span.record("duplicate", accepted.duplicate);
         if !accepted.duplicate {
             let actor = match who {
@@ -282,23 +270,25 @@ impl Gateway {
         h.insert(CONTENT_TYPE, Encoding::MessagePack.content_type());
         // The admit span's context when spans are exported, else the producer's unchanged.
         telemetry::merge(&mut h, &telemetry::trace_headers(&tracing::Span::current(), req_headers));
-        let ack = async {
-            self.res.js.publish_with_headers(subject.to_owned(), h, body.into()).await?.await
-        }
-        .await
-        .map_err(|e| {
-            if per_bmc_cap_reached(&e) {
-                return error(
+        let published = async { self.res.js.publish_with_headers(subject.to_owned(), h, body.into()).await?.await };
+        let ack = match published.await {
+            Ok(ack) => ack,
+            // A full queue still answers a batch admitted before as the duplicate it is.
+            Err(e) if per_bmc_cap_reached(&e) => {
+                let full = error(
                     ErrorCode::BmcQueueFull,
                     format!("{} already has as many batches queued as this deployment allows (--max-queued-per-bmc); nothing was stored: retry once some have run", job.key()),
                 );
+                return self.known(job, subject).await?.ok_or(full);
             }
-            let code = match e.kind() {
-                PublishErrorKind::MaxPayloadExceeded => ErrorCode::TooLarge,
-                _ => ErrorCode::Unavailable,
-            };
-            error(code, format!("could not queue the batch: {e}"))
-        })?;
+            Err(e) => {
+                let code = match e.kind() {
+                    PublishErrorKind::MaxPayloadExceeded => ErrorCode::TooLarge,
+                    _ => ErrorCode::Unavailable,
+                };
+                return Err(error(code, format!("could not queue the batch: {e}")));
+            }
+        };
         if ack.duplicate {
             // JetStream already held a job of this id, whose record we had
             // not seen: it is its own admission's (or its worker's) to
@@ -316,9 +306,30 @@ impl Gateway {
             };
         }
         let record = BatchStatus::queued(job, ack.sequence, now_ms());
-        // The worker may already have written a newer record: creating fails then, which is right.
         match status::create(&self.res.batches, &record).await {
-            Ok(_) | Err(StatusError::Conflict) => {}
+            Ok(_) => {}
+            // A record exists: the worker's for this very job (it was
+            // faster), or an earlier admission's of this id past the
+            // JetStream dedupe window. The job queued just now then never
+            // runs: the worker runs a job only into its own admission's
+            // record (`admitted_at_ms`), and leaves another tenant's alone.
+            Err(StatusError::Conflict) => match status::load(&self.res.batches, &job.id).await {
+                Ok(Some(v)) if v.status.tenant != job.tenant => return Err(id_taken()),
+                Ok(Some(v)) if v.status.admitted_at_ms != job.admitted_at_ms => {
+                    tracing::info!(batch = %job.id, seq = ack.sequence, "A batch id admitted before, past the dedupe window: answered duplicate; the worker will leave the copy just queued.");
+                    return Ok(Accepted {
+                        id: job.id,
+                        stream_sequence: v.status.stream_sequence.unwrap_or(ack.sequence),
+                        duplicate: true,
+                        subject: subject.to_owned(),
+                        unowned: None,
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(batch = %job.id, error = %e, "Cannot read the status record a worker wrote first.")
+                }
+            },
             Err(e) => tracing::warn!(batch = %job.id, error = %e, "Cannot record queued status; the worker will."),
         }
         Ok(Accepted {
@@ -328,6 +339,24 @@ impl Gateway {
             subject: subject.to_owned(),
             unowned: None,
         })
+    }
+
+    /// The answer to a batch whose id has a status record already: a
+    /// duplicate of the requester's own batch, another tenant's id refused,
+    /// `None` when there is no record.
+    async fn known(&self, job: &Job, subject: &str) -> Result<Option<Accepted>, Reply> {
+        match status::load(&self.res.batches, &job.id).await {
+            Ok(Some(v)) if v.status.tenant != job.tenant => Err(id_taken()),
+            Ok(Some(v)) => Ok(Some(Accepted {
+                id: job.id,
+                stream_sequence: v.status.stream_sequence.unwrap_or(0),
+                duplicate: true,
+                subject: subject.to_owned(),
+                unowned: None,
+            })),
+            Ok(None) => Ok(None),
+            Err(e) => Err(error(ErrorCode::Unavailable, format!("cannot read batch status: {e}"))),
+        }
     }
 }
 

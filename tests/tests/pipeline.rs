@@ -156,6 +156,43 @@ async fn the_same_batch_id_executes_once() {
     assert_eq!(runs, 1, "power cycle ran {runs} times");
 }
 
+/// Past JetStream's dedupe window the status record is what remembers a
+/// batch id (admission does not read it first): a resubmission is answered
+/// `duplicate`, and the copy it stored on the way never runs.
+#[tokio::test]
+async fn a_batch_id_past_the_dedupe_window_is_a_duplicate_and_runs_once() {
+    let e = SimStack::start_with(SimConfig::default(), Default::default(), &["--dedupe-window", "1s"])
+        .await
+        .with_workers(1, &[])
+        .await;
+    let mut b = batch("10.3.0.9", vec![Action::Power(PowerOp::Cycle)]);
+    let id = ulid::Ulid::new();
+    b.id = Some(id);
+    let Reply::Result(r) = e.producer.submit(&b, true).await else { panic!("first submit") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    let jobs = e.topology.subjects().jobs_stream();
+    // JetStream forgets the id after its window (checked below: the copy is stored).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let before = bmcfleet_tests::producer::stream_last_sequence(&e.producer.client, &jobs).await;
+    let Reply::Accepted(late) = e.producer.submit(&b, false).await else { panic!("late submit") };
+    assert!(late.duplicate && late.id == id, "{late:?}");
+    assert_eq!(
+        bmcfleet_tests::producer::stream_last_sequence(&e.producer.client, &jobs).await,
+        before + 1,
+        "past the window JetStream stores the copy (else this test proves nothing)"
+    );
+    // Waiting on it answers the one result from the record.
+    let Reply::Result(again) = e.producer.submit(&b, true).await else { panic!("wait on the duplicate") };
+    assert_eq!((again.id, again.state), (id, BatchState::Succeeded));
+    bmcfleet_tests::eventually(Duration::from_secs(30), "the copies taken off the queue", || {
+        let (client, jobs) = (e.producer.client.clone(), jobs.clone());
+        async move { (stream_messages(&client, &jobs).await == 0).then_some(()) }
+    })
+    .await;
+    let runs = e.sim.log().iter().filter(|x| x.call.as_ref().is_some_and(|c| c.batch == id)).count();
+    assert_eq!(runs, 1, "power cycle ran {runs} times");
+}
+
 #[tokio::test]
 async fn bad_input_gets_a_typed_error_and_nothing_is_stored() {
     use async_nats::HeaderMap;

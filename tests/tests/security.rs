@@ -506,6 +506,44 @@ async fn a_job_never_runs_into_another_tenants_status_record() {
     assert!(sim.log().iter().all(|e| e.action != "power_on"), "A's action was sent: {:?}", sim.log());
 }
 
+/// A job runs only into its own admission's status record. A batch id
+/// resubmitted past the dedupe window is stored again before the gateway
+/// finds the first admission's record (and answers `duplicate`); the copy
+/// is taken off the queue and never runs, whatever it asks for, and the
+/// record stays the first admission's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_admission_of_a_batch_id_never_runs() {
+    let GatewayNoWorker { topo, nats, sim, gateway: _gateway, b: _b, gw } = GatewayNoWorker::start().await;
+    let js = async_nats::jetstream::new(gw.clone());
+    // The first admission's record (queued, not run yet), for one BMC.
+    let first = job_of(sim_batch("10.7.8.1", vec![Action::Power(PowerOp::Status)]), "tenant-a");
+    let id = first.id;
+    let batches = js.get_key_value(topo.subjects().batches_bucket()).await.unwrap();
+    bmcfleet_common::status::create(&batches, &BatchStatus::queued(&first, 99, 2)).await.unwrap();
+    // The second admission's copy: same tenant and id, another BMC and action, admitted later.
+    let mut copy =
+        job_of(Batch { id: Some(id), ..sim_batch("10.7.8.2", vec![Action::Power(PowerOp::On)]) }, "tenant-a");
+    copy.admitted_at_ms = first.admitted_at_ms + 60_000;
+    queue_job(&gw, &topo.subjects(), &copy).await;
+
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &bmcfleet_tests::shipped::worker_user());
+    let jobs = topo.subjects().jobs_stream();
+    bmcfleet_tests::eventually(Duration::from_secs(30), "the copy taken off the queue", || {
+        let gw = gw.clone();
+        let jobs = jobs.clone();
+        async move { (stream_messages(&gw, &jobs).await == 0).then_some(()) }
+    })
+    .await;
+    let v = bmcfleet_common::status::load(&batches, &id).await.unwrap().expect("the first admission's record");
+    assert_eq!(
+        (v.status.state, v.status.admitted_at_ms, v.status.actions.as_slice(), v.status.worker.as_deref()),
+        (BatchState::Queued, first.admitted_at_ms, &["power_status".to_owned()][..], None),
+        "{:?}",
+        v.status
+    );
+    assert!(sim.log().iter().all(|e| e.action != "power_on"), "the copy ran: {:?}", sim.log());
+}
+
 /// A tenant may manage its machine's BMC users and network settings, but
 /// not the account the worker logs in with (the operator's credential), and
 /// not by giving its BMC another registered machine's address (the worker

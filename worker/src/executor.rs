@@ -569,6 +569,17 @@ impl<'a> Run<'a> {
                     );
                     return Err(Outcome::Done);
                 }
+                // Another admission's record of this id (a resubmission past
+                // the JetStream dedupe window was queued again before the
+                // gateway found the record, and answered `duplicate`): that
+                // batch runs, or ran, from its own job; this copy never runs.
+                Ok(Some(v)) if v.status.admitted_at_ms != job.admitted_at_ms => {
+                    tracing::info!(
+                        batch = %job.id, admitted_at_ms = job.admitted_at_ms, record_admitted_at_ms = v.status.admitted_at_ms,
+                        "A second admission of a batch id; not running this copy (nothing is sent)."
+                    );
+                    return Err(Outcome::Done);
+                }
                 Ok(Some(v)) if v.status.state.is_final() => Ok(Some((v.status, v.revision))),
                 Ok(Some(v)) => {
                     let mut s = v.status;
