@@ -41,6 +41,9 @@ const CAPS: &[Capability] = &[
     Capability::Bios,
     Capability::SecureBoot,
     Capability::FirmwareUpdate,
+    Capability::Identify,
+    Capability::PowerCapping,
+    Capability::BmcClock,
 ];
 
 #[async_trait]

@@ -323,6 +323,25 @@ pub async fn wait_gateway(p: &Producer) {
     .await
 }
 
+/// A lease on every partition with no worker behind it (in a lease bucket
+/// without expiry): the gateway sees each partition owned, nothing
+/// consumes, so waiting submits stay open. For tests of the waiting-submit
+/// budgets, which need waits that do not end (a partition without a lease
+/// is answered at once, issue 34).
+pub async fn lease_every_partition_to_nobody(client: &async_nats::Client, subjects: &Subjects) {
+    let js = async_nats::jetstream::new(client.clone());
+    let config = async_nats::jetstream::kv::Config {
+        bucket: subjects.leases_bucket(),
+        description: "bmcfleet partition leases (a test's idle owner)".into(),
+        history: 1,
+        ..Default::default()
+    };
+    let kv = js.create_key_value(config).await.expect("the lease bucket");
+    for p in 0..subjects.partitions {
+        kv.put(subjects.lease_key(p), "idle-test-owner".into()).await.expect("a lease");
+    }
+}
+
 /// Wait until every partition has a lease (i.e. workers are consuming).
 pub async fn wait_partitions_owned(client: &async_nats::Client, subjects: &Subjects) {
     use futures::TryStreamExt;

@@ -5,7 +5,7 @@
 use bmcfleet_schema::*;
 use bmcfleet_tests::checks::sim_batch;
 use bmcfleet_tests::metrics::{metrics_port, scrape, value};
-use bmcfleet_tests::producer::{wait_gateway, GatewayStack, Topology};
+use bmcfleet_tests::producer::{lease_every_partition_to_nobody, wait_gateway, GatewayStack, Topology};
 use bmcfleet_tests::Producer;
 use std::time::Duration;
 
@@ -18,10 +18,12 @@ fn unavailable(r: &Reply) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_submits_cannot_starve_the_gateway() {
-    let GatewayStack { nats, topology: _topo, gateway: mut gw, producer: a } =
+    let GatewayStack { nats, topology: topo, gateway: mut gw, producer: a } =
         GatewayStack::start(&["--max-concurrent-requests", "32", "--max-waiting-submits", "96"]).await;
 
-    // No worker runs: every waiting submit stays open. A (an operator: its
+    // Every partition leased, but no worker runs: every waiting submit stays open.
+    lease_every_partition_to_nobody(&nats.client().await, &topo.subjects()).await;
+    // A (an operator: its
     // share is half the waiting submits, 48) asks for 64.
     let mut waiters = tokio::task::JoinSet::new();
     for i in 0..64 {

@@ -628,6 +628,7 @@ async fn bmcctl_submits_waits_and_reports() {
         "admin",
         "--password-env",
         "BMC_PW",
+        "--no-wait",
     ])
     .await;
     assert_eq!(code, Some(0));

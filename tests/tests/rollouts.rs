@@ -469,10 +469,11 @@ async fn bmcctl_submits_follows_and_lists_rollouts() {
     let (code, _, err) = bmcctl(&nats, &["rollout", "pause", &id], "").await;
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("conflict"), "{err}");
-    // A refused submit stores nothing and says why.
+    // A refused submit stores nothing and says why; a selector matching no
+    // machine exits 2 like an unknown machine in every form (docs/BMCCTL.md).
     let bad = r#"{"selector": {"rack": "nope"}, "actions": [{"power": "on"}]}"#;
     let (code, _, err) = bmcctl(&nats, &["rollout", "submit", "-"], bad).await;
-    assert_eq!(code, Some(3), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("machine_not_found"), "{err}");
 }
 

@@ -7,7 +7,8 @@ use bmcfleet_schema::*;
 use bmcfleet_testing::{SimConfig, SimServer};
 use bmcfleet_tests::checks::sim_batch;
 use bmcfleet_tests::producer::{
-    job_of, queue_job, refusal, stream_last_sequence, stream_messages, wait_gateway, wait_partitions_owned, Topology,
+    job_of, lease_every_partition_to_nobody, queue_job, refusal, stream_last_sequence, stream_messages, wait_gateway,
+    wait_partitions_owned, Topology,
 };
 use bmcfleet_tests::shipped::{connect, shipped, PASSWORDS};
 use bmcfleet_tests::{NatsServer, Producer};
@@ -797,6 +798,9 @@ async fn a_tenant_flooding_the_gateway_leaves_the_other_tenants_their_share() {
         ]
         .concat(),
     );
+    // Every partition leased by a worker user that consumes nothing:
+    // admitted waiting submits stay open.
+    lease_every_partition_to_nobody(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
     let producer = |user: &'static str, password: &'static str| {
         let nats = &nats;
         async move {
@@ -870,6 +874,9 @@ async fn a_tenant_holding_its_waiting_budget_leaves_other_tenants_theirs() {
         ]
         .concat(),
     );
+    // Every partition leased by a worker user that consumes nothing:
+    // admitted waiting submits stay open.
+    lease_every_partition_to_nobody(&connect(&nats, "worker", PASSWORDS[1].1).await.0, &topo.subjects()).await;
     let port = metrics_port(&gateway).await;
     let producer = |user: &'static str, password: &'static str| {
         let nats = &nats;

@@ -211,7 +211,17 @@ async fn privilege_levels_limit_what_a_session_offers_and_sends() {
     let offered = capabilities(&mut s);
     assert_eq!(
         offered,
-        vec![Capability::Power, Capability::Raw, Capability::Inventory, Capability::EventLog, Capability::Sensors],
+        vec![
+            Capability::Power,
+            Capability::Raw,
+            Capability::Inventory,
+            Capability::EventLog,
+            Capability::Sensors,
+            // Serial over LAN, DCMI power reading and Get SEL Time are user-level.
+            Capability::Console,
+            Capability::PowerCapping,
+            Capability::BmcClock
+        ],
         "{offered:?}"
     );
 

@@ -555,23 +555,24 @@ fn strip_passwords(v: &mut Value) {
     }
 }
 
-fn merge(target: &mut Value, patch: &Value) {
+fn merge(target: &mut Value, patch: &Value, by_member: bool) {
     match (target.as_object_mut(), patch.as_object()) {
         (Some(t), Some(p)) => {
             for (k, v) in p {
                 match t.get_mut(k) {
-                    Some(existing) if existing.is_object() && v.is_object() => merge(existing, v),
+                    Some(existing) if existing.is_object() && v.is_object() => merge(existing, v, by_member),
                     // DSP0266 (PATCH on array properties): an array of
                     // objects is updated member by member (`{}` leaves a
                     // member as it is); members the request does not reach
                     // are kept. Arrays of values are replaced.
                     Some(Value::Array(existing))
-                        if v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_object))
+                        if by_member
+                            && v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_object))
                             && existing.iter().all(Value::is_object) =>
                     {
                         for (i, member) in v.as_array().into_iter().flatten().enumerate() {
                             match existing.get_mut(i) {
-                                Some(e) => merge(e, member),
+                                Some(e) => merge(e, member, by_member),
                                 None => existing.push(member.clone()),
                             }
                         }
@@ -831,7 +832,7 @@ impl State {
         let mut stored = body;
         strip_passwords(&mut stored);
         if let Some(r) = self.resources.get_mut(path) {
-            merge(r, &stored);
+            merge(r, &stored, true);
             if let Some(map) = &per_mode {
                 render_mode_targets(r, map);
             }
@@ -1240,8 +1241,10 @@ impl MockupServer {
 
     /// Merge `patch` into a resource (test setup; no ETag bump, nothing recorded).
     pub fn merge_resource(&self, path: &str, patch: &Value) {
+        // A test's change of a resource: arrays are replaced whole (a PATCH
+        // from a client updates arrays of objects member by member).
         if let Some(r) = lock(&self.state).resources.get_mut(&norm(path)) {
-            merge(r, patch);
+            merge(r, patch, false);
         }
     }
 
