@@ -479,11 +479,19 @@ async fn output_wide_names_each_batch_and_output_json_is_json() {
         let Reply::Status(s) = f.stack.producer.status(id).await else { panic!("status of {id}") };
         let result = s.result.as_ref().expect("a final result");
         assert_eq!(words[6 + skip], result.worker, "{}", r.out);
+        // Fixed-width UTC with milliseconds (docs/BMCCTL.md, "Output").
         let at = |ms: u64| {
-            time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-                .unwrap()
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap()
+            let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap();
+            format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                t.millisecond()
+            )
         };
         assert_eq!(
             (words[7 + skip], words[8 + skip]),
