@@ -407,11 +407,15 @@ async fn after_k_failures_no_machine_starts_and_running_ones_finish() {
     for (name, want) in [("f-2", "succeeded"), ("f-3", "succeeded"), ("f-4", "not_started"), ("f-5", "not_started")] {
         assert_eq!(lines[name]["result"], want, "{name}: {}", r.out);
     }
-    let failed_at = lines["f-1"]["finished_at_ms"].as_u64().unwrap();
+    // f-2 and f-3 went out in f-1's wave (the driver submits a wave's
+    // batches one after another, so one may be admitted a few ms after f-1
+    // failed, before the driver can know): both were admitted before either
+    // slow BMC answered, i.e. they ran together, and finished.
+    let first_done = ["f-2", "f-3"].map(|n| lines[n]["finished_at_ms"].as_u64().unwrap()).into_iter().min().unwrap();
     for name in ["f-2", "f-3"] {
         assert!(
-            lines[name]["admitted_at_ms"].as_u64().unwrap() <= failed_at,
-            "{name} was not running when f-1 failed: {}",
+            lines[name]["admitted_at_ms"].as_u64().unwrap() < first_done,
+            "{name} did not run in f-1's wave: {}",
             r.out
         );
     }
