@@ -12,7 +12,6 @@
 
 use crate::output::Format;
 use anyhow::Context;
-use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use async_nats::HeaderMap;
 use bmcfleet_common::config::TopologyArgs;
 use bmcfleet_schema::subject::{
@@ -312,35 +311,15 @@ async fn log(
     format: Format,
 ) -> anyhow::Result<ExitCode> {
     let subjects = topology.subjects();
-    let js = async_nats::jetstream::new(nats);
-    let name = subjects.console_stream();
-    let mut stream =
-        js.get_stream(&name).await.with_context(|| format!("the console stream {name} (workers create it)"))?;
-    let last = stream.info().await?.state.last_sequence;
-    if last == 0 {
-        return Ok(ExitCode::SUCCESS);
-    }
-    let start = time::OffsetDateTime::now_utc() - since;
-    let consumer = stream
-        .create_consumer(pull::OrderedConfig {
-            deliver_policy: DeliverPolicy::ByStartTime { start_time: start },
-            filter_subject: subjects.console_out(tenant, machine),
-            ..Default::default()
-        })
-        .await?;
-    let mut messages = consumer.messages().await?;
     let mut stdout = std::io::stdout();
-    loop {
-        let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), messages.next()).await else { break };
-        let msg = msg?;
-        let info = msg.info().ok();
-        let seq = info.as_ref().map(|i| i.stream_sequence).unwrap_or(last);
-        let pending = info.as_ref().map(|i| i.pending).unwrap_or(0);
+    let filter = Some(subjects.console_out(tenant, machine));
+    super::replay::since(nats, subjects.console_stream(), "the workers", filter, since, |msg, _| {
         if format.is_json() {
             let get = |k: &str| msg.headers.as_ref().and_then(|h| h.get(k)).map(|v| v.as_str().to_owned());
             let line = LogLine {
-                time: info
-                    .as_ref()
+                time: msg
+                    .info()
+                    .ok()
                     .and_then(|i| i.published.format(&time::format_description::well_known::Rfc3339).ok())
                     .unwrap_or_default(),
                 session: get(CONSOLE_SESSION_HEADER),
@@ -358,10 +337,9 @@ async fn log(
             }
             stdout.write_all(&msg.payload)?;
         }
-        if seq >= last || pending == 0 {
-            break;
-        }
-    }
+        Ok(())
+    })
+    .await?;
     stdout.flush()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -12,6 +12,7 @@ pub mod machine;
 pub mod machine_file;
 pub mod machine_watch;
 pub mod man;
+pub mod replay;
 pub mod rollout;
 pub mod single;
 pub mod status;
