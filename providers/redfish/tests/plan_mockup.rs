@@ -15,7 +15,7 @@ use bmcfleet_schema::plan::redact_json;
 use bmcfleet_schema::*;
 use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::{MockupBuilder, MockupServer, RecordedRequest};
-use common::{connector, ctx, spec_service, MANAGER};
+use common::{connector, ctx, power_legacy, power_metrics, spec_service, MANAGER};
 use serde_json::{json, Value};
 
 /// Requests of the action itself (not the login or logout).
@@ -164,6 +164,7 @@ async fn dmtf_power_boot_media_bios_secure_boot_raw_and_reads_plan_what_they_sen
         Action::SecureBootResetKeys(SecureBootResetKeys::DeleteAllKeys),
         Action::IdentifyGet,
         Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: None }),
+        Action::BmcClockGet,
         Action::Inventory,
         Action::Sensors,
         Action::Raw(RawRequest::Redfish(RawRedfish {
@@ -177,6 +178,50 @@ async fn dmtf_power_boot_media_bios_secure_boot_raw_and_reads_plan_what_they_sen
         let text = serde_json::to_string(&plan).unwrap();
         assert!(!text.contains("S3cr3t") && !text.contains("abc123"), "{}: {text}", action.kind());
         assert_eq!(plan.change.is_none(), bmcfleet_schema::plan::reads_only(action), "{}: {plan:?}", action.kind());
+    }
+}
+
+/// A BMC clock sync's change carries the worker's time when it is made:
+/// the plan's and the execution's `DateTime` differ by the time between them.
+#[tokio::test]
+async fn bmc_clock_sync_plans_its_one_patch() {
+    let server = dmtf().start().await.unwrap();
+    let mut s = open(&server).await;
+    server.clear_requests();
+    let plan = Plan::new();
+    perform(&mut s, &ctx(20).with_plan(plan.clone()).for_attempt(), &Action::BmcClockSync).await.expect_err("planned");
+    assert!(own(&server).iter().all(|r| !is_write(r)), "plan mode wrote");
+    let Some(PlannedRequest::Redfish { method, path, body: Some(body) }) = plan.snapshot().change else {
+        panic!("a PATCH planned: {:?}", plan.snapshot())
+    };
+    server.clear_requests();
+    perform(&mut s, &ctx(20).for_attempt(), &Action::BmcClockSync).await.expect("synced");
+    let sent = own(&server);
+    let write = sent.iter().find(|r| is_write(r)).expect("a write");
+    assert_eq!((method.as_str(), path.as_str()), (write.method.as_str(), write.path.as_str()));
+    let (planned, done) = (body.as_object().unwrap(), write.json().unwrap());
+    let keys = |o: &serde_json::Map<String, Value>| o.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(planned), vec!["DateTime".to_owned()], "{body}");
+    assert_eq!(keys(planned), keys(done.as_object().unwrap()), "{done}");
+}
+
+/// Power reading and limits, on the deprecated `Power` resource and on
+/// `EnvironmentMetrics` (the Supermicro mockup extended as in power_capping.rs).
+#[tokio::test]
+async fn power_capping_plans_what_it_sends() {
+    for builder in [power_legacy(), power_metrics()] {
+        let server = builder.start().await.unwrap();
+        let mut s = open(&server).await;
+        let cases = [
+            Action::PowerReading,
+            Action::PowerLimitGet,
+            Action::PowerLimitSet(PowerLimitSet { watts: Some(450), active: None }),
+        ];
+        for action in &cases {
+            let (plan, done) = plan_equals_execution(&server, &mut s, action).await;
+            assert_eq!(plan.change.is_none(), bmcfleet_schema::plan::reads_only(action), "{}: {plan:?}", action.kind());
+            assert!(done.is_ok(), "{}: {done:?}", action.kind());
+        }
     }
 }
 

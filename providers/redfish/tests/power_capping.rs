@@ -14,55 +14,15 @@ use bmcfleet_redfish::RedfishSession;
 use bmcfleet_schema::{ErrorCode, PowerLimitSet};
 use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::{Fault, MockupBuilder, MockupServer};
-use common::{connector, ctx};
+use common::{connector, ctx, power_legacy, power_metrics, supermicro, CHASSIS, METRICS, POWER};
 use serde_json::{json, Value};
 
-const CHASSIS: &str = "/redfish/v1/Chassis/1";
-const POWER: &str = "/redfish/v1/Chassis/1/Power";
-const METRICS: &str = "/redfish/v1/Chassis/1/EnvironmentMetrics";
-
-fn supermicro() -> MockupBuilder {
-    let d = mockup_dir("supermicro").join("bmclib");
-    MockupServer::builder()
-        .file(d.join("smc_1.14.0_serviceroot.json"))
-        .unwrap()
-        .file(d.join("smc_1.14.0_systems.json"))
-        .unwrap()
-        .file(d.join("smc_1.14.0_systems_1.json"))
-        .unwrap()
-}
-
 async fn legacy() -> MockupServer {
-    supermicro()
-        .resource(CHASSIS, json!({"@odata.id": CHASSIS, "@odata.type": "#Chassis.v1_14_0.Chassis", "Id": "1", "Name": "Chassis",
-            "Power": {"@odata.id": POWER}}))
-        .resource(POWER, json!({"@odata.id": POWER, "@odata.type": "#Power.v1_7_1.Power", "Id": "Power", "Name": "Power",
-            "PowerControl": [{"@odata.id": format!("{POWER}#/PowerControl/0"), "MemberId": "0", "Name": "System Power Control",
-                "PowerConsumedWatts": 344, "PowerRequestedWatts": 800, "PowerAvailableWatts": 0, "PowerCapacityWatts": 800, "PowerAllocatedWatts": 800,
-                "PowerMetrics": {"IntervalInMin": 30, "MinConsumedWatts": 271, "MaxConsumedWatts": 489, "AverageConsumedWatts": 319},
-                "PowerLimit": {"LimitInWatts": 500, "LimitException": "LogEventOnly", "CorrectionInMs": 50}}]}))
-        .start()
-        .await
-        .unwrap()
+    power_legacy().start().await.unwrap()
 }
 
 async fn metrics() -> MockupServer {
-    supermicro()
-        .resource(
-            CHASSIS,
-            json!({"@odata.id": CHASSIS, "@odata.type": "#Chassis.v1_23_0.Chassis", "Id": "1", "Name": "Chassis",
-            "EnvironmentMetrics": {"@odata.id": METRICS}}),
-        )
-        .resource(
-            METRICS,
-            json!({"@odata.id": METRICS, "@odata.type": "#EnvironmentMetrics.v1_3_0.EnvironmentMetrics",
-            "Id": "EnvironmentMetrics", "Name": "Chassis Environment Metrics",
-            "PowerWatts": {"DataSourceUri": "/redfish/v1/Chassis/1/Sensors/TotalPower", "Reading": 374.2},
-            "PowerLimitWatts": {"SetPoint": 500, "AllowableMin": 200, "AllowableMax": 900, "ControlMode": "Disabled"}}),
-        )
-        .start()
-        .await
-        .unwrap()
+    power_metrics().start().await.unwrap()
 }
 
 async fn open(server: &MockupServer) -> RedfishSession {

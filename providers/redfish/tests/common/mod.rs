@@ -58,9 +58,10 @@ pub async fn open_with_password(
     connector().open(&ctx(secs), target, &credentials).await.err().expect("must fail")
 }
 
+use bmcfleet_testing::redfish::fixtures::mockup_dir;
 #[allow(unused_imports)]
 pub use bmcfleet_testing::redfish::spec::{spec_service, MANAGER, RESET, SYSTEM};
-use bmcfleet_testing::redfish::MockupBuilder;
+use bmcfleet_testing::redfish::{MockupBuilder, MockupServer};
 use serde_json::json;
 
 /// A standard (POST/DELETE) AccountService with the login account and one more.
@@ -113,4 +114,50 @@ pub fn slot_accounts(builder: MockupBuilder, slots: u32) -> MockupBuilder {
         b = b.deny("DELETE", &format!("/redfish/v1/AccountService/Accounts/{i}"));
     }
     b
+}
+
+pub const CHASSIS: &str = "/redfish/v1/Chassis/1";
+pub const POWER: &str = "/redfish/v1/Chassis/1/Power";
+pub const METRICS: &str = "/redfish/v1/Chassis/1/EnvironmentMetrics";
+
+pub fn supermicro() -> MockupBuilder {
+    let d = mockup_dir("supermicro").join("bmclib");
+    MockupServer::builder()
+        .file(d.join("smc_1.14.0_serviceroot.json"))
+        .unwrap()
+        .file(d.join("smc_1.14.0_systems.json"))
+        .unwrap()
+        .file(d.join("smc_1.14.0_systems_1.json"))
+        .unwrap()
+}
+
+/// The Supermicro X12 mockup with a chassis whose deprecated `Power`
+/// resource has `PowerControl` (metrics and a limit: DMTF public-rackmount1's values).
+pub fn power_legacy() -> MockupBuilder {
+    supermicro()
+        .resource(CHASSIS, json!({"@odata.id": CHASSIS, "@odata.type": "#Chassis.v1_14_0.Chassis", "Id": "1", "Name": "Chassis",
+            "Power": {"@odata.id": POWER}}))
+        .resource(POWER, json!({"@odata.id": POWER, "@odata.type": "#Power.v1_7_1.Power", "Id": "Power", "Name": "Power",
+            "PowerControl": [{"@odata.id": format!("{POWER}#/PowerControl/0"), "MemberId": "0", "Name": "System Power Control",
+                "PowerConsumedWatts": 344, "PowerRequestedWatts": 800, "PowerAvailableWatts": 0, "PowerCapacityWatts": 800, "PowerAllocatedWatts": 800,
+                "PowerMetrics": {"IntervalInMin": 30, "MinConsumedWatts": 271, "MaxConsumedWatts": 489, "AverageConsumedWatts": 319},
+                "PowerLimit": {"LimitInWatts": 500, "LimitException": "LogEventOnly", "CorrectionInMs": 50}}]}))
+}
+
+/// The Supermicro X12 mockup with a chassis' `EnvironmentMetrics`
+/// (`PowerWatts`, `PowerLimitWatts` with its range and `ControlMode`).
+pub fn power_metrics() -> MockupBuilder {
+    supermicro()
+        .resource(
+            CHASSIS,
+            json!({"@odata.id": CHASSIS, "@odata.type": "#Chassis.v1_23_0.Chassis", "Id": "1", "Name": "Chassis",
+            "EnvironmentMetrics": {"@odata.id": METRICS}}),
+        )
+        .resource(
+            METRICS,
+            json!({"@odata.id": METRICS, "@odata.type": "#EnvironmentMetrics.v1_3_0.EnvironmentMetrics",
+            "Id": "EnvironmentMetrics", "Name": "Chassis Environment Metrics",
+            "PowerWatts": {"DataSourceUri": "/redfish/v1/Chassis/1/Sensors/TotalPower", "Reading": 374.2},
+            "PowerLimitWatts": {"SetPoint": 500, "AllowableMin": 200, "AllowableMax": 900, "ControlMode": "Disabled"}}),
+        )
 }
