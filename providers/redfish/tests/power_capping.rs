@@ -12,8 +12,7 @@ mod common;
 use bmcfleet_provider::PowerCapping;
 use bmcfleet_redfish::RedfishSession;
 use bmcfleet_schema::{ErrorCode, PowerLimitSet};
-use bmcfleet_testing::redfish::fixtures::mockup_dir;
-use bmcfleet_testing::redfish::{Fault, MockupBuilder, MockupServer};
+use bmcfleet_testing::redfish::{Fault, MockupServer};
 use common::{connector, ctx, power_legacy, power_metrics, supermicro, CHASSIS, METRICS, POWER};
 use serde_json::{json, Value};
 
