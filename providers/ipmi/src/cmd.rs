@@ -112,6 +112,12 @@ pub fn starts_with_reservation(netfn: u8, cmd: u8) -> bool {
     matches!((netfn, cmd), (NETFN_STORAGE, 0x23 | 0x43 | 0x47))
 }
 
+/// Whether a request's data is the worker's clock when it is sent (Set SEL
+/// Time): plan mode shows it as `x` nibbles, since a run sends a later time.
+pub fn is_clock(netfn: u8, cmd: u8) -> bool {
+    (netfn, cmd) == (SET_SEL_TIME.id.netfn, SET_SEL_TIME.id.cmd)
+}
+
 /// Whether a request's data is secret (plan mode shows it `[redacted]`):
 /// Set User Password and Set Channel Security Keys.
 pub fn secret_data(netfn: u8, cmd: u8) -> bool {

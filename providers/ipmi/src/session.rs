@@ -151,6 +151,8 @@ fn planned(command: &Command, data: &[u8]) -> Outgoing {
         String::new()
     } else if raw || cmd::secret_data(id.netfn, id.cmd) {
         bmcfleet_schema::plan::REDACTED.to_owned()
+    } else if cmd::is_clock(id.netfn, id.cmd) {
+        "x".repeat(data.len() * 2)
     } else if data.len() >= 2 && cmd::starts_with_reservation(id.netfn, id.cmd) {
         format!("xxxx{}", bmcfleet_provider::hex(&data[2..]))
     } else {

@@ -24,7 +24,8 @@ fn matches(sent: &Request, planned: &PlannedRequest) -> bool {
         && if data == bmcfleet_schema::plan::REDACTED {
             !sent.data.is_empty()
         } else {
-            // `x`: a reservation id's nibble (the BMC's, per call).
+            // `x`: a reservation id's nibble (the BMC's, per call) or the
+            // worker's clock (Set SEL Time: a run sends a later time).
             let hex = bmcfleet_schema::hex(&sent.data);
             hex.len() == data.len() && hex.chars().zip(data.chars()).all(|(h, d)| d == 'x' || h == d)
         }
@@ -116,6 +117,7 @@ fn actions(new_password: &str) -> Vec<Action> {
         Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
         Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(20) }),
         Action::BmcClockGet,
+        Action::BmcClockSync,
         Action::PowerReading,
         Action::PowerLimitGet,
         Action::PowerLimitSet(PowerLimitSet { watts: Some(400), active: Some(true) }),

@@ -90,6 +90,7 @@ async fn amt_plans_equal_execution_for_every_capability() {
         Action::IdentifyGet,
         Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
         Action::BmcClockGet,
+        Action::BmcClockSync,
         Action::PowerReading,
         Action::PowerLimitSet(PowerLimitSet { watts: Some(400), active: None }),
         Action::NetworkSource(NetworkSourceOp::Dhcp),
