@@ -12,8 +12,8 @@ use bmcfleet_redfish::RedfishSession;
 use bmcfleet_schema::{ErrorCode, IdentifyLight, IdentifySet};
 use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::{FakeSystem, Fault, MockupServer, SushyEmulator};
-use common::{connector, ctx};
-use serde_json::{json, Value};
+use common::{connector, ctx, patches, supermicro};
+use serde_json::json;
 
 const SMC: &str = "/redfish/v1/Systems/1";
 const DMTF: &str = "/redfish/v1/Systems/437XR1138R2";
@@ -26,23 +26,8 @@ async fn open(server: &MockupServer) -> RedfishSession {
     connector().open(&ctx(10), &server.target(), &server.credentials()).await.expect("connect")
 }
 
-fn patches(server: &MockupServer, path: &str) -> Vec<Value> {
-    server.requests_to("PATCH", path).iter().map(|r| r.json().unwrap_or(Value::Null)).collect()
-}
-
-async fn supermicro() -> MockupServer {
-    let d = mockup_dir("supermicro").join("bmclib");
-    MockupServer::builder()
-        .file(d.join("smc_1.14.0_serviceroot.json"))
-        .unwrap()
-        .file(d.join("smc_1.14.0_systems.json"))
-        .unwrap()
-        .file(d.join("smc_1.14.0_systems_1.json"))
-        .unwrap()
-        .require_if_match(true)
-        .start()
-        .await
-        .unwrap()
+async fn supermicro_x12() -> MockupServer {
+    supermicro().require_if_match(true).start().await.unwrap()
 }
 
 async fn dmtf() -> MockupServer {
@@ -51,7 +36,7 @@ async fn dmtf() -> MockupServer {
 
 #[tokio::test]
 async fn supermicro_location_indicator_is_set_with_its_etag_and_read_back() {
-    let server = supermicro().await;
+    let server = supermicro_x12().await;
     let mut s = open(&server).await;
     let c = ctx(10);
     let before = s.identify(&c).await.unwrap();
@@ -82,7 +67,7 @@ async fn supermicro_location_indicator_is_set_with_its_etag_and_read_back() {
 
 #[tokio::test]
 async fn a_patch_the_bmc_accepts_but_does_not_apply_is_an_error() {
-    let server = supermicro().await;
+    let server = supermicro_x12().await;
     let mut s = open(&server).await;
     // 204 without applying: only the read-back can tell.
     server.push_fault(Fault::status("PATCH", SMC, 204).times(1));

@@ -13,8 +13,8 @@ use bmcfleet_provider::PowerCapping;
 use bmcfleet_redfish::RedfishSession;
 use bmcfleet_schema::{ErrorCode, PowerLimitSet};
 use bmcfleet_testing::redfish::{Fault, MockupServer};
-use common::{connector, ctx, power_legacy, power_metrics, supermicro, CHASSIS, METRICS, POWER};
-use serde_json::{json, Value};
+use common::{connector, ctx, patches, power_legacy, power_metrics, supermicro, CHASSIS, METRICS, POWER};
+use serde_json::json;
 
 async fn legacy() -> MockupServer {
     power_legacy().start().await.unwrap()
@@ -30,10 +30,6 @@ async fn open(server: &MockupServer) -> RedfishSession {
 
 fn set(watts: Option<u32>, active: Option<bool>) -> PowerLimitSet {
     PowerLimitSet { watts, active }
-}
-
-fn patches(server: &MockupServer, path: &str) -> Vec<Value> {
-    server.requests_to("PATCH", path).iter().map(|r| r.json().unwrap_or(Value::Null)).collect()
 }
 
 #[tokio::test]

@@ -161,3 +161,8 @@ pub fn power_metrics() -> MockupBuilder {
             "PowerLimitWatts": {"SetPoint": 500, "AllowableMin": 200, "AllowableMax": 900, "ControlMode": "Disabled"}}),
         )
 }
+
+/// The JSON bodies of the PATCHes `server` received for `path`, in order.
+pub fn patches(server: &MockupServer, path: &str) -> Vec<serde_json::Value> {
+    server.requests_to("PATCH", path).iter().map(|r| r.json().unwrap_or(serde_json::Value::Null)).collect()
+}
