@@ -183,3 +183,14 @@ pub fn assert_exactly_once(
     }
     cost
 }
+
+/// `bmcctl --json machine ls` output (one JSON object per line), by the
+/// machine name each line carries.
+pub fn machines_by_name(out: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    out.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"));
+            (v["name"].as_str().expect("every line names its machine").to_owned(), v)
+        })
+        .collect()
+}

@@ -177,13 +177,7 @@ impl Env {
     async fn ls_json(&self) -> BTreeMap<String, Value> {
         let r = self.bmcctl(&["--json", "machine", "ls"]).await;
         assert_eq!(r.code, Some(0), "{}{}", r.out, r.err);
-        r.out
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"));
-                (v["name"].as_str().expect("every line names its machine").to_owned(), v)
-            })
-            .collect()
+        bmcfleet_tests::checks::machines_by_name(&r.out)
     }
 
     /// The machine's record in the state bucket, as the worker wrote it.
