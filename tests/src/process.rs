@@ -168,3 +168,29 @@ impl Drop for Process {
         self.kill();
     }
 }
+
+/// What a command run by [`run_piped`] did: exit code, stdout, stderr and
+/// how long it took.
+#[derive(Debug)]
+pub struct Ran {
+    pub code: Option<i32>,
+    pub out: String,
+    pub err: String,
+    pub took: std::time::Duration,
+}
+
+/// Runs `cmd` with `stdin` written to it and its output collected.
+pub async fn run_piped(mut cmd: tokio::process::Command, stdin: &str) -> Ran {
+    use tokio::io::AsyncWriteExt;
+    let started = std::time::Instant::now();
+    let mut child =
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn the command");
+    child.stdin.take().expect("piped stdin").write_all(stdin.as_bytes()).await.expect("write stdin");
+    let out = child.wait_with_output().await.expect("the command's output");
+    Ran {
+        code: out.status.code(),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+        took: started.elapsed(),
+    }
+}

@@ -29,7 +29,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// The worker's flags: polls every second; no circuit breaker, so a failing
@@ -54,11 +54,7 @@ struct Env {
 type Registered<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
 
 /// What `bmcctl` did: exit code, stdout, stderr.
-struct Run {
-    code: Option<i32>,
-    out: String,
-    err: String,
-}
+type Run = bmcfleet_tests::process::Ran;
 
 impl Env {
     /// Everything but the worker; the operator's credential `fleet` is stored.
@@ -141,20 +137,7 @@ impl Env {
     }
 
     async fn bmcctl_stdin(&self, args: &[&str], stdin: &str) -> Run {
-        let mut child = self
-            .command(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn bmcctl");
-        child.stdin.take().unwrap().write_all(stdin.as_bytes()).await.unwrap();
-        let out = child.wait_with_output().await.unwrap();
-        Run {
-            code: out.status.code(),
-            out: String::from_utf8_lossy(&out.stdout).into_owned(),
-            err: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        bmcfleet_tests::process::run_piped(self.command(args), stdin).await
     }
 
     /// Register simulated machines (credential `fleet`) with `bmcctl machine apply`.

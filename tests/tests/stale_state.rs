@@ -19,9 +19,7 @@ use bmcfleet_tests::producer::{wait_gateway, wait_partitions_owned, Topology};
 use bmcfleet_tests::{NatsServer, Process, Producer};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
 
 /// Polls every second; the partition record every second; a grace of 1s:
 /// a record is stale 1s + 0.1s + 0.9s (poll timeout) + 1s + 1s = 4s after
@@ -51,12 +49,7 @@ struct Env {
 }
 
 /// What `bmcctl` did: exit code, stdout, stderr, and how long it took.
-struct Run {
-    code: Option<i32>,
-    out: String,
-    err: String,
-    took: Duration,
-}
+type Run = bmcfleet_tests::process::Ran;
 
 impl Env {
     async fn start() -> Env {
@@ -89,26 +82,13 @@ impl Env {
     }
 
     async fn bmcctl_stdin(&self, args: &[&str], stdin: &str) -> Run {
-        let started = Instant::now();
-        let mut child = tokio::process::Command::new(bmcfleet_tests::bin("bmcctl"))
-            .args(["--nats-url", &self.nats.url()])
+        let mut cmd = tokio::process::Command::new(bmcfleet_tests::bin("bmcctl"));
+        cmd.args(["--nats-url", &self.nats.url()])
             .args(args)
             .env("USER", "stale-test")
             .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn bmcctl");
-        child.stdin.take().unwrap().write_all(stdin.as_bytes()).await.unwrap();
-        let out = child.wait_with_output().await.unwrap();
-        Run {
-            code: out.status.code(),
-            out: String::from_utf8_lossy(&out.stdout).into_owned(),
-            err: String::from_utf8_lossy(&out.stderr).into_owned(),
-            took: started.elapsed(),
-        }
+            .env("NO_COLOR", "1");
+        bmcfleet_tests::process::run_piped(cmd, stdin).await
     }
 
     async fn register(&self, names: &[&str]) {
