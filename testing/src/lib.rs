@@ -28,6 +28,7 @@ pub mod amt;
 pub mod ipmi;
 pub mod logs;
 pub mod peers;
+pub mod ports;
 pub mod redfish;
 pub mod sim;
 pub mod tasks;

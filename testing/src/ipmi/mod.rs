@@ -244,7 +244,20 @@ impl IpmiSim {
             }
             let attempt_end = (Instant::now() + Duration::from_millis(200)).min(deadline);
             match probe::channel_auth_caps(self.socket_addr(), attempt_end, Duration::from_millis(50)) {
-                Ok(_) => return Ok(()),
+                // An answer proves only that something holds the port: when
+                // another instance took it between `free_udp_port` and our
+                // bind, ours exits and theirs answers. Only a port our child
+                // holds is ours.
+                Ok(_) => {
+                    let pid = self.child.as_ref().map(Child::id);
+                    if pid.is_some_and(|pid| crate::ports::holds_udp(pid, self.port)) {
+                        return Ok(());
+                    }
+                    self.kill();
+                    return Err(SimError::Exited {
+                        log: format!("port {} in use by another process\n{}", self.port, self.log()),
+                    });
+                }
                 // Not bound yet: ICMP port unreachable comes back at once.
                 Err(_) => std::thread::sleep(Duration::from_millis(5)),
             }
@@ -422,4 +435,25 @@ fn write(path: &Path, contents: &str) -> Result<(), SimError> {
 fn free_udp_port() -> Result<u16, SimError> {
     let socket = UdpSocket::bind("127.0.0.1:0").map_err(io_err("finding a free UDP port"))?;
     Ok(socket.local_addr().map_err(io_err("finding a free UDP port"))?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two instances handed one port: the second's ipmi_sim cannot bind it
+    /// and exits, while the first answers the readiness probe. The second
+    /// must not take that answer for its own (it would send its tests'
+    /// commands to the other instance's machine).
+    #[test]
+    fn an_instance_is_ready_only_on_a_port_its_own_process_holds() {
+        let first = IpmiSim::start().expect("ipmi_sim");
+        let dir = tempfile::Builder::new().prefix("bmcfleet-ipmi-sim-").tempdir().unwrap();
+        let mut second = IpmiSim { child: None, dir, port: first.port(), options: IpmiSimOptions::default() };
+        second.write_config().unwrap();
+        match second.spawn_and_wait() {
+            Err(SimError::Exited { log }) => assert!(log.contains("in use"), "{log}"),
+            other => panic!("the first instance's answer was taken for the second's: {:?}", other.map(|_| ())),
+        }
+    }
 }

@@ -282,8 +282,16 @@ impl SushyEmulator {
                 return Err(HarnessError::Start(format!("exited with {status}: {}", self.log_tail())));
             }
             if let Ok(r) = self.http.get(&url).timeout(Duration::from_secs(2)).send().await {
+                // Another instance may hold the port (see `crate::ports`).
                 if r.status().is_success() {
-                    return Ok(());
+                    if crate::ports::listens_tcp(self.child.id(), self.addr.port()) {
+                        return Ok(());
+                    }
+                    return Err(HarnessError::Start(format!(
+                        "port {} is held by another process: {}",
+                        self.addr.port(),
+                        self.log_tail()
+                    )));
                 }
             }
             if Instant::now() + delay > deadline {
