@@ -40,6 +40,17 @@ pub fn actor(server: Option<(String, String)>, nats_user: Option<&str>, env_user
     }
 }
 
+/// The operator name bmcctl claims in its requests to the gateway
+/// (`Bmcfleet-Operator`): `--nats-user`, else `$USER`. The gateway records
+/// it only as an unverified annotation (header values are one line).
+pub fn claim(nats_user: Option<&str>, env_user: Option<&str>) -> Option<String> {
+    [nats_user, env_user]
+        .into_iter()
+        .flatten()
+        .map(|u| u.chars().filter(|c| !c.is_control()).collect::<String>())
+        .find(|u| !u.is_empty())
+}
+
 /// The audit actor of this connection (see the module).
 pub async fn of(nats: &async_nats::Client, nats_user: Option<&str>) -> String {
     let env_user = std::env::var("USER").ok();
