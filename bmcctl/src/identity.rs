@@ -72,4 +72,14 @@ mod tests {
         assert_eq!(actor(None, Some("bob"), None), "operator:bob");
         assert_eq!(actor(None, None, None), "operator:unknown");
     }
+
+    /// The claimed name is one header line: `--nats-user` first, then
+    /// `$USER`, control characters (a line break) dropped; none if empty.
+    #[test]
+    fn the_claim_is_one_line_of_the_first_name_given() {
+        assert_eq!(claim(Some("ali\r\nce"), Some("bob")).as_deref(), Some("alice"));
+        assert_eq!(claim(Some(""), Some("bob")).as_deref(), Some("bob"));
+        assert_eq!(claim(None, Some("\n")), None);
+        assert_eq!(claim(None, None), None);
+    }
 }
