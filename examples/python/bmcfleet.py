@@ -380,9 +380,9 @@ class StateUnavailable(BmcfleetError):
 
 async def machine_states(nc, stream="BMCFLEET", schemas=None):
     """Every machine's observed state, {name: record}, with the partitions'
-    later observations merged in. Needs read access to the bucket (the
-    operators' account; tenants follow their machines' events instead, each
-    carrying the same record: judge it with the same functions). No bucket
+    later observations merged in. Needs a user that may read the bucket
+    and list its keys (the shipped config's `admin`; a tenant may not: its
+    machine events carry the record as of each change only). No bucket
     yet (no worker ever ran): {}. Raises StateUnavailable otherwise."""
     import nats.js.errors
 

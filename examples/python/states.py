@@ -5,9 +5,9 @@ that of a machine that does not answer) `unknown`.
 
     python states.py --server nats://127.0.0.1:4222 [--stream BMCFLEET] [--json] [NAME...]
 
-Reads the state bucket (`<STREAM>_STATE`), which the operators' account
-may read; a tenant judges the record inside each machine event the same
-way (bmcfleet.freshness, power_now, contactable_now). Prints one row per
+Reads the state bucket (`<STREAM>_STATE`) with the functions of bmcfleet
+(freshness, power_now, contactable_now); it needs a user allowed to read
+it (the shipped config's `admin`; tenants cannot). Prints one row per
 machine: NAME POWER CONTACTABLE FRESHNESS LAST SEEN WORKER. Exits 1 when
 the bucket cannot be read or a record breaks the contract.
 """
