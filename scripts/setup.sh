@@ -24,6 +24,8 @@ command -v cc >/dev/null || apt_packages+=(build-essential)
 command -v make >/dev/null || apt_packages+=(make)
 # bmcctl's man pages are checked by rendering them (bmcctl/tests/cli.rs): groff-base has groff and preconv.
 command -v groff >/dev/null || apt_packages+=(groff-base)
+# `bmcctl completions zsh` is checked with zsh (bmcctl/tests/cli.rs, tests/tests/registry.rs).
+command -v zsh >/dev/null || apt_packages+=(zsh)
 python3 -c 'import venv, ensurepip' 2>/dev/null || apt_packages+=(python3-venv)
 if [ "${#apt_packages[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${apt_packages[*]}"

@@ -3,7 +3,7 @@
 
 use crate::output::Format;
 use async_nats::HeaderMap;
-use bmcfleet_schema::subject::{rollout_subject, service_subject, CONTENT_TYPE, WAIT_HEADER};
+use bmcfleet_schema::subject::{rollout_subject, service_subject, CONTENT_TYPE, OPERATOR_CLAIM_HEADER, WAIT_HEADER};
 use bmcfleet_schema::{BatchState, Encoding, Reply};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -17,11 +17,14 @@ pub struct Client {
     pub format: Format,
     /// Trace-context headers added to every request (`--trace`).
     trace: HeaderMap,
+    /// The operator name sent as `Bmcfleet-Operator` (the gateway keeps it
+    /// as an unverified annotation of its audit records).
+    pub claim: Option<String>,
 }
 
 impl Client {
     pub fn new(nats: async_nats::Client, prefix: &str, format: Format, trace: HeaderMap) -> Client {
-        Client { nats, prefix: prefix.to_owned(), format, trace }
+        Client { nats, prefix: prefix.to_owned(), format, trace, claim: None }
     }
 
     /// Send `body` (JSON) to one endpoint and decode the reply. A request
@@ -40,6 +43,9 @@ impl Client {
         headers.insert(CONTENT_TYPE, Encoding::Json.content_type());
         if wait {
             headers.insert(WAIT_HEADER, "true");
+        }
+        if let Some(claim) = &self.claim {
+            headers.insert(OPERATOR_CLAIM_HEADER, claim.as_str());
         }
         bmcfleet_common::telemetry::merge(&mut headers, &self.trace);
         let req = async_nats::Request::new().headers(headers).payload(body.into()).timeout(Some(timeout));

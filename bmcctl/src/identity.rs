@@ -40,6 +40,17 @@ pub fn actor(server: Option<(String, String)>, nats_user: Option<&str>, env_user
     }
 }
 
+/// The operator name bmcctl claims in its requests to the gateway
+/// (`Bmcfleet-Operator`): `--nats-user`, else `$USER`. The gateway records
+/// it only as an unverified annotation (header values are one line).
+pub fn claim(nats_user: Option<&str>, env_user: Option<&str>) -> Option<String> {
+    [nats_user, env_user]
+        .into_iter()
+        .flatten()
+        .map(|u| u.chars().filter(|c| !c.is_control()).collect::<String>())
+        .find(|u| !u.is_empty())
+}
+
 /// The audit actor of this connection (see the module).
 pub async fn of(nats: &async_nats::Client, nats_user: Option<&str>) -> String {
     let env_user = std::env::var("USER").ok();
@@ -60,5 +71,15 @@ mod tests {
         assert_eq!(actor(s("", "$G"), None, None), "operator:anonymous", "no authentication, no $USER");
         assert_eq!(actor(None, Some("bob"), None), "operator:bob");
         assert_eq!(actor(None, None, None), "operator:unknown");
+    }
+
+    /// The claimed name is one header line: `--nats-user` first, then
+    /// `$USER`, control characters (a line break) dropped; none if empty.
+    #[test]
+    fn the_claim_is_one_line_of_the_first_name_given() {
+        assert_eq!(claim(Some("ali\r\nce"), Some("bob")).as_deref(), Some("alice"));
+        assert_eq!(claim(Some(""), Some("bob")).as_deref(), Some("bob"));
+        assert_eq!(claim(None, Some("\n")), None);
+        assert_eq!(claim(None, None), None);
     }
 }

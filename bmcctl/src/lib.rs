@@ -90,7 +90,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return cmd::audit::run(nats, &cli.topology, *since, format).await;
     }
     let trace = if cli.trace { client::start_trace() } else { async_nats::HeaderMap::new() };
-    let client = client::Client::new(nats, &cli.service.service_prefix, format, trace);
+    let mut client = client::Client::new(nats, &cli.service.service_prefix, format, trace);
+    // Who we say we are: an unverified annotation in the gateway's audit
+    // log (it records the NATS identity the server vouches for).
+    client.claim = identity::claim(cli.nats.user.as_deref(), std::env::var("USER").ok().as_deref());
     match &cli.command {
         Command::Power { .. }
         | Command::Boot { .. }

@@ -2,12 +2,14 @@
 //! - `completions bash` is a script bash accepts (`bash -n`) that, sourced,
 //!   registers `_bmcctl` for bmcctl and completes `bmcctl mach<TAB>` to
 //!   `machine`, subcommands and `--output` values;
+//! - `completions zsh` is a script zsh accepts (`zsh -n`) that, sourced
+//!   after `compinit`, registers the dynamic `_bmcctl` for bmcctl;
 //! - `man` is a roff page groff renders without a warning, titled BMCCTL,
 //!   naming every top-level command; `man --out DIR` writes a page per command;
 //! - an `--output` (or `BMCCTL_OUTPUT`) that is no format is a usage error (exit 2);
 //! - on a terminal, errors are coloured unless `NO_COLOR` is set (non-empty).
 //!
-//! bash, groff and script (util-linux) are peers: a test that needs one is skipped when it is
+//! bash, zsh, groff and script (util-linux) are peers: a test that needs one is skipped when it is
 //! missing, unless `BMCFLEET_REQUIRE_PEERS=1` (scripts/setup.sh installs them).
 
 use std::path::{Path, PathBuf};
@@ -79,6 +81,27 @@ fn the_bash_completion_is_valid_and_completes_commands_and_values() {
     }
     assert_eq!(complete(&bash, &script, &["bmcctl", "--output", ""]), ["table", "wide", "json"]);
     assert_eq!(complete(&bash, &script, &["bmcctl", "power", "soft"]), ["soft-off"], "value enums too");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn the_zsh_completion_is_valid_and_registers_the_dynamic_function() {
+    let Some(zsh) = peer("zsh") else { return };
+    let dir = temp_dir("zsh-completion");
+    let script = dir.join("_bmcctl");
+    let text = stdout(&bmcctl(&["completions", "zsh"]));
+    assert!(text.contains("__complete \"$what\""), "the script asks bmcctl for registry words");
+    std::fs::write(&script, &text).unwrap();
+    let check = Command::new(&zsh).arg("-n").arg(&script).output().unwrap();
+    assert!(check.status.success(), "zsh -n: {}", String::from_utf8_lossy(&check.stderr));
+    let program = format!(
+        "autoload -U compinit && compinit -u -D && source '{}' && print -r -- $_comps[bmcctl] && whence -w _bmcctl_clap",
+        script.display()
+    );
+    let out = Command::new(&zsh).args(["-f", "-c", &program]).env("HOME", &dir).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(said.lines().collect::<Vec<_>>(), ["_bmcctl", "_bmcctl_clap: function"], "{said}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -75,7 +75,7 @@ pub fn registry_change(change: &crate::registry::Change) -> AuditRecord {
         },
         None => AuditEvent::MachineRemoved { machine: change.machine.clone(), revision: change.revision },
     };
-    AuditRecord { at_ms: crate::runtime::now_ms(), actor: "registry".into(), what }
+    AuditRecord::new(crate::runtime::now_ms(), "registry", what)
 }
 
 /// Longest a record waits in a [`Batcher`] before it is written.

@@ -213,6 +213,11 @@ class Client:
         return batch["id"], events.until(timeout)
 
 
+    async def machine_states(self, stream="BMCFLEET"):
+        """Every machine's observed state (see the module's machine_states),
+        each record validated against the schemas."""
+        return await machine_states(self.nc, stream, self.schemas)
+
     # ---------------------------------------------------------- rollouts
     # One request, many machines, run in waves by the gateways (docs/ROLLOUTS.md).
 
@@ -302,6 +307,116 @@ class _Events:
                     return
         finally:
             await self.sub.unsubscribe()
+
+
+# ------------------------------------------------------------- machine state
+# What the owning worker last observed of each registered machine (issue 19
+# and 34): the JSON records of the KV bucket `<STREAM>_STATE` (key: machine
+# name; schema machine-state.json), and each partition's latest word on its
+# polled machines (key `_seen.p<N>`, partition-seen.json), written between a
+# machine's own writes. A record says how old it is: read it as bmcctl does.
+
+SEEN_KEY_PREFIX = "_seen.p"
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def observed_at(state):
+    """When the machine was last observed (`observed_ms`; records from before
+    issue 34 carry only `updated_ms`)."""
+    return state.get("observed_ms", state["updated_ms"])
+
+
+def freshness(state, now=None):
+    """`current`, `stale` or `unknown`, as bmcctl judges it: stale once the
+    last observation is older than the record's `stale_after_ms` (the poll
+    interval plus the grace the worker computed: schema/src/state.rs,
+    `stale_after`); unknown when the record gives no limit (not polled)."""
+    limit = state.get("stale_after_ms")
+    if limit is None:
+        return "unknown"
+    return "stale" if (now_ms() if now is None else now) - observed_at(state) > limit else "current"
+
+
+def power_now(state, now=None):
+    """The power as far as it is known: the last reading only while the
+    machine answers and its record is not stale; `unknown` otherwise (never
+    the last known power as if current). None: never read."""
+    if not state["contactable"] or freshness(state, now) == "stale":
+        return "unknown"
+    return state.get("power")
+
+
+def contactable_now(state, now=None):
+    """bmcctl's CONTACTABLE cell: `stale`, `yes`, `no (<error code>)`."""
+    if freshness(state, now) == "stale":
+        return "stale"
+    if state["contactable"]:
+        return "yes"
+    return f"no ({state['error_code']})" if state.get("error_code") else "no"
+
+
+def merge_seen(state, seen, worker):
+    """Take in a partition record's later word on the machine (`seen`, a
+    SeenAt of the partition written by `worker`), as bmcctl does."""
+    state = dict(state)
+    if seen["observed_ms"] > observed_at(state):
+        state["observed_ms"], state["worker"] = seen["observed_ms"], worker
+        if seen.get("stale_after_ms") is not None:
+            state["stale_after_ms"] = seen["stale_after_ms"]
+    if seen.get("last_seen_ms") is not None and seen["last_seen_ms"] > state.get("last_seen_ms", -1):
+        state["last_seen_ms"] = seen["last_seen_ms"]
+    return state
+
+
+class StateUnavailable(BmcfleetError):
+    """The state bucket cannot be read (code `unavailable`, retry later)."""
+
+    def __init__(self, message):
+        super().__init__("unavailable", message)
+
+
+async def machine_states(nc, stream="BMCFLEET", schemas=None):
+    """Every machine's observed state, {name: record}, with the partitions'
+    later observations merged in. Needs a user that may read the bucket
+    and list its keys (the shipped config's `admin`; a tenant may not: its
+    machine events carry the record as of each change only). No bucket
+    yet (no worker ever ran): {}. Raises StateUnavailable otherwise."""
+    import nats.js.errors
+
+    js = nc.jetstream()
+    try:
+        kv = await js.key_value(f"{stream}_STATE")
+    except nats.js.errors.BucketNotFoundError:
+        return {}
+    except Exception as e:  # noqa: BLE001 (every failure is one kind to the caller)
+        raise StateUnavailable(f"cannot open the bucket {stream}_STATE: {e!r}") from e
+    try:
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            return {}
+        states, seen = {}, {}
+        for key in keys:
+            entry = await kv.get(key)
+            if entry is None or entry.value is None:
+                continue
+            record = json.loads(entry.value)
+            if key.startswith(SEEN_KEY_PREFIX):
+                if schemas:
+                    schemas.check("partition-seen.json", record)
+                for name, at in record["machines"].items():
+                    if name not in seen or at["observed_ms"] > seen[name][0]["observed_ms"]:
+                        seen[name] = (at, record["worker"])
+            else:
+                states[key] = schemas.check("machine-state.json", record) if schemas else record
+    except BmcfleetError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise StateUnavailable(f"cannot read the bucket {stream}_STATE: {e!r}") from e
+    return {name: merge_seen(s, *seen[name]) if name in seen else s for name, s in states.items()}
 
 
 def error_of(action_result):

@@ -12,7 +12,13 @@ use bmcfleet_schema::{Encoding, ErrorCode, Event, EventKind, IdRequest, Reply};
 impl Gateway {
     /// Cancel a queued batch outright, or ask a running one to stop after its
     /// current action.
-    pub async fn cancel(&self, enc: Encoding, payload: &[u8], who: &Requester) -> Reply {
+    pub async fn cancel(
+        &self,
+        enc: Encoding,
+        payload: &[u8],
+        who: &Requester,
+        headers: Option<&async_nats::HeaderMap>,
+    ) -> Reply {
         let req: IdRequest = match enc.decode(payload) {
             Ok(r) => r,
             Err(e) => return error(ErrorCode::Malformed, format!("expected {{\"id\": \"<ULID>\"}}: {e}")),
@@ -40,6 +46,13 @@ impl Gateway {
                         }
                     }
                     tracing::info!(batch = %s.id, state = ?s.state, "Cancel requested.");
+                    let what = bmcfleet_schema::audit::AuditEvent::CancelRequested {
+                        batch: s.id,
+                        tenant: s.tenant.clone(),
+                        state: s.state,
+                    };
+                    let record = crate::requester::audit_record(now, who, what, headers);
+                    self.audit.record(self.subjects.audit_batch(&s.tenant), record).await;
                     return Reply::Cancelled { id: s.id, state: s.state };
                 }
                 Err(StatusError::Conflict) => continue,

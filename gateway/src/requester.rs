@@ -49,3 +49,66 @@ impl Requester {
         }
     }
 }
+
+/// The audit record of `who` doing `what` with a request carrying
+/// `headers`: its `actor` (`operator`, `tenant:<account>`), the identity
+/// nats-server vouches for (`Nats-Request-Info`: account and user), and
+/// any operator name the client claims (`Bmcfleet-Operator`), kept apart
+/// as an unverified annotation: a claim never names who asked.
+pub fn audit_record(
+    at_ms: u64,
+    who: &Requester,
+    what: bmcfleet_schema::audit::AuditEvent,
+    headers: Option<&HeaderMap>,
+) -> bmcfleet_schema::audit::AuditRecord {
+    use bmcfleet_schema::subject::{request_identity, OPERATOR_CLAIM_HEADER, OPERATOR_CLAIM_MAX};
+    let mut record = bmcfleet_schema::audit::AuditRecord::new(at_ms, actor(who), what);
+    // Only a tenant's request crossed an import, so only there is the header the server's.
+    if let Requester::Tenant(_) = who {
+        record.nats = header(headers, REQUEST_INFO_HEADER).and_then(|h| request_identity(h).ok());
+    }
+    record.claimed_operator = header(headers, OPERATOR_CLAIM_HEADER)
+        .map(|c| c.chars().filter(|c| !c.is_control()).take(OPERATOR_CLAIM_MAX).collect::<String>())
+        .filter(|c| !c.is_empty());
+    record
+}
+
+/// The audit actor of a requester: `operator` (the gateway's own
+/// account), `tenant:<account>`.
+pub fn actor(who: &Requester) -> String {
+    match who {
+        Requester::Operator => "operator".to_owned(),
+        Requester::Tenant(t) => format!("tenant:{t}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bmcfleet_schema::audit::{AuditEvent, NatsIdentity};
+
+    fn what() -> AuditEvent {
+        AuditEvent::RolloutChanged { rollout: ulid::Ulid::nil(), tenant: "tenant-a".into(), change: "pause".into() }
+    }
+
+    #[test]
+    fn a_claimed_operator_name_is_an_annotation_never_the_identity() {
+        let mut h = HeaderMap::new();
+        h.insert(REQUEST_INFO_HEADER, r#"{"acc":"tenant-a","user":"producer-a","id":3,"server":"S"}"#);
+        h.insert(bmcfleet_schema::subject::OPERATOR_CLAIM_HEADER, "root\u{7}");
+        let who = Requester::of(Some(&h)).unwrap();
+        let r = audit_record(1, &who, what(), Some(&h));
+        assert_eq!(r.actor, "tenant:tenant-a");
+        assert_eq!(r.nats, Some(NatsIdentity { account: "tenant-a".into(), user: Some("producer-a".into()) }));
+        assert_eq!(r.claimed_operator.as_deref(), Some("root"));
+        assert!(r.describe().starts_with("tenant:tenant-a (nats producer-a@tenant-a) (claims root, unverified) "));
+        // An operator's request (no import): nothing the server vouches for but the account being the gateway's.
+        let mut op = HeaderMap::new();
+        op.insert(bmcfleet_schema::subject::OPERATOR_CLAIM_HEADER, "alice");
+        let r = audit_record(1, &Requester::Operator, what(), Some(&op));
+        assert_eq!(
+            (r.actor.as_str(), r.nats.as_ref(), r.claimed_operator.as_deref()),
+            ("operator", None, Some("alice"))
+        );
+    }
+}

@@ -13,9 +13,10 @@
 use crate::requester::Requester;
 use crate::service::{error, header, Gateway};
 use async_nats::service::Request;
+use async_nats::HeaderMap;
 use bmcfleet_common::rollouts::{self, RolloutStoreError, Store};
 use bmcfleet_common::runtime::now_ms;
-use bmcfleet_schema::audit::{AuditEvent, AuditRecord};
+use bmcfleet_schema::audit::AuditEvent;
 use bmcfleet_schema::rollout::{
     self, PartState, PartView, RolloutEvent, RolloutEventKind, RolloutIdRequest, RolloutListRequest, RolloutRecord,
     RolloutRequest, RolloutSpec, RolloutState, RolloutStatusRequest, RolloutView,
@@ -64,10 +65,7 @@ fn not_found(id: &rollout::RolloutId) -> Reply {
 
 /// The actor an audit record and a rollout record name.
 pub fn actor(who: &Requester) -> String {
-    match who {
-        Requester::Operator => "operator".to_owned(),
-        Requester::Tenant(t) => format!("tenant:{t}"),
-    }
+    crate::requester::actor(who)
 }
 
 /// The requester a rollout's batches are submitted as (its record's `requester`).
@@ -91,7 +89,7 @@ impl Rollouts {
             Ok(enc) => {
                 let reply = match who {
                     Err(why) => error(ErrorCode::PermissionDenied, why),
-                    Ok(who) => self.dispatch(endpoint, enc, &request.message.payload, &who).await,
+                    Ok(who) => self.dispatch(endpoint, enc, &request.message.payload, &who, headers).await,
                 };
                 (enc, reply)
             }
@@ -106,16 +104,26 @@ impl Rollouts {
         respond(endpoint, request, encoding, error(ErrorCode::Unavailable, why)).await;
     }
 
-    pub async fn dispatch(&self, endpoint: Endpoint, enc: Encoding, payload: &[u8], who: &Requester) -> Reply {
+    /// Answer one request of `who`; `headers` name who asked for the audit log.
+    pub async fn dispatch(
+        &self,
+        endpoint: Endpoint,
+        enc: Encoding,
+        payload: &[u8],
+        who: &Requester,
+        headers: Option<&HeaderMap>,
+    ) -> Reply {
         match endpoint {
-            Endpoint::Submit => self.submit(enc, payload, who).await,
+            Endpoint::Submit => self.submit(enc, payload, who, headers).await,
             Endpoint::Status => self.status(enc, payload, who).await,
-            Endpoint::Pause | Endpoint::Resume | Endpoint::Abort => self.change(endpoint, enc, payload, who).await,
+            Endpoint::Pause | Endpoint::Resume | Endpoint::Abort => {
+                self.change(endpoint, enc, payload, who, headers).await
+            }
             Endpoint::List => self.list(enc, payload, who).await,
         }
     }
 
-    async fn submit(&self, enc: Encoding, payload: &[u8], who: &Requester) -> Reply {
+    async fn submit(&self, enc: Encoding, payload: &[u8], who: &Requester, headers: Option<&HeaderMap>) -> Reply {
         let (res, subjects, limits, registry) = self.gateway.parts();
         if payload.len() > limits.max_message_bytes {
             return error(
@@ -262,7 +270,7 @@ impl Rollouts {
         };
         self.gateway
             .audit()
-            .record(subjects.audit_rollout(&tenant), AuditRecord { at_ms: now, actor: actor(who), what })
+            .record(subjects.audit_rollout(&tenant), crate::requester::audit_record(now, who, what, headers))
             .await;
         tracing::info!(
             rollout = %id, tenant = %tenant, machines = record.machines, max_parallel = record.max_parallel,
@@ -312,7 +320,14 @@ impl Rollouts {
     }
 
     /// Pause, resume or abort: one compare-and-set of the record.
-    async fn change(&self, endpoint: Endpoint, enc: Encoding, payload: &[u8], who: &Requester) -> Reply {
+    async fn change(
+        &self,
+        endpoint: Endpoint,
+        enc: Encoding,
+        payload: &[u8],
+        who: &Requester,
+        headers: Option<&HeaderMap>,
+    ) -> Reply {
         let req: RolloutIdRequest = match enc.decode(payload) {
             Ok(r) => r,
             Err(e) => return error(ErrorCode::Malformed, format!("expected {{\"id\": \"<ULID>\"}}: {e}")),
@@ -348,6 +363,13 @@ impl Rollouts {
                         tracing::warn!(rollout = %record.id, error = %e, "Cannot publish a rollout event.");
                     }
                     tracing::info!(rollout = %record.id, state = state_name(record.state), "Rollout {}d.", endpoint.name());
+                    let what = AuditEvent::RolloutChanged {
+                        rollout: record.id,
+                        tenant: record.tenant.clone(),
+                        change: endpoint.name().to_owned(),
+                    };
+                    let audit = crate::requester::audit_record(now, who, what, headers);
+                    self.gateway.audit().record(subjects.audit_rollout(&record.tenant), audit).await;
                     return Reply::Rollout(RolloutView { rollout: record, parts: vec![], duplicate: false });
                 }
                 Err(RolloutStoreError::Conflict) => continue,

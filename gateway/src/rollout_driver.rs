@@ -488,7 +488,7 @@ impl Driver {
 
     async fn cancel(&self, batch: ulid::Ulid, who: &Requester) {
         let Ok(body) = Encoding::MessagePack.encode(&IdRequest { id: batch }) else { return };
-        if let Reply::Error(e) = self.gateway.cancel(Encoding::MessagePack, &body, who).await {
+        if let Reply::Error(e) = self.gateway.cancel(Encoding::MessagePack, &body, who, None).await {
             tracing::debug!(rollout = %self.id, batch = %batch, code = %e.code, "Cancel of a rollout batch refused.");
         }
     }

@@ -181,7 +181,7 @@ impl Gateway {
                     Ok(who) => match endpoint {
                         Endpoint::Submit => self.submit(enc, &request.message.payload, headers, &who).await,
                         Endpoint::Status => self.status(enc, &request.message.payload, &who).await,
-                        Endpoint::Cancel => self.cancel(enc, &request.message.payload, &who).await,
+                        Endpoint::Cancel => self.cancel(enc, &request.message.payload, &who, headers).await,
                     },
                 };
                 (enc, reply)

@@ -9,7 +9,7 @@ use bmcfleet_common::runtime::now_ms;
 use bmcfleet_common::sealing::Binding;
 use bmcfleet_common::status::{self, StatusError};
 use bmcfleet_common::telemetry;
-use bmcfleet_schema::audit::{AuditEvent, AuditRecord};
+use bmcfleet_schema::audit::AuditEvent;
 use bmcfleet_schema::subject::{CONTENT_TYPE, WAIT_HEADER};
 use bmcfleet_schema::validate::decode_batch;
 use bmcfleet_schema::{
@@ -210,10 +210,6 @@ impl Gateway {
         let accepted = self.publish(&job, &subject, headers).await?;
         span.record("duplicate", accepted.duplicate);
         if !accepted.duplicate {
-            let actor = match who {
-                Requester::Operator => "operator".to_owned(),
-                Requester::Tenant(t) => format!("tenant:{t}"),
-            };
             let what = AuditEvent::BatchAdmitted {
                 batch: id,
                 tenant: job.tenant.clone(),
@@ -222,7 +218,7 @@ impl Gateway {
                 actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
                 plan: job.batch.plan,
             };
-            let record = AuditRecord { at_ms: job.admitted_at_ms, actor, what };
+            let record = crate::requester::audit_record(job.admitted_at_ms, who, what, headers);
             self.audit.record(self.subjects.audit_batch(&job.tenant), record).await;
         }
         // Action kinds only: parameters may carry secrets (raw data, media URLs, new passwords).

@@ -5,8 +5,17 @@
 //! |-------------------------|----------------------------------|------------|
 //! | a batch was admitted    | `<prefix>.audit.batch.<tenant>`  | the gateway, once per admitted batch |
 //! | a rollout was admitted | `<prefix>.audit.rollout.<tenant>` | the gateway, once per rollout (with its machine count) |
+//! | a batch's cancel was asked | `<prefix>.audit.batch.<tenant>` | the gateway, once per cancel it applied |
+//! | a rollout was paused, resumed or aborted | `<prefix>.audit.rollout.<tenant>` | the gateway, once per change |
 //! | the registry changed    | `<prefix>.audit.registry`        | every gateway watching it (deduplicated by revision) |
 //! | an operator changed it  | `<prefix>.audit.registry`        | `bmcctl machine`, with the operator's identity |
+//!
+//! Who asked is the identity nats-server vouches for ([`NatsIdentity`]:
+//! the requesting account and user, from the `Nats-Request-Info` header a
+//! service import with `share: true` adds, which no client can forge), and
+//! never a name the client claims: a claimed operator name (the
+//! `Bmcfleet-Operator` header) is kept only as `claimed_operator`,
+//! unverified.
 //!
 //! Each stream message holds a JSON array of records (a gateway batches
 //! them). Records hold no secret: action kinds, never parameters; machine records
@@ -24,6 +33,37 @@ pub struct AuditRecord {
     /// or system user), or `registry` (a change seen in the bucket).
     pub actor: String,
     pub what: AuditEvent,
+    /// The requester as nats-server authenticated it (absent: a request
+    /// from the gateway's own account, where the server names no one, or
+    /// a record not made of a request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats: Option<NatsIdentity>,
+    /// The operator name the client claimed (`Bmcfleet-Operator` header):
+    /// UNVERIFIED, an annotation only; `nats` says who asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_operator: Option<String>,
+}
+
+/// A requester as nats-server names it in the `Nats-Request-Info` header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsIdentity {
+    /// The requesting account.
+    pub account: String,
+    /// The authenticated user (absent: the server named none, as with a
+    /// token, nkey-less or anonymous connection).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+impl NatsIdentity {
+    /// `user@account`, or the account alone.
+    pub fn describe(&self) -> String {
+        match &self.user {
+            Some(u) => format!("{u}@{}", self.account),
+            None => self.account.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -48,6 +88,19 @@ pub enum AuditEvent {
         machines: u32,
         actions: Vec<String>,
     },
+    /// A batch's cancel was applied (`state`: the batch's state after it:
+    /// `cancelled` if it was queued, else still `running` until it stops).
+    CancelRequested {
+        batch: BatchId,
+        tenant: String,
+        state: crate::result::BatchState,
+    },
+    /// A rollout was paused, resumed or aborted (`change`: `pause`, `resume`, `abort`).
+    RolloutChanged {
+        rollout: crate::rollout::RolloutId,
+        tenant: String,
+        change: String,
+    },
     MachinePut {
         machine: String,
         revision: u64,
@@ -61,26 +114,51 @@ pub enum AuditEvent {
 }
 
 impl AuditRecord {
+    /// A record of `actor` doing `what`, with no identity beyond the actor.
+    pub fn new(at_ms: u64, actor: impl Into<String>, what: AuditEvent) -> AuditRecord {
+        AuditRecord { at_ms, actor: actor.into(), what, nats: None, claimed_operator: None }
+    }
+
+    /// Who did it, for people: the actor, the NATS identity and any
+    /// claimed name (marked unverified).
+    pub fn who(&self) -> String {
+        let mut who = self.actor.clone();
+        if let Some(n) = &self.nats {
+            who.push_str(&format!(" (nats {})", n.describe()));
+        }
+        if let Some(c) = &self.claimed_operator {
+            who.push_str(&format!(" (claims {c}, unverified)"));
+        }
+        who
+    }
+
     /// A one-line human description.
     pub fn describe(&self) -> String {
+        let actor = self.who();
         match &self.what {
             AuditEvent::BatchAdmitted { batch, tenant, target, machine, actions, plan } => format!(
                 "{} admitted {}batch {batch} for {} (tenant {tenant}): {}",
-                self.actor,
+                actor,
                 if *plan { "plan " } else { "" },
                 machine.as_deref().unwrap_or(target),
                 actions.join(", ")
             ),
             AuditEvent::RolloutAdmitted { rollout, tenant, machines, actions } => format!(
                 "{} admitted rollout {rollout} of {machines} machines (tenant {tenant}): {}",
-                self.actor,
+                actor,
                 actions.join(", ")
             ),
+            AuditEvent::CancelRequested { batch, tenant, state } => {
+                format!("{actor} asked to cancel batch {batch} (tenant {tenant}): now {state:?}")
+            }
+            AuditEvent::RolloutChanged { rollout, tenant, change } => {
+                format!("{actor} {change}d rollout {rollout} (tenant {tenant})")
+            }
             AuditEvent::MachinePut { machine, revision, .. } => {
-                format!("{} put machine {machine} (revision {revision})", self.actor)
+                format!("{} put machine {machine} (revision {revision})", actor)
             }
             AuditEvent::MachineRemoved { machine, revision } => {
-                format!("{} removed machine {machine} (revision {revision})", self.actor)
+                format!("{} removed machine {machine} (revision {revision})", actor)
             }
         }
     }

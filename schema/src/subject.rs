@@ -371,6 +371,14 @@ pub const CONSOLE_VIEWER_HEADER: &str = "Bmc-Console-Viewer";
 /// tenant). A client cannot forge it across the import.
 pub const REQUEST_INFO_HEADER: &str = "Nats-Request-Info";
 
+/// An operator name a client may send with a request (bmcctl sends the
+/// identity it has): recorded in the audit log as `claimed_operator`, an
+/// UNVERIFIED annotation, never as who asked (see [`request_identity`]).
+pub const OPERATOR_CLAIM_HEADER: &str = "Bmcfleet-Operator";
+
+/// Longest claimed operator name kept (longer ones are cut).
+pub const OPERATOR_CLAIM_MAX: usize = 128;
+
 /// Why a header was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -407,6 +415,21 @@ pub fn request_connection(header: &str) -> Option<String> {
     (!info.server.is_empty() && info.id != 0).then(|| format!("{}/{}/{}", info.acc, info.server, info.id))
 }
 
+/// The requesting account and user named by a [`REQUEST_INFO_HEADER`]
+/// value, as nats-server authenticated them (the user is named when the
+/// service import shares the requester's information, `share: true`).
+pub fn request_identity(header: &str) -> Result<crate::audit::NatsIdentity, Error> {
+    #[derive(serde::Deserialize)]
+    struct Info {
+        acc: String,
+        #[serde(default)]
+        user: String,
+    }
+    serde_json::from_str::<Info>(header)
+        .map(|i| crate::audit::NatsIdentity { account: i.acc, user: (!i.user.is_empty()).then_some(i.user) })
+        .map_err(|e| Error::with_source(ErrorKind::RequestInfo, format!("unreadable {REQUEST_INFO_HEADER} header"), e))
+}
+
 /// The requesting account named by a [`REQUEST_INFO_HEADER`] value.
 pub fn request_account(header: &str) -> Result<String, Error> {
     #[derive(serde::Deserialize)]
@@ -438,6 +461,10 @@ mod tests {
         let shared = r#"{"start":"2026-12-06T02:05:44Z","host":"127.0.0.1","id":10,"acc":"tenant-a","user":"producer-a","rtt":245269,"server":"NCGQ","kind":"Client"}"#;
         assert_eq!(request_connection(shared).as_deref(), Some("tenant-a/NCGQ/10"));
         assert_eq!(request_account(shared).unwrap(), "tenant-a");
+        let who = request_identity(shared).unwrap();
+        assert_eq!((who.account.as_str(), who.user.as_deref()), ("tenant-a", Some("producer-a")));
+        let unshared = request_identity(r#"{"acc":"tenant-a","rtt":1}"#).unwrap();
+        assert_eq!((unshared.account.as_str(), unshared.user), ("tenant-a", None));
         assert_eq!(request_connection(r#"{"acc":"tenant-a","rtt":628540}"#), None, "an import without `share`");
         assert_eq!(request_connection("not json"), None);
     }

@@ -109,8 +109,10 @@ async fn the_python_producer_works_against_the_real_stack() {
 }
 
 /// Every error of the Python client is a `BmcfleetError`: a contract
-/// mismatch (`SchemaError`) too, with a code and a handling of its own, so
-/// one `except BmcfleetError` catches all.
+/// mismatch (`SchemaError`) and an unreadable state bucket
+/// (`StateUnavailable`) too, with a code and a handling of their own, so
+/// one `except BmcfleetError` catches all. Its freshness rule is bmcctl's:
+/// a record older than its `stale_after_ms` is stale, its power unknown.
 #[test]
 fn the_python_client_s_errors_share_one_base_class() {
     let Some(python) = python() else { return };
@@ -124,6 +126,21 @@ except bmcfleet.BmcfleetError as e:
     assert str(e) == "schema_mismatch: reply Content-Type 'text/plain'", str(e)
 e = bmcfleet.BmcfleetError("unavailable", "no worker", 503)
 assert (e.handling, e.retryable, e.status) == ("retry", True, 503)
+assert issubclass(bmcfleet.StateUnavailable, bmcfleet.BmcfleetError)
+assert bmcfleet.StateUnavailable("no bucket").retryable
+# Freshness as bmcctl judges it (schema/src/state.rs): older than stale_after_ms is stale.
+s = {"machine": "m", "tenant": "default", "power": "on", "contactable": True, "last_changed_ms": 0,
+     "updated_ms": 1000, "observed_ms": 10_000, "stale_after_ms": 4_000, "worker": "w0"}
+assert [bmcfleet.freshness(s, now) for now in (14_000, 14_001)] == ["current", "stale"]
+assert [bmcfleet.power_now(s, now) for now in (14_000, 14_001)] == ["on", "unknown"]
+assert [bmcfleet.contactable_now(s, now) for now in (14_000, 14_001)] == ["yes", "stale"]
+down = {**s, "contactable": False, "error_code": "timeout"}
+assert (bmcfleet.power_now(down, 10_000), bmcfleet.contactable_now(down, 10_000)) == ("unknown", "no (timeout)")
+old = {k: v for k, v in s.items() if k not in ("observed_ms", "stale_after_ms")}
+assert bmcfleet.freshness(old, 10**12) == "unknown" and bmcfleet.power_now(old, 10**12) == "on"
+assert bmcfleet.freshness({**old, "stale_after_ms": 4_000}, 5_001) == "stale", "updated_ms stands for observed_ms"
+seen = bmcfleet.merge_seen(s, {"observed_ms": 20_000, "last_seen_ms": 20_000, "stale_after_ms": 5_000}, "w1")
+assert (seen["observed_ms"], seen["worker"], seen["stale_after_ms"], bmcfleet.freshness(seen, 25_000)) == (20_000, "w1", 5_000, "current")
 print("ok")
 "#;
     let out = std::process::Command::new(&python)
@@ -133,4 +150,113 @@ print("ok")
         .expect("run python");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && stdout.trim() == "ok", "{stdout}{stderr}");
+}
+
+/// Polls every second, the partition record every second, a grace of 1s:
+/// a record is stale 1s + 0.1s + 0.9s + 1s + 1s = 4s after its last
+/// observation (as in tests/tests/stale_state.rs).
+const POLLS: [&str; 10] = [
+    "--poll-interval",
+    "1s",
+    "--poll-timeout",
+    "900ms",
+    "--state-seen-interval",
+    "1s",
+    "--state-stale-grace",
+    "1s",
+    "--breaker-threshold",
+    "0",
+];
+
+/// `states.py --json` (examples/python): each machine's record with the
+/// example's `freshness` and `power_now`, by name.
+async fn python_states(python: &Path, nats_url: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let out = tokio::process::Command::new(python)
+        .arg(root().join("examples/python/states.py"))
+        .args(["--server", nats_url, "--json"])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run states.py");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "states.py failed ({}):\n{stdout}\n{stderr}", out.status);
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("one JSON record a line"))
+        .map(|v| (v["machine"].as_str().unwrap().to_owned(), v))
+        .collect()
+}
+
+/// Issue 34: the Python example judges the observed state as bmcctl does.
+/// While a worker polls, a machine that answers is `current` with its
+/// power; one that does not answer shows power `unknown` (never its last
+/// reading). Once the worker stops, within the records' `stale_after_ms`
+/// (plus the polling of this test), the example shows the answering
+/// machine `stale` with power `unknown`, and agrees with `bmcctl machine ls`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_example_shows_stale_state_and_unknown_power() {
+    let Some(python) = python() else { return };
+    let mut stack = SimStack::start(SimConfig::default()).await.with_workers(1, &POLLS).await;
+    let (producer, topo) = (&stack.producer, &stack.topology);
+    let register = |address: &'static str| {
+        let target = sim_batch(address, vec![]).bmc.unwrap();
+        let (topo, client) = (topo.clone(), producer.client.clone());
+        async move { topo.register_machine(&client, &target).await }
+    };
+    let up = register("10.0.0.34").await;
+    let down = register("down-34.example").await;
+    let url = stack.nats.url();
+
+    // Polled: the answering machine current with its power, the other not
+    // contactable and its power unknown.
+    let polled = bmcfleet_tests::poll_until(Duration::from_secs(30), Duration::from_millis(300), || async {
+        let s = python_states(&python, &url).await;
+        let (u, d) = (s.get(&up)?, s.get(&down)?);
+        let ready = u["freshness"] == "current"
+            && u["contactable"] == true
+            && u["power_now"].is_string()
+            && d["freshness"] == "current"
+            && d["contactable"] == false;
+        ready.then_some(s)
+    })
+    .await
+    .expect("both machines polled within 30s");
+    let (u, d) = (&polled[&up], &polled[&down]);
+    assert_eq!(u["stale_after_ms"], 4_000, "{u}");
+    assert_eq!(u["power_now"], u["power"], "an answering, current machine shows its reading: {u}");
+    assert_ne!(u["power_now"], "unknown", "{u}");
+    assert_eq!(d["power_now"], "unknown", "a machine that does not answer has no known power: {d}");
+
+    // The worker stops: the example shows the machine stale, power unknown.
+    let mut worker = stack.workers.pop().unwrap();
+    worker.terminate(Duration::from_secs(10));
+    let stopped = std::time::Instant::now();
+    let stale = bmcfleet_tests::poll_until(Duration::from_secs(20), Duration::from_millis(300), || async {
+        let s = python_states(&python, &url).await;
+        (s.get(&up)?["freshness"] == "stale").then_some(s)
+    })
+    .await
+    .expect("the example shows the machine stale after the worker stopped");
+    assert!(stopped.elapsed() <= Duration::from_secs(10), "stale only {:?} after the stop", stopped.elapsed());
+    let u = &stale[&up];
+    assert_eq!(u["power_now"], "unknown", "{u}");
+    let observed = u["observed_ms"].as_u64().expect("observed_ms");
+    assert!(bmcfleet_common::runtime::now_ms().saturating_sub(observed) > 4_000, "stale only past the limit: {u}");
+
+    // The table says it as bmcctl does (POWER unknown, CONTACTABLE stale),
+    // and bmcctl agrees.
+    let table = std::process::Command::new(&python)
+        .arg(root().join("examples/python/states.py"))
+        .args(["--server", &url, &up])
+        .output()
+        .expect("run states.py");
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row: Vec<&str> = text.lines().find(|l| l.starts_with(&up)).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(row.get(1..4), Some(&["unknown", "stale", "stale"][..]), "{text}");
+    let ls = std::process::Command::new(bmcfleet_tests::bin("bmcctl"))
+        .args(["--nats-url", &url, "--json", "machine", "ls"])
+        .output()
+        .expect("run bmcctl");
+    let machines = bmcfleet_tests::checks::machines_by_name(&String::from_utf8_lossy(&ls.stdout));
+    assert_eq!(machines[&up]["freshness"], "stale", "{:?}", machines[&up]);
 }

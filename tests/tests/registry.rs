@@ -312,6 +312,36 @@ printf '%s\n' "${{COMPREPLY[@]}}""#,
     assert_eq!(tab(&[bin, "--nats-url", &url, "machine", "get", "web-"]), ["web-1", "web-5"]);
     assert_eq!(tab(&[bin, "--nats-url", &url, "power", "on", "--machine", "web-5"]), ["web-5"]);
     assert_eq!(tab(&[bin, "--nats-url", &url, "power", "on", "--selector", "ra"]), ["rack=51"]);
+    // zsh too: its `_bmcctl` hands the same words to `compadd` (a stand-in
+    // here that prints them: zsh matches them against the word itself).
+    if let Some(zsh) = bmcfleet_testing::peers::program("zsh", &[], "scripts/setup.sh installs it") {
+        let (ok, script, _) = bmcctl(&e, &["completions", "zsh"]);
+        assert!(ok);
+        let script_file = dir.path().join("_bmcctl");
+        std::fs::write(&script_file, script).unwrap();
+        let zsh_tab = |line: &[&str]| -> Vec<String> {
+            let quoted: Vec<String> = line.iter().map(|w| format!("'{w}'")).collect();
+            let program = format!(
+                r#"compdef() {{ : }}
+source '{}' || exit 9
+compadd() {{ local -a a=("$@"); local p="" i; for (( i = 1; i <= $#a; i++ )); do [[ $a[i] == -p ]] && p=$a[i+1]; [[ $a[i] == -- ]] && break; done; print -rl -- "${{(@)a[i+1,-1]/#/$p}}" }}
+_bmcctl_clap() {{ print -r -- CLAP }}
+words=({})
+CURRENT=$#words
+_bmcctl"#,
+                script_file.display(),
+                quoted.join(" ")
+            );
+            let out = std::process::Command::new(&zsh).args(["-f", "-c", &program]).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).unwrap().lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()
+        };
+        assert_eq!(zsh_tab(&[bin, "--nats-url", &url, "machine", "get", "web-"]), ["web-1", "web-5"]);
+        assert_eq!(zsh_tab(&[bin, "--nats-url", &url, "power", "on", "--machine", "w"]), ["web-1", "web-5"]);
+        assert_eq!(zsh_tab(&[bin, "--nats-url", &url, "power", "on", "--selector", "ra"]), ["rack=51"]);
+        assert_eq!(zsh_tab(&[bin, "--nats-url", &url, "ls", "--selector", "a=b,r"]), ["a=b,rack=51"]);
+        assert_eq!(zsh_tab(&[bin, "--nats-url", &url, "power", "on", "--"]), ["CLAP"], "flags: clap's completion");
+    }
     let (_, _, _) = bmcctl(&e, &["machine", "rm", "web-5"]);
 
     // One machine at a time.

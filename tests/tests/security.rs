@@ -507,6 +507,94 @@ async fn a_job_never_runs_into_another_tenants_status_record() {
     assert!(sim.log().iter().all(|e| e.action != "power_on"), "A's action was sent: {:?}", sim.log());
 }
 
+/// Issue 34: the audit log names who asked as nats-server authenticated
+/// them (account and user, from the `Nats-Request-Info` the shared service
+/// import adds), never a name the client claims. Tenant B's producer claims
+/// to be the operator `admin` (`Bmcfleet-Operator`) on a submit, a cancel,
+/// a rollout and its pause: every record names `producer-b@tenant-b`, and
+/// the claim is kept only as `claimed_operator`, marked unverified in
+/// `bmcctl audit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_names_the_nats_user_never_a_claimed_operator() {
+    use bmcfleet_schema::audit::{AuditEvent, AuditRecord, NatsIdentity};
+    use bmcfleet_schema::subject::OPERATOR_CLAIM_HEADER;
+    let GatewayNoWorker { topo, nats, sim: _sim, gateway: _gateway, b, gw: _gw } = GatewayNoWorker::start().await;
+    let claiming = || {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(OPERATOR_CLAIM_HEADER, "admin");
+        h
+    };
+    // No worker: the batch stays queued, and the cancel applies at once.
+    let batch = sim_batch("10.7.9.1", vec![Action::Power(PowerOp::On)]);
+    let body = Encoding::MessagePack.encode(&batch).unwrap();
+    let (_, reply) = b.raw("submit", claiming(), body, Duration::from_secs(10)).await;
+    let Reply::Accepted(accepted) = reply else { panic!("B's batch: {reply:?}") };
+    let id = accepted.id;
+    let body = Encoding::MessagePack.encode(&IdRequest { id }).unwrap();
+    let (_, reply) = b.raw("cancel", claiming(), body, Duration::from_secs(10)).await;
+    assert!(matches!(reply, Reply::Cancelled { state: BatchState::Cancelled, .. }), "{reply:?}");
+    // A rollout of B's machine, paused: audited the same way.
+    let (admin, _) = connect(&nats, "admin", PASSWORDS[4].1).await;
+    put_machine(&admin, &topo, "b-node9", "10.7.9.9", "tenant-b", "rack-b").await;
+    let claiming_json = || {
+        let mut h = claiming();
+        h.insert(bmcfleet_schema::subject::CONTENT_TYPE, "application/json");
+        h
+    };
+    let body = br#"{"machines": ["b-node9"], "actions": [{"power": "status"}], "max_parallel": 1}"#.to_vec();
+    let (_, reply) = b.raw("rollout.submit", claiming_json(), body, Duration::from_secs(30)).await;
+    let Reply::Rollout(view) = reply else { panic!("B's rollout: {reply:?}") };
+    let rid = view.rollout.id;
+    let body = serde_json::to_vec(&serde_json::json!({ "id": rid })).unwrap();
+    let (_, reply) = b.raw("rollout.pause", claiming_json(), body, Duration::from_secs(10)).await;
+    assert!(matches!(&reply, Reply::Rollout(v) if v.rollout.id == rid), "{reply:?}");
+
+    let records = bmcfleet_tests::eventually(Duration::from_secs(10), "both audit records", || {
+        let out = bmcctl_as(&nats, "admin", PASSWORDS[4].1, &["--json", "audit"], "");
+        let records: Vec<AuditRecord> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<AuditRecord>(l).ok())
+            .filter(|r| match &r.what {
+                AuditEvent::BatchAdmitted { batch, .. } | AuditEvent::CancelRequested { batch, .. } => *batch == id,
+                AuditEvent::RolloutAdmitted { rollout, .. } | AuditEvent::RolloutChanged { rollout, .. } => {
+                    *rollout == rid
+                }
+                _ => false,
+            })
+            .collect();
+        async move { (records.len() == 4).then_some(records) }
+    })
+    .await;
+    let producer_b = NatsIdentity { account: "tenant-b".into(), user: Some("producer-b".into()) };
+    for r in &records {
+        assert_eq!(r.actor, "tenant:tenant-b", "{r:?}");
+        assert_eq!(r.nats.as_ref(), Some(&producer_b), "the record names someone else than who asked: {r:?}");
+        assert_eq!(r.claimed_operator.as_deref(), Some("admin"), "{r:?}");
+    }
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| match &r.what {
+            AuditEvent::BatchAdmitted { .. } => "batch_admitted",
+            AuditEvent::CancelRequested { state: BatchState::Cancelled, tenant, .. } if tenant == "tenant-b" => {
+                "cancel_requested"
+            }
+            AuditEvent::RolloutAdmitted { tenant, .. } if tenant == "tenant-b" => "rollout_admitted",
+            AuditEvent::RolloutChanged { change, tenant, .. } if tenant == "tenant-b" => change.as_str(),
+            _ => "?",
+        })
+        .collect();
+    assert_eq!(kinds, ["batch_admitted", "cancel_requested", "rollout_admitted", "pause"], "{records:?}");
+    // The operator's view says whose word the claim is.
+    let out = bmcctl_as(&nats, "admin", PASSWORDS[4].1, &["audit"], "");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> =
+        text.lines().filter(|l| l.contains(&id.to_string()) || l.contains(&rid.to_string())).collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    for line in lines {
+        assert!(line.contains("tenant:tenant-b (nats producer-b@tenant-b) (claims admin, unverified)"), "{line}");
+    }
+}
+
 /// A job runs only into its own admission's status record. A batch id
 /// resubmitted past the dedupe window is stored again before the gateway
 /// finds the first admission's record (and answers `duplicate`); the copy

@@ -329,7 +329,7 @@ async fn audit(
     actor: &str,
     what: AuditEvent,
 ) {
-    let record = AuditRecord { at_ms: bmcfleet_common::runtime::now_ms(), actor: actor.to_owned(), what };
+    let record = AuditRecord::new(bmcfleet_common::runtime::now_ms(), actor, what);
     if let Err(e) = bmcfleet_common::audit::write(js, subjects.audit_registry(), &record, None).await {
         eprintln!("warning: the change is made but not in the audit log: {e}");
     }
