@@ -99,6 +99,14 @@ pub struct Config {
     /// [default: half of --max-waiting-submits].
     #[arg(long, env = "BMCFLEET_MAX_WAITING_PER_TENANT", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_waiting_per_tenant: Option<u32>,
+    /// NATS accounts whose users are operators (comma-separated), reaching
+    /// the service through a service import with `share: true` like
+    /// tenants do: nats-server then names each request's user, and the
+    /// audit records it. Operators in the gateway's own account need no
+    /// entry but are audited by account only. An account not listed is a
+    /// tenant.
+    #[arg(long, env = "BMCFLEET_OPERATOR_ACCOUNTS", value_delimiter = ',', value_parser = account_name)]
+    pub operator_accounts: Vec<String>,
     /// How long a rollout driver's lease lasts unrenewed: after a gateway
     /// dies, another takes its rollouts over within about this long.
     #[arg(long, env = "BMCFLEET_ROLLOUT_LEASE_TTL", default_value = "10s", value_parser = positive_duration)]
@@ -115,6 +123,15 @@ pub enum InlineCredentials {
     Off,
     /// Seal the password to the workers' public key before storing the job.
     Sealed,
+}
+
+/// A NATS account name: not empty, no whitespace, dots, wildcards or `>`.
+fn account_name(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() || s.chars().any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>')) {
+        return Err(format!("`{s}` is not a NATS account name (no spaces, dots, `*` or `>`)"));
+    }
+    Ok(s.to_owned())
 }
 
 fn workers_public_key(s: &str) -> Result<String, String> {

@@ -179,7 +179,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             _ = &mut shutdown => break,
             Some((request, which)) = rollout_endpoints.next() => {
                 let reply = request.message.reply.as_ref().map(|r| r.as_str());
-                let who = requester::Requester::of(request.message.headers.as_ref());
+                let who = requester::Requester::of_with(request.message.headers.as_ref(), &config.operator_accounts);
                 match budgets.admit(false, reply, requester::Requester::budget_key(&who)) {
                     Ok(permit) => {
                         let rollouts = rollouts.clone();
@@ -201,7 +201,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         // answer now, and the loop stays free for status, cancel and SIGTERM.
         // Keyed by who asks, as nats-server names it: never the reply subject.
         let client = budget::client_of(request.message.headers.as_ref());
-        let who = requester::Requester::of(request.message.headers.as_ref());
+        let who = requester::Requester::of_with(request.message.headers.as_ref(), &config.operator_accounts);
         match budgets.admit(Gateway::waits(which, &request), client.as_deref(), requester::Requester::budget_key(&who))
         {
             Ok(permit) => {

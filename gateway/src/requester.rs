@@ -18,8 +18,20 @@ impl Requester {
     /// From the request's headers; `Err` when the header is there but names
     /// no usable tenant (refused: never treated as an operator).
     pub fn of(headers: Option<&HeaderMap>) -> Result<Requester, String> {
+        Requester::of_with(headers, &[])
+    }
+
+    /// As [`Requester::of`], with `operator_accounts`: accounts whose users
+    /// are operators although they reach the service through an import
+    /// (`--operator-accounts`). Their requests carry `Nats-Request-Info`
+    /// as a tenant's do, so the audit names the user nats-server
+    /// authenticated; an account not listed is a tenant (never more).
+    pub fn of_with(headers: Option<&HeaderMap>, operator_accounts: &[String]) -> Result<Requester, String> {
         let Some(info) = header(headers, REQUEST_INFO_HEADER) else { return Ok(Requester::Operator) };
         let account = bmcfleet_schema::subject::request_account(info)?;
+        if operator_accounts.contains(&account) {
+            return Ok(Requester::Operator);
+        }
         if !bmcfleet_schema::machine::valid_name(&account) {
             return Err(format!(
                 "the requesting NATS account `{}` is not a tenant name ({}); name tenant accounts that way",
@@ -63,10 +75,11 @@ pub fn audit_record(
 ) -> bmcfleet_schema::audit::AuditRecord {
     use bmcfleet_schema::subject::{request_identity, OPERATOR_CLAIM_HEADER, OPERATOR_CLAIM_MAX};
     let mut record = bmcfleet_schema::audit::AuditRecord::new(at_ms, actor(who), what);
-    // Only a tenant's request crossed an import, so only there is the header the server's.
-    if let Requester::Tenant(_) = who {
-        record.nats = header(headers, REQUEST_INFO_HEADER).and_then(|h| request_identity(h).ok());
-    }
+    // The header is the server's wherever it is: a request that carries it
+    // crossed an import (a tenant's, or an operator account's, see
+    // `of_with`); one from the gateway's own account that carries it is
+    // a tenant's by `of_with`, never an operator's.
+    record.nats = header(headers, REQUEST_INFO_HEADER).and_then(|h| request_identity(h).ok());
     record.claimed_operator = header(headers, OPERATOR_CLAIM_HEADER)
         .map(|c| c.chars().filter(|c| !c.is_control()).take(OPERATOR_CLAIM_MAX).collect::<String>())
         .filter(|c| !c.is_empty());
@@ -109,6 +122,24 @@ mod tests {
         assert_eq!(
             (r.actor.as_str(), r.nats.as_ref(), r.claimed_operator.as_deref()),
             ("operator", None, Some("alice"))
+        );
+    }
+
+    #[test]
+    fn an_operator_account_is_an_operator_with_the_user_the_server_names() {
+        let mut h = HeaderMap::new();
+        h.insert(REQUEST_INFO_HEADER, r#"{"acc":"operators","user":"alice","id":3,"server":"S"}"#);
+        let ops = ["operators".to_owned()];
+        let who = Requester::of_with(Some(&h), &ops).unwrap();
+        assert_eq!(who, Requester::Operator);
+        let r = audit_record(1, &who, what(), Some(&h));
+        assert_eq!(r.actor, "operator");
+        assert_eq!(r.nats, Some(NatsIdentity { account: "operators".into(), user: Some("alice".into()) }));
+        // Not listed: the same account is a tenant, never an operator.
+        assert_eq!(Requester::of_with(Some(&h), &[]).unwrap(), Requester::Tenant("operators".into()));
+        assert_eq!(
+            Requester::of_with(Some(&h), &["tenant-a".to_owned()]).unwrap(),
+            Requester::Tenant("operators".into())
         );
     }
 }

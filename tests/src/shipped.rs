@@ -9,7 +9,7 @@ use bmcfleet_testing::{SimConfig, SimServer};
 use std::sync::{Arc, Mutex};
 
 /// The users' passwords, as the config reads them from the environment.
-pub const PASSWORDS: [(&str, &str); 7] = [
+pub const PASSWORDS: [(&str, &str); 8] = [
     ("BMCFLEET_NATS_GATEWAY_PASSWORD", "gw-secret-1"),
     ("BMCFLEET_NATS_WORKER_PASSWORD", "wk-secret-2"),
     ("BMCFLEET_NATS_PRODUCER_PASSWORD", "pr-secret-3"),
@@ -17,6 +17,7 @@ pub const PASSWORDS: [(&str, &str); 7] = [
     ("BMCFLEET_NATS_ADMIN_PASSWORD", "adm-secret-5"),
     ("BMCFLEET_NATS_TENANT_A_PASSWORD", "ta-secret-6"),
     ("BMCFLEET_NATS_TENANT_B_PASSWORD", "tb-secret-7"),
+    ("BMCFLEET_NATS_OPS_PASSWORD", "ops-secret-8"),
 ];
 
 /// Where the shipped config lives.

@@ -1517,3 +1517,84 @@ async fn a_tenant_reaches_only_its_own_consoles() {
     b_beat.abort();
     a_beat.abort();
 }
+
+/// Operators in the `operators` account (the gateway runs with
+/// `--operator-accounts operators`) act for any tenant, and the audit names
+/// the user nats-server authenticated, not a name the client claims.
+/// Without the flag the same account is a tenant and reaches no other
+/// tenant's machine: the list never widens what an account may do by
+/// itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_account_acts_as_an_operator_and_is_audited_by_user() {
+    use bmcfleet_schema::audit::{AuditEvent, AuditRecord, NatsIdentity};
+    use bmcfleet_schema::subject::OPERATOR_CLAIM_HEADER;
+    let topo = Topology::default();
+    let nats = bmcfleet_tests::shipped::nats();
+    let (admin, _) = connect(&nats, "admin", PASSWORDS[4].1).await;
+    let batch = Batch {
+        plan: false,
+        id: None,
+        machine: Some("b-node7".into()),
+        bmc: None,
+        actions: vec![Action::Power(PowerOp::Status)],
+        on_error: OnError::Stop,
+        deadline: Some(Duration::from_secs(60)),
+    };
+    let claiming = || {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(OPERATOR_CLAIM_HEADER, "mallory");
+        h
+    };
+    let body = Encoding::MessagePack.encode(&batch).unwrap();
+
+    // Not listed: `operators` is a tenant, and tenant-b's machine is not its.
+    {
+        let _gateway = topo.gateway(&nats, &bmcfleet_tests::shipped::gateway_user());
+        let operator = Producer::new(admin.clone());
+        wait_gateway(&operator).await;
+        put_machine(&admin, &topo, "b-node7", "10.7.7.7", "tenant-b", "rack-b").await;
+        // The gateway knows the machine once the gateway's own account may queue a batch for it.
+        bmcfleet_tests::eventually(Duration::from_secs(10), "the registry reaches the gateway", || {
+            let (operator, batch) = (&operator, &batch);
+            async move { matches!(operator.submit(batch, false).await, Reply::Accepted(_)).then_some(()) }
+        })
+        .await;
+        let ops = Producer::new(connect(&nats, "ops", PASSWORDS[7].1).await.0);
+        let (_, reply) = ops.raw("submit", claiming(), body.clone(), Duration::from_secs(10)).await;
+        assert_eq!(refusal(reply).code, ErrorCode::MachineNotFound, "an unlisted account reached tenant-b's machine");
+    }
+
+    let _gateway = topo.gateway(
+        &nats,
+        &["--nats-user", "gateway", "--nats-password", PASSWORDS[0].1, "--operator-accounts", "operators"],
+    );
+    let ops = Producer::new(connect(&nats, "ops", PASSWORDS[7].1).await.0);
+    wait_gateway(&ops).await;
+    let id = bmcfleet_tests::eventually(Duration::from_secs(15), "the operator's batch is queued", || {
+        let ops = &ops;
+        let body = body.clone();
+        async move {
+            let (_, reply) = ops.raw("submit", claiming(), body, Duration::from_secs(10)).await;
+            match reply {
+                Reply::Accepted(a) => Some(a.id),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    let Reply::Status(s) = ops.status(id).await else { panic!("the operator reads tenant-b's batch") };
+    assert_eq!(s.tenant, "tenant-b");
+
+    let record = bmcfleet_tests::eventually(Duration::from_secs(10), "the admission's audit record", || {
+        let out = bmcctl_as(&nats, "admin", PASSWORDS[4].1, &["--json", "audit"], "");
+        let record = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<AuditRecord>(l).ok())
+            .find(|r| matches!(&r.what, AuditEvent::BatchAdmitted { batch, .. } if *batch == id));
+        async move { record }
+    })
+    .await;
+    assert_eq!(record.actor, "operator", "{record:?}");
+    assert_eq!(record.nats, Some(NatsIdentity { account: "operators".into(), user: Some("ops".into()) }), "{record:?}");
+    assert_eq!(record.claimed_operator.as_deref(), Some("mallory"), "{record:?}");
+}
