@@ -445,6 +445,26 @@ mod tests {
     }
 
     #[test]
+    fn discovery_is_off_unless_ranges_are_allowed() {
+        let c = Config::try_parse_from(["w"]).unwrap();
+        assert!(c.discovery().allow.is_empty(), "off by default");
+        assert_eq!((c.discovery().rate, c.discovery().max_addresses), (50, 1024));
+        let c = Config::try_parse_from(["w", "--discover-allow", "10.20.0.0/16,10.30.1.7", "--discover-allow", "127.0.0.0/8"])
+            .unwrap();
+        let ranges: Vec<String> = c.discovery().allow.iter().map(|r| r.to_string()).collect();
+        assert_eq!(ranges, ["10.20.0.0/16", "10.30.1.7/32", "127.0.0.0/8"]);
+        for bad in [
+            &["--discover-allow", "10.20.0.1/16"][..],
+            &["--discover-allow", "rack7.example.com"],
+            &["--discover-rate", "0"],
+            &["--discover-max-addresses", "100000"],
+        ] {
+            let e = Config::try_parse_from(["w"].iter().chain(bad.iter())).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn poll_flags_parse_and_validate() {
         let c = Config::try_parse_from(["w"]).unwrap();
         assert_eq!(c.state().poll_interval, Some(Duration::from_secs(180)), "the documented default");
