@@ -308,3 +308,48 @@ async fn without_a_worker_allowing_discovery_nothing_is_probed() {
     assert!(e.message.contains("--discover-allow"), "{}", e.message);
     assert_eq!(target.count(), 0);
 }
+
+/// With the shipped NATS accounts (deploy/nats/bmcfleet.conf): the admin
+/// user's discovery goes gateway → worker → back under the least-privilege
+/// permissions, while tenant accounts cannot even reach the endpoint (it is
+/// not exported to them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_shipped_accounts_only_operators_reach_discovery() {
+    use bmcfleet_tests::shipped::{connect, shipped_with, PASSWORDS};
+    let target = NotABmc::start("127.0.0.1").await;
+    let stack = shipped_with(
+        bmcfleet_tests::producer::Topology::default(),
+        bmcfleet_testing::SimConfig::default(),
+        &[],
+        &["--discover-allow", "127.0.0.1/32"],
+    )
+    .await;
+    let request = DiscoverRequest {
+        targets: vec!["127.0.0.1".into()],
+        ports: DiscoverPorts { ipmi: vec![], redfish: vec![target.port], amt: vec![] },
+        rate: None,
+        timeout_ms: Some(500),
+    };
+    let body = serde_json::to_vec(&request).unwrap();
+    // The worker subscribes to discovery before it takes partitions.
+    stack.wait_partitions_owned().await;
+    // The operator first: gateway and worker are up and the path works.
+    let (admin, _) = stack.producer("admin", PASSWORDS[4].1).await;
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(CONTENT_TYPE, "application/json");
+    let r = report(admin.raw("discover", h, body.clone(), Duration::from_secs(60)).await.1);
+    assert_eq!((r.addresses, r.probes, r.found.len()), (1, 1, 0), "{r:?}");
+    let probed = target.count();
+    assert!(probed >= 1, "the operator's discovery did not probe");
+    // Then the tenants, with the gateway serving: the endpoint is out of their reach.
+    for (user, password) in [("producer", PASSWORDS[2].1), ("producer-a", PASSWORDS[5].1)] {
+        let (client, _) = connect(&stack.nats, user, password).await;
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(CONTENT_TYPE, "application/json");
+        let ask =
+            async_nats::Request::new().headers(h).payload(body.clone().into()).timeout(Some(Duration::from_secs(3)));
+        let answer = client.send_request("bmcfleet.discover", ask).await;
+        assert!(answer.is_err(), "tenant {user} reached the discovery endpoint: {answer:?}");
+    }
+    assert_eq!(target.count(), probed, "a tenant's request probed");
+}

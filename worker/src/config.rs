@@ -449,8 +449,14 @@ mod tests {
         let c = Config::try_parse_from(["w"]).unwrap();
         assert!(c.discovery().allow.is_empty(), "off by default");
         assert_eq!((c.discovery().rate, c.discovery().max_addresses), (50, 1024));
-        let c = Config::try_parse_from(["w", "--discover-allow", "10.20.0.0/16,10.30.1.7", "--discover-allow", "127.0.0.0/8"])
-            .unwrap();
+        let c = Config::try_parse_from([
+            "w",
+            "--discover-allow",
+            "10.20.0.0/16,10.30.1.7",
+            "--discover-allow",
+            "127.0.0.0/8",
+        ])
+        .unwrap();
         let ranges: Vec<String> = c.discovery().allow.iter().map(|r| r.to_string()).collect();
         assert_eq!(ranges, ["10.20.0.0/16", "10.30.1.7/32", "127.0.0.0/8"]);
         for bad in [

@@ -64,25 +64,40 @@ impl Pacer {
     }
 }
 
-/// Serve discovery requests until `stop`; returns at once when discovery is off.
+/// Subscribe to discovery requests when discovery is on (`None`: off, or
+/// the subscription failed, logged). Flushed: once this returns, the server
+/// routes discovery requests to this worker.
+pub async fn subscribe(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    settings: &Settings,
+) -> Option<async_nats::Subscriber> {
+    if settings.allow.is_empty() {
+        tracing::info!("BMC discovery is off on this worker (no --discover-allow range).");
+        return None;
+    }
+    let subscribed = client.queue_subscribe(subjects.discover_run(), DISCOVER_QUEUE.to_owned()).await;
+    let flushed = match subscribed {
+        Ok(s) => client.flush().await.map(|()| s).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match flushed {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::error!(error = %e, "Cannot subscribe to discovery requests; discovery is off.");
+            None
+        }
+    }
+}
+
+/// Serve the discovery requests of `requests` ([`subscribe`]) until `stop`.
 pub async fn serve(
+    mut requests: async_nats::Subscriber,
     client: async_nats::Client,
-    subjects: Subjects,
     worker: String,
     settings: Settings,
     stop: CancellationToken,
 ) {
-    if settings.allow.is_empty() {
-        tracing::info!("BMC discovery is off on this worker (no --discover-allow range).");
-        return;
-    }
-    let mut requests = match client.queue_subscribe(subjects.discover_run(), DISCOVER_QUEUE.to_owned()).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "Cannot subscribe to discovery requests; discovery is off.");
-            return;
-        }
-    };
     let ranges: Vec<String> = settings.allow.iter().map(|r| r.to_string()).collect();
     tracing::info!(allow = %ranges.join(","), rate = settings.rate, max_addresses = settings.max_addresses, "BMC discovery on.");
     let pacer = Arc::new(Pacer::default());

@@ -282,13 +282,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     )
     .await
     .context("setting up the partition lease buckets")?;
-    let discovery = tokio::spawn(discover::serve(
-        client.clone(),
-        shared.subjects.clone(),
-        shared.worker_id.clone(),
-        config.discovery(),
-        stop.clone(),
-    ));
+    let discovery = discover::subscribe(&client, &shared.subjects, &config.discovery()).await.map(|requests| {
+        tokio::spawn(discover::serve(
+            requests,
+            client.clone(),
+            shared.worker_id.clone(),
+            config.discovery(),
+            stop.clone(),
+        ))
+    });
     let task = tokio::spawn(membership.run(stop.clone()));
     tokio::spawn(census(shared.clone(), stop.clone()));
     ready.running(true);
@@ -296,7 +298,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     ready.running(false);
     stop.cancel();
     task.await.context("membership task")?;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), discovery).await;
+    if let Some(discovery) = discovery {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), discovery).await;
+    }
     // Bounded: with NATS gone a flush would wait for the reconnection.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), client.flush()).await;
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), control.flush()).await;
