@@ -178,6 +178,11 @@ pub enum Command {
         #[command(subcommand)]
         op: MediaCmd,
     },
+    /// Probe address ranges for BMCs (operators only): a worker started
+    /// with --discover-allow ranges probes them, unauthenticated and at a
+    /// bounded rate, and the proposed machine records are printed in the
+    /// `machine apply` file format. Nothing is registered.
+    Discover(DiscoverArgs),
     /// Submit a batch from a JSON file (`-` for standard input).
     Submit(SubmitArgs),
     /// Show a batch's status.
@@ -376,6 +381,51 @@ pub enum MachineOp {
     },
     /// Remove a machine (its batches then fail with machine_not_found).
     Rm { name: String },
+}
+
+#[derive(Args, Debug)]
+pub struct DiscoverArgs {
+    /// Addresses or CIDR ranges to probe (`10.1.2.0/24`, `10.1.2.7`); names are not resolved.
+    #[arg(required = true, value_name = "CIDR")]
+    pub targets: Vec<String>,
+    /// Protocols to probe for (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "ipmi,redfish,amt", value_parser = discover_protocol)]
+    pub protocols: Vec<bmcfleet_schema::Protocol>,
+    /// UDP ports of the IPMI probe (default 623).
+    #[arg(long, value_delimiter = ',', value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub ipmi_ports: Vec<u16>,
+    /// TCP ports of the Redfish probe (default 443).
+    #[arg(long, value_delimiter = ',', value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub redfish_ports: Vec<u16>,
+    /// TCP ports of the AMT probe (default 16993,16992).
+    #[arg(long, value_delimiter = ',', value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub amt_ports: Vec<u16>,
+    /// Probes per second (default 50; the worker's --discover-rate caps it).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate: Option<u32>,
+    /// One probe's timeout (50ms-10s; default 1s).
+    #[arg(long, value_parser = duration)]
+    pub probe_timeout: Option<Duration>,
+    /// The credential the proposed records name: put it (`cred put`) or
+    /// edit the file before applying it.
+    #[arg(long, default_value = "discovered", value_parser = discover_credential)]
+    pub credentials: String,
+    /// Write the proposed machine file here instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+}
+
+fn discover_protocol(s: &str) -> Result<bmcfleet_schema::Protocol, String> {
+    match s.trim() {
+        "ipmi" => Ok(bmcfleet_schema::Protocol::Ipmi),
+        "redfish" => Ok(bmcfleet_schema::Protocol::Redfish),
+        "amt" => Ok(bmcfleet_schema::Protocol::Amt),
+        other => Err(format!("`{other}`: one of ipmi, redfish, amt")),
+    }
+}
+
+fn discover_credential(s: &str) -> Result<String, String> {
+    bmcfleet_schema::validate::credential_name(s).map(|()| s.to_owned()).map_err(|e| e.to_string())
 }
 
 #[derive(Args, Debug)]

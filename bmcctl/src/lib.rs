@@ -111,6 +111,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Network { .. }
         | Command::Raw { .. }
         | Command::Media { .. } => cmd::action::run(&client, &cli.topology, &cli.command).await,
+        Command::Discover(args) => cmd::discover::run(&client, args).await,
         Command::Submit(args) => cmd::submit::run(&client, args).await,
         Command::Status { id } => cmd::status::status(&client, *id).await,
         Command::Cancel { id } => cmd::status::cancel(&client, *id).await,

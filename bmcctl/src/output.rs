@@ -399,7 +399,18 @@ pub fn reply_text(reply: &Reply, wide: bool) -> String {
         Reply::Error(e) => format!("error: {}: {}\n", e.code, e.message),
         Reply::Rollout(v) => crate::cmd::rollout::view_text(v, wide),
         Reply::Rollouts { rollouts } => crate::cmd::rollout::list_text(rollouts),
+        Reply::Discovery(r) => {
+            let mut out = format!("{}\n", crate::cmd::discover::summary(r, discover_machines(r)));
+            for f in &r.found {
+                out.push_str(&format!("  {} {} {}\n", f.address, f.port, f.protocol.as_str()));
+            }
+            out
+        }
     }
+}
+
+fn discover_machines(r: &bmcfleet_schema::discover::DiscoverReport) -> usize {
+    bmcfleet_schema::discover::proposals(&r.found, "-").len()
 }
 
 /// Any gateway reply (an error on stderr).

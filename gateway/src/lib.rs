@@ -12,7 +12,8 @@
 //! # Layout
 //! - [`config`]: flags and environment.
 //! - [`service`]: [`service::Gateway`], the state the endpoints share, and request dispatch and replies.
-//! - [`submit`] (with [`target`]), [`status`], [`cancel`]: one module per endpoint.
+//! - [`submit`] (with [`target`]), [`status`], [`cancel`], [`discover`]: one module per endpoint
+//!   (`discover`: BMC discovery, operators only, forwarded to a worker).
 //! - [`requester`]: who sent a request (operator or tenant).
 //! - [`budget`]: how many requests are handled at once, per client and tenant.
 //! - [`rollout`]: the rollout endpoints (`<prefix>.rollout.*`): admission and operations.
@@ -23,6 +24,7 @@
 pub mod budget;
 pub mod cancel;
 pub mod config;
+pub mod discover;
 pub mod metrics;
 pub mod ownership;
 pub mod requester;
@@ -155,6 +157,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let mut submit = group.endpoint("submit").await.map_err(|e| anyhow::anyhow!("submit endpoint: {e}"))?;
     let mut status = group.endpoint("status").await.map_err(|e| anyhow::anyhow!("status endpoint: {e}"))?;
     let mut cancel = group.endpoint("cancel").await.map_err(|e| anyhow::anyhow!("cancel endpoint: {e}"))?;
+    let mut discover = group
+        .endpoint(bmcfleet_schema::subject::DISCOVER_ENDPOINT)
+        .await
+        .map_err(|e| anyhow::anyhow!("discover endpoint: {e}"))?;
     let rollout_group = group.group(bmcfleet_schema::subject::ROLLOUT_GROUP);
     let mut rollout_endpoints = futures::stream::SelectAll::new();
     for which in rollout::Endpoint::ALL {
@@ -195,6 +201,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             r = submit.next() => (r, service::Endpoint::Submit),
             r = status.next() => (r, service::Endpoint::Status),
             r = cancel.next() => (r, service::Endpoint::Cancel),
+            r = discover.next() => (r, service::Endpoint::Discover),
         };
         let Some(request) = request else { break };
         // Never wait for capacity here: a full budget is an `unavailable`

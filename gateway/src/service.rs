@@ -1,7 +1,7 @@
 //! The gateway's service: [`Gateway`], the state every endpoint handler
 //! shares, and how a request is dispatched to its endpoint and answered.
 //! The endpoints are one module each: `submit` (with `target`), `status`,
-//! `cancel`; who asks is `requester`.
+//! `cancel`, `discover`; who asks is `requester`.
 
 use crate::requester::Requester;
 use async_nats::service::Request;
@@ -22,6 +22,8 @@ pub enum Endpoint {
     Submit,
     Status,
     Cancel,
+    /// BMC discovery (operators only), answered by a worker.
+    Discover,
 }
 
 impl Endpoint {
@@ -31,6 +33,7 @@ impl Endpoint {
             Endpoint::Submit => "submit",
             Endpoint::Status => "status",
             Endpoint::Cancel => "cancel",
+            Endpoint::Discover => bmcfleet_schema::subject::DISCOVER_ENDPOINT,
         }
     }
 }
@@ -149,9 +152,11 @@ impl Gateway {
         self.stopping.clone()
     }
 
-    /// Whether a request is a submit that waits for the batch's result.
+    /// Whether a request waits long: a submit that waits for the batch's
+    /// result, or a discovery (which waits for a worker's probes).
     pub fn waits(endpoint: Endpoint, request: &Request) -> bool {
-        matches!(endpoint, Endpoint::Submit) && truthy(header(request.message.headers.as_ref(), WAIT_HEADER))
+        matches!(endpoint, Endpoint::Discover)
+            || matches!(endpoint, Endpoint::Submit) && truthy(header(request.message.headers.as_ref(), WAIT_HEADER))
     }
 
     /// Answer `unavailable` at once (no capacity for this request now).
@@ -182,6 +187,7 @@ impl Gateway {
                         Endpoint::Submit => self.submit(enc, &request.message.payload, headers, &who).await,
                         Endpoint::Status => self.status(enc, &request.message.payload, &who).await,
                         Endpoint::Cancel => self.cancel(enc, &request.message.payload, &who, headers).await,
+                        Endpoint::Discover => self.discover(enc, &request.message.payload, &who).await,
                     },
                 };
                 (enc, reply)

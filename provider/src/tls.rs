@@ -28,10 +28,38 @@ pub fn pinned_certificate(provider: &CryptoProvider, sha256: [u8; 32]) -> Arc<dy
     Arc::new(Verifier { check: Check::Pinned(sha256), algorithms: provider.signature_verification_algorithms })
 }
 
+/// Discovery: any certificate, any name, like [`accept_any_certificate`],
+/// keeping the SHA-256 of the certificate presented (what `tls.pin_sha256`
+/// of a proposed machine record takes). Nothing is trusted by it: discovery
+/// only reads an unauthenticated answer and never sends a credential.
+pub fn recording_certificate(provider: &CryptoProvider) -> (Arc<dyn ServerCertVerifier>, CertificateRecord) {
+    let record = CertificateRecord::default();
+    let verifier =
+        Verifier { check: Check::Record(record.clone()), algorithms: provider.signature_verification_algorithms };
+    (Arc::new(verifier), record)
+}
+
+/// The certificate a [`recording_certificate`] verifier saw last.
+#[derive(Clone, Debug, Default)]
+pub struct CertificateRecord(Arc<std::sync::Mutex<Option<[u8; 32]>>>);
+
+impl CertificateRecord {
+    /// The SHA-256 of the end-entity certificate's DER encoding, once a handshake got that far.
+    pub fn sha256(&self) -> Option<[u8; 32]> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`CertificateRecord::sha256`] as 64 lowercase hex digits.
+    pub fn sha256_hex(&self) -> Option<String> {
+        self.sha256().map(|d| d.iter().map(|b| format!("{b:02x}")).collect())
+    }
+}
+
 #[derive(Debug)]
 enum Check {
     Any,
     Pinned([u8; 32]),
+    Record(CertificateRecord),
 }
 
 #[derive(Debug)]
@@ -51,6 +79,12 @@ impl ServerCertVerifier for Verifier {
     ) -> Result<ServerCertVerified, rustls::Error> {
         match &self.check {
             Check::Any => Ok(ServerCertVerified::assertion()),
+            Check::Record(record) => {
+                use sha2::Digest;
+                *record.0.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(sha2::Sha256::digest(end_entity.as_ref()).into());
+                Ok(ServerCertVerified::assertion())
+            }
             Check::Pinned(want) => {
                 use sha2::Digest;
                 let got: [u8; 32] = sha2::Sha256::digest(end_entity.as_ref()).into();

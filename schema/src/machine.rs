@@ -373,6 +373,35 @@ impl Cidr {
     fn within(&self, other: &Cidr) -> bool {
         self.len >= other.len && other.contains(self.net)
     }
+
+    /// How many addresses the range holds (saturating: an IPv6 range
+    /// shorter than /64 holds more than any request may name).
+    pub fn size(&self) -> u64 {
+        let host_bits = u32::from(if self.net.is_ipv4() { 32 } else { 128 } - self.len);
+        1u64.checked_shl(host_bits).unwrap_or(u64::MAX)
+    }
+
+    /// The range's `i`-th address (`None` past its end).
+    pub fn nth(&self, i: u64) -> Option<IpAddr> {
+        if i >= self.size() {
+            return None;
+        }
+        Some(match self.net {
+            IpAddr::V4(n) => IpAddr::V4(Ipv4Addr::from(u32::from(n).checked_add(u32::try_from(i).ok()?)?)),
+            IpAddr::V6(n) => IpAddr::V6(Ipv6Addr::from(u128::from(n).checked_add(u128::from(i))?)),
+        })
+    }
+
+    /// Whether `ip` may be reached through one of `ranges`: inside one of
+    /// them, and inside a sensitive block (loopback, link-local, metadata,
+    /// multicast: [`SENSITIVE`]) only where that range lies entirely inside
+    /// the block. The rule of ad hoc targets and of discovery.
+    pub fn reachable(ranges: &[Cidr], ip: IpAddr) -> bool {
+        let ip = canonical_ip(ip);
+        static BLOCKS: std::sync::LazyLock<Vec<Cidr>> =
+            std::sync::LazyLock::new(|| SENSITIVE.iter().map(|s| s.parse().expect("valid constant")).collect());
+        ranges.iter().any(|r| r.contains(ip) && BLOCKS.iter().filter(|s| s.contains(ip)).all(|s| r.within(s)))
+    }
 }
 
 impl std::str::FromStr for Cidr {
@@ -484,11 +513,7 @@ impl AdHocPolicy {
                 "ad hoc targets are off in this deployment: name a registered machine (`{\"machine\": \"NAME\"}`)",
             ));
         }
-        static BLOCKS: std::sync::LazyLock<Vec<Cidr>> =
-            std::sync::LazyLock::new(|| SENSITIVE.iter().map(|s| s.parse().expect("valid constant")).collect());
-        let allowed =
-            self.ranges.iter().any(|r| r.contains(ip) && BLOCKS.iter().filter(|s| s.contains(ip)).all(|s| r.within(s)));
-        if allowed {
+        if Cidr::reachable(&self.ranges, ip) {
             Ok(())
         } else {
             Err(Error::new(

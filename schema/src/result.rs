@@ -545,6 +545,8 @@ pub enum Reply {
     Rollouts {
         rollouts: Vec<crate::rollout::RolloutRecord>,
     },
+    /// `discover`: what a worker's probes found (operators only).
+    Discovery(crate::discover::DiscoverReport),
 }
 
 /// Request body of `status` and `cancel`.

@@ -6,6 +6,7 @@
 //! | events of one batch        | `<prefix>.events.<tenant>.<batch-id>`            |
 //! | gateway micro service      | `<service-prefix>.submit` / `.status` / `.cancel`|
 //! | rollout endpoints          | `<service-prefix>.rollout.submit` / `.status` / `.pause` / `.resume` / `.abort` / `.list` |
+//! | BMC discovery (operators)  | `<service-prefix>.discover` (gateway), forwarded to `<prefix>.discover.run` (workers, queue group `bmcfleet-discover`) |
 //! | events of one rollout      | `<prefix>.events.<tenant>.rollout.<rollout-id>`  |
 //! | rollout records KV         | `<STREAM>_ROLLOUTS` (key: rollout id)            |
 //! | rollout machines and parts | `<STREAM>_ROLLOUT_PARTS` (`<id>.spec`, `<id>.m.<chunk>`, `<id>.p.<index>`) |
@@ -197,6 +198,13 @@ impl Subjects {
         format!("{}.console.watch.{}.{}", self.prefix, tenant, machine)
     }
 
+    /// Discovery requests the gateway forwards to a worker (core NATS
+    /// request-reply; workers with `--discover-allow` ranges subscribe in
+    /// the queue group [`DISCOVER_QUEUE`], so one of them answers).
+    pub fn discover_run(&self) -> String {
+        format!("{}.discover.run", self.prefix)
+    }
+
     /// Console input of every machine (what a worker subscribes to, then filters by partition).
     pub fn console_in_all(&self) -> String {
         format!("{}.console.in.*.*", self.prefix)
@@ -323,6 +331,12 @@ pub const ENDPOINTS: [&str; 3] = ["submit", "status", "cancel"];
 
 /// The rollout endpoints (`<service-prefix>.rollout.<endpoint>`).
 pub const ROLLOUT_ENDPOINTS: [&str; 6] = ["submit", "status", "pause", "resume", "abort", "list"];
+
+/// The gateway endpoint of BMC discovery (`<service-prefix>.discover`), operators only.
+pub const DISCOVER_ENDPOINT: &str = "discover";
+
+/// The queue group of the workers serving [`Subjects::discover_run`].
+pub const DISCOVER_QUEUE: &str = "bmcfleet-discover";
 
 /// The group of the rollout endpoints under the service prefix.
 pub const ROLLOUT_GROUP: &str = "rollout";

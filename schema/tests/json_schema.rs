@@ -214,6 +214,7 @@ tags! {
         Reply::Error(_) => "error",
         Reply::Rollout(_) => "rollout",
         Reply::Rollouts { .. } => "rollouts",
+        Reply::Discovery(_) => "discovery",
     }
 }
 
@@ -845,7 +846,43 @@ fn every_reply() -> Vec<Reply> {
         Reply::Rollout(rollout_view(true)),
         Reply::Rollout(rollout_view(false)),
         Reply::Rollouts { rollouts: vec![rollout_record(false), rollout_record(true)] },
+        Reply::Discovery(discover_report()),
     ]
+}
+
+fn discover_report() -> bmcfleet_schema::discover::DiscoverReport {
+    use bmcfleet_schema::discover::Found;
+    let ip: std::net::IpAddr = "10.20.7.4".parse().unwrap();
+    let bare = |port, protocol| Found {
+        address: ip,
+        port,
+        protocol,
+        vendor: None,
+        product: None,
+        version: None,
+        uuid: None,
+        pin_sha256: None,
+        asf: None,
+    };
+    bmcfleet_schema::discover::DiscoverReport {
+        worker: "w1".into(),
+        addresses: 256,
+        probes: 1024,
+        rate: 50,
+        elapsed_ms: 20_480,
+        found: vec![
+            Found { version: Some("2.0".into()), asf: Some(true), ..bare(623, Protocol::Ipmi) },
+            Found {
+                vendor: Some("Dell".into()),
+                product: Some("Integrated Dell Remote Access Controller".into()),
+                version: Some("1.9.0".into()),
+                uuid: Some("4c4c4544-0042-3510-8052-b3c04f4e3732".into()),
+                pin_sha256: Some("ab".repeat(32)),
+                ..bare(443, Protocol::Redfish)
+            },
+            Found { address: "fd00::7".parse().unwrap(), ..bare(16993, Protocol::Amt) },
+        ],
+    }
 }
 
 fn rollout_request(full: bool) -> RolloutRequest {
@@ -1104,6 +1141,15 @@ fn cases() -> Vec<Case> {
         &RolloutStatusRequest { id: id(), from: 5, limit: 100 },
     ));
     out.push(case("rollout list request", "rollout-list-request.json", &RolloutListRequest { all: true }));
+    let discover = bmcfleet_schema::discover::DiscoverRequest {
+        targets: vec!["10.20.7.0/24".into(), "10.20.8.9".into()],
+        ports: bmcfleet_schema::discover::DiscoverPorts { ipmi: vec![623], redfish: vec![443, 8443], amt: vec![] },
+        rate: Some(20),
+        timeout_ms: Some(500),
+    };
+    out.push(case("discover request", "discover-request.json", &discover));
+    out.push(case("discover request (defaults)", "discover-request.json", &json!({"targets": ["10.20.7.0/24"]})));
+    out.push(case("discover report", "discover-report.json", &discover_report()));
     out.push(case("rollout list request (default)", "rollout-list-request.json", &RolloutListRequest::default()));
     for e in every_rollout_event() {
         out.push(case(format!("rollout event {}", e.event.name()), "rollout-event.json", &e));
@@ -1230,6 +1276,9 @@ fn invalid_cases() -> Vec<Case> {
             v
         }),
         bad("unknown reply", "reply.json", json!({"maybe": {}})),
+        bad("discover without targets", "discover-request.json", json!({"ports": {"ipmi": [623]}})),
+        bad("discover port 0", "discover-request.json", json!({"targets": ["10.0.0.1"], "ports": {"ipmi": [0]}})),
+        bad("discover unknown field", "discover-request.json", json!({"targets": ["10.0.0.1"], "register": true})),
         bad("drive without id", "reply.json", inventory_reply(json!({"drives": [{"model": "x"}]}))),
         bad(
             "negative capacity",
@@ -1433,7 +1482,7 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
     let s = Subjects::default();
     let id: BatchId = id();
     let addresses: BTreeSet<String> = yaml_block(&doc, "channels:").into_iter().map(|(k, _)| k).collect();
-    assert_eq!(addresses.len(), 8 + subject::ROLLOUT_ENDPOINTS.len() + 2 + 3, "{addresses:?}");
+    assert_eq!(addresses.len(), 8 + subject::ROLLOUT_ENDPOINTS.len() + 2 + 3 + 3, "{addresses:?}");
     let address = |channel: &str| -> String {
         let rest = &doc[doc.find(&format!("\n  {channel}:\n")).unwrap_or_else(|| panic!("no channel {channel}"))..];
         rest.lines().find_map(|l| l.trim().strip_prefix("address: ")).unwrap().to_owned()
@@ -1441,6 +1490,8 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
     for endpoint in subject::ENDPOINTS {
         assert_eq!(address(endpoint), subject::service_subject("bmcfleet", endpoint));
     }
+    assert_eq!(address("discover"), subject::service_subject("bmcfleet", subject::DISCOVER_ENDPOINT));
+    assert_eq!(address("discoverRun"), s.discover_run());
     for endpoint in subject::ROLLOUT_ENDPOINTS {
         let channel = format!("rollout{}{}", endpoint[..1].to_ascii_uppercase(), &endpoint[1..]);
         assert_eq!(address(&channel), subject::rollout_subject("bmcfleet", endpoint));

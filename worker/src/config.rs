@@ -165,6 +165,19 @@ pub struct Config {
     /// a range listed inside them.
     #[arg(long, env = "BMCFLEET_AD_HOC_TARGETS", default_value = "off", value_parser = AdHocPolicy::parse)]
     pub ad_hoc_targets: AdHocPolicy,
+    /// Address ranges BMC discovery (`bmcctl discover`) may probe from this
+    /// worker: a CIDR or address, repeatable or comma-separated. None (the
+    /// default): discovery is off here. Loopback, link-local and metadata
+    /// addresses need a range listed inside them (as for ad hoc targets).
+    #[arg(long = "discover-allow", env = "BMCFLEET_DISCOVER_ALLOW", value_delimiter = ',', value_parser = discover_range)]
+    pub discover_allow: Vec<bmcfleet_schema::machine::Cidr>,
+    /// Most discovery probes this worker starts per second, every
+    /// discovery together (one probe: one protocol on one port of one address).
+    #[arg(long, env = "BMCFLEET_DISCOVER_RATE", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub discover_rate: u32,
+    /// Most addresses one discovery request may name (ranges expanded).
+    #[arg(long, env = "BMCFLEET_DISCOVER_MAX_ADDRESSES", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=bmcfleet_schema::discover::MAX_ADDRESSES))]
+    pub discover_max_addresses: u64,
     /// Protocols this worker speaks (comma-separated; `sim` also needs --sim-endpoint).
     #[arg(long, env = "BMCFLEET_PROTOCOLS", value_delimiter = ',', default_value = "ipmi,redfish,amt", value_parser = protocol)]
     pub protocols: Vec<bmcfleet_schema::Protocol>,
@@ -223,6 +236,10 @@ impl Config {
             }
         }
     }
+}
+
+fn discover_range(s: &str) -> Result<bmcfleet_schema::machine::Cidr, String> {
+    s.parse().map_err(|e: bmcfleet_schema::machine::Error| e.to_string())
 }
 
 fn protocol(s: &str) -> Result<bmcfleet_schema::Protocol, String> {
@@ -300,6 +317,15 @@ impl ServiceConfig for Config {
 
 impl Config {
     /// The worker's batch slots and each tenant's share of them.
+    /// The discovery flags.
+    pub fn discovery(&self) -> crate::discover::Settings {
+        crate::discover::Settings {
+            allow: self.discover_allow.clone(),
+            rate: self.discover_rate,
+            max_addresses: self.discover_max_addresses,
+        }
+    }
+
     pub fn slots(&self) -> crate::slots::Slots {
         let total = self.max_concurrent_batches as usize;
         crate::slots::Slots::new(total, self.max_batches_per_tenant.map_or(total / 2, |n| n as usize))
@@ -416,6 +442,32 @@ mod tests {
             Config::try_parse_from(["w", "--max-concurrent-batches", "10", "--max-batches-per-tenant", "11"]).unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("--max-batches-per-tenant"));
         assert!(Config::try_parse_from(["w", "--max-batches-per-tenant", "0"]).is_err());
+    }
+
+    #[test]
+    fn discovery_is_off_unless_ranges_are_allowed() {
+        let c = Config::try_parse_from(["w"]).unwrap();
+        assert!(c.discovery().allow.is_empty(), "off by default");
+        assert_eq!((c.discovery().rate, c.discovery().max_addresses), (50, 1024));
+        let c = Config::try_parse_from([
+            "w",
+            "--discover-allow",
+            "10.20.0.0/16,10.30.1.7",
+            "--discover-allow",
+            "127.0.0.0/8",
+        ])
+        .unwrap();
+        let ranges: Vec<String> = c.discovery().allow.iter().map(|r| r.to_string()).collect();
+        assert_eq!(ranges, ["10.20.0.0/16", "10.30.1.7/32", "127.0.0.0/8"]);
+        for bad in [
+            &["--discover-allow", "10.20.0.1/16"][..],
+            &["--discover-allow", "rack7.example.com"],
+            &["--discover-rate", "0"],
+            &["--discover-max-addresses", "100000"],
+        ] {
+            let e = Config::try_parse_from(["w"].iter().chain(bad.iter())).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
     }
 
     #[test]

@@ -16,12 +16,14 @@
 //! - [`providers`]: available providers; [`credentials`]: named credentials.
 //! - [`state`]: polls of registered machines, their observed state and its events.
 //! - [`console`]: serial consoles (IPMI SOL) of the owned partitions' machines over NATS.
+//! - [`discover`]: BMC discovery for operators (`--discover-allow`): paced, unauthenticated probes of allowed ranges.
 //! - [`metrics`]: what the worker counts (served on `/metrics`).
 
 pub mod call;
 pub mod config;
 pub mod console;
 pub mod credentials;
+pub mod discover;
 pub mod executor;
 pub mod fence;
 pub mod guard;
@@ -280,6 +282,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     )
     .await
     .context("setting up the partition lease buckets")?;
+    let discovery = discover::subscribe(&client, &shared.subjects, &config.discovery()).await.map(|requests| {
+        tokio::spawn(discover::serve(
+            requests,
+            client.clone(),
+            shared.worker_id.clone(),
+            config.discovery(),
+            stop.clone(),
+        ))
+    });
     let task = tokio::spawn(membership.run(stop.clone()));
     tokio::spawn(census(shared.clone(), stop.clone()));
     ready.running(true);
@@ -287,6 +298,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     ready.running(false);
     stop.cancel();
     task.await.context("membership task")?;
+    if let Some(discovery) = discovery {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), discovery).await;
+    }
     // Bounded: with NATS gone a flush would wait for the reconnection.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), client.flush()).await;
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), control.flush()).await;

@@ -273,6 +273,7 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
             }
         },
         Command::Submit(_)
+        | Command::Discover(_)
         | Command::Status { .. }
         | Command::Cancel { .. }
         | Command::Watch { .. }

@@ -6,6 +6,7 @@ pub mod complete;
 pub mod completions;
 pub mod console;
 pub mod cred;
+pub mod discover;
 pub mod fleet;
 pub mod keygen;
 pub mod machine;

@@ -52,6 +52,7 @@ mod error;
 pub mod fuzzing;
 mod inventory;
 mod power;
+pub mod probe;
 mod session;
 mod tls;
 mod transport;

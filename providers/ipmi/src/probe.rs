@@ -220,6 +220,78 @@ pub fn channel_auth_caps(
     })
 }
 
+/// RMCP/ASF presence ping (IPMI v2.0 §13.2.3, ASF 2.0 §3.2.4.1): RMCP
+/// class ASF, IANA 4542, message type 0x80, `tag`, no data.
+fn asf_ping(tag: u8) -> [u8; 12] {
+    [0x06, 0x00, 0xFF, 0x06, 0x00, 0x00, 0x11, 0xBE, 0x80, tag, 0x00, 0x00]
+}
+
+/// A presence pong to the ping of `tag`: `Some(ipmi)` where `ipmi` is its
+/// "IPMI supported" entity bit; `None` for anything else.
+fn asf_pong(tag: u8, pkt: &[u8]) -> Option<bool> {
+    let ok = pkt.len() >= 12 + 16
+        && pkt[0] == 0x06
+        && pkt[3] & 0x1F == 0x06
+        && pkt[4..8] == [0x00, 0x00, 0x11, 0xBE]
+        && pkt[8] == 0x40
+        && pkt[9] == tag
+        && usize::from(pkt[11]) >= 10;
+    ok.then(|| pkt[12 + 8] & 0x80 != 0)
+}
+
+/// Whether `addr` answers an RMCP/ASF presence ping within `timeout`
+/// (`Some(ipmi supported)`), on a short-lived connected socket.
+pub async fn presence_ping(addr: SocketAddr, timeout: Duration) -> Option<bool> {
+    let socket = tokio::net::UdpSocket::bind(wildcard(addr)).await.ok()?;
+    socket.connect(addr).await.ok()?;
+    let tag = 0x2A;
+    socket.send(&asf_ping(tag)).await.ok()?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut buf = [0u8; 256];
+    loop {
+        match tokio::time::timeout_at(deadline, socket.recv(&mut buf)).await {
+            Ok(Ok(n)) => {
+                if let Some(ipmi) = asf_pong(tag, &buf[..n]) {
+                    return Some(ipmi);
+                }
+            }
+            Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => continue,
+            _ => return None,
+        }
+    }
+}
+
+/// Discovery's IPMI probe (docs/BMCCTL.md "Discovery"): the session-less,
+/// unauthenticated RMCP/ASF presence ping and *Get Channel Authentication
+/// Capabilities*, each bounded by `timeout`; no session is opened and no
+/// credential sent. Found when the capabilities are answered (the ping
+/// alone is recorded, not enough: many NICs answer it without a BMC).
+pub async fn discover(ip: std::net::IpAddr, port: u16, timeout: Duration) -> Option<bmcfleet_schema::discover::Found> {
+    let addr = SocketAddr::new(ip, port);
+    let asf = presence_ping(addr, timeout.min(Duration::from_millis(500))).await;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let attempt = (timeout / 3).max(Duration::from_millis(50));
+    let caps = match channel_auth_caps_async(addr, deadline, attempt).await {
+        Ok(caps) => caps,
+        Err(e) => {
+            tracing::debug!(%addr, error = %e, "Discovery: no IPMI answer.");
+            return None;
+        }
+    };
+    let version = if caps.ipmi20 { "2.0" } else { "1.5" };
+    Some(bmcfleet_schema::discover::Found {
+        address: ip,
+        port,
+        protocol: bmcfleet_schema::Protocol::Ipmi,
+        vendor: None,
+        product: None,
+        version: Some(version.into()),
+        uuid: None,
+        pin_sha256: None,
+        asf: Some(asf.is_some()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,6 +331,18 @@ mod tests {
         let mut plus = p.clone();
         plus[4] = 0x06;
         assert_eq!(decode(3, &plus).unwrap_err().kind(), ReplyErrorKind::Framing);
+    }
+
+    #[test]
+    fn asf_pong_is_read_and_other_datagrams_are_not() {
+        let mut pong = vec![0x06, 0x00, 0xFF, 0x06, 0x00, 0x00, 0x11, 0xBE, 0x40, 0x2A, 0x00, 0x10];
+        pong.extend_from_slice(&[0x00, 0x00, 0x11, 0xBE, 0, 0, 0, 0, 0x81, 0x00, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(asf_pong(0x2A, &pong), Some(true));
+        assert_eq!(asf_pong(0x2B, &pong), None, "another ping's tag");
+        pong[20] = 0x01;
+        assert_eq!(asf_pong(0x2A, &pong), Some(false), "no IPMI entity");
+        assert_eq!(asf_pong(0x2A, &pong[..20]), None);
+        assert_eq!(asf_pong(0x2A, &asf_ping(0x2A)), None, "a ping is no pong");
     }
 
     #[test]

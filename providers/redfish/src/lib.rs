@@ -45,6 +45,7 @@ mod json;
 mod manager;
 mod power;
 mod power_capping;
+pub mod probe;
 mod raw;
 mod secure_boot;
 mod sensors;
