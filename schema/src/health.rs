@@ -219,7 +219,7 @@ pub fn verdict(inputs: &HealthInputs, now_ms: u64, window: std::time::Duration) 
         return None;
     }
     // Worst first; a stable order otherwise (the order read).
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     let status = found.first().map(|f| f.0).unwrap_or(Health::Ok);
     let more = found.len().saturating_sub(MAX_REASONS);
     let mut reasons: Vec<String> = found.into_iter().take(MAX_REASONS).map(|f| f.1).collect();
