@@ -545,14 +545,22 @@ pub struct ReadingsCensus {
 impl StateBook {
     /// Counts and aggregates of the book's machines' health and readings.
     pub fn readings_census(&self) -> ReadingsCensus {
-        let now = now_ms();
-        let settings = &self.settings;
+        let states = self.states.lock().expect("state book lock");
+        ReadingsCensus::of(states.iter().map(|(name, s)| (&**name, s)), &self.settings, now_ms())
+    }
+}
+
+impl ReadingsCensus {
+    /// The census of `machines` at `now`: a reading counts while it is
+    /// younger than three of its intervals (a machine whose readings stop,
+    /// or a reading turned off, drops out of the sums and counts).
+    fn of<'a>(machines: impl Iterator<Item = (&'a str, &'a Seen)>, settings: &Settings, now: u64) -> ReadingsCensus {
         let current = |at: Option<u64>, every: Option<Duration>| match (at, every) {
             (Some(at), Some(every)) => now.saturating_sub(at) <= 3 * every.as_millis() as u64,
             _ => false,
         };
         let mut out = ReadingsCensus::default();
-        for (name, s) in self.states.lock().expect("state book lock").iter() {
+        for (name, s) in machines {
             let health = match &s.health {
                 Some(h) if current(Some(h.checked_ms), settings.health_interval) => h.status.as_str(),
                 _ => "unknown",
@@ -572,9 +580,10 @@ impl StateBook {
                 out.clock_machines += 1;
             }
             if settings.per_machine_metrics && (watts.is_some() || drift.is_some()) {
-                out.per_machine.push((name.to_string(), watts, drift));
+                out.per_machine.push((name.to_owned(), watts, drift));
             }
         }
+        out.per_machine.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
 }
@@ -1025,6 +1034,84 @@ mod tests {
             clock_read_ms: Some(9),
         };
         assert_eq!(Seen::of(&state).state("m1", "t", "w"), state);
+    }
+
+    #[test]
+    fn the_readings_census_is_bounded_current_and_per_machine_only_when_asked() {
+        let min = Duration::from_secs(60);
+        let settings = Settings {
+            poll_interval: Some(min),
+            heartbeat: Duration::from_secs(600),
+            poll_timeout: Duration::from_secs(10),
+            inventory_interval: None,
+            inventory_timeout: Duration::from_secs(120),
+            seen_every: Duration::from_secs(15),
+            stale_grace: Duration::from_secs(15),
+            health_interval: Some(min),
+            health_log_window: Duration::from_secs(3600),
+            power_reading_interval: Some(min),
+            clock_interval: Some(min),
+            per_machine_metrics: false,
+        };
+        let now = 10_000_000;
+        let seen =
+            |health: Option<(bmcfleet_schema::Health, u64)>, watts: Option<(f64, u64)>, drift: Option<(i64, u64)>| {
+                let mut state = MachineState {
+                    machine: "m".into(),
+                    tenant: "t".into(),
+                    power: Some(PowerState::On),
+                    contactable: true,
+                    error_code: None,
+                    reason: None,
+                    last_seen_ms: Some(now),
+                    last_changed_ms: 0,
+                    updated_ms: 0,
+                    consecutive_failures: 0,
+                    provider: None,
+                    firmware: None,
+                    inventory_ms: None,
+                    worker: "w".into(),
+                    observed_ms: Some(now),
+                    poll_interval_ms: None,
+                    stale_after_ms: None,
+                    health: None,
+                    power_watts: None,
+                    power_read_ms: None,
+                    clock_drift_ms: None,
+                    clock_read_ms: None,
+                };
+                state.health = health.map(|(status, checked_ms)| bmcfleet_schema::health::HealthSummary {
+                    status,
+                    reasons: vec![],
+                    unread: vec![],
+                    checked_ms,
+                });
+                (state.power_watts, state.power_read_ms) = (watts.map(|w| w.0), watts.map(|w| w.1));
+                (state.clock_drift_ms, state.clock_read_ms) = (drift.map(|d| d.0), drift.map(|d| d.1));
+                Seen::of(&state)
+            };
+        use bmcfleet_schema::Health::{Critical, Ok};
+        let old = now - 181_000; // more than three intervals ago
+        let book = [
+            ("a", seen(Some((Critical, now - 1_000)), Some((250.0, now - 1_000)), Some((-90_000, now - 1_000)))),
+            ("b", seen(Some((Ok, now - 1_000)), Some((100.0, now - 1_000)), Some((2_000, now - 1_000)))),
+            ("c", seen(Some((Critical, old)), Some((999.0, old)), Some((-999_000, old)))),
+            ("d", seen(None, None, None)),
+        ];
+        let census = |settings: &Settings| ReadingsCensus::of(book.iter().map(|(n, s)| (*n, s)), settings, now);
+        let c = census(&settings);
+        assert_eq!(c.health, [("critical", 1), ("ok", 1), ("unknown", 2)].into_iter().collect());
+        assert_eq!((c.power_watts_sum, c.power_machines), (350.0, 2), "c's reading is too old to count");
+        assert_eq!((c.clock_drift_max_seconds, c.clock_machines), (90.0, 2), "the largest absolute drift");
+        assert!(c.per_machine.is_empty(), "no series per machine unless asked");
+        let c = census(&Settings { per_machine_metrics: true, ..settings.clone() });
+        assert_eq!(
+            c.per_machine,
+            [("a".to_owned(), Some(250.0), Some(-90.0)), ("b".to_owned(), Some(100.0), Some(2.0))]
+        );
+        // A reading turned off no longer counts, whatever the book holds.
+        let c = census(&Settings { power_reading_interval: None, health_interval: None, ..settings });
+        assert_eq!((c.power_machines, c.health.get("unknown")), (0, Some(&4)));
     }
 
     #[test]
