@@ -287,3 +287,74 @@ async fn ipmi_sensor_states_and_the_sel_make_the_verdict() {
     assert_eq!(s.health.map(|h| h.status), Some(Health::Warning));
     assert!(s.clock_drift_ms.is_some_and(|d| d.abs() < 5_000), "synced clock: {:?}", s.clock_drift_ms);
 }
+
+/// The power reading (DCMI) and the clock drift (SEL time) of the spec
+/// responder over RMCP+ reach the state record and the worker's metrics:
+/// the bounded aggregates, and a series per machine with
+/// `--per-machine-metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipmi_power_and_clock_readings_reach_the_state_and_the_metrics() {
+    use bmcfleet_testing::ipmi::{LanConfig, LanFleet};
+    use bmcfleet_tests::metrics::{metrics_port, scrape, value};
+    let fleet = LanFleet::start(LanConfig::default()).expect("responder");
+    let bmc = fleet.bmc(0);
+    // DCMI Get Power Reading answers 300 W now; the SEL clock is an hour behind.
+    bmc.handle().update(|s| s.sel_clock_offset = -3600);
+    let flags = [
+        "--poll-interval",
+        "1s",
+        "--poll-timeout",
+        "900ms",
+        "--power-reading-interval",
+        "1s",
+        "--clock-interval",
+        "1s",
+        "--per-machine-metrics",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ];
+    let stack = Stack::start(1, &flags).await;
+    let subjects = stack.topology.subjects();
+    let client = &stack.producer.client;
+    let target = BmcTarget {
+        address: bmc.addr().to_string().parse().unwrap(),
+        protocol: Protocol::Ipmi,
+        credentials: Credentials::Inline { username: "admin".into(), password: Secret::new("password") },
+        tls: TlsOptions::default(),
+        system_id: None,
+        options: Default::default(),
+    };
+    let name = stack.topology.register_machine(client, &target).await;
+    let t = Duration::from_secs(20);
+
+    let port = metrics_port(&stack.workers[0]).await;
+    let m = bmcfleet_tests::poll_until(t, Duration::from_millis(200), || async {
+        let m = scrape(port);
+        (value(&m, "bmcfleet_machines_power_read", &[]) == 1.0 && value(&m, "bmcfleet_machines_clock_read", &[]) == 1.0)
+            .then_some(m)
+    })
+    .await
+    .expect("the readings counted in the worker's gauges");
+    assert_eq!(value(&m, "bmcfleet_machines_power_watts", &[]), 300.0);
+    let drift = value(&m, "bmcfleet_machines_clock_drift_max_seconds", &[]);
+    assert!((drift - 3600.0).abs() <= 2.0, "an hour off: {drift}");
+    assert_eq!(value(&m, "bmcfleet_machine_power_watts", &[("machine", &name)]), 300.0);
+    let own = value(&m, "bmcfleet_machine_clock_drift_seconds", &[("machine", &name)]);
+    assert!((own + 3600.0).abs() <= 2.0, "BMC minus worker: {own}");
+    assert!(value(&m, "bmcfleet_poll_readings_total", &[("reading", "power"), ("outcome", "ok")]) >= 1.0);
+    assert!(value(&m, "bmcfleet_poll_readings_total", &[("reading", "clock"), ("outcome", "ok")]) >= 1.0);
+    assert_eq!(value(&m, "bmcfleet_poll_readings_total", &[("reading", "health")]), 0.0, "the health check is off");
+    // The record carries the readings as of its last write (a change or the
+    // heartbeat; a reading alone writes nothing): power the machine on
+    // behind bmcfleet's back, and the write of that change has them.
+    bmc.handle().update(|s| s.power_on = true);
+    let s = bmcfleet_tests::poll_until(t, Duration::from_millis(200), || async {
+        state_of(client, &subjects, &name).await.filter(|s| s.power == Some(PowerState::On))
+    })
+    .await
+    .expect("the power change is written");
+    assert_eq!(s.power_watts, Some(300.0));
+    assert!(s.clock_drift_ms.is_some_and(|d| (d + 3_600_000).abs() <= 2_000), "{:?}", s.clock_drift_ms);
+    assert!(s.power_read_ms.is_some() && s.clock_read_ms.is_some(), "{s:?}");
+    assert!(s.health.is_none(), "not checked: {:?}", s.health);
+}
