@@ -349,8 +349,9 @@ pub enum MachineOp {
     /// Show one machine's record (JSON; `--output wide` adds its observed `state`).
     Get { name: String },
     /// List machines with their observed state (POWER, CONTACTABLE, LAST
-    /// SEEN, from the workers' polls; `-` where none was recorded yet).
-    /// `--output wide`: more columns (last error, provider, worker, ...);
+    /// SEEN, HEALTH, from the workers' polls; `-` where none was recorded yet).
+    /// `--output wide`: more columns (last error, provider, worker, watts,
+    /// clock drift, health reasons, ...);
     /// `--output json`: one line per machine, its record and its `state`.
     /// NAMEs and --selector / --tenant narrow the list (all must match).
     Ls {
@@ -365,7 +366,7 @@ pub enum MachineOp {
         tenant: Option<String>,
     },
     /// Stream machine state changes (power_changed, unreachable, recovered,
-    /// inventory_changed) until Ctrl-C: of every machine, the named ones, or
+    /// inventory_changed, health_changed) until Ctrl-C: of every machine, the named ones, or
     /// those matching --selector / --tenant. `--output json`: one event per line.
     Watch {
         /// Only these machines.

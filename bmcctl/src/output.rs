@@ -515,12 +515,25 @@ fn state_cells(state: Option<&MachineState>, now: u64) -> [String; 3] {
     [power, contactable, ago(s.last_seen_ms, now)]
 }
 
+/// The HEALTH cell: the last verdict (`ok`, `warning`, `critical`) while
+/// the machine answers and its record is current; `unknown` otherwise
+/// (never the last verdict as if current); `-` when never checked.
+pub fn health_cell(state: Option<&MachineState>, now: u64) -> &'static str {
+    let Some(s) = state else { return "-" };
+    let Some(h) = &s.health else { return "-" };
+    if !s.contactable || s.freshness(now) == bmcfleet_schema::state::Freshness::Stale {
+        return "unknown";
+    }
+    h.status.as_str()
+}
+
 /// `bmcctl machine ls`: a row per machine, its record and its observed
-/// state; `wide` adds when it last changed, failed polls in a row, the
-/// provider, firmware, worker and credential, and the last error.
+/// state with its health verdict; `wide` adds when it last changed, failed
+/// polls in a row, the provider, firmware, power draw and clock drift,
+/// worker and credential, the last error and the health verdict's reasons.
 pub fn machine_table(rows: &[(&Machine, Option<&MachineState>)], now: u64, wide: bool) -> String {
     if wide {
-        const HEAD: [&str; 15] = [
+        const HEAD: [&str; 19] = [
             "NAME",
             "ADDRESS",
             "PROTOCOL",
@@ -528,22 +541,32 @@ pub fn machine_table(rows: &[(&Machine, Option<&MachineState>)], now: u64, wide:
             "POWER",
             "CONTACTABLE",
             "LAST SEEN",
+            "HEALTH",
             "LAST CHANGED",
             "FAILURES",
             "PROVIDER",
             "FIRMWARE",
+            "WATTS",
+            "CLOCK DRIFT",
             "WORKER",
             "CREDENTIALS",
             "LABELS",
             "LAST ERROR",
+            "HEALTH REASONS",
         ];
-        let cells: Vec<[String; 15]> = rows
+        let cells: Vec<[String; 19]> = rows
             .iter()
             .map(|(m, state)| {
                 let [power, contactable, seen] = state_cells(*state, now);
                 let s = *state;
                 let changed = s.map(|s| ago(Some(s.last_changed_ms), now)).unwrap_or_else(|| "-".into());
                 let error = s.and_then(|s| s.reason.as_deref()).map(|r| r.replace(['\n', '\r'], " "));
+                let reasons = s
+                    .and_then(|s| s.health.as_ref())
+                    .filter(|h| !h.reasons.is_empty())
+                    .map(|h| h.reasons.join("; ").replace(['\n', '\r'], " "));
+                let watts = s.and_then(|s| s.power_watts).map(|w| format!("{w:.0}"));
+                let drift = s.and_then(|s| s.clock_drift_ms).map(|d| format!("{:+.1}s", d as f64 / 1000.0));
                 [
                     m.name.clone(),
                     m.address.to_string(),
@@ -552,21 +575,26 @@ pub fn machine_table(rows: &[(&Machine, Option<&MachineState>)], now: u64, wide:
                     power,
                     contactable,
                     seen,
+                    health_cell(s, now).to_owned(),
                     changed,
                     or_dash(s.map(|s| s.consecutive_failures)),
                     or_dash(s.and_then(|s| s.provider.as_deref())),
                     or_dash(s.and_then(|s| s.firmware.as_deref())),
+                    or_dash(watts),
+                    or_dash(drift),
                     or_dash(s.map(|s| s.worker.as_str())),
                     m.credentials.clone(),
                     labels(m),
                     or_dash(error),
+                    or_dash(reasons),
                 ]
             })
             .collect();
         return grid(HEAD, &cells, |_, _, c| c);
     }
-    const HEAD: [&str; 8] = ["NAME", "ADDRESS", "PROTOCOL", "TENANT", "POWER", "CONTACTABLE", "LAST SEEN", "LABELS"];
-    let cells: Vec<[String; 8]> = rows
+    const HEAD: [&str; 9] =
+        ["NAME", "ADDRESS", "PROTOCOL", "TENANT", "POWER", "CONTACTABLE", "LAST SEEN", "HEALTH", "LABELS"];
+    let cells: Vec<[String; 9]> = rows
         .iter()
         .map(|(m, state)| {
             let [power, contactable, seen] = state_cells(*state, now);
@@ -578,6 +606,7 @@ pub fn machine_table(rows: &[(&Machine, Option<&MachineState>)], now: u64, wide:
                 power,
                 contactable,
                 seen,
+                health_cell(*state, now).to_owned(),
                 labels(m),
             ]
         })
@@ -603,6 +632,13 @@ pub fn machine_event_detail(kind: &MachineEventKind) -> String {
             .map(|c| format!("{} {}→{}", c.field, c.from.as_deref().unwrap_or("-"), c.to.as_deref().unwrap_or("-")))
             .collect::<Vec<_>>()
             .join(", "),
+        MachineEventKind::HealthChanged { from, to, reasons } => {
+            let change = format!("{}→{}", from.map_or("-", |h| h.as_str()), to.as_str());
+            match reasons.is_empty() {
+                true => change,
+                false => format!("{change}: {}", reasons.join("; ").replace(['\n', '\r'], " ")),
+            }
+        }
     }
 }
 
@@ -828,6 +864,11 @@ mod tests {
             observed_ms: last_seen_ms,
             poll_interval_ms: Some(60_000),
             stale_after_ms: Some(106_000),
+            health: None,
+            power_watts: None,
+            power_read_ms: None,
+            clock_drift_ms: None,
+            clock_read_ms: None,
         }
     }
 
@@ -855,22 +896,29 @@ mod tests {
         // Nobody observed it for longer than its interval plus the grace.
         let stale = state(Some(PowerState::On), true, Some(now - 107_000));
         let e = m("web-5", "10.0.0.5", &[]);
+        let mut up = up;
+        up.health = Some(bmcfleet_schema::health::HealthSummary {
+            status: bmcfleet_schema::Health::Ok,
+            reasons: vec![],
+            unread: vec![],
+            checked_ms: now - 1_000,
+        });
         let rows = [(&a, Some(&up)), (&b, Some(&down)), (&c, Some(&unread)), (&d, None), (&e, Some(&stale))];
         let text = machine_table(&rows, now, false);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "NAME    ADDRESS   PROTOCOL  TENANT   POWER    CONTACTABLE   LAST SEEN  LABELS");
-        assert_eq!(lines[1], "web-1   10.0.0.1  auto      default  on       yes           12s ago    rack=12");
+        assert_eq!(lines[0], "NAME    ADDRESS   PROTOCOL  TENANT   POWER    CONTACTABLE   LAST SEEN  HEALTH  LABELS");
+        assert_eq!(lines[1], "web-1   10.0.0.1  auto      default  on       yes           12s ago    ok      rack=12");
         assert_eq!(
-            lines[2], "web-22  10.0.0.2  auto      default  unknown  no (timeout)  3h ago",
+            lines[2], "web-22  10.0.0.2  auto      default  unknown  no (timeout)  3h ago     -",
             "never the last power"
         );
-        assert_eq!(lines[3], "web-3   10.0.0.3  auto      default  unknown  no (timeout)  never");
+        assert_eq!(lines[3], "web-3   10.0.0.3  auto      default  unknown  no (timeout)  never      -");
         assert_eq!(
-            lines[4], "web-4   10.0.0.4  auto      default  -        -             -",
+            lines[4], "web-4   10.0.0.4  auto      default  -        -             -          -",
             "no state record: dashes"
         );
         assert_eq!(
-            lines[5], "web-5   10.0.0.5  auto      default  unknown  stale         1m ago",
+            lines[5], "web-5   10.0.0.5  auto      default  unknown  stale         1m ago     -",
             "stale: power unknown"
         );
         assert_eq!(lines.len(), 6);
@@ -924,6 +972,23 @@ mod tests {
         ];
         assert!(machine_event(&e(MachineEventKind::InventoryChanged { changes }), false)
             .ends_with("inventory_changed firmware_version 1.0→2.0, extra.psus -→2"));
+        let health = MachineEventKind::HealthChanged {
+            from: Some(bmcfleet_schema::Health::Ok),
+            to: bmcfleet_schema::Health::Critical,
+            reasons: vec!["sensor Fan 1 critical".into(), "BMC rollup: system 1\nHealthRollup critical".into()],
+        };
+        assert!(
+            machine_event(&e(health), false).ends_with(
+                "health_changed    ok→critical: sensor Fan 1 critical; BMC rollup: system 1 HealthRollup critical"
+            ),
+            "{}",
+            machine_event(
+                &e(MachineEventKind::HealthChanged { from: None, to: bmcfleet_schema::Health::Ok, reasons: vec![] }),
+                false
+            )
+        );
+        let first = MachineEventKind::HealthChanged { from: None, to: bmcfleet_schema::Health::Ok, reasons: vec![] };
+        assert!(machine_event(&e(first), false).ends_with("health_changed    -→ok"));
     }
 
     #[test]
@@ -979,21 +1044,31 @@ mod tests {
         down.reason = Some("no reply\nwithin 900ms".into());
         down.firmware = Some("2.1".into());
         down.observed_ms = Some(now - 1_000);
+        down.health = Some(bmcfleet_schema::health::HealthSummary {
+            status: bmcfleet_schema::Health::Critical,
+            reasons: vec!["sensor Fan 1 critical".into()],
+            unread: vec![],
+            checked_ms: now - 60_000,
+        });
+        (down.power_watts, down.clock_drift_ms) = (Some(212.4), Some(-1_200));
         let unpolled = Machine::new("web-4", "10.0.0.4".parse().unwrap(), Default::default(), "c");
         let text = machine_table(&[(&m, Some(&down)), (&unpolled, None)], now, true);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "NAME    ADDRESS   PROTOCOL  TENANT   POWER    CONTACTABLE   LAST SEEN  LAST CHANGED  FAILURES  PROVIDER  FIRMWARE  WORKER  CREDENTIALS  LABELS   LAST ERROR"
+            "NAME    ADDRESS   PROTOCOL  TENANT   POWER    CONTACTABLE   LAST SEEN  HEALTH   LAST CHANGED  FAILURES  PROVIDER  FIRMWARE  WATTS  CLOCK DRIFT  WORKER  CREDENTIALS  LABELS   LAST ERROR             HEALTH REASONS"
         );
         assert_eq!(
             lines[1],
-            "web-22  10.0.0.2  auto      default  unknown  no (timeout)  3h ago     2m ago        7         sim       2.1       w0      rack12-bmc   rack=12  no reply within 900ms"
+            "web-22  10.0.0.2  auto      default  unknown  no (timeout)  3h ago     unknown  2m ago        7         sim       2.1       212    -1.2s        w0      rack12-bmc   rack=12  no reply within 900ms  sensor Fan 1 critical"
         );
-        assert_eq!(lines[2], "web-4   10.0.0.4  auto      default  -        -             -          -             -         -         -         -       c                     -");
+        assert_eq!(
+            lines[2],
+            "web-4   10.0.0.4  auto      default  -        -             -          -        -             -         -         -         -      -            -       c                     -                      -"
+        );
         // The table view of the same rows is the one of every day.
         assert!(machine_table(&[(&m, Some(&down))], now, false)
-            .starts_with("NAME    ADDRESS   PROTOCOL  TENANT   POWER    CONTACTABLE   LAST SEEN  LABELS\n"));
+            .starts_with("NAME    ADDRESS   PROTOCOL  TENANT   POWER    CONTACTABLE   LAST SEEN  HEALTH   LABELS\n"));
     }
 
     #[test]

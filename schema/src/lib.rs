@@ -32,6 +32,7 @@ pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod health;
 pub mod lifecycle;
 pub mod machine;
 pub mod plan;

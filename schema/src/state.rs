@@ -53,6 +53,21 @@ pub struct MachineState {
     /// poll interval plus a grace (see [`stale_after`]). Absent: the
     /// machine is not polled, and nothing says how old is too old.
     pub stale_after_ms: Option<u64>,
+    /// The health verdict of the last health check (issue 37; absent: not
+    /// checked, the worker's `--health-interval` is `off`, or no source
+    /// could be read yet).
+    pub health: Option<crate::health::HealthSummary>,
+    /// The last power reading (watts) and when it was taken (ms since the
+    /// epoch), with `--power-reading-interval`. The record carries the
+    /// reading of its last write (a change or the heartbeat); the worker's
+    /// metrics carry each one.
+    pub power_watts: Option<f64>,
+    pub power_read_ms: Option<u64>,
+    /// The BMC's clock minus the worker's (ms) at the last clock reading,
+    /// and when it was taken, with `--clock-interval`; written like the
+    /// power reading.
+    pub clock_drift_ms: Option<i64>,
+    pub clock_read_ms: Option<u64>,
 }
 
 /// Whether a state record still says how the machine is.
@@ -181,9 +196,18 @@ impl MachineState {
         self.power
     }
 
-    /// What an event compares: power and reachability (and the failure's code).
+    /// What an event compares: power and reachability (and the failure's
+    /// code), and the health verdict's status.
     pub fn same_condition(&self, other: &MachineState) -> bool {
-        self.power == other.power && self.contactable == other.contactable && self.error_code == other.error_code
+        self.power == other.power
+            && self.contactable == other.contactable
+            && self.error_code == other.error_code
+            && self.health_status() == other.health_status()
+    }
+
+    /// The health verdict's status, where checked.
+    pub fn health_status(&self) -> Option<crate::result::Health> {
+        self.health.as_ref().map(|h| h.status)
     }
 }
 
@@ -203,6 +227,15 @@ pub enum MachineEventKind {
     Recovered,
     /// A periodic inventory read differs from the previous one.
     InventoryChanged { changes: Vec<InventoryChange> },
+    /// The health verdict's status changed (`from` none: first verdict),
+    /// with the new verdict's reasons (issue 37, [`crate::health`]).
+    HealthChanged {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<crate::result::Health>,
+        to: crate::result::Health,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasons: Vec<String>,
+    },
 }
 
 /// One thing of the inventory that changed: a field (`model`,
@@ -285,6 +318,7 @@ impl MachineEventKind {
             MachineEventKind::Unreachable { .. } => "unreachable",
             MachineEventKind::Recovered => "recovered",
             MachineEventKind::InventoryChanged { .. } => "inventory_changed",
+            MachineEventKind::HealthChanged { .. } => "health_changed",
         }
     }
 }
@@ -317,6 +351,12 @@ pub fn changes(before: Option<&MachineState>, after: &MachineState) -> Vec<Machi
             out.push(MachineEventKind::PowerChanged { from, to });
         }
     }
+    if let Some(health) = &after.health {
+        let from = before.and_then(|b| b.health_status());
+        if from != Some(health.status) {
+            out.push(MachineEventKind::HealthChanged { from, to: health.status, reasons: health.reasons.clone() });
+        }
+    }
     out
 }
 
@@ -343,6 +383,11 @@ mod tests {
             observed_ms: None,
             poll_interval_ms: None,
             stale_after_ms: None,
+            health: None,
+            power_watts: None,
+            power_read_ms: None,
+            clock_drift_ms: None,
+            clock_read_ms: None,
         }
     }
 
@@ -393,6 +438,43 @@ mod tests {
             vec![K::Recovered, K::PowerChanged { from: Some(On), to: Off }]
         );
         assert_eq!(changes(None, &state(None, false)).len(), 1, "unreachable from the first poll");
+    }
+
+    #[test]
+    fn health_changed_follows_the_verdicts_status_only() {
+        use crate::health::HealthSummary;
+        use crate::result::Health;
+        let with = |status: Health, reasons: &[&str]| {
+            let mut s = state(Some(PowerState::On), true);
+            s.health = Some(HealthSummary {
+                status,
+                reasons: reasons.iter().map(|r| r.to_string()).collect(),
+                unread: vec![],
+                checked_ms: 1,
+            });
+            s
+        };
+        let on = state(Some(PowerState::On), true);
+        let ok = with(Health::Ok, &[]);
+        assert_eq!(
+            changes(Some(&on), &ok),
+            vec![MachineEventKind::HealthChanged { from: None, to: Health::Ok, reasons: vec![] }],
+            "the first verdict"
+        );
+        let fan = with(Health::Critical, &["sensor Fan 1 critical"]);
+        assert_eq!(
+            changes(Some(&ok), &fan),
+            vec![MachineEventKind::HealthChanged {
+                from: Some(Health::Ok),
+                to: Health::Critical,
+                reasons: vec!["sensor Fan 1 critical".into()]
+            }]
+        );
+        assert!(!ok.same_condition(&fan), "a changed verdict is written");
+        let psu = with(Health::Critical, &["sensor PSU critical"]);
+        assert_eq!(changes(Some(&fan), &psu), vec![], "other reasons, same status: no event");
+        assert!(fan.same_condition(&psu));
+        assert_eq!(changes(Some(&fan), &on), vec![], "no verdict this time: nothing said");
     }
 
     #[test]

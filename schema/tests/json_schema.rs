@@ -203,7 +203,7 @@ tags! {
 fn machine_event_tag(e: &MachineEventKind) -> &'static str {
     e.name()
 }
-const MACHINE_EVENT_TAGS: usize = 4;
+const MACHINE_EVENT_TAGS: usize = 5;
 
 tags! {
     fn reply_tag(Reply) -> REPLY_TAGS {
@@ -1012,6 +1012,16 @@ fn machine_state(contactable: bool) -> MachineState {
         observed_ms: Some(12),
         poll_interval_ms: Some(60_000),
         stale_after_ms: Some(106_000),
+        health: Some(bmcfleet_schema::health::HealthSummary {
+            status: Health::Critical,
+            reasons: vec!["sensor Fan 1 critical, reads 400 RPM (critical threshold: at or below 500)".into()],
+            unread: vec!["event_log: unsupported".into()],
+            checked_ms: 17,
+        }),
+        power_watts: Some(212.5),
+        power_read_ms: Some(17),
+        clock_drift_ms: Some(-1200),
+        clock_read_ms: Some(17),
     }
 }
 
@@ -1040,6 +1050,12 @@ fn every_machine_event() -> Vec<MachineEvent> {
                 },
             ],
         },
+        MachineEventKind::HealthChanged {
+            from: Some(Health::Ok),
+            to: Health::Critical,
+            reasons: vec!["BMC rollup: system 437XR1138R2 HealthRollup critical".into()],
+        },
+        MachineEventKind::HealthChanged { from: None, to: Health::Ok, reasons: vec![] },
     ];
     kinds
         .into_iter()

@@ -277,7 +277,8 @@ impl Watch {
 
 /// The cell of `column` in `row`, by the header's column positions.
 fn cell<'a>(header: &str, row: &'a str, column: &str) -> &'a str {
-    const COLUMNS: [&str; 8] = ["NAME", "ADDRESS", "PROTOCOL", "TENANT", "POWER", "CONTACTABLE", "LAST SEEN", "LABELS"];
+    const COLUMNS: [&str; 9] =
+        ["NAME", "ADDRESS", "PROTOCOL", "TENANT", "POWER", "CONTACTABLE", "LAST SEEN", "HEALTH", "LABELS"];
     let start = header.find(column).unwrap_or_else(|| panic!("no {column} column: {header}"));
     let i = COLUMNS.iter().position(|c| *c == column).unwrap();
     let end = COLUMNS.get(i + 1).map(|next| header.find(next).unwrap()).unwrap_or(usize::MAX).min(row.len());
@@ -285,7 +286,7 @@ fn cell<'a>(header: &str, row: &'a str, column: &str) -> &'a str {
 }
 
 /// The columns of `machine ls --output wide`.
-const WIDE: [&str; 15] = [
+const WIDE: [&str; 19] = [
     "NAME",
     "ADDRESS",
     "PROTOCOL",
@@ -293,14 +294,18 @@ const WIDE: [&str; 15] = [
     "POWER",
     "CONTACTABLE",
     "LAST SEEN",
+    "HEALTH",
     "LAST CHANGED",
     "FAILURES",
     "PROVIDER",
     "FIRMWARE",
+    "WATTS",
+    "CLOCK DRIFT",
     "WORKER",
     "CREDENTIALS",
     "LABELS",
     "LAST ERROR",
+    "HEALTH REASONS",
 ];
 
 /// Every cell of `row` by column, from the header's column positions

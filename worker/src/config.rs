@@ -71,6 +71,34 @@ pub struct Config {
     /// BMC: processors, memory, drives, NICs, power supplies, firmware) may take.
     #[arg(long, env = "BMCFLEET_INVENTORY_TIMEOUT", default_value = "2m", value_parser = positive_duration)]
     pub inventory_timeout: Duration,
+    /// How often a poll also checks the machine's health (issue 37): its
+    /// sensors against their thresholds, the newest entries of its event
+    /// log (--health-log-window) and the BMC's own health rollup (Redfish
+    /// `Status.HealthRollup`), rolled up into one verdict (ok, warning,
+    /// critical, with reasons) in the machine's state; a change is
+    /// announced (`health_changed`). `off` (the default) never; 15m suits
+    /// most fleets (docs/OBSERVABILITY.md).
+    #[arg(long, env = "BMCFLEET_HEALTH_INTERVAL", default_value = "off", value_parser = poll_interval)]
+    pub health_interval: PollInterval,
+    /// Event log entries (warning, critical) older than this no longer
+    /// count in the health verdict.
+    #[arg(long, env = "BMCFLEET_HEALTH_LOG_WINDOW", default_value = "24h", value_parser = positive_duration)]
+    pub health_log_window: Duration,
+    /// How often a poll also reads the machine's power draw (watts: IPMI
+    /// DCMI, Redfish power metrics) into its state and the metrics; `off`
+    /// never (the default: not every BMC meters power).
+    #[arg(long, env = "BMCFLEET_POWER_READING_INTERVAL", default_value = "off", value_parser = poll_interval)]
+    pub power_reading_interval: PollInterval,
+    /// How often a poll also reads the BMC's clock and its drift against
+    /// the worker's into the machine's state and the metrics; `off` (the
+    /// default) never; 1h suits most fleets.
+    #[arg(long, env = "BMCFLEET_CLOCK_INTERVAL", default_value = "off", value_parser = poll_interval)]
+    pub clock_interval: PollInterval,
+    /// Also export each machine's latest power reading and clock drift as
+    /// a series of its own (label `machine`): one series per machine and
+    /// reading, for fleets small enough (the aggregates are always exported).
+    #[arg(long, env = "BMCFLEET_PER_MACHINE_METRICS")]
+    pub per_machine_metrics: bool,
     /// An unchanged machine state is rewritten (with its last-seen time) this often.
     #[arg(long, env = "BMCFLEET_STATE_HEARTBEAT", default_value = "15m", value_parser = positive_duration)]
     pub state_heartbeat: Duration,
@@ -341,6 +369,11 @@ impl Config {
             inventory_timeout: self.inventory_timeout,
             seen_every: self.state_seen_interval,
             stale_grace: self.state_stale_grace,
+            health_interval: self.health_interval.0,
+            health_log_window: self.health_log_window,
+            power_reading_interval: self.power_reading_interval.0,
+            clock_interval: self.clock_interval.0,
+            per_machine_metrics: self.per_machine_metrics,
         }
     }
 

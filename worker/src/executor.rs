@@ -952,8 +952,11 @@ impl<'a> Run<'a> {
             (&self.job.batch.machine, &result.data)
         {
             if self.fence.valid() {
-                let seen =
-                    crate::state::Observation::Answered { power: Some(*power), provider: result.provider.clone() };
+                let seen = crate::state::Observation::Answered {
+                    power: Some(*power),
+                    provider: result.provider.clone(),
+                    readings: Default::default(),
+                };
                 self.shared.state.observe(self.shared, machine, &self.job.tenant, seen).await;
             }
         }

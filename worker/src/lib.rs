@@ -138,6 +138,27 @@ async fn census(shared: Arc<Shared>, stop: CancellationToken) {
                 .get_or_create(&metrics::MachineLabels { power, contactable: contactable.to_string() })
                 .set(n);
         }
+        let r = shared.state.readings_census();
+        let m = &shared.metrics;
+        m.machines_health.clear();
+        for (health, n) in r.health {
+            m.machines_health.get_or_create(&metrics::HealthLabels { health: health.to_owned() }).set(n);
+        }
+        m.machines_power_watts.set(r.power_watts_sum);
+        m.machines_power_read.set(r.power_machines);
+        m.machines_clock_drift_max_seconds.set(r.clock_drift_max_seconds);
+        m.machines_clock_read.set(r.clock_machines);
+        m.machine_power_watts.clear();
+        m.machine_clock_drift_seconds.clear();
+        for (machine, watts, drift) in r.per_machine {
+            let labels = metrics::MachineNameLabels { machine };
+            if let Some(w) = watts {
+                m.machine_power_watts.get_or_create(&labels).set(w);
+            }
+            if let Some(d) = drift {
+                m.machine_clock_drift_seconds.get_or_create(&labels).set(d);
+            }
+        }
     }
 }
 

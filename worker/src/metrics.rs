@@ -60,6 +60,26 @@ pub struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadingLabels {
+    /// `health`, `power` or `clock`.
+    pub reading: String,
+    /// `ok` or the error code.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HealthLabels {
+    /// `ok`, `warning`, `critical` or `unknown` (not checked lately, or nothing read).
+    pub health: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MachineNameLabels {
+    /// The registered machine's name (only with --per-machine-metrics).
+    pub machine: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SuiteLabels {
     /// The RMCP+ cipher suite id (`17`, `3`).
     pub cipher_suite: String,
@@ -124,6 +144,22 @@ bmcfleet_common::metrics! {
         polls: Family<OutcomeLabels, Counter> = Family::default(), "polls";
         /// Time a machine poll took (session set-up included)
         poll_seconds: Histogram = latency(), "poll_duration_seconds";
+        /// Optional readings taken with polls (health, power, clock), by reading and outcome
+        poll_readings: Family<ReadingLabels, Counter> = Family::default(), "poll_readings";
+        /// Registered machines this worker observes, by health verdict (unknown: not checked within three --health-interval)
+        machines_health: Family<HealthLabels, Gauge> = Family::default(), "machines_health";
+        /// Sum of this worker's machines' current power readings (watts)
+        machines_power_watts: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default(), "machines_power_watts";
+        /// This worker's machines with a current power reading
+        machines_power_read: Gauge = Gauge::default(), "machines_power_read";
+        /// The largest absolute BMC clock drift among this worker's machines' current clock readings (seconds)
+        machines_clock_drift_max_seconds: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default(), "machines_clock_drift_max_seconds";
+        /// This worker's machines with a current clock reading
+        machines_clock_read: Gauge = Gauge::default(), "machines_clock_read";
+        /// A machine's current power reading, watts (only with --per-machine-metrics)
+        machine_power_watts: Family<MachineNameLabels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default(), "machine_power_watts";
+        /// A machine's current BMC clock drift, BMC minus worker, seconds (only with --per-machine-metrics)
+        machine_clock_drift_seconds: Family<MachineNameLabels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default(), "machine_clock_drift_seconds";
         /// How far the most overdue machine poll is behind its schedule
         polls_behind_seconds: Family<PartitionLabels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default(), "polls_behind_seconds";
         /// IPMI actions, by the RMCP+ cipher suite of the session that ran them

@@ -79,9 +79,9 @@ struct Delivery {
 /// What a lane is given to do, in order.
 enum Work {
     Batch(Box<Delivery>),
-    /// Poll the machine's power and reachability (see [`crate::state`]).
-    /// (With the inventory when due.)
-    Poll(Arc<bmcfleet_schema::Machine>, bool),
+    /// Poll the machine's power and reachability (see [`crate::state`]),
+    /// with the readings due (inventory, health, power draw, clock).
+    Poll(Arc<bmcfleet_schema::Machine>, crate::state::Due),
 }
 
 /// What a lane reports back.
@@ -191,7 +191,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                 let generation = registry.generation();
                 schedule.refresh(generation, || registry.machines(|m| in_partition(&m.name)), shared.state.settings(), now);
                 shared.metrics.polls_behind_seconds.get_or_create(&crate::metrics::Metrics::partition_label(p)).set(schedule.behind(now).as_secs_f64());
-                for (machine, with_inventory) in schedule.take_due(now, shared.state.settings()) {
+                for (machine, due) in schedule.take_due(now, shared.state.settings()) {
                     let key = machine.key();
                     let lane = lanes.entry(key.clone()).or_insert_with(|| {
                         let (tx, rx) = futures::channel::mpsc::unbounded();
@@ -205,7 +205,7 @@ pub async fn run(shared: Arc<Shared>, p: u16, epoch: u64, fence: Fence, settings
                         continue;
                     }
                     lane.polling = true;
-                    if lane.tx.unbounded_send(Work::Poll(machine, with_inventory)).is_err() {
+                    if lane.tx.unbounded_send(Work::Poll(machine, due)).is_err() {
                         break;
                     }
                 }
@@ -642,13 +642,13 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
     let d = match work {
         // Kept boxed: the delivery (job and message) is not copied around.
         Work::Batch(d) => d,
-        Work::Poll(machine, with_inventory) => {
+        Work::Poll(machine, due) => {
             // A poll is the worker's own doing: the operator's for its own machines.
             let share = crate::slots::Slots::share_of(&machine.tenant, true);
             let Some(permit) = permit(shared, fence, share, crate::slots::For::Poll(&machine.name)).await else {
                 return Flow::Stop;
             };
-            crate::state::poll(shared, &machine, with_inventory, slot, guard, fence)
+            crate::state::poll(shared, &machine, due, slot, guard, fence)
                 .instrument(tracing::debug_span!("worker.poll", machine = %machine.name))
                 .await;
             drop(permit);

@@ -57,9 +57,68 @@ pub struct Settings {
     /// `--state-stale-grace`: added to what the schedule itself may take
     /// before a record is stale ([`bmcfleet_schema::state::stale_after`]).
     pub stale_grace: Duration,
+    /// How often a poll also checks the machine's health; `None`: never.
+    pub health_interval: Option<Duration>,
+    /// Event log entries older than this do not count in the verdict.
+    pub health_log_window: Duration,
+    /// How often a poll also reads the power draw; `None`: never.
+    pub power_reading_interval: Option<Duration>,
+    /// How often a poll also reads the BMC's clock drift; `None`: never.
+    pub clock_interval: Option<Duration>,
+    /// Export each machine's readings as series of their own.
+    pub per_machine_metrics: bool,
+}
+
+/// The optional readings a poll may take besides the power state, each on
+/// its own interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    Inventory = 0,
+    Health = 1,
+    Power = 2,
+    Clock = 3,
+}
+
+impl Reading {
+    pub const ALL: [Reading; 4] = [Reading::Inventory, Reading::Health, Reading::Power, Reading::Clock];
+
+    /// The metrics label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reading::Inventory => "inventory",
+            Reading::Health => "health",
+            Reading::Power => "power",
+            Reading::Clock => "clock",
+        }
+    }
+}
+
+/// Which readings a poll takes this time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Due([bool; 4]);
+
+impl Due {
+    pub fn has(self, r: Reading) -> bool {
+        self.0[r as usize]
+    }
+
+    pub fn with(mut self, r: Reading) -> Due {
+        self.0[r as usize] = true;
+        self
+    }
 }
 
 impl Settings {
+    /// How often `reading` is taken (`None`: never).
+    pub fn every(&self, reading: Reading) -> Option<Duration> {
+        match reading {
+            Reading::Inventory => self.inventory_interval,
+            Reading::Health => self.health_interval,
+            Reading::Power => self.power_reading_interval,
+            Reading::Clock => self.clock_interval,
+        }
+    }
+
     /// The poll interval and the staleness limit (ms) this worker gives
     /// `machine` (both `None`: not polled).
     pub fn limits_of(&self, machine: &Machine) -> (Option<u64>, Option<u64>) {
@@ -77,10 +136,21 @@ impl Settings {
 /// What one contact with a machine showed.
 #[derive(Clone, Debug)]
 pub enum Observation {
-    /// The BMC answered; with the power it reported (`None`: not read).
-    Answered { power: Option<PowerState>, provider: Option<String> },
+    /// The BMC answered; with the power it reported (`None`: not read)
+    /// and the optional readings taken with it.
+    Answered { power: Option<PowerState>, provider: Option<String>, readings: Readings },
     /// It did not (or could not be called): why.
     Failed(ErrorBody),
+}
+
+/// The optional readings one poll took (each `None`: not due, or it failed).
+#[derive(Clone, Debug, Default)]
+pub struct Readings {
+    pub health: Option<bmcfleet_schema::health::HealthSummary>,
+    /// Watts.
+    pub power_watts: Option<f64>,
+    /// BMC minus worker, ms.
+    pub clock_drift_ms: Option<i64>,
 }
 
 /// What the book keeps of a machine's last state: what the next write needs
@@ -99,17 +169,23 @@ struct Seen {
     firmware: Option<Box<str>>,
     inventory_ms: Option<u64>,
     observed_ms: Option<u64>,
+    health: Option<bmcfleet_schema::health::HealthSummary>,
+    power_watts: Option<f64>,
+    power_read_ms: Option<u64>,
+    clock_drift_ms: Option<i64>,
+    clock_read_ms: Option<u64>,
 }
 
 /// `Seen::of` and `Seen::state` from one list of the fields a [`Seen`]
 /// keeps: `copied` as they are, `text` as boxed strings (and back).
 macro_rules! seen_fields {
-    (copied: $($copied:ident),+; text: $($text:ident),+;) => {
+    (copied: $($copied:ident),+; text: $($text:ident),+; cloned: $($cloned:ident),+;) => {
         impl Seen {
             fn of(s: &MachineState) -> Seen {
                 Seen {
                     $($copied: s.$copied,)+
                     $($text: s.$text.as_deref().map(Box::from),)+
+                    $($cloned: s.$cloned.clone(),)+
                 }
             }
 
@@ -119,6 +195,7 @@ macro_rules! seen_fields {
                     tenant: tenant.to_owned(),
                     $($copied: self.$copied,)+
                     $($text: self.$text.as_deref().map(str::to_owned),)+
+                    $($cloned: self.$cloned.clone(),)+
                     worker: worker.to_owned(),
                     // Not kept: the registry and the settings say them at each write.
                     poll_interval_ms: None,
@@ -130,8 +207,10 @@ macro_rules! seen_fields {
 }
 
 seen_fields! {
-    copied: power, contactable, error_code, last_seen_ms, last_changed_ms, updated_ms, consecutive_failures, inventory_ms, observed_ms;
+    copied: power, contactable, error_code, last_seen_ms, last_changed_ms, updated_ms, consecutive_failures, inventory_ms, observed_ms,
+        power_watts, power_read_ms, clock_drift_ms, clock_read_ms;
     text: reason, provider, firmware;
+    cloned: health;
 }
 
 /// The last state of every machine this worker observed.
@@ -242,15 +321,29 @@ impl StateBook {
             observed_ms: None,
             poll_interval_ms: None,
             stale_after_ms: None,
+            health: None,
+            power_watts: None,
+            power_read_ms: None,
+            clock_drift_ms: None,
+            clock_read_ms: None,
         });
         after.tenant = tenant.to_owned();
         after.worker = shared.worker_id.clone();
         after.observed_ms = Some(now);
         (after.poll_interval_ms, after.stale_after_ms) = self.limits(shared, machine);
         match what {
-            Observation::Answered { power, provider } => {
+            Observation::Answered { power, provider, readings } => {
                 if power.is_some() {
                     after.power = power;
+                }
+                if readings.health.is_some() {
+                    after.health = readings.health;
+                }
+                if let Some(watts) = readings.power_watts {
+                    (after.power_watts, after.power_read_ms) = (Some(watts), Some(now));
+                }
+                if let Some(drift) = readings.clock_drift_ms {
+                    (after.clock_drift_ms, after.clock_read_ms) = (Some(drift), Some(now));
                 }
                 if provider.is_some() {
                     after.provider = provider;
@@ -303,6 +396,9 @@ impl StateBook {
                     tracing::info!(machine, from = ?from, to = ?to, "Machine power changed.")
                 }
                 bmcfleet_schema::state::MachineEventKind::InventoryChanged { .. } => {}
+                bmcfleet_schema::state::MachineEventKind::HealthChanged { from, to, reasons } => {
+                    tracing::info!(machine, from = ?from, to = ?to, reasons = ?reasons, "Machine health changed.")
+                }
             }
             self.announce(shared, machine, tenant, now, event, after.clone()).await;
         }
@@ -427,6 +523,71 @@ impl StateBook {
     }
 }
 
+/// What the book holds of its machines' health and readings, for the
+/// gauges (bounded: a handful of series whatever the fleet's size).
+#[derive(Debug, Default, PartialEq)]
+pub struct ReadingsCensus {
+    /// Machines by health verdict (`unknown`: not checked, or nothing read).
+    pub health: HashMap<&'static str, i64>,
+    /// Sum of the current power readings (watts), and how many machines
+    /// have one (taken within three reading intervals).
+    pub power_watts_sum: f64,
+    pub power_machines: i64,
+    /// The largest absolute clock drift among current clock readings
+    /// (seconds), how many machines have one, and the current readings by machine
+    /// when per-machine series are asked for.
+    pub clock_drift_max_seconds: f64,
+    pub clock_machines: i64,
+    /// Per machine (only with `--per-machine-metrics`): watts and drift (s).
+    pub per_machine: Vec<(String, Option<f64>, Option<f64>)>,
+}
+
+impl StateBook {
+    /// Counts and aggregates of the book's machines' health and readings.
+    pub fn readings_census(&self) -> ReadingsCensus {
+        let states = self.states.lock().expect("state book lock");
+        ReadingsCensus::of(states.iter().map(|(name, s)| (&**name, s)), &self.settings, now_ms())
+    }
+}
+
+impl ReadingsCensus {
+    /// The census of `machines` at `now`: a reading counts while it is
+    /// younger than three of its intervals (a machine whose readings stop,
+    /// or a reading turned off, drops out of the sums and counts).
+    fn of<'a>(machines: impl Iterator<Item = (&'a str, &'a Seen)>, settings: &Settings, now: u64) -> ReadingsCensus {
+        let current = |at: Option<u64>, every: Option<Duration>| match (at, every) {
+            (Some(at), Some(every)) => now.saturating_sub(at) <= 3 * every.as_millis() as u64,
+            _ => false,
+        };
+        let mut out = ReadingsCensus::default();
+        for (name, s) in machines {
+            let health = match &s.health {
+                Some(h) if current(Some(h.checked_ms), settings.health_interval) => h.status.as_str(),
+                _ => "unknown",
+            };
+            *out.health.entry(health).or_insert(0) += 1;
+            let watts = s.power_watts.filter(|_| current(s.power_read_ms, settings.power_reading_interval));
+            if let Some(w) = watts {
+                out.power_watts_sum += w;
+                out.power_machines += 1;
+            }
+            let drift = s
+                .clock_drift_ms
+                .filter(|_| current(s.clock_read_ms, settings.clock_interval))
+                .map(|d| d as f64 / 1000.0);
+            if let Some(d) = drift {
+                out.clock_drift_max_seconds = out.clock_drift_max_seconds.max(d.abs());
+                out.clock_machines += 1;
+            }
+            if settings.per_machine_metrics && (watts.is_some() || drift.is_some()) {
+                out.per_machine.push((name.to_owned(), watts, drift));
+            }
+        }
+        out.per_machine.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+}
+
 /// The interval of `machine` under `settings`; `None`: not polled.
 pub fn interval_of(machine: &Machine, settings: &Settings) -> Option<Duration> {
     settings.poll_interval.map(|default| machine.poll_interval.unwrap_or(default))
@@ -437,8 +598,9 @@ pub fn interval_of(machine: &Machine, settings: &Settings) -> Option<Duration> {
 pub struct Schedule {
     due: BTreeSet<(Instant, Arc<str>)>,
     at: HashMap<Arc<str>, (Instant, Arc<Machine>)>,
-    /// When each machine's inventory is read next (with a poll).
-    inventory: HashMap<Arc<str>, Instant>,
+    /// When each machine's optional readings ([`Reading`]) are taken next
+    /// (with a poll; `None`: that reading is off).
+    readings: HashMap<Arc<str>, [Option<Instant>; 4]>,
     /// The registry generation the machine set was built from.
     generation: Option<u64>,
 }
@@ -479,20 +641,25 @@ impl Schedule {
             keep.insert(name, (due, m));
         }
         self.due = keep.iter().map(|(name, (due, _))| (*due, name.clone())).collect();
-        let mut inventory = HashMap::with_capacity(keep.len());
-        if let Some(every) = settings.inventory_interval {
+        let mut readings = HashMap::with_capacity(keep.len());
+        if Reading::ALL.iter().any(|r| settings.every(*r).is_some()) {
             for name in keep.keys() {
-                let due = self.inventory.get(name).copied().unwrap_or_else(|| now + every.mul_f64(unit()));
-                inventory.insert(name.clone(), due);
+                let before = self.readings.get(name);
+                let due = Reading::ALL.map(|r| {
+                    let every = settings.every(r)?;
+                    Some(before.and_then(|b| b[r as usize]).unwrap_or_else(|| now + every.mul_f64(unit())))
+                });
+                readings.insert(name.clone(), due);
             }
         }
-        self.inventory = inventory;
+        self.readings = readings;
         self.at = keep;
     }
 
-    /// Machines due at `now` (with whether their inventory is due too),
-    /// each rescheduled one interval (±10 %) later.
-    pub fn take_due(&mut self, now: Instant, settings: &Settings) -> Vec<(Arc<Machine>, bool)> {
+    /// Machines due at `now` (with the readings due too), each
+    /// rescheduled one interval (±10 %) later, and each due reading one of
+    /// its own intervals later.
+    pub fn take_due(&mut self, now: Instant, settings: &Settings) -> Vec<(Arc<Machine>, Due)> {
         let mut out = Vec::new();
         while let Some((due, name)) = self.due.first().cloned() {
             if due > now {
@@ -503,15 +670,19 @@ impl Schedule {
             let Some(interval) = interval_of(&m, settings) else { continue };
             let next = now + interval.mul_f64(0.9 + 0.2 * unit());
             self.at.insert(name.clone(), (next, m.clone()));
-            let inventory = match (self.inventory.get_mut(&*name), settings.inventory_interval) {
-                (Some(due), Some(every)) if *due <= now => {
-                    *due = now + every.mul_f64(0.9 + 0.2 * unit());
-                    true
+            let mut readings = Due::default();
+            if let Some(dues) = self.readings.get_mut(&*name) {
+                for r in Reading::ALL {
+                    if let (Some(due), Some(every)) = (&mut dues[r as usize], settings.every(r)) {
+                        if *due <= now {
+                            *due = now + every.mul_f64(0.9 + 0.2 * unit());
+                            readings = readings.with(r);
+                        }
+                    }
                 }
-                _ => false,
-            };
+            }
             self.due.insert((next, name));
-            out.push((m, inventory));
+            out.push((m, readings));
         }
         out
     }
@@ -541,12 +712,13 @@ impl Schedule {
 
 /// One poll of `machine` inside its lane: the power state (and, with a
 /// desired power, the correction) read on the lane's guarded path (breaker,
-/// pacing, fence: [`crate::call`]), the inventory when due, then the
-/// observation recorded.
+/// pacing, fence: [`crate::call`]), the inventory when due, each due
+/// reading (health, power draw, clock) as a guarded call of its own, then
+/// the observation recorded.
 pub async fn poll(
     shared: &Shared,
     machine: &Machine,
-    with_inventory: bool,
+    due: Due,
     slot: &mut crate::session::SessionSlot,
     guard: &mut crate::guard::BmcGuard,
     fence: &crate::fence::Fence,
@@ -568,11 +740,55 @@ pub async fn poll(
             let read = PowerRead { shared, machine, target: &target, creds: &creds, ctx: &ctx };
             match crate::call::guarded(shared, guard, slot, call, fence, read).await {
                 Ok((power, provider)) => {
-                    if with_inventory {
+                    if due.has(Reading::Inventory) {
                         let ctx = ctx_for(shared.state.settings().inventory_timeout);
                         inventory = read_inventory(shared, machine, &target, &creds, slot, &ctx).await;
                     }
-                    Observation::Answered { power, provider: Some(provider.to_owned()) }
+                    let mut readings = Readings::default();
+                    for reading in [Reading::Health, Reading::Power, Reading::Clock] {
+                        if !due.has(reading) || !fence.valid() {
+                            continue;
+                        }
+                        let ctx = ctx_for(shared.state.settings().poll_timeout);
+                        let call =
+                            Call { bmc: &key, purpose: Purpose::Poll, protocol: &protocol, deadline: ctx.deadline };
+                        let read = ReadingRead { shared, target: &target, creds: &creds, ctx: &ctx, reading };
+                        let got = crate::call::guarded(shared, guard, slot, call, fence, read).await;
+                        let outcome = match &got {
+                            Ok(_) => "ok",
+                            Err(e) => e.code.as_str(),
+                        };
+                        shared
+                            .metrics
+                            .poll_readings
+                            .get_or_create(&crate::metrics::ReadingLabels {
+                                reading: reading.as_str().to_owned(),
+                                outcome: outcome.to_owned(),
+                            })
+                            .inc();
+                        match got {
+                            Ok(Got::Health(inputs)) => {
+                                let settings = shared.state.settings();
+                                readings.health =
+                                    bmcfleet_schema::health::verdict(&inputs, now_ms(), settings.health_log_window)
+                                        .map(|mut v| {
+                                            let secrets = [creds.password.expose()];
+                                            for s in v.reasons.iter_mut().chain(v.unread.iter_mut()) {
+                                                *s = bmcfleet_schema::secret::scrub(s, &secrets);
+                                            }
+                                            v
+                                        });
+                            }
+                            Ok(Got::Watts(w)) => readings.power_watts = Some(w),
+                            Ok(Got::DriftMs(d)) => readings.clock_drift_ms = Some(d),
+                            Err(e) => tracing::info!(
+                                machine = %machine.name, reading = reading.as_str(), error.code = e.code.as_str(),
+                                error = %bmcfleet_schema::secret::scrub(&e.message, &[creds.password.expose()]),
+                                "A poll's reading failed; taken again at its next interval."
+                            ),
+                        }
+                    }
+                    Observation::Answered { power, provider: Some(provider.to_owned()), readings }
                 }
                 Err(e) => {
                     let message = bmcfleet_schema::secret::scrub(&e.message, &[creds.password.expose()]);
@@ -647,6 +863,109 @@ impl crate::call::Attempt for PowerRead<'_> {
     }
 }
 
+/// What a reading's attempt brought back.
+enum Got {
+    Health(bmcfleet_schema::health::HealthInputs),
+    Watts(f64),
+    DriftMs(i64),
+}
+
+/// One optional reading of a poll (health, power draw or clock), a guarded
+/// call of its own: through the capability dispatch (power draw, clock,
+/// sensors, the event log: a session that executes actions itself, the
+/// simulator, answers them too), the BMC's health rollup through the
+/// sensors capability where the session offers it.
+struct ReadingRead<'r> {
+    shared: &'r Shared,
+    target: &'r bmcfleet_schema::BmcTarget,
+    creds: &'r bmcfleet_provider::ResolvedCredentials,
+    ctx: &'r bmcfleet_provider::Ctx,
+    reading: Reading,
+}
+
+impl crate::call::Attempt for ReadingRead<'_> {
+    type Output = Got;
+
+    fn attempt<'s>(
+        &'s mut self,
+        slot: &'s mut crate::session::SessionSlot,
+        _retry: u32,
+    ) -> impl std::future::Future<Output = Result<Self::Output, bmcfleet_provider::ProviderError>> + Send + 's {
+        use bmcfleet_provider::{perform, ProviderError};
+        use bmcfleet_schema::{Action, ActionData, ErrorCode, EventLogOp, LogSet};
+        let ReadingRead { shared, target, creds, ctx, reading } = *self;
+        async move {
+            let session = slot.get(&shared.providers, ctx, target, creds, true).await?;
+            let unexpected =
+                || ProviderError::new(ErrorCode::Internal, "the provider answered the reading with other data");
+            match reading {
+                Reading::Power => match perform(session, &ctx.for_attempt(), &Action::PowerReading).await? {
+                    Some(ActionData::PowerReading(r)) => Ok(Got::Watts(r.watts)),
+                    _ => Err(unexpected()),
+                },
+                Reading::Clock => match perform(session, &ctx.for_attempt(), &Action::BmcClockGet).await? {
+                    Some(ActionData::BmcClock(c)) => Ok(Got::DriftMs(c.drift_ms)),
+                    _ => Err(unexpected()),
+                },
+                Reading::Health => {
+                    use bmcfleet_schema::health::{HealthInputs, LOG_ENTRIES};
+                    // Each source on its own: one the BMC lacks (`unsupported`)
+                    // or fails leaves the verdict to the others.
+                    let mut first_error: Option<ProviderError> = None;
+                    let mut keep = |r: Result<Option<ActionData>, ProviderError>| match r {
+                        Ok(data) => Ok(data),
+                        Err(e) => {
+                            let said = format!("{}: {}", e.code.as_str(), e.message);
+                            if e.code != ErrorCode::Unsupported && first_error.is_none() {
+                                first_error = Some(e);
+                            }
+                            Err(said)
+                        }
+                    };
+                    let sensors =
+                        keep(perform(session, &ctx.for_attempt(), &Action::Sensors).await).and_then(|d| match d {
+                            Some(ActionData::Sensors(s)) => Ok(s),
+                            _ => Err("no sensor readings in the answer".to_owned()),
+                        });
+                    let read = Action::EventLog(EventLogOp::Read {
+                        limit: Some(LOG_ENTRIES),
+                        offset: 0,
+                        logs: LogSet::Event,
+                        log_ids: vec![],
+                    });
+                    let log = keep(perform(session, &ctx.for_attempt(), &read).await).and_then(|d| match d {
+                        Some(ActionData::EventLog(l)) => Ok(l.entries),
+                        _ => Err("no event log in the answer".to_owned()),
+                    });
+                    let rollup = match session.sensors() {
+                        Some(s) => Some(match s.health_rollup(&ctx.for_attempt()).await {
+                            Ok(r) => Ok(r),
+                            Err(e) => {
+                                let said = format!("{}: {}", e.code.as_str(), e.message);
+                                if e.code != ErrorCode::Unsupported && first_error.is_none() {
+                                    first_error = Some(e);
+                                }
+                                Err(said)
+                            }
+                        }),
+                        None => None,
+                    };
+                    let inputs = HealthInputs { sensors: Some(sensors), log: Some(log), rollup };
+                    let nothing_read = !matches!(inputs.sensors, Some(Ok(_)))
+                        && !matches!(inputs.log, Some(Ok(_)))
+                        && !matches!(inputs.rollup, Some(Ok(_)));
+                    // A BMC that answered nothing at all is judged like a failed call (the breaker sees it).
+                    match first_error {
+                        Some(e) if nothing_read => Err(e),
+                        _ => Ok(Got::Health(inputs)),
+                    }
+                }
+                Reading::Inventory => unreachable!("the inventory is read by `read_inventory`"),
+            }
+        }
+    }
+}
+
 /// The slow refresh after a poll that answered: the inventory, read on the
 /// poll's session with its own deadline. Not judged by the breaker, and not
 /// fatal for the poll: a failure is retried at the next inventory interval.
@@ -703,8 +1022,96 @@ mod tests {
             observed_ms: Some(6),
             poll_interval_ms: None,
             stale_after_ms: None,
+            health: Some(bmcfleet_schema::health::HealthSummary {
+                status: bmcfleet_schema::Health::Warning,
+                reasons: vec!["sensor Fan 1 warning".into()],
+                unread: vec![],
+                checked_ms: 7,
+            }),
+            power_watts: Some(250.5),
+            power_read_ms: Some(8),
+            clock_drift_ms: Some(-3),
+            clock_read_ms: Some(9),
         };
         assert_eq!(Seen::of(&state).state("m1", "t", "w"), state);
+    }
+
+    #[test]
+    fn the_readings_census_is_bounded_current_and_per_machine_only_when_asked() {
+        let min = Duration::from_secs(60);
+        let settings = Settings {
+            poll_interval: Some(min),
+            heartbeat: Duration::from_secs(600),
+            poll_timeout: Duration::from_secs(10),
+            inventory_interval: None,
+            inventory_timeout: Duration::from_secs(120),
+            seen_every: Duration::from_secs(15),
+            stale_grace: Duration::from_secs(15),
+            health_interval: Some(min),
+            health_log_window: Duration::from_secs(3600),
+            power_reading_interval: Some(min),
+            clock_interval: Some(min),
+            per_machine_metrics: false,
+        };
+        let now = 10_000_000;
+        let seen =
+            |health: Option<(bmcfleet_schema::Health, u64)>, watts: Option<(f64, u64)>, drift: Option<(i64, u64)>| {
+                let mut state = MachineState {
+                    machine: "m".into(),
+                    tenant: "t".into(),
+                    power: Some(PowerState::On),
+                    contactable: true,
+                    error_code: None,
+                    reason: None,
+                    last_seen_ms: Some(now),
+                    last_changed_ms: 0,
+                    updated_ms: 0,
+                    consecutive_failures: 0,
+                    provider: None,
+                    firmware: None,
+                    inventory_ms: None,
+                    worker: "w".into(),
+                    observed_ms: Some(now),
+                    poll_interval_ms: None,
+                    stale_after_ms: None,
+                    health: None,
+                    power_watts: None,
+                    power_read_ms: None,
+                    clock_drift_ms: None,
+                    clock_read_ms: None,
+                };
+                state.health = health.map(|(status, checked_ms)| bmcfleet_schema::health::HealthSummary {
+                    status,
+                    reasons: vec![],
+                    unread: vec![],
+                    checked_ms,
+                });
+                (state.power_watts, state.power_read_ms) = (watts.map(|w| w.0), watts.map(|w| w.1));
+                (state.clock_drift_ms, state.clock_read_ms) = (drift.map(|d| d.0), drift.map(|d| d.1));
+                Seen::of(&state)
+            };
+        use bmcfleet_schema::Health::{Critical, Ok};
+        let old = now - 181_000; // more than three intervals ago
+        let book = [
+            ("a", seen(Some((Critical, now - 1_000)), Some((250.0, now - 1_000)), Some((-90_000, now - 1_000)))),
+            ("b", seen(Some((Ok, now - 1_000)), Some((100.0, now - 1_000)), Some((2_000, now - 1_000)))),
+            ("c", seen(Some((Critical, old)), Some((999.0, old)), Some((-999_000, old)))),
+            ("d", seen(None, None, None)),
+        ];
+        let census = |settings: &Settings| ReadingsCensus::of(book.iter().map(|(n, s)| (*n, s)), settings, now);
+        let c = census(&settings);
+        assert_eq!(c.health, [("critical", 1), ("ok", 1), ("unknown", 2)].into_iter().collect());
+        assert_eq!((c.power_watts_sum, c.power_machines), (350.0, 2), "c's reading is too old to count");
+        assert_eq!((c.clock_drift_max_seconds, c.clock_machines), (90.0, 2), "the largest absolute drift");
+        assert!(c.per_machine.is_empty(), "no series per machine unless asked");
+        let c = census(&Settings { per_machine_metrics: true, ..settings.clone() });
+        assert_eq!(
+            c.per_machine,
+            [("a".to_owned(), Some(250.0), Some(-90.0)), ("b".to_owned(), Some(100.0), Some(2.0))]
+        );
+        // A reading turned off no longer counts, whatever the book holds.
+        let c = census(&Settings { power_reading_interval: None, health_interval: None, ..settings });
+        assert_eq!((c.power_machines, c.health.get("unknown")), (0, Some(&4)));
     }
 
     #[test]
@@ -717,6 +1124,11 @@ mod tests {
             inventory_timeout: Duration::from_secs(120),
             seen_every: Duration::from_secs(15),
             stale_grace: Duration::from_secs(15),
+            health_interval: None,
+            health_log_window: Duration::from_secs(3600),
+            power_reading_interval: None,
+            clock_interval: None,
+            per_machine_metrics: false,
         };
         let start = Instant::now();
         let mut s = Schedule::default();
@@ -728,7 +1140,7 @@ mod tests {
         assert!((60..=140).contains(&half), "about half in the first half interval: {half}");
         let rest = s.take_due(start + Duration::from_secs(60), &settings);
         assert!(half + rest.len() >= 190, "everyone once within the interval");
-        let with_inventory = rest.iter().filter(|(_, inv)| *inv).count();
+        let with_inventory = rest.iter().filter(|(_, due)| due.has(Reading::Inventory)).count();
         assert!(with_inventory < 40, "inventories spread over their own (10×) interval: {with_inventory}");
         // Nobody comes back before 0.9 interval after its poll.
         assert!(s.take_due(start + Duration::from_secs(60), &settings).is_empty());

@@ -285,12 +285,19 @@ struct Listed<'a> {
     /// `stale`, `unknown`), judged now; absent without a state.
     #[serde(skip_serializing_if = "Option::is_none")]
     freshness: Option<bmcfleet_schema::state::Freshness>,
+    /// The health verdict judged now, as the HEALTH column shows it (`ok`,
+    /// `warning`, `critical`; `unknown` while the machine does not answer
+    /// or its state is stale); absent when never checked. The reasons are
+    /// in `state.health`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health: Option<&'static str>,
 }
 
 impl<'a> Listed<'a> {
     fn new(machine: &'a Machine, state: Option<&'a MachineState>) -> Listed<'a> {
         let now = bmcfleet_common::runtime::now_ms();
-        Listed { machine, state, freshness: state.map(|s| s.freshness(now)) }
+        let health = Some(crate::output::health_cell(state, now)).filter(|h| *h != "-");
+        Listed { machine, state, freshness: state.map(|s| s.freshness(now)), health }
     }
 }
 

@@ -1,6 +1,6 @@
 //! `bmcctl machine watch [NAME...] [--selector k=v] [--tenant T]`: machine
 //! state changes as they happen (`power_changed`, `unreachable`,
-//! `recovered`, `inventory_changed`), one line each, until Ctrl-C.
+//! `recovered`, `inventory_changed`, `health_changed`), one line each, until Ctrl-C.
 //!
 //! Owns which machine-event subjects to follow and which events to print;
 //! never writes anything. The owning worker publishes every change once,

@@ -91,6 +91,11 @@ mod tests {
             observed_ms: Some(1),
             poll_interval_ms: None,
             stale_after_ms: None,
+            health: None,
+            power_watts: None,
+            power_read_ms: None,
+            clock_drift_ms: None,
+            clock_read_ms: None,
         };
         let machine = MachineEvent {
             machine: "web-1".into(),

@@ -13,6 +13,7 @@ use crate::json::{link, links, members, str_of};
 use crate::session::RedfishSession;
 use bmcfleet_provider::{Ctx, Result, Sensors};
 use bmcfleet_schema::components::{self, MAX_COMPONENTS};
+use bmcfleet_schema::health::ResourceHealth;
 use bmcfleet_schema::{SensorKind, SensorReading, Thresholds};
 use serde_json::Value;
 
@@ -217,10 +218,50 @@ impl Sensors for RedfishSession {
         }
         Ok(out)
     }
+
+    /// The ComputerSystem's and its chassis' (`Links.Chassis`, at most
+    /// `MAX_CHASSIS`) `Status.Health` and `Status.HealthRollup`; a resource
+    /// that says neither is left out.
+    async fn health_rollup(&mut self, ctx: &Ctx) -> Result<Vec<ResourceHealth>> {
+        let system = self.transport.get(ctx, &self.service.system.path.clone()).await?.body;
+        let mut out = Vec::new();
+        out.extend(rollup_of(&system, "system"));
+        let chassis = system.get("Links").map(|l| links(l, "Chassis")).unwrap_or_default();
+        for path in chassis.into_iter().take(MAX_CHASSIS) {
+            let c = self.transport.get(ctx, &path).await?.body;
+            out.extend(rollup_of(&c, "chassis"));
+        }
+        Ok(out)
+    }
+}
+
+/// A resource's `Status.Health` and `Status.HealthRollup` (`None`: it says neither).
+pub(crate) fn rollup_of(resource: &Value, kind: &str) -> Option<ResourceHealth> {
+    let status = resource.get("Status")?;
+    let own = str_of(status, "Health").and_then(health);
+    let rollup = str_of(status, "HealthRollup").and_then(health);
+    if own.is_none() && rollup.is_none() {
+        return None;
+    }
+    let id = str_of(resource, "Id").or_else(|| str_of(resource, "Name")).unwrap_or("?");
+    Some(ResourceHealth { resource: format!("{kind} {}", components::clip(id.trim())), health: own, rollup })
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_resource_rollup_is_read_from_its_status() {
+        let r =
+            rollup_of(&json!({"Id": "1U", "Status": {"Health": "OK", "HealthRollup": "Critical"}}), "chassis").unwrap();
+        assert_eq!((r.resource.as_str(), r.health, r.rollup), ("chassis 1U", Some(Health::Ok), Some(Health::Critical)));
+        assert_eq!(rollup_of(&json!({"Id": "1", "Status": {"State": "Enabled"}}), "system"), None, "says neither");
+        assert_eq!(rollup_of(&json!({"Id": "1"}), "system"), None);
+        let weird =
+            rollup_of(&json!({"Name": "x\ny", "Status": {"Health": "Bogus", "HealthRollup": "Warning"}}), "system")
+                .unwrap();
+        assert_eq!((weird.resource.as_str(), weird.health, weird.rollup), ("system x y", None, Some(Health::Warning)));
+    }
+
     use super::*;
     use bmcfleet_schema::Health;
     use serde_json::json;
