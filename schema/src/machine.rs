@@ -185,7 +185,7 @@ impl Machine {
             return Err(bad(format!("the tenant must be {NAME_RULE}")));
         }
         crate::validate::credential_name(&self.credentials).map_err(|why| bad(format!("credentials: {why}")))?;
-        self.tls.pin().map_err(bad)?;
+        self.tls.pins().map_err(bad)?;
         if let Some(sys) = &self.system_id {
             if sys.is_empty() || sys.len() > 128 || sys.contains('/') {
                 return Err(bad("system_id must be 1-128 characters without `/`".into()));
@@ -538,7 +538,7 @@ mod tests {
             ..m.clone()
         };
         pinned.validate().unwrap();
-        assert_eq!(pinned.tls.pin().unwrap(), Some([0xab; 32]));
+        assert_eq!(pinned.tls.pins().unwrap(), vec![[0xab; 32]]);
         let t = m.target();
         assert_eq!(t.address.to_string(), "10.0.12.3");
         assert_eq!(t.credentials, Credentials::Ref("rack12-bmc".into()));

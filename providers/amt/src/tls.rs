@@ -22,7 +22,7 @@ pub enum Trust {
     /// Accept any certificate (explicit opt-in).
     Insecure,
     /// Exactly the certificate with this SHA-256 fingerprint.
-    Pinned([u8; 32]),
+    Pinned(Vec<[u8; 32]>),
     /// Plain HTTP: no certificate is ever presented. The config built for it
     /// trusts nothing, so a misrouted https URL cannot succeed.
     Nothing,
@@ -52,7 +52,7 @@ pub fn client_config(trust: &Trust) -> Result<ClientConfig, AmtError> {
         }
         Trust::Pinned(sha256) => builder
             .dangerous()
-            .with_custom_certificate_verifier(pinned_certificate(&provider, *sha256))
+            .with_custom_certificate_verifier(pinned_certificate(&provider, sha256))
             .with_no_client_auth(),
         Trust::Insecure => builder
             .dangerous()

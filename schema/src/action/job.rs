@@ -60,6 +60,8 @@ pub enum ParamField {
     /// A raw request's data: `raw.ipmi.data` (as hex) or `raw.redfish.body`
     /// (as JSON).
     Raw,
+    /// `bmc_cert_replace.private_key_pem`.
+    PrivateKey,
 }
 
 impl ParamField {
@@ -68,6 +70,7 @@ impl ParamField {
             ParamField::Password => "password",
             ParamField::Url => "url",
             ParamField::Raw => "raw",
+            ParamField::PrivateKey => "private_key",
         }
     }
 }
@@ -100,6 +103,7 @@ impl Action {
                 Some((ParamField::Raw, body.to_string()))
             }
             Action::User(UserOp::Create(u)) => Some((ParamField::Password, u.password.expose().to_owned())),
+            Action::BmcCertReplace(r) => Some((ParamField::PrivateKey, r.private_key_pem.expose().to_owned())),
             Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })) => {
                 Some((ParamField::Password, p.expose().to_owned()))
             }
@@ -124,6 +128,19 @@ impl Action {
         let Some((field, value)) = self.secret_param() else { return vec![] };
         match field {
             ParamField::Password => vec![value],
+            // The whole key, and each line of its base64 body (a BMC may
+            // quote a line of what it could not parse).
+            ParamField::PrivateKey => {
+                let mut out = vec![value.clone()];
+                out.extend(
+                    value
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| l.len() >= 16 && !l.starts_with("-----"))
+                        .map(str::to_owned),
+                );
+                out
+            }
             // Request bytes and JSON, not strings a BMC would echo (and
             // scrubbing short hex runs would mangle its messages).
             ParamField::Raw => vec![],
@@ -169,6 +186,7 @@ impl Action {
             (Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })), ParamField::Password) => {
                 *p = Secret::new(value)
             }
+            (Action::BmcCertReplace(r), ParamField::PrivateKey) => r.private_key_pem = Secret::new(value),
             (Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }), ParamField::Url) => *url = value,
             (Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some(u), .. }), ParamField::Url) => *u = value,
             (Action::Raw(RawRequest::Ipmi(r)), ParamField::Raw) => match from_hex(&value) {
@@ -191,7 +209,7 @@ impl Action {
         let Some((field, value)) = self.secret_param() else { return };
         let shown = match field {
             ParamField::Url => loggable_url(&value),
-            ParamField::Password => "[sealed]".into(),
+            ParamField::Password | ParamField::PrivateKey => "[sealed]".into(),
             // Nothing of the request's data stays: the worker puts it back.
             ParamField::Raw => {
                 match self {
