@@ -817,6 +817,7 @@ mod tests {
             observed_ms: last_seen_ms,
             poll_interval_ms: Some(60_000),
             stale_after_ms: Some(106_000),
+            cert_not_after_ms: None,
         }
     }
 

@@ -53,6 +53,11 @@ pub struct MachineState {
     /// poll interval plus a grace (see [`stale_after`]). Absent: the
     /// machine is not polled, and nothing says how old is too old.
     pub stale_after_ms: Option<u64>,
+    /// When the BMC's HTTPS certificate expires (its `notAfter`, ms since
+    /// the epoch), as last read (`bmc_cert_get`, `bmc_cert_replace`, or the
+    /// inventory poll where the provider offers `bmc_certificates`).
+    #[serde(default)]
+    pub cert_not_after_ms: Option<u64>,
 }
 
 /// Whether a state record still says how the machine is.
@@ -343,6 +348,7 @@ mod tests {
             observed_ms: None,
             poll_interval_ms: None,
             stale_after_ms: None,
+            cert_not_after_ms: None,
         }
     }
 

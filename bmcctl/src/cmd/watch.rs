@@ -91,6 +91,7 @@ mod tests {
             observed_ms: Some(1),
             poll_interval_ms: None,
             stale_after_ms: None,
+            cert_not_after_ms: None,
         };
         let machine = MachineEvent {
             machine: "web-1".into(),

@@ -236,6 +236,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_certificates_private_key_is_a_secret_parameter() {
+        let key = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----\n";
+        let original = Action::BmcCertReplace(BmcCertReplace {
+            certificate_pem: "-----BEGIN CERTIFICATE-----\nMAMCAQA=\n-----END CERTIFICATE-----\n".into(),
+            private_key_pem: Secret::new(key),
+        });
+        let (field, value) = original.secret_param().expect("the key is sealed");
+        assert_eq!((field, value.as_str()), (ParamField::PrivateKey, key));
+        // A BMC quoting a line of the key has it scrubbed too.
+        assert!(original.secret_values().iter().any(|v| v == "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg"));
+        let mut hidden = original.clone();
+        hidden.hide_secret_param();
+        let shown = format!("{hidden:?} {} {}", hidden.loggable(), serde_json::to_string(&hidden).unwrap());
+        assert!(!shown.contains("MIGHAgEA"), "{shown}");
+        assert!(hidden.set_secret_param(field, value), "put back");
+        assert_eq!(hidden, original);
+        assert!(!format!("{original:?}").contains("MIGHAgEA"), "Debug never shows the key");
+        assert!(!original.loggable().contains("MIGHAgEA"));
+        assert_eq!(crate::plan::redact_text(key), crate::plan::REDACTED);
+    }
+
+    #[test]
     fn raw_request_data_is_a_secret_parameter() {
         // What the gateway seals and hides, and the worker puts back whole.
         let ipmi = Action::Raw(RawRequest::Ipmi(RawIpmi { netfn: 0x30, cmd: 1, data: vec![0xde, 0xad, 0x00, 0x0f] }));
