@@ -121,7 +121,7 @@ pub enum ActionData {
     /// `ntp_get`, and `ntp_set` after its read-back.
     Ntp(NtpSettings),
     /// `bmc_cert_get`, and `bmc_cert_replace` as the BMC serves it afterwards.
-    BmcCertificate(BmcCertificate),
+    BmcCertificate(Box<BmcCertificate>),
     /// The action found nothing to do and did nothing (a success that
     /// changed nothing, said as such).
     NoChange(NoChange),

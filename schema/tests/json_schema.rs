@@ -723,7 +723,7 @@ fn every_data() -> Vec<ActionData> {
             source: "NetworkProtocol".into(),
         }),
         ActionData::Ntp(NtpSettings { servers: vec![], enabled: None, source: "sim".into() }),
-        ActionData::BmcCertificate(BmcCertificate {
+        ActionData::BmcCertificate(Box::new(BmcCertificate {
             subject: "CN=bmc-7".into(),
             issuer: "CN=ops CA".into(),
             not_before: "2026-12-01T00:00:00Z".into(),
@@ -732,7 +732,7 @@ fn every_data() -> Vec<ActionData> {
             sha256: "ab".repeat(32),
             uri: Some("/redfish/v1/Managers/1/NetworkProtocol/HTTPS/Certificates/1".into()),
             source: "tls_handshake".into(),
-        }),
+        })),
         ActionData::Identify(IdentifyState {
             light: None,
             source: "chassis_status".into(),

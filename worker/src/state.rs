@@ -729,6 +729,7 @@ async fn read_certificate(
     match bmcfleet_provider::perform(session, &ctx.for_attempt(), &bmcfleet_schema::Action::BmcCertGet).await {
         Ok(Some(bmcfleet_schema::ActionData::BmcCertificate(c))) => Some(c.not_after_unix),
         Ok(_) => None,
+        Err(e) if e.code == bmcfleet_schema::ErrorCode::Unsupported => None,
         Err(e) => {
             tracing::info!(machine = %machine.name, error = %e, "Certificate read failed; retried at the next inventory interval.");
             None

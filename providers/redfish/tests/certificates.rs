@@ -98,7 +98,7 @@ async fn replace_swaps_the_served_certificate_and_the_new_pin_reaches_the_bmc() 
     let body = posts[0].json().unwrap();
     assert_eq!(body["CertificateType"], "PEM");
     assert_eq!(body["CertificateUri"]["@odata.id"], HTTPS_CERT);
-    assert!(bmcfleet_provider::BmcSession::is_healthy(&s) == false, "the old session is spent");
+    assert!(!bmcfleet_provider::BmcSession::is_healthy(&s), "the old session is spent");
 
     // The machine stays reachable with the new pin; a stale pin no longer reaches it.
     let fresh = open(&server, &pinned(&server, &new)).await.unwrap();
