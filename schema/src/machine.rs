@@ -539,6 +539,16 @@ mod tests {
         };
         pinned.validate().unwrap();
         assert_eq!(pinned.tls.pins().unwrap(), vec![[0xab; 32]]);
+        // During a certificate replacement: the old and the new pin, no more.
+        let two = TlsOptions {
+            pin_sha256: Some(format!("{},{}", "ab".repeat(32), "cd".repeat(32))),
+            ..TlsOptions::default()
+        };
+        assert_eq!(two.pins().unwrap(), vec![[0xab; 32], [0xcd; 32]]);
+        let three = TlsOptions { pin_sha256: Some(vec!["ab".repeat(32); 3].join(",")), ..TlsOptions::default() };
+        assert!(three.pins().unwrap_err().contains("at most 2"));
+        let half = TlsOptions { pin_sha256: Some(format!("{},", "ab".repeat(32))), ..TlsOptions::default() };
+        assert!(half.pins().is_err(), "an empty second pin is no pin");
         let t = m.target();
         assert_eq!(t.address.to_string(), "10.0.12.3");
         assert_eq!(t.credentials, Credentials::Ref("rack12-bmc".into()));

@@ -13,8 +13,8 @@ use bmcfleet_provider::tls::{first_certificate, sha256};
 use bmcfleet_schema::*;
 use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::{MockupServer, TestPki, REPLACE_CERTIFICATE};
-use bmcfleet_tests::producer::Stack;
 use bmcfleet_tests::bin;
+use bmcfleet_tests::producer::Stack;
 use serde_json::json;
 use std::time::Duration;
 

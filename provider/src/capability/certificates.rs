@@ -23,7 +23,9 @@ pub(super) fn handles(action: &Action) -> bool {
 pub(super) async fn perform(cap: &mut dyn BmcCertificates, ctx: &Ctx, action: &Action) -> Result<Option<ActionData>> {
     match action {
         Action::BmcCertGet => Ok(Some(ActionData::BmcCertificate(Box::new(cap.bmc_certificate(ctx).await?)))),
-        Action::BmcCertReplace(r) => Ok(Some(ActionData::BmcCertificate(Box::new(cap.replace_bmc_certificate(ctx, r).await?)))),
+        Action::BmcCertReplace(r) => {
+            Ok(Some(ActionData::BmcCertificate(Box::new(cap.replace_bmc_certificate(ctx, r).await?))))
+        }
         _ => unreachable!("dispatched by `handles`"),
     }
 }
