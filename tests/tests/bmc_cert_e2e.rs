@@ -104,3 +104,64 @@ async fn a_replaced_certificate_moves_the_pin_and_the_machine_stays_reachable() 
         assert!(!logs.contains(line), "a line of the private key leaked");
     }
 }
+
+async fn state_of(stack: &Stack, machine: &str) -> Option<bmcfleet_schema::state::MachineState> {
+    let js = async_nats::jetstream::new(stack.producer.client.clone());
+    let kv = js.get_key_value(stack.topology.subjects().state_bucket()).await.ok()?;
+    serde_json::from_slice(&kv.get(machine).await.ok()??).ok()
+}
+
+/// The poll (with its inventory read) records the certificate's expiry in
+/// the machine's state; after a replacement the new expiry follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificates_expiry_is_in_fleet_state() {
+    let server = MockupServer::builder()
+        .dir(mockup_dir("dmtf-public-rackmount1"))
+        .unwrap()
+        .resource("/redfish/v1/Managers", json!({"Members": [{"@odata.id": "/redfish/v1/Managers/BMC"}]}))
+        .certificate_service(true)
+        .start()
+        .await
+        .unwrap();
+    let served = bmcfleet_provider::tls::describe_certificate(&server.served_certificate(), "t").unwrap();
+    // The first inventory read of a machine waits a random part of the
+    // inventory interval: a short one here.
+    let stack =
+        Stack::start(1, &["--poll-interval", "1s", "--poll-timeout", "900ms", "--inventory-interval", "2s"]).await;
+    let mut target = server.target();
+    target.protocol = Protocol::Redfish;
+    let name = stack.topology.register_machine(&stack.producer.client, &target).await;
+    let want = u64::try_from(served.not_after_unix).unwrap() * 1000;
+    bmcfleet_tests::eventually(Duration::from_secs(30), "the certificate's expiry in the state", || async {
+        state_of(&stack, &name).await.filter(|s| s.cert_not_after_ms == Some(want))
+    })
+    .await;
+
+    // A replacement's expiry follows. The machine trusts the mockup's CA,
+    // which did not sign the new self-signed certificate: its record opts
+    // in to `tls.insecure` for this part (the pin case is the test above).
+    let (cert, key) = TestPki::self_signed("expiring-soon", 10).unwrap();
+    let new = bmcfleet_provider::tls::describe_certificate(&first_certificate(&cert).unwrap(), "t").unwrap();
+    let (kv, mut m) = record(&stack, &name).await;
+    m.tls = TlsOptions { insecure: true, ..TlsOptions::default() };
+    kv.put(&name, serde_json::to_vec(&m).unwrap().into()).await.unwrap();
+    let replace = Batch {
+        actions: vec![Action::BmcCertReplace(BmcCertReplace {
+            certificate_pem: cert,
+            private_key_pem: Secret::new(key),
+        })],
+        ..cert_get(&name)
+    };
+    let r = bmcfleet_tests::eventually(Duration::from_secs(20), "the replacement", || async {
+        let r = stack.run(&Batch { id: Some(ulid::Ulid::new()), ..replace.clone() }).await;
+        (r.state == BatchState::Succeeded).then_some(r)
+    })
+    .await;
+    let Some(ActionData::BmcCertificate(c)) = &r.results[0].data else { panic!("{r:#?}") };
+    assert_eq!(c.sha256, new.sha256);
+    let want = u64::try_from(new.not_after_unix).unwrap() * 1000;
+    bmcfleet_tests::eventually(Duration::from_secs(20), "the new expiry in the state", || async {
+        state_of(&stack, &name).await.filter(|s| s.cert_not_after_ms == Some(want))
+    })
+    .await;
+}
