@@ -129,11 +129,22 @@ pub enum Command {
         op: IdentifyCmd,
     },
     /// The BMC's clock: get (with its drift against the worker), sync (set
-    /// it to the worker's UTC time, read back).
+    /// it to the worker's UTC time, read back), ntp get|set (Redfish
+    /// NetworkProtocol NTP servers, read back).
     #[command(name = "bmc-clock")]
     BmcClock {
         #[command(subcommand)]
         op: BmcClockCmd,
+    },
+    /// The BMC's HTTPS certificate: get (subject, issuer, validity,
+    /// SHA-256), replace (--cert FILE --key FILE: Redfish
+    /// CertificateService.ReplaceCertificate where the BMC advertises it;
+    /// for a registered machine the registry's tls.pin_sha256 follows:
+    /// docs/BMC_CERTIFICATES.md).
+    #[command(name = "bmc-cert")]
+    BmcCert {
+        #[command(subcommand)]
+        op: BmcCertCmd,
     },
     /// Power draw and power limit: reading, limit get, limit set (watts
     /// and/or --activate / --deactivate), read back.
@@ -1021,6 +1032,53 @@ pub enum BmcClockCmd {
         target: Target,
     },
     Sync {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The BMC's NTP settings (Redfish NetworkProtocol): get, or set
+    /// servers and/or whether NTP is used, read back.
+    Ntp {
+        #[command(subcommand)]
+        op: NtpCmd,
+    },
+}
+
+/// `bmcctl bmc-clock ntp ...`.
+#[derive(Subcommand, Debug)]
+pub enum NtpCmd {
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// `--server` (repeat it, in order: the list replaces the BMC's),
+    /// `--enable` / `--disable`; at least one.
+    Set {
+        #[arg(long = "server", value_name = "HOST")]
+        servers: Vec<String>,
+        #[arg(long, conflicts_with = "disable")]
+        enable: bool,
+        #[arg(long)]
+        disable: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `bmcctl bmc-cert ...`.
+#[derive(Subcommand, Debug)]
+pub enum BmcCertCmd {
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Install a certificate and its private key (PEM files; `-` reads
+    /// standard input). The key is sealed to the workers' key at the
+    /// gateway and never shown.
+    Replace {
+        #[arg(long = "cert", value_name = "FILE")]
+        cert: std::path::PathBuf,
+        #[arg(long = "key", value_name = "FILE")]
+        key: std::path::PathBuf,
         #[command(flatten)]
         target: Target,
     },

@@ -90,7 +90,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return cmd::audit::run(nats, &cli.topology, *since, format).await;
     }
     let trace = if cli.trace { client::start_trace() } else { async_nats::HeaderMap::new() };
-    let mut client = client::Client::new(nats, &cli.service.service_prefix, format, trace);
+    let mut client = client::Client::new(nats.clone(), &cli.service.service_prefix, format, trace);
     // Who we say we are: an unverified annotation in the gateway's audit
     // log (it records the NATS identity the server vouches for).
     client.claim = identity::claim(cli.nats.user.as_deref(), std::env::var("USER").ok().as_deref());
@@ -105,12 +105,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Identify { .. }
         | Command::PowerCap { .. }
         | Command::BmcClock { .. }
+        | Command::BmcCert { .. }
         | Command::Firmware { .. }
         | Command::User { .. }
         | Command::BmcReset { .. }
         | Command::Network { .. }
         | Command::Raw { .. }
-        | Command::Media { .. } => cmd::action::run(&client, &cli.topology, &cli.command).await,
+        | Command::Media { .. } => cmd::action::run(nats, &client, &cli.topology, &cli.command).await,
         Command::Discover(args) => cmd::discover::run(&client, args).await,
         Command::Submit(args) => cmd::submit::run(&client, args).await,
         Command::Status { id } => cmd::status::status(&client, *id).await,

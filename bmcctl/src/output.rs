@@ -869,6 +869,7 @@ mod tests {
             power_read_ms: None,
             clock_drift_ms: None,
             clock_read_ms: None,
+            cert_not_after_ms: None,
         }
     }
 

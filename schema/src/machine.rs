@@ -185,7 +185,7 @@ impl Machine {
             return Err(bad(format!("the tenant must be {NAME_RULE}")));
         }
         crate::validate::credential_name(&self.credentials).map_err(|why| bad(format!("credentials: {why}")))?;
-        self.tls.pin().map_err(bad)?;
+        self.tls.pins().map_err(bad)?;
         if let Some(sys) = &self.system_id {
             if sys.is_empty() || sys.len() > 128 || sys.contains('/') {
                 return Err(bad("system_id must be 1-128 characters without `/`".into()));
@@ -563,7 +563,17 @@ mod tests {
             ..m.clone()
         };
         pinned.validate().unwrap();
-        assert_eq!(pinned.tls.pin().unwrap(), Some([0xab; 32]));
+        assert_eq!(pinned.tls.pins().unwrap(), vec![[0xab; 32]]);
+        // During a certificate replacement: the old and the new pin, no more.
+        let two = TlsOptions {
+            pin_sha256: Some(format!("{},{}", "ab".repeat(32), "cd".repeat(32))),
+            ..TlsOptions::default()
+        };
+        assert_eq!(two.pins().unwrap(), vec![[0xab; 32], [0xcd; 32]]);
+        let three = TlsOptions { pin_sha256: Some(vec!["ab".repeat(32); 3].join(",")), ..TlsOptions::default() };
+        assert!(three.pins().unwrap_err().contains("at most 2"));
+        let half = TlsOptions { pin_sha256: Some(format!("{},", "ab".repeat(32))), ..TlsOptions::default() };
+        assert!(half.pins().is_err(), "an empty second pin is no pin");
         let t = m.target();
         assert_eq!(t.address.to_string(), "10.0.12.3");
         assert_eq!(t.credentials, Credentials::Ref("rack12-bmc".into()));

@@ -238,6 +238,8 @@ pub fn reads_only(action: &crate::Action) -> bool {
         | Action::PowerReading
         | Action::PowerLimitGet
         | Action::BmcClockGet
+        | Action::NtpGet
+        | Action::BmcCertGet
         | Action::User(UserOp::List)
         | Action::NetworkSource(NetworkSourceOp::Get)
         | Action::EventLog(EventLogOp::Read { .. }) => true,
@@ -255,7 +257,9 @@ pub fn reads_only(action: &crate::Action) -> bool {
         | Action::FirmwareUpdate(_)
         | Action::Identify(_)
         | Action::PowerLimitSet(_)
-        | Action::BmcClockSync => false,
+        | Action::BmcClockSync
+        | Action::NtpSet(_)
+        | Action::BmcCertReplace(_) => false,
     }
 }
 
@@ -292,6 +296,10 @@ pub fn redact_json(v: &serde_json::Value) -> serde_json::Value {
 /// A string as a plan shows it: a URL without credentials or query, cut at
 /// [`MAX_PLAN_TEXT`].
 pub fn redact_text(s: &str) -> String {
+    // A PEM private key (a certificate replacement's key) is never shown.
+    if s.contains("PRIVATE KEY-----") {
+        return REDACTED.into();
+    }
     let shown = if s.contains("://") { crate::loggable_url(s) } else { s.to_owned() };
     clip(shown)
 }

@@ -1,7 +1,8 @@
 //! Results, events and the per-batch status record.
 
 use crate::action::{
-    BatchId, BmcClock, BootDeviceRequest, IdentifyState, NetworkSourceOp, PowerLimit, PowerReading, UserRole,
+    BatchId, BmcCertificate, BmcClock, BootDeviceRequest, IdentifyState, NetworkSourceOp, NtpSettings, PowerLimit,
+    PowerReading, UserRole,
 };
 use crate::error::ErrorBody;
 use serde::{Deserialize, Serialize};
@@ -117,6 +118,10 @@ pub enum ActionData {
     PowerLimit(PowerLimit),
     /// `bmc_clock_get`, and `bmc_clock_sync` after its read-back.
     BmcClock(BmcClock),
+    /// `ntp_get`, and `ntp_set` after its read-back.
+    Ntp(NtpSettings),
+    /// `bmc_cert_get`, and `bmc_cert_replace` as the BMC serves it afterwards.
+    BmcCertificate(Box<BmcCertificate>),
     /// The action found nothing to do and did nothing (a success that
     /// changed nothing, said as such).
     NoChange(NoChange),

@@ -68,6 +68,11 @@ pub struct MachineState {
     /// power reading.
     pub clock_drift_ms: Option<i64>,
     pub clock_read_ms: Option<u64>,
+    /// When the BMC's HTTPS certificate expires (its `notAfter`, ms since
+    /// the epoch), as last read (`bmc_cert_get`, `bmc_cert_replace`, or the
+    /// inventory poll where the provider offers `bmc_certificates`).
+    #[serde(default)]
+    pub cert_not_after_ms: Option<u64>,
 }
 
 /// Whether a state record still says how the machine is.
@@ -388,6 +393,7 @@ mod tests {
             power_read_ms: None,
             clock_drift_ms: None,
             clock_read_ms: None,
+            cert_not_after_ms: None,
         }
     }
 

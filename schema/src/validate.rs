@@ -442,6 +442,8 @@ pub fn validate(batch: &Batch, limits: &Limits) -> Result<(), ValidationError> {
             Action::FirmwareUpdate(u) => u.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
             Action::Identify(set) => set.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
             Action::PowerLimitSet(set) => set.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
+            Action::NtpSet(set) => set.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
+            Action::BmcCertReplace(r) => r.validate().map_err(|why| field(format!("actions[{i}]: {why}")))?,
             Action::EventLog(EventLogOp::Read { limit: Some(l), .. }) if *l == 0 || *l > EventLogOp::MAX_LIMIT => {
                 return Err(field(format!(
                     "actions[{i}]: event_log read limit must be 1 to {}",

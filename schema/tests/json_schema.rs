@@ -157,6 +157,10 @@ tags! {
         Action::PowerLimitSet(_) => "power_limit_set",
         Action::BmcClockGet => "bmc_clock_get",
         Action::BmcClockSync => "bmc_clock_sync",
+        Action::NtpGet => "ntp_get",
+        Action::NtpSet(_) => "ntp_set",
+        Action::BmcCertGet => "bmc_cert_get",
+        Action::BmcCertReplace(_) => "bmc_cert_replace",
     }
 }
 
@@ -188,6 +192,8 @@ tags! {
         ActionData::PowerReading(_) => "power_reading",
         ActionData::PowerLimit(_) => "power_limit",
         ActionData::BmcClock(_) => "bmc_clock",
+        ActionData::Ntp(_) => "ntp",
+        ActionData::BmcCertificate(_) => "bmc_certificate",
     }
 }
 
@@ -366,6 +372,18 @@ fn every_action() -> Vec<Action> {
     out.push(Action::Identify(IdentifySet { light: IdentifyLight::Blink, seconds: Some(255) }));
     out.push(Action::BmcClockGet);
     out.push(Action::BmcClockSync);
+    out.push(Action::NtpGet);
+    out.push(Action::NtpSet(NtpSet {
+        servers: Some(vec!["10.0.0.1".into(), "ntp.example.org".into()]),
+        enabled: Some(true),
+    }));
+    out.push(Action::NtpSet(NtpSet { servers: None, enabled: Some(false) }));
+    out.push(Action::NtpSet(NtpSet { servers: Some(vec![]), enabled: None }));
+    out.push(Action::BmcCertGet);
+    out.push(Action::BmcCertReplace(BmcCertReplace {
+        certificate_pem: "-----BEGIN CERTIFICATE-----\nMAMCAQA=\n-----END CERTIFICATE-----\n".into(),
+        private_key_pem: Secret::new("-----BEGIN PRIVATE KEY-----\nMAMCAQA=\n-----END PRIVATE KEY-----\n"),
+    }));
     out.push(Action::PowerReading);
     out.push(Action::PowerLimitGet);
     out.push(Action::PowerLimitSet(PowerLimitSet { watts: Some(450), active: Some(true) }));
@@ -700,6 +718,22 @@ fn every_data() -> Vec<ActionData> {
             source: "sel_time".into(),
             ..BmcClock::default()
         }),
+        ActionData::Ntp(NtpSettings {
+            servers: vec!["10.0.0.1".into()],
+            enabled: Some(true),
+            source: "NetworkProtocol".into(),
+        }),
+        ActionData::Ntp(NtpSettings { servers: vec![], enabled: None, source: "sim".into() }),
+        ActionData::BmcCertificate(Box::new(BmcCertificate {
+            subject: "CN=bmc-7".into(),
+            issuer: "CN=ops CA".into(),
+            not_before: "2026-12-01T00:00:00Z".into(),
+            not_after: "2027-12-01T00:00:00Z".into(),
+            not_after_unix: 1_827_619_200,
+            sha256: "ab".repeat(32),
+            uri: Some("/redfish/v1/Managers/1/NetworkProtocol/HTTPS/Certificates/1".into()),
+            source: "tls_handshake".into(),
+        })),
         ActionData::Identify(IdentifyState {
             light: None,
             source: "chassis_status".into(),
@@ -1022,6 +1056,7 @@ fn machine_state(contactable: bool) -> MachineState {
         power_read_ms: Some(17),
         clock_drift_ms: Some(-1200),
         clock_read_ms: Some(17),
+        cert_not_after_ms: Some(1_827_619_200_000),
     }
 }
 
@@ -1231,6 +1266,13 @@ fn invalid_cases() -> Vec<Case> {
         bad("identify seconds 256", "batch.json", batch(json!([{"identify": {"light": "blink", "seconds": 256}}]))),
         bad("identify light unknown", "batch.json", batch(json!([{"identify": {"light": "red"}}]))),
         bad("power limit set of nothing", "batch.json", batch(json!([{"power_limit_set": {}}]))),
+        bad("ntp set of nothing", "batch.json", batch(json!([{"ntp_set": {}}]))),
+        bad("ntp server with a space", "batch.json", batch(json!([{"ntp_set": {"servers": ["a b"]}}]))),
+        bad(
+            "certificate replace without a key",
+            "batch.json",
+            batch(json!([{"bmc_cert_replace": {"certificate_pem": "x"}}])),
+        ),
         bad("power limit of 0 W", "batch.json", batch(json!([{"power_limit_set": {"watts": 0}}]))),
         bad("power limit beyond two bytes", "batch.json", batch(json!([{"power_limit_set": {"watts": 65536}}]))),
         bad("firmware update without an image", "batch.json", batch(json!([{"firmware_update": {"targets": []}}]))),

@@ -841,6 +841,7 @@ impl<'a> Run<'a> {
             None => result,
         };
         self.observe_power(&result).await;
+        self.observe_certificate(&result).await;
         span.record("provider", result.provider.as_deref().unwrap_or("-"));
         span.record("outcome", result.error.as_ref().map(|e| e.code.as_str()).unwrap_or("ok"));
         if let Some(e) = &result.error {
@@ -943,6 +944,18 @@ impl<'a> Run<'a> {
                 ms,
             ),
             Err(e) => ActionResult::err(i as u32, action.kind(), provider, e.into(), ms),
+        }
+    }
+
+    /// A registered machine's certificate read (or replaced) by a batch
+    /// refreshes its expiry in the observed state.
+    async fn observe_certificate(&self, result: &ActionResult) {
+        if let (Some(machine), Some(bmcfleet_schema::ActionData::BmcCertificate(c))) =
+            (&self.job.batch.machine, &result.data)
+        {
+            if self.fence.valid() {
+                self.shared.state.certificate(self.shared, machine, &self.job.tenant, c.not_after_unix).await;
+            }
         }
     }
 

@@ -121,7 +121,11 @@ pub fn providers(config: &Config) -> Providers {
     r
 }
 
-/// Keeps the `machines` gauge (by power and reachability) current.
+/// How far ahead `bmc_certificates_expiring` looks: 30 days.
+const CERTIFICATE_WARNING_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// Keeps the `machines` gauge (by power and reachability) and the
+/// `bmc_certificates_expiring` gauge current.
 async fn census(shared: Arc<Shared>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
     loop {
@@ -129,6 +133,8 @@ async fn census(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
+        let now = bmcfleet_common::runtime::now_ms();
+        shared.metrics.certificates_expiring.set(shared.state.certificates_expiring(now, CERTIFICATE_WARNING_MS));
         let counts = shared.state.census();
         shared.metrics.machines.clear();
         for ((power, contactable), n) in counts {

@@ -140,6 +140,8 @@ bmcfleet_common::metrics! {
         breaker_rejections: Family<ProtocolLabels, Counter> = Family::default(), "breaker_rejections";
         /// Registered machines this worker observes, by power state and contactable
         machines: Family<MachineLabels, Gauge> = Family::default(), "machines";
+        /// Machines this worker observes whose BMC HTTPS certificate expires within 30 days (or has expired)
+        certificates_expiring: Gauge = Gauge::default(), "bmc_certificates_expiring";
         /// Machine polls (power state and reachability), by outcome
         polls: Family<OutcomeLabels, Counter> = Family::default(), "polls";
         /// Time a machine poll took (session set-up included)

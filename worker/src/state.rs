@@ -174,6 +174,7 @@ struct Seen {
     power_read_ms: Option<u64>,
     clock_drift_ms: Option<i64>,
     clock_read_ms: Option<u64>,
+    cert_not_after_ms: Option<u64>,
 }
 
 /// `Seen::of` and `Seen::state` from one list of the fields a [`Seen`]
@@ -208,7 +209,7 @@ macro_rules! seen_fields {
 
 seen_fields! {
     copied: power, contactable, error_code, last_seen_ms, last_changed_ms, updated_ms, consecutive_failures, inventory_ms, observed_ms,
-        power_watts, power_read_ms, clock_drift_ms, clock_read_ms;
+        power_watts, power_read_ms, clock_drift_ms, clock_read_ms, cert_not_after_ms;
     text: reason, provider, firmware;
     cloned: health;
 }
@@ -326,6 +327,7 @@ impl StateBook {
             power_read_ms: None,
             clock_drift_ms: None,
             clock_read_ms: None,
+            cert_not_after_ms: None,
         });
         after.tenant = tenant.to_owned();
         after.worker = shared.worker_id.clone();
@@ -470,6 +472,37 @@ impl StateBook {
             let event = MachineEventKind::InventoryChanged { changes: drift };
             self.announce(shared, machine, tenant, now, event, snapshot).await;
         }
+    }
+
+    /// Records the expiry of the certificate the machine's BMC serves
+    /// (`notAfter`, Unix seconds), written into its state when it changed.
+    pub async fn certificate(&self, shared: &Shared, machine: &str, tenant: &str, not_after_unix: i64) {
+        let not_after_ms = u64::try_from(not_after_unix).unwrap_or(0).saturating_mul(1000);
+        let snapshot = {
+            let mut states = self.states.lock().expect("state book lock");
+            let Some(seen) = states.get_mut(machine) else { return };
+            if seen.cert_not_after_ms == Some(not_after_ms) {
+                return;
+            }
+            seen.cert_not_after_ms = Some(not_after_ms);
+            seen.updated_ms = now_ms();
+            let mut snapshot = seen.state(machine, tenant, &shared.worker_id);
+            (snapshot.poll_interval_ms, snapshot.stale_after_ms) = self.limits(shared, machine);
+            snapshot
+        };
+        if let Ok(bytes) = serde_json::to_vec(&snapshot) {
+            if self.store.put(machine, bytes.into()).await.is_ok() {
+                shared.metrics.state_writes.inc();
+            }
+        }
+    }
+
+    /// How many of the book's machines serve a certificate that expires
+    /// before `now_ms + within_ms` (or has expired).
+    pub fn certificates_expiring(&self, now_ms: u64, within_ms: u64) -> i64 {
+        let states = self.states.lock().expect("state book lock");
+        states.values().filter(|s| s.cert_not_after_ms.is_some_and(|t| t <= now_ms.saturating_add(within_ms))).count()
+            as i64
     }
 
     async fn announce(
@@ -728,6 +761,7 @@ pub async fn poll(
     let target = machine.target();
     let key = machine.key();
     let mut inventory = None;
+    let mut certificate = None;
     let observation = match shared.credentials.resolve(&target.credentials, &key).await {
         Err(e) => Observation::Failed(e),
         Ok(creds) => {
@@ -743,6 +777,7 @@ pub async fn poll(
                     if due.has(Reading::Inventory) {
                         let ctx = ctx_for(shared.state.settings().inventory_timeout);
                         inventory = read_inventory(shared, machine, &target, &creds, slot, &ctx).await;
+                        certificate = read_certificate(shared, machine, &target, &creds, slot, &ctx).await;
                     }
                     let mut readings = Readings::default();
                     for reading in [Reading::Health, Reading::Power, Reading::Clock] {
@@ -806,6 +841,9 @@ pub async fn poll(
         shared.state.observe(shared, &machine.name, &machine.tenant, observation).await;
         if let Some(inventory) = inventory {
             shared.state.inventory(shared, &machine.name, &machine.tenant, inventory).await;
+        }
+        if let Some(not_after) = certificate {
+            shared.state.certificate(shared, &machine.name, &machine.tenant, not_after).await;
         }
     }
 }
@@ -992,6 +1030,32 @@ async fn read_inventory(
     }
 }
 
+/// With the inventory: the expiry of the BMC's HTTPS certificate (Unix
+/// seconds), where the session offers `bmc_certificates` (Redfish: read
+/// from the handshake the session made anyway, plus one GET).
+async fn read_certificate(
+    shared: &Shared,
+    machine: &Machine,
+    target: &bmcfleet_schema::BmcTarget,
+    creds: &bmcfleet_provider::ResolvedCredentials,
+    slot: &mut crate::session::SessionSlot,
+    ctx: &bmcfleet_provider::Ctx,
+) -> Option<i64> {
+    let session = slot.get(&shared.providers, ctx, target, creds, true).await.ok()?;
+    if !bmcfleet_provider::capabilities(session).contains(&bmcfleet_provider::Capability::BmcCertificates) {
+        return None;
+    }
+    match bmcfleet_provider::perform(session, &ctx.for_attempt(), &bmcfleet_schema::Action::BmcCertGet).await {
+        Ok(Some(bmcfleet_schema::ActionData::BmcCertificate(c))) => Some(c.not_after_unix),
+        Ok(_) => None,
+        Err(e) if e.code == bmcfleet_schema::ErrorCode::Unsupported => None,
+        Err(e) => {
+            tracing::info!(machine = %machine.name, error = %e, "Certificate read failed; retried at the next inventory interval.");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1032,6 +1096,7 @@ mod tests {
             power_read_ms: Some(8),
             clock_drift_ms: Some(-3),
             clock_read_ms: Some(9),
+            cert_not_after_ms: Some(7),
         };
         assert_eq!(Seen::of(&state).state("m1", "t", "w"), state);
     }

@@ -4,8 +4,8 @@
 //! [`super::fleet`]).
 
 use crate::cli::{
-    BiosCmd, BmcClockCmd, BootArg, Command, EventLogCmd, FirmwareCmd, IdentifyCmd, MediaCmd, NetworkCmd, NewPassword,
-    PowerCapCmd, RawCmd, SecureBootCmd, Target, UserCmd,
+    BiosCmd, BmcCertCmd, BmcClockCmd, BootArg, Command, EventLogCmd, FirmwareCmd, IdentifyCmd, MediaCmd, NetworkCmd,
+    NewPassword, NtpCmd, PowerCapCmd, RawCmd, SecureBootCmd, Target, UserCmd,
 };
 use crate::client::Client;
 use crate::Usage;
@@ -167,6 +167,28 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
         }
         Command::BmcClock { op: BmcClockCmd::Get { target } } => action(target, Action::BmcClockGet),
         Command::BmcClock { op: BmcClockCmd::Sync { target } } => action(target, Action::BmcClockSync),
+        Command::BmcClock { op: BmcClockCmd::Ntp { op: NtpCmd::Get { target } } } => action(target, Action::NtpGet),
+        Command::BmcClock { op: BmcClockCmd::Ntp { op: NtpCmd::Set { servers, enable, disable, target } } } => {
+            let set = bmcfleet_schema::NtpSet {
+                servers: (!servers.is_empty()).then(|| servers.clone()),
+                enabled: match (enable, disable) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
+            };
+            set.validate().map_err(|why| anyhow::Error::from(Usage(why)))?;
+            action(target, Action::NtpSet(set))
+        }
+        Command::BmcCert { op: BmcCertCmd::Get { target } } => action(target, Action::BmcCertGet),
+        Command::BmcCert { op: BmcCertCmd::Replace { cert, key, target } } => {
+            let replace = bmcfleet_schema::BmcCertReplace {
+                certificate_pem: read_source(cert)?,
+                private_key_pem: Secret::new(read_source(key)?),
+            };
+            replace.validate().map_err(|why| anyhow::Error::from(Usage(why)))?;
+            action(target, Action::BmcCertReplace(replace))
+        }
         Command::PowerCap { op } => match op {
             PowerCapCmd::Reading { target } => action(target, Action::PowerReading),
             PowerCapCmd::Get { target } => action(target, Action::PowerLimitGet),
@@ -290,8 +312,21 @@ pub fn plan(command: &Command) -> anyhow::Result<Option<(&Target, Vec<Action>)>>
 }
 
 /// Run an action command: one batch, or a fleet run.
-pub async fn run(client: &Client, topology: &TopologyArgs, command: &Command) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    nats: async_nats::Client,
+    client: &Client,
+    topology: &TopologyArgs,
+    command: &Command,
+) -> anyhow::Result<ExitCode> {
     let (target, actions) = plan(command)?.expect("an action command");
+    // A certificate replacement on one registered machine moves its pin too.
+    if matches!(command, Command::BmcCert { op: BmcCertCmd::Replace { .. } })
+        && !target.plan
+        && !target.is_fleet()
+        && target.machines.len() == 1
+    {
+        return super::bmc_cert::replace(nats, client, topology, target, actions).await;
+    }
     if target.is_fleet() {
         return super::fleet::run(client, topology, target, actions).await;
     }
@@ -504,6 +539,15 @@ mod tests {
             (vec!["identify", "off"], Action::Identify(IdentifySet { light: IdentifyLight::Off, seconds: None })),
             (vec!["bmc-clock", "get"], Action::BmcClockGet),
             (vec!["bmc-clock", "sync"], Action::BmcClockSync),
+            (vec!["bmc-clock", "ntp", "get"], Action::NtpGet),
+            (
+                vec!["bmc-clock", "ntp", "set", "--server", "10.0.0.1", "--server", "ntp.example", "--enable"],
+                Action::NtpSet(bmcfleet_schema::NtpSet {
+                    servers: Some(vec!["10.0.0.1".into(), "ntp.example".into()]),
+                    enabled: Some(true),
+                }),
+            ),
+            (vec!["bmc-cert", "get"], Action::BmcCertGet),
             (vec!["power-cap", "reading"], Action::PowerReading),
             (vec!["power-cap", "get"], Action::PowerLimitGet),
             (

@@ -329,6 +329,18 @@ pub(crate) async fn load_all(kv: &async_nats::jetstream::kv::Store) -> anyhow::R
     Ok(all)
 }
 
+/// Record a record written (`bmc-cert replace`'s pin changes).
+pub(crate) async fn audit_put(
+    js: &async_nats::jetstream::Context,
+    subjects: &bmcfleet_schema::Subjects,
+    actor: &str,
+    m: &Machine,
+    revision: u64,
+) {
+    let record = serde_json::to_value(m).unwrap_or_default();
+    audit(js, subjects, actor, AuditEvent::MachinePut { machine: m.name.clone(), revision, record }).await;
+}
+
 /// Record who changed the registry (the gateways record every revision too).
 async fn audit(
     js: &async_nats::jetstream::Context,

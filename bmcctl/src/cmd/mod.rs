@@ -2,6 +2,7 @@
 
 pub mod action;
 pub mod audit;
+pub mod bmc_cert;
 pub mod complete;
 pub mod completions;
 pub mod console;

@@ -96,6 +96,7 @@ mod tests {
             power_read_ms: None,
             clock_drift_ms: None,
             clock_read_ms: None,
+            cert_not_after_ms: None,
         };
         let machine = MachineEvent {
             machine: "web-1".into(),

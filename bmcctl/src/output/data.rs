@@ -126,6 +126,21 @@ pub fn text(d: &ActionData, wide: bool) -> String {
             out
         }
         ActionData::BmcClock(c) => format!("time={} drift={} ms from {}", c.time, c.drift_ms, c.source),
+        ActionData::Ntp(n) => format!(
+            "ntp={} servers={} from {}",
+            n.enabled.map(|e| if e { "enabled" } else { "disabled" }).unwrap_or("-"),
+            if n.servers.is_empty() { "-".to_owned() } else { n.servers.join(",") },
+            n.source
+        ),
+        ActionData::BmcCertificate(c) => format!(
+            "subject={} issuer={} not_before={} not_after={} sha256={}{}",
+            c.subject,
+            c.issuer,
+            c.not_before,
+            c.not_after,
+            c.sha256,
+            c.uri.as_deref().map(|u| format!(" at {u}")).unwrap_or_default()
+        ),
         ActionData::PowerReading(r) => format!(
             "{} W (min {} max {} average {} over {}) from {}",
             r.watts,

@@ -19,6 +19,7 @@ mod bios;
 mod bmc_clock;
 mod bmc_reset;
 mod boot;
+mod certificates;
 mod console;
 mod event_log;
 mod firmware_update;
@@ -37,6 +38,7 @@ pub use bios::Bios;
 pub use bmc_clock::{now_unix_ms, BmcClockControl, SYNC_TOLERANCE_MS};
 pub use bmc_reset::BmcReset;
 pub use boot::{Applies, BootControl};
+pub use certificates::BmcCertificates;
 pub use console::{Console, ConsoleSettings};
 pub use event_log::{only_the_sel, EventLog, SEL_LOG_ID};
 pub use firmware_update::{FirmwareUpdate, Started};
@@ -234,6 +236,7 @@ capabilities! { $
     Identify = "identify", identify: identify::Identify;
     PowerCapping = "power_capping", power_capping: power_capping::PowerCapping;
     BmcClock = "bmc_clock", bmc_clock: bmc_clock::BmcClockControl;
+    BmcCertificates = "bmc_certificates", bmc_certificates: certificates::BmcCertificates;
 }
 
 #[cfg(test)]
@@ -271,6 +274,7 @@ mod tests {
             Action::Identify(IdentifySet { light: IdentifyLight::On, seconds: None }),
             Action::PowerReading,
             Action::BmcClockGet,
+            Action::BmcCertGet,
         ];
         for a in &all {
             match a {
@@ -299,7 +303,11 @@ mod tests {
                 | Action::PowerLimitGet
                 | Action::PowerLimitSet(_)
                 | Action::BmcClockGet
-                | Action::BmcClockSync => {}
+                | Action::BmcClockSync
+                | Action::NtpGet
+                | Action::NtpSet(_)
+                | Action::BmcCertGet
+                | Action::BmcCertReplace(_) => {}
             }
         }
         all
@@ -325,6 +333,7 @@ mod tests {
                 identify::handles(a),
                 power_capping::handles(a),
                 bmc_clock::handles(a),
+                certificates::handles(a),
             ]
             .iter()
             .filter(|h| **h)
@@ -361,7 +370,8 @@ mod tests {
                 "console",
                 "identify",
                 "power_capping",
-                "bmc_clock"
+                "bmc_clock",
+                "bmc_certificates"
             ]
         );
     }

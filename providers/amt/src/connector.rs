@@ -77,7 +77,8 @@ impl AmtConnector {
 /// The `/wsman` URL and certificate trust for a target (table in the module docs).
 pub fn endpoint(target: &BmcTarget, require_tls: bool) -> Result<(String, Trust), AmtError> {
     let tls_opts = &target.tls;
-    let pin = tls_opts.pin().map_err(AmtError::Config)?;
+    let pins = tls_opts.pins().map_err(AmtError::Config)?;
+    let pin = (!pins.is_empty()).then_some(pins);
     let wants_tls = tls_opts.ca_pem.is_some() || tls_opts.insecure || pin.is_some();
     let port = target.address.port;
     let tls = match port {

@@ -41,6 +41,7 @@
 //! | persistent boot, NMI/soft-off not offered | `unsupported`       |
 
 mod boot;
+mod certificates;
 mod config;
 mod connector;
 pub mod digest;
@@ -61,7 +62,7 @@ pub mod xml;
 
 // What an AMT session offers: one capability file above each, listed once here.
 impl bmcfleet_provider::Offer for AmtSession {
-    bmcfleet_provider::offer!(power, boot, inventory);
+    bmcfleet_provider::offer!(power, boot, inventory, bmc_certificates);
 }
 
 /// Why the serial console is not offered over AMT: Intel AMT's SOL runs

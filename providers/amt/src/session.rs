@@ -11,7 +11,7 @@ use bmcfleet_provider::{Applies, BmcSession, BootControl, Ctx, Inventory, Power,
 use bmcfleet_schema::{BootDeviceRequest, Inventory as InventoryData, PowerOp, PowerState};
 
 pub struct AmtSession {
-    client: WsmanClient,
+    pub(crate) client: WsmanClient,
 }
 
 impl AmtSession {

@@ -52,6 +52,8 @@ pub struct Transport {
     /// Current challenge and nonce count, reused across calls.
     digest: DigestState,
     max_response_bytes: usize,
+    /// The certificate the AMT presented (TLS only).
+    served: std::sync::Arc<bmcfleet_provider::tls::ServedCertificate>,
 }
 
 impl Transport {
@@ -64,7 +66,8 @@ impl Transport {
     ) -> Result<Transport, AmtError> {
         // Always hand reqwest a preconfigured rustls config: it must never
         // look for a process-wide crypto provider.
-        let tls = tls::client_config(trust)?;
+        let served = std::sync::Arc::new(bmcfleet_provider::tls::ServedCertificate::default());
+        let tls = tls::client_config(trust, served.clone())?;
         let mut builder = reqwest::Client::builder();
         if let Some((host, addrs)) = &opts.pinned {
             builder = builder.resolve_to_addrs(host, addrs);
@@ -88,7 +91,19 @@ impl Transport {
             password,
             digest: DigestState::default(),
             max_response_bytes: opts.max_response_bytes,
+            served,
         })
+    }
+
+    /// The DER of the certificate the AMT presented on the last handshake
+    /// (`None` over plain HTTP, or before any).
+    pub fn served_certificate(&self) -> Option<Vec<u8>> {
+        self.served.get()
+    }
+
+    /// Whether the transport speaks HTTPS.
+    pub fn is_tls(&self) -> bool {
+        self.url.starts_with("https://")
     }
 
     /// POST `body`; the whole exchange (all rounds, body read) ends by `deadline`.

@@ -36,6 +36,16 @@ impl<T: Transport> IpmiSession<T> {
 
 #[async_trait]
 impl<T: Transport> BmcClockControl for IpmiSession<T> {
+    /// IPMI has no NTP settings: it can only set the clock (Set SEL Time,
+    /// `bmc_clock_sync`). Vendors' NTP settings are OEM commands, not sent.
+    fn no_ntp(&self) -> ProviderError {
+        ProviderError::new(
+            ErrorCode::Unsupported,
+            "IPMI has no NTP settings: it can only set the BMC's clock (Set SEL Time: bmc_clock_sync); \
+             register the machine with protocol redfish for NTP",
+        )
+    }
+
     async fn bmc_clock(&mut self, ctx: &Ctx) -> Result<BmcClock> {
         self.read_sel_time(ctx).await
     }

@@ -65,3 +65,23 @@ async fn ipmi_sim_clock_is_read_and_synced() {
     let want = format!("{:02}/{:02}/{:02}", u8::from(day.month()), day.day(), day.year() % 100);
     assert!(tool.contains(&want), "{tool} vs {synced:?}");
 }
+
+/// IPMI has no NTP settings: both NTP actions answer `unsupported` with the
+/// reason (the clock can only be set), and nothing is sent to the BMC.
+#[tokio::test]
+async fn ntp_is_unsupported_with_the_reason_and_sends_nothing() {
+    let (mut s, bmc) = spec();
+    let before = bmc.snapshot().sel_clock_offset;
+    for action in [
+        bmcfleet_schema::Action::NtpGet,
+        bmcfleet_schema::Action::NtpSet(bmcfleet_schema::NtpSet {
+            servers: Some(vec!["10.0.0.1".into()]),
+            enabled: None,
+        }),
+    ] {
+        let e = bmcfleet_provider::perform(&mut s, &ctx(), &action).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+        assert!(e.message.contains("Set SEL Time"), "{e}");
+    }
+    assert_eq!(bmc.snapshot().sel_clock_offset, before);
+}

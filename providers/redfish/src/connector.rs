@@ -7,8 +7,9 @@ use crate::error::err;
 use crate::session::RedfishSession;
 use crate::tls::{client_config, SystemRoots};
 use crate::transport::{AnswerMemory, Transport};
+use bmcfleet_provider::tls::ServedCertificate;
 use bmcfleet_provider::{BmcSession, Capability, Connector, Ctx, ResolvedCredentials, Result};
-use bmcfleet_schema::{BmcTarget, ErrorCode, Protocol};
+use bmcfleet_schema::{BmcTarget, ErrorCode, Protocol, TlsOptions};
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT};
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,34 +60,8 @@ impl RedfishConnector {
                 format!("the redfish connector cannot open a {} target", target.protocol),
             ));
         }
-        let tls = client_config(&target.tls, &self.system_roots)?;
-        let mut headers = HeaderMap::new();
-        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        headers.insert("OData-Version", HeaderValue::from_static("4.0"));
-        let mut builder = reqwest::Client::builder();
-        if let (Some(host), false) =
-            (target.address.ip().is_none().then(|| target.address.host_string()), target.options.resolved.is_empty())
-        {
-            // Connect to what the worker resolved and checked; never look the name up again.
-            let addrs: Vec<std::net::SocketAddr> =
-                target.options.resolved.iter().map(|ip| std::net::SocketAddr::new(*ip, 0)).collect();
-            builder = builder.resolve_to_addrs(&host, &addrs);
-        }
-        let http = builder
-            .tls_backend_preconfigured(tls)
-            .https_only(true)
-            .http1_only()
-            .redirect(reqwest::redirect::Policy::none())
-            .retry(reqwest::retry::never())
-            .no_proxy()
-            .connect_timeout(self.config.connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(2)
-            .tcp_nodelay(true)
-            .user_agent(self.config.user_agent.clone())
-            .default_headers(headers)
-            .build()
-            .map_err(|e| err(ErrorCode::Internal, format!("building the HTTPS client: {e}")))?;
+        let served = Arc::new(ServedCertificate::default());
+        let http = self.http_client(target, &target.tls, served.clone())?;
         let base = format!("https://{}", target.address.authority(443));
         let mut transport = Transport::new(
             http,
@@ -106,8 +81,78 @@ impl RedfishConnector {
                 return Err(e);
             }
         };
-        Ok(RedfishSession { transport, service, bmc_address: target.address.clone(), needs_reconnect: false })
+        Ok(RedfishSession {
+            transport,
+            service,
+            bmc_address: target.address.clone(),
+            needs_reconnect: false,
+            served,
+            probe: Probe { connector: self.clone_for_probe(), target: probe_target(target) },
+        })
     }
+
+    /// The HTTPS client of one BMC: `tls` its trust (the target's, or a
+    /// pin to the certificate a replacement installed), every certificate
+    /// the BMC presents noted in `served`.
+    pub(crate) fn http_client(
+        &self,
+        target: &BmcTarget,
+        tls: &TlsOptions,
+        served: Arc<ServedCertificate>,
+    ) -> Result<reqwest::Client> {
+        let tls = client_config(tls, &self.system_roots, served)?;
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        headers.insert("OData-Version", HeaderValue::from_static("4.0"));
+        let mut builder = reqwest::Client::builder();
+        if let (Some(host), false) =
+            (target.address.ip().is_none().then(|| target.address.host_string()), target.options.resolved.is_empty())
+        {
+            // Connect to what the worker resolved and checked; never look the name up again.
+            let addrs: Vec<std::net::SocketAddr> =
+                target.options.resolved.iter().map(|ip| std::net::SocketAddr::new(*ip, 0)).collect();
+            builder = builder.resolve_to_addrs(&host, &addrs);
+        }
+        builder
+            .tls_backend_preconfigured(tls)
+            .https_only(true)
+            .http1_only()
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never())
+            .no_proxy()
+            .connect_timeout(self.config.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(2)
+            .tcp_nodelay(true)
+            .user_agent(self.config.user_agent.clone())
+            .default_headers(headers)
+            .build()
+            .map_err(|e| err(ErrorCode::Internal, format!("building the HTTPS client: {e}")))
+    }
+
+    /// What a session keeps of its connector to open a probe connection
+    /// (configuration; the host trust store is not needed: a probe pins).
+    fn clone_for_probe(&self) -> RedfishConnector {
+        RedfishConnector {
+            config: self.config.clone(),
+            memory: self.memory.clone(),
+            system_roots: SystemRoots::default(),
+        }
+    }
+}
+
+/// The target as a probe needs it: address, TLS and resolved addresses;
+/// no credentials (a probe reads the unauthenticated service root).
+fn probe_target(target: &BmcTarget) -> BmcTarget {
+    BmcTarget { credentials: bmcfleet_schema::Credentials::Ref(String::new()), ..target.clone() }
+}
+
+/// A connection of its own to the session's BMC, opened after the BMC's
+/// certificate changed (the session's connection pins the old one).
+#[derive(Debug)]
+pub(crate) struct Probe {
+    pub connector: RedfishConnector,
+    pub target: BmcTarget,
 }
 
 #[async_trait::async_trait]

@@ -215,7 +215,7 @@ fn walk<'a>(e: &'a (dyn std::error::Error + 'static)) -> Vec<&'a (dyn std::error
 }
 
 /// `a: b: c` for an error and its sources (reqwest nests hyper nests io).
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     for err in walk(e) {
         let s = err.to_string();

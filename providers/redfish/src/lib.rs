@@ -20,7 +20,8 @@
 //! - `session`: [`RedfishSession`] and its accessors.
 //! - one module per capability: `power`, `boot`, `users`, `manager` (BMC
 //!   reset, network source), `virtual_media`, `raw`, `inventory`,
-//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`, `identify`, `power_capping`, `bmc_clock`.
+//!   `event_log`, `sensors`, `bios`, `secure_boot`, `firmware_update`, `identify`, `power_capping`, `bmc_clock` (with NTP),
+//!   `certificates`.
 //! - `tls`: rustls client config (system roots, per-BMC CA, insecure).
 //! - Test doubles (`SushyEmulator`, `MockupServer` and friends) live in
 //!   `bmcfleet-testing` (`redfish`).
@@ -28,6 +29,7 @@
 mod bios;
 mod bmc_clock;
 mod boot;
+mod certificates;
 mod config;
 mod connector;
 mod discovery;
@@ -73,7 +75,8 @@ impl bmcfleet_provider::Offer for RedfishSession {
         firmware_update,
         identify,
         power_capping,
-        bmc_clock
+        bmc_clock,
+        bmc_certificates
     );
 }
 

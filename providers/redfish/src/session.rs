@@ -19,6 +19,10 @@ pub struct RedfishSession {
     /// session token (and maybe the address) is gone, so the worker should
     /// reconnect instead of reusing this session.
     pub(crate) needs_reconnect: bool,
+    /// The certificate the BMC presented on this session's connection.
+    pub(crate) served: std::sync::Arc<bmcfleet_provider::tls::ServedCertificate>,
+    /// How to open a connection of its own (a certificate's read-back).
+    pub(crate) probe: crate::connector::Probe,
 }
 
 impl RedfishSession {

@@ -9,7 +9,9 @@
 //! depends on a process-wide default provider.
 
 use crate::error::invalid;
-use bmcfleet_provider::tls::{accept_any_certificate, crypto_provider, pinned_certificate};
+use bmcfleet_provider::tls::{
+    accept_any_certificate, crypto_provider, pinned_certificate, recording, ServedCertificate,
+};
 use bmcfleet_provider::ProviderError;
 use bmcfleet_schema::TlsOptions;
 use rustls::pki_types::pem::PemObject;
@@ -55,29 +57,36 @@ pub(crate) fn roots_from_pem(pem: &str) -> Result<RootCertStore, ProviderError> 
     Ok(store)
 }
 
-pub(crate) fn client_config(opts: &TlsOptions, system: &SystemRoots) -> Result<ClientConfig, ProviderError> {
+/// The client config for a BMC with `opts`; every certificate the BMC
+/// presents is noted in `seen` (what `bmc_cert_get` answers).
+pub(crate) fn client_config(
+    opts: &TlsOptions,
+    system: &SystemRoots,
+    seen: Arc<ServedCertificate>,
+) -> Result<ClientConfig, ProviderError> {
     let provider = crypto_provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| invalid(format!("TLS setup failed: {e}")))?;
-    let pin = opts.pin().map_err(invalid)?;
-    let mut config = if let Some(sha256) = pin {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(pinned_certificate(&provider, sha256))
-            .with_no_client_auth()
+    let pins = opts.pins().map_err(invalid)?;
+    let verifier = if !pins.is_empty() {
+        pinned_certificate(&provider, &pins)
     } else if opts.insecure {
         if opts.ca_pem.is_some() {
             tracing::warn!("bmc.tls.insecure is set: bmc.tls.ca_pem is ignored and the certificate is not checked.");
         }
-        builder.dangerous().with_custom_certificate_verifier(accept_any_certificate(&provider)).with_no_client_auth()
+        accept_any_certificate(&provider)
     } else {
         let roots = match &opts.ca_pem {
             Some(pem) => Arc::new(roots_from_pem(pem)?),
             None => system.get(),
         };
-        builder.with_root_certificates(roots).with_no_client_auth()
+        rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+            .build()
+            .map_err(|e| invalid(format!("TLS setup failed: {e}")))?
     };
+    let mut config =
+        builder.dangerous().with_custom_certificate_verifier(recording(verifier, seen)).with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -95,6 +104,6 @@ mod tests {
     #[test]
     fn insecure_config_builds() {
         let opts = TlsOptions { insecure: true, ca_pem: None, pin_sha256: None, allow_plain_http: false };
-        assert!(client_config(&opts, &SystemRoots::default()).is_ok());
+        assert!(client_config(&opts, &SystemRoots::default(), Default::default()).is_ok());
     }
 }

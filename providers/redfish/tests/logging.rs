@@ -156,3 +156,43 @@ async fn a_refused_session_echoing_the_login_password_does_not_carry_it() {
     assert!(e.message.contains("Cannot log in admin"), "the BMC's words are kept: {e}");
     assert!(!e.message.contains("L0ginPassw0rdEcho"), "the password is in the error: {e}");
 }
+
+/// A certificate replacement the BMC refuses, its message quoting the
+/// CertificateString (key and certificate): the provider's own log lines
+/// carry nothing of the private key (the error it returns is scrubbed by
+/// the worker with the action's secret values).
+#[tokio::test]
+async fn a_refused_certificate_replacement_logs_nothing_of_the_key() {
+    use bmcfleet_provider::BmcCertificates;
+    use bmcfleet_testing::redfish::{TestPki, REPLACE_CERTIFICATE};
+    let cap = capture();
+    let server = MockupServer::builder()
+        .dir(mockup_dir("dmtf-public-rackmount1"))
+        .unwrap()
+        .resource("/redfish/v1/Managers", json!({"Members": [{"@odata.id": "/redfish/v1/Managers/BMC"}]}))
+        .certificate_service(true)
+        .start()
+        .await
+        .unwrap();
+    let (cert, key) = TestPki::self_signed("logged", 30).unwrap();
+    let lines: Vec<String> =
+        key.lines().filter(|l| !l.starts_with("-----") && l.len() > 16).map(str::to_owned).collect();
+    assert!(!lines.is_empty());
+    let echo = json!({"error": {"code": "Base.1.8.GeneralError", "message": "A general error has occurred.",
+        "@Message.ExtendedInfo": [{"MessageId": "Base.1.8.ActionParameterValueFormatError",
+            "Message": format!("The value '{key}{cert}' for the parameter CertificateString is of a different format."),
+            "MessageArgs": [format!("{key}{cert}"), "CertificateString"]}]}});
+    server.push_fault(Fault::status("POST", REPLACE_CERTIFICATE, 400).json(&echo).times(1));
+    let ctx = || bmcfleet_provider::Ctx::with_timeout(Duration::from_secs(10));
+    let mut s = connector().open(&ctx(), &server.target(), &server.credentials()).await.unwrap();
+    let replace =
+        bmcfleet_schema::BmcCertReplace { certificate_pem: cert, private_key_pem: bmcfleet_schema::Secret::new(key) };
+    let e = s.replace_bmc_certificate(&ctx(), &replace).await.unwrap_err();
+    assert_ne!(e.code, ErrorCode::Unsupported, "the POST was sent and refused: {e}");
+    assert_eq!(server.requests_to("POST", REPLACE_CERTIFICATE).len(), 1);
+    let out = cap.text();
+    assert!(out.contains("CertificateService.ReplaceCertificate"), "the refused POST is logged:\n{out}");
+    for line in lines {
+        assert!(!out.contains(&line), "a line of the private key leaked into the log:\n{out}");
+    }
+}

@@ -60,6 +60,8 @@ pub enum ParamField {
     /// A raw request's data: `raw.ipmi.data` (as hex) or `raw.redfish.body`
     /// (as JSON).
     Raw,
+    /// `bmc_cert_replace.private_key_pem`.
+    PrivateKey,
 }
 
 impl ParamField {
@@ -68,6 +70,7 @@ impl ParamField {
             ParamField::Password => "password",
             ParamField::Url => "url",
             ParamField::Raw => "raw",
+            ParamField::PrivateKey => "private_key",
         }
     }
 }
@@ -100,6 +103,7 @@ impl Action {
                 Some((ParamField::Raw, body.to_string()))
             }
             Action::User(UserOp::Create(u)) => Some((ParamField::Password, u.password.expose().to_owned())),
+            Action::BmcCertReplace(r) => Some((ParamField::PrivateKey, r.private_key_pem.expose().to_owned())),
             Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })) => {
                 Some((ParamField::Password, p.expose().to_owned()))
             }
@@ -124,6 +128,19 @@ impl Action {
         let Some((field, value)) = self.secret_param() else { return vec![] };
         match field {
             ParamField::Password => vec![value],
+            // The whole key, and each line of its base64 body (a BMC may
+            // quote a line of what it could not parse).
+            ParamField::PrivateKey => {
+                let mut out = vec![value.clone()];
+                out.extend(
+                    value
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| l.len() >= 16 && !l.starts_with("-----"))
+                        .map(str::to_owned),
+                );
+                out
+            }
             // Request bytes and JSON, not strings a BMC would echo (and
             // scrubbing short hex runs would mangle its messages).
             ParamField::Raw => vec![],
@@ -169,6 +186,7 @@ impl Action {
             (Action::User(UserOp::Update(UserUpdate { password: Some(p), .. })), ParamField::Password) => {
                 *p = Secret::new(value)
             }
+            (Action::BmcCertReplace(r), ParamField::PrivateKey) => r.private_key_pem = Secret::new(value),
             (Action::VirtualMedia(VirtualMediaOp::Insert { url, .. }), ParamField::Url) => *url = value,
             (Action::FirmwareUpdate(FirmwareUpdate { image_uri: Some(u), .. }), ParamField::Url) => *u = value,
             (Action::Raw(RawRequest::Ipmi(r)), ParamField::Raw) => match from_hex(&value) {
@@ -191,7 +209,7 @@ impl Action {
         let Some((field, value)) = self.secret_param() else { return };
         let shown = match field {
             ParamField::Url => loggable_url(&value),
-            ParamField::Password => "[sealed]".into(),
+            ParamField::Password | ParamField::PrivateKey => "[sealed]".into(),
             // Nothing of the request's data stays: the worker puts it back.
             ParamField::Raw => {
                 match self {
@@ -216,6 +234,28 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_certificates_private_key_is_a_secret_parameter() {
+        let key = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----\n";
+        let original = Action::BmcCertReplace(BmcCertReplace {
+            certificate_pem: "-----BEGIN CERTIFICATE-----\nMAMCAQA=\n-----END CERTIFICATE-----\n".into(),
+            private_key_pem: Secret::new(key),
+        });
+        let (field, value) = original.secret_param().expect("the key is sealed");
+        assert_eq!((field, value.as_str()), (ParamField::PrivateKey, key));
+        // A BMC quoting a line of the key has it scrubbed too.
+        assert!(original.secret_values().iter().any(|v| v == "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg"));
+        let mut hidden = original.clone();
+        hidden.hide_secret_param();
+        let shown = format!("{hidden:?} {} {}", hidden.loggable(), serde_json::to_string(&hidden).unwrap());
+        assert!(!shown.contains("MIGHAgEA"), "{shown}");
+        assert!(hidden.set_secret_param(field, value), "put back");
+        assert_eq!(hidden, original);
+        assert!(!format!("{original:?}").contains("MIGHAgEA"), "Debug never shows the key");
+        assert!(!original.loggable().contains("MIGHAgEA"));
+        assert_eq!(crate::plan::redact_text(key), crate::plan::REDACTED);
+    }
 
     #[test]
     fn raw_request_data_is_a_secret_parameter() {

@@ -29,6 +29,7 @@ mod bios;
 mod bmc_clock;
 mod bmc_reset;
 mod boot;
+mod certificates;
 mod event_log;
 mod firmware_update;
 mod identify;
@@ -46,6 +47,7 @@ pub use bios::*;
 pub use bmc_clock::*;
 pub use bmc_reset::*;
 pub use boot::*;
+pub use certificates::*;
 pub use event_log::*;
 pub use firmware_update::*;
 pub use identify::*;
@@ -171,6 +173,18 @@ pub enum Action {
     /// Set the BMC's clock to the worker's (UTC), read back:
     /// `"bmc_clock_sync"` (IPMI Set SEL Time; Redfish Manager `DateTime`).
     BmcClockSync,
+    /// The BMC's NTP settings: `"ntp_get"`.
+    NtpGet,
+    /// Set the BMC's NTP servers and/or whether it uses NTP, read back:
+    /// `{"ntp_set": {"servers": ["ntp1.example"], "enabled": true}}`.
+    NtpSet(NtpSet),
+    /// The HTTPS certificate the BMC serves (subject, issuer, validity,
+    /// SHA-256): `"bmc_cert_get"`.
+    BmcCertGet,
+    /// Replace the BMC's HTTPS certificate with one the operator supplies
+    /// (the key sealed like a password), read back by its fingerprint:
+    /// `{"bmc_cert_replace": {"certificate_pem": "…", "private_key_pem": "…"}}`.
+    BmcCertReplace(BmcCertReplace),
 }
 
 /// A URL as logs may show it: scheme, host, port and path; no user info,
@@ -214,7 +228,16 @@ impl Action {
             | Action::PowerReading
             | Action::PowerLimitGet
             | Action::BmcClockGet
-            | Action::BmcClockSync => String::new(),
+            | Action::BmcClockSync
+            | Action::NtpGet
+            | Action::BmcCertGet => String::new(),
+            Action::NtpSet(n) => format!(
+                "servers={} enabled={}",
+                n.servers.as_ref().map(|s| s.join(",")).unwrap_or_else(|| "-".into()),
+                n.enabled.map(|e| e.to_string()).unwrap_or_else(|| "-".into())
+            ),
+            // The key is never shown; the certificate by its size only.
+            Action::BmcCertReplace(r) => format!("certificate=[{} bytes] key=[sealed]", r.certificate_pem.len()),
             Action::PowerLimitSet(p) => format!(
                 "watts={} active={}",
                 p.watts.map(|w| w.to_string()).unwrap_or_else(|| "-".into()),
@@ -321,6 +344,10 @@ impl Action {
             Action::PowerLimitSet(_) => "power_limit_set",
             Action::BmcClockGet => "bmc_clock_get",
             Action::BmcClockSync => "bmc_clock_sync",
+            Action::NtpGet => "ntp_get",
+            Action::NtpSet(_) => "ntp_set",
+            Action::BmcCertGet => "bmc_cert_get",
+            Action::BmcCertReplace(_) => "bmc_cert_replace",
         }
     }
 
@@ -343,7 +370,9 @@ impl Action {
             // A timed identify started again runs its interval again: harmless.
             Action::IdentifyGet | Action::Identify(_) => true,
             Action::PowerReading | Action::PowerLimitGet | Action::PowerLimitSet(_) => true,
-            Action::BmcClockGet | Action::BmcClockSync => true,
+            Action::BmcClockGet | Action::BmcClockSync | Action::NtpGet | Action::NtpSet(_) => true,
+            // The same certificate installed twice is served the same.
+            Action::BmcCertGet | Action::BmcCertReplace(_) => true,
             // A second update request starts a second update: a new owner
             // watches the first one's task instead (see `watches_task`).
             Action::BmcReset(_) | Action::Raw(_) | Action::FirmwareUpdate(_) => false,

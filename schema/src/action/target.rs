@@ -277,7 +277,10 @@ pub struct TlsOptions {
     /// Trust exactly the certificate with this SHA-256 fingerprint (64 hex
     /// digits, `:` separators allowed), whoever issued it and whatever name
     /// it carries: what a self-signed BMC certificate needs instead of
-    /// `insecure`. Takes precedence over `ca_pem` and `insecure`.
+    /// `insecure`. Takes precedence over `ca_pem` and `insecure`. Two
+    /// fingerprints separated by a comma trust either certificate: the
+    /// registry holds the old and the new one while a BMC certificate is
+    /// being replaced (`bmcctl bmc-cert replace`, docs/BMC_CERTIFICATES.md).
     pub pin_sha256: Option<String>,
     /// Intel AMT only: allow plain HTTP (port 16992). Off by default: Digest
     /// over HTTP lets an observer record the exchange; an operator allows it
@@ -291,18 +294,32 @@ impl TlsOptions {
         *self == TlsOptions::default()
     }
 
-    /// The pinned fingerprint as bytes, if one is set and well formed.
-    pub fn pin(&self) -> Result<Option<[u8; 32]>, String> {
-        let Some(text) = &self.pin_sha256 else { return Ok(None) };
-        let hex: String = text.chars().filter(|c| *c != ':' && !c.is_whitespace()).collect();
-        let bad = || "tls.pin_sha256 must be a SHA-256 fingerprint: 64 hex digits (`:` separators allowed)".to_owned();
-        if hex.len() != 64 {
-            return Err(bad());
+    /// Most fingerprints `pin_sha256` may hold (the old and the new one
+    /// during a certificate replacement).
+    pub const MAX_PINS: usize = 2;
+
+    /// The pinned fingerprints as bytes (empty when none is set), if well
+    /// formed: one, or two separated by a comma.
+    pub fn pins(&self) -> Result<Vec<[u8; 32]>, String> {
+        let Some(text) = &self.pin_sha256 else { return Ok(Vec::new()) };
+        let parts: Vec<&str> = text.split(',').collect();
+        if parts.len() > Self::MAX_PINS {
+            return Err(format!("tls.pin_sha256 holds at most {} fingerprints (comma-separated)", Self::MAX_PINS));
         }
-        let mut out = [0u8; 32];
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16).map_err(|_| bad())?;
-        }
-        Ok(Some(out))
+        parts.into_iter().map(parse_pin).collect()
     }
+}
+
+/// One SHA-256 fingerprint: 64 hex digits, `:` separators allowed.
+pub fn parse_pin(text: &str) -> Result<[u8; 32], String> {
+    let hex: String = text.chars().filter(|c| *c != ':' && !c.is_whitespace()).collect();
+    let bad = || "tls.pin_sha256 must be a SHA-256 fingerprint: 64 hex digits (`:` separators allowed)".to_owned();
+    if hex.len() != 64 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16).map_err(|_| bad())?;
+    }
+    Ok(out)
 }

@@ -31,6 +31,15 @@
 //!   `UpdateParameters`, JSON, and `UpdateFile`), records what it received
 //!   ([`PushReceived`]: bytes, SHA-256, file name, `Targets`, apply time)
 //!   and runs it as an update task like SimpleUpdate;
+//! - **CertificateService** ([`MockupBuilder::certificate_service`]), after
+//!   DSP0266 and bmcweb: the service root links it, the Manager's
+//!   `NetworkProtocol` links `HTTPS.Certificates` with the certificate the
+//!   server presents (`CertificateString`), and, when asked for,
+//!   `CertificateService.ReplaceCertificate` (with its ActionInfo, every
+//!   parameter required, `CertificateType` PEM) takes the private key and
+//!   certificate in one PEM `CertificateString` for that `CertificateUri`
+//!   and swaps the certificate the TLS server presents from the next
+//!   handshake on (a key that does not match is refused, nothing changed);
 //! - **faults** ([`Fault`]) answer before all of that: a status with a
 //!   body, malformed bytes, a hang, or "accept as a task" (`202` + a Task
 //!   Monitor that answers `202` N times, then the final Task).
@@ -60,6 +69,12 @@ const UPDATE_SERVICE: &str = "/redfish/v1/UpdateService";
 pub const SIMPLE_UPDATE: &str = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate";
 /// The mockup's `MultipartHttpPushUri` ([`MockupBuilder::multipart_push`]).
 pub const MULTIPART_PUSH: &str = "/redfish/v1/UpdateService/upload";
+
+/// The mockup's CertificateService ([`MockupBuilder::certificate_service`]).
+pub const CERTIFICATE_SERVICE: &str = "/redfish/v1/CertificateService";
+/// Its ReplaceCertificate action target.
+pub const REPLACE_CERTIFICATE: &str = "/redfish/v1/CertificateService/Actions/CertificateService.ReplaceCertificate";
+const REPLACE_CERTIFICATE_INFO: &str = "/redfish/v1/CertificateService/ReplaceCertificateActionInfo";
 
 /// What one multipart push delivered, read by the mockup's own parser.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -276,6 +291,10 @@ struct State {
     updates: Vec<Update>,
     /// Every multipart push received (accepted or not).
     pushes: Vec<PushReceived>,
+    /// The certificate the TLS server presents.
+    served: Arc<super::ServedCert>,
+    /// The HTTPS Certificate resource, with a CertificateService.
+    https_certificate: Option<String>,
 }
 
 /// The account the mockup accepts and how it treats requests: set on the
@@ -307,6 +326,8 @@ pub struct MockupBuilder {
     pki: Option<TestPki>,
     update: Option<UpdateBehaviour>,
     push: bool,
+    /// A CertificateService: `Some(advertises ReplaceCertificate)`.
+    certificates: Option<bool>,
 }
 
 fn read_json(file: &Path) -> Result<Value, HarnessError> {
@@ -345,6 +366,7 @@ impl Default for MockupBuilder {
             pki: None,
             update: None,
             push: false,
+            certificates: None,
         }
     }
 }
@@ -458,6 +480,80 @@ impl MockupBuilder {
         self
     }
 
+    /// A CertificateService and the HTTPS certificate collection of the
+    /// Manager's NetworkProtocol (created when the mockup has none);
+    /// `replace`: the service advertises ReplaceCertificate (see the module docs).
+    pub fn certificate_service(mut self, replace: bool) -> Self {
+        self.certificates = Some(replace);
+        self
+    }
+
+    /// Link the CertificateService and the HTTPS certificate collection;
+    /// answer the Certificate resource's path.
+    fn add_certificates(&mut self, replace: bool, cert_pem: &str) -> Option<String> {
+        let manager = self
+            .resources
+            .iter()
+            .find(|(_, r)| r.get("@odata.type").and_then(Value::as_str).is_some_and(|t| t.contains("#Manager.")))
+            .map(|(p, _)| p.clone())?;
+        let linked = self.resources.get(&manager).and_then(|m| m["NetworkProtocol"]["@odata.id"].as_str()).map(norm);
+        let np = match linked {
+            Some(p) if self.resources.contains_key(&p) => p,
+            linked => {
+                // Linked but not captured, or not linked: built after DSP0268.
+                let p = linked.unwrap_or_else(|| format!("{manager}/NetworkProtocol"));
+                self.resources.insert(
+                    p.clone(),
+                    json!({"@odata.id": p, "@odata.type": "#ManagerNetworkProtocol.v1_9_0.ManagerNetworkProtocol",
+                           "Id": "NetworkProtocol", "Name": "Manager Network Protocol"}),
+                );
+                if let Some(m) = self.resources.get_mut(&manager) {
+                    m["NetworkProtocol"] = json!({"@odata.id": p});
+                }
+                p
+            }
+        };
+        let coll = format!("{np}/HTTPS/Certificates");
+        let cert = format!("{coll}/1");
+        if let Some(r) = self.resources.get_mut(&np) {
+            r["HTTPS"]["Certificates"] = json!({"@odata.id": coll});
+            if r["HTTPS"].get("ProtocolEnabled").is_none() {
+                r["HTTPS"]["ProtocolEnabled"] = json!(true);
+                r["HTTPS"]["Port"] = json!(443);
+            }
+        }
+        self.resources.insert(
+            coll.clone(),
+            json!({"@odata.id": coll, "@odata.type": "#CertificateCollection.CertificateCollection",
+                   "Name": "HTTPS Certificates Collection", "Members": [{"@odata.id": cert}], "Members@odata.count": 1}),
+        );
+        self.resources.insert(
+            cert.clone(),
+            json!({"@odata.id": cert, "@odata.type": "#Certificate.v1_5_0.Certificate", "Id": "1",
+                   "Name": "HTTPS Certificate", "CertificateType": "PEM", "CertificateString": cert_pem}),
+        );
+        let mut service = json!({"@odata.id": CERTIFICATE_SERVICE, "@odata.type": "#CertificateService.v1_0_4.CertificateService",
+                                 "Id": "CertificateService", "Name": "Certificate Service", "Actions": {}});
+        if replace {
+            service["Actions"]["#CertificateService.ReplaceCertificate"] = json!({
+                "target": REPLACE_CERTIFICATE, "@Redfish.ActionInfo": REPLACE_CERTIFICATE_INFO});
+            self.resources.insert(
+                REPLACE_CERTIFICATE_INFO.into(),
+                json!({"@odata.id": REPLACE_CERTIFICATE_INFO, "@odata.type": "#ActionInfo.v1_1_2.ActionInfo",
+                       "Id": "ReplaceCertificateActionInfo", "Name": "Replace Certificate Action Info",
+                       "Parameters": [
+                           {"Name": "CertificateString", "Required": true, "DataType": "String"},
+                           {"Name": "CertificateType", "Required": true, "DataType": "String", "AllowableValues": ["PEM"]},
+                           {"Name": "CertificateUri", "Required": true, "DataType": "Object", "ObjectDataType": "#Certificate.v1_0_0.Certificate"}]}),
+            );
+        }
+        self.resources.insert(CERTIFICATE_SERVICE.into(), service);
+        if let Some(root) = self.resources.get_mut("/redfish/v1") {
+            root["CertificateService"] = json!({"@odata.id": CERTIFICATE_SERVICE});
+        }
+        Some(cert)
+    }
+
     /// Use this certificate authority (default: a fresh one).
     pub fn pki(mut self, pki: TestPki) -> Self {
         self.pki = Some(pki);
@@ -497,10 +593,15 @@ impl MockupBuilder {
             );
             self.resources.insert(TASKS.into(), json!({"@odata.id": TASKS, "Members": [], "Members@odata.count": 0}));
         }
-        let pki = match self.pki {
+        let pki = match self.pki.take() {
             Some(p) => p,
             None => TestPki::generate()?,
         };
+        let https_certificate = match self.certificates {
+            Some(replace) => self.add_certificates(replace, &pki.cert_pem),
+            None => None,
+        };
+        let (tls, served) = pki.swappable_server_config()?;
         let (username, password) = (self.rules.username.clone(), self.rules.password.clone());
         let state = Arc::new(Mutex::new(State {
             resources: self.resources,
@@ -513,6 +614,8 @@ impl MockupBuilder {
             update: self.update,
             updates: Vec::new(),
             pushes: Vec::new(),
+            served: served.clone(),
+            https_certificate,
         }));
         let shared = state.clone();
         let handler: server::Handler = Arc::new(move |req| {
@@ -525,8 +628,8 @@ impl MockupBuilder {
                 }
             })
         });
-        let running = server::start(Some(pki.server_config()?), handler).await?;
-        Ok(MockupServer { running, state, pki, username, password })
+        let running = server::start(Some(tls), handler).await?;
+        Ok(MockupServer { running, state, pki, username, password, served })
     }
 }
 
@@ -885,6 +988,47 @@ impl State {
         None
     }
 
+    /// `CertificateService.ReplaceCertificate`: the key and certificate in
+    /// one PEM `CertificateString`, for the HTTPS certificate's URI.
+    fn replace_certificate(&mut self, params: &Map<String, Value>) -> HttpResponse {
+        let Some(uri) = self.https_certificate.clone() else {
+            return redfish_error(404, "ResourceMissingAtURI", "no CertificateService");
+        };
+        let missing =
+            ["CertificateString", "CertificateType", "CertificateUri"].into_iter().find(|k| !params.contains_key(*k));
+        if let Some(k) = missing {
+            return redfish_error(
+                400,
+                "ActionParameterMissing",
+                &format!("The action ReplaceCertificate requires the parameter {k}."),
+            );
+        }
+        if params["CertificateType"] != json!("PEM") {
+            return redfish_error(400, "ActionParameterValueNotInList", "CertificateType must be PEM.");
+        }
+        if params["CertificateUri"]["@odata.id"].as_str().map(norm).as_deref() != Some(uri.as_str()) {
+            return redfish_error(400, "ActionParameterValueError", "CertificateUri names no replaceable certificate.");
+        }
+        let text = params["CertificateString"].as_str().unwrap_or_default();
+        // The certificate blocks only (the key stays out of the resource).
+        let certs: String = text
+            .split_inclusive("-----END CERTIFICATE-----")
+            .filter_map(|part| part.find("-----BEGIN CERTIFICATE-----").map(|i| format!("{}\n", &part[i..])))
+            .collect();
+        if let Err(e) = self.served.replace(&certs, text) {
+            return redfish_error(
+                400,
+                "ActionParameterValueError",
+                &format!("The certificate or key is not usable: {e}"),
+            );
+        }
+        if let Some(r) = self.resources.get_mut(&uri) {
+            r["CertificateString"] = json!(certs);
+        }
+        self.bump_etag(&uri);
+        HttpResponse::json(200, &self.resources.get(&uri).cloned().unwrap_or_default())
+    }
+
     /// Start an update (`SimpleUpdate`): a Task and its monitor.
     fn simple_update(&mut self, params: &Map<String, Value>) -> HttpResponse {
         let Some(image) = params.get("ImageURI").and_then(Value::as_str) else {
@@ -1031,6 +1175,9 @@ impl State {
             }
             if name == "UpdateService.SimpleUpdate" && self.update.is_some() {
                 return self.simple_update(params);
+            }
+            if name == "CertificateService.ReplaceCertificate" {
+                return self.replace_certificate(params);
             }
             return self.apply_action(&owner, &name, params);
         }
@@ -1182,6 +1329,7 @@ pub struct MockupServer {
     pki: TestPki,
     username: String,
     password: String,
+    served: Arc<super::ServedCert>,
 }
 
 impl MockupServer {
@@ -1195,6 +1343,11 @@ impl MockupServer {
 
     pub fn base_url(&self) -> String {
         format!("https://127.0.0.1:{}", self.running.addr.port())
+    }
+
+    /// The DER of the certificate the server presents now.
+    pub fn served_certificate(&self) -> Vec<u8> {
+        self.served.der()
     }
 
     /// The CA that signed the server certificate.

@@ -51,9 +51,10 @@ mod sushy;
 
 pub use image::{image_bytes, sha256_hex, ImageServer};
 pub use mockup::{
-    Fault, MockupBuilder, MockupServer, PushReceived, RecordedRequest, UpdateBehaviour, MULTIPART_PUSH, SIMPLE_UPDATE,
+    Fault, MockupBuilder, MockupServer, PushReceived, RecordedRequest, UpdateBehaviour, CERTIFICATE_SERVICE,
+    MULTIPART_PUSH, REPLACE_CERTIFICATE, SIMPLE_UPDATE,
 };
-pub use pki::TestPki;
+pub use pki::{ServedCert, TestPki};
 pub use silent::SilentServer;
 pub use sushy::{FakeSystem, SushyBuilder, SushyEmulator};
 

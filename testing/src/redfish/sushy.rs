@@ -322,6 +322,11 @@ impl SushyEmulator {
         &self.pki.ca_pem
     }
 
+    /// The certificate the emulator serves (PEM).
+    pub fn cert_pem(&self) -> &str {
+        &self.pki.cert_pem
+    }
+
     /// A target for this emulator: inline credentials, its CA as `tls.ca_pem`.
     pub fn target(&self) -> BmcTarget {
         loopback_target(self.addr, &self.username, &self.password, &self.pki.ca_pem)

@@ -49,6 +49,11 @@ impl WsmanClient {
         self.healthy
     }
 
+    /// The transport (what TLS it speaks, the certificate it was shown).
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
     pub fn bmc(&self) -> &str {
         &self.bmc
     }
