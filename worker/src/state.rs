@@ -1144,6 +1144,7 @@ mod tests {
                     power_read_ms: None,
                     clock_drift_ms: None,
                     clock_read_ms: None,
+                    cert_not_after_ms: None,
                 };
                 state.health = health.map(|(status, checked_ms)| bmcfleet_schema::health::HealthSummary {
                     status,
