@@ -20,7 +20,13 @@ use std::time::Duration;
 const MARGIN: Duration = Duration::from_secs(30);
 
 impl Gateway {
-    pub(crate) async fn discover(&self, enc: Encoding, payload: &[u8], who: &Requester) -> Reply {
+    pub(crate) async fn discover(
+        &self,
+        enc: Encoding,
+        payload: &[u8],
+        who: &Requester,
+        headers: Option<&async_nats::HeaderMap>,
+    ) -> Reply {
         if let Requester::Tenant(tenant) = who {
             return error(
                 ErrorCode::PermissionDenied,
@@ -42,6 +48,16 @@ impl Gateway {
             Err(e) => return error(e.kind().code(), e.context().to_owned()),
         };
         tracing::info!(targets = %request.targets.join(","), addresses = plan.addresses, "Discovery requested by an operator.");
+        // Audited before any probe: who asked to probe what, whatever a worker answers.
+        let kept = request.targets.len().min(bmcfleet_schema::audit::DISCOVERY_TARGETS_KEPT);
+        let what = bmcfleet_schema::audit::AuditEvent::DiscoveryRequested {
+            targets: request.targets[..kept].to_vec(),
+            more_targets: u32::try_from(request.targets.len() - kept).unwrap_or(u32::MAX),
+            addresses: plan.addresses,
+        };
+        let now = bmcfleet_common::runtime::now_ms();
+        let record = crate::requester::audit_record(now, who, what, headers);
+        self.audit.record(self.subjects.audit_discovery(), record).await;
         let body = match serde_json::to_vec(&request) {
             Ok(b) => b,
             Err(e) => return error(ErrorCode::Internal, format!("cannot encode the discovery request: {e}")),

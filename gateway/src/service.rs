@@ -187,7 +187,7 @@ impl Gateway {
                         Endpoint::Submit => self.submit(enc, &request.message.payload, headers, &who).await,
                         Endpoint::Status => self.status(enc, &request.message.payload, &who).await,
                         Endpoint::Cancel => self.cancel(enc, &request.message.payload, &who, headers).await,
-                        Endpoint::Discover => self.discover(enc, &request.message.payload, &who).await,
+                        Endpoint::Discover => self.discover(enc, &request.message.payload, &who, headers).await,
                     },
                 };
                 (enc, reply)

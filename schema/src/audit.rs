@@ -101,6 +101,17 @@ pub enum AuditEvent {
         tenant: String,
         change: String,
     },
+    /// An operator asked for a BMC discovery (what was to be probed: the
+    /// targets as asked, at most [`DISCOVERY_TARGETS_KEPT`] of them, and
+    /// how many addresses they hold), recorded before it is handed to a
+    /// worker, whatever the worker then answers.
+    DiscoveryRequested {
+        targets: Vec<String>,
+        /// Targets past the ones kept.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        more_targets: u32,
+        addresses: u64,
+    },
     MachinePut {
         machine: String,
         revision: u64,
@@ -111,6 +122,13 @@ pub enum AuditEvent {
         machine: String,
         revision: u64,
     },
+}
+
+/// How many of a discovery's targets its audit record keeps.
+pub const DISCOVERY_TARGETS_KEPT: usize = 32;
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl AuditRecord {
@@ -153,6 +171,10 @@ impl AuditRecord {
             }
             AuditEvent::RolloutChanged { rollout, tenant, change } => {
                 format!("{actor} {change}d rollout {rollout} (tenant {tenant})")
+            }
+            AuditEvent::DiscoveryRequested { targets, more_targets, addresses } => {
+                let more = if *more_targets > 0 { format!(" and {more_targets} more") } else { String::new() };
+                format!("{actor} asked to discover BMCs in {}{more} ({addresses} addresses)", targets.join(", "))
             }
             AuditEvent::MachinePut { machine, revision, .. } => {
                 format!("{} put machine {machine} (revision {revision})", actor)

@@ -168,6 +168,11 @@ impl Subjects {
         format!("{}.audit.batch.{}", self.prefix, tenant)
     }
 
+    /// Audit records of BMC discovery requests.
+    pub fn audit_discovery(&self) -> String {
+        format!("{}.audit.discovery", self.prefix)
+    }
+
     /// Audit records of registry changes.
     pub fn audit_registry(&self) -> String {
         format!("{}.audit.registry", self.prefix)

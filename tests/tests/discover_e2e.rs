@@ -250,6 +250,34 @@ async fn mixed_loopback_responders_are_found_and_nothing_else_is_touched() {
     for (port, _) in &want {
         assert!(said.contains(&format!("bmc-127-0-0-1-{port}")), "{said}");
     }
+
+    // Each operator discovery is audited before it is handed to a worker,
+    // refused ones by a worker included; a tenant's, refused by the
+    // gateway, is not a discovery and leaves no record.
+    let out = bmcctl(&stack, &["--json", "audit"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let asked: Vec<(Vec<String>, u64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<bmcfleet_schema::audit::AuditRecord>(l).ok())
+        .filter_map(|r| match r.what {
+            bmcfleet_schema::audit::AuditEvent::DiscoveryRequested { targets, addresses, .. } => {
+                assert_eq!(r.actor, "operator");
+                Some((targets, addresses))
+            }
+            _ => None,
+        })
+        .collect();
+    let one = || vec!["127.0.0.1".to_owned()];
+    assert_eq!(
+        asked,
+        [
+            (one(), 1),
+            (vec!["127.0.0.1/32".into(), "127.0.0.2/32".into()], 2),
+            (vec!["127.0.0.0/21".into()], 2048),
+            (one(), 1)
+        ],
+        "one record per operator discovery, in order"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
