@@ -359,6 +359,13 @@ pub const CONSOLE_LOST_HEADER: &str = "Bmc-Console-Lost";
 pub const CONSOLE_EVENT_HEADER: &str = "Bmc-Console-Event";
 /// Console output markers: why a session ended (`ended`) or what it took over from.
 pub const CONSOLE_REASON_HEADER: &str = "Bmc-Console-Reason";
+/// Console `takeover` marker after a failover: the most bytes of host
+/// output the gap can have cost (line rate × gap time + what the old owner
+/// held; a bound, not a count: the BMC does not say what it dropped).
+pub const CONSOLE_GAP_BYTES_HEADER: &str = "Bmc-Console-Gap-Bytes";
+/// Console `takeover` marker after a failover: milliseconds from the old
+/// session's last stored chunk to the new activation.
+pub const CONSOLE_GAP_MS_HEADER: &str = "Bmc-Console-Gap-Ms";
 /// Every marker of [`CONSOLE_EVENT_HEADER`].
 pub const CONSOLE_EVENTS: [&str; 7] = ["started", "takeover", "break", "overrun", "ended", "error", "unsupported"];
 /// Console input: `break` sends a serial break (the body is ignored).
