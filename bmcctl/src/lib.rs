@@ -78,6 +78,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return cmd::console::run(
             nats,
             &cli.topology,
+            &cli.service.service_prefix,
             op.as_ref(),
             machine.as_deref(),
             *watch,

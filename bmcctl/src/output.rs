@@ -399,6 +399,14 @@ pub fn reply_text(reply: &Reply, wide: bool) -> String {
         Reply::Error(e) => format!("error: {}: {}\n", e.code, e.message),
         Reply::Rollout(v) => crate::cmd::rollout::view_text(v, wide),
         Reply::Rollouts { rollouts } => crate::cmd::rollout::list_text(rollouts),
+        Reply::ConsoleLog(page) => {
+            format!(
+                "console log of {}: {} entries{}\n",
+                page.machine,
+                page.entries.len(),
+                if page.more { ", more" } else { "" }
+            )
+        }
     }
 }
 

@@ -23,6 +23,7 @@
 pub mod budget;
 pub mod cancel;
 pub mod config;
+pub mod console_log;
 pub mod metrics;
 pub mod ownership;
 pub mod requester;
@@ -155,6 +156,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let mut submit = group.endpoint("submit").await.map_err(|e| anyhow::anyhow!("submit endpoint: {e}"))?;
     let mut status = group.endpoint("status").await.map_err(|e| anyhow::anyhow!("status endpoint: {e}"))?;
     let mut cancel = group.endpoint("cancel").await.map_err(|e| anyhow::anyhow!("cancel endpoint: {e}"))?;
+    let mut console_log = group
+        .group(bmcfleet_schema::subject::CONSOLE_GROUP)
+        .endpoint(bmcfleet_schema::subject::CONSOLE_ENDPOINTS[0])
+        .await
+        .map_err(|e| anyhow::anyhow!("console log endpoint: {e}"))?;
     let rollout_group = group.group(bmcfleet_schema::subject::ROLLOUT_GROUP);
     let mut rollout_endpoints = futures::stream::SelectAll::new();
     for which in rollout::Endpoint::ALL {
@@ -195,6 +201,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             r = submit.next() => (r, service::Endpoint::Submit),
             r = status.next() => (r, service::Endpoint::Status),
             r = cancel.next() => (r, service::Endpoint::Cancel),
+            r = console_log.next() => (r, service::Endpoint::ConsoleLog),
         };
         let Some(request) = request else { break };
         // Never wait for capacity here: a full budget is an `unavailable`

@@ -1,7 +1,7 @@
 //! The gateway's service: [`Gateway`], the state every endpoint handler
 //! shares, and how a request is dispatched to its endpoint and answered.
 //! The endpoints are one module each: `submit` (with `target`), `status`,
-//! `cancel`; who asks is `requester`.
+//! `cancel`, `console_log`; who asks is `requester`.
 
 use crate::requester::Requester;
 use async_nats::service::Request;
@@ -22,6 +22,8 @@ pub enum Endpoint {
     Submit,
     Status,
     Cancel,
+    /// `console.log`: a machine's stored console output (`console_log`).
+    ConsoleLog,
 }
 
 impl Endpoint {
@@ -31,6 +33,7 @@ impl Endpoint {
             Endpoint::Submit => "submit",
             Endpoint::Status => "status",
             Endpoint::Cancel => "cancel",
+            Endpoint::ConsoleLog => "console.log",
         }
     }
 }
@@ -182,6 +185,7 @@ impl Gateway {
                         Endpoint::Submit => self.submit(enc, &request.message.payload, headers, &who).await,
                         Endpoint::Status => self.status(enc, &request.message.payload, &who).await,
                         Endpoint::Cancel => self.cancel(enc, &request.message.payload, &who).await,
+                        Endpoint::ConsoleLog => self.console_log(enc, &request.message.payload, &who).await,
                     },
                 };
                 (enc, reply)

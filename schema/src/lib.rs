@@ -24,6 +24,7 @@ pub mod audit;
 pub mod bmc;
 pub mod codec;
 pub mod components;
+pub mod console;
 pub mod duration;
 pub mod error;
 /// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
@@ -45,6 +46,7 @@ pub mod validate;
 pub use action::*;
 pub use bmc::{BmcAddress, BmcKey, Host};
 pub use codec::Encoding;
+pub use console::{ConsoleEntry, ConsoleLogPage, ConsoleLogRequest};
 pub use error::{ErrorBody, ErrorCode};
 pub use lifecycle::TaskResume;
 pub use machine::Machine;

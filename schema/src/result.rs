@@ -545,6 +545,8 @@ pub enum Reply {
     Rollouts {
         rollouts: Vec<crate::rollout::RolloutRecord>,
     },
+    /// `console.log`: one page of a machine's stored console output.
+    ConsoleLog(crate::console::ConsoleLogPage),
 }
 
 /// Request body of `status` and `cancel`.

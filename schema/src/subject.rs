@@ -332,6 +332,16 @@ pub fn rollout_subject(service_prefix: &str, endpoint: &str) -> String {
     format!("{service_prefix}.{ROLLOUT_GROUP}.{endpoint}")
 }
 
+/// Group of the console endpoints under the service prefix (`<service>.console.<endpoint>`).
+pub const CONSOLE_GROUP: &str = "console";
+/// Console endpoints: `log` (a machine's stored output, paginated).
+pub const CONSOLE_ENDPOINTS: [&str; 1] = ["log"];
+
+/// The subject of a console endpoint (one of [`CONSOLE_ENDPOINTS`]).
+pub fn console_endpoint_subject(service_prefix: &str, endpoint: &str) -> String {
+    format!("{service_prefix}.{CONSOLE_GROUP}.{endpoint}")
+}
+
 /// The subject of a gateway endpoint (one of [`ENDPOINTS`]).
 pub fn service_subject(service_prefix: &str, endpoint: &str) -> String {
     format!("{service_prefix}.{endpoint}")

@@ -214,6 +214,7 @@ tags! {
         Reply::Error(_) => "error",
         Reply::Rollout(_) => "rollout",
         Reply::Rollouts { .. } => "rollouts",
+        Reply::ConsoleLog(_) => "console_log",
     }
 }
 
@@ -845,6 +846,33 @@ fn every_reply() -> Vec<Reply> {
         Reply::Rollout(rollout_view(true)),
         Reply::Rollout(rollout_view(false)),
         Reply::Rollouts { rollouts: vec![rollout_record(false), rollout_record(true)] },
+        Reply::ConsoleLog(bmcfleet_schema::ConsoleLogPage {
+            machine: "node-1".into(),
+            entries: vec![
+                bmcfleet_schema::ConsoleEntry {
+                    position: 7,
+                    time: "2026-12-06T08:00:00Z".into(),
+                    session: Some("01JD5Q8K3C2V7X9N4M6P1R0T8S".into()),
+                    seq: Some(1),
+                    event: Some("takeover".into()),
+                    reason: Some("session … ended without closing".into()),
+                    gap_bytes: Some(70_000),
+                    ..Default::default()
+                },
+                bmcfleet_schema::ConsoleEntry {
+                    position: 9,
+                    time: "2026-12-06T08:00:01Z".into(),
+                    session: Some("01JD5Q8K3C2V7X9N4M6P1R0T8S".into()),
+                    seq: Some(2),
+                    lost: Some(12),
+                    data: "bG9naW46IA==".into(),
+                    ..Default::default()
+                },
+            ],
+            next: Some(9),
+            more: true,
+        }),
+        Reply::ConsoleLog(bmcfleet_schema::ConsoleLogPage { machine: "node-2".into(), ..Default::default() }),
     ]
 }
 
@@ -1104,6 +1132,21 @@ fn cases() -> Vec<Case> {
         &RolloutStatusRequest { id: id(), from: 5, limit: 100 },
     ));
     out.push(case("rollout list request", "rollout-list-request.json", &RolloutListRequest { all: true }));
+    out.push(case(
+        "console log request",
+        "console-log-request.json",
+        &bmcfleet_schema::ConsoleLogRequest {
+            machine: "node-1".into(),
+            after: Some(9),
+            since: Some("10m".into()),
+            max_bytes: Some(4096),
+        },
+    ));
+    out.push(case(
+        "console log request (machine only)",
+        "console-log-request.json",
+        &bmcfleet_schema::ConsoleLogRequest { machine: "node-1".into(), ..Default::default() },
+    ));
     out.push(case("rollout list request (default)", "rollout-list-request.json", &RolloutListRequest::default()));
     for e in every_rollout_event() {
         out.push(case(format!("rollout event {}", e.event.name()), "rollout-event.json", &e));
@@ -1433,7 +1476,7 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
     let s = Subjects::default();
     let id: BatchId = id();
     let addresses: BTreeSet<String> = yaml_block(&doc, "channels:").into_iter().map(|(k, _)| k).collect();
-    assert_eq!(addresses.len(), 8 + subject::ROLLOUT_ENDPOINTS.len() + 2 + 3, "{addresses:?}");
+    assert_eq!(addresses.len(), 8 + subject::ROLLOUT_ENDPOINTS.len() + 2 + 3 + 2, "{addresses:?}");
     let address = |channel: &str| -> String {
         let rest = &doc[doc.find(&format!("\n  {channel}:\n")).unwrap_or_else(|| panic!("no channel {channel}"))..];
         rest.lines().find_map(|l| l.trim().strip_prefix("address: ")).unwrap().to_owned()
@@ -1441,6 +1484,7 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
     for endpoint in subject::ENDPOINTS {
         assert_eq!(address(endpoint), subject::service_subject("bmcfleet", endpoint));
     }
+    assert_eq!(address("consoleLog"), subject::console_endpoint_subject("bmcfleet", subject::CONSOLE_ENDPOINTS[0]));
     for endpoint in subject::ROLLOUT_ENDPOINTS {
         let channel = format!("rollout{}{}", endpoint[..1].to_ascii_uppercase(), &endpoint[1..]);
         assert_eq!(address(&channel), subject::rollout_subject("bmcfleet", endpoint));
@@ -1477,6 +1521,8 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
         subject::CONSOLE_LOST_HEADER,
         subject::CONSOLE_EVENT_HEADER,
         subject::CONSOLE_REASON_HEADER,
+        subject::CONSOLE_GAP_BYTES_HEADER,
+        subject::CONSOLE_GAP_MS_HEADER,
         subject::CONSOLE_OP_HEADER,
         subject::CONSOLE_VIEWER_HEADER,
         subject::CONTENT_TYPE,

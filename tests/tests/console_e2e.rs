@@ -35,6 +35,32 @@ async fn always_on(client: &async_nats::Client, subjects: &Subjects, name: &str)
     bmcfleet_common::registry::put(&machines, &m).await.unwrap();
 }
 
+/// Waits until the partitions are shared by `w0` and `w1` (the second
+/// worker's arrival moves partitions by graceful hand-overs: after this,
+/// a console's owner stays put until one dies).
+async fn both_workers_own_partitions(client: &async_nats::Client, subjects: &Subjects) {
+    use futures::TryStreamExt;
+    let js = async_nats::jetstream::new(client.clone());
+    let owners = bmcfleet_tests::poll_until(WAIT, Duration::from_millis(100), || {
+        let js = js.clone();
+        let bucket = subjects.leases_bucket();
+        async move {
+            let kv = js.get_key_value(bucket).await.ok()?;
+            let keys: Vec<String> = kv.keys().await.ok()?.try_collect().await.ok()?;
+            let (mut w0, mut w1) = (0usize, 0usize);
+            for k in &keys {
+                let v = String::from_utf8_lossy(&kv.get(k).await.ok()??).into_owned();
+                w0 += usize::from(v.contains("w0"));
+                w1 += usize::from(v.contains("w1"));
+            }
+            // Every partition leased, shared evenly.
+            (w0 + w1 == keys.len() && w0.abs_diff(w1) <= 1 && w0 > 0).then_some(())
+        }
+    })
+    .await;
+    assert!(owners.is_some(), "the two workers never shared the partitions");
+}
+
 /// One message of the console's output subject.
 #[derive(Clone, Debug)]
 struct Chunk {
@@ -567,6 +593,7 @@ async fn a_worker_killed_mid_output_reports_the_gap_in_bytes() {
     let subjects = stack.topology.subjects();
     let client = &stack.producer.client;
     let name = stack.topology.register_machine(client, &sim.target()).await;
+    both_workers_own_partitions(client, &subjects).await;
     let mut viewer = Viewer::start(client, &subjects, "default", &name, "logger").await;
     viewer.stop_beating();
     always_on(client, &subjects, &name).await;
@@ -586,8 +613,12 @@ async fn a_worker_killed_mid_output_reports_the_gap_in_bytes() {
             }
         })
     };
-    // Mid-output: the owner dies once viewers have seen 300 lines.
+    // Mid-output: the owner dies once viewers have seen 300 lines. (The
+    // owner is the writer of the latest output: the second worker's
+    // arrival may have moved the partition by a graceful hand-over.)
     viewer.wait_data(300 * line(0).len()).await;
+    let owner =
+        viewer.chunks().iter().rev().find(|c| c.event.is_none()).and_then(|c| c.worker.clone()).unwrap_or(owner);
     let mut workers = stack.workers;
     workers[if owner == "w0" { 0 } else { 1 }].kill();
     let takeover = viewer.wait_event("takeover").await;
