@@ -59,17 +59,20 @@ struct Args {
 async fn host_output(fleet: &LanFleet, per_tick: usize) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut line = vec![0u64; fleet.len()];
+    // Lines cut at exactly `per_tick` bytes: the rest goes first next time.
+    let mut rest: Vec<Vec<u8>> = vec![Vec::new(); fleet.len()];
     loop {
         tick.tick().await;
         for (i, bmc) in fleet.bmcs().iter().enumerate() {
             if !bmc.sol_active() || bmc.sol_backlog() >= 4096 {
                 continue;
             }
-            let mut out = Vec::with_capacity(per_tick + 32);
+            let mut out = std::mem::take(&mut rest[i]);
             while out.len() < per_tick {
                 out.extend_from_slice(format!("bmc {i} line {}\r\n", line[i]).as_bytes());
                 line[i] += 1;
             }
+            rest[i] = out.split_off(per_tick);
             bmc.sol_write(&out);
         }
     }
@@ -91,7 +94,12 @@ async fn main() -> anyhow::Result<()> {
         ..LanConfig::default()
     };
     config.state.users[1] = lan::user(&args.user, &args.password, args.privilege);
-    let fleet = LanFleet::start(config)?;
+    // Started (and, when a port is taken, dropped) off the async context:
+    // the fleet owns a runtime, which may not be dropped inside another.
+    let fleet = std::thread::spawn(move || LanFleet::start(config))
+        .join()
+        .map_err(|_| anyhow::anyhow!("starting the BMCs panicked"))?
+        .map_err(|e| anyhow::anyhow!("binding the BMCs' sockets: {e}"))?;
     let first = fleet.bmcs().first().map_or(0, |b| b.port());
     if args.base_port.is_none() && fleet.len() > 1 {
         let ports: Vec<String> = fleet.bmcs().iter().map(|b| b.port().to_string()).collect();
