@@ -211,7 +211,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
     section.goal(
         "consoles logged by one worker",
         &format!("{} at once", o.consoles),
-        format!("{}", num(held, 0)),
+        num(held, 0),
         held >= o.consoles as f64,
     );
     let offered = (o.consoles as u64 * o.rate) as f64;

@@ -27,22 +27,20 @@ use std::time::Duration;
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
 pub async fn run(
-    nats: async_nats::Client,
+    client: crate::client::Client,
     topology: &TopologyArgs,
-    service_prefix: &str,
     op: Option<&crate::cli::ConsoleOp>,
     machine: Option<&str>,
     watch: bool,
     tenant: Option<&str>,
-    format: Format,
 ) -> anyhow::Result<ExitCode> {
+    let (nats, format) = (client.nats.clone(), client.format);
     match op {
         Some(crate::cli::ConsoleOp::Log { machine, since, tenant }) => {
             // Through the gateway (tenants have no JetStream access; it
             // scopes the read to the requester's machines); straight from
             // the stream only when no gateway answers (an operator's
             // deployment without one running).
-            let client = crate::client::Client::new(nats.clone(), service_prefix, format, HeaderMap::new());
             match log_via_gateway(&client, machine, *since, format).await {
                 Err(e) if no_gateway(&e) => {
                     eprintln!("[console log: no gateway answers; reading the console stream directly]");
