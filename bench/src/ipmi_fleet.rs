@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The responder's account (its defaults), used by every client.
-const USER: &str = "admin";
-const PASSWORD: &str = "password";
+pub(crate) const USER: &str = "admin";
+pub(crate) const PASSWORD: &str = "password";
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -79,9 +79,9 @@ fn dur(d: Duration) -> String {
 }
 
 /// One `bmc-ipmi-fleet` process: BMC `i` on UDP port `base + i` of 127.0.0.1.
-struct Responder {
-    child: Child,
-    base: u16,
+pub(crate) struct Responder {
+    pub(crate) child: Child,
+    pub(crate) base: u16,
     count: usize,
 }
 
@@ -137,6 +137,11 @@ async fn pongs(port: u16) -> bool {
 impl Responder {
     /// Start `count` BMCs with `latency`, and wait until they answer.
     async fn start(count: usize, latency: Duration) -> anyhow::Result<Responder> {
+        Self::start_with(count, latency, &[]).await
+    }
+
+    /// [`Responder::start`] with more `bmc-ipmi-fleet` arguments.
+    pub(crate) async fn start_with(count: usize, latency: Duration, extra: &[String]) -> anyhow::Result<Responder> {
         let program = harness::workspace_bin("bmc-ipmi-fleet")?;
         let mut last = None;
         for base in candidate_bases(count) {
@@ -164,6 +169,7 @@ impl Responder {
             ]
             .iter()
             .map(|s| s.to_string())
+            .chain(extra.iter().cloned())
             .collect();
             let mut child = harness::spawn(&program, "bmc-ipmi-fleet", &args, &[])?;
             match Self::wait_ready(&mut child, base, count).await {
@@ -198,7 +204,7 @@ impl Responder {
         }
     }
 
-    fn port(&self, i: usize) -> u16 {
+    pub(crate) fn port(&self, i: usize) -> u16 {
         self.base + i as u16
     }
 

@@ -18,6 +18,7 @@
 //! - one module per benchmark: [`pipeline`], [`ipmi`], [`ipmi_fleet`],
 //!   [`redfish`], [`scale`], [`ordering`], [`isolation`].
 
+pub mod console;
 pub mod fairness;
 pub mod fleet;
 pub mod harness;

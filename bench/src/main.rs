@@ -2,7 +2,9 @@
 //! their tables, and (for `all --out`) write docs/BENCHMARKS.md.
 
 use anyhow::Context as _;
-use bmcfleet_bench::{fairness, ipmi, ipmi_fleet, isolation, ordering, pipeline, poll, redfish, report, scale};
+use bmcfleet_bench::{
+    console, fairness, ipmi, ipmi_fleet, isolation, ordering, pipeline, poll, redfish, report, scale,
+};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -40,6 +42,8 @@ enum Command {
     Isolation(IsolationArgs),
     /// Fleet state at rest: registered machines polled by one worker.
     Poll(PollArgs),
+    /// One worker logging N serial consoles (IPMI SOL) at once: CPU, memory, bytes/s.
+    Console(ConsoleArgs),
     /// Every benchmark, then the results document.
     All(AllArgs),
 }
@@ -83,6 +87,19 @@ struct PollArgs {
     /// The worker's --poll-interval (the measured window is one interval).
     #[arg(long, default_value = "60s", value_parser = duration)]
     interval: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ConsoleArgs {
+    /// Consoles held at once (one `bmc-ipmi-fleet` BMC each).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    consoles: u64,
+    /// Host output per console (bytes/s).
+    #[arg(long, default_value_t = 1000)]
+    rate: u64,
+    /// Measured window.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    window: Duration,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -268,6 +285,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Poll(a) => {
             vec![poll::run(&poll::Options { machines: a.machines as usize, interval: a.interval, reps }).await?]
         }
+        Command::Console(a) => vec![
+            console::run(&console::Options { consoles: a.consoles as usize, rate: a.rate, window: a.window, reps })
+                .await?,
+        ],
         Command::All(all) => {
             let q = all.quick;
             let (p, i, r, s, o): (PipelineArgs, IpmiArgs, RedfishArgs, ScaleArgs, OrderingArgs) = if q {

@@ -30,7 +30,7 @@ fn dur(d: Duration) -> String {
 }
 
 /// A counter or gauge from the worker's `/metrics` (summed over labels).
-async fn metric(port: u16, name: &str) -> Option<f64> {
+pub(crate) async fn metric(port: u16, name: &str) -> Option<f64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.ok()?;
@@ -45,7 +45,7 @@ async fn metric(port: u16, name: &str) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum())
 }
 
-fn metrics_port(log: &str) -> Option<u16> {
+pub(crate) fn metrics_port(log: &str) -> Option<u16> {
     log.split("Metrics listening on 127.0.0.1:").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 

@@ -75,16 +75,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return cmd::machine::run(nats, &cli.topology, op, machine_file, &actor, format).await;
     }
     if let Command::Console { op, machine, watch, tenant } = &cli.command {
-        return cmd::console::run(
-            nats,
-            &cli.topology,
-            op.as_ref(),
-            machine.as_deref(),
-            *watch,
-            tenant.as_deref(),
-            format,
-        )
-        .await;
+        let client = client::Client::new(nats, &cli.service.service_prefix, format, async_nats::HeaderMap::new());
+        return cmd::console::run(client, &cli.topology, op.as_ref(), machine.as_deref(), *watch, tenant.as_deref())
+            .await;
     }
     if let Command::Audit { since } = &cli.command {
         return cmd::audit::run(nats, &cli.topology, *since, format).await;

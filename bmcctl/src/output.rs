@@ -406,6 +406,14 @@ pub fn reply_text(reply: &Reply, wide: bool) -> String {
             }
             out
         }
+        Reply::ConsoleLog(page) => {
+            format!(
+                "console log of {}: {} entries{}\n",
+                page.machine,
+                page.entries.len(),
+                if page.more { ", more" } else { "" }
+            )
+        }
     }
 }
 

@@ -25,6 +25,7 @@ pub mod budget;
 pub mod cancel;
 pub mod config;
 pub mod discover;
+pub mod console_log;
 pub mod metrics;
 pub mod ownership;
 pub mod requester;
@@ -161,6 +162,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .endpoint(bmcfleet_schema::subject::DISCOVER_ENDPOINT)
         .await
         .map_err(|e| anyhow::anyhow!("discover endpoint: {e}"))?;
+    let mut console_log = group
+        .group(bmcfleet_schema::subject::CONSOLE_GROUP)
+        .endpoint(bmcfleet_schema::subject::CONSOLE_ENDPOINTS[0])
+        .await
+        .map_err(|e| anyhow::anyhow!("console log endpoint: {e}"))?;
     let rollout_group = group.group(bmcfleet_schema::subject::ROLLOUT_GROUP);
     let mut rollout_endpoints = futures::stream::SelectAll::new();
     for which in rollout::Endpoint::ALL {
@@ -202,6 +208,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             r = status.next() => (r, service::Endpoint::Status),
             r = cancel.next() => (r, service::Endpoint::Cancel),
             r = discover.next() => (r, service::Endpoint::Discover),
+            r = console_log.next() => (r, service::Endpoint::ConsoleLog),
         };
         let Some(request) = request else { break };
         // Never wait for capacity here: a full budget is an `unavailable`

@@ -1,7 +1,7 @@
 //! The gateway's service: [`Gateway`], the state every endpoint handler
 //! shares, and how a request is dispatched to its endpoint and answered.
 //! The endpoints are one module each: `submit` (with `target`), `status`,
-//! `cancel`, `discover`; who asks is `requester`.
+//! `cancel`, `discover`, `console_log`; who asks is `requester`.
 
 use crate::requester::Requester;
 use async_nats::service::Request;
@@ -24,6 +24,8 @@ pub enum Endpoint {
     Cancel,
     /// BMC discovery (operators only), answered by a worker.
     Discover,
+    /// `console.log`: a machine's stored console output (`console_log`).
+    ConsoleLog,
 }
 
 impl Endpoint {
@@ -34,6 +36,7 @@ impl Endpoint {
             Endpoint::Status => "status",
             Endpoint::Cancel => "cancel",
             Endpoint::Discover => bmcfleet_schema::subject::DISCOVER_ENDPOINT,
+            Endpoint::ConsoleLog => "console.log",
         }
     }
 }
@@ -188,6 +191,7 @@ impl Gateway {
                         Endpoint::Status => self.status(enc, &request.message.payload, &who).await,
                         Endpoint::Cancel => self.cancel(enc, &request.message.payload, &who, headers).await,
                         Endpoint::Discover => self.discover(enc, &request.message.payload, &who, headers).await,
+                        Endpoint::ConsoleLog => self.console_log(enc, &request.message.payload, &who).await,
                     },
                 };
                 (enc, reply)

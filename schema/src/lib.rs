@@ -25,6 +25,7 @@ pub mod bmc;
 pub mod codec;
 pub mod components;
 pub mod discover;
+pub mod console;
 pub mod duration;
 pub mod error;
 /// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with
@@ -47,6 +48,7 @@ pub mod validate;
 pub use action::*;
 pub use bmc::{BmcAddress, BmcKey, Host};
 pub use codec::Encoding;
+pub use console::{ConsoleEntry, ConsoleLogPage, ConsoleLogRequest};
 pub use error::{ErrorBody, ErrorCode};
 pub use lifecycle::TaskResume;
 pub use machine::Machine;

@@ -552,6 +552,8 @@ pub enum Reply {
     },
     /// `discover`: what a worker's probes found (operators only).
     Discovery(crate::discover::DiscoverReport),
+    /// `console.log`: one page of a machine's stored console output.
+    ConsoleLog(crate::console::ConsoleLogPage),
 }
 
 /// Request body of `status` and `cancel`.

@@ -351,6 +351,16 @@ pub fn rollout_subject(service_prefix: &str, endpoint: &str) -> String {
     format!("{service_prefix}.{ROLLOUT_GROUP}.{endpoint}")
 }
 
+/// Group of the console endpoints under the service prefix (`<service>.console.<endpoint>`).
+pub const CONSOLE_GROUP: &str = "console";
+/// Console endpoints: `log` (a machine's stored output, paginated).
+pub const CONSOLE_ENDPOINTS: [&str; 1] = ["log"];
+
+/// The subject of a console endpoint (one of [`CONSOLE_ENDPOINTS`]).
+pub fn console_endpoint_subject(service_prefix: &str, endpoint: &str) -> String {
+    format!("{service_prefix}.{CONSOLE_GROUP}.{endpoint}")
+}
+
 /// The subject of a gateway endpoint (one of [`ENDPOINTS`]).
 pub fn service_subject(service_prefix: &str, endpoint: &str) -> String {
     format!("{service_prefix}.{endpoint}")
@@ -378,6 +388,13 @@ pub const CONSOLE_LOST_HEADER: &str = "Bmc-Console-Lost";
 pub const CONSOLE_EVENT_HEADER: &str = "Bmc-Console-Event";
 /// Console output markers: why a session ended (`ended`) or what it took over from.
 pub const CONSOLE_REASON_HEADER: &str = "Bmc-Console-Reason";
+/// Console `takeover` marker after a failover: the most bytes of host
+/// output the gap can have cost (line rate × gap time + what the old owner
+/// held; a bound, not a count: the BMC does not say what it dropped).
+pub const CONSOLE_GAP_BYTES_HEADER: &str = "Bmc-Console-Gap-Bytes";
+/// Console `takeover` marker after a failover: milliseconds from the old
+/// session's last stored chunk to the new activation.
+pub const CONSOLE_GAP_MS_HEADER: &str = "Bmc-Console-Gap-Ms";
 /// Every marker of [`CONSOLE_EVENT_HEADER`].
 pub const CONSOLE_EVENTS: [&str; 7] = ["started", "takeover", "break", "overrun", "ended", "error", "unsupported"];
 /// Console input: `break` sends a serial break (the body is ignored).

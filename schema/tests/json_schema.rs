@@ -221,6 +221,7 @@ tags! {
         Reply::Rollout(_) => "rollout",
         Reply::Rollouts { .. } => "rollouts",
         Reply::Discovery(_) => "discovery",
+        Reply::ConsoleLog(_) => "console_log",
     }
 }
 
@@ -881,6 +882,33 @@ fn every_reply() -> Vec<Reply> {
         Reply::Rollout(rollout_view(false)),
         Reply::Rollouts { rollouts: vec![rollout_record(false), rollout_record(true)] },
         Reply::Discovery(discover_report()),
+        Reply::ConsoleLog(bmcfleet_schema::ConsoleLogPage {
+            machine: "node-1".into(),
+            entries: vec![
+                bmcfleet_schema::ConsoleEntry {
+                    position: 7,
+                    time: "2026-12-06T08:00:00Z".into(),
+                    session: Some("01JD5Q8K3C2V7X9N4M6P1R0T8S".into()),
+                    seq: Some(1),
+                    event: Some("takeover".into()),
+                    reason: Some("session … ended without closing".into()),
+                    gap_bytes: Some(70_000),
+                    ..Default::default()
+                },
+                bmcfleet_schema::ConsoleEntry {
+                    position: 9,
+                    time: "2026-12-06T08:00:01Z".into(),
+                    session: Some("01JD5Q8K3C2V7X9N4M6P1R0T8S".into()),
+                    seq: Some(2),
+                    lost: Some(12),
+                    data: "bG9naW46IA==".into(),
+                    ..Default::default()
+                },
+            ],
+            next: Some(9),
+            more: true,
+        }),
+        Reply::ConsoleLog(bmcfleet_schema::ConsoleLogPage { machine: "node-2".into(), ..Default::default() }),
     ]
 }
 
@@ -1201,6 +1229,21 @@ fn cases() -> Vec<Case> {
     out.push(case("discover request", "discover-request.json", &discover));
     out.push(case("discover request (defaults)", "discover-request.json", &json!({"targets": ["10.20.7.0/24"]})));
     out.push(case("discover report", "discover-report.json", &discover_report()));
+    out.push(case(
+        "console log request",
+        "console-log-request.json",
+        &bmcfleet_schema::ConsoleLogRequest {
+            machine: "node-1".into(),
+            after: Some(9),
+            since: Some("10m".into()),
+            max_bytes: Some(4096),
+        },
+    ));
+    out.push(case(
+        "console log request (machine only)",
+        "console-log-request.json",
+        &bmcfleet_schema::ConsoleLogRequest { machine: "node-1".into(), ..Default::default() },
+    ));
     out.push(case("rollout list request (default)", "rollout-list-request.json", &RolloutListRequest::default()));
     for e in every_rollout_event() {
         out.push(case(format!("rollout event {}", e.event.name()), "rollout-event.json", &e));
@@ -1540,7 +1583,7 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
     let s = Subjects::default();
     let id: BatchId = id();
     let addresses: BTreeSet<String> = yaml_block(&doc, "channels:").into_iter().map(|(k, _)| k).collect();
-    assert_eq!(addresses.len(), 8 + subject::ROLLOUT_ENDPOINTS.len() + 2 + 3 + 3, "{addresses:?}");
+    assert_eq!(addresses.len(), 8 + subject::ROLLOUT_ENDPOINTS.len() + 2 + 3 + 3 + 2, "{addresses:?}");
     let address = |channel: &str| -> String {
         let rest = &doc[doc.find(&format!("\n  {channel}:\n")).unwrap_or_else(|| panic!("no channel {channel}"))..];
         rest.lines().find_map(|l| l.trim().strip_prefix("address: ")).unwrap().to_owned()
@@ -1550,6 +1593,7 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
     }
     assert_eq!(address("discover"), subject::service_subject("bmcfleet", subject::DISCOVER_ENDPOINT));
     assert_eq!(address("discoverRun"), s.discover_run());
+    assert_eq!(address("consoleLog"), subject::console_endpoint_subject("bmcfleet", subject::CONSOLE_ENDPOINTS[0]));
     for endpoint in subject::ROLLOUT_ENDPOINTS {
         let channel = format!("rollout{}{}", endpoint[..1].to_ascii_uppercase(), &endpoint[1..]);
         assert_eq!(address(&channel), subject::rollout_subject("bmcfleet", endpoint));
@@ -1586,6 +1630,8 @@ fn asyncapi_subjects_headers_and_event_kinds_equal_the_rust_ones() {
         subject::CONSOLE_LOST_HEADER,
         subject::CONSOLE_EVENT_HEADER,
         subject::CONSOLE_REASON_HEADER,
+        subject::CONSOLE_GAP_BYTES_HEADER,
+        subject::CONSOLE_GAP_MS_HEADER,
         subject::CONSOLE_OP_HEADER,
         subject::CONSOLE_VIEWER_HEADER,
         subject::CONTENT_TYPE,

@@ -1516,6 +1516,90 @@ async fn a_tenant_reaches_only_its_own_consoles() {
     }
     b_beat.abort();
     a_beat.abort();
+
+    // The stored log through the gateway's console.log (tenants have no
+    // JetStream access): A pages through its machine's log, small pages.
+    let log_subject = bmcfleet_schema::subject::console_endpoint_subject("bmcfleet", "log");
+    let ask = |client: async_nats::Client, body: serde_json::Value| {
+        let subject = log_subject.clone();
+        async move {
+            let mut h = async_nats::HeaderMap::new();
+            h.insert(bmcfleet_schema::subject::CONTENT_TYPE, "application/json");
+            let msg = client
+                .request_with_headers(subject, h, serde_json::to_vec(&body).unwrap().into())
+                .await
+                .expect("a reply");
+            serde_json::from_slice::<Reply>(&msg.payload).expect("a reply body")
+        }
+    };
+    let mut logged = Vec::new();
+    let mut after: Option<u64> = None;
+    let mut pages = 0;
+    loop {
+        let mut body = serde_json::json!({"machine": name, "max_bytes": 16});
+        if let Some(a) = after {
+            body["after"] = a.into();
+        }
+        let Reply::ConsoleLog(page) = ask(a.clone(), body).await else { panic!("A reads its console log") };
+        pages += 1;
+        assert!(page.entries.len() <= 16, "a bounded page");
+        for e in &page.entries {
+            use base64::Engine as _;
+            logged.extend(base64::engine::general_purpose::STANDARD.decode(&e.data).unwrap());
+        }
+        if !page.more {
+            break;
+        }
+        assert!(page.next > after, "pages advance");
+        after = page.next;
+        assert!(pages < 1000, "pagination ends");
+    }
+    assert!(pages > 1, "16-byte pages: more than one");
+    assert!(String::from_utf8_lossy(&logged).contains("secret host output"), "A replays its log");
+    // B, by every spelling of A's machine or its subject: exactly what an unknown machine answers.
+    let unknown = match ask(b.clone(), serde_json::json!({"machine": "no-such-machine"})).await {
+        Reply::Error(e) => e.code,
+        other => panic!("an unknown machine: {other:?}"),
+    };
+    assert_eq!(unknown, ErrorCode::MachineNotFound);
+    let out = subjects.console_out("tenant-a", &name);
+    for spelling in [
+        name.clone(),
+        name.to_uppercase(),
+        format!(" {name}"),
+        format!("{name} "),
+        format!("tenant-a.{name}"),
+        format!("tenant-a/{name}"),
+        out.clone(),
+        "*".into(),
+        ">".into(),
+        format!("{name}.>"),
+        "tenant-a.*".into(),
+    ] {
+        for body in [
+            serde_json::json!({"machine": spelling}),
+            serde_json::json!({"machine": spelling, "since": "1h"}),
+            serde_json::json!({"machine": spelling, "after": 0}),
+        ] {
+            match ask(b.clone(), body.clone()).await {
+                Reply::Error(e) => assert_eq!(e.code, ErrorCode::MachineNotFound, "{body}: {e:?}"),
+                other => panic!("B read A's console log with {body}: {other:?}"),
+            }
+        }
+    }
+    // A field naming the tenant or the subject is refused, not obeyed.
+    for body in [
+        serde_json::json!({"machine": name, "tenant": "tenant-a"}),
+        serde_json::json!({"machine": name, "subject": out}),
+    ] {
+        match ask(b.clone(), body.clone()).await {
+            Reply::Error(e) => assert_eq!(e.code, ErrorCode::Malformed, "{body}: {e:?}"),
+            other => panic!("B read A's console log with {body}: {other:?}"),
+        }
+    }
+    // And B cannot read the stream itself.
+    let js = async_nats::jetstream::new(b.clone());
+    assert!(js.get_stream(subjects.console_stream()).await.is_err(), "B reached the console stream");
 }
 
 /// Operators in the `operators` account (the gateway runs with

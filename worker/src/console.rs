@@ -34,7 +34,12 @@
 //! the BMC's SOL instance still active), so the new owner activates with
 //! take-over and publishes a `takeover` marker naming the session and the
 //! last chunk it reached: what the host printed between that chunk and the
-//! new activation is the reported gap. A graceful hand-over closes the
+//! new activation is the gap, reported in bytes as a bound
+//! (`Bmc-Console-Gap-Bytes`, [`gap_bound_bytes`]): what the host can print
+//! at the SOL line's bit rate (read from the BMC before activating, else
+//! the fastest SOL rate) from the stored time of that chunk to the new
+//! activation (`Bmc-Console-Gap-Ms`), plus what the old owner could hold
+//! unpublished ([`held_bound_bytes`]). A graceful hand-over closes the
 //! session (`ended`, reason `hand-over`), so the next owner needs no
 //! take-over. A SOL instance held by anyone else (an operator's
 //! `ipmitool sol activate`) is never taken over: the viewers see an
@@ -50,8 +55,8 @@ use bmcfleet_common::streams::CONSOLE_CHUNK_BYTES;
 use bmcfleet_ipmi::{IpmiConnector, SolEvent, SolOptions};
 use bmcfleet_provider::Ctx;
 use bmcfleet_schema::subject::{
-    CONSOLE_EVENT_HEADER, CONSOLE_LOST_HEADER, CONSOLE_OP_HEADER, CONSOLE_REASON_HEADER, CONSOLE_SEQ_HEADER,
-    CONSOLE_SESSION_HEADER, CONSOLE_VIEWER_HEADER, WORKER_HEADER,
+    CONSOLE_EVENT_HEADER, CONSOLE_GAP_BYTES_HEADER, CONSOLE_GAP_MS_HEADER, CONSOLE_LOST_HEADER, CONSOLE_OP_HEADER,
+    CONSOLE_REASON_HEADER, CONSOLE_SEQ_HEADER, CONSOLE_SESSION_HEADER, CONSOLE_VIEWER_HEADER, WORKER_HEADER,
 };
 use bmcfleet_schema::{BmcKey, Machine, Protocol};
 use futures::StreamExt;
@@ -247,6 +252,8 @@ struct Previous {
     session: String,
     seq: u64,
     ended: bool,
+    /// When the stream stored it (the server's clock).
+    stored: time::OffsetDateTime,
 }
 
 async fn previous(shared: &Shared, subject: &str) -> Option<Previous> {
@@ -258,7 +265,28 @@ async fn previous(shared: &Shared, subject: &str) -> Option<Previous> {
     // A session's last word, or a marker of no session (an attempt that failed, no console).
     let ended =
         headers.get(CONSOLE_EVENT_HEADER).is_some_and(|v| matches!(v.as_str(), "ended" | "error" | "unsupported"));
-    Some(Previous { session, seq, ended })
+    Some(Previous { session, seq, ended, stored: msg.time })
+}
+
+/// The fastest SOL line (IPMI v2.0 table 26-5's highest bit rate): the
+/// bound of a gap when the BMC does not say its line's rate.
+pub const MAX_SOL_BIT_RATE: u32 = 115_200;
+
+/// Most bytes of host output a failover gap can have cost: what the host
+/// can print at the line's `bit_rate` (10 bits a character: start, 8 data,
+/// stop) from the last stored chunk of the old session until the new
+/// activation (`gap`, rounded up to whole milliseconds), plus what the old
+/// owner could hold unpublished when it died (`held`: its SOL output queue
+/// and one chunk being coalesced or published).
+pub fn gap_bound_bytes(bit_rate: Option<u32>, gap: Duration, held: u64) -> u64 {
+    let chars_per_s = u64::from(bit_rate.unwrap_or(MAX_SOL_BIT_RATE).min(MAX_SOL_BIT_RATE)) / 10;
+    let ms = gap.as_micros().div_ceil(1000) as u64;
+    (chars_per_s * ms).div_ceil(1000) + held
+}
+
+/// What one owner can hold of a session's output before it is stored.
+pub fn held_bound_bytes(settings: &Settings) -> u64 {
+    settings.output_queue as u64 * 255 + 2 * CONSOLE_CHUNK_BYTES as u64
 }
 
 /// One session's publisher: numbering, loss accounting, the fence.
@@ -369,7 +397,9 @@ async fn hold(
     let failover = previous.as_ref().is_some_and(|p| !p.ended);
     let take_over = failover || own_unclean;
     let ctx = Ctx::with_timeout(settings.open_timeout).with_gate(fence.gate());
-    let options = SolOptions { take_over, output_queue: settings.output_queue, ..SolOptions::default() };
+    // After a failover the line's bit rate bounds the gap (read before activating).
+    let options =
+        SolOptions { take_over, read_bit_rate: failover, output_queue: settings.output_queue, ..SolOptions::default() };
     let mut sol = match connector.open_console(&ctx, &target, &creds, options).await {
         Ok(s) => s,
         Err(e) => {
@@ -390,11 +420,32 @@ async fn hold(
     match &previous {
         Some(p) if failover => {
             shared.metrics.console_takeovers.inc();
+            // Server time of the old session's last stored chunk to our
+            // activation (a clock behind the server's counts as no gap;
+            // `held` still bounds what the old owner had).
+            let since = time::OffsetDateTime::now_utc() - p.stored;
+            let gap = Duration::try_from(since).unwrap_or(Duration::ZERO);
+            let bound = gap_bound_bytes(sol.bit_rate(), gap, held_bound_bytes(settings));
+            let rate = sol
+                .bit_rate()
+                .map(|r| format!("{r} bit/s"))
+                .unwrap_or_else(|| format!("{MAX_SOL_BIT_RATE} bit/s, the fastest SOL rate: the BMC did not say"));
             let reason = format!(
-                "session {} ended without closing after chunk {} (worker failover); host output between that chunk and this session is lost",
-                p.session, p.seq
+                "session {} ended without closing after chunk {} (worker failover); host output between that chunk and this session is lost: at most {bound} bytes ({} ms at {rate}, and what the old owner held)",
+                p.session, p.seq, gap.as_millis()
             );
-            out.marker("takeover", Some(&reason)).await;
+            let (gap_bytes, gap_ms) = (bound.to_string(), gap.as_millis().to_string());
+            out.publish(
+                Vec::new(),
+                &[
+                    (CONSOLE_EVENT_HEADER, "takeover"),
+                    (CONSOLE_REASON_HEADER, &reason),
+                    (CONSOLE_GAP_BYTES_HEADER, &gap_bytes),
+                    (CONSOLE_GAP_MS_HEADER, &gap_ms),
+                ],
+            )
+            .await;
+            shared.metrics.console_gap_bytes.inc_by(bound);
         }
         _ if own_unclean => {
             shared.metrics.console_takeovers.inc();

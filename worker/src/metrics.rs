@@ -184,6 +184,8 @@ bmcfleet_common::metrics! {
         console_lost_bytes: Counter = Counter::default(), "console_lost_bytes";
         /// Console sessions taken over from a previous owner that ended without closing (failover)
         console_takeovers: Counter = Counter::default(), "console_takeovers";
+        /// Bound of console output bytes failover gaps can have cost (sum of Bmc-Console-Gap-Bytes)
+        console_gap_bytes: Counter = Counter::default(), "console_gap_bytes";
     }
 }
 

@@ -27,18 +27,28 @@ use std::time::Duration;
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
 pub async fn run(
-    nats: async_nats::Client,
+    client: crate::client::Client,
     topology: &TopologyArgs,
     op: Option<&crate::cli::ConsoleOp>,
     machine: Option<&str>,
     watch: bool,
     tenant: Option<&str>,
-    format: Format,
 ) -> anyhow::Result<ExitCode> {
+    let (nats, format) = (client.nats.clone(), client.format);
     match op {
         Some(crate::cli::ConsoleOp::Log { machine, since, tenant }) => {
-            let tenant = tenant_of(&nats, topology, machine, tenant.as_deref()).await;
-            log(nats, topology, machine, &tenant, *since, format).await
+            // Through the gateway (tenants have no JetStream access; it
+            // scopes the read to the requester's machines); straight from
+            // the stream only when no gateway answers (an operator's
+            // deployment without one running).
+            match log_via_gateway(&client, machine, *since, format).await {
+                Err(e) if no_gateway(&e) => {
+                    eprintln!("[console log: no gateway answers; reading the console stream directly]");
+                    let tenant = tenant_of(&nats, topology, machine, tenant.as_deref()).await;
+                    log(nats, topology, machine, &tenant, *since, format).await
+                }
+                other => other,
+            }
         }
         None => {
             let machine = machine.context("name the machine: bmcctl console MACHINE")?;
@@ -300,6 +310,86 @@ struct LogLine {
     reason: Option<String>,
     /// The output (invalid UTF-8 replaced).
     data: String,
+}
+
+/// Whether a request failed because no gateway serves the endpoint.
+fn no_gateway(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<async_nats::RequestError>()
+            .is_some_and(|r| matches!(r.kind(), async_nats::RequestErrorKind::NoResponders))
+    })
+}
+
+/// How long one page may take.
+const PAGE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// `console log` through the gateway's `console.log` endpoint, page after page.
+async fn log_via_gateway(
+    client: &crate::client::Client,
+    machine: &str,
+    since: Duration,
+    format: Format,
+) -> anyhow::Result<ExitCode> {
+    use base64::Engine as _;
+    use bmcfleet_schema::console::ConsoleLogRequest;
+    use bmcfleet_schema::Reply;
+    let mut stdout = std::io::stdout();
+    let mut after = None;
+    loop {
+        let req = ConsoleLogRequest {
+            machine: machine.to_owned(),
+            after,
+            since: after.is_none().then(|| format!("{}s", since.as_secs().max(1))),
+            max_bytes: None,
+        };
+        let endpoint = format!("{}.{}", bmcfleet_schema::subject::CONSOLE_GROUP, "log");
+        let page = match client.request(&endpoint, false, serde_json::to_vec(&req)?, PAGE_TIMEOUT).await? {
+            Reply::ConsoleLog(page) => page,
+            Reply::Error(e) => {
+                stdout.flush()?;
+                eprintln!("error: {}: {}", e.code, e.message);
+                return Ok(crate::exit::of_reply(&Reply::Error(e)));
+            }
+            other => anyhow::bail!("unexpected reply to console.log: {other:?}"),
+        };
+        for e in &page.entries {
+            let data = base64::engine::general_purpose::STANDARD.decode(&e.data).context("console output (base64)")?;
+            if format.is_json() {
+                let line = LogLine {
+                    time: e.time.clone(),
+                    session: e.session.clone(),
+                    seq: e.seq,
+                    lost: e.lost,
+                    event: e.event.clone(),
+                    reason: e.reason.clone(),
+                    data: String::from_utf8_lossy(&data).into_owned(),
+                };
+                println!("{}", serde_json::to_string(&line)?);
+            } else {
+                let mut h = HeaderMap::new();
+                let mut put = |k: &str, v: Option<String>| {
+                    if let Some(v) = v {
+                        h.insert(k, v.as_str());
+                    }
+                };
+                put(CONSOLE_LOST_HEADER, e.lost.map(|n| n.to_string()));
+                put(CONSOLE_EVENT_HEADER, e.event.clone());
+                put(CONSOLE_SESSION_HEADER, e.session.clone());
+                put(CONSOLE_REASON_HEADER, e.reason.clone());
+                if let Some(note) = describe(Some(&h)) {
+                    stdout.flush()?;
+                    eprintln!("\n{note}");
+                }
+                stdout.write_all(&data)?;
+            }
+        }
+        if !page.more || page.next.is_none() || page.next == after {
+            break;
+        }
+        after = page.next;
+    }
+    stdout.flush()?;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn log(

@@ -48,6 +48,34 @@ struct Args {
     /// Worker threads serving the sockets.
     #[arg(long, env = "BMC_IPMI_FLEET_THREADS", default_value_t = 2)]
     threads: usize,
+    /// Host console output per BMC (bytes/s, numbered lines), written
+    /// every 100 ms while a console holds the BMC's SOL and its backlog is
+    /// under 4 KiB (0: none).
+    #[arg(long, env = "BMC_IPMI_FLEET_SOL_OUTPUT", default_value_t = 0)]
+    sol_output: u64,
+}
+
+/// Writes `per_tick` bytes of numbered lines to every active SOL console each 100 ms.
+async fn host_output(fleet: &LanFleet, per_tick: usize) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut line = vec![0u64; fleet.len()];
+    // Lines cut at exactly `per_tick` bytes: the rest goes first next time.
+    let mut rest: Vec<Vec<u8>> = vec![Vec::new(); fleet.len()];
+    loop {
+        tick.tick().await;
+        for (i, bmc) in fleet.bmcs().iter().enumerate() {
+            if !bmc.sol_active() || bmc.sol_backlog() >= 4096 {
+                continue;
+            }
+            let mut out = std::mem::take(&mut rest[i]);
+            while out.len() < per_tick {
+                out.extend_from_slice(format!("bmc {i} line {}\r\n", line[i]).as_bytes());
+                line[i] += 1;
+            }
+            rest[i] = out.split_off(per_tick);
+            bmc.sol_write(&out);
+        }
+    }
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -66,7 +94,12 @@ async fn main() -> anyhow::Result<()> {
         ..LanConfig::default()
     };
     config.state.users[1] = lan::user(&args.user, &args.password, args.privilege);
-    let fleet = LanFleet::start(config)?;
+    // Started (and, when a port is taken, dropped) off the async context:
+    // the fleet owns a runtime, which may not be dropped inside another.
+    let fleet = std::thread::spawn(move || LanFleet::start(config))
+        .join()
+        .map_err(|_| anyhow::anyhow!("starting the BMCs panicked"))?
+        .map_err(|e| anyhow::anyhow!("binding the BMCs' sockets: {e}"))?;
     let first = fleet.bmcs().first().map_or(0, |b| b.port());
     if args.base_port.is_none() && fleet.len() > 1 {
         let ports: Vec<String> = fleet.bmcs().iter().map(|b| b.port().to_string()).collect();
@@ -78,9 +111,18 @@ async fn main() -> anyhow::Result<()> {
     drop(out);
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let per_tick = (args.sol_output / 10) as usize;
+    let output = async {
+        if per_tick == 0 {
+            std::future::pending::<()>().await
+        } else {
+            host_output(&fleet, per_tick).await
+        }
+    };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+        _ = output => {}
     }
     drop(fleet);
     Ok(())

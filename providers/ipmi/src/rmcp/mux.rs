@@ -369,6 +369,11 @@ impl Endpoint {
         datagram
     }
 
+    /// Whether datagrams are queued for this endpoint right now.
+    pub(crate) fn has_queued(&self) -> bool {
+        !self.mailbox.queue().is_empty()
+    }
+
     /// Discards whatever is queued (late replies of an earlier exchange).
     pub(crate) fn drain(&mut self) {
         while self.mailbox.take().is_some() {}

@@ -10,7 +10,15 @@
 //!   acknowledged with the count of characters accepted (all of them: the
 //!   data goes to a bounded queue of [`SolEvent`]s); a retransmitted packet
 //!   (the same sequence number again, our ack was lost) is acknowledged
-//!   again and not delivered twice. When the reader is slow and the queue
+//!   again and not delivered twice. A BMC that waits for each ack (the
+//!   protocol: one packet in flight) gets it at once. Packets arriving in
+//!   a burst (more already queued: a BMC sending without waiting) are
+//!   acknowledged by one ack of the latest, at most one per [`ACK_EVERY`]:
+//!   every packet we send spends a session sequence number, and a BMC
+//!   accepts numbers only within a window above the last one it *received*
+//!   (32 on common BMCs); thousands of acks it drops unread while it
+//!   floods would put every later packet of ours (typed input, keep-alive)
+//!   beyond that window, silently discarded for the rest of the session. When the reader is slow and the queue
 //!   is full, data is dropped and counted, and a [`SolEvent::Lost`] with
 //!   the count comes before the next data that fits: memory stays bounded
 //!   whatever the BMC sends.
@@ -64,6 +72,10 @@ const CURRENT_CHANNEL: u8 = 0x0E;
 const PENDING_INPUT: usize = 4096;
 /// Characters in one SOL packet at most (the accepted-count field is a byte).
 const MAX_CHARS: usize = 255;
+/// Least time between two acks of a burst of BMC packets (see the module
+/// docs): at most 50 a second while a BMC sends without waiting for them,
+/// far under the 32 numbers of a BMC's sequence window per read it misses.
+pub const ACK_EVERY: Duration = Duration::from_millis(20);
 
 /// Choices of an SOL session.
 #[derive(Clone, Debug)]
@@ -83,6 +95,11 @@ pub struct SolOptions {
     /// Resends of a NACKed packet (the BMC's buffer is full, or the host
     /// holds the line) before the session is given up.
     pub nack_retries: u32,
+    /// Read the SOL bit rate (Get SOL Configuration Parameters 6, else 5)
+    /// before activating, for [`SolSession::bit_rate`]: what bounds the
+    /// output a gap can have cost. A BMC that does not answer costs up to
+    /// the session's request timeout, so only when asked.
+    pub read_bit_rate: bool,
 }
 
 impl Default for SolOptions {
@@ -94,6 +111,7 @@ impl Default for SolOptions {
             ack_timeout: Duration::from_millis(500),
             retries: 6,
             nack_retries: 120,
+            read_bit_rate: false,
         }
     }
 }
@@ -284,15 +302,29 @@ pub struct SolSession {
     task: Option<JoinHandle<()>>,
     peer: SocketAddr,
     max_chars: usize,
+    bit_rate: Option<u32>,
 }
 
 impl SolSession {
     /// Activates SOL on `transport`'s session (which it takes over).
     pub async fn open(
-        transport: RmcpTransport,
+        mut transport: RmcpTransport,
         options: SolOptions,
         deadline: Instant,
     ) -> Result<SolSession, SolError> {
+        // The line's bit rate, when asked for: volatile (parameter 6), else
+        // non-volatile (5). Not knowing it is no reason to refuse the console.
+        let bit_rate = if options.read_bit_rate {
+            match sol_configuration(&mut transport, deadline).await {
+                Ok(c) => c.bit_rate.or(c.non_volatile_bit_rate),
+                Err(e) => {
+                    tracing::debug!(error = %e, "Cannot read the SOL bit rate.");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let Detached { session, gate, config, peer, suite } = transport.detach().await?;
         let (events_tx, events) = mpsc::channel(options.output_queue.max(1));
         let (commands, commands_rx) = mpsc::channel(options.input_queue.max(1));
@@ -316,6 +348,8 @@ impl SolSession {
             loss_pending: 0,
             last_send: Instant::now(),
             end: None,
+            ack_due: None,
+            last_ack: Instant::now(),
             sync: true,
         };
         let encrypted = suite.is_some_and(|s| s.encrypts());
@@ -331,7 +365,7 @@ impl SolSession {
         let end = Arc::new(Mutex::new(None));
         let task = tokio::spawn(worker.run(commands_rx, end.clone()));
         tracing::debug!(bmc = %peer, max_chars, "SOL payload activated.");
-        Ok(SolSession { commands, events, end, counters, task: Some(task), peer, max_chars })
+        Ok(SolSession { commands, events, end, counters, task: Some(task), peer, max_chars, bit_rate })
     }
 
     /// The next event of the console's output, in order; `None` once the
@@ -400,6 +434,13 @@ impl SolSession {
     pub fn peer(&self) -> SocketAddr {
         self.peer
     }
+
+    /// The SOL line's bit rate as the BMC reported it before activation
+    /// (only with [`SolOptions::read_bit_rate`]; `None` when not read, not
+    /// set or not a rate of the spec's table).
+    pub fn bit_rate(&self) -> Option<u32> {
+        self.bit_rate
+    }
 }
 
 impl Drop for SolSession {
@@ -448,6 +489,10 @@ struct Worker {
     loss_pending: u64,
     last_send: Instant,
     end: Option<SolEnd>,
+    /// The BMC's latest packet not acknowledged yet (sequence number, count).
+    ack_due: Option<(u8, u8)>,
+    /// When the last ack was sent.
+    last_ack: Instant,
     /// The first packet after activation carries no characters: some BMCs
     /// (ipmi_sim) keep the last console packet's sequence number across
     /// activations and take a new session's first packet with the same
@@ -531,6 +576,7 @@ impl Worker {
                 let Some(inbound) = self.open(&datagram) else { continue };
                 if inbound.payload_type == wire::PT_SOL {
                     self.on_sol(&inbound.message).await?;
+                    self.send_due_ack().await?;
                     continue;
                 }
                 match wire::ipmi_reply(&inbound.message) {
@@ -673,12 +719,12 @@ impl Worker {
             match self.rx_last {
                 Some((seq, accepted)) if seq == packet.seq => {
                     self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
-                    self.ack(seq, accepted).await?;
+                    self.ack_due = Some((seq, accepted));
                 }
                 _ => {
                     self.rx_last = Some((packet.seq, count));
                     self.counters.received.fetch_add(packet.data.len() as u64, Ordering::Relaxed);
-                    self.ack(packet.seq, count).await?;
+                    self.ack_due = Some((packet.seq, count));
                     if !packet.data.is_empty() {
                         self.deliver(SolEvent::Data(packet.data));
                     }
@@ -700,6 +746,31 @@ impl Worker {
     async fn ack(&mut self, seq: u8, accepted: u8) -> Result<(), SolEnd> {
         let ack = SolPacket { seq: 0, ack_seq: seq, accepted, op: 0, data: Vec::new() };
         self.send_payload(wire::PT_SOL, &ack.encode()).await
+    }
+
+    /// When the due ack goes out (`None`: none is due).
+    fn ack_at(&self) -> Option<Instant> {
+        self.ack_due.map(
+            |_| {
+                if self.session.endpoint.has_queued() {
+                    self.last_ack + ACK_EVERY
+                } else {
+                    Instant::now()
+                }
+            },
+        )
+    }
+
+    /// Sends the due ack: at once when nothing else is queued (the BMC is
+    /// waiting for it), else once [`ACK_EVERY`] has passed since the last.
+    async fn send_due_ack(&mut self) -> Result<(), SolEnd> {
+        let Some((seq, count)) = self.ack_due else { return Ok(()) };
+        if self.ack_at().is_some_and(|at| at <= Instant::now()) {
+            self.ack_due = None;
+            self.last_ack = Instant::now();
+            self.ack(seq, count).await?;
+        }
+        Ok(())
     }
 
     /// Queues an event for the reader, or counts it lost when the reader
@@ -781,10 +852,11 @@ impl Worker {
     }
 
     fn next_timer(&self) -> Instant {
-        match &self.inflight {
+        let timer = match &self.inflight {
             Some(i) => i.due,
             None => self.last_send + self.keepalive,
-        }
+        };
+        self.ack_at().map_or(timer, |at| at.min(timer))
     }
 
     async fn run(mut self, mut commands: mpsc::Receiver<Command>, end: Arc<Mutex<Option<SolEnd>>>) {
@@ -807,7 +879,8 @@ impl Worker {
                     // A late IPMI reply (keep-alive retransmit): nothing to do.
                     _ => Ok(()),
                 },
-                Step::Datagram(None) => self.on_timer().await,
+                // Timers run below, after every step.
+                Step::Datagram(None) => Ok(()),
                 Step::Command(Some(Command::Send(bytes))) => {
                     self.pending.extend(bytes);
                     Ok(())
@@ -820,6 +893,17 @@ impl Worker {
             };
             if let Err(reason) = result {
                 break reason;
+            }
+            // Acks and timers after every step, not only when the BMC is
+            // quiet: a BMC that never stops sending must not hold back the
+            // retransmission of typed input (nor its acks).
+            if let Err(reason) = self.send_due_ack().await {
+                break reason;
+            }
+            if Instant::now() >= self.next_timer() {
+                if let Err(reason) = self.on_timer().await {
+                    break reason;
+                }
             }
         };
         tracing::debug!(bmc = %self.peer, reason = %reason, "SOL session ending.");

@@ -294,6 +294,11 @@ impl LanBmc {
         self.0.sol().active.is_some()
     }
 
+    /// SOL: host output queued and not yet sent to the console.
+    pub fn sol_backlog(&self) -> usize {
+        self.0.sol().backlog()
+    }
+
     /// SOL fault knobs (do not hold the guard across a client call).
     pub fn sol_faults(&self, f: impl FnOnce(&mut SolFaults)) {
         f(&mut self.0.sol().faults)

@@ -64,6 +64,13 @@ pub(crate) struct SolState {
     bmc_seq: u8,
 }
 
+impl SolState {
+    /// Host output queued and not yet sent.
+    pub(crate) fn backlog(&self) -> usize {
+        self.outbound.len()
+    }
+}
+
 /// Seals `msg` as a packet of `payload_type` on session `sidc`; with its peer.
 pub(crate) fn seal(
     core: &mut Core,
