@@ -345,7 +345,7 @@ mod tests {
         let used: std::collections::BTreeSet<Capability> = examples().iter().map(Capability::of).collect();
         let acting: Vec<Capability> = Capability::ALL.iter().copied().filter(|c| c.serves_actions()).collect();
         assert_eq!(used.into_iter().collect::<Vec<_>>(), acting, "every capability but the console serves some action");
-        assert!(examples().iter().all(|a| !console::handles(a)), "the console serves no action");
+        assert!(examples().iter().all(|a| !super::console::handles(a)), "the console serves no action");
     }
 
     #[test]
