@@ -29,7 +29,7 @@ use bmcfleet_common::status;
 use bmcfleet_schema::rollout::{
     self, PartOutcome, RolloutEvent, RolloutEventKind, RolloutId, RolloutPart, RolloutRecord, RolloutSpec,
 };
-use bmcfleet_schema::{Batch, Encoding, ErrorCode, IdRequest, Reply};
+use bmcfleet_schema::{Batch, Encoding, ErrorCode, EventsMode, IdRequest, Reply};
 use futures::StreamExt;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -37,6 +37,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// Status reads, part writes and submits a driver has in flight at once.
+const CONCURRENCY: usize = 64;
 
 /// Refusals a driver retries (nothing was queued; it may be later).
 fn retryable(code: ErrorCode) -> bool {
@@ -333,12 +336,26 @@ impl Driver {
         }
         let now = now_ms();
         // 1. Machines in flight: finished, still running, or not queued yet.
-        let mut finished = vec![];
-        let mut unqueued = vec![];
+        // Their status records are read [`CONCURRENCY`] at a time (a round
+        // over a thousand machines in flight is not a thousand round trips
+        // in a row); what each says is then handled in order.
+        let mut flying = Vec::with_capacity(record.in_flight.len());
         for index in record.in_flight.clone() {
             let machine = self.machine(index).await?;
             let batch = rollout::batch_id(self.id, index, &machine);
-            match status::load(&res.batches, &batch).await {
+            flying.push((index, machine, batch));
+        }
+        let batches = &res.batches;
+        let loaded: Vec<_> = futures::stream::iter(flying)
+            .map(|(index, machine, batch)| async move { (index, machine, batch, status::load(batches, &batch).await) })
+            .buffered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut finished = vec![];
+        let mut to_write = vec![];
+        let mut unqueued = vec![];
+        for (index, machine, batch, loaded) in loaded {
+            match loaded {
                 Ok(Some(v)) if v.status.state.is_final() => {
                     let error = v
                         .status
@@ -354,7 +371,7 @@ impl Driver {
                         .flatten()
                         // No action result (the batch failed as a whole): its state and error tell.
                         .filter(|line| !line.is_empty());
-                    let part = RolloutPart {
+                    to_write.push(RolloutPart {
                         index,
                         machine,
                         batch,
@@ -362,10 +379,7 @@ impl Driver {
                         error,
                         finished_at_ms: v.status.updated_at_ms,
                         plan,
-                    };
-                    self.fenced()?;
-                    self.store.put_part(&self.id, &part).await?;
-                    finished.push(part);
+                    });
                 }
                 Ok(Some(_)) => {
                     if record.state == rollout::RolloutState::Aborting && self.cancelled.insert(index) {
@@ -379,6 +393,21 @@ impl Driver {
                 },
                 Err(e) => return Err(Stop::Store(e.to_string())),
             }
+        }
+        // Each finished machine's part is stored before the record counts it
+        // (fenced before each write), [`CONCURRENCY`] at a time.
+        let this = &*self;
+        let written: Vec<Result<RolloutPart, Stop>> = futures::stream::iter(to_write)
+            .map(|part| async move {
+                this.fenced()?;
+                this.store.put_part(&this.id, &part).await?;
+                Ok(part)
+            })
+            .buffered(CONCURRENCY)
+            .collect()
+            .await;
+        for part in written {
+            finished.push(part?);
         }
         let mut changed = false;
         for part in &finished {
@@ -394,10 +423,12 @@ impl Driver {
             // 2. The record first: machines are claimed before their batches exist.
             self.fenced()?;
             self.store.update(&record, revision).await?;
+            // Counts as each machine was recorded (all in this one write),
+            // published [`CONCURRENCY`] at a time in the order they finished.
             let mut counts = record.counts;
-            // Counts as each machine was recorded (all in this one write).
+            let mut progress = Vec::with_capacity(finished.len());
             for part in finished.iter().rev() {
-                let event = RolloutEvent {
+                progress.push(RolloutEvent {
                     rollout: self.id,
                     at_ms: now,
                     event: RolloutEventKind::RolloutProgress {
@@ -408,14 +439,21 @@ impl Driver {
                         counts,
                         error: part.error.clone(),
                     },
-                };
-                if let Err(e) =
-                    rollouts::publish_event(&js, &subjects, &record.tenant, &event, &part.index.to_string()).await
-                {
-                    tracing::warn!(rollout = %self.id, error = %e, "Cannot publish rollout_progress.");
-                }
+                });
                 uncount(&mut counts, part.outcome);
             }
+            progress.reverse();
+            let (js, subjects, tenant, id) = (&js, &subjects, &record.tenant, self.id);
+            futures::stream::iter(progress)
+                .map(|event| async move {
+                    let RolloutEventKind::RolloutProgress { index, .. } = &event.event else { return };
+                    if let Err(e) = rollouts::publish_event(js, subjects, tenant, &event, &index.to_string()).await {
+                        tracing::warn!(rollout = %id, error = %e, "Cannot publish rollout_progress.");
+                    }
+                })
+                .buffered(CONCURRENCY)
+                .collect::<Vec<()>>()
+                .await;
             if settled {
                 self.finished_event(&record).await;
                 tracing::info!(
@@ -431,10 +469,16 @@ impl Driver {
             let batch = rollout::batch_id(self.id, index, &machine);
             unqueued.push((index, machine, batch));
         }
-        for (index, machine, batch) in unqueued {
-            self.fenced()?;
-            self.submit(spec, index, machine, batch, &who).await?;
-        }
+        let (this, who) = (&*self, &who);
+        let submitted: Vec<Result<(), Stop>> = futures::stream::iter(unqueued)
+            .map(|(index, machine, batch)| async move {
+                this.fenced()?;
+                this.submit(spec, index, machine, batch, who).await
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        submitted.into_iter().collect::<Result<(), Stop>>()?;
         Ok(changed)
     }
 
@@ -442,7 +486,7 @@ impl Driver {
     /// that may pass later is retried next round; any other is the
     /// machine's outcome (`refused`).
     async fn submit(
-        &mut self,
+        &self,
         spec: &RolloutSpec,
         index: u32,
         machine: String,
@@ -452,6 +496,9 @@ impl Driver {
         let body = Batch {
             // A plan rollout plans every machine's batch: nothing that changes state is sent.
             plan: spec.plan,
+            // The rollout reports each machine's progress (`rollout_progress`)
+            // from its status record: no per-action events (see docs/BATCHES.md).
+            events: EventsMode::Final,
             id: Some(batch),
             machine: Some(machine.clone()),
             bmc: None,

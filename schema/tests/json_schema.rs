@@ -426,6 +426,7 @@ fn every_credentials() -> Vec<Credentials> {
 fn every_batch() -> Vec<Batch> {
     let machine = Batch {
         plan: false,
+        events: Default::default(),
         id: Some(id()),
         machine: Some("rack12-node3".into()),
         bmc: None,
@@ -437,6 +438,7 @@ fn every_batch() -> Vec<Batch> {
         machine,
         Batch {
             plan: true,
+            events: bmcfleet_schema::EventsMode::Final,
             id: None,
             machine: Some("m".into()),
             bmc: None,
@@ -450,6 +452,7 @@ fn every_batch() -> Vec<Batch> {
         let full = i == 0;
         out.push(Batch {
             plan: false,
+            events: Default::default(),
             id: None,
             machine: None,
             bmc: Some(BmcTarget {
@@ -1037,6 +1040,7 @@ fn cases() -> Vec<Case> {
     for a in every_action() {
         let b = Batch {
             plan: false,
+            events: Default::default(),
             id: None,
             machine: Some("m".into()),
             bmc: None,
