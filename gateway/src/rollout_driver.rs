@@ -41,6 +41,10 @@ use tokio_util::sync::CancellationToken;
 /// Status reads, part writes and submits a driver has in flight at once.
 const CONCURRENCY: usize = 64;
 
+/// A driver following batch events reads every machine in flight once
+/// every this many poll intervals (a missed event costs at most that long).
+const SWEEP_EVERY: u32 = 10;
+
 /// Refusals a driver retries (nothing was queued; it may be later).
 fn retryable(code: ErrorCode) -> bool {
     matches!(code, ErrorCode::Unavailable | ErrorCode::BmcQueueFull | ErrorCode::Timeout)
@@ -210,6 +214,11 @@ impl Drivers {
                         poll: self.settings.poll,
                         chunk: None,
                         cancelled: HashSet::new(),
+                        heard: Arc::default(),
+                        wake: Arc::default(),
+                        swept: None,
+                        recheck: HashSet::new(),
+                        listening: None,
                     };
                     tracing::info!(rollout = %id, "Driving a rollout.");
                     let task = tokio::spawn(driver.run());
@@ -254,6 +263,17 @@ struct Driver {
     chunk: Option<(u32, Vec<String>)>,
     /// Batches this driver asked to cancel (abort), so it asks once.
     cancelled: HashSet<u32>,
+    /// Batches whose `batch_finished` this driver heard of (a hint: their
+    /// outcome is still read from their status record).
+    heard: Arc<Mutex<HashSet<ulid::Ulid>>>,
+    /// Rung when a batch finishes: the next round starts at once.
+    wake: Arc<tokio::sync::Notify>,
+    /// When every machine in flight was last read (`None`: never, by this driver).
+    swept: Option<Instant>,
+    /// Machines to read next round whatever was heard (a submit to retry).
+    recheck: HashSet<u32>,
+    /// Ends the events listener when the driver ends (or its lease is lost).
+    listening: Option<tokio_util::sync::DropGuard>,
 }
 
 impl Driver {
@@ -271,8 +291,14 @@ impl Driver {
                 return;
             }
         };
+        let mut listening = false;
         loop {
-            match self.round(&spec).await {
+            if !listening {
+                if let Ok(Some((record, _))) = self.store.load(&self.id).await {
+                    listening = self.listen(&record.tenant).await;
+                }
+            }
+            match self.round(&spec, listening).await {
                 Ok(true) => continue,
                 Ok(false) => {}
                 Err(Stop::Conflict) => continue,
@@ -295,8 +321,47 @@ impl Driver {
     async fn pause(&self) -> bool {
         tokio::select! {
             _ = self.fence.lost.cancelled() => true,
+            _ = self.wake.notified() => false,
             _ = tokio::time::sleep(self.poll) => false,
         }
+    }
+
+    /// Note every `batch_finished` of the rollout's tenant (core
+    /// subscription: one token per batch id, so none of the tenant's
+    /// machine or rollout events) until the lease is lost. A hint only:
+    /// a missed one is found by the next sweep ([`SWEEP_EVERY`] polls).
+    async fn listen(&mut self, tenant: &str) -> bool {
+        let (_, subjects, _, _) = self.gateway.parts();
+        let mut sub = match self.gateway.client.subscribe(subjects.tenant_batch_events(tenant)).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(rollout = %self.id, error = %e, "Cannot follow batch events; reading every machine each round.");
+                return false;
+            }
+        };
+        let stop = self.fence.lost.child_token();
+        self.listening = Some(stop.clone().drop_guard());
+        let (heard, wake) = (self.heard.clone(), self.wake.clone());
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    m = sub.next() => match m { Some(m) => m, None => break },
+                };
+                let finished = msg
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(bmcfleet_schema::subject::EVENT_HEADER))
+                    .is_some_and(|v| v.as_str() == "batch_finished");
+                let batch = msg.subject.rsplit('.').next().and_then(|t| t.parse::<ulid::Ulid>().ok());
+                if let (true, Some(batch)) = (finished, batch) {
+                    heard.lock().expect("heard lock").insert(batch);
+                    wake.notify_one();
+                }
+            }
+            let _ = sub.unsubscribe().await;
+        });
+        true
     }
 
     fn fenced(&self) -> Result<(), Stop> {
@@ -323,7 +388,7 @@ impl Driver {
 
     /// One round: record finished machines, start what may start, settle.
     /// `Ok(true)`: something changed, go again at once.
-    async fn round(&mut self, spec: &RolloutSpec) -> Result<bool, Stop> {
+    async fn round(&mut self, spec: &RolloutSpec, listening: bool) -> Result<bool, Stop> {
         self.fenced()?;
         let Some((mut record, revision)) = self.store.load(&self.id).await? else { return Err(Stop::Done) };
         let who = requester_of(&record.requester);
@@ -339,11 +404,25 @@ impl Driver {
         // Their status records are read [`CONCURRENCY`] at a time (a round
         // over a thousand machines in flight is not a thousand round trips
         // in a row); what each says is then handled in order.
+        // Which to read: every one on a sweep (the first round of this
+        // driver, e.g. after a takeover; every [`SWEEP_EVERY`] polls; while
+        // aborting; when not following events), else those whose
+        // `batch_finished` was heard and those whose submit is retried.
+        let sweep = !listening
+            || record.state == rollout::RolloutState::Aborting
+            || self.swept.is_none_or(|at| at.elapsed() >= self.poll * SWEEP_EVERY);
+        if sweep {
+            self.swept = Some(Instant::now());
+        }
+        let heard: HashSet<ulid::Ulid> = std::mem::take(&mut *self.heard.lock().expect("heard lock"));
+        let recheck = std::mem::take(&mut self.recheck);
         let mut flying = Vec::with_capacity(record.in_flight.len());
         for index in record.in_flight.clone() {
             let machine = self.machine(index).await?;
             let batch = rollout::batch_id(self.id, index, &machine);
-            flying.push((index, machine, batch));
+            if sweep || heard.contains(&batch) || recheck.contains(&index) {
+                flying.push((index, machine, batch));
+            }
         }
         let batches = &res.batches;
         let loaded: Vec<_> = futures::stream::iter(flying)
@@ -470,7 +549,7 @@ impl Driver {
             unqueued.push((index, machine, batch));
         }
         let (this, who) = (&*self, &who);
-        let submitted: Vec<Result<(), Stop>> = futures::stream::iter(unqueued)
+        let submitted: Vec<Result<Option<u32>, Stop>> = futures::stream::iter(unqueued)
             .map(|(index, machine, batch)| async move {
                 this.fenced()?;
                 this.submit(spec, index, machine, batch, who).await
@@ -478,13 +557,15 @@ impl Driver {
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        submitted.into_iter().collect::<Result<(), Stop>>()?;
+        for retry in submitted {
+            self.recheck.extend(retry?);
+        }
         Ok(changed)
     }
 
     /// Submit machine `index`'s batch as the rollout's requester. A refusal
-    /// that may pass later is retried next round; any other is the
-    /// machine's outcome (`refused`).
+    /// that may pass later is retried next round (`Some(index)`: read it
+    /// again then); any other is the machine's outcome (`refused`).
     async fn submit(
         &self,
         spec: &RolloutSpec,
@@ -492,7 +573,7 @@ impl Driver {
         machine: String,
         batch: ulid::Ulid,
         who: &Requester,
-    ) -> Result<(), Stop> {
+    ) -> Result<Option<u32>, Stop> {
         let body = Batch {
             // A plan rollout plans every machine's batch: nothing that changes state is sent.
             plan: spec.plan,
@@ -513,6 +594,7 @@ impl Driver {
             }
             Reply::Error(e) if retryable(e.code) => {
                 tracing::info!(rollout = %self.id, index, %machine, code = %e.code, "Rollout batch not queued yet; retrying.");
+                return Ok(Some(index));
             }
             Reply::Error(e) => {
                 tracing::info!(rollout = %self.id, index, %machine, code = %e.code, "Rollout batch refused.");
@@ -528,9 +610,12 @@ impl Driver {
                 self.fenced()?;
                 self.store.put_part(&self.id, &part).await?;
             }
-            other => tracing::warn!(rollout = %self.id, index, reply = ?other, "Unexpected submit reply."),
+            other => {
+                tracing::warn!(rollout = %self.id, index, reply = ?other, "Unexpected submit reply.");
+                return Ok(Some(index));
+            }
         }
-        Ok(())
+        Ok(None)
     }
 
     async fn cancel(&self, batch: ulid::Ulid, who: &Requester) {

@@ -371,11 +371,13 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         mem.row(vec!["worker (every session live)".into(), mib(wk), crate::stats::kib_each(wk - median(&idle), n)]);
         section.tables.push(mem);
         if o.count_messages {
+            start_worker(&mut fleet, "count", fo.partitions).await?;
             let (counts, ok) = count_messages(&fleet, &names, &responder, Workload::Status, o).await?;
+            stop_worker(&mut fleet, "count").await?;
             let mut t = Table::new(
                 format!(
                     "{n} BMCs: messages one rollout of power status sends through nats-server, per machine (a `>` spy; \
-                     sessions already open; {ok} of {n} ok)"
+                     a fresh worker: sessions opened in the run; {ok} of {n} ok)"
                 ),
                 &["message (subject; ↳ = the reply to it)", "per machine"],
             );
