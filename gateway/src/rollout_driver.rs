@@ -43,7 +43,7 @@ const CONCURRENCY: usize = 64;
 
 /// A driver following batch events reads every machine in flight once
 /// every this many poll intervals (a missed event costs at most that long).
-const SWEEP_EVERY: u32 = 10;
+const SWEEP_EVERY: u32 = 60;
 
 /// Refusals a driver retries (nothing was queued; it may be later).
 fn retryable(code: ErrorCode) -> bool {

@@ -371,13 +371,17 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         mem.row(vec!["worker (every session live)".into(), mib(wk), crate::stats::kib_each(wk - median(&idle), n)]);
         section.tables.push(mem);
         if o.count_messages {
+            // A worker that has loaded the registry and opened every session
+            // (one rollout first, not counted): what is counted is the
+            // rollout's own traffic, not a worker's start.
             start_worker(&mut fleet, "count", fo.partitions).await?;
+            rollout_run(&fleet, &names, &responder, Workload::Status, o).await?;
             let (counts, ok) = count_messages(&fleet, &names, &responder, Workload::Status, o).await?;
             stop_worker(&mut fleet, "count").await?;
             let mut t = Table::new(
                 format!(
                     "{n} BMCs: messages one rollout of power status sends through nats-server, per machine (a `>` spy; \
-                     a fresh worker: sessions opened in the run; {ok} of {n} ok)"
+                     sessions already open; {ok} of {n} ok)"
                 ),
                 &["message (subject; ↳ = the reply to it)", "per machine"],
             );
