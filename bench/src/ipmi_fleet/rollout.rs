@@ -323,7 +323,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         for w in [Workload::Status, Workload::Cycle] {
             let peer = med(w, Client::FreeIpmi, &|r| r.makespan.as_secs_f64());
             for c in [Client::Cold, Client::Warm, Client::FreeIpmi] {
-                if runs.get(&(w, c)).is_none() {
+                if !runs.contains_key(&(w, c)) {
                     continue;
                 }
                 let m = med(w, c, &|r| r.makespan.as_secs_f64());
