@@ -59,6 +59,7 @@ const PER_BMC_CAP: usize = bmcfleet_common::streams::DEFAULT_MAX_QUEUED_PER_BMC 
 fn batch(machine: &str, deadline: Duration) -> Batch {
     Batch {
         plan: false,
+        events: Default::default(),
         id: None,
         machine: Some(machine.into()),
         bmc: None,

@@ -25,6 +25,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod rollout;
+
 /// The responder's account (its defaults), used by every client.
 pub(crate) const USER: &str = "admin";
 pub(crate) const PASSWORD: &str = "password";

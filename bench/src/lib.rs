@@ -16,7 +16,8 @@
 //! - [`stats`]: medians, percentiles, rates, number formatting.
 //! - [`report`]: tables, goals, findings; terminal text and Markdown.
 //! - one module per benchmark: [`pipeline`], [`ipmi`], [`ipmi_fleet`],
-//!   [`redfish`], [`scale`], [`ordering`], [`isolation`].
+//!   [`redfish`], [`scale`], [`ordering`], [`isolation`]; `rollout-fleet`
+//!   is [`ipmi_fleet::rollout`] (§8's responder, each workload one rollout).
 
 pub mod console;
 pub mod fairness;

@@ -32,6 +32,8 @@ enum Command {
     Ipmi(IpmiArgs),
     /// 1,000 and 10,000 RMCP+ BMCs: bmcfleet (gateway + one worker) vs FreeIPMI vs ipmitool, worker threads and memory.
     IpmiFleet(IpmiFleetArgs),
+    /// The same RMCP+ BMCs registered as machines, each workload ONE rollout, vs FreeIPMI; memory and messages per machine.
+    RolloutFleet(RolloutFleetArgs),
     /// Redfish provider vs python sushy against sushy-emulator.
     Redfish(RedfishArgs),
     /// 10,000 BMCs, 64 partitions, 1 and 3 workers: throughput, memory, rebalance, backlog drain.
@@ -110,6 +112,22 @@ struct IpmiFleetArgs {
     /// The BMCs' delay before every reply.
     #[arg(long, default_value = "20ms", value_parser = duration)]
     latency: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+struct RolloutFleetArgs {
+    /// Fleet sizes (one bmc-ipmi-fleet process and one deployment per size).
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000", value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    sizes: Vec<u64>,
+    /// The BMCs' delay before every reply.
+    #[arg(long, default_value = "20ms", value_parser = duration)]
+    latency: Duration,
+    /// The rollout's max_parallel (1..=1000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    max_parallel: u32,
+    /// Skip the counted rollout (a `>` spy) at the end of each size.
+    #[arg(long)]
+    no_message_count: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -276,6 +294,16 @@ async fn main() -> anyhow::Result<()> {
         Command::Pipeline(a) => vec![pipeline::run(&pipeline_opts(a, reps)).await?],
         Command::Ipmi(a) => vec![ipmi::run(&ipmi_opts(a, reps)).await?],
         Command::IpmiFleet(a) => vec![ipmi_fleet::run(&ipmi_fleet_opts(a, reps)).await?],
+        Command::RolloutFleet(a) => vec![
+            ipmi_fleet::rollout::run(&ipmi_fleet::rollout::Options {
+                sizes: a.sizes.iter().map(|n| *n as usize).collect(),
+                latency: a.latency,
+                reps,
+                max_parallel: a.max_parallel,
+                count_messages: !a.no_message_count,
+            })
+            .await?,
+        ],
         Command::Redfish(a) => vec![redfish::run(&redfish_opts(a, reps)).await?],
         Command::Scale(a) => vec![scale::run(&scale_opts(a, reps)).await?],
         Command::Ordering(a) => vec![ordering::run(&ordering_opts(a, reps)).await?],

@@ -530,7 +530,7 @@ const INVENTORY_BATCHES: usize = 40;
 /// What one message seen on the server is, for the inventory: its subject
 /// with the per-batch, per-inbox and per-machine tokens replaced, and for a
 /// reply, what it answers.
-fn message_class(subject: &str, headers: Option<&HeaderMap>, asked: &HashMap<String, String>) -> String {
+pub(crate) fn message_class(subject: &str, headers: Option<&HeaderMap>, asked: &HashMap<String, String>) -> String {
     if let Some(what) = asked.get(subject) {
         return format!("↳ reply to {what}");
     }

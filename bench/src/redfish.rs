@@ -223,6 +223,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
             .await;
     let pipeline_batch = || Batch {
         plan: false,
+        events: Default::default(),
         id: Some(ulid::Ulid::new()),
         machine: Some(machine.clone()),
         bmc: None,

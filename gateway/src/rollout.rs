@@ -205,6 +205,7 @@ impl Rollouts {
             let batch = Batch {
                 // A rollout runs its batches (plan mode is a single batch's or bmcctl's fleet plan).
                 plan: false,
+                events: Default::default(),
                 id: None,
                 machine: Some(name.clone()),
                 bmc: None,

@@ -29,7 +29,7 @@ use bmcfleet_common::status;
 use bmcfleet_schema::rollout::{
     self, PartOutcome, RolloutEvent, RolloutEventKind, RolloutId, RolloutPart, RolloutRecord, RolloutSpec,
 };
-use bmcfleet_schema::{Batch, Encoding, ErrorCode, IdRequest, Reply};
+use bmcfleet_schema::{Batch, Encoding, ErrorCode, EventsMode, IdRequest, Reply};
 use futures::StreamExt;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -37,6 +37,13 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// Status reads, part writes and submits a driver has in flight at once.
+const CONCURRENCY: usize = 64;
+
+/// A driver following batch events reads every machine in flight once
+/// every this many poll intervals (a missed event costs at most that long).
+const SWEEP_EVERY: u32 = 60;
 
 /// Refusals a driver retries (nothing was queued; it may be later).
 fn retryable(code: ErrorCode) -> bool {
@@ -207,6 +214,11 @@ impl Drivers {
                         poll: self.settings.poll,
                         chunk: None,
                         cancelled: HashSet::new(),
+                        heard: Arc::default(),
+                        wake: Arc::default(),
+                        swept: None,
+                        recheck: HashSet::new(),
+                        listening: None,
                     };
                     tracing::info!(rollout = %id, "Driving a rollout.");
                     let task = tokio::spawn(driver.run());
@@ -251,6 +263,17 @@ struct Driver {
     chunk: Option<(u32, Vec<String>)>,
     /// Batches this driver asked to cancel (abort), so it asks once.
     cancelled: HashSet<u32>,
+    /// Batches whose `batch_finished` this driver heard of (a hint: their
+    /// outcome is still read from their status record).
+    heard: Arc<Mutex<HashSet<ulid::Ulid>>>,
+    /// Rung when a batch finishes: the next round starts at once.
+    wake: Arc<tokio::sync::Notify>,
+    /// When every machine in flight was last read (`None`: never, by this driver).
+    swept: Option<Instant>,
+    /// Machines to read next round whatever was heard (a submit to retry).
+    recheck: HashSet<u32>,
+    /// Ends the events listener when the driver ends (or its lease is lost).
+    listening: Option<tokio_util::sync::DropGuard>,
 }
 
 impl Driver {
@@ -268,8 +291,14 @@ impl Driver {
                 return;
             }
         };
+        let mut listening = false;
         loop {
-            match self.round(&spec).await {
+            if !listening {
+                if let Ok(Some((record, _))) = self.store.load(&self.id).await {
+                    listening = self.listen(&record.tenant).await;
+                }
+            }
+            match self.round(&spec, listening).await {
                 Ok(true) => continue,
                 Ok(false) => {}
                 Err(Stop::Conflict) => continue,
@@ -292,8 +321,47 @@ impl Driver {
     async fn pause(&self) -> bool {
         tokio::select! {
             _ = self.fence.lost.cancelled() => true,
+            _ = self.wake.notified() => false,
             _ = tokio::time::sleep(self.poll) => false,
         }
+    }
+
+    /// Note every `batch_finished` of the rollout's tenant (core
+    /// subscription: one token per batch id, so none of the tenant's
+    /// machine or rollout events) until the lease is lost. A hint only:
+    /// a missed one is found by the next sweep ([`SWEEP_EVERY`] polls).
+    async fn listen(&mut self, tenant: &str) -> bool {
+        let (_, subjects, _, _) = self.gateway.parts();
+        let mut sub = match self.gateway.client.subscribe(subjects.tenant_batch_events(tenant)).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(rollout = %self.id, error = %e, "Cannot follow batch events; reading every machine each round.");
+                return false;
+            }
+        };
+        let stop = self.fence.lost.child_token();
+        self.listening = Some(stop.clone().drop_guard());
+        let (heard, wake) = (self.heard.clone(), self.wake.clone());
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    m = sub.next() => match m { Some(m) => m, None => break },
+                };
+                let finished = msg
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(bmcfleet_schema::subject::EVENT_HEADER))
+                    .is_some_and(|v| v.as_str() == "batch_finished");
+                let batch = msg.subject.rsplit('.').next().and_then(|t| t.parse::<ulid::Ulid>().ok());
+                if let (true, Some(batch)) = (finished, batch) {
+                    heard.lock().expect("heard lock").insert(batch);
+                    wake.notify_one();
+                }
+            }
+            let _ = sub.unsubscribe().await;
+        });
+        true
     }
 
     fn fenced(&self) -> Result<(), Stop> {
@@ -320,7 +388,7 @@ impl Driver {
 
     /// One round: record finished machines, start what may start, settle.
     /// `Ok(true)`: something changed, go again at once.
-    async fn round(&mut self, spec: &RolloutSpec) -> Result<bool, Stop> {
+    async fn round(&mut self, spec: &RolloutSpec, listening: bool) -> Result<bool, Stop> {
         self.fenced()?;
         let Some((mut record, revision)) = self.store.load(&self.id).await? else { return Err(Stop::Done) };
         let who = requester_of(&record.requester);
@@ -333,12 +401,40 @@ impl Driver {
         }
         let now = now_ms();
         // 1. Machines in flight: finished, still running, or not queued yet.
-        let mut finished = vec![];
-        let mut unqueued = vec![];
+        // Their status records are read [`CONCURRENCY`] at a time (a round
+        // over a thousand machines in flight is not a thousand round trips
+        // in a row); what each says is then handled in order.
+        // Which to read: every one on a sweep (the first round of this
+        // driver, e.g. after a takeover; every [`SWEEP_EVERY`] polls; while
+        // aborting; when not following events), else those whose
+        // `batch_finished` was heard and those whose submit is retried.
+        let sweep = !listening
+            || record.state == rollout::RolloutState::Aborting
+            || self.swept.is_none_or(|at| at.elapsed() >= self.poll * SWEEP_EVERY);
+        if sweep {
+            self.swept = Some(Instant::now());
+        }
+        let heard: HashSet<ulid::Ulid> = std::mem::take(&mut *self.heard.lock().expect("heard lock"));
+        let recheck = std::mem::take(&mut self.recheck);
+        let mut flying = Vec::with_capacity(record.in_flight.len());
         for index in record.in_flight.clone() {
             let machine = self.machine(index).await?;
             let batch = rollout::batch_id(self.id, index, &machine);
-            match status::load(&res.batches, &batch).await {
+            if sweep || heard.contains(&batch) || recheck.contains(&index) {
+                flying.push((index, machine, batch));
+            }
+        }
+        let batches = &res.batches;
+        let loaded: Vec<_> = futures::stream::iter(flying)
+            .map(|(index, machine, batch)| async move { (index, machine, batch, status::load(batches, &batch).await) })
+            .buffered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut finished = vec![];
+        let mut to_write = vec![];
+        let mut unqueued = vec![];
+        for (index, machine, batch, loaded) in loaded {
+            match loaded {
                 Ok(Some(v)) if v.status.state.is_final() => {
                     let error = v
                         .status
@@ -354,7 +450,7 @@ impl Driver {
                         .flatten()
                         // No action result (the batch failed as a whole): its state and error tell.
                         .filter(|line| !line.is_empty());
-                    let part = RolloutPart {
+                    to_write.push(RolloutPart {
                         index,
                         machine,
                         batch,
@@ -362,10 +458,7 @@ impl Driver {
                         error,
                         finished_at_ms: v.status.updated_at_ms,
                         plan,
-                    };
-                    self.fenced()?;
-                    self.store.put_part(&self.id, &part).await?;
-                    finished.push(part);
+                    });
                 }
                 Ok(Some(_)) => {
                     if record.state == rollout::RolloutState::Aborting && self.cancelled.insert(index) {
@@ -379,6 +472,21 @@ impl Driver {
                 },
                 Err(e) => return Err(Stop::Store(e.to_string())),
             }
+        }
+        // Each finished machine's part is stored before the record counts it
+        // (fenced before each write), [`CONCURRENCY`] at a time.
+        let this = &*self;
+        let written: Vec<Result<RolloutPart, Stop>> = futures::stream::iter(to_write)
+            .map(|part| async move {
+                this.fenced()?;
+                this.store.put_part(&this.id, &part).await?;
+                Ok(part)
+            })
+            .buffered(CONCURRENCY)
+            .collect()
+            .await;
+        for part in written {
+            finished.push(part?);
         }
         let mut changed = false;
         for part in &finished {
@@ -394,10 +502,12 @@ impl Driver {
             // 2. The record first: machines are claimed before their batches exist.
             self.fenced()?;
             self.store.update(&record, revision).await?;
+            // Counts as each machine was recorded (all in this one write),
+            // published [`CONCURRENCY`] at a time in the order they finished.
             let mut counts = record.counts;
-            // Counts as each machine was recorded (all in this one write).
+            let mut progress = Vec::with_capacity(finished.len());
             for part in finished.iter().rev() {
-                let event = RolloutEvent {
+                progress.push(RolloutEvent {
                     rollout: self.id,
                     at_ms: now,
                     event: RolloutEventKind::RolloutProgress {
@@ -408,14 +518,21 @@ impl Driver {
                         counts,
                         error: part.error.clone(),
                     },
-                };
-                if let Err(e) =
-                    rollouts::publish_event(&js, &subjects, &record.tenant, &event, &part.index.to_string()).await
-                {
-                    tracing::warn!(rollout = %self.id, error = %e, "Cannot publish rollout_progress.");
-                }
+                });
                 uncount(&mut counts, part.outcome);
             }
+            progress.reverse();
+            let (js, subjects, tenant, id) = (&js, &subjects, &record.tenant, self.id);
+            futures::stream::iter(progress)
+                .map(|event| async move {
+                    let RolloutEventKind::RolloutProgress { index, .. } = &event.event else { return };
+                    if let Err(e) = rollouts::publish_event(js, subjects, tenant, &event, &index.to_string()).await {
+                        tracing::warn!(rollout = %id, error = %e, "Cannot publish rollout_progress.");
+                    }
+                })
+                .buffered(CONCURRENCY)
+                .collect::<Vec<()>>()
+                .await;
             if settled {
                 self.finished_event(&record).await;
                 tracing::info!(
@@ -431,27 +548,38 @@ impl Driver {
             let batch = rollout::batch_id(self.id, index, &machine);
             unqueued.push((index, machine, batch));
         }
-        for (index, machine, batch) in unqueued {
-            self.fenced()?;
-            self.submit(spec, index, machine, batch, &who).await?;
+        let (this, who) = (&*self, &who);
+        let submitted: Vec<Result<Option<u32>, Stop>> = futures::stream::iter(unqueued)
+            .map(|(index, machine, batch)| async move {
+                this.fenced()?;
+                this.submit(spec, index, machine, batch, who).await
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        for retry in submitted {
+            self.recheck.extend(retry?);
         }
         Ok(changed)
     }
 
     /// Submit machine `index`'s batch as the rollout's requester. A refusal
-    /// that may pass later is retried next round; any other is the
-    /// machine's outcome (`refused`).
+    /// that may pass later is retried next round (`Some(index)`: read it
+    /// again then); any other is the machine's outcome (`refused`).
     async fn submit(
-        &mut self,
+        &self,
         spec: &RolloutSpec,
         index: u32,
         machine: String,
         batch: ulid::Ulid,
         who: &Requester,
-    ) -> Result<(), Stop> {
+    ) -> Result<Option<u32>, Stop> {
         let body = Batch {
             // A plan rollout plans every machine's batch: nothing that changes state is sent.
             plan: spec.plan,
+            // The rollout reports each machine's progress (`rollout_progress`)
+            // from its status record: no per-action events (see docs/BATCHES.md).
+            events: EventsMode::Final,
             id: Some(batch),
             machine: Some(machine.clone()),
             bmc: None,
@@ -466,6 +594,7 @@ impl Driver {
             }
             Reply::Error(e) if retryable(e.code) => {
                 tracing::info!(rollout = %self.id, index, %machine, code = %e.code, "Rollout batch not queued yet; retrying.");
+                return Ok(Some(index));
             }
             Reply::Error(e) => {
                 tracing::info!(rollout = %self.id, index, %machine, code = %e.code, "Rollout batch refused.");
@@ -481,9 +610,12 @@ impl Driver {
                 self.fenced()?;
                 self.store.put_part(&self.id, &part).await?;
             }
-            other => tracing::warn!(rollout = %self.id, index, reply = ?other, "Unexpected submit reply."),
+            other => {
+                tracing::warn!(rollout = %self.id, index, reply = ?other, "Unexpected submit reply.");
+                return Ok(Some(index));
+            }
         }
-        Ok(())
+        Ok(None)
     }
 
     async fn cancel(&self, batch: ulid::Ulid, who: &Requester) {

@@ -86,6 +86,7 @@ mod tests {
     fn sample() -> Batch {
         Batch {
             plan: false,
+            events: Default::default(),
             id: Some(ulid::Ulid::from_parts(1_700_000_000_000, 42)),
             machine: None,
             bmc: Some(BmcTarget {
@@ -268,7 +269,7 @@ mod tests {
         fn batch_round_trips(actions in proptest::collection::vec(arb_action(), 1..10),
                              user in "\\PC{0,30}", pw in "\\PC{0,30}", secs in 1u64..100_000,
                              cont in any::<bool>()) {
-            let b = Batch { plan: false,
+            let b = Batch { plan: false, events: Default::default(),
                 id: None,
                 machine: None,
                 bmc: Some(BmcTarget {

@@ -221,6 +221,7 @@ mod tests {
     fn job() -> Job {
         let batch = Batch {
             plan: false,
+            events: Default::default(),
             id: Some(ulid::Ulid::new()),
             machine: Some("m1".into()),
             bmc: None,

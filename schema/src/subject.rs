@@ -97,6 +97,12 @@ impl Subjects {
         format!("{}.events.*.{}", self.prefix, id)
     }
 
+    /// The batch events of one tenant, none of its machine or rollout
+    /// events (a subscription filter: one token for the batch id).
+    pub fn tenant_batch_events(&self, tenant: &str) -> String {
+        format!("{}.events.{}.*", self.prefix, tenant)
+    }
+
     /// Every event of one tenant (what its account may import).
     pub fn tenant_events(&self, tenant: &str) -> String {
         format!("{}.events.{}.>", self.prefix, tenant)

@@ -576,6 +576,7 @@ mod tests {
         assert!(!secret.loggable().contains("S1G") && !secret.loggable().contains("pw@"), "{}", secret.loggable());
         let batch = Batch {
             plan: false,
+            events: Default::default(),
             id: None,
             machine: Some("m".into()),
             bmc: None,

@@ -446,6 +446,7 @@ fn every_credentials() -> Vec<Credentials> {
 fn every_batch() -> Vec<Batch> {
     let machine = Batch {
         plan: false,
+        events: Default::default(),
         id: Some(id()),
         machine: Some("rack12-node3".into()),
         bmc: None,
@@ -457,6 +458,7 @@ fn every_batch() -> Vec<Batch> {
         machine,
         Batch {
             plan: true,
+            events: bmcfleet_schema::EventsMode::Final,
             id: None,
             machine: Some("m".into()),
             bmc: None,
@@ -470,6 +472,7 @@ fn every_batch() -> Vec<Batch> {
         let full = i == 0;
         out.push(Batch {
             plan: false,
+            events: Default::default(),
             id: None,
             machine: None,
             bmc: Some(BmcTarget {
@@ -1153,6 +1156,7 @@ fn cases() -> Vec<Case> {
     for a in every_action() {
         let b = Batch {
             plan: false,
+            events: Default::default(),
             id: None,
             machine: Some("m".into()),
             bmc: None,

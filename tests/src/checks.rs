@@ -20,6 +20,7 @@ pub fn sim_batch(address: &str, actions: Vec<Action>) -> Batch {
 pub fn target_batch(address: BmcAddress, protocol: Protocol, password: &str, actions: Vec<Action>) -> Batch {
     Batch {
         plan: false,
+        events: Default::default(),
         id: None,
         machine: None,
         bmc: Some(BmcTarget {

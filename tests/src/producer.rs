@@ -598,6 +598,7 @@ pub fn machine_batch(name: &str, actions: Vec<bmcfleet_schema::Action>) -> Batch
 fn untargeted(actions: Vec<bmcfleet_schema::Action>) -> Batch {
     Batch {
         plan: false,
+        events: Default::default(),
         id: None,
         machine: None,
         bmc: None,
@@ -639,4 +640,44 @@ pub async fn wait_final_statuses(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The kinds of batch `id`'s events stored in the events stream, in stream order.
+pub async fn stored_event_kinds(client: &async_nats::Client, subjects: &Subjects, id: &BatchId) -> Vec<String> {
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = js.get_stream(subjects.events_stream()).await.expect("events stream");
+    let mut counts = stream.info_with_subjects(subjects.events_of_batch(id)).await.expect("stream info");
+    let mut n = 0;
+    while let Some(entry) = futures::StreamExt::next(&mut counts).await {
+        n += entry.expect("subject count").1;
+    }
+    if n == 0 {
+        return vec![];
+    }
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+            filter_subject: subjects.events_of_batch(id),
+            ..Default::default()
+        })
+        .await
+        .expect("ordered consumer");
+    let mut messages = consumer.messages().await.expect("messages");
+    let mut kinds = vec![];
+    while kinds.len() < n {
+        let msg = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut messages))
+            .await
+            .expect("stored event")
+            .unwrap();
+        let ev: bmcfleet_schema::Event = Encoding::MessagePack.decode(&msg.unwrap().payload).expect("an event");
+        kinds.push(
+            match ev.event {
+                bmcfleet_schema::EventKind::ActionStarted { .. } => "action_started",
+                bmcfleet_schema::EventKind::ActionFinished { .. } => "action_finished",
+                bmcfleet_schema::EventKind::BatchFinished { .. } => "batch_finished",
+                _ => "other",
+            }
+            .to_owned(),
+        );
+    }
+    kinds
 }

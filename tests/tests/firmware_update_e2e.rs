@@ -52,6 +52,7 @@ async fn batch(stack: &Stack, server: &MockupServer, actions: Vec<Action>) -> Ba
     let machine = stack.topology.register_machine(&stack.producer.client, &server.target()).await;
     Batch {
         plan: false,
+        events: Default::default(),
         id: Some(ulid::Ulid::new()),
         machine: Some(machine),
         bmc: None,

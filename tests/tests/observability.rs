@@ -93,6 +93,7 @@ fn target(address: &str, password: &str) -> BmcTarget {
 fn batch(target: BmcTarget, actions: Vec<Action>) -> Batch {
     Batch {
         plan: false,
+        events: Default::default(),
         id: None,
         machine: None,
         bmc: Some(target),

@@ -688,3 +688,43 @@ async fn a_corrupt_status_record_finishes_the_batch_interrupted_and_runs_nothing
     assert!(sim.log().is_empty(), "the power cycle ran: {:?}", sim.log());
     assert!(sim.calls("v4-10-6-9-1").is_empty(), "the BMC was contacted: {:?}", sim.calls("v4-10-6-9-1"));
 }
+
+/// `events: final` (what a rollout's batches use): the batch runs and
+/// reports exactly as before, and its only event is `batch_finished`; the
+/// same batch with the default publishes every action's events. The second
+/// batch runs on the same BMC after the first (per-BMC order), so once its
+/// events are stored any event the first had published is stored too.
+#[tokio::test]
+async fn a_batch_with_final_events_only_publishes_its_result_alone() {
+    let e = env(1).await;
+    let subjects = e.topology.subjects();
+    let actions = vec![Action::Power(PowerOp::On), Action::Power(PowerOp::Status)];
+    let quiet = Batch { events: EventsMode::Final, ..batch("10.0.0.9", actions.clone()) };
+    let Reply::Result(r) = e.producer.submit(&quiet, true).await else { panic!("expected a result") };
+    assert_eq!(r.state, BatchState::Succeeded, "{r:?}");
+    assert_eq!(r.results.len(), 2);
+    assert_eq!(r.results[1].data, Some(ActionData::PowerState(PowerState::On)));
+    let Reply::Status(s) = e.producer.status(r.id).await else { panic!("status") };
+    assert_eq!(s.result.unwrap(), r, "the status record holds the same result");
+
+    let loud = batch("10.0.0.9", actions);
+    let Reply::Result(r2) = e.producer.submit(&loud, true).await else { panic!("expected a result") };
+    assert_eq!(r2.state, BatchState::Succeeded, "{r2:?}");
+    let want = ["action_started", "action_finished", "action_started", "action_finished", "batch_finished"];
+    bmcfleet_tests::eventually(Duration::from_secs(10), "every event of the default batch stored", || {
+        let (c, s) = (e.producer.client.clone(), subjects.clone());
+        async move {
+            let mut kinds = bmcfleet_tests::producer::stored_event_kinds(&c, &s, &r2.id).await;
+            kinds.sort();
+            let mut w = want.map(str::to_owned).to_vec();
+            w.sort();
+            (kinds == w).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(
+        bmcfleet_tests::producer::stored_event_kinds(&e.producer.client, &subjects, &r.id).await,
+        vec!["batch_finished".to_owned()]
+    );
+    drop(e.nats);
+}

@@ -265,6 +265,24 @@ async fn a_rollout_runs_in_waves_after_its_canaries_once_per_machine_in_order() 
     let admitted_first = other.id.to_string();
     assert_eq!(last[0].0, admitted_first, "the machine ran its batches in admission order: {last:?}");
 
+    // The lighter path: a rollout's batches publish their final event only
+    // (the rollout reports their progress); the ordinary batch, every action's.
+    let subjects = topo.subjects();
+    for (i, name) in names.iter().enumerate() {
+        let b = rollout::batch_id(id, i as u32, name);
+        let kinds = bmcfleet_tests::producer::stored_event_kinds(&p.client, &subjects, &b).await;
+        assert_eq!(kinds, ["batch_finished"], "{name}");
+    }
+    bmcfleet_tests::eventually(Duration::from_secs(10), "the ordinary batch's three events", || {
+        let (c, s, other) = (p.client.clone(), subjects.clone(), other.id);
+        async move {
+            let mut kinds = bmcfleet_tests::producer::stored_event_kinds(&c, &s, &other).await;
+            kinds.sort();
+            (kinds == ["action_finished", "action_started", "batch_finished"]).then_some(())
+        }
+    })
+    .await;
+
     // Status pages name each machine with its batch and outcome.
     let page = view(call(&p, "status", &rollout::RolloutStatusRequest { id, from: 6, limit: 10 }).await);
     assert_eq!(page.parts.len(), 2);

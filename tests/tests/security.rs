@@ -305,6 +305,7 @@ async fn tenants_see_only_their_own_machines_batches_and_events() {
     // A runs a batch on its machine and sees its events.
     let batch = |machine: &str| Batch {
         plan: false,
+        events: Default::default(),
         id: None,
         machine: Some(machine.into()),
         bmc: None,
@@ -669,6 +670,7 @@ async fn a_tenant_cannot_take_the_login_account_or_another_machine_s_address() {
     put_machine(&admin, topo, "b-node2", "10.40.1.2", "tenant-b", "rack-b").await;
     let batch = |machine: &str, actions: Vec<Action>| Batch {
         plan: false,
+        events: Default::default(),
         id: None,
         machine: Some(machine.into()),
         bmc: None,
@@ -1168,6 +1170,7 @@ async fn slow_batches_leave_tenant_b_worker_slots(slow: (&str, &str), tenant: &s
     put_machine(&admin, topo, "b-node1", "10.41.0.1", "tenant-b", "rack").await;
     let batch = |machine: &str, deadline: u64| Batch {
         plan: false,
+        events: Default::default(),
         id: None,
         machine: Some(machine.into()),
         bmc: None,
@@ -1260,6 +1263,7 @@ async fn a_tenant_with_hung_bmcs_fills_only_its_own_window() {
     put_machine(&admin, topo, "b-node1", "10.42.0.1", "tenant-b", "rack").await;
     let batch = |machine: &str, deadline: u64| Batch {
         plan: false,
+        events: Default::default(),
         id: None,
         machine: Some(machine.into()),
         bmc: None,

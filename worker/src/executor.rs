@@ -41,7 +41,7 @@ use bmcfleet_common::telemetry;
 use bmcfleet_provider::{CallInfo, Ctx, ProviderError, SendGate};
 use bmcfleet_schema::subject::WORKER_HEADER;
 use bmcfleet_schema::{
-    ActionResult, BatchId, BatchState, BatchStatus, ErrorBody, ErrorCode, Event, EventKind, Job, OnError,
+    ActionResult, BatchId, BatchState, BatchStatus, ErrorBody, ErrorCode, Event, EventKind, EventsMode, Job, OnError,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -299,6 +299,8 @@ struct Progress {
     subject: String,
     headers: HeaderMap,
     action: String,
+    /// `false` for a batch that publishes its final event only.
+    publish: bool,
 }
 
 #[derive(Debug)]
@@ -423,6 +425,9 @@ impl bmcfleet_provider::TaskLog for ActionGate {
     fn progress(&self, percent: Option<u8>, state: Option<&str>) {
         tracing::info!(batch = %self.batch, index = self.index, percent, state, "BMC task progress.");
         let p = &self.progress;
+        if !p.publish {
+            return;
+        }
         let event = EventKind::ActionProgress {
             index: self.index,
             action: p.action.clone(),
@@ -644,7 +649,12 @@ impl<'a> Run<'a> {
         h
     }
 
+    /// Publish one of the batch's per-action events, unless the batch asked
+    /// for its final event only ([`EventsMode::Final`]).
     fn publish_soon(&self, event: EventKind) {
+        if self.job.batch.events == EventsMode::Final {
+            return;
+        }
         let subject = self.shared.subjects.events(&self.job.tenant, &self.job.id);
         publish_event(&self.shared.client, subject, &self.event_headers(), self.fence, self.job.id, event);
     }
@@ -885,6 +895,7 @@ impl<'a> Run<'a> {
                 subject: self.shared.subjects.events(&self.job.tenant, &self.job.id),
                 headers: self.event_headers(),
                 action: action.kind().to_owned(),
+                publish: self.job.batch.events != EventsMode::Final,
             },
         }
     }

@@ -36,6 +36,7 @@ impl Target {
         };
         Ok(Batch {
             plan: self.plan,
+            events: Default::default(),
             id: None,
             machine,
             bmc,

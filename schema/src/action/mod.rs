@@ -93,6 +93,30 @@ pub struct Batch {
     /// ([`crate::plan::ActionPlan`]), changing nothing (`docs/PLAN_MODE.md`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plan: bool,
+    /// Which events the batch publishes on its event subject: every
+    /// action's (`all`, the default) or only `batch_finished` (`final`), for
+    /// producers that follow the batch by its result or status record
+    /// (a rollout's machines: the rollout reports their progress).
+    #[serde(default, skip_serializing_if = "EventsMode::is_all")]
+    pub events: EventsMode,
+}
+
+/// The events a batch publishes ([`Batch::events`]). Its status record, its
+/// final event and its result are the same in both modes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventsMode {
+    /// `action_started`, `action_progress`, `action_finished` and `batch_finished`.
+    #[default]
+    All,
+    /// `batch_finished` only: two messages fewer per action.
+    Final,
+}
+
+impl EventsMode {
+    pub fn is_all(&self) -> bool {
+        *self == EventsMode::All
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
