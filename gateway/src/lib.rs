@@ -24,8 +24,8 @@
 pub mod budget;
 pub mod cancel;
 pub mod config;
-pub mod discover;
 pub mod console_log;
+pub mod discover;
 pub mod metrics;
 pub mod ownership;
 pub mod requester;

@@ -24,8 +24,8 @@ pub mod audit;
 pub mod bmc;
 pub mod codec;
 pub mod components;
-pub mod discover;
 pub mod console;
+pub mod discover;
 pub mod duration;
 pub mod error;
 /// Fuzz entry points (cargo-fuzz targets, corpus replay in tests): only with

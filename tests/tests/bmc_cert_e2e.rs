@@ -20,6 +20,7 @@ use std::time::Duration;
 
 fn cert_get(machine: &str) -> Batch {
     Batch {
+        events: Default::default(),
         plan: false,
         id: Some(ulid::Ulid::new()),
         machine: Some(machine.to_owned()),

@@ -1620,6 +1620,7 @@ async fn an_operator_account_acts_as_an_operator_and_is_audited_by_user() {
     let nats = bmcfleet_tests::shipped::nats();
     let (admin, _) = connect(&nats, "admin", PASSWORDS[4].1).await;
     let batch = Batch {
+        events: Default::default(),
         plan: false,
         id: None,
         machine: Some("b-node7".into()),
