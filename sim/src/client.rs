@@ -44,6 +44,9 @@ const CAPS: &[Capability] = &[
     Capability::Identify,
     Capability::PowerCapping,
     Capability::BmcClock,
+    // Routed like every action; the simulator answers `unsupported` for
+    // what it does not model (certificates, NTP servers).
+    Capability::BmcCertificates,
 ];
 
 #[async_trait]

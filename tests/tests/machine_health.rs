@@ -15,7 +15,7 @@ use bmcfleet_schema::state::{MachineEvent, MachineEventKind, MachineState};
 use bmcfleet_schema::*;
 use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_testing::redfish::fixtures::mockup_dir;
-use bmcfleet_testing::redfish::MockupServer;
+use bmcfleet_testing::redfish::{MockupServer, SushyEmulator};
 use bmcfleet_tests::producer::{machine_batch, Stack};
 use futures::StreamExt;
 use serde_json::json;
@@ -357,4 +357,33 @@ async fn ipmi_power_and_clock_readings_reach_the_state_and_the_metrics() {
     assert!(s.clock_drift_ms.is_some_and(|d| (d + 3_600_000).abs() <= 2_000), "{:?}", s.clock_drift_ms);
     assert!(s.power_read_ms.is_some() && s.clock_read_ms.is_some(), "{s:?}");
     assert!(s.health.is_none(), "not checked: {:?}", s.health);
+}
+
+/// sushy-emulator (what Ironic's and Metal3's CI run) as it is: its
+/// system's `Status` and its chassis are read, the event log it does not
+/// offer is named as unread, and the verdict is written and announced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sushy_emulator_gets_a_verdict_from_every_source() {
+    let Some(sushy) = SushyEmulator::start_or_skip(SushyEmulator::builder(), "machine_health").await else { return };
+    let stack = Stack::start(1, &HEALTH_FLAGS).await;
+    let subjects = stack.topology.subjects();
+    let client = &stack.producer.client;
+    let name = stack.topology.register_machine(client, &sushy.target()).await;
+    let events = Events::start(client, subjects.machine_events("default", &name)).await;
+    let t = Duration::from_secs(30);
+    let (from, to, reasons) = events.nth_health(1, t).await;
+    assert_eq!(from, None);
+    let s = bmcfleet_tests::poll_until(t, Duration::from_millis(100), || async {
+        state_of(client, &subjects, &name).await.filter(|s| s.health.is_some())
+    })
+    .await
+    .expect("the verdict is written");
+    let h = s.health.as_ref().unwrap();
+    assert_eq!((h.status, &h.reasons), (to, &reasons), "the record says what the event said");
+    assert_eq!(h.status, Health::Ok, "sushy's fake system is healthy: {h:?}");
+    // sushy links no LogService: the verdict says so rather than pretend it read one.
+    assert_eq!(h.unread.len(), 1, "{:?}", h.unread);
+    assert!(h.unread[0].starts_with("event_log: unsupported"), "{:?}", h.unread);
+    let table = bmcctl_ls(&stack, &[]).await;
+    assert_eq!(health_cell(&table, &name), "ok", "{table}");
 }

@@ -15,6 +15,12 @@ use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// One test of this file at a time: the flood test accounts for every
+/// datagram of a 1,024-packet burst, which holds only while the kernel
+/// does not drop datagrams for a starved reader, and the other tests
+/// running beside it on two cores made it drop some (3 runs in 12).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn transport(sockets: &RmcpSockets, bmc: &LanBmc) -> RmcpTransport {
     let config = RmcpConfig { attempt_timeout: Duration::from_millis(300), ..Default::default() };
     RmcpTransport::connect(
@@ -73,6 +79,7 @@ fn fleet() -> LanFleet {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suite_17_sol_survives_lost_acks_nacks_partial_accepts_and_duplicates() {
+    let _serial = SERIAL.lock().await;
     let fleet = fleet();
     let bmc = fleet.bmc(0);
     let sockets = RmcpSockets::new(1);
@@ -105,7 +112,8 @@ async fn suite_17_sol_survives_lost_acks_nacks_partial_accepts_and_duplicates() 
     typed.extend_from_slice(&input);
     assert!(eventually(|| bmc.sol_received() == typed).await);
     bmc.sol_faults(|f| f.accept_at_most = None);
-    assert_eq!(sol.stats().sent, typed.len() as u64);
+    // The BMC has it all; the session counts it once the last ack is in.
+    assert!(eventually(|| sol.stats().sent == typed.len() as u64).await, "{:?}", sol.stats());
 
     // The BMC sends packets twice (as after a lost ack): delivered once.
     bmc.sol_faults(|f| f.duplicate_output = 5);
@@ -124,6 +132,7 @@ async fn suite_17_sol_survives_lost_acks_nacks_partial_accepts_and_duplicates() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswering_bmc_ends_the_session_after_bounded_retransmits() {
+    let _serial = SERIAL.lock().await;
     let fleet = fleet();
     let bmc = fleet.bmc(0);
     let sockets = RmcpSockets::new(1);
@@ -148,6 +157,7 @@ async fn an_unanswering_bmc_ends_the_session_after_bounded_retransmits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bmcs_deactivation_ends_the_stream_and_take_over_is_explicit() {
+    let _serial = SERIAL.lock().await;
     let fleet = fleet();
     let bmc = fleet.bmc(0);
     let sockets = RmcpSockets::new(1);
@@ -172,6 +182,7 @@ async fn the_bmcs_deactivation_ends_the_stream_and_take_over_is_explicit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_bmc_costs_a_bounded_queue_and_reports_its_loss() {
+    let _serial = SERIAL.lock().await;
     let fleet = fleet();
     let bmc = fleet.bmc(0);
     let sockets = RmcpSockets::new(1);
@@ -212,8 +223,10 @@ async fn a_flooding_bmc_costs_a_bounded_queue_and_reports_its_loss() {
     // The loss not yet reported goes before the next data.
     bmc.sol_faults(|f| f.flood = false);
     bmc.sol_write(b"after");
+    // What the flood left unacknowledged (its last packet, when the socket
+    // dropped it) the BMC resends first, as a BMC does; then "after".
     let mut tail = Vec::new();
-    while tail.len() < 5 {
+    while !tail.ends_with(b"after") {
         match tokio::time::timeout(WAIT, sol.recv()).await.unwrap().unwrap() {
             SolEvent::Lost(n) => lost += n,
             SolEvent::Data(d) => tail.extend_from_slice(&d),
@@ -250,6 +263,7 @@ impl bmcfleet_provider::SendGate for SwitchGate {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_session_sends_nothing_more_and_ends() {
+    let _serial = SERIAL.lock().await;
     let fleet = fleet();
     let bmc = fleet.bmc(0);
     let sockets = RmcpSockets::new(1);

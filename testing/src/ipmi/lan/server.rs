@@ -762,7 +762,20 @@ pub(crate) async fn serve(bmc: Arc<Bmc>, socket: Arc<UdpSocket>) {
     // On the heap so the task's future stays small (thousands of them).
     let mut buf = vec![0u8; 1024];
     loop {
-        let (n, peer) = match socket.recv_from(&mut buf).await {
+        // An SOL packet in flight is resent when its ack is overdue: wait
+        // for a datagram no longer than that (no timer otherwise: thousands
+        // of idle BMCs cost nothing).
+        let received = match bmc.sol_retry_in() {
+            Some(wait) => match tokio::time::timeout(wait, socket.recv_from(&mut buf)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    bmc.sol_retry();
+                    continue;
+                }
+            },
+            None => socket.recv_from(&mut buf).await,
+        };
+        let (n, peer) = match received {
             Ok(x) => x,
             Err(_) => {
                 // e.g. an ICMP error surfaced on the socket; keep serving.

@@ -61,8 +61,16 @@ pub(crate) struct SolState {
     last_console: Option<(u8, u8)>,
     outbound: VecDeque<u8>,
     inflight: Option<(u8, Vec<u8>)>,
+    /// When the packet in flight was last sent, and how often it was resent.
+    inflight_sent: Option<(std::time::Instant, u32)>,
     bmc_seq: u8,
 }
+
+/// A BMC resends an output packet not acknowledged within this long (the
+/// SOL retry interval, IPMI 2.0 table 26-5, parameter 4)...
+pub(crate) const SOL_RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+/// ...at most this many times, then drops it (a console that went away).
+const SOL_RETRIES: u32 = 7;
 
 impl SolState {
     /// Host output queued and not yet sent.
@@ -220,6 +228,7 @@ impl Bmc {
                 let mut msg = vec![sol.bmc_seq, 0, 0, 0];
                 msg.extend_from_slice(&data);
                 sol.inflight = Some((sol.bmc_seq, data));
+                sol.inflight_sent = Some((std::time::Instant::now(), 0));
                 let copies = if sol.faults.duplicate_output > 0 {
                     sol.faults.duplicate_output -= 1;
                     2
@@ -236,6 +245,49 @@ impl Bmc {
         for (bytes, peer) in sends {
             self.send_now(&bytes, peer);
         }
+    }
+
+    /// How long until the packet in flight is resent (`None`: nothing in
+    /// flight, or flooding: a flood never waits for acks).
+    pub(crate) fn sol_retry_in(&self) -> Option<std::time::Duration> {
+        let sol = self.sol();
+        if sol.faults.flood || sol.inflight.is_none() {
+            return None;
+        }
+        let (sent, _) = sol.inflight_sent?;
+        Some((sent + SOL_RETRY_INTERVAL).saturating_duration_since(std::time::Instant::now()))
+    }
+
+    /// Resends the packet in flight when its ack is overdue, as a BMC does
+    /// (same SOL sequence number, a new RMCP+ packet); after
+    /// [`SOL_RETRIES`] it is dropped and the next output goes.
+    pub(crate) fn sol_retry(&self) {
+        let mut core = self.core();
+        let mut sends = Vec::new();
+        {
+            let mut sol = self.sol();
+            let (Some(sidc), Some((seq, data)), Some((sent, tries))) =
+                (sol.active, sol.inflight.clone(), sol.inflight_sent)
+            else {
+                return;
+            };
+            if sol.faults.flood || sent.elapsed() < SOL_RETRY_INTERVAL {
+                return;
+            }
+            if tries >= SOL_RETRIES {
+                sol.inflight = None;
+                sol.inflight_sent = None;
+            } else {
+                sol.inflight_sent = Some((std::time::Instant::now(), tries + 1));
+                let mut msg = vec![seq, 0, 0, 0];
+                msg.extend_from_slice(&data);
+                sends.extend(seal(&mut core, sidc, PAYLOAD_SOL, &msg));
+            }
+        }
+        for (bytes, peer) in sends {
+            self.send_now(&bytes, peer);
+        }
+        self.sol_pump(&mut core);
     }
 
     /// The host writes to its serial port.
