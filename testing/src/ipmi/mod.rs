@@ -246,11 +246,12 @@ impl IpmiSim {
             match probe::channel_auth_caps(self.socket_addr(), attempt_end, Duration::from_millis(50)) {
                 // An answer proves only that something holds the port: when
                 // another instance took it between `free_udp_port` and our
-                // bind, ours exits and theirs answers. Only a port our child
-                // holds is ours.
+                // bind, ours exits and theirs answers, or (ipmi_sim sets
+                // SO_REUSEADDR) both hold it and one gets the datagrams.
+                // Only a port our child holds alone is ours.
                 Ok(_) => {
                     let pid = self.child.as_ref().map(Child::id);
-                    if pid.is_some_and(|pid| crate::ports::holds_udp(pid, self.port)) {
+                    if pid.is_some_and(|pid| crate::ports::holds_udp_alone(pid, self.port)) {
                         return Ok(());
                     }
                     self.kill();
@@ -432,19 +433,30 @@ fn write(path: &Path, contents: &str) -> Result<(), SimError> {
     fs::write(path, contents).map_err(io_err(format!("writing {}", path.display())))
 }
 
+/// A free UDP port never handed out before in this process (parallel tests
+/// of one binary would otherwise be offered a port just closed by another).
 fn free_udp_port() -> Result<u16, SimError> {
-    let socket = UdpSocket::bind("127.0.0.1:0").map_err(io_err("finding a free UDP port"))?;
-    Ok(socket.local_addr().map_err(io_err("finding a free UDP port"))?.port())
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let socket = UdpSocket::bind("127.0.0.1:0").map_err(io_err("finding a free UDP port"))?;
+        let port = socket.local_addr().map_err(io_err("finding a free UDP port"))?.port();
+        let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if !handed.contains(&port) {
+            handed.push(port);
+            return Ok(port);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Two instances handed one port: the second's ipmi_sim cannot bind it
-    /// and exits, while the first answers the readiness probe. The second
-    /// must not take that answer for its own (it would send its tests'
-    /// commands to the other instance's machine).
+    /// Two instances handed one port: the second's ipmi_sim either cannot
+    /// bind it and exits while the first answers the readiness probe, or
+    /// (SO_REUSEADDR) binds it beside the first. Either way the second must
+    /// not take the port for its own (its tests' commands would reach the
+    /// other instance's machine, or the first's would reach it).
     #[test]
     fn an_instance_is_ready_only_on_a_port_its_own_process_holds() {
         let first = IpmiSim::start().expect("ipmi_sim");
@@ -455,5 +467,8 @@ mod tests {
             Err(SimError::Exited { log }) => assert!(log.contains("in use"), "{log}"),
             other => panic!("the first instance's answer was taken for the second's: {:?}", other.map(|_| ())),
         }
+        // The second is gone; the first holds its port alone again.
+        let pid = first.child.as_ref().map(Child::id).unwrap();
+        assert!(crate::ports::holds_udp_alone(pid, first.port()));
     }
 }
