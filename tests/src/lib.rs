@@ -10,6 +10,7 @@
 
 pub mod checks;
 pub mod cluster;
+pub mod machine_events;
 pub mod metrics;
 pub mod nats;
 pub mod otlp;

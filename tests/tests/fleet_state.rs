@@ -7,63 +7,12 @@
 //! polls never overlap a batch; a killed worker's machines are polled by
 //! the survivor within an interval plus the lease TTL.
 
-use bmcfleet_schema::state::{MachineEvent, MachineEventKind, MachineState};
+use bmcfleet_schema::state::MachineEventKind;
 use bmcfleet_schema::*;
 use bmcfleet_testing::ipmi::IpmiSim;
+use bmcfleet_tests::machine_events::{machine_state as state_of, MachineEvents as Events};
 use bmcfleet_tests::producer::{batch_for, machine_batch, Stack};
-use futures::StreamExt;
 use std::time::{Duration, Instant};
-
-/// Collects the machine's state events.
-struct Events {
-    seen: std::sync::Arc<std::sync::Mutex<Vec<MachineEvent>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Events {
-    async fn start(client: &async_nats::Client, subject: String) -> Events {
-        let mut sub = client.subscribe(subject).await.unwrap();
-        client.flush().await.unwrap();
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = seen.clone();
-        let task = tokio::spawn(async move {
-            while let Some(msg) = sub.next().await {
-                let e: MachineEvent = Encoding::MessagePack.decode(&msg.payload).expect("a machine event");
-                let header =
-                    msg.headers.as_ref().and_then(|h| h.get(subject::EVENT_HEADER)).map(|v| v.as_str().to_owned());
-                assert_eq!(header.as_deref(), Some(e.event.name()), "the header names the event");
-                sink.lock().unwrap().push(e);
-            }
-        });
-        Events { seen, task }
-    }
-
-    fn all(&self) -> Vec<MachineEventKind> {
-        self.seen.lock().unwrap().iter().map(|e| e.event.clone()).collect()
-    }
-
-    async fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&MachineEventKind) -> bool) -> MachineEvent {
-        let seen = self.seen.clone();
-        bmcfleet_tests::poll_until(timeout, Duration::from_millis(50), || {
-            let found = seen.lock().unwrap().iter().find(|e| pred(&e.event)).cloned();
-            async move { found }
-        })
-        .await
-        .unwrap_or_else(|| panic!("no {what} event within {timeout:?}; got {:?}", self.all()))
-    }
-}
-
-impl Drop for Events {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn state_of(client: &async_nats::Client, subjects: &Subjects, machine: &str) -> Option<MachineState> {
-    let kv = async_nats::jetstream::new(client.clone()).get_key_value(subjects.state_bucket()).await.ok()?;
-    let bytes = kv.get(machine).await.ok()??;
-    Some(serde_json::from_slice(&bytes).expect("a machine state record"))
-}
 
 /// nats-server, a gateway and one worker (`args`) talking to `sim`, every
 /// partition owned.

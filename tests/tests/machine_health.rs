@@ -11,74 +11,41 @@
 //! threshold; a critical SEL entry added and cleared with `ipmitool`, the
 //! SEL clock set by bmcfleet's own `bmc_clock_sync`).
 
-use bmcfleet_schema::state::{MachineEvent, MachineEventKind, MachineState};
+use bmcfleet_schema::state::{MachineEvent, MachineEventKind};
 use bmcfleet_schema::*;
 use bmcfleet_testing::ipmi::IpmiSim;
 use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::{MockupServer, SushyEmulator};
+use bmcfleet_tests::machine_events::{machine_state as state_of, MachineEvents as Events};
 use bmcfleet_tests::producer::{machine_batch, Stack};
-use futures::StreamExt;
 use serde_json::json;
 use std::time::Duration;
 
-/// Collects a machine's state events.
-struct Events {
-    seen: std::sync::Arc<std::sync::Mutex<Vec<MachineEvent>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Events {
-    async fn start(client: &async_nats::Client, subject: String) -> Events {
-        let mut sub = client.subscribe(subject).await.unwrap();
-        client.flush().await.unwrap();
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = seen.clone();
-        let task = tokio::spawn(async move {
-            while let Some(msg) = sub.next().await {
-                let e: MachineEvent = Encoding::MessagePack.decode(&msg.payload).expect("a machine event");
-                let header =
-                    msg.headers.as_ref().and_then(|h| h.get(subject::EVENT_HEADER)).map(|v| v.as_str().to_owned());
-                assert_eq!(header.as_deref(), Some(e.event.name()), "the header names the event");
-                sink.lock().unwrap().push(e);
-            }
-        });
-        Events { seen, task }
-    }
-
+/// A machine's health changes, read from its collected events.
+trait HealthChanges {
     /// The health changes seen so far: (from, to, reasons).
-    fn health(&self) -> Vec<(Option<Health>, Health, Vec<String>)> {
-        self.seen
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|e| match &e.event {
-                MachineEventKind::HealthChanged { from, to, reasons } => Some((*from, *to, reasons.clone())),
-                _ => None,
-            })
-            .collect()
-    }
-
+    fn health(&self) -> Vec<(Option<Health>, Health, Vec<String>)>;
     /// Waits for the `n`th (1-based) health change and answers it.
-    async fn nth_health(&self, n: usize, timeout: Duration) -> (Option<Health>, Health, Vec<String>) {
-        bmcfleet_tests::poll_until(timeout, Duration::from_millis(50), || {
-            let got = self.health().get(n - 1).cloned();
-            async move { got }
+    async fn nth_health(&self, n: usize, timeout: Duration) -> (Option<Health>, Health, Vec<String>);
+}
+
+fn health_changes(seen: &[MachineEvent]) -> Vec<(Option<Health>, Health, Vec<String>)> {
+    seen.iter()
+        .filter_map(|e| match &e.event {
+            MachineEventKind::HealthChanged { from, to, reasons } => Some((*from, *to, reasons.clone())),
+            _ => None,
         })
-        .await
-        .unwrap_or_else(|| panic!("no health change #{n} within {timeout:?}; got {:?}", self.health()))
-    }
+        .collect()
 }
 
-impl Drop for Events {
-    fn drop(&mut self) {
-        self.task.abort();
+impl HealthChanges for Events {
+    fn health(&self) -> Vec<(Option<Health>, Health, Vec<String>)> {
+        health_changes(&self.seen())
     }
-}
 
-async fn state_of(client: &async_nats::Client, subjects: &Subjects, machine: &str) -> Option<MachineState> {
-    let kv = async_nats::jetstream::new(client.clone()).get_key_value(subjects.state_bucket()).await.ok()?;
-    let bytes = kv.get(machine).await.ok()??;
-    Some(serde_json::from_slice(&bytes).expect("a machine state record"))
+    async fn nth_health(&self, n: usize, timeout: Duration) -> (Option<Health>, Health, Vec<String>) {
+        self.wait_until(&format!("health change #{n}"), timeout, |seen| health_changes(seen).get(n - 1).cloned()).await
+    }
 }
 
 /// `bmcctl machine ls` (with `args`) against the stack's NATS.
