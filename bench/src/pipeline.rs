@@ -129,6 +129,7 @@ impl Raw {
             tenant: "default".into(),
             sealed_params: vec![],
             by_operator: true,
+            record_at_claim: false,
         };
         let payload = Encoding::MessagePack.encode(&job)?.into();
         Ok(Raw { js, next: AtomicU64::new(0), pending, payload, tasks: vec![responder, dispatcher] })
@@ -548,6 +549,7 @@ pub(crate) fn message_class(subject: &str, headers: Option<&HeaderMap>, asked: &
         ["$JS", "API", "CONSUMER", "MSG", "NEXT", stream, ..] => {
             format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.<consumer>")
         }
+        ["$JS", "API", "STREAM", "INFO", stream, ..] => format!("$JS.API.STREAM.INFO.{stream}"),
         ["$JS", "API", rest @ ..] => {
             let keep: Vec<&str> = rest.iter().take(2).copied().collect();
             format!("$JS.API.{}…", keep.join("."))

@@ -87,6 +87,7 @@ async fn register(fleet: &Fleet, r: &Responder) -> anyhow::Result<Vec<String>> {
 
 /// What one rollout run measured.
 struct RolloutRun {
+    id: RolloutId,
     run: Run,
     gateway_rss_kib: u64,
     worker_rss_kib: u64,
@@ -160,6 +161,7 @@ async fn rollout_run(
     }
     let ok = counts.succeeded as usize;
     Ok(RolloutRun {
+        id,
         run: Run {
             bmcs: names.len(),
             makespan,
@@ -175,15 +177,93 @@ async fn rollout_run(
     })
 }
 
+/// What a `>` spy saw of one rollout: every message by kind, and when
+/// each machine's job, status writes and events passed (the timeline).
+struct Counted {
+    counts: BTreeMap<String, usize>,
+    ok: usize,
+    timeline: Timeline,
+}
+
+/// Seconds from the bench's `rollout.submit` to each step of each machine,
+/// as the spy received them (its own delivery delay included).
+#[derive(Default)]
+struct Timeline {
+    /// Per machine index: job queued, status record written `queued` (none
+    /// for a rollout's batch since `record_at_claim`), claimed (`running`),
+    /// final, `batch_finished`, `rollout_progress`.
+    job: Vec<f64>,
+    queued: Vec<f64>,
+    claimed: Vec<f64>,
+    result: Vec<f64>,
+    finished: Vec<f64>,
+    progress: Vec<f64>,
+    rollout_finished: f64,
+}
+
+impl Timeline {
+    fn new(n: usize) -> Timeline {
+        Timeline {
+            job: vec![f64::NAN; n],
+            queued: vec![f64::NAN; n],
+            claimed: vec![f64::NAN; n],
+            result: vec![f64::NAN; n],
+            finished: vec![f64::NAN; n],
+            progress: vec![f64::NAN; n],
+            rollout_finished: f64::NAN,
+        }
+    }
+
+    fn table(&self, title: String) -> Table {
+        let mut t = Table::new(
+            title,
+            &["step (each machine's; s since `rollout.submit`)", "machines seen", "first", "median", "p90", "last"],
+        );
+        let row = |t: &mut Table, name: &str, v: &[f64]| {
+            let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+            s.sort_by(f64::total_cmp);
+            let q = |p: f64| num(crate::stats::percentile_sorted(&s, p), 3);
+            t.row(vec![
+                name.into(),
+                s.len().to_string(),
+                s.first().map_or("n/a".into(), |x| num(*x, 3)),
+                q(50.0),
+                q(90.0),
+                s.last().map_or("n/a".into(), |x| num(*x, 3)),
+            ]);
+        };
+        row(&mut t, "job stored (the driver's submit)", &self.job);
+        row(&mut t, "status record written `queued` (none since `record_at_claim`)", &self.queued);
+        row(&mut t, "status record claimed (`running`)", &self.claimed);
+        row(&mut t, "status record final (the result)", &self.result);
+        row(&mut t, "`batch_finished`", &self.finished);
+        row(&mut t, "`rollout_progress` (the driver recorded it)", &self.progress);
+        let lag = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| y - x).collect::<Vec<f64>>();
+        row(&mut t, "per machine: job → claim (queued)", &lag(&self.job, &self.claimed));
+        row(&mut t, "per machine: claim → result (the BMC work)", &lag(&self.claimed, &self.result));
+        row(&mut t, "per machine: `batch_finished` → `rollout_progress`", &lag(&self.finished, &self.progress));
+        t.row(vec![
+            "`rollout_finished`".into(),
+            "-".into(),
+            "-".into(),
+            num(self.rollout_finished, 3),
+            "-".into(),
+            "-".into(),
+        ]);
+        t
+    }
+}
+
 /// Every message nats-server carries during one more rollout of `workload`,
-/// by kind (a spy on `>` sees each published message once), per machine.
+/// by kind (a spy on `>` sees each published message once), per machine,
+/// and the rollout's timeline.
 async fn count_messages(
     fleet: &Fleet,
     names: &[String],
     r: &Responder,
     workload: Workload,
     o: &Options,
-) -> anyhow::Result<(BTreeMap<String, usize>, usize)> {
+) -> anyhow::Result<Counted> {
     let spy = async_nats::connect(fleet.nats.url()).await.context("connecting the spy")?;
     let mut sub = spy.subscribe(">").await?;
     spy.flush().await?;
@@ -194,17 +274,24 @@ async fn count_messages(
     let counting = async {
         let mut asked: HashMap<String, String> = HashMap::new();
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        let mut seen = vec![];
+        let mut submitted = None;
         while let Some(m) = sub.next().await {
+            let at = Instant::now();
             if m.subject.as_str() == "bench.rollout.end" {
                 break;
+            }
+            if m.subject.as_str() == "bmcfleet.rollout.submit" {
+                submitted.get_or_insert(at);
             }
             let class = crate::pipeline::message_class(&m.subject, m.headers.as_ref(), &asked);
             if let Some(reply) = &m.reply {
                 asked.insert(reply.to_string(), class.trim_start_matches("↳ reply to ").to_owned());
             }
             *counts.entry(class).or_default() += 1;
+            seen.push((at, m));
         }
-        counts
+        (counts, seen, submitted)
     };
     let driving = async {
         let run = rollout_run(fleet, names, r, workload, o).await?;
@@ -213,8 +300,69 @@ async fn count_messages(
         spy.publish("bench.rollout.end", "".into()).await?;
         anyhow::Ok(run)
     };
-    let (counts, run) = tokio::join!(counting, driving);
-    Ok((counts, run?.run.ok))
+    let ((counts, seen, submitted), run) = tokio::join!(counting, driving);
+    let run = run?;
+    let timeline = timeline(run.id, names, &fleet.subjects, seen, submitted.unwrap_or_else(Instant::now));
+    Ok(Counted { counts, ok: run.run.ok, timeline })
+}
+
+/// Each machine's steps, from what the spy saw.
+fn timeline(
+    id: RolloutId,
+    names: &[String],
+    subjects: &bmcfleet_schema::subject::Subjects,
+    seen: Vec<(Instant, async_nats::Message)>,
+    t0: Instant,
+) -> Timeline {
+    let by_batch: HashMap<String, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (bmcfleet_schema::rollout::batch_id(id, i as u32, m).to_string(), i))
+        .collect();
+    let mut t = Timeline::new(names.len());
+    let jobs = format!("{}.jobs.", subjects.prefix);
+    let events = format!("{}.events.", subjects.prefix);
+    let batches = format!("$KV.{}_BATCHES.", subjects.stream);
+    let rollout = format!(".rollout.{id}");
+    for (at, m) in seen {
+        let s = at.saturating_duration_since(t0).as_secs_f64();
+        let subject = m.subject.as_str();
+        let header = |name: &str| m.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_owned());
+        if subject.starts_with(&jobs) {
+            if let Some(&i) = header(async_nats::header::NATS_MESSAGE_ID.as_ref()).and_then(|b| by_batch.get(&b)) {
+                if t.job[i].is_nan() {
+                    t.job[i] = s;
+                }
+            }
+        } else if let Some(batch) = subject.strip_prefix(batches.as_str()) {
+            let state = Encoding::MessagePack.decode::<bmcfleet_schema::BatchStatus>(&m.payload).map(|b| b.state);
+            if let (Some(&i), Ok(state)) = (by_batch.get(batch), state) {
+                let slot = match state {
+                    bmcfleet_schema::BatchState::Queued => &mut t.queued[i],
+                    bmcfleet_schema::BatchState::Running => &mut t.claimed[i],
+                    _ => &mut t.result[i],
+                };
+                if slot.is_nan() {
+                    *slot = s;
+                }
+            }
+        } else if subject.starts_with(&events) && subject.ends_with(&rollout) {
+            match Encoding::MessagePack.decode::<RolloutEvent>(&m.payload).map(|e| e.event) {
+                Ok(RolloutEventKind::RolloutProgress { index, .. }) if (index as usize) < names.len() => {
+                    t.progress[index as usize] = s;
+                }
+                Ok(RolloutEventKind::RolloutFinished { .. }) => t.rollout_finished = s,
+                _ => {}
+            }
+        } else if subject.starts_with(&events)
+            && header(bmcfleet_schema::subject::EVENT_HEADER).as_deref() == Some("batch_finished")
+        {
+            if let Some(&i) = subject.rsplit('.').next().and_then(|b| by_batch.get(b)) {
+                t.finished[i] = s;
+            }
+        }
+    }
+    t
 }
 
 fn client_label(c: Client) -> &'static str {
@@ -376,8 +524,13 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
             // rollout's own traffic, not a worker's start.
             start_worker(&mut fleet, "count", fo.partitions).await?;
             rollout_run(&fleet, &names, &responder, Workload::Status, o).await?;
-            let (counts, ok) = count_messages(&fleet, &names, &responder, Workload::Status, o).await?;
+            let Counted { counts, ok, timeline } =
+                count_messages(&fleet, &names, &responder, Workload::Status, o).await?;
             stop_worker(&mut fleet, "count").await?;
+            // And where a cold rollout's makespan goes: a fresh worker, the spy on.
+            start_worker(&mut fleet, "timeline", fo.partitions).await?;
+            let cold = count_messages(&fleet, &names, &responder, Workload::Status, o).await?;
+            stop_worker(&mut fleet, "timeline").await?;
             let mut t = Table::new(
                 format!(
                     "{n} BMCs: messages one rollout of power status sends through nats-server, per machine (a `>` spy; \
@@ -395,6 +548,13 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
             }
             t.row(vec!["**total published (each is delivered about once more)**".into(), num(total, 1)]);
             section.tables.push(t);
+            section.tables.push(timeline.table(format!(
+                "{n} BMCs: where the makespan of the counted rollout (power status, sessions already open) goes, per machine"
+            )));
+            section.tables.push(cold.timeline.table(format!(
+                "{n} BMCs: where the makespan of a cold rollout (power status, a fresh worker, the spy on; {} of {n} ok) goes, per machine",
+                cold.ok
+            )));
             section.goal(
                 &format!("{n} BMCs: NATS messages per machine in a rollout (published)"),
                 "≤ 8",
