@@ -138,7 +138,17 @@ pub fn event_msg_id(event: &RolloutEvent, unique: &str) -> String {
     format!("rollout.{}.{}.{unique}", event.rollout, event.event.name())
 }
 
-/// Publish a rollout event of `tenant` into the events stream.
+fn event_message(event: &RolloutEvent, unique: &str) -> Result<(HeaderMap, bytes::Bytes), String> {
+    let body = Encoding::MessagePack.encode(event).map_err(|e| e.to_string())?;
+    let mut h = HeaderMap::new();
+    h.insert(CONTENT_TYPE, Encoding::MessagePack.content_type());
+    h.insert(EVENT_HEADER, event.event.name());
+    h.insert(async_nats::header::NATS_MESSAGE_ID, event_msg_id(event, unique).as_str());
+    Ok((h, body.into()))
+}
+
+/// Publish a rollout event of `tenant` into the events stream and wait
+/// until the stream stored it.
 pub async fn publish_event(
     js: &Context,
     subjects: &Subjects,
@@ -146,15 +156,30 @@ pub async fn publish_event(
     event: &RolloutEvent,
     unique: &str,
 ) -> Result<(), String> {
-    let body = Encoding::MessagePack.encode(event).map_err(|e| e.to_string())?;
-    let mut h = HeaderMap::new();
-    h.insert(CONTENT_TYPE, Encoding::MessagePack.content_type());
-    h.insert(EVENT_HEADER, event.event.name());
-    h.insert(async_nats::header::NATS_MESSAGE_ID, event_msg_id(event, unique).as_str());
-    js.publish_with_headers(subjects.rollout_events(tenant, &event.rollout), h, body.into())
+    let (h, body) = event_message(event, unique)?;
+    js.publish_with_headers(subjects.rollout_events(tenant, &event.rollout), h, body)
         .await
         .map_err(|e| e.to_string())?
         .await
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Publish a rollout event of `tenant` into the events stream without
+/// asking for the stream's acknowledgement (one message instead of two):
+/// for `rollout_progress`, whose facts are stored before it (the machine's
+/// part, the record's counts), so a lost one is not sent again. Events
+/// published on one connection are stored in the order sent.
+pub async fn publish_event_unacked(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    tenant: &str,
+    event: &RolloutEvent,
+    unique: &str,
+) -> Result<(), String> {
+    let (h, body) = event_message(event, unique)?;
+    client
+        .publish_with_headers(subjects.rollout_events(tenant, &event.rollout), h, body)
+        .await
+        .map_err(|e| e.to_string())
 }

@@ -218,6 +218,7 @@ impl Drivers {
                         wake: Arc::default(),
                         swept: None,
                         recheck: HashSet::new(),
+                        queued: HashSet::new(),
                         listening: None,
                     };
                     tracing::info!(rollout = %id, "Driving a rollout.");
@@ -272,6 +273,13 @@ struct Driver {
     swept: Option<Instant>,
     /// Machines to read next round whatever was heard (a submit to retry).
     recheck: HashSet<u32>,
+    /// Machines in flight this driver queued itself (accepted): a batch
+    /// queued for a rollout has no status record until a worker claims it
+    /// ([`bmcfleet_schema::Job::record_at_claim`]), so "no record" means
+    /// still queued for these, and possibly never queued for the others
+    /// (a driver before a takeover may have died between its record write
+    /// and its submits): those are submitted again, the same id.
+    queued: HashSet<u32>,
     /// Ends the events listener when the driver ends (or its lease is lost).
     listening: Option<tokio_util::sync::DropGuard>,
 }
@@ -434,6 +442,28 @@ impl Driver {
         let mut to_write = vec![];
         let mut unqueued = vec![];
         for (index, machine, batch, loaded) in loaded {
+            // A record of another tenant under this machine's batch id (an id
+            // a producer took first) is not this machine's outcome.
+            let loaded = match loaded {
+                Ok(Some(v)) if v.status.tenant != record.tenant => {
+                    tracing::warn!(rollout = %self.id, index, batch = %batch, "The machine's batch id has another tenant's status record; the machine is refused.");
+                    let part = RolloutPart {
+                        index,
+                        machine,
+                        batch,
+                        outcome: PartOutcome::Refused,
+                        error: Some(bmcfleet_schema::ErrorBody::new(
+                            ErrorCode::InvalidField,
+                            "id: this machine's batch id is taken by another batch",
+                        )),
+                        finished_at_ms: now,
+                        plan: None,
+                    };
+                    to_write.push(part);
+                    continue;
+                }
+                other => other,
+            };
             match loaded {
                 Ok(Some(v)) if v.status.state.is_final() => {
                     let error = v
@@ -465,11 +495,32 @@ impl Driver {
                         self.cancel(batch, &who).await;
                     }
                 }
-                // Refused at submit (recorded), or never queued (submit again).
-                Ok(None) => match self.store.part(&self.id, index).await? {
-                    Some(part) => finished.push(part),
-                    None => unqueued.push((index, machine, batch)),
-                },
+                // No record. Queued by this driver: not claimed yet. Else
+                // refused at submit (its part is recorded), or perhaps never
+                // queued (a driver before a takeover may have died between
+                // its record write and its submits): submitted again, the
+                // same id (a `duplicate` if it was queued). When aborting,
+                // it is cancelled by creating its record `cancelled`, which
+                // the worker that pulls its job (if any) finds.
+                Ok(None) => {
+                    let part = match self.queued.contains(&index) {
+                        true => None,
+                        false => self.store.part(&self.id, index).await?,
+                    };
+                    match part {
+                        Some(part) => finished.push(part),
+                        None if record.state == rollout::RolloutState::Aborting => {
+                            if self.cancelled.insert(index)
+                                && !self.cancel_unclaimed(spec, &record.tenant, &machine, batch, &who).await
+                            {
+                                self.cancelled.remove(&index);
+                            }
+                            self.recheck.insert(index);
+                        }
+                        None if self.queued.contains(&index) => {}
+                        None => unqueued.push((index, machine, batch)),
+                    }
+                }
                 Err(e) => return Err(Stop::Store(e.to_string())),
             }
         }
@@ -522,17 +573,18 @@ impl Driver {
                 uncount(&mut counts, part.outcome);
             }
             progress.reverse();
-            let (js, subjects, tenant, id) = (&js, &subjects, &record.tenant, self.id);
-            futures::stream::iter(progress)
-                .map(|event| async move {
-                    let RolloutEventKind::RolloutProgress { index, .. } = &event.event else { return };
-                    if let Err(e) = rollouts::publish_event(js, subjects, tenant, &event, &index.to_string()).await {
-                        tracing::warn!(rollout = %id, error = %e, "Cannot publish rollout_progress.");
-                    }
-                })
-                .buffered(CONCURRENCY)
-                .collect::<Vec<()>>()
-                .await;
+            // Without the stream's acknowledgement: what each says is stored
+            // already (the parts, the record just written).
+            let client = js.client();
+            for event in progress {
+                let RolloutEventKind::RolloutProgress { index, .. } = &event.event else { continue };
+                if let Err(e) =
+                    rollouts::publish_event_unacked(&client, &subjects, &record.tenant, &event, &index.to_string())
+                        .await
+                {
+                    tracing::warn!(rollout = %self.id, error = %e, "Cannot publish rollout_progress.");
+                }
+            }
             if settled {
                 self.finished_event(&record).await;
                 tracing::info!(
@@ -549,7 +601,7 @@ impl Driver {
             unqueued.push((index, machine, batch));
         }
         let (this, who) = (&*self, &who);
-        let submitted: Vec<Result<Option<u32>, Stop>> = futures::stream::iter(unqueued)
+        let submitted: Vec<Result<Submitted, Stop>> = futures::stream::iter(unqueued)
             .map(|(index, machine, batch)| async move {
                 this.fenced()?;
                 this.submit(spec, index, machine, batch, who).await
@@ -557,8 +609,19 @@ impl Driver {
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        for retry in submitted {
-            self.recheck.extend(retry?);
+        for outcome in submitted {
+            match outcome? {
+                Submitted::Queued(index) => {
+                    self.queued.insert(index);
+                }
+                Submitted::Retry(index) => {
+                    self.recheck.insert(index);
+                }
+                Submitted::Refused => {}
+            }
+        }
+        for part in &finished {
+            self.queued.remove(&part.index);
         }
         Ok(changed)
     }
@@ -573,7 +636,7 @@ impl Driver {
         machine: String,
         batch: ulid::Ulid,
         who: &Requester,
-    ) -> Result<Option<u32>, Stop> {
+    ) -> Result<Submitted, Stop> {
         let body = Batch {
             // A plan rollout plans every machine's batch: nothing that changes state is sent.
             plan: spec.plan,
@@ -588,13 +651,15 @@ impl Driver {
             deadline: spec.batch_deadline,
         };
         let bytes = Encoding::MessagePack.encode(&body).map_err(|e| Stop::Store(e.to_string()))?;
-        match self.gateway.submit(Encoding::MessagePack, &bytes, None, who).await {
+        // No `queued` status record: the rollout's record holds that state.
+        match self.gateway.submit_as(Encoding::MessagePack, &bytes, None, who, true).await {
             Reply::Accepted(a) => {
                 tracing::debug!(rollout = %self.id, index, %machine, batch = %batch, duplicate = a.duplicate, "Rollout batch queued.");
+                return Ok(Submitted::Queued(index));
             }
             Reply::Error(e) if retryable(e.code) => {
                 tracing::info!(rollout = %self.id, index, %machine, code = %e.code, "Rollout batch not queued yet; retrying.");
-                return Ok(Some(index));
+                return Ok(Submitted::Retry(index));
             }
             Reply::Error(e) => {
                 tracing::info!(rollout = %self.id, index, %machine, code = %e.code, "Rollout batch refused.");
@@ -612,10 +677,49 @@ impl Driver {
             }
             other => {
                 tracing::warn!(rollout = %self.id, index, reply = ?other, "Unexpected submit reply.");
-                return Ok(Some(index));
+                return Ok(Submitted::Retry(index));
             }
         }
-        Ok(None)
+        Ok(Submitted::Refused)
+    }
+
+    /// Abort: cancel machine `machine`'s batch, queued by this driver and
+    /// claimed by no worker (it has no status record), by creating its
+    /// record already `cancelled`; when a worker claimed it meanwhile (the
+    /// record exists), cancel it as any running batch.
+    async fn cancel_unclaimed(
+        &self,
+        spec: &RolloutSpec,
+        tenant: &str,
+        machine: &str,
+        batch: ulid::Ulid,
+        who: &Requester,
+    ) -> bool {
+        let (res, _, _, _) = self.gateway.parts();
+        let s = bmcfleet_schema::BatchStatus::cancelled_unclaimed(
+            batch,
+            bmcfleet_schema::BmcKey::machine(machine).to_string(),
+            tenant.to_owned(),
+            spec.actions.iter().map(|a| a.kind().to_owned()).collect(),
+            now_ms(),
+        );
+        if self.fenced().is_err() {
+            return false;
+        }
+        match status::create(&res.batches, &s).await {
+            Ok(_) => {
+                tracing::info!(rollout = %self.id, batch = %batch, "Cancelled a rollout batch no worker had claimed.");
+                true
+            }
+            Err(status::StatusError::Conflict) => {
+                self.cancel(batch, who).await;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(rollout = %self.id, batch = %batch, error = %e, "Cannot cancel a queued rollout batch; retrying next round.");
+                false
+            }
+        }
     }
 
     async fn cancel(&self, batch: ulid::Ulid, who: &Requester) {
@@ -642,6 +746,16 @@ impl Driver {
             tracing::warn!(rollout = %record.id, error = %e, "Cannot publish rollout_finished.");
         }
     }
+}
+
+/// What a submit did to a machine.
+enum Submitted {
+    /// Queued (or queued before: a duplicate).
+    Queued(u32),
+    /// Not queued yet; try again next round.
+    Retry(u32),
+    /// Refused: the machine's outcome is recorded.
+    Refused,
 }
 
 fn uncount(c: &mut rollout::Counts, o: PartOutcome) {

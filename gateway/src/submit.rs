@@ -60,6 +60,20 @@ impl Gateway {
     /// `gateway.admit` span that continues the producer's trace (W3C
     /// `traceparent` in the request headers); the job carries its context.
     pub async fn submit(&self, enc: Encoding, payload: &[u8], headers: Option<&HeaderMap>, who: &Requester) -> Reply {
+        self.submit_as(enc, payload, headers, who, false).await
+    }
+
+    /// [`Gateway::submit`]; `record_at_claim`: a rollout's driver queues a
+    /// machine's batch, and no `queued` status record is written (the
+    /// rollout's record holds that state; see [`bmcfleet_schema::Job::record_at_claim`]).
+    pub(crate) async fn submit_as(
+        &self,
+        enc: Encoding,
+        payload: &[u8],
+        headers: Option<&HeaderMap>,
+        who: &Requester,
+        record_at_claim: bool,
+    ) -> Reply {
         let span = tracing::info_span!(
             "gateway.admit",
             otel.kind = "server",
@@ -74,7 +88,7 @@ impl Gateway {
         );
         telemetry::set_parent(&span, headers);
         let started = std::time::Instant::now();
-        let admission = match self.admit(enc, payload, headers, who).instrument(span.clone()).await {
+        let admission = match self.admit(enc, payload, headers, who, record_at_claim).instrument(span.clone()).await {
             Ok(a) => a,
             Err(reply) => {
                 if let Reply::Error(e) = &reply {
@@ -161,6 +175,7 @@ impl Gateway {
         payload: &[u8],
         headers: Option<&HeaderMap>,
         who: &Requester,
+        record_at_claim: bool,
     ) -> Result<Admission, Reply> {
         let mut batch = decode_batch(payload, enc, &self.limits).map_err(|e| Reply::Error(e.into()))?;
         let (mut target, tenant) = self.target(&mut batch, who).await?;
@@ -195,7 +210,17 @@ impl Gateway {
         span.record("actions", batch.actions.len());
         span.record("subject", subject.as_str());
         let by_operator = *who == Requester::Operator;
-        let job = Job { id, admitted_at_ms, deadline_at_ms, batch, target, tenant, sealed_params, by_operator };
+        let job = Job {
+            id,
+            admitted_at_ms,
+            deadline_at_ms,
+            batch,
+            target,
+            tenant,
+            sealed_params,
+            by_operator,
+            record_at_claim,
+        };
 
         // Subscribed before publishing: a batch queued just now cannot finish before it.
         let mut events = None;
@@ -285,6 +310,22 @@ impl Gateway {
                 return Err(error(code, format!("could not queue the batch: {e}")));
             }
         };
+        if ack.duplicate && job.record_at_claim {
+            // Queued before (a rollout's driver submits again after a
+            // takeover): there may be no record yet, and none is waited for.
+            // A record of another tenant means the id is taken.
+            return match status::load(&self.res.batches, &job.id).await {
+                Ok(Some(v)) if v.status.tenant != job.tenant => Err(id_taken()),
+                Ok(v) => Ok(Accepted {
+                    id: job.id,
+                    stream_sequence: v.and_then(|v| v.status.stream_sequence).unwrap_or(ack.sequence),
+                    duplicate: true,
+                    subject: subject.to_owned(),
+                    unowned: None,
+                }),
+                Err(e) => Err(error(ErrorCode::Unavailable, format!("cannot read batch status: {e}"))),
+            };
+        }
         if ack.duplicate {
             // JetStream already held a job of this id, whose record we had
             // not seen: it is its own admission's (or its worker's) to
@@ -300,6 +341,16 @@ impl Gateway {
                 )),
                 Err(e) => Err(error(ErrorCode::Unavailable, format!("cannot read batch status: {e}"))),
             };
+        }
+        if job.record_at_claim {
+            // The worker creates the record at its claim.
+            return Ok(Accepted {
+                id: job.id,
+                stream_sequence: ack.sequence,
+                duplicate: false,
+                subject: subject.to_owned(),
+                unowned: None,
+            });
         }
         let record = BatchStatus::queued(job, ack.sequence, now_ms());
         match status::create(&self.res.batches, &record).await {

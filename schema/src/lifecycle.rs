@@ -79,6 +79,41 @@ impl BatchStatus {
         s
     }
 
+    /// A rollout's driver cancels its machine's batch `id` that no worker
+    /// has claimed (a batch queued with [`Job::record_at_claim`] has no
+    /// record until its claim): the record is created already `Cancelled`,
+    /// every action `cancelled`, so the worker that pulls the job finds it
+    /// and runs nothing. `admitted_at_ms` is 0 (the driver does not know
+    /// the job's): a worker reads such a record as another admission's and
+    /// acknowledges its copy unrun.
+    pub fn cancelled_unclaimed(
+        id: crate::BatchId,
+        bmc: String,
+        tenant: String,
+        actions: Vec<String>,
+        now_ms: u64,
+    ) -> BatchStatus {
+        let mut s = BatchStatus {
+            id,
+            bmc,
+            tenant,
+            state: BatchState::Queued,
+            results: vec![],
+            in_progress: None,
+            task: None,
+            cancel_requested: false,
+            actions,
+            stream_sequence: None,
+            worker: None,
+            deliveries: 0,
+            admitted_at_ms: 0,
+            updated_at_ms: now_ms,
+            result: None,
+        };
+        let _ = s.cancel(now_ms);
+        s
+    }
+
     /// A worker starts (or resumes) the batch: one more delivery.
     pub fn claim(&mut self, worker: &str, now_ms: u64) {
         self.state = BatchState::Running;
@@ -246,7 +281,23 @@ mod tests {
             tenant: "t1".into(),
             sealed_params: vec![],
             by_operator: false,
+            record_at_claim: false,
         }
+    }
+
+    #[test]
+    fn a_rollout_batch_cancelled_before_its_claim_is_final_and_runs_nothing() {
+        let j = job();
+        let actions = j.batch.actions.iter().map(|a| a.kind().to_owned()).collect();
+        let s = BatchStatus::cancelled_unclaimed(j.id, j.key().to_string(), "t1".into(), actions, 9);
+        assert_eq!((s.state, s.deliveries, s.admitted_at_ms), (BatchState::Cancelled, 0, 0));
+        assert_eq!(s.results.len(), 2);
+        assert!(s.results.iter().all(|r| r.error.as_ref().is_some_and(|e| e.code == ErrorCode::Cancelled)));
+        let r = s.result.as_ref().expect("a final record has its result");
+        assert_eq!((r.state, r.finished_at_ms), (BatchState::Cancelled, 9));
+        // The job it stands for was admitted at another time: a worker
+        // reads the record as another admission's and runs nothing.
+        assert_ne!(s.admitted_at_ms, j.admitted_at_ms);
     }
 
     #[test]

@@ -382,6 +382,7 @@ pub fn job_of(mut batch: Batch, tenant: &str) -> bmcfleet_schema::Job {
         tenant: tenant.into(),
         sealed_params: vec![],
         by_operator: tenant == bmcfleet_schema::machine::DEFAULT_TENANT,
+        record_at_claim: false,
     }
 }
 

@@ -361,6 +361,83 @@ async fn pause_holds_new_starts_resume_goes_on_abort_ends_it() {
     assert!(by_bmc.len() as u32 <= record.next, "{record:?}");
 }
 
+/// How many jobs the jobs stream holds (queued, not yet acknowledged).
+async fn jobs_queued(client: &async_nats::Client, subjects: &Subjects) -> u64 {
+    let js = async_nats::jetstream::new(client.clone());
+    let mut stream = js.get_stream(subjects.jobs_stream()).await.unwrap();
+    stream.info().await.unwrap().state.messages
+}
+
+/// A rollout's machine batch is queued with no status record (the
+/// rollout's record holds its queued state; the worker creates the record
+/// at its claim). Aborting while no worker has claimed them cancels them by
+/// creating their records `cancelled`: the rollout ends `aborted` with no
+/// worker running, and the worker that later pulls the jobs runs none of
+/// them. Without the driver's cancel of unclaimed batches the rollout would
+/// wait for them, and they would run once a worker came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_cancels_queued_batches_no_worker_claimed_and_they_never_run() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let names = register(&p.client, &topo, 5, 6).await;
+    let subjects = topo.subjects();
+
+    // No worker: the first wave is queued and stays so.
+    let mut req = request(&[("rack", "5")], vec![Action::Power(PowerOp::Reset)]);
+    req.max_parallel = Some(3);
+    let id = view(call(&p, "submit", &req).await).rollout.id;
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    while jobs_queued(&p.client, &subjects).await < 3 {
+        assert!(tokio::time::Instant::now() < end, "the first wave was never queued");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let record = status(&p, id).await;
+    assert_eq!(record.in_flight.len(), 3, "{record:?}");
+    let js = async_nats::jetstream::new(p.client.clone());
+    let batches = js.get_key_value(subjects.batches_bucket()).await.unwrap();
+    let in_flight: Vec<ulid::Ulid> =
+        record.in_flight.iter().map(|&i| rollout::batch_id(id, i, &names[i as usize])).collect();
+    for b in &in_flight {
+        assert!(
+            bmcfleet_common::status::load(&batches, b).await.unwrap().is_none(),
+            "a queued rollout batch has no status record (the lighter path)"
+        );
+    }
+
+    let aborting = view(call(&p, "abort", &rollout::RolloutIdRequest { id }).await).rollout;
+    assert!(matches!(aborting.state, RolloutState::Aborting | RolloutState::Aborted), "{aborting:?}");
+    let done =
+        wait_record(&p, id, Duration::from_secs(60), "the abort to finish with no worker", |r| r.state.is_final())
+            .await;
+    assert_eq!(done.state, RolloutState::Aborted, "{done:?}");
+    assert_eq!((done.counts.cancelled, done.not_started()), (3, 3), "{done:?}");
+    for b in &in_flight {
+        let s = bmcfleet_common::status::load(&batches, b).await.unwrap().expect("a cancelled record").status;
+        assert_eq!(s.state, bmcfleet_schema::BatchState::Cancelled, "{s:?}");
+        assert!(s
+            .results
+            .iter()
+            .all(|r| r.error.as_ref().is_some_and(|e| e.code == bmcfleet_schema::ErrorCode::Cancelled)));
+    }
+
+    // A worker now pulls the three jobs and acknowledges them unrun.
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    while jobs_queued(&p.client, &subjects).await > 0 {
+        assert!(tokio::time::Instant::now() < end, "the worker never took the queued jobs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(sim.log().is_empty(), "nothing ran: {:?}", batches_by_bmc(&sim));
+    for b in &in_flight {
+        let s = bmcfleet_common::status::load(&batches, b).await.unwrap().unwrap().status;
+        assert_eq!(s.state, bmcfleet_schema::BatchState::Cancelled, "still cancelled: {s:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_driving_gateway_a_worker_and_the_client_loses_and_repeats_nothing() {
     let nats = NatsServer::start();

@@ -856,6 +856,7 @@ async fn a_status_record_written_during_the_wait_is_read() {
         tenant: "tenant-a".into(),
         sealed_params: vec![],
         by_operator: false,
+        record_at_claim: false,
     };
 
     // Never written: nothing, after the wait.

@@ -555,53 +555,62 @@ impl<'a> Run<'a> {
     ) -> Result<Run<'a>, Outcome> {
         let kv = &shared.res.batches;
         let mut attempt = 0;
+        // A rollout machine's batch has no `queued` record: claim it by
+        // creating the record, with no read first. A record already there
+        // (a redelivery; a cancel before any claim) is read below.
+        let mut create_first = job.record_at_claim;
         loop {
             if !fence.valid() {
                 return Err(Outcome::HandBack);
             }
-            let step = match status::load(kv, &job.id).await {
-                Ok(None) => {
-                    let s = BatchStatus::running(job, &shared.worker_id, now_ms());
-                    status::create(kv, &s).await.map(|rev| Some((s, rev)))
-                }
-                // The id is another tenant's batch (its record): this job is
-                // neither run into that record (its results would be the other
-                // tenant's to read) nor given its result. Acknowledged unrun.
-                Ok(Some(v)) if v.status.tenant != job.tenant => {
-                    tracing::error!(
-                        batch = %job.id, tenant = %job.tenant, record_tenant = %v.status.tenant,
-                        "The batch's status record belongs to another tenant; not running this job (nothing is sent)."
-                    );
-                    return Err(Outcome::Done);
-                }
-                // Another admission's record of this id (a resubmission past
-                // the JetStream dedupe window was queued again before the
-                // gateway found the record, and answered `duplicate`): that
-                // batch runs, or ran, from its own job; this copy never runs.
-                Ok(Some(v)) if v.status.admitted_at_ms != job.admitted_at_ms => {
-                    tracing::info!(
-                        batch = %job.id, admitted_at_ms = job.admitted_at_ms, record_admitted_at_ms = v.status.admitted_at_ms,
-                        "A second admission of a batch id; not running this copy (nothing is sent)."
-                    );
-                    return Err(Outcome::Done);
-                }
-                Ok(Some(v)) if v.status.state.is_final() => Ok(Some((v.status, v.revision))),
-                Ok(Some(v)) => {
-                    let mut s = v.status;
-                    if s.state == BatchState::Running && s.worker.as_deref() != Some(&shared.worker_id) {
-                        tracing::info!(batch = %job.id, previous = ?s.worker, done = s.results.len(), "Resuming a batch from another worker.");
+            let step = if std::mem::take(&mut create_first) {
+                let s = BatchStatus::running(job, &shared.worker_id, now_ms());
+                status::create(kv, &s).await.map(|rev| Some((s, rev)))
+            } else {
+                match status::load(kv, &job.id).await {
+                    Ok(None) => {
+                        let s = BatchStatus::running(job, &shared.worker_id, now_ms());
+                        status::create(kv, &s).await.map(|rev| Some((s, rev)))
                     }
-                    s.claim(&shared.worker_id, now_ms());
-                    status::update(kv, &s, v.revision).await.map(|rev| Some((s, rev)))
+                    // The id is another tenant's batch (its record): this job is
+                    // neither run into that record (its results would be the other
+                    // tenant's to read) nor given its result. Acknowledged unrun.
+                    Ok(Some(v)) if v.status.tenant != job.tenant => {
+                        tracing::error!(
+                            batch = %job.id, tenant = %job.tenant, record_tenant = %v.status.tenant,
+                            "The batch's status record belongs to another tenant; not running this job (nothing is sent)."
+                        );
+                        return Err(Outcome::Done);
+                    }
+                    // Another admission's record of this id (a resubmission past
+                    // the JetStream dedupe window was queued again before the
+                    // gateway found the record, and answered `duplicate`): that
+                    // batch runs, or ran, from its own job; this copy never runs.
+                    Ok(Some(v)) if v.status.admitted_at_ms != job.admitted_at_ms => {
+                        tracing::info!(
+                            batch = %job.id, admitted_at_ms = job.admitted_at_ms, record_admitted_at_ms = v.status.admitted_at_ms,
+                            "A second admission of a batch id; not running this copy (nothing is sent)."
+                        );
+                        return Err(Outcome::Done);
+                    }
+                    Ok(Some(v)) if v.status.state.is_final() => Ok(Some((v.status, v.revision))),
+                    Ok(Some(v)) => {
+                        let mut s = v.status;
+                        if s.state == BatchState::Running && s.worker.as_deref() != Some(&shared.worker_id) {
+                            tracing::info!(batch = %job.id, previous = ?s.worker, done = s.results.len(), "Resuming a batch from another worker.");
+                        }
+                        s.claim(&shared.worker_id, now_ms());
+                        status::update(kv, &s, v.revision).await.map(|rev| Some((s, rev)))
+                    }
+                    Err(StatusError::Corrupt { id, revision, reason }) => {
+                        // Unknown how far it ran: finish it interrupted (no action
+                        // runs again), replacing exactly the record that was read.
+                        tracing::error!(batch = %id, error = %reason, "Corrupt status record; finishing the batch as interrupted without running anything.");
+                        let s = BatchStatus::unreadable(job, &shared.worker_id, now_ms());
+                        status::update(kv, &s, revision).await.map(|rev| Some((s, rev)))
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(StatusError::Corrupt { id, revision, reason }) => {
-                    // Unknown how far it ran: finish it interrupted (no action
-                    // runs again), replacing exactly the record that was read.
-                    tracing::error!(batch = %id, error = %reason, "Corrupt status record; finishing the batch as interrupted without running anything.");
-                    let s = BatchStatus::unreadable(job, &shared.worker_id, now_ms());
-                    status::update(kv, &s, revision).await.map(|rev| Some((s, rev)))
-                }
-                Err(e) => Err(e),
             };
             match step {
                 Ok(Some((status, revision))) => {

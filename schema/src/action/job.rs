@@ -37,6 +37,15 @@ pub struct Job {
     /// tenant's. (A job queued before this field existed reads `false`.)
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_operator: bool,
+    /// The gateway wrote no `queued` status record for this batch: it is a
+    /// machine's batch of a rollout, whose own record holds the machine's
+    /// queued state (in flight). The worker creates the status record at
+    /// its claim, without reading it first; a record already there (a
+    /// redelivery, or the rollout's driver cancelled the batch before any
+    /// worker claimed it) is read and handled as for any batch. See
+    /// docs/BATCHES.md, "Messages of one rollout machine".
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record_at_claim: bool,
 }
 
 /// One secret action parameter, sealed (see [`Job::sealed_params`]).
