@@ -18,8 +18,8 @@ use bmcfleet_common::rollouts::{self, RolloutStoreError, Store};
 use bmcfleet_common::runtime::now_ms;
 use bmcfleet_schema::audit::AuditEvent;
 use bmcfleet_schema::rollout::{
-    self, PartState, PartView, RolloutEvent, RolloutEventKind, RolloutIdRequest, RolloutListRequest, RolloutRecord,
-    RolloutRequest, RolloutSpec, RolloutState, RolloutStatusRequest, RolloutView,
+    self, PartState, PartView, RolloutEvent, RolloutEventKind, RolloutIdRequest, RolloutListRequest, RolloutPart,
+    RolloutRecord, RolloutRequest, RolloutSpec, RolloutState, RolloutStatusRequest, RolloutView,
 };
 use bmcfleet_schema::subject::CONTENT_TYPE;
 use bmcfleet_schema::{Batch, Encoding, ErrorBody, ErrorCode, Reply};
@@ -290,6 +290,7 @@ impl Rollouts {
             Ok(_) => return not_found(&req.id),
             Err(e) => return store_error(e),
         };
+        let (res, _, _, _) = self.gateway.parts();
         let end = req.from.saturating_add(req.limit.min(rollout::CHUNK)).min(record.machines);
         let mut parts = Vec::with_capacity(end.saturating_sub(req.from) as usize);
         let mut chunk: Option<(u32, Vec<String>)> = None;
@@ -309,10 +310,23 @@ impl Rollouts {
             } else if record.in_flight.contains(&index) {
                 (PartState::Running, None, None)
             } else {
-                match self.store.part(&req.id, index).await {
-                    Ok(Some(p)) => (p.outcome.into(), p.error, p.plan),
-                    Ok(None) => (PartState::Running, None, None),
-                    Err(e) => return store_error(e),
+                // A machine whose batch ran has its outcome in the batch's
+                // status record; a refused one (or one finished by a release
+                // that stored every outcome) has a part of its own.
+                let status = match bmcfleet_common::status::load(&res.batches, &batch).await {
+                    Ok(v) => v.filter(|v| v.status.tenant == record.tenant && v.status.state.is_final()),
+                    Err(e) => return error(ErrorCode::Unavailable, format!("cannot read batch status: {e}")),
+                };
+                match status.as_ref().and_then(|v| v.status.result.as_ref()) {
+                    Some(result) => {
+                        let p = RolloutPart::of_result(index, machine.clone(), batch, result, record.plan);
+                        (p.outcome.into(), p.error, p.plan)
+                    }
+                    None => match self.store.part(&req.id, index).await {
+                        Ok(Some(p)) => (p.outcome.into(), p.error, p.plan),
+                        Ok(None) => (PartState::Running, None, None),
+                        Err(e) => return store_error(e),
+                    },
                 }
             };
             parts.push(PartView { index, machine, batch, state, error, plan });

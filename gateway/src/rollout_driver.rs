@@ -29,7 +29,7 @@ use bmcfleet_common::status;
 use bmcfleet_schema::rollout::{
     self, PartOutcome, RolloutEvent, RolloutEventKind, RolloutId, RolloutPart, RolloutRecord, RolloutSpec,
 };
-use bmcfleet_schema::{Batch, Encoding, ErrorCode, EventsMode, IdRequest, Reply};
+use bmcfleet_schema::{Batch, BatchResult, Encoding, ErrorCode, Event, EventKind, EventsMode, IdRequest, Reply};
 use futures::StreamExt;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -264,9 +264,11 @@ struct Driver {
     chunk: Option<(u32, Vec<String>)>,
     /// Batches this driver asked to cancel (abort), so it asks once.
     cancelled: HashSet<u32>,
-    /// Batches whose `batch_finished` this driver heard of (a hint: their
-    /// outcome is still read from their status record).
-    heard: Arc<Mutex<HashSet<ulid::Ulid>>>,
+    /// The results of the batches whose `batch_finished` this driver heard
+    /// (published by a worker once the batch's final status record is
+    /// stored, so a result heard is one stored; the machine's outcome is
+    /// taken from it without reading the record).
+    heard: Arc<Mutex<HashMap<ulid::Ulid, BatchResult>>>,
     /// Rung when a batch finishes: the next round starts at once.
     wake: Arc<tokio::sync::Notify>,
     /// When every machine in flight was last read (`None`: never, by this driver).
@@ -349,7 +351,7 @@ impl Driver {
         };
         let stop = self.fence.lost.child_token();
         self.listening = Some(stop.clone().drop_guard());
-        let (heard, wake) = (self.heard.clone(), self.wake.clone());
+        let (heard, wake, rollout) = (self.heard.clone(), self.wake.clone(), self.id);
         tokio::spawn(async move {
             loop {
                 let msg = tokio::select! {
@@ -362,9 +364,18 @@ impl Driver {
                     .and_then(|h| h.get(bmcfleet_schema::subject::EVENT_HEADER))
                     .is_some_and(|v| v.as_str() == "batch_finished");
                 let batch = msg.subject.rsplit('.').next().and_then(|t| t.parse::<ulid::Ulid>().ok());
-                if let (true, Some(batch)) = (finished, batch) {
-                    heard.lock().expect("heard lock").insert(batch);
-                    wake.notify_one();
+                // A rollout's batch ids carry the rollout's timestamp: the
+                // tenant's other batches are not decoded.
+                let Some(batch) = batch.filter(|b| finished && b.timestamp_ms() == rollout.timestamp_ms()) else {
+                    continue;
+                };
+                if let Ok(Event { event: EventKind::BatchFinished { result }, .. }) =
+                    Encoding::MessagePack.decode::<Event>(&msg.payload)
+                {
+                    if result.id == batch {
+                        heard.lock().expect("heard lock").insert(batch, result);
+                        wake.notify_one();
+                    }
                 }
             }
             let _ = sub.unsubscribe().await;
@@ -422,13 +433,17 @@ impl Driver {
         if sweep {
             self.swept = Some(Instant::now());
         }
-        let heard: HashSet<ulid::Ulid> = std::mem::take(&mut *self.heard.lock().expect("heard lock"));
+        let mut heard: HashMap<ulid::Ulid, BatchResult> = std::mem::take(&mut *self.heard.lock().expect("heard lock"));
         let recheck = std::mem::take(&mut self.recheck);
         let mut flying = Vec::with_capacity(record.in_flight.len());
+        let mut finished = vec![];
         for index in record.in_flight.clone() {
             let machine = self.machine(index).await?;
             let batch = rollout::batch_id(self.id, index, &machine);
-            if sweep || heard.contains(&batch) || recheck.contains(&index) {
+            if let Some(result) = heard.remove(&batch) {
+                // Its final record is stored (the event follows it): no read.
+                finished.push(RolloutPart::of_result(index, machine, batch, &result, spec.plan));
+            } else if sweep || recheck.contains(&index) {
                 flying.push((index, machine, batch));
             }
         }
@@ -438,7 +453,6 @@ impl Driver {
             .buffered(CONCURRENCY)
             .collect()
             .await;
-        let mut finished = vec![];
         let mut to_write = vec![];
         let mut unqueued = vec![];
         for (index, machine, batch, loaded) in loaded {
@@ -465,31 +479,20 @@ impl Driver {
                 other => other,
             };
             match loaded {
-                Ok(Some(v)) if v.status.state.is_final() => {
-                    let error = v
-                        .status
-                        .result
-                        .as_ref()
-                        .and_then(|r| r.results.iter().find(|a| !a.is_ok()))
-                        .and_then(|a| a.error.clone());
-                    // A plan rollout keeps each machine's plan, in the one line
-                    // identical plans share (what its status groups by).
-                    let plan = spec
-                        .plan
-                        .then(|| v.status.result.as_ref().map(|r| bmcfleet_schema::plan::results_line(&r.results)))
-                        .flatten()
-                        // No action result (the batch failed as a whole): its state and error tell.
-                        .filter(|line| !line.is_empty());
-                    to_write.push(RolloutPart {
+                // The machine's outcome is its batch's status record (durable,
+                // read by `rollout.status` too): no part of its own.
+                Ok(Some(v)) if v.status.state.is_final() => finished.push(match &v.status.result {
+                    Some(result) => RolloutPart::of_result(index, machine, batch, result, spec.plan),
+                    None => RolloutPart {
                         index,
                         machine,
                         batch,
                         outcome: PartOutcome::of(v.status.state),
-                        error,
+                        error: None,
                         finished_at_ms: v.status.updated_at_ms,
-                        plan,
-                    });
-                }
+                        plan: None,
+                    },
+                }),
                 Ok(Some(_)) => {
                     if record.state == rollout::RolloutState::Aborting && self.cancelled.insert(index) {
                         self.cancel(batch, &who).await;
@@ -524,8 +527,9 @@ impl Driver {
                 Err(e) => return Err(Stop::Store(e.to_string())),
             }
         }
-        // Each finished machine's part is stored before the record counts it
-        // (fenced before each write), [`CONCURRENCY`] at a time.
+        // A refusal found here (another tenant's record) is stored as the
+        // machine's part before the record counts it (fenced before each
+        // write), [`CONCURRENCY`] at a time.
         let this = &*self;
         let written: Vec<Result<RolloutPart, Stop>> = futures::stream::iter(to_write)
             .map(|part| async move {

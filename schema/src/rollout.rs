@@ -462,6 +462,33 @@ pub struct RolloutPart {
     pub plan: Option<String>,
 }
 
+impl RolloutPart {
+    /// Machine `index`'s outcome from its batch's final result: the
+    /// batch's state, its first failed action's error, and for a plan
+    /// rollout (`plan`) the machine's plan in one line (none when no action
+    /// has a result: the batch failed as a whole, its state and error tell).
+    /// The one derivation the driver (from a `batch_finished` or a status
+    /// record) and `rollout.status` (from the status record) share: a
+    /// machine whose batch has a status record has no part of its own.
+    pub fn of_result(
+        index: u32,
+        machine: String,
+        batch: BatchId,
+        result: &crate::BatchResult,
+        plan: bool,
+    ) -> RolloutPart {
+        RolloutPart {
+            index,
+            machine,
+            batch,
+            outcome: PartOutcome::of(result.state),
+            error: result.results.iter().find(|a| !a.is_ok()).and_then(|a| a.error.clone()),
+            finished_at_ms: result.finished_at_ms,
+            plan: plan.then(|| crate::plan::results_line(&result.results)).filter(|line| !line.is_empty()),
+        }
+    }
+}
+
 /// A machine's place in a rollout, as `rollout.status` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
