@@ -361,6 +361,63 @@ async fn pause_holds_new_starts_resume_goes_on_abort_ends_it() {
     assert!(by_bmc.len() as u32 <= record.next, "{record:?}");
 }
 
+/// The status record writes of a rollout's batches (a spy on the status
+/// bucket's subjects): a batch that only reads is written once, by its
+/// result (no `queued` record, no claim: running it twice changes nothing);
+/// a batch that changes something is claimed before it runs, then written
+/// with its result. Both finish, with one record each, of their tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_rollout_batch_is_written_once_and_a_changing_one_claimed_first() {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(SimConfig::default()).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let subjects = topo.subjects();
+    let js = async_nats::jetstream::new(p.client.clone());
+    let batches = js.get_key_value(subjects.batches_bucket()).await.unwrap();
+    let mut writes = p.client.subscribe(format!("$KV.{}.>", subjects.batches_bucket())).await.unwrap();
+    p.client.flush().await.unwrap();
+
+    let mut runs = vec![];
+    for (rack, action) in [(6, Action::Power(PowerOp::Status)), (7, Action::Power(PowerOp::On))] {
+        let names = register(&p.client, &topo, rack, 3).await;
+        let id = view(call(&p, "submit", &request(&[("rack", &rack.to_string())], vec![action])).await).rollout.id;
+        let done = wait_record(&p, id, Duration::from_secs(60), "the rollout to finish", |r| r.state.is_final()).await;
+        assert_eq!((done.state, done.counts.succeeded), (RolloutState::Succeeded, 3), "{done:?}");
+        let ids: Vec<ulid::Ulid> = names.iter().enumerate().map(|(i, n)| rollout::batch_id(id, i as u32, n)).collect();
+        runs.push(ids);
+    }
+    // Each batch's writes, up to its final one (a batch's writes arrive in order).
+    let mut states: HashMap<String, Vec<bmcfleet_schema::BatchState>> = HashMap::new();
+    let ended = |states: &HashMap<String, Vec<bmcfleet_schema::BatchState>>| {
+        runs.iter()
+            .flatten()
+            .all(|b| states.get(&b.to_string()).is_some_and(|v| v.last().is_some_and(|s| s.is_final())))
+    };
+    while !ended(&states) {
+        let m = tokio::time::timeout(Duration::from_secs(30), writes.next()).await.expect("status writes").unwrap();
+        let key = m.subject.rsplit('.').next().unwrap().to_owned();
+        let s: bmcfleet_schema::BatchStatus = Encoding::MessagePack.decode(&m.payload).unwrap();
+        states.entry(key).or_default().push(s.state);
+    }
+    use bmcfleet_schema::BatchState::{Running, Succeeded};
+    for b in &runs[0] {
+        assert_eq!(states.get(&b.to_string()), Some(&vec![Succeeded]), "power status: one write, the result");
+    }
+    for b in &runs[1] {
+        assert_eq!(states.get(&b.to_string()), Some(&vec![Running, Succeeded]), "power on: claimed, then the result");
+    }
+    for b in runs.iter().flatten() {
+        let s = bmcfleet_common::status::load(&batches, b).await.unwrap().unwrap().status;
+        assert_eq!((s.state, s.tenant.as_str(), s.deliveries), (Succeeded, "default", 1), "{s:?}");
+    }
+    assert_eq!(batches_by_bmc(&sim).len(), 6, "each machine ran its batch");
+}
+
 /// How many jobs the jobs stream holds (queued, not yet acknowledged).
 async fn jobs_queued(client: &async_nats::Client, subjects: &Subjects) -> u64 {
     let js = async_nats::jetstream::new(client.clone());

@@ -497,8 +497,9 @@ pub async fn execute(
     slot: &mut SessionSlot,
     guard: &mut BmcGuard,
     fence: &Fence,
+    first_delivery: bool,
 ) -> Outcome {
-    let mut run = match Run::begin(shared, job, fence, trace).await {
+    let mut run = match Run::begin(shared, job, fence, trace, first_delivery).await {
         Ok(run) => run,
         Err(outcome) => return outcome,
     };
@@ -552,9 +553,32 @@ impl<'a> Run<'a> {
         job: &'a Job,
         fence: &'a Fence,
         trace: Option<&'a HeaderMap>,
+        first_delivery: bool,
     ) -> Result<Run<'a>, Outcome> {
         let kv = &shared.res.batches;
         let mut attempt = 0;
+        // A rollout machine's batch that only reads (or only plans), on its
+        // first delivery: nothing is written before it runs. Running it
+        // twice changes nothing, so it needs no claim; its record is
+        // created by its first write (revision 0: only if there is none),
+        // and a record found then (a cancel, another worker) stops it. A
+        // redelivery claims as any batch, so one that finished is seen.
+        let reads_only = job.batch.plan || job.batch.actions.iter().all(bmcfleet_schema::plan::reads_only);
+        if job.record_at_claim && first_delivery && reads_only {
+            if !fence.valid() {
+                return Err(Outcome::HandBack);
+            }
+            return Ok(Run {
+                shared,
+                job,
+                fence,
+                trace,
+                status: BatchStatus::running(job, &shared.worker_id, now_ms()),
+                revision: 0,
+                target: job.target.clone(),
+                unmeasured: None,
+            });
+        }
         // A rollout machine's batch has no `queued` record: claim it by
         // creating the record, with no read first. A record already there
         // (a redelivery; a cancel before any claim) is read below.

@@ -680,7 +680,11 @@ async fn serve(with: LaneRefs<'_>, work: Work, slot: &mut SessionSlot, guard: &m
     let in_flight =
         shared.metrics.lanes_in_flight.get_or_create(&crate::metrics::Metrics::partition_label(partition)).clone();
     in_flight.inc();
-    let outcome = execute(shared, &d.job, d.msg.headers.as_ref(), slot, guard, fence).instrument(span.clone()).await;
+    // JetStream's own count: 1 on the job's first delivery to any worker.
+    let first_delivery = d.msg.info().is_ok_and(|i| i.delivered == 1);
+    let outcome = execute(shared, &d.job, d.msg.headers.as_ref(), slot, guard, fence, first_delivery)
+        .instrument(span.clone())
+        .await;
     in_flight.dec();
     span.record("outcome", if outcome == Outcome::Done { "done" } else { "handed_back" });
     drop(permit);
