@@ -72,3 +72,28 @@ pub async fn publish(
         .map_err(failed)?;
     Ok(())
 }
+
+/// Publish an event of a batch of `tenant` into the events stream without
+/// asking for the stream's acknowledgement (one message instead of two):
+/// for the final event of a rollout's batch ([`bmcfleet_schema::Job::record_at_claim`]),
+/// whose outcome is durable in its status record, stored before, and read
+/// from there by the rollout's driver when it misses the event. It leaves
+/// on the connection before the job's acknowledgement, so the server
+/// stores it first unless the stream refuses it.
+pub async fn publish_unacked(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    tenant: &str,
+    event: &Event,
+    extra: Option<&HeaderMap>,
+) -> Result<(), PublishError> {
+    let body =
+        Encoding::MessagePack.encode(event).map_err(|e| PublishError { message: e.to_string(), permanent: true })?;
+    client
+        .publish_with_headers(subjects.events(tenant, &event.batch), headers(event, extra), body.into())
+        .await
+        .map_err(|e| PublishError {
+            permanent: e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded,
+            message: e.to_string(),
+        })
+}

@@ -1203,7 +1203,9 @@ impl<'a> Run<'a> {
         self.publish_final().await
     }
 
-    /// Publish the stored final result durably (retried while the lease holds).
+    /// Publish the stored final result durably (retried while the lease
+    /// holds); a rollout's batch without waiting for the stream's
+    /// acknowledgement ([`events::publish_unacked`]: its record has it).
     async fn publish_final(&mut self) -> Result<(), Stop> {
         let Some(result) = self.status.result.clone() else {
             return Ok(());
@@ -1215,9 +1217,13 @@ impl<'a> Run<'a> {
             if !self.fence.valid() {
                 return Err(Stop);
             }
-            match events::publish(&self.shared.res.js, &self.shared.subjects, &self.job.tenant, &ev, Some(&headers))
-                .await
-            {
+            let (js, subjects, tenant) = (&self.shared.res.js, &self.shared.subjects, &self.job.tenant);
+            let published = if self.job.record_at_claim {
+                events::publish_unacked(&js.client(), subjects, tenant, &ev, Some(&headers)).await
+            } else {
+                events::publish(js, subjects, tenant, &ev, Some(&headers)).await
+            };
+            match published {
                 Ok(()) => return Ok(()),
                 // Sending it again cannot help: the result goes without its
                 // actions' data (states and errors stay; the status record
