@@ -73,13 +73,32 @@ struct Copy {
     invalid: HashMap<String, String>,
     /// Host identity -> machine names.
     hosts: HashMap<String, BTreeSet<String>>,
+    /// (Host identity, port as registered) -> machine names: a machine's
+    /// possible conflicts are found without going over every machine at
+    /// its host (thousands of BMCs behind one address, each on its port).
+    endpoints: HashMap<(String, Option<u16>), BTreeSet<String>>,
 }
 
 impl Copy {
     /// Why machine `m` is not usable beside the others at its host, if it is not.
+    /// Only machines at its host on its port, or registered without a
+    /// port, can conflict with one registered with a port (two explicit
+    /// ports that differ never do); one without a port is compared with
+    /// every machine at its host.
     fn conflict(&self, m: &Machine) -> Option<String> {
-        let names = self.hosts.get(&m.host_identity())?;
-        names.iter().filter(|n| **n != m.name).filter_map(|n| self.machines.get(n)).find_map(|o| m.conflict_with(o))
+        let host = m.host_identity();
+        let mut names: Vec<&String> = match m.address.port {
+            Some(port) => {
+                [Some(port), None].iter().filter_map(|p| self.endpoints.get(&(host.clone(), *p))).flatten().collect()
+            }
+            None => self.hosts.get(&host)?.iter().collect(),
+        };
+        names.sort();
+        names
+            .into_iter()
+            .filter(|n| **n != m.name)
+            .filter_map(|n| self.machines.get(n))
+            .find_map(|o| m.conflict_with(o))
     }
 
     fn apply(&mut self, key: &str, value: Option<&[u8]>) {
@@ -94,6 +113,7 @@ impl Copy {
         }) {
             Ok(m) => {
                 self.hosts.entry(m.host_identity()).or_default().insert(m.name.clone());
+                self.endpoints.entry((m.host_identity(), m.address.port)).or_default().insert(m.name.clone());
                 self.machines.insert(m.name.clone(), Arc::new(m));
             }
             Err(why) => {
@@ -111,6 +131,13 @@ impl Copy {
                 names.remove(key);
                 if names.is_empty() {
                     self.hosts.remove(&host);
+                }
+            }
+            let endpoint = (host, old.address.port);
+            if let Some(names) = self.endpoints.get_mut(&endpoint) {
+                names.remove(key);
+                if names.is_empty() {
+                    self.endpoints.remove(&endpoint);
                 }
             }
         }
