@@ -199,6 +199,10 @@ struct Timeline {
     finished: Vec<f64>,
     progress: Vec<f64>,
     rollout_finished: f64,
+    /// The rollout's record writes (its creation by `rollout.submit`, then
+    /// the driver's rounds) and its lease's first write (a driver took it).
+    record_writes: Vec<f64>,
+    leased: f64,
 }
 
 impl Timeline {
@@ -211,6 +215,8 @@ impl Timeline {
             finished: vec![f64::NAN; n],
             progress: vec![f64::NAN; n],
             rollout_finished: f64::NAN,
+            record_writes: vec![],
+            leased: f64::NAN,
         }
     }
 
@@ -232,6 +238,20 @@ impl Timeline {
                 s.last().map_or("n/a".into(), |x| num(*x, 3)),
             ]);
         };
+        let once = |t: &mut Table, name: &str, x: f64| {
+            t.row(vec![name.into(), "-".into(), "-".into(), num(x, 3), "-".into(), "-".into()])
+        };
+        once(
+            &mut t,
+            "the rollout: record created (`rollout.submit` admitted it)",
+            self.record_writes.first().copied().unwrap_or(f64::NAN),
+        );
+        once(&mut t, "the rollout: a driver took its lease", self.leased);
+        once(
+            &mut t,
+            "the rollout: the driver's first record write (machines started)",
+            self.record_writes.get(1).copied().unwrap_or(f64::NAN),
+        );
         row(&mut t, "job stored (the driver's submit)", &self.job);
         row(&mut t, "status record written `queued` (none since `record_at_claim`)", &self.queued);
         row(&mut t, "status record claimed (`running`)", &self.claimed);
@@ -323,12 +343,20 @@ fn timeline(
     let jobs = format!("{}.jobs.", subjects.prefix);
     let events = format!("{}.events.", subjects.prefix);
     let batches = format!("$KV.{}_BATCHES.", subjects.stream);
+    let record = format!("$KV.{}.{id}", subjects.rollouts_bucket());
+    let lease = format!("$KV.{}.{id}", subjects.rollout_leases_bucket());
     let rollout = format!(".rollout.{id}");
     for (at, m) in seen {
         let s = at.saturating_duration_since(t0).as_secs_f64();
         let subject = m.subject.as_str();
         let header = |name: &str| m.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_owned());
-        if subject.starts_with(&jobs) {
+        if subject == record {
+            t.record_writes.push(s);
+        } else if subject == lease {
+            if t.leased.is_nan() {
+                t.leased = s;
+            }
+        } else if subject.starts_with(&jobs) {
             if let Some(&i) = header(async_nats::header::NATS_MESSAGE_ID.as_ref()).and_then(|b| by_batch.get(&b)) {
                 if t.job[i].is_nan() {
                     t.job[i] = s;
