@@ -76,6 +76,15 @@ pub fn requester_of(actor: &str) -> Requester {
     }
 }
 
+/// Whether status record `s` is machine `machine`'s batch in a rollout of
+/// `who`: a record under the machine's derived batch id that names another
+/// machine, or a tenant the rollout's requester does not see, belongs to a
+/// batch that took the id first, and is not the machine's outcome. (An
+/// operator's rollout runs each batch for its machine's tenant.)
+pub(crate) fn is_machines_batch(who: &Requester, machine: &str, s: &bmcfleet_schema::BatchStatus) -> bool {
+    who.sees(&s.tenant) && s.bmc == bmcfleet_schema::BmcKey::machine(machine).to_string()
+}
+
 impl Rollouts {
     pub fn new(gateway: Arc<Gateway>, store: Store) -> Rollouts {
         Rollouts { gateway, store }
@@ -314,7 +323,10 @@ impl Rollouts {
                 // status record; a refused one (or one finished by a release
                 // that stored every outcome) has a part of its own.
                 let status = match bmcfleet_common::status::load(&res.batches, &batch).await {
-                    Ok(v) => v.filter(|v| v.status.tenant == record.tenant && v.status.state.is_final()),
+                    Ok(v) => v.filter(|v| {
+                        is_machines_batch(&requester_of(&record.requester), &machine, &v.status)
+                            && v.status.state.is_final()
+                    }),
                     Err(e) => return error(ErrorCode::Unavailable, format!("cannot read batch status: {e}")),
                 };
                 match status.as_ref().and_then(|v| v.status.result.as_ref()) {

@@ -17,7 +17,8 @@
 //! lease stops at once; the next holder resumes from the record.
 //!
 //! Memory: the set of rollouts not final (from a watch of the records
-//! bucket) and, per driven rollout, one chunk of its machine list.
+//! bucket) and, per driven rollout, at most [`CHUNKS_KEPT`] chunks of its
+//! machine list.
 
 use crate::requester::Requester;
 use crate::rollout::requester_of;
@@ -40,6 +41,11 @@ use tokio_util::sync::CancellationToken;
 
 /// Status reads, part writes and submits a driver has in flight at once.
 const CONCURRENCY: usize = 64;
+
+/// Chunks of a machine list a driver keeps: the machines in flight (at
+/// most [`rollout::MAX_PARALLEL`], started in index order) span at most
+/// three chunks of [`rollout::CHUNK`].
+const CHUNKS_KEPT: usize = 4;
 
 /// A driver following batch events reads every machine in flight once
 /// every this many poll intervals (a missed event costs at most that long).
@@ -212,7 +218,7 @@ impl Drivers {
                         id,
                         fence: fence.clone(),
                         poll: self.settings.poll,
-                        chunk: None,
+                        chunks: Vec::new(),
                         cancelled: HashSet::new(),
                         heard: Arc::default(),
                         wake: Arc::default(),
@@ -260,8 +266,9 @@ struct Driver {
     id: RolloutId,
     fence: Fence,
     poll: Duration,
-    /// The chunk of the machine list read last.
-    chunk: Option<(u32, Vec<String>)>,
+    /// The chunks of the machine list read last (at most [`CHUNKS_KEPT`],
+    /// the oldest dropped first): the machines in flight span a few.
+    chunks: Vec<(u32, Vec<String>)>,
     /// Batches this driver asked to cancel (abort), so it asks once.
     cancelled: HashSet<u32>,
     /// The results of the batches whose `batch_finished` this driver heard
@@ -305,7 +312,7 @@ impl Driver {
         loop {
             if !listening {
                 if let Ok(Some((record, _))) = self.store.load(&self.id).await {
-                    listening = self.listen(&record.tenant).await;
+                    listening = self.listen(&record.tenant, &record.requester).await;
                 }
             }
             match self.round(&spec, listening).await {
@@ -336,13 +343,21 @@ impl Driver {
         }
     }
 
-    /// Note every `batch_finished` of the rollout's tenant (core
-    /// subscription: one token per batch id, so none of the tenant's
-    /// machine or rollout events) until the lease is lost. A hint only:
-    /// a missed one is found by the next sweep ([`SWEEP_EVERY`] polls).
-    async fn listen(&mut self, tenant: &str) -> bool {
+    /// Note every `batch_finished` of the rollout's batches (a core
+    /// subscription to the batch events of the rollout's tenant, or of
+    /// every tenant for an operator's rollout, whose batches run for their
+    /// machines' tenants; one token per batch id, so no machine or rollout
+    /// events) until the lease is lost. A missed one is found by the next
+    /// sweep ([`SWEEP_EVERY`] polls).
+    async fn listen(&mut self, tenant: &str, requester: &str) -> bool {
         let (_, subjects, _, _) = self.gateway.parts();
-        let mut sub = match self.gateway.client.subscribe(subjects.tenant_batch_events(tenant)).await {
+        // An operator's rollout runs each batch for its machine's tenant:
+        // its batches' events are on every tenant's subjects.
+        let filter = match requester_of(requester) {
+            Requester::Operator => subjects.batch_events_any(),
+            Requester::Tenant(_) => subjects.tenant_batch_events(tenant),
+        };
+        let mut sub = match self.gateway.client.subscribe(filter).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(rollout = %self.id, error = %e, "Cannot follow batch events; reading every machine each round.");
@@ -393,14 +408,20 @@ impl Driver {
 
     async fn machine(&mut self, index: u32) -> Result<String, Stop> {
         let (c, at) = rollout::chunk_of(index);
-        if self.chunk.as_ref().is_none_or(|(n, _)| *n != c) {
+        if !self.chunks.iter().any(|(n, _)| *n == c) {
             match self.store.chunk(&self.id, c).await? {
-                Some(names) => self.chunk = Some((c, names)),
+                Some(names) => {
+                    if self.chunks.len() >= CHUNKS_KEPT {
+                        self.chunks.remove(0);
+                    }
+                    self.chunks.push((c, names));
+                }
                 None => return Err(Stop::Store(format!("chunk {c} of the machine list is missing"))),
             }
         }
-        self.chunk
-            .as_ref()
+        self.chunks
+            .iter()
+            .find(|(n, _)| *n == c)
             .and_then(|(_, names)| names.get(at).cloned())
             .ok_or_else(|| Stop::Store(format!("machine {index} is not in the machine list")))
     }
@@ -456,11 +477,11 @@ impl Driver {
         let mut to_write = vec![];
         let mut unqueued = vec![];
         for (index, machine, batch, loaded) in loaded {
-            // A record of another tenant under this machine's batch id (an id
-            // a producer took first) is not this machine's outcome.
+            // A record under this machine's batch id that is another batch's
+            // (an id a producer took first) is not this machine's outcome.
             let loaded = match loaded {
-                Ok(Some(v)) if v.status.tenant != record.tenant => {
-                    tracing::warn!(rollout = %self.id, index, batch = %batch, "The machine's batch id has another tenant's status record; the machine is refused.");
+                Ok(Some(v)) if !crate::rollout::is_machines_batch(&who, &machine, &v.status) => {
+                    tracing::warn!(rollout = %self.id, index, batch = %batch, "The machine's batch id has another batch's status record; the machine is refused.");
                     let part = RolloutPart {
                         index,
                         machine,

@@ -103,6 +103,13 @@ impl Subjects {
         format!("{}.events.{}.*", self.prefix, tenant)
     }
 
+    /// The batch events of every tenant, none of their machine or rollout
+    /// events (a subscription filter: one token for the tenant, one for the
+    /// batch id).
+    pub fn batch_events_any(&self) -> String {
+        format!("{}.events.*.*", self.prefix)
+    }
+
     /// Every event of one tenant (what its account may import).
     pub fn tenant_events(&self, tenant: &str) -> String {
         format!("{}.events.{}.>", self.prefix, tenant)
