@@ -28,6 +28,29 @@ use std::time::Duration;
 
 const GATEWAY_ARGS: [&str; 4] = ["--rollout-lease-ttl", "3s", "--rollout-poll-interval", "100ms"];
 
+/// nats-server, the simulator, one gateway and one worker that owns every
+/// partition (fields in drop order: the processes go before the server).
+struct Stack {
+    _worker: Process,
+    _gw: Process,
+    p: Producer,
+    topo: Topology,
+    sim: SimServer,
+    nats: NatsServer,
+}
+
+async fn stack(sim: SimConfig) -> Stack {
+    let nats = NatsServer::start();
+    let sim = SimServer::start(sim).await.unwrap();
+    let topo = Topology::default();
+    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
+    let p = Producer::new(nats.client().await);
+    wait_gateway(&p).await;
+    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
+    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    Stack { _worker, _gw, p, topo, sim, nats }
+}
+
 /// Register `count` sim machines `node-<i>` at `10.77.<rack>.<i>`, labelled
 /// `rack=<rack>`, with the sealed credential `fleet`; returns their names.
 async fn register(client: &async_nats::Client, topo: &Topology, rack: u8, count: usize) -> Vec<String> {
@@ -302,15 +325,8 @@ async fn a_rollout_runs_in_waves_after_its_canaries_once_per_machine_in_order() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_holds_new_starts_resume_goes_on_abort_ends_it() {
-    let nats = NatsServer::start();
-    let sim =
-        SimServer::start(SimConfig { latency: Duration::from_millis(300), ..SimConfig::default() }).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
-    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
-    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let Stack { nats: _nats, sim, topo, p, _gw, _worker } =
+        stack(SimConfig { latency: Duration::from_millis(300), ..SimConfig::default() }).await;
     register(&p.client, &topo, 3, 10).await;
     let mut events = Events::start(&p.client, &topo.subjects()).await;
 
@@ -346,7 +362,7 @@ async fn pause_holds_new_starts_resume_goes_on_abort_ends_it() {
     };
     assert_eq!(*state, RolloutState::Aborted);
     assert!(*not_started > 0, "abort left machines unstarted");
-    assert_eq!(counts.finished() + not_started, 10);
+    assert_eq!(counts.finished() + not_started, 10, "{:?}\n{seen:?}", status(&p, id).await);
     let kinds: HashSet<&str> = seen.iter().map(|e| e.event.name()).collect();
     for k in ["rollout_paused", "rollout_resumed", "rollout_aborting"] {
         assert!(kinds.contains(k), "{k} in {kinds:?}");
@@ -368,14 +384,7 @@ async fn pause_holds_new_starts_resume_goes_on_abort_ends_it() {
 /// with its result. Both finish, with one record each, of their tenant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_rollout_batch_is_written_once_and_a_changing_one_claimed_first() {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
-    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
-    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let Stack { nats: _nats, sim, topo, p, _gw, _worker } = stack(SimConfig::default()).await;
     let subjects = topo.subjects();
     let js = async_nats::jetstream::new(p.client.clone());
     let batches = js.get_key_value(subjects.batches_bucket()).await.unwrap();
@@ -591,14 +600,7 @@ async fn bmcctl(nats: &NatsServer, args: &[&str], stdin: &str) -> (Option<i32>, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bmcctl_submits_follows_and_lists_rollouts() {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
-    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
-    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let Stack { nats, sim: _sim, topo, p, _gw, _worker } = stack(SimConfig::default()).await;
     let names = register(&p.client, &topo, 5, 3).await;
 
     let file = r#"{"selector": {"rack": "5"}, "actions": [{"power": "on"}], "max_parallel": 2, "canary": 1}"#;
@@ -692,14 +694,7 @@ async fn under_the_shipped_accounts_a_tenant_rolls_out_to_its_own_machines_only(
 /// the machines by their identical plans.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_rollout_changes_nothing_and_groups_the_machines_plans() {
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
-    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
-    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let Stack { nats: _nats, sim, topo, p, _gw, _worker } = stack(SimConfig::default()).await;
     let names = register(&p.client, &topo, 3, 5).await;
 
     let mut req = request(&[("rack", "3")], vec![Action::Power(PowerOp::Off), Action::Power(PowerOp::Status)]);
@@ -744,14 +739,7 @@ async fn a_plan_rollout_changes_nothing_and_groups_the_machines_plans() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_rollout_stops_after_a_canary_whose_plan_failed() {
     use bmcfleet_common::streams::{bucket, machines_config, Mode};
-    let nats = NatsServer::start();
-    let sim = SimServer::start(SimConfig::default()).await.unwrap();
-    let topo = Topology::default();
-    let _gw = topo.gateway(&nats, &GATEWAY_ARGS);
-    let p = Producer::new(nats.client().await);
-    wait_gateway(&p).await;
-    let _worker = topo.worker(&nats, "w0", sim.addr(), &[]);
-    wait_partitions_owned(&p.client, &topo.subjects()).await;
+    let Stack { nats: _nats, sim, topo, p, _gw, _worker } = stack(SimConfig::default()).await;
     register(&p.client, &topo, 4, 3).await;
     // First by name, so the canary: a machine whose credential does not exist.
     let js = async_nats::jetstream::new(p.client.clone());
