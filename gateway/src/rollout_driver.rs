@@ -454,16 +454,19 @@ impl Driver {
         if sweep {
             self.swept = Some(Instant::now());
         }
-        let mut heard: HashMap<ulid::Ulid, BatchResult> = std::mem::take(&mut *self.heard.lock().expect("heard lock"));
+        // A snapshot: what it holds is forgotten only once this round has
+        // stored what it says (a round that fails, e.g. on a conflict with a
+        // pause or an abort, uses it again; not only the next sweep would).
+        let heard: HashMap<ulid::Ulid, BatchResult> = self.heard.lock().expect("heard lock").clone();
         let recheck = std::mem::take(&mut self.recheck);
         let mut flying = Vec::with_capacity(record.in_flight.len());
         let mut finished = vec![];
         for index in record.in_flight.clone() {
             let machine = self.machine(index).await?;
             let batch = rollout::batch_id(self.id, index, &machine);
-            if let Some(result) = heard.remove(&batch) {
+            if let Some(result) = heard.get(&batch) {
                 // Its final record is stored (the event follows it): no read.
-                finished.push(RolloutPart::of_result(index, machine, batch, &result, spec.plan));
+                finished.push(RolloutPart::of_result(index, machine, batch, result, spec.plan));
             } else if sweep || recheck.contains(&index) {
                 flying.push((index, machine, batch));
             }
@@ -647,6 +650,11 @@ impl Driver {
         }
         for part in &finished {
             self.queued.remove(&part.index);
+        }
+        // Recorded now, or (not in flight any more) recorded before.
+        let mut still = self.heard.lock().expect("heard lock");
+        for batch in heard.keys() {
+            still.remove(batch);
         }
         Ok(changed)
     }
