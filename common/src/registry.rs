@@ -162,6 +162,9 @@ pub struct Registry {
     store: Option<Store>,
     stop: CancellationToken,
     changes: tokio::sync::broadcast::Sender<Change>,
+    /// The bucket's stream sequence the copy includes (its last applied
+    /// entry's revision; 0 before the first load).
+    applied: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Registry {
@@ -175,8 +178,14 @@ impl Registry {
     ) -> Result<Registry, SetupError> {
         let store = bucket(js, machines_config(subjects, replicas), Mode::UseExisting).await?;
         let (changes, _) = tokio::sync::broadcast::channel(1024);
-        let registry =
-            Registry { copy: Arc::default(), generation: Arc::default(), store: Some(store.clone()), stop, changes };
+        let registry = Registry {
+            copy: Arc::default(),
+            generation: Arc::default(),
+            store: Some(store.clone()),
+            stop,
+            changes,
+            applied: Arc::default(),
+        };
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(follow(
             store,
@@ -185,6 +194,7 @@ impl Registry {
             registry.stop.clone(),
             synced_tx,
             registry.changes.clone(),
+            registry.applied.clone(),
         ));
         match tokio::time::timeout(INITIAL_SYNC, synced_rx).await {
             Ok(Ok(())) => Ok(registry),
@@ -193,6 +203,34 @@ impl Registry {
                 message: format!("could not read the machine registry within {INITIAL_SYNC:?}"),
             }),
         }
+    }
+
+    /// Wait until the copy holds every write the bucket had stored when
+    /// this was called (read-your-writes for what reads the whole copy: a
+    /// selector's machines, just registered). `false` when the bucket
+    /// cannot be read or the copy is not there within `within`. A registry
+    /// with no store is always caught up.
+    pub async fn caught_up(&self, within: std::time::Duration) -> bool {
+        let Some(store) = &self.store else { return true };
+        // (`Store::status` answers from the stream info read at open.)
+        let mut stream = store.stream.clone();
+        let last = match stream.info().await {
+            Ok(info) => info.state.last_sequence,
+            Err(e) => {
+                tracing::warn!(error = %e, "Cannot read the machine registry's last sequence.");
+                return false;
+            }
+        };
+        let until = tokio::time::Instant::now() + within;
+        let mut pause = std::time::Duration::from_millis(1);
+        while self.applied.load(std::sync::atomic::Ordering::Acquire) < last {
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        }
+        true
     }
 
     /// Live changes from now on (for the audit log).
@@ -337,6 +375,7 @@ async fn follow(
     stop: CancellationToken,
     synced: tokio::sync::oneshot::Sender<()>,
     changes: tokio::sync::broadcast::Sender<Change>,
+    applied: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let mut synced = Some(synced);
     let backoff = crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
@@ -344,7 +383,7 @@ async fn follow(
     loop {
         let outcome = tokio::select! {
             _ = stop.cancelled() => return,
-            r = follow_once(&store, &shared, &generation, &mut synced, &changes) => r,
+            r = follow_once(&store, &shared, &generation, &mut synced, &changes, &applied) => r,
         };
         if let Err(e) = outcome {
             tracing::warn!(error = %e, "Machine registry watch ended; reopening it.");
@@ -365,8 +404,16 @@ async fn follow_once(
     generation: &std::sync::atomic::AtomicU64,
     synced: &mut Option<tokio::sync::oneshot::Sender<()>>,
     changes: &tokio::sync::broadcast::Sender<Change>,
+    applied: &std::sync::atomic::AtomicU64,
 ) -> Result<(), Error> {
-    let values = store.status().await.map_err(|e| Error::with_source(ErrorKind::Watch, "", e))?.values();
+    use std::sync::atomic::Ordering::Release;
+    // Read now, not the info read when the bucket was opened.
+    let mut stream = store.stream.clone();
+    let state = stream.info().await.map_err(|e| Error::with_source(ErrorKind::Watch, "", e))?.state.clone();
+    let values = state.messages;
+    // Everything stored up to here is in the watch's first values (it
+    // starts after this read); what follows comes with its revision.
+    let mut latest = state.last_sequence;
     let mut watch = store.watch_with_history(">").await.map_err(|e| Error::with_source(ErrorKind::Watch, "", e))?;
     let mut fresh = Some(Copy::default());
     let publish = |fresh: &mut Option<Copy>, synced: &mut Option<tokio::sync::oneshot::Sender<()>>| {
@@ -380,14 +427,17 @@ async fn follow_once(
     };
     if values == 0 {
         publish(&mut fresh, synced);
+        applied.fetch_max(latest, Release);
     }
     while let Some(entry) = watch.next().await {
         let entry = entry.map_err(|e| Error::with_source(ErrorKind::Watch, "", e))?;
         let value = matches!(entry.operation, Operation::Put).then_some(&entry.value[..]);
+        latest = latest.max(entry.revision);
         match fresh.as_mut() {
             Some(copy) => copy.apply(&entry.key, value),
             None => {
                 shared.write().expect("registry lock").apply(&entry.key, value);
+                applied.fetch_max(latest, Release);
                 generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 let _ = changes.send(Change {
                     machine: entry.key.clone(),
@@ -396,8 +446,9 @@ async fn follow_once(
                 });
             }
         }
-        if entry.delta == 0 {
+        if entry.delta == 0 && fresh.is_some() {
             publish(&mut fresh, synced);
+            applied.fetch_max(latest, Release);
         }
     }
     Err(Error::new(ErrorKind::Watch, "the watch stream closed"))
@@ -422,6 +473,7 @@ mod tests {
             store: None,
             stop: CancellationToken::new(),
             changes: tokio::sync::broadcast::channel(1).0,
+            applied: Arc::default(),
         }
     }
 

@@ -76,6 +76,10 @@ pub fn requester_of(actor: &str) -> Requester {
     }
 }
 
+/// How long a selector's expansion waits for the gateway's copy of the
+/// registry to hold every write the bucket had stored.
+const REGISTRY_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Whether status record `s` is machine `machine`'s batch in a rollout of
 /// `who`: a record under the machine's derived batch id that names another
 /// machine, or a tenant the rollout's requester does not see, belongs to a
@@ -180,6 +184,14 @@ impl Rollouts {
         // requester's machines matching the selector, by name.
         let machines: Vec<String> = match &req.selector {
             Some(selector) => {
+                // Every machine registered before this request, however
+                // recently: the copy catches up with the bucket first.
+                if !registry.caught_up(REGISTRY_CATCH_UP).await {
+                    return error(
+                        ErrorCode::Unavailable,
+                        "the machine registry could not be read up to date; nothing was started: retry",
+                    );
+                }
                 let mut names: Vec<String> = registry
                     .machines(|m| who.sees(&m.tenant) && rollout::selects(selector, &m.labels))
                     .iter()

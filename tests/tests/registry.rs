@@ -603,6 +603,41 @@ async fn a_fresh_lookup_reads_a_stale_neighbour_at_the_host_again() {
     panic!("the registry copy never stayed stale after its watch stopped");
 }
 
+/// Read-your-writes for what reads the whole copy (a rollout's selector):
+/// `caught_up` waits until the copy holds every write the bucket had
+/// stored, and says so; a copy that cannot follow (its watch stopped here)
+/// is reported not caught up instead of answering without the new machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_catches_up_with_writes_just_made_or_says_it_cannot() {
+    use bmcfleet_common::registry::{self, Registry};
+    use bmcfleet_common::streams::{bucket, machines_config, Mode};
+    let nats = NatsServer::start();
+    let js = async_nats::jetstream::new(nats.client().await);
+    let subjects = Topology::default().subjects();
+    let kv = bucket(&js, machines_config(&subjects, 1), Mode::UseExisting).await.unwrap();
+    let copy = Registry::start(&js, &subjects, 1, tokio_util::sync::CancellationToken::new()).await.unwrap();
+    // Another writer's connection: the copy learns of these only through its watch.
+    let writer = async_nats::jetstream::new(nats.client().await);
+    let wkv = writer.get_key_value(subjects.machines_bucket()).await.unwrap();
+    for i in 0..200 {
+        let m = Machine::new(
+            format!("cu-{i:03}").as_str(),
+            format!("10.32.{}.{}", i / 250, i % 250 + 1).parse().unwrap(),
+            Protocol::Sim,
+            "c1",
+        );
+        registry::put(&wkv, &m).await.unwrap();
+    }
+    assert!(copy.caught_up(Duration::from_secs(5)).await, "a following copy catches up");
+    assert_eq!(copy.len(), 200, "every machine written before the call is in the copy");
+    // A copy that no longer follows the bucket: not caught up, and it says so.
+    copy.stop();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    registry::put(&kv, &Machine::new("cu-late", "10.32.9.1".parse().unwrap(), Protocol::Sim, "c1")).await.unwrap();
+    assert!(!copy.caught_up(Duration::from_millis(300)).await, "a copy behind the bucket is not caught up");
+    assert_eq!(copy.len(), 200);
+}
+
 /// An operator replacing the machine at a host (remove one, register the
 /// next) is honoured at once: the gateway's and the worker's copies may
 /// still hold the removed one for a moment, and that stale neighbour is read
