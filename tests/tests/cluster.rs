@@ -334,7 +334,6 @@ async fn r3_cluster_loses_no_batch_when_a_nats_node_and_a_worker_die() {
         sim.wait_for(Duration::from_secs(40), |log| log.len() >= nats_killed_at + expected_actions / 10).await;
     assert!(recovered, "execution did not resume within 40s of losing NATS node {leader}");
     let log = sim.log();
-    let worker_killed_at = log.len();
     let mut busy: HashMap<&str, usize> = HashMap::new();
     for e in &log[nats_killed_at..] {
         *busy.entry(e.call.as_ref().map(|c| c.worker.as_str()).unwrap_or("")).or_default() += 1;
@@ -342,6 +341,19 @@ async fn r3_cluster_loses_no_batch_when_a_nats_node_and_a_worker_die() {
     let (victim_worker, _) =
         busy.iter().max_by_key(|(w, n)| (**n, **w)).map(|(w, n)| (w.to_string(), *n)).expect("someone executed");
     let victim_index: usize = victim_worker.trim_start_matches('w').parse().expect("worker ids are w<N>");
+    // Kill it while it has an action in flight: the simulator logs an
+    // action as it starts, then answers after its 50 ms; a batch whose
+    // action has just started is not acknowledged yet, so its job is
+    // redelivered to another worker. (Killed between two of its batches,
+    // the kill would hit nothing, and the run would prove nothing.)
+    let seen = sim.log().len();
+    let starting = sim
+        .wait_for(Duration::from_secs(20), |log| {
+            log[seen..].iter().any(|e| e.call.as_ref().is_some_and(|c| c.worker == victim_worker))
+        })
+        .await;
+    assert!(starting, "worker {victim_worker} started no action within 20 s");
+    let worker_killed_at = sim.log().len();
     workers[victim_index].kill();
     eprintln!(
         "{:5.1}s killed worker {victim_worker} after {worker_killed_at} of {expected_actions} actions (executed since the nats kill: {busy:?})",
