@@ -747,37 +747,49 @@ impl SizeResult {
     }
 }
 
+/// `n` BMCs of one responder (`o.latency` before every reply), every one
+/// powered on, and a deployment whose workers run with this benchmark's
+/// flags plus `extra_worker_args` (workers are started by the caller).
+/// The responder first: its ports are taken before any other socket here.
+async fn start_fleet(
+    bench: &str,
+    n: usize,
+    o: &Options,
+    tools: &Tools,
+    extra_worker_args: &[&str],
+) -> anyhow::Result<(Responder, Fleet)> {
+    let responder = Responder::start(n, o.latency).await.with_context(|| format!("starting {n} BMCs"))?;
+    eprintln!("{bench}: {n} BMCs on 127.0.0.1:{}-{}", responder.base, responder.port(n - 1));
+    power_on_all(&responder, o, tools).await?;
+    let worker_args = [
+        "--protocols",
+        "ipmi",
+        "--max-concurrent-batches",
+        "20000",
+        "--max-inflight-per-partition",
+        "20000",
+        "--lane-idle-timeout",
+        "10m",
+        "--bmc-min-interval",
+        "0s",
+    ];
+    let fleet = Fleet::start(FleetOptions {
+        partitions: o.partitions,
+        ad_hoc_targets: "10.0.0.0/8,127.0.0.0/8".into(),
+        worker_args: worker_args.iter().chain(extra_worker_args).map(|s| s.to_string()).collect(),
+        ..FleetOptions::default()
+    })
+    .await?;
+    Ok((responder, fleet))
+}
+
 async fn measure_size(
     n: usize,
     o: &Options,
     tools: &Tools,
     prior_secs_per_bmc: Option<f64>,
 ) -> anyhow::Result<SizeResult> {
-    // The responder first: its ports are taken before any other socket here.
-    let responder = Responder::start(n, o.latency).await.with_context(|| format!("starting {n} BMCs"))?;
-    eprintln!("ipmi-fleet: {n} BMCs on 127.0.0.1:{}-{}", responder.base, responder.port(n - 1));
-    power_on_all(&responder, o, tools).await?;
-    let mut fleet = Fleet::start(FleetOptions {
-        partitions: o.partitions,
-        ad_hoc_targets: "10.0.0.0/8,127.0.0.0/8".into(),
-        worker_args: [
-            "--protocols",
-            "ipmi",
-            "--max-concurrent-batches",
-            "20000",
-            "--max-inflight-per-partition",
-            "20000",
-            "--lane-idle-timeout",
-            "10m",
-            "--bmc-min-interval",
-            "0s",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        ..FleetOptions::default()
-    })
-    .await?;
+    let (responder, mut fleet) = start_fleet("ipmi-fleet", n, o, tools, &[]).await?;
     let collector = Collector::start(&fleet.client, &fleet.subjects).await?;
 
     // ipmitool over every BMC only if that stays within the budget.

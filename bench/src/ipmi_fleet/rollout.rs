@@ -10,10 +10,10 @@
 //! counting every message nats-server carries, per machine.
 
 use super::{
-    freeipmi_run, meters, power_on_all, start_worker, stop_worker, Client, Options as FleetBenchOptions, Resources,
-    Responder, Run, Tools, Workload, PASSWORD, USER,
+    freeipmi_run, meters, start_worker, stop_worker, Client, Options as FleetBenchOptions, Resources, Responder, Run,
+    Tools, Workload, PASSWORD, USER,
 };
-use crate::fleet::{Fleet, FleetOptions};
+use crate::fleet::Fleet;
 use crate::harness;
 use crate::proc::CpuMeter;
 use crate::report::{Section, Table};
@@ -430,35 +430,9 @@ pub async fn run(o: &Options) -> anyhow::Result<Section> {
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     ));
     for &n in &o.sizes {
-        let responder = Responder::start(n, o.latency).await.with_context(|| format!("starting {n} BMCs"))?;
-        eprintln!("rollout-fleet: {n} BMCs on 127.0.0.1:{}-{}", responder.base, responder.port(n - 1));
-        power_on_all(&responder, &fo, &tools).await?;
-        let mut fleet = Fleet::start(FleetOptions {
-            partitions: fo.partitions,
-            ad_hoc_targets: "10.0.0.0/8,127.0.0.0/8".into(),
-            worker_args: [
-                "--protocols",
-                "ipmi",
-                "--max-concurrent-batches",
-                "20000",
-                "--max-inflight-per-partition",
-                "20000",
-                "--lane-idle-timeout",
-                "10m",
-                "--bmc-min-interval",
-                "0s",
-                // The registered machines' own state polls are not the workload.
-                "--poll-interval",
-                "off",
-                "--inventory-interval",
-                "off",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-            ..FleetOptions::default()
-        })
-        .await?;
+        // The registered machines' own state polls are not the workload.
+        let extra = ["--poll-interval", "off", "--inventory-interval", "off"];
+        let (responder, mut fleet) = super::start_fleet("rollout-fleet", n, &fo, &tools, &extra).await?;
         let names = register(&fleet, &responder).await?;
         let mut runs: BTreeMap<(Workload, Client), Vec<Run>> = BTreeMap::new();
         let (mut gw_rss, mut wk_rss) = (vec![], vec![]);
