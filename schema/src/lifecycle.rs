@@ -48,20 +48,29 @@ pub enum Cancel {
 
 impl BatchStatus {
     fn new(job: &Job, state: BatchState, now_ms: u64) -> BatchStatus {
+        let actions = job.batch.actions.iter().map(|a| a.kind().to_owned()).collect();
+        let mut s = BatchStatus::blank(job.id, job.key().to_string(), job.tenant.clone(), actions, now_ms);
+        s.state = state;
+        s.admitted_at_ms = job.admitted_at_ms;
+        s
+    }
+
+    /// A `Queued` record of batch `id` with nothing run, admitted at 0.
+    fn blank(id: crate::BatchId, bmc: String, tenant: String, actions: Vec<String>, now_ms: u64) -> BatchStatus {
         BatchStatus {
-            id: job.id,
-            bmc: job.key().to_string(),
-            tenant: job.tenant.clone(),
-            state,
+            id,
+            bmc,
+            tenant,
+            state: BatchState::Queued,
             results: vec![],
             in_progress: None,
             task: None,
             cancel_requested: false,
-            actions: job.batch.actions.iter().map(|a| a.kind().to_owned()).collect(),
+            actions,
             stream_sequence: None,
             worker: None,
             deliveries: 0,
-            admitted_at_ms: job.admitted_at_ms,
+            admitted_at_ms: 0,
             updated_at_ms: now_ms,
             result: None,
         }
@@ -93,23 +102,7 @@ impl BatchStatus {
         actions: Vec<String>,
         now_ms: u64,
     ) -> BatchStatus {
-        let mut s = BatchStatus {
-            id,
-            bmc,
-            tenant,
-            state: BatchState::Queued,
-            results: vec![],
-            in_progress: None,
-            task: None,
-            cancel_requested: false,
-            actions,
-            stream_sequence: None,
-            worker: None,
-            deliveries: 0,
-            admitted_at_ms: 0,
-            updated_at_ms: now_ms,
-            result: None,
-        };
+        let mut s = BatchStatus::blank(id, bmc, tenant, actions, now_ms);
         let _ = s.cancel(now_ms);
         s
     }
