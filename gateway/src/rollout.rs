@@ -312,6 +312,7 @@ impl Rollouts {
             Err(e) => return store_error(e),
         };
         let (res, _, _, _) = self.gateway.parts();
+        let requester = requester_of(&record.requester);
         let end = req.from.saturating_add(req.limit.min(rollout::CHUNK)).min(record.machines);
         let mut parts = Vec::with_capacity(end.saturating_sub(req.from) as usize);
         let mut chunk: Option<(u32, Vec<String>)> = None;
@@ -335,17 +336,12 @@ impl Rollouts {
                 // status record; a refused one (or one finished by a release
                 // that stored every outcome) has a part of its own.
                 let status = match bmcfleet_common::status::load(&res.batches, &batch).await {
-                    Ok(v) => v.filter(|v| {
-                        is_machines_batch(&requester_of(&record.requester), &machine, &v.status)
-                            && v.status.state.is_final()
-                    }),
+                    Ok(v) => v.filter(|v| is_machines_batch(&requester, &machine, &v.status)),
                     Err(e) => return error(ErrorCode::Unavailable, format!("cannot read batch status: {e}")),
                 };
-                match status.as_ref().and_then(|v| v.status.result.as_ref()) {
-                    Some(result) => {
-                        let p = RolloutPart::of_result(index, machine.clone(), batch, result, record.plan);
-                        (p.outcome.into(), p.error, p.plan)
-                    }
+                match status.and_then(|v| RolloutPart::of_status(index, machine.clone(), batch, &v.status, record.plan))
+                {
+                    Some(p) => (p.outcome.into(), p.error, p.plan),
                     None => match self.store.part(&req.id, index).await {
                         Ok(Some(p)) => (p.outcome.into(), p.error, p.plan),
                         Ok(None) => (PartState::Running, None, None),

@@ -505,23 +505,14 @@ impl Driver {
             match loaded {
                 // The machine's outcome is its batch's status record (durable,
                 // read by `rollout.status` too): no part of its own.
-                Ok(Some(v)) if v.status.state.is_final() => finished.push(match &v.status.result {
-                    Some(result) => RolloutPart::of_result(index, machine, batch, result, spec.plan),
-                    None => RolloutPart {
-                        index,
-                        machine,
-                        batch,
-                        outcome: PartOutcome::of(v.status.state),
-                        error: None,
-                        finished_at_ms: v.status.updated_at_ms,
-                        plan: None,
-                    },
-                }),
-                Ok(Some(_)) => {
-                    if record.state == rollout::RolloutState::Aborting && self.cancelled.insert(index) {
-                        self.cancel(batch, &who).await;
+                Ok(Some(v)) => match RolloutPart::of_status(index, machine, batch, &v.status, spec.plan) {
+                    Some(part) => finished.push(part),
+                    None => {
+                        if record.state == rollout::RolloutState::Aborting && self.cancelled.insert(index) {
+                            self.cancel(batch, &who).await;
+                        }
                     }
-                }
+                },
                 // No record. Queued by this driver: not claimed yet. Else
                 // refused at submit (its part is recorded), or perhaps never
                 // queued (a driver before a takeover may have died between

@@ -489,6 +489,34 @@ impl RolloutPart {
     }
 }
 
+impl RolloutPart {
+    /// Machine `index`'s outcome from its batch's status record, once that
+    /// is final (`None` before): [`RolloutPart::of_result`] of its result.
+    pub fn of_status(
+        index: u32,
+        machine: String,
+        batch: BatchId,
+        status: &crate::BatchStatus,
+        plan: bool,
+    ) -> Option<RolloutPart> {
+        if !status.state.is_final() {
+            return None;
+        }
+        Some(match &status.result {
+            Some(result) => RolloutPart::of_result(index, machine, batch, result, plan),
+            None => RolloutPart {
+                index,
+                machine,
+                batch,
+                outcome: PartOutcome::of(status.state),
+                error: None,
+                finished_at_ms: status.updated_at_ms,
+                plan: None,
+            },
+        })
+    }
+}
+
 /// A machine's place in a rollout, as `rollout.status` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
