@@ -300,7 +300,7 @@ impl Gateway {
                     ErrorCode::BmcQueueFull,
                     format!("{} already has as many batches queued as this deployment allows (--max-queued-per-bmc); nothing was stored: retry once some have run", job.key()),
                 );
-                return self.known(job, subject).await?.ok_or(full);
+                return self.known(job, subject, 0).await?.ok_or(full);
             }
             Err(e) => {
                 let code = match e.kind() {
@@ -314,17 +314,8 @@ impl Gateway {
             // Queued before (a rollout's driver submits again after a
             // takeover): there may be no record yet, and none is waited for.
             // A record of another tenant means the id is taken.
-            return match status::load(&self.res.batches, &job.id).await {
-                Ok(Some(v)) if v.status.tenant != job.tenant => Err(id_taken()),
-                Ok(v) => Ok(Accepted {
-                    id: job.id,
-                    stream_sequence: v.and_then(|v| v.status.stream_sequence).unwrap_or(ack.sequence),
-                    duplicate: true,
-                    subject: subject.to_owned(),
-                    unowned: None,
-                }),
-                Err(e) => Err(error(ErrorCode::Unavailable, format!("cannot read batch status: {e}"))),
-            };
+            let known = self.known(job, subject, ack.sequence).await?;
+            return Ok(known.unwrap_or_else(|| accepted(job, subject, ack.sequence, true)));
         }
         if ack.duplicate {
             // JetStream already held a job of this id, whose record we had
@@ -334,7 +325,7 @@ impl Gateway {
             // "duplicate" would claim a batch nobody may have queued for us.
             return match status::wait(&self.res.batches, &job.id, DUPLICATE_RECORD_WAIT).await {
                 Ok(Some(v)) if v.status.tenant != job.tenant => Err(id_taken()),
-                Ok(Some(v)) => Ok(Accepted { id: job.id, stream_sequence: v.status.stream_sequence.unwrap_or(ack.sequence), duplicate: true, subject: subject.to_owned(), unowned: None }),
+                Ok(Some(v)) => Ok(accepted(job, subject, v.status.stream_sequence.unwrap_or(ack.sequence), true)),
                 Ok(None) => Err(error(
                     ErrorCode::Unavailable,
                     "a batch of this id is being queued and has no status record yet; nothing new was stored: retry with the same id shortly",
@@ -342,18 +333,12 @@ impl Gateway {
                 Err(e) => Err(error(ErrorCode::Unavailable, format!("cannot read batch status: {e}"))),
             };
         }
-        if job.record_at_claim {
-            // The worker creates the record at its claim.
-            return Ok(Accepted {
-                id: job.id,
-                stream_sequence: ack.sequence,
-                duplicate: false,
-                subject: subject.to_owned(),
-                unowned: None,
-            });
-        }
-        let record = BatchStatus::queued(job, ack.sequence, now_ms());
-        match status::create(&self.res.batches, &record).await {
+        // A rollout's batch: the worker creates the record at its claim.
+        let created = match job.record_at_claim {
+            true => Ok(0),
+            false => status::create(&self.res.batches, &BatchStatus::queued(job, ack.sequence, now_ms())).await,
+        };
+        match created {
             Ok(_) => {}
             // A record exists: the worker's for this very job (it was
             // faster), or an earlier admission's of this id past the
@@ -364,13 +349,7 @@ impl Gateway {
                 Ok(Some(v)) if v.status.tenant != job.tenant => return Err(id_taken()),
                 Ok(Some(v)) if v.status.admitted_at_ms != job.admitted_at_ms => {
                     tracing::info!(batch = %job.id, seq = ack.sequence, "A batch id admitted before, past the dedupe window: answered duplicate; the worker will leave the copy just queued.");
-                    return Ok(Accepted {
-                        id: job.id,
-                        stream_sequence: v.status.stream_sequence.unwrap_or(ack.sequence),
-                        duplicate: true,
-                        subject: subject.to_owned(),
-                        unowned: None,
-                    });
+                    return Ok(accepted(job, subject, v.status.stream_sequence.unwrap_or(ack.sequence), true));
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -379,32 +358,26 @@ impl Gateway {
             },
             Err(e) => tracing::warn!(batch = %job.id, error = %e, "Cannot record queued status; the worker will."),
         }
-        Ok(Accepted {
-            id: job.id,
-            stream_sequence: ack.sequence,
-            duplicate: ack.duplicate,
-            subject: subject.to_owned(),
-            unowned: None,
-        })
+        Ok(accepted(job, subject, ack.sequence, false))
     }
 
     /// The answer to a batch whose id has a status record already: a
-    /// duplicate of the requester's own batch, another tenant's id refused,
-    /// `None` when there is no record.
-    async fn known(&self, job: &Job, subject: &str) -> Result<Option<Accepted>, Reply> {
+    /// duplicate of the requester's own batch (at the record's stream
+    /// sequence, else `seq`), another tenant's id refused, `None` when
+    /// there is no record.
+    async fn known(&self, job: &Job, subject: &str, seq: u64) -> Result<Option<Accepted>, Reply> {
         match status::load(&self.res.batches, &job.id).await {
             Ok(Some(v)) if v.status.tenant != job.tenant => Err(id_taken()),
-            Ok(Some(v)) => Ok(Some(Accepted {
-                id: job.id,
-                stream_sequence: v.status.stream_sequence.unwrap_or(0),
-                duplicate: true,
-                subject: subject.to_owned(),
-                unowned: None,
-            })),
+            Ok(Some(v)) => Ok(Some(accepted(job, subject, v.status.stream_sequence.unwrap_or(seq), true))),
             Ok(None) => Ok(None),
             Err(e) => Err(error(ErrorCode::Unavailable, format!("cannot read batch status: {e}"))),
         }
     }
+}
+
+/// The answer to `job` queued at `stream_sequence` on `subject`.
+fn accepted(job: &Job, subject: &str, stream_sequence: u64, duplicate: bool) -> Accepted {
+    Accepted { id: job.id, stream_sequence, duplicate, subject: subject.to_owned(), unowned: None }
 }
 
 /// Whether JetStream refused a job because its BMC's subject holds the most
