@@ -564,30 +564,18 @@ impl<'a> Run<'a> {
         // and a record found then (a cancel, another worker) stops it. A
         // redelivery claims as any batch, so one that finished is seen.
         let reads_only = job.batch.plan || job.batch.actions.iter().all(bmcfleet_schema::plan::reads_only);
-        if job.record_at_claim && first_delivery && reads_only {
-            if !fence.valid() {
-                return Err(Outcome::HandBack);
-            }
-            return Ok(Run {
-                shared,
-                job,
-                fence,
-                trace,
-                status: BatchStatus::running(job, &shared.worker_id, now_ms()),
-                revision: 0,
-                target: job.target.clone(),
-                unmeasured: None,
-            });
-        }
-        // A rollout machine's batch has no `queued` record: claim it by
-        // creating the record, with no read first. A record already there
-        // (a redelivery; a cancel before any claim) is read below.
-        let mut create_first = job.record_at_claim;
+        let unclaimed = job.record_at_claim && first_delivery && reads_only;
+        // Any other rollout machine's batch has no `queued` record either:
+        // claim it by creating the record, with no read first. A record
+        // already there (a redelivery; a cancel before any claim) is read below.
+        let mut create_first = job.record_at_claim && !unclaimed;
         loop {
             if !fence.valid() {
                 return Err(Outcome::HandBack);
             }
-            let step = if std::mem::take(&mut create_first) {
+            let step = if unclaimed {
+                Ok(Some((BatchStatus::running(job, &shared.worker_id, now_ms()), 0)))
+            } else if std::mem::take(&mut create_first) {
                 let s = BatchStatus::running(job, &shared.worker_id, now_ms());
                 status::create(kv, &s).await.map(|rev| Some((s, rev)))
             } else {
