@@ -11,11 +11,9 @@
 use bmcfleet_common::streams::{bucket, machines_config, Mode};
 use bmcfleet_provider::tls::{first_certificate, sha256};
 use bmcfleet_schema::*;
-use bmcfleet_testing::redfish::fixtures::mockup_dir;
 use bmcfleet_testing::redfish::{MockupServer, TestPki, REPLACE_CERTIFICATE};
 use bmcfleet_tests::bin;
 use bmcfleet_tests::producer::Stack;
-use serde_json::json;
 use std::time::Duration;
 
 fn cert_get(machine: &str) -> Batch {
@@ -40,14 +38,7 @@ async fn record(stack: &Stack, name: &str) -> (async_nats::jetstream::kv::Store,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_certificate_moves_the_pin_and_the_machine_stays_reachable() {
-    let server = MockupServer::builder()
-        .dir(mockup_dir("dmtf-public-rackmount1"))
-        .unwrap()
-        .resource("/redfish/v1/Managers", json!({"Members": [{"@odata.id": "/redfish/v1/Managers/BMC"}]}))
-        .certificate_service(true)
-        .start()
-        .await
-        .unwrap();
+    let server = MockupServer::with_certificate_service().await.unwrap();
     let old = hex(&sha256(&server.served_certificate()));
     let stack = Stack::start(1, &[]).await;
     let mut target = server.target();
@@ -116,14 +107,7 @@ async fn state_of(stack: &Stack, machine: &str) -> Option<bmcfleet_schema::state
 /// the machine's state; after a replacement the new expiry follows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_certificates_expiry_is_in_fleet_state() {
-    let server = MockupServer::builder()
-        .dir(mockup_dir("dmtf-public-rackmount1"))
-        .unwrap()
-        .resource("/redfish/v1/Managers", json!({"Members": [{"@odata.id": "/redfish/v1/Managers/BMC"}]}))
-        .certificate_service(true)
-        .start()
-        .await
-        .unwrap();
+    let server = MockupServer::with_certificate_service().await.unwrap();
     let served = bmcfleet_provider::tls::describe_certificate(&server.served_certificate(), "t").unwrap();
     // The first inventory read of a machine waits a random part of the
     // inventory interval: a short one here.

@@ -166,14 +166,7 @@ async fn a_refused_certificate_replacement_logs_nothing_of_the_key() {
     use bmcfleet_provider::BmcCertificates;
     use bmcfleet_testing::redfish::{TestPki, REPLACE_CERTIFICATE};
     let cap = capture();
-    let server = MockupServer::builder()
-        .dir(mockup_dir("dmtf-public-rackmount1"))
-        .unwrap()
-        .resource("/redfish/v1/Managers", json!({"Members": [{"@odata.id": "/redfish/v1/Managers/BMC"}]}))
-        .certificate_service(true)
-        .start()
-        .await
-        .unwrap();
+    let server = MockupServer::with_certificate_service().await.unwrap();
     let (cert, key) = TestPki::self_signed("logged", 30).unwrap();
     let lines: Vec<String> =
         key.lines().filter(|l| !l.starts_with("-----") && l.len() > 16).map(str::to_owned).collect();

@@ -1337,6 +1337,18 @@ impl MockupServer {
         MockupBuilder::default()
     }
 
+    /// The DMTF public rackmount mockup with one Manager (`BMC`) and a
+    /// CertificateService that advertises ReplaceCertificate: the BMC
+    /// whose HTTPS certificate the certificate tests read and replace.
+    pub async fn with_certificate_service() -> Result<MockupServer, HarnessError> {
+        MockupServer::builder()
+            .dir(super::fixtures::mockup_dir("dmtf-public-rackmount1"))?
+            .resource("/redfish/v1/Managers", json!({"Members": [{"@odata.id": "/redfish/v1/Managers/BMC"}]}))
+            .certificate_service(true)
+            .start()
+            .await
+    }
+
     pub fn addr(&self) -> SocketAddr {
         self.running.addr
     }
