@@ -432,6 +432,10 @@ async fn a_flooding_bmc_stays_bounded_and_in_order() {
         async move { settled.then_some(()) }
     })
     .await;
+    // The flood is over: the host's next output is sent as a BMC sends
+    // output, resent until acknowledged (in flood mode a dropped datagram
+    // of it would be lost for good, and the check below would test UDP).
+    bmc.sol_faults(|f| f.flood = false);
     bmc.sol_write(b"<after the flood>");
     let seen = bmcfleet_tests::poll_until(WAIT, Duration::from_millis(100), || {
         let data = viewer.data();
